@@ -1,0 +1,51 @@
+"""lifecycle-fsm: an event-sourced ledger deciding whether a post-training candidate
+may go to independent evaluation, and recovering failed stages from trusted state.
+
+The embedding API is `Ledger` (commands in, events out); the rules are pure
+functions in `lifecycle_fsm.rules`; whole-ledger replay lives in the `replay` package.
+"""
+
+from __future__ import annotations
+
+from lifecycle_fsm.artifacts import hash_directory
+from lifecycle_fsm.errors import (
+    ArtifactError,
+    ConcurrencyError,
+    ConflictError,
+    CorruptionError,
+    DuplicateEventError,
+    IllegalCommandError,
+    InputError,
+    IntegrityError,
+    LifecycleError,
+    NotFoundError,
+    StoreError,
+)
+from lifecycle_fsm.ledger import CommandResult, Ledger
+from lifecycle_fsm.machine import State
+from lifecycle_fsm.rules import check_candidate_freshness, choose_recovery_action, decide_lifecycle_handoff
+from lifecycle_fsm.state import CandidateState, LedgerSettings, apply
+
+__all__ = [
+    "ArtifactError",
+    "CandidateState",
+    "CommandResult",
+    "ConcurrencyError",
+    "ConflictError",
+    "CorruptionError",
+    "DuplicateEventError",
+    "IllegalCommandError",
+    "InputError",
+    "IntegrityError",
+    "Ledger",
+    "LedgerSettings",
+    "LifecycleError",
+    "NotFoundError",
+    "State",
+    "StoreError",
+    "apply",
+    "check_candidate_freshness",
+    "choose_recovery_action",
+    "decide_lifecycle_handoff",
+    "hash_directory",
+]

@@ -1,0 +1,230 @@
+"""Deterministic content hashes for model artifacts (a file or a directory tree).
+
+The hash is a product contract: another tool must be able to recompute it, so the
+exact byte stream is specified here. All digests are SHA-256, bare lowercase hex
+(64 characters), over the exact bytes on disk with no normalisation.
+
+A single regular file hashes to ``sha256(file bytes)``.
+
+A directory hashes to ``sha256(stream)`` where ``stream`` is::
+
+    b"lifecycle-fsm/tree-v1\\n"
+    then, for every regular file under the directory (recursively),
+    sorted by RELPATH (as bytes):
+        RELPATH + b"\\0" + SIZE + b"\\0" + HEX + b"\\n"
+
+* ``RELPATH`` is the file's path relative to the hashed directory, ``/``-separated,
+  encoded with ``os.fsencode`` (UTF-8; undecodable names keep their raw bytes).
+  Sorting compares these bytes, so it does not depend on locale or creation order.
+* ``SIZE`` is the file's length in bytes as decimal ASCII (no padding).
+* ``HEX`` is the file's own sha256 as 64 lowercase hex ASCII characters.
+
+Directories contribute no line of their own, so empty directories are ignored.
+
+Symlinks are followed only when their fully resolved target lies inside the
+allowed root (``root`` if given, else the hashed path itself, both resolved with
+``os.path.realpath``); the target's content is hashed under the link's own
+relative path, so a link and a copy give the same hash. Links leading outside,
+dangling links, link loops and special files (FIFOs, sockets, devices) raise
+`ArtifactError` naming the offending path, as does a file that changes while it
+is read (size or mtime differs before/after, or bytes read != size).
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import stat
+from collections.abc import Callable
+
+from lifecycle_fsm.errors import ArtifactError
+
+__all__ = [
+    "TREE_FORMAT",
+    "hash_directory",
+    "hash_file",
+    "path_escapes_root",
+    "tree_size",
+]
+
+TREE_FORMAT = "lifecycle-fsm/tree-v1"
+CHUNK_SIZE = 1024 * 1024
+
+Progress = Callable[[int], None]
+StrPath = str | os.PathLike[str]
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_NONBLOCK", 0)
+
+
+def _inside(path: str, root: str) -> bool:
+    """True when absolute `path` is `root` or below it (by component, not prefix)."""
+    try:
+        return os.path.commonpath([path, root]) == root
+    except ValueError:  # different drives on Windows
+        return False
+
+
+def path_escapes_root(path: StrPath, root: StrPath) -> bool:
+    """True when `path`, normalised lexically (no symlinks resolved), leaves `root`."""
+    return not _inside(os.path.abspath(path), os.path.abspath(root))
+
+
+def _file_id(st: os.stat_result) -> tuple[int, int, int, int]:
+    """The fields that must not change while a file is read."""
+    return (st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev)
+
+
+def _hash_regular(real: str, shown: str, progress: Progress | None) -> tuple[str, int]:
+    """Stream one regular file; return (hex digest, size), refusing files that change.
+
+    `real` is what is opened, `shown` is what error messages name (the user's path).
+    """
+    try:
+        before = os.stat(real)
+        if not stat.S_ISREG(before.st_mode):  # checked before open: never open a FIFO
+            raise ArtifactError(f"not a regular file: {shown}")
+        fd = os.open(real, _OPEN_FLAGS)
+    except FileNotFoundError:
+        raise ArtifactError(f"no such file or directory: {shown}") from None
+    except OSError as exc:
+        raise ArtifactError(f"cannot read {shown}: {exc.strerror}") from exc
+    digest = hashlib.sha256()
+    read = 0
+    try:
+        with open(fd, "rb", buffering=0, closefd=True) as fh:
+            # Same inode as the stat above, so nothing was swapped in before open.
+            if _file_id(os.fstat(fh.fileno())) != _file_id(before):
+                raise ArtifactError(f"file changed while hashing: {shown}")
+            while chunk := fh.read(CHUNK_SIZE):
+                digest.update(chunk)
+                read += len(chunk)
+                if progress is not None:
+                    progress(len(chunk))
+        after = os.stat(real)
+    except FileNotFoundError:
+        raise ArtifactError(f"file changed while hashing: {shown}") from None
+    except OSError as exc:
+        raise ArtifactError(f"cannot read {shown}: {exc.strerror}") from exc
+    if read != before.st_size or _file_id(after) != _file_id(before):
+        raise ArtifactError(f"file changed while hashing: {shown}")
+    return digest.hexdigest(), read
+
+
+def hash_file(path: StrPath, *, progress: Progress | None = None) -> str:
+    """sha256 hex of one regular file's bytes, read in 1 MiB chunks."""
+    return _hash_regular(os.fspath(path), os.fspath(path), progress)[0]
+
+
+def _resolve_link(link: str, shown: str, allowed: str) -> str:
+    """Realpath of the target of `link`; refused if dangling, looping or outside."""
+    try:
+        target = os.path.realpath(link, strict=True)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ArtifactError(f"symlink loop: {shown}") from None
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            raise ArtifactError(f"dangling symlink: {shown}") from None
+        raise ArtifactError(f"cannot resolve symlink {shown}: {exc.strerror}") from exc
+    if not _inside(target, allowed):
+        msg = f"symlink leads outside the allowed root: {shown} -> {target}"
+        raise ArtifactError(msg)
+    return target
+
+
+# One collected file: (relative path bytes, real path to open, path for messages, size).
+_Entry = tuple[bytes, str, str, int]
+
+
+def _walk(
+    real_dir: str,
+    shown_dir: str,
+    prefix: bytes,
+    allowed: str,
+    stack: set[str],
+    out: list[_Entry],
+) -> None:
+    """Collect regular files under `real_dir`; `stack` = realpaths of open ancestors."""
+    try:
+        with os.scandir(real_dir) as it:
+            entries = list(it)
+    except OSError as exc:
+        raise ArtifactError(f"cannot list {shown_dir}: {exc.strerror}") from exc
+    for entry in entries:
+        shown = os.path.join(shown_dir, entry.name)
+        rel = prefix + os.fsencode(entry.name)
+        try:
+            if entry.is_symlink():
+                real = _resolve_link(entry.path, shown, allowed)
+                st = os.stat(real)
+            else:
+                real = entry.path
+                st = entry.stat(follow_symlinks=False)
+        except OSError as exc:
+            raise ArtifactError(f"cannot stat {shown}: {exc.strerror}") from exc
+        if stat.S_ISDIR(st.st_mode):
+            if real in stack:
+                raise ArtifactError(f"symlink loop: {shown}")
+            stack.add(real)
+            _walk(real, shown, rel + b"/", allowed, stack, out)
+            stack.discard(real)
+        elif stat.S_ISREG(st.st_mode):
+            out.append((rel, real, shown, st.st_size))
+        else:
+            raise ArtifactError(f"special file (not regular or a directory): {shown}")
+
+
+def _collect(path: StrPath, root: StrPath | None) -> tuple[bool, list[_Entry]]:
+    """Check `path` against the rules; return (is_directory, files in stream order)."""
+    shown = os.fspath(path)
+    if root is not None and path_escapes_root(shown, root):
+        raise ArtifactError(f"path escapes root: {shown}")
+    if not os.path.lexists(shown):
+        raise ArtifactError(f"no such file or directory: {shown}")
+    allowed = os.path.realpath(root if root is not None else shown)
+    if os.path.islink(shown):
+        real = _resolve_link(shown, shown, allowed)
+    else:
+        real = os.path.realpath(shown)
+        if not _inside(real, allowed):  # an intermediate directory links out
+            msg = f"symlink leads outside the allowed root: {shown} -> {real}"
+            raise ArtifactError(msg)
+    try:
+        st = os.stat(real)
+    except OSError as exc:
+        raise ArtifactError(f"cannot stat {shown}: {exc.strerror}") from exc
+    if stat.S_ISREG(st.st_mode):
+        return False, [(b"", real, shown, st.st_size)]
+    if not stat.S_ISDIR(st.st_mode):
+        raise ArtifactError(f"special file (not regular or a directory): {shown}")
+    out: list[_Entry] = []
+    _walk(real, shown, b"", allowed, {real}, out)
+    out.sort(key=lambda e: e[0])
+    return True, out
+
+
+def hash_directory(
+    path: StrPath,
+    root: StrPath | None = None,
+    *,
+    progress: Progress | None = None,
+) -> str:
+    """Content hash of a file or directory tree, as specified in the module docstring.
+
+    `root` widens the area symlinks may point into (e.g. a Hugging Face cache repo
+    whose snapshot links into ``../../blobs``); `path` must lie inside it.
+    """
+    is_dir, files = _collect(path, root)
+    if not is_dir:
+        _, real, shown, _ = files[0]
+        return _hash_regular(real, shown, progress)[0]
+    stream = hashlib.sha256(TREE_FORMAT.encode("ascii") + b"\n")
+    for rel, real, shown, _ in files:
+        hexdigest, size = _hash_regular(real, shown, progress)
+        line = b"%s\0%d\0%s\n" % (rel, size, hexdigest.encode("ascii"))
+        stream.update(line)
+    return stream.hexdigest()
+
+
+def tree_size(path: StrPath, root: StrPath | None = None) -> int:
+    """Total bytes `hash_directory` would read (for progress bars); same checks."""
+    return sum(entry[3] for entry in _collect(path, root)[1])

@@ -1,0 +1,111 @@
+"""Gathering a check's evidence: freshness, artifact re-hash, rollback re-hash.
+
+The rules are pure (rules.py); this module is the part that touches the disk, and
+turns what it saw into the evidence dicts events carry: expected vs actual hash,
+the settings read, and `reason_codes` naming each specific failed check.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lifecycle_fsm.artifacts import hash_directory, path_escapes_root
+from lifecycle_fsm.errors import ArtifactError
+from lifecycle_fsm.rules import check_candidate_freshness, decide_lifecycle_handoff
+from lifecycle_fsm.state import LedgerSettings
+
+__all__ = ["CheckEvidence", "gather_checks", "handoff_reason_codes", "verify_artifact", "window_age"]
+
+JSON = dict[str, Any]
+CheckEvidence = dict[str, Any]
+
+
+def window_age(candidate: JSON, settings: LedgerSettings) -> int | None:
+    """Active window minus the evidence window; None (never a default) when unknown."""
+    index = candidate.get("evidence_window_index")
+    if not isinstance(index, int) or isinstance(index, bool) or settings.active_window is None:
+        return None
+    return settings.active_window - index
+
+
+def verify_artifact(path: str | None, expected: Any, root: str | None) -> JSON:
+    """Re-hash an artifact on disk and compare it with the hash a manifest recorded."""
+    result: JSON = {"path": path, "expected": expected, "actual": None, "verified": False, "error": None}
+    if not path:
+        result["error"] = "no artifact path"
+        return result
+    if root is not None and path_escapes_root(path, root):
+        result["error"] = "path_escapes_root"
+        return result
+    try:
+        result["actual"] = hash_directory(path, root)
+    except ArtifactError as e:
+        result["error"] = str(e)
+        return result
+    result["verified"] = isinstance(expected, str) and bool(expected) and result["actual"] == expected
+    return result
+
+
+def _freshness(candidate: JSON, settings: LedgerSettings) -> JSON:
+    subject = {
+        "candidate_kind": candidate.get("candidate_kind"),
+        "source_policy_version": candidate.get("source_policy_version"),
+        "policy_version": candidate.get("policy_version"),
+        "evaluation_version": candidate.get("evaluation_version"),
+        "preference_evidence_version": candidate.get("preference_evidence_version"),
+        "verifier_version": candidate.get("verifier_version"),
+        "window_age": window_age(candidate, settings),
+    }
+    freshness = check_candidate_freshness(subject, settings.active_policy_version or "", settings.max_window_age or 0)
+    active_eval = settings.evaluation_version
+    failed = list(freshness["failed_checks"])
+    if (
+        active_eval is not None
+        and candidate.get("evaluation_version") != active_eval
+        and "evaluation_identity" not in failed
+    ):
+        # The ledger's evaluation version, once set, is part of the identity check.
+        order = ("candidate_kind", "source_policy", "candidate_identity", "evaluation_identity", "branch_evidence")
+        failed = sorted([*failed, "evaluation_identity"], key=order.index)
+    return {"fresh": not failed, "failed_checks": failed}
+
+
+def gather_checks(candidate: JSON, settings: LedgerSettings, *, root: str | None = None) -> CheckEvidence:
+    """Run every lifecycle check now; the evidence and the specific reason codes."""
+    freshness = _freshness(candidate, settings)
+    artifact = verify_artifact(candidate.get("adapter_resolved_path"), candidate.get("adapter_sha256"), root)
+    baseline = settings.baseline or {}
+    rollback = verify_artifact(baseline.get("adapter_path"), baseline.get("adapter_sha256"), root)
+    reasons = list(freshness["failed_checks"])
+    if not rollback["verified"]:
+        reasons.append("rollback")
+    if not artifact["verified"]:
+        reasons.append("artifact")
+    if "path_escapes_root" in (artifact["error"], rollback["error"]):
+        reasons.append("path_escapes_root")
+    return {
+        "passed": not reasons,
+        "reason_codes": reasons,
+        "freshness": freshness,
+        "artifact": artifact,
+        "rollback": rollback,
+        "settings": {
+            "active_policy_version": settings.active_policy_version,
+            "active_window": settings.active_window,
+            "max_window_age": settings.max_window_age,
+            "evaluation_version": settings.evaluation_version,
+            "window_age": window_age(candidate, settings),
+            "ledger_version": settings.version,
+        },
+    }
+
+
+def handoff_reason_codes(evidence: CheckEvidence, upstream_decision: Any) -> tuple[JSON, list[str]]:
+    """The seed's hand-off decision over fresh evidence, and its specific reason codes."""
+    decision = decide_lifecycle_handoff(
+        upstream_decision,
+        evidence["freshness"],
+        {"rollback_ready": evidence["rollback"]["verified"], "artifact_verified": evidence["artifact"]["verified"]},
+    )
+    upstream = [code for code in decision["hard_failures"] if code in ("upstream_reject", "upstream_state")]
+    return decision, [*evidence["reason_codes"], *upstream]

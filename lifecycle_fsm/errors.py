@@ -1,0 +1,73 @@
+"""The exceptions lifecycle-fsm raises, one shallow tree under `LifecycleError`.
+
+The root and the store's errors are defined in `store/errors.py` (the bottom of the
+dependency graph) and re-exported here with the domain's own leaves.
+
+Every error also inherits the builtin it resembles, so callers who only know the
+standard library can still catch it, and keeps structured fields for machines.
+
+    LifecycleError
+    ├── InputError (ValueError)          bad file, bad JSON, bad manifest, unknown stage/kind
+    │   ├── ArtifactError                an artifact cannot be hashed (missing, escapes, loop)
+    │   └── ScenarioError                a drill file is malformed
+    ├── NotFoundError (LookupError)      unknown candidate id
+    ├── ConflictError                    the command is not allowed now
+    │   ├── IllegalCommandError          the machine's table refuses the move
+    │   ├── ConcurrencyError             another writer appended first
+    │   └── DuplicateEventError          same event_id, different content
+    ├── IntegrityError                   the log or a checkpoint is corrupt
+    │   └── CorruptionError              replay met something the table forbids
+    └── StoreError                       the database failed (locked, not a ledger)
+
+The store translates `sqlite3` errors into these at its boundary (`raise … from e`);
+nothing from `sqlite3`, `sqlite_utils` or `transitions` crosses the public API.
+"""
+
+from __future__ import annotations
+
+from store.errors import (
+    ConcurrencyError,
+    ConflictError,
+    DuplicateEventError,
+    InputError,
+    IntegrityError,
+    LifecycleError,
+    NotFoundError,
+    StoreError,
+)
+
+__all__ = [
+    "ArtifactError",
+    "ConcurrencyError",
+    "ConflictError",
+    "CorruptionError",
+    "DuplicateEventError",
+    "IllegalCommandError",
+    "InputError",
+    "IntegrityError",
+    "LifecycleError",
+    "NotFoundError",
+    "ScenarioError",
+    "StoreError",
+]
+
+
+class ArtifactError(InputError):
+    """An artifact cannot be hashed: missing, outside the root, a link loop, changing."""
+
+
+class ScenarioError(InputError):
+    """A drill scenario file is malformed (names file, step and key)."""
+
+
+class IllegalCommandError(ConflictError):
+    """The state machine's table does not allow this command in this state."""
+
+    def __init__(self, message: str, *, state: str | None, trigger: str) -> None:
+        super().__init__(message)
+        self.state = state
+        self.trigger = trigger
+
+
+class CorruptionError(IntegrityError):
+    """Replay found a recorded sequence the machine's table forbids, or an unreadable event."""

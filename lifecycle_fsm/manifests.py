@@ -1,0 +1,146 @@
+"""Reading SFT and candidate manifests (SPEC §7) into the fields the checks need.
+
+Structural problems (no file, bad JSON, not an object, no `artifacts.adapter.path`)
+are input errors: nothing is recorded. Semantic problems in a well-formed manifest
+(an unknown kind, empty versions, no window index) are carried through unchanged so
+the candidate's check rejects it with reason codes an auditor can read.
+A relative path in a manifest is relative to the manifest file's folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+import attrs
+import orjson
+
+from lifecycle_fsm.errors import InputError
+from store.chain import canonical_json
+
+__all__ = [
+    "KIND_BY_SEMANTIC_ID",
+    "BaselineManifest",
+    "CandidateManifest",
+    "load_baseline_manifest",
+    "load_candidate_manifest",
+    "read_manifest",
+]
+
+KIND_BY_SEMANTIC_ID = {"PT-DPO-OFFLINE": "dpo", "PT-GRPO-GROUPWISE": "grpo"}
+
+JSON = dict[str, Any]
+
+
+@attrs.frozen
+class BaselineManifest:
+    """An SFT baseline: its adapter's sha256 is the active policy version."""
+
+    path: str
+    sha256: str
+    adapter_path: str  # resolved against the manifest's folder
+    adapter_path_as_written: str
+    adapter_sha256: str
+
+
+@attrs.frozen
+class CandidateManifest:
+    """A DPO or GRPO/RLVR candidate's manifest, reduced to what the checks read."""
+
+    path: str
+    sha256: str
+    fields: JSON  # see `_candidate_fields`
+
+
+def read_manifest(path: str | os.PathLike[str]) -> tuple[JSON, str, str]:
+    """Load a manifest object; return it with its absolute path and file sha256."""
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"no such manifest: {p}") from None
+    except IsADirectoryError:
+        raise InputError(f"manifest is a directory, not a file: {p}") from None
+    except OSError as e:
+        raise InputError(f"cannot read manifest {p}: {e.strerror}") from None
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError as e:
+        raise InputError(f"manifest {p} is not valid JSON: {e}") from None
+    if not isinstance(obj, dict):
+        raise InputError(f"manifest {p} must be a JSON object, not {type(obj).__name__}")
+    adapter = obj.get("artifacts", {}).get("adapter") if isinstance(obj.get("artifacts"), dict) else None
+    if not isinstance(adapter, dict):
+        raise InputError(f"manifest {p} lacks artifacts.adapter")
+    if not isinstance(adapter.get("path"), str) or not adapter["path"]:
+        raise InputError(f"manifest {p} lacks artifacts.adapter.path")
+    return obj, str(p.absolute()), hashlib.sha256(data).hexdigest()
+
+
+def _resolve(manifest_path: str, written: str) -> str:
+    return os.path.normpath(os.path.join(os.path.dirname(manifest_path), written))
+
+
+def load_baseline_manifest(path: str | os.PathLike[str]) -> BaselineManifest:
+    """Parse an SFT manifest; without an adapter sha256 there is no policy version."""
+    obj, abs_path, digest = read_manifest(path)
+    adapter = obj["artifacts"]["adapter"]
+    sha = adapter.get("sha256")
+    if not isinstance(sha, str) or not sha:
+        raise InputError(f"SFT manifest {abs_path} lacks artifacts.adapter.sha256 (the active policy version)")
+    return BaselineManifest(
+        path=abs_path,
+        sha256=digest,
+        adapter_path=_resolve(abs_path, adapter["path"]),
+        adapter_path_as_written=adapter["path"],
+        adapter_sha256=sha,
+    )
+
+
+def _preference_evidence(obj: JSON) -> Any:
+    """DPO preference evidence identity: explicit, or derived from `source_evidence`."""
+    if "preference_evidence_version" in obj:
+        return obj["preference_evidence_version"]
+    evidence = obj.get("source_evidence")
+    if isinstance(evidence, dict) and evidence:
+        for key in ("preference_evidence_version", "version"):
+            if isinstance(evidence.get(key), str) and evidence[key]:
+                return evidence[key]
+        return "sha256:" + hashlib.sha256(canonical_json(evidence).encode()).hexdigest()
+    if isinstance(evidence, list) and evidence:
+        return "sha256:" + hashlib.sha256(canonical_json(evidence).encode()).hexdigest()
+    return evidence if isinstance(evidence, str) else None
+
+
+def _candidate_fields(obj: JSON, abs_path: str) -> JSON:
+    semantic_id = obj.get("semantic_id")
+    kind = obj.get("candidate_kind")
+    if kind is None and isinstance(semantic_id, str):
+        kind = KIND_BY_SEMANTIC_ID.get(semantic_id)
+    trajectory = obj.get("trajectory_identity")
+    verifier = trajectory.get("verifier_version") if isinstance(trajectory, dict) else None
+    if verifier is None:
+        verifier = obj.get("verifier_version")
+    adapter = obj["artifacts"]["adapter"]
+    return {
+        "candidate_kind": kind,
+        "semantic_id": semantic_id,
+        "source_policy_version": obj.get("source_policy_version"),
+        "policy_version": obj.get("policy_version"),
+        "evaluation_version": obj.get("evaluation_version"),
+        "preference_evidence_version": _preference_evidence(obj),
+        "verifier_version": verifier,
+        "evidence_window_index": obj.get("evidence_window_index"),
+        "decision": obj.get("decision"),
+        "adapter_path": adapter["path"],
+        "adapter_resolved_path": _resolve(abs_path, adapter["path"]),
+        "adapter_sha256": adapter.get("sha256"),
+    }
+
+
+def load_candidate_manifest(path: str | os.PathLike[str]) -> CandidateManifest:
+    """Parse a candidate manifest; semantic gaps are kept for the checks to judge."""
+    obj, abs_path, digest = read_manifest(path)
+    return CandidateManifest(path=abs_path, sha256=digest, fields=_candidate_fields(obj, abs_path))

@@ -1,0 +1,122 @@
+"""How the CLI shows things: one JSON document with `--json`, rich tables otherwise."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+import orjson
+from rich.console import Console
+from rich.table import Table
+
+from lifecycle_fsm.events import Event
+from lifecycle_fsm.ledger import CommandResult
+from lifecycle_fsm.state import CandidateState
+from store.records import StoredEvent
+
+__all__ = ["candidate_json", "emit", "print_explain", "print_history", "print_result", "print_status"]
+
+JSON = dict[str, Any]
+
+
+def emit(doc: Any) -> None:
+    """Write exactly one JSON document to stdout."""
+    click.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
+
+
+def candidate_json(c: CandidateState) -> JSON:
+    """The public shape of a candidate's state (`status`, `replay`)."""
+    return {
+        "id": c.candidate_id,
+        "kind": c.kind,
+        "state": c.state,
+        "version": c.version,
+        "revision": c.revision,
+        "reason_codes": list(c.reason_codes),
+        "decisive_seq": c.decisive_seq,
+        "last_seq": c.last_seq,
+        "trusted_states": sorted(c.trusted_states),
+    }
+
+
+def print_result(result: CommandResult, as_json: bool, verb: str) -> None:
+    """A command's outcome: what it appended and where the candidate (or ledger) stands."""
+    doc: JSON = {"appended": len(result.events) > 0 and not result.duplicate, "events": [e.seq for e in result.events]}
+    if result.candidate is not None:
+        doc |= candidate_json(result.candidate)
+    if result.settings is not None and result.candidate is None:
+        s = result.settings
+        doc["settings"] = {
+            "active_policy_version": s.active_policy_version,
+            "active_window": s.active_window,
+            "max_window_age": s.max_window_age,
+            "evaluation_version": s.evaluation_version,
+        }
+        doc["invalidated"] = list(result.invalidated)
+    if as_json:
+        emit(doc)
+        return
+    what = f"{result.candidate.candidate_id}: {verb}, state {result.candidate.state}" if result.candidate else verb
+    if result.candidate is not None and result.candidate.reason_codes:
+        what += f" ({', '.join(result.candidate.reason_codes)})"
+    if not doc["appended"]:
+        what += " (no change: nothing appended)"
+    click.echo(what)
+    for cid in result.invalidated:
+        click.echo(f"  evidence invalidated: {cid} -> received")
+
+
+def print_status(docs: list[JSON]) -> None:
+    if not docs:
+        click.echo("no candidates")
+        return
+    table = Table("id", "kind", "state", "version", "reasons")
+    for d in docs:
+        table.add_row(d["id"], str(d["kind"]), d["state"], str(d["version"]), ", ".join(d["reason_codes"]))
+    Console().print(table)
+
+
+def print_history(rows: list[tuple[StoredEvent, Event]], as_json: bool) -> None:
+    if as_json:
+        emit(
+            [
+                {
+                    "seq": s.seq,
+                    "version": s.version,
+                    "type": s.type,
+                    "recorded_at": s.recorded_at,
+                    "actor": s.actor,
+                    "event_id": s.event_id,
+                    "payload": e.to_payload(),
+                }
+                for s, e in rows
+            ]
+        )
+        return
+    table = Table("seq", "type", "trigger", "recorded_at", "actor")
+    for s, e in rows:
+        table.add_row(str(s.seq), s.type, str(e.trigger), s.recorded_at, s.actor)
+    Console().print(table)
+
+
+def print_explain(doc: JSON) -> None:
+    event = doc["decisive_event"]
+    click.echo(f"{doc['id']} ({doc['kind']}) is {doc['state']} as of seq {doc['as_of']}")
+    if doc["reason_codes"]:
+        click.echo(f"reason codes: {', '.join(doc['reason_codes'])}")
+    click.echo(f"decided by seq {event['seq']} {event['type']}, recorded {event['recorded_at']} by {event['actor']}")
+    evidence = event["evidence"]
+    for name in ("artifact", "rollback"):
+        check = evidence.get(name)
+        if isinstance(check, dict):
+            mark = "ok" if check.get("verified") else "FAILED"
+            click.echo(f"  {name}: {mark} expected {check.get('expected')} actual {check.get('actual')}"
+                       + (f" ({check['error']})" if check.get("error") else ""))  # fmt: skip
+    freshness = evidence.get("freshness")
+    if isinstance(freshness, dict) and freshness.get("failed_checks"):
+        click.echo(f"  freshness failed: {', '.join(freshness['failed_checks'])}")
+    settings = evidence.get("settings")
+    if isinstance(settings, dict):
+        click.echo("  settings read: " + ", ".join(f"{k}={v}" for k, v in sorted(settings.items())))
+    if "action" in evidence:
+        click.echo(f"  recovery: {evidence['stage']} -> {evidence['action']}")

@@ -1,0 +1,129 @@
+"""The seed's three lifecycle decisions, as pure functions (seed 000, Steps 3-4).
+
+Names, arguments and return keys are the seed's, so its own tests pass unchanged.
+No I/O, no clock: the ledger gathers the evidence and records what these return.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "BLOCKING_ACTIONS",
+    "CANDIDATE_KINDS",
+    "FRESHNESS_CHECKS",
+    "ONLINE_KINDS",
+    "RECOVERY_STATES_BY_STAGE",
+    "STAGES",
+    "TRUSTED_STATE_KINDS",
+    "UPSTREAM_DECISIONS",
+    "check_candidate_freshness",
+    "choose_recovery_action",
+    "decide_lifecycle_handoff",
+]
+
+CANDIDATE_KINDS = ("dpo", "grpo", "rlvr")
+ONLINE_KINDS = ("grpo", "rlvr")
+FRESHNESS_CHECKS = ("candidate_kind", "source_policy", "candidate_identity", "evaluation_identity", "branch_evidence")
+UPSTREAM_DECISIONS = ("accept", "tune", "reject")
+
+# Trusted states a failed stage may resume from, nearest (cheapest to redo) first.
+RECOVERY_STATES_BY_STAGE: dict[str, tuple[str, ...]] = {
+    "sampling": ("prompt_queue",),
+    "reward": ("trajectories", "prompt_queue"),
+    "update": ("pre_update_checkpoint", "verified_baseline"),
+    "artifact_validation": ("verified_baseline",),
+}
+STAGES = tuple(RECOVERY_STATES_BY_STAGE)
+TRUSTED_STATE_KINDS = ("prompt_queue", "trajectories", "pre_update_checkpoint", "verified_baseline")
+
+_ACTION_BY_STAGE_AND_STATE = {
+    ("sampling", "prompt_queue"): "retry_sampling_from_prompt_queue",
+    ("reward", "trajectories"): "resume_reward_from_saved_trajectories",
+    ("reward", "prompt_queue"): "restart_sampling_from_prompt_queue",
+    ("update", "pre_update_checkpoint"): "restore_pre_update_checkpoint",
+    ("update", "verified_baseline"): "rollback_to_verified_baseline",
+    ("artifact_validation", "verified_baseline"): "rollback_to_verified_baseline",
+}
+_FALLBACK_BY_STAGE = {
+    "sampling": "rebuild_prompt_queue",
+    "reward": "restart_sampling",
+    "update": "block_update",
+    "artifact_validation": "block_release",
+}
+# Fallbacks that stop the candidate instead of redoing work: they end in `reject`.
+BLOCKING_ACTIONS = frozenset({"block_update", "block_release"})
+
+
+def _age_within(value: Any, maximum: int) -> bool:
+    """An integer (not a bool) window age in [0, maximum]; anything else is not fresh."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= maximum
+
+
+def check_candidate_freshness(
+    candidate: dict[str, Any], active_policy_version: str, maximum_window_age: int
+) -> dict[str, Any]:
+    """Is the candidate's lineage and branch evidence still current?
+
+    The upstream decision is deliberately not part of freshness. A missing or
+    non-integer `window_age` fails an online candidate's branch evidence: the seed's
+    `-1` default happens to fail too, but we never rely on a default.
+    """
+    kind = candidate.get("candidate_kind")
+    checks = {
+        "candidate_kind": kind in CANDIDATE_KINDS,
+        "source_policy": bool(active_policy_version)
+        and candidate.get("source_policy_version") == active_policy_version,
+        "candidate_identity": bool(candidate.get("policy_version")),
+        "evaluation_identity": bool(candidate.get("evaluation_version")),
+    }
+    if kind == "dpo":
+        branch_fresh = bool(candidate.get("preference_evidence_version"))
+    else:
+        branch_fresh = bool(candidate.get("verifier_version")) and _age_within(
+            candidate.get("window_age"), maximum_window_age
+        )
+    checks["branch_evidence"] = branch_fresh
+    return {"fresh": all(checks.values()), "failed_checks": [name for name, passed in checks.items() if not passed]}
+
+
+def choose_recovery_action(failure: dict[str, Any]) -> dict[str, Any]:
+    """Resume from the nearest trusted state the failed stage can reuse, else fall back."""
+    stage = failure["stage"]
+    available = failure["available"]
+    if stage not in RECOVERY_STATES_BY_STAGE:
+        raise ValueError(f"unknown failure stage: {stage!r} (expected one of {', '.join(STAGES)})")
+    recovery_state = next((s for s in RECOVERY_STATES_BY_STAGE[stage] if available.get(s)), None)
+    if recovery_state is None:
+        action = _FALLBACK_BY_STAGE[stage]
+    else:
+        action = _ACTION_BY_STAGE_AND_STATE[(stage, recovery_state)]
+    return {
+        "stage": stage,
+        "recovery_state": recovery_state,
+        "reused_state": recovery_state is not None,
+        "action": action,
+    }
+
+
+def decide_lifecycle_handoff(
+    upstream_decision: str, freshness: dict[str, Any], evidence: dict[str, Any]
+) -> dict[str, Any]:
+    """Propagate the upstream decision through the lifecycle's hard checks."""
+    hard_checks = {
+        "freshness": freshness["fresh"],
+        "rollback": evidence["rollback_ready"],
+        "artifact": evidence["artifact_verified"],
+    }
+    hard_failures = [name for name, passed in hard_checks.items() if not passed]
+    if upstream_decision not in UPSTREAM_DECISIONS:
+        hard_failures.append("upstream_state")
+    elif upstream_decision == "reject":
+        hard_failures.append("upstream_reject")
+    if hard_failures:
+        status = "reject"
+    elif upstream_decision == "tune":
+        status = "tune"
+    else:
+        status = "ready_for_evaluation"
+    return {"handoff_status": status, "upstream_decision": upstream_decision, "hard_failures": hard_failures}

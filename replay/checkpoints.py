@@ -1,0 +1,133 @@
+"""Checkpoints: snapshots of the folded ledger, verifiable and disposable.
+
+A checkpoint stores the state at global position N, the chain's hash at N, a schema
+version and a fingerprint of what produced it (the machine's table, the rules and
+the fold). Like seed 001's resume checkpoints, a structural mismatch means the
+snapshot is not used and the reason is said; the ledger then falls back to an
+older checkpoint or a full replay. Loading is the latest trusted checkpoint plus
+the events after it, and must equal a full replay (tests/test_replay.py proves it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import orjson
+import structlog
+
+from lifecycle_fsm import events as events_module
+from lifecycle_fsm import machine, rules
+from lifecycle_fsm import state as state_module
+from lifecycle_fsm.state import candidate_from_dict, settings_from_dict
+from replay.fold import LedgerState, empty_state, fold_rows, snapshot_json
+from store.base import EventStore
+from store.chain import canonical_json
+from store.records import CheckpointRecord
+
+__all__ = [
+    "CHECKPOINT_SCHEMA_VERSION",
+    "FINGERPRINT",
+    "LoadResult",
+    "checkpoint_problem",
+    "load_state",
+    "take_checkpoint",
+]
+
+log = structlog.get_logger(__name__)
+
+CHECKPOINT_SCHEMA_VERSION = 1
+
+
+def _source_digest(*modules: Any) -> str:
+    digest = hashlib.sha256()
+    for module in modules:
+        digest.update(inspect.getsource(module).encode())
+    return digest.hexdigest()
+
+
+# Which code a snapshot was folded by; any change makes older snapshots untrusted.
+FINGERPRINT_PARTS = {
+    "machine": machine.FINGERPRINT,
+    "rules": _source_digest(rules),
+    "fold": _source_digest(state_module, events_module),
+}
+FINGERPRINT = canonical_json(FINGERPRINT_PARTS)
+
+
+@attrs.frozen
+class LoadResult:
+    """A loaded state, the checkpoint it started from (if any) and the ones skipped, with why."""
+
+    state: LedgerState
+    checkpoint: CheckpointRecord | None
+    skipped: tuple[tuple[int, str], ...] = ()
+
+
+def take_checkpoint(store: EventStore, *, clock: Callable[[], str], to: int | None = None) -> CheckpointRecord:
+    """Snapshot the folded ledger at the head (or `to`), starting from the latest good checkpoint."""
+    loaded = load_state(store, to=to)
+    return store.append_checkpoint(
+        position=loaded.state.position,
+        schema_version=CHECKPOINT_SCHEMA_VERSION,
+        fingerprint=FINGERPRINT,
+        snapshot=snapshot_json(loaded.state),
+        recorded_at=clock(),
+    )
+
+
+def checkpoint_problem(store: EventStore, record: CheckpointRecord) -> str | None:
+    """Why a checkpoint cannot be trusted, or None when it can."""
+    if record.schema_version != CHECKPOINT_SCHEMA_VERSION:
+        return f"schema version {record.schema_version} is not {CHECKPOINT_SCHEMA_VERSION}"
+    if record.fingerprint != FINGERPRINT:
+        try:
+            saved = orjson.loads(record.fingerprint)
+            changed = sorted(k for k in FINGERPRINT_PARTS if saved.get(k) != FINGERPRINT_PARTS[k])
+        except (orjson.JSONDecodeError, AttributeError):
+            changed = ["unreadable fingerprint"]
+        return f"built by a different {', '.join(changed)} (fingerprint mismatch)"
+    if hashlib.sha256(record.snapshot.encode()).hexdigest() != record.snapshot_sha256:
+        return "snapshot does not match its sha256 (corrupt)"
+    actual = store.hash_at(record.position)
+    if actual is None:
+        return f"position {record.position} is past the log's head"
+    if actual != record.head_hash:
+        return f"head hash at position {record.position} does not match the log"
+    return None
+
+
+def _restore(record: CheckpointRecord) -> LedgerState:
+    data = orjson.loads(record.snapshot)
+    if data["position"] != record.position:
+        raise ValueError("snapshot position differs from its row")
+    return LedgerState(
+        settings=settings_from_dict(data["settings"]),
+        candidates={cid: candidate_from_dict(c) for cid, c in data["candidates"].items()},
+        position=record.position,
+    )
+
+
+def load_state(store: EventStore, *, to: int | None = None, use_checkpoints: bool = True) -> LoadResult:
+    """Latest trusted checkpoint at or before `to` plus the events after it."""
+    skipped: list[tuple[int, str]] = []
+    if use_checkpoints:
+        for record in store.select_checkpoints():
+            if to is not None and record.position > to:
+                continue
+            problem = checkpoint_problem(store, record)
+            if problem is None:
+                try:
+                    start = _restore(record)
+                except (ValueError, KeyError, TypeError) as e:
+                    problem = f"snapshot cannot be read ({e!r})"
+                else:
+                    return LoadResult(fold_rows(store, start, to=to), record, tuple(skipped))
+            log.warning(
+                "checkpoint_skipped", checkpoint_id=record.checkpoint_id, position=record.position, reason=problem
+            )
+            skipped.append((record.checkpoint_id, problem))
+    return LoadResult(fold_rows(store, empty_state(), to=to), None, tuple(skipped))

@@ -1,0 +1,46 @@
+"""The event store: append, read and chain opaque event records; keep checkpoints.
+
+It knows nothing of candidates or states. `lifecycle_fsm` gives it records and reads
+them back; `replay` folds what it reads.
+"""
+
+from __future__ import annotations
+
+from store.base import AppendResult, EventStore, StoreTransaction
+from store.chain import GENESIS_HASH, canonical_json, event_hash
+from store.errors import (
+    ConcurrencyError,
+    ConflictError,
+    DuplicateEventError,
+    InputError,
+    IntegrityError,
+    LifecycleError,
+    NotFoundError,
+    StoreError,
+)
+from store.records import ChainReport, CheckpointRecord, Head, NewEvent, StoredEvent, StreamHead
+from store.sqlite import SQLiteEventStore
+
+__all__ = [
+    "GENESIS_HASH",
+    "AppendResult",
+    "ChainReport",
+    "CheckpointRecord",
+    "ConcurrencyError",
+    "ConflictError",
+    "DuplicateEventError",
+    "EventStore",
+    "Head",
+    "InputError",
+    "IntegrityError",
+    "LifecycleError",
+    "NewEvent",
+    "NotFoundError",
+    "SQLiteEventStore",
+    "StoreError",
+    "StoreTransaction",
+    "StoredEvent",
+    "StreamHead",
+    "canonical_json",
+    "event_hash",
+]

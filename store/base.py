@@ -1,0 +1,136 @@
+"""The small interface every event store implements (SQLite now, PostgreSQL later).
+
+A backend is "subclass and pass the contract tests" (tests/test_store_contract.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+import attrs
+
+from store.records import ChainReport, CheckpointRecord, Head, NewEvent, StoredEvent, StreamHead
+
+
+@attrs.frozen
+class AppendResult:
+    """What an append wrote; `duplicate` when it was a retry of an identical append."""
+
+    events: tuple[StoredEvent, ...]
+    duplicate: bool = False
+
+
+class StoreTransaction(Protocol):
+    """Reads and appends under the store's write lock; all or nothing on exit."""
+
+    def stream_version(self, stream_id: str) -> int:
+        """The stream's current version (0 when it has no events)."""
+        ...
+
+    def expect_version(self, stream_id: str, expected_version: int) -> None:
+        """Raise ConcurrencyError unless the stream is exactly at `expected_version`."""
+        ...
+
+    def read_stream(self, stream_id: str) -> list[StoredEvent]:
+        """Every event of one stream, oldest first."""
+        ...
+
+    def streams(self, *, statuses: Iterable[str] | None = None) -> list[StreamHead]:
+        """The stream index (a rebuildable cache), filtered by status label."""
+        ...
+
+    def append(
+        self,
+        stream_id: str,
+        expected_version: int,
+        events: Sequence[NewEvent],
+        *,
+        status: str | None = None,
+        category: str | None = None,
+    ) -> AppendResult:
+        """Append events to one stream at `expected_version`; label the stream in the index."""
+        ...
+
+
+class EventStore(Protocol):
+    """An append-only, hash-chained event log with checkpoints."""
+
+    def transaction(self) -> AbstractContextManager[StoreTransaction]:
+        """Take the write lock, yield a transaction, commit on success, roll back on error."""
+        ...
+
+    def append(
+        self,
+        stream_id: str,
+        expected_version: int,
+        events: Sequence[NewEvent],
+        *,
+        status: str | None = None,
+        category: str | None = None,
+    ) -> AppendResult:
+        """Append to one stream in its own transaction."""
+        ...
+
+    def read_stream(self, stream_id: str) -> list[StoredEvent]:
+        """Every event of one stream, oldest first."""
+        ...
+
+    def stream_version(self, stream_id: str) -> int:
+        """The stream's current version (0 when it has no events)."""
+        ...
+
+    def select_events(self, *, after: int = 0, to: int | None = None) -> Iterator[StoredEvent]:
+        """Events with `after < seq <= to`, in order, streamed in constant memory."""
+        ...
+
+    def select_raw(self, *, after: int = 0, to: int | None = None) -> Iterator[tuple[Any, ...]]:
+        """Like `select_events` but plain tuples in `StoredEvent` field order (the replay hot path)."""
+        ...
+
+    def event_by_id(self, event_id: str) -> StoredEvent | None:
+        """The event with this id, if any."""
+        ...
+
+    def event_at(self, seq: int) -> StoredEvent | None:
+        """The event at this global position, if any."""
+        ...
+
+    def head(self) -> Head:
+        """The last position and its hash."""
+        ...
+
+    def hash_at(self, seq: int) -> str | None:
+        """The stored hash at a position (the genesis hash at 0), None past the head."""
+        ...
+
+    def count_events(self) -> int:
+        """How many events the log holds."""
+        ...
+
+    def streams(self, *, statuses: Iterable[str] | None = None) -> list[StreamHead]:
+        """The stream index, filtered by status label."""
+        ...
+
+    def rebuild_stream_index(self, heads: Iterable[StreamHead]) -> None:
+        """Replace the stream index with one derived by replay."""
+        ...
+
+    def append_checkpoint(
+        self, *, position: int, schema_version: int, fingerprint: str, snapshot: str, recorded_at: str
+    ) -> CheckpointRecord:
+        """Store a snapshot taken at `position` (its head hash is read from the log)."""
+        ...
+
+    def select_checkpoints(self) -> list[CheckpointRecord]:
+        """Every checkpoint, newest position first."""
+        ...
+
+    def verify_chain(self) -> ChainReport:
+        """Re-hash the whole log; report the first broken position."""
+        ...
+
+    def close(self) -> None:
+        """Release the connection."""
+        ...

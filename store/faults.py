@@ -1,0 +1,57 @@
+"""Precise crash injection for drills and reliability tests (a testing aid).
+
+A kill timed from outside almost never lands inside a write transaction, so the
+store kills itself at named points when `LIFECYCLE_FAULT` asks it to:
+
+- `kill@before_commit`   SIGKILL after a command's rows are inserted, before COMMIT;
+- `kill@after_commit`    SIGKILL after COMMIT, before the append returns.
+
+A `#N` suffix (`kill@before_commit#3`) fires on the Nth commit of the process
+instead of the first. The variable is read once when a store opens; unset, the
+hook is a single `is None` test per commit.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from store.errors import InputError
+
+ENV_VAR = "LIFECYCLE_FAULT"
+POINTS = ("before_commit", "after_commit")
+
+
+class FaultPlan:
+    """Which point to kill at, and on which commit."""
+
+    def __init__(self, point: str, nth: int) -> None:
+        self.point = point
+        self.nth = nth
+        self._seen = 0
+
+    def reached(self, point: str) -> None:
+        """Kill the process if this is the planned point and commit."""
+        if point != self.point:
+            return
+        self._seen += 1
+        if self._seen == self.nth:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def fault_from_env() -> FaultPlan | None:
+    """Parse `LIFECYCLE_FAULT`; an unknown value is an error, never ignored."""
+    raw = os.environ.get(ENV_VAR)
+    if not raw:
+        return None
+    spec, _, count = raw.partition("#")
+    action, _, point = spec.partition("@")
+    if action != "kill" or point not in POINTS:
+        raise InputError(f"{ENV_VAR}={raw!r} is not one of kill@before_commit, kill@after_commit")
+    try:
+        nth = int(count) if count else 1
+    except ValueError:
+        raise InputError(f"{ENV_VAR}={raw!r}: the part after '#' must be a commit number") from None
+    if nth < 1:
+        raise InputError(f"{ENV_VAR}={raw!r}: the commit number must be at least 1")
+    return FaultPlan(point, nth)

@@ -1,0 +1,84 @@
+"""The opaque records a store keeps: events to append, stored events, checkpoints.
+
+The store never looks inside a payload; it canonicalises it, chains it and hands it
+back. Domain meaning (types, schema versions, upcasting) belongs to `lifecycle_fsm`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+
+@attrs.frozen
+class NewEvent:
+    """An event a writer wants appended; the store assigns seq, version and hash."""
+
+    stream_id: str
+    type: str
+    schema_version: int
+    payload: dict[str, Any]
+    event_id: str
+    recorded_at: str
+    actor: str
+
+
+@attrs.frozen
+class StoredEvent:
+    """One row of the log, exactly as stored; `payload` is the canonical JSON text."""
+
+    seq: int
+    stream_id: str
+    version: int
+    event_id: str
+    type: str
+    schema_version: int
+    payload: str
+    recorded_at: str
+    actor: str
+    prev_hash: str
+    hash: str
+
+
+@attrs.frozen
+class Head:
+    """The last position of the log and its hash (seq 0 and the genesis hash when empty)."""
+
+    seq: int
+    hash: str
+
+
+@attrs.frozen
+class StreamHead:
+    """A stream's current version and the opaque labels its writer attached to it."""
+
+    stream_id: str
+    version: int
+    status: str | None
+    category: str | None
+
+
+@attrs.frozen
+class CheckpointRecord:
+    """A snapshot of folded state at a global position, with what it was built from."""
+
+    checkpoint_id: int
+    position: int
+    head_hash: str
+    schema_version: int
+    fingerprint: str
+    snapshot: str
+    snapshot_sha256: str
+    recorded_at: str
+
+
+@attrs.frozen
+class ChainReport:
+    """The result of re-hashing the whole chain; `bad_seq` is the first broken position."""
+
+    ok: bool
+    events: int
+    head: Head
+    bad_seq: int | None = None
+    reason: str | None = None

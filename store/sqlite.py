@@ -1,0 +1,431 @@
+"""The SQLite event store: one append-only, hash-chained table of events.
+
+Why it is built this way:
+- WAL lets readers run while one writer appends; `busy_timeout` makes a second
+  writer wait for the lock instead of failing at once.
+- Every write takes the lock up front (`BEGIN IMMEDIATE`): a transaction that
+  reads a stream version and then appends never sees the version change under it,
+  and the chain's head is read under the same lock.
+- `UNIQUE(stream_id, version)` and `UNIQUE(event_id)` are the concurrency and
+  idempotency guarantees; the database enforces them, not an in-process lock.
+- Triggers refuse UPDATE and DELETE on `events`, and an INSERT that clashes with an
+  existing row, so `INSERT OR REPLACE` cannot delete a row behind their back even
+  from a connection with `recursive_triggers` off.
+- The append path uses plain `INSERT` on the raw connection (sqlite-utils'
+  `table.insert` inspects the schema on every call, ~5x slower); sqlite-utils
+  creates the schema and serves the reads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from store.base import AppendResult
+from store.chain import GENESIS_HASH, canonical_json, event_hash, rehash
+from store.errors import ConcurrencyError, DuplicateEventError, InputError, IntegrityError, StoreError
+from store.faults import fault_from_env
+from store.records import ChainReport, CheckpointRecord, Head, NewEvent, StoredEvent, StreamHead
+
+STORE_SCHEMA_VERSION = 1
+SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
+EVENT_COLUMNS = "seq, stream_id, version, event_id, type, schema_version, payload, recorded_at, actor, prev_hash, hash"
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS events (
+        seq INTEGER PRIMARY KEY,
+        stream_id TEXT NOT NULL,
+        version INTEGER NOT NULL CHECK (version >= 1),
+        event_id TEXT NOT NULL,
+        type TEXT NOT NULL,
+        schema_version INTEGER NOT NULL,
+        payload TEXT NOT NULL,
+        recorded_at TEXT NOT NULL,
+        actor TEXT NOT NULL,
+        prev_hash TEXT NOT NULL,
+        hash TEXT NOT NULL,
+        UNIQUE (stream_id, version),
+        UNIQUE (event_id)
+    )""",
+    """CREATE TRIGGER IF NOT EXISTS events_refuse_update BEFORE UPDATE ON events
+    BEGIN SELECT RAISE(ABORT, 'events are append-only: UPDATE refused'); END""",
+    """CREATE TRIGGER IF NOT EXISTS events_refuse_delete BEFORE DELETE ON events
+    BEGIN SELECT RAISE(ABORT, 'events are append-only: DELETE refused'); END""",
+    # INSERT OR REPLACE deletes the clashing row without firing DELETE triggers when
+    # another connection has recursive_triggers off; refusing the clash up front
+    # closes that door whatever the connection's settings.
+    """CREATE TRIGGER IF NOT EXISTS events_refuse_replace BEFORE INSERT ON events
+    WHEN EXISTS (SELECT 1 FROM events WHERE seq = NEW.seq)
+      OR EXISTS (SELECT 1 FROM events WHERE event_id = NEW.event_id)
+      OR EXISTS (SELECT 1 FROM events WHERE stream_id = NEW.stream_id AND version = NEW.version)
+    BEGIN SELECT RAISE(ABORT, 'events are append-only: REPLACE refused'); END""",
+)
+
+
+def _row_to_event(row: Sequence[Any]) -> StoredEvent:
+    return StoredEvent(*row)
+
+
+class SQLiteTransaction:
+    """A write transaction on the SQLite store (see `StoreTransaction`)."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+        row = conn.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+        self._head = Head(row[0], row[1]) if row else Head(0, GENESIS_HASH)
+
+    def stream_version(self, stream_id: str) -> int:
+        row = self._conn.execute(
+            "SELECT version FROM events WHERE stream_id = ? ORDER BY version DESC LIMIT 1", (stream_id,)
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    def expect_version(self, stream_id: str, expected_version: int) -> None:
+        actual = self.stream_version(stream_id)
+        if actual != expected_version:
+            raise ConcurrencyError(
+                f"stream {stream_id!r} is at version {actual}, expected {expected_version}: "
+                "another writer appended first; retry the command",
+                stream_id=stream_id,
+                expected_version=expected_version,
+                actual_version=actual,
+            )
+
+    def read_stream(self, stream_id: str) -> list[StoredEvent]:
+        rows = self._conn.execute(
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE stream_id = ? ORDER BY version", (stream_id,)
+        ).fetchall()
+        return [_row_to_event(r) for r in rows]
+
+    def streams(self, *, statuses: Iterable[str] | None = None) -> list[StreamHead]:
+        return _select_streams(self._conn, statuses)
+
+    def append(
+        self,
+        stream_id: str,
+        expected_version: int,
+        events: Sequence[NewEvent],
+        *,
+        status: str | None = None,
+        category: str | None = None,
+    ) -> AppendResult:
+        if not events:
+            return AppendResult(())
+        if any(e.stream_id != stream_id for e in events):
+            raise InputError("every event of one append must belong to its stream")
+        existing = self._existing(events)
+        if existing is not None:
+            return AppendResult(existing, duplicate=True)
+        self.expect_version(stream_id, expected_version)
+        stored: list[StoredEvent] = []
+        prev = self._head
+        version = expected_version
+        for new in events:
+            version += 1
+            seq = prev.seq + 1
+            payload = canonical_json(new.payload)
+            digest = event_hash(
+                prev_hash=prev.hash,
+                seq=seq,
+                stream_id=stream_id,
+                version=version,
+                event_id=new.event_id,
+                type=new.type,
+                schema_version=new.schema_version,
+                payload=payload,
+                recorded_at=new.recorded_at,
+                actor=new.actor,
+            )
+            row = StoredEvent(
+                seq, stream_id, version, new.event_id, new.type, new.schema_version,
+                payload, new.recorded_at, new.actor, prev.hash, digest,
+            )  # fmt: skip
+            stored.append(row)
+            prev = Head(seq, digest)
+        try:
+            self._conn.executemany(
+                f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                [attrs_tuple(e) for e in stored],
+            )
+        except sqlite3.IntegrityError as e:
+            raise ConcurrencyError(
+                f"stream {stream_id!r}: version or event id already taken ({e})",
+                stream_id=stream_id,
+                expected_version=expected_version,
+                actual_version=self.stream_version(stream_id),
+            ) from e
+        self._conn.execute(
+            "INSERT INTO streams (stream_id, version, status, category) VALUES (?,?,?,?) "
+            "ON CONFLICT(stream_id) DO UPDATE SET version = excluded.version, "
+            "status = coalesce(excluded.status, streams.status), "
+            "category = coalesce(excluded.category, streams.category)",
+            (stream_id, version, status, category),
+        )
+        self._head = prev
+        return AppendResult(tuple(stored))
+
+    def _existing(self, events: Sequence[NewEvent]) -> tuple[StoredEvent, ...] | None:
+        """The stored copies when this batch was appended before (a retry), else None."""
+        found: list[StoredEvent] = []
+        for new in events:
+            row = self._conn.execute(
+                f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id = ?", (new.event_id,)
+            ).fetchone()
+            if row is None:
+                if found:
+                    raise DuplicateEventError(
+                        f"event id {events[0].event_id!r} was appended before with a different batch",
+                        event_id=events[0].event_id,
+                        seq=found[0].seq,
+                    )
+                return None
+            old = _row_to_event(row)
+            same = (
+                old.stream_id == new.stream_id
+                and old.type == new.type
+                and old.schema_version == new.schema_version
+                and old.payload == canonical_json(new.payload)
+            )
+            if not same:
+                raise DuplicateEventError(
+                    f"event id {new.event_id!r} is already at seq {old.seq} with different content",
+                    event_id=new.event_id,
+                    seq=old.seq,
+                )
+            found.append(old)
+        return tuple(found)
+
+
+def attrs_tuple(e: StoredEvent) -> tuple[Any, ...]:
+    """The row values of a stored event, in column order."""
+    return (
+        e.seq, e.stream_id, e.version, e.event_id, e.type, e.schema_version,
+        e.payload, e.recorded_at, e.actor, e.prev_hash, e.hash,
+    )  # fmt: skip
+
+
+def _select_streams(conn: sqlite3.Connection, statuses: Iterable[str] | None) -> list[StreamHead]:
+    sql = "SELECT stream_id, version, status, category FROM streams"
+    params: list[str] = []
+    if statuses is not None:
+        params = list(statuses)
+        sql += f" WHERE status IN ({','.join('?' * len(params))})"
+    rows = conn.execute(sql + " ORDER BY stream_id", params).fetchall()
+    return [StreamHead(*r) for r in rows]
+
+
+class SQLiteEventStore:
+    """An `EventStore` in one SQLite file (see the module docstring for why)."""
+
+    def __init__(self, path: str | os.PathLike[str], *, synchronous: str = "FULL", busy_timeout: float = 30.0) -> None:
+        mode = synchronous.upper()
+        if mode not in SYNCHRONOUS_MODES:
+            raise InputError(f"synchronous must be one of {', '.join(SYNCHRONOUS_MODES)}, not {synchronous!r}")
+        self.path = Path(path)
+        self._fault = fault_from_env()
+        try:
+            self._conn = sqlite3.connect(str(self.path), timeout=busy_timeout, isolation_level=None)
+            self.db = sqlite_utils.Database(self._conn, recursive_triggers=True)
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute(f"PRAGMA synchronous={mode}")
+            self._create_schema()
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"{self.path}: not a usable ledger database ({e})") from e
+
+    def _create_schema(self) -> None:
+        with self._write():
+            for statement in _SCHEMA:
+                self._conn.execute(statement)
+            self.db.table("streams").create(
+                {"stream_id": str, "version": int, "status": str, "category": str},
+                pk="stream_id",
+                not_null={"version"},
+                if_not_exists=True,
+            )
+            self.db.table("checkpoints").create(
+                {
+                    "checkpoint_id": int, "position": int, "head_hash": str, "schema_version": int,
+                    "fingerprint": str, "snapshot": str, "snapshot_sha256": str, "recorded_at": str,
+                },
+                pk="checkpoint_id",
+                if_not_exists=True,
+            )  # fmt: skip
+            self.db.table("meta").create({"key": str, "value": str}, pk="key", if_not_exists=True)
+            row = self._conn.execute("SELECT value FROM meta WHERE key = 'store_schema_version'").fetchone()
+            if row is None:
+                self._conn.execute(
+                    "INSERT INTO meta (key, value) VALUES ('store_schema_version', ?)", (str(STORE_SCHEMA_VERSION),)
+                )
+            elif row[0] != str(STORE_SCHEMA_VERSION):
+                raise StoreError(
+                    f"{self.path}: store schema version {row[0]} is not {STORE_SCHEMA_VERSION}; refusing to guess"
+                )
+
+    @contextmanager
+    def _write(self) -> Iterator[None]:
+        """BEGIN IMMEDIATE … COMMIT, translating SQLite errors; the fault hooks sit here."""
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as e:
+            raise StoreError(f"{self.path}: could not take the write lock ({e})") from e
+        try:
+            yield
+            if self._fault is not None:
+                self._fault.reached("before_commit")
+            self._conn.execute("COMMIT")
+        except BaseException:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            raise
+        if self._fault is not None:
+            self._fault.reached("after_commit")
+
+    @contextmanager
+    def transaction(self) -> Iterator[SQLiteTransaction]:
+        try:
+            with self._write():
+                tx = SQLiteTransaction(self._conn)
+                yield tx
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"{self.path}: write failed ({e})") from e
+
+    def append(
+        self,
+        stream_id: str,
+        expected_version: int,
+        events: Sequence[NewEvent],
+        *,
+        status: str | None = None,
+        category: str | None = None,
+    ) -> AppendResult:
+        with self.transaction() as tx:
+            return tx.append(stream_id, expected_version, events, status=status, category=category)
+
+    def read_stream(self, stream_id: str) -> list[StoredEvent]:
+        rows = self._conn.execute(
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE stream_id = ? ORDER BY version", (stream_id,)
+        ).fetchall()
+        return [_row_to_event(r) for r in rows]
+
+    def stream_version(self, stream_id: str) -> int:
+        row = self._conn.execute(
+            "SELECT version FROM events WHERE stream_id = ? ORDER BY version DESC LIMIT 1", (stream_id,)
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    def select_events(self, *, after: int = 0, to: int | None = None) -> Iterator[StoredEvent]:
+        # One read transaction for the whole scan, so the rows form one consistent
+        # snapshot; fetched in batches so memory stays flat as the log grows.
+        upper = to if to is not None else (1 << 62)
+        cursor = self._conn.execute(
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE seq > ? AND seq <= ? ORDER BY seq", (after, upper)
+        )
+        while True:
+            rows = cursor.fetchmany(2000)
+            if not rows:
+                return
+            for row in rows:
+                yield StoredEvent(*row)
+
+    def select_raw(self, *, after: int = 0, to: int | None = None) -> Iterator[tuple[Any, ...]]:
+        """Rows as plain tuples in column order: the replay hot path skips building records."""
+        upper = to if to is not None else (1 << 62)
+        cursor = self._conn.execute(
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE seq > ? AND seq <= ? ORDER BY seq", (after, upper)
+        )
+        while True:
+            rows = cursor.fetchmany(2000)
+            if not rows:
+                return
+            yield from rows
+
+    def event_by_id(self, event_id: str) -> StoredEvent | None:
+        row = self._conn.execute(f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id = ?", (event_id,)).fetchone()
+        return _row_to_event(row) if row else None
+
+    def event_at(self, seq: int) -> StoredEvent | None:
+        row = self._conn.execute(f"SELECT {EVENT_COLUMNS} FROM events WHERE seq = ?", (seq,)).fetchone()
+        return _row_to_event(row) if row else None
+
+    def head(self) -> Head:
+        row = self._conn.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+        return Head(row[0], row[1]) if row else Head(0, GENESIS_HASH)
+
+    def count_events(self) -> int:
+        return int(self._conn.execute("SELECT count(*) FROM events").fetchone()[0])
+
+    def streams(self, *, statuses: Iterable[str] | None = None) -> list[StreamHead]:
+        return _select_streams(self._conn, statuses)
+
+    def rebuild_stream_index(self, heads: Iterable[StreamHead]) -> None:
+        with self._write():
+            self._conn.execute("DELETE FROM streams")
+            self._conn.executemany(
+                "INSERT INTO streams (stream_id, version, status, category) VALUES (?,?,?,?)",
+                [(h.stream_id, h.version, h.status, h.category) for h in heads],
+            )
+
+    def append_checkpoint(
+        self, *, position: int, schema_version: int, fingerprint: str, snapshot: str, recorded_at: str
+    ) -> CheckpointRecord:
+        with self._write():
+            row = self._conn.execute("SELECT hash FROM events WHERE seq = ?", (position,)).fetchone()
+            if row is None and position != 0:
+                raise IntegrityError(f"no event at position {position} to checkpoint", seq=position)
+            head_hash = row[0] if row else GENESIS_HASH
+            digest = hashlib.sha256(snapshot.encode()).hexdigest()
+            cur = self._conn.execute(
+                "INSERT INTO checkpoints (position, head_hash, schema_version, fingerprint, snapshot, "
+                "snapshot_sha256, recorded_at) VALUES (?,?,?,?,?,?,?)",
+                (position, head_hash, schema_version, fingerprint, snapshot, digest, recorded_at),
+            )
+            checkpoint_id = int(cur.lastrowid or 0)
+        return CheckpointRecord(
+            checkpoint_id, position, head_hash, schema_version, fingerprint, snapshot, digest, recorded_at
+        )
+
+    def select_checkpoints(self) -> list[CheckpointRecord]:
+        rows = self._conn.execute(
+            "SELECT checkpoint_id, position, head_hash, schema_version, fingerprint, snapshot, snapshot_sha256, "
+            "recorded_at FROM checkpoints ORDER BY position DESC, checkpoint_id DESC"
+        ).fetchall()
+        return [CheckpointRecord(*r) for r in rows]
+
+    def hash_at(self, seq: int) -> str | None:
+        """The stored hash at a position (GENESIS for 0), or None when there is no such event."""
+        if seq == 0:
+            return GENESIS_HASH
+        row = self._conn.execute("SELECT hash FROM events WHERE seq = ?", (seq,)).fetchone()
+        return str(row[0]) if row else None
+
+    def verify_chain(self) -> ChainReport:
+        prev = Head(0, GENESIS_HASH)
+        count = 0
+        for event in self.select_events():
+            count += 1
+            reason = None
+            if event.seq != prev.seq + 1:
+                reason = f"gap in positions: seq {event.seq} follows seq {prev.seq}"
+            elif event.prev_hash != prev.hash:
+                reason = "prev_hash does not match the previous event's hash"
+            elif rehash(event, prev.hash) != event.hash:
+                reason = "stored hash does not match the event's content"
+            if reason is not None:
+                return ChainReport(False, self.count_events(), self.head(), bad_seq=event.seq, reason=reason)
+            prev = Head(event.seq, event.hash)
+        return ChainReport(True, count, prev)
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> SQLiteEventStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,149 @@
+"""Shared fixtures: real SQLite files, real adapter directories, real manifests.
+
+`ws` is a workspace in `tmp_path` that writes an SFT baseline and DPO / GRPO / RLVR
+candidates in the seed's manifest shapes, with adapter folders whose bytes are
+hashed by `hash_directory` exactly as `lifecycle hash` would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+from click.testing import CliRunner, Result
+
+from lifecycle_fsm.artifacts import hash_directory
+from lifecycle_fsm.cli import main
+from lifecycle_fsm.ledger import Ledger
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class Workspace:
+    """A folder holding adapters, manifests and one ledger file."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.db = root / "ledger.db"
+        self.sft_sha: str | None = None
+
+    def adapter(self, name: str, *, size: int = 64 * 1024, seed: int = 0) -> Path:
+        """An adapter folder: adapter_config.json and a weights file of `size` random bytes."""
+        folder = self.root / name / "adapter"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "adapter_config.json").write_text(json.dumps({"r": 8, "lora_alpha": 16, "name": name}))
+        (folder / "adapter_model.safetensors").write_bytes(random.Random(f"{name}:{seed}").randbytes(size))
+        return folder
+
+    def write_manifest(self, name: str, manifest: dict[str, Any]) -> Path:
+        path = self.root / name / "manifest.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(manifest, indent=2))
+        return path
+
+    def baseline(self, name: str = "sft", **overrides: Any) -> Path:
+        """An SFT manifest whose adapter sha256 becomes the active policy version."""
+        folder = self.adapter(name)
+        sha = hash_directory(folder)
+        self.sft_sha = self.sft_sha or sha
+        manifest = {"semantic_id": "PT-SFT-DELIVERY", "artifacts": {"adapter": {"path": "adapter", "sha256": sha}}}
+        manifest.update(overrides)
+        return self.write_manifest(name, manifest)
+
+    def _candidate(self, name: str, base: dict[str, Any], overrides: dict[str, Any]) -> Path:
+        folder = self.adapter(name)
+        manifest = {
+            "source_policy_version": self.sft_sha,
+            "policy_version": name,
+            "evaluation_version": "eval-v1",
+            "decision": "accept",
+            "artifacts": {"adapter": {"path": "adapter", "sha256": hash_directory(folder)}},
+            **base,
+        }
+        for key, value in overrides.items():
+            if value is _DROP:
+                manifest.pop(key, None)
+            else:
+                manifest[key] = value
+        return self.write_manifest(name, manifest)
+
+    def dpo(self, name: str = "dpo-v5", **overrides: Any) -> Path:
+        """A DPO candidate manifest (seed 84's shape)."""
+        base = {"semantic_id": "PT-DPO-OFFLINE", "source_evidence": {"version": "pref-train-v1"}}
+        return self._candidate(name, base, overrides)
+
+    def grpo(self, name: str = "grpo-v7", **overrides: Any) -> Path:
+        """A GRPO candidate manifest (seed 85's shape), evidence from window 1."""
+        base = {
+            "semantic_id": "PT-GRPO-GROUPWISE",
+            "trajectory_identity": {"verifier_version": "math-v1"},
+            "evidence_window_index": 1,
+        }
+        return self._candidate(name, base, overrides)
+
+    def rlvr(self, name: str = "rlvr-v1", **overrides: Any) -> Path:
+        return self.grpo(name, candidate_kind="rlvr", **overrides)
+
+    def ledger(self, **kwargs: Any) -> Ledger:
+        return Ledger.open(self.db, synchronous="NORMAL", **kwargs)
+
+
+DROP = _DROP = object()  # pass as an override value to remove a manifest field
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Workspace:
+    return Workspace(tmp_path)
+
+
+@pytest.fixture
+def ledger(ws: Workspace) -> Iterator[Ledger]:
+    with ws.ledger() as led:
+        yield led
+
+
+@pytest.fixture(autouse=True)
+def _reset_structlog() -> Iterator[None]:
+    """The CLI configures structlog globally; keep tests independent of each other."""
+    yield
+    structlog.reset_defaults()
+
+
+def invoke(db: Path, *args: str) -> Result:
+    """Run the CLI in-process (click's runner) against one ledger file."""
+    return CliRunner().invoke(main, ["--db", str(db), *args], catch_exceptions=False)
+
+
+def run_cli(db: Path, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the CLI as a real subprocess, as a user would."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "lifecycle_fsm", "--db", str(db), *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        cwd=cwd,
+        check=False,
+        timeout=120,
+    )
+
+
+def count_events(db: Path) -> int:
+    """Events in a ledger file, read with plain sqlite3 (0 when the file does not exist)."""
+    import sqlite3
+
+    if not db.exists():
+        return 0
+    with sqlite3.connect(db) as conn:
+        try:
+            return int(conn.execute("SELECT count(*) FROM events").fetchone()[0])
+        except sqlite3.OperationalError:
+            return 0
