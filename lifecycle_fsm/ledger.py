@@ -21,7 +21,6 @@ from typing import Any
 
 import attrs
 import orjson
-import structlog
 
 from lifecycle_fsm.artifacts import hash_directory
 from lifecycle_fsm.checks import gather_checks, handoff_reason_codes, verify_artifact
@@ -54,6 +53,7 @@ from lifecycle_fsm.events import (
     stream_of,
     upcast,
 )
+from lifecycle_fsm.logs import get_logger
 from lifecycle_fsm.machine import MACHINE, allowed_triggers
 from lifecycle_fsm.manifests import load_baseline_manifest, load_candidate_manifest
 from lifecycle_fsm.rules import (
@@ -79,7 +79,7 @@ __all__ = [
     "utc_now",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 DEFAULT_MAX_WINDOW_AGE = 2
 DEFAULT_ACTIVE_WINDOW = 1
@@ -117,17 +117,17 @@ def _default_actor() -> str:
     return f"{user}@{socket.gethostname()}:{os.getpid()}"
 
 
-def fold_settings(events: Sequence[StoredEvent]) -> LedgerSettings:
-    """The ledger's settings from its own stream."""
-    settings = LedgerSettings()
+def fold_settings(events: Sequence[StoredEvent], start: LedgerSettings | None = None) -> LedgerSettings:
+    """The ledger's settings from its own stream (or from `start` plus the events after it)."""
+    settings = start or LedgerSettings()
     for e in events:
         settings = apply_settings(settings, e.type, _payload(e), e.seq)
     return settings
 
 
-def fold_candidate(events: Sequence[StoredEvent]) -> CandidateState | None:
-    """One candidate's state from its stream."""
-    state: CandidateState | None = None
+def fold_candidate(events: Sequence[StoredEvent], start: CandidateState | None = None) -> CandidateState | None:
+    """One candidate's state from its stream (or from `start` plus the events after it)."""
+    state = start
     for e in events:
         state = apply_candidate(state, e.type, _payload(e), seq=e.seq, stream_id=e.stream_id, version=e.version)
     return state
@@ -152,6 +152,10 @@ class Ledger:
         self.actor = actor or _default_actor()
         self._clock = clock
         self.artifact_root = None if artifact_root is None else os.path.abspath(artifact_root)
+        # Folds of the streams this process touched, topped up from the store on every
+        # read; a stale entry can only cost a ConcurrencyError retry, never a wrong append.
+        self._settings = LedgerSettings()
+        self._candidates: dict[str, CandidateState] = {}
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, synchronous: str = "FULL", **kwargs: Any) -> Ledger:
@@ -172,12 +176,26 @@ class Ledger:
     # --- queries ---------------------------------------------------------------
 
     def settings(self) -> LedgerSettings:
-        return fold_settings(self.store.read_stream(LEDGER_STREAM))
+        """The ledger's settings now: the cached fold plus any events appended since."""
+        cached = self._settings
+        new = self.store.read_stream(LEDGER_STREAM, after_version=cached.version)
+        if new:
+            self._settings = fold_settings(new, start=cached)
+        return self._settings
 
     def candidate(self, candidate_id: str) -> CandidateState:
-        state = fold_candidate(self.store.read_stream(stream_of(candidate_id)))
+        """One candidate now: its cached fold plus any events appended since (by any process)."""
+        state = self._current(stream_of(candidate_id))
         if state is None:
             raise NotFoundError(f"unknown candidate: {candidate_id!r}")
+        return state
+
+    def _current(self, stream_id: str) -> CandidateState | None:
+        cached = self._candidates.get(stream_id)
+        new = self.store.read_stream(stream_id, after_version=0 if cached is None else cached.version)
+        state = fold_candidate(new, start=cached)
+        if state is not None:
+            self._candidates[stream_id] = state
         return state
 
     def history(self, candidate_id: str) -> list[tuple[StoredEvent, Event]]:
@@ -215,7 +233,7 @@ class Ledger:
         events = [first]
         while (nxt := self.store.event_by_id(f"{event_id}/{len(events)}")) is not None:
             events.append(nxt)
-        candidate = fold_candidate(self.store.read_stream(stream_id)) if stream_id != LEDGER_STREAM else None
+        candidate = self._current(stream_id) if stream_id != LEDGER_STREAM else None
         return CommandResult(tuple(events), candidate=candidate, duplicate=True)
 
     def _candidate_command(
@@ -263,10 +281,26 @@ class Ledger:
                     raise
                 log.info("command_retried", candidate_id=candidate_id, trigger=required_trigger, attempt=attempt + 1)
                 continue
-            final = fold_candidate(self.store.read_stream(stream_id))
+            final = self._after(current, result.events, result.duplicate)
             self._log_appended(result.events, final)
-            return CommandResult(result.events, candidate=final, settings=settings, duplicate=result.duplicate)
+            return CommandResult(
+                result.events,
+                candidate=final,
+                settings=settings if reads_settings else None,
+                duplicate=result.duplicate,
+            )
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _after(
+        self, current: CandidateState | None, stored: Sequence[StoredEvent], duplicate: bool
+    ) -> CandidateState | None:
+        """The candidate after an append: the stored events folded onto what we decided from."""
+        if duplicate or not stored:
+            return self._current(stored[0].stream_id) if stored else current
+        state = fold_candidate(stored, start=current)
+        if state is not None:
+            self._candidates[stored[0].stream_id] = state
+        return state
 
     def _log_appended(self, events: Sequence[StoredEvent], candidate: CandidateState | None) -> None:
         for e in events:
@@ -437,8 +471,7 @@ class Ledger:
         if replayed is not None:
             return replayed
         for attempt in range(_RETRIES):
-            events = self.store.read_stream(stream_id)
-            current = fold_candidate(events)
+            current = self._current(stream_id)
             if current is not None and canonical_json(current.candidate) == canonical_json(manifest.fields):
                 return CommandResult((), candidate=current)
             if current is not None and current.state != "tune":
@@ -452,7 +485,7 @@ class Ledger:
             try:
                 result = self.store.append(
                     stream_id,
-                    len(events),
+                    0 if current is None else current.version,
                     [self._new(event, stream_id, event_id, 0)],
                     status="received",
                     category=kind if isinstance(kind, str) else None,
@@ -461,7 +494,7 @@ class Ledger:
                 if attempt == _RETRIES - 1:
                     raise
                 continue
-            final = fold_candidate(self.store.read_stream(stream_id))
+            final = self._after(current, result.events, result.duplicate)
             self._log_appended(result.events, final)
             return CommandResult(result.events, candidate=final, duplicate=result.duplicate)
         raise AssertionError("unreachable")  # pragma: no cover

@@ -1,8 +1,8 @@
 """Logging setup for the command line: the only place `structlog.configure` is called.
 
-Library modules only do `structlog.get_logger(__name__)` and emit stable snake_case
-events (`event_appended`, `decision_recorded`, `checkpoint_skipped`, …); embedders
-configure structlog as they like. The CLI logs to stderr: JSON lines when stderr is
+Library modules use `get_logger(__name__)` (below) and emit stable snake_case events
+(`event_appended`, `decision_recorded`, `checkpoint_skipped`, `command_retried`);
+embedders configure structlog (or stdlib logging) as they like. The CLI logs to stderr: JSON lines when stderr is
 not a terminal (for collectors), a readable console format when it is.
 """
 
@@ -14,7 +14,7 @@ import sys
 import orjson
 import structlog
 
-__all__ = ["configure_logging"]
+__all__ = ["Logger", "configure_logging", "get_logger"]
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
@@ -43,3 +43,37 @@ def configure_logging(level: str = "warning", *, json_lines: bool | None = None)
         logger_factory=factory,
         cache_logger_on_first_use=False,
     )
+
+
+class Logger:
+    """A library logger that is polite when nobody configured structlog.
+
+    If the application configured structlog (or a test captures logs), events go
+    through structlog with their key-value context. Otherwise they go to the stdlib
+    `logging` logger of the same name, which prints nothing below WARNING unless the
+    application asks for it, so embedding the library never writes to stdout.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._stdlib = logging.getLogger(name)
+
+    def _log(self, level: int, event: str, fields: dict[str, object]) -> None:
+        if structlog.is_configured():
+            getattr(structlog.get_logger(self.name), logging.getLevelName(level).lower())(event, **fields)
+        elif self._stdlib.isEnabledFor(level):
+            self._stdlib.log(level, "%s %s", event, " ".join(f"{k}={v!r}" for k, v in fields.items()))
+
+    def debug(self, event: str, **fields: object) -> None:
+        self._log(logging.DEBUG, event, fields)
+
+    def info(self, event: str, **fields: object) -> None:
+        self._log(logging.INFO, event, fields)
+
+    def warning(self, event: str, **fields: object) -> None:
+        self._log(logging.WARNING, event, fields)
+
+
+def get_logger(name: str) -> Logger:
+    """The logger library modules use (see `Logger`)."""
+    return Logger(name)

@@ -17,11 +17,11 @@ from typing import Any
 
 import attrs
 import orjson
-import structlog
 
 from lifecycle_fsm import events as events_module
 from lifecycle_fsm import machine, rules
 from lifecycle_fsm import state as state_module
+from lifecycle_fsm.logs import get_logger
 from lifecycle_fsm.state import candidate_from_dict, settings_from_dict
 from replay.fold import LedgerState, empty_state, fold_rows, snapshot_json
 from store.base import EventStore
@@ -37,7 +37,7 @@ __all__ = [
     "take_checkpoint",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 CHECKPOINT_SCHEMA_VERSION = 1
 

@@ -22,7 +22,6 @@ from store.records import ChainReport, CheckpointRecord, Head, NewEvent, StoredE
 from store.sqlite import SQLiteEventStore
 
 __all__ = [
-    "GENESIS_HASH",
     "AppendResult",
     "ChainReport",
     "CheckpointRecord",
@@ -30,6 +29,7 @@ __all__ = [
     "ConflictError",
     "DuplicateEventError",
     "EventStore",
+    "GENESIS_HASH",
     "Head",
     "InputError",
     "IntegrityError",

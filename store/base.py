@@ -33,8 +33,8 @@ class StoreTransaction(Protocol):
         """Raise ConcurrencyError unless the stream is exactly at `expected_version`."""
         ...
 
-    def read_stream(self, stream_id: str) -> list[StoredEvent]:
-        """Every event of one stream, oldest first."""
+    def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[StoredEvent]:
+        """The events of one stream after `after_version`, oldest first."""
         ...
 
     def streams(self, *, statuses: Iterable[str] | None = None) -> list[StreamHead]:
@@ -73,8 +73,8 @@ class EventStore(Protocol):
         """Append to one stream in its own transaction."""
         ...
 
-    def read_stream(self, stream_id: str) -> list[StoredEvent]:
-        """Every event of one stream, oldest first."""
+    def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[StoredEvent]:
+        """The events of one stream after `after_version`, oldest first."""
         ...
 
     def stream_version(self, stream_id: str) -> int:

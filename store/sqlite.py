@@ -97,11 +97,8 @@ class SQLiteTransaction:
                 actual_version=actual,
             )
 
-    def read_stream(self, stream_id: str) -> list[StoredEvent]:
-        rows = self._conn.execute(
-            f"SELECT {EVENT_COLUMNS} FROM events WHERE stream_id = ? ORDER BY version", (stream_id,)
-        ).fetchall()
-        return [_row_to_event(r) for r in rows]
+    def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[StoredEvent]:
+        return _read_stream(self._conn, stream_id, after_version)
 
     def streams(self, *, statuses: Iterable[str] | None = None) -> list[StreamHead]:
         return _select_streams(self._conn, statuses)
@@ -202,6 +199,14 @@ class SQLiteTransaction:
         return tuple(found)
 
 
+def _read_stream(conn: sqlite3.Connection, stream_id: str, after_version: int) -> list[StoredEvent]:
+    rows = conn.execute(
+        f"SELECT {EVENT_COLUMNS} FROM events WHERE stream_id = ? AND version > ? ORDER BY version",
+        (stream_id, after_version),
+    ).fetchall()
+    return [_row_to_event(r) for r in rows]
+
+
 def attrs_tuple(e: StoredEvent) -> tuple[Any, ...]:
     """The row values of a stored event, in column order."""
     return (
@@ -239,6 +244,8 @@ class SQLiteEventStore:
             raise StoreError(f"{self.path}: not a usable ledger database ({e})") from e
 
     def _create_schema(self) -> None:
+        if self._schema_version() == str(STORE_SCHEMA_VERSION):
+            return  # the common case: no write lock needed to open an existing ledger
         with self._write():
             for statement in _SCHEMA:
                 self._conn.execute(statement)
@@ -257,39 +264,46 @@ class SQLiteEventStore:
                 if_not_exists=True,
             )  # fmt: skip
             self.db.table("meta").create({"key": str, "value": str}, pk="key", if_not_exists=True)
-            row = self._conn.execute("SELECT value FROM meta WHERE key = 'store_schema_version'").fetchone()
-            if row is None:
+            found = self._schema_version()
+            if found is None:
                 self._conn.execute(
                     "INSERT INTO meta (key, value) VALUES ('store_schema_version', ?)", (str(STORE_SCHEMA_VERSION),)
                 )
-            elif row[0] != str(STORE_SCHEMA_VERSION):
+            elif found != str(STORE_SCHEMA_VERSION):
                 raise StoreError(
-                    f"{self.path}: store schema version {row[0]} is not {STORE_SCHEMA_VERSION}; refusing to guess"
+                    f"{self.path}: store schema version {found} is not {STORE_SCHEMA_VERSION}; refusing to guess"
                 )
 
+    def _schema_version(self) -> str | None:
+        exists = self._conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone()
+        if not exists:
+            return None
+        row = self._conn.execute("SELECT value FROM meta WHERE key = 'store_schema_version'").fetchone()
+        return None if row is None else str(row[0])
+
     @contextmanager
-    def _write(self) -> Iterator[None]:
-        """BEGIN IMMEDIATE … COMMIT, translating SQLite errors; the fault hooks sit here."""
+    def _write(self, *, command: bool = False) -> Iterator[None]:
+        """BEGIN IMMEDIATE … COMMIT; a command's commit is where the fault hooks sit."""
         try:
             self._conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as e:
             raise StoreError(f"{self.path}: could not take the write lock ({e})") from e
         try:
             yield
-            if self._fault is not None:
+            if command and self._fault is not None:
                 self._fault.reached("before_commit")
             self._conn.execute("COMMIT")
         except BaseException:
             if self._conn.in_transaction:
                 self._conn.execute("ROLLBACK")
             raise
-        if self._fault is not None:
+        if command and self._fault is not None:
             self._fault.reached("after_commit")
 
     @contextmanager
     def transaction(self) -> Iterator[SQLiteTransaction]:
         try:
-            with self._write():
+            with self._write(command=True):
                 tx = SQLiteTransaction(self._conn)
                 yield tx
         except sqlite3.DatabaseError as e:
@@ -307,11 +321,8 @@ class SQLiteEventStore:
         with self.transaction() as tx:
             return tx.append(stream_id, expected_version, events, status=status, category=category)
 
-    def read_stream(self, stream_id: str) -> list[StoredEvent]:
-        rows = self._conn.execute(
-            f"SELECT {EVENT_COLUMNS} FROM events WHERE stream_id = ? ORDER BY version", (stream_id,)
-        ).fetchall()
-        return [_row_to_event(r) for r in rows]
+    def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[StoredEvent]:
+        return _read_stream(self._conn, stream_id, after_version)
 
     def stream_version(self, stream_id: str) -> int:
         row = self._conn.execute(

@@ -1,0 +1,268 @@
+"""Checkpoints: checkpoint + tail equals a full replay; untrusted snapshots are skipped, and say why."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+
+import orjson
+import pytest
+import structlog
+from conftest import Workspace, invoke
+
+from lifecycle_fsm.ledger import Ledger
+from replay import load_state, snapshot_json, take_checkpoint, verify
+from replay.checkpoints import FINGERPRINT_PARTS
+from store.chain import canonical_json
+from store.records import CheckpointRecord
+
+
+def clock() -> str:
+    return "2024-06-01T00:00:00.000000Z"
+
+
+def full(ledger: Ledger, to: int | None = None) -> str:
+    """The canonical snapshot of a full replay (no checkpoints) up to `to`."""
+    return snapshot_json(load_state(ledger.store, to=to, use_checkpoints=False).state)
+
+
+def loaded(ledger: Ledger, to: int | None = None) -> str:
+    return snapshot_json(load_state(ledger.store, to=to).state)
+
+
+def sql(db: Path, statement: str, *params: object) -> None:
+    """Run one statement on a plain sqlite3 connection (not our code)."""
+    with closing(sqlite3.connect(db, isolation_level=None)) as conn:
+        conn.execute(statement, params)
+
+
+@pytest.fixture
+def busy(ws: Workspace, ledger: Ledger) -> Ledger:
+    """A ledger with settings, a ready DPO candidate and a GRPO candidate in recovery (10 events)."""
+    ledger.init()
+    ledger.activate_baseline(ws.baseline())
+    ledger.receive(ws.dpo())
+    ledger.receive(ws.grpo())
+    ledger.check("dpo-v5")
+    ledger.check("grpo-v7")
+    ledger.hand_off("dpo-v5")
+    ledger.fail_stage("grpo-v7", "update")
+    assert ledger.store.head().seq == 9
+    return ledger
+
+
+def more_events(ws: Workspace, ledger: Ledger) -> None:
+    """A tail after the checkpoint: recovery completes, a new candidate arrives, the window moves."""
+    ledger.complete_recovery("grpo-v7")
+    ledger.receive(ws.dpo("dpo-v6"))
+    ledger.check("dpo-v6")
+    ledger.advance_window(2)
+
+
+def test_checkpoint_then_load_equals_full_replay(busy: Ledger) -> None:
+    """Right after take_checkpoint, loading starts from it and equals a full replay."""
+    record = take_checkpoint(busy.store, clock=clock)
+    assert record.position == 9
+    result = load_state(busy.store)
+    assert result.checkpoint == record
+    assert result.skipped == ()
+    assert snapshot_json(result.state) == full(busy) == record.snapshot
+
+
+def test_checkpoint_plus_tail_equals_full_replay(ws: Workspace, busy: Ledger) -> None:
+    """Events after a checkpoint are folded onto it, giving exactly the full replay."""
+    record = take_checkpoint(busy.store, clock=clock)
+    more_events(ws, busy)
+    result = load_state(busy.store)
+    assert result.checkpoint is not None
+    assert result.checkpoint.position == record.position == 9
+    assert result.state.position == busy.store.head().seq > 9
+    assert snapshot_json(result.state) == full(busy)
+    assert result.state.candidates["grpo-v7"].state == "received"
+
+
+def test_load_to_every_position_equals_full_replay(ws: Workspace, busy: Ledger) -> None:
+    """load_state(to=N) equals a full replay to N for every N, with a checkpoint in the middle."""
+    record = take_checkpoint(busy.store, to=5, clock=clock)
+    more_events(ws, busy)
+    for n in range(busy.store.head().seq + 1):
+        result = load_state(busy.store, to=n)
+        assert snapshot_json(result.state) == full(busy, to=n), n
+        assert result.state.position == n
+        expected_start = record.position if n >= record.position else None
+        assert (None if result.checkpoint is None else result.checkpoint.position) == expected_start
+        assert result.skipped == ()
+
+
+def test_corrupt_snapshot_is_skipped_and_logged(ws: Workspace, busy: Ledger) -> None:
+    """A snapshot that no longer matches its sha256 is skipped, named with why, and logged."""
+    older = take_checkpoint(busy.store, to=5, clock=clock)
+    latest = take_checkpoint(busy.store, clock=clock)
+    more_events(ws, busy)
+    sql(ws.db, "UPDATE checkpoints SET snapshot = snapshot || ' ' WHERE checkpoint_id = ?", latest.checkpoint_id)
+    with structlog.testing.capture_logs() as logs:
+        result = load_state(busy.store)
+    assert [cid for cid, _ in result.skipped] == [latest.checkpoint_id]
+    reason = result.skipped[0][1]
+    assert "sha256" in reason and "corrupt" in reason
+    assert result.checkpoint is not None and result.checkpoint.checkpoint_id == older.checkpoint_id
+    assert snapshot_json(result.state) == full(busy)
+    skipped_logs = [e for e in logs if e["event"] == "checkpoint_skipped"]
+    assert len(skipped_logs) == 1
+    assert skipped_logs[0]["log_level"] == "warning"
+    assert skipped_logs[0]["checkpoint_id"] == latest.checkpoint_id
+    assert skipped_logs[0]["reason"] == reason
+
+
+def test_only_checkpoint_corrupt_falls_back_to_full_replay(ws: Workspace, busy: Ledger) -> None:
+    """With its one checkpoint corrupt, loading is a full replay from the beginning."""
+    record = take_checkpoint(busy.store, clock=clock)
+    sql(ws.db, "UPDATE checkpoints SET snapshot = '{}' WHERE checkpoint_id = ?", record.checkpoint_id)
+    result = load_state(busy.store)
+    assert result.checkpoint is None
+    assert [cid for cid, _ in result.skipped] == [record.checkpoint_id]
+    assert snapshot_json(result.state) == full(busy)
+
+
+def _fingerprint_with(part: str) -> str:
+    return canonical_json({**FINGERPRINT_PARTS, part: "0" * 64})
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "named"),
+    [
+        ("fingerprint", _fingerprint_with("rules"), "rules"),
+        ("fingerprint", _fingerprint_with("machine"), "machine"),
+        ("fingerprint", _fingerprint_with("fold"), "fold"),
+        ("fingerprint", "not json at all", "unreadable fingerprint"),
+        ("schema_version", 99, "schema version 99"),
+    ],
+)
+def test_stale_checkpoint_is_skipped_and_reported_stale(
+    ws: Workspace, busy: Ledger, column: str, value: object, named: str
+) -> None:
+    """A checkpoint built by other code is not used (the reason names what changed); verify calls it stale."""
+    record = take_checkpoint(busy.store, clock=clock)
+    sql(ws.db, f"UPDATE checkpoints SET {column} = ? WHERE checkpoint_id = ?", value, record.checkpoint_id)
+    result = load_state(busy.store)
+    assert result.checkpoint is None
+    assert len(result.skipped) == 1 and named in result.skipped[0][1]
+    assert snapshot_json(result.state) == full(busy)
+    report = verify(busy.store)
+    assert report["ok"] is True
+    assert [(c["checkpoint_id"], c["status"]) for c in report["checkpoints"]] == [(record.checkpoint_id, "stale")]
+    assert named in report["checkpoints"][0]["reason"]
+
+
+def test_wrong_head_hash_is_skipped(ws: Workspace, busy: Ledger) -> None:
+    """A checkpoint whose head hash is not the log's hash at its position is not trusted."""
+    record = take_checkpoint(busy.store, clock=clock)
+    sql(ws.db, "UPDATE checkpoints SET head_hash = ? WHERE checkpoint_id = ?", "f" * 64, record.checkpoint_id)
+    result = load_state(busy.store)
+    assert result.checkpoint is None
+    assert len(result.skipped) == 1 and "head hash" in result.skipped[0][1]
+    assert snapshot_json(result.state) == full(busy)
+    report = verify(busy.store)
+    assert report["ok"] is False
+    assert report["checkpoints"][0]["status"] == "broken"
+
+
+def test_checkpoint_past_the_head_is_skipped(ws: Workspace, busy: Ledger) -> None:
+    """A checkpoint claiming a position the log does not have is not trusted."""
+    record = take_checkpoint(busy.store, clock=clock)
+    sql(ws.db, "UPDATE checkpoints SET position = 500 WHERE checkpoint_id = ?", record.checkpoint_id)
+    result = load_state(busy.store)
+    assert result.checkpoint is None
+    assert "past the log's head" in result.skipped[0][1]
+    assert snapshot_json(result.state) == full(busy)
+
+
+def _forge(ws: Workspace, record: CheckpointRecord) -> str:
+    """Rewrite a snapshot (dpo-v5 becomes reject) and its sha256 to match: only a replay can tell."""
+    data = orjson.loads(record.snapshot)
+    data["candidates"]["dpo-v5"]["state"] = "reject"
+    forged = canonical_json(data)
+    digest = hashlib.sha256(forged.encode()).hexdigest()
+    sql(
+        ws.db,
+        "UPDATE checkpoints SET snapshot = ?, snapshot_sha256 = ? WHERE checkpoint_id = ?",
+        forged,
+        digest,
+        record.checkpoint_id,
+    )
+    return forged
+
+
+def test_verify_catches_a_forged_snapshot(ws: Workspace, busy: Ledger) -> None:
+    """A snapshot edited with a matching sha256 is 'broken' in verify: it differs from a full replay."""
+    good = take_checkpoint(busy.store, to=4, clock=clock)
+    bad = take_checkpoint(busy.store, clock=clock)
+    _forge(ws, bad)
+    report = verify(busy.store)
+    assert report["ok"] is False
+    statuses = {c["checkpoint_id"]: c["status"] for c in report["checkpoints"]}
+    assert statuses == {good.checkpoint_id: "ok", bad.checkpoint_id: "broken"}
+    broken = next(c for c in report["checkpoints"] if c["status"] == "broken")
+    assert "differs from a full replay" in broken["reason"]
+    assert str(bad.checkpoint_id) in report["reason"]
+
+
+def test_verify_ok_with_good_checkpoints(ws: Workspace, busy: Ledger) -> None:
+    """verify passes a good log with several good checkpoints."""
+    take_checkpoint(busy.store, to=3, clock=clock)
+    take_checkpoint(busy.store, clock=clock)
+    more_events(ws, busy)
+    take_checkpoint(busy.store, clock=clock)
+    report = verify(busy.store)
+    assert report["ok"] is True
+    assert [c["status"] for c in report["checkpoints"]] == ["ok", "ok", "ok"]
+
+
+# --- the CLI ------------------------------------------------------------------------------------
+
+
+def test_cli_verify_reports_tampered_event(ws: Workspace, busy: Ledger) -> None:
+    """`verify --json` exits 6 and names the edited seq after a payload edit behind the triggers."""
+    sql(ws.db, "DROP TRIGGER events_refuse_update")
+    sql(ws.db, "UPDATE events SET payload = json_set(payload, '$.tampered', 1) WHERE seq = 7")
+    result = invoke(ws.db, "verify", "--json")
+    assert result.exit_code == 6
+    report = json.loads(result.stdout)
+    assert report["ok"] is False
+    assert report["bad_seq"] == 7
+    assert report["reason"]
+
+
+def test_cli_verify_ok(ws: Workspace, busy: Ledger) -> None:
+    """`verify --json` exits 0 on an untouched ledger with a checkpoint."""
+    take_checkpoint(busy.store, clock=clock)
+    result = invoke(ws.db, "--json", "verify")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["ok"] is True
+    assert report["events"] == 9
+
+
+def test_cli_replay_reports_checkpoint_position(ws: Workspace, busy: Ledger) -> None:
+    """`replay --json` starts from the checkpoint; `replay --full --json` from the beginning, same states."""
+    made = invoke(ws.db, "checkpoint", "--json")
+    assert made.exit_code == 0, made.output
+    assert json.loads(made.stdout)["position"] == 9
+    more_events(ws, busy)
+    quick = invoke(ws.db, "replay", "--json")
+    assert quick.exit_code == 0, quick.output
+    quick_doc = json.loads(quick.stdout)
+    assert quick_doc["checkpoint"] == 9
+    slow = invoke(ws.db, "replay", "--full", "--json")
+    assert slow.exit_code == 0, slow.output
+    slow_doc = json.loads(slow.stdout)
+    assert slow_doc["checkpoint"] is None
+    assert quick_doc["states"] == slow_doc["states"]
+    assert {s["id"]: s["state"] for s in slow_doc["states"]} == {
+        "dpo-v5": "ready",
+        "dpo-v6": "verified",
+        "grpo-v7": "received",
+    }

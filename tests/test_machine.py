@@ -1,0 +1,203 @@
+"""Tests for the candidate state machine's table (SPEC §4), written out independently."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lifecycle_fsm.machine import (
+    FINGERPRINT,
+    INITIAL_TRIGGER,
+    MACHINE,
+    TABLE,
+    TRANSITIONS,
+    State,
+    allowed_triggers,
+    diagram,
+    next_state,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+
+STATES = ["received", "verified", "recovering", "tune", "reject", "ready"]
+ALIVE = ["received", "verified", "recovering", "tune", "ready"]
+DECIDED = ["verified", "ready", "tune"]
+CAN_FAIL = ["received", "verified", "recovering"]
+
+
+def _expected_table() -> dict[tuple[str | None, str], str]:
+    """SPEC §4 transcribed by hand, one row per (state, trigger)."""
+    table: dict[tuple[str | None, str], str] = {(None, "receive"): "received", ("tune", "revise"): "received"}
+    table[("received", "pass_checks")] = "verified"
+    for state in DECIDED:
+        table[(state, "pass_checks")] = state
+    for state in ["received", *DECIDED]:
+        table[(state, "fail_checks")] = "reject"
+    for state in CAN_FAIL:
+        table[(state, "fail_stage")] = state
+        table[(state, "plan_recovery")] = "recovering"
+        table[(state, "block_recovery")] = "reject"
+    table[("recovering", "complete_recovery")] = "received"
+    table[("verified", "hand_off_ready")] = "ready"
+    table[("verified", "hand_off_tune")] = "tune"
+    table[("verified", "hand_off_reject")] = "reject"
+    for state in DECIDED:
+        table[(state, "invalidate_evidence")] = "received"
+    for state in ALIVE:
+        table[(state, "record_trusted_state")] = state
+        table[(state, "invalidate_trusted_state")] = state
+    return table
+
+
+EXPECTED = _expected_table()
+TRIGGERS = sorted({trigger for _state, trigger in EXPECTED})
+ALL_PAIRS = [(state, trigger) for state in [None, *STATES] for trigger in TRIGGERS]
+
+
+def test_states_are_the_six_of_the_spec() -> None:
+    """The State enum holds exactly SPEC §4's six states."""
+    assert [s.value for s in State] == STATES
+
+
+def test_table_has_nothing_missing() -> None:
+    """Every move SPEC §4 allows is in TABLE, with the same destination."""
+    missing = {key: dest for key, dest in EXPECTED.items() if TABLE.get(key) != dest}
+    assert missing == {}
+
+
+def test_table_has_nothing_extra() -> None:
+    """TABLE allows no move that SPEC §4 does not list."""
+    extra = {key: dest for key, dest in TABLE.items() if key not in EXPECTED}
+    assert extra == {}
+    assert TABLE == EXPECTED
+
+
+def test_triggers_in_transitions_are_the_spec_triggers() -> None:
+    """The declarative list names exactly the spec's triggers besides the initial `receive`."""
+    assert INITIAL_TRIGGER == "receive"
+    assert {t["trigger"] for t in TRANSITIONS} == set(TRIGGERS) - {"receive"}
+
+
+@pytest.mark.parametrize("trigger", TRIGGERS)
+def test_reject_is_terminal(trigger: str) -> None:
+    """No trigger leads anywhere from `reject`."""
+    assert next_state("reject", trigger) is None
+    assert ("reject", trigger) not in TABLE
+    assert MACHINE.get_transitions(trigger, source="reject") == []
+
+
+@pytest.mark.parametrize(("state", "trigger"), ALL_PAIRS)
+def test_next_state_follows_the_spec(state: str | None, trigger: str) -> None:
+    """next_state gives the spec's destination, or None where the spec forbids the move."""
+    assert next_state(state, trigger) == EXPECTED.get((state, trigger))
+
+
+def test_next_state_of_unknown_trigger_or_state() -> None:
+    """Unknown triggers and states are simply not allowed (None), never an exception."""
+    assert next_state("received", "to_reject") is None
+    assert next_state("limbo", "pass_checks") is None
+    assert next_state(None, "pass_checks") is None
+
+
+@pytest.mark.parametrize("state", [None, *STATES])
+def test_allowed_triggers(state: str | None) -> None:
+    """allowed_triggers lists, sorted, exactly the triggers the spec allows from a state."""
+    expected = sorted(trigger for (source, trigger) in EXPECTED if source == state)
+    assert allowed_triggers(state) == expected
+
+
+def test_allowed_triggers_examples() -> None:
+    """Spot checks: nothing from reject, only `receive` before the first event."""
+    assert allowed_triggers("reject") == []
+    assert allowed_triggers(None) == ["receive"]
+    assert allowed_triggers("recovering") == [
+        "block_recovery",
+        "complete_recovery",
+        "fail_stage",
+        "invalidate_trusted_state",
+        "plan_recovery",
+        "record_trusted_state",
+    ]
+
+
+@pytest.mark.parametrize(("state", "trigger"), [(s, t) for s in STATES for t in TRIGGERS])
+def test_machine_agrees_with_table(state: str, trigger: str) -> None:
+    """The shared transitions Machine allows a move iff TABLE does, with the same destination."""
+    found = MACHINE.get_transitions(trigger, source=state)
+    if (state, trigger) in TABLE:
+        assert len(found) == 1
+        assert found[0].dest == TABLE[(state, trigger)]
+    else:
+        assert found == []
+
+
+@pytest.mark.parametrize("state", STATES)
+def test_machine_has_no_auto_transitions(state: str) -> None:
+    """No `to_<state>` back doors: the machine knows only the table's triggers."""
+    triggers = set(MACHINE.get_triggers(state))
+    assert not any(t.startswith("to_") for t in triggers)
+    assert triggers <= set(TRIGGERS)
+
+
+def _diagram_edges(text: str) -> dict[tuple[str, str], str]:
+    """Parse `src --> dst: t1 | t2` lines of a Mermaid state diagram into (src, trigger) -> dst."""
+    edges: dict[tuple[str, str], str] = {}
+    for line in text.splitlines():
+        match = re.fullmatch(r"\s*(\w+) --> (\w+): (.+)", line)
+        if match:
+            for trigger in match.group(3).split("|"):
+                edges[(match.group(1), trigger.strip())] = match.group(2)
+    return edges
+
+
+def test_diagram_is_mermaid_state_diagram() -> None:
+    """diagram() is Mermaid text that starts a stateDiagram-v2 (after an optional title block)."""
+    text = diagram()
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if lines[0] == "---":  # Mermaid front matter (the title) ends at the next ---
+        lines = lines[lines.index("---", 1) + 1 :]
+    assert lines[0] == "stateDiagram-v2"
+
+
+def test_diagram_names_every_state_and_trigger() -> None:
+    """Every state appears, every trigger labels an edge, and the start edge enters `received`."""
+    text = diagram()
+    for state in STATES:
+        assert re.search(rf"\b{state}\b", text), state
+    labelled = {trigger for (_src, trigger) in _diagram_edges(text)}
+    assert labelled == set(TRIGGERS) - {"receive"}
+    assert re.search(r"\[\*\] --> received\b", text)
+
+
+def test_diagram_draws_exactly_the_table() -> None:
+    """The edges drawn are exactly TABLE's moves (the unlabelled start edge aside)."""
+    drawn = _diagram_edges(diagram())
+    assert drawn == {key: dest for key, dest in EXPECTED.items() if key[0] is not None}
+
+
+def test_fingerprint_is_sha256_hex() -> None:
+    """FINGERPRINT is 64 lowercase hex characters."""
+    assert re.fullmatch(r"[0-9a-f]{64}", FINGERPRINT)
+
+
+def test_fingerprint_is_stable_across_processes() -> None:
+    """Two fresh interpreters (different hash seeds) compute the same FINGERPRINT as this one."""
+    code = "from lifecycle_fsm.machine import FINGERPRINT; print(FINGERPRINT)"
+    outputs = []
+    for seed in ("1", "2"):
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            cwd=REPO,
+            check=True,
+            timeout=60,
+        )
+        outputs.append(done.stdout.strip())
+    assert outputs == [FINGERPRINT, FINGERPRINT]
