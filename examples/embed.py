@@ -20,7 +20,8 @@ def supervise(db: str, sft_manifest: str, grpo_manifest: str, trajectories: str)
         cid = candidate.candidate_id
         ledger.record_trusted_state(cid, "trajectories", trajectories)
         failed = ledger.fail_stage(cid, "reward").candidate
-        assert failed is not None and failed.last_recovery is not None
+        assert failed is not None
+        assert failed.last_recovery is not None
         print(failed.last_recovery["action"])  # resume_reward_from_saved_trajectories
         ledger.complete_recovery(cid)
         ledger.check(cid)

@@ -22,6 +22,7 @@ from lifecycle_fsm.errors import InputError, LifecycleError
 from lifecycle_fsm.ledger import Ledger, utc_now
 from lifecycle_fsm.logs import configure_logging
 from lifecycle_fsm.machine import diagram as mermaid_diagram
+from lifecycle_fsm.manifests import load_baseline_manifest, load_candidate_manifest
 from lifecycle_fsm.render import (
     candidate_json,
     emit,
@@ -141,6 +142,7 @@ def baseline() -> None:
 @json_option
 def baseline_activate(sft_manifest: Path) -> None:
     """Make SFT_MANIFEST's adapter the active policy; decided candidates must be re-checked."""
+    load_baseline_manifest(sft_manifest)  # bad input fails before a ledger file is created
     print_result(_ledger().activate_baseline(sft_manifest), _json(), "baseline activated")
 
 
@@ -172,6 +174,7 @@ def evaluation_activate(version: str) -> None:
 @json_option
 def receive(candidate_manifest: Path, candidate_id: str | None, event_id: str | None) -> None:
     """Receive a candidate manifest (identical re-receipt is a no-op)."""
+    load_candidate_manifest(candidate_manifest)  # bad input fails before a ledger file is created
     print_result(
         _ledger().receive(candidate_manifest, candidate_id=candidate_id, event_id=event_id), _json(), "received"
     )

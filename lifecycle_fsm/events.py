@@ -48,6 +48,14 @@ _CANDIDATE_PREFIX = "candidate:"
 JSON = dict[str, Any]
 
 
+def _flag(payload: Mapping[str, Any], key: str) -> bool:
+    """A boolean field read strictly: a stored "false" string is corruption, not truthy."""
+    value = payload[key]
+    if not isinstance(value, bool):
+        raise ValueError(f"{key} must be true or false, not {value!r}")
+    return value
+
+
 def stream_of(candidate_id: str) -> str:
     """The stream that holds one candidate's events."""
     return _CANDIDATE_PREFIX + candidate_id
@@ -141,7 +149,10 @@ class CandidateReceived(Event):
 
     @classmethod
     def trigger_for(cls, payload: Mapping[str, Any]) -> str:
-        return "receive" if payload["revision"] == 0 else "revise"
+        revision = payload["revision"]
+        if not isinstance(revision, int) or isinstance(revision, bool) or revision < 0:
+            raise ValueError(f"revision must be a non-negative integer, not {revision!r}")
+        return "receive" if revision == 0 else "revise"
 
 
 @attrs.frozen
@@ -158,7 +169,7 @@ class ChecksRecorded(Event):
 
     @classmethod
     def trigger_for(cls, payload: Mapping[str, Any]) -> str:
-        return "pass_checks" if payload["passed"] else "fail_checks"
+        return "pass_checks" if _flag(payload, "passed") else "fail_checks"
 
 
 @attrs.frozen
@@ -214,7 +225,7 @@ class RecoveryPlanned(Event):
 
     @classmethod
     def trigger_for(cls, payload: Mapping[str, Any]) -> str:
-        return "block_recovery" if payload["blocking"] else "plan_recovery"
+        return "block_recovery" if _flag(payload, "blocking") else "plan_recovery"
 
 
 @attrs.frozen
@@ -247,7 +258,10 @@ class HandoffDecided(Event):
     @classmethod
     def trigger_for(cls, payload: Mapping[str, Any]) -> str:
         status = payload["handoff_status"]
-        return {"ready_for_evaluation": "hand_off_ready", "tune": "hand_off_tune"}.get(status, "hand_off_reject")
+        triggers = {"ready_for_evaluation": "hand_off_ready", "tune": "hand_off_tune", "reject": "hand_off_reject"}
+        if status not in triggers:
+            raise ValueError(f"unknown handoff_status {status!r}")
+        return triggers[status]
 
 
 @attrs.frozen
@@ -294,6 +308,8 @@ def upcast(type_name: str, schema_version: int, payload: JSON, *, seq: int | Non
     cls = EVENT_TYPES.get(type_name)
     if cls is None:
         raise CorruptionError(f"unknown event type {type_name!r}", seq=seq, found=type_name)
+    if not isinstance(schema_version, int) or isinstance(schema_version, bool):
+        raise CorruptionError(f"{type_name} schema version {schema_version!r} is not an integer", seq=seq)
     version = schema_version
     while version < cls.SCHEMA_VERSION:
         step = UPCASTERS.get((type_name, version))

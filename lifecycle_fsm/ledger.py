@@ -54,7 +54,7 @@ from lifecycle_fsm.events import (
     upcast,
 )
 from lifecycle_fsm.logs import get_logger
-from lifecycle_fsm.machine import MACHINE, allowed_triggers
+from lifecycle_fsm.machine import COMMAND_BY_TRIGGER, MACHINE, allowed_commands
 from lifecycle_fsm.manifests import load_baseline_manifest, load_candidate_manifest
 from lifecycle_fsm.rules import (
     BLOCKING_ACTIONS,
@@ -217,14 +217,21 @@ class Ledger:
             eid = event_id if index == 0 else f"{event_id}/{index}"
         return NewEvent(stream_id, event.TYPE, event.SCHEMA_VERSION, event.to_payload(), eid, self._clock(), self.actor)
 
-    def _replayed(self, event_id: str | None, stream_id: str, type_name: str) -> CommandResult | None:
-        """A retried command (same event_id) returns what it did the first time."""
+    def _replayed(
+        self, event_id: str | None, stream_id: str, type_name: str, inputs: JSON | None = None
+    ) -> CommandResult | None:
+        """A retried command (same event_id, same inputs) returns what it did the first time.
+
+        The same id for another stream, event type or inputs is `DuplicateEventError`.
+        """
         if event_id is None:
             return None
         first = self.store.event_by_id(event_id)
         if first is None:
             return None
-        if first.stream_id != stream_id or first.type != type_name:
+        payload = orjson.loads(first.payload)
+        same_inputs = all(payload.get(key) == value for key, value in (inputs or {}).items())
+        if first.stream_id != stream_id or first.type != type_name or not same_inputs:
             raise DuplicateEventError(
                 f"event id {event_id!r} is already used at seq {first.seq} by {first.type} on {first.stream_id}",
                 event_id=event_id,
@@ -245,9 +252,10 @@ class Ledger:
         event_id: str | None,
         first_type: str,
         reads_settings: bool = True,
+        inputs: JSON | None = None,
     ) -> CommandResult:
         stream_id = stream_of(candidate_id)
-        replayed = self._replayed(event_id, stream_id, first_type)
+        replayed = self._replayed(event_id, stream_id, first_type, inputs)
         if replayed is not None:
             return replayed
         for attempt in range(_RETRIES):
@@ -467,7 +475,7 @@ class Ledger:
         if any(ch in cid for ch in "\n\r\t\0"):
             raise InputError(f"candidate id {cid!r} contains control characters")
         stream_id = stream_of(cid)
-        replayed = self._replayed(event_id, stream_id, CandidateReceived.TYPE)
+        replayed = self._replayed(event_id, stream_id, CandidateReceived.TYPE, {"candidate": manifest.fields})
         if replayed is not None:
             return replayed
         for attempt in range(_RETRIES):
@@ -526,7 +534,7 @@ class Ledger:
 
         return self._candidate_command(
             candidate_id, "record_trusted_state", decide, event_id=event_id,
-            first_type=TrustedStateRecorded.TYPE, reads_settings=False,
+            first_type=TrustedStateRecorded.TYPE, reads_settings=False, inputs={"kind": kind, "path": absolute},
         )  # fmt: skip
 
     def invalidate_trusted_state(
@@ -542,7 +550,7 @@ class Ledger:
 
         return self._candidate_command(
             candidate_id, "invalidate_trusted_state", decide, event_id=event_id,
-            first_type=TrustedStateInvalidated.TYPE, reads_settings=False,
+            first_type=TrustedStateInvalidated.TYPE, reads_settings=False, inputs={"kind": kind},
         )  # fmt: skip
 
     def fail_stage(self, candidate_id: str, stage: str, *, event_id: str | None = None) -> CommandResult:
@@ -558,7 +566,7 @@ class Ledger:
             return [StageFailed(stage), RecoveryPlanned(**plan, blocking=blocking, trusted_states=evidence)]
 
         return self._candidate_command(
-            candidate_id, "fail_stage", decide, event_id=event_id, first_type=StageFailed.TYPE
+            candidate_id, "fail_stage", decide, event_id=event_id, first_type=StageFailed.TYPE, inputs={"stage": stage}
         )
 
     def _trusted_evidence(self, current: CandidateState, settings: LedgerSettings, stage: str) -> JSON:
@@ -623,9 +631,10 @@ class Ledger:
 def _require(current: CandidateState, trigger: str) -> None:
     """Refuse a command the machine's table does not allow (checked before any work)."""
     if not MACHINE.get_transitions(trigger, source=current.state):
-        allowed = allowed_triggers(current.state)
+        allowed = allowed_commands(current.state)
         raise IllegalCommandError(
-            f"candidate {current.candidate_id!r} is in state {current.state}: {trigger} is not allowed "
+            f"candidate {current.candidate_id!r} is in state {current.state}: "
+            f"`{COMMAND_BY_TRIGGER[trigger]}` is not allowed there "
             f"(allowed: {', '.join(allowed) or 'nothing, reject is terminal'})",
             state=current.state,
             trigger=trigger,

@@ -23,12 +23,14 @@ import orjson
 from transitions import Machine
 
 __all__ = [
+    "COMMAND_BY_TRIGGER",
     "FINGERPRINT",
     "INITIAL_TRIGGER",
     "MACHINE",
     "TABLE",
     "TRANSITIONS",
     "State",
+    "allowed_commands",
     "allowed_triggers",
     "diagram",
     "next_state",
@@ -72,6 +74,32 @@ TRANSITIONS: list[dict[str, Any]] = [
     {"trigger": "record_trusted_state", "source": _ALIVE, "dest": "="},
     {"trigger": "invalidate_trusted_state", "source": _ALIVE, "dest": "="},
 ]
+
+
+# The CLI command behind each trigger, so refusals speak the user's language.
+COMMAND_BY_TRIGGER = {
+    "receive": "receive",
+    "revise": "receive",
+    "pass_checks": "check",
+    "fail_checks": "check",
+    "fail_stage": "fail",
+    "plan_recovery": "fail",
+    "block_recovery": "fail",
+    "complete_recovery": "recovered",
+    "hand_off_ready": "handoff",
+    "hand_off_tune": "handoff",
+    "hand_off_reject": "handoff",
+    "invalidate_evidence": "baseline/evaluation/window change",
+    "record_trusted_state": "trusted",
+    "invalidate_trusted_state": "untrust",
+}
+
+
+def allowed_commands(state: str | None) -> list[str]:
+    """The CLI commands a candidate in `state` accepts (for error messages)."""
+    commands = {COMMAND_BY_TRIGGER[t] for t in allowed_triggers(state)}
+    commands.discard(COMMAND_BY_TRIGGER["invalidate_evidence"])
+    return sorted(commands)
 
 
 def _build_table() -> dict[tuple[str | None, str], str]:
@@ -126,4 +154,6 @@ def diagram() -> str:
         graph_engine="mermaid",
         title="candidate lifecycle",
     )
-    return str(graph.get_graph().draw(None))
+    text = str(graph.get_graph().draw(None))
+    # Drop the styling of the throw-away model's "current" state: the table has none.
+    return "\n".join(line for line in text.splitlines() if not line.strip().startswith(("classDef ", "Class ")))

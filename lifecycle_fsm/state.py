@@ -15,7 +15,7 @@ from typing import Any
 import attrs
 
 from lifecycle_fsm.errors import CorruptionError
-from lifecycle_fsm.events import EVENT_TYPES, LEDGER_STREAM, Event, candidate_id_of
+from lifecycle_fsm.events import EVENT_TYPES, LEDGER_STREAM, Event, candidate_id_of, stream_of
 from lifecycle_fsm.machine import allowed_triggers, next_state
 
 __all__ = [
@@ -148,7 +148,10 @@ def apply_candidate(
 ) -> CandidateState:
     """Fold one event of a candidate's stream, validating the move against the table."""
     cls = EVENT_TYPES.get(type_name)
-    trigger = cls.trigger_for(payload) if cls is not None else None
+    try:
+        trigger = cls.trigger_for(payload) if cls is not None else None
+    except (KeyError, ValueError) as e:
+        raise CorruptionError(f"seq {seq}: {type_name} payload is unreadable ({e})", seq=seq) from e
     if trigger is None:
         raise CorruptionError(f"seq {seq}: {type_name} does not belong on a candidate stream", seq=seq, found=type_name)
     state = None if current is None else current.state
@@ -161,6 +164,13 @@ def apply_candidate(
             f"seq {seq}: stream {stream_id} jumps to version {version}, expected {expected_version}", seq=seq
         )
     if type_name == "CandidateReceived":
+        expected_revision = 0 if current is None else current.revision + 1
+        if payload["revision"] != expected_revision or stream_id != stream_of(payload["candidate_id"]):
+            raise CorruptionError(
+                f"seq {seq}: CandidateReceived for {payload['candidate_id']!r} revision {payload['revision']} "
+                f"does not follow on stream {stream_id} (expected revision {expected_revision})",
+                seq=seq,
+            )
         candidate = payload["candidate"]
         return CandidateState(
             candidate_id=payload["candidate_id"],

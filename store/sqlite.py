@@ -168,35 +168,34 @@ class SQLiteTransaction:
         return AppendResult(tuple(stored))
 
     def _existing(self, events: Sequence[NewEvent]) -> tuple[StoredEvent, ...] | None:
-        """The stored copies when this batch was appended before (a retry), else None."""
-        found: list[StoredEvent] = []
+        """The stored copies when this exact batch was appended before (a retry), else None.
+
+        Every id is looked up: one taken id in an otherwise new batch is a
+        `DuplicateEventError`, not a conflict worth retrying.
+        """
+        found: list[StoredEvent | None] = []
         for new in events:
             row = self._conn.execute(
                 f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id = ?", (new.event_id,)
             ).fetchone()
-            if row is None:
-                if found:
-                    raise DuplicateEventError(
-                        f"event id {events[0].event_id!r} was appended before with a different batch",
-                        event_id=events[0].event_id,
-                        seq=found[0].seq,
-                    )
-                return None
-            old = _row_to_event(row)
-            same = (
+            found.append(None if row is None else _row_to_event(row))
+        if all(old is None for old in found):
+            return None
+        for new, old in zip(events, found, strict=True):
+            same = old is not None and (
                 old.stream_id == new.stream_id
                 and old.type == new.type
                 and old.schema_version == new.schema_version
                 and old.payload == canonical_json(new.payload)
             )
             if not same:
+                taken = next(o for o in found if o is not None)
                 raise DuplicateEventError(
-                    f"event id {new.event_id!r} is already at seq {old.seq} with different content",
-                    event_id=new.event_id,
-                    seq=old.seq,
+                    f"event id {taken.event_id!r} is already at seq {taken.seq}; this batch differs from that append",
+                    event_id=taken.event_id,
+                    seq=taken.seq,
                 )
-            found.append(old)
-        return tuple(found)
+        return tuple(old for old in found if old is not None)
 
 
 def _read_stream(conn: sqlite3.Connection, stream_id: str, after_version: int) -> list[StoredEvent]:
@@ -236,12 +235,19 @@ class SQLiteEventStore:
         self._fault = fault_from_env()
         try:
             self._conn = sqlite3.connect(str(self.path), timeout=busy_timeout, isolation_level=None)
+        except sqlite3.Error as e:
+            raise StoreError(f"{self.path}: cannot open the ledger database ({e})") from e
+        try:
             self.db = sqlite_utils.Database(self._conn, recursive_triggers=True)
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute(f"PRAGMA synchronous={mode}")
             self._create_schema()
         except sqlite3.DatabaseError as e:
+            self._conn.close()
             raise StoreError(f"{self.path}: not a usable ledger database ({e})") from e
+        except BaseException:
+            self._conn.close()
+            raise
 
     def _create_schema(self) -> None:
         if self._schema_version() == str(STORE_SCHEMA_VERSION):

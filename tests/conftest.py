@@ -122,7 +122,9 @@ def invoke(db: Path, *args: str) -> Result:
     return CliRunner().invoke(main, ["--db", str(db), *args], catch_exceptions=False)
 
 
-def run_cli(db: Path, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    db: Path, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run the CLI as a real subprocess, as a user would."""
     full_env = {**os.environ, **(env or {})}
     return subprocess.run(

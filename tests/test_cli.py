@@ -112,8 +112,8 @@ def test_bad_command_is_one_error_line_and_appends_nothing(
     populated: Workspace, args: Callable[[Workspace], list[str]] | list[str], code: int, as_json_flag: bool
 ) -> None:
     """Unknown id (4), bad stage/kind/path (3), a command the state refuses (5): one `Error:` line, nothing appended."""
-    argv = args(populated) if callable(args) else [str(populated.root / "states" / "prompt_queue") if a == STATE else a
-                                                   for a in args]  # fmt: skip
+    state = str(populated.root / "states" / "prompt_queue")
+    argv = args(populated) if callable(args) else [state if a == STATE else a for a in args]
     before = count_events(populated.db)
     result = invoke(populated.db, *(["--json"] if as_json_flag else []), *argv)
     assert (result.exit_code, result.stdout) == (code, ""), result.output

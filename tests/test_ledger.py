@@ -357,7 +357,6 @@ def test_event_id_makes_a_retry_a_noop(ws: Workspace, active: Ledger) -> None:
     assert types(active, cid).count("TrustedStateRecorded") == 1
 
 
-@pytest.mark.xfail(reason="bug: Ledger._replayed returns the first result for any command reusing an event_id")
 def test_event_id_reused_with_different_content_is_an_error(ws: Workspace, active: Ledger) -> None:
     """SPEC §5: the same event_id with different content is an error, not a silent duplicate."""
     cid = active.receive(ws.grpo()).candidate.candidate_id  # type: ignore[union-attr]

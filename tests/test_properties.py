@@ -100,17 +100,18 @@ BRANCHES: dict[str, st.SearchStrategy[Command]] = {
     "activate_evaluation": st.tuples(st.just("activate_evaluation"), st.sampled_from(("eval-v1", "eval-v2"))),
     "take_checkpoint": st.tuples(st.just("take_checkpoint"), st.none() | st.integers(0, 100)),
 }
-WEIGHTS = {"receive": 3, "check": 3, "hand_off": 2, "fail_stage": 2, "record_trusted_state": 2, "take_checkpoint": 1}
+# Weighted towards the decided states (verified, ready, tune) that settings changes invalidate.
+WEIGHTS = {"receive": 3, "check": 4, "hand_off": 3, "complete_recovery": 2, "record_trusted_state": 2}
 
 
-def commands(*, max_size: int, checkpoint_weight: int = 1) -> st.SearchStrategy[list[Command]]:
+def commands(*, max_size: int, min_size: int = 0, checkpoint_weight: int = 1) -> st.SearchStrategy[list[Command]]:
     """Random command lists; each name drawn with its weight, then its arguments."""
     weights = WEIGHTS | {"take_checkpoint": checkpoint_weight}
     names = [name for name in BRANCHES for _ in range(weights.get(name, 1))]
     one = st.sampled_from(names).flatmap(BRANCHES.__getitem__)
     setup = [("activate_baseline", 1), *(("receive", cid, 0) for cid in CIDS)]
     with_setup = st.sampled_from((True, True, True, False))
-    return st.tuples(with_setup, st.lists(one, min_size=max_size // 3, max_size=max_size)).map(
+    return st.tuples(with_setup, st.lists(one, min_size=min_size, max_size=max_size)).map(
         lambda t: [*setup, *t[1]] if t[0] else t[1]
     )
 
@@ -149,6 +150,8 @@ def run(world: World, ledger: Ledger, cmd: Command) -> bool:
         assert store.count_events() == before_count, f"{cmd} appended events"
         return True
     assert store.count_events() == before_count + len(result.events), cmd
+    if result.candidate is not None:  # what the command returned is what the log now says
+        assert result.candidate == ledger.candidate(result.candidate.candidate_id), cmd
     after = ledger.settings()
     changed = (
         after.active_policy_version != before_settings.active_policy_version
@@ -182,7 +185,7 @@ def backup(db: Path, dest: Path) -> Path:
 
 
 @PROPERTY_SETTINGS
-@given(cmds=commands(max_size=40))
+@given(cmds=commands(min_size=15, max_size=40))
 def test_replay_equals_the_live_per_stream_fold(world: World, cmds: list[Command]) -> None:
     """After any command sequence, full replay and checkpoint replay equal every stream's live fold."""
     with world.open() as ledger:
@@ -206,7 +209,7 @@ def test_replay_equals_the_live_per_stream_fold(world: World, cmds: list[Command
 
 
 @PROPERTY_SETTINGS
-@given(cmds=commands(max_size=30, checkpoint_weight=6))
+@given(cmds=commands(min_size=10, max_size=30, checkpoint_weight=6))
 def test_checkpoint_plus_tail_equals_full_replay_at_every_position(world: World, cmds: list[Command]) -> None:
     """For every position p, the latest usable checkpoint plus the tail folds to a full replay to p."""
     with world.open() as ledger:
@@ -227,7 +230,10 @@ def test_checkpoint_plus_tail_equals_full_replay_at_every_position(world: World,
 
 def recipe(name: str, cid: str) -> list[Command]:
     """Commands that usually drive `cid` to a given state (the prefix may divert it)."""
-    checked = [("activate_baseline", 1), ("activate_evaluation", "eval-v1"), ("receive", cid, 0), ("check", cid)]
+    checked = [
+        *(("activate_baseline", 1), ("activate_evaluation", "eval-v1"), ("receive", cid, 0)),
+        *(("complete_recovery", cid), ("check", cid)),
+    ]
     return {
         "received": [("receive", cid, 0)],
         "verified": checked,
@@ -259,7 +265,7 @@ def _triggers_of(ledger: Ledger, cid: str, after: int) -> list[str]:
 
 @PROPERTY_SETTINGS
 @given(
-    prefix=commands(max_size=12),
+    prefix=commands(max_size=10),
     cid=st.sampled_from(CIDS),
     target=st.sampled_from(("received", "verified", "handed_off", "revised", "recovering", "recovered", "blocked")),
 )
@@ -329,7 +335,7 @@ def test_commands_on_an_unknown_candidate_are_not_found_and_append_nothing(world
 
 
 @PROPERTY_SETTINGS
-@given(cmds=commands(max_size=30, checkpoint_weight=3))
+@given(cmds=commands(min_size=10, max_size=30, checkpoint_weight=3))
 def test_replay_is_byte_identical_across_runs_and_copies(world: World, cmds: list[Command]) -> None:
     """Replaying one file twice, or a copy of it elsewhere, gives the same snapshot bytes."""
     db = world.fresh_db()

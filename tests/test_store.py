@@ -194,6 +194,14 @@ def test_batch_failing_in_the_database_leaves_nothing(store: SQLiteEventStore) -
     assert store.stream_version("a") == 0
 
 
+def test_taken_event_id_later_in_a_batch_is_a_duplicate(store: SQLiteEventStore) -> None:
+    """An event id reused by a batch's 2nd event is DuplicateEventError (not a retryable concurrency conflict)."""
+    store.append("b", 0, [new("b", 0, event_id="taken")])
+    with pytest.raises(DuplicateEventError) as info:
+        store.append("a", 0, [new("a", 0), new("a", 1, event_id="taken")])
+    assert (info.value.event_id, info.value.seq) == ("taken", 1)
+
+
 @pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan")])
 def test_non_finite_float_is_input_error(store: SQLiteEventStore, bad: float) -> None:
     """A non-finite number anywhere in a payload is an InputError (JSON cannot carry it)."""

@@ -1,0 +1,374 @@
+"""`lifecycle audit`: seed 000 Step 5's real-artifact audit, on top of the ledger.
+
+Every decision the audit reports is also an event: in `real_artifact` mode it drives
+the `Ledger` (activate the baseline, set the window, receive, check, hand off) and
+builds its records from the state those events fold to, citing their positions. In
+`dry_run` mode it parses every manifest, checks required fields and that paths exist,
+and says what `real_artifact` would do, writing nothing (not even a ledger file).
+
+Order matters for "nothing written": everything that can be refused without the
+ledger (a bad label, a used label, a malformed manifest, no candidate manifest) is
+refused by `prepare` / `check_runnable` before the ledger is opened; every conflict
+with the ledger's existing settings or candidates is refused by `run` before the
+first append.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from lifecycle_fsm.artifacts import path_escapes_root
+from lifecycle_fsm.audit_records import (
+    SCHEMA_VERSION,
+    SEMANTIC_ID,
+    candidate_record,
+    canonical_bytes,
+    publish,
+    record_paths,
+    recovery_scenarios,
+    refuse_existing,
+    relative_posix,
+    validate_label,
+)
+from lifecycle_fsm.errors import ConflictError, InputError, NotFoundError
+from lifecycle_fsm.events import LEDGER_STREAM, stream_of
+from lifecycle_fsm.ledger import DEFAULT_ACTIVE_WINDOW, DEFAULT_MAX_WINDOW_AGE, Ledger
+from lifecycle_fsm.manifests import BaselineManifest, CandidateManifest, load_baseline_manifest, load_candidate_manifest
+from lifecycle_fsm.rules import ONLINE_KINDS, check_candidate_freshness
+from lifecycle_fsm.state import LedgerSettings
+from store.chain import canonical_json
+
+__all__ = [
+    "MODES",
+    "AuditCandidate",
+    "AuditRequest",
+    "AuditResult",
+    "PreparedAudit",
+    "check_runnable",
+    "missing_fields",
+    "plan",
+    "prepare",
+    "run",
+]
+
+JSON = dict[str, Any]
+MODES = ("dry_run", "real_artifact")
+
+
+@attrs.frozen
+class AuditRequest:
+    """What the user asked for (the CLI's flags; SPEC §7 defaults)."""
+
+    baseline: Path
+    candidates: tuple[Path, ...]
+    label: str
+    out: Path = Path("results")
+    root: Path = Path(".")
+    replace: bool = False
+    active_window: int = DEFAULT_ACTIVE_WINDOW
+    max_window_age: int = DEFAULT_MAX_WINDOW_AGE
+
+
+@attrs.frozen
+class AuditCandidate:
+    """A candidate manifest that exists and parses, with the id the ledger knows it by."""
+
+    path: str  # absolute
+    relative: str  # to the baseline manifest's folder, POSIX
+    candidate_id: str
+    manifest: CandidateManifest
+
+
+@attrs.frozen
+class PreparedAudit:
+    """Every manifest parsed and every path resolved; nothing touched yet."""
+
+    request: AuditRequest
+    root: str  # absolute
+    baseline: BaselineManifest
+    baseline_dir: str
+    candidates: tuple[AuditCandidate, ...]
+    missing: tuple[str, ...]  # candidate manifests that do not exist, relative paths
+    evidence_path: Path
+    handoff_path: Path
+    existing_records: tuple[Path, ...]  # what --replace would move to .previous
+
+
+@attrs.frozen
+class AuditResult:
+    """The records a real_artifact run wrote, and where."""
+
+    evidence_path: Path
+    handoff_path: Path
+    evidence: JSON
+    handoff: JSON
+    replaced: tuple[Path, ...]
+
+    @property
+    def handoff_status(self) -> str:
+        return str(self.handoff["handoff_status"])
+
+
+def _non_negative(name: str, value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise InputError(f"{name} must be a non-negative integer, not {value!r}")
+
+
+def _candidate_id(fields: JSON, relative: str) -> str:
+    """The manifest's policy_version, as `receive` would use; without one, its relative path.
+
+    A manifest without a usable policy_version is still received (under its path) so
+    its check can reject it with `candidate_identity`, where an auditor sees it.
+    """
+    version = fields.get("policy_version")
+    if isinstance(version, str) and version.strip() and not any(ch in version for ch in "\n\r\t\0"):
+        return version
+    return relative
+
+
+def prepare(request: AuditRequest) -> PreparedAudit:
+    """Validate the label and parse every manifest (InputError on anything malformed)."""
+    label = validate_label(request.label)
+    _non_negative("--active-window", request.active_window)
+    _non_negative("--max-window-age", request.max_window_age)
+    if os.path.exists(request.out) and not os.path.isdir(request.out):
+        raise InputError(f"--out {request.out} exists and is not a folder")
+    if not os.path.isdir(request.root):
+        raise InputError(f"--root {request.root} is not a folder")
+    evidence_path, handoff_path = record_paths(request.out, label)
+    existing = [p for p in (evidence_path, handoff_path) if os.path.lexists(p)]
+    baseline = load_baseline_manifest(request.baseline)
+    baseline_dir = os.path.dirname(baseline.path)
+    candidates: list[AuditCandidate] = []
+    missing: list[str] = []
+    for path in request.candidates:
+        relative = relative_posix(path, baseline_dir)
+        if not os.path.exists(path):
+            missing.append(relative)
+            continue
+        manifest = load_candidate_manifest(path)
+        cid = _candidate_id(manifest.fields, relative)
+        clash = next((c for c in candidates if c.candidate_id == cid), None)
+        if clash is not None:
+            raise InputError(f"candidate manifests {clash.relative} and {relative} both have the id {cid!r}")
+        candidates.append(AuditCandidate(manifest.path, relative, cid, manifest))
+    return PreparedAudit(
+        request=attrs.evolve(request, label=label),
+        root=os.path.abspath(request.root),
+        baseline=baseline,
+        baseline_dir=baseline_dir,
+        candidates=tuple(candidates),
+        missing=tuple(missing),
+        evidence_path=evidence_path,
+        handoff_path=handoff_path,
+        existing_records=tuple(existing),
+    )
+
+
+def _blockers(prepared: PreparedAudit) -> list[str]:
+    """Why a real_artifact run would be refused before touching the ledger."""
+    blockers = []
+    if not prepared.candidates:
+        listed = ", ".join(prepared.missing) or "none given"
+        blockers.append(f"no candidate manifest exists ({listed}); real_artifact needs at least one")
+    try:
+        refuse_existing((prepared.evidence_path, prepared.handoff_path), prepared.request.replace)
+    except InputError as e:
+        blockers.append(str(e))
+    return blockers
+
+
+def check_runnable(prepared: PreparedAudit) -> None:
+    """Refuse a real_artifact run that cannot write its records (before the ledger is opened)."""
+    blockers = _blockers(prepared)
+    if blockers:
+        raise InputError(blockers[0])
+
+
+def missing_fields(fields: JSON) -> list[str]:
+    """Manifest fields the checks need but this candidate manifest lacks (SPEC §7)."""
+    names = []
+    kind = fields.get("candidate_kind")
+    if kind is None:
+        names.append("semantic_id")
+    for key in ("source_policy_version", "policy_version", "evaluation_version", "decision"):
+        if fields.get(key) in (None, ""):
+            names.append(key)
+    if not fields.get("adapter_sha256"):
+        names.append("artifacts.adapter.sha256")
+    if kind == "dpo" and not fields.get("preference_evidence_version"):
+        names.append("source_evidence")
+    if kind in ONLINE_KINDS:
+        if not fields.get("verifier_version"):
+            names.append("trajectory_identity.verifier_version")
+        index = fields.get("evidence_window_index")
+        if not isinstance(index, int) or isinstance(index, bool):
+            names.append("evidence_window_index")
+    return names
+
+
+def _path_plan(resolved: str, written: Any, root: str) -> JSON:
+    escapes = path_escapes_root(resolved, root)
+    # A path outside --root is not even looked at; real_artifact will not read it either.
+    return {"path": written, "escapes_root": escapes, "exists": None if escapes else os.path.exists(resolved)}
+
+
+def plan(prepared: PreparedAudit) -> JSON:
+    """What a real_artifact run would do, from the manifests alone (no hashing, no ledger)."""
+    request = prepared.request
+    policy = prepared.baseline.adapter_sha256
+    candidates = []
+    for c in prepared.candidates:
+        fields = c.manifest.fields
+        index = fields.get("evidence_window_index")
+        age = request.active_window - index if isinstance(index, int) and not isinstance(index, bool) else None
+        preview = check_candidate_freshness({**fields, "window_age": age}, policy, request.max_window_age)
+        candidates.append({
+            "candidate_id": c.candidate_id,
+            "manifest_path": c.relative,
+            "semantic_id": fields.get("semantic_id"),
+            "candidate_kind": fields.get("candidate_kind"),
+            "upstream_decision": fields.get("decision"),
+            "artifact": _path_plan(fields["adapter_resolved_path"], fields.get("adapter_path"), prepared.root),
+            "missing_fields": missing_fields(fields),
+            "freshness_preview": preview,
+        })  # fmt: skip
+    steps = [
+        f"initialise the ledger (max window age {request.max_window_age}, active window {request.active_window}) "
+        "if new, else advance it to that window",
+        f"activate the baseline {policy} unless it is already active",
+        *(f"receive {c.candidate_id}, check it and hand it off if verified "
+          "(re-check only if ready/tune; record as it stands if reject/recovering)" for c in prepared.candidates),
+        f"write {prepared.evidence_path} and {prepared.handoff_path}",
+    ]  # fmt: skip
+    return {
+        "run_mode": "dry_run",
+        "run_label": request.label,
+        "writes": "nothing",
+        "baseline_manifest": relative_posix(prepared.baseline.path, prepared.baseline_dir),
+        "active_policy_version": policy,
+        "active_window": request.active_window,
+        "maximum_window_age": request.max_window_age,
+        "root": prepared.root,
+        "rollback": _path_plan(
+            prepared.baseline.adapter_path, prepared.baseline.adapter_path_as_written, prepared.root
+        ),
+        "candidates": candidates,
+        "missing_candidate_manifests": list(prepared.missing),
+        "records": {"evidence": str(prepared.evidence_path), "handoff": str(prepared.handoff_path)},
+        "would_replace": [str(p) for p in prepared.existing_records] if request.replace else [],
+        "blockers": _blockers(prepared),
+        "steps": steps,
+    }
+
+
+def _settings_preflight(settings: LedgerSettings, request: AuditRequest) -> None:
+    """Refuse, before any append, a window the ledger cannot take."""
+    if not settings.initialized:
+        return
+    if settings.max_window_age != request.max_window_age:
+        raise ConflictError(
+            f"the ledger's max window age is {settings.max_window_age}, not {request.max_window_age}: "
+            f"audit with --max-window-age {settings.max_window_age}, or into a new ledger"
+        )
+    if settings.active_window is not None and settings.active_window > request.active_window:
+        raise ConflictError(
+            f"the ledger's active window is already {settings.active_window}; the window only advances: "
+            f"audit with --active-window {settings.active_window} or higher"
+        )
+
+
+def _candidates_preflight(ledger: Ledger, candidates: tuple[AuditCandidate, ...]) -> None:
+    """Refuse, before any append, a manifest `receive` would refuse (same id, other content)."""
+    for c in candidates:
+        try:
+            current = ledger.candidate(c.candidate_id)
+        except NotFoundError:
+            continue
+        same = canonical_json(current.candidate) == canonical_json(c.manifest.fields)
+        if not same and current.state != "tune":
+            raise ConflictError(
+                f"candidate {c.candidate_id!r} ({c.relative}) is already in the ledger in state {current.state} "
+                "with a different manifest; only a candidate in tune can be revised (give it a new policy_version)"
+            )
+
+
+def _process(ledger: Ledger, c: AuditCandidate) -> None:
+    """Receive (idempotent), then check and hand off, as far as the machine allows."""
+    cid = c.candidate_id
+    ledger.receive(c.path, candidate_id=cid)
+    state = ledger.candidate(cid).state
+    if state in ("ready", "tune"):
+        ledger.check(cid)  # artifacts can change after a decision: re-check, keep or reject
+        return
+    if state == "received":
+        state = ledger.check(cid).state or state
+    if state == "verified":
+        ledger.hand_off(cid)
+    # reject and recovering: recorded as they stand
+
+
+def run(prepared: PreparedAudit, ledger: Ledger) -> AuditResult:
+    """Drive the ledger through the audit, then write both records (SPEC §7)."""
+    check_runnable(prepared)
+    request = prepared.request
+    _settings_preflight(ledger.settings(), request)
+    _candidates_preflight(ledger, prepared.candidates)
+    start = ledger.store.head().seq
+    settings = ledger.settings()
+    if not settings.initialized:
+        ledger.init(request.max_window_age, request.active_window)
+    elif settings.active_window != request.active_window:
+        ledger.advance_window(request.active_window)
+    ledger.activate_baseline(prepared.baseline.path)
+    for c in prepared.candidates:
+        _process(ledger, c)
+    settings = ledger.settings()
+    records = []
+    for c in prepared.candidates:
+        events = [(e.seq, e.type) for e in ledger.store.read_stream(stream_of(c.candidate_id)) if e.seq > start]
+        records.append(
+            candidate_record(
+                ledger.candidate(c.candidate_id),
+                manifest_path=c.relative,
+                manifest_sha256=c.manifest.sha256,
+                baseline_adapter_path=prepared.baseline.adapter_path_as_written,
+                baseline_sha256=prepared.baseline.adapter_sha256,
+                events=events,
+            )
+        )
+    ledger_events = [{"seq": e.seq, "type": e.type} for e in ledger.store.read_stream(LEDGER_STREAM) if e.seq > start]
+    scenarios = recovery_scenarios()
+    baseline_manifest = relative_posix(prepared.baseline.path, prepared.baseline_dir)
+    common = {"schema_version": SCHEMA_VERSION, "semantic_id": SEMANTIC_ID, "run_label": request.label}
+    evidence = {
+        **common,
+        "run_mode": "real_artifact",
+        "active_policy_version": settings.active_policy_version,
+        "active_window": settings.active_window,
+        "maximum_window_age": settings.max_window_age,
+        "baseline_manifest": baseline_manifest,
+        "candidate_records": records,
+        "recovery_scenarios": scenarios,
+        "missing_candidate_manifests": list(prepared.missing),
+        "ledger_events": ledger_events,
+    }
+    ready = any(r["handoff_status"] == "ready_for_evaluation" for r in records)
+    handoff = {
+        **common,
+        "handoff_status": "ready" if ready else "no_ready_candidate",
+        "active_policy_version": settings.active_policy_version,
+        "baseline_manifest": baseline_manifest,
+        "candidate_records": records,
+        "source_evidence": prepared.evidence_path.name,
+        "recovery_scenarios": scenarios,
+    }
+    replaced = publish(
+        [(prepared.evidence_path, canonical_bytes(evidence)), (prepared.handoff_path, canonical_bytes(handoff))],
+        replace=request.replace,
+    )
+    return AuditResult(prepared.evidence_path, prepared.handoff_path, evidence, handoff, tuple(replaced))

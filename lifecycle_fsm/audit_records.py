@@ -1,0 +1,260 @@
+"""The audit's two records (SPEC §7): built from the ledger's state, written byte-stable.
+
+A record holds no wall-clock time and no absolute path: manifest paths are relative
+to the baseline manifest's folder (POSIX separators), adapter paths are kept as the
+manifests wrote them, and an artifact error is a short code (the ledger's event at
+`evidence_seq` keeps the full message, which names absolute paths). So the same
+manifests and artifacts audited into two fresh ledgers in two folders give the same
+bytes. Records are canonical JSON (sorted keys, indent 2, trailing newline), written
+atomically (a temp file in the same folder, fsync, `os.replace`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from lifecycle_fsm.errors import InputError
+from lifecycle_fsm.rules import choose_recovery_action, decide_lifecycle_handoff
+from lifecycle_fsm.state import CandidateState
+
+__all__ = [
+    "FAILURE_SCENARIOS",
+    "HANDOFF_STATUS_BY_STATE",
+    "SCHEMA_VERSION",
+    "SEMANTIC_ID",
+    "canonical_bytes",
+    "candidate_record",
+    "check_record",
+    "previous_of",
+    "publish",
+    "record_paths",
+    "recovery_scenarios",
+    "refuse_existing",
+    "relative_posix",
+    "validate_label",
+    "write_atomic",
+]
+
+JSON = dict[str, Any]
+
+SCHEMA_VERSION = "post-training-lifecycle/v1"
+SEMANTIC_ID = "PT-POST-TRAINING-LIFECYCLE"
+_LABEL = re.compile(r"[A-Za-z0-9._-]+")
+
+# Seed 5.3's drill: each failed stage with the trusted state it would reuse available.
+FAILURE_SCENARIOS: tuple[tuple[str, str], ...] = (
+    ("sampling", "prompt_queue"),
+    ("reward", "trajectories"),
+    ("update", "pre_update_checkpoint"),
+    ("artifact_validation", "verified_baseline"),
+)
+
+# The hand-off status a record shows for a candidate's ledger state; a candidate left
+# `recovering` (or, after a concurrent writer, `received`/`verified`) has none (null).
+HANDOFF_STATUS_BY_STATE = {"ready": "ready_for_evaluation", "tune": "tune", "reject": "reject"}
+
+# ArtifactError messages (artifacts.py) name absolute paths; records keep a code.
+_ERROR_CODES = (
+    ("path_escapes_root", "path_escapes_root"),
+    ("path escapes root", "path_escapes_root"),
+    ("no artifact path", "no_artifact_path"),
+    ("no such file or directory", "missing"),
+    ("symlink leads outside", "symlink_outside_root"),
+    ("dangling symlink", "dangling_symlink"),
+    ("symlink loop", "symlink_loop"),
+    ("file changed while hashing", "changed_while_hashing"),
+    ("special file", "special_file"),
+    ("not a regular file", "special_file"),
+)
+
+
+def validate_label(label: str) -> str:
+    """A label names the record files, so it is `[A-Za-z0-9._-]+` and nothing else."""
+    if not isinstance(label, str) or not _LABEL.fullmatch(label):
+        raise InputError(f"label must match [A-Za-z0-9._-]+, not {label!r}")
+    return label
+
+
+def record_paths(out: str | os.PathLike[str], label: str) -> tuple[Path, Path]:
+    """The evidence record and the hand-off record for `label` in folder `out`."""
+    folder = Path(out)
+    return folder / f"lifecycle_evidence_{label}.json", folder / f"lifecycle_handoff_{label}.json"
+
+
+def previous_of(path: Path) -> Path:
+    """Where `--replace` keeps the one previous generation of a record."""
+    return path.with_name(path.name + ".previous")
+
+
+def refuse_existing(paths: Sequence[Path], replace: bool) -> list[Path]:
+    """Refuse a used label (or a second `.previous`); return the records `--replace` will move."""
+    existing = [p for p in paths if os.path.lexists(p)]
+    if existing and not replace:
+        raise InputError(f"records for this label already exist: {existing[0]} (choose a new --label, or --replace)")
+    for p in existing:
+        if os.path.lexists(previous_of(p)):
+            raise InputError(
+                f"{previous_of(p)} already exists: --replace keeps one previous generation; move it away first"
+            )
+    return existing
+
+
+def relative_posix(path: str | os.PathLike[str], base_dir: str) -> str:
+    """`path` relative to `base_dir`, lexically (no symlinks resolved), with `/` separators."""
+    try:
+        rel = os.path.relpath(os.path.abspath(path), base_dir)
+    except ValueError:  # another drive on Windows: there is no relative path
+        rel = os.path.abspath(path)
+    return rel.replace(os.sep, "/")
+
+
+def canonical_bytes(doc: JSON) -> bytes:
+    """Sorted keys, indent 2, UTF-8, one trailing newline; NaN refused."""
+    return (json.dumps(doc, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make the rename itself durable (POSIX; a no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write a temp file next to `path`, fsync it, then `os.replace` it into place."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a record is meant to be read
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+
+
+def publish(records: Sequence[tuple[Path, bytes]], *, replace: bool) -> list[Path]:
+    """Move an existing pair to `.previous` (with `replace`), then write the new records."""
+    paths = [p for p, _ in records]
+    existing = refuse_existing(paths, replace)  # again: another audit may have written meanwhile
+    moved = []
+    try:
+        for p in {p.parent for p in paths}:
+            p.mkdir(parents=True, exist_ok=True)
+        for p in existing:
+            os.replace(p, previous_of(p))
+            moved.append(previous_of(p))
+        for p, data in records:
+            write_atomic(p, data)
+    except OSError as e:
+        raise InputError(f"cannot write the records in {paths[0].parent}: {e.strerror or e}") from e
+    return moved
+
+
+def recovery_scenarios() -> list[JSON]:
+    """Seed 5.3's four failures through §3's `choose_recovery_action` (ordered trusted states)."""
+    out = []
+    for stage, state in FAILURE_SCENARIOS:
+        failure = {"stage": stage, "available": {state: True}}
+        out.append({**choose_recovery_action(failure), "available": failure["available"]})
+    return out
+
+
+def _error_code(check: JSON) -> str | None:
+    error = check.get("error")
+    if isinstance(error, str) and error:
+        return next((code for text, code in _ERROR_CODES if error.startswith(text)), "unreadable")
+    if check.get("verified"):
+        return None
+    return "hash_mismatch" if check.get("expected") else "no_expected_hash"
+
+
+def check_record(path_as_written: Any, check: JSON | None, expected: Any) -> JSON:
+    """An artifact or rollback check: {path, expected, actual, verified, error code}."""
+    if check is None:
+        return {"path": path_as_written, "expected": expected, "actual": None, "verified": None, "error": "not_checked"}
+    return {
+        "path": path_as_written,
+        "expected": check.get("expected"),
+        "actual": check.get("actual"),
+        "verified": bool(check.get("verified")),
+        "error": _error_code(check),
+    }
+
+
+def _latest_evidence(state: CandidateState) -> JSON | None:
+    """The newest ChecksRecorded or HandoffDecided payload (with its seq), if any."""
+    found = [e for e in (state.last_check, state.last_handoff) if e is not None]
+    return max(found, key=lambda e: int(e["seq"])) if found else None
+
+
+def candidate_record(
+    state: CandidateState,
+    *,
+    manifest_path: str,
+    manifest_sha256: str,
+    baseline_adapter_path: str,
+    baseline_sha256: str | None,
+    events: Sequence[tuple[int, str]],
+) -> JSON:
+    """One candidate as the ledger now says it is, with the evidence of its latest check."""
+    fields = state.candidate
+    upstream = fields.get("decision")
+    evidence = _latest_evidence(state)
+    if evidence is None:
+        freshness, hard_failures = None, []
+    else:
+        freshness = {
+            "fresh": bool(evidence["freshness"]["fresh"]),
+            "failed_checks": list(evidence["freshness"]["failed_checks"]),
+        }
+        if "hard_failures" in evidence:  # a HandoffDecided: the decision as recorded
+            hard_failures = list(evidence["hard_failures"])
+        else:  # a (re-)check: the seed's hand-off rule over the recorded evidence, no new I/O
+            hard_failures = decide_lifecycle_handoff(
+                upstream,
+                evidence["freshness"],
+                {
+                    "rollback_ready": bool(evidence["rollback"]["verified"]),
+                    "artifact_verified": bool(evidence["artifact"]["verified"]),
+                },
+            )["hard_failures"]
+    return {
+        "candidate_id": state.candidate_id,
+        "candidate_kind": state.kind,
+        "semantic_id": fields.get("semantic_id"),
+        "manifest_path": manifest_path,
+        "manifest_sha256": manifest_sha256,
+        "upstream_decision": upstream,
+        "freshness": freshness,
+        "artifact": check_record(
+            fields.get("adapter_path"), None if evidence is None else evidence["artifact"], fields.get("adapter_sha256")
+        ),
+        "rollback": check_record(
+            baseline_adapter_path, None if evidence is None else evidence["rollback"], baseline_sha256
+        ),
+        "handoff_status": HANDOFF_STATUS_BY_STATE.get(state.state),
+        "hard_failures": hard_failures,
+        "reason_codes": list(state.reason_codes),
+        "ledger_state": state.state,
+        "evidence_seq": None if evidence is None else int(evidence["seq"]),
+        "ledger_events": [{"seq": seq, "type": type_name} for seq, type_name in events],
+    }

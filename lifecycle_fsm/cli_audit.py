@@ -1,0 +1,174 @@
+"""`lifecycle audit`: the CLI edge of `lifecycle_fsm.audit` (SPEC §7).
+
+Kept apart from `cli.py` (which registers it) so the two do not import each other:
+the root context's `obj` (db, json, actor, synchronous) is all this command needs.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from lifecycle_fsm.audit import MODES, AuditRequest, AuditResult, check_runnable, plan, prepare, run
+from lifecycle_fsm.errors import InputError
+from lifecycle_fsm.ledger import DEFAULT_ACTIVE_WINDOW, DEFAULT_MAX_WINDOW_AGE, Ledger
+from lifecycle_fsm.render import emit
+
+__all__ = ["audit"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _obj() -> dict[str, Any]:
+    return click.get_current_context().find_root().obj  # type: ignore[no-any-return]
+
+
+def _json_option(func: F) -> F:
+    """`--json` also works after the subcommand (as `cli.json_option`)."""
+
+    @click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
+    @functools.wraps(func)
+    def wrapper(*args: Any, as_json: bool, **kwargs: Any) -> Any:
+        if as_json:
+            _obj()["json"] = True
+        return func(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+@click.command()
+@click.option("--baseline", required=True, type=click.Path(path_type=Path), help="The SFT baseline manifest.")
+@click.option(
+    "--candidates", "candidates", multiple=True, required=True, type=click.Path(path_type=Path), metavar="M...",
+    help="Candidate manifests (DPO, GRPO/RLVR); missing ones are listed in the records, not fatal.",
+)  # fmt: skip
+@click.argument("more_candidates", nargs=-1, type=click.Path(path_type=Path), metavar="[M]...")
+@click.option("--label", required=True, help="Names the records: lifecycle_{evidence,handoff}_LABEL.json.")
+@click.option("--mode", type=click.Choice(MODES), default="dry_run", show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), default=Path("results"), show_default=True,
+              help="Folder for the records.")  # fmt: skip
+@click.option(
+    "--root", type=click.Path(path_type=Path), default=Path("."), show_default="the current folder",
+    help="Artifacts are read only inside ROOT (symlinks may point anywhere inside it).",
+)  # fmt: skip
+@click.option("--replace", is_flag=True, help="Move an existing record pair to <file>.previous first.")
+@click.option("--active-window", type=click.IntRange(min=0), default=DEFAULT_ACTIVE_WINDOW, show_default=True)
+@click.option("--max-window-age", type=click.IntRange(min=0), default=DEFAULT_MAX_WINDOW_AGE, show_default=True)
+@_json_option
+def audit(
+    baseline: Path,
+    candidates: tuple[Path, ...],
+    more_candidates: tuple[Path, ...],
+    label: str,
+    mode: str,
+    out: Path,
+    root: Path,
+    replace: bool,
+    active_window: int,
+    max_window_age: int,
+) -> None:
+    """Audit real candidate artifacts against an SFT baseline and write the hand-off records.
+
+    `--candidates a.json b.json` and `--candidates a.json --candidates b.json` both work.
+    dry_run (the default) checks the manifests and prints what real_artifact would do,
+    writing nothing. real_artifact records every step as ledger events (baseline,
+    window, receive, check, hand-off), then writes lifecycle_evidence_LABEL.json and
+    lifecycle_handoff_LABEL.json to OUT. Exit 0 whenever the records were written,
+    whatever they decide; a used LABEL is refused (exit 3) unless --replace.
+    """
+    request = AuditRequest(
+        baseline=baseline,
+        candidates=(*candidates, *more_candidates),
+        label=label,
+        out=out,
+        root=root,
+        replace=replace,
+        active_window=active_window,
+        max_window_age=max_window_age,
+    )
+    prepared = prepare(request)
+    as_json = bool(_obj()["json"])
+    if mode == "dry_run":
+        doc = plan(prepared)
+        emit(doc) if as_json else _print_plan(doc)
+        return
+    check_runnable(prepared)  # before the ledger file is created
+    obj = _obj()
+    if not obj.get("db"):
+        raise InputError("no ledger path: pass --db or set LIFECYCLE_DB")
+    with Ledger.open(obj["db"], synchronous=obj["synchronous"], actor=obj["actor"], artifact_root=root) as ledger:
+        result = run(prepared, ledger)
+    emit(_summary(result)) if as_json else _print_summary(result)
+
+
+def _summary(result: AuditResult) -> dict[str, Any]:
+    return {
+        "run_mode": "real_artifact",
+        "run_label": result.evidence["run_label"],
+        "evidence_path": str(result.evidence_path),
+        "handoff_path": str(result.handoff_path),
+        "handoff_status": result.handoff_status,
+        "candidates": [
+            {
+                "candidate_id": r["candidate_id"],
+                "manifest_path": r["manifest_path"],
+                "handoff_status": r["handoff_status"],
+                "ledger_state": r["ledger_state"],
+                "reason_codes": r["reason_codes"],
+            }
+            for r in result.evidence["candidate_records"]
+        ],
+        "missing_candidate_manifests": result.evidence["missing_candidate_manifests"],
+        "replaced": [str(p) for p in result.replaced],
+    }
+
+
+def _print_summary(result: AuditResult) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("candidate", "kind", "ledger state", "hand-off", "reasons", "events")
+    for r in result.evidence["candidate_records"]:
+        seqs = ", ".join(str(e["seq"]) for e in r["ledger_events"]) or "-"
+        table.add_row(r["candidate_id"], str(r["candidate_kind"]), r["ledger_state"], str(r["handoff_status"]),
+                      ", ".join(r["reason_codes"]) or "-", seqs)  # fmt: skip
+    Console().print(table)
+    for missing in result.evidence["missing_candidate_manifests"]:
+        click.echo(f"missing candidate manifest (not audited): {missing}")
+    for previous in result.replaced:
+        click.echo(f"previous record kept as {previous}")
+    click.echo(f"evidence: {result.evidence_path}")
+    click.echo(f"hand-off: {result.handoff_path} ({result.handoff_status})")
+
+
+def _print_plan(doc: dict[str, Any]) -> None:
+    click.echo(f"dry run for label {doc['run_label']}: nothing is written")
+    click.echo(f"baseline {doc['baseline_manifest']}: policy {doc['active_policy_version']}")
+    rollback = doc["rollback"]
+    click.echo(f"  rollback adapter {rollback['path']}: {_where(rollback)}")
+    for c in doc["candidates"]:
+        failed = c["freshness_preview"]["failed_checks"]
+        click.echo(f"candidate {c['candidate_id']} ({c['candidate_kind']}, upstream {c['upstream_decision']}) "
+                   f"from {c['manifest_path']}")  # fmt: skip
+        click.echo(f"  adapter {c['artifact']['path']}: {_where(c['artifact'])}")
+        if c["missing_fields"]:
+            click.echo(f"  missing fields: {', '.join(c['missing_fields'])}")
+        if failed:
+            click.echo(f"  would fail freshness: {', '.join(failed)}")
+    for missing in doc["missing_candidate_manifests"]:
+        click.echo(f"missing candidate manifest (would be listed, not audited): {missing}")
+    click.echo("real_artifact would:")
+    for step in doc["steps"]:
+        click.echo(f"  - {step}")
+    for blocker in doc["blockers"]:
+        click.echo(f"real_artifact would be refused: {blocker}")
+
+
+def _where(path_plan: dict[str, Any]) -> str:
+    if path_plan["escapes_root"]:
+        return "outside --root (will not be read: path_escapes_root)"
+    return "exists" if path_plan["exists"] else "MISSING"

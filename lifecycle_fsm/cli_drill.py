@@ -1,0 +1,84 @@
+"""`lifecycle drill`: replay failure scenarios against fresh ledgers and report.
+
+Kept out of `cli.py` so the drill machinery (YAML, fault injection) loads only when
+asked for; `cli.py` adds this command to the group. Like every command it holds no
+logic: `replay.scenario` validates, `replay.drills` runs and builds the report.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import orjson
+
+from lifecycle_fsm.errors import InputError
+
+__all__ = ["DRILL_FAILED", "drill"]
+
+DRILL_FAILED = 8  # exit code: a drill expectation did not hold (documented in EXIT_CODES / README)
+
+
+def _root_obj() -> dict[str, Any]:
+    obj = click.get_current_context().find_root().obj
+    return obj if isinstance(obj, dict) else {}
+
+
+def _print_table(report: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("scenario", "steps", "result", "time")
+    for r in report["scenarios"]:
+        result = "[green]pass[/green]" if r["result"] == "pass" else "[bold red]FAIL[/bold red]"
+        seconds = report["timings"]["scenarios"].get(r["name"], 0.0)
+        table.add_row(r["name"], f"{r['steps_run']}/{r['steps']}", result, f"{seconds:.2f}s")
+    console = Console()
+    console.print(table)
+    for r in report["scenarios"]:
+        for f in r["failures"]:
+            console.print(f"[red]{r['name']}[/red] {f['message']}", markup=True, highlight=False)
+    s = report["summary"]
+    console.print(f"{s['passed']} of {s['scenarios']} scenarios passed", highlight=False)
+
+
+@click.command()
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--report", "report_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Write drill-report.json and drill-report.md into DIR.")  # fmt: skip
+@click.option("--keep", "keep_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Keep each scenario's ledger as DIR/<scenario-name>.db (inspect it with status, history, explain).")
+@click.option("--seed", type=int, help="Override every scenario's seed.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
+def drill(paths: tuple[Path, ...], report_dir: Path | None, keep_dir: Path | None, seed: int | None,
+          as_json: bool) -> None:  # fmt: skip
+    """Run failure scenarios (YAML) against fresh ledgers, with faults injected.
+
+    PATHS are scenario files or folders (their *.yaml, not subfolders); default: ./scenarios.
+    Every scenario is validated before any runs. Exit 0 when every expectation held,
+    8 when one did not (the report names the step, the expected and the actual value),
+    3 when a scenario file is malformed.
+    """
+    from replay.drills import build_report, report_markdown, run_drills
+    from replay.scenario import load_scenarios
+
+    obj = _root_obj()
+    as_json = as_json or bool(obj.get("json"))
+    scenarios = load_scenarios(list(paths) or [Path("scenarios")])
+    report = build_report(run_drills(scenarios, seed=seed, keep_dir=keep_dir))
+    if report_dir is not None:
+        try:
+            report_dir.mkdir(parents=True, exist_ok=True)
+            text = orjson.dumps(report, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode() + "\n"
+            (report_dir / "drill-report.json").write_text(text)
+            (report_dir / "drill-report.md").write_text(report_markdown(report))
+        except OSError as e:
+            raise InputError(f"cannot write the drill report to {report_dir}: {e.strerror}") from None
+    if as_json:
+        click.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
+    else:
+        _print_table(report)
+    if not report["ok"]:
+        sys.exit(DRILL_FAILED)

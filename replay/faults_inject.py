@@ -1,0 +1,228 @@
+"""Fault injection for drills: real damage to the real ledger file and artifact files.
+
+Each fault happens the way the failure would: a writer process SIGKILLed inside an
+append (through `LIFECYCLE_FAULT`, see `store/faults.py`), a checkpoint row garbled
+and an event row edited with plain `sqlite3` behind the store's back, an artifact
+byte flipped or its folder removed on disk. Each returns what it did (deterministic,
+for the report) and any problem with the consequence the ledger promises, as
+`(key, expected, actual)`; no problems means the ledger behaved.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import random
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import attrs
+import orjson
+
+import lifecycle_fsm
+from lifecycle_fsm.errors import CorruptionError
+from replay.checkpoints import load_state
+from replay.fold import snapshot_json
+from replay.verify import verify
+from store.base import EventStore
+from store.chain import canonical_json
+from store.faults import ENV_VAR
+
+__all__ = [
+    "FaultOutcome",
+    "commits_when_opening",
+    "corrupt_checkpoint",
+    "crash_during_append",
+    "delete_artifact",
+    "tamper_artifact",
+    "tamper_event",
+]
+
+Problem = tuple[str, Any, Any]
+
+# Appends `count` fail_stage commands (two events each, one transaction), saying
+# before and after each one how far it got, so the drill knows which command the
+# kill landed in and which positions were acknowledged.
+_CRASH_SNIPPET = """
+import sys
+from lifecycle_fsm.ledger import Ledger
+db, candidate, stage, count, actor = sys.argv[1:6]
+ledger = Ledger.open(db, synchronous="NORMAL", actor=actor)
+print("opened", flush=True)
+for i in range(1, int(count) + 1):
+    print("begin", i, flush=True)
+    result = ledger.fail_stage(candidate, stage)
+    print("done", i, *[e.seq for e in result.events], flush=True)
+"""
+_OPEN_SNIPPET = "import sys\nfrom store.sqlite import SQLiteEventStore\nSQLiteEventStore(sys.argv[1]).close()\n"
+
+
+@attrs.frozen
+class FaultOutcome:
+    """What a fault did, and how the ledger's promise about it failed (if it did)."""
+
+    detail: dict[str, Any]
+    problems: tuple[Problem, ...] = ()
+
+
+def _env(fault: str | None) -> dict[str, str]:
+    """The child's environment: our packages importable even from a source checkout."""
+    env = {k: v for k, v in os.environ.items() if k != ENV_VAR}
+    project = str(Path(lifecycle_fsm.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join([project, *filter(None, [os.environ.get("PYTHONPATH")])])
+    if fault is not None:
+        env[ENV_VAR] = fault
+    return env
+
+
+@functools.cache
+def commits_when_opening() -> int:
+    """How many commits opening a store makes before any command, as `LIFECYCLE_FAULT` counts them.
+
+    The store creates its schema in a write transaction when it opens and the fault
+    hook counts that commit too, so `kill@before_commit#1` fires before any command
+    runs. Measured once per process (by opening a scratch store under `#1`, `#2`…),
+    so a drill's kill lands in the command it planned whichever way the store counts.
+    """
+    with tempfile.TemporaryDirectory(prefix="lifecycle-probe-") as tmp:
+        for n in range(1, 4):
+            db = os.path.join(tmp, f"probe{n}.db")
+            proc = subprocess.run(
+                [sys.executable, "-c", _OPEN_SNIPPET, db],
+                env=_env(f"kill@before_commit#{n}"), capture_output=True, check=False, timeout=60,
+            )  # fmt: skip
+            if proc.returncode != -signal.SIGKILL:
+                return n - 1
+    return 3
+
+
+def crash_during_append(
+    store: EventStore, db: Path, *, candidate: str, stage: str, commands: int, rng: random.Random, actor: str
+) -> FaultOutcome:
+    """A writer process SIGKILLed before COMMIT in its K-th command (K from the seed)."""
+    planned = rng.randint(1, commands)
+    fault = f"kill@before_commit#{planned + commits_when_opening()}"
+    before = store.count_events()
+    proc = subprocess.run(
+        [sys.executable, "-c", _CRASH_SNIPPET, str(db), candidate, stage, str(commands), actor],
+        env=_env(fault), capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    acknowledged: list[int] = []
+    in_flight: int | None = None
+    for line in proc.stdout.splitlines():
+        words = line.split()
+        if words[:1] == ["begin"]:
+            in_flight = int(words[1])
+        elif words[:1] == ["done"]:
+            in_flight = None
+            acknowledged.extend(int(w) for w in words[2:])
+    after = store.count_events()
+    detail = {
+        "commands": commands, "killed_in_command": planned, "fault": fault, "returncode": proc.returncode,
+        "acknowledged_events": len(acknowledged), "events_before": before, "events_after": after,
+    }  # fmt: skip
+    problems: list[Problem] = []
+    if proc.returncode != -signal.SIGKILL:
+        tail = proc.stderr.strip().splitlines()[-1:] or ["no output"]
+        problems.append(("returncode", -signal.SIGKILL, f"{proc.returncode} ({tail[0]})"))
+    if in_flight != planned:
+        problems.append(("killed_in_command", planned, in_flight))
+    present = sum(1 for seq in acknowledged if store.event_at(seq) is not None)
+    if present != len(acknowledged):
+        problems.append(("acknowledged_events_kept", len(acknowledged), present))
+    if after != before + len(acknowledged):
+        problems.append(("events", before + len(acknowledged), after))
+    problems.extend(_integrity(store))
+    stream = store.read_stream(f"candidate:{candidate}")
+    if stream and stream[-1].type == "StageFailed":
+        problems.append(("torn_event", "none", f"seq {stream[-1].seq} StageFailed without its RecoveryPlanned"))
+    return FaultOutcome(detail, tuple(problems))
+
+
+def _integrity(store: EventStore) -> list[Problem]:
+    """The chain re-hashes and a full replay folds every event."""
+    problems: list[Problem] = []
+    chain = store.verify_chain()
+    if not chain.ok:
+        problems.append(("chain_valid", True, f"broken at seq {chain.bad_seq}: {chain.reason}"))
+    try:
+        load_state(store, use_checkpoints=False)
+    except CorruptionError as e:
+        problems.append(("replay", "a full replay", str(e)))
+    return problems
+
+
+def corrupt_checkpoint(store: EventStore, db: Path) -> FaultOutcome:
+    """Garble the latest checkpoint's snapshot (a torn write): the next load skips it and says why."""
+    records = store.select_checkpoints()
+    if not records:
+        return FaultOutcome({}, (("checkpoint", "a checkpoint to corrupt", "none taken"),))
+    latest = records[0]
+    with closing(sqlite3.connect(db)) as conn, conn:
+        conn.execute(
+            "UPDATE checkpoints SET snapshot = ? WHERE checkpoint_id = ?",
+            (latest.snapshot[: len(latest.snapshot) // 2], latest.checkpoint_id),
+        )
+    loaded = load_state(store)
+    full = load_state(store, use_checkpoints=False)
+    skipped = {cid: why for cid, why in loaded.skipped}
+    detail = {
+        "checkpoint_id": latest.checkpoint_id,
+        "position": latest.position,
+        "skipped": [{"checkpoint_id": cid, "reason": why} for cid, why in loaded.skipped],
+        "loaded_from": None if loaded.checkpoint is None else loaded.checkpoint.position,
+    }
+    problems: list[Problem] = []
+    if latest.checkpoint_id not in skipped:
+        problems.append(("skipped", f"checkpoint {latest.checkpoint_id} skipped", sorted(skipped)))
+    if snapshot_json(loaded.state) != snapshot_json(full.state):
+        problems.append(("replay", "equal to a full replay", "differs"))
+    return FaultOutcome(detail, tuple(problems))
+
+
+def tamper_event(store: EventStore, db: Path, *, seq: int | None, rng: random.Random) -> FaultOutcome:
+    """Edit one stored event's payload behind the triggers: verify must name that seq."""
+    count = store.count_events()
+    target = seq if seq is not None else rng.randint(1, max(count, 1))
+    event = store.event_at(target)
+    if event is None:
+        return FaultOutcome({"seq": target}, (("seq", "an event at that seq", f"{count} events"),))
+    payload = orjson.loads(event.payload)
+    payload["edited"] = "by drill"
+    problems: list[Problem] = []
+    with closing(sqlite3.connect(db)) as conn, conn:
+        try:
+            conn.execute("UPDATE events SET actor = actor WHERE seq = ?", (target,))
+            problems.append(("trigger", "UPDATE refused", "UPDATE allowed"))
+        except sqlite3.DatabaseError:
+            pass  # the trigger held: a tamperer must drop it first
+        conn.execute("DROP TRIGGER IF EXISTS events_refuse_update")
+        conn.execute("UPDATE events SET payload = ? WHERE seq = ?", (canonical_json(payload), target))
+    report = verify(store)
+    if report["ok"] or report.get("bad_seq") != target:
+        problems.append(("bad_seq", target, report.get("bad_seq")))
+    detail = {"seq": target, "type": event.type, "verify_ok": report["ok"], "bad_seq": report.get("bad_seq"),
+              "reason": report.get("reason")}  # fmt: skip
+    return FaultOutcome(detail, tuple(problems))
+
+
+def tamper_artifact(file: Path, *, rng: random.Random, shown: str) -> FaultOutcome:
+    """Flip one byte (chosen by the seed) of an artifact's file."""
+    data = bytearray(file.read_bytes())
+    offset = rng.randrange(len(data))
+    data[offset] ^= 0xFF
+    file.write_bytes(bytes(data))
+    return FaultOutcome({"file": shown, "offset": offset})
+
+
+def delete_artifact(folder: Path, *, shown: str) -> FaultOutcome:
+    """Remove an artifact's folder (an adapter or a trusted state) from disk."""
+    shutil.rmtree(folder)
+    return FaultOutcome({"removed": shown})
