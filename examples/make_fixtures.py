@@ -46,7 +46,11 @@ def safetensors_bytes(seed: str, rank: int, layers: int) -> bytes:
             prefix = f"base_model.model.model.layers.{layer}.self_attn.{module}"
             for name, shape in (("lora_A", [rank, HIDDEN]), ("lora_B", [HIDDEN, rank])):
                 size = shape[0] * shape[1] * 2
-                header[f"{prefix}.{name}.weight"] = {"dtype": "BF16", "shape": shape, "data_offsets": [offset, offset + size]}
+                header[f"{prefix}.{name}.weight"] = {
+                    "dtype": "BF16",
+                    "shape": shape,
+                    "data_offsets": [offset, offset + size],
+                }
                 offset += size
     text = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)  # the format pads the header to 8 bytes

@@ -43,10 +43,10 @@ from lifecycle_fsm.state import LedgerSettings
 from store.chain import canonical_json
 
 __all__ = [
-    "MODES",
     "AuditCandidate",
     "AuditRequest",
     "AuditResult",
+    "MODES",
     "PreparedAudit",
     "check_runnable",
     "missing_fields",

@@ -18,7 +18,7 @@ import re
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.rules import choose_recovery_action, decide_lifecycle_handoff
@@ -29,8 +29,8 @@ __all__ = [
     "HANDOFF_STATUS_BY_STATE",
     "SCHEMA_VERSION",
     "SEMANTIC_ID",
-    "canonical_bytes",
     "candidate_record",
+    "canonical_bytes",
     "check_record",
     "previous_of",
     "publish",
@@ -230,7 +230,7 @@ def candidate_record(
             hard_failures = list(evidence["hard_failures"])
         else:  # a (re-)check: the seed's hand-off rule over the recorded evidence, no new I/O
             hard_failures = decide_lifecycle_handoff(
-                upstream,
+                cast(str, upstream),  # any value: outside accept/tune/reject is upstream_state
                 evidence["freshness"],
                 {
                     "rollback_ready": bool(evidence["rollback"]["verified"]),

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import click
 
 from lifecycle_fsm.artifacts import hash_directory, tree_size
+from lifecycle_fsm.cli_audit import audit
 from lifecycle_fsm.errors import InputError, LifecycleError
 from lifecycle_fsm.ledger import Ledger, utc_now
 from lifecycle_fsm.logs import configure_logging
@@ -385,6 +386,10 @@ def diagram() -> None:
     """The state machine as Mermaid text."""
     text = mermaid_diagram()
     emit({"mermaid": text}) if _json() else click.echo(text)
+
+
+# Commands with their own modules (they only need the root context's options).
+main.add_command(audit)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -76,7 +76,7 @@ def read_manifest(path: str | os.PathLike[str]) -> tuple[JSON, str, str]:
         raise InputError(f"manifest {p} lacks artifacts.adapter")
     if not isinstance(adapter.get("path"), str) or not adapter["path"]:
         raise InputError(f"manifest {p} lacks artifacts.adapter.path")
-    return obj, str(p.absolute()), hashlib.sha256(data).hexdigest()
+    return obj, os.path.normpath(p.absolute()), hashlib.sha256(data).hexdigest()
 
 
 def _resolve(manifest_path: str, written: str) -> str:

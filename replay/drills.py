@@ -19,7 +19,7 @@ import random
 import sqlite3
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,7 @@ from lifecycle_fsm.ledger import CommandResult, Ledger, utc_now
 from replay import faults_inject
 from replay.checkpoints import load_state, take_checkpoint
 from replay.fold import snapshot_json
-from replay.scenario import ERROR_CLASSES, ArtifactSpec, Scenario, Step
+from replay.scenario import COMMAND_ACTIONS, ERROR_CLASSES, ArtifactSpec, Scenario, Step
 from replay.verify import verify
 
 __all__ = ["DrillResult", "Failure", "StepResult", "build_report", "report_markdown", "run_drills", "run_scenario"]
@@ -139,21 +139,18 @@ class _Run:
         return value
 
 
-def _write_adapter(folder: Path, name: str, size: int, seed: int) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "adapter_config.json").write_text(json.dumps({"r": 8, "lora_alpha": 16, "name": name}))
-    (folder / "adapter_model.safetensors").write_bytes(random.Random(f"{seed}:{name}").randbytes(size))
-
-
 def _materialize(run: _Run, spec: ArtifactSpec, shas: dict[str, str]) -> None:
     """Write one artifact (and its manifest) into the workspace."""
     home = run.root / "artifacts" / spec.name
+    rng = random.Random(f"{run.seed}:{spec.name}")  # each artifact's bytes depend only on the seed and its name
     if spec.type == "trusted_state":
         home.mkdir(parents=True)
-        (home / "state.bin").write_bytes(random.Random(f"{run.seed}:{spec.name}").randbytes(spec.size))
+        (home / "state.bin").write_bytes(rng.randbytes(spec.size))
         run.folders[spec.name] = home
         return
-    _write_adapter(home / "adapter", spec.name, spec.size, run.seed)
+    (home / "adapter").mkdir(parents=True)
+    (home / "adapter" / "adapter_config.json").write_text(json.dumps({"r": 8, "lora_alpha": 16, "name": spec.name}))
+    (home / "adapter" / "adapter_model.safetensors").write_bytes(rng.randbytes(spec.size))
     sha = hash_directory(home / "adapter")
     manifest: JSON = dict(_MANIFEST_BASE[spec.type])
     if spec.type == "baseline":
@@ -169,45 +166,41 @@ def _materialize(run: _Run, spec: ArtifactSpec, shas: dict[str, str]) -> None:
         if spec.type != "dpo":
             manifest["evidence_window_index"] = run.scenario.config.active_window
     overrides = dict(spec.manifest)
-    manifest["artifacts"] = {"adapter": {"path": "adapter", "sha256": overrides.pop("adapter_sha256", sha)}}
-    manifest |= overrides
+    adapter = {"path": "adapter", "sha256": overrides.pop("adapter_sha256", sha)}
+    manifest = manifest | {"artifacts": {"adapter": adapter}} | overrides
     for key in spec.drop:
-        manifest.pop(key, None)
+        if key == "adapter_sha256":
+            adapter.pop("sha256")
+        else:
+            manifest.pop(key, None)
     (home / "manifest.json").write_text(json.dumps(manifest, indent=2))
     run.folders[spec.name] = home / "adapter"
     run.manifests[spec.name] = home / "manifest.json"
 
 
-def _command(run: _Run, step: Step) -> CommandResult:
-    a, led = step.args, run.ledger
-    match step.action:
-        case "activate_baseline":
-            return led.activate_baseline(run.manifests[a["artifact"]])
-        case "receive":
-            return led.receive(run.manifests[a["artifact"]], candidate_id=a.get("id"))
-        case "check":
-            return led.check(a["candidate"])
-        case "record_trusted_state":
-            return led.record_trusted_state(a["candidate"], a["kind"], run.folders[a["artifact"]])
-        case "invalidate_trusted_state":
-            return led.invalidate_trusted_state(a["candidate"], a["kind"], a.get("reason", "invalidated by drill"))
-        case "fail_stage":
-            return led.fail_stage(a["candidate"], a["stage"])
-        case "complete_recovery":
-            return led.complete_recovery(a["candidate"])
-        case "hand_off":
-            return led.hand_off(a["candidate"])
-        case "advance_window":
-            return led.advance_window(a["window"])
-        case "activate_evaluation":
-            return led.activate_evaluation(a["version"])
-    raise AssertionError(f"not a command: {step.action}")  # pragma: no cover
+_Command = Callable[["_Run", Mapping[str, Any]], CommandResult]
+_COMMANDS: dict[str, _Command] = {
+    "activate_baseline": lambda run, a: run.ledger.activate_baseline(run.manifests[a["artifact"]]),
+    "receive": lambda run, a: run.ledger.receive(run.manifests[a["artifact"]], candidate_id=a.get("id")),
+    "check": lambda run, a: run.ledger.check(a["candidate"]),
+    "record_trusted_state": lambda run, a: run.ledger.record_trusted_state(
+        a["candidate"], a["kind"], run.folders[a["artifact"]]
+    ),
+    "invalidate_trusted_state": lambda run, a: run.ledger.invalidate_trusted_state(
+        a["candidate"], a["kind"], a.get("reason", "invalidated by drill")
+    ),
+    "fail_stage": lambda run, a: run.ledger.fail_stage(a["candidate"], a["stage"]),
+    "complete_recovery": lambda run, a: run.ledger.complete_recovery(a["candidate"]),
+    "hand_off": lambda run, a: run.ledger.hand_off(a["candidate"]),
+    "advance_window": lambda run, a: run.ledger.advance_window(a["window"]),
+    "activate_evaluation": lambda run, a: run.ledger.activate_evaluation(a["version"]),
+}
 
 
 def _run_command(run: _Run, step: Step) -> JSON:
     before = run.ledger.store.count_events()
     try:
-        result = _command(run, step)
+        result = _COMMANDS[step.action](run, step.args)
     except Exception as e:
         name = type(e).__name__
         if step.refused is not None and isinstance(e, ERROR_CLASSES[step.refused]):
@@ -297,24 +290,18 @@ def _fault(run: _Run, step: Step) -> JSON:
             file = folder / ("state.bin" if run.scenario.artifacts[name].type == "trusted_state" else
                              "adapter_model.safetensors")  # fmt: skip
             outcome = faults_inject.tamper_artifact(file, rng=run.rng, shown=str(file.relative_to(run.root)))
-    detail = run.shown(outcome.detail)
+    detail: JSON = run.shown(outcome.detail)
     if outcome.problems:
         raise _StepFailed([(k, e, run.shown(v)) for k, e, v in outcome.problems], detail)
     return detail
 
 
 def _step(run: _Run, step: Step) -> JSON:
-    if step.action == "expect":
-        return _expect(run, step)
     if step.action == "checkpoint":
         record = take_checkpoint(run.ledger.store, clock=utc_now)
         return {"checkpoint_id": record.checkpoint_id, "position": record.position}
-    if step.action == "replay":
-        return _replay(run, step)
-    if step.action in ("crash_during_append", "corrupt_checkpoint", "tamper_event", "tamper_artifact",
-                       "delete_artifact"):  # fmt: skip
-        return _fault(run, step)
-    return _run_command(run, step)
+    handlers = {"expect": _expect, "replay": _replay}
+    return handlers.get(step.action, _run_command if step.action in COMMAND_ACTIONS else _fault)(run, step)
 
 
 def _keep(db: Path, keep_dir: Path, name: str) -> str:

@@ -10,7 +10,6 @@ for the report) and any problem with the consequence the ledger promises, as
 
 from __future__ import annotations
 
-import functools
 import os
 import random
 import shutil
@@ -18,7 +17,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import tempfile
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -37,7 +35,6 @@ from store.faults import ENV_VAR
 
 __all__ = [
     "FaultOutcome",
-    "commits_when_opening",
     "corrupt_checkpoint",
     "crash_during_append",
     "delete_artifact",
@@ -61,7 +58,6 @@ for i in range(1, int(count) + 1):
     result = ledger.fail_stage(candidate, stage)
     print("done", i, *[e.seq for e in result.events], flush=True)
 """
-_OPEN_SNIPPET = "import sys\nfrom store.sqlite import SQLiteEventStore\nSQLiteEventStore(sys.argv[1]).close()\n"
 
 
 @attrs.frozen
@@ -82,33 +78,12 @@ def _env(fault: str | None) -> dict[str, str]:
     return env
 
 
-@functools.cache
-def commits_when_opening() -> int:
-    """How many commits opening a store makes before any command, as `LIFECYCLE_FAULT` counts them.
-
-    The store creates its schema in a write transaction when it opens and the fault
-    hook counts that commit too, so `kill@before_commit#1` fires before any command
-    runs. Measured once per process (by opening a scratch store under `#1`, `#2`…),
-    so a drill's kill lands in the command it planned whichever way the store counts.
-    """
-    with tempfile.TemporaryDirectory(prefix="lifecycle-probe-") as tmp:
-        for n in range(1, 4):
-            db = os.path.join(tmp, f"probe{n}.db")
-            proc = subprocess.run(
-                [sys.executable, "-c", _OPEN_SNIPPET, db],
-                env=_env(f"kill@before_commit#{n}"), capture_output=True, check=False, timeout=60,
-            )  # fmt: skip
-            if proc.returncode != -signal.SIGKILL:
-                return n - 1
-    return 3
-
-
 def crash_during_append(
     store: EventStore, db: Path, *, candidate: str, stage: str, commands: int, rng: random.Random, actor: str
 ) -> FaultOutcome:
     """A writer process SIGKILLed before COMMIT in its K-th command (K from the seed)."""
     planned = rng.randint(1, commands)
-    fault = f"kill@before_commit#{planned + commits_when_opening()}"
+    fault = f"kill@before_commit#{planned}"  # the store counts command commits only, not opening
     before = store.count_events()
     proc = subprocess.run(
         [sys.executable, "-c", _CRASH_SNIPPET, str(db), candidate, stage, str(commands), actor],

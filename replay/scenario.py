@@ -263,6 +263,8 @@ def _check_step_semantics(here: _Where, action: str, args: Mapping[str, Any], ar
         for key in CANDIDATE_EXPECTATIONS:
             if key in args and "candidate" not in args:
                 raise here.error(key, "needs `candidate:` to say which candidate")
+        if "recovery" in args and not args["recovery"]:
+            raise here.error("recovery", "must name at least one of " + ", ".join(RECOVERY_KEYS))
         for key, val in args.get("recovery", {}).items():
             if key not in RECOVERY_KEYS:
                 raise here.at(f"{here.place}: recovery").unknown(key, list(RECOVERY_KEYS))
@@ -313,7 +315,7 @@ def load_scenario(path: str | Path) -> Scenario:
     except (OSError, UnicodeDecodeError) as e:
         raise ScenarioError(f"{p}: cannot read the scenario ({e})") from None
     except yaml.YAMLError as e:
-        raise ScenarioError(f"{p}: not valid YAML ({e})".replace("\n", " ")) from None
+        raise ScenarioError(f"{p}: not valid YAML ({' '.join(str(e).split())})") from None
     top = _mapping(where, None, raw)
     for key in top:
         if key not in TOP_LEVEL:
@@ -331,6 +333,8 @@ def load_scenario(path: str | Path) -> Scenario:
         if key not in CONFIG_KEYS:
             raise where.at("config").unknown(key, list(CONFIG_KEYS))
         _typed(where.at("config"), key, val, CONFIG_KEYS[key])
+        if isinstance(val, int) and val < 0:
+            raise where.at("config").error(key, "must not be negative")
     config = DrillConfig(**config_raw)
     artifacts: dict[str, ArtifactSpec] = {}
     for art_name, art in _mapping(where.at("artifacts"), None, top.get("artifacts") or {}).items():

@@ -119,7 +119,8 @@ def commands(*, max_size: int, min_size: int = 0, checkpoint_weight: int = 1) ->
 def dispatch(world: World, ledger: Ledger, cmd: Command) -> CommandResult | None:
     name, *args = cmd
     if name == "receive":
-        return ledger.receive(world.manifests[args[0]][args[1]] if args[0] in world.manifests else "nope.json")
+        missing = world.root / "no-such-manifest.json"  # an unknown id has no manifest: InputError
+        return ledger.receive(world.manifests[args[0]][args[1]] if args[0] in world.manifests else missing)
     if name == "record_trusted_state":
         return ledger.record_trusted_state(args[0], args[1], world.trusted[args[2]])
     if name == "activate_baseline":
@@ -245,7 +246,7 @@ def recipe(name: str, cid: str) -> list[Command]:
     }[name]
 
 
-def probes(world: World, cid: str, kinds: list[str]) -> list[tuple[Command, tuple[str, ...]]]:
+def probes(cid: str, kinds: list[str]) -> list[tuple[Command, tuple[str, ...]]]:
     """Every candidate command, with the triggers it could fire."""
     kind = kinds[0] if kinds else "prompt_queue"
     return [
@@ -287,7 +288,7 @@ def test_table_forbidden_commands_are_refused_and_allowed_ones_are_not(
         event(f"probed from {state}")
         head = ledger.store.count_events()
         allowed_probes = []
-        for cmd, triggers in probes(world, cid, sorted(current.trusted_states)):
+        for cmd, triggers in probes(cid, sorted(current.trusted_states)):
             if any((state, t) in TABLE for t in triggers):
                 allowed_probes.append((cmd, triggers))
                 continue
@@ -310,7 +311,7 @@ def test_table_forbidden_commands_are_refused_and_allowed_ones_are_not(
         with world.open(copy) as probe:
             try:
                 dispatch(world, probe, cmd)
-            except IllegalCommandError as e:  # pragma: no cover - the failure we are looking for
+            except IllegalCommandError as e:
                 pytest.fail(f"{cmd} from {state}: the table allows {triggers} but the ledger refused: {e}")
             except (ConflictError, InputError):
                 assert probe.store.count_events() == head, cmd  # e.g. no baseline, kind not recorded
@@ -325,7 +326,7 @@ def test_commands_on_an_unknown_candidate_are_not_found_and_append_nothing(world
     with world.open() as ledger:
         run(world, ledger, ("activate_baseline", 1))
         head = ledger.store.count_events()
-        for cmd, _ in probes(world, "ghost", []):
+        for cmd, _ in probes("ghost", []):
             with pytest.raises(NotFoundError):
                 dispatch(world, ledger, cmd)
         assert ledger.store.count_events() == head

@@ -1,0 +1,378 @@
+"""Append cost: one command per transaction, and 1,000 events per transaction.
+
+Contenders, each on its own file in the same folder, WAL, the same `synchronous`:
+- ours: `Ledger.record_trusted_state` (kind check, path exists, sha256 of a tiny file on
+  disk, FSM check, canonical JSON, hash chain, INSERT, stream index upsert, COMMIT),
+  round-robin over 100 candidates;
+- raw: `BEGIN IMMEDIATE; INSERT; COMMIT` of an equivalent row (same columns, same
+  payload text, same UNIQUE constraints, no triggers, values computed up front);
+- eventsourcing 9.x, SQLite persistence: the documented command pattern
+  (`repository.get` with the aggregate cache on, call the command method, `save`),
+  one event per save; "es save only" keeps the aggregates in memory (info).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import uuid
+from pathlib import Path
+from typing import Any
+
+from bench_common import (
+    ACTOR,
+    Clock,
+    Row,
+    Streams,
+    sha_of,
+    clock,
+    fmt_spread,
+    interleaved,
+    median,
+    per_round_ratio,
+    remove_db,
+    summary,
+)
+
+from lifecycle_fsm.events import TrustedStateRecorded, stream_of
+from lifecycle_fsm.ledger import Ledger
+from store.chain import canonical_json
+from store.records import NewEvent
+from store.sqlite import SQLiteEventStore
+
+N_CANDIDATES = 100
+KIND = "prompt_queue"
+RAW_SCHEMA = """CREATE TABLE IF NOT EXISTS events (
+    seq INTEGER PRIMARY KEY, stream_id TEXT NOT NULL, version INTEGER NOT NULL, event_id TEXT NOT NULL,
+    type TEXT NOT NULL, schema_version INTEGER NOT NULL, payload TEXT NOT NULL, recorded_at TEXT NOT NULL,
+    actor TEXT NOT NULL, prev_hash TEXT NOT NULL, hash TEXT NOT NULL,
+    UNIQUE (stream_id, version), UNIQUE (event_id))"""
+RAW_INSERT = "INSERT INTO events VALUES (?,?,?,?,?,?,?,?,?,?,?)"
+
+
+def cid_of(i: int) -> str:
+    return f"grpo-v7-lr3e-6-c{i:03d}"
+
+
+def tiny_files(root: Path, n: int = N_CANDIDATES) -> list[str]:
+    """One tiny trusted-state file per candidate, at a realistic run path."""
+    paths = []
+    for i in range(n):
+        folder = root / "runs" / "2025-06-01" / cid_of(i) / "stage-sampling" / "step-000120" / "trusted"
+        folder.mkdir(parents=True, exist_ok=True)
+        f = folder / "prompt_queue.jsonl"
+        if not f.exists():  # never rewritten: a writer may be hashing it
+            f.write_text('{"prompt_id": "p-0001", "seed": 7}\n')
+        paths.append(str(f))
+    return paths
+
+
+def seed_candidates(store: SQLiteEventStore, ids: list[str]) -> None:
+    """Ledger settings and one CandidateReceived per id, in one transaction."""
+    streams = Streams()
+    with store.transaction() as tx:
+        expected, events = streams.ledger_events()
+        tx.append("ledger", expected, events)
+        for cid in ids:
+            expected, events, state = streams.take(cid, 1)
+            tx.append(stream_of(cid), expected, events, status=state, category="grpo")
+
+
+# --- raw sqlite3 ---------------------------------------------------------------------------
+
+
+class Raw:
+    """Plain sqlite3 on an equivalent table: the floor we compare against."""
+
+    def __init__(self, path: Path, sync: str) -> None:
+        self.conn = sqlite3.connect(str(path), isolation_level=None, timeout=30)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute(f"PRAGMA synchronous={sync}")
+        self.conn.execute(RAW_SCHEMA)
+        self.seq = int(self.conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0])
+        self.versions: dict[str, int] = {}
+        self.clock = Clock()
+
+    def rows(self, payloads: list[tuple[str, str, dict[str, Any]]]) -> list[tuple[Any, ...]]:
+        """Rows as our store would write them (stream, type, canonical payload), hashes precomputed."""
+        out = []
+        for stream, type_name, payload in payloads:
+            self.seq += 1
+            version = self.versions[stream] = self.versions.get(stream, 0) + 1
+            out.append((
+                self.seq, stream, version, uuid.uuid4().hex, type_name, 1, canonical_json(payload),
+                self.clock(), ACTOR, sha_of(self.seq - 1), sha_of(self.seq),
+            ))  # fmt: skip
+        return out
+
+    def one_per_tx(self, rows: list[tuple[Any, ...]]) -> float:
+        conn = self.conn
+        t0 = clock()
+        for row in rows:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(RAW_INSERT, row)
+            conn.execute("COMMIT")
+        return clock() - t0
+
+    def batch(self, rows: list[tuple[Any, ...]]) -> float:
+        t0 = clock()
+        self.conn.execute("BEGIN IMMEDIATE")
+        self.conn.executemany(RAW_INSERT, rows)
+        self.conn.execute("COMMIT")
+        return clock() - t0
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+# --- eventsourcing ---------------------------------------------------------------------------
+
+
+def _es_classes() -> tuple[type, type]:
+    from eventsourcing.application import Application  # type: ignore[import-untyped]
+    from eventsourcing.domain import Aggregate, event  # type: ignore[import-untyped]
+
+    class Candidate(Aggregate):  # type: ignore[misc]
+        @event("Received")  # type: ignore[misc]
+        def __init__(self, name: str) -> None:
+            self.name = name
+            self.trusted: dict[str, Any] = {}
+
+        @event("TrustedStateRecorded")  # type: ignore[misc]
+        def record_trusted_state(self, kind: str, path: str, sha256: str) -> None:
+            self.trusted[kind] = (path, sha256)
+
+        @event("Recorded")  # type: ignore[misc]
+        def record(self, type_name: str, payload: dict[str, Any]) -> None:
+            self.last = type_name
+
+    class CandidateApp(Application):  # type: ignore[misc]
+        def receive(self, name: str) -> Any:
+            c = Candidate(name)
+            self.save(c)
+            return c.id
+
+        def record_trusted_state(self, cid: Any, kind: str, path: str, sha256: str) -> None:
+            c = self.repository.get(cid)
+            c.record_trusted_state(kind, path, sha256)
+            self.save(c)
+
+    return CandidateApp, Candidate
+
+
+_ES: tuple[type, type] | None = None
+
+
+def es_app(path: Path, sync: str) -> Any:
+    """An eventsourcing Application on SQLite at `path`, every connection at `synchronous=sync`."""
+    global _ES  # noqa: PLW0603 - import eventsourcing once, lazily (it is an optional extra)
+    if _ES is None:
+        _ES = _es_classes()
+    app = _ES[0](
+        env={"PERSISTENCE_MODULE": "eventsourcing.sqlite", "SQLITE_DBNAME": str(path), "AGGREGATE_CACHE_MAXSIZE": "1000"}
+    )
+    pool = app.recorder.datastore.pool
+    make = pool._create_connection
+
+    def create() -> Any:  # eventsourcing leaves synchronous at SQLite's default (FULL): set it per connection
+        conn = make()
+        conn._sqlite_conn.execute(f"PRAGMA synchronous={sync}")
+        return conn
+
+    pool._create_connection = create
+    for conn in list(pool._pool):
+        conn._sqlite_conn.execute(f"PRAGMA synchronous={sync}")
+    checked = {conn._sqlite_conn.execute("PRAGMA synchronous").fetchone()[0] for conn in pool._pool}
+    app.bench_synchronous = checked
+    return app
+
+
+# --- the benchmarks --------------------------------------------------------------------------
+
+
+def single(workdir: Path, sync: str, rounds: int, n: int) -> tuple[list[Row], dict[str, Any]]:
+    """One command (one event) per transaction: ours vs raw vs eventsourcing."""
+    folder = workdir / f"single-{sync.lower()}"
+    folder.mkdir(parents=True, exist_ok=True)
+    files = tiny_files(folder)
+    ids = [cid_of(i) for i in range(N_CANDIDATES)]
+    for name in ("ours.db", "raw.db", "es.db"):
+        remove_db(folder / name)
+    ledger = Ledger.open(folder / "ours.db", synchronous=sync, actor=ACTOR)
+    seed_candidates(ledger.store, ids)
+    raw = Raw(folder / "raw.db", sync)
+    app = es_app(folder / "es.db", sync)
+    es_ids = [app.receive(cid) for cid in ids]
+    es_aggs = [app.repository.get(app.receive(cid)) for cid in ids]  # separate aggregates for save-only
+    shas = [sha_of(f) for f in files]
+    counter = {"ours": 0, "es": 0, "es_save": 0}
+
+    def ours() -> float:
+        record = ledger.record_trusted_state
+        start = counter["ours"]
+        t0 = clock()
+        for i in range(start, start + n):
+            record(ids[i % N_CANDIDATES], KIND, files[i % N_CANDIDATES])
+        counter["ours"] += n
+        return (clock() - t0) / n
+
+    def raw_one() -> float:
+        payloads = []
+        for i in range(n):
+            j = i % N_CANDIDATES
+            ev = TrustedStateRecorded(KIND, files[j], shas[j])
+            payloads.append((stream_of(ids[j]), ev.TYPE, ev.to_payload()))
+        return raw.one_per_tx(raw.rows(payloads)) / n
+
+    def es() -> float:
+        cmd = app.record_trusted_state
+        t0 = clock()
+        for i in range(n):
+            j = i % N_CANDIDATES
+            cmd(es_ids[j], KIND, files[j], shas[j])
+        return (clock() - t0) / n
+
+    def es_save() -> float:
+        t0 = clock()
+        for i in range(n):
+            j = i % N_CANDIDATES
+            agg = es_aggs[j]
+            agg.record_trusted_state(KIND, files[j], shas[j])
+            app.save(agg)
+        return (clock() - t0) / n
+
+    # One warm-up pass each (first-use costs: statement cache, page cache, imports).
+    interleaved({"ours": ours, "raw": raw_one, "es": es, "es_save": es_save}, 1)
+    times = interleaved({"ours": ours, "raw": raw_one, "es": es, "es_save": es_save}, rounds)
+    payload = _payload_len(folder / "ours.db")
+    ledger.close()
+    raw.close()
+    app.close()
+    ours_raw = per_round_ratio(times["ours"], times["raw"])
+    es_ours = per_round_ratio(times["es"], times["ours"])
+    es_save_ours = per_round_ratio(times["es_save"], times["ours"])
+    us = {k: fmt_spread([x * 1e6 for x in v], 1) for k, v in times.items()}
+    detail = {
+        "command": "Ledger.record_trusted_state(kind=prompt_queue, tiny file) round-robin over 100 candidates",
+        "ops_per_round": n,
+        "payload_bytes": payload,
+        "es_synchronous_checked": sorted(app.bench_synchronous),
+        "us_per_op": {k: summary(v, 1e6, 1) for k, v in times.items()},
+    }
+    rows = [
+        Row("append-1", f"ours / raw sqlite3, {sync}", "<= 1.5x", f"ours {us['ours']} us, raw {us['raw']} us",
+            median(ours_raw), median(ours_raw) <= 1.5, {"ratio": summary(ours_raw)}),
+        Row("append-1", f"eventsourcing / ours, {sync}", ">= 2x", f"es get+save {us['es']} us",
+            median(es_ours), median(es_ours) >= 2.0, {"ratio": summary(es_ours)}),
+        Row("append-1", f"es save-only / ours, {sync} (info)", "-", f"es save {us['es_save']} us",
+            median(es_save_ours), None, {"ratio": summary(es_save_ours)}),
+    ]  # fmt: skip
+    return rows, detail
+
+
+def _payload_len(db: Path) -> float:
+    conn = sqlite3.connect(db)
+    try:
+        return float(
+            conn.execute("SELECT avg(length(payload)) FROM events WHERE type = 'TrustedStateRecorded'").fetchone()[0]
+        )
+    finally:
+        conn.close()
+
+
+def batched(workdir: Path, sync: str, rounds: int, batches: int, size: int = 1000) -> tuple[list[Row], dict[str, Any]]:
+    """1,000 events per transaction over 10 streams: store.transaction + tx.append vs executemany."""
+    folder = workdir / f"batch-{sync.lower()}"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("ours.db", "raw.db", "es.db"):
+        remove_db(folder / name)
+    store = SQLiteEventStore(folder / "ours.db", synchronous=sync)
+    raw = Raw(folder / "raw.db", sync)
+    app = es_app(folder / "es.db", sync)
+    per_stream = size // 10
+    gen = {name: Streams(root=str(folder)) for name in ("ours", "raw", "es")}  # each file has its own versions
+    ids = [f"batch-c{i:02d}" for i in range(10)]
+    es_ids = [app.receive(cid) for cid in ids]
+
+    def make_batch(who: str) -> list[tuple[str, int, list[NewEvent], str]]:
+        return [(cid, *gen[who].take(cid, per_stream)) for cid in ids]
+
+    def ours() -> float:
+        total = 0.0
+        for _ in range(batches):
+            batch = make_batch("ours")
+            t0 = clock()
+            with store.transaction() as tx:
+                for cid, expected, events, state in batch:
+                    tx.append(stream_of(cid), expected, events, status=state, category="grpo")
+            total += clock() - t0
+        return total / (batches * size)
+
+    def raw_many() -> float:
+        total = 0.0
+        for _ in range(batches):
+            batch = make_batch("raw")
+            rows = raw.rows([(e.stream_id, e.type, e.payload) for _, _, events, _ in batch for e in events])
+            total += raw.batch(rows)
+        return total / (batches * size)
+
+    def es() -> float:
+        total = 0.0
+        for _ in range(batches):
+            batch = make_batch("es")
+            aggs = [app.repository.get(i) for i in es_ids]
+            for agg, (_, _, events, _) in zip(aggs, batch, strict=True):
+                for e in events:
+                    agg.record(e.type, e.payload)
+            t0 = clock()
+            app.save(*aggs)
+            total += clock() - t0
+        return total / (batches * size)
+
+    interleaved({"ours": ours, "raw": raw_many, "es": es}, 1)
+    times = interleaved({"ours": ours, "raw": raw_many, "es": es}, rounds)
+    store.close()
+    raw.close()
+    app.close()
+    ours_raw = per_round_ratio(times["ours"], times["raw"])
+    es_ours = per_round_ratio(times["es"], times["ours"])
+    us = {k: fmt_spread([x * 1e6 for x in v], 2) for k, v in times.items()}
+    detail = {
+        "batch": f"{size} events per transaction, 10 streams x {per_stream} (realistic mixed payloads)",
+        "batches_per_round": batches,
+        "us_per_event": {k: summary(v, 1e6, 2) for k, v in times.items()},
+    }
+    rows = [
+        Row("append-batch", f"ours / raw executemany, {sync}", "<= 1.5x",
+            f"ours {us['ours']} us/ev, raw {us['raw']} us/ev", median(ours_raw), median(ours_raw) <= 1.5,
+            {"ratio": summary(ours_raw)}),
+        Row("append-batch", f"es save(1000) / ours, {sync} (info)", "-", f"es {us['es']} us/ev",
+            median(es_ours), None, {"ratio": summary(es_ours)}),
+    ]  # fmt: skip
+    return rows, detail
+
+
+def run(workdir: Path, rounds: int, quick: bool) -> tuple[list[Row], dict[str, Any]]:
+    rows: list[Row] = []
+    details: dict[str, Any] = {}
+    for sync in ("NORMAL", "FULL"):
+        n = (300 if quick else 600) if sync == "NORMAL" else (60 if quick else 150)
+        r, d = single(workdir, sync, rounds, n)
+        rows += r
+        details[f"single_{sync}"] = d
+        print(f"  append one-per-tx {sync}: done", flush=True)
+    for sync in ("NORMAL", "FULL"):
+        r, d = batched(workdir, sync, rounds, 2 if quick else 5)
+        rows += r
+        details[f"batched_{sync}"] = d
+        print(f"  append batched {sync}: done", flush=True)
+    return rows, details
+
+
+if __name__ == "__main__":  # pragma: no cover - manual use
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        for row in run(Path(tmp), 3, True)[0]:
+            print(row)
+    os._exit(0)

@@ -1,0 +1,331 @@
+"""Replay, chain verification, replay memory, checkpoint scaling, explain/status latency.
+
+One ledger file grows through stages (10k, 100k, 1M events; --quick: 10k, 100k) of
+realistic candidate streams: a fixed population of 500 candidates cycling through
+legal moves (see bench_common.CYCLE), 5 events per stream per append, ~5,000 events per
+transaction, plus a window advance per transaction. Holding the population fixed keeps
+the folded state the same size (every candidate has been through a full cycle by 10k
+events), so what grows between stages is history alone.
+
+At each stage: take a checkpoint at the head, append a tail of 200 events after it and
+a short "probe" candidate (13 events), then time on fresh connections:
+- `Ledger.candidate` for a long-lived candidate (its stream grows with history) and for
+  the probe (a stream of 13 events);
+- `load_state` (latest checkpoint + tail);
+and, at the last two stages, the peak memory of a full replay in a subprocess. At the
+last stage: full fold vs raw SELECT + orjson.loads, `verify_chain`, explain and status.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sqlite3
+import subprocess
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import orjson
+from bench_common import Row, Streams, clock, extend_ledger, fmt_spread, interleaved, median, summary
+
+from lifecycle_fsm.ledger import Ledger, utc_now
+from lifecycle_fsm.render import candidate_json
+from replay import explain, load_state, take_checkpoint
+from store.sqlite import EVENT_COLUMNS, SQLiteEventStore
+
+POPULATION = 500  # 20 events each by 10k: every candidate has completed a full cycle (14 events)
+TAIL = 200
+PROBE_EVENTS = 13
+LONG_ID = "grpo-v7-c0000"
+
+
+def _ids() -> list[str]:
+    return [f"grpo-v7-c{i:04d}" for i in range(POPULATION)]
+
+
+def _open(path: Path) -> SQLiteEventStore:
+    return SQLiteEventStore(path, synchronous="NORMAL")
+
+
+def _timed(fn: Any) -> float:
+    t0 = clock()
+    fn()
+    return clock() - t0
+
+
+# --- stage measurements -------------------------------------------------------------------
+
+
+def checkpoint_stage(path: Path, streams: Streams, probe: str, rounds: int) -> dict[str, Any]:
+    """Checkpoint at the head, a tail after it, then time the three reads."""
+    store = _open(path)
+    t_cp = _timed(lambda: take_checkpoint(store, clock=utc_now))
+    extend_ledger(store, streams, _ids(), TAIL, start=7)
+    expected, events, state = streams.take(probe, PROBE_EVENTS)
+    store.append(events[0].stream_id, expected, events, status=state, category="grpo")
+    head = store.head().seq
+    store.close()
+
+    def fresh(fn: Any) -> float:
+        s = _open(path)
+        try:
+            return _timed(lambda: fn(s))
+        finally:
+            s.close()
+
+    def load(s: SQLiteEventStore) -> None:
+        result = load_state(s)
+        assert result.checkpoint is not None and result.state.position == head
+
+    times = interleaved(
+        {
+            "candidate_long": lambda: fresh(lambda s: Ledger(s).candidate(LONG_ID)),
+            "candidate_probe": lambda: fresh(lambda s: Ledger(s).candidate(probe)),
+            "load_state": lambda: fresh(load),
+        },
+        rounds,
+    )
+    return {"events": head, "take_checkpoint_s": round(t_cp, 3), "times": times}
+
+
+def raw_decode(path: Path) -> int:
+    """The floor for replay: SELECT every column in seq order, orjson.loads each payload."""
+    conn = sqlite3.connect(path)
+    loads = orjson.loads
+    n = 0
+    try:
+        cur = conn.execute(f"SELECT {EVENT_COLUMNS} FROM events ORDER BY seq")
+        while rows := cur.fetchmany(2000):
+            for row in rows:
+                loads(row[6])
+            n += len(rows)
+    finally:
+        conn.close()
+    return n
+
+
+def replay_final(path: Path, rounds: int) -> tuple[list[Row], dict[str, Any]]:
+    """Full fold vs raw decode (interleaved), then chain verification."""
+    store = _open(path)
+    events = store.count_events()
+
+    def fold() -> float:
+        t0 = clock()
+        state = load_state(store, use_checkpoints=False).state
+        elapsed = clock() - t0
+        assert state.position == events
+        return elapsed
+
+    def raw() -> float:
+        t0 = clock()
+        assert raw_decode(path) == events
+        return clock() - t0
+
+    times = interleaved({"fold": fold, "raw": raw}, rounds)
+    verify_rounds = max(3, rounds - 2)
+    verify = []
+    for _ in range(verify_rounds):
+        t0 = clock()
+        report = store.verify_chain()
+        verify.append(clock() - t0)
+        assert report.ok and report.events == events
+    store.close()
+    ratio = [r / f for f, r in zip(times["fold"], times["raw"], strict=True)]  # fold rate / raw rate
+    fold_rate = [events / t / 1e3 for t in times["fold"]]
+    raw_rate = [events / t / 1e3 for t in times["raw"]]
+    verify_rate = [events / t / 1e3 for t in verify]
+    rows = [
+        Row("replay", f"fold rate / raw SELECT+orjson rate, {events:,} events", ">= 0.5x",
+            f"fold {fmt_spread(fold_rate, 0)}k ev/s, raw {fmt_spread(raw_rate, 0)}k ev/s",
+            median(ratio), median(ratio) >= 0.5, {"ratio": summary(ratio)}),
+        Row("replay", f"verify_chain rate, {events:,} events", ">= 100k ev/s", f"{fmt_spread(verify_rate, 0)}k ev/s",
+            median(verify_rate) / 100, median(verify_rate) >= 100, {"kevents_per_s": summary(verify_rate, 1, 1)}),
+    ]  # fmt: skip
+    detail = {
+        "events": events,
+        "fold_s": summary(times["fold"]),
+        "raw_s": summary(times["raw"]),
+        "verify_s": summary(verify),
+    }
+    return rows, detail
+
+
+def memory_in_subprocess(path: Path) -> dict[str, Any]:
+    """Peak memory of a full replay, measured in a fresh interpreter."""
+    out = subprocess.run(
+        [sys.executable, __file__, "memory", str(path)], capture_output=True, text=True, check=True, timeout=1800
+    )
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def _memory_child(path: str) -> None:
+    store = SQLiteEventStore(path, synchronous="NORMAL")
+    base_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0 = time.perf_counter()
+    state = load_state(store, use_checkpoints=False).state
+    elapsed = time.perf_counter() - t0
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    candidates = len(state.candidates)
+    del state
+    tracemalloc.start()
+    load_state(store, use_checkpoints=False)
+    _, traced_peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    doc = {
+        "events": store.count_events(), "candidates": candidates, "fold_s": round(elapsed, 3),
+        "rss_after_imports_kb": base_kb, "rss_peak_kb": peak_kb, "tracemalloc_peak_bytes": traced_peak,
+    }  # fmt: skip
+    print(json.dumps(doc))
+
+
+def latency(path: Path, probe: str, rounds: int) -> tuple[list[Row], dict[str, Any]]:
+    """explain and status on the largest ledger: in-process and as the CLI a user runs."""
+
+    def fresh(fn: Any) -> float:
+        s = _open(path)
+        try:
+            return _timed(lambda: fn(s))
+        finally:
+            s.close()
+
+    def status_all(s: SQLiteEventStore) -> None:
+        states = load_state(s).state.candidates
+        [candidate_json(c) for _, c in sorted(states.items())]
+
+    def cli(*args: str) -> float:
+        t0 = clock()
+        subprocess.run(
+            [sys.executable, "-m", "lifecycle_fsm", "--db", str(path), "--json", *args],
+            capture_output=True, check=True, timeout=600,
+        )  # fmt: skip
+        return clock() - t0
+
+    contenders = {
+        "explain_long": lambda: fresh(lambda s: explain(s, LONG_ID)),
+        "explain_probe": lambda: fresh(lambda s: explain(s, probe)),
+        "status_id": lambda: fresh(lambda s: candidate_json(Ledger(s).candidate(LONG_ID))),
+        "status_all": lambda: fresh(status_all),
+        "cli_explain_long": lambda: cli("explain", LONG_ID),
+        "cli_status_id": lambda: cli("status", LONG_ID),
+        "cli_status_all": lambda: cli("status"),
+    }
+    times = interleaved(contenders, rounds)
+    s = _open(path)
+    events = s.count_events()
+    long_len = len(s.read_stream(f"candidate:{LONG_ID}"))
+    s.close()
+    labels = {
+        "explain_long": f"explain, long-lived candidate ({long_len:,} events)",
+        "explain_probe": f"explain, recent candidate ({PROBE_EVENTS} events)",
+        "status_id": f"status ID (fresh Ledger.candidate, {long_len:,} events)",
+        "status_all": f"status (checkpoint + tail, {POPULATION + 1:,} candidates)",
+        "cli_explain_long": "CLI `explain ID --json` wall (incl. interpreter start)",
+        "cli_status_id": "CLI `status ID --json` wall",
+        "cli_status_all": "CLI `status --json` wall",
+    }
+    rows = [
+        Row("latency", f"{labels[k]} @ {events:,} events", "-", f"{fmt_spread([x * 1e3 for x in v], 1)} ms")
+        for k, v in times.items()
+    ]
+    return rows, {k: summary(v, 1e3, 2) for k, v in times.items()} | {"long_stream_events": long_len}
+
+
+# --- the stages ------------------------------------------------------------------------------
+
+
+def run(workdir: Path, rounds: int, quick: bool) -> tuple[list[Row], dict[str, Any]]:
+    stages = [10_000, 100_000] if quick else [10_000, 100_000, 1_000_000]
+    path = workdir / "big.db"
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    streams = Streams()
+    ids = _ids()
+    position = 0
+    built = 0
+    details: dict[str, Any] = {"population": POPULATION, "stages": {}, "build_s": {}}
+    memory: dict[int, dict[str, Any]] = {}
+    replay_rows: list[Row] = []
+    stage_times: dict[int, dict[str, Any]] = {}
+    for target in stages:
+        store = _open(path)
+        t0 = clock()
+        position = extend_ledger(store, streams, ids, target - store.count_events(), start=position)
+        details["build_s"][target] = round(clock() - t0, 2)
+        built = store.count_events()
+        store.close()
+        print(f"  ledger at {built:,} events (built in {details['build_s'][target]} s)", flush=True)
+        if target in stages[-2:]:
+            memory[target] = memory_in_subprocess(path)
+            print(f"  replay memory at {target:,}: {memory[target]}", flush=True)
+        if target == stages[-1]:
+            replay_rows, details["replay"] = replay_final(path, rounds)
+            print("  replay and verify: done", flush=True)
+        probe = f"probe-{target}"
+        stage = checkpoint_stage(path, streams, probe, rounds)
+        stage_times[target] = stage
+        details["stages"][target] = {
+            "events": stage["events"],
+            "take_checkpoint_s": stage["take_checkpoint_s"],
+            **{k: summary(v, 1e3, 2) for k, v in stage["times"].items()},
+        }
+        print(f"  checkpoint stage {target:,}: done", flush=True)
+    latency_rows, details["latency"] = latency(path, f"probe-{stages[-1]}", rounds)
+    details["memory"] = memory
+    details["payload_bytes_mean"] = _mean_payload(path)
+    return replay_rows + _memory_rows(memory) + _checkpoint_rows(stage_times) + latency_rows, details
+
+
+def _mean_payload(path: Path) -> float:
+    conn = sqlite3.connect(path)
+    try:
+        return round(float(conn.execute("SELECT avg(length(payload)) FROM events").fetchone()[0]), 1)
+    finally:
+        conn.close()
+
+
+def _memory_rows(memory: dict[int, dict[str, Any]]) -> list[Row]:
+    small, big = sorted(memory)
+    a, b = memory[small], memory[big]
+    traced = b["tracemalloc_peak_bytes"] / a["tracemalloc_peak_bytes"]
+    rss = b["rss_peak_kb"] / a["rss_peak_kb"]
+    return [
+        Row("replay", f"replay peak heap (tracemalloc) {small:,} -> {big:,}", "<= 1.2x",
+            f"{a['tracemalloc_peak_bytes'] / 2**20:.1f} -> {b['tracemalloc_peak_bytes'] / 2**20:.1f} MiB",
+            traced, traced <= 1.2),
+        Row("replay", f"replay peak RSS (ru_maxrss) {small:,} -> {big:,} (info)", "-",
+            f"{a['rss_peak_kb'] / 1024:.1f} -> {b['rss_peak_kb'] / 1024:.1f} MiB "
+            f"(after imports {b['rss_after_imports_kb'] / 1024:.1f})", rss),
+    ]  # fmt: skip
+
+
+def _checkpoint_rows(stage_times: dict[int, dict[str, Any]]) -> list[Row]:
+    first, last = min(stage_times), max(stage_times)
+    names = {
+        "load_state": "load_state (checkpoint near head + tail)",
+        "candidate_probe": f"Ledger.candidate, recent candidate ({PROBE_EVENTS} events)",
+        "candidate_long": "Ledger.candidate, long-lived candidate (stream grows with history)",
+    }
+    rows = []
+    for key, label in names.items():
+        a = stage_times[first]["times"][key]
+        b = stage_times[last]["times"][key]
+        ratio = median(b) / median(a)
+        measured = " -> ".join(
+            f"{fmt_spread([x * 1e3 for x in stage_times[s]['times'][key]], 2)} ms" for s in sorted(stage_times)
+        )
+        rows.append(
+            Row("checkpoint", f"{label} {first:,} -> {last:,}", "<= 2x", measured, ratio, ratio <= 2.0)
+        )
+    return rows
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "memory":
+        _memory_child(sys.argv[2])
+        sys.stdout.flush()
+        os._exit(0)
+    raise SystemExit("usage: bench_replay.py memory DB (run benchmarks/run.py for the benchmarks)")

@@ -1,0 +1,164 @@
+"""Many writers: 4 processes appending to one ledger file vs 1 process; nothing may be lost.
+
+Each writer is a real process running the Ledger command path
+(`record_trusted_state` on its own 25 candidates, tiny files hashed on disk). Writers
+get ready (imports, open the ledger), then start together on a go-file; throughput is
+commands / (last end - first start). After every round we check that the event count
+grew by exactly the commands that succeeded, that every event id a writer was handed
+back is in the file, and at the end that the hash chain verifies.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench_append import N_CANDIDATES, cid_of, seed_candidates, tiny_files
+from bench_common import ACTOR, Row, fmt_spread, interleaved, median, per_round_ratio, remove_db, summary
+
+from lifecycle_fsm.ledger import Ledger
+from store.sqlite import SQLiteEventStore
+
+WRITERS = 4
+
+
+def _worker(db: str, sync: str, index: int, writers: int, n: int, folder: str) -> None:
+    """One writer process: commands round-robin over its own share of the candidates."""
+    files = tiny_files(Path(folder))  # already there: returns the same paths
+    mine = [i for i in range(N_CANDIDATES) if i % writers == index]
+    ledger = Ledger.open(db, synchronous=sync, actor=f"{ACTOR}-w{index}")
+    ledger.candidate(cid_of(mine[0]))  # warm: statement cache, page cache
+    Path(folder, f"ready-{index}").touch()
+    go = Path(folder, "go")
+    while not go.exists():
+        time.sleep(0.0005)
+    start = time.time()
+    ids: list[str] = []
+    failures: list[str] = []
+    for k in range(n):
+        j = mine[k % len(mine)]
+        try:
+            result = ledger.record_trusted_state(cid_of(j), "prompt_queue", files[j])
+            ids.extend(e.event_id for e in result.events)
+        except Exception as e:  # noqa: BLE001 - counted and reported, never hidden
+            failures.append(f"{type(e).__name__}: {e}")
+    end = time.time()
+    ledger.close()
+    print(json.dumps({"start": start, "end": end, "event_ids": ids, "failures": failures}))
+
+
+def _round(folder: Path, db: Path, sync: str, writers: int, n: int) -> dict[str, Any]:
+    for f in folder.glob("ready-*"):
+        f.unlink()
+    (folder / "go").unlink(missing_ok=True)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, __file__, "worker", str(db), sync, str(i), str(writers), str(n), str(folder)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(writers)
+    ]
+    deadline = time.time() + 120
+    while len(list(folder.glob("ready-*"))) < writers:
+        if time.time() > deadline or any(p.poll() not in (None, 0) for p in procs):
+            raise RuntimeError("writers did not get ready: " + " | ".join(p.stderr.read() for p in procs if p.stderr))
+        time.sleep(0.005)
+    with SQLiteEventStore(db, synchronous=sync) as store:
+        before = store.count_events()
+    (folder / "go").touch()
+    docs = []
+    for p in procs:
+        out, err = p.communicate(timeout=600)
+        if p.returncode != 0:
+            raise RuntimeError(f"writer failed: {err}")
+        docs.append(json.loads(out.strip().splitlines()[-1]))
+    wall = max(d["end"] for d in docs) - min(d["start"] for d in docs)
+    ids = [i for d in docs for i in d["event_ids"]]
+    with SQLiteEventStore(db, synchronous=sync) as store:
+        after = store.count_events()
+        missing = sum(store.event_by_id(i) is None for i in ids)
+    return {
+        "commands": writers * n,
+        "appended": len(ids),
+        "failures": [f for d in docs for f in d["failures"]],
+        "grew_by": after - before,
+        "missing": missing,
+        "distinct": len(set(ids)),
+        "wall_s": wall,
+        "throughput": len(ids) / wall,
+    }
+
+
+def writers_bench(workdir: Path, sync: str, rounds: int, n: int) -> tuple[list[Row], dict[str, Any]]:
+    folder = workdir / f"writers-{sync.lower()}"
+    folder.mkdir(parents=True, exist_ok=True)
+    tiny_files(folder)
+    db = folder / "ledger.db"
+    remove_db(db)
+    with Ledger.open(db, synchronous=sync, actor=ACTOR) as ledger:
+        seed_candidates(ledger.store, [cid_of(i) for i in range(N_CANDIDATES)])
+    log: dict[str, list[dict[str, Any]]] = {"one": [], "many": []}
+
+    def one() -> float:
+        r = _round(folder, db, sync, 1, n * WRITERS)  # the same total work in one process
+        log["one"].append(r)
+        return float(r["throughput"])
+
+    def many() -> float:
+        r = _round(folder, db, sync, WRITERS, n)
+        log["many"].append(r)
+        return float(r["throughput"])
+
+    tput = interleaved({"one": one, "many": many}, rounds)
+    with SQLiteEventStore(db, synchronous=sync) as store:
+        chain = store.verify_chain()
+    runs = log["one"] + log["many"]
+    lost = sum(r["commands"] - r["appended"] - len(r["failures"]) for r in runs)
+    lost += sum(r["missing"] for r in runs) + sum(r["appended"] - r["grew_by"] for r in runs)
+    lost += sum(r["appended"] - r["distinct"] for r in runs)
+    failures = sum(len(r["failures"]) for r in runs)
+    ok = chain.ok and lost == 0 and failures == 0
+    ratio = per_round_ratio(tput["many"], tput["one"])
+    rows = [
+        Row("writers", f"{WRITERS} writers / 1 writer throughput, {sync}", ">= 0.8x",
+            f"1: {fmt_spread(tput['one'], 0)} cmd/s, {WRITERS}: {fmt_spread(tput['many'], 0)} cmd/s",
+            median(ratio), median(ratio) >= 0.8, {"ratio": summary(ratio)}),
+        Row("writers", f"{WRITERS} writers lose nothing, {sync}", "0 lost, chain ok",
+            f"{sum(r['appended'] for r in runs):,} appended, {lost} lost, {failures} failed, "
+            f"chain {'ok' if chain.ok else 'BROKEN'} ({chain.events:,} events)", None, ok),
+    ]  # fmt: skip
+    detail = {
+        "commands_per_writer": n,
+        "throughput_cmd_s": {k: summary(v, 1, 1) for k, v in tput.items()},
+        "failures": sorted({f for r in runs for f in r["failures"]})[:10],
+        "rounds": log,
+    }
+    return rows, detail
+
+
+def run(workdir: Path, rounds: int, quick: bool) -> tuple[list[Row], dict[str, Any]]:
+    rows: list[Row] = []
+    details: dict[str, Any] = {}
+    for sync in ("NORMAL", "FULL"):
+        n = (150 if quick else 400) if sync == "NORMAL" else (40 if quick else 100)
+        r, d = writers_bench(workdir, sync, rounds, n)
+        rows += r
+        details[sync] = d
+        print(f"  writers {sync}: done", flush=True)
+    return rows, details
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 8 and sys.argv[1] == "worker":
+        _, _, db_, sync_, index_, writers_, n_, folder_ = sys.argv
+        _worker(db_, sync_, int(index_), int(writers_), int(n_), folder_)
+        sys.stdout.flush()
+        os._exit(0)
+    raise SystemExit("usage: bench_writers.py worker DB SYNC INDEX WRITERS N FOLDER (run benchmarks/run.py)")

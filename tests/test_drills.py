@@ -1,0 +1,242 @@
+"""Drills: shipped scenarios, scenario validation, fault injection, the report and `lifecycle drill`."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import tempfile
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import Result
+from conftest import REPO, Workspace, count_events, invoke
+
+from lifecycle_fsm.cli import main
+from lifecycle_fsm.cli_drill import drill
+from lifecycle_fsm.errors import ScenarioError
+from replay.drills import run_scenario
+from replay.faults_inject import crash_during_append
+from replay.scenario import ACTIONS, find_scenarios, load_scenario
+
+main.add_command(drill)  # idempotent; the lead wires it into cli.py
+
+SCENARIOS = REPO / "scenarios"
+SHIPPED = sorted(SCENARIOS.glob("*.yaml"))
+INVALID = sorted((SCENARIOS / "invalid").glob("*.yaml"))
+FAULTS = ("crash_during_append", "corrupt_checkpoint", "tamper_event", "tamper_artifact", "delete_artifact")
+
+SMALL = """\
+name: small
+seed: 3
+artifacts:
+  sft: {type: baseline}
+  dpo-v5: {type: dpo}
+steps:
+  - activate_baseline: sft
+  - receive: dpo-v5
+  - check: dpo-v5
+  - expect: {candidate: dpo-v5, state: STATE}
+"""
+
+
+def _write(folder: Path, name: str, text: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.yaml"
+    path.write_text(text)
+    return path
+
+
+def _drill(tmp_path: Path, *args: str) -> Result:
+    return invoke(tmp_path / "unused.db", "--log-level", "error", "drill", *args)
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
+def test_shipped_scenario_passes(path: Path) -> None:
+    """Every shipped scenario runs against a fresh ledger and every expectation holds."""
+    result = run_scenario(load_scenario(path))
+    assert result.ok, "\n".join(f.message() for f in result.failures)
+    assert len(result.steps) == result.steps_total
+
+
+def test_shipped_scenarios_cover_the_issue() -> None:
+    """At least 20 scenarios ship, every fault is exercised, and names match file names."""
+    scenarios = [load_scenario(p) for p in SHIPPED]
+    assert len(scenarios) >= 20
+    used = {step.action for s in scenarios for step in s.steps}
+    assert set(FAULTS) <= used
+    assert set(ACTIONS) <= used
+    assert all(s.name == s.path.stem for s in scenarios)
+
+
+def test_readme_example_runs(tmp_path: Path) -> None:
+    """The annotated example in scenarios/README.md is a valid scenario that passes."""
+    readme = (SCENARIOS / "README.md").read_text()
+    block = re.search(r"```yaml\n(.*?)```", readme, re.S)
+    assert block is not None
+    result = run_scenario(load_scenario(_write(tmp_path, "example", block.group(1))))
+    assert result.ok, [f.message() for f in result.failures]
+
+
+@pytest.mark.parametrize("path", INVALID, ids=lambda p: p.stem)
+def test_malformed_scenario_is_refused(path: Path) -> None:
+    """A malformed file is a ScenarioError naming the file, the step number and the key."""
+    fragments = path.read_text().splitlines()[0].removeprefix("# error:").split("|")
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(path)
+    message = str(info.value)
+    assert str(path) in message
+    for fragment in fragments:
+        assert fragment.strip() in message
+
+
+def test_malformed_scenario_cli_exits_3_before_running_anything(tmp_path: Path) -> None:
+    """The CLI validates every file first: one bad file means exit 3 and no scenario runs."""
+    good = _write(tmp_path / "s", "small", SMALL.replace("STATE", "verified"))
+    result = _drill(
+        tmp_path, str(good), str(SCENARIOS / "invalid" / "unknown-step.yaml"), "--keep", str(tmp_path / "k")
+    )
+    assert result.exit_code == 3
+    assert "Error: " in result.output and "step 3" in result.output and "'chek'" in result.output
+    assert not (tmp_path / "k").exists()
+
+
+def test_default_paths_skip_the_invalid_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without PATHS the drill runs ./scenarios/*.yaml and never its invalid/ subfolder."""
+    _write(tmp_path / "scenarios", "small", SMALL.replace("STATE", "verified"))
+    _write(tmp_path / "scenarios" / "invalid", "broken", "name: [")
+    monkeypatch.chdir(tmp_path)
+    result = _drill(tmp_path, "--json")
+    assert result.exit_code == 0, result.output
+    assert [s["name"] for s in json.loads(result.output)["scenarios"]] == ["small"]
+    assert all("invalid" not in p.parts for p in find_scenarios([SCENARIOS]))
+
+
+def test_no_scenarios_is_an_input_error(tmp_path: Path) -> None:
+    """An empty folder or a missing path is refused (exit 3), not a vacuous pass."""
+    (tmp_path / "empty").mkdir()
+    assert _drill(tmp_path, str(tmp_path / "empty")).exit_code == 3
+    assert _drill(tmp_path, str(tmp_path / "missing")).exit_code == 3
+
+
+def test_duplicate_scenario_names_are_refused(tmp_path: Path) -> None:
+    """Two files with one name would overwrite each other's kept ledger: refused."""
+    a = _write(tmp_path / "a", "small", SMALL.replace("STATE", "verified"))
+    b = _write(tmp_path / "b", "small", SMALL.replace("STATE", "verified"))
+    result = _drill(tmp_path, str(a), str(b))
+    assert result.exit_code == 3 and "'small'" in result.output
+
+
+def test_wrong_expectation_fails_with_step_expected_actual(tmp_path: Path) -> None:
+    """A wrong expectation fails the drill naming the step, the expected and the actual value; exit 8."""
+    path = _write(tmp_path, "small", SMALL.replace("STATE", "ready"))
+    result = run_scenario(load_scenario(path))
+    assert not result.ok
+    [failure] = result.failures
+    assert (failure.step, failure.key, failure.expected, failure.actual) == (4, "dpo-v5 state", "ready", "verified")
+    assert failure.message() == "step 4 (expect): dpo-v5 state: expected 'ready', actual 'verified'"
+    cli = _drill(tmp_path, str(path))
+    assert cli.exit_code == 8
+    assert "step 4 (expect): dpo-v5 state: expected 'ready', actual 'verified'" in cli.output
+    report = json.loads(_drill(tmp_path, str(path), "--json").output)
+    assert report["ok"] is False and report["scenarios"][0]["failures"][0]["step"] == 4
+
+
+def test_unmet_refusal_and_unexpected_error_fail_the_drill(tmp_path: Path) -> None:
+    """A command expected to be refused that succeeds, or one that fails unexpectedly, stops the drill."""
+    text = SMALL.replace("  - expect: {candidate: dpo-v5, state: STATE}\n", "")
+    refused = _write(tmp_path / "a", "refused", text.replace("check: dpo-v5", "check: dpo-v5\n    refused: InputError"))
+    [failure] = run_scenario(load_scenario(refused)).failures
+    assert (failure.step, failure.expected, failure.actual) == (3, "refused with InputError", "success (appended 1)")
+    unexpected = _write(tmp_path / "b", "unexpected", text.replace("check: dpo-v5", "complete_recovery: dpo-v5"))
+    result = run_scenario(load_scenario(unexpected))
+    [failure] = result.failures
+    assert failure.step == 3 and failure.expected == "success"
+    assert failure.actual.startswith("IllegalCommandError: ")
+    assert result.events == 3  # init, baseline, receive: the refused command appended nothing
+
+
+@pytest.mark.parametrize("rng_seed", [1, 5], ids=["first-command", "last-command"])
+def test_crash_really_kills_a_process_mid_append(ws: Workspace, rng_seed: int) -> None:
+    """The child dies by SIGKILL inside command K: committed events stay, the killed one leaves nothing."""
+    commands = 3
+    planned = random.Random(rng_seed).randint(1, commands)  # 1 and 3
+    with ws.ledger() as ledger:
+        ledger.activate_baseline(ws.baseline())
+        ledger.receive(ws.grpo())
+        before = count_events(ws.db)
+        outcome = crash_during_append(
+            ledger.store, ws.db, candidate="grpo-v7", stage="sampling", commands=commands,
+            rng=random.Random(rng_seed), actor="test",
+        )  # fmt: skip
+    after = count_events(ws.db)
+    assert outcome.detail["returncode"] == -9
+    assert outcome.detail["killed_in_command"] == planned
+    assert before <= after < before + 2 * commands  # fail_stage appends 2 events per command
+    assert after == before + 2 * (planned - 1)
+    assert outcome.problems == ()
+
+
+def test_report_files_and_determinism(tmp_path: Path) -> None:
+    """--report writes drill-report.json and .md; two runs are identical apart from timings."""
+    paths = [str(SCENARIOS)]
+    first = _drill(tmp_path, *paths, "--report", str(tmp_path / "r1"))
+    second = _drill(tmp_path, *paths, "--report", str(tmp_path / "r2"), "--json")
+    assert first.exit_code == 0, first.output
+    assert second.exit_code == 0
+    one = json.loads((tmp_path / "r1" / "drill-report.json").read_text())
+    two = json.loads((tmp_path / "r2" / "drill-report.json").read_text())
+    assert json.loads(second.output) == two
+    assert set(one["timings"]["scenarios"]) == {p.stem for p in SHIPPED}
+    one.pop("timings"), two.pop("timings")
+    assert one == two
+    assert one["summary"] == {"scenarios": len(SHIPPED), "passed": len(SHIPPED), "failed": 0}
+    md = [(tmp_path / r / "drill-report.md").read_text().split("## Timings")[0] for r in ("r1", "r2")]
+    assert md[0] == md[1]
+    assert "| handoff-ready | handoff-ready.yaml | 11 | 7/7 | 5 | pass |" in md[0]
+    assert str(Path(tempfile.gettempdir()) / "drill-") not in json.dumps(one)  # temp paths are hidden
+
+
+def test_seed_override_changes_randomness_not_the_verdict(tmp_path: Path) -> None:
+    """--seed replaces every scenario's seed; the fault scenarios hold under other seeds too."""
+    files = [str(SCENARIOS / f"{n}.yaml") for n in ("fault-crash-during-append", "fault-tamper-event")]
+    reports = [json.loads(_drill(tmp_path, *files, "--seed", str(seed), "--json").output) for seed in (2, 8)]
+    for seed, report in zip((2, 8), reports, strict=True):
+        assert report["ok"], report
+        assert {s["seed"] for s in report["scenarios"]} == {seed}
+    details = [r["scenarios"][1]["step_results"][4]["detail"]["seq"] for r in reports]
+    assert details[0] != details[1]  # the tampered seq follows the seed
+
+
+def test_keep_leaves_an_inspectable_ledger(tmp_path: Path) -> None:
+    """--keep DIR leaves DIR/<name>.db that status, history and verify can read."""
+    keep = tmp_path / "kept"
+    result = _drill(tmp_path, str(SCENARIOS / "handoff-ready.yaml"), "--keep", str(keep), "--json")
+    assert result.exit_code == 0
+    assert json.loads(result.output)["scenarios"][0]["kept"] == "handoff-ready.db"
+    db = keep / "handoff-ready.db"
+    status = invoke(db, "status", "--json")
+    assert status.exit_code == 0
+    assert [(c["id"], c["state"]) for c in json.loads(status.output)] == [("dpo-v5", "ready")]
+    history = json.loads(invoke(db, "history", "dpo-v5", "--json").output)
+    assert [e["type"] for e in history] == ["CandidateReceived", "ChecksRecorded", "HandoffDecided"]
+    assert {e["actor"] for e in history} == {"drill:handoff-ready"}
+    assert json.loads(invoke(db, "verify", "--json").output)["ok"] is True
+
+
+def test_terminal_table_and_root_json_flag(tmp_path: Path) -> None:
+    """Without --json a table shows scenario, steps, result and time; `--json` before `drill` works too."""
+    path = str(SCENARIOS / "handoff-ready.yaml")
+    table = _drill(tmp_path, path)
+    assert table.exit_code == 0
+    for word in ("scenario", "steps", "result", "time", "handoff-ready", "7/7", "pass"):
+        assert word in table.output
+    root = invoke(tmp_path / "unused.db", "--json", "drill", path)
+    assert json.loads(root.output)["ok"] is True
+
+
+def test_scenario_yaml_files_are_plain_yaml() -> None:
+    """Every shipped file parses with yaml.safe_load alone (no tags, no custom loaders)."""
+    for path in SHIPPED:
+        assert isinstance(yaml.safe_load(path.read_text()), dict)
