@@ -19,6 +19,7 @@ import click
 
 from lifecycle_fsm.artifacts import hash_directory, tree_size
 from lifecycle_fsm.cli_audit import audit
+from lifecycle_fsm.cli_drill import drill
 from lifecycle_fsm.errors import InputError, LifecycleError
 from lifecycle_fsm.ledger import Ledger, utc_now
 from lifecycle_fsm.logs import configure_logging
@@ -48,6 +49,7 @@ EXIT_CODES = {
     5: "conflict: the candidate's state does not allow the command, or another writer won",
     6: "integrity: the hash chain, a checkpoint or a recorded transition is broken",
     7: "store: the database file is unusable or stayed locked",
+    8: "drill: an expectation did not hold",
 }
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -121,7 +123,7 @@ def main(ctx: click.Context, db: str, as_json: bool, actor: str | None, synchron
     is a fold of those events.
     """
     configure_logging(log_level)
-    ctx.obj = {"db": db, "json": as_json, "actor": actor, "synchronous": synchronous.upper()}
+    ctx.obj = {"db": db, "json": as_json, "actor": actor, "synchronous": synchronous.upper(), "log_level": log_level}
 
 
 @main.command()
@@ -390,6 +392,7 @@ def diagram() -> None:
 
 # Commands with their own modules (they only need the root context's options).
 main.add_command(audit)
+main.add_command(drill)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -70,6 +70,12 @@ def drill(paths: tuple[Path, ...], report_dir: Path | None, keep_dir: Path | Non
 
     obj = _root_obj()
     as_json = as_json or bool(obj.get("json"))
+    if obj.get("log_level", "warning") == "warning":
+        # Faults are injected on purpose: the report says what each one caused, so the
+        # warnings they trigger (checkpoint_skipped, ...) would only be noise here.
+        from lifecycle_fsm.logs import configure_logging
+
+        configure_logging("error")
     scenarios = load_scenarios(list(paths) or [Path("scenarios")])
     report = build_report(run_drills(scenarios, seed=seed, keep_dir=keep_dir))
     if report_dir is not None:
