@@ -200,6 +200,10 @@ def single(workdir: Path, sync: str, rounds: int, n: int) -> tuple[list[Row], di
         remove_db(folder / name)
     ledger = Ledger.open(folder / "ours.db", synchronous=sync, actor=ACTOR)
     seed_candidates(ledger.store, ids)
+    remove_db(folder / "ours-alt.db")
+    alt = Ledger.open(folder / "ours-alt.db", synchronous=sync, actor=ACTOR)
+    seed_candidates(alt.store, ids)
+    trusted = [False] * N_CANDIDATES
     raw = Raw(folder / "raw.db", sync)
     app = es_app(folder / "es.db", sync)
     es_ids = [app.receive(cid) for cid in ids]
@@ -214,6 +218,18 @@ def single(workdir: Path, sync: str, rounds: int, n: int) -> tuple[list[Row], di
         for i in range(start, start + n):
             record(ids[i % N_CANDIDATES], KIND, files[i % N_CANDIDATES])
         counter["ours"] += n
+        return (clock() - t0) / n
+
+    def ours_alt() -> float:
+        # untrust / trusted alternating per candidate: half the commands hash a file
+        t0 = clock()
+        for i in range(n):
+            j = i % N_CANDIDATES
+            if trusted[j]:
+                alt.invalidate_trusted_state(ids[j], KIND)
+            else:
+                alt.record_trusted_state(ids[j], KIND, files[j])
+            trusted[j] = not trusted[j]
         return (clock() - t0) / n
 
     def raw_one() -> float:
@@ -242,15 +258,19 @@ def single(workdir: Path, sync: str, rounds: int, n: int) -> tuple[list[Row], di
         return (clock() - t0) / n
 
     # One warm-up pass each (first-use costs: statement cache, page cache, imports).
-    interleaved({"ours": ours, "raw": raw_one, "es": es, "es_save": es_save}, 1)
-    times = interleaved({"ours": ours, "raw": raw_one, "es": es, "es_save": es_save}, rounds)
+    contenders = {"ours": ours, "raw": raw_one, "es": es, "es_save": es_save, "ours_alt": ours_alt}
+    interleaved(contenders, 1)
+    times = interleaved(contenders, rounds)
     payload = _payload_len(folder / "ours.db")
     ledger.close()
+    alt.close()
     raw.close()
     app.close()
     ours_raw = per_round_ratio(times["ours"], times["raw"])
     es_ours = per_round_ratio(times["es"], times["ours"])
     es_save_ours = per_round_ratio(times["es_save"], times["ours"])
+    alt_raw = per_round_ratio(times["ours_alt"], times["raw"])
+    es_alt = per_round_ratio(times["es"], times["ours_alt"])
     us = {k: fmt_spread([x * 1e6 for x in v], 1) for k, v in times.items()}
     detail = {
         "command": "Ledger.record_trusted_state(kind=prompt_queue, tiny file) round-robin over 100 candidates",
@@ -266,6 +286,10 @@ def single(workdir: Path, sync: str, rounds: int, n: int) -> tuple[list[Row], di
             median(es_ours), median(es_ours) >= 2.0, {"ratio": summary(es_ours)}),
         Row("append-1", f"es save-only / ours, {sync} (info)", "-", f"es save {us['es_save']} us",
             median(es_save_ours), None, {"ratio": summary(es_save_ours)}),
+        Row("append-1", f"ours untrust/trusted alternating / raw, {sync} (info)", "-",
+            f"ours-alt {us['ours_alt']} us", median(alt_raw), None, {"ratio": summary(alt_raw)}),
+        Row("append-1", f"eventsourcing / ours untrust/trusted alternating, {sync} (info)", "-", "",
+            median(es_alt), None, {"ratio": summary(es_alt)}),
     ]  # fmt: skip
     return rows, detail
 

@@ -482,10 +482,12 @@ class Ledger:
             current = self._current(stream_id)
             if current is not None and canonical_json(current.candidate) == canonical_json(manifest.fields):
                 return CommandResult((), candidate=current)
-            if current is not None and current.state != "tune":
-                raise ConflictError(
+            if current is not None and not MACHINE.get_transitions("revise", source=current.state):
+                raise IllegalCommandError(
                     f"candidate {cid!r} already exists in state {current.state} with a different manifest; "
-                    "only a candidate in tune can be revised"
+                    "only a candidate in tune can be revised",
+                    state=current.state,
+                    trigger="revise",
                 )
             revision = 0 if current is None else current.revision + 1
             event = CandidateReceived(cid, revision, manifest.path, manifest.sha256, manifest.fields)

@@ -302,8 +302,8 @@ def test_table_forbidden_commands_are_refused_and_allowed_ones_are_not(
                 assert not ledger.receive(manifest).events  # identical re-receipt: a no-op in any state
             elif (state, "revise") in TABLE:
                 allowed_probes.append((("receive", cid, rev), ("revise",)))
-            else:  # refused as a conflict (receive is not table-driven, see report), nothing appended
-                with pytest.raises(ConflictError):
+            else:  # the table forbids `revise` here: refused, nothing appended
+                with pytest.raises(IllegalCommandError):
                     ledger.receive(manifest)
             assert ledger.store.count_events() == head
     for i, (cmd, triggers) in enumerate(allowed_probes):
