@@ -24,13 +24,13 @@ from bench_common import (
     Clock,
     Row,
     Streams,
-    sha_of,
     clock,
     fmt_spread,
     interleaved,
     median,
     per_round_ratio,
     remove_db,
+    sha_of,
     summary,
 )
 
@@ -58,9 +58,10 @@ def tiny_files(root: Path, n: int = N_CANDIDATES) -> list[str]:
     """One tiny trusted-state file per candidate, at a realistic run path."""
     paths = []
     for i in range(n):
-        folder = root / "runs" / "2025-06-01" / cid_of(i) / "stage-sampling" / "step-000120" / "trusted"
+        run = f"2025-06-01T08-30-00_grpo-v7_lr3e-6_beta0.04_kl0.02_seed{i:03d}"
+        folder = root / "runs" / run / cid_of(i) / "stage-sampling" / "step-000120" / "trusted-states" / "prompt_queue"
         folder.mkdir(parents=True, exist_ok=True)
-        f = folder / "prompt_queue.jsonl"
+        f = folder / "shard-00000-of-00001.jsonl"
         if not f.exists():  # never rewritten: a writer may be hashing it
             f.write_text('{"prompt_id": "p-0001", "seed": 7}\n')
         paths.append(str(f))
@@ -168,9 +169,8 @@ def es_app(path: Path, sync: str) -> Any:
     global _ES  # noqa: PLW0603 - import eventsourcing once, lazily (it is an optional extra)
     if _ES is None:
         _ES = _es_classes()
-    app = _ES[0](
-        env={"PERSISTENCE_MODULE": "eventsourcing.sqlite", "SQLITE_DBNAME": str(path), "AGGREGATE_CACHE_MAXSIZE": "1000"}
-    )
+    env = {"PERSISTENCE_MODULE": "eventsourcing.sqlite", "SQLITE_DBNAME": str(path), "AGGREGATE_CACHE_MAXSIZE": "1000"}
+    app = _ES[0](env=env)
     pool = app.recorder.datastore.pool
     make = pool._create_connection
 
@@ -190,106 +190,113 @@ def es_app(path: Path, sync: str) -> Any:
 # --- the benchmarks --------------------------------------------------------------------------
 
 
+class _Single:
+    """The five single-append contenders on their own files in one folder."""
+
+    def __init__(self, folder: Path, sync: str, n: int) -> None:
+        self.n = n
+        self.files = tiny_files(folder)
+        self.ids = [cid_of(i) for i in range(N_CANDIDATES)]
+        self.shas = [sha_of(f) for f in self.files]
+        for name in ("ours.db", "ours-alt.db", "raw.db", "es.db"):
+            remove_db(folder / name)
+        self.ledger = Ledger.open(folder / "ours.db", synchronous=sync, actor=ACTOR)
+        seed_candidates(self.ledger.store, self.ids)
+        self.alt = Ledger.open(folder / "ours-alt.db", synchronous=sync, actor=ACTOR)
+        seed_candidates(self.alt.store, self.ids)
+        self.trusted = [False] * N_CANDIDATES
+        self.raw = Raw(folder / "raw.db", sync)
+        self.app = es_app(folder / "es.db", sync)
+        self.es_ids = [self.app.receive(cid) for cid in self.ids]
+        # separate aggregates for save-only, kept in memory
+        self.es_aggs = [self.app.repository.get(self.app.receive(cid)) for cid in self.ids]
+
+    def ours(self) -> float:
+        record, ids, files = self.ledger.record_trusted_state, self.ids, self.files
+        t0 = clock()
+        for i in range(self.n):
+            record(ids[i % N_CANDIDATES], KIND, files[i % N_CANDIDATES])
+        return (clock() - t0) / self.n
+
+    def ours_alt(self) -> float:
+        """untrust / trusted alternating per candidate: half the commands hash a file."""
+        t0 = clock()
+        for i in range(self.n):
+            j = i % N_CANDIDATES
+            if self.trusted[j]:
+                self.alt.invalidate_trusted_state(self.ids[j], KIND)
+            else:
+                self.alt.record_trusted_state(self.ids[j], KIND, self.files[j])
+            self.trusted[j] = not self.trusted[j]
+        return (clock() - t0) / self.n
+
+    def raw_one(self) -> float:
+        payloads = []
+        for i in range(self.n):
+            j = i % N_CANDIDATES
+            ev = TrustedStateRecorded(KIND, self.files[j], self.shas[j])
+            payloads.append((stream_of(self.ids[j]), ev.TYPE, ev.to_payload()))
+        return self.raw.one_per_tx(self.raw.rows(payloads)) / self.n
+
+    def es(self) -> float:
+        cmd = self.app.record_trusted_state
+        t0 = clock()
+        for i in range(self.n):
+            j = i % N_CANDIDATES
+            cmd(self.es_ids[j], KIND, self.files[j], self.shas[j])
+        return (clock() - t0) / self.n
+
+    def es_save(self) -> float:
+        t0 = clock()
+        for i in range(self.n):
+            j = i % N_CANDIDATES
+            agg = self.es_aggs[j]
+            agg.record_trusted_state(KIND, self.files[j], self.shas[j])
+            self.app.save(agg)
+        return (clock() - t0) / self.n
+
+    def close(self) -> None:
+        for closable in (self.ledger, self.alt, self.raw, self.app):
+            closable.close()
+
+
 def single(workdir: Path, sync: str, rounds: int, n: int) -> tuple[list[Row], dict[str, Any]]:
     """One command (one event) per transaction: ours vs raw vs eventsourcing."""
     folder = workdir / f"single-{sync.lower()}"
     folder.mkdir(parents=True, exist_ok=True)
-    files = tiny_files(folder)
-    ids = [cid_of(i) for i in range(N_CANDIDATES)]
-    for name in ("ours.db", "raw.db", "es.db"):
-        remove_db(folder / name)
-    ledger = Ledger.open(folder / "ours.db", synchronous=sync, actor=ACTOR)
-    seed_candidates(ledger.store, ids)
-    remove_db(folder / "ours-alt.db")
-    alt = Ledger.open(folder / "ours-alt.db", synchronous=sync, actor=ACTOR)
-    seed_candidates(alt.store, ids)
-    trusted = [False] * N_CANDIDATES
-    raw = Raw(folder / "raw.db", sync)
-    app = es_app(folder / "es.db", sync)
-    es_ids = [app.receive(cid) for cid in ids]
-    es_aggs = [app.repository.get(app.receive(cid)) for cid in ids]  # separate aggregates for save-only
-    shas = [sha_of(f) for f in files]
-    counter = {"ours": 0, "es": 0, "es_save": 0}
-
-    def ours() -> float:
-        record = ledger.record_trusted_state
-        start = counter["ours"]
-        t0 = clock()
-        for i in range(start, start + n):
-            record(ids[i % N_CANDIDATES], KIND, files[i % N_CANDIDATES])
-        counter["ours"] += n
-        return (clock() - t0) / n
-
-    def ours_alt() -> float:
-        # untrust / trusted alternating per candidate: half the commands hash a file
-        t0 = clock()
-        for i in range(n):
-            j = i % N_CANDIDATES
-            if trusted[j]:
-                alt.invalidate_trusted_state(ids[j], KIND)
-            else:
-                alt.record_trusted_state(ids[j], KIND, files[j])
-            trusted[j] = not trusted[j]
-        return (clock() - t0) / n
-
-    def raw_one() -> float:
-        payloads = []
-        for i in range(n):
-            j = i % N_CANDIDATES
-            ev = TrustedStateRecorded(KIND, files[j], shas[j])
-            payloads.append((stream_of(ids[j]), ev.TYPE, ev.to_payload()))
-        return raw.one_per_tx(raw.rows(payloads)) / n
-
-    def es() -> float:
-        cmd = app.record_trusted_state
-        t0 = clock()
-        for i in range(n):
-            j = i % N_CANDIDATES
-            cmd(es_ids[j], KIND, files[j], shas[j])
-        return (clock() - t0) / n
-
-    def es_save() -> float:
-        t0 = clock()
-        for i in range(n):
-            j = i % N_CANDIDATES
-            agg = es_aggs[j]
-            agg.record_trusted_state(KIND, files[j], shas[j])
-            app.save(agg)
-        return (clock() - t0) / n
-
-    # One warm-up pass each (first-use costs: statement cache, page cache, imports).
-    contenders = {"ours": ours, "raw": raw_one, "es": es, "es_save": es_save, "ours_alt": ours_alt}
-    interleaved(contenders, 1)
+    bench = _Single(folder, sync, n)
+    contenders = {"ours": bench.ours, "raw": bench.raw_one, "es": bench.es, "es_save": bench.es_save,
+                  "ours_alt": bench.ours_alt}  # fmt: skip
+    interleaved(contenders, 1)  # warm-up: statement caches, page cache, first-use costs
     times = interleaved(contenders, rounds)
     payload = _payload_len(folder / "ours.db")
-    ledger.close()
-    alt.close()
-    raw.close()
-    app.close()
-    ours_raw = per_round_ratio(times["ours"], times["raw"])
-    es_ours = per_round_ratio(times["es"], times["ours"])
-    es_save_ours = per_round_ratio(times["es_save"], times["ours"])
-    alt_raw = per_round_ratio(times["ours_alt"], times["raw"])
-    es_alt = per_round_ratio(times["es"], times["ours_alt"])
+    bench.close()
+    ratios = {
+        "ours_raw": per_round_ratio(times["ours"], times["raw"]),
+        "es_ours": per_round_ratio(times["es"], times["ours"]),
+        "es_save_ours": per_round_ratio(times["es_save"], times["ours"]),
+        "alt_raw": per_round_ratio(times["ours_alt"], times["raw"]),
+        "es_alt": per_round_ratio(times["es"], times["ours_alt"]),
+    }
+    m = {k: median(v) for k, v in ratios.items()}
     us = {k: fmt_spread([x * 1e6 for x in v], 1) for k, v in times.items()}
     detail = {
         "command": "Ledger.record_trusted_state(kind=prompt_queue, tiny file) round-robin over 100 candidates",
         "ops_per_round": n,
         "payload_bytes": payload,
-        "es_synchronous_checked": sorted(app.bench_synchronous),
+        "es_synchronous_checked": sorted(bench.app.bench_synchronous),
         "us_per_op": {k: summary(v, 1e6, 1) for k, v in times.items()},
+        "ratios": {k: summary(v) for k, v in ratios.items()},
     }
     rows = [
         Row("append-1", f"ours / raw sqlite3, {sync}", "<= 1.5x", f"ours {us['ours']} us, raw {us['raw']} us",
-            median(ours_raw), median(ours_raw) <= 1.5, {"ratio": summary(ours_raw)}),
+            m["ours_raw"], m["ours_raw"] <= 1.5),
         Row("append-1", f"eventsourcing / ours, {sync}", ">= 2x", f"es get+save {us['es']} us",
-            median(es_ours), median(es_ours) >= 2.0, {"ratio": summary(es_ours)}),
-        Row("append-1", f"es save-only / ours, {sync} (info)", "-", f"es save {us['es_save']} us",
-            median(es_save_ours), None, {"ratio": summary(es_save_ours)}),
+            m["es_ours"], m["es_ours"] >= 2.0),
+        Row("append-1", f"es save-only / ours, {sync} (info)", "-", f"es save {us['es_save']} us", m["es_save_ours"]),
         Row("append-1", f"ours untrust/trusted alternating / raw, {sync} (info)", "-",
-            f"ours-alt {us['ours_alt']} us", median(alt_raw), None, {"ratio": summary(alt_raw)}),
-        Row("append-1", f"eventsourcing / ours untrust/trusted alternating, {sync} (info)", "-", "",
-            median(es_alt), None, {"ratio": summary(es_alt)}),
+            f"ours-alt {us['ours_alt']} us", m["alt_raw"]),
+        Row("append-1", f"eventsourcing / ours untrust/trusted alternating, {sync} (info)", "-", "", m["es_alt"]),
     ]  # fmt: skip
     return rows, detail
 

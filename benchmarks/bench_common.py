@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import importlib.metadata
 import os
 import platform
 import sqlite3
@@ -104,10 +105,8 @@ def per_round_ratio(num: list[float], den: list[float]) -> list[float]:
 def machine_line(workdir: Path) -> dict[str, Any]:
     """Where the figures come from: platform, Python, SQLite, cores, file system."""
     try:
-        import eventsourcing  # type: ignore[import-untyped]
-
-        es_version = getattr(eventsourcing, "__version__", "installed")
-    except ImportError:
+        es_version: str | None = importlib.metadata.version("eventsourcing")
+    except importlib.metadata.PackageNotFoundError:
         es_version = None
     return {
         "platform": platform.platform(),
@@ -131,9 +130,9 @@ def _filesystem(path: Path) -> str | None:
     target = str(path.resolve())
     for line in mounts:
         parts = line.split()
-        if len(parts) >= 3 and (target == parts[1] or target.startswith(parts[1].rstrip("/") + "/")):
-            if best is None or len(parts[1]) > len(best[1]):
-                best = (parts[0], parts[1], parts[2])
+        inside = len(parts) >= 3 and (target == parts[1] or target.startswith(parts[1].rstrip("/") + "/"))
+        if inside and (best is None or len(parts[1]) > len(best[1])):
+            best = (parts[0], parts[1], parts[2])
     return None if best is None else f"{best[2]} on {best[1]} ({best[0]})"
 
 
@@ -267,7 +266,8 @@ class Streams:
             sha = sha_of(cid, rev, "trajectories")
             states = {"trajectories": {"available": True, "source": "recorded", "path": path, "expected": sha,
                                        "actual": sha, "error": None}}  # fmt: skip
-            return RecoveryPlanned("reward", "trajectories", True, "resume_reward_from_saved_trajectories", False, states)
+            action = "resume_reward_from_saved_trajectories"
+            return RecoveryPlanned("reward", "trajectories", True, action, False, states)
         if name == "recovery_completed":
             return RecoveryCompleted("reward", "resume_reward_from_saved_trajectories")
         if name == "checks":

@@ -1,26 +1,42 @@
-"""`run.py --profile`: cProfile of each hot path, as shares of its total time.
+"""`run.py --profile`: where the time goes on each hot path.
 
-For each path we print the functions with the largest own time (tottime) and the
-largest inclusive time (cumtime), as a share of the whole profiled run, so a missed
-target can be traced to the function that costs it. cProfile roughly doubles the cost
-of small Python calls: read shares, not absolute times.
+Two views. `breakdown()` times the parts of each path directly (no profiler): the
+file hash, our SQL statements replayed by hand, canonical JSON, the chain hash, the
+INSERT with and without the replace trigger, the fold's apply step on decoded
+payloads. `profile_all()` runs cProfile and prints the functions with the largest own
+and inclusive time as shares of the run. cProfile inflates many small Python calls
+(recursive helpers most of all): trust the breakdown for sizes, cProfile for names.
 """
 
 from __future__ import annotations
 
 import cProfile
+import os
 import pstats
+import sqlite3
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
 from bench_append import KIND, N_CANDIDATES, cid_of, seed_candidates, tiny_files
-from bench_common import ACTOR, Streams, extend_ledger, remove_db
+from bench_common import ACTOR, Streams, clock, extend_ledger, remove_db
 
+from lifecycle_fsm.artifacts import hash_directory
 from lifecycle_fsm.events import stream_of
 from lifecycle_fsm.ledger import Ledger
+from lifecycle_fsm.state import apply_candidate
 from replay import load_state
-from store.sqlite import SQLiteEventStore
+from store.chain import canonical_json, event_hash
+from store.sqlite import _SCHEMA, EVENT_COLUMNS, SQLiteEventStore
+
+_INSERT = f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
+_UPSERT = (
+    "INSERT INTO streams (stream_id, version, status, category) VALUES (?,?,?,?) ON CONFLICT(stream_id) DO UPDATE "
+    "SET version = excluded.version, status = coalesce(excluded.status, streams.status), "
+    "category = coalesce(excluded.category, streams.category)"
+)
 
 
 def _label(func: tuple[str, int, str]) -> str:
@@ -52,6 +68,17 @@ def _profile(fn: Callable[[], object], top: int) -> dict[str, Any]:
     fn()
     prof.disable()
     return _shares(prof, top)
+
+
+def ensure_big(workdir: Path, big_db: Path | None) -> Path:
+    """The replay section's ledger if it ran, else a 100k-event one built here."""
+    if big_db is not None and big_db.exists():
+        return big_db
+    path = workdir / "profile-big.db"
+    if not path.exists():
+        with SQLiteEventStore(path, synchronous="NORMAL") as s:
+            extend_ledger(s, Streams(), [f"grpo-v7-c{i:04d}" for i in range(500)], 100_000)
+    return path
 
 
 def profile_all(workdir: Path, big_db: Path | None, top: int = 14) -> dict[str, Any]:
@@ -87,11 +114,7 @@ def profile_all(workdir: Path, big_db: Path | None, top: int = 14) -> dict[str, 
     out["batched append (10 x 1,000 events)"] = _profile(batch, top)
     store.close()
 
-    if big_db is None or not big_db.exists():
-        big_db = folder / "big.db"
-        remove_db(big_db)
-        with SQLiteEventStore(big_db, synchronous="NORMAL") as s:
-            extend_ledger(s, Streams(), [f"grpo-v7-c{i:04d}" for i in range(1000)], 100_000)
+    big_db = ensure_big(workdir, big_db)
     with SQLiteEventStore(big_db, synchronous="NORMAL") as s:
         out[f"fold (load_state, no checkpoints, {s.count_events():,} events)"] = _profile(
             lambda: load_state(s, use_checkpoints=False), top
@@ -109,3 +132,143 @@ def print_profiles(profiles: dict[str, Any]) -> None:
             left = f"{own[i]['share']:6.1%} {own[i]['function'][:44]:<44}" if i < len(own) else " " * 51
             right = f"{inc[i]['share']:6.1%} {inc[i]['function'][:60]}" if i < len(inc) else ""
             print(f"   {left} | {right}")
+
+
+def _per(n: int, fn: Callable[[], object]) -> float:
+    """Best of 5 runs of `fn`, in microseconds per item (n items per run)."""
+    best = float("inf")
+    for _ in range(5):
+        t0 = clock()
+        fn()
+        best = min(best, clock() - t0)
+    return round(best / n * 1e6, 2)
+
+
+def _our_sql(conn: sqlite3.Connection, ids: list[str], row: list[Any], n: int) -> None:
+    """The statements one record_trusted_state command runs, by hand, with the same values."""
+    versions: dict[str, int] = {}
+    for k in range(n):
+        stream = stream_of(ids[k % len(ids)])
+        after = versions.get(stream, 0)
+        conn.execute(f"SELECT {EVENT_COLUMNS} FROM events WHERE stream_id = ? AND version > ?", (stream, after))
+        conn.execute("BEGIN IMMEDIATE")
+        head = conn.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+        eid = uuid.uuid4().hex
+        conn.execute(f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id = ?", (eid,)).fetchone()
+        version = conn.execute(
+            "SELECT version FROM events WHERE stream_id = ? ORDER BY version DESC LIMIT 1", (stream,)
+        ).fetchone()[0]
+        values = [head[0] + 1, stream, version + 1, eid, *row[4:]]
+        conn.executemany(_INSERT, [tuple(values)])
+        conn.execute(_UPSERT, (stream, version + 1, "received", "grpo"))
+        conn.execute("COMMIT")
+        versions[stream] = version + 1
+
+
+def _insert_rate(path: Path, rows: list[tuple[Any, ...]], *, trigger: bool) -> float:
+    remove_db(path)
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    for statement in _SCHEMA:
+        if trigger or "refuse_replace" not in statement:
+            conn.execute(statement)
+    t0 = clock()
+    for k in range(0, len(rows), 1000):
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany(_INSERT, rows[k : k + 1000])
+        conn.execute("COMMIT")
+    elapsed = clock() - t0
+    conn.close()
+    return round(elapsed / len(rows) * 1e6, 2)
+
+
+def _hash_all(events: list[Any], texts: list[str]) -> None:
+    for i, e in enumerate(events):
+        event_hash(
+            prev_hash="0" * 64, seq=i, stream_id=e.stream_id, version=1, event_id=e.event_id, type=e.type,
+            schema_version=1, payload=texts[i], recorded_at=e.recorded_at, actor=e.actor,
+        )  # fmt: skip
+
+
+def breakdown(workdir: Path, big_db: Path | None) -> dict[str, Any]:
+    """Direct timings of the parts of each hot path (NORMAL), in microseconds."""
+    folder = workdir / "breakdown"
+    folder.mkdir(parents=True, exist_ok=True)
+    files = tiny_files(folder)
+    ids = [cid_of(i) for i in range(N_CANDIDATES)]
+    out: dict[str, Any] = {}
+
+    remove_db(folder / "cmd.db")
+    with Ledger.open(folder / "cmd.db", synchronous="NORMAL", actor=ACTOR) as ledger:
+        seed_candidates(ledger.store, ids)
+        n = 1000
+
+        def commands() -> None:
+            for i in range(n):
+                ledger.record_trusted_state(ids[i % N_CANDIDATES], KIND, files[i % N_CANDIDATES])
+
+        total = _per(n, commands)
+        hashing = _per(n, lambda: [hash_directory(os.path.abspath(files[i % N_CANDIDATES])) for i in range(n)])
+        realpath = _per(n, lambda: [os.path.realpath(files[i % N_CANDIDATES]) for i in range(n)])
+        store = ledger.store
+        last = store.event_at(store.head().seq)
+        assert last is not None
+        row = [last.seq, last.stream_id, last.version, last.event_id, last.type, last.schema_version,
+               last.payload, last.recorded_at, last.actor, last.prev_hash, last.hash]  # fmt: skip
+        sql = _per(n, lambda: _our_sql(store._conn, ids, row, n))  # type: ignore[attr-defined]
+    out["single command us (record_trusted_state)"] = {
+        "total": total, "hash_directory": hashing, "of which one os.path.realpath (called twice)": realpath,
+        "our 8 SQL statements by hand": sql, "python rest": round(total - hashing - sql, 2),
+    }  # fmt: skip
+
+    remove_db(folder / "batch.db")
+    streams = Streams(root=str(folder))
+    batches = [[(f"b{j}", *streams.take(f"b{j}", 100)) for j in range(10)] for _ in range(10)]
+    events = [e for b in batches for _, _, evs, _ in b for e in evs]
+    with SQLiteEventStore(folder / "batch.db", synchronous="NORMAL") as store:
+        t0 = clock()
+        for b in batches:
+            with store.transaction() as tx:
+                for cid, expected, evs, state in b:
+                    tx.append(stream_of(cid), expected, evs, status=state, category="grpo")
+        total = round((clock() - t0) / len(events) * 1e6, 2)
+        rows = list(store._conn.execute(f"SELECT {EVENT_COLUMNS} FROM events ORDER BY seq"))
+    texts = [canonical_json(e.payload) for e in events]
+    dumps_only = _per(len(events), lambda: [orjson.dumps(e.payload, option=orjson.OPT_SORT_KEYS) for e in events])
+    out["batched append us/event (1,000 per transaction)"] = {
+        "total": total,
+        "canonical_json": _per(len(events), lambda: [canonical_json(e.payload) for e in events]),
+        "of which orjson.dumps": dumps_only,
+        "event_hash": _per(len(events), lambda: _hash_all(events, texts)),
+        "executemany, our schema": _insert_rate(folder / "ins1.db", rows, trigger=True),
+        "executemany, our schema without events_refuse_replace": _insert_rate(folder / "ins2.db", rows, trigger=False),
+    }
+    doc = out["batched append us/event (1,000 per transaction)"]
+    doc["python rest"] = round(total - doc["canonical_json"] - doc["event_hash"] - doc["executemany, our schema"], 2)
+
+    with SQLiteEventStore(ensure_big(workdir, big_db), synchronous="NORMAL") as s:
+        n = s.count_events()
+        decoded = [(r[0], r[1], r[2], r[4], orjson.loads(r[6])) for r in s.select_raw(to=200_000)]
+
+        def apply_all() -> None:
+            states: dict[str, Any] = {}
+            for seq, stream, version, type_name, payload in decoded:
+                if stream != "ledger":
+                    states[stream] = apply_candidate(
+                        states.get(stream), type_name, payload, seq=seq, stream_id=stream, version=version
+                    )
+
+        out["fold us/event"] = {
+            "events": n,
+            "load_state(use_checkpoints=False)": _per(n, lambda: load_state(s, use_checkpoints=False)),
+            "select_raw iteration only": _per(n, lambda: sum(1 for _ in s.select_raw())),
+            "apply_candidate on decoded payloads": _per(len(decoded), apply_all),
+        }
+    return out
+
+
+def print_breakdown(doc: dict[str, Any]) -> None:
+    print("\n== breakdown (direct timings, best of 5, synchronous=NORMAL)")
+    for name, parts in doc.items():
+        print(f"   {name}: " + ", ".join(f"{k} {v}" for k, v in parts.items()))

@@ -93,8 +93,9 @@ def main(argv: list[str] | None = None) -> int:
             rows += section_rows
             details[name]["elapsed_s"] = round(time.perf_counter() - t0, 1)
         if args.profile:
-            from profiles import print_profiles, profile_all
+            from profiles import breakdown, print_breakdown, print_profiles, profile_all
 
+            details["breakdown"] = breakdown(workdir, workdir / "big.db")
             details["profiles"] = profile_all(workdir, workdir / "big.db")
     finally:
         if not args.keep and args.workdir is None:
@@ -103,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(_table(rows))
     if args.profile:
+        print_breakdown(details["breakdown"])
         print_profiles(details["profiles"])
     met = [r.met for r in rows if r.met is not None]
     print(f"\n{sum(met)}/{len(met)} targets met; {elapsed} s; figures are noisy on a shared machine: compare ratios.")
