@@ -249,7 +249,9 @@ def breakdown(workdir: Path, big_db: Path | None) -> dict[str, Any]:
 
     with SQLiteEventStore(ensure_big(workdir, big_db), synchronous="NORMAL") as s:
         n = s.count_events()
-        decoded = [(r[0], r[1], r[2], r[4], orjson.loads(r[6])) for r in s.select_raw(to=200_000)]
+        decoded = [
+            (r[0], r[1], r[2], r[3], orjson.loads(r[5])) for rows in s.select_fold_batches(to=200_000) for r in rows
+        ]
 
         def apply_all() -> None:
             states: dict[str, Any] = {}
@@ -262,7 +264,9 @@ def breakdown(workdir: Path, big_db: Path | None) -> dict[str, Any]:
         out["fold us/event"] = {
             "events": n,
             "load_state(use_checkpoints=False)": _per(n, lambda: load_state(s, use_checkpoints=False)),
-            "select_raw iteration only": _per(n, lambda: sum(1 for _ in s.select_raw())),
+            "select_fold_batches iteration only": _per(
+                n, lambda: sum(1 for rows in s.select_fold_batches() for _ in rows)
+            ),
             "apply_candidate on decoded payloads": _per(len(decoded), apply_all),
         }
     return out

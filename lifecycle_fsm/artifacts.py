@@ -183,6 +183,8 @@ def _collect(path: StrPath, root: StrPath | None) -> tuple[bool, list[_Entry]]:
     allowed = os.path.realpath(root if root is not None else shown)
     if os.path.islink(shown):
         real = _resolve_link(shown, shown, allowed)
+    elif root is None:
+        real = allowed  # the path is its own root: resolved once, inside by definition
     else:
         real = os.path.realpath(shown)
         if not _inside(real, allowed):  # an intermediate directory links out

@@ -74,11 +74,13 @@ class Event:
 
     TYPE: ClassVar[str] = ""
     SCHEMA_VERSION: ClassVar[int] = 1
+    # Set when the trigger never depends on the payload (lets replay skip a call).
+    FIXED_TRIGGER: ClassVar[str | None] = None
 
     @classmethod
     def trigger_for(cls, payload: Mapping[str, Any]) -> str | None:
         """The machine trigger this event stands for (None for ledger-setting events)."""
-        return None
+        return cls.FIXED_TRIGGER
 
     def to_payload(self) -> JSON:
         return attrs.asdict(self, recurse=False)
@@ -177,13 +179,10 @@ class TrustedStateRecorded(Event):
     """A training stage saved a state that recovery may resume from (hashed on disk)."""
 
     TYPE: ClassVar[str] = "TrustedStateRecorded"
+    FIXED_TRIGGER: ClassVar[str | None] = "record_trusted_state"
     kind: str
     path: str
     sha256: str
-
-    @classmethod
-    def trigger_for(cls, payload: Mapping[str, Any]) -> str:
-        return "record_trusted_state"
 
 
 @attrs.frozen
@@ -191,12 +190,9 @@ class TrustedStateInvalidated(Event):
     """A trusted state may no longer be resumed from."""
 
     TYPE: ClassVar[str] = "TrustedStateInvalidated"
+    FIXED_TRIGGER: ClassVar[str | None] = "invalidate_trusted_state"
     kind: str
     reason: str
-
-    @classmethod
-    def trigger_for(cls, payload: Mapping[str, Any]) -> str:
-        return "invalidate_trusted_state"
 
 
 @attrs.frozen
@@ -204,11 +200,8 @@ class StageFailed(Event):
     """A training stage failed for this candidate."""
 
     TYPE: ClassVar[str] = "StageFailed"
+    FIXED_TRIGGER: ClassVar[str | None] = "fail_stage"
     stage: str
-
-    @classmethod
-    def trigger_for(cls, payload: Mapping[str, Any]) -> str:
-        return "fail_stage"
 
 
 @attrs.frozen
@@ -233,12 +226,9 @@ class RecoveryCompleted(Event):
     """The planned recovery finished; every check must run again."""
 
     TYPE: ClassVar[str] = "RecoveryCompleted"
+    FIXED_TRIGGER: ClassVar[str | None] = "complete_recovery"
     stage: str
     action: str
-
-    @classmethod
-    def trigger_for(cls, payload: Mapping[str, Any]) -> str:
-        return "complete_recovery"
 
 
 @attrs.frozen
@@ -269,13 +259,10 @@ class EvidenceInvalidated(Event):
     """A ledger setting changed under a decided candidate; it must be checked again."""
 
     TYPE: ClassVar[str] = "EvidenceInvalidated"
+    FIXED_TRIGGER: ClassVar[str | None] = "invalidate_evidence"
     cause: str  # baseline | evaluation | window
     previous: Any
     current: Any
-
-    @classmethod
-    def trigger_for(cls, payload: Mapping[str, Any]) -> str:
-        return "invalidate_evidence"
 
 
 EVENT_TYPES: dict[str, type[Event]] = {

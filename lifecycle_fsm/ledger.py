@@ -54,7 +54,7 @@ from lifecycle_fsm.events import (
     upcast,
 )
 from lifecycle_fsm.logs import get_logger
-from lifecycle_fsm.machine import COMMAND_BY_TRIGGER, MACHINE, allowed_commands
+from lifecycle_fsm.machine import COMMAND_BY_TRIGGER, MACHINE, allowed_commands, next_state
 from lifecycle_fsm.manifests import load_baseline_manifest, load_candidate_manifest
 from lifecycle_fsm.rules import (
     BLOCKING_ACTIONS,
@@ -210,12 +210,12 @@ class Ledger:
 
     # --- the write path --------------------------------------------------------
 
-    def _new(self, event: Event, stream_id: str, event_id: str | None, index: int) -> NewEvent:
+    def _new(self, event: Event, payload: JSON, stream_id: str, event_id: str | None, index: int) -> NewEvent:
         if event_id is None:
             eid = uuid.uuid4().hex
         else:
             eid = event_id if index == 0 else f"{event_id}/{index}"
-        return NewEvent(stream_id, event.TYPE, event.SCHEMA_VERSION, event.to_payload(), eid, self._clock(), self.actor)
+        return NewEvent(stream_id, event.TYPE, event.SCHEMA_VERSION, payload, eid, self._clock(), self.actor)
 
     def _replayed(
         self, event_id: str | None, stream_id: str, type_name: str, inputs: JSON | None = None
@@ -263,16 +263,8 @@ class Ledger:
             _require(current, required_trigger)
             settings = self.settings() if reads_settings else LedgerSettings()
             events = decide(current, settings)
-            new_state = current
-            for i, event in enumerate(events):
-                new_state = apply_candidate(
-                    new_state,
-                    event.TYPE,
-                    event.to_payload(),
-                    seq=-1,
-                    stream_id=stream_id,
-                    version=current.version + 1 + i,
-                )
+            payloads = [e.to_payload() for e in events]
+            label = _label_after(current, events, payloads)
             try:
                 with self.store.transaction() as tx:
                     if reads_settings:
@@ -280,16 +272,23 @@ class Ledger:
                     result = tx.append(
                         stream_id,
                         current.version,
-                        [self._new(e, stream_id, event_id, i) for i, e in enumerate(events)],
-                        status=new_state.state,
-                        category=new_state.kind,
+                        [
+                            self._new(e, p, stream_id, event_id, i)
+                            for i, (e, p) in enumerate(zip(events, payloads, strict=True))
+                        ],
+                        status=label,
+                        category=current.kind,
+                        fresh_ids=event_id is None,
                     )
             except ConcurrencyError:
                 if attempt == _RETRIES - 1:
                     raise
                 log.info("command_retried", candidate_id=candidate_id, trigger=required_trigger, attempt=attempt + 1)
                 continue
-            final = self._after(current, result.events, result.duplicate)
+            if result.duplicate:
+                final = self._current(stream_id)
+            else:
+                final = self._fold_new(current, result.events, payloads)
             self._log_appended(result.events, final)
             return CommandResult(
                 result.events,
@@ -299,13 +298,15 @@ class Ledger:
             )
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _after(
-        self, current: CandidateState | None, stored: Sequence[StoredEvent], duplicate: bool
+    def _fold_new(
+        self, current: CandidateState | None, stored: Sequence[StoredEvent], payloads: Sequence[JSON]
     ) -> CandidateState | None:
-        """The candidate after an append: the stored events folded onto what we decided from."""
-        if duplicate or not stored:
-            return self._current(stored[0].stream_id) if stored else current
-        state = fold_candidate(stored, start=current)
+        """The candidate after its append: what we decided, folded at the positions it got."""
+        state = current
+        for event, payload in zip(stored, payloads, strict=True):
+            state = apply_candidate(
+                state, event.type, payload, seq=event.seq, stream_id=event.stream_id, version=event.version
+            )
         if state is not None:
             self._candidates[stored[0].stream_id] = state
         return state
@@ -349,7 +350,7 @@ class Ledger:
                         tx.append(
                             LEDGER_STREAM,
                             settings.version,
-                            [self._new(e, LEDGER_STREAM, event_id, i) for i, e in enumerate(events)],
+                            [self._new(e, e.to_payload(), LEDGER_STREAM, event_id, i) for i, e in enumerate(events)],
                         ).events
                     )
                     invalidated = self._invalidate(tx, invalidation, kinds) if invalidation else []
@@ -373,7 +374,7 @@ class Ledger:
             candidate_id = candidate_id_of(head.stream_id)
             if candidate_id is None or (kinds is not None and head.category not in kinds):
                 continue
-            new = self._new(event, head.stream_id, None, 0)
+            new = self._new(event, event.to_payload(), head.stream_id, None, 0)
             done.append((candidate_id, tx.append(head.stream_id, head.version, [new], status="received").events))
         return done
 
@@ -491,20 +492,25 @@ class Ledger:
                 )
             revision = 0 if current is None else current.revision + 1
             event = CandidateReceived(cid, revision, manifest.path, manifest.sha256, manifest.fields)
+            payload = event.to_payload()
             kind = manifest.fields.get("candidate_kind")
             try:
                 result = self.store.append(
                     stream_id,
                     0 if current is None else current.version,
-                    [self._new(event, stream_id, event_id, 0)],
+                    [self._new(event, payload, stream_id, event_id, 0)],
                     status="received",
                     category=kind if isinstance(kind, str) else None,
+                    fresh_ids=event_id is None,
                 )
             except ConcurrencyError:
                 if attempt == _RETRIES - 1:
                     raise
                 continue
-            final = self._after(current, result.events, result.duplicate)
+            if result.duplicate:
+                final = self._current(stream_id)
+            else:
+                final = self._fold_new(current, result.events, [payload])
             self._log_appended(result.events, final)
             return CommandResult(result.events, candidate=final, duplicate=result.duplicate)
         raise AssertionError("unreachable")  # pragma: no cover
@@ -628,6 +634,21 @@ class Ledger:
         return self._candidate_command(
             candidate_id, "hand_off_ready", decide, event_id=event_id, first_type=HandoffDecided.TYPE
         )
+
+
+def _label_after(current: CandidateState, events: Sequence[Event], payloads: Sequence[JSON]) -> str:
+    """The state the candidate will be in after `events` (the index label written with them)."""
+    state: str | None = current.state
+    for event, payload in zip(events, payloads, strict=True):
+        trigger = type(event).trigger_for(payload)
+        state = None if trigger is None else next_state(state, trigger)
+        if state is None:  # a decide function produced a move the table forbids: a bug, refuse
+            raise IllegalCommandError(
+                f"internal: {event.TYPE} is not allowed after state {current.state}", state=current.state,
+                trigger=str(trigger),
+            )  # fmt: skip
+    assert state is not None
+    return state
 
 
 def _require(current: CandidateState, trigger: str) -> None:

@@ -9,14 +9,14 @@ typed `apply` is a thin wrapper over the same functions.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, cast
 
 import attrs
 
 from lifecycle_fsm.errors import CorruptionError
 from lifecycle_fsm.events import EVENT_TYPES, LEDGER_STREAM, Event, candidate_id_of, stream_of
-from lifecycle_fsm.machine import allowed_triggers, next_state
+from lifecycle_fsm.machine import TABLE, allowed_triggers
 
 __all__ = [
     "CandidateState",
@@ -27,6 +27,8 @@ __all__ = [
     "apply_settings",
     "candidate_from_dict",
     "settings_from_dict",
+    "step_candidate",
+    "step_candidate_at",
 ]
 
 JSON = dict[str, Any]
@@ -89,7 +91,19 @@ class CandidateState:
     decisive_type: str | None = None
 
     def to_dict(self) -> JSON:
-        return attrs.asdict(self, recurse=False) | {"reason_codes": list(self.reason_codes)}
+        """JSON-ready fields (what checkpoints store)."""
+        return self.to_work() | {"reason_codes": list(self.reason_codes)}
+
+    def to_work(self) -> JSON:
+        """The fields as a working dict for `step_candidate` (shallow: nested values shared)."""
+        return {name: getattr(self, name) for name in _CANDIDATE_FIELDS}
+
+    @classmethod
+    def from_work(cls, work: Mapping[str, Any]) -> CandidateState:
+        return cls(**work)
+
+
+_CANDIDATE_FIELDS = tuple(a.name for a in attrs.fields(CandidateState))
 
 
 def candidate_from_dict(data: Mapping[str, Any]) -> CandidateState:
@@ -147,67 +161,142 @@ def apply_candidate(
     version: int | None = None,
 ) -> CandidateState:
     """Fold one event of a candidate's stream, validating the move against the table."""
-    cls = EVENT_TYPES.get(type_name)
-    try:
-        trigger = cls.trigger_for(payload) if cls is not None else None
-    except (KeyError, ValueError) as e:
-        raise CorruptionError(f"seq {seq}: {type_name} payload is unreadable ({e})", seq=seq) from e
+    work = None if current is None else current.to_work()
+    owned = dict(payload)  # step_candidate keeps the payload; the caller keeps theirs
+    return CandidateState.from_work(
+        step_candidate(work, type_name, owned, seq=seq, stream_id=stream_id, version=version)
+    )
+
+
+def _trigger_tables() -> tuple[dict[str, str], dict[str, Callable[[Mapping[str, Any]], str]]]:
+    """Candidate event types whose trigger is fixed, and those that read it from the payload."""
+    fixed: dict[str, str] = {}
+    by_payload: dict[str, Callable[[Mapping[str, Any]], str]] = {}
+    for name, cls in EVENT_TYPES.items():
+        if cls.FIXED_TRIGGER is not None:
+            fixed[name] = cls.FIXED_TRIGGER
+        elif cls.trigger_for.__func__ is not Event.trigger_for.__func__:  # type: ignore[attr-defined]
+            by_payload[name] = cast("Callable[[Mapping[str, Any]], str]", cls.trigger_for)
+        # else: a ledger-setting event, which has no trigger and no place on a candidate stream
+    return fixed, by_payload
+
+
+_FIXED_TRIGGERS, _PAYLOAD_TRIGGERS = _trigger_tables()
+
+
+def step_candidate(
+    work: JSON | None,
+    type_name: str,
+    payload: Mapping[str, Any],
+    *,
+    seq: int,
+    stream_id: str,
+    version: int | None = None,
+) -> JSON:
+    """`step_candidate_at` with keyword arguments."""
+    return step_candidate_at(work, type_name, payload, seq, stream_id, version)
+
+
+def step_candidate_at(
+    work: JSON | None, type_name: str, payload: Mapping[str, Any], seq: int, stream_id: str, version: int | None
+) -> JSON:
+    """The fold's one rule, on a working dict (`CandidateState.to_work`), updated in place.
+
+    Replay keeps one working dict per candidate and freezes them at the end, so a
+    million events cost a million dict updates, not a million frozen copies (and it
+    is called positionally: keyword calls cost measurably on that path). Nested
+    values are replaced, never mutated, so a frozen state a dict came from is safe.
+    `payload` must be the caller's own fresh dict: the fold keeps it (with its `seq`
+    added) as the candidate's last check, recovery or hand-off rather than copy it.
+    """
+    trigger = _FIXED_TRIGGERS.get(type_name)
     if trigger is None:
-        raise CorruptionError(f"seq {seq}: {type_name} does not belong on a candidate stream", seq=seq, found=type_name)
-    state = None if current is None else current.state
-    dest = next_state(state, trigger)
+        trigger_for = _PAYLOAD_TRIGGERS.get(type_name)
+        if trigger_for is None:
+            raise CorruptionError(
+                f"seq {seq}: {type_name} does not belong on a candidate stream", seq=seq, found=type_name
+            )
+        try:
+            trigger = trigger_for(payload)
+        except (KeyError, ValueError) as e:
+            raise CorruptionError(f"seq {seq}: {type_name} payload is unreadable ({e})", seq=seq) from e
+    if work is None:
+        state = None
+        expected_version = 1
+    else:
+        state = work["state"]
+        expected_version = work["version"] + 1
+    dest = TABLE.get((state, trigger))
     if dest is None:
         raise IllegalTransition(seq=seq, stream_id=stream_id, state=state, trigger=trigger, type_name=type_name)
-    expected_version = 1 if current is None else current.version + 1
     if version is not None and version != expected_version:
         raise CorruptionError(
             f"seq {seq}: stream {stream_id} jumps to version {version}, expected {expected_version}", seq=seq
         )
     if type_name == "CandidateReceived":
-        expected_revision = 0 if current is None else current.revision + 1
-        if payload["revision"] != expected_revision or stream_id != stream_of(payload["candidate_id"]):
-            raise CorruptionError(
-                f"seq {seq}: CandidateReceived for {payload['candidate_id']!r} revision {payload['revision']} "
-                f"does not follow on stream {stream_id} (expected revision {expected_revision})",
-                seq=seq,
-            )
-        candidate = payload["candidate"]
-        return CandidateState(
-            candidate_id=payload["candidate_id"],
-            state=dest,
-            version=expected_version,
-            last_seq=seq,
-            kind=candidate.get("candidate_kind"),
-            candidate=dict(candidate),
-            manifest_path=payload["manifest_path"],
-            revision=payload["revision"],
-            trusted_states={} if current is None else current.trusted_states,
-            decisive_seq=seq,
-            decisive_type=type_name,
-        )
-    assert current is not None  # the table only allows `receive` from no state
-    changes: JSON = {"state": dest, "version": expected_version, "last_seq": seq}
+        return _received(work, payload, seq=seq, stream_id=stream_id, dest=dest, version=expected_version)
+    assert work is not None  # the table only allows `receive` from no state
+    work["state"] = dest
+    work["version"] = expected_version
+    work["last_seq"] = seq
     if dest != state:
-        changes["decisive_seq"] = seq
-        changes["decisive_type"] = type_name
-        changes["reason_codes"] = _reasons(type_name, payload, dest, current.reason_codes)
+        work["decisive_seq"] = seq
+        work["decisive_type"] = type_name
+        work["reason_codes"] = _reasons(type_name, payload, dest, work["reason_codes"])
     if type_name == "ChecksRecorded":
-        changes["last_check"] = {**payload, "seq": seq}
+        work["last_check"] = _with_seq(payload, seq)
         if dest == state:  # a passing re-check keeps the state; its evidence is still news
-            changes["reason_codes"] = tuple(payload["reason_codes"])
+            work["reason_codes"] = tuple(payload["reason_codes"])
     elif type_name == "HandoffDecided":
-        changes["last_handoff"] = {**payload, "seq": seq}
+        work["last_handoff"] = _with_seq(payload, seq)
     elif type_name == "RecoveryPlanned":
-        changes["last_recovery"] = {**payload, "seq": seq}
+        work["last_recovery"] = _with_seq(payload, seq)
     elif type_name == "TrustedStateRecorded":
-        trusted = dict(current.trusted_states)
+        trusted = dict(work["trusted_states"])
         trusted[payload["kind"]] = {"path": payload["path"], "sha256": payload["sha256"], "seq": seq}
-        changes["trusted_states"] = trusted
+        work["trusted_states"] = trusted
     elif type_name == "TrustedStateInvalidated":
-        trusted = dict(current.trusted_states)
+        trusted = dict(work["trusted_states"])
         trusted.pop(payload["kind"], None)
-        changes["trusted_states"] = trusted
-    return attrs.evolve(current, **changes)
+        work["trusted_states"] = trusted
+    return work
+
+
+def _with_seq(payload: Mapping[str, Any], seq: int) -> JSON:
+    if isinstance(payload, dict):
+        payload["seq"] = seq
+        return payload
+    return {**payload, "seq": seq}
+
+
+def _received(
+    work: JSON | None, payload: Mapping[str, Any], *, seq: int, stream_id: str, dest: str, version: int
+) -> JSON:
+    expected_revision = 0 if work is None else work["revision"] + 1
+    if payload["revision"] != expected_revision or stream_id != stream_of(payload["candidate_id"]):
+        raise CorruptionError(
+            f"seq {seq}: CandidateReceived for {payload['candidate_id']!r} revision {payload['revision']} "
+            f"does not follow on stream {stream_id} (expected revision {expected_revision})",
+            seq=seq,
+        )
+    candidate = payload["candidate"]
+    return {
+        "candidate_id": payload["candidate_id"],
+        "state": dest,
+        "version": version,
+        "last_seq": seq,
+        "kind": candidate.get("candidate_kind"),
+        "candidate": dict(candidate),
+        "manifest_path": payload["manifest_path"],
+        "revision": payload["revision"],
+        "trusted_states": {} if work is None else work["trusted_states"],
+        "last_check": None,
+        "last_recovery": None,
+        "last_handoff": None,
+        "reason_codes": (),
+        "decisive_seq": seq,
+        "decisive_type": "CandidateReceived",
+    }
 
 
 def apply(

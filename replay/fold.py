@@ -15,7 +15,7 @@ import orjson
 
 from lifecycle_fsm.errors import CorruptionError
 from lifecycle_fsm.events import EVENT_TYPES, LEDGER_STREAM, upcast
-from lifecycle_fsm.state import CandidateState, LedgerSettings, apply_candidate, apply_settings
+from lifecycle_fsm.state import CandidateState, LedgerSettings, apply_settings, step_candidate_at
 from store.base import EventStore
 from store.chain import canonical_json
 
@@ -53,30 +53,34 @@ def snapshot_json(state: LedgerState) -> str:
 def fold_rows(store: EventStore, start: LedgerState, *, to: int | None = None) -> LedgerState:
     """Fold the events after `start.position` (up to `to`) onto `start`."""
     settings = start.settings
-    candidates = dict(start.candidates)
+    works: dict[str, dict[str, Any]] = {cid: c.to_work() for cid, c in start.candidates.items()}
     position = start.position
     loads = orjson.loads
     current_versions = _CURRENT_VERSIONS
-    for row in store.select_raw(after=start.position, to=to):
-        seq, stream_id, version, _eid, type_name, schema_version, payload_text = row[:7]
-        try:
-            payload = loads(payload_text)
-            if current_versions.get(type_name) != schema_version:
-                payload = upcast(type_name, schema_version, payload, seq=seq)
-            if stream_id == LEDGER_STREAM:
-                settings = apply_settings(settings, type_name, payload, seq)
-            elif stream_id.startswith(_PREFIX):
-                cid = stream_id[len(_PREFIX) :]
-                candidates[cid] = apply_candidate(
-                    candidates.get(cid), type_name, payload, seq=seq, stream_id=stream_id, version=version
-                )
-            else:
-                raise CorruptionError(f"seq {seq}: unknown stream {stream_id!r}", seq=seq)
-        except CorruptionError:
-            raise
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise CorruptionError(f"seq {seq}: {type_name} payload is unreadable ({e!r})", seq=seq) from e
-        if seq != position + 1:
-            raise CorruptionError(f"seq {seq} follows seq {position}: a gap in the log", seq=seq)
-        position = seq
+    cids: dict[str, str] = {}  # stream_id -> candidate id, computed once per stream
+    step = step_candidate_at
+    for rows in store.select_fold_batches(after=start.position, to=to):
+        for seq, stream_id, version, type_name, schema_version, text in rows:
+            try:
+                payload = loads(text)
+                if current_versions.get(type_name) != schema_version:
+                    payload = upcast(type_name, schema_version, payload, seq=seq)
+                cid = cids.get(stream_id)
+                if cid is not None:
+                    works[cid] = step(works.get(cid), type_name, payload, seq, stream_id, version)
+                elif stream_id == LEDGER_STREAM:
+                    settings = apply_settings(settings, type_name, payload, seq)
+                elif stream_id.startswith(_PREFIX):
+                    cid = cids[stream_id] = stream_id[len(_PREFIX) :]
+                    works[cid] = step(works.get(cid), type_name, payload, seq, stream_id, version)
+                else:
+                    raise CorruptionError(f"seq {seq}: unknown stream {stream_id!r}", seq=seq)
+            except CorruptionError:
+                raise
+            except (KeyError, TypeError, ValueError, AttributeError) as e:
+                raise CorruptionError(f"seq {seq}: {type_name} payload is unreadable ({e!r})", seq=seq) from e
+            if seq != position + 1:
+                raise CorruptionError(f"seq {seq} follows seq {position}: a gap in the log", seq=seq)
+            position = seq
+    candidates = {cid: CandidateState.from_work(work) for cid, work in works.items()}
     return LedgerState(settings, candidates, position)

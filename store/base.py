@@ -49,8 +49,14 @@ class StoreTransaction(Protocol):
         *,
         status: str | None = None,
         category: str | None = None,
+        fresh_ids: bool = False,
     ) -> AppendResult:
-        """Append events to one stream at `expected_version`; label the stream in the index."""
+        """Append events to one stream at `expected_version`; label the stream in the index.
+
+        An append whose event ids were all appended before with the same content is a
+        retry: it returns the stored events (`duplicate=True`). `fresh_ids=True` says
+        the ids were just generated at random, so that look-up can be skipped.
+        """
         ...
 
 
@@ -69,8 +75,9 @@ class EventStore(Protocol):
         *,
         status: str | None = None,
         category: str | None = None,
+        fresh_ids: bool = False,
     ) -> AppendResult:
-        """Append to one stream in its own transaction."""
+        """Append to one stream in its own transaction (see `StoreTransaction.append`)."""
         ...
 
     def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[StoredEvent]:
@@ -85,8 +92,8 @@ class EventStore(Protocol):
         """Events with `after < seq <= to`, in order, streamed in constant memory."""
         ...
 
-    def select_raw(self, *, after: int = 0, to: int | None = None) -> Iterator[tuple[Any, ...]]:
-        """Like `select_events` but plain tuples in `StoredEvent` field order (the replay hot path)."""
+    def select_fold_batches(self, *, after: int = 0, to: int | None = None) -> Iterator[list[tuple[Any, ...]]]:
+        """Batches of `(seq, stream_id, version, type, schema_version, payload)` tuples, in order."""
         ...
 
     def event_by_id(self, event_id: str) -> StoredEvent | None:

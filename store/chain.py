@@ -28,11 +28,13 @@ GENESIS_HASH = "0" * 64
 
 def canonical_json(value: Any) -> str:
     """Sorted-key compact JSON; refuses non-finite floats, which orjson would write as null."""
-    _refuse_non_finite(value)
     try:
-        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+        out = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
     except TypeError as e:
         raise InputError(f"payload is not JSON-serialisable: {e}") from e
+    if b"null" in out:  # orjson writes NaN and infinities as null: only then look for them
+        _refuse_non_finite(value)
+    return out.decode()
 
 
 def _refuse_non_finite(value: Any) -> None:

@@ -111,12 +111,15 @@ class SQLiteTransaction:
         *,
         status: str | None = None,
         category: str | None = None,
+        fresh_ids: bool = False,
     ) -> AppendResult:
         if not events:
             return AppendResult(())
         if any(e.stream_id != stream_id for e in events):
             raise InputError("every event of one append must belong to its stream")
-        existing = self._existing(events)
+        # A writer that just generated random ids (uuid4) cannot be retrying: skip the
+        # look-up. UNIQUE(event_id) still guards the table.
+        existing = None if fresh_ids else self._existing(events)
         if existing is not None:
             return AppendResult(existing, duplicate=True)
         self.expect_version(stream_id, expected_version)
@@ -323,9 +326,10 @@ class SQLiteEventStore:
         *,
         status: str | None = None,
         category: str | None = None,
+        fresh_ids: bool = False,
     ) -> AppendResult:
         with self.transaction() as tx:
-            return tx.append(stream_id, expected_version, events, status=status, category=category)
+            return tx.append(stream_id, expected_version, events, status=status, category=category, fresh_ids=fresh_ids)
 
     def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[StoredEvent]:
         return _read_stream(self._conn, stream_id, after_version)
@@ -350,17 +354,21 @@ class SQLiteEventStore:
             for row in rows:
                 yield StoredEvent(*row)
 
-    def select_raw(self, *, after: int = 0, to: int | None = None) -> Iterator[tuple[Any, ...]]:
-        """Rows as plain tuples in column order: the replay hot path skips building records."""
+    def select_fold_batches(self, *, after: int = 0, to: int | None = None) -> Iterator[list[tuple[Any, ...]]]:
+        """Batches of `(seq, stream_id, version, type, schema_version, payload)` rows in order.
+
+        The replay hot path: only the columns a fold reads (the chain columns cost a
+        Python string each and are verified elsewhere), in lists so the caller's loop
+        is the only per-row work.
+        """
         upper = to if to is not None else (1 << 62)
         cursor = self._conn.execute(
-            f"SELECT {EVENT_COLUMNS} FROM events WHERE seq > ? AND seq <= ? ORDER BY seq", (after, upper)
+            "SELECT seq, stream_id, version, type, schema_version, payload FROM events "
+            "WHERE seq > ? AND seq <= ? ORDER BY seq",
+            (after, upper),
         )
-        while True:
-            rows = cursor.fetchmany(2000)
-            if not rows:
-                return
-            yield from rows
+        while rows := cursor.fetchmany(4096):
+            yield rows
 
     def event_by_id(self, event_id: str) -> StoredEvent | None:
         row = self._conn.execute(f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id = ?", (event_id,)).fetchone()
