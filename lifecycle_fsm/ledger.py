@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import getpass
+import hashlib
 import os
 import socket
 import uuid
@@ -53,6 +54,7 @@ from lifecycle_fsm.events import (
     stream_of,
     upcast,
 )
+from lifecycle_fsm.fingerprint import CHECKPOINT_SCHEMA_VERSION, FINGERPRINT
 from lifecycle_fsm.logs import get_logger
 from lifecycle_fsm.machine import COMMAND_BY_TRIGGER, MACHINE, allowed_commands, next_state
 from lifecycle_fsm.manifests import load_baseline_manifest, load_candidate_manifest
@@ -64,7 +66,7 @@ from lifecycle_fsm.rules import (
     TRUSTED_STATE_KINDS,
     choose_recovery_action,
 )
-from lifecycle_fsm.state import CandidateState, LedgerSettings, apply_candidate, apply_settings
+from lifecycle_fsm.state import CandidateState, LedgerSettings, apply_candidate, apply_settings, candidate_from_dict
 from store.base import EventStore, StoreTransaction
 from store.chain import canonical_json
 from store.records import NewEvent, StoredEvent
@@ -191,12 +193,40 @@ class Ledger:
         return state
 
     def _current(self, stream_id: str) -> CandidateState | None:
-        cached = self._candidates.get(stream_id)
+        cached = self._candidates.get(stream_id) or self._from_checkpoint(stream_id)
         new = self.store.read_stream(stream_id, after_version=0 if cached is None else cached.version)
         state = fold_candidate(new, start=cached)
         if state is not None:
             self._candidates[stream_id] = state
         return state
+
+    def _from_checkpoint(self, stream_id: str) -> CandidateState | None:
+        """The stream's state from the latest checkpoint, when it can be trusted.
+
+        A long-lived candidate is then read as snapshot + tail, not its whole history.
+        A stale or corrupt snapshot is skipped (and said so); the stream is folded.
+        """
+        snap = self.store.latest_stream_snapshot(stream_id)
+        if snap is None:
+            return None
+        problem = None
+        if snap.schema_version != CHECKPOINT_SCHEMA_VERSION or snap.fingerprint != FINGERPRINT:
+            problem = "built by different code (fingerprint or schema version)"
+        elif hashlib.sha256(snap.state.encode()).hexdigest() != snap.state_sha256:
+            problem = "state does not match its sha256 (corrupt)"
+        elif self.store.hash_at(snap.position) != snap.head_hash:
+            problem = f"head hash at position {snap.position} does not match the log"
+        if problem is None:
+            try:
+                state = candidate_from_dict(orjson.loads(snap.state))
+            except (orjson.JSONDecodeError, KeyError, TypeError) as e:
+                problem = f"state cannot be read ({e!r})"
+            else:
+                if state.version == snap.version:
+                    return state
+                problem = "state version differs from its row"
+        log.warning("stream_snapshot_skipped", stream_id=stream_id, checkpoint_id=snap.checkpoint_id, reason=problem)
+        return None
 
     def history(self, candidate_id: str) -> list[tuple[StoredEvent, Event]]:
         events = self.store.read_stream(stream_of(candidate_id))

@@ -11,16 +11,13 @@ the events after it, and must equal a full replay (tests/test_replay.py proves i
 from __future__ import annotations
 
 import hashlib
-import inspect
 from collections.abc import Callable
-from typing import Any
 
 import attrs
 import orjson
 
-from lifecycle_fsm import events as events_module
-from lifecycle_fsm import machine, rules
-from lifecycle_fsm import state as state_module
+from lifecycle_fsm.events import stream_of
+from lifecycle_fsm.fingerprint import CHECKPOINT_SCHEMA_VERSION, FINGERPRINT, FINGERPRINT_PARTS
 from lifecycle_fsm.logs import get_logger
 from lifecycle_fsm.state import candidate_from_dict, settings_from_dict
 from replay.fold import LedgerState, empty_state, fold_rows, snapshot_json
@@ -31,6 +28,7 @@ from store.records import CheckpointRecord
 __all__ = [
     "CHECKPOINT_SCHEMA_VERSION",
     "FINGERPRINT",
+    "FINGERPRINT_PARTS",
     "LoadResult",
     "checkpoint_problem",
     "load_state",
@@ -38,24 +36,6 @@ __all__ = [
 ]
 
 log = get_logger(__name__)
-
-CHECKPOINT_SCHEMA_VERSION = 1
-
-
-def _source_digest(*modules: Any) -> str:
-    digest = hashlib.sha256()
-    for module in modules:
-        digest.update(inspect.getsource(module).encode())
-    return digest.hexdigest()
-
-
-# Which code a snapshot was folded by; any change makes older snapshots untrusted.
-FINGERPRINT_PARTS = {
-    "machine": machine.FINGERPRINT,
-    "rules": _source_digest(rules),
-    "fold": _source_digest(state_module, events_module),
-}
-FINGERPRINT = canonical_json(FINGERPRINT_PARTS)
 
 
 @attrs.frozen
@@ -70,12 +50,16 @@ class LoadResult:
 def take_checkpoint(store: EventStore, *, clock: Callable[[], str], to: int | None = None) -> CheckpointRecord:
     """Snapshot the folded ledger at the head (or `to`), starting from the latest good checkpoint."""
     loaded = load_state(store, to=to)
+    streams = [
+        (stream_of(cid), c.version, canonical_json(c.to_dict())) for cid, c in sorted(loaded.state.candidates.items())
+    ]
     return store.append_checkpoint(
         position=loaded.state.position,
         schema_version=CHECKPOINT_SCHEMA_VERSION,
         fingerprint=FINGERPRINT,
         snapshot=snapshot_json(loaded.state),
         recorded_at=clock(),
+        streams=streams,
     )
 
 

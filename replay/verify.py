@@ -11,9 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 from lifecycle_fsm.errors import CorruptionError
+from lifecycle_fsm.events import stream_of
 from replay.checkpoints import CHECKPOINT_SCHEMA_VERSION, FINGERPRINT, checkpoint_problem, load_state
-from replay.fold import empty_state, fold_rows, snapshot_json
+from replay.fold import LedgerState, empty_state, fold_rows, snapshot_json
 from store.base import EventStore
+from store.chain import canonical_json
 
 __all__ = ["verify"]
 
@@ -39,8 +41,20 @@ def _checkpoint_report(store: EventStore) -> tuple[list[dict[str, Any]], bool]:
         state = fold_rows(store, state, to=record.position)
         if snapshot_json(state) != record.snapshot:
             reports[record.checkpoint_id].update(status="broken", reason="snapshot differs from a full replay")
+        elif (bad := _stream_copy_problem(store, record.checkpoint_id, state)) is not None:
+            reports[record.checkpoint_id].update(status="broken", reason=bad)
     ordered = list(reports.values())
     return ordered, all(r["status"] != "broken" for r in ordered)
+
+
+def _stream_copy_problem(store: EventStore, checkpoint_id: int, state: LedgerState) -> str | None:
+    """A checkpoint's per-stream copies must each equal that stream in the full replay."""
+    expected = {stream_of(cid): canonical_json(c.to_dict()) for cid, c in state.candidates.items()}
+    copies = {snap.stream_id: snap.state for snap in store.stream_snapshots(checkpoint_id)}
+    if copies != expected:
+        differing = sorted(k for k in expected.keys() | copies.keys() if expected.get(k) != copies.get(k))
+        return f"stream copies differ from a full replay: {', '.join(differing[:5])}"
+    return None
 
 
 def verify(store: EventStore) -> dict[str, Any]:

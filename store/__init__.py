@@ -18,7 +18,7 @@ from store.errors import (
     NotFoundError,
     StoreError,
 )
-from store.records import ChainReport, CheckpointRecord, Head, NewEvent, StoredEvent, StreamHead
+from store.records import ChainReport, CheckpointRecord, Head, NewEvent, StoredEvent, StreamHead, StreamSnapshot
 from store.sqlite import SQLiteEventStore
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "StoreTransaction",
     "StoredEvent",
     "StreamHead",
+    "StreamSnapshot",
     "canonical_json",
     "event_hash",
 ]

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 import attrs
 
-from store.records import ChainReport, CheckpointRecord, Head, NewEvent, StoredEvent, StreamHead
+from store.records import ChainReport, CheckpointRecord, Head, NewEvent, StoredEvent, StreamHead, StreamSnapshot
 
 
 @attrs.frozen
@@ -125,9 +125,28 @@ class EventStore(Protocol):
         ...
 
     def append_checkpoint(
-        self, *, position: int, schema_version: int, fingerprint: str, snapshot: str, recorded_at: str
+        self,
+        *,
+        position: int,
+        schema_version: int,
+        fingerprint: str,
+        snapshot: str,
+        recorded_at: str,
+        streams: Sequence[tuple[str, int, str]] = (),
     ) -> CheckpointRecord:
-        """Store a snapshot taken at `position` (its head hash is read from the log)."""
+        """Store a snapshot taken at `position` (its head hash is read from the log).
+
+        `streams` are `(stream_id, version, state)` copies of each stream's own folded
+        state, so one stream can be read from the checkpoint without the others.
+        """
+        ...
+
+    def stream_snapshots(self, checkpoint_id: int) -> list[StreamSnapshot]:
+        """Every stream copy a checkpoint holds."""
+        ...
+
+    def latest_stream_snapshot(self, stream_id: str) -> StreamSnapshot | None:
+        """The newest checkpoint's copy of one stream's state, if any."""
         ...
 
     def select_checkpoints(self) -> list[CheckpointRecord]:

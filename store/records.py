@@ -74,6 +74,21 @@ class CheckpointRecord:
 
 
 @attrs.frozen
+class StreamSnapshot:
+    """One stream's folded state inside a checkpoint: a shortcut for reading one stream."""
+
+    checkpoint_id: int
+    position: int
+    head_hash: str
+    schema_version: int
+    fingerprint: str
+    stream_id: str
+    version: int
+    state: str
+    state_sha256: str
+
+
+@attrs.frozen
 class ChainReport:
     """The result of re-hashing the whole chain; `bad_seq` is the first broken position."""
 

@@ -32,7 +32,7 @@ from store.base import AppendResult
 from store.chain import GENESIS_HASH, canonical_json, event_hash, rehash
 from store.errors import ConcurrencyError, DuplicateEventError, InputError, IntegrityError, StoreError
 from store.faults import fault_from_env
-from store.records import ChainReport, CheckpointRecord, Head, NewEvent, StoredEvent, StreamHead
+from store.records import ChainReport, CheckpointRecord, Head, NewEvent, StoredEvent, StreamHead, StreamSnapshot
 
 STORE_SCHEMA_VERSION = 1
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
@@ -272,6 +272,12 @@ class SQLiteEventStore:
                 pk="checkpoint_id",
                 if_not_exists=True,
             )  # fmt: skip
+            self.db.table("checkpoint_streams").create(
+                {"checkpoint_id": int, "stream_id": str, "version": int, "state": str, "state_sha256": str},
+                pk=("stream_id", "checkpoint_id"),
+                not_null={"version", "state", "state_sha256"},
+                if_not_exists=True,
+            )
             self.db.table("meta").create({"key": str, "value": str}, pk="key", if_not_exists=True)
             found = self._schema_version()
             if found is None:
@@ -397,7 +403,14 @@ class SQLiteEventStore:
             )
 
     def append_checkpoint(
-        self, *, position: int, schema_version: int, fingerprint: str, snapshot: str, recorded_at: str
+        self,
+        *,
+        position: int,
+        schema_version: int,
+        fingerprint: str,
+        snapshot: str,
+        recorded_at: str,
+        streams: Sequence[tuple[str, int, str]] = (),
     ) -> CheckpointRecord:
         with self._write():
             row = self._conn.execute("SELECT hash FROM events WHERE seq = ?", (position,)).fetchone()
@@ -411,9 +424,36 @@ class SQLiteEventStore:
                 (position, head_hash, schema_version, fingerprint, snapshot, digest, recorded_at),
             )
             checkpoint_id = int(cur.lastrowid or 0)
+            self._conn.executemany(
+                "INSERT INTO checkpoint_streams (checkpoint_id, stream_id, version, state, state_sha256) "
+                "VALUES (?,?,?,?,?)",
+                [(checkpoint_id, sid, v, text, hashlib.sha256(text.encode()).hexdigest()) for sid, v, text in streams],
+            )
         return CheckpointRecord(
             checkpoint_id, position, head_hash, schema_version, fingerprint, snapshot, digest, recorded_at
         )
+
+    def stream_snapshots(self, checkpoint_id: int) -> list[StreamSnapshot]:
+        """Every stream copy a checkpoint holds (for `verify`)."""
+        rows = self._conn.execute(
+            "SELECT c.checkpoint_id, c.position, c.head_hash, c.schema_version, c.fingerprint, "
+            "s.stream_id, s.version, s.state, s.state_sha256 "
+            "FROM checkpoint_streams s JOIN checkpoints c ON c.checkpoint_id = s.checkpoint_id "
+            "WHERE s.checkpoint_id = ? ORDER BY s.stream_id",
+            (checkpoint_id,),
+        ).fetchall()
+        return [StreamSnapshot(*r) for r in rows]
+
+    def latest_stream_snapshot(self, stream_id: str) -> StreamSnapshot | None:
+        """The newest checkpoint's copy of one stream's state, if any checkpoint holds it."""
+        row = self._conn.execute(
+            "SELECT c.checkpoint_id, c.position, c.head_hash, c.schema_version, c.fingerprint, "
+            "s.stream_id, s.version, s.state, s.state_sha256 "
+            "FROM checkpoint_streams s JOIN checkpoints c ON c.checkpoint_id = s.checkpoint_id "
+            "WHERE s.stream_id = ? ORDER BY c.position DESC, c.checkpoint_id DESC LIMIT 1",
+            (stream_id,),
+        ).fetchone()
+        return None if row is None else StreamSnapshot(*row)
 
     def select_checkpoints(self) -> list[CheckpointRecord]:
         rows = self._conn.execute(
