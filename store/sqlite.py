@@ -29,7 +29,7 @@ from typing import Any
 import sqlite_utils
 
 from store.base import AppendResult
-from store.chain import GENESIS_HASH, canonical_json, event_hash, rehash
+from store.chain import GENESIS_HASH, canonical_json, chain_hash, rehash
 from store.errors import ConcurrencyError, DuplicateEventError, InputError, IntegrityError, StoreError
 from store.faults import fault_from_env
 from store.records import ChainReport, CheckpointRecord, Head, NewEvent, StoredEvent, StreamHead, StreamSnapshot
@@ -123,36 +123,24 @@ class SQLiteTransaction:
         if existing is not None:
             return AppendResult(existing, duplicate=True)
         self.expect_version(stream_id, expected_version)
-        stored: list[StoredEvent] = []
-        prev = self._head
+        rows: list[tuple[Any, ...]] = []
+        seq, prev_hash = self._head.seq, self._head.hash
         version = expected_version
-        for new in events:
+        for new in events:  # the batch hot path: plain tuples, locals, positional calls
             version += 1
-            seq = prev.seq + 1
+            seq += 1
             payload = canonical_json(new.payload)
-            digest = event_hash(
-                prev_hash=prev.hash,
-                seq=seq,
-                stream_id=stream_id,
-                version=version,
-                event_id=new.event_id,
-                type=new.type,
-                schema_version=new.schema_version,
-                payload=payload,
-                recorded_at=new.recorded_at,
-                actor=new.actor,
-            )
-            row = StoredEvent(
-                seq, stream_id, version, new.event_id, new.type, new.schema_version,
-                payload, new.recorded_at, new.actor, prev.hash, digest,
+            digest = chain_hash(
+                prev_hash, seq, stream_id, version, new.event_id, new.type, new.schema_version,
+                payload, new.recorded_at, new.actor,
             )  # fmt: skip
-            stored.append(row)
-            prev = Head(seq, digest)
+            rows.append(
+                (seq, stream_id, version, new.event_id, new.type, new.schema_version,
+                 payload, new.recorded_at, new.actor, prev_hash, digest)
+            )  # fmt: skip
+            prev_hash = digest
         try:
-            self._conn.executemany(
-                f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                [attrs_tuple(e) for e in stored],
-            )
+            self._conn.executemany(f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
         except sqlite3.IntegrityError as e:
             raise ConcurrencyError(
                 f"stream {stream_id!r}: version or event id already taken ({e})",
@@ -167,23 +155,26 @@ class SQLiteTransaction:
             "category = coalesce(excluded.category, streams.category)",
             (stream_id, version, status, category),
         )
-        self._head = prev
-        return AppendResult(tuple(stored))
+        self._head = Head(seq, prev_hash)
+        return AppendResult(tuple(StoredEvent(*row) for row in rows))
 
     def _existing(self, events: Sequence[NewEvent]) -> tuple[StoredEvent, ...] | None:
         """The stored copies when this exact batch was appended before (a retry), else None.
 
-        Every id is looked up: one taken id in an otherwise new batch is a
-        `DuplicateEventError`, not a conflict worth retrying.
+        Every id is looked up (one query per 500 ids): one taken id in an otherwise new
+        batch is a `DuplicateEventError`, not a conflict worth retrying.
         """
-        found: list[StoredEvent | None] = []
-        for new in events:
-            row = self._conn.execute(
-                f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id = ?", (new.event_id,)
-            ).fetchone()
-            found.append(None if row is None else _row_to_event(row))
-        if all(old is None for old in found):
+        ids = [e.event_id for e in events]
+        stored: dict[str, StoredEvent] = {}
+        for i in range(0, len(ids), 500):
+            chunk = ids[i : i + 500]
+            rows = self._conn.execute(
+                f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id IN ({','.join('?' * len(chunk))})", chunk
+            ).fetchall()
+            stored.update((row[3], _row_to_event(row)) for row in rows)
+        if not stored:
             return None
+        found = [stored.get(event_id) for event_id in ids]
         for new, old in zip(events, found, strict=True):
             same = old is not None and (
                 old.stream_id == new.stream_id
@@ -192,7 +183,7 @@ class SQLiteTransaction:
                 and old.payload == canonical_json(new.payload)
             )
             if not same:
-                taken = next(o for o in found if o is not None)
+                taken = min(stored.values(), key=lambda e: e.seq)
                 raise DuplicateEventError(
                     f"event id {taken.event_id!r} is already at seq {taken.seq}; this batch differs from that append",
                     event_id=taken.event_id,
@@ -207,14 +198,6 @@ def _read_stream(conn: sqlite3.Connection, stream_id: str, after_version: int) -
         (stream_id, after_version),
     ).fetchall()
     return [_row_to_event(r) for r in rows]
-
-
-def attrs_tuple(e: StoredEvent) -> tuple[Any, ...]:
-    """The row values of a stored event, in column order."""
-    return (
-        e.seq, e.stream_id, e.version, e.event_id, e.type, e.schema_version,
-        e.payload, e.recorded_at, e.actor, e.prev_hash, e.hash,
-    )  # fmt: skip
 
 
 def _select_streams(conn: sqlite3.Connection, statuses: Iterable[str] | None) -> list[StreamHead]:
