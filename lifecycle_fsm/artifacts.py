@@ -180,6 +180,15 @@ def _collect(path: StrPath, root: StrPath | None) -> tuple[bool, list[_Entry]]:
         raise ArtifactError(f"path escapes root: {shown}")
     if not os.path.lexists(shown):
         raise ArtifactError(f"no such file or directory: {shown}")
+    if root is None and not os.path.islink(shown):
+        # A plain file that is its own root: nothing to resolve or walk (the common
+        # case for trusted states, and ~20 us of realpath saved on the command path).
+        try:
+            st = os.stat(shown)
+        except OSError as exc:
+            raise ArtifactError(f"cannot stat {shown}: {exc.strerror}") from exc
+        if stat.S_ISREG(st.st_mode):
+            return False, [(b"", shown, shown, st.st_size)]
     allowed = os.path.realpath(root if root is not None else shown)
     if os.path.islink(shown):
         real = _resolve_link(shown, shown, allowed)
