@@ -187,7 +187,7 @@ _FIXED_TRIGGERS, _PAYLOAD_TRIGGERS = _trigger_tables()
 def step_candidate(
     work: JSON | None,
     type_name: str,
-    payload: Mapping[str, Any],
+    payload: JSON,
     *,
     seq: int,
     stream_id: str,
@@ -198,7 +198,7 @@ def step_candidate(
 
 
 def step_candidate_at(
-    work: JSON | None, type_name: str, payload: Mapping[str, Any], seq: int, stream_id: str, version: int | None
+    work: JSON | None, type_name: str, payload: JSON, seq: int, stream_id: str, version: int | None
 ) -> JSON:
     """The fold's one rule, on a working dict (`CandidateState.to_work`), updated in place.
 
@@ -244,13 +244,16 @@ def step_candidate_at(
         work["decisive_type"] = type_name
         work["reason_codes"] = _reasons(type_name, payload, dest, work["reason_codes"])
     if type_name == "ChecksRecorded":
-        work["last_check"] = _with_seq(payload, seq)
+        payload["seq"] = seq
+        work["last_check"] = payload
         if dest == state:  # a passing re-check keeps the state; its evidence is still news
             work["reason_codes"] = tuple(payload["reason_codes"])
     elif type_name == "HandoffDecided":
-        work["last_handoff"] = _with_seq(payload, seq)
+        payload["seq"] = seq
+        work["last_handoff"] = payload
     elif type_name == "RecoveryPlanned":
-        work["last_recovery"] = _with_seq(payload, seq)
+        payload["seq"] = seq
+        work["last_recovery"] = payload
     elif type_name == "TrustedStateRecorded":
         trusted = dict(work["trusted_states"])
         trusted[payload["kind"]] = {"path": payload["path"], "sha256": payload["sha256"], "seq": seq}
@@ -260,13 +263,6 @@ def step_candidate_at(
         trusted.pop(payload["kind"], None)
         work["trusted_states"] = trusted
     return work
-
-
-def _with_seq(payload: Mapping[str, Any], seq: int) -> JSON:
-    if isinstance(payload, dict):
-        payload["seq"] = seq
-        return payload
-    return {**payload, "seq": seq}
 
 
 def _received(

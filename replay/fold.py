@@ -14,7 +14,7 @@ import attrs
 import orjson
 
 from lifecycle_fsm.errors import CorruptionError
-from lifecycle_fsm.events import EVENT_TYPES, LEDGER_STREAM, upcast
+from lifecycle_fsm.events import EVENT_TYPES, LEDGER_STREAM, stream_of, upcast
 from lifecycle_fsm.state import CandidateState, LedgerSettings, apply_settings, step_candidate_at
 from store.base import EventStore
 from store.chain import canonical_json
@@ -53,11 +53,11 @@ def snapshot_json(state: LedgerState) -> str:
 def fold_rows(store: EventStore, start: LedgerState, *, to: int | None = None) -> LedgerState:
     """Fold the events after `start.position` (up to `to`) onto `start`."""
     settings = start.settings
-    works: dict[str, dict[str, Any]] = {cid: c.to_work() for cid, c in start.candidates.items()}
+    # Working dicts keyed by stream id: one dict look-up per event finds the candidate.
+    works: dict[str, dict[str, Any]] = {stream_of(cid): c.to_work() for cid, c in start.candidates.items()}
     position = start.position
     loads = orjson.loads
     current_versions = _CURRENT_VERSIONS
-    cids: dict[str, str] = {}  # stream_id -> candidate id, computed once per stream
     step = step_candidate_at
     for rows in store.select_fold_batches(after=start.position, to=to):
         for seq, stream_id, version, type_name, schema_version, text in rows:
@@ -65,14 +65,11 @@ def fold_rows(store: EventStore, start: LedgerState, *, to: int | None = None) -
                 payload = loads(text)
                 if current_versions.get(type_name) != schema_version:
                     payload = upcast(type_name, schema_version, payload, seq=seq)
-                cid = cids.get(stream_id)
-                if cid is not None:
-                    works[cid] = step(works.get(cid), type_name, payload, seq, stream_id, version)
+                work = works.get(stream_id)
+                if work is not None or stream_id.startswith(_PREFIX):
+                    works[stream_id] = step(work, type_name, payload, seq, stream_id, version)
                 elif stream_id == LEDGER_STREAM:
                     settings = apply_settings(settings, type_name, payload, seq)
-                elif stream_id.startswith(_PREFIX):
-                    cid = cids[stream_id] = stream_id[len(_PREFIX) :]
-                    works[cid] = step(works.get(cid), type_name, payload, seq, stream_id, version)
                 else:
                     raise CorruptionError(f"seq {seq}: unknown stream {stream_id!r}", seq=seq)
             except CorruptionError:
@@ -82,5 +79,6 @@ def fold_rows(store: EventStore, start: LedgerState, *, to: int | None = None) -
             if seq != position + 1:
                 raise CorruptionError(f"seq {seq} follows seq {position}: a gap in the log", seq=seq)
             position = seq
-    candidates = {cid: CandidateState.from_work(work) for cid, work in works.items()}
+    prefix = len(_PREFIX)
+    candidates = {sid[prefix:]: CandidateState.from_work(work) for sid, work in works.items()}
     return LedgerState(settings, candidates, position)
