@@ -120,3 +120,5 @@ def print_explain(doc: JSON) -> None:
         click.echo("  settings read: " + ", ".join(f"{k}={v}" for k, v in sorted(settings.items())))
     if "action" in evidence:
         click.echo(f"  recovery: {evidence['stage']} -> {evidence['action']}")
+    if "cause" in evidence:
+        click.echo(f"  {evidence['cause']} changed: {evidence['previous']} -> {evidence['current']}")
