@@ -18,6 +18,7 @@ from store.errors import (
     NotFoundError,
     StoreError,
 )
+from store.memory import MemoryEventStore
 from store.records import ChainReport, CheckpointRecord, Head, NewEvent, StoredEvent, StreamHead, StreamSnapshot
 from store.sqlite import SQLiteEventStore
 
@@ -34,6 +35,7 @@ __all__ = [
     "InputError",
     "IntegrityError",
     "LifecycleError",
+    "MemoryEventStore",
     "NewEvent",
     "NotFoundError",
     "SQLiteEventStore",

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import orjson
 
-from store.errors import InputError
-from store.records import StoredEvent
+from store.errors import DuplicateEventError, InputError
+from store.records import ChainReport, Head, NewEvent, StoredEvent
 
 GENESIS_HASH = "0" * 64
 
@@ -101,3 +102,72 @@ def rehash(event: StoredEvent, prev_hash: str) -> str:
         prev_hash, event.seq, event.stream_id, event.version, event.event_id, event.type,
         event.schema_version, event.payload, event.recorded_at, event.actor,
     )  # fmt: skip
+
+
+def chain_rows(head: Head, stream_id: str, expected_version: int, events: Sequence[NewEvent]) -> list[tuple[Any, ...]]:
+    """The rows (in `StoredEvent` field order) that append `events` after `head`.
+
+    Every backend builds its rows here, so the chain is the same whatever stores it.
+    """
+    rows: list[tuple[Any, ...]] = []
+    seq, prev_hash = head.seq, head.hash
+    version = expected_version
+    for new in events:  # the batch hot path: plain tuples, locals, positional calls
+        version += 1
+        seq += 1
+        payload = canonical_json(new.payload)
+        digest = chain_hash(
+            prev_hash, seq, stream_id, version, new.event_id, new.type, new.schema_version,
+            payload, new.recorded_at, new.actor,
+        )  # fmt: skip
+        rows.append(
+            (seq, stream_id, version, new.event_id, new.type, new.schema_version,
+             payload, new.recorded_at, new.actor, prev_hash, digest)
+        )  # fmt: skip
+        prev_hash = digest
+    return rows
+
+
+def match_retry(events: Sequence[NewEvent], stored: Mapping[str, StoredEvent]) -> tuple[StoredEvent, ...] | None:
+    """The stored copies when `events` were appended before (a retry), None when none were.
+
+    Some ids taken, or the same ids with other content, is `DuplicateEventError`: not
+    a retry, and not a conflict worth retrying either.
+    """
+    if not stored:
+        return None
+    found = [stored.get(e.event_id) for e in events]
+    for new, old in zip(events, found, strict=True):
+        same = old is not None and (
+            old.stream_id == new.stream_id
+            and old.type == new.type
+            and old.schema_version == new.schema_version
+            and old.payload == canonical_json(new.payload)
+        )
+        if not same:
+            taken = min(stored.values(), key=lambda e: e.seq)
+            raise DuplicateEventError(
+                f"event id {taken.event_id!r} is already at seq {taken.seq}; this batch differs from that append",
+                event_id=taken.event_id,
+                seq=taken.seq,
+            )
+    return tuple(old for old in found if old is not None)
+
+
+def verify_events(events: Iterable[StoredEvent], *, count: int, head: Head) -> ChainReport:
+    """Walk a log in seq order: positions, links and hashes; report the first break."""
+    prev = Head(0, GENESIS_HASH)
+    seen = 0
+    for event in events:
+        seen += 1
+        reason = None
+        if event.seq != prev.seq + 1:
+            reason = f"gap in positions: seq {event.seq} follows seq {prev.seq}"
+        elif event.prev_hash != prev.hash:
+            reason = "prev_hash does not match the previous event's hash"
+        elif rehash(event, prev.hash) != event.hash:
+            reason = "stored hash does not match the event's content"
+        if reason is not None:
+            return ChainReport(False, count, head, bad_seq=event.seq, reason=reason)
+        prev = Head(event.seq, event.hash)
+    return ChainReport(True, seen, prev)

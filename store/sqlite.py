@@ -29,8 +29,8 @@ from typing import Any
 import sqlite_utils
 
 from store.base import AppendResult
-from store.chain import GENESIS_HASH, canonical_json, chain_hash, rehash
-from store.errors import ConcurrencyError, DuplicateEventError, InputError, IntegrityError, StoreError
+from store.chain import GENESIS_HASH, chain_rows, match_retry, verify_events
+from store.errors import ConcurrencyError, InputError, IntegrityError, StoreError
 from store.faults import fault_from_env
 from store.records import ChainReport, CheckpointRecord, Head, NewEvent, StoredEvent, StreamHead, StreamSnapshot
 
@@ -123,22 +123,7 @@ class SQLiteTransaction:
         if existing is not None:
             return AppendResult(existing, duplicate=True)
         self.expect_version(stream_id, expected_version)
-        rows: list[tuple[Any, ...]] = []
-        seq, prev_hash = self._head.seq, self._head.hash
-        version = expected_version
-        for new in events:  # the batch hot path: plain tuples, locals, positional calls
-            version += 1
-            seq += 1
-            payload = canonical_json(new.payload)
-            digest = chain_hash(
-                prev_hash, seq, stream_id, version, new.event_id, new.type, new.schema_version,
-                payload, new.recorded_at, new.actor,
-            )  # fmt: skip
-            rows.append(
-                (seq, stream_id, version, new.event_id, new.type, new.schema_version,
-                 payload, new.recorded_at, new.actor, prev_hash, digest)
-            )  # fmt: skip
-            prev_hash = digest
+        rows = chain_rows(self._head, stream_id, expected_version, events)
         try:
             self._conn.executemany(f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
         except sqlite3.IntegrityError as e:
@@ -153,9 +138,9 @@ class SQLiteTransaction:
             "ON CONFLICT(stream_id) DO UPDATE SET version = excluded.version, "
             "status = coalesce(excluded.status, streams.status), "
             "category = coalesce(excluded.category, streams.category)",
-            (stream_id, version, status, category),
+            (stream_id, rows[-1][2], status, category),
         )
-        self._head = Head(seq, prev_hash)
+        self._head = Head(rows[-1][0], rows[-1][10])
         return AppendResult(tuple(StoredEvent(*row) for row in rows))
 
     def _existing(self, events: Sequence[NewEvent]) -> tuple[StoredEvent, ...] | None:
@@ -172,24 +157,7 @@ class SQLiteTransaction:
                 f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id IN ({','.join('?' * len(chunk))})", chunk
             ).fetchall()
             stored.update((row[3], _row_to_event(row)) for row in rows)
-        if not stored:
-            return None
-        found = [stored.get(event_id) for event_id in ids]
-        for new, old in zip(events, found, strict=True):
-            same = old is not None and (
-                old.stream_id == new.stream_id
-                and old.type == new.type
-                and old.schema_version == new.schema_version
-                and old.payload == canonical_json(new.payload)
-            )
-            if not same:
-                taken = min(stored.values(), key=lambda e: e.seq)
-                raise DuplicateEventError(
-                    f"event id {taken.event_id!r} is already at seq {taken.seq}; this batch differs from that append",
-                    event_id=taken.event_id,
-                    seq=taken.seq,
-                )
-        return tuple(old for old in found if old is not None)
+        return match_retry(events, stored)
 
 
 def _read_stream(conn: sqlite3.Connection, stream_id: str, after_version: int) -> list[StoredEvent]:
@@ -453,21 +421,7 @@ class SQLiteEventStore:
         return str(row[0]) if row else None
 
     def verify_chain(self) -> ChainReport:
-        prev = Head(0, GENESIS_HASH)
-        count = 0
-        for event in self.select_events():
-            count += 1
-            reason = None
-            if event.seq != prev.seq + 1:
-                reason = f"gap in positions: seq {event.seq} follows seq {prev.seq}"
-            elif event.prev_hash != prev.hash:
-                reason = "prev_hash does not match the previous event's hash"
-            elif rehash(event, prev.hash) != event.hash:
-                reason = "stored hash does not match the event's content"
-            if reason is not None:
-                return ChainReport(False, self.count_events(), self.head(), bad_seq=event.seq, reason=reason)
-            prev = Head(event.seq, event.hash)
-        return ChainReport(True, count, prev)
+        return verify_events(self.select_events(), count=self.count_events(), head=self.head())
 
     def close(self) -> None:
         self._conn.close()
