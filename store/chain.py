@@ -39,16 +39,31 @@ def canonical_json(value: Any) -> str:
 
 
 def _refuse_non_finite(value: Any) -> None:
+    """Walk containers only: scalars are skipped without being pushed (this is per event)."""
     stack = [value]
     while stack:
         item = stack.pop()
         kind = type(item)
         if kind is dict:
-            stack.extend(item.values())
+            children = item.values()
         elif kind is list or kind is tuple:
-            stack.extend(item)
-        elif isinstance(item, float) and not math.isfinite(item):
-            raise InputError(f"payload holds a non-finite number ({item}); JSON cannot carry it")
+            children = item
+        else:
+            _check_float(item)
+            continue
+        for child in children:
+            child_kind = type(child)
+            if child_kind is str or child_kind is int or child_kind is bool or child is None:
+                continue
+            if child_kind is dict or child_kind is list or child_kind is tuple:
+                stack.append(child)
+            else:
+                _check_float(child)
+
+
+def _check_float(item: Any) -> None:
+    if isinstance(item, float) and not math.isfinite(item):
+        raise InputError(f"payload holds a non-finite number ({item}); JSON cannot carry it")
 
 
 def event_hash(
