@@ -28,6 +28,7 @@ __all__ = [
     "INITIAL_TRIGGER",
     "MACHINE",
     "TABLE",
+    "TABLE_BY_STATE",
     "TRANSITIONS",
     "State",
     "allowed_commands",
@@ -114,6 +115,12 @@ def _build_table() -> dict[tuple[str | None, str], str]:
 
 
 TABLE = _build_table()
+# The same table as state -> {trigger -> next state}: replay's per-event look-up
+# without building a tuple key.
+TABLE_BY_STATE: dict[str | None, dict[str, str]] = {None: {}, **{s.value: {} for s in State}}
+for (source, trigger), dest in TABLE.items():
+    TABLE_BY_STATE[source][trigger] = dest
+del source, trigger, dest
 FINGERPRINT = hashlib.sha256(
     orjson.dumps({"states": [s.value for s in State], "transitions": TRANSITIONS}, option=orjson.OPT_SORT_KEYS)
 ).hexdigest()

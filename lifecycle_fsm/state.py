@@ -16,7 +16,7 @@ import attrs
 
 from lifecycle_fsm.errors import CorruptionError
 from lifecycle_fsm.events import EVENT_TYPES, LEDGER_STREAM, Event, candidate_id_of, stream_of
-from lifecycle_fsm.machine import TABLE, allowed_triggers
+from lifecycle_fsm.machine import TABLE_BY_STATE, allowed_triggers
 
 __all__ = [
     "CandidateState",
@@ -226,7 +226,7 @@ def step_candidate_at(
     else:
         state = work["state"]
         expected_version = work["version"] + 1
-    dest = TABLE.get((state, trigger))
+    dest = TABLE_BY_STATE[state].get(trigger)
     if dest is None:
         raise IllegalTransition(seq=seq, stream_id=stream_id, state=state, trigger=trigger, type_name=type_name)
     if version is not None and version != expected_version:
