@@ -11,10 +11,17 @@ from typing import Any
 
 from lifecycle_fsm.artifacts import hash_directory, path_escapes_root
 from lifecycle_fsm.errors import ArtifactError
-from lifecycle_fsm.rules import check_candidate_freshness, decide_lifecycle_handoff
-from lifecycle_fsm.state import LedgerSettings
+from lifecycle_fsm.rules import RECOVERY_STATES_BY_STAGE, check_candidate_freshness, decide_lifecycle_handoff
+from lifecycle_fsm.state import CandidateState, LedgerSettings
 
-__all__ = ["CheckEvidence", "gather_checks", "handoff_reason_codes", "verify_artifact", "window_age"]
+__all__ = [
+    "CheckEvidence",
+    "gather_checks",
+    "handoff_reason_codes",
+    "trusted_state_evidence",
+    "verify_artifact",
+    "window_age",
+]
 
 JSON = dict[str, Any]
 CheckEvidence = dict[str, Any]
@@ -109,3 +116,26 @@ def handoff_reason_codes(evidence: CheckEvidence, upstream_decision: Any) -> tup
     )
     upstream = [code for code in decision["hard_failures"] if code in ("upstream_reject", "upstream_state")]
     return decision, [*evidence["reason_codes"], *upstream]
+
+
+def trusted_state_evidence(current: CandidateState, settings: LedgerSettings, stage: str, root: str | None) -> JSON:
+    """Re-hash each trusted state this stage could reuse; available only if it still matches."""
+    evidence: JSON = {}
+    for kind in RECOVERY_STATES_BY_STAGE[stage]:
+        recorded = current.trusted_states.get(kind)
+        if recorded is not None:
+            check = verify_artifact(recorded["path"], recorded["sha256"], None)
+            source = "recorded"
+        elif kind == "verified_baseline" and settings.baseline is not None:
+            baseline = settings.baseline
+            check = verify_artifact(baseline["adapter_path"], baseline["adapter_sha256"], root)
+            source = "active_baseline"
+        else:
+            evidence[kind] = {"available": False, "source": None, "path": None, "expected": None, "actual": None,
+                              "error": "not recorded"}  # fmt: skip
+            continue
+        evidence[kind] = {
+            "available": check["verified"], "source": source, "path": check["path"],
+            "expected": check["expected"], "actual": check["actual"], "error": check["error"],
+        }  # fmt: skip
+    return evidence

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime as dt
 import getpass
-import hashlib
 import os
 import socket
 import uuid
@@ -24,7 +23,7 @@ import attrs
 import orjson
 
 from lifecycle_fsm.artifacts import hash_directory
-from lifecycle_fsm.checks import gather_checks, handoff_reason_codes, verify_artifact
+from lifecycle_fsm.checks import gather_checks, handoff_reason_codes, trusted_state_evidence, verify_artifact
 from lifecycle_fsm.errors import (
     ConcurrencyError,
     ConflictError,
@@ -52,21 +51,19 @@ from lifecycle_fsm.events import (
     candidate_id_of,
     event_from_payload,
     stream_of,
-    upcast,
 )
-from lifecycle_fsm.fingerprint import CHECKPOINT_SCHEMA_VERSION, FINGERPRINT
+from lifecycle_fsm.guards import label_after, require_baseline, require_kind, require_move
 from lifecycle_fsm.logs import get_logger
-from lifecycle_fsm.machine import COMMAND_BY_TRIGGER, MACHINE, allowed_commands, next_state
+from lifecycle_fsm.machine import MACHINE
 from lifecycle_fsm.manifests import load_baseline_manifest, load_candidate_manifest
 from lifecycle_fsm.rules import (
     BLOCKING_ACTIONS,
     ONLINE_KINDS,
-    RECOVERY_STATES_BY_STAGE,
     STAGES,
-    TRUSTED_STATE_KINDS,
     choose_recovery_action,
 )
-from lifecycle_fsm.state import CandidateState, LedgerSettings, apply_candidate, apply_settings, candidate_from_dict
+from lifecycle_fsm.state import CandidateState, LedgerSettings, apply_candidate, apply_settings
+from lifecycle_fsm.streams import decoded_payload, fold_candidate, fold_settings, state_from_checkpoint
 from store.base import EventStore, StoreTransaction
 from store.chain import canonical_json
 from store.records import NewEvent, StoredEvent
@@ -117,26 +114,6 @@ def _default_actor() -> str:
     except (KeyError, OSError):
         user = "unknown"
     return f"{user}@{socket.gethostname()}:{os.getpid()}"
-
-
-def fold_settings(events: Sequence[StoredEvent], start: LedgerSettings | None = None) -> LedgerSettings:
-    """The ledger's settings from its own stream (or from `start` plus the events after it)."""
-    settings = start or LedgerSettings()
-    for e in events:
-        settings = apply_settings(settings, e.type, _payload(e), e.seq)
-    return settings
-
-
-def fold_candidate(events: Sequence[StoredEvent], start: CandidateState | None = None) -> CandidateState | None:
-    """One candidate's state from its stream (or from `start` plus the events after it)."""
-    state = start
-    for e in events:
-        state = apply_candidate(state, e.type, _payload(e), seq=e.seq, stream_id=e.stream_id, version=e.version)
-    return state
-
-
-def _payload(e: StoredEvent) -> JSON:
-    return upcast(e.type, e.schema_version, orjson.loads(e.payload), seq=e.seq)
 
 
 class Ledger:
@@ -193,46 +170,18 @@ class Ledger:
         return state
 
     def _current(self, stream_id: str) -> CandidateState | None:
-        cached = self._candidates.get(stream_id) or self._from_checkpoint(stream_id)
+        cached = self._candidates.get(stream_id) or state_from_checkpoint(self.store, stream_id)
         new = self.store.read_stream(stream_id, after_version=0 if cached is None else cached.version)
         state = fold_candidate(new, start=cached)
         if state is not None:
             self._candidates[stream_id] = state
         return state
 
-    def _from_checkpoint(self, stream_id: str) -> CandidateState | None:
-        """The stream's state from the latest checkpoint, when it can be trusted.
-
-        A long-lived candidate is then read as snapshot + tail, not its whole history.
-        A stale or corrupt snapshot is skipped (and said so); the stream is folded.
-        """
-        snap = self.store.latest_stream_snapshot(stream_id)
-        if snap is None:
-            return None
-        problem = None
-        if snap.schema_version != CHECKPOINT_SCHEMA_VERSION or snap.fingerprint != FINGERPRINT:
-            problem = "built by different code (fingerprint or schema version)"
-        elif hashlib.sha256(snap.state.encode()).hexdigest() != snap.state_sha256:
-            problem = "state does not match its sha256 (corrupt)"
-        elif self.store.hash_at(snap.position) != snap.head_hash:
-            problem = f"head hash at position {snap.position} does not match the log"
-        if problem is None:
-            try:
-                state = candidate_from_dict(orjson.loads(snap.state))
-            except (orjson.JSONDecodeError, KeyError, TypeError) as e:
-                problem = f"state cannot be read ({e!r})"
-            else:
-                if state.version == snap.version:
-                    return state
-                problem = "state version differs from its row"
-        log.warning("stream_snapshot_skipped", stream_id=stream_id, checkpoint_id=snap.checkpoint_id, reason=problem)
-        return None
-
     def history(self, candidate_id: str) -> list[tuple[StoredEvent, Event]]:
         events = self.store.read_stream(stream_of(candidate_id))
         if not events:
             raise NotFoundError(f"unknown candidate: {candidate_id!r}")
-        return [(e, event_from_payload(e.type, e.schema_version, _payload(e), seq=e.seq)) for e in events]
+        return [(e, event_from_payload(e.type, e.schema_version, decoded_payload(e), seq=e.seq)) for e in events]
 
     def candidate_ids(self) -> list[str]:
         ids = (candidate_id_of(h.stream_id) for h in self.store.streams())
@@ -290,11 +239,11 @@ class Ledger:
             return replayed
         for attempt in range(_RETRIES):
             current = self.candidate(candidate_id)
-            _require(current, required_trigger)
+            require_move(current, required_trigger)
             settings = self.settings() if reads_settings else LedgerSettings()
             events = decide(current, settings)
             payloads = [e.to_payload() for e in events]
-            label = _label_after(current, events, payloads)
+            label = label_after(current, events, payloads)
             try:
                 with self.store.transaction() as tx:
                     if reads_settings:
@@ -549,7 +498,7 @@ class Ledger:
         """Run every check now: verified (or unchanged on a re-check) or reject."""
 
         def decide(current: CandidateState, settings: LedgerSettings) -> list[Event]:
-            _require_baseline(settings)
+            require_baseline(settings)
             evidence = gather_checks(current.candidate, settings, root=self.artifact_root)
             return [ChecksRecorded(**evidence)]
 
@@ -561,7 +510,7 @@ class Ledger:
         self, candidate_id: str, kind: str, path: str | os.PathLike[str], *, event_id: str | None = None
     ) -> CommandResult:
         """Record a state a stage saved, hashed on disk now, for recovery to resume from."""
-        _require_kind(kind)
+        require_kind(kind)
         absolute = os.path.abspath(path)
         if not os.path.lexists(absolute):
             raise InputError(f"no such trusted-state path: {absolute}")
@@ -579,7 +528,7 @@ class Ledger:
         self, candidate_id: str, kind: str, reason: str = "invalidated by operator", *, event_id: str | None = None
     ) -> CommandResult:
         """Stop trusting a recorded state (it stays in history)."""
-        _require_kind(kind)
+        require_kind(kind)
 
         def decide(current: CandidateState, settings: LedgerSettings) -> list[Event]:
             if kind not in current.trusted_states:
@@ -597,7 +546,7 @@ class Ledger:
             raise InputError(f"unknown stage {stage!r} (expected one of {', '.join(STAGES)})")
 
         def decide(current: CandidateState, settings: LedgerSettings) -> list[Event]:
-            evidence = self._trusted_evidence(current, settings, stage)
+            evidence = trusted_state_evidence(current, settings, stage, self.artifact_root)
             available = {kind: bool(e["available"]) for kind, e in evidence.items()}
             plan = choose_recovery_action({"stage": stage, "available": available})
             blocking = plan["action"] in BLOCKING_ACTIONS
@@ -606,28 +555,6 @@ class Ledger:
         return self._candidate_command(
             candidate_id, "fail_stage", decide, event_id=event_id, first_type=StageFailed.TYPE, inputs={"stage": stage}
         )
-
-    def _trusted_evidence(self, current: CandidateState, settings: LedgerSettings, stage: str) -> JSON:
-        """Re-hash each trusted state this stage could reuse; available only if it still matches."""
-        evidence: JSON = {}
-        for kind in RECOVERY_STATES_BY_STAGE[stage]:
-            recorded = current.trusted_states.get(kind)
-            if recorded is not None:
-                check = verify_artifact(recorded["path"], recorded["sha256"], None)
-                source = "recorded"
-            elif kind == "verified_baseline" and settings.baseline is not None:
-                baseline = settings.baseline
-                check = verify_artifact(baseline["adapter_path"], baseline["adapter_sha256"], self.artifact_root)
-                source = "active_baseline"
-            else:
-                evidence[kind] = {"available": False, "source": None, "path": None, "expected": None, "actual": None,
-                                  "error": "not recorded"}  # fmt: skip
-                continue
-            evidence[kind] = {
-                "available": check["verified"], "source": source, "path": check["path"],
-                "expected": check["expected"], "actual": check["actual"], "error": check["error"],
-            }  # fmt: skip
-        return evidence
 
     def complete_recovery(self, candidate_id: str, *, event_id: str | None = None) -> CommandResult:
         """The planned recovery is done; the candidate goes back to be checked again."""
@@ -645,7 +572,7 @@ class Ledger:
         """Re-run the checks now and decide: ready (for evaluation), tune or reject."""
 
         def decide(current: CandidateState, settings: LedgerSettings) -> list[Event]:
-            _require_baseline(settings)
+            require_baseline(settings)
             evidence = gather_checks(current.candidate, settings, root=self.artifact_root)
             decision, reasons = handoff_reason_codes(evidence, current.candidate.get("decision"))
             return [
@@ -664,41 +591,3 @@ class Ledger:
         return self._candidate_command(
             candidate_id, "hand_off_ready", decide, event_id=event_id, first_type=HandoffDecided.TYPE
         )
-
-
-def _label_after(current: CandidateState, events: Sequence[Event], payloads: Sequence[JSON]) -> str:
-    """The state the candidate will be in after `events` (the index label written with them)."""
-    state: str | None = current.state
-    for event, payload in zip(events, payloads, strict=True):
-        trigger = type(event).trigger_for(payload)
-        state = None if trigger is None else next_state(state, trigger)
-        if state is None:  # a decide function produced a move the table forbids: a bug, refuse
-            raise IllegalCommandError(
-                f"internal: {event.TYPE} is not allowed after state {current.state}", state=current.state,
-                trigger=str(trigger),
-            )  # fmt: skip
-    assert state is not None
-    return state
-
-
-def _require(current: CandidateState, trigger: str) -> None:
-    """Refuse a command the machine's table does not allow (checked before any work)."""
-    if not MACHINE.get_transitions(trigger, source=current.state):
-        allowed = allowed_commands(current.state)
-        raise IllegalCommandError(
-            f"candidate {current.candidate_id!r} is in state {current.state}: "
-            f"`{COMMAND_BY_TRIGGER[trigger]}` is not allowed there "
-            f"(allowed: {', '.join(allowed) or 'nothing, reject is terminal'})",
-            state=current.state,
-            trigger=trigger,
-        )
-
-
-def _require_kind(kind: str) -> None:
-    if kind not in TRUSTED_STATE_KINDS:
-        raise InputError(f"unknown trusted-state kind {kind!r} (expected one of {', '.join(TRUSTED_STATE_KINDS)})")
-
-
-def _require_baseline(settings: LedgerSettings) -> None:
-    if settings.baseline is None:
-        raise ConflictError("no active baseline: run `lifecycle baseline activate SFT_MANIFEST` first")
