@@ -128,15 +128,16 @@ def _summary(result: AuditResult) -> dict[str, Any]:
 
 
 def _print_summary(result: AuditResult) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from lifecycle_fsm.render import console
 
     table = Table("candidate", "kind", "ledger state", "hand-off", "reasons", "events")
     for r in result.evidence["candidate_records"]:
         seqs = ", ".join(str(e["seq"]) for e in r["ledger_events"]) or "-"
         table.add_row(r["candidate_id"], str(r["candidate_kind"]), r["ledger_state"], str(r["handoff_status"]),
                       ", ".join(r["reason_codes"]) or "-", seqs)  # fmt: skip
-    Console().print(table)
+    console().print(table)
     for missing in result.evidence["missing_candidate_manifests"]:
         click.echo(f"missing candidate manifest (not audited): {missing}")
     for previous in result.replaced:

@@ -27,21 +27,22 @@ def _root_obj() -> dict[str, Any]:
 
 
 def _print_table(report: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from lifecycle_fsm.render import console
 
     table = Table("scenario", "steps", "result", "time")
     for r in report["scenarios"]:
         result = "[green]pass[/green]" if r["result"] == "pass" else "[bold red]FAIL[/bold red]"
         seconds = report["timings"]["scenarios"].get(r["name"], 0.0)
         table.add_row(r["name"], f"{r['steps_run']}/{r['steps']}", result, f"{seconds:.2f}s")
-    console = Console()
-    console.print(table)
+    out = console()
+    out.print(table)
     for r in report["scenarios"]:
         for f in r["failures"]:
-            console.print(f"[red]{r['name']}[/red] {f['message']}", markup=True, highlight=False)
+            out.print(f"[red]{r['name']}[/red] {f['message']}", markup=True, highlight=False)
     s = report["summary"]
-    console.print(f"{s['passed']} of {s['scenarios']} scenarios passed", highlight=False)
+    out.print(f"{s['passed']} of {s['scenarios']} scenarios passed", highlight=False)
 
 
 @click.command()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import click
@@ -14,7 +15,7 @@ from lifecycle_fsm.ledger import CommandResult
 from lifecycle_fsm.state import CandidateState
 from store.records import StoredEvent
 
-__all__ = ["candidate_json", "emit", "print_explain", "print_history", "print_result", "print_status"]
+__all__ = ["candidate_json", "console", "emit", "print_explain", "print_history", "print_result", "print_status"]
 
 JSON = dict[str, Any]
 
@@ -66,14 +67,27 @@ def print_result(result: CommandResult, as_json: bool, verb: str) -> None:
         click.echo(f"  evidence invalidated: {cid} -> received")
 
 
+def console() -> Console:
+    """A terminal gets rich's own width; a pipe or a file gets room for whole hashes and ids."""
+    return Console() if sys.stdout.isatty() else Console(width=240)
+
+
+def _table(*columns: str) -> Table:
+    """A table that wraps long cells instead of cutting them: an auditor needs every character."""
+    table = Table()
+    for name in columns:
+        table.add_column(name, overflow="fold")
+    return table
+
+
 def print_status(docs: list[JSON]) -> None:
     if not docs:
         click.echo("no candidates")
         return
-    table = Table("id", "kind", "state", "version", "reasons")
+    table = _table("id", "kind", "state", "version", "reasons")
     for d in docs:
         table.add_row(d["id"], str(d["kind"]), d["state"], str(d["version"]), ", ".join(d["reason_codes"]))
-    Console().print(table)
+    console().print(table)
 
 
 def print_history(rows: list[tuple[StoredEvent, Event]], as_json: bool) -> None:
@@ -93,10 +107,10 @@ def print_history(rows: list[tuple[StoredEvent, Event]], as_json: bool) -> None:
             ]
         )
         return
-    table = Table("seq", "type", "trigger", "recorded_at", "actor")
+    table = _table("seq", "type", "trigger", "recorded_at", "actor")
     for s, e in rows:
         table.add_row(str(s.seq), s.type, str(e.trigger), s.recorded_at, s.actor)
-    Console().print(table)
+    console().print(table)
 
 
 def print_explain(doc: JSON) -> None:
