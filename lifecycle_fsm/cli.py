@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+import orjson
 
 from lifecycle_fsm.artifacts import hash_directory, tree_size
 from lifecycle_fsm.cli_audit import audit
@@ -34,9 +35,10 @@ from lifecycle_fsm.render import (
     print_status,
 )
 from lifecycle_fsm.rules import STAGES
+from replay import LoadResult, index_of, load_state, take_checkpoint
 from replay import explain as explain_candidate
-from replay import load_state, take_checkpoint
 from replay import verify as verify_ledger
+from store.records import StreamHead
 
 __all__ = ["EXIT_CODES", "main"]
 
@@ -56,7 +58,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 class LifecycleGroup(click.Group):
-    """Turns library errors into one `Error:` line and the error's exit code."""
+    """Every refusal is one `Error:` line on stderr and a documented exit code.
+
+    Library errors carry their own code; click's usage errors (a missing argument, a
+    bad number) are code 2 with the same one-line form and a pointer to `--help`.
+    """
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -64,6 +70,22 @@ class LifecycleGroup(click.Group):
         except LifecycleError as e:
             click.echo(f"Error: {e}", err=True)
             sys.exit(e.exit_code)
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["standalone_mode"] = False
+        try:
+            result = super().main(*args, **kwargs)
+        except click.UsageError as e:
+            hint = f" (see `{e.ctx.command_path} --help`)" if e.ctx is not None else ""
+            click.echo(f"Error: {e.format_message()}{hint}", err=True)
+            sys.exit(e.exit_code)
+        except click.ClickException as e:
+            click.echo(f"Error: {e.format_message()}", err=True)
+            sys.exit(e.exit_code)
+        except click.Abort:
+            click.echo("Error: aborted", err=True)
+            sys.exit(1)
+        sys.exit(result if isinstance(result, int) else 0)
 
 
 def json_option(func: F) -> F:
@@ -227,8 +249,8 @@ def fail(candidate_id: str, stage: str, event_id: str | None) -> None:
     """Report a failed stage; prints the recovery plan from the latest trusted state."""
     result = _ledger(must_exist=True).fail_stage(candidate_id, stage, event_id=event_id)
     assert result.candidate is not None
-    assert result.candidate.last_recovery is not None
-    plan = result.candidate.last_recovery
+    # The plan this command recorded (a retried --event-id returns the original one).
+    plan = next(orjson.loads(e.payload) for e in result.events if e.type == "RecoveryPlanned")
     doc = {
         "id": candidate_id,
         "stage": plan["stage"],
@@ -302,16 +324,18 @@ def explain(candidate_id: str, as_of: int | None) -> None:
 def replay(to: int | None, full: bool) -> None:
     """Rebuild every candidate's state from the log (latest checkpoint + tail)."""
     ledger = _ledger(must_exist=True)
-    loaded = load_state(ledger.store, to=to, use_checkpoints=not full)
     if full and to is None:
-        from store.records import StreamHead
+        # Fold and rebuild under the write lock, so no append lands in between.
+        results: list[LoadResult] = []
 
-        heads = [
-            StreamHead(f"candidate:{cid}", c.version, c.state, c.kind) for cid, c in loaded.state.candidates.items()
-        ]
-        if loaded.state.settings.version:
-            heads.append(StreamHead("ledger", loaded.state.settings.version, None, None))
-        ledger.store.rebuild_stream_index(heads)
+        def derive() -> list[StreamHead]:
+            results.append(load_state(ledger.store, use_checkpoints=False))
+            return index_of(results[0].state)
+
+        ledger.store.rebuild_stream_index(derive)
+        loaded = results[0]
+    else:
+        loaded = load_state(ledger.store, to=to, use_checkpoints=not full)
     docs = [candidate_json(c) for _, c in sorted(loaded.state.candidates.items())]
     doc = {
         "states": docs,

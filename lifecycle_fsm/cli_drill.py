@@ -45,6 +45,13 @@ def _print_table(report: dict[str, Any]) -> None:
     out.print(f"{s['passed']} of {s['scenarios']} scenarios passed", highlight=False)
 
 
+def _default_scenarios() -> Path:
+    """./scenarios when there is one, else the project's own (a source or editable install)."""
+    here = Path("scenarios")
+    shipped = Path(__file__).resolve().parent.parent / "scenarios"
+    return here if here.is_dir() or not shipped.is_dir() else shipped
+
+
 @click.command()
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--report", "report_dir", type=click.Path(file_okay=False, path_type=Path),
@@ -61,7 +68,8 @@ def drill(paths: tuple[Path, ...], report_dir: Path | None, keep_dir: Path | Non
           as_json: bool) -> None:  # fmt: skip
     """Run failure scenarios (YAML) against fresh ledgers, with faults injected.
 
-    PATHS are scenario files or folders (their *.yaml, not subfolders); default: ./scenarios.
+    PATHS are scenario files or folders (their *.yaml, not subfolders); default: ./scenarios,
+    else the scenarios shipped with the project.
     Every scenario is validated before any runs. Exit 0 when every expectation held,
     8 when one did not (the report names the step, the expected and the actual value),
     3 when a scenario file is malformed.
@@ -77,7 +85,7 @@ def drill(paths: tuple[Path, ...], report_dir: Path | None, keep_dir: Path | Non
         from lifecycle_fsm.logs import configure_logging
 
         configure_logging("error")
-    scenarios = load_scenarios(list(paths) or [Path("scenarios")])
+    scenarios = load_scenarios(list(paths) or [_default_scenarios()])
     report = build_report(run_drills(scenarios, seed=seed, keep_dir=keep_dir))
     if report_dir is not None:
         try:

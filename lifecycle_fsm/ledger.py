@@ -17,6 +17,7 @@ import os
 import socket
 import uuid
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -116,6 +117,18 @@ def _default_actor() -> str:
     return f"{user}@{socket.gethostname()}:{os.getpid()}"
 
 
+def _default_id(fields: JSON, manifest_path: str | os.PathLike[str]) -> str:
+    """The manifest's policy_version; without a usable one, the manifest's path as given.
+
+    An empty version is a semantic problem, not an input error: the candidate is
+    received under its path and its check rejects it (`candidate_identity`).
+    """
+    version = fields.get("policy_version")
+    if isinstance(version, str) and version.strip() and not any(ch in version for ch in "\n\r\t\0"):
+        return version
+    return Path(os.path.normpath(manifest_path)).as_posix()
+
+
 class Ledger:
     """The embedding API: one object per process, safe with many processes on one file."""
 
@@ -163,14 +176,29 @@ class Ledger:
         return self._settings
 
     def candidate(self, candidate_id: str) -> CandidateState:
-        """One candidate now: its cached fold plus any events appended since (by any process)."""
+        """One candidate now (a query: it may start from the latest checkpoint's copy)."""
+        stream_id = stream_of(candidate_id)
+        state = self._candidates.get(stream_id)
+        if state is None:
+            start = state_from_checkpoint(self.store, stream_id)
+            if start is not None:
+                # Not cached: a copy is good enough to answer a query, but commands
+                # decide only from states folded from the log itself.
+                tail = self.store.read_stream(stream_id, after_version=start.version)
+                state = fold_candidate(tail, start=start)
+                assert state is not None
+                return state
+        return self._decidable(candidate_id)
+
+    def _decidable(self, candidate_id: str) -> CandidateState:
+        """The state a command decides from: folded from the log only, never from a checkpoint."""
         state = self._current(stream_of(candidate_id))
         if state is None:
             raise NotFoundError(f"unknown candidate: {candidate_id!r}")
         return state
 
     def _current(self, stream_id: str) -> CandidateState | None:
-        cached = self._candidates.get(stream_id) or state_from_checkpoint(self.store, stream_id)
+        cached = self._candidates.get(stream_id)
         new = self.store.read_stream(stream_id, after_version=0 if cached is None else cached.version)
         state = fold_candidate(new, start=cached)
         if state is not None:
@@ -238,7 +266,7 @@ class Ledger:
         if replayed is not None:
             return replayed
         for attempt in range(_RETRIES):
-            current = self.candidate(candidate_id)
+            current = self._decidable(candidate_id)
             require_move(current, required_trigger)
             settings = self.settings() if reads_settings else LedgerSettings()
             events = decide(current, settings)
@@ -256,7 +284,7 @@ class Ledger:
                             for i, (e, p) in enumerate(zip(events, payloads, strict=True))
                         ],
                         status=label,
-                        category=current.kind,
+                        category=current.kind if isinstance(current.kind, str) else None,
                         fresh_ids=event_id is None,
                     )
             except ConcurrencyError:
@@ -449,18 +477,21 @@ class Ledger:
     ) -> CommandResult:
         """Receive a candidate manifest; identical re-receipt is a no-op, `tune` may be revised."""
         manifest = load_candidate_manifest(manifest_path)
-        cid = candidate_id if candidate_id is not None else manifest.fields.get("policy_version")
-        if not isinstance(cid, str) or not cid.strip():
-            raise InputError(f"manifest {manifest.path} has no policy_version to use as the id; pass an id")
-        if any(ch in cid for ch in "\n\r\t\0"):
-            raise InputError(f"candidate id {cid!r} contains control characters")
+        cid = candidate_id if candidate_id is not None else _default_id(manifest.fields, manifest_path)
+        if not cid.strip() or any(ch in cid for ch in "\n\r\t\0"):
+            raise InputError(f"candidate id {cid!r} is empty or contains control characters")
         stream_id = stream_of(cid)
         replayed = self._replayed(event_id, stream_id, CandidateReceived.TYPE, {"candidate": manifest.fields})
         if replayed is not None:
             return replayed
         for attempt in range(_RETRIES):
             current = self._current(stream_id)
-            if current is not None and canonical_json(current.candidate) == canonical_json(manifest.fields):
+            identical = (
+                current is not None
+                and current.manifest_sha256 == manifest.sha256
+                and canonical_json(current.candidate) == canonical_json(manifest.fields)
+            )
+            if identical:  # the same file at the same place: a retry after a lost acknowledgement
                 return CommandResult((), candidate=current)
             if current is not None and not MACHINE.get_transitions("revise", source=current.state):
                 raise IllegalCommandError(
@@ -514,10 +545,10 @@ class Ledger:
         absolute = os.path.abspath(path)
         if not os.path.lexists(absolute):
             raise InputError(f"no such trusted-state path: {absolute}")
-        sha = hash_directory(absolute)
 
         def decide(current: CandidateState, settings: LedgerSettings) -> list[Event]:
-            return [TrustedStateRecorded(kind, absolute, sha)]
+            # Hashed here, after the move was found legal: a refused command reads nothing.
+            return [TrustedStateRecorded(kind, absolute, hash_directory(absolute))]
 
         return self._candidate_command(
             candidate_id, "record_trusted_state", decide, event_id=event_id,

@@ -89,6 +89,7 @@ class CandidateState:
     reason_codes: tuple[str, ...] = ()  # why the candidate is where it is (reject / recovering)
     decisive_seq: int | None = None  # the event that moved it into its current state
     decisive_type: str | None = None
+    manifest_sha256: str | None = None  # the received manifest file's bytes
 
     def to_dict(self) -> JSON:
         """JSON-ready fields (what checkpoints store)."""
@@ -292,6 +293,7 @@ def _received(
         "reason_codes": (),
         "decisive_seq": seq,
         "decisive_type": "CandidateReceived",
+        "manifest_sha256": payload["manifest_sha256"],
     }
 
 

@@ -8,11 +8,13 @@ checkpoint's copy of its state plus the events after it.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import orjson
 
+from lifecycle_fsm.errors import CorruptionError
 from lifecycle_fsm.events import upcast
 from lifecycle_fsm.fingerprint import CHECKPOINT_SCHEMA_VERSION, FINGERPRINT
 from lifecycle_fsm.logs import get_logger
@@ -31,7 +33,8 @@ def fold_settings(events: Sequence[StoredEvent], start: LedgerSettings | None = 
     """The ledger's settings from its own stream (or from `start` plus the events after it)."""
     settings = start or LedgerSettings()
     for e in events:
-        settings = apply_settings(settings, e.type, decoded_payload(e), e.seq)
+        with _corruption_at(e):
+            settings = apply_settings(settings, e.type, decoded_payload(e), e.seq)
     return settings
 
 
@@ -39,8 +42,20 @@ def fold_candidate(events: Sequence[StoredEvent], start: CandidateState | None =
     """One candidate's state from its stream (or from `start` plus the events after it)."""
     state = start
     for e in events:
-        state = apply_candidate(state, e.type, decoded_payload(e), seq=e.seq, stream_id=e.stream_id, version=e.version)
+        with _corruption_at(e):
+            state = apply_candidate(
+                state, e.type, decoded_payload(e), seq=e.seq, stream_id=e.stream_id, version=e.version
+            )
     return state
+
+
+@contextmanager
+def _corruption_at(event: StoredEvent) -> Iterator[None]:
+    """A stored payload the fold cannot read is corruption at that seq, never a crash."""
+    try:
+        yield
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise CorruptionError(f"seq {event.seq}: {event.type} payload is unreadable ({e!r})", seq=event.seq) from e
 
 
 def decoded_payload(e: StoredEvent) -> JSON:

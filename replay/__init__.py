@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from replay.checkpoints import CHECKPOINT_SCHEMA_VERSION, FINGERPRINT, LoadResult, load_state, take_checkpoint
 from replay.explain import explain
-from replay.fold import LedgerState, fold_rows, snapshot_json
+from replay.fold import LedgerState, fold_rows, index_of, snapshot_json
 from replay.verify import verify
 
 __all__ = [
@@ -14,6 +14,7 @@ __all__ = [
     "LoadResult",
     "explain",
     "fold_rows",
+    "index_of",
     "load_state",
     "snapshot_json",
     "take_checkpoint",

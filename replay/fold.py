@@ -18,8 +18,9 @@ from lifecycle_fsm.events import EVENT_TYPES, LEDGER_STREAM, stream_of, upcast
 from lifecycle_fsm.state import CandidateState, LedgerSettings, apply_settings, step_candidate_at
 from store.base import EventStore
 from store.chain import canonical_json
+from store.records import StreamHead
 
-__all__ = ["LedgerState", "fold_rows", "snapshot_json"]
+__all__ = ["LedgerState", "fold_rows", "index_of", "snapshot_json"]
 
 _PREFIX = "candidate:"
 _CURRENT_VERSIONS = {name: cls.SCHEMA_VERSION for name, cls in EVENT_TYPES.items()}
@@ -43,6 +44,17 @@ class LedgerState:
 
 def empty_state() -> LedgerState:
     return LedgerState(LedgerSettings(), {}, 0)
+
+
+def index_of(state: LedgerState) -> list[StreamHead]:
+    """The stream index a fold implies (what `replay --full` rebuilds the cache from)."""
+    heads = [
+        StreamHead(stream_of(cid), c.version, c.state, c.kind if isinstance(c.kind, str) else None)
+        for cid, c in sorted(state.candidates.items())
+    ]
+    if state.settings.version:
+        heads.append(StreamHead(LEDGER_STREAM, state.settings.version, None, None))
+    return heads
 
 
 def snapshot_json(state: LedgerState) -> str:

@@ -5,7 +5,7 @@ A backend is "subclass and pass the contract tests" (tests/test_store_contract.p
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -120,8 +120,12 @@ class EventStore(Protocol):
         """The stream index, filtered by status label."""
         ...
 
-    def rebuild_stream_index(self, heads: Iterable[StreamHead]) -> None:
-        """Replace the stream index with one derived by replay."""
+    def rebuild_stream_index(self, derive: Callable[[], Iterable[StreamHead]]) -> None:
+        """Replace the stream index with `derive()`, called under the write lock.
+
+        The caller folds the log inside the lock, so no append can land between the
+        fold and the new index (a stale label would hide a candidate from invalidation).
+        """
         ...
 
     def append_checkpoint(

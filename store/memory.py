@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -172,9 +172,9 @@ class MemoryEventStore:
         wanted = None if statuses is None else set(statuses)
         return [h for _, h in sorted(self._index.items()) if wanted is None or h.status in wanted]
 
-    def rebuild_stream_index(self, heads: Iterable[StreamHead]) -> None:
+    def rebuild_stream_index(self, derive: Callable[[], Iterable[StreamHead]]) -> None:
         with self._lock:
-            self._index = {h.stream_id: h for h in heads}
+            self._index = {h.stream_id: h for h in derive()}
 
     def append_checkpoint(
         self,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -345,8 +345,9 @@ class SQLiteEventStore:
     def streams(self, *, statuses: Iterable[str] | None = None) -> list[StreamHead]:
         return _select_streams(self._conn, statuses)
 
-    def rebuild_stream_index(self, heads: Iterable[StreamHead]) -> None:
+    def rebuild_stream_index(self, derive: Callable[[], Iterable[StreamHead]]) -> None:
         with self._write():
+            heads = list(derive())
             self._conn.execute("DELETE FROM streams")
             self._conn.executemany(
                 "INSERT INTO streams (stream_id, version, status, category) VALUES (?,?,?,?)",

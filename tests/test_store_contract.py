@@ -106,7 +106,7 @@ def test_stream_index_labels_and_rebuild(store: EventStore) -> None:
     store.append("a", 1, [ev("a", 2)])
     store.append("b", 0, [ev("b", 1)], status="ready", category="dpo")
     assert store.streams(statuses=["received"]) == [StreamHead("a", 2, "received", "grpo")]
-    store.rebuild_stream_index([StreamHead("b", 1, "reject", "dpo")])
+    store.rebuild_stream_index(lambda: [StreamHead("b", 1, "reject", "dpo")])
     assert store.streams() == [StreamHead("b", 1, "reject", "dpo")]
 
 
