@@ -240,7 +240,7 @@ def step_candidate_at(
     work["state"] = dest
     work["version"] = expected_version
     work["last_seq"] = seq
-    if dest != state:
+    if dest != state or type_name == "RecoveryPlanned":  # a re-plan is the new reason it is recovering
         work["decisive_seq"] = seq
         work["decisive_type"] = type_name
         work["reason_codes"] = _reasons(type_name, payload, dest, work["reason_codes"])

@@ -136,3 +136,16 @@ def test_recorded_evidence_is_plain_json(ws: Workspace) -> None:
     with sqlite3.connect(ws.db) as conn:
         payloads = [orjson.loads(p) for (p,) in conn.execute("SELECT payload FROM events")]
     assert payloads[-1]["artifact"]["expected"] == payloads[-1]["artifact"]["actual"]
+
+
+def test_a_re_plan_becomes_the_decisive_event(ws: Workspace) -> None:
+    """A recovering candidate that fails again is explained by its latest plan, not its first."""
+    with ws.ledger() as ledger:
+        ledger.activate_baseline(ws.baseline())
+        ledger.receive(ws.grpo())
+        first = ledger.fail_stage("grpo-v7", "sampling")
+        second = ledger.fail_stage("grpo-v7", "reward")
+    assert second.candidate is not None and first.candidate is not None
+    assert second.candidate.decisive_seq == second.events[-1].seq != first.candidate.decisive_seq
+    doc = json.loads(invoke(ws.db, "--json", "explain", "grpo-v7").stdout)
+    assert doc["decisive_event"]["evidence"]["stage"] == "reward"
