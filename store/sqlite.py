@@ -77,8 +77,7 @@ class SQLiteTransaction:
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
-        row = conn.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
-        self._head = Head(row[0], row[1]) if row else Head(0, GENESIS_HASH)
+        self._head: Head | None = None  # read with the first append's version check
 
     def stream_version(self, stream_id: str) -> int:
         row = self._conn.execute(
@@ -86,8 +85,22 @@ class SQLiteTransaction:
         ).fetchone()
         return int(row[0]) if row else 0
 
+    def _version_and_head(self, stream_id: str) -> tuple[int, Head]:
+        """The stream's version and the log's head; one statement for a command's first append."""
+        if self._head is not None:
+            return self.stream_version(stream_id), self._head
+        version, seq, digest = self._conn.execute(
+            "SELECT (SELECT version FROM events WHERE stream_id = ? ORDER BY version DESC LIMIT 1), "
+            "(SELECT seq FROM events ORDER BY seq DESC LIMIT 1), (SELECT hash FROM events ORDER BY seq DESC LIMIT 1)",
+            (stream_id,),
+        ).fetchone()
+        self._head = Head(seq, digest) if seq is not None else Head(0, GENESIS_HASH)
+        return (version or 0), self._head
+
     def expect_version(self, stream_id: str, expected_version: int) -> None:
-        actual = self.stream_version(stream_id)
+        self._raise_unless(stream_id, expected_version, self.stream_version(stream_id))
+
+    def _raise_unless(self, stream_id: str, expected_version: int, actual: int) -> None:
         if actual != expected_version:
             raise ConcurrencyError(
                 f"stream {stream_id!r} is at version {actual}, expected {expected_version}: "
@@ -122,8 +135,9 @@ class SQLiteTransaction:
         existing = None if fresh_ids else self._existing(events)
         if existing is not None:
             return AppendResult(existing, duplicate=True)
-        self.expect_version(stream_id, expected_version)
-        rows = chain_rows(self._head, stream_id, expected_version, events)
+        actual, head = self._version_and_head(stream_id)
+        self._raise_unless(stream_id, expected_version, actual)
+        rows = chain_rows(head, stream_id, expected_version, events)
         try:
             self._conn.executemany(f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
         except sqlite3.IntegrityError as e:
