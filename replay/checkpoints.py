@@ -99,9 +99,7 @@ def load_state(store: EventStore, *, to: int | None = None, use_checkpoints: boo
     """Latest trusted checkpoint at or before `to` plus the events after it."""
     skipped: list[tuple[int, str]] = []
     if use_checkpoints:
-        for record in store.select_checkpoints():
-            if to is not None and record.position > to:
-                continue
+        for record in store.select_checkpoints(at_or_before=to):
             problem = checkpoint_problem(store, record)
             if problem is None:
                 try:

@@ -136,10 +136,9 @@ def _integrity(store: EventStore) -> list[Problem]:
 
 def corrupt_checkpoint(store: EventStore, db: Path) -> FaultOutcome:
     """Garble the latest checkpoint's snapshot (a torn write): the next load skips it and says why."""
-    records = store.select_checkpoints()
-    if not records:
+    latest = next(store.select_checkpoints(), None)
+    if latest is None:
         return FaultOutcome({}, (("checkpoint", "a checkpoint to corrupt", "none taken"),))
-    latest = records[0]
     with closing(sqlite3.connect(db)) as conn, conn:
         conn.execute(
             "UPDATE checkpoints SET snapshot = ? WHERE checkpoint_id = ?",

@@ -153,8 +153,8 @@ class EventStore(Protocol):
         """The newest checkpoint's copy of one stream's state, if any."""
         ...
 
-    def select_checkpoints(self) -> list[CheckpointRecord]:
-        """Every checkpoint, newest position first."""
+    def select_checkpoints(self, *, at_or_before: int | None = None) -> Iterator[CheckpointRecord]:
+        """Checkpoints at or before a position (default: all), newest first, read lazily."""
         ...
 
     def verify_chain(self) -> ChainReport:

@@ -214,8 +214,9 @@ class MemoryEventStore:
         copies = [self._snapshot(c) for c in self._stream_copies if c[1] == stream_id]
         return max(copies, key=lambda s: (s.position, s.checkpoint_id), default=None)
 
-    def select_checkpoints(self) -> list[CheckpointRecord]:
-        return sorted(self._checkpoints, key=lambda c: (c.position, c.checkpoint_id), reverse=True)
+    def select_checkpoints(self, *, at_or_before: int | None = None) -> Iterator[CheckpointRecord]:
+        records = [c for c in self._checkpoints if at_or_before is None or c.position <= at_or_before]
+        yield from sorted(records, key=lambda c: (c.position, c.checkpoint_id), reverse=True)
 
     def verify_chain(self) -> ChainReport:
         return verify_events(list(self._log), count=len(self._log), head=self.head())

@@ -421,12 +421,16 @@ class SQLiteEventStore:
         ).fetchone()
         return None if row is None else StreamSnapshot(*row)
 
-    def select_checkpoints(self) -> list[CheckpointRecord]:
-        rows = self._conn.execute(
+    def select_checkpoints(self, *, at_or_before: int | None = None) -> Iterator[CheckpointRecord]:
+        # Lazily, one row at a time: a load stops at the first trusted checkpoint and
+        # must not read every older snapshot to get there.
+        cursor = self._conn.execute(
             "SELECT checkpoint_id, position, head_hash, schema_version, fingerprint, snapshot, snapshot_sha256, "
-            "recorded_at FROM checkpoints ORDER BY position DESC, checkpoint_id DESC"
-        ).fetchall()
-        return [CheckpointRecord(*r) for r in rows]
+            "recorded_at FROM checkpoints WHERE position <= ? ORDER BY position DESC, checkpoint_id DESC",
+            ((1 << 62) if at_or_before is None else at_or_before,),
+        )
+        for row in cursor:
+            yield CheckpointRecord(*row)
 
     def hash_at(self, seq: int) -> str | None:
         """The stored hash at a position (GENESIS for 0), or None when there is no such event."""
