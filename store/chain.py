@@ -119,6 +119,12 @@ def rehash(event: StoredEvent, prev_hash: str) -> str:
     )  # fmt: skip
 
 
+def check_batch(stream_id: str, events: Sequence[NewEvent]) -> None:
+    """Every backend's first check on an append: one stream per append."""
+    if any(e.stream_id != stream_id for e in events):
+        raise InputError("every event of one append must belong to its stream")
+
+
 def chain_rows(head: Head, stream_id: str, expected_version: int, events: Sequence[NewEvent]) -> list[tuple[Any, ...]]:
     """The rows (in `StoredEvent` field order) that append `events` after `head`.
 

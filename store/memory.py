@@ -15,8 +15,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from store.base import AppendResult
-from store.chain import GENESIS_HASH, chain_rows, match_retry, verify_events
-from store.errors import ConcurrencyError, InputError, IntegrityError
+from store.chain import GENESIS_HASH, chain_rows, check_batch, match_retry, verify_events
+from store.errors import ConcurrencyError, IntegrityError
 from store.records import ChainReport, CheckpointRecord, Head, NewEvent, StoredEvent, StreamHead, StreamSnapshot
 
 __all__ = ["MemoryEventStore", "MemoryTransaction"]
@@ -68,8 +68,7 @@ class MemoryTransaction:
     ) -> AppendResult:
         if not events:
             return AppendResult(())
-        if any(e.stream_id != stream_id for e in events):
-            raise InputError("every event of one append must belong to its stream")
+        check_batch(stream_id, events)
         by_id = self._store._by_id
         pending_ids = {e.event_id: e for e in self._pending}
         stored = {e.event_id: found for e in events if (found := by_id.get(e.event_id) or pending_ids.get(e.event_id))}

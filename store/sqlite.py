@@ -29,7 +29,7 @@ from typing import Any
 import sqlite_utils
 
 from store.base import AppendResult
-from store.chain import GENESIS_HASH, chain_rows, match_retry, verify_events
+from store.chain import GENESIS_HASH, chain_rows, check_batch, match_retry, verify_events
 from store.errors import ConcurrencyError, InputError, IntegrityError, StoreError
 from store.faults import fault_from_env
 from store.records import ChainReport, CheckpointRecord, Head, NewEvent, StoredEvent, StreamHead, StreamSnapshot
@@ -128,8 +128,7 @@ class SQLiteTransaction:
     ) -> AppendResult:
         if not events:
             return AppendResult(())
-        if any(e.stream_id != stream_id for e in events):
-            raise InputError("every event of one append must belong to its stream")
+        check_batch(stream_id, events)
         # A writer that just generated random ids (uuid4) cannot be retrying: skip the
         # look-up. UNIQUE(event_id) still guards the table.
         existing = None if fresh_ids else self._existing(events)
