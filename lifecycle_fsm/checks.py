@@ -11,7 +11,12 @@ from typing import Any
 
 from lifecycle_fsm.artifacts import hash_directory, path_escapes_root
 from lifecycle_fsm.errors import ArtifactError
-from lifecycle_fsm.rules import RECOVERY_STATES_BY_STAGE, check_candidate_freshness, decide_lifecycle_handoff
+from lifecycle_fsm.rules import (
+    FRESHNESS_CHECKS,
+    RECOVERY_STATES_BY_STAGE,
+    check_candidate_freshness,
+    decide_lifecycle_handoff,
+)
 from lifecycle_fsm.state import CandidateState, LedgerSettings
 
 __all__ = [
@@ -72,8 +77,7 @@ def _freshness(candidate: JSON, settings: LedgerSettings) -> JSON:
         and "evaluation_identity" not in failed
     ):
         # The ledger's evaluation version, once set, is part of the identity check.
-        order = ("candidate_kind", "source_policy", "candidate_identity", "evaluation_identity", "branch_evidence")
-        failed = sorted([*failed, "evaluation_identity"], key=order.index)
+        failed = sorted([*failed, "evaluation_identity"], key=FRESHNESS_CHECKS.index)
     return {"fresh": not failed, "failed_checks": failed}
 
 

@@ -1,17 +1,24 @@
 """Domain events: small frozen records, in the past tense, carrying their evidence.
 
-Each class has a `TYPE` tag (the stored `type` column), a `SCHEMA_VERSION`, and
-`trigger_for(payload)`: the machine trigger the event stands for, read from the
-payload so replay can validate a move without building the object. Payloads are
-plain JSON values; the store encodes them canonically for the hash chain.
-
-Old schema versions are upcast on read by named functions registered in
-`UPCASTERS`; an unknown type or a version we have no path for is an error.
+Everything one event means lives in its class, so adding an event is one place
+plus its test:
+- `TYPE` (the stored `type` column) and `SCHEMA_VERSION` (old versions are upcast
+  on read, `upcasting.py`);
+- the machine trigger it stands for: `FIXED_TRIGGER`, or `trigger_for(payload)` when
+  the payload decides (a passed or failed check);
+- its effect on folded state: `evolve(work, payload, seq, stream_id)` for a
+  candidate event (the working dict of `CandidateState`, beyond the move itself,
+  which the fold applies from the machine's table), `settle(payload)` for a ledger
+  setting (the `LedgerSettings` fields it changes);
+- `reasons(payload, previous)`: the reason codes a candidate carries once this event
+  decides its state.
+Payloads are plain JSON values; the store encodes them canonically for the chain.
+Handlers read payloads strictly: a stored "false" string is corruption, not truthy.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import attrs
@@ -19,16 +26,20 @@ import attrs
 from lifecycle_fsm.errors import CorruptionError
 
 __all__ = [
+    "CANDIDATE_EVENTS",
+    "CANDIDATE_PREFIX",
     "EVENT_TYPES",
+    "LEDGER_EVENTS",
     "LEDGER_STREAM",
-    "UPCASTERS",
     "BaselineActivated",
+    "CandidateEvent",
     "CandidateReceived",
     "ChecksRecorded",
     "EvaluationActivated",
     "Event",
     "EvidenceInvalidated",
     "HandoffDecided",
+    "LedgerEvent",
     "LedgerInitialized",
     "RecoveryCompleted",
     "RecoveryPlanned",
@@ -37,19 +48,17 @@ __all__ = [
     "TrustedStateRecorded",
     "WindowAdvanced",
     "candidate_id_of",
-    "event_from_payload",
     "stream_of",
-    "upcast",
 ]
 
 LEDGER_STREAM = "ledger"
-_CANDIDATE_PREFIX = "candidate:"
+CANDIDATE_PREFIX = "candidate:"
 
 JSON = dict[str, Any]
 
 
 def _flag(payload: Mapping[str, Any], key: str) -> bool:
-    """A boolean field read strictly: a stored "false" string is corruption, not truthy."""
+    """A boolean field read strictly."""
     value = payload[key]
     if not isinstance(value, bool):
         raise ValueError(f"{key} must be true or false, not {value!r}")
@@ -58,13 +67,13 @@ def _flag(payload: Mapping[str, Any], key: str) -> bool:
 
 def stream_of(candidate_id: str) -> str:
     """The stream that holds one candidate's events."""
-    return _CANDIDATE_PREFIX + candidate_id
+    return CANDIDATE_PREFIX + candidate_id
 
 
 def candidate_id_of(stream_id: str) -> str | None:
-    """The candidate a stream belongs to, or None for the ledger's own stream."""
-    if stream_id.startswith(_CANDIDATE_PREFIX):
-        return stream_id[len(_CANDIDATE_PREFIX) :]
+    """The candidate a stream belongs to, or None for any other stream."""
+    if stream_id.startswith(CANDIDATE_PREFIX):
+        return stream_id[len(CANDIDATE_PREFIX) :]
     return None
 
 
@@ -74,36 +83,40 @@ class Event:
 
     TYPE: ClassVar[str] = ""
     SCHEMA_VERSION: ClassVar[int] = 1
-    # Set when the trigger never depends on the payload (lets replay skip a call).
-    FIXED_TRIGGER: ClassVar[str | None] = None
-
-    @classmethod
-    def trigger_for(cls, payload: Mapping[str, Any]) -> str | None:
-        """The machine trigger this event stands for (None for ledger-setting events)."""
-        return cls.FIXED_TRIGGER
 
     def to_payload(self) -> JSON:
         return attrs.asdict(self, recurse=False)
-
-    @property
-    def trigger(self) -> str | None:
-        return type(self).trigger_for(self.to_payload())
 
 
 # --- the ledger's own stream: settings every decision reads -----------------------
 
 
 @attrs.frozen
-class LedgerInitialized(Event):
+class LedgerEvent(Event):
+    """An event of the ledger's own stream; `settle` says which settings it changes."""
+
+    @classmethod
+    def settle(cls, payload: Mapping[str, Any]) -> JSON:
+        """The `LedgerSettings` fields this event sets (every concrete class says)."""
+        raise TypeError(f"{cls.__name__} does not say which settings it changes")  # pragma: no cover
+
+
+@attrs.frozen
+class LedgerInitialized(LedgerEvent):
     """The ledger's freshness settings were fixed (seed defaults: max age 2, window 1)."""
 
     TYPE: ClassVar[str] = "LedgerInitialized"
     max_window_age: int
     active_window: int
 
+    @classmethod
+    def settle(cls, payload: Mapping[str, Any]) -> JSON:
+        return {"initialized": True, "max_window_age": payload["max_window_age"],
+                "active_window": payload["active_window"]}  # fmt: skip
+
 
 @attrs.frozen
-class BaselineActivated(Event):
+class BaselineActivated(LedgerEvent):
     """An SFT baseline became the active policy; its adapter sha256 is the policy version."""
 
     TYPE: ClassVar[str] = "BaselineActivated"
@@ -116,30 +129,79 @@ class BaselineActivated(Event):
     adapter_actual_sha256: str | None
     adapter_error: str | None
 
+    @classmethod
+    def settle(cls, payload: Mapping[str, Any]) -> JSON:
+        if not isinstance(payload["policy_version"], str):
+            raise ValueError("policy_version must be a string")
+        return {"baseline": dict(payload)}
+
 
 @attrs.frozen
-class WindowAdvanced(Event):
+class WindowAdvanced(LedgerEvent):
     """The active rollout window moved on; online evidence ages by the difference."""
 
     TYPE: ClassVar[str] = "WindowAdvanced"
     active_window: int
     previous_window: int
 
+    @classmethod
+    def settle(cls, payload: Mapping[str, Any]) -> JSON:
+        return {"active_window": payload["active_window"]}
+
 
 @attrs.frozen
-class EvaluationActivated(Event):
+class EvaluationActivated(LedgerEvent):
     """A new evaluation version became the one candidates must name."""
 
     TYPE: ClassVar[str] = "EvaluationActivated"
     evaluation_version: str
     previous_evaluation_version: str | None
 
+    @classmethod
+    def settle(cls, payload: Mapping[str, Any]) -> JSON:
+        return {"evaluation_version": payload["evaluation_version"]}
+
 
 # --- one stream per candidate -------------------------------------------------------
 
 
 @attrs.frozen
-class CandidateReceived(Event):
+class CandidateEvent(Event):
+    """An event of a candidate's stream: a move in the machine's table plus its effect."""
+
+    # Set when the trigger never depends on the payload (lets replay skip a call).
+    FIXED_TRIGGER: ClassVar[str | None] = None
+    # A repeat of this event is itself the new reason for the state (a re-plan).
+    DECISIVE_WHEN_KEPT: ClassVar[bool] = False
+
+    @classmethod
+    def trigger_for(cls, payload: Mapping[str, Any]) -> str:
+        """The machine trigger this event stands for."""
+        assert cls.FIXED_TRIGGER is not None, f"{cls.__name__} must set FIXED_TRIGGER or override trigger_for"
+        return cls.FIXED_TRIGGER
+
+    @property
+    def trigger(self) -> str:
+        return type(self).trigger_for(self.to_payload())
+
+    @staticmethod
+    def evolve(work: JSON | None, payload: JSON, seq: int, stream_id: str) -> JSON:
+        """Apply this event's own fields to the candidate's working dict (the move aside).
+
+        `payload` is the fold's own fresh dict: a handler may keep it rather than copy.
+        Nested values are replaced, never mutated, so frozen states stay safe.
+        """
+        assert work is not None
+        return work
+
+    @staticmethod
+    def reasons(payload: Mapping[str, Any], previous: tuple[str, ...]) -> tuple[str, ...]:
+        """The reason codes once this event decides the candidate's state."""
+        return previous
+
+
+@attrs.frozen
+class CandidateReceived(CandidateEvent):
     """A candidate manifest was received (revision 0) or revised after `tune`."""
 
     TYPE: ClassVar[str] = "CandidateReceived"
@@ -156,9 +218,37 @@ class CandidateReceived(Event):
             raise ValueError(f"revision must be a non-negative integer, not {revision!r}")
         return "receive" if revision == 0 else "revise"
 
+    @staticmethod
+    def evolve(work: JSON | None, payload: JSON, seq: int, stream_id: str) -> JSON:
+        expected_revision = 0 if work is None else work["revision"] + 1
+        if payload["revision"] != expected_revision or stream_id != stream_of(payload["candidate_id"]):
+            raise CorruptionError(
+                f"seq {seq}: CandidateReceived for {payload['candidate_id']!r} revision {payload['revision']} "
+                f"does not follow on stream {stream_id} (expected revision {expected_revision})",
+                seq=seq,
+            )
+        candidate = payload["candidate"]
+        return {
+            "candidate_id": payload["candidate_id"],
+            "kind": candidate.get("candidate_kind"),
+            "candidate": dict(candidate),
+            "manifest_path": payload["manifest_path"],
+            "revision": payload["revision"],
+            "trusted_states": {} if work is None else work["trusted_states"],  # they survive a revision
+            "last_check": None,
+            "last_recovery": None,
+            "last_handoff": None,
+            "reason_codes": (),
+            "manifest_sha256": payload["manifest_sha256"],
+        }
+
+    @staticmethod
+    def reasons(payload: Mapping[str, Any], previous: tuple[str, ...]) -> tuple[str, ...]:
+        return ()
+
 
 @attrs.frozen
-class ChecksRecorded(Event):
+class ChecksRecorded(CandidateEvent):
     """Every lifecycle check ran; `reason_codes` names each failed one (empty: passed)."""
 
     TYPE: ClassVar[str] = "ChecksRecorded"
@@ -173,9 +263,22 @@ class ChecksRecorded(Event):
     def trigger_for(cls, payload: Mapping[str, Any]) -> str:
         return "pass_checks" if _flag(payload, "passed") else "fail_checks"
 
+    @staticmethod
+    def evolve(work: JSON | None, payload: JSON, seq: int, stream_id: str) -> JSON:
+        assert work is not None
+        payload["seq"] = seq
+        work["last_check"] = payload
+        # A passing re-check keeps the state, but its evidence is still the news.
+        work["reason_codes"] = tuple(payload["reason_codes"])
+        return work
+
+    @staticmethod
+    def reasons(payload: Mapping[str, Any], previous: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(payload["reason_codes"])
+
 
 @attrs.frozen
-class TrustedStateRecorded(Event):
+class TrustedStateRecorded(CandidateEvent):
     """A training stage saved a state that recovery may resume from (hashed on disk)."""
 
     TYPE: ClassVar[str] = "TrustedStateRecorded"
@@ -184,9 +287,16 @@ class TrustedStateRecorded(Event):
     path: str
     sha256: str
 
+    @staticmethod
+    def evolve(work: JSON | None, payload: JSON, seq: int, stream_id: str) -> JSON:
+        assert work is not None
+        recorded = {"path": payload["path"], "sha256": payload["sha256"], "seq": seq}
+        work["trusted_states"] = {**work["trusted_states"], payload["kind"]: recorded}
+        return work
+
 
 @attrs.frozen
-class TrustedStateInvalidated(Event):
+class TrustedStateInvalidated(CandidateEvent):
     """A trusted state may no longer be resumed from."""
 
     TYPE: ClassVar[str] = "TrustedStateInvalidated"
@@ -194,9 +304,16 @@ class TrustedStateInvalidated(Event):
     kind: str
     reason: str
 
+    @staticmethod
+    def evolve(work: JSON | None, payload: JSON, seq: int, stream_id: str) -> JSON:
+        assert work is not None
+        kind = payload["kind"]
+        work["trusted_states"] = {k: v for k, v in work["trusted_states"].items() if k != kind}
+        return work
+
 
 @attrs.frozen
-class StageFailed(Event):
+class StageFailed(CandidateEvent):
     """A training stage failed for this candidate."""
 
     TYPE: ClassVar[str] = "StageFailed"
@@ -205,10 +322,11 @@ class StageFailed(Event):
 
 
 @attrs.frozen
-class RecoveryPlanned(Event):
+class RecoveryPlanned(CandidateEvent):
     """The recovery plan for a failed stage, with the trusted states it re-hashed."""
 
     TYPE: ClassVar[str] = "RecoveryPlanned"
+    DECISIVE_WHEN_KEPT: ClassVar[bool] = True  # a re-plan is the new reason it is recovering
     stage: str
     recovery_state: str | None
     reused_state: bool
@@ -220,9 +338,20 @@ class RecoveryPlanned(Event):
     def trigger_for(cls, payload: Mapping[str, Any]) -> str:
         return "block_recovery" if _flag(payload, "blocking") else "plan_recovery"
 
+    @staticmethod
+    def evolve(work: JSON | None, payload: JSON, seq: int, stream_id: str) -> JSON:
+        assert work is not None
+        payload["seq"] = seq
+        work["last_recovery"] = payload
+        return work
+
+    @staticmethod
+    def reasons(payload: Mapping[str, Any], previous: tuple[str, ...]) -> tuple[str, ...]:
+        return (payload["action"],) if payload["blocking"] else ()
+
 
 @attrs.frozen
-class RecoveryCompleted(Event):
+class RecoveryCompleted(CandidateEvent):
     """The planned recovery finished; every check must run again."""
 
     TYPE: ClassVar[str] = "RecoveryCompleted"
@@ -230,9 +359,13 @@ class RecoveryCompleted(Event):
     stage: str
     action: str
 
+    @staticmethod
+    def reasons(payload: Mapping[str, Any], previous: tuple[str, ...]) -> tuple[str, ...]:
+        return ()
+
 
 @attrs.frozen
-class HandoffDecided(Event):
+class HandoffDecided(CandidateEvent):
     """The hand-off decision, with the checks re-run at that moment as its evidence."""
 
     TYPE: ClassVar[str] = "HandoffDecided"
@@ -253,9 +386,20 @@ class HandoffDecided(Event):
             raise ValueError(f"unknown handoff_status {status!r}")
         return triggers[status]
 
+    @staticmethod
+    def evolve(work: JSON | None, payload: JSON, seq: int, stream_id: str) -> JSON:
+        assert work is not None
+        payload["seq"] = seq
+        work["last_handoff"] = payload
+        return work
+
+    @staticmethod
+    def reasons(payload: Mapping[str, Any], previous: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(payload["reason_codes"])
+
 
 @attrs.frozen
-class EvidenceInvalidated(Event):
+class EvidenceInvalidated(CandidateEvent):
     """A ledger setting changed under a decided candidate; it must be checked again."""
 
     TYPE: ClassVar[str] = "EvidenceInvalidated"
@@ -264,14 +408,17 @@ class EvidenceInvalidated(Event):
     previous: Any
     current: Any
 
+    @staticmethod
+    def reasons(payload: Mapping[str, Any], previous: tuple[str, ...]) -> tuple[str, ...]:
+        return (f"{payload['cause']}_changed",)
 
-EVENT_TYPES: dict[str, type[Event]] = {
+
+LEDGER_EVENTS: dict[str, type[LedgerEvent]] = {
+    cls.TYPE: cls for cls in (LedgerInitialized, BaselineActivated, WindowAdvanced, EvaluationActivated)
+}
+CANDIDATE_EVENTS: dict[str, type[CandidateEvent]] = {
     cls.TYPE: cls
     for cls in (
-        LedgerInitialized,
-        BaselineActivated,
-        WindowAdvanced,
-        EvaluationActivated,
         CandidateReceived,
         ChecksRecorded,
         TrustedStateRecorded,
@@ -283,42 +430,4 @@ EVENT_TYPES: dict[str, type[Event]] = {
         EvidenceInvalidated,
     )
 }
-
-Upcaster = Callable[[JSON], JSON]
-# (type, from_version) -> function returning the payload at from_version + 1.
-# Name them `upcast_<type>_v1_v2`; none are needed while every type is at v1.
-UPCASTERS: dict[tuple[str, int], Upcaster] = {}
-
-
-def upcast(type_name: str, schema_version: int, payload: JSON, *, seq: int | None = None) -> JSON:
-    """Bring a stored payload up to the current schema version, or fail loudly."""
-    cls = EVENT_TYPES.get(type_name)
-    if cls is None:
-        raise CorruptionError(f"unknown event type {type_name!r}", seq=seq, found=type_name)
-    if not isinstance(schema_version, int) or isinstance(schema_version, bool):
-        raise CorruptionError(f"{type_name} schema version {schema_version!r} is not an integer", seq=seq)
-    version = schema_version
-    while version < cls.SCHEMA_VERSION:
-        step = UPCASTERS.get((type_name, version))
-        if step is None:
-            raise CorruptionError(
-                f"no upcaster for {type_name} schema version {version}", seq=seq, found=schema_version
-            )
-        payload = step(payload)
-        version += 1
-    if version != cls.SCHEMA_VERSION:
-        raise CorruptionError(
-            f"{type_name} schema version {schema_version} is newer than this code knows ({cls.SCHEMA_VERSION})",
-            seq=seq,
-            found=schema_version,
-        )
-    return payload
-
-
-def event_from_payload(type_name: str, schema_version: int, payload: JSON, *, seq: int | None = None) -> Event:
-    """Rebuild a typed event from a stored payload (upcast first); strict about fields."""
-    current = upcast(type_name, schema_version, payload, seq=seq)
-    try:
-        return EVENT_TYPES[type_name](**current)
-    except TypeError as e:
-        raise CorruptionError(f"{type_name} payload does not match its schema: {e}", seq=seq) from e
+EVENT_TYPES: dict[str, type[Event]] = {**LEDGER_EVENTS, **CANDIDATE_EVENTS}

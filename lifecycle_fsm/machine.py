@@ -1,12 +1,16 @@
 """The candidate state machine: one declarative table, used live and on replay.
 
-`TRANSITIONS` is the contract (SPEC §4). From it we build:
+`MOVES` is the contract (SPEC §4): each row names the command a user types, the
+trigger it fires, the states it may start from and where it leads. Everything else
+is derived from it, never copied:
 - `MACHINE`, one shared `transitions.Machine` (candidates are never added to it:
   a machine per candidate costs ~1 ms and ~39 KB) used to check live commands with
   `get_transitions`, which runs no callbacks;
-- `TABLE`, a plain dict `(state, trigger) -> next state` for replay, ~50x cheaper
-  than firing triggers and free of side effects;
-- `FINGERPRINT`, so a checkpoint folded under another table is never trusted;
+- `TABLE` / `TABLE_BY_STATE`, plain dicts for replay, ~50x cheaper than firing
+  triggers and free of side effects;
+- `COMMAND_TRIGGERS` (what a command may fire) and `sources_of` (e.g. the states an
+  evidence invalidation reaches);
+- `TABLE_DIGEST`, part of the checkpoint fingerprint (`snapshots.py`);
 - `diagram()`, the Mermaid text of the same table.
 
 A new stream starts with `receive` (no source state); `=` keeps the state.
@@ -16,25 +20,32 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any
 
+import attrs
 import orjson
 from transitions import Machine
 
 __all__ = [
     "COMMAND_BY_TRIGGER",
-    "FINGERPRINT",
+    "COMMAND_TRIGGERS",
     "INITIAL_TRIGGER",
     "MACHINE",
+    "MOVES",
     "TABLE",
     "TABLE_BY_STATE",
+    "TABLE_DIGEST",
     "TRANSITIONS",
+    "Move",
     "State",
     "allowed_commands",
     "allowed_triggers",
+    "command_allowed",
     "diagram",
     "next_state",
+    "sources_of",
 ]
 
 # transitions logs every callback at INFO (~6x the cost of a trigger); we fire none,
@@ -53,64 +64,65 @@ class State(StrEnum):
     READY = "ready"
 
 
-_ALIVE = ["received", "verified", "recovering", "tune", "ready"]
-_DECIDED = ["verified", "ready", "tune"]
-_CAN_FAIL = ["received", "verified", "recovering"]
+@attrs.frozen
+class Move:
+    """One row of the table: `command` fires `trigger` from any of `sources` into `dest`."""
+
+    command: str
+    trigger: str
+    sources: tuple[State, ...]
+    dest: State | None  # None: the state is kept ("=")
+
+
+S = State
+_ALIVE = (S.RECEIVED, S.VERIFIED, S.RECOVERING, S.TUNE, S.READY)
+_DECIDED = (S.VERIFIED, S.READY, S.TUNE)
+_CAN_FAIL = (S.RECEIVED, S.VERIFIED, S.RECOVERING)
+_SETTING_CHANGE = "baseline/evaluation/window change"
 
 INITIAL_TRIGGER = "receive"
 
+MOVES: tuple[Move, ...] = (
+    Move("receive", "revise", (S.TUNE,), S.RECEIVED),
+    Move("check", "pass_checks", (S.RECEIVED,), S.VERIFIED),
+    Move("check", "pass_checks", _DECIDED, None),  # a re-check: artifacts can change after a decision
+    Move("check", "fail_checks", (S.RECEIVED, *_DECIDED), S.REJECT),
+    Move("fail", "fail_stage", _CAN_FAIL, None),
+    Move("fail", "plan_recovery", _CAN_FAIL, S.RECOVERING),
+    Move("fail", "block_recovery", _CAN_FAIL, S.REJECT),
+    Move("recovered", "complete_recovery", (S.RECOVERING,), S.RECEIVED),
+    Move("handoff", "hand_off_ready", (S.VERIFIED,), S.READY),
+    Move("handoff", "hand_off_tune", (S.VERIFIED,), S.TUNE),
+    Move("handoff", "hand_off_reject", (S.VERIFIED,), S.REJECT),
+    Move(_SETTING_CHANGE, "invalidate_evidence", _DECIDED, S.RECEIVED),
+    Move("trusted", "record_trusted_state", _ALIVE, None),
+    Move("untrust", "invalidate_trusted_state", _ALIVE, None),
+)
+del S
+
+# The same rows in the form `transitions` takes (plain strings).
 TRANSITIONS: list[dict[str, Any]] = [
-    {"trigger": "revise", "source": ["tune"], "dest": "received"},
-    {"trigger": "pass_checks", "source": ["received"], "dest": "verified"},
-    {"trigger": "pass_checks", "source": _DECIDED, "dest": "="},
-    {"trigger": "fail_checks", "source": ["received", *_DECIDED], "dest": "reject"},
-    {"trigger": "fail_stage", "source": _CAN_FAIL, "dest": "="},
-    {"trigger": "plan_recovery", "source": _CAN_FAIL, "dest": "recovering"},
-    {"trigger": "block_recovery", "source": _CAN_FAIL, "dest": "reject"},
-    {"trigger": "complete_recovery", "source": ["recovering"], "dest": "received"},
-    {"trigger": "hand_off_ready", "source": ["verified"], "dest": "ready"},
-    {"trigger": "hand_off_tune", "source": ["verified"], "dest": "tune"},
-    {"trigger": "hand_off_reject", "source": ["verified"], "dest": "reject"},
-    {"trigger": "invalidate_evidence", "source": _DECIDED, "dest": "received"},
-    {"trigger": "record_trusted_state", "source": _ALIVE, "dest": "="},
-    {"trigger": "invalidate_trusted_state", "source": _ALIVE, "dest": "="},
+    {"trigger": m.trigger, "source": [s.value for s in m.sources], "dest": "=" if m.dest is None else m.dest.value}
+    for m in MOVES
 ]
 
-
 # The CLI command behind each trigger, so refusals speak the user's language.
-COMMAND_BY_TRIGGER = {
-    "receive": "receive",
-    "revise": "receive",
-    "pass_checks": "check",
-    "fail_checks": "check",
-    "fail_stage": "fail",
-    "plan_recovery": "fail",
-    "block_recovery": "fail",
-    "complete_recovery": "recovered",
-    "hand_off_ready": "handoff",
-    "hand_off_tune": "handoff",
-    "hand_off_reject": "handoff",
-    "invalidate_evidence": "baseline/evaluation/window change",
-    "record_trusted_state": "trusted",
-    "invalidate_trusted_state": "untrust",
+COMMAND_BY_TRIGGER: dict[str, str] = {INITIAL_TRIGGER: "receive", **{m.trigger: m.command for m in MOVES}}
+# Every trigger a command may fire: the command is allowed where any of them is.
+COMMAND_TRIGGERS: dict[str, frozenset[str]] = {
+    command: frozenset(t for t, c in COMMAND_BY_TRIGGER.items() if c == command)
+    for command in dict.fromkeys(COMMAND_BY_TRIGGER.values())
 }
-
-
-def allowed_commands(state: str | None) -> list[str]:
-    """The CLI commands a candidate in `state` accepts (for error messages)."""
-    commands = {COMMAND_BY_TRIGGER[t] for t in allowed_triggers(state)}
-    commands.discard(COMMAND_BY_TRIGGER["invalidate_evidence"])
-    return sorted(commands)
 
 
 def _build_table() -> dict[tuple[str | None, str], str]:
     table: dict[tuple[str | None, str], str] = {(None, INITIAL_TRIGGER): State.RECEIVED.value}
-    for t in TRANSITIONS:
-        for source in t["source"]:
-            key = (source, t["trigger"])
+    for move in MOVES:
+        for source in move.sources:
+            key = (source.value, move.trigger)
             if key in table:
                 raise AssertionError(f"ambiguous transition {key}")
-            table[key] = source if t["dest"] == "=" else t["dest"]
+            table[key] = source.value if move.dest is None else move.dest.value
     return table
 
 
@@ -118,10 +130,10 @@ TABLE = _build_table()
 # The same table as state -> {trigger -> next state}: replay's per-event look-up
 # without building a tuple key.
 TABLE_BY_STATE: dict[str | None, dict[str, str]] = {None: {}, **{s.value: {} for s in State}}
-for (source, trigger), dest in TABLE.items():
-    TABLE_BY_STATE[source][trigger] = dest
-del source, trigger, dest
-FINGERPRINT = hashlib.sha256(
+for (_source, _trigger), _dest in TABLE.items():
+    TABLE_BY_STATE[_source][_trigger] = _dest
+del _source, _trigger, _dest
+TABLE_DIGEST = hashlib.sha256(
     orjson.dumps({"states": [s.value for s in State], "transitions": TRANSITIONS}, option=orjson.OPT_SORT_KEYS)
 ).hexdigest()
 
@@ -140,11 +152,29 @@ def next_state(state: str | None, trigger: str) -> str | None:
     return TABLE.get((state, trigger))
 
 
+def sources_of(*triggers: str) -> tuple[str, ...]:
+    """The states any of `triggers` may start from, in the enum's order."""
+    found = {source for (source, trigger) in TABLE if trigger in triggers}
+    return tuple(s.value for s in State if s.value in found)
+
+
 def allowed_triggers(state: str | None) -> list[str]:
     """The triggers the table allows from `state` (for error messages and explain)."""
     if state is None:
         return [INITIAL_TRIGGER]
     return sorted({t for t in MACHINE.get_triggers(state) if MACHINE.get_transitions(t, source=state)})
+
+
+def allowed_commands(state: str | None) -> list[str]:
+    """The CLI commands a candidate in `state` accepts (for error messages)."""
+    commands = {COMMAND_BY_TRIGGER[t] for t in allowed_triggers(state)}
+    commands.discard(_SETTING_CHANGE)
+    return sorted(commands)
+
+
+def command_allowed(state: str | None, triggers: Iterable[str]) -> bool:
+    """Whether the shared machine allows any of `triggers` from `state` (runs no callbacks)."""
+    return state is not None and any(MACHINE.get_transitions(t, source=state) for t in triggers)
 
 
 def diagram() -> str:

@@ -109,7 +109,7 @@ def print_history(rows: list[tuple[StoredEvent, Event]], as_json: bool) -> None:
         return
     table = _table("seq", "type", "trigger", "recorded_at", "actor")
     for s, e in rows:
-        table.add_row(str(s.seq), s.type, str(e.trigger), s.recorded_at, s.actor)
+        table.add_row(str(s.seq), s.type, str(getattr(e, "trigger", "")), s.recorded_at, s.actor)
     console().print(table)
 
 

@@ -1,21 +1,22 @@
 """State as a fold of events: `apply(state, event) -> state`, pure and total.
 
 No callbacks, no I/O, no clock: the same events give the same state on any machine.
-Every candidate event is checked against the machine's `TABLE`; an illegal move is
-an `IllegalTransition` naming the seq, what the table allows there, and what was
-found. The fold works on payload dicts (replay never builds event objects) and the
-typed `apply` is a thin wrapper over the same functions.
+Every candidate event is checked against the machine's table; an illegal move is an
+`IllegalTransition` naming the seq, what the table allows there, and what was found.
+What an event does to state is said by its class (`events.py`); this module only
+dispatches on the type. The fold works on payload dicts (replay never builds event
+objects) and the typed `apply` is a thin wrapper over the same functions.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, cast
+from typing import Any
 
 import attrs
 
 from lifecycle_fsm.errors import CorruptionError
-from lifecycle_fsm.events import EVENT_TYPES, LEDGER_STREAM, Event, candidate_id_of, stream_of
+from lifecycle_fsm.events import CANDIDATE_EVENTS, LEDGER_EVENTS, LEDGER_STREAM, Event, candidate_id_of
 from lifecycle_fsm.machine import TABLE_BY_STATE, allowed_triggers
 
 __all__ = [
@@ -119,37 +120,51 @@ def settings_from_dict(data: Mapping[str, Any]) -> LedgerSettings:
     return LedgerSettings(**data)
 
 
+def _fields(cls: type[Event]) -> frozenset[str]:
+    return frozenset(a.name for a in attrs.fields(cls))
+
+
+# type -> (payload keys, fixed trigger, trigger_for, evolve, reasons, decisive when the state is
+# kept): the per-type handler table, read once per event on the replay hot path.
+_Handlers = tuple[
+    frozenset[str],
+    str | None,
+    Callable[[Mapping[str, Any]], str],
+    Callable[[JSON | None, JSON, int, str], JSON],
+    Callable[[Mapping[str, Any], tuple[str, ...]], tuple[str, ...]],
+    bool,
+]
+_HANDLERS: dict[str, _Handlers] = {
+    name: (_fields(cls), cls.FIXED_TRIGGER, cls.trigger_for, cls.evolve, cls.reasons, cls.DECISIVE_WHEN_KEPT)
+    for name, cls in CANDIDATE_EVENTS.items()
+}
+_LEDGER_FIELDS = {name: _fields(cls) for name, cls in LEDGER_EVENTS.items()}
+
+
+def _wrong_fields(seq: int, type_name: str, payload: Mapping[str, Any], fields: frozenset[str]) -> CorruptionError:
+    missing, extra = sorted(fields - payload.keys()), sorted(payload.keys() - fields)
+    return CorruptionError(
+        f"seq {seq}: {type_name} payload does not match its schema (missing {missing}, unexpected {extra})", seq=seq
+    )
+
+
+def _unreadable(seq: int, type_name: str, error: Exception) -> CorruptionError:
+    """A stored payload the fold cannot read: corruption at that seq, never a crash."""
+    return CorruptionError(f"seq {seq}: {type_name} payload is unreadable ({error!r})", seq=seq)
+
+
 def apply_settings(settings: LedgerSettings, type_name: str, payload: Mapping[str, Any], seq: int) -> LedgerSettings:
-    """Fold one event of the ledger's own stream."""
-    version = settings.version + 1
-    if type_name == "LedgerInitialized":
-        return attrs.evolve(
-            settings,
-            initialized=True,
-            max_window_age=payload["max_window_age"],
-            active_window=payload["active_window"],
-            version=version,
-            last_seq=seq,
-        )
-    if type_name == "BaselineActivated":
-        return attrs.evolve(settings, baseline=dict(payload), version=version, last_seq=seq)
-    if type_name == "WindowAdvanced":
-        return attrs.evolve(settings, active_window=payload["active_window"], version=version, last_seq=seq)
-    if type_name == "EvaluationActivated":
-        return attrs.evolve(settings, evaluation_version=payload["evaluation_version"], version=version, last_seq=seq)
-    raise CorruptionError(f"seq {seq}: {type_name} does not belong on the ledger stream", seq=seq, found=type_name)
-
-
-def _reasons(type_name: str, payload: Mapping[str, Any], dest: str, previous: tuple[str, ...]) -> tuple[str, ...]:
-    if type_name in ("ChecksRecorded", "HandoffDecided"):
-        return tuple(payload["reason_codes"])
-    if type_name == "RecoveryPlanned":
-        return (payload["action"],) if payload["blocking"] else ()
-    if type_name == "EvidenceInvalidated":
-        return (f"{payload['cause']}_changed",)
-    if type_name == "CandidateReceived":
-        return ()
-    return previous
+    """Fold one event of the ledger's own stream (the event class says what it sets)."""
+    cls = LEDGER_EVENTS.get(type_name)
+    if cls is None:
+        raise CorruptionError(f"seq {seq}: {type_name} does not belong on the ledger stream", seq=seq, found=type_name)
+    if payload.keys() != _LEDGER_FIELDS[type_name]:
+        raise _wrong_fields(seq, type_name, payload, _LEDGER_FIELDS[type_name])
+    try:
+        changes = cls.settle(payload)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise _unreadable(seq, type_name, e) from e
+    return attrs.evolve(settings, **changes, version=settings.version + 1, last_seq=seq)
 
 
 def apply_candidate(
@@ -163,26 +178,8 @@ def apply_candidate(
 ) -> CandidateState:
     """Fold one event of a candidate's stream, validating the move against the table."""
     work = None if current is None else current.to_work()
-    owned = dict(payload)  # step_candidate keeps the payload; the caller keeps theirs
-    return CandidateState.from_work(
-        step_candidate(work, type_name, owned, seq=seq, stream_id=stream_id, version=version)
-    )
-
-
-def _trigger_tables() -> tuple[dict[str, str], dict[str, Callable[[Mapping[str, Any]], str]]]:
-    """Candidate event types whose trigger is fixed, and those that read it from the payload."""
-    fixed: dict[str, str] = {}
-    by_payload: dict[str, Callable[[Mapping[str, Any]], str]] = {}
-    for name, cls in EVENT_TYPES.items():
-        if cls.FIXED_TRIGGER is not None:
-            fixed[name] = cls.FIXED_TRIGGER
-        elif cls.trigger_for.__func__ is not Event.trigger_for.__func__:  # type: ignore[attr-defined]
-            by_payload[name] = cast("Callable[[Mapping[str, Any]], str]", cls.trigger_for)
-        # else: a ledger-setting event, which has no trigger and no place on a candidate stream
-    return fixed, by_payload
-
-
-_FIXED_TRIGGERS, _PAYLOAD_TRIGGERS = _trigger_tables()
+    owned = dict(payload)  # the fold keeps the payload it is given; the caller keeps theirs
+    return CandidateState.from_work(step_candidate_at(work, type_name, owned, seq, stream_id, version))
 
 
 def step_candidate(
@@ -203,30 +200,30 @@ def step_candidate_at(
 ) -> JSON:
     """The fold's one rule, on a working dict (`CandidateState.to_work`), updated in place.
 
-    Replay keeps one working dict per candidate and freezes them at the end, so a
-    million events cost a million dict updates, not a million frozen copies (and it
-    is called positionally: keyword calls cost measurably on that path). Nested
-    values are replaced, never mutated, so a frozen state a dict came from is safe.
-    `payload` must be the caller's own fresh dict: the fold keeps it (with its `seq`
-    added) as the candidate's last check, recovery or hand-off rather than copy it.
+    The machine's table decides the move; the event class's handlers its effect and
+    its reason codes. Replay keeps one working dict per candidate and freezes them at
+    the end, so a million events cost a million dict updates, not a million frozen
+    copies (and it is called positionally: keyword calls cost measurably on that
+    path). `payload` must be the caller's own fresh dict: handlers may keep it.
     """
-    trigger = _FIXED_TRIGGERS.get(type_name)
-    if trigger is None:
-        trigger_for = _PAYLOAD_TRIGGERS.get(type_name)
-        if trigger_for is None:
-            raise CorruptionError(
-                f"seq {seq}: {type_name} does not belong on a candidate stream", seq=seq, found=type_name
-            )
-        try:
-            trigger = trigger_for(payload)
-        except (KeyError, ValueError) as e:
-            raise CorruptionError(f"seq {seq}: {type_name} payload is unreadable ({e})", seq=seq) from e
+    handlers = _HANDLERS.get(type_name)
+    if handlers is None:
+        raise CorruptionError(f"seq {seq}: {type_name} does not belong on a candidate stream", seq=seq, found=type_name)
+    fields, fixed, trigger_for, evolve, reasons, decisive_when_kept = handlers
+    if payload.keys() != fields:  # every field, nothing else: a stored payload is never guessed at
+        raise _wrong_fields(seq, type_name, payload, fields)
+    try:
+        trigger = fixed or trigger_for(payload)
+    except (KeyError, TypeError, ValueError) as e:
+        raise _unreadable(seq, type_name, e) from e
     if work is None:
         state = None
         expected_version = 1
+        previous: tuple[str, ...] = ()
     else:
         state = work["state"]
         expected_version = work["version"] + 1
+        previous = work["reason_codes"]
     dest = TABLE_BY_STATE[state].get(trigger)
     if dest is None:
         raise IllegalTransition(seq=seq, stream_id=stream_id, state=state, trigger=trigger, type_name=type_name)
@@ -234,67 +231,20 @@ def step_candidate_at(
         raise CorruptionError(
             f"seq {seq}: stream {stream_id} jumps to version {version}, expected {expected_version}", seq=seq
         )
-    if type_name == "CandidateReceived":
-        return _received(work, payload, seq=seq, stream_id=stream_id, dest=dest, version=expected_version)
-    assert work is not None  # the table only allows `receive` from no state
+    try:
+        work = evolve(work, payload, seq, stream_id)
+        if dest != state or decisive_when_kept:
+            work["decisive_seq"] = seq
+            work["decisive_type"] = type_name
+            work["reason_codes"] = reasons(payload, previous)
+    except CorruptionError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise _unreadable(seq, type_name, e) from e
     work["state"] = dest
     work["version"] = expected_version
     work["last_seq"] = seq
-    if dest != state or type_name == "RecoveryPlanned":  # a re-plan is the new reason it is recovering
-        work["decisive_seq"] = seq
-        work["decisive_type"] = type_name
-        work["reason_codes"] = _reasons(type_name, payload, dest, work["reason_codes"])
-    if type_name == "ChecksRecorded":
-        payload["seq"] = seq
-        work["last_check"] = payload
-        if dest == state:  # a passing re-check keeps the state; its evidence is still news
-            work["reason_codes"] = tuple(payload["reason_codes"])
-    elif type_name == "HandoffDecided":
-        payload["seq"] = seq
-        work["last_handoff"] = payload
-    elif type_name == "RecoveryPlanned":
-        payload["seq"] = seq
-        work["last_recovery"] = payload
-    elif type_name == "TrustedStateRecorded":
-        trusted = dict(work["trusted_states"])
-        trusted[payload["kind"]] = {"path": payload["path"], "sha256": payload["sha256"], "seq": seq}
-        work["trusted_states"] = trusted
-    elif type_name == "TrustedStateInvalidated":
-        trusted = dict(work["trusted_states"])
-        trusted.pop(payload["kind"], None)
-        work["trusted_states"] = trusted
     return work
-
-
-def _received(
-    work: JSON | None, payload: Mapping[str, Any], *, seq: int, stream_id: str, dest: str, version: int
-) -> JSON:
-    expected_revision = 0 if work is None else work["revision"] + 1
-    if payload["revision"] != expected_revision or stream_id != stream_of(payload["candidate_id"]):
-        raise CorruptionError(
-            f"seq {seq}: CandidateReceived for {payload['candidate_id']!r} revision {payload['revision']} "
-            f"does not follow on stream {stream_id} (expected revision {expected_revision})",
-            seq=seq,
-        )
-    candidate = payload["candidate"]
-    return {
-        "candidate_id": payload["candidate_id"],
-        "state": dest,
-        "version": version,
-        "last_seq": seq,
-        "kind": candidate.get("candidate_kind"),
-        "candidate": dict(candidate),
-        "manifest_path": payload["manifest_path"],
-        "revision": payload["revision"],
-        "trusted_states": {} if work is None else work["trusted_states"],
-        "last_check": None,
-        "last_recovery": None,
-        "last_handoff": None,
-        "reason_codes": (),
-        "decisive_seq": seq,
-        "decisive_type": "CandidateReceived",
-        "manifest_sha256": payload["manifest_sha256"],
-    }
 
 
 def apply(

@@ -1,40 +1,37 @@
 """Reading one stream's state: fold its events, or start from a checkpoint's copy.
 
-The Ledger reads only the streams a command touches; these are the folds it uses,
-and the trusted shortcut that lets a long-lived candidate be read as the latest
-checkpoint's copy of its state plus the events after it.
+The Ledger reads only the streams a command touches. `StreamReader` keeps the folds
+this process has made, topped up from the store on every read (a stale entry can
+only cost a re-decide, never a wrong append). Commands decide only from states
+folded from the log itself; a query may start from the latest trusted checkpoint's
+copy of a long-lived candidate and fold only the events after it.
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Sequence
 
 import orjson
 
-from lifecycle_fsm.errors import CorruptionError
-from lifecycle_fsm.events import upcast
-from lifecycle_fsm.fingerprint import CHECKPOINT_SCHEMA_VERSION, FINGERPRINT
+from lifecycle_fsm.errors import NotFoundError
+from lifecycle_fsm.events import LEDGER_STREAM, stream_of
 from lifecycle_fsm.logs import get_logger
+from lifecycle_fsm.snapshots import snapshot_problem
 from lifecycle_fsm.state import CandidateState, LedgerSettings, apply_candidate, apply_settings, candidate_from_dict
+from lifecycle_fsm.upcasting import decoded_payload
 from store.base import EventStore
 from store.records import StoredEvent
 
-__all__ = ["decoded_payload", "fold_candidate", "fold_settings", "state_from_checkpoint"]
+__all__ = ["StreamReader", "fold_candidate", "fold_settings", "state_from_checkpoint"]
 
 log = get_logger(__name__)
-
-JSON = dict[str, Any]
 
 
 def fold_settings(events: Sequence[StoredEvent], start: LedgerSettings | None = None) -> LedgerSettings:
     """The ledger's settings from its own stream (or from `start` plus the events after it)."""
     settings = start or LedgerSettings()
     for e in events:
-        with _corruption_at(e):
-            settings = apply_settings(settings, e.type, decoded_payload(e), e.seq)
+        settings = apply_settings(settings, e.type, decoded_payload(e), e.seq)
     return settings
 
 
@@ -42,51 +39,85 @@ def fold_candidate(events: Sequence[StoredEvent], start: CandidateState | None =
     """One candidate's state from its stream (or from `start` plus the events after it)."""
     state = start
     for e in events:
-        with _corruption_at(e):
-            state = apply_candidate(
-                state, e.type, decoded_payload(e), seq=e.seq, stream_id=e.stream_id, version=e.version
-            )
+        state = apply_candidate(state, e.type, decoded_payload(e), seq=e.seq, stream_id=e.stream_id, version=e.version)
     return state
-
-
-@contextmanager
-def _corruption_at(event: StoredEvent) -> Iterator[None]:
-    """A stored payload the fold cannot read is corruption at that seq, never a crash."""
-    try:
-        yield
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise CorruptionError(f"seq {event.seq}: {event.type} payload is unreadable ({e!r})", seq=event.seq) from e
-
-
-def decoded_payload(e: StoredEvent) -> JSON:
-    """A stored payload, parsed and upcast to the current schema version."""
-    return upcast(e.type, e.schema_version, orjson.loads(e.payload), seq=e.seq)
 
 
 def state_from_checkpoint(store: EventStore, stream_id: str) -> CandidateState | None:
     """The stream's state from the latest checkpoint, when it can be trusted.
 
-    A long-lived candidate is then read as snapshot + tail, not its whole history.
-    A stale or corrupt snapshot is skipped (and said so); the stream is folded.
+    A stale or corrupt copy is skipped (and said so); the caller folds the stream.
     """
     snap = store.latest_stream_snapshot(stream_id)
     if snap is None:
         return None
-    problem = None
-    if snap.schema_version != CHECKPOINT_SCHEMA_VERSION or snap.fingerprint != FINGERPRINT:
-        problem = "built by different code (fingerprint or schema version)"
-    elif hashlib.sha256(snap.state.encode()).hexdigest() != snap.state_sha256:
-        problem = "state does not match its sha256 (corrupt)"
-    elif store.hash_at(snap.position) != snap.head_hash:
-        problem = f"head hash at position {snap.position} does not match the log"
+    problem = snapshot_problem(
+        store, schema_version=snap.schema_version, fingerprint=snap.fingerprint, text=snap.state,
+        sha256=snap.state_sha256, position=snap.position, head_hash=snap.head_hash,
+    )  # fmt: skip
+    reason = None if problem is None else problem.reason
     if problem is None:
         try:
             state = candidate_from_dict(orjson.loads(snap.state))
         except (orjson.JSONDecodeError, KeyError, TypeError) as e:
-            problem = f"state cannot be read ({e!r})"
+            reason = f"state cannot be read ({e!r})"
         else:
             if state.version == snap.version:
                 return state
-            problem = "state version differs from its row"
-    log.warning("stream_snapshot_skipped", stream_id=stream_id, checkpoint_id=snap.checkpoint_id, reason=problem)
+            reason = "state version differs from its row"
+    log.warning("stream_snapshot_skipped", stream_id=stream_id, checkpoint_id=snap.checkpoint_id, reason=reason)
     return None
+
+
+class StreamReader:
+    """The folds of the streams this process touched, kept current from the store."""
+
+    def __init__(self, store: EventStore) -> None:
+        self.store = store
+        self._settings = LedgerSettings()
+        self._candidates: dict[str, CandidateState] = {}
+
+    def settings(self) -> LedgerSettings:
+        """The ledger's settings now: the cached fold plus any events appended since."""
+        cached = self._settings
+        new = self.store.read_stream(LEDGER_STREAM, after_version=cached.version)
+        if new:
+            self._settings = fold_settings(new, start=cached)
+        return self._settings
+
+    def candidate(self, stream_id: str) -> CandidateState | None:
+        """A candidate folded from the log alone (what commands decide from), None if unknown."""
+        cached = self._candidates.get(stream_id)
+        new = self.store.read_stream(stream_id, after_version=0 if cached is None else cached.version)
+        state = fold_candidate(new, start=cached)
+        if state is not None:
+            self._candidates[stream_id] = state
+        return state
+
+    def existing(self, candidate_id: str) -> CandidateState:
+        """`candidate`, or NotFoundError."""
+        state = self.candidate(stream_of(candidate_id))
+        if state is None:
+            raise NotFoundError(f"unknown candidate: {candidate_id!r}")
+        return state
+
+    def query(self, candidate_id: str) -> CandidateState:
+        """A candidate for a query: it may start from the latest checkpoint's copy."""
+        stream_id = stream_of(candidate_id)
+        if stream_id not in self._candidates:
+            start = state_from_checkpoint(self.store, stream_id)
+            if start is not None:
+                # Not cached: a copy is good enough to answer a query, but commands
+                # decide only from states folded from the log itself.
+                state = fold_candidate(self.store.read_stream(stream_id, after_version=start.version), start=start)
+                assert state is not None
+                return state
+        return self.existing(candidate_id)
+
+    def remember(self, state: CandidateState | LedgerSettings) -> None:
+        """Keep a state a command just folded from what it appended."""
+        if isinstance(state, LedgerSettings):
+            if state.version > self._settings.version:
+                self._settings = state
+        else:
+            self._candidates[stream_of(state.candidate_id)] = state

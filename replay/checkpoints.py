@@ -1,24 +1,30 @@
 """Checkpoints: snapshots of the folded ledger, verifiable and disposable.
 
 A checkpoint stores the state at global position N, the chain's hash at N, a schema
-version and a fingerprint of what produced it (the machine's table, the rules and
-the fold). Like seed 001's resume checkpoints, a structural mismatch means the
-snapshot is not used and the reason is said; the ledger then falls back to an
-older checkpoint or a full replay. Loading is the latest trusted checkpoint plus
-the events after it, and must equal a full replay (tests/test_replay.py proves it).
+version and a fingerprint of what the folded state structurally depends on
+(`lifecycle_fsm/snapshots.py`). Like seed 001's resume checkpoints, a structural
+mismatch means the snapshot is not used and the reason is said; the ledger then
+falls back to an older checkpoint or a full replay. Loading is the latest trusted
+checkpoint plus the events after it, and must equal a full replay
+(tests/test_checkpoints.py and tests/test_properties.py prove it).
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 
 import attrs
 import orjson
 
 from lifecycle_fsm.events import stream_of
-from lifecycle_fsm.fingerprint import CHECKPOINT_SCHEMA_VERSION, FINGERPRINT, FINGERPRINT_PARTS
 from lifecycle_fsm.logs import get_logger
+from lifecycle_fsm.snapshots import (
+    CHECKPOINT_SCHEMA_VERSION,
+    FINGERPRINT,
+    FINGERPRINT_PARTS,
+    SnapshotProblem,
+    snapshot_problem,
+)
 from lifecycle_fsm.state import candidate_from_dict, settings_from_dict
 from replay.fold import LedgerState, empty_state, fold_rows, snapshot_json
 from store.base import EventStore
@@ -30,6 +36,7 @@ __all__ = [
     "FINGERPRINT",
     "FINGERPRINT_PARTS",
     "LoadResult",
+    "SnapshotProblem",
     "checkpoint_problem",
     "load_state",
     "take_checkpoint",
@@ -63,25 +70,12 @@ def take_checkpoint(store: EventStore, *, clock: Callable[[], str], to: int | No
     )
 
 
-def checkpoint_problem(store: EventStore, record: CheckpointRecord) -> str | None:
-    """Why a checkpoint cannot be trusted, or None when it can."""
-    if record.schema_version != CHECKPOINT_SCHEMA_VERSION:
-        return f"schema version {record.schema_version} is not {CHECKPOINT_SCHEMA_VERSION}"
-    if record.fingerprint != FINGERPRINT:
-        try:
-            saved = orjson.loads(record.fingerprint)
-            changed = sorted(k for k in FINGERPRINT_PARTS if saved.get(k) != FINGERPRINT_PARTS[k])
-        except (orjson.JSONDecodeError, AttributeError):
-            changed = ["unreadable fingerprint"]
-        return f"built by a different {', '.join(changed)} (fingerprint mismatch)"
-    if hashlib.sha256(record.snapshot.encode()).hexdigest() != record.snapshot_sha256:
-        return "snapshot does not match its sha256 (corrupt)"
-    actual = store.hash_at(record.position)
-    if actual is None:
-        return f"position {record.position} is past the log's head"
-    if actual != record.head_hash:
-        return f"head hash at position {record.position} does not match the log"
-    return None
+def checkpoint_problem(store: EventStore, record: CheckpointRecord) -> SnapshotProblem | None:
+    """Why a checkpoint cannot be trusted, or None when it can (see `snapshot_problem`)."""
+    return snapshot_problem(
+        store, schema_version=record.schema_version, fingerprint=record.fingerprint, text=record.snapshot,
+        sha256=record.snapshot_sha256, position=record.position, head_hash=record.head_hash,
+    )  # fmt: skip
 
 
 def _restore(record: CheckpointRecord) -> LedgerState:
@@ -101,15 +95,16 @@ def load_state(store: EventStore, *, to: int | None = None, use_checkpoints: boo
     if use_checkpoints:
         for record in store.select_checkpoints(at_or_before=to):
             problem = checkpoint_problem(store, record)
+            reason = None if problem is None else problem.reason
             if problem is None:
                 try:
                     start = _restore(record)
                 except (ValueError, KeyError, TypeError) as e:
-                    problem = f"snapshot cannot be read ({e!r})"
+                    reason = f"snapshot cannot be read ({e!r})"
                 else:
                     return LoadResult(fold_rows(store, start, to=to), record, tuple(skipped))
             log.warning(
-                "checkpoint_skipped", checkpoint_id=record.checkpoint_id, position=record.position, reason=problem
+                "checkpoint_skipped", checkpoint_id=record.checkpoint_id, position=record.position, reason=reason
             )
-            skipped.append((record.checkpoint_id, problem))
+            skipped.append((record.checkpoint_id, str(reason)))
     return LoadResult(fold_rows(store, empty_state(), to=to), None, tuple(skipped))

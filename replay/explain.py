@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from lifecycle_fsm.errors import NotFoundError
-from lifecycle_fsm.events import stream_of, upcast
-from lifecycle_fsm.ledger import fold_candidate
+from lifecycle_fsm.events import stream_of
+from lifecycle_fsm.streams import fold_candidate
+from lifecycle_fsm.upcasting import decoded_payload
 from store.base import EventStore
 from store.records import StoredEvent
 
@@ -30,7 +29,7 @@ def _event_json(event: StoredEvent) -> JSON:
         "version": event.version,
         "recorded_at": event.recorded_at,
         "actor": event.actor,
-        "evidence": upcast(event.type, event.schema_version, orjson.loads(event.payload), seq=event.seq),
+        "evidence": decoded_payload(event),
     }
 
 

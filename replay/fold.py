@@ -3,7 +3,8 @@
 This is the hot path of recovery and audit, so it works on plain row tuples and
 payload dicts (no record objects), streams rows in batches (memory stays flat as
 the log grows), and validates every move with the machine's dict table through
-`apply_candidate`. It has no side effects: the same rows give the same states.
+`step_candidate_at`, the rule the command side folds with too. It has no side
+effects: the same rows give the same states.
 """
 
 from __future__ import annotations
@@ -14,16 +15,14 @@ import attrs
 import orjson
 
 from lifecycle_fsm.errors import CorruptionError
-from lifecycle_fsm.events import EVENT_TYPES, LEDGER_STREAM, stream_of, upcast
+from lifecycle_fsm.events import CANDIDATE_PREFIX, LEDGER_STREAM, candidate_id_of, stream_of
 from lifecycle_fsm.state import CandidateState, LedgerSettings, apply_settings, step_candidate_at
+from lifecycle_fsm.upcasting import CURRENT_VERSIONS, upcast
 from store.base import EventStore
 from store.chain import canonical_json
 from store.records import StreamHead
 
 __all__ = ["LedgerState", "fold_rows", "index_of", "snapshot_json"]
-
-_PREFIX = "candidate:"
-_CURRENT_VERSIONS = {name: cls.SCHEMA_VERSION for name, cls in EVENT_TYPES.items()}
 
 
 @attrs.frozen
@@ -69,28 +68,27 @@ def fold_rows(store: EventStore, start: LedgerState, *, to: int | None = None) -
     works: dict[str, dict[str, Any]] = {stream_of(cid): c.to_work() for cid, c in start.candidates.items()}
     position = start.position
     loads = orjson.loads
-    current_versions = _CURRENT_VERSIONS
+    current_versions = CURRENT_VERSIONS
     step = step_candidate_at
     for rows in store.select_fold_batches(after=start.position, to=to):
         for seq, stream_id, version, type_name, schema_version, text in rows:
-            try:
-                payload = loads(text)
-                if current_versions.get(type_name) != schema_version:
-                    payload = upcast(type_name, schema_version, payload, seq=seq)
-                work = works.get(stream_id)
-                if work is not None or stream_id.startswith(_PREFIX):
-                    works[stream_id] = step(work, type_name, payload, seq, stream_id, version)
-                elif stream_id == LEDGER_STREAM:
-                    settings = apply_settings(settings, type_name, payload, seq)
-                else:
-                    raise CorruptionError(f"seq {seq}: unknown stream {stream_id!r}", seq=seq)
-            except CorruptionError:
-                raise
-            except (KeyError, TypeError, ValueError, AttributeError) as e:
-                raise CorruptionError(f"seq {seq}: {type_name} payload is unreadable ({e!r})", seq=seq) from e
             if seq != position + 1:
                 raise CorruptionError(f"seq {seq} follows seq {position}: a gap in the log", seq=seq)
+            try:
+                payload = loads(text)
+            except ValueError as e:
+                raise CorruptionError(f"seq {seq}: {type_name} payload is not JSON ({e})", seq=seq) from e
+            if type(payload) is not dict:
+                raise CorruptionError(f"seq {seq}: {type_name} payload is not an object", seq=seq)
+            if current_versions.get(type_name) != schema_version:
+                payload = upcast(type_name, schema_version, payload, seq=seq)
+            work = works.get(stream_id)
+            if work is not None or stream_id.startswith(CANDIDATE_PREFIX):
+                works[stream_id] = step(work, type_name, payload, seq, stream_id, version)
+            elif stream_id == LEDGER_STREAM:
+                settings = apply_settings(settings, type_name, payload, seq)
+            else:
+                raise CorruptionError(f"seq {seq}: unknown stream {stream_id!r}", seq=seq)
             position = seq
-    prefix = len(_PREFIX)
-    candidates = {sid[prefix:]: CandidateState.from_work(work) for sid, work in works.items()}
+    candidates = {candidate_id_of(sid) or sid: CandidateState.from_work(work) for sid, work in works.items()}
     return LedgerState(settings, candidates, position)

@@ -12,7 +12,7 @@ from typing import Any
 
 from lifecycle_fsm.errors import CorruptionError
 from lifecycle_fsm.events import stream_of
-from replay.checkpoints import CHECKPOINT_SCHEMA_VERSION, FINGERPRINT, checkpoint_problem, load_state
+from replay.checkpoints import checkpoint_problem, load_state
 from replay.fold import LedgerState, empty_state, fold_rows, snapshot_json
 from store.base import EventStore
 from store.chain import canonical_json
@@ -29,12 +29,11 @@ def _checkpoint_report(store: EventStore) -> tuple[list[dict[str, Any]], bool]:
         if problem is None:
             sound.append(record)
             status = "ok"
-        elif record.fingerprint != FINGERPRINT or record.schema_version != CHECKPOINT_SCHEMA_VERSION:
-            status = "stale"  # built by other code: not used, not corrupt
         else:
-            status = "broken"
+            status = "stale" if problem.stale else "broken"  # stale: built by other code, not used, not corrupt
         reports[record.checkpoint_id] = {
-            "checkpoint_id": record.checkpoint_id, "position": record.position, "status": status, "reason": problem,
+            "checkpoint_id": record.checkpoint_id, "position": record.position, "status": status,
+            "reason": None if problem is None else problem.reason,
         }  # fmt: skip
     state = empty_state()
     for record in sorted(sound, key=lambda r: r.position):

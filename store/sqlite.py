@@ -144,7 +144,7 @@ class SQLiteTransaction:
                 f"stream {stream_id!r}: version or event id already taken ({e})",
                 stream_id=stream_id,
                 expected_version=expected_version,
-                actual_version=self.stream_version(stream_id),
+                actual_version=actual,  # read under the lock: the clash was an event id, not the version
             ) from e
         self._conn.execute(
             "INSERT INTO streams (stream_id, version, status, category) VALUES (?,?,?,?) "

@@ -12,10 +12,12 @@ import pytest
 from lifecycle_fsm import events
 from lifecycle_fsm.errors import CorruptionError, IntegrityError
 from lifecycle_fsm.events import (
+    CANDIDATE_EVENTS,
     EVENT_TYPES,
+    LEDGER_EVENTS,
     LEDGER_STREAM,
-    UPCASTERS,
     BaselineActivated,
+    CandidateEvent,
     CandidateReceived,
     ChecksRecorded,
     EvaluationActivated,
@@ -30,10 +32,9 @@ from lifecycle_fsm.events import (
     TrustedStateRecorded,
     WindowAdvanced,
     candidate_id_of,
-    event_from_payload,
     stream_of,
-    upcast,
 )
+from lifecycle_fsm.upcasting import UPCASTERS, event_from_payload, upcast
 
 SHA = "ab" * 32
 CHECKS: dict[str, Any] = {
@@ -90,11 +91,12 @@ SAMPLE_IDS = [type(sample).__name__ for sample in SAMPLES]
 
 
 def _event_classes() -> set[type[Event]]:
-    """Every concrete event class defined in lifecycle_fsm.events."""
+    """Every concrete event class defined in lifecycle_fsm.events (the bases aside)."""
+    bases = {Event, events.CandidateEvent, events.LedgerEvent}
     return {
         obj
         for obj in vars(events).values()
-        if inspect.isclass(obj) and issubclass(obj, Event) and obj is not Event and obj.__module__ == events.__name__
+        if inspect.isclass(obj) and issubclass(obj, Event) and obj not in bases and obj.__module__ == events.__name__
     }
 
 
@@ -267,19 +269,22 @@ def test_upcasters_registry_is_empty_while_everything_is_v1() -> None:
         ("HandoffDecided", {"handoff_status": "tune"}, "hand_off_tune"),
         ("HandoffDecided", {"handoff_status": "reject"}, "hand_off_reject"),
         ("EvidenceInvalidated", {}, "invalidate_evidence"),
-        ("LedgerInitialized", {}, None),
-        ("BaselineActivated", {}, None),
-        ("WindowAdvanced", {}, None),
-        ("EvaluationActivated", {}, None),
     ],
 )
-def test_trigger_for(type_name: str, payload: dict[str, Any], trigger: str | None) -> None:
-    """Each event type maps its payload to the machine trigger it stands for (None: ledger settings)."""
-    assert EVENT_TYPES[type_name].trigger_for(payload) == trigger
+def test_trigger_for(type_name: str, payload: dict[str, Any], trigger: str) -> None:
+    """Each candidate event type maps its payload to the machine trigger it stands for."""
+    assert CANDIDATE_EVENTS[type_name].trigger_for(payload) == trigger
 
 
-@pytest.mark.parametrize("sample", SAMPLES, ids=SAMPLE_IDS)
-def test_instance_trigger_matches_class(sample: Event) -> None:
+def test_ledger_events_have_no_trigger() -> None:
+    """The ledger's own events change settings, never a candidate's state: they have no trigger."""
+    assert set(LEDGER_EVENTS) == {"LedgerInitialized", "BaselineActivated", "WindowAdvanced", "EvaluationActivated"}
+    assert not any(hasattr(cls, "trigger_for") for cls in LEDGER_EVENTS.values())
+    assert set(EVENT_TYPES) == set(LEDGER_EVENTS) | set(CANDIDATE_EVENTS)
+
+
+@pytest.mark.parametrize("sample", [s for s in SAMPLES if isinstance(s, CandidateEvent)], ids=type)
+def test_instance_trigger_matches_class(sample: CandidateEvent) -> None:
     """An instance's `trigger` is its class's trigger_for over its own payload."""
     assert sample.trigger == type(sample).trigger_for(sample.to_payload())
 

@@ -40,7 +40,9 @@ def test_corrupt_payload_on_the_live_path_is_an_integrity_error(ws: Workspace) -
     for args in (["status", "dpo-v5"], ["check", "dpo-v5"], ["explain", "dpo-v5"]):
         result = invoke(ws.db, *args)
         assert result.exit_code == 6, args
-        assert result.stderr.startswith("Error: seq 4: ChecksRecorded payload is unreadable")
+        assert result.stderr.startswith(
+            "Error: seq 4: ChecksRecorded payload does not match its schema (missing ['reason_codes']"
+        )
     with ws.ledger() as ledger, pytest.raises(CorruptionError):
         ledger.candidate("dpo-v5")
 

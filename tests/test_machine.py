@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from lifecycle_fsm.machine import (
-    FINGERPRINT,
     INITIAL_TRIGGER,
     MACHINE,
     TABLE,
+    TABLE_DIGEST,
     TRANSITIONS,
     State,
     allowed_triggers,
@@ -181,13 +181,13 @@ def test_diagram_draws_exactly_the_table() -> None:
 
 
 def test_fingerprint_is_sha256_hex() -> None:
-    """FINGERPRINT is 64 lowercase hex characters."""
-    assert re.fullmatch(r"[0-9a-f]{64}", FINGERPRINT)
+    """TABLE_DIGEST is 64 lowercase hex characters."""
+    assert re.fullmatch(r"[0-9a-f]{64}", TABLE_DIGEST)
 
 
 def test_fingerprint_is_stable_across_processes() -> None:
-    """Two fresh interpreters (different hash seeds) compute the same FINGERPRINT as this one."""
-    code = "from lifecycle_fsm.machine import FINGERPRINT; print(FINGERPRINT)"
+    """Two fresh interpreters (different hash seeds) compute the same TABLE_DIGEST as this one."""
+    code = "from lifecycle_fsm.machine import TABLE_DIGEST; print(TABLE_DIGEST)"
     outputs = []
     for seed in ("1", "2"):
         done = subprocess.run(
@@ -200,4 +200,4 @@ def test_fingerprint_is_stable_across_processes() -> None:
             timeout=60,
         )
         outputs.append(done.stdout.strip())
-    assert outputs == [FINGERPRINT, FINGERPRINT]
+    assert outputs == [TABLE_DIGEST, TABLE_DIGEST]

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
+import sqlite3
 
+import orjson
 import pytest
 from conftest import Workspace, invoke
 
 from lifecycle_fsm.errors import CorruptionError
-from lifecycle_fsm.events import HandoffDecided, stream_of
+from lifecycle_fsm.events import HandoffDecided, StageFailed, stream_of
+from lifecycle_fsm.upcasting import CURRENT_VERSIONS, UPCASTERS
 from replay import load_state, verify
 from store.records import NewEvent
 
@@ -57,3 +61,75 @@ def test_cli_verify_and_replay_fail_closed_on_illegal_sequence(ws: Workspace) ->
         out = invoke(ws.db, *args)
         assert out.exit_code == 6
         assert out.stderr.startswith(f"Error: seq {bad_seq}: HandoffDecided (hand_off_ready) is not allowed")
+
+
+# --- every branch of the replay fold, on rows written behind the ledger's back ---------------
+
+
+CHECKS = {"passed": False, "reason_codes": [], "freshness": {}, "artifact": {}, "rollback": {}, "settings": {}}
+
+
+def _with_row(ws: Workspace, **row: object) -> int:
+    """A real ledger (one DPO candidate) plus one raw row; returns the forged row's seq."""
+    with ws.ledger() as ledger:
+        ledger.activate_baseline(ws.baseline())
+        ledger.receive(ws.dpo())
+        head = ledger.store.head()
+    values = {
+        "seq": head.seq + 1, "stream_id": stream_of("dpo-v5"), "version": 2, "event_id": "forged",
+        "type": "StageFailed", "schema_version": 1, "payload": '{"stage":"reward"}',
+        "recorded_at": "2026-01-01T00:00:00.000000Z", "actor": "mallory", "prev_hash": head.hash, "hash": "0" * 64,
+    } | row  # fmt: skip
+    with sqlite3.connect(ws.db, isolation_level=None) as conn:
+        conn.execute(
+            f"INSERT INTO events ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})", list(values.values())
+        )
+    return int(values["seq"])  # type: ignore[call-overload]
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ({"stream_id": "mystery"}, "unknown stream 'mystery'"),
+        ({"payload": "not json"}, "payload is not JSON"),
+        ({"payload": "[1, 2]"}, "payload is not an object"),
+        ({"version": 5}, "jumps to version 5, expected 2"),
+        ({"seq": 99}, "seq 99 follows seq"),
+        ({"type": "CandidateTeleported"}, "unknown event type 'CandidateTeleported'"),
+        ({"schema_version": 7}, "newer than this code knows"),
+        (
+            {"type": "ChecksRecorded", "payload": orjson.dumps({**CHECKS, "passed": "yes"}).decode()},
+            "passed must be true or false",
+        ),
+        ({"type": "RecoveryPlanned", "payload": '{"blocking": false}'}, "missing ['action',"),
+        ({"stream_id": "ledger", "version": 3, "type": "WindowAdvanced", "payload": "{}"}, "does not match its schema"),
+        ({"stream_id": "ledger", "version": 3}, "StageFailed does not belong on the ledger stream"),
+        ({"type": "WindowAdvanced"}, "WindowAdvanced does not belong on a candidate stream"),
+    ],
+)
+def test_replay_fold_names_the_corrupt_row(ws: Workspace, row: dict[str, object], message: str) -> None:
+    """Whatever is wrong with a row, a full replay stops at it with a CorruptionError naming it."""
+    bad_seq = _with_row(ws, **row)
+    with ws.ledger() as ledger, pytest.raises(CorruptionError, match=re.escape(message)) as info:
+        load_state(ledger.store, use_checkpoints=False)
+    assert info.value.seq == bad_seq
+
+
+def test_replay_upcasts_an_old_schema_row(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A row at an older schema version goes through its upcaster on the replay hot path."""
+    _with_row(ws, payload='{"failed_stage":"reward"}')  # StageFailed as a (pretend) v1 wrote it
+    monkeypatch.setattr(StageFailed, "SCHEMA_VERSION", 2)
+    monkeypatch.setitem(CURRENT_VERSIONS, "StageFailed", 2)
+    seen: list[dict[str, object]] = []
+
+    def upcast_stagefailed_v1_v2(payload: dict[str, object]) -> dict[str, object]:
+        seen.append(payload)
+        return {"stage": payload["failed_stage"]}
+
+    monkeypatch.setitem(UPCASTERS, ("StageFailed", 1), upcast_stagefailed_v1_v2)
+    with ws.ledger() as ledger:
+        state = load_state(ledger.store, use_checkpoints=False).state
+        assert seen == [{"failed_stage": "reward"}]
+        assert state.candidates["dpo-v5"].version == 2
+        assert [type(e).__name__ for _, e in ledger.history("dpo-v5")] == ["CandidateReceived", "StageFailed"]
+        assert ledger.history("dpo-v5")[1][1] == StageFailed("reward")

@@ -194,6 +194,17 @@ def test_batch_failing_in_the_database_leaves_nothing(store: SQLiteEventStore) -
     assert store.stream_version("a") == 0
 
 
+def test_database_refusal_of_a_taken_id_is_a_concurrency_error(store: SQLiteEventStore) -> None:
+    """An id that was promised fresh (no look-up) but is taken: SQLite refuses the row and the store
+    translates its IntegrityError into ConcurrencyError (retry the command), rolling back the batch."""
+    store.append("b", 0, [new("b", 0, event_id="taken")])
+    with pytest.raises(ConcurrencyError, match="already taken") as info:
+        store.append("a", 0, [new("a", 0), new("a", 1, event_id="taken")], fresh_ids=True)
+    assert isinstance(info.value.__cause__, sqlite3.IntegrityError)
+    assert (info.value.stream_id, info.value.expected_version, info.value.actual_version) == ("a", 0, 0)
+    assert store.count_events() == 1
+
+
 def test_taken_event_id_later_in_a_batch_is_a_duplicate(store: SQLiteEventStore) -> None:
     """An event id reused by a batch's 2nd event is DuplicateEventError (not a retryable concurrency conflict)."""
     store.append("b", 0, [new("b", 0, event_id="taken")])
@@ -413,6 +424,16 @@ def test_edited_column_breaks_chain_at_that_seq(filled: SQLiteEventStore, db: Pa
     assert report.bad_seq == 3
     assert report.reason
     assert report.events == 5
+
+
+def test_edited_link_alone_breaks_chain_at_that_seq(filled: SQLiteEventStore, db: Path) -> None:
+    """Only `prev_hash` edited: the row's own hash still matches its content, the link does not."""
+    with plain(db) as conn:
+        conn.execute("DROP TRIGGER events_refuse_update")
+        conn.execute("UPDATE events SET prev_hash = ? WHERE seq = 3", ("f" * 64,))
+    report = filled.verify_chain()
+    assert (report.ok, report.bad_seq) == (False, 3)
+    assert report.reason is not None and "prev_hash" in report.reason
 
 
 def test_deleted_row_breaks_chain_at_the_next_seq(filled: SQLiteEventStore, db: Path) -> None:

@@ -1,0 +1,276 @@
+"""The one path every command takes from folded state to appended events.
+
+1. A retried command (its `event_id` already stored, same stream, type and inputs)
+   returns what it did the first time and appends nothing.
+2. Fold the streams the command depends on: its own (from the log, never from a
+   checkpoint copy) and, when its decision reads them, the ledger's settings.
+3. Refuse a move the machine's table forbids, before any work; then decide (the
+   caller's function: gather evidence, e.g. hash artifacts, then a pure decision).
+4. In one write transaction: assert the version of every stream it read, append its
+   events, fan out evidence invalidations to the decided candidates.
+5. Fold the appended events into the cached state and return.
+If another writer appended to a stream it read between 2 and 4, the store raises
+`ConcurrencyError` and the command goes back to 2 (re-folds and re-decides), with
+jittered backoff, until its deadline; only then does the error reach the caller.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+import orjson
+
+from lifecycle_fsm.decisions import Decision, Invalidation
+from lifecycle_fsm.errors import ConcurrencyError, DuplicateEventError, IllegalCommandError
+from lifecycle_fsm.events import (
+    LEDGER_STREAM,
+    CandidateEvent,
+    CandidateReceived,
+    Event,
+    LedgerInitialized,
+    candidate_id_of,
+)
+from lifecycle_fsm.logs import get_logger
+from lifecycle_fsm.machine import COMMAND_TRIGGERS, allowed_commands, command_allowed, next_state, sources_of
+from lifecycle_fsm.state import CandidateState, LedgerSettings, apply_candidate, apply_settings
+from lifecycle_fsm.streams import StreamReader
+from store.base import StoreTransaction
+from store.records import NewEvent, StoredEvent
+
+__all__ = ["CommandPath", "CommandResult", "Decide"]
+
+log = get_logger(__name__)
+
+JSON = dict[str, Any]
+Decide = Callable[[CandidateState | None, LedgerSettings], Decision]
+# The states an evidence invalidation reaches, read from the machine's table.
+INVALIDATED_STATES = sources_of("invalidate_evidence")
+
+
+@attrs.frozen
+class CommandResult:
+    """What a command did: the events it appended (none for a no-op) and where it left things."""
+
+    events: tuple[StoredEvent, ...]
+    candidate: CandidateState | None = None
+    settings: LedgerSettings | None = None
+    invalidated: tuple[str, ...] = ()
+    duplicate: bool = False
+
+    @property
+    def state(self) -> str | None:
+        return None if self.candidate is None else self.candidate.state
+
+
+def require_command(current: CandidateState, command: str) -> None:
+    """Refuse a command the machine's table does not allow (checked before any work)."""
+    if not command_allowed(current.state, COMMAND_TRIGGERS[command]):
+        allowed = allowed_commands(current.state)
+        raise IllegalCommandError(
+            f"candidate {current.candidate_id!r} is in state {current.state}: `{command}` is not allowed there "
+            f"(allowed: {', '.join(allowed) or 'nothing, reject is terminal'})",
+            state=current.state,
+            trigger="|".join(sorted(COMMAND_TRIGGERS[command])),
+        )
+
+
+def state_after(current: CandidateState | None, events: Sequence[CandidateEvent]) -> str:
+    """The state the candidate will be in after `events` (the index label written with them)."""
+    state = None if current is None else current.state
+    for event in events:
+        trigger = event.trigger
+        following = next_state(state, trigger)
+        if following is None:  # a decision produced a move the table forbids: a bug, refuse it
+            raise IllegalCommandError(
+                f"internal: {event.TYPE} is not allowed after state {state}", state=state, trigger=trigger
+            )
+        state = following
+    assert state is not None
+    return state
+
+
+class CommandPath:
+    """Runs commands for one Ledger (see the module docstring for the five steps)."""
+
+    def __init__(self, reader: StreamReader, *, actor: str, clock: Callable[[], str], deadline: float = 10.0) -> None:
+        self.reader = reader
+        self.store = reader.store
+        self.actor = actor
+        self.clock = clock
+        self.deadline = deadline
+
+    def run(
+        self,
+        stream_id: str,
+        decide: Decide,
+        *,
+        command: str,
+        event_id: str | None,
+        reads_settings: bool = True,
+        inputs: Mapping[str, Any] | None = None,
+        first_type: str,
+    ) -> CommandResult:
+        """Run one command on `stream_id` (a candidate's stream or the ledger's own)."""
+        replayed = self._replayed(event_id, stream_id, first_type, inputs or {})
+        if replayed is not None:
+            return replayed
+        on_ledger = stream_id == LEDGER_STREAM
+        candidate_id = candidate_id_of(stream_id)
+        give_up = time.monotonic() + self.deadline
+        attempt = 0
+        while True:
+            current = None
+            if candidate_id is not None:
+                if command == "receive":  # a new stream, a retry or a revision: the decision tells
+                    current = self.reader.candidate(stream_id)
+                else:
+                    current = self.reader.existing(candidate_id)
+                    require_command(current, command)
+            settings = self.reader.settings() if reads_settings or on_ledger else LedgerSettings()
+            decision = decide(current, settings)
+            if not decision.events:
+                return CommandResult((), candidate=current, settings=settings if on_ledger else None)
+            try:
+                return self._append(stream_id, current, settings, decision, event_id, reads_settings)
+            except ConcurrencyError as e:
+                attempt += 1
+                if time.monotonic() >= give_up:
+                    raise
+                log.info("command_retried", stream_id=stream_id, command=command, attempt=attempt,
+                         conflict_stream=e.stream_id)  # fmt: skip
+                # Immediately once, then jittered exponential backoff (capped at 50 ms).
+                if attempt > 1:
+                    time.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
+
+    def _new_events(self, stream_id: str, events: Sequence[Event], event_id: str | None) -> list[NewEvent]:
+        """Events with their ids: `event_id`, `event_id/1`, … or fresh random ones."""
+        out = []
+        keyed = 0
+        for event in events:
+            if event_id is None or (stream_id == LEDGER_STREAM and _is_default_init(event, events)):
+                eid = uuid.uuid4().hex  # the implied defaults of an uninitialised ledger are not the command's
+            else:
+                eid = event_id if keyed == 0 else f"{event_id}/{keyed}"
+                keyed += 1
+            out.append(NewEvent(stream_id, event.TYPE, event.SCHEMA_VERSION, event.to_payload(), eid,
+                                self.clock(), self.actor))  # fmt: skip
+        return out
+
+    def _append(
+        self,
+        stream_id: str,
+        current: CandidateState | None,
+        settings: LedgerSettings,
+        decision: Decision,
+        event_id: str | None,
+        reads_settings: bool,
+    ) -> CommandResult:
+        new = self._new_events(stream_id, decision.events, event_id)
+        if stream_id == LEDGER_STREAM:
+            with self.store.transaction() as tx:
+                stored = list(tx.append(LEDGER_STREAM, settings.version, new, fresh_ids=event_id is None).events)
+                fanned = self._fan_out(tx, decision.invalidation) if decision.invalidation else []
+            final_settings = settings
+            for e, n in zip(stored, new, strict=True):
+                final_settings = apply_settings(final_settings, e.type, n.payload, e.seq)
+            self.reader.remember(final_settings)
+            all_events = [*stored, *(ev for _, evs in fanned for ev in evs)]
+            _log_appended(all_events, None)
+            return CommandResult(tuple(all_events), settings=final_settings,
+                                 invalidated=tuple(cid for cid, _ in fanned))  # fmt: skip
+        events = decision.events
+        assert all(isinstance(e, CandidateEvent) for e in events)
+        label = state_after(current, events)  # type: ignore[arg-type]
+        with self.store.transaction() as tx:
+            if reads_settings:
+                tx.expect_version(LEDGER_STREAM, settings.version)
+            result = tx.append(
+                stream_id, 0 if current is None else current.version, new, status=label,
+                category=_category(current, events), fresh_ids=event_id is None,
+            )  # fmt: skip
+        if result.duplicate:
+            final = self.reader.candidate(stream_id)
+        else:
+            final = current
+            for e, n in zip(result.events, new, strict=True):
+                final = apply_candidate(final, e.type, n.payload, seq=e.seq, stream_id=stream_id, version=e.version)
+            assert final is not None
+            self.reader.remember(final)
+        _log_appended(result.events, final)
+        return CommandResult(result.events, candidate=final, settings=settings if reads_settings else None,
+                             duplicate=result.duplicate)  # fmt: skip
+
+    def _fan_out(self, tx: StoreTransaction, invalidation: Invalidation) -> list[tuple[str, tuple[StoredEvent, ...]]]:
+        """One EvidenceInvalidated per decided candidate, inside the setting's transaction.
+
+        The stream index (kept in every append's transaction, rebuildable by replay)
+        finds them without folding the log.
+        """
+        done = []
+        for head in tx.streams(statuses=INVALIDATED_STATES):
+            candidate_id = candidate_id_of(head.stream_id)
+            if candidate_id is None or (invalidation.kinds is not None and head.category not in invalidation.kinds):
+                continue
+            new = self._new_events(head.stream_id, [invalidation.event], None)
+            done.append((candidate_id, tx.append(head.stream_id, head.version, new, status="received").events))
+        return done
+
+    def _replayed(
+        self, event_id: str | None, stream_id: str, type_name: str, inputs: Mapping[str, Any]
+    ) -> CommandResult | None:
+        """A retried command (same event_id, same inputs) returns what it did the first time.
+
+        The same id for another stream, event type or inputs is `DuplicateEventError`.
+        """
+        if event_id is None:
+            return None
+        first = self.store.event_by_id(event_id)
+        if first is None:
+            return None
+        payload = orjson.loads(first.payload)
+        same_inputs = all(payload.get(key) == value for key, value in inputs.items())
+        if first.stream_id != stream_id or first.type != type_name or not same_inputs:
+            raise DuplicateEventError(
+                f"event id {event_id!r} is already used at seq {first.seq} by {first.type} on {first.stream_id}",
+                event_id=event_id,
+                seq=first.seq,
+            )
+        events = [first]
+        while (nxt := self.store.event_by_id(f"{event_id}/{len(events)}")) is not None:
+            events.append(nxt)
+        if stream_id == LEDGER_STREAM:
+            return CommandResult(tuple(events), settings=self.reader.settings(), duplicate=True)
+        return CommandResult(tuple(events), candidate=self.reader.candidate(stream_id), duplicate=True)
+
+
+def _is_default_init(event: Event, events: Sequence[Event]) -> bool:
+    return isinstance(event, LedgerInitialized) and len(events) > 1
+
+
+def _category(current: CandidateState | None, events: Sequence[Event]) -> str | None:
+    """The candidate's kind, the index's category (what a window change filters on)."""
+    kind = None if current is None else current.kind
+    for event in events:
+        if isinstance(event, CandidateReceived):
+            kind = event.candidate.get("candidate_kind")
+    return kind if isinstance(kind, str) else None
+
+
+def _log_appended(events: Sequence[StoredEvent], candidate: CandidateState | None) -> None:
+    for e in events:
+        log.info("event_appended", seq=e.seq, stream_id=e.stream_id, type=e.type, actor=e.actor, event_id=e.event_id,
+                 version=e.version)  # fmt: skip
+    if candidate is not None and events:
+        log.info(
+            "decision_recorded",
+            candidate_id=candidate.candidate_id,
+            state=candidate.state,
+            version=candidate.version,
+            reason_codes=list(candidate.reason_codes),
+            seq=events[-1].seq,
+        )

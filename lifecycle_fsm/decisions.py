@@ -1,0 +1,205 @@
+"""What each command decides: plain functions from folded state (and gathered evidence) to events.
+
+No store, no disk, no clock: the Ledger gathers evidence (hashes artifacts) before
+it calls these, and the command path (`command_path.py`) appends what they return.
+So every decision can be tested with values alone. A `Decision` with no events is a
+no-op (an identical re-receipt, a setting that is already so).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from lifecycle_fsm.checks import CheckEvidence, handoff_reason_codes
+from lifecycle_fsm.errors import ConflictError, IllegalCommandError, InputError
+from lifecycle_fsm.events import (
+    BaselineActivated,
+    CandidateEvent,
+    CandidateReceived,
+    ChecksRecorded,
+    EvaluationActivated,
+    EvidenceInvalidated,
+    HandoffDecided,
+    LedgerEvent,
+    LedgerInitialized,
+    RecoveryCompleted,
+    RecoveryPlanned,
+    StageFailed,
+    TrustedStateInvalidated,
+    TrustedStateRecorded,
+    WindowAdvanced,
+)
+from lifecycle_fsm.machine import MACHINE
+from lifecycle_fsm.manifests import CandidateManifest
+from lifecycle_fsm.rules import BLOCKING_ACTIONS, ONLINE_KINDS, choose_recovery_action
+from lifecycle_fsm.state import CandidateState, LedgerSettings
+from store.chain import canonical_json
+
+__all__ = [
+    "DEFAULT_ACTIVE_WINDOW",
+    "DEFAULT_MAX_WINDOW_AGE",
+    "Decision",
+    "Invalidation",
+    "activate_baseline",
+    "activate_evaluation",
+    "advance_window",
+    "check",
+    "complete_recovery",
+    "fail_stage",
+    "hand_off",
+    "init",
+    "invalidate_trusted_state",
+    "receive",
+    "record_trusted_state",
+]
+
+DEFAULT_MAX_WINDOW_AGE = 2
+DEFAULT_ACTIVE_WINDOW = 1
+
+JSON = dict[str, Any]
+
+
+@attrs.frozen
+class Invalidation:
+    """A settings change's fan-out: one event for every decided candidate of `kinds` (None: all)."""
+
+    event: EvidenceInvalidated
+    kinds: tuple[str, ...] | None = None
+
+
+@attrs.frozen
+class Decision:
+    """The events a command appends to its own stream, and any fan-out to others."""
+
+    events: tuple[CandidateEvent, ...] | tuple[LedgerEvent, ...] = ()
+    invalidation: Invalidation | None = None
+
+
+NOTHING = Decision()
+
+
+# --- candidate commands ---------------------------------------------------------------
+
+
+def receive(current: CandidateState | None, candidate_id: str, manifest: CandidateManifest) -> Decision:
+    """A new candidate, a revision of a `tune` one, or nothing for an identical re-receipt."""
+    if current is not None:
+        if current.manifest_sha256 == manifest.sha256 and canonical_json(current.candidate) == canonical_json(
+            manifest.fields
+        ):
+            return NOTHING  # the same file at the same place: a retry after a lost acknowledgement
+        if not MACHINE.get_transitions("revise", source=current.state):
+            raise IllegalCommandError(
+                f"candidate {candidate_id!r} already exists in state {current.state} with a different manifest; "
+                "only a candidate in tune can be revised",
+                state=current.state,
+                trigger="revise",
+            )
+    revision = 0 if current is None else current.revision + 1
+    return Decision((CandidateReceived(candidate_id, revision, manifest.path, manifest.sha256, manifest.fields),))
+
+
+def check(evidence: CheckEvidence) -> Decision:
+    """Record every check's evidence: it passes (verified, or unchanged) or names what failed."""
+    return Decision((ChecksRecorded(**evidence),))
+
+
+def hand_off(current: CandidateState, evidence: CheckEvidence) -> Decision:
+    """The seed's hand-off decision over checks re-run at this moment."""
+    decision, reasons = handoff_reason_codes(evidence, current.candidate.get("decision"))
+    return Decision(
+        (
+            HandoffDecided(
+                handoff_status=decision["handoff_status"],
+                upstream_decision=decision["upstream_decision"],
+                hard_failures=decision["hard_failures"],
+                reason_codes=reasons,
+                freshness=evidence["freshness"],
+                artifact=evidence["artifact"],
+                rollback=evidence["rollback"],
+                settings=evidence["settings"],
+            ),
+        )
+    )
+
+
+def record_trusted_state(kind: str, path: str, sha256: str) -> Decision:
+    return Decision((TrustedStateRecorded(kind, path, sha256),))
+
+
+def invalidate_trusted_state(current: CandidateState, kind: str, reason: str) -> Decision:
+    if kind not in current.trusted_states:
+        raise ConflictError(f"candidate {current.candidate_id!r} has no trusted {kind} recorded")
+    return Decision((TrustedStateInvalidated(kind, reason),))
+
+
+def fail_stage(stage: str, trusted_states: JSON) -> Decision:
+    """The recovery plan from the trusted states the log proves intact (re-hashed by the caller)."""
+    available = {kind: bool(e["available"]) for kind, e in trusted_states.items()}
+    plan = choose_recovery_action({"stage": stage, "available": available})
+    blocking = plan["action"] in BLOCKING_ACTIONS
+    return Decision((StageFailed(stage), RecoveryPlanned(**plan, blocking=blocking, trusted_states=trusted_states)))
+
+
+def complete_recovery(current: CandidateState) -> Decision:
+    plan = current.last_recovery or {}
+    return Decision((RecoveryCompleted(str(plan.get("stage")), str(plan.get("action"))),))
+
+
+# --- ledger settings --------------------------------------------------------------------
+
+
+def _with_defaults(settings: LedgerSettings, decision: Decision) -> Decision:
+    """A settings change on a ledger nobody initialised fixes the seed's defaults first."""
+    if settings.initialized or not decision.events or isinstance(decision.events[0], LedgerInitialized):
+        return decision
+    defaults = LedgerInitialized(DEFAULT_MAX_WINDOW_AGE, DEFAULT_ACTIVE_WINDOW)
+    return attrs.evolve(decision, events=(defaults, *decision.events))
+
+
+def init(settings: LedgerSettings, max_window_age: int, active_window: int) -> Decision:
+    """Fix the freshness settings; the same values again is a no-op, others a conflict."""
+    if not settings.initialized:
+        return Decision((LedgerInitialized(max_window_age, active_window),))
+    if (settings.max_window_age, settings.active_window) == (max_window_age, active_window):
+        return NOTHING
+    raise ConflictError(
+        f"ledger already initialized (max window age {settings.max_window_age}, active window "
+        f"{settings.active_window}); use `window N` to advance the window"
+    )
+
+
+def activate_baseline(settings: LedgerSettings, event: BaselineActivated) -> Decision:
+    """Make a baseline active (nothing if it already is); decided candidates lose their evidence."""
+    old = settings.baseline
+    if old is not None and (old["policy_version"], old["adapter_path"]) == (event.policy_version, event.adapter_path):
+        return NOTHING
+    previous = settings.active_policy_version
+    new = attrs.evolve(event, previous_policy_version=previous)
+    invalidation = None
+    if previous != new.policy_version:
+        invalidation = Invalidation(EvidenceInvalidated("baseline", previous, new.policy_version))
+    return _with_defaults(settings, Decision((new,), invalidation))
+
+
+def advance_window(settings: LedgerSettings, active_window: int) -> Decision:
+    """Move the window forward (never back); online candidates' evidence ages."""
+    current = settings.active_window if settings.initialized else DEFAULT_ACTIVE_WINDOW
+    assert current is not None
+    if active_window == current:
+        return NOTHING
+    if active_window < current:
+        raise InputError(f"the window only advances: it is {current}, not going back to {active_window}")
+    invalidation = Invalidation(EvidenceInvalidated("window", current, active_window), kinds=ONLINE_KINDS)
+    return _with_defaults(settings, Decision((WindowAdvanced(active_window, current),), invalidation))
+
+
+def activate_evaluation(settings: LedgerSettings, evaluation_version: str) -> Decision:
+    """Require a new evaluation version; every decided candidate must be checked again."""
+    previous = settings.evaluation_version
+    if previous == evaluation_version:
+        return NOTHING
+    invalidation = Invalidation(EvidenceInvalidated("evaluation", previous, evaluation_version))
+    return _with_defaults(settings, Decision((EvaluationActivated(evaluation_version, previous),), invalidation))

@@ -1,0 +1,94 @@
+"""Whether a saved snapshot of folded state may be used: its fingerprint and its trust.
+
+A checkpoint (and each per-stream copy inside it) records what the folded state it
+holds structurally depends on, as seed 001 does for resume checkpoints:
+- the machine's table (`machine.TABLE_DIGEST`),
+- every event type with its schema version,
+- the fields of the folded state and a declared `FOLD_VERSION` (bump it when the
+  meaning of a handler changes without a table or schema change).
+A mismatch means the snapshot was built by other code: it is *stale*, not used, and
+the reason names the part that differs. Rules are not in the fingerprint: a rules
+change alters future decisions, never the state folded from recorded ones.
+
+`snapshot_problem` is the one place that decides whether a snapshot can be
+trusted; commands, replay and `verify` all ask it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import attrs
+import orjson
+
+from lifecycle_fsm.events import EVENT_TYPES
+from lifecycle_fsm.machine import TABLE_DIGEST
+from lifecycle_fsm.state import CandidateState, LedgerSettings
+from store.base import EventStore
+from store.chain import canonical_json
+
+__all__ = [
+    "CHECKPOINT_SCHEMA_VERSION",
+    "FINGERPRINT",
+    "FINGERPRINT_PARTS",
+    "FOLD_VERSION",
+    "SnapshotProblem",
+    "snapshot_problem",
+]
+
+CHECKPOINT_SCHEMA_VERSION = 1
+FOLD_VERSION = 1
+
+FINGERPRINT_PARTS: dict[str, Any] = {
+    "table": TABLE_DIGEST,
+    "events": {name: cls.SCHEMA_VERSION for name, cls in sorted(EVENT_TYPES.items())},
+    "fold": {
+        "version": FOLD_VERSION,
+        "candidate_fields": [a.name for a in attrs.fields(CandidateState)],
+        "settings_fields": [a.name for a in attrs.fields(LedgerSettings)],
+    },
+}
+FINGERPRINT = canonical_json(FINGERPRINT_PARTS)
+
+
+@attrs.frozen
+class SnapshotProblem:
+    """Why a snapshot is not used; `stale` when other code built it (not a corruption)."""
+
+    reason: str
+    stale: bool
+
+
+def _changed_parts(fingerprint: str) -> str:
+    try:
+        saved = orjson.loads(fingerprint)
+        changed = sorted(k for k in saved.keys() | FINGERPRINT_PARTS.keys() if saved.get(k) != FINGERPRINT_PARTS.get(k))
+    except (orjson.JSONDecodeError, AttributeError):
+        changed = []
+    return ", ".join(changed) or "unreadable fingerprint"
+
+
+def snapshot_problem(
+    store: EventStore,
+    *,
+    schema_version: int,
+    fingerprint: str,
+    text: str,
+    sha256: str,
+    position: int,
+    head_hash: str,
+) -> SnapshotProblem | None:
+    """Why a snapshot taken at `position` cannot be trusted, or None when it can."""
+    if schema_version != CHECKPOINT_SCHEMA_VERSION:
+        return SnapshotProblem(f"schema version {schema_version} is not {CHECKPOINT_SCHEMA_VERSION}", stale=True)
+    if fingerprint != FINGERPRINT:
+        return SnapshotProblem(f"built by a different {_changed_parts(fingerprint)} (fingerprint mismatch)", stale=True)
+    if hashlib.sha256(text.encode()).hexdigest() != sha256:
+        return SnapshotProblem("snapshot does not match its sha256 (corrupt)", stale=False)
+    actual = store.hash_at(position)
+    if actual is None:
+        return SnapshotProblem(f"position {position} is past the log's head", stale=False)
+    if actual != head_hash:
+        return SnapshotProblem(f"head hash at position {position} does not match the log", stale=False)
+    return None

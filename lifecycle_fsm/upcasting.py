@@ -1,0 +1,89 @@
+"""Reading stored events written by older code: named upcasters, strict versions.
+
+A stored payload at an older `schema_version` is brought forward one version at a
+time by functions registered in `UPCASTERS` under `(type, from_version)` and named
+`upcast_<type>_v<N>_v<N+1>`. An unknown type, a version with no path forward or a
+version newer than this code is a `CorruptionError`, never a guess.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from lifecycle_fsm.errors import CorruptionError
+from lifecycle_fsm.events import EVENT_TYPES, Event
+from store.records import StoredEvent
+
+__all__ = [
+    "CURRENT_VERSIONS",
+    "UPCASTERS",
+    "Upcaster",
+    "decoded_event",
+    "decoded_payload",
+    "event_from_payload",
+    "upcast",
+]
+
+JSON = dict[str, Any]
+Upcaster = Callable[[JSON], JSON]
+
+# (type, from_version) -> function returning the payload at from_version + 1.
+UPCASTERS: dict[tuple[str, int], Upcaster] = {}
+CURRENT_VERSIONS: dict[str, int] = {name: cls.SCHEMA_VERSION for name, cls in EVENT_TYPES.items()}
+
+
+def upcast(type_name: str, schema_version: int, payload: JSON, *, seq: int | None = None) -> JSON:
+    """Bring a stored payload up to the current schema version, or fail loudly."""
+    cls = EVENT_TYPES.get(type_name)
+    if cls is None:
+        raise CorruptionError(f"unknown event type {type_name!r}", seq=seq, found=type_name)
+    if not isinstance(schema_version, int) or isinstance(schema_version, bool):
+        raise CorruptionError(f"{type_name} schema version {schema_version!r} is not an integer", seq=seq)
+    version = schema_version
+    while version < cls.SCHEMA_VERSION:
+        step = UPCASTERS.get((type_name, version))
+        if step is None:
+            raise CorruptionError(
+                f"no upcaster for {type_name} schema version {version}", seq=seq, found=schema_version
+            )
+        payload = step(payload)
+        version += 1
+    if version != cls.SCHEMA_VERSION:
+        raise CorruptionError(
+            f"{type_name} schema version {schema_version} is newer than this code knows ({cls.SCHEMA_VERSION})",
+            seq=seq,
+            found=schema_version,
+        )
+    return payload
+
+
+def decoded_payload(event: StoredEvent) -> JSON:
+    """A stored payload, parsed and upcast to the current schema version."""
+    return upcast(event.type, event.schema_version, _parsed(event), seq=event.seq)
+
+
+def decoded_event(event: StoredEvent) -> Event:
+    """A stored event as its domain event (parsed, upcast once, fields checked)."""
+    return event_from_payload(event.type, event.schema_version, _parsed(event), seq=event.seq)
+
+
+def _parsed(event: StoredEvent) -> JSON:
+    try:
+        payload = orjson.loads(event.payload)
+    except orjson.JSONDecodeError as e:
+        raise CorruptionError(f"seq {event.seq}: {event.type} payload is not JSON ({e})", seq=event.seq) from e
+    if not isinstance(payload, dict):
+        raise CorruptionError(f"seq {event.seq}: {event.type} payload is not an object", seq=event.seq)
+    return payload
+
+
+def event_from_payload(type_name: str, schema_version: int, payload: JSON, *, seq: int | None = None) -> Event:
+    """Rebuild a typed event from a stored payload (upcast first); strict about fields."""
+    current = upcast(type_name, schema_version, payload, seq=seq)
+    try:
+        return EVENT_TYPES[type_name](**current)
+    except TypeError as e:
+        raise CorruptionError(f"{type_name} payload does not match its schema: {e}", seq=seq) from e
