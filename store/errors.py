@@ -25,25 +25,17 @@ __all__ = [
 class LifecycleError(Exception):
     """Root of every error the library raises on purpose."""
 
-    exit_code = 1
-
 
 class InputError(LifecycleError, ValueError):
     """The input cannot be used: a missing file, bad JSON, a malformed manifest."""
-
-    exit_code = 3
 
 
 class NotFoundError(LifecycleError, LookupError):
     """No such candidate (or event) in the ledger."""
 
-    exit_code = 4
-
 
 class ConflictError(LifecycleError):
     """The command is well-formed but not allowed in the ledger's current state."""
-
-    exit_code = 5
 
 
 class ConcurrencyError(ConflictError):
@@ -68,8 +60,6 @@ class DuplicateEventError(ConflictError):
 class IntegrityError(LifecycleError):
     """The log, its hash chain or a checkpoint does not hold together."""
 
-    exit_code = 6
-
     def __init__(self, message: str, *, seq: int | None = None, **details: Any) -> None:
         super().__init__(message)
         self.seq = seq
@@ -78,5 +68,3 @@ class IntegrityError(LifecycleError):
 
 class StoreError(LifecycleError):
     """The database itself failed (locked too long, disk full, not a ledger file)."""
-
-    exit_code = 7
