@@ -20,6 +20,7 @@ each one ends in is the CLI's business (`lifecycle_fsm.cli.exit_codes`), not the
     │   └── DuplicateEventError          same event_id, different content
     ├── IntegrityError                   the log or a checkpoint is corrupt (no builtin)
     │   └── CorruptionError              replay met something the table forbids
+    │       └── IllegalTransition        a recorded move the table forbids (lifecycle_fsm.state)
     └── StoreError (OSError)             the database failed (locked, not a ledger)
 
 The store translates `sqlite3` errors into these at its boundary (`raise … from e`);
