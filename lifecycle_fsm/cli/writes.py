@@ -18,8 +18,10 @@ from lifecycle_fsm.rules import STAGES
 
 __all__ = [
     "baseline",
+    "baseline_activate",
     "check",
     "evaluation",
+    "evaluation_activate",
     "fail",
     "handoff",
     "init",
