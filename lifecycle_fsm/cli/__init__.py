@@ -21,8 +21,9 @@ exit code (`EXIT_CODES`; the error classes know nothing of codes, `exit_codes` m
 Adding a command is one new module and one line here: write `cli/<concern>.py` with a
 `@click.command()` (or `@click.group()`) that imports what it needs from `app` and
 `render` (never from this file, so nothing is circular), import the module below and
-add `main.add_command(<module>.<command>)`. Tests then require its `--help` to work and
-README.md to mention it.
+add `main.add_command(<module>.<command>)`. Tests then require that it is reachable from
+`main` (a forgotten line fails), that its `--help` works, that README.md names it, and
+that the module's `__all__` lists what it defines.
 """
 
 from __future__ import annotations
