@@ -33,8 +33,8 @@ from typing import Any
 import orjson
 from bench_common import Row, Streams, clock, extend_ledger, fmt_spread, interleaved, median, summary
 
+from lifecycle_fsm.cli.render import candidate_json
 from lifecycle_fsm.ledger import Ledger, utc_now
-from lifecycle_fsm.render import candidate_json
 from replay import explain, load_state, take_checkpoint
 from store.sqlite import EVENT_COLUMNS, SQLiteEventStore
 

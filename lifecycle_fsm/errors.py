@@ -3,21 +3,25 @@
 The root and the store's errors are defined in `store/errors.py` (the bottom of the
 dependency graph) and re-exported here with the domain's own leaves.
 
-Every error also inherits the builtin it resembles, so callers who only know the
-standard library can still catch it, and keeps structured fields for machines.
+An error that resembles a builtin also inherits it, so callers who only know the
+standard library can still catch it; IntegrityError alone has none, on purpose (its
+docstring says why). Every error keeps structured fields for machines (`seq`,
+`stream_id`, `expected_version`, …) and survives pickling with them. Which exit code
+each one ends in is the CLI's business (`lifecycle_fsm.cli.exit_codes`), not theirs.
 
     LifecycleError
     ├── InputError (ValueError)          bad file, bad JSON, bad manifest, unknown stage/kind
     │   ├── ArtifactError                an artifact cannot be hashed (missing, escapes, loop)
     │   └── ScenarioError                a drill file is malformed
     ├── NotFoundError (LookupError)      unknown candidate id
-    ├── ConflictError                    the command is not allowed now
+    ├── ConflictError (RuntimeError)     the command is not allowed now
     │   ├── IllegalCommandError          the machine's table refuses the move
     │   ├── ConcurrencyError             another writer appended first
     │   └── DuplicateEventError          same event_id, different content
-    ├── IntegrityError                   the log or a checkpoint is corrupt
+    ├── IntegrityError                   the log or a checkpoint is corrupt (no builtin)
     │   └── CorruptionError              replay met something the table forbids
-    └── StoreError                       the database failed (locked, not a ledger)
+    │       └── IllegalTransition        a recorded move the table forbids (lifecycle_fsm.state)
+    └── StoreError (OSError)             the database failed (locked, not a ledger)
 
 The store translates `sqlite3` errors into these at its boundary (`raise … from e`);
 nothing from `sqlite3`, `sqlite_utils` or `transitions` crosses the public API.

@@ -2,8 +2,10 @@
 
 The root lives here, at the bottom of the dependency graph, so that `store/` needs
 nothing from the domain and every error in the project still shares one root. The
-domain adds its own leaves in `lifecycle_fsm/errors.py`, which re-exports these.
-Every error also inherits the builtin it resembles and keeps structured fields.
+domain adds its own leaves in `lifecycle_fsm/errors.py`, which re-exports these and
+draws the whole tree. An error that resembles a builtin also inherits it; every error
+keeps structured fields and survives pickling with them. Exit codes are not here:
+the CLI maps classes to codes (`lifecycle_fsm.cli.exit_codes`).
 """
 
 from __future__ import annotations
@@ -22,28 +24,37 @@ __all__ = [
 ]
 
 
+def _rebuild(cls: type[LifecycleError], args: tuple[Any, ...]) -> LifecycleError:
+    """Unpickle an error without calling `__init__` (its fields come back from its `__dict__`)."""
+    error = cls.__new__(cls, *args)
+    error.args = args  # OSError.__new__ leaves args empty when a subclass defines __init__
+    return error
+
+
 class LifecycleError(Exception):
     """Root of every error the library raises on purpose."""
 
-    exit_code = 1
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The default re-calls `cls(*args)`, which fails for leaves with keyword-only fields
+        # (ConcurrencyError, DuplicateEventError, …): an error raised in a worker process
+        # (multiprocessing, concurrent.futures) would not come back to its parent.
+        return _rebuild, (type(self), self.args), self.__dict__
 
 
 class InputError(LifecycleError, ValueError):
     """The input cannot be used: a missing file, bad JSON, a malformed manifest."""
 
-    exit_code = 3
-
 
 class NotFoundError(LifecycleError, LookupError):
     """No such candidate (or event) in the ledger."""
 
-    exit_code = 4
 
+class ConflictError(LifecycleError, RuntimeError):
+    """The command is well-formed but not allowed in the ledger's current state.
 
-class ConflictError(LifecycleError):
-    """The command is well-formed but not allowed in the ledger's current state."""
-
-    exit_code = 5
+    A `RuntimeError`, as the standard library's own refusals of a call in the wrong
+    state are (starting a thread twice, running a closed event loop).
+    """
 
 
 class ConcurrencyError(ConflictError):
@@ -66,9 +77,12 @@ class DuplicateEventError(ConflictError):
 
 
 class IntegrityError(LifecycleError):
-    """The log, its hash chain or a checkpoint does not hold together."""
+    """The log, its hash chain or a checkpoint does not hold together.
 
-    exit_code = 6
+    Deliberately no builtin base: corrupt history is neither a bad argument
+    (`ValueError`) nor a failing device (`OSError`), and the fold's own
+    `except ValueError` around payload parsing must never catch and re-label it.
+    """
 
     def __init__(self, message: str, *, seq: int | None = None, **details: Any) -> None:
         super().__init__(message)
@@ -76,7 +90,13 @@ class IntegrityError(LifecycleError):
         self.details = details
 
 
-class StoreError(LifecycleError):
-    """The database itself failed (locked too long, disk full, not a ledger file)."""
+class StoreError(LifecycleError, OSError):
+    """The database itself failed (locked too long, disk full, not a ledger file).
 
-    exit_code = 7
+    An `OSError`, as a failing file or disk is. Always built from one message, so
+    `str(e)` is that message: `errno`, `strerror` and `filename` stay None (OSError's
+    two-argument form would print "[Errno …] …" instead).
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)

@@ -1,26 +1,70 @@
 """The public surface: explicit sorted `__all__`, one-way dependencies, the embedding example."""
 
 from __future__ import annotations
+import __future__
 
+import ast
 import importlib
+import pkgutil
 import subprocess
 import sys
+import types
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO, Workspace
 
-PACKAGES = ["lifecycle_fsm", "store", "replay"]
+PACKAGES = ["lifecycle_fsm", "store", "replay", "lifecycle_fsm.cli"]
+CLI_MODULES = sorted(
+    f"lifecycle_fsm.cli.{m.name}"
+    for m in pkgutil.iter_modules([str(REPO / "lifecycle_fsm" / "cli")])
+    if m.name != "__main__"  # importing it runs the CLI
+)
+
+
+def _public_names(module: types.ModuleType) -> list[str]:
+    """What a package exposes: every public name but its submodules (and `from __future__` flags)."""
+    return sorted(
+        name
+        for name, value in vars(module).items()
+        if not name.startswith("_") and not isinstance(value, types.ModuleType | __future__._Feature)
+    )
 
 
 @pytest.mark.parametrize("name", PACKAGES)
-def test_all_is_sorted_and_resolves(name: str) -> None:
-    """Each package's __all__ is sorted and every name in it exists."""
+def test_all_is_sorted_and_matches_the_public_names(name: str) -> None:
+    """Each package's __all__ is sorted, every name in it exists, and every public name is in it (httpx's test)."""
     module = importlib.import_module(name)
     exported = list(module.__all__)
     assert exported == sorted(exported)
-    missing = [n for n in exported if not hasattr(module, n)]
-    assert missing == []
+    assert [n for n in exported if not hasattr(module, n)] == []
+    assert _public_names(module) == exported
+
+
+def _defined_names(module: types.ModuleType) -> list[str]:
+    """Public names a module binds itself at top level (def, class, assignment), not the ones it imports."""
+    assert module.__file__ is not None
+    tree = ast.parse(Path(module.__file__).read_text(encoding="utf-8"))
+    names: list[str] = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.append(node.name)
+        elif isinstance(node, ast.Assign):
+            names += [t.id for t in node.targets if isinstance(t, ast.Name)]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.append(node.target.id)
+    return sorted(n for n in names if not n.startswith("_"))
+
+
+@pytest.mark.parametrize("name", CLI_MODULES)
+def test_cli_modules_export_what_they_define(name: str) -> None:
+    """Each CLI module's __all__ is sorted, resolves, and lists every public name the module defines."""
+    module = importlib.import_module(name)
+    exported = list(module.__all__)
+    assert exported == sorted(exported)
+    assert [n for n in exported if not hasattr(module, n)] == []
+    assert [n for n in _defined_names(module) if n not in exported] == []
 
 
 def _imports_after(statement: str) -> set[str]:
@@ -39,6 +83,33 @@ def test_domain_does_not_import_replay() -> None:
     """The Ledger folds only the streams it touches; whole-ledger replay is not its business."""
     loaded = _imports_after("import lifecycle_fsm, lifecycle_fsm.ledger")
     assert not {m for m in loaded if m == "replay" or m.startswith("replay.")}
+
+
+def test_library_does_not_import_the_cli() -> None:
+    """`import lifecycle_fsm` (and store, replay) leaves the CLI package unloaded: screen code is not the domain's."""
+    loaded = _imports_after("import lifecycle_fsm, lifecycle_fsm.ledger, lifecycle_fsm.audit, store, replay")
+    assert {m for m in loaded if m.startswith("lifecycle_fsm.cli")} == set()
+
+
+def _imported_roots(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    roots = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    return roots | {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+
+
+def test_only_the_cli_imports_click_and_rich() -> None:
+    """No module of the three packages outside lifecycle_fsm/cli/ imports click or rich itself.
+
+    (sqlite-utils and structlog load them on their own; this is about our code.)
+    """
+    cli = REPO / "lifecycle_fsm" / "cli"
+    offenders = [
+        str(path.relative_to(REPO))
+        for package in ("lifecycle_fsm", "store", "replay")
+        for path in sorted((REPO / package).rglob("*.py"))
+        if cli not in path.parents and _imported_roots(path) & {"click", "rich"}
+    ]
+    assert offenders == []
 
 
 def test_library_import_does_not_configure_logging() -> None:

@@ -18,17 +18,6 @@ from conftest import DROP, REPO, Workspace, count_events
 
 from lifecycle_fsm.audit_records import canonical_bytes
 from lifecycle_fsm.cli import main
-from lifecycle_fsm.cli_audit import audit
-
-if "audit" not in main.commands:  # until cli.py registers it; idempotent either way
-    main.add_command(audit)
-
-# A real subprocess that works whether or not cli.py has registered `audit` yet.
-RUNNER = (
-    "from lifecycle_fsm.cli import main; from lifecycle_fsm.cli_audit import audit\n"
-    "if 'audit' not in main.commands: main.add_command(audit)\n"
-    "main()"
-)
 
 
 def run_audit(
@@ -369,8 +358,8 @@ def test_make_fixtures_then_audit_subprocess(tmp_path: Path) -> None:
     weights = list(demo.glob("outputs/*/adapter/adapter_model.safetensors"))
     assert len(weights) == 3 and all(w.stat().st_size > 1_000_000 for w in weights)
     env = {**os.environ, "LIFECYCLE_LOG_LEVEL": "error"}
-    done = subprocess.run([sys.executable, "-c", RUNNER, *command[1:], "--json"], capture_output=True, text=True,
-                          check=False, timeout=120, cwd=tmp_path, env=env)  # fmt: skip
+    done = subprocess.run([sys.executable, "-m", "lifecycle_fsm", *command[1:], "--json"], capture_output=True,
+                          text=True, check=False, timeout=120, cwd=tmp_path, env=env)  # fmt: skip
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     assert summary["handoff_status"] == "ready"

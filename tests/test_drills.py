@@ -13,14 +13,10 @@ import yaml
 from click.testing import Result
 from conftest import REPO, Workspace, count_events, invoke
 
-from lifecycle_fsm.cli import main
-from lifecycle_fsm.cli_drill import drill
 from lifecycle_fsm.errors import ScenarioError
 from replay.drills import run_scenario
 from replay.faults_inject import crash_during_append
 from replay.scenario import ACTIONS, find_scenarios, load_scenario
-
-main.add_command(drill)  # idempotent; the lead wires it into cli.py
 
 SCENARIOS = REPO / "scenarios"
 SHIPPED = sorted(SCENARIOS.glob("*.yaml"))

@@ -1,8 +1,8 @@
 """`lifecycle drill`: replay failure scenarios against fresh ledgers and report.
 
-Kept out of `cli.py` so the drill machinery (YAML, fault injection) loads only when
-asked for; `cli.py` adds this command to the group. Like every command it holds no
-logic: `replay.scenario` validates, `replay.drills` runs and builds the report.
+The drill machinery (YAML, fault injection) is imported only when the command runs,
+so other commands do not pay for it. Like every command it holds no logic:
+`replay.scenario` validates, `replay.drills` runs and builds the report.
 """
 
 from __future__ import annotations
@@ -13,24 +13,20 @@ from typing import Any
 
 import click
 import orjson
+from rich.table import Table
 
+from lifecycle_fsm.cli.app import json_option, root_obj, wants_json
+from lifecycle_fsm.cli.exit_codes import ExitCode
+from lifecycle_fsm.cli.render import console, emit
 from lifecycle_fsm.errors import InputError
 
-__all__ = ["DRILL_FAILED", "drill"]
+__all__ = ["drill"]
 
-DRILL_FAILED = 8  # exit code: a drill expectation did not hold (documented in EXIT_CODES / README)
-
-
-def _root_obj() -> dict[str, Any]:
-    obj = click.get_current_context().find_root().obj
-    return obj if isinstance(obj, dict) else {}
+# Where the project's own scenarios are, from a source checkout or an editable install.
+_SHIPPED_SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
 
 def _print_table(report: dict[str, Any]) -> None:
-    from rich.table import Table
-
-    from lifecycle_fsm.render import console
-
     table = Table("scenario", "steps", "result", "time")
     for r in report["scenarios"]:
         result = "[green]pass[/green]" if r["result"] == "pass" else "[bold red]FAIL[/bold red]"
@@ -48,8 +44,7 @@ def _print_table(report: dict[str, Any]) -> None:
 def _default_scenarios() -> Path:
     """./scenarios when there is one, else the project's own (a source or editable install)."""
     here = Path("scenarios")
-    shipped = Path(__file__).resolve().parent.parent / "scenarios"
-    return here if here.is_dir() or not shipped.is_dir() else shipped
+    return here if here.is_dir() or not _SHIPPED_SCENARIOS.is_dir() else _SHIPPED_SCENARIOS
 
 
 @click.command()
@@ -63,9 +58,8 @@ def _default_scenarios() -> Path:
     help="Keep each scenario's ledger as DIR/<scenario-name>.db (inspect it with status, history, explain).",
 )
 @click.option("--seed", type=int, help="Override every scenario's seed.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
-def drill(paths: tuple[Path, ...], report_dir: Path | None, keep_dir: Path | None, seed: int | None,
-          as_json: bool) -> None:  # fmt: skip
+@json_option
+def drill(paths: tuple[Path, ...], report_dir: Path | None, keep_dir: Path | None, seed: int | None) -> None:
     """Run failure scenarios (YAML) against fresh ledgers, with faults injected.
 
     PATHS are scenario files or folders (their *.yaml, not subfolders); default: ./scenarios,
@@ -77,9 +71,7 @@ def drill(paths: tuple[Path, ...], report_dir: Path | None, keep_dir: Path | Non
     from replay.drills import build_report, report_markdown, run_drills
     from replay.scenario import load_scenarios
 
-    obj = _root_obj()
-    as_json = as_json or bool(obj.get("json"))
-    if obj.get("log_level", "warning") == "warning":
+    if root_obj().get("log_level", "warning") == "warning":
         # Faults are injected on purpose: the report says what each one caused, so the
         # warnings they trigger (checkpoint_skipped, ...) would only be noise here.
         from lifecycle_fsm.logs import configure_logging
@@ -95,9 +87,9 @@ def drill(paths: tuple[Path, ...], report_dir: Path | None, keep_dir: Path | Non
             (report_dir / "drill-report.md").write_text(report_markdown(report))
         except OSError as e:
             raise InputError(f"cannot write the drill report to {report_dir}: {e.strerror}") from None
-    if as_json:
-        click.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
+    if wants_json():
+        emit(report)
     else:
         _print_table(report)
     if not report["ok"]:
-        sys.exit(DRILL_FAILED)
+        sys.exit(int(ExitCode.DRILL_FAILED))

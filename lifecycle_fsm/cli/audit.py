@@ -1,43 +1,24 @@
 """`lifecycle audit`: the CLI edge of `lifecycle_fsm.audit` (SPEC §7).
 
-Kept apart from `cli.py` (which registers it) so the two do not import each other:
-the root context's `obj` (db, json, actor, synchronous) is all this command needs.
+The audit's steps and records are `lifecycle_fsm.audit`'s; this module parses the
+options, opens the ledger with the artifact root and prints the plan or the summary.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
+from rich.table import Table
 
 from lifecycle_fsm.audit import MODES, AuditRequest, AuditResult, check_runnable, plan, prepare, run
+from lifecycle_fsm.cli.app import json_option, root_obj, wants_json
+from lifecycle_fsm.cli.render import console, emit
 from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.ledger import DEFAULT_ACTIVE_WINDOW, DEFAULT_MAX_WINDOW_AGE, Ledger
-from lifecycle_fsm.render import emit
 
 __all__ = ["audit"]
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _obj() -> dict[str, Any]:
-    return click.get_current_context().find_root().obj  # type: ignore[no-any-return]
-
-
-def _json_option(func: F) -> F:
-    """`--json` also works after the subcommand (as `cli.json_option`)."""
-
-    @click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
-    @functools.wraps(func)
-    def wrapper(*args: Any, as_json: bool, **kwargs: Any) -> Any:
-        if as_json:
-            _obj()["json"] = True
-        return func(*args, **kwargs)
-
-    return wrapper  # type: ignore[return-value]
 
 
 @click.command()
@@ -58,7 +39,7 @@ def _json_option(func: F) -> F:
 @click.option("--replace", is_flag=True, help="Move an existing record pair to <file>.previous first.")
 @click.option("--active-window", type=click.IntRange(min=0), default=DEFAULT_ACTIVE_WINDOW, show_default=True)
 @click.option("--max-window-age", type=click.IntRange(min=0), default=DEFAULT_MAX_WINDOW_AGE, show_default=True)
-@_json_option
+@json_option
 def audit(
     baseline: Path,
     candidates: tuple[Path, ...],
@@ -91,13 +72,13 @@ def audit(
         max_window_age=max_window_age,
     )
     prepared = prepare(request)
-    as_json = bool(_obj()["json"])
+    as_json = wants_json()
     if mode == "dry_run":
         doc = plan(prepared)
         emit(doc) if as_json else _print_plan(doc)
         return
     check_runnable(prepared)  # before the ledger file is created
-    obj = _obj()
+    obj = root_obj()
     if not obj.get("db"):
         raise InputError("no ledger path: pass --db or set LIFECYCLE_DB")
     with Ledger.open(obj["db"], synchronous=obj["synchronous"], actor=obj["actor"], artifact_root=root) as ledger:
@@ -128,10 +109,6 @@ def _summary(result: AuditResult) -> dict[str, Any]:
 
 
 def _print_summary(result: AuditResult) -> None:
-    from rich.table import Table
-
-    from lifecycle_fsm.render import console
-
     table = Table("candidate", "kind", "ledger state", "hand-off", "reasons", "events")
     for r in result.evidence["candidate_records"]:
         seqs = ", ".join(str(e["seq"]) for e in r["ledger_events"]) or "-"

@@ -17,7 +17,7 @@ from store.records import StoredEvent
 
 __all__ = ["candidate_json", "console", "emit", "print_explain", "print_history", "print_result", "print_status"]
 
-JSON = dict[str, Any]
+_JSON = dict[str, Any]
 
 
 def emit(doc: Any) -> None:
@@ -25,7 +25,7 @@ def emit(doc: Any) -> None:
     click.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
 
 
-def candidate_json(c: CandidateState) -> JSON:
+def candidate_json(c: CandidateState) -> _JSON:
     """The public shape of a candidate's state (`status`, `replay`)."""
     return {
         "id": c.candidate_id,
@@ -42,7 +42,7 @@ def candidate_json(c: CandidateState) -> JSON:
 
 def print_result(result: CommandResult, as_json: bool, verb: str) -> None:
     """A command's outcome: what it appended and where the candidate (or ledger) stands."""
-    doc: JSON = {"appended": len(result.events) > 0 and not result.duplicate, "events": [e.seq for e in result.events]}
+    doc: _JSON = {"appended": len(result.events) > 0 and not result.duplicate, "events": [e.seq for e in result.events]}
     if result.candidate is not None:
         doc |= candidate_json(result.candidate)
     if result.settings is not None and result.candidate is None:
@@ -80,7 +80,7 @@ def _table(*columns: str) -> Table:
     return table
 
 
-def print_status(docs: list[JSON]) -> None:
+def print_status(docs: list[_JSON]) -> None:
     if not docs:
         click.echo("no candidates")
         return
@@ -113,7 +113,7 @@ def print_history(rows: list[tuple[StoredEvent, Event]], as_json: bool) -> None:
     console().print(table)
 
 
-def print_explain(doc: JSON) -> None:
+def print_explain(doc: _JSON) -> None:
     event = doc["decisive_event"]
     click.echo(f"{doc['id']} ({doc['kind']}) is {doc['state']} as of seq {doc['as_of']}")
     if doc["reason_codes"]:

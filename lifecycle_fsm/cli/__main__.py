@@ -1,0 +1,5 @@
+"""`python -m lifecycle_fsm.cli` runs the CLI too (as `python -m lifecycle_fsm` does)."""
+
+from lifecycle_fsm.cli import main
+
+main(prog_name="lifecycle")

@@ -1,0 +1,122 @@
+"""The `lifecycle` group: global options, the `Error: …` convention, and helpers every command shares.
+
+Commands live in their own modules and are added to `main` in `lifecycle_fsm/cli/__init__.py`;
+this module imports none of them, so any of them can import it.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from lifecycle_fsm.cli.exit_codes import EXIT_CODES, exit_code_for
+from lifecycle_fsm.errors import InputError, LifecycleError
+from lifecycle_fsm.ledger import Ledger
+from lifecycle_fsm.logs import configure_logging
+
+__all__ = ["LifecycleGroup", "json_option", "main", "open_ledger", "root_obj", "wants_json"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+class LifecycleGroup(click.Group):
+    """Every refusal is one `Error:` line on stderr and a documented exit code.
+
+    Library errors are mapped to their code by `exit_codes.exit_code_for`; click's usage
+    errors (a missing argument, a bad number) are code 2 with the same one-line form and
+    a pointer to `--help`.
+    """
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except LifecycleError as e:
+            click.echo(f"Error: {e}", err=True)
+            sys.exit(int(exit_code_for(e)))
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["standalone_mode"] = False
+        try:
+            result = super().main(*args, **kwargs)
+        except click.UsageError as e:
+            hint = f" (see `{e.ctx.command_path} --help`)" if e.ctx is not None else ""
+            click.echo(f"Error: {e.format_message()}{hint}", err=True)
+            sys.exit(e.exit_code)
+        except click.ClickException as e:
+            click.echo(f"Error: {e.format_message()}", err=True)
+            sys.exit(e.exit_code)
+        except click.Abort:
+            click.echo("Error: aborted", err=True)
+            sys.exit(1)
+        sys.exit(result if isinstance(result, int) else 0)
+
+
+def root_obj() -> dict[str, Any]:
+    """The root context's options (db, json, actor, synchronous, log_level), as `main` stored them."""
+    return click.get_current_context().find_root().ensure_object(dict)
+
+
+def wants_json() -> bool:
+    """Whether `--json` was given, before or after the subcommand."""
+    return bool(root_obj().get("json"))
+
+
+def json_option(func: _F) -> _F:
+    """`--json` also works after the subcommand."""
+
+    @click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
+    @functools.wraps(func)
+    def wrapper(*args: Any, as_json: bool, **kwargs: Any) -> Any:
+        if as_json:
+            root_obj()["json"] = True
+        return func(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def open_ledger(*, must_exist: bool = False) -> Ledger:
+    """The ledger `--db` names, closed when the command's context closes.
+
+    `must_exist` refuses (exit 3) a missing file instead of creating it: every command
+    but the ones that set the ledger up needs one that is already there.
+    """
+    obj = root_obj()
+    path = Path(obj["db"])
+    if must_exist and not path.exists():
+        raise InputError(f"no ledger at {path} (create one with `lifecycle init`)")
+    ledger = Ledger.open(path, synchronous=obj["synchronous"], actor=obj["actor"])
+    click.get_current_context().call_on_close(ledger.close)
+    return ledger
+
+
+@click.group(cls=LifecycleGroup, epilog="Exit codes: " + "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items()))
+@click.option(
+    "--db", default="lifecycle.db", envvar="LIFECYCLE_DB", show_default=True, help="Ledger file (env LIFECYCLE_DB)."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
+@click.option("--actor", envvar="LIFECYCLE_ACTOR", help="Who records the events (default user@host:pid).")
+@click.option(
+    "--synchronous",
+    envvar="LIFECYCLE_SYNCHRONOUS",
+    default="FULL",
+    show_default=True,
+    type=click.Choice(["NORMAL", "FULL", "EXTRA"], case_sensitive=False),
+    help="SQLite durability: FULL survives power loss, NORMAL survives a process crash.",
+)
+@click.option("--log-level", envvar="LIFECYCLE_LOG_LEVEL", default="warning", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"]), help="Structured logs on stderr.")  # fmt: skip
+@click.version_option(package_name="lifecycle-fsm")
+@click.pass_context
+def main(ctx: click.Context, db: str, as_json: bool, actor: str | None, synchronous: str, log_level: str) -> None:
+    """An event-sourced ledger for post-training candidates (DPO, GRPO/RLVR).
+
+    Every command appends events to an append-only, hash-chained SQLite log; state
+    is a fold of those events.
+    """
+    configure_logging(log_level)
+    ctx.obj = {"db": db, "json": as_json, "actor": actor, "synchronous": synchronous.upper(), "log_level": log_level}

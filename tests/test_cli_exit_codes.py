@@ -1,0 +1,86 @@
+"""`lifecycle_fsm.cli.exit_codes`: every error class ends in a documented code, the most specific row first."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import click
+import pytest
+from click.testing import CliRunner
+from test_errors import ERROR_EXAMPLES
+
+from lifecycle_fsm.cli import EXIT_CODES, main
+from lifecycle_fsm.cli.exit_codes import ERROR_EXIT_CODES, ExitCode, exit_code_for
+from lifecycle_fsm.errors import (
+    ArtifactError,
+    ConcurrencyError,
+    ConflictError,
+    CorruptionError,
+    DuplicateEventError,
+    IllegalCommandError,
+    InputError,
+    IntegrityError,
+    LifecycleError,
+    NotFoundError,
+    ScenarioError,
+    StoreError,
+)
+from lifecycle_fsm.state import IllegalTransition
+
+# Transcribed by hand from README's exit-code table: an oracle independent of ERROR_EXIT_CODES.
+EXPECTED = {
+    InputError: 3, ArtifactError: 3, ScenarioError: 3,
+    NotFoundError: 4,
+    ConflictError: 5, IllegalCommandError: 5, ConcurrencyError: 5, DuplicateEventError: 5,
+    IntegrityError: 6, CorruptionError: 6, IllegalTransition: 6,
+    StoreError: 7,
+    LifecycleError: 1,
+}  # fmt: skip
+
+
+def test_the_documented_codes_are_the_contract() -> None:
+    """0 to 8 exactly, each with a description (test_cli checks README's table has a row for each)."""
+    assert sorted(EXIT_CODES) == [int(c) for c in ExitCode] == list(range(9))
+    assert all(EXIT_CODES[c].strip() for c in EXIT_CODES)
+
+
+@pytest.mark.parametrize("cls", list(ERROR_EXAMPLES), ids=lambda c: c.__name__)
+def test_every_error_class_maps_to_its_documented_code(cls: type[LifecycleError]) -> None:
+    """Each error class (test_errors proves the examples cover them all) ends in the code README gives it."""
+    code = exit_code_for(ERROR_EXAMPLES[cls])
+    assert code in EXIT_CODES
+    assert code == EXPECTED[cls]
+
+
+def test_no_row_is_shadowed_by_an_earlier_one() -> None:
+    """Most specific class first: a row below one of its base classes could never match."""
+    classes = [cls for cls, _ in ERROR_EXIT_CODES]
+    shadowed = [
+        (later, earlier) for i, later in enumerate(classes) for earlier in classes[:i] if issubclass(later, earlier)
+    ]
+    assert shadowed == []
+    assert classes[-1] is LifecycleError
+
+
+@pytest.fixture
+def raising() -> Iterator[str]:
+    """A throwaway `lifecycle raise NAME` command that raises the example error of that class."""
+
+    @click.command("raise-for-test")
+    @click.argument("name")
+    def raise_for_test(name: str) -> None:
+        raise next(e for c, e in ERROR_EXAMPLES.items() if c.__name__ == name)
+
+    main.add_command(raise_for_test)
+    try:
+        yield "raise-for-test"
+    finally:
+        del main.commands["raise-for-test"]
+
+
+@pytest.mark.parametrize("cls", list(ERROR_EXAMPLES), ids=lambda c: c.__name__)
+def test_cli_exits_with_the_mapped_code_and_one_error_line(raising: str, cls: type[LifecycleError]) -> None:
+    """Through the group: one `Error: <message>` line on stderr, nothing on stdout, the mapped exit code."""
+    result = CliRunner().invoke(main, [raising, cls.__name__], catch_exceptions=False)
+    assert (result.exit_code, result.stdout) == (EXPECTED[cls], "")
+    assert result.stderr == f"Error: {ERROR_EXAMPLES[cls]}\n"
