@@ -29,7 +29,8 @@ from lifecycle_fsm.ledger import Ledger
 from lifecycle_fsm.state import apply_candidate
 from replay import load_state
 from store.chain import canonical_json, event_hash
-from store.sqlite import _SCHEMA, EVENT_COLUMNS, SQLiteEventStore
+from store.sqlite import EVENT_COLUMNS, SQLiteEventStore
+from store.sqlite_schema import SCHEMA
 
 _INSERT = f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
 _UPSERT = (
@@ -170,7 +171,7 @@ def _insert_rate(path: Path, rows: list[tuple[Any, ...]], *, trigger: bool) -> f
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
-    for statement in _SCHEMA:
+    for statement in SCHEMA:
         if trigger or "refuse_replace" not in statement:
             conn.execute(statement)
     t0 = clock()

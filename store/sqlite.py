@@ -9,8 +9,7 @@ Why it is built this way:
 - `UNIQUE(stream_id, version)` and `UNIQUE(event_id)` are the concurrency and
   idempotency guarantees; the database enforces them, not an in-process lock.
 - Triggers refuse UPDATE and DELETE on `events`, and an INSERT that clashes with an
-  existing row, so `INSERT OR REPLACE` cannot delete a row behind their back even
-  from a connection with `recursive_triggers` off.
+  existing row (`sqlite_schema.py` holds the DDL and says why).
 - The append path uses plain `INSERT` on the raw connection (sqlite-utils'
   `table.insert` inspects the schema on every call, ~5x slower); sqlite-utils
   creates the schema and serves the reads.
@@ -33,38 +32,12 @@ from store.chain import GENESIS_HASH, chain_rows, check_batch, match_retry, veri
 from store.errors import ConcurrencyError, InputError, IntegrityError, StoreError
 from store.faults import fault_from_env
 from store.records import ChainReport, CheckpointRecord, Head, NewEvent, StoredEvent, StreamHead, StreamSnapshot
-
-STORE_SCHEMA_VERSION = 1
-SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
-EVENT_COLUMNS = "seq, stream_id, version, event_id, type, schema_version, payload, recorded_at, actor, prev_hash, hash"
-_SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS events (
-        seq INTEGER PRIMARY KEY,
-        stream_id TEXT NOT NULL,
-        version INTEGER NOT NULL CHECK (version >= 1),
-        event_id TEXT NOT NULL,
-        type TEXT NOT NULL,
-        schema_version INTEGER NOT NULL,
-        payload TEXT NOT NULL,
-        recorded_at TEXT NOT NULL,
-        actor TEXT NOT NULL,
-        prev_hash TEXT NOT NULL,
-        hash TEXT NOT NULL,
-        UNIQUE (stream_id, version),
-        UNIQUE (event_id)
-    )""",
-    """CREATE TRIGGER IF NOT EXISTS events_refuse_update BEFORE UPDATE ON events
-    BEGIN SELECT RAISE(ABORT, 'events are append-only: UPDATE refused'); END""",
-    """CREATE TRIGGER IF NOT EXISTS events_refuse_delete BEFORE DELETE ON events
-    BEGIN SELECT RAISE(ABORT, 'events are append-only: DELETE refused'); END""",
-    # INSERT OR REPLACE deletes the clashing row without firing DELETE triggers when
-    # another connection has recursive_triggers off; refusing the clash up front
-    # closes that door whatever the connection's settings.
-    """CREATE TRIGGER IF NOT EXISTS events_refuse_replace BEFORE INSERT ON events
-    WHEN EXISTS (SELECT 1 FROM events WHERE seq = NEW.seq)
-      OR EXISTS (SELECT 1 FROM events WHERE event_id = NEW.event_id)
-      OR EXISTS (SELECT 1 FROM events WHERE stream_id = NEW.stream_id AND version = NEW.version)
-    BEGIN SELECT RAISE(ABORT, 'events are append-only: REPLACE refused'); END""",
+from store.sqlite_schema import (
+    EVENT_COLUMNS,
+    STORE_SCHEMA_VERSION,
+    SYNCHRONOUS_MODES,
+    create_schema,
+    schema_version,
 )
 
 
@@ -208,57 +181,15 @@ class SQLiteEventStore:
             self.db = sqlite_utils.Database(self._conn, recursive_triggers=True)
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute(f"PRAGMA synchronous={mode}")
-            self._create_schema()
+            if schema_version(self._conn) != str(STORE_SCHEMA_VERSION):  # an existing ledger opens lock-free
+                with self._write():
+                    create_schema(self._conn, self.db, self.path)
         except sqlite3.DatabaseError as e:
             self._conn.close()
             raise StoreError(f"{self.path}: not a usable ledger database ({e})") from e
         except BaseException:
             self._conn.close()
             raise
-
-    def _create_schema(self) -> None:
-        if self._schema_version() == str(STORE_SCHEMA_VERSION):
-            return  # the common case: no write lock needed to open an existing ledger
-        with self._write():
-            for statement in _SCHEMA:
-                self._conn.execute(statement)
-            self.db.table("streams").create(
-                {"stream_id": str, "version": int, "status": str, "category": str},
-                pk="stream_id",
-                not_null={"version"},
-                if_not_exists=True,
-            )
-            self.db.table("checkpoints").create(
-                {
-                    "checkpoint_id": int, "position": int, "head_hash": str, "schema_version": int,
-                    "fingerprint": str, "snapshot": str, "snapshot_sha256": str, "recorded_at": str,
-                },
-                pk="checkpoint_id",
-                if_not_exists=True,
-            )  # fmt: skip
-            self.db.table("checkpoint_streams").create(
-                {"checkpoint_id": int, "stream_id": str, "version": int, "state": str, "state_sha256": str},
-                pk=("stream_id", "checkpoint_id"),
-                not_null={"version", "state", "state_sha256"},
-                if_not_exists=True,
-            )
-            self.db.table("meta").create({"key": str, "value": str}, pk="key", if_not_exists=True)
-            found = self._schema_version()
-            if found is None:
-                self._conn.execute(
-                    "INSERT INTO meta (key, value) VALUES ('store_schema_version', ?)", (str(STORE_SCHEMA_VERSION),)
-                )
-            elif found != str(STORE_SCHEMA_VERSION):
-                raise StoreError(
-                    f"{self.path}: store schema version {found} is not {STORE_SCHEMA_VERSION}; refusing to guess"
-                )
-
-    def _schema_version(self) -> str | None:
-        exists = self._conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone()
-        if not exists:
-            return None
-        row = self._conn.execute("SELECT value FROM meta WHERE key = 'store_schema_version'").fetchone()
-        return None if row is None else str(row[0])
 
     @contextmanager
     def _write(self, *, command: bool = False) -> Iterator[None]:
