@@ -28,6 +28,11 @@ relative path, so a link and a copy give the same hash. Links leading outside,
 dangling links, link loops and special files (FIFOs, sockets, devices) raise
 `ArtifactError` naming the offending path, as does a file that changes while it
 is read (size or mtime differs before/after, or bytes read != size).
+
+`hash_tree` returns the same hash with the per-file listing it was built from
+(relative path, size, sha256 of each file), so a check can record which files a
+tampered folder differs in. Above `MAX_LISTED_FILES` files only the tree hash and
+the file count are kept (the listing would dwarf the event that carries it).
 """
 
 from __future__ import annotations
@@ -37,19 +42,27 @@ import hashlib
 import os
 import stat
 from collections.abc import Callable
+from typing import Any
+
+import attrs
 
 from lifecycle_fsm.errors import ArtifactError
 
 __all__ = [
+    "MAX_LISTED_FILES",
     "TREE_FORMAT",
+    "TreeDigest",
     "hash_directory",
     "hash_file",
+    "hash_tree",
     "path_escapes_root",
     "tree_size",
 ]
 
 TREE_FORMAT = "lifecycle-fsm/tree-v1"
 CHUNK_SIZE = 1024 * 1024
+# Above this many files a directory's listing is not kept, only its hash and count.
+MAX_LISTED_FILES = 1000
 
 Progress = Callable[[int], None]
 StrPath = str | os.PathLike[str]
@@ -213,6 +226,55 @@ def _collect(path: StrPath, root: StrPath | None) -> tuple[bool, list[_Entry]]:
     return True, out
 
 
+@attrs.frozen
+class TreeDigest:
+    """A file's or directory's hash and, for a directory, what it was built from.
+
+    `files` holds `(relative POSIX path, size, sha256)` in stream order, or None when
+    the path is a single file or the directory has more than `MAX_LISTED_FILES` files.
+    """
+
+    sha256: str
+    is_directory: bool
+    count: int
+    size: int
+    files: tuple[tuple[str, int, str], ...] | None
+
+    def to_json(self) -> dict[str, Any] | None:
+        """What events record (None for a single file: its hash says everything)."""
+        if not self.is_directory:
+            return None
+        files = None if self.files is None else [{"path": p, "size": n, "sha256": h} for p, n, h in self.files]
+        return {"count": self.count, "size": self.size, "files": files}
+
+
+def hash_tree(
+    path: StrPath,
+    root: StrPath | None = None,
+    *,
+    progress: Progress | None = None,
+    max_listed: int = MAX_LISTED_FILES,
+) -> TreeDigest:
+    """`hash_directory` with the per-file listing it was computed from (see `TreeDigest`)."""
+    is_dir, files = _collect(path, root)
+    if not is_dir:
+        _, real, shown, _ = files[0]
+        digest, size = _hash_regular(real, shown, progress)
+        return TreeDigest(digest, False, 1, size, None)
+    stream = hashlib.sha256(TREE_FORMAT.encode("ascii") + b"\n")
+    listed: list[tuple[str, int, str]] = []
+    total = 0
+    for rel, real, shown, _ in files:
+        hexdigest, size = _hash_regular(real, shown, progress)
+        line = b"%s\0%d\0%s\n" % (rel, size, hexdigest.encode("ascii"))
+        stream.update(line)
+        total += size
+        if len(files) <= max_listed:
+            # JSON cannot carry undecodable bytes: such a name is shown escaped (the hash used the bytes).
+            listed.append((rel.decode("utf-8", "backslashreplace"), size, hexdigest))
+    return TreeDigest(stream.hexdigest(), True, len(files), total, tuple(listed) if len(files) <= max_listed else None)
+
+
 def hash_directory(
     path: StrPath,
     root: StrPath | None = None,
@@ -224,16 +286,7 @@ def hash_directory(
     `root` widens the area symlinks may point into (e.g. a Hugging Face cache repo
     whose snapshot links into ``../../blobs``); `path` must lie inside it.
     """
-    is_dir, files = _collect(path, root)
-    if not is_dir:
-        _, real, shown, _ = files[0]
-        return _hash_regular(real, shown, progress)[0]
-    stream = hashlib.sha256(TREE_FORMAT.encode("ascii") + b"\n")
-    for rel, real, shown, _ in files:
-        hexdigest, size = _hash_regular(real, shown, progress)
-        line = b"%s\0%d\0%s\n" % (rel, size, hexdigest.encode("ascii"))
-        stream.update(line)
-    return stream.hexdigest()
+    return hash_tree(path, root, progress=progress, max_listed=0).sha256
 
 
 def tree_size(path: StrPath, root: StrPath | None = None) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lifecycle_fsm.artifacts import hash_directory, path_escapes_root
+from lifecycle_fsm.artifacts import hash_tree, path_escapes_root
 from lifecycle_fsm.errors import ArtifactError
 from lifecycle_fsm.rules import (
     FRESHNESS_CHECKS,
@@ -41,8 +41,12 @@ def window_age(candidate: JSON, settings: LedgerSettings) -> int | None:
 
 
 def verify_artifact(path: str | None, expected: Any, root: str | None) -> JSON:
-    """Re-hash an artifact on disk and compare it with the hash a manifest recorded."""
-    result: JSON = {"path": path, "expected": expected, "actual": None, "verified": False, "error": None}
+    """Re-hash an artifact on disk and compare it with the hash a manifest recorded.
+
+    `tree` is the per-file listing of a directory (`TreeDigest.to_json`), so a later
+    reader can name the files that differ; None for a single file or an unreadable path.
+    """
+    result: JSON = {"path": path, "expected": expected, "actual": None, "verified": False, "error": None, "tree": None}
     if not path:
         result["error"] = "no artifact path"
         return result
@@ -50,10 +54,12 @@ def verify_artifact(path: str | None, expected: Any, root: str | None) -> JSON:
         result["error"] = "path_escapes_root"
         return result
     try:
-        result["actual"] = hash_directory(path, root)
+        digest = hash_tree(path, root)
     except ArtifactError as e:
         result["error"] = str(e)
         return result
+    result["actual"] = digest.sha256
+    result["tree"] = digest.to_json()
     result["verified"] = isinstance(expected, str) and bool(expected) and result["actual"] == expected
     return result
 

@@ -120,6 +120,7 @@ class BaselineActivated(LedgerEvent):
     """An SFT baseline became the active policy; its adapter sha256 is the policy version."""
 
     TYPE: ClassVar[str] = "BaselineActivated"
+    SCHEMA_VERSION: ClassVar[int] = 2  # v2: adapter_tree
     policy_version: str
     previous_policy_version: str | None
     manifest_path: str
@@ -128,6 +129,7 @@ class BaselineActivated(LedgerEvent):
     adapter_sha256: str
     adapter_actual_sha256: str | None
     adapter_error: str | None
+    adapter_tree: JSON | None = None  # the adapter folder's per-file listing at activation (None: a file)
 
     @classmethod
     def settle(cls, payload: Mapping[str, Any]) -> JSON:
@@ -202,14 +204,21 @@ class CandidateEvent(Event):
 
 @attrs.frozen
 class CandidateReceived(CandidateEvent):
-    """A candidate manifest was received (revision 0) or revised after `tune`."""
+    """A candidate manifest was received (revision 0) or revised after `tune`.
+
+    `artifact_at_receipt` is the adapter as it was on disk then (`checks.verify_artifact`:
+    its hash and, for a folder, each file's), so a later failed check can name the files
+    that changed since; None in events recorded before schema version 2.
+    """
 
     TYPE: ClassVar[str] = "CandidateReceived"
+    SCHEMA_VERSION: ClassVar[int] = 2  # v2: artifact_at_receipt
     candidate_id: str
     revision: int
     manifest_path: str
     manifest_sha256: str
     candidate: JSON  # the fields the checks read, parsed from the manifest (manifests.py)
+    artifact_at_receipt: JSON | None = None
 
     @classmethod
     def trigger_for(cls, payload: Mapping[str, Any]) -> str:
@@ -249,9 +258,14 @@ class CandidateReceived(CandidateEvent):
 
 @attrs.frozen
 class ChecksRecorded(CandidateEvent):
-    """Every lifecycle check ran; `reason_codes` names each failed one (empty: passed)."""
+    """Every lifecycle check ran; `reason_codes` names each failed one (empty: passed).
+
+    `artifact` and `rollback` are `checks.verify_artifact` results; since schema version
+    2 they carry `tree`, the folder's per-file listing (None when not recorded).
+    """
 
     TYPE: ClassVar[str] = "ChecksRecorded"
+    SCHEMA_VERSION: ClassVar[int] = 2  # v2: artifact.tree, rollback.tree
     passed: bool
     reason_codes: list[str]
     freshness: JSON
@@ -366,9 +380,10 @@ class RecoveryCompleted(CandidateEvent):
 
 @attrs.frozen
 class HandoffDecided(CandidateEvent):
-    """The hand-off decision, with the checks re-run at that moment as its evidence."""
+    """The hand-off decision, with the checks re-run at that moment as its evidence (as `ChecksRecorded`)."""
 
     TYPE: ClassVar[str] = "HandoffDecided"
+    SCHEMA_VERSION: ClassVar[int] = 2  # v2: artifact.tree, rollback.tree
     handoff_status: str
     upstream_decision: Any
     hard_failures: list[str]

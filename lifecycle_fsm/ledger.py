@@ -17,6 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from lifecycle_fsm import decisions
 from lifecycle_fsm.artifacts import hash_directory
 from lifecycle_fsm.checks import gather_checks, trusted_state_evidence, verify_artifact
@@ -187,6 +189,7 @@ class Ledger:
             adapter_sha256=manifest.adapter_sha256,
             adapter_actual_sha256=actual["actual"],
             adapter_error=actual["error"],
+            adapter_tree=actual["tree"],
         )
         return self._path.run(
             LEDGER_STREAM, lambda _, settings: decisions.activate_baseline(settings, event),
@@ -223,8 +226,19 @@ class Ledger:
         cid = candidate_id if candidate_id is not None else _default_id(manifest.fields, manifest_path)
         if not cid.strip() or any(ch in cid for ch in "\n\r\t\0"):
             raise InputError(f"candidate id {cid!r} is empty or contains control characters")
+
+        def decide(current: CandidateState | None, _: LedgerSettings) -> Decision:
+            decision = decisions.receive(current, cid, manifest)
+            if not decision.events:
+                return decision
+            # Hashed only for a new receipt (a retry reads nothing): what a later check is compared with.
+            fields = manifest.fields
+            at_receipt = verify_artifact(fields["adapter_resolved_path"], fields["adapter_sha256"], self.artifact_root)
+            received = attrs.evolve(decision.events[0], artifact_at_receipt=at_receipt)
+            return attrs.evolve(decision, events=(received,))
+
         return self._path.run(
-            stream_of(cid), lambda current, _: decisions.receive(current, cid, manifest),
+            stream_of(cid), decide,
             command="receive", event_id=event_id, reads_settings=False, first_type=CandidateReceived.TYPE,
             inputs={"candidate": manifest.fields},
         )  # fmt: skip

@@ -25,13 +25,43 @@ __all__ = [
     "decoded_payload",
     "event_from_payload",
     "upcast",
+    "upcast_baseline_activated_v1_v2",
+    "upcast_candidate_received_v1_v2",
+    "upcast_checks_v1_v2",
 ]
 
 JSON = dict[str, Any]
 Upcaster = Callable[[JSON], JSON]
 
+
+
+def upcast_baseline_activated_v1_v2(payload: JSON) -> JSON:
+    """v2 records the adapter folder's per-file listing; a v1 event did not (None: not recorded)."""
+    return {**payload, "adapter_tree": None}
+
+
+def upcast_candidate_received_v1_v2(payload: JSON) -> JSON:
+    """v2 records the adapter as it was at receipt; a v1 event did not (None: not recorded)."""
+    return {**payload, "artifact_at_receipt": None}
+
+
+def upcast_checks_v1_v2(payload: JSON) -> JSON:
+    """v2 artifact and rollback checks carry `tree` (per-file digests); v1 ones did not (None)."""
+    out = dict(payload)
+    for name in ("artifact", "rollback"):
+        check = payload.get(name)
+        if isinstance(check, dict):
+            out[name] = {**check, "tree": None}
+    return out
+
+
 # (type, from_version) -> function returning the payload at from_version + 1.
-UPCASTERS: dict[tuple[str, int], Upcaster] = {}
+UPCASTERS: dict[tuple[str, int], Upcaster] = {
+    ("BaselineActivated", 1): upcast_baseline_activated_v1_v2,
+    ("CandidateReceived", 1): upcast_candidate_received_v1_v2,
+    ("ChecksRecorded", 1): upcast_checks_v1_v2,
+    ("HandoffDecided", 1): upcast_checks_v1_v2,
+}
 CURRENT_VERSIONS: dict[str, int] = {name: cls.SCHEMA_VERSION for name, cls in EVENT_TYPES.items()}
 
 

@@ -44,6 +44,7 @@ def received(revision: int = 0, **fields: Any) -> Step:
         "manifest_path": f"grpo/manifest-r{revision}.json",
         "manifest_sha256": SHA,
         "candidate": {**FIELDS, **fields},
+        "artifact_at_receipt": None,
     }
 
 
@@ -303,6 +304,7 @@ BASELINE = {
     "adapter_sha256": SHA,
     "adapter_actual_sha256": SHA,
     "adapter_error": None,
+    "adapter_tree": None,
 }
 
 
