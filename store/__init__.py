@@ -19,7 +19,17 @@ from store.errors import (
     StoreError,
 )
 from store.memory import MemoryEventStore
-from store.records import ChainReport, CheckpointRecord, Head, NewEvent, StoredEvent, StreamHead, StreamSnapshot
+from store.records import (
+    ChainReport,
+    CheckpointRecord,
+    EventFilter,
+    Head,
+    NewEvent,
+    PayloadMatch,
+    StoredEvent,
+    StreamHead,
+    StreamSnapshot,
+)
 from store.sqlite import SQLiteEventStore
 
 __all__ = [
@@ -29,6 +39,7 @@ __all__ = [
     "ConcurrencyError",
     "ConflictError",
     "DuplicateEventError",
+    "EventFilter",
     "EventStore",
     "GENESIS_HASH",
     "Head",
@@ -38,6 +49,7 @@ __all__ = [
     "MemoryEventStore",
     "NewEvent",
     "NotFoundError",
+    "PayloadMatch",
     "SQLiteEventStore",
     "StoreError",
     "StoreTransaction",

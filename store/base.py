@@ -11,7 +11,16 @@ from typing import Any, Protocol
 
 import attrs
 
-from store.records import ChainReport, CheckpointRecord, Head, NewEvent, StoredEvent, StreamHead, StreamSnapshot
+from store.records import (
+    ChainReport,
+    CheckpointRecord,
+    EventFilter,
+    Head,
+    NewEvent,
+    StoredEvent,
+    StreamHead,
+    StreamSnapshot,
+)
 
 
 @attrs.frozen
@@ -94,6 +103,22 @@ class EventStore(Protocol):
 
     def select_fold_batches(self, *, after: int = 0, to: int | None = None) -> Iterator[list[tuple[Any, ...]]]:
         """Batches of `(seq, stream_id, version, type, schema_version, payload)` tuples, in order."""
+        ...
+
+    def select_matching(self, query: EventFilter) -> Iterator[StoredEvent]:
+        """The events `query` selects, in seq order, streamed (the auditor's `log`).
+
+        Every condition is pushed into the backend's query, served by indexes on
+        `type`, `actor`, `recorded_at` and `stream_id`; payload matches are checked
+        there too, on the rows the other conditions leave.
+        """
+        ...
+
+    def position_at(self, recorded_at: str) -> int:
+        """The last seq whose `recorded_at` is at or before this UTC text (0 if none).
+
+        As-of a time: the log up to there holds every event recorded by then.
+        """
         ...
 
     def event_by_id(self, event_id: str) -> StoredEvent | None:

@@ -9,15 +9,28 @@ write lock does; a transaction's appends become visible only when it commits.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import orjson
+
 from store.base import AppendResult
 from store.chain import GENESIS_HASH, chain_rows, check_batch, match_retry, verify_events
 from store.errors import ConcurrencyError, IntegrityError
-from store.records import ChainReport, CheckpointRecord, Head, NewEvent, StoredEvent, StreamHead, StreamSnapshot
+from store.records import (
+    ChainReport,
+    CheckpointRecord,
+    EventFilter,
+    Head,
+    NewEvent,
+    PayloadMatch,
+    StoredEvent,
+    StreamHead,
+    StreamSnapshot,
+)
 
 __all__ = ["MemoryEventStore", "MemoryTransaction"]
 
@@ -149,6 +162,13 @@ class MemoryEventStore:
         if batch:
             yield batch
 
+    def select_matching(self, query: EventFilter) -> Iterator[StoredEvent]:
+        found = (e for e in self._log[query.after :] if _matches(e, query))
+        yield from itertools.islice(found, query.limit)
+
+    def position_at(self, recorded_at: str) -> int:
+        return max((e.seq for e in self._log if e.recorded_at <= recorded_at), default=0)
+
     def event_by_id(self, event_id: str) -> StoredEvent | None:
         return self._by_id.get(event_id)
 
@@ -222,3 +242,28 @@ class MemoryEventStore:
 
     def close(self) -> None:
         """Nothing to release."""
+
+
+def _matches(e: StoredEvent, q: EventFilter) -> bool:
+    """The reference semantics of `EventFilter` (SQLite's query must agree)."""
+    return (
+        e.seq > q.after
+        and (q.before is None or e.seq < q.before)
+        and (q.since is None or e.recorded_at >= q.since)
+        and (q.until is None or e.recorded_at <= q.until)
+        and (not q.types or e.type in q.types)
+        and (q.stream_id is None or e.stream_id == q.stream_id)
+        and (q.actor is None or e.actor == q.actor)
+        and (not q.payload or any(_payload_holds(e, m) for m in q.payload))
+    )
+
+
+def _payload_holds(e: StoredEvent, m: PayloadMatch) -> bool:
+    if e.type != m.type:
+        return False
+    value: Any = orjson.loads(e.payload)
+    for key in m.path.removeprefix("$.").split("."):
+        if not isinstance(value, dict) or key not in value:
+            return False
+        value = value[key]
+    return value == m.value or (isinstance(value, list) and m.value in value)

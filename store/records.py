@@ -97,3 +97,38 @@ class ChainReport:
     head: Head
     bad_seq: int | None = None
     reason: str | None = None
+
+
+@attrs.frozen
+class PayloadMatch:
+    """An event of `type` whose payload holds `value` at `path`, or an array at `path` holding it.
+
+    `path` names object keys only (`$.reason_codes`, `$.artifact.error`); the store
+    compares JSON strings and never looks further into what they mean.
+    """
+
+    type: str
+    path: str
+    value: str
+
+
+@attrs.frozen
+class EventFilter:
+    """Which events `EventStore.select_matching` returns: every given condition holds.
+
+    Positions are exclusive (`after < seq < before`), times inclusive
+    (`since <= recorded_at <= until`, compared as the stored UTC text, so pass them in
+    the stored form `YYYY-MM-DDTHH:MM:SS.ffffffZ`). Empty `types` and `payload` mean any;
+    `payload` matches when any one of its `PayloadMatch`es does. `limit` keeps the first
+    N in seq order.
+    """
+
+    after: int = 0
+    before: int | None = None
+    since: str | None = None
+    until: str | None = None
+    types: tuple[str, ...] = ()
+    stream_id: str | None = None
+    actor: str | None = None
+    payload: tuple[PayloadMatch, ...] = ()
+    limit: int | None = None

@@ -31,12 +31,22 @@ from store.base import AppendResult
 from store.chain import GENESIS_HASH, chain_rows, check_batch, match_retry, verify_events
 from store.errors import ConcurrencyError, InputError, IntegrityError, StoreError
 from store.faults import fault_from_env
-from store.records import ChainReport, CheckpointRecord, Head, NewEvent, StoredEvent, StreamHead, StreamSnapshot
+from store.records import (
+    ChainReport,
+    CheckpointRecord,
+    EventFilter,
+    Head,
+    NewEvent,
+    StoredEvent,
+    StreamHead,
+    StreamSnapshot,
+)
 from store.sqlite_schema import (
     EVENT_COLUMNS,
     STORE_SCHEMA_VERSION,
     SYNCHRONOUS_MODES,
     create_schema,
+    filter_sql,
     schema_version,
 )
 
@@ -270,6 +280,19 @@ class SQLiteEventStore:
         )
         while rows := cursor.fetchmany(4096):
             yield rows
+
+    def select_matching(self, query: EventFilter) -> Iterator[StoredEvent]:
+        sql, params = filter_sql(query)
+        try:
+            cursor = self._conn.execute(f"SELECT {EVENT_COLUMNS} FROM events WHERE {sql}", params)
+            while rows := cursor.fetchmany(2000):
+                yield from (StoredEvent(*row) for row in rows)
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"{self.path}: cannot read the log ({e})") from e
+
+    def position_at(self, recorded_at: str) -> int:
+        row = self._conn.execute("SELECT max(seq) FROM events WHERE recorded_at <= ?", (recorded_at,)).fetchone()
+        return int(row[0] or 0)
 
     def event_by_id(self, event_id: str) -> StoredEvent | None:
         row = self._conn.execute(f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id = ?", (event_id,)).fetchone()

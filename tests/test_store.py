@@ -465,6 +465,24 @@ def test_store_schema_version_mismatch_is_store_error(filled: SQLiteEventStore, 
         SQLiteEventStore(db)
 
 
+def test_a_version_1_file_gains_the_filter_indexes_when_opened(filled: SQLiteEventStore, db: Path) -> None:
+    """A ledger written before the filter indexes gets them (and version 2) on first open; its log is untouched."""
+    head = filled.head()
+    filled.close()
+    with plain(db) as conn:
+        for name in ("events_type", "events_actor", "events_recorded_at"):
+            conn.execute(f"DROP INDEX {name}")
+        conn.execute("UPDATE meta SET value = '1' WHERE key = 'store_schema_version'")
+    with SQLiteEventStore(db) as reopened:
+        assert reopened.head() == head and reopened.verify_chain().ok
+    with plain(db) as conn:
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        version = conn.execute("SELECT value FROM meta WHERE key = 'store_schema_version'").fetchone()[0]
+        plan = " ".join(r[3] for r in conn.execute("EXPLAIN QUERY PLAN SELECT seq FROM events WHERE actor = 'x'"))
+    assert {"events_type", "events_actor", "events_recorded_at"} <= names and version == "2"
+    assert "INDEX events_actor (actor=?)" in plan
+
+
 def test_bad_synchronous_mode_is_input_error(db: Path) -> None:
     """An unknown synchronous mode is refused before the file is touched."""
     with pytest.raises(InputError):

@@ -5,16 +5,29 @@ A new backend (PostgreSQL) joins by adding itself to `BACKENDS`.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import Workspace
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from lifecycle_fsm.errors import ConcurrencyError, DuplicateEventError, IntegrityError
 from lifecycle_fsm.ledger import Ledger, utc_now
 from replay import load_state, snapshot_json, take_checkpoint, verify
-from store import GENESIS_HASH, EventStore, MemoryEventStore, NewEvent, SQLiteEventStore, StreamHead
+from store import (
+    GENESIS_HASH,
+    EventFilter,
+    EventStore,
+    MemoryEventStore,
+    NewEvent,
+    PayloadMatch,
+    SQLiteEventStore,
+    StreamHead,
+)
 
 BACKENDS: dict[str, Callable[[Path], EventStore]] = {
     "sqlite": lambda tmp: SQLiteEventStore(tmp / "contract.db", synchronous="NORMAL"),
@@ -142,3 +155,98 @@ def test_the_ledger_runs_on_every_backend(store: EventStore, ws: Workspace) -> N
     assert snapshot_json(load_state(store).state) == snapshot_json(full.state)
     assert {cid: c.state for cid, c in full.state.candidates.items()} == {"dpo-v5": "ready", "grpo-v7": "received"}
     assert verify(store)["ok"]
+
+
+# --- the auditor's filtered read (`select_matching`, `position_at`) ---------------------------
+
+FILTER_LOG = [
+    # stream, type, actor, recorded_at, payload
+    ("ledger", "Init", "ops", "2026-01-01T00:00:00.000000Z", {"window": 1}),
+    ("c:a", "Checked", "sup", "2026-01-01T00:00:01.000000Z", {"reason_codes": ["artifact", "rollback"], "ok": False}),
+    ("c:b", "Checked", "sup", "2026-01-01T00:00:02.500000Z", {"reason_codes": [], "ok": True}),
+    ("c:b", "Planned", "ops", "2026-01-01T00:00:03.000000Z", {"action": "block_update", "nested": {"x": "artifact"}}),
+    ("c:a", "Handed", "sup", "2026-01-01T00:00:04.000000Z", {"reason_codes": ["upstream_reject"], "note": 'a "q"'}),
+    ("c:c", "Checked", "ops", "2026-01-01T00:00:04.000000Z", {"reason_codes": ["artifact"], "action": "artifact"}),
+    ("c:a", "Planned", "sup", "2026-01-01T00:00:05.000000Z", {"action": "artifact", "reason_codes": "artifact"}),
+]
+
+
+def _filled(store: EventStore) -> EventStore:
+    versions: dict[str, int] = {}
+    for i, (stream, type_name, actor, at, payload) in enumerate(FILTER_LOG):
+        version = versions.get(stream, 0)
+        store.append(stream, version, [NewEvent(stream, type_name, 1, payload, f"f{i}", at, actor)])
+        versions[stream] = version + 1
+    return store
+
+
+def _seqs(store: EventStore, **query: Any) -> list[int]:
+    return [e.seq for e in store.select_matching(EventFilter(**query))]
+
+
+def test_select_matching_applies_each_condition(store: EventStore) -> None:
+    """Every filter field alone, then together: positions exclusive, times inclusive, the first N in seq order."""
+    _filled(store)
+    assert _seqs(store) == [1, 2, 3, 4, 5, 6, 7]
+    assert _seqs(store, after=2, before=6) == [3, 4, 5]
+    assert _seqs(store, since="2026-01-01T00:00:02.500000Z", until="2026-01-01T00:00:04.000000Z") == [3, 4, 5, 6]
+    assert _seqs(store, types=("Checked", "Handed")) == [2, 3, 5, 6]
+    assert _seqs(store, stream_id="c:a") == [2, 5, 7]
+    assert _seqs(store, actor="ops") == [1, 4, 6]
+    assert _seqs(store, limit=2, after=3) == [4, 5]
+    assert _seqs(store, types=("Checked",), actor="ops", after=1, limit=5) == [6]
+
+
+def test_select_matching_payload_values_at_their_path_only(store: EventStore) -> None:
+    """A value matches at its path (a scalar equal to it, or an array holding it), never elsewhere in the payload."""
+    _filled(store)
+    checked = PayloadMatch("Checked", "$.reason_codes", "artifact")
+    assert _seqs(store, payload=(checked,)) == [2, 6]  # not seq 7 (another type), not seq 4's nested value
+    planned = PayloadMatch("Planned", "$.action", "block_update")
+    assert _seqs(store, payload=(checked, planned)) == [2, 4, 6]
+    assert _seqs(store, payload=(PayloadMatch("Planned", "$.nested", "artifact"),)) == []  # an object is not searched
+    assert _seqs(store, payload=(PayloadMatch("Planned", "$.nested.x", "artifact"),)) == [4]
+    assert _seqs(store, payload=(PayloadMatch("Handed", "$.note", 'a "q"'),)) == [5]  # the JSON text, escapes and all
+    assert _seqs(store, payload=(PayloadMatch("Checked", "$.missing", "artifact"),)) == []
+    assert _seqs(store, payload=(checked,), before=6) == [2]
+
+
+def test_position_at_is_the_last_seq_recorded_by_then(store: EventStore) -> None:
+    """As-of a time: the last seq recorded at or before it (two events share a time: both are in)."""
+    assert store.position_at("2026-01-01T00:00:00.000000Z") == 0
+    _filled(store)
+    assert store.position_at("2025-12-31T23:59:59.999999Z") == 0
+    assert store.position_at("2026-01-01T00:00:00.000000Z") == 1
+    assert store.position_at("2026-01-01T00:00:04.000000Z") == 6
+    assert store.position_at("2026-01-01T00:00:04.999999Z") == 6
+    assert store.position_at("2099-01-01T00:00:00.000000Z") == 7
+
+
+_maybe_seq = st.none() | st.integers(0, 8)
+_maybe_time = st.none() | st.sampled_from(sorted({row[3] for row in FILTER_LOG}))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    after=st.integers(0, 8),
+    before=_maybe_seq,
+    since=_maybe_time,
+    until=_maybe_time,
+    types=st.lists(st.sampled_from(["Checked", "Planned", "Handed", "Init", "None"]), max_size=2).map(tuple),
+    stream_id=st.none() | st.sampled_from(["c:a", "c:b", "ledger", "nope"]),
+    actor=st.none() | st.sampled_from(["sup", "ops"]),
+    code=st.none() | st.sampled_from(["artifact", "rollback", "upstream_reject", "block_update"]),
+    limit=st.none() | st.integers(0, 4),
+)
+def test_sqlite_agrees_with_the_reference_on_any_filter(tmp_path: Path, code: str | None, **query: Any) -> None:
+    """SQLite's pushed-down query returns exactly what the in-memory reference returns, for any combination."""
+    matches = (
+        ()
+        if code is None
+        else (PayloadMatch("Checked", "$.reason_codes", code), PayloadMatch("Planned", "$.action", code))
+    )
+    sqlite = _filled(SQLiteEventStore(tmp_path / f"{uuid.uuid4().hex}.db", synchronous="OFF"))
+    try:
+        assert _seqs(sqlite, payload=matches, **query) == _seqs(_filled(MemoryEventStore()), payload=matches, **query)
+    finally:
+        sqlite.close()
