@@ -234,8 +234,9 @@ class Ledger:
             # Hashed only for a new receipt (a retry reads nothing): what a later check is compared with.
             fields = manifest.fields
             at_receipt = verify_artifact(fields["adapter_resolved_path"], fields["adapter_sha256"], self.artifact_root)
-            received = attrs.evolve(decision.events[0], artifact_at_receipt=at_receipt)
-            return attrs.evolve(decision, events=(received,))
+            first = decision.events[0]
+            assert isinstance(first, CandidateReceived)
+            return attrs.evolve(decision, events=(attrs.evolve(first, artifact_at_receipt=at_receipt),))
 
         return self._path.run(
             stream_of(cid), decide,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from enum import StrEnum
 from typing import Any
 
@@ -177,8 +177,13 @@ def command_allowed(state: str | None, triggers: Iterable[str]) -> bool:
     return state is not None and any(MACHINE.get_transitions(t, source=state) for t in triggers)
 
 
-def diagram() -> str:
-    """The table as Mermaid `stateDiagram-v2` text, drawn by transitions itself."""
+def diagram(path: Sequence[tuple[str | None, str, str, int]] = ()) -> str:
+    """The table as Mermaid `stateDiagram-v2` text, drawn by transitions itself.
+
+    `path` marks one candidate's moves, `(from, trigger, to, seq)` in order: each edge
+    it took is labelled with the seqs that took it, the states it visited are shaded
+    and the state it ended in is outlined.
+    """
     from transitions.extensions import GraphMachine
 
     # A throw-away machine that is its own model: GraphMachine with model=None
@@ -193,4 +198,27 @@ def diagram() -> str:
     )
     text = str(graph.get_graph().draw(None))
     # Drop the styling of the throw-away model's "current" state: the table has none.
-    return "\n".join(line for line in text.splitlines() if not line.strip().startswith(("classDef ", "Class ")))
+    lines = [line for line in text.splitlines() if not line.strip().startswith(("classDef ", "Class "))]
+    return "\n".join(_marked(lines, path) if path else lines)
+
+
+def _marked(lines: list[str], path: Sequence[tuple[str | None, str, str, int]]) -> list[str]:
+    """The diagram's lines with one candidate's path marked (see `diagram`)."""
+    taken: dict[tuple[str, str], list[int]] = {}
+    for source, _trigger, dest, seq in path:
+        taken.setdefault((source or "[*]", dest), []).append(seq)
+    out = []
+    for line in lines:
+        edge, _, label = line.strip().partition(": ")
+        source, arrow, dest = edge.partition(" --> ")
+        seqs = taken.get((source, dest)) if arrow else None
+        if seqs:
+            shown = ", ".join(str(s) for s in seqs[:3]) + (f" +{len(seqs) - 3} more" if len(seqs) > 3 else "")
+            out.append(f"  {source} --> {dest}: {label or INITIAL_TRIGGER} (taken: seq {shown})")
+        else:
+            out.append(line)
+    visited = sorted({dest for _, _, dest, _ in path})
+    out += ["  classDef visited fill:#dbe9ff,stroke:#1f4e99",
+            "  classDef current fill:#ffd966,stroke:#7f6000,stroke-width:3px",
+            f"  class {','.join(visited)} visited", f"  class {path[-1][2]} current"]  # fmt: skip
+    return out

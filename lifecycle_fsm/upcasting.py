@@ -34,7 +34,6 @@ JSON = dict[str, Any]
 Upcaster = Callable[[JSON], JSON]
 
 
-
 def upcast_baseline_activated_v1_v2(payload: JSON) -> JSON:
     """v2 records the adapter folder's per-file listing; a v1 event did not (None: not recorded)."""
     return {**payload, "adapter_tree": None}

@@ -10,7 +10,7 @@ import functools
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -19,7 +19,17 @@ from lifecycle_fsm.errors import InputError, LifecycleError
 from lifecycle_fsm.ledger import Ledger
 from lifecycle_fsm.logs import configure_logging
 
-__all__ = ["LifecycleGroup", "json_option", "main", "open_ledger", "root_obj", "wants_json"]
+__all__ = [
+    "AS_OF",
+    "AsOfType",
+    "LifecycleGroup",
+    "TimeType",
+    "json_option",
+    "main",
+    "open_ledger",
+    "root_obj",
+    "wants_json",
+]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -77,6 +87,45 @@ def json_option(func: _F) -> _F:
         return func(*args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
+
+
+if TYPE_CHECKING:
+    _ParamType = click.ParamType[Any]  # generic in click's stubs
+else:
+    _ParamType = click.ParamType
+
+
+class AsOfType(_ParamType):
+    """A seq (digits) or an ISO 8601 time (`replay.asof`); anything else is a usage error."""
+
+    name = "SEQ|ISO-TIME"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from replay.asof import parse_as_of
+
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_as_of(str(value))
+        except InputError as e:
+            self.fail(str(e), param, ctx)
+
+
+class TimeType(_ParamType):
+    """An ISO 8601 time (Z or an offset; naive = UTC), as the stored UTC text."""
+
+    name = "ISO-TIME"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from replay.asof import parse_time
+
+        try:
+            return parse_time(str(value))
+        except InputError as e:
+            self.fail(str(e), param, ctx)
+
+
+AS_OF = AsOfType()
 
 
 def open_ledger(*, must_exist: bool = False) -> Ledger:

@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import click
 
-from lifecycle_fsm.cli.app import json_option, open_ledger, wants_json
-from lifecycle_fsm.cli.render import candidate_json, emit, print_explain, print_history, print_status
+from lifecycle_fsm.cli.app import AS_OF, json_option, open_ledger, root_obj, wants_json
+from lifecycle_fsm.cli.render import candidate_json, emit, print_history, print_status
+from lifecycle_fsm.errors import NotFoundError
+from lifecycle_fsm.events import stream_of
 from lifecycle_fsm.machine import diagram as mermaid_diagram
+from lifecycle_fsm.streams import fold_candidate
 from replay import LoadResult, index_of, load_state
 from replay import explain as explain_candidate
+from replay.asof import AsOf, position_of
+from replay.explain_text import explain_markdown, explain_text
 from store.records import StreamHead
 
 __all__ = ["diagram", "explain", "history", "replay", "status"]
@@ -20,16 +25,27 @@ __all__ = ["diagram", "explain", "history", "replay", "status"]
 
 @click.command()
 @click.argument("candidate_id", metavar="[ID]", required=False)
+@click.option("--as-of", type=AS_OF, help="The state then: after this seq, or every event recorded by this time.")
 @json_option
-def status(candidate_id: str | None) -> None:
-    """Every candidate's state (from the latest checkpoint + tail), or one candidate's."""
+def status(candidate_id: str | None, as_of: AsOf | None) -> None:
+    """Every candidate's state (from the latest checkpoint + tail), or one candidate's; --as-of: then."""
     ledger = open_ledger(must_exist=True)
+    position = None if as_of is None else position_of(ledger.store, as_of)
     if candidate_id is not None:
-        doc = candidate_json(ledger.candidate(candidate_id))
+        if position is None:
+            doc = candidate_json(ledger.candidate(candidate_id))
+        else:
+            events = [e for e in ledger.store.read_stream(stream_of(candidate_id)) if e.seq <= position]
+            state = fold_candidate(events)
+            if state is None:
+                raise NotFoundError(f"unknown candidate: {candidate_id!r} at or before seq {position}")
+            doc = candidate_json(state)
         emit(doc) if wants_json() else print_status([doc])
         return
-    states = load_state(ledger.store).state.candidates
+    states = load_state(ledger.store, to=position).state.candidates
     docs = [candidate_json(c) for _, c in sorted(states.items())]
+    if not wants_json() and position is not None:
+        click.echo(f"as of seq {position}")
     emit(docs) if wants_json() else print_status(docs)
 
 
@@ -43,12 +59,25 @@ def history(candidate_id: str) -> None:
 
 @click.command()
 @click.argument("candidate_id", metavar="ID")
-@click.option("--as-of", type=click.IntRange(min=1), help="Explain the state as of this global position.")
+@click.option(
+    "--as-of", type=AS_OF, help="Explain the state then: after this seq, or every event recorded by this time."
+)
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json", "md"]), help="Output format (default text; --json: json)."
+)
 @json_option
-def explain(candidate_id: str, as_of: int | None) -> None:
-    """Why ID is in its state: reason codes and the decisive event's evidence."""
+def explain(candidate_id: str, as_of: AsOf | None, fmt: str | None) -> None:
+    """Why ID is in its state: every check's claimed and checked-against values, the decisive event, the path.
+
+    A seq past the head exits 3; a position before the candidate existed exits 4.
+    """
     doc = explain_candidate(open_ledger(must_exist=True).store, candidate_id, as_of=as_of)
-    emit(doc) if wants_json() else print_explain(doc)
+    fmt = fmt or ("json" if wants_json() else "text")
+    if fmt == "json":
+        root_obj()["json"] = True
+        emit(doc)
+    else:
+        click.echo(explain_markdown(doc) if fmt == "md" else explain_text(doc), nl=False)
 
 
 @click.command()
@@ -88,8 +117,13 @@ def replay(to: int | None, full: bool) -> None:
 
 
 @click.command()
+@click.argument("candidate_id", metavar="[ID]", required=False)
 @json_option
-def diagram() -> None:
-    """The state machine as Mermaid text."""
-    text = mermaid_diagram()
+def diagram(candidate_id: str | None) -> None:
+    """The state machine as Mermaid text; with ID, that candidate's path marked on it."""
+    path: list[tuple[str | None, str, str, int]] = []
+    if candidate_id is not None:
+        steps = explain_candidate(open_ledger(must_exist=True).store, candidate_id)["path"]
+        path = [(s["from"], s["trigger"], s["to"], s["seq"]) for s in steps]
+    text = mermaid_diagram(path)
     emit({"mermaid": text}) if wants_json() else click.echo(text)

@@ -15,7 +15,7 @@ from lifecycle_fsm.ledger import CommandResult
 from lifecycle_fsm.state import CandidateState
 from store.records import StoredEvent
 
-__all__ = ["candidate_json", "console", "emit", "print_explain", "print_history", "print_result", "print_status"]
+__all__ = ["candidate_json", "console", "emit", "print_history", "print_result", "print_status"]
 
 _JSON = dict[str, Any]
 
@@ -111,28 +111,3 @@ def print_history(rows: list[tuple[StoredEvent, Event]], as_json: bool) -> None:
     for s, e in rows:
         table.add_row(str(s.seq), s.type, str(getattr(e, "trigger", "")), s.recorded_at, s.actor)
     console().print(table)
-
-
-def print_explain(doc: _JSON) -> None:
-    event = doc["decisive_event"]
-    click.echo(f"{doc['id']} ({doc['kind']}) is {doc['state']} as of seq {doc['as_of']}")
-    if doc["reason_codes"]:
-        click.echo(f"reason codes: {', '.join(doc['reason_codes'])}")
-    click.echo(f"decided by seq {event['seq']} {event['type']}, recorded {event['recorded_at']} by {event['actor']}")
-    evidence = event["evidence"]
-    for name in ("artifact", "rollback"):
-        check = evidence.get(name)
-        if isinstance(check, dict):
-            mark = "ok" if check.get("verified") else "FAILED"
-            click.echo(f"  {name}: {mark} expected {check.get('expected')} actual {check.get('actual')}"
-                       + (f" ({check['error']})" if check.get("error") else ""))  # fmt: skip
-    freshness = evidence.get("freshness")
-    if isinstance(freshness, dict) and freshness.get("failed_checks"):
-        click.echo(f"  freshness failed: {', '.join(freshness['failed_checks'])}")
-    settings = evidence.get("settings")
-    if isinstance(settings, dict):
-        click.echo("  settings read: " + ", ".join(f"{k}={v}" for k, v in sorted(settings.items())))
-    if "action" in evidence:
-        click.echo(f"  recovery: {evidence['stage']} -> {evidence['action']}")
-    if "cause" in evidence:
-        click.echo(f"  {evidence['cause']} changed: {evidence['previous']} -> {evidence['current']}")

@@ -1,0 +1,58 @@
+"""What `--as-of`, `--since` and `--until` mean: a position in the log, or a time.
+
+A time is ISO 8601 with `Z` or an offset (fractional seconds optional; a naive time
+is UTC) and stands for the state after every event recorded at or before it: the
+log up to the last seq recorded by then (`EventStore.position_at`). Events are
+stamped in UTC with microseconds (`YYYY-MM-DDTHH:MM:SS.ffffffZ`), so a time is
+brought to that form and compared as text; finer fractions are cut to microseconds.
+A bare integer is a seq (so `20261130` is a seq, not a date).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from lifecycle_fsm.errors import InputError
+from store.base import EventStore
+
+__all__ = ["AsOf", "parse_as_of", "parse_time", "position_of"]
+
+AsOf = int | str  # a seq, or a UTC time in the stored form
+
+
+def parse_time(text: str) -> str:
+    """An ISO 8601 time as the stored UTC text; InputError if it is not one."""
+    try:
+        moment = dt.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise InputError(f"not an ISO 8601 time: {text!r} (e.g. 2026-11-30T12:00:00Z)") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    return moment.astimezone(dt.UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def parse_as_of(text: str) -> AsOf:
+    """A seq (digits only, at least 1) or a time (anything else ISO 8601)."""
+    stripped = text.strip()
+    if stripped.isdigit():
+        seq = int(stripped)
+        if seq < 1:
+            raise InputError(f"--as-of {text}: a seq starts at 1")
+        return seq
+    return parse_time(stripped)
+
+
+def position_of(store: EventStore, as_of: AsOf | None) -> int:
+    """The log position an as-of stands for (the head when None).
+
+    A seq past the head is refused (InputError: a typo must not read as "nothing
+    happened since"); a time after the last event is simply the head.
+    """
+    head = store.head().seq
+    if as_of is None:
+        return head
+    if isinstance(as_of, int):
+        if as_of > head:
+            raise InputError(f"--as-of {as_of} is past the head of the log (seq {head})")
+        return as_of
+    return store.position_at(as_of)

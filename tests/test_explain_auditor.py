@@ -1,0 +1,248 @@
+"""`explain` for every reject cause: what was claimed beside what it was checked against, in text, md and JSON.
+
+Each case builds a real ledger file with real adapter folders, rejects one candidate
+for one cause, and reads `explain` through the CLI three times. The values that
+prove the cause must appear in all three formats.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import DROP, Workspace, invoke
+
+from lifecycle_fsm.ledger import Ledger
+
+Case = Callable[[Workspace, Ledger], str]  # builds the rejection, returns the candidate id
+
+
+def _flip(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[10] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def lineage(ws: Workspace, led: Ledger) -> str:
+    led.receive(ws.dpo("dpo-old", source_policy_version="sha-of-an-older-baseline"))
+    led.check("dpo-old")
+    return "dpo-old"
+
+
+def dpo_without_preference_evidence(ws: Workspace, led: Ledger) -> str:
+    led.receive(ws.dpo("dpo-noev", source_evidence=DROP))
+    led.check("dpo-noev")
+    return "dpo-noev"
+
+
+def grpo_without_verifier(ws: Workspace, led: Ledger) -> str:
+    led.receive(ws.grpo("grpo-nover", trajectory_identity=DROP))
+    led.check("grpo-nover")
+    return "grpo-nover"
+
+
+def grpo_stale_window(ws: Workspace, led: Ledger) -> str:
+    led.receive(ws.grpo("grpo-stale", evidence_window_index=1))
+    led.advance_window(4)
+    led.check("grpo-stale")
+    return "grpo-stale"
+
+
+def grpo_without_window_index(ws: Workspace, led: Ledger) -> str:
+    led.receive(ws.grpo("grpo-noidx", evidence_window_index=DROP))
+    led.check("grpo-noidx")
+    return "grpo-noidx"
+
+
+def artifact_files(ws: Workspace, led: Ledger) -> str:
+    led.receive(ws.dpo("dpo-tamper"))
+    folder = ws.root / "dpo-tamper" / "adapter"
+    _flip(folder / "adapter_model.safetensors")
+    (folder / "adapter_config.json").unlink()
+    (folder / "extra.bin").write_bytes(b"planted")
+    led.check("dpo-tamper")
+    return "dpo-tamper"
+
+
+def rollback(ws: Workspace, led: Ledger) -> str:
+    led.receive(ws.dpo("dpo-rb"))
+    _flip(ws.root / "sft" / "adapter" / "adapter_model.safetensors")
+    led.check("dpo-rb")
+    return "dpo-rb"
+
+
+def upstream_reject(ws: Workspace, led: Ledger) -> str:
+    led.receive(ws.dpo("dpo-up", decision="reject"))
+    led.check("dpo-up")
+    led.hand_off("dpo-up")
+    return "dpo-up"
+
+
+def upstream_state(ws: Workspace, led: Ledger) -> str:
+    led.receive(ws.dpo("dpo-maybe", decision="maybe"))
+    led.check("dpo-maybe")
+    led.hand_off("dpo-maybe")
+    return "dpo-maybe"
+
+
+def blocking_recovery(ws: Workspace, led: Ledger) -> str:
+    led.receive(ws.grpo("grpo-block"))
+    ckpt = ws.root / "runs" / "pre_update"
+    ckpt.mkdir(parents=True)
+    (ckpt / "optimizer.pt").write_bytes(b"state")
+    led.record_trusted_state("grpo-block", "pre_update_checkpoint", ckpt)
+    led.invalidate_trusted_state("grpo-block", "pre_update_checkpoint", "optimizer state lost")
+    _flip(ws.root / "sft" / "adapter" / "adapter_model.safetensors")
+    led.fail_stage("grpo-block", "update")
+    return "grpo-block"
+
+
+# case -> (reason codes, the check row that proves it: name, claimed, checked against), filled per ledger
+CASES: dict[str, tuple[Case, list[str], str]] = {
+    "lineage": (lineage, ["source_policy"], "source_policy"),
+    "dpo-no-preference-evidence": (dpo_without_preference_evidence, ["branch_evidence"], "branch_evidence"),
+    "grpo-no-verifier": (grpo_without_verifier, ["branch_evidence"], "branch_evidence"),
+    "grpo-stale-window": (grpo_stale_window, ["branch_evidence"], "branch_evidence"),
+    "grpo-no-window-index": (grpo_without_window_index, ["branch_evidence"], "branch_evidence"),
+    "artifact": (artifact_files, ["artifact"], "artifact"),
+    "rollback": (rollback, ["rollback"], "rollback"),
+    "upstream-reject": (upstream_reject, ["upstream_reject"], "upstream"),
+    "upstream-state": (upstream_state, ["upstream_state"], "upstream"),
+    "blocking-recovery": (blocking_recovery, ["block_update"], ""),
+}
+
+
+def _explain(ws: Workspace, cid: str) -> tuple[dict[str, Any], str, str]:
+    results = [invoke(ws.db, "explain", cid, "--format", fmt) for fmt in ("json", "text", "md")]
+    assert [r.exit_code for r in results] == [0, 0, 0], [r.output for r in results]
+    return json.loads(results[0].stdout), results[1].stdout, results[2].stdout
+
+
+def _expected_values(name: str, ws: Workspace) -> tuple[Any, Any]:
+    """The claimed and checked-against values each case must show, computed independently of explain."""
+    sft = ws.sft_sha
+    return {
+        "lineage": ("sha-of-an-older-baseline", sft),
+        "dpo-no-preference-evidence": ({"preference_evidence_version": None}, "a non-empty version"),
+        "grpo-no-verifier": (
+            {"verifier_version": None, "evidence_window_index": 1},
+            {"verifier_version": "a non-empty version", "active_window": 1, "window_age": 0, "max_window_age": 2},
+        ),
+        "grpo-stale-window": (
+            {"verifier_version": "math-v1", "evidence_window_index": 1},
+            {"verifier_version": "a non-empty version", "active_window": 4, "window_age": 3, "max_window_age": 2},
+        ),
+        "grpo-no-window-index": (
+            {"verifier_version": "math-v1", "evidence_window_index": None},
+            {"verifier_version": "a non-empty version", "active_window": 1, "window_age": None, "max_window_age": 2},
+        ),
+        "upstream-reject": ("reject", "one of accept, tune, reject; reject fails"),
+        "upstream-state": ("maybe", "one of accept, tune, reject; reject fails"),
+    }.get(name, (None, None))
+
+
+def _shown(value: Any) -> str:
+    from replay.explain_text import format_value
+
+    return format_value(value)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_explain_shows_claimed_and_checked_values_in_every_format(ws: Workspace, name: str) -> None:
+    """The reason codes, the failing check's claimed and checked-against values, and the decisive seq, in all three."""
+    case, codes, check_name = CASES[name]
+    with ws.ledger(actor="auditor-test") as led:
+        led.init()
+        led.activate_baseline(ws.baseline())
+        cid = case(ws, led)
+        assert led.candidate(cid).state == "reject"
+    doc, text, md = _explain(ws, cid)
+    assert (doc["state"], doc["reason_codes"]) == ("reject", codes)
+    event = doc["decisive_event"]
+    for rendered in (text, md):
+        assert f"reason codes: {', '.join(codes)}" in rendered
+        assert (
+            f"decided by seq {event['seq']} {event['type']}, recorded {event['recorded_at']} by auditor-test"
+            in rendered
+        )
+        assert doc["path"][-1]["to"] == "reject" and "reject (seq" in rendered
+    if check_name:
+        row = next(c for c in doc["checks"] if c["check"] == check_name)
+        assert row["passed"] is False
+        claimed, against = _expected_values(name, ws)
+        if claimed is not None or against is not None:
+            assert (row["claimed"], row["checked_against"]) == (claimed, against)
+        line = (
+            f"{check_name}: FAILED; claimed {_shown(row['claimed'])}; checked against {_shown(row['checked_against'])}"
+        )
+        assert line in text and line in md, line
+
+
+def test_artifact_rejection_names_the_files_that_differ(ws: Workspace) -> None:
+    """A tampered adapter folder: the changed, added and removed files by relative path, with sizes and digests."""
+    with ws.ledger() as led:
+        led.activate_baseline(ws.baseline())
+        cid = artifact_files(ws, led)
+    doc, text, md = _explain(ws, cid)
+    files = doc["artifact"]["files"]
+    assert files["compared"] is True
+    assert [c["path"] for c in files["changed"]] == ["adapter_model.safetensors"]
+    assert (files["added"], files["removed"]) == (["extra.bin"], ["adapter_config.json"])
+    change = files["changed"][0]
+    assert change["recorded"]["size"] == change["checked"]["size"] == 64 * 1024
+    assert change["recorded"]["sha256"] != change["checked"]["sha256"]
+    for rendered in (text, md):
+        assert (
+            f"file changed: adapter_model.safetensors (size 65536 -> 65536, sha256 {change['recorded']['sha256']}"
+            in rendered
+        )
+        assert "file added: extra.bin" in rendered and "file removed: adapter_config.json" in rendered
+    assert doc["artifact"]["at_receipt"]["actual"] == doc["artifact"]["expected"]  # it matched when received
+
+
+def test_rollback_rejection_names_the_baseline_file(ws: Workspace) -> None:
+    """A tampered baseline folder is compared with the listing recorded when the baseline was activated."""
+    with ws.ledger() as led:
+        led.activate_baseline(ws.baseline())
+        cid = rollback(ws, led)
+    doc, text, _ = _explain(ws, cid)
+    assert [c["path"] for c in doc["rollback"]["files"]["changed"]] == ["adapter_model.safetensors"]
+    assert doc["rollback"]["activated_seq"] is not None
+    assert "file changed: adapter_model.safetensors" in text and "Rollback (FAILED)" in text
+
+
+def test_blocking_recovery_shows_each_trusted_state_and_why_it_was_passed_over(ws: Workspace) -> None:
+    """block_update: the checkpoint was invalidated (seq and reason), the baseline's hash changed (both hashes)."""
+    with ws.ledger() as led:
+        led.activate_baseline(ws.baseline())
+        cid = blocking_recovery(ws, led)
+    doc, text, md = _explain(ws, cid)
+    recovery = doc["recovery"]
+    assert (recovery["stage"], recovery["action"], recovery["blocking"]) == ("update", "block_update", True)
+    outcomes = [(c["kind"], c["outcome"]) for c in recovery["considered"]]
+    assert outcomes == [("pre_update_checkpoint", "invalidated"), ("verified_baseline", "hash_changed")]
+    baseline = recovery["considered"][1]
+    for rendered in (text, md):
+        assert "recovery: update -> block_update" in rendered
+        assert "considered pre_update_checkpoint: invalidated (invalidated at seq" in rendered
+        assert "optimizer state lost" in rendered
+        assert (
+            f"considered verified_baseline: hash_changed (recorded {baseline['expected']}, now {baseline['actual']})"
+            in rendered
+        )
+
+
+def test_settings_read_and_path_are_shown(ws: Workspace) -> None:
+    """The settings the check read and every event on the path, in text as in JSON."""
+    with ws.ledger() as led:
+        led.activate_baseline(ws.baseline())
+        cid = grpo_stale_window(ws, led)
+    doc, text, _ = _explain(ws, cid)
+    assert doc["settings"]["active_window"] == 4 and doc["settings"]["window_age"] == 3
+    assert "active_window: 4" in text and "window_age: 3" in text and "max_window_age: 2" in text
+    assert [s["trigger"] for s in doc["path"]] == ["receive", "fail_checks"]
+    for step in doc["path"]:
+        assert f"seq {step['seq']} {step['type']} ({step['trigger']})" in text
