@@ -16,6 +16,7 @@ exit code (`EXIT_CODES`; the error classes know nothing of codes, `exit_codes` m
     queries.py     commands that read: status, history, explain, replay, diagram
     integrity.py   checkpoint, verify, hash
     audit.py       audit (SPEC §7)
+    auditor.py     log, report (SPEC §11)
     drill.py       drill (SPEC §12)
 
 Adding a command is one new module and one line here: write `cli/<concern>.py` with a
@@ -28,7 +29,7 @@ that the module's `__all__` lists what it defines.
 
 from __future__ import annotations
 
-from lifecycle_fsm.cli import audit, drill, integrity, queries, writes
+from lifecycle_fsm.cli import audit, auditor, drill, integrity, queries, writes
 from lifecycle_fsm.cli.app import main
 from lifecycle_fsm.cli.exit_codes import EXIT_CODES
 
@@ -55,3 +56,5 @@ main.add_command(integrity.verify)
 main.add_command(integrity.hash_command)
 main.add_command(audit.audit)
 main.add_command(drill.drill)
+main.add_command(auditor.log)
+main.add_command(auditor.report)

@@ -1,0 +1,106 @@
+"""The auditor's filtered log: what `lifecycle log` asks the store, and how each event is shown.
+
+Every filter becomes one `EventFilter` the store runs as a single indexed query, so
+`log --type HandoffDecided --limit 20` on a million events reads twenty rows, not a
+million. `--reason CODE` is a payload match on the event types whose evidence
+carries reason codes: checks and hand-offs (`reason_codes`), blocking recovery plans
+(`action`), evidence invalidations (`cause`; `baseline` and `baseline_changed` both
+match). Each row's own hash is recomputed before it is shown (fail closed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from lifecycle_fsm.errors import CorruptionError, InputError
+from lifecycle_fsm.events import CANDIDATE_EVENTS, CANDIDATE_PREFIX, EVENT_TYPES, LEDGER_STREAM, stream_of
+from lifecycle_fsm.rules import BLOCKING_ACTIONS, FRESHNESS_CHECKS
+from lifecycle_fsm.upcasting import decoded_payload
+from store.base import EventStore
+from store.chain import rehash
+from store.records import EventFilter, PayloadMatch, StoredEvent
+
+__all__ = [
+    "CHECK_CODES",
+    "INVALIDATION_CAUSES",
+    "REASON_CODES",
+    "event_json",
+    "event_reasons",
+    "log_filter",
+    "read_log",
+]
+
+CHECK_CODES = (*FRESHNESS_CHECKS, "artifact", "rollback", "path_escapes_root", "upstream_reject", "upstream_state")
+INVALIDATION_CAUSES = ("baseline", "evaluation", "window")
+REASON_CODES = (
+    *CHECK_CODES,
+    *sorted(BLOCKING_ACTIONS),
+    *INVALIDATION_CAUSES,
+    *(f"{cause}_changed" for cause in INVALIDATION_CAUSES),
+)
+# Streams that are not a candidate's, addressed by their own name.
+NAMED_STREAMS = (LEDGER_STREAM, "seals")
+
+
+def _reason_matches(code: str) -> tuple[PayloadMatch, ...]:
+    if code in CHECK_CODES:
+        return (PayloadMatch("ChecksRecorded", "$.reason_codes", code),
+                PayloadMatch("HandoffDecided", "$.reason_codes", code))  # fmt: skip
+    if code in BLOCKING_ACTIONS:
+        return (PayloadMatch("RecoveryPlanned", "$.action", code),)
+    cause = code.removesuffix("_changed")
+    if cause in INVALIDATION_CAUSES:
+        return (PayloadMatch("EvidenceInvalidated", "$.cause", cause),)
+    raise InputError(f"unknown reason code {code!r} (one of {', '.join(REASON_CODES)})")
+
+
+def log_filter(
+    *,
+    after: int = 0,
+    before: int | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    types: tuple[str, ...] = (),
+    stream: str | None = None,
+    actor: str | None = None,
+    reason: str | None = None,
+    limit: int | None = None,
+) -> EventFilter:
+    """The store query for `log`'s options; an unknown type or reason code is refused, not an empty answer."""
+    unknown = [t for t in types if t not in EVENT_TYPES]
+    if unknown:
+        raise InputError(f"unknown event type {unknown[0]!r} (one of {', '.join(sorted(EVENT_TYPES))})")
+    stream_id = None
+    if stream is not None:
+        stream_id = stream if stream in NAMED_STREAMS or stream.startswith(CANDIDATE_PREFIX) else stream_of(stream)
+    return EventFilter(after=after, before=before, since=since, until=until, types=types, stream_id=stream_id,
+                       actor=actor, payload=() if reason is None else _reason_matches(reason), limit=limit)  # fmt: skip
+
+
+def event_reasons(event: StoredEvent, payload: dict[str, Any]) -> list[str]:
+    """The reason codes an event carries (what `--reason` matches), by its class's own rule."""
+    cls = CANDIDATE_EVENTS.get(event.type)
+    return [] if cls is None else list(cls.reasons(payload, ()))
+
+
+def event_json(event: StoredEvent, payload: dict[str, Any]) -> dict[str, Any]:
+    """One event as `history --json` shows it, plus the stream it belongs to."""
+    return {
+        "seq": event.seq,
+        "stream_id": event.stream_id,
+        "version": event.version,
+        "type": event.type,
+        "recorded_at": event.recorded_at,
+        "actor": event.actor,
+        "event_id": event.event_id,
+        "payload": payload,
+    }
+
+
+def read_log(store: EventStore, query: EventFilter) -> Iterator[tuple[StoredEvent, dict[str, Any]]]:
+    """The selected events with their decoded (upcast) payloads, each row's hash checked first."""
+    for event in store.select_matching(query):
+        if rehash(event, event.prev_hash) != event.hash:
+            raise CorruptionError(f"seq {event.seq}: stored hash does not match the event's content", seq=event.seq)
+        yield event, decoded_payload(event)

@@ -1,0 +1,156 @@
+"""The ledger report: one document an auditor can hand over (`lifecycle report`).
+
+It says what the log proves and what it decided: the head (seq and hash), the
+`verify` result and seals, the candidates by state, each rejection with its decisive
+evidence (`explain`), the recoveries by stage and action, the machine and each
+candidate's path as Mermaid diagrams. It holds no clock reading and no host name, so
+the same ledger gives the same bytes. When `verify` fails, the report says so first
+and shows no state folded from the log it could not trust (a broken checkpoint alone
+does not count: the states come from a full replay, never from a checkpoint).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from lifecycle_fsm.machine import State, diagram
+from replay.checkpoints import load_state
+from replay.explain import explain
+from replay.explain_text import explain_markdown, format_value
+from replay.report_html import markdown_to_html
+from replay.verify import verify
+from store.base import EventStore
+from store.records import EventFilter
+
+__all__ = ["MAX_PATH_MOVES", "build_report", "path_flowchart", "report_html", "report_markdown"]
+
+JSON = dict[str, Any]
+MAX_PATH_MOVES = 60  # a path diagram shows the last moves of a very long life
+
+
+def _trusted(report: JSON) -> bool:
+    """States may be shown: the chain and a full replay hold (a broken checkpoint is not used)."""
+    return bool(report["ok"]) or (report.get("bad_seq") is None and "checkpoints" in report)
+
+
+def build_report(store: EventStore) -> JSON:
+    """The report's content as data (what both renderers format)."""
+    checked = verify(store)
+    checkpoints = checked.get("checkpoints", [])
+    doc: JSON = {
+        "head": checked["head"],
+        "events": checked["events"],
+        "verify": {
+            "ok": checked["ok"],
+            "bad_seq": checked.get("bad_seq"),
+            "reason": checked.get("reason"),
+            "checkpoints": {s: sum(c["status"] == s for c in checkpoints) for s in ("ok", "stale", "broken")},
+        },
+        "seals": checked.get("seals"),  # reported by verify once heads are sealed (SPEC §8)
+        "trusted": _trusted(checked),
+        "candidates": None,
+    }
+    if not doc["trusted"]:
+        return doc
+    state = load_state(store, use_checkpoints=False).state
+    explained = {cid: explain(store, cid) for cid in sorted(state.candidates)}
+    doc["candidates"] = explained
+    doc["by_state"] = {s.value: [cid for cid, d in explained.items() if d["state"] == s.value] for s in State}
+    recoveries: dict[tuple[str, str], list[JSON]] = defaultdict(list)
+    for event in store.select_matching(EventFilter(types=("RecoveryPlanned",))):
+        plan = explained[event.stream_id.removeprefix("candidate:")]
+        recoveries[(_payload_field(event.payload, "stage"), _payload_field(event.payload, "action"))].append(
+            {"id": plan["id"], "seq": event.seq}
+        )
+    doc["recoveries"] = [
+        {"stage": stage, "action": action, "count": len(items), "candidates": items}
+        for (stage, action), items in sorted(recoveries.items())
+    ]
+    doc["machine"] = diagram()
+    return doc
+
+
+def _payload_field(payload: str, key: str) -> str:
+    import orjson
+
+    return str(orjson.loads(payload)[key])
+
+
+def path_flowchart(path: list[JSON]) -> str:
+    """One candidate's moves as a left-to-right Mermaid flowchart (state-changing events only)."""
+    moves = [s for s in path if s["from"] != s["to"]]
+    lines = ["flowchart LR", '  s0(["start"])']
+    skipped = max(0, len(moves) - MAX_PATH_MOVES)
+    if skipped:
+        lines[1] = f'  s0(["... {skipped} earlier moves"])'
+    for n, step in enumerate(moves[skipped:], start=1):
+        lines.append(f'  s{n - 1} -->|"{step["trigger"]} (seq {step["seq"]})"| s{n}["{step["to"]}"]')
+    if moves:
+        lines.append(f"  class s{len(moves) - skipped} current")
+        lines.append("  classDef current fill:#ffd966,stroke:#7f6000,stroke-width:2px")
+    return "\n".join(lines)
+
+
+def _md_cell(text: Any) -> str:
+    return format_value(text).replace("|", "\\|")
+
+
+def report_markdown(doc: JSON) -> str:
+    """The report as Markdown (GitHub and most tickets draw the Mermaid blocks)."""
+    v, head = doc["verify"], doc["head"]
+    out = ["# Ledger report", ""]
+    if not v["ok"]:
+        out += [f"> **VERIFY FAILED** at seq {format_value(v['bad_seq'])}: {v['reason']}", ">",
+                "> The log cannot be trusted as it stands. " + (
+                    "Candidate states below come from a full replay (only a checkpoint is broken)."
+                    if doc["trusted"] else "No candidate state is shown: it would be folded from untrusted rows."),
+                ""]  # fmt: skip
+    seals = doc["seals"]
+    seal_text = (
+        "not reported: this version of `verify` does not check sealed heads"
+        if seals is None
+        else f"{seals.get('count')} seal(s), keys {format_value(seals.get('keys'))}, last at seq "
+        f"{format_value(seals.get('last_seq'))}"
+    )
+    cp = v["checkpoints"]
+    out += [
+        "| | |", "|---|---|",
+        f"| head seq | {head['seq']} |", f"| head hash | `{head['hash']}` |", f"| events | {doc['events']} |",
+        f"| verify | {'ok' if v['ok'] else 'FAILED at seq ' + format_value(v['bad_seq'])} |",
+        f"| checkpoints | {cp['ok']} ok, {cp['stale']} stale (not used), {cp['broken']} broken |",
+        f"| seals | {_md_cell(seal_text)} |", "",
+    ]  # fmt: skip
+    if doc["candidates"] is None:
+        return "\n".join(out)
+    out += ["## Candidates by state", "", "| state | count | candidates |", "|---|---|---|"]
+    out += [f"| {state} | {len(ids)} | {_md_cell(', '.join(ids)) or '-'} |" for state, ids in doc["by_state"].items()]
+    rejected = [d for d in doc["candidates"].values() if d["state"] == "reject"]
+    out += ["", "## Rejections", ""]
+    if not rejected:
+        out += ["No candidate was rejected.", ""]
+    for d in rejected:
+        out.append(explain_markdown(d, level=3))
+    out += ["## Recoveries by stage and action", ""]
+    if doc["recoveries"]:
+        out += ["| stage | action | count | candidates (seq) |", "|---|---|---|---|"]
+        out += [
+            f"| {r['stage']} | {r['action']} | {r['count']} | "
+            f"{_md_cell(', '.join(_seq_of(c) for c in r['candidates']))} |"
+            for r in doc["recoveries"]
+        ]
+    else:
+        out.append("No stage failed.")
+    out += ["", "## The machine", "", "```mermaid", doc["machine"], "```", "", "## Candidate paths", ""]
+    for cid, d in doc["candidates"].items():
+        out += [f"### {_md_cell(cid)}: {d['state']}", "", "```mermaid", path_flowchart(d["path"]), "```", ""]
+    return "\n".join(out)
+
+
+def _seq_of(item: JSON) -> str:
+    return f"{item['id']} ({item['seq']})"
+
+
+def report_html(doc: JSON) -> str:
+    """The same report as one self-contained HTML file (Mermaid inlined, nothing fetched)."""
+    return markdown_to_html(report_markdown(doc), title=f"Ledger report at seq {doc['head']['seq']}")

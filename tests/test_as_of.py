@@ -1,0 +1,124 @@
+"""Time travel: `explain` and `status` as of a seq or a time, before and after a baseline advance."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+import pytest
+from conftest import Workspace, invoke
+
+from lifecycle_fsm.errors import InputError
+from lifecycle_fsm.ledger import Ledger
+from replay.asof import parse_as_of, parse_time
+from store.sqlite import SQLiteEventStore
+
+T0 = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.UTC)
+
+
+class Clock:
+    """One second per event, from T0 (so each event's time is known to the test)."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def __call__(self) -> str:
+        self.n += 1
+        return (T0 + dt.timedelta(seconds=self.n)).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def at(seconds: float) -> str:
+    return (T0 + dt.timedelta(seconds=seconds)).isoformat().replace("+00:00", "Z")
+
+
+@pytest.fixture
+def advanced(ws: Workspace) -> dict[str, int]:
+    """dpo-v5 ready under baseline A, then baseline B (invalidated: received), then checked against B (reject)."""
+    first, second = ws.baseline("sft-a"), ws.baseline("sft-b")
+    manifest = ws.dpo()  # claims baseline A (the workspace's first SFT)
+    led = Ledger(SQLiteEventStore(ws.db, synchronous="NORMAL"), clock=Clock(), actor="t")
+    with led:
+        led.init()  # seq 1, t+1
+        led.activate_baseline(first)  # seq 2, t+2
+        led.receive(manifest)  # seq 3, t+3
+        led.check("dpo-v5")  # seq 4, t+4
+        ready = led.hand_off("dpo-v5").events[-1].seq  # seq 5, t+5
+        advance = led.activate_baseline(second).events  # seq 6 (t+6) and the invalidation, seq 7 (t+7)
+        checked = led.check("dpo-v5").events[-1].seq  # seq 8, t+8
+    return {"ready": ready, "baseline": advance[0].seq, "invalidated": advance[-1].seq, "checked": checked}
+
+
+def _json(ws: Workspace, *args: str) -> Any:
+    result = invoke(ws.db, *args, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_explain_by_seq_before_and_after_the_baseline_advance(ws: Workspace, advanced: dict[str, int]) -> None:
+    """Ready at the hand-off's seq, received (baseline_changed) once B was activated, reject once checked against B."""
+    then = _json(ws, "explain", "dpo-v5", "--as-of", str(advanced["baseline"]))
+    assert (then["state"], then["decisive_event"]["type"], then["as_of"]) == ("ready", "HandoffDecided", 6)
+    after = _json(ws, "explain", "dpo-v5", "--as-of", str(advanced["invalidated"]))
+    assert (after["state"], after["reason_codes"]) == ("received", ["baseline_changed"])
+    assert after["invalidation"]["previous"] != after["invalidation"]["current"]
+    now = _json(ws, "explain", "dpo-v5")
+    assert (now["state"], now["reason_codes"]) == ("reject", ["source_policy"])
+    lineage = next(c for c in now["checks"] if c["check"] == "source_policy")
+    assert (
+        lineage["claimed"] == after["invalidation"]["previous"]
+        and lineage["checked_against"] == after["invalidation"]["current"]
+    )
+
+
+def test_explain_and_status_by_time(ws: Workspace, advanced: dict[str, int]) -> None:
+    """A time means every event recorded at or before it: offsets and naive (UTC) times name the same instant."""
+    before = _json(ws, "explain", "dpo-v5", "--as-of", at(5.5))
+    assert (before["state"], before["as_of"]) == ("ready", 5)
+    assert _json(ws, "explain", "dpo-v5", "--as-of", at(5))["as_of"] == 5  # inclusive
+    same = (T0 + dt.timedelta(seconds=5.5)).astimezone(dt.timezone(dt.timedelta(hours=2))).isoformat()
+    assert _json(ws, "explain", "dpo-v5", "--as-of", same)["as_of"] == 5
+    naive = (T0 + dt.timedelta(seconds=7)).replace(tzinfo=None).isoformat()
+    after = _json(ws, "explain", "dpo-v5", "--as-of", naive)
+    assert (after["state"], after["as_of"]) == ("received", 7)
+    assert [d["state"] for d in _json(ws, "status", "--as-of", at(5.5))] == ["ready"]
+    assert [d["state"] for d in _json(ws, "status", "--as-of", at(7))] == ["received"]
+    assert _json(ws, "status", "dpo-v5", "--as-of", str(advanced["ready"]))["state"] == "ready"
+    assert _json(ws, "status", "--as-of", at(0.5)) == []  # before anything was recorded
+    assert _json(ws, "status", "--as-of", "2099-01-01")[0]["state"] == "reject"  # a future time is the head
+
+
+def test_status_as_of_text_names_the_position(ws: Workspace, advanced: dict[str, int]) -> None:
+    """Without --json, status --as-of says which position it shows."""
+    out = invoke(ws.db, "status", "--as-of", at(5.5)).stdout
+    assert out.startswith("as of seq 5\n") and "ready" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["explain", "dpo-v5", "--as-of", "9999"], 3, "past the head of the log (seq 8)"),
+        (["status", "--as-of", "9999"], 3, "past the head"),
+        (["status", "dpo-v5", "--as-of", "9999"], 3, "past the head"),
+        (["explain", "dpo-v5", "--as-of", "2"], 4, "unknown candidate: 'dpo-v5' at or before seq 2"),
+        (["status", "dpo-v5", "--as-of", "2"], 4, "unknown candidate"),
+        (["explain", "dpo-v5", "--as-of", "2026-03-01T12:00:00Z"], 4, "at or before seq 0"),
+        (["explain", "dpo-v5", "--as-of", "yesterday"], 2, "not an ISO 8601 time"),
+        (["explain", "dpo-v5", "--as-of", "0"], 2, "a seq starts at 1"),
+    ],
+)
+def test_as_of_refusals(ws: Workspace, advanced: dict[str, int], args: list[str], code: int, message: str) -> None:
+    """Past the head: exit 3; before the candidate existed: exit 4 (SPEC §11); not a seq or a time: usage, exit 2."""
+    result = invoke(ws.db, *args)
+    assert result.exit_code == code, result.output
+    assert result.stderr.startswith("Error: ") and message in result.stderr and result.stdout == ""
+
+
+def test_parse_time_and_as_of() -> None:
+    """ISO 8601 in any offset becomes the stored UTC form; digits are a seq; fractions beyond microseconds are cut."""
+    assert parse_time("2026-03-01T14:00:00+02:00") == "2026-03-01T12:00:00.000000Z"
+    assert parse_time("2026-03-01 12:00") == "2026-03-01T12:00:00.000000Z"
+    assert parse_time("2026-03-01T12:00:00.1234567Z") == "2026-03-01T12:00:00.123456Z"
+    assert parse_as_of("42") == 42 and parse_as_of("2026-03-01") == "2026-03-01T00:00:00.000000Z"
+    with pytest.raises(InputError):
+        parse_time("12:00 tomorrow")
