@@ -15,6 +15,7 @@ from importlib import resources
 from typing import Any
 
 from markdown_it import MarkdownIt
+from markdown_it.renderer import RendererHTML
 
 __all__ = ["MERMAID_ASSET", "markdown_to_html", "mermaid_js"]
 
@@ -40,22 +41,18 @@ def mermaid_js() -> str:
     return text
 
 
-def _fence(md: MarkdownIt) -> Any:
-    default = md.renderer.rules["fence"]
-
-    def fence(tokens: Any, idx: int, options: Any, env: Any) -> str:
-        token = tokens[idx]
-        if token.info.strip() == "mermaid":
-            return f'<pre class="mermaid">{html.escape(token.content)}</pre>\n'
-        return str(default(tokens, idx, options, env))
-
-    return fence
+def _fence(renderer: RendererHTML, tokens: Any, idx: int, options: Any, env: Any) -> str:
+    """A ```mermaid fence is a diagram for the browser; any other fence stays a code block."""
+    token = tokens[idx]
+    if token.info.strip() == "mermaid":
+        return f'<pre class="mermaid">{html.escape(token.content)}</pre>\n'
+    return RendererHTML.fence(renderer, tokens, idx, options, env)
 
 
 def markdown_to_html(markdown: str, *, title: str) -> str:
     """A complete HTML document for `markdown` (raw HTML in it is escaped, not passed through)."""
     md = MarkdownIt("commonmark", {"html": False}).enable("table")
-    md.renderer.rules["fence"] = _fence(md)  # rules are called as (tokens, idx, options, env)
+    md.add_render_rule("fence", _fence)
     body = md.render(markdown)
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'

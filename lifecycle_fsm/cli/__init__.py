@@ -17,6 +17,7 @@ exit code (`EXIT_CODES`; the error classes know nothing of codes, `exit_codes` m
     integrity.py   checkpoint, verify, hash
     audit.py       audit (SPEC §7)
     auditor.py     log, report (SPEC §11)
+    serve.py       serve: Datasette over a ledger snapshot (extra `ui`)
     drill.py       drill (SPEC §12)
 
 Adding a command is one new module and one line here: write `cli/<concern>.py` with a
@@ -29,7 +30,7 @@ that the module's `__all__` lists what it defines.
 
 from __future__ import annotations
 
-from lifecycle_fsm.cli import audit, auditor, drill, integrity, queries, writes
+from lifecycle_fsm.cli import audit, auditor, drill, integrity, queries, serve, writes
 from lifecycle_fsm.cli.app import main
 from lifecycle_fsm.cli.exit_codes import EXIT_CODES
 
@@ -58,3 +59,4 @@ main.add_command(audit.audit)
 main.add_command(drill.drill)
 main.add_command(auditor.log)
 main.add_command(auditor.report)
+main.add_command(serve.serve)

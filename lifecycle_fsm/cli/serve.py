@@ -1,0 +1,73 @@
+"""`lifecycle serve`: a read-only browser over a snapshot of the ledger (Datasette, extra `ui`).
+
+The snapshot lives in a temporary folder for as long as the server runs and is
+removed when it stops. Uvicorn shuts down on SIGINT or SIGTERM and then re-raises the
+signal to the handler it found; ours turns it into a clean return (exit 0), so the
+folder is always removed. Datasette is imported only here, when the command runs.
+"""
+
+from __future__ import annotations
+
+import signal
+import tempfile
+from pathlib import Path
+from types import FrameType
+
+import click
+import orjson
+
+from lifecycle_fsm.cli.app import root_obj
+from lifecycle_fsm.errors import InputError
+
+__all__ = ["serve"]
+
+
+class _Stopped(Exception):
+    """The server was asked to stop (SIGINT or SIGTERM)."""
+
+
+def _stop(signum: int, frame: FrameType | None) -> None:
+    raise _Stopped(signum)
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (loopback by default).")
+@click.option("--port", type=click.IntRange(min=0, max=65535), default=8001, show_default=True)
+def serve(host: str, port: int) -> None:
+    """Browse a snapshot of the ledger in Datasette: canned queries, no SQL, no writes, no downloads.
+
+    Queries: rejections, recoveries, candidate_events (?id=), ready_at (?time=ISO),
+    chain_head, seals. Needs the `ui` extra: pip install 'lifecycle-fsm[ui]'.
+    """
+    from replay.browse import metadata, snapshot
+
+    try:
+        from datasette.cli import cli as datasette_cli
+        from datasette.plugins import pm
+    except ImportError:
+        raise InputError("serve needs Datasette: pip install 'lifecycle-fsm[ui]'") from None
+    from lifecycle_fsm.cli import serve_plugin
+
+    if not pm.is_registered(serve_plugin):
+        pm.register(serve_plugin, name="lifecycle_fsm")
+    ledger = Path(root_obj()["db"])
+    if not ledger.is_file():
+        raise InputError(f"no ledger at {ledger} (serve browses an existing SQLite ledger file)")
+    with tempfile.TemporaryDirectory(prefix="lifecycle-serve-") as folder:
+        snap = snapshot(ledger, Path(folder))
+        meta = Path(folder) / "metadata.json"
+        meta.write_bytes(orjson.dumps(metadata(snap), option=orjson.OPT_INDENT_2))
+        click.echo(f"serving {ledger} as of seq {snap.head_seq} at http://{host}:{port}/{snap.name}", err=True)
+        args = [
+            "serve", "-i", str(snap.path), "-m", str(meta), "--host", host, "--port", str(port),
+            "--setting", "default_allow_sql", "off", "--setting", "allow_download", "off",
+            "--setting", "allow_csv_stream", "off",
+        ]  # fmt: skip
+        previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            datasette_cli.main(args=args, prog_name="lifecycle serve", standalone_mode=False)
+        except _Stopped:
+            click.echo("stopped", err=True)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)

@@ -1,0 +1,57 @@
+"""A Datasette plugin for `lifecycle serve`: read-only methods, and the CLI's own time parsing in SQL.
+
+Every request that is not GET or HEAD is answered 405 before Datasette sees it: the
+browser has nothing to write, and Datasette 0.65.5 answers a POST to a read-only
+canned query with a 500 after running its SELECT.
+
+`ready_at` compares the stored UTC text with `:time`; SQLite's date functions round to
+the millisecond, so `:time` is brought to the stored form by `replay.asof.parse_time`,
+exactly as `status --as-of` does (NULL for text that is not a time). Imported and
+registered only when `serve` runs, so the CLI never imports Datasette otherwise.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from datasette import hookimpl
+
+from lifecycle_fsm.errors import InputError
+from replay.asof import parse_time
+
+__all__ = ["asgi_wrapper", "lifecycle_utc", "prepare_connection"]
+
+ASGIApp = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
+
+
+def lifecycle_utc(text: object) -> str | None:
+    """An ISO 8601 time as stored UTC text, or NULL."""
+    if not isinstance(text, str):
+        return None
+    try:
+        return parse_time(text)
+    except InputError:
+        return None
+
+
+@hookimpl
+def prepare_connection(conn: sqlite3.Connection) -> None:
+    conn.create_function("lifecycle_utc", 1, lifecycle_utc, deterministic=True)
+
+
+@hookimpl
+def asgi_wrapper() -> Callable[[ASGIApp], ASGIApp]:
+    def wrap(app: ASGIApp) -> ASGIApp:
+        async def read_only(scope: dict[str, Any], receive: Any, send: Any) -> None:
+            if scope["type"] == "http" and scope["method"] not in ("GET", "HEAD"):
+                await send({"type": "http.response.start", "status": 405,
+                            "headers": [(b"allow", b"GET, HEAD"), (b"content-type", b"text/plain")]})  # fmt: skip
+                await send({"type": "http.response.body", "body": b"read-only: only GET and HEAD are served\n"})
+                return
+            await app(scope, receive, send)
+
+        return read_only
+
+    return wrap

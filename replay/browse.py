@@ -1,0 +1,162 @@
+"""What `lifecycle serve` shows: a snapshot of the ledger and Datasette metadata for it.
+
+The browser never opens the live file. `snapshot` copies it with SQLite's backup API
+(a consistent copy while writers go on), checks the copy's chain, and adds one table
+the log does not hold: `candidate_states`, each candidate's state and reason codes
+after each of its events, computed by the same fold as replay (so `rejections` and
+`ready_at` agree with `explain` and `status --as-of`, and no SQL re-implements the
+machine). Datasette then opens the copy immutable, with arbitrary SQL, downloads and
+CSV streams off: only the canned queries below and read-only table pages are served.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from lifecycle_fsm.errors import CorruptionError, StoreError
+from lifecycle_fsm.events import CANDIDATE_EVENTS, candidate_id_of
+from lifecycle_fsm.state import step_candidate_at
+from lifecycle_fsm.upcasting import decoded_payload
+from store.sqlite import SQLiteEventStore
+
+__all__ = ["CANNED_QUERIES", "Snapshot", "metadata", "snapshot"]
+
+JSON = dict[str, Any]
+
+CANNED_QUERIES: dict[str, JSON] = {
+    "rejections": {
+        "title": "Rejected candidates",
+        "description": "Each rejected candidate with its reason codes and the event (seq) that rejected it.",
+        "sql": "SELECT id, reason_codes, seq, type, recorded_at, actor FROM candidate_states "
+        "WHERE state = 'reject' ORDER BY seq",
+    },
+    "recoveries": {
+        "title": "Recovery plans",
+        "description": "Every recovery plan: the failed stage, the action, the trusted state reused, blocking or not.",
+        "sql": "SELECT substr(stream_id, 11) AS id, seq, json_extract(payload, '$.stage') AS stage, "
+        "json_extract(payload, '$.action') AS action, json_extract(payload, '$.recovery_state') AS recovery_state, "
+        "json_extract(payload, '$.reused_state') AS reused_state, json_extract(payload, '$.blocking') AS blocking, "
+        "recorded_at, actor FROM events WHERE type = 'RecoveryPlanned' ORDER BY seq",
+    },
+    "candidate_events": {
+        "title": "One candidate's events",
+        "description": "Every event of the candidate named by :id, oldest first, with its payload (the evidence).",
+        "sql": "SELECT seq, version, type, recorded_at, actor, event_id, payload FROM events "
+        "WHERE stream_id = 'candidate:' || :id ORDER BY seq",
+        "params": ["id"],
+    },
+    "ready_at": {
+        "title": "Ready at a time",
+        "description": "The candidates that were ready at :time (ISO 8601 with Z or an offset, naive = UTC), "
+        "i.e. after every event recorded at or before it, as `lifecycle status --as-of` says.",
+        "sql": "WITH at AS (SELECT coalesce(max(seq), 0) AS pos FROM events "
+        "WHERE recorded_at <= lifecycle_utc(:time)) "
+        "SELECT s.id, s.state, s.seq, s.recorded_at FROM candidate_states s, at "
+        "WHERE s.seq = (SELECT max(t.seq) FROM candidate_states t WHERE t.id = s.id AND t.seq <= at.pos) "
+        "AND s.state = 'ready' ORDER BY s.id",
+        "params": ["time"],
+    },
+    "chain_head": {
+        "title": "Head of the chain",
+        "description": "The last event's seq and hash (compare with `lifecycle verify --json`) and the event count.",
+        "sql": "SELECT seq, hash, recorded_at, (SELECT count(*) FROM events) AS events FROM events "
+        "ORDER BY seq DESC LIMIT 1",
+    },
+    "seals": {
+        "title": "Sealed heads",
+        "description": "Every HeadSealed event on the seals stream: the seq and hash it signed, and the key.",
+        "sql": "SELECT seq, recorded_at, actor, json_extract(payload, '$.seq') AS sealed_seq, "
+        "json_extract(payload, '$.hash') AS sealed_hash, json_extract(payload, '$.key_id') AS key_id, "
+        "json_extract(payload, '$.signature') AS signature, payload FROM events WHERE stream_id = 'seals' "
+        "ORDER BY seq",
+    },
+}
+
+
+class Snapshot:
+    """A verified copy of a ledger in `folder`, named after the ledger file's stem."""
+
+    def __init__(self, path: Path, head_seq: int, head_hash: str) -> None:
+        self.path = path
+        self.name = path.stem
+        self.head_seq = head_seq
+        self.head_hash = head_hash
+
+
+def snapshot(ledger: Path, folder: Path) -> Snapshot:
+    """Copy the ledger (backup API), verify the copy's chain and fold, add `candidate_states`."""
+    target = folder / f"{ledger.stem}.db"
+    try:
+        source = sqlite3.connect(f"file:{ledger}?mode=ro", uri=True)
+        try:
+            copy = sqlite3.connect(target)
+            with copy:
+                source.backup(copy)
+            copy.close()
+        finally:
+            source.close()
+    except sqlite3.DatabaseError as e:
+        raise StoreError(f"{ledger}: cannot take a snapshot ({e})") from e
+    with SQLiteEventStore(target, synchronous="OFF") as store:
+        chain = store.verify_chain()
+        if not chain.ok:
+            raise CorruptionError(f"the ledger's chain is broken at seq {chain.bad_seq}: {chain.reason}; "
+                                  "see `lifecycle verify`", seq=chain.bad_seq)  # fmt: skip
+        rows = _states(store)
+    conn = sqlite3.connect(target)
+    with conn:
+        conn.execute(
+            "CREATE TABLE candidate_states (id TEXT NOT NULL, seq INTEGER PRIMARY KEY, type TEXT NOT NULL, "
+            "trigger TEXT NOT NULL, state TEXT NOT NULL, reason_codes TEXT NOT NULL, recorded_at TEXT NOT NULL, "
+            "actor TEXT NOT NULL)"
+        )
+        conn.executemany("INSERT INTO candidate_states VALUES (?,?,?,?,?,?,?,?)", rows)
+        conn.execute("CREATE INDEX candidate_states_id ON candidate_states (id, seq)")
+    conn.execute("PRAGMA journal_mode=DELETE")  # immutable readers expect no WAL beside the file
+    conn.close()
+    return Snapshot(target, chain.head.seq, chain.head.hash)
+
+
+def _states(store: SQLiteEventStore) -> list[tuple[Any, ...]]:
+    """Each candidate event with the candidate's state and reason codes after it (the replay fold)."""
+    works: dict[str, JSON | None] = {}
+    rows = []
+    for event in store.select_events():
+        cid = candidate_id_of(event.stream_id)
+        if cid is None:
+            continue
+        payload = decoded_payload(event)
+        trigger = CANDIDATE_EVENTS[event.type].trigger_for(payload)
+        work = step_candidate_at(works.get(event.stream_id), event.type, payload, event.seq, event.stream_id,
+                                 event.version)  # fmt: skip
+        works[event.stream_id] = work
+        rows.append((cid, event.seq, event.type, trigger, work["state"],
+                     orjson.dumps(list(work["reason_codes"])).decode(), event.recorded_at, event.actor))  # fmt: skip
+    return rows
+
+
+def metadata(snap: Snapshot) -> JSON:
+    """Datasette metadata: title naming the head, descriptions, the canned queries, no arbitrary SQL."""
+    return {
+        "title": f"Ledger {snap.name}: snapshot at seq {snap.head_seq}",
+        "description": (
+            f"A read-only snapshot of the ledger taken when the server started: head seq {snap.head_seq}, "
+            f"hash {snap.head_hash} (chain verified). Writers keep using the live file; restart to see newer events. "
+            "candidate_states is derived by the replay fold for this view; it is not part of the ledger."
+        ),
+        "allow_sql": False,
+        "databases": {
+            snap.name: {
+                "description": f"The ledger's tables as of seq {snap.head_seq}, and the queries an auditor asks.",
+                "queries": CANNED_QUERIES,
+                "tables": {
+                    "events": {"description": "The append-only, hash-chained log: one row per event."},
+                    "candidate_states": {"description": "Each candidate's state after each of its events."},
+                },
+            }
+        },
+    }
