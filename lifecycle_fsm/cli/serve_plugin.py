@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar, cast
 
-from datasette import hookimpl
+from datasette import hookimpl as datasette_hookimpl
 
 from lifecycle_fsm.errors import InputError
 from replay.asof import parse_time
@@ -24,6 +24,12 @@ from replay.asof import parse_time
 __all__ = ["asgi_wrapper", "lifecycle_utc", "prepare_connection"]
 
 ASGIApp = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def hookimpl(func: _F) -> _F:
+    """Datasette's (untyped) hook marker, keeping the function's type."""
+    return cast(_F, datasette_hookimpl(func))
 
 
 def lifecycle_utc(text: object) -> str | None:
