@@ -23,14 +23,14 @@ from replay.log import event_json, event_reasons, log_filter, read_log
 
 __all__ = ["log", "report"]
 
-TIME = TimeType()
+_TIME = TimeType()
 
 
 @click.command()
 @click.option("--after", type=click.IntRange(min=0), default=0, help="Only events after this seq (exclusive).")
 @click.option("--before", type=click.IntRange(min=1), help="Only events before this seq (exclusive).")
-@click.option("--since", type=TIME, help="Only events recorded at or after this ISO 8601 time.")
-@click.option("--until", type=TIME, help="Only events recorded at or before this ISO 8601 time.")
+@click.option("--since", type=_TIME, help="Only events recorded at or after this ISO 8601 time.")
+@click.option("--until", type=_TIME, help="Only events recorded at or before this ISO 8601 time.")
 @click.option("--type", "types", multiple=True, metavar="TYPE", help="Only this event type (repeatable: any of them).")
 @click.option("--stream", metavar="ID", help="Only this candidate's events (or `ledger`, `seals`).")
 @click.option("--actor", help="Only events recorded by this actor.")
@@ -78,13 +78,13 @@ def log(
             click.echo("no events match")
 
 
-REPORT_FORMATS = {"md": "ledger-report.md", "html": "ledger-report.html"}
+_REPORT_FORMATS = {"md": "ledger-report.md", "html": "ledger-report.html"}
 
 
 @click.command()
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True,
               help="Folder for the report (created if missing).")  # fmt: skip
-@click.option("--format", "fmt", type=click.Choice(sorted(REPORT_FORMATS)), default="md", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(sorted(_REPORT_FORMATS)), default="md", show_default=True)
 @click.option("--replace", is_flag=True, help="Move an existing report to <file>.previous first (one generation).")
 @json_option
 def report(out: Path, fmt: str, replace: bool) -> None:
@@ -97,7 +97,7 @@ def report(out: Path, fmt: str, replace: bool) -> None:
     """
     from replay.report import build_report, report_html, report_markdown
 
-    target = out / REPORT_FORMATS[fmt]
+    target = out / _REPORT_FORMATS[fmt]
     refuse_existing([target], replace)  # before the (slow) verify: a refusal is immediate
     doc = build_report(open_ledger(must_exist=True).store)
     text = report_markdown(doc) if fmt == "md" else report_html(doc)

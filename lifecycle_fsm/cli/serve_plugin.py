@@ -23,11 +23,11 @@ from replay.asof import parse_time
 
 __all__ = ["asgi_wrapper", "lifecycle_utc", "prepare_connection"]
 
-ASGIApp = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
+_ASGIApp = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-def hookimpl(func: _F) -> _F:
+def _hookimpl(func: _F) -> _F:
     """Datasette's (untyped) hook marker, keeping the function's type."""
     return cast(_F, datasette_hookimpl(func))
 
@@ -42,14 +42,14 @@ def lifecycle_utc(text: object) -> str | None:
         return None
 
 
-@hookimpl
+@_hookimpl
 def prepare_connection(conn: sqlite3.Connection) -> None:
     conn.create_function("lifecycle_utc", 1, lifecycle_utc, deterministic=True)
 
 
-@hookimpl
-def asgi_wrapper() -> Callable[[ASGIApp], ASGIApp]:
-    def wrap(app: ASGIApp) -> ASGIApp:
+@_hookimpl
+def asgi_wrapper() -> Callable[[_ASGIApp], _ASGIApp]:
+    def wrap(app: _ASGIApp) -> _ASGIApp:
         async def read_only(scope: dict[str, Any], receive: Any, send: Any) -> None:
             if scope["type"] == "http" and scope["method"] not in ("GET", "HEAD"):
                 await send({"type": "http.response.start", "status": 405,

@@ -1,0 +1,139 @@
+"""`lifecycle log`: each filter against `history` and an independent read of the file, in every output form."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+import pytest
+from auditor_cases import auditor_ledger
+from conftest import Workspace, invoke
+
+from lifecycle_fsm.artifacts import hash_directory
+
+
+@pytest.fixture(scope="module")
+def logged(tmp_path_factory: pytest.TempPathFactory) -> Workspace:
+    """The auditor ledger, plus bob's grpo candidate invalidated by a window advance."""
+    ws = Workspace(tmp_path_factory.mktemp("log"))
+    auditor_ledger(ws)
+    with ws.ledger(actor="bob") as led:
+        led.activate_baseline(ws.baseline("sft-2"))  # the first baseline was tampered with by the blocking case
+        sft2 = hash_directory(ws.root / "sft-2" / "adapter")
+        led.receive(ws.grpo("grpo-bob", evidence_window_index=5, source_policy_version=sft2))
+        led.advance_window(5)
+        assert led.check("grpo-bob").state == "verified"
+        led.advance_window(6)  # invalidates grpo-bob (cause window)
+    return ws
+
+
+def _log(ws: Workspace, *args: str) -> list[dict[str, Any]]:
+    result = invoke(ws.db, "log", *args, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)  # type: ignore[no-any-return]
+
+
+def _rows(ws: Workspace) -> list[dict[str, Any]]:
+    """Every row read with plain sqlite3: the oracle the filters are checked against."""
+    with sqlite3.connect(ws.db) as conn:
+        conn.row_factory = sqlite3.Row
+        return [dict(r) for r in conn.execute("SELECT * FROM events ORDER BY seq")]
+
+
+def _seqs(docs: list[dict[str, Any]]) -> list[int]:
+    return [d["seq"] for d in docs]
+
+
+def test_stream_filter_is_history(logged: Workspace) -> None:
+    """`log --stream ID` is `history ID --json` with each event's stream named."""
+    for cid in ("dpo-good", "grpo-block", "grpo-bob"):
+        history = json.loads(invoke(logged.db, "history", cid, "--json").stdout)
+        assert [{k: v for k, v in d.items() if k != "stream_id"} for d in _log(logged, "--stream", cid)] == history
+        assert {d["stream_id"] for d in _log(logged, "--stream", cid)} == {f"candidate:{cid}"}
+    ledger = _log(logged, "--stream", "ledger")
+    assert _seqs(ledger) == [r["seq"] for r in _rows(logged) if r["stream_id"] == "ledger"]
+
+
+def test_position_time_type_and_actor_filters(logged: Workspace) -> None:
+    """after/before exclusive, since/until inclusive, types any-of, actor exact; all combine."""
+    rows = _rows(logged)
+    assert _seqs(_log(logged)) == [r["seq"] for r in rows]
+    assert _seqs(_log(logged, "--after", "3", "--before", "9")) == [4, 5, 6, 7, 8]
+    since, until = rows[4]["recorded_at"], rows[9]["recorded_at"]
+    assert _seqs(_log(logged, "--since", since, "--until", until)) == [r["seq"] for r in rows[4:10]]
+    types = ["HandoffDecided", "EvidenceInvalidated"]
+    assert _seqs(_log(logged, "--type", types[0], "--type", types[1])) == [r["seq"] for r in rows if r["type"] in types]
+    assert _seqs(_log(logged, "--actor", "bob")) == [r["seq"] for r in rows if r["actor"] == "bob"]
+    both = _log(logged, "--actor", "bob", "--type", "WindowAdvanced", "--after", str(rows[-3]["seq"]))
+    assert [(d["actor"], d["type"]) for d in both] == [("bob", "WindowAdvanced")]
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ("source_policy", {("dpo-old", "ChecksRecorded")}),
+        ("artifact", {("dpo-tamper", "ChecksRecorded")}),
+        ("upstream_reject", {("dpo-up", "HandoffDecided")}),
+        ("upstream_state", {("dpo-maybe", "HandoffDecided")}),
+        ("branch_evidence", {("grpo-stale", "ChecksRecorded")}),
+        ("block_update", {("grpo-block", "RecoveryPlanned")}),
+        ("window", {("grpo-bob", "EvidenceInvalidated")}),
+        ("window_changed", {("grpo-bob", "EvidenceInvalidated")}),
+        ("rollback", set()),
+    ],
+)
+def test_reason_filter_matches_the_evidence(logged: Workspace, code: str, expected: set[tuple[str, str]]) -> None:
+    """`--reason CODE` finds the checks, hand-offs, blocking plans and invalidations that carry it, and nothing else."""
+    found = {(d["stream_id"].removeprefix("candidate:"), d["type"]) for d in _log(logged, "--reason", code)}
+    assert found == expected
+    for cid, _ in expected:
+        codes = json.loads(invoke(logged.db, "explain", cid, "--json").stdout)["reason_codes"]
+        assert code in codes or f"{code}_changed" in codes
+
+
+def test_limit_pages_and_output_forms(logged: Workspace) -> None:
+    """--limit keeps the first N in seq order; --after the last seq shown is the next page; jsonl = json; text lines."""
+    everything = _log(logged)
+    pages: list[dict[str, Any]] = []
+    while True:
+        page = _log(logged, "--limit", "7", "--after", str(pages[-1]["seq"] if pages else 0))
+        if not page:
+            break
+        pages += page
+    assert pages == everything
+    jsonl = invoke(logged.db, "log", "--jsonl", "--type", "ChecksRecorded").stdout.splitlines()
+    assert [json.loads(line) for line in jsonl] == _log(logged, "--type", "ChecksRecorded")
+    text = invoke(logged.db, "log", "--reason", "artifact").stdout
+    seq = _log(logged, "--reason", "artifact")[0]["seq"]
+    assert f"{seq:>8}  " in text and "candidate:dpo-tamper  ChecksRecorded  [artifact]  by auditor-test" in text
+    assert invoke(logged.db, "log", "--actor", "nobody").stdout == "no events match\n"
+    assert _log(logged, "--actor", "nobody") == []
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["--type", "CheckRecorded"], 3, "unknown event type 'CheckRecorded'"),
+        (["--reason", "freshness"], 3, "unknown reason code 'freshness'"),
+        (["--since", "last tuesday"], 2, "not an ISO 8601 time"),
+        (["--limit", "-1"], 2, "--limit"),
+    ],
+)
+def test_bad_filters_are_refused(logged: Workspace, args: list[str], code: int, message: str) -> None:
+    """A typo in a type or reason code is refused (never an empty answer that looks like "nothing happened")."""
+    result = invoke(logged.db, "log", *args)
+    assert (result.exit_code, result.stdout) == (code, "")
+    assert result.stderr.startswith("Error: ") and message in result.stderr
+
+
+def test_a_tampered_row_is_refused(logged: Workspace, tmp_path: Any) -> None:
+    """log recomputes each row's hash before printing it: an edited payload is an integrity error naming the seq."""
+    copy = tmp_path / "copy.db"
+    with sqlite3.connect(logged.db) as src, sqlite3.connect(copy) as dst:
+        src.backup(dst)
+    with sqlite3.connect(copy) as conn:
+        conn.execute("DROP TRIGGER events_refuse_update")
+        conn.execute("UPDATE events SET actor = 'mallory' WHERE seq = 4")
+    result = invoke(copy, "log", "--after", "3", "--limit", "1")
+    assert result.exit_code == 6 and "seq 4" in result.stderr

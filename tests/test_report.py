@@ -1,0 +1,146 @@
+"""`lifecycle report`: what it says, byte-stability, refusal and `--replace`, a failed verify, offline HTML."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import pytest
+from auditor_cases import auditor_ledger
+from conftest import REPO, Workspace, invoke
+
+from replay.report_html import MERMAID_ASSET, mermaid_js
+
+CHROMIUM = Path("/usr/bin/chromium")
+MERMAID_SHA256 = "9f2807e402479d2864bfd9a95052076fc69d0ff45a0b25148b84b70fc33425b9"
+
+
+@pytest.fixture(scope="module")
+def reported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Workspace, dict[str, str]]:
+    ws = Workspace(tmp_path_factory.mktemp("report"))
+    return ws, auditor_ledger(ws)
+
+
+def _report(db: Path, out: Path, *args: str) -> tuple[int, str]:
+    result = invoke(db, "report", "--out", str(out), *args)
+    return result.exit_code, result.stderr
+
+
+def test_markdown_report_says_what_the_ledger_proves_and_decided(reported: tuple[Workspace, dict[str, str]],
+                                                                 tmp_path: Path) -> None:  # fmt: skip
+    """Head and verify, candidates by state, each rejection's decisive evidence, recoveries, machine, paths."""
+    ws, states = reported
+    assert _report(ws.db, tmp_path / "a" / "b") == (0, "")  # --out is created
+    text = (tmp_path / "a" / "b" / "ledger-report.md").read_text()
+    head = json.loads(invoke(ws.db, "verify", "--json").stdout)["head"]
+    assert f"| head seq | {head['seq']} |" in text and f"| head hash | `{head['hash']}` |" in text
+    assert "| verify | ok |" in text and "| seals | not reported" in text
+    rejected = sorted(cid for cid, s in states.items() if s == "reject")
+    assert f"| reject | {len(rejected)} | {', '.join(rejected)} |" in text
+    assert "| ready | 1 | dpo-good |" in text and "| recovering | 1 | rlvr-rec |" in text
+    for cid in rejected:
+        doc = json.loads(invoke(ws.db, "explain", cid, "--json").stdout)
+        event = doc["decisive_event"]
+        assert f"### {cid}: reject" in text
+        assert f"decided by seq {event['seq']} {event['type']}, recorded {event['recorded_at']}" in text
+    assert "- file changed: adapter_model.safetensors" in text
+    assert "- considered pre_update_checkpoint: invalidated" in text
+    assert "| sampling | retry_sampling_from_prompt_queue | 1 | rlvr-rec (" in text
+    assert "| update | block_update | 1 | grpo-block (" in text
+    assert text.count("```mermaid") == 1 + len(states)  # the machine and one path per candidate
+    assert "stateDiagram-v2" in text and "flowchart LR" in text
+    assert re.search(r"s\d+ -->\|\"hand_off_ready \(seq \d+\)\"\| s\d+\[\"ready\"\]", text)
+
+
+def test_report_is_byte_stable_for_the_same_ledger(reported: tuple[Workspace, dict[str, str]], tmp_path: Path) -> None:
+    """Two runs, and a copy of the ledger under another name, give the same bytes (md and html)."""
+    ws, _ = reported
+    copy = tmp_path / "elsewhere" / "renamed.db"
+    copy.parent.mkdir()
+    shutil.copy(ws.db, copy)
+    for fmt in ("md", "html"):
+        outs = [tmp_path / f"{fmt}-{n}" for n in range(3)]
+        for out, db in zip(outs, (ws.db, ws.db, copy), strict=True):
+            assert _report(db, out, "--format", fmt) == (0, "")
+        name = f"ledger-report.{fmt}"
+        first = (outs[0] / name).read_bytes()
+        assert all((out / name).read_bytes() == first for out in outs[1:])
+
+
+def test_existing_report_is_refused_unless_replace(reported: tuple[Workspace, dict[str, str]], tmp_path: Path) -> None:
+    """Exit 3 and nothing touched; --replace keeps one .previous; a second --replace with a .previous is refused."""
+    ws, _ = reported
+    target = tmp_path / "ledger-report.md"
+    assert _report(ws.db, tmp_path)[0] == 0
+    target.write_text("the auditor's annotated copy\n")
+    code, err = _report(ws.db, tmp_path)
+    assert code == 3 and err.startswith("Error: ") and "ledger-report.md" in err and err.count("\n") == 1
+    assert target.read_text() == "the auditor's annotated copy\n"
+    assert _report(ws.db, tmp_path, "--replace")[0] == 0
+    assert (tmp_path / "ledger-report.md.previous").read_text() == "the auditor's annotated copy\n"
+    assert target.read_text().startswith("# Ledger report")
+    code, err = _report(ws.db, tmp_path, "--replace")
+    assert code == 3 and "previous" in err
+
+
+def test_failed_verify_is_reported_first_and_exits_6(
+    reported: tuple[Workspace, dict[str, str]], tmp_path: Path
+) -> None:
+    """An edited row: the report is still written, says so at the top, shows no state, and the command exits 6."""
+    ws, _ = reported
+    copy = tmp_path / "tampered.db"
+    shutil.copy(ws.db, copy)
+    with sqlite3.connect(copy) as conn:
+        conn.execute("DROP TRIGGER events_refuse_update")
+        conn.execute("UPDATE events SET actor = 'mallory' WHERE seq = 5")
+    result = invoke(copy, "report", "--out", str(tmp_path / "out"))
+    assert result.exit_code == 6 and "verify FAILED" in result.stdout
+    text = (tmp_path / "out" / "ledger-report.md").read_text()
+    assert text.startswith("# Ledger report\n\n> **VERIFY FAILED** at seq 5: stored hash does not match")
+    assert "No candidate state is shown" in text and "## Rejections" not in text
+
+
+def test_html_is_self_contained(reported: tuple[Workspace, dict[str, str]], tmp_path: Path) -> None:
+    """One file: the Markdown's content, the vendored Mermaid inlined, no external reference at all."""
+    ws, _ = reported
+    assert _report(ws.db, tmp_path, "--format", "html")[0] == 0
+    page = (tmp_path / "ledger-report.html").read_text()
+    outside_scripts = re.sub(r"<script>.*?</script>", "", page, flags=re.S)
+    assert not re.search(r"""(src|href)\s*=|<link|@import|url\(""", outside_scripts)
+    assert mermaid_js() in page and page.count('<pre class="mermaid">') >= 2
+    assert "<h2>Rejections</h2>" in page and "<table>" in page
+
+
+def test_vendored_mermaid_is_the_pinned_build() -> None:
+    """The inlined Mermaid is byte-for-byte the npm release named in replay/assets/README.md."""
+    data = (REPO / "replay" / "assets" / MERMAID_ASSET).read_bytes()
+    assert hashlib.sha256(data).hexdigest() == MERMAID_SHA256
+    assert MERMAID_SHA256 in (REPO / "replay" / "assets" / "README.md").read_text()
+
+
+def test_html_diagrams_render_offline_in_chromium(reported: tuple[Workspace, dict[str, str]], tmp_path: Path) -> None:
+    """Headless Chromium with networking off draws every Mermaid block of the report as an SVG."""
+    if not CHROMIUM.exists():
+        if os.environ.get("CI") == "true":
+            pytest.fail("Chromium is missing in CI (.ci/run installs it)")
+        pytest.skip("Chromium is not installed")
+    ws, states = reported
+    assert _report(ws.db, tmp_path, "--format", "html")[0] == 0
+    page = tmp_path / "ledger-report.html"
+    flags = [
+        str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=15000",
+    ]  # fmt: skip
+    done = subprocess.run([*flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120,
+                          check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count('aria-roledescription="stateDiagram"') == 1
+    assert done.stdout.count('aria-roledescription="flowchart-v2"') == len(states)
+    assert 'aria-roledescription="error"' not in done.stdout  # how Mermaid draws a diagram it cannot parse
