@@ -77,13 +77,19 @@ FILTER_INDEXES = (
 def filter_sql(query: EventFilter) -> tuple[str, list[Any]]:
     """The WHERE clause (with ORDER BY and LIMIT) and parameters of an `EventFilter`.
 
-    A payload match first looks for the value's JSON text in the payload (`instr`, no
-    parsing), then confirms it at its path: a scalar equal to it, or an array holding it.
+    Why it is written this way (measured on a 1M-event ledger, README "Performance"):
+    - with a time filter the position bound is written `+seq`, so the planner takes the
+      `recorded_at` index instead of walking the whole table in seq order;
+    - a payload match first restricts the rows to its event types (the `type` index),
+      then looks for the value's JSON text followed by `,` `]` or `}` (a value, never a
+      key: payloads are the store's own compact canonical JSON), and only then confirms
+      it at its path with the JSON functions: a scalar equal to it, or an array holding it.
     """
-    where = ["seq > ?"]
+    seq = "+seq" if query.since is not None or query.until is not None else "seq"
+    where = [f"{seq} > ?"]
     params: list[Any] = [query.after]
     for sql, value in (
-        ("seq < ?", query.before),
+        (f"{seq} < ?", query.before),
         ("recorded_at >= ?", query.since),
         ("recorded_at <= ?", query.until),
         ("stream_id = ?", query.stream_id),
@@ -96,14 +102,18 @@ def filter_sql(query: EventFilter) -> tuple[str, list[Any]]:
         where.append(f"type IN ({','.join('?' * len(query.types))})")
         params.extend(query.types)
     if query.payload:
+        match_types = sorted({m.type for m in query.payload})
+        where.append(f"type IN ({','.join('?' * len(match_types))})")
+        params.extend(match_types)
         ors = []
         for m in query.payload:
             ors.append(
-                "(type = ? AND instr(payload, ?) > 0 AND (json_extract(payload, ?) = ? OR "
+                "(type = ? AND (instr(payload, ?) > 0 OR instr(payload, ?) > 0 OR instr(payload, ?) > 0) AND "
+                "(json_extract(payload, ?) = ? OR "
                 "(json_type(payload, ?) = 'array' AND EXISTS (SELECT 1 FROM json_each(payload, ?) WHERE value = ?))))"
             )
             needle = orjson.dumps(m.value).decode()
-            params.extend([m.type, needle, m.path, m.value, m.path, m.path, m.value])
+            params.extend([m.type, needle + ",", needle + "]", needle + "}", m.path, m.value, m.path, m.path, m.value])
         where.append("(" + " OR ".join(ors) + ")")
     sql = " AND ".join(where) + " ORDER BY seq"
     if query.limit is not None:
