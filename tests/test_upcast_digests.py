@@ -1,4 +1,4 @@
-"""Events written before per-file digests (schema version 1) still fold, verify and explain: "not recorded", never a guess."""
+"""Events written before per-file digests (schema version 1) fold, verify and explain: "not recorded", never a guess."""
 
 from __future__ import annotations
 
