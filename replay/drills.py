@@ -14,7 +14,6 @@ temporary folder are shown as `<workspace>/…`.
 
 from __future__ import annotations
 
-import json
 import random
 import sqlite3
 import tempfile
@@ -28,6 +27,7 @@ import attrs
 
 from lifecycle_fsm.artifacts import hash_directory
 from lifecycle_fsm.errors import NotFoundError
+from lifecycle_fsm.fixtures import baseline_manifest, candidate_manifest, write_adapter, write_manifest
 from lifecycle_fsm.ledger import CommandResult, Ledger, utc_now
 from replay import faults_inject
 from replay.checkpoints import load_state, take_checkpoint
@@ -38,13 +38,6 @@ from replay.verify import verify
 __all__ = ["DrillResult", "Failure", "StepResult", "build_report", "report_markdown", "run_drills", "run_scenario"]
 
 JSON = dict[str, Any]
-_MANIFEST_BASE: dict[str, JSON] = {
-    "baseline": {"semantic_id": "PT-SFT-DELIVERY"},
-    "dpo": {"semantic_id": "PT-DPO-OFFLINE", "source_evidence": {"version": "pref-train-v1"}},
-    "grpo": {"semantic_id": "PT-GRPO-GROUPWISE", "trajectory_identity": {"verifier_version": "math-v1"}},
-    "rlvr": {"semantic_id": "PT-GRPO-GROUPWISE", "candidate_kind": "rlvr",
-             "trajectory_identity": {"verifier_version": "math-v1"}},
-}  # fmt: skip
 
 
 @attrs.frozen
@@ -148,34 +141,31 @@ def _materialize(run: _Run, spec: ArtifactSpec, shas: dict[str, str]) -> None:
         (home / "state.bin").write_bytes(rng.randbytes(spec.size))
         run.folders[spec.name] = home
         return
-    (home / "adapter").mkdir(parents=True)
-    (home / "adapter" / "adapter_config.json").write_text(json.dumps({"r": 8, "lora_alpha": 16, "name": spec.name}))
-    (home / "adapter" / "adapter_model.safetensors").write_bytes(rng.randbytes(spec.size))
-    sha = hash_directory(home / "adapter")
-    manifest: JSON = dict(_MANIFEST_BASE[spec.type])
+    sha = hash_directory(write_adapter(home / "adapter", spec.name, rng.randbytes(spec.size)))
+    overrides = dict(spec.manifest)
+    claimed = overrides.pop("adapter_sha256", sha)
+    manifest: JSON
     if spec.type == "baseline":
         shas[spec.name] = sha
+        manifest = baseline_manifest(claimed) | overrides
     else:
         baseline = spec.source or next(iter(shas), None)
-        manifest |= {
+        config = run.scenario.config
+        fields: JSON = {
             "source_policy_version": shas.get(baseline) if baseline else None,
             "policy_version": spec.name,
-            "evaluation_version": run.scenario.config.evaluation_version or "eval-v1",
-            "decision": "accept",
+            "evaluation_version": config.evaluation_version or "eval-v1",
         }
         if spec.type != "dpo":
-            manifest["evidence_window_index"] = run.scenario.config.active_window
-    overrides = dict(spec.manifest)
-    adapter = {"path": "adapter", "sha256": overrides.pop("adapter_sha256", sha)}
-    manifest = manifest | {"artifacts": {"adapter": adapter}} | overrides
+            fields["evidence_window_index"] = config.active_window
+        manifest = candidate_manifest(spec.type, adapter_sha256=claimed, **(fields | overrides))
     for key in spec.drop:
         if key == "adapter_sha256":
-            adapter.pop("sha256")
+            manifest["artifacts"]["adapter"].pop("sha256")
         else:
             manifest.pop(key, None)
-    (home / "manifest.json").write_text(json.dumps(manifest, indent=2))
     run.folders[spec.name] = home / "adapter"
-    run.manifests[spec.name] = home / "manifest.json"
+    run.manifests[spec.name] = write_manifest(home / "manifest.json", manifest)
 
 
 _Command = Callable[["_Run", Mapping[str, Any]], CommandResult]
