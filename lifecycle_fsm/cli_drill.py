@@ -2,7 +2,7 @@
 
 Kept out of `cli.py` so the drill machinery (YAML, fault injection) loads only when
 asked for; `cli.py` adds this command to the group. Like every command it holds no
-logic: `replay.scenario` validates, `replay.drills` runs and builds the report.
+logic: `replay.drills` validates the scenarios, runs them and builds the report.
 """
 
 from __future__ import annotations
@@ -74,8 +74,7 @@ def drill(paths: tuple[Path, ...], report_dir: Path | None, keep_dir: Path | Non
     8 when one did not (the report names the step, the expected and the actual value),
     3 when a scenario file is malformed.
     """
-    from replay.drills import build_report, report_markdown, run_drills
-    from replay.scenario import load_scenarios
+    from replay.drills import build_report, load_scenarios, report_markdown, run_drills
 
     obj = _root_obj()
     as_json = as_json or bool(obj.get("json"))

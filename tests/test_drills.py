@@ -16,9 +16,9 @@ from conftest import REPO, Workspace, count_events, invoke
 from lifecycle_fsm.cli import main
 from lifecycle_fsm.cli_drill import drill
 from lifecycle_fsm.errors import ScenarioError
-from replay.drills import run_scenario
-from replay.faults_inject import crash_during_append
-from replay.scenario import ACTIONS, find_scenarios, load_scenario
+from replay.drills import find_scenarios, load_scenario, run_scenario
+from replay.drills.faults import crash_during_append
+from replay.drills.schema import ACTIONS
 
 main.add_command(drill)  # idempotent; the lead wires it into cli.py
 
