@@ -5,7 +5,9 @@ exists; a drill *writes* one: it builds a scenario's artifacts, runs its steps a
 `Ledger` commands, damages real files on purpose and checks what the ledger promised
 (`lifecycle drill`, `scenarios/README.md`). It uses replay only to verify.
 
-    schema.py     the scenario format, and reading and validating scenario files
+    schema.py     the scenario format: one attrs class per section and per step
+    convert.py    the strict cattrs converter; its errors become one-line `ScenarioError`s
+    loader.py     reading scenario files and checking references between their sections
     workspace.py  the temporary folder: artifacts and manifests (`lifecycle_fsm.fixtures`)
     faults.py     crashes, garbled checkpoints, edited events, tampered or deleted artifacts
     runner.py     running the steps against the ledger
@@ -15,9 +17,10 @@ exists; a drill *writes* one: it builds a scenario's artifacts, runs its steps a
 from __future__ import annotations
 
 from lifecycle_fsm.errors import ScenarioError
+from replay.drills.loader import find_scenarios, load_scenario, load_scenarios
 from replay.drills.report import DrillResult, Failure, StepResult, build_report, report_markdown
 from replay.drills.runner import run_drills, run_scenario
-from replay.drills.schema import Scenario, find_scenarios, load_scenario, load_scenarios
+from replay.drills.schema import Scenario
 
 __all__ = [
     "DrillResult",

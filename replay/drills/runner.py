@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +22,9 @@ import attrs
 from lifecycle_fsm.errors import NotFoundError
 from lifecycle_fsm.ledger import CommandResult, Ledger, utc_now
 from replay.checkpoints import load_state, take_checkpoint
-from replay.drills import faults
+from replay.drills import faults, schema
 from replay.drills.report import DrillResult, Failure, StepResult
-from replay.drills.schema import COMMAND_ACTIONS, ERROR_CLASSES, Scenario, Step
+from replay.drills.schema import ERROR_CLASSES, Scenario, Step
 from replay.drills.workspace import Workspace
 from replay.fold import snapshot_json
 from replay.verify import verify
@@ -53,29 +53,37 @@ class _Run:
     rng: random.Random
 
 
-_Command = Callable[["_Run", Mapping[str, Any]], CommandResult]
-_COMMANDS: dict[str, _Command] = {
-    "activate_baseline": lambda run, a: run.ledger.activate_baseline(run.ws.manifests[a["artifact"]]),
-    "receive": lambda run, a: run.ledger.receive(run.ws.manifests[a["artifact"]], candidate_id=a.get("id")),
-    "check": lambda run, a: run.ledger.check(a["candidate"]),
-    "record_trusted_state": lambda run, a: run.ledger.record_trusted_state(
-        a["candidate"], a["kind"], run.ws.folders[a["artifact"]]
-    ),
-    "invalidate_trusted_state": lambda run, a: run.ledger.invalidate_trusted_state(
-        a["candidate"], a["kind"], a.get("reason", "invalidated by drill")
-    ),
-    "fail_stage": lambda run, a: run.ledger.fail_stage(a["candidate"], a["stage"]),
-    "complete_recovery": lambda run, a: run.ledger.complete_recovery(a["candidate"]),
-    "hand_off": lambda run, a: run.ledger.hand_off(a["candidate"]),
-    "advance_window": lambda run, a: run.ledger.advance_window(a["window"]),
-    "activate_evaluation": lambda run, a: run.ledger.activate_evaluation(a["version"]),
-}
+def _command(run: _Run, spec: schema.Action) -> CommandResult:
+    """The ledger command a step names, with its artifacts' files from the workspace."""
+    ledger, ws = run.ledger, run.ws
+    match spec:
+        case schema.ActivateBaseline(artifact=name):
+            return ledger.activate_baseline(ws.manifests[name])
+        case schema.Receive(artifact=name, id=candidate_id):
+            return ledger.receive(ws.manifests[name], candidate_id=candidate_id)
+        case schema.Check(candidate=candidate):
+            return ledger.check(candidate)
+        case schema.RecordTrustedState(candidate=candidate, kind=kind, artifact=name):
+            return ledger.record_trusted_state(candidate, kind, ws.folders[name])
+        case schema.InvalidateTrustedState(candidate=candidate, kind=kind, reason=reason):
+            return ledger.invalidate_trusted_state(candidate, kind, reason)
+        case schema.FailStage(candidate=candidate, stage=stage):
+            return ledger.fail_stage(candidate, stage)
+        case schema.CompleteRecovery(candidate=candidate):
+            return ledger.complete_recovery(candidate)
+        case schema.HandOff(candidate=candidate):
+            return ledger.hand_off(candidate)
+        case schema.AdvanceWindow(window=window):
+            return ledger.advance_window(window)
+        case schema.ActivateEvaluation(version=version):
+            return ledger.activate_evaluation(version)
+    raise AssertionError(f"not a ledger command: {spec.name}")
 
 
 def _run_command(run: _Run, step: Step) -> JSON:
     before = run.ledger.store.count_events()
     try:
-        result = _COMMANDS[step.action](run, step.args)
+        result = _command(run, step.spec)
     except Exception as e:
         name = type(e).__name__
         if step.refused is not None and isinstance(e, ERROR_CLASSES[step.refused]):
@@ -129,8 +137,7 @@ def _expect(run: _Run, step: Step) -> JSON:
     return {"checked": checked}
 
 
-def _replay(run: _Run, step: Step) -> JSON:
-    to = step.optional("to")
+def _replay(run: _Run, to: int | None) -> JSON:
     loaded = load_state(run.ledger.store, to=to)
     full = load_state(run.ledger.store, to=to, use_checkpoints=False)
     detail = {
@@ -145,26 +152,25 @@ def _replay(run: _Run, step: Step) -> JSON:
 
 
 def _fault(run: _Run, step: Step) -> JSON:
-    a, store = step.args, run.ledger.store
-    if step.action == "crash_during_append":
-        outcome = faults.crash_during_append(
-            store, run.ws.db, candidate=a["candidate"], stage=a.get("stage", "sampling"),
-            commands=a.get("commands", 3), rng=run.rng, actor=f"drill:{run.scenario.name}:crash",
-        )  # fmt: skip
-    elif step.action == "corrupt_checkpoint":
-        outcome = faults.corrupt_checkpoint(store, run.ws.db)
-    elif step.action == "tamper_event":
-        outcome = faults.tamper_event(store, run.ws.db, seq=step.optional("seq"), rng=run.rng)
-    else:
-        name = a["artifact"]
-        folder = run.ws.folders[name]
-        shown = str(folder.relative_to(run.ws.root))
-        if step.action == "delete_artifact":
-            outcome = faults.delete_artifact(folder, shown=shown)
-        else:
-            file = folder / ("state.bin" if run.scenario.artifacts[name].type == "trusted_state" else
-                             "adapter_model.safetensors")  # fmt: skip
-            outcome = faults.tamper_artifact(file, rng=run.rng, shown=str(file.relative_to(run.ws.root)))
+    store, ws = run.ledger.store, run.ws
+    match step.spec:
+        case schema.CrashDuringAppend(candidate=candidate, stage=stage, commands=commands):
+            outcome = faults.crash_during_append(
+                store, ws.db, candidate=candidate, stage=stage, commands=commands, rng=run.rng,
+                actor=f"drill:{run.scenario.name}:crash",
+            )  # fmt: skip
+        case schema.CorruptCheckpoint():
+            outcome = faults.corrupt_checkpoint(store, ws.db)
+        case schema.TamperEvent(seq=seq):
+            outcome = faults.tamper_event(store, ws.db, seq=seq, rng=run.rng)
+        case schema.DeleteArtifact(artifact=name):
+            outcome = faults.delete_artifact(ws.folders[name], shown=str(ws.folders[name].relative_to(ws.root)))
+        case schema.TamperArtifact(artifact=name):
+            trusted = run.scenario.artifacts[name].type == "trusted_state"
+            file = ws.folders[name] / ("state.bin" if trusted else "adapter_model.safetensors")
+            outcome = faults.tamper_artifact(file, rng=run.rng, shown=str(file.relative_to(ws.root)))
+        case _:
+            raise AssertionError(f"not a fault: {step.action}")
     detail: JSON = run.ws.shown(outcome.detail)
     if outcome.problems:
         raise _StepFailed([(k, e, run.ws.shown(v)) for k, e, v in outcome.problems], detail)
@@ -172,11 +178,17 @@ def _fault(run: _Run, step: Step) -> JSON:
 
 
 def _step(run: _Run, step: Step) -> JSON:
-    if step.action == "checkpoint":
-        record = take_checkpoint(run.ledger.store, clock=utc_now)
-        return {"checkpoint_id": record.checkpoint_id, "position": record.position}
-    handlers = {"expect": _expect, "replay": _replay}
-    return handlers.get(step.action, _run_command if step.action in COMMAND_ACTIONS else _fault)(run, step)
+    match step.spec:
+        case schema.Checkpoint():
+            record = take_checkpoint(run.ledger.store, clock=utc_now)
+            return {"checkpoint_id": record.checkpoint_id, "position": record.position}
+        case schema.Expect():
+            return _expect(run, step)
+        case schema.Replay(to=to):
+            return _replay(run, to)
+        case spec if spec.command:
+            return _run_command(run, step)
+    return _fault(run, step)
 
 
 def run_scenario(scenario: Scenario, *, seed: int | None = None, keep_dir: Path | None = None) -> DrillResult:

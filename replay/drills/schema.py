@@ -1,49 +1,77 @@
-"""Drill scenarios: YAML files that build a situation, inject faults and state outcomes.
+"""The drill scenario format, declared once: one attrs class per section and per step.
 
-A scenario is validated completely before anything runs. An unknown step, an unknown
-key, a value of the wrong type or a reference to an undeclared artifact is a
-`ScenarioError` naming the file, the step number and the key: a typo in an
-expectation must never be ignored, or the drill would pass vacuously. Domain values
-(a stage, a trusted-state kind, a window) are *not* checked here: refusing them is
-the ledger's job, and a drill may want to prove exactly that (`refused:`).
-The format is documented in `scenarios/README.md`.
+Each class lists the keys a file may give, their types and defaults; `convert.py`
+structures YAML into them with a strict cattrs converter (no unknown keys, no loose
+conversions) and `loader.py` adds what a type cannot say (references to declared
+artifacts, which candidate an expectation is about). `scenarios/README.md` documents
+the format for people; `tests/test_drills.py` proves every step is used by a shipped
+scenario.
+
+Field metadata: `NULLABLE` lets a key be given as null (otherwise an optional key may
+be left out but not set to null); `FROM_KEY` marks a field filled from the mapping key
+an object is declared under, never from the file's body.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Literal, get_args
 
 import attrs
-import yaml
 
 from lifecycle_fsm import errors as errors_module
-from lifecycle_fsm.errors import LifecycleError, ScenarioError
+from lifecycle_fsm.errors import LifecycleError
+from replay.drills.convert import FROM_KEY, NULLABLE, Problem, from_file
 
 __all__ = [
     "ACTIONS",
     "ARTIFACT_TYPES",
+    "CANDIDATE_EXPECTATIONS",
     "COMMAND_ACTIONS",
     "ERROR_CLASSES",
+    "MANIFEST_FIELDS",
+    "NAME",
+    "RECOVERY_KEYS",
+    "STEP_EXTRAS",
+    "Action",
+    "ActivateBaseline",
+    "ActivateEvaluation",
+    "AdvanceWindow",
     "ArtifactSpec",
+    "Check",
+    "Checkpoint",
+    "CompleteRecovery",
+    "CorruptCheckpoint",
+    "CrashDuringAppend",
+    "DeleteArtifact",
     "DrillConfig",
+    "Expect",
+    "FailStage",
+    "HandOff",
+    "InvalidateTrustedState",
+    "Receive",
+    "RecordTrustedState",
+    "RecoveryExpectation",
+    "Replay",
     "Scenario",
+    "ScenarioFile",
     "Step",
-    "find_scenarios",
-    "load_scenario",
-    "load_scenarios",
+    "StepExtras",
+    "TamperArtifact",
+    "TamperEvent",
 ]
 
-ARTIFACT_TYPES = ("baseline", "dpo", "grpo", "rlvr", "trusted_state")
-CANDIDATE_TYPES = ("dpo", "grpo", "rlvr")
-# Manifest fields a scenario may override (a typo here would silently build the wrong manifest).
-MANIFEST_FIELDS = (
+ArtifactType = Literal["baseline", "dpo", "grpo", "rlvr", "trusted_state"]
+# Manifest fields a scenario may override or drop (a typo would silently build the wrong manifest).
+ManifestField = Literal[
     "adapter_sha256", "candidate_kind", "decision", "evaluation_version", "evidence_window_index",
     "policy_version", "preference_evidence_version", "semantic_id", "source_evidence",
     "source_policy_version", "trajectory_identity", "verifier_version",
-)  # fmt: skip
+]  # fmt: skip
+ARTIFACT_TYPES: tuple[str, ...] = get_args(ArtifactType)
+MANIFEST_FIELDS: tuple[str, ...] = get_args(ManifestField)
 NAME = re.compile(r"[A-Za-z0-9._-]+\Z")
 ERROR_CLASSES: dict[str, type[LifecycleError]] = {
     name: cls
@@ -52,94 +80,257 @@ ERROR_CLASSES: dict[str, type[LifecycleError]] = {
 }
 
 
-@attrs.frozen
-class _Field:
-    """One key of a step: the accepted types, whether it is required, the type of list items."""
+def _between(low: int, high: int, problem: str) -> Any:
+    def check(_instance: Any, attribute: attrs.Attribute[int], value: int) -> None:
+        if not low <= value <= high:
+            raise Problem(problem, key=attribute.name)
 
-    kinds: tuple[type, ...]
-    required: bool = False
-    items: type | None = None
-
-
-_STR, _OPT_STR, _NULLABLE_STR = _Field((str,), True), _Field((str,)), _Field((str, type(None)))
-_INT, _OPT_INT, _OPT_BOOL = _Field((int,), True), _Field((int,)), _Field((bool,))
-_STR_LIST, _MAPPING = _Field((list,), items=str), _Field((dict,))
-
-# action -> (the key a scalar shorthand fills, e.g. `check: dpo-v5`, and every key it takes)
-ACTIONS: dict[str, tuple[str | None, dict[str, _Field]]] = {
-    "activate_baseline": ("artifact", {"artifact": _STR}),
-    "receive": ("artifact", {"artifact": _STR, "id": _OPT_STR}),
-    "check": ("candidate", {"candidate": _STR}),
-    "record_trusted_state": (None, {"candidate": _STR, "kind": _STR, "artifact": _STR}),
-    "invalidate_trusted_state": (None, {"candidate": _STR, "kind": _STR, "reason": _OPT_STR}),
-    "fail_stage": (None, {"candidate": _STR, "stage": _STR}),
-    "complete_recovery": ("candidate", {"candidate": _STR}),
-    "hand_off": ("candidate", {"candidate": _STR}),
-    "advance_window": ("window", {"window": _INT}),
-    "activate_evaluation": ("version", {"version": _STR}),
-    "checkpoint": (None, {}),
-    "replay": (None, {"to": _OPT_INT}),
-    "expect": (None, {
-        "candidate": _OPT_STR, "state": _OPT_STR, "reason_codes": _STR_LIST, "recovery": _MAPPING,
-        "handoff": _NULLABLE_STR, "hard_failures": _STR_LIST, "trusted_states": _STR_LIST,
-        "events": _OPT_INT, "chain_valid": _OPT_BOOL, "verify_ok": _OPT_BOOL, "bad_seq": _OPT_INT,
-    }),
-    "crash_during_append": (None, {"candidate": _STR, "stage": _OPT_STR, "commands": _OPT_INT}),
-    "corrupt_checkpoint": (None, {}),
-    "tamper_event": (None, {"seq": _OPT_INT}),
-    "tamper_artifact": ("artifact", {"artifact": _STR}),
-    "delete_artifact": ("artifact", {"artifact": _STR}),
-}  # fmt: skip
-# The ledger commands: only these may carry `refused: ErrorClass`.
-COMMAND_ACTIONS = (
-    "activate_baseline", "receive", "check", "record_trusted_state", "invalidate_trusted_state",
-    "fail_stage", "complete_recovery", "hand_off", "advance_window", "activate_evaluation",
-)  # fmt: skip
-CANDIDATE_EXPECTATIONS = ("state", "reason_codes", "recovery", "handoff", "hard_failures", "trusted_states")
-LEDGER_EXPECTATIONS = ("events", "chain_valid", "verify_ok", "bad_seq")
-RECOVERY_KEYS = {"stage": (str,), "recovery_state": (str, type(None)), "reused_state": (bool,), "action": (str,)}
-STEP_EXTRAS = ("refused", "note")
-TOP_LEVEL = ("name", "description", "seed", "config", "artifacts", "steps")
-CONFIG_KEYS = {"max_window_age": (int,), "active_window": (int,), "evaluation_version": (str,)}
-ARTIFACT_KEYS = ("type", "manifest", "drop", "source", "size")
+    return check
 
 
-@attrs.frozen
+def _not_negative(_instance: Any, attribute: attrs.Attribute[int], value: int) -> None:
+    if value < 0:
+        raise Problem("must not be negative", key=attribute.name)
+
+
+def _scenario_name(_instance: Any, attribute: attrs.Attribute[str], value: str) -> None:
+    if not NAME.match(value):
+        raise Problem("a scenario name is letters, digits, '.', '_' or '-' (it names the kept ledger)", key="name")
+
+
+def _error_class(_instance: Any, attribute: attrs.Attribute[str | None], value: str | None) -> None:
+    if value is not None and value not in ERROR_CLASSES:
+        raise Problem(f"unknown error class {value!r} (expected one of {', '.join(ERROR_CLASSES)})", key="refused")
+
+
+# -- the file's sections ----------------------------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class ScenarioFile:
+    """The top level of a file. `config`, `artifacts` and each step are structured on their own,
+    so a problem inside one is reported at its place (`config`, `artifacts.sft`, `step 3`)."""
+
+    name: str = attrs.field(validator=_scenario_name)
+    description: str = ""
+    seed: int
+    config: Any = None  # a DrillConfig mapping (null: the defaults)
+    artifacts: Any = None  # artifact name -> an ArtifactSpec mapping
+    steps: Any  # a non-empty list of steps
+
+
+@attrs.frozen(kw_only=True)
 class DrillConfig:
     """How the fresh ledger is initialised before the first step."""
 
-    max_window_age: int = 2
-    active_window: int = 1
+    max_window_age: int = attrs.field(default=2, validator=_not_negative)
+    active_window: int = attrs.field(default=1, validator=_not_negative)
     evaluation_version: str | None = None
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class ArtifactSpec:
     """An adapter (with its manifest) or a trusted-state folder the drill writes."""
 
-    name: str
-    type: str
-    manifest: Mapping[str, Any] = attrs.Factory(dict)
-    drop: tuple[str, ...] = ()
+    name: str = attrs.field(default="", metadata=FROM_KEY)
+    type: ArtifactType
+    manifest: Mapping[ManifestField, Any] = attrs.Factory(dict)
+    drop: tuple[ManifestField, ...] = ()
     source: str | None = None  # the baseline whose adapter sha256 is the candidate's source policy
-    size: int = 4096
+    size: int = attrs.field(default=4096, validator=_between(1, 16 * 1024 * 1024, "must be between 1 and 16 MiB"))
+
+    def __attrs_post_init__(self) -> None:
+        if self.type == "trusted_state" and (self.manifest or self.drop):
+            raise Problem("a trusted state has no manifest", key="manifest")
+
+
+# -- steps ------------------------------------------------------------------------------------------------------
+
+
+class Action:
+    """One kind of step. `name` is its key in the file; `shorthand` the key a scalar fills
+    (`check: dpo-v5` means `check: {candidate: dpo-v5}`); `command` marks ledger commands,
+    the only steps that may carry `refused:`."""
+
+    name: ClassVar[str]
+    shorthand: ClassVar[str | None] = None
+    command: ClassVar[bool] = False
+
+
+@attrs.frozen(kw_only=True)
+class ActivateBaseline(Action):
+    name, shorthand, command = "activate_baseline", "artifact", True
+    artifact: str
+
+
+@attrs.frozen(kw_only=True)
+class Receive(Action):
+    name, shorthand, command = "receive", "artifact", True
+    artifact: str
+    id: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Check(Action):
+    name, shorthand, command = "check", "candidate", True
+    candidate: str
+
+
+@attrs.frozen(kw_only=True)
+class RecordTrustedState(Action):
+    name, command = "record_trusted_state", True
+    candidate: str
+    kind: str
+    artifact: str
+
+
+@attrs.frozen(kw_only=True)
+class InvalidateTrustedState(Action):
+    name, command = "invalidate_trusted_state", True
+    candidate: str
+    kind: str
+    reason: str = "invalidated by drill"
+
+
+@attrs.frozen(kw_only=True)
+class FailStage(Action):
+    name, command = "fail_stage", True
+    candidate: str
+    stage: str
+
+
+@attrs.frozen(kw_only=True)
+class CompleteRecovery(Action):
+    name, shorthand, command = "complete_recovery", "candidate", True
+    candidate: str
+
+
+@attrs.frozen(kw_only=True)
+class HandOff(Action):
+    name, shorthand, command = "hand_off", "candidate", True
+    candidate: str
+
+
+@attrs.frozen(kw_only=True)
+class AdvanceWindow(Action):
+    name, shorthand, command = "advance_window", "window", True
+    window: int
+
+
+@attrs.frozen(kw_only=True)
+class ActivateEvaluation(Action):
+    name, shorthand, command = "activate_evaluation", "version", True
+    version: str
+
+
+@attrs.frozen(kw_only=True)
+class Checkpoint(Action):
+    name = "checkpoint"
+
+
+@attrs.frozen(kw_only=True)
+class Replay(Action):
+    name = "replay"
+    to: int | None = None
+
+
+@attrs.frozen(kw_only=True)
+class RecoveryExpectation:
+    """The parts of a candidate's last recovery plan an `expect` step compares."""
+
+    stage: str | None = None
+    recovery_state: str | None = attrs.field(default=None, metadata=NULLABLE)
+    reused_state: bool | None = None
+    action: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Expect(Action):
+    """Outcomes to compare; which keys were given (and in what order) is `Step.args`."""
+
+    name = "expect"
+    candidate: str | None = None
+    state: str | None = None
+    reason_codes: list[str] | None = None
+    recovery: RecoveryExpectation | None = None
+    handoff: str | None = attrs.field(default=None, metadata=NULLABLE)
+    hard_failures: list[str] | None = None
+    trusted_states: list[str] | None = None
+    events: int | None = None
+    chain_valid: bool | None = None
+    verify_ok: bool | None = None
+    bad_seq: int | None = None
+
+
+@attrs.frozen(kw_only=True)
+class CrashDuringAppend(Action):
+    name = "crash_during_append"
+    candidate: str
+    stage: str = "sampling"
+    commands: int = attrs.field(default=3, validator=_between(1, 50, "must be between 1 and 50"))
+
+
+@attrs.frozen(kw_only=True)
+class CorruptCheckpoint(Action):
+    name = "corrupt_checkpoint"
+
+
+@attrs.frozen(kw_only=True)
+class TamperEvent(Action):
+    name = "tamper_event"
+    seq: int | None = None  # default: chosen by the seed
+
+
+@attrs.frozen(kw_only=True)
+class TamperArtifact(Action):
+    name, shorthand = "tamper_artifact", "artifact"
+    artifact: str
+
+
+@attrs.frozen(kw_only=True)
+class DeleteArtifact(Action):
+    name, shorthand = "delete_artifact", "artifact"
+    artifact: str
+
+
+ACTIONS: dict[str, type[Action]] = {
+    cls.name: cls
+    for cls in (
+        ActivateBaseline, Receive, Check, RecordTrustedState, InvalidateTrustedState, FailStage,
+        CompleteRecovery, HandOff, AdvanceWindow, ActivateEvaluation, Checkpoint, Replay, Expect,
+        CrashDuringAppend, CorruptCheckpoint, TamperEvent, TamperArtifact, DeleteArtifact,
+    )
+}  # fmt: skip
+COMMAND_ACTIONS = tuple(name for name, cls in ACTIONS.items() if cls.command)
+# `expect` keys about one candidate (they need `candidate:`), and the recovery plan's keys.
+CANDIDATE_EXPECTATIONS = ("state", "reason_codes", "recovery", "handoff", "hard_failures", "trusted_states")
+RECOVERY_KEYS = from_file(RecoveryExpectation)
+
+
+@attrs.frozen(kw_only=True)
+class StepExtras:
+    """What a step may carry beside its one action."""
+
+    refused: str | None = attrs.field(default=None, metadata=NULLABLE, validator=_error_class)
+    note: str | None = attrs.field(default=None, metadata=NULLABLE)
+
+
+STEP_EXTRAS = from_file(StepExtras)
+
+
+# -- what loading returns ---------------------------------------------------------------------------------------
 
 
 @attrs.frozen
 class Step:
-    """One numbered step (1-based, as the file lists them) and its validated arguments."""
+    """One numbered step (1-based, as the file lists them): its action, typed and as given."""
 
     number: int
     action: str
-    args: Mapping[str, Any]
+    spec: Action
+    args: Mapping[str, Any]  # the keys the file gave, in its order (what `expect` compares)
     refused: str | None = None
     note: str | None = None
-
-    def text(self, key: str) -> str:
-        return str(self.args[key])
-
-    def optional(self, key: str) -> Any:
-        return self.args.get(key)
 
 
 @attrs.frozen
@@ -153,222 +344,3 @@ class Scenario:
     config: DrillConfig
     artifacts: Mapping[str, ArtifactSpec]
     steps: tuple[Step, ...]
-
-
-def _is(value: Any, kinds: tuple[type, ...]) -> bool:
-    """isinstance, except that a bool is not an int (YAML `true` is no window number)."""
-    if isinstance(value, bool):
-        return bool in kinds
-    return isinstance(value, kinds)
-
-
-def _type_names(kinds: tuple[type, ...]) -> str:
-    names = {str: "a string", int: "an integer", bool: "true or false", list: "a list", dict: "a mapping"}
-    return " or ".join("null" if k is type(None) else names.get(k, k.__name__) for k in kinds)
-
-
-class _Where:
-    """Builds error messages that name the file, the place and the key."""
-
-    def __init__(self, path: Path, place: str = "") -> None:
-        self.path = path
-        self.place = place
-
-    def at(self, place: str) -> _Where:
-        return _Where(self.path, place)
-
-    def error(self, key: str | None, problem: str) -> ScenarioError:
-        parts = [str(self.path)] + ([self.place] if self.place else []) + ([f"key {key!r}"] if key else [])
-        return ScenarioError(f"{': '.join(parts)}: {problem}")
-
-    def unknown(self, key: Any, allowed: Sequence[str]) -> ScenarioError:
-        return self.error(str(key), f"unknown key (expected one of {', '.join(allowed)})")
-
-
-def _mapping(where: _Where, key: str | None, value: Any) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise where.error(key, f"must be a mapping, not {type(value).__name__}")
-    for k in value:
-        if not isinstance(k, str):
-            raise where.error(str(k), "keys must be strings")
-    return value
-
-
-def _typed(where: _Where, key: str, value: Any, kinds: tuple[type, ...]) -> Any:
-    if not _is(value, kinds):
-        raise where.error(key, f"must be {_type_names(kinds)}, not {value!r}")
-    return value
-
-
-def _step(where: _Where, number: int, raw: Any, artifacts: Mapping[str, ArtifactSpec]) -> Step:
-    here = where.at(f"step {number}")
-    body = _mapping(here, None, raw)
-    actions = [k for k in body if k not in STEP_EXTRAS]
-    if not actions:
-        raise here.error(None, f"no action (expected one of {', '.join(ACTIONS)})")
-    for key in actions:
-        if key not in ACTIONS:
-            raise here.error(key, f"unknown step (expected one of {', '.join(ACTIONS)})")
-    if len(actions) > 1:
-        raise here.error(actions[1], f"a step has one action, this one has {', '.join(actions)}")
-    action = actions[0]
-    here = where.at(f"step {number} ({action})")
-    shorthand, fields = ACTIONS[action]
-    value = body[action]
-    if value is None:
-        args: dict[str, Any] = {}
-    elif isinstance(value, dict):
-        args = _mapping(here, action, value)
-    elif shorthand is not None:
-        args = {shorthand: value}
-    else:
-        raise here.error(action, f"must be a mapping of {', '.join(fields) or 'nothing'}, not {value!r}")
-    for key, val in args.items():
-        if key not in fields:
-            raise here.unknown(key, list(fields))
-        spec = fields[key]
-        _typed(here, key, val, spec.kinds)
-        if spec.items is not None and not all(_is(v, (spec.items,)) for v in val):
-            raise here.error(key, f"every item must be {_type_names((spec.items,))}")
-    for key, spec in fields.items():
-        if spec.required and key not in args:
-            raise here.error(key, "is required")
-    refused = body.get("refused")
-    if refused is not None:
-        if action not in COMMAND_ACTIONS:
-            raise here.error("refused", f"only ledger commands can be refused ({', '.join(COMMAND_ACTIONS)})")
-        if refused not in ERROR_CLASSES:
-            raise here.error("refused", f"unknown error class {refused!r} (expected one of {', '.join(ERROR_CLASSES)})")
-    note = body.get("note")
-    if note is not None:
-        _typed(here, "note", note, (str,))
-    _check_step_semantics(here, action, args, artifacts)
-    return Step(number, action, args, refused, note)
-
-
-def _check_step_semantics(here: _Where, action: str, args: Mapping[str, Any], artifacts: Mapping[str, Any]) -> None:
-    """References and combinations the type table cannot express."""
-    name = args.get("artifact")
-    if name is not None:
-        if name not in artifacts:
-            raise here.error("artifact", f"no artifact named {name!r} (declared: {', '.join(artifacts) or 'none'})")
-        kind = artifacts[name].type
-        if action == "activate_baseline" and kind != "baseline":
-            raise here.error("artifact", f"{name!r} is a {kind} artifact, not a baseline")
-        if action == "receive" and kind not in CANDIDATE_TYPES:
-            raise here.error("artifact", f"{name!r} is a {kind} artifact, not a candidate")
-    if action == "expect":
-        if not set(args) - {"candidate"}:
-            raise here.error(None, "an expect step must check something")
-        for key in CANDIDATE_EXPECTATIONS:
-            if key in args and "candidate" not in args:
-                raise here.error(key, "needs `candidate:` to say which candidate")
-        if "recovery" in args and not args["recovery"]:
-            raise here.error("recovery", "must name at least one of " + ", ".join(RECOVERY_KEYS))
-        for key, val in args.get("recovery", {}).items():
-            if key not in RECOVERY_KEYS:
-                raise here.at(f"{here.place}: recovery").unknown(key, list(RECOVERY_KEYS))
-            _typed(here, f"recovery.{key}", val, RECOVERY_KEYS[key])
-    if action == "crash_during_append" and not 1 <= args.get("commands", 3) <= 50:
-        raise here.error("commands", "must be between 1 and 50")
-
-
-def _artifact(where: _Where, name: str, raw: Any, baselines: Sequence[str]) -> ArtifactSpec:
-    here = where.at(f"artifacts.{name}")
-    if not NAME.match(name):
-        raise here.error(None, "an artifact name is letters, digits, '.', '_' or '-'")
-    body = _mapping(here, None, raw if raw is not None else {})
-    for key in body:
-        if key not in ARTIFACT_KEYS:
-            raise here.unknown(key, ARTIFACT_KEYS)
-    kind = body.get("type")
-    if kind not in ARTIFACT_TYPES:
-        raise here.error("type", f"must be one of {', '.join(ARTIFACT_TYPES)}, not {kind!r}")
-    manifest = _mapping(here, "manifest", body.get("manifest", {}))
-    drop = body.get("drop", [])
-    if not isinstance(drop, list):
-        raise here.error("drop", "must be a list of manifest fields")
-    for key in [*manifest, *drop]:
-        if key not in MANIFEST_FIELDS:
-            raise here.at(f"{here.place}: manifest").unknown(key, MANIFEST_FIELDS)
-    if kind == "trusted_state" and (manifest or drop):
-        raise here.error("manifest", "a trusted state has no manifest")
-    source = body.get("source")
-    if source is not None and source not in baselines:
-        raise here.error("source", f"no baseline artifact named {source!r} declared before it")
-    if kind in CANDIDATE_TYPES and source is None and not baselines and "source_policy_version" not in manifest:
-        raise here.error("source", "a candidate needs a baseline declared before it, or source_policy_version")
-    size = _typed(here, "size", body.get("size", 4096), (int,))
-    if not 1 <= size <= 16 * 1024 * 1024:
-        raise here.error("size", "must be between 1 and 16 MiB")
-    return ArtifactSpec(name, kind, dict(manifest), tuple(drop), source, size)
-
-
-def load_scenario(path: str | Path) -> Scenario:
-    """Read and validate one scenario file."""
-    p = Path(path)
-    where = _Where(p)
-    try:
-        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ScenarioError(f"{p}: no such scenario file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ScenarioError(f"{p}: cannot read the scenario ({e})") from None
-    except yaml.YAMLError as e:
-        raise ScenarioError(f"{p}: not valid YAML ({' '.join(str(e).split())})") from None
-    top = _mapping(where, None, raw)
-    for key in top:
-        if key not in TOP_LEVEL:
-            raise where.unknown(key, TOP_LEVEL)
-    for key in ("name", "seed", "steps"):
-        if key not in top:
-            raise where.error(key, "is required")
-    name = _typed(where, "name", top["name"], (str,))
-    if not NAME.match(name):
-        raise where.error("name", "a scenario name is letters, digits, '.', '_' or '-' (it names the kept ledger)")
-    description = _typed(where, "description", top.get("description", ""), (str,))
-    seed = _typed(where, "seed", top["seed"], (int,))
-    config_raw = _mapping(where.at("config"), None, top.get("config") or {})
-    for key, val in config_raw.items():
-        if key not in CONFIG_KEYS:
-            raise where.at("config").unknown(key, list(CONFIG_KEYS))
-        _typed(where.at("config"), key, val, CONFIG_KEYS[key])
-        if isinstance(val, int) and val < 0:
-            raise where.at("config").error(key, "must not be negative")
-    config = DrillConfig(**config_raw)
-    artifacts: dict[str, ArtifactSpec] = {}
-    for art_name, art in _mapping(where.at("artifacts"), None, top.get("artifacts") or {}).items():
-        baselines = [n for n, a in artifacts.items() if a.type == "baseline"]
-        artifacts[art_name] = _artifact(where, art_name, art, baselines)
-    steps_raw = top["steps"]
-    if not isinstance(steps_raw, list) or not steps_raw:
-        raise where.error("steps", "must be a non-empty list of steps")
-    steps = tuple(_step(where, i, s, artifacts) for i, s in enumerate(steps_raw, start=1))
-    return Scenario(p, name, description, seed, config, artifacts, steps)
-
-
-def find_scenarios(paths: Sequence[str | Path]) -> list[Path]:
-    """Scenario files: each file given, and the `*.yaml` directly inside each folder (sorted)."""
-    found: list[Path] = []
-    for raw in paths:
-        p = Path(raw)
-        if p.is_dir():
-            found.extend(sorted(f for f in p.glob("*.yaml") if f.is_file()))
-        elif p.is_file():
-            found.append(p)
-        else:
-            raise ScenarioError(f"{p}: no such scenario file or folder")
-    if not found:
-        raise ScenarioError(f"no scenario files (*.yaml) in {', '.join(str(p) for p in paths)}")
-    return found
-
-
-def load_scenarios(paths: Sequence[str | Path]) -> list[Scenario]:
-    """Find and validate every scenario before any runs; names must be unique (they name kept ledgers)."""
-    scenarios = [load_scenario(p) for p in find_scenarios(paths)]
-    seen: dict[str, Path] = {}
-    for s in scenarios:
-        if s.name in seen:
-            raise ScenarioError(f"{s.path}: key 'name': {s.name!r} is also the name of {seen[s.name]}")
-        seen[s.name] = s.path
-    return scenarios
