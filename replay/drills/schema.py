@@ -159,12 +159,16 @@ class Action:
 
 @attrs.frozen(kw_only=True)
 class ActivateBaseline(Action):
+    """`Ledger.activate_baseline` with a declared baseline's manifest."""
+
     name, shorthand, command = "activate_baseline", "artifact", True
     artifact: str
 
 
 @attrs.frozen(kw_only=True)
 class Receive(Action):
+    """`Ledger.receive` with a declared candidate's manifest (`id`: a revision under another artifact)."""
+
     name, shorthand, command = "receive", "artifact", True
     artifact: str
     id: str | None = None
@@ -172,12 +176,16 @@ class Receive(Action):
 
 @attrs.frozen(kw_only=True)
 class Check(Action):
+    """`Ledger.check`."""
+
     name, shorthand, command = "check", "candidate", True
     candidate: str
 
 
 @attrs.frozen(kw_only=True)
 class RecordTrustedState(Action):
+    """`Ledger.record_trusted_state` with a declared artifact's folder."""
+
     name, command = "record_trusted_state", True
     candidate: str
     kind: str
@@ -186,6 +194,8 @@ class RecordTrustedState(Action):
 
 @attrs.frozen(kw_only=True)
 class InvalidateTrustedState(Action):
+    """`Ledger.invalidate_trusted_state`."""
+
     name, command = "invalidate_trusted_state", True
     candidate: str
     kind: str
@@ -194,6 +204,8 @@ class InvalidateTrustedState(Action):
 
 @attrs.frozen(kw_only=True)
 class FailStage(Action):
+    """`Ledger.fail_stage`: the plan comes from the log's trusted states."""
+
     name, command = "fail_stage", True
     candidate: str
     stage: str
@@ -201,35 +213,47 @@ class FailStage(Action):
 
 @attrs.frozen(kw_only=True)
 class CompleteRecovery(Action):
+    """`Ledger.complete_recovery`."""
+
     name, shorthand, command = "complete_recovery", "candidate", True
     candidate: str
 
 
 @attrs.frozen(kw_only=True)
 class HandOff(Action):
+    """`Ledger.hand_off`."""
+
     name, shorthand, command = "hand_off", "candidate", True
     candidate: str
 
 
 @attrs.frozen(kw_only=True)
 class AdvanceWindow(Action):
+    """`Ledger.advance_window` (the window is the ledger's to judge, not the loader's)."""
+
     name, shorthand, command = "advance_window", "window", True
     window: int
 
 
 @attrs.frozen(kw_only=True)
 class ActivateEvaluation(Action):
+    """`Ledger.activate_evaluation`."""
+
     name, shorthand, command = "activate_evaluation", "version", True
     version: str
 
 
 @attrs.frozen(kw_only=True)
 class Checkpoint(Action):
+    """Take a checkpoint at the head."""
+
     name = "checkpoint"
 
 
 @attrs.frozen(kw_only=True)
 class Replay(Action):
+    """Load (latest good checkpoint + tail) up to `to` and prove it equals a full replay."""
+
     name = "replay"
     to: int | None = None
 
@@ -264,6 +288,8 @@ class Expect(Action):
 
 @attrs.frozen(kw_only=True)
 class CrashDuringAppend(Action):
+    """A child process SIGKILLed inside its K-th `fail_stage` (K from the seed)."""
+
     name = "crash_during_append"
     candidate: str
     stage: str = "sampling"
@@ -272,23 +298,31 @@ class CrashDuringAppend(Action):
 
 @attrs.frozen(kw_only=True)
 class CorruptCheckpoint(Action):
+    """Garble the latest checkpoint: the next load must skip it and say why."""
+
     name = "corrupt_checkpoint"
 
 
 @attrs.frozen(kw_only=True)
 class TamperEvent(Action):
+    """Edit one event behind the triggers: `verify` must name its seq."""
+
     name = "tamper_event"
     seq: int | None = None  # default: chosen by the seed
 
 
 @attrs.frozen(kw_only=True)
 class TamperArtifact(Action):
+    """Flip one byte of an artifact's weights or trusted-state file."""
+
     name, shorthand = "tamper_artifact", "artifact"
     artifact: str
 
 
 @attrs.frozen(kw_only=True)
 class DeleteArtifact(Action):
+    """Remove an artifact's folder."""
+
     name, shorthand = "delete_artifact", "artifact"
     artifact: str
 
