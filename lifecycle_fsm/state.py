@@ -70,6 +70,15 @@ class LedgerSettings:
     def active_policy_version(self) -> str | None:
         return None if self.baseline is None else str(self.baseline["policy_version"])
 
+    def summary(self) -> JSON:
+        """What a check is judged against (recorded in check evidence, printed by the CLI)."""
+        return {
+            "active_policy_version": self.active_policy_version,
+            "active_window": self.active_window,
+            "max_window_age": self.max_window_age,
+            "evaluation_version": self.evaluation_version,
+        }
+
 
 @attrs.frozen
 class CandidateState:
