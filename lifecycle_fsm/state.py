@@ -246,8 +246,6 @@ def step_candidate_at(
             work["decisive_seq"] = seq
             work["decisive_type"] = type_name
             work["reason_codes"] = reasons(payload, previous)
-    except CorruptionError:
-        raise
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise _unreadable(seq, type_name, e) from e
     work["state"] = dest
