@@ -221,6 +221,13 @@ def test_non_finite_float_is_input_error(store: SQLiteEventStore, bad: float) ->
     assert store.count_events() == 0
 
 
+def test_unserialisable_payload_is_input_error(store: SQLiteEventStore) -> None:
+    """A payload JSON cannot carry (a set, bytes) is refused before anything is written."""
+    with pytest.raises(InputError, match="not JSON-serialisable"):
+        store.append("a", 0, [new("a", 0, tags={"x", "y"})])
+    assert store.count_events() == 0
+
+
 def test_event_of_another_stream_is_input_error(store: SQLiteEventStore) -> None:
     """Every event of an append must belong to the stream being appended to."""
     with pytest.raises(InputError):
