@@ -80,10 +80,11 @@ def filter_sql(query: EventFilter) -> tuple[str, list[Any]]:
     Why it is written this way (measured on a 1M-event ledger, README "Performance"):
     - with a time filter the position bound is written `+seq`, so the planner takes the
       `recorded_at` index instead of walking the whole table in seq order;
-    - a payload match first restricts the rows to its event types (the `type` index),
-      then looks for the value's JSON text followed by `,` `]` or `}` (a value, never a
-      key: payloads are the store's own compact canonical JSON), and only then confirms
-      it at its path with the JSON functions: a scalar equal to it, or an array holding it.
+    - a payload match first restricts the rows to its event types (the `type` index, or
+      a scan in seq order when a LIMIT can stop it early), then looks for the value's
+      JSON text followed by `,` `]` or `}` (a value, never a key: payloads are the
+      store's own compact canonical JSON), and only then confirms it at its path with
+      the JSON functions: a scalar equal to it, or an array holding it.
     """
     seq = "+seq" if query.since is not None or query.until is not None else "seq"
     where = [f"{seq} > ?"]
@@ -102,19 +103,21 @@ def filter_sql(query: EventFilter) -> tuple[str, list[Any]]:
         where.append(f"type IN ({','.join('?' * len(query.types))})")
         params.extend(query.types)
     if query.payload:
+        # Only the matches' event types; in seq order (`+type`: no sort) when a LIMIT can stop early.
         match_types = sorted({m.type for m in query.payload})
-        where.append(f"type IN ({','.join('?' * len(match_types))})")
+        column = "+type" if query.limit is not None else "type"
+        where.append(f"{column} IN ({','.join('?' * len(match_types))})")
         params.extend(match_types)
-        ors = []
+        needles = [orjson.dumps(v).decode() + end for v in sorted({m.value for m in query.payload}) for end in ",]}"]
+        where.append("(" + " OR ".join("instr(payload, ?) > 0" for _ in needles) + ")")
+        params.extend(needles)
+        confirm = (
+            "(type = ? AND (json_extract(payload, ?) = ? OR (json_type(payload, ?) = 'array' AND "
+            "EXISTS (SELECT 1 FROM json_each(payload, ?) WHERE value = ?))))"
+        )
+        where.append("(" + " OR ".join(confirm for _ in query.payload) + ")")
         for m in query.payload:
-            ors.append(
-                "(type = ? AND (instr(payload, ?) > 0 OR instr(payload, ?) > 0 OR instr(payload, ?) > 0) AND "
-                "(json_extract(payload, ?) = ? OR "
-                "(json_type(payload, ?) = 'array' AND EXISTS (SELECT 1 FROM json_each(payload, ?) WHERE value = ?))))"
-            )
-            needle = orjson.dumps(m.value).decode()
-            params.extend([m.type, needle + ",", needle + "]", needle + "}", m.path, m.value, m.path, m.path, m.value])
-        where.append("(" + " OR ".join(ors) + ")")
+            params.extend([m.type, m.path, m.value, m.path, m.path, m.value])
     sql = " AND ".join(where) + " ORDER BY seq"
     if query.limit is not None:
         sql += " LIMIT ?"
