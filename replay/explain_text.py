@@ -66,6 +66,7 @@ def explain_sections(doc: JSON) -> list[Section]:
         f"reason codes: {', '.join(doc['reason_codes']) or 'none'}",
         f"decided by seq {event['seq']} {event['type']}, recorded {event['recorded_at']} by {event['actor']} "
         f"(hash {event['hash']})",
+        f"last check at seq {format_value(doc['last_check_seq'])}",
     ]
     sections: list[Section] = [("Summary", head)]
     manifest = doc["manifest"]
@@ -109,6 +110,9 @@ def explain_sections(doc: JSON) -> list[Section]:
         sections.append(("Evidence invalidated", [
             f"{inv['cause']} changed: {format_value(inv['previous'])} -> {format_value(inv['current'])} "
             f"(seq {inv['seq']}); the candidate must be checked again"]))  # fmt: skip
+    trusted = [f"{kind}: {t['path']} (sha256 {t['sha256']}, recorded at seq {t['seq']})"
+               for kind, t in sorted(doc["trusted_states"].items())]  # fmt: skip
+    sections.append(("Trusted states recorded now", trusted or ["none"]))
     sections.append(("Path of states", [path_line(doc["path"])]))
     steps = [f"seq {s['seq']} {s['type']} ({s['trigger']}): {s['from'] or 'new'} -> {s['to']}, "
              f"{s['recorded_at']} by {s['actor']}" for s in doc["path"]]  # fmt: skip

@@ -146,3 +146,31 @@ def test_settings_read_and_path_are_shown(ws: Workspace) -> None:
     assert [s["trigger"] for s in doc["path"]] == ["receive", "fail_checks"]
     for step in doc["path"]:
         assert f"seq {step['seq']} {step['type']} ({step['trigger']})" in text
+
+
+def test_diagram_marks_one_candidates_path(ws: Workspace) -> None:
+    """`diagram ID`: each edge it took carries the seqs that took it; visited states shaded, the last outlined."""
+    with ws.ledger() as led:
+        led.activate_baseline(ws.baseline())
+        cid = artifact_files(ws, led)
+    doc, _, _ = _explain(ws, cid)
+    received, rejected = (step["seq"] for step in doc["path"])
+    text = invoke(ws.db, "diagram", cid).stdout
+    assert f"[*] --> received: receive (taken: seq {received})" in text
+    assert f"received --> reject: fail_checks | block_recovery (taken: seq {rejected})" in text
+    assert "class received,reject visited" in text and "class reject current" in text
+    assert text.count("(taken:") == 2
+    plain = invoke(ws.db, "diagram").stdout
+    assert "taken" not in plain and "classDef" not in plain
+    result = invoke(ws.db, "diagram", "nope")
+    assert result.exit_code == 4 and "unknown candidate" in result.stderr
+
+
+def test_text_shows_the_trusted_states_and_the_last_check(ws: Workspace) -> None:
+    """Text parity: the recorded trusted states and the last check's seq, as in JSON."""
+    with ws.ledger() as led:
+        led.activate_baseline(ws.baseline())
+        cid = blocking_recovery(ws, led)
+    doc, text, _ = _explain(ws, cid)
+    assert doc["trusted_states"] == {} and "Trusted states recorded now:\n  none" in text
+    assert f"last check at seq {'none' if doc['last_check_seq'] is None else doc['last_check_seq']}" in text
