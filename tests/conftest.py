@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import structlog
+from backends import pg_url  # noqa: F401 - a fixture: every test module may ask for a fresh PostgreSQL schema
 from click.testing import CliRunner, Result
 
 from lifecycle_fsm.artifacts import hash_directory
