@@ -17,6 +17,7 @@ exit code (`EXIT_CODES`; the error classes know nothing of codes, `exit_codes` m
     integrity.py   checkpoint, verify, hash
     audit.py       audit (SPEC §7)
     drill.py       drill (SPEC §12)
+    migrate.py     migrate (SPEC §9): copy a ledger between backends
 
 Adding a command is one new module and one line here: write `cli/<concern>.py` with a
 `@click.command()` (or `@click.group()`) that imports what it needs from `app` and
@@ -28,7 +29,7 @@ that the module's `__all__` lists what it defines.
 
 from __future__ import annotations
 
-from lifecycle_fsm.cli import audit, drill, integrity, queries, writes
+from lifecycle_fsm.cli import audit, drill, integrity, migrate, queries, writes
 from lifecycle_fsm.cli.app import main
 from lifecycle_fsm.cli.exit_codes import EXIT_CODES
 
@@ -55,3 +56,4 @@ main.add_command(integrity.verify)
 main.add_command(integrity.hash_command)
 main.add_command(audit.audit)
 main.add_command(drill.drill)
+main.add_command(migrate.migrate)
