@@ -1,4 +1,4 @@
-"""Benchmarks: append, replay and checkpoint cost against raw SQLite and eventsourcing.
+"""Benchmarks: append, replay and checkpoint cost against raw SQLite, raw psycopg and eventsourcing.
 
     python benchmarks/run.py [--quick] [--json FILE] [--rounds N] [--only SECTION ...] [--profile]
 
@@ -25,11 +25,17 @@ if str(HERE) not in sys.path:  # the sibling modules, when run from elsewhere
     sys.path.insert(0, str(HERE))
 
 import bench_append  # noqa: E402
+import bench_postgres  # noqa: E402
 import bench_replay  # noqa: E402
 import bench_writers  # noqa: E402
 from bench_common import Row, machine_line  # noqa: E402
 
-SECTIONS = {"append": bench_append.run, "replay": bench_replay.run, "writers": bench_writers.run}
+SECTIONS = {
+    "append": bench_append.run,
+    "replay": bench_replay.run,
+    "writers": bench_writers.run,
+    "postgres": bench_postgres.run,
+}
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:

@@ -10,12 +10,12 @@ Why it is built this way:
   only SELECT and INSERT may not take that table lock.
 - Read committed, never repeatable read: every statement after the lock sees the
   newest committed head (under repeatable read the snapshot predates the lock).
-- Few round trips on the append path: `BEGIN`, the lock and the first statement go
-  in one simple-protocol message, and the insert is one statement that inserts every
-  row (`unnest`) *only if* the head and each stream version it was chained against are
-  still current, and upserts the stream index in the same statement. The head it
-  guesses is the last one this store saw; a wrong guess costs one read and a retry
-  under the lock, never a wrong row.
+- Few round trips on the append path: `BEGIN` and the lock go in one message; the
+  insert (one statement per 1,000 rows) lands *only if* the head and every stream
+  version it was chained against are still current; then the stream index, then
+  COMMIT. The head it guesses is the last one this store saw: a wrong guess costs one
+  read and a retry under the lock, never a wrong row. Statements are server-bound so
+  psycopg prepares them (planning the guarded insert costs more than a round trip).
 - Rows are built by `store.chain.chain_rows`, so an event hashes the same here and
   in SQLite; `payload` and `recorded_at` are stored as the exact text that was hashed.
 - `lock_timeout` (from `busy_timeout`) bounds the wait for the lock and
@@ -32,32 +32,19 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
-from psycopg import errors as pg_errors
 from psycopg.pq import TransactionStatus
 
 from store.base import AppendResult
-from store.chain import GENESIS_HASH, chain_rows, check_batch, match_retry, verify_events
-from store.errors import ConcurrencyError, IntegrityError, StoreError
+from store.chain import GENESIS_HASH, verify_events
+from store.errors import IntegrityError
 from store.faults import fault_from_env
 from store.postgres_schema import EVENT_COLUMNS, PgSession
+from store.postgres_transaction import VERSION_OF, PostgresTransaction
 from store.records import ChainReport, CheckpointRecord, Head, NewEvent, StoredEvent, StreamHead, StreamSnapshot
 
 __all__ = ["PostgresEventStore", "PostgresTransaction"]
 
-_VERSION_OF = "coalesce((SELECT max(version) FROM events WHERE stream_id = %s), 0)"
-_INSERT = (
-    "WITH head AS (SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1), "
-    f"ins AS (INSERT INTO events ({EVENT_COLUMNS}) "
-    "SELECT * FROM unnest(%s::bigint[], %s::text[], %s::bigint[], %s::text[], %s::text[], %s::integer[], "
-    "%s::text[], %s::text[], %s::text[], %s::text[], %s::text[]) "
-    "WHERE coalesce((SELECT seq FROM head), 0) = %s AND coalesce((SELECT hash FROM head), %s) = %s "
-    f"AND {_VERSION_OF} = %s{{expectations}} RETURNING version) "
-    "INSERT INTO streams (stream_id, version, status, category) "
-    "SELECT %s, max(version), %s, %s FROM ins HAVING count(*) > 0 "
-    "ON CONFLICT (stream_id) DO UPDATE SET version = excluded.version, "
-    "status = coalesce(excluded.status, streams.status), category = coalesce(excluded.category, streams.category) "
-    "RETURNING version"
-)
+
 _SNAPSHOT_COLUMNS = (
     "c.checkpoint_id, c.position, c.head_hash, c.schema_version, c.fingerprint, "
     "s.stream_id, s.version, s.state, s.state_sha256"
@@ -67,157 +54,6 @@ _NO_UPPER = 1 << 62
 
 def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _conflict(stream_id: str, expected: int, actual: int) -> ConcurrencyError:
-    return ConcurrencyError(
-        f"stream {stream_id!r} is at version {actual}, expected {expected}: "
-        "another writer appended first; retry the command",
-        stream_id=stream_id,
-        expected_version=expected,
-        actual_version=actual,
-    )
-
-
-class PostgresTransaction:
-    """A write transaction (see `StoreTransaction`); it starts, lock first, with its first statement."""
-
-    def __init__(self, store: PostgresEventStore) -> None:
-        self._store = store
-        self._session = store.session
-        self.started = False
-        self._expected: list[tuple[str, int]] = []  # checked by the next insert, or before COMMIT
-        self.head: Head | None = None  # the head under our lock, once known
-
-    def _run(self, sql: str, params: Sequence[Any] = ()) -> psycopg.ClientCursor[Any]:
-        """One statement inside the transaction; the first also sends BEGIN and takes the lock."""
-        prefix = ""
-        if not self.started:
-            self.started = True
-            prefix = f"BEGIN; SELECT pg_advisory_xact_lock({int(self._session.lock_key)}); "
-        with self._session.mapped("write transaction failed"):
-            cur = psycopg.ClientCursor(self._session.conn)
-            cur.execute(prefix + sql, params)
-            while cur.nextset():  # the result wanted is the last statement's
-                pass
-        return cur
-
-    def stream_version(self, stream_id: str) -> int:
-        row = self._run(f"SELECT {_VERSION_OF}", (stream_id,)).fetchone()
-        return int(row[0]) if row else 0
-
-    def expect_version(self, stream_id: str, expected_version: int) -> None:
-        # Checked by the next append's insert in the same round trip, or before COMMIT:
-        # either way the ConcurrencyError leaves the `with` block and nothing commits.
-        self._expected.append((stream_id, expected_version))
-
-    def _check_expected(self) -> None:
-        pending, self._expected = self._expected, []
-        for stream_id, expected in pending:
-            actual = self.stream_version(stream_id)
-            if actual != expected:
-                raise _conflict(stream_id, expected, actual)
-
-    def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[StoredEvent]:
-        cur = self._run(
-            f"SELECT {EVENT_COLUMNS} FROM events WHERE stream_id = %s AND version > %s ORDER BY version",
-            (stream_id, after_version),
-        )
-        return [StoredEvent(*row) for row in cur.fetchall()]
-
-    def streams(self, *, statuses: Iterable[str] | None = None) -> list[StreamHead]:
-        if statuses is None:
-            cur = self._run("SELECT stream_id, version, status, category FROM streams ORDER BY stream_id")
-        else:
-            cur = self._run(
-                "SELECT stream_id, version, status, category FROM streams WHERE status = ANY(%s::text[]) "
-                "ORDER BY stream_id",
-                (list(statuses),),
-            )
-        return [StreamHead(*row) for row in cur.fetchall()]
-
-    def append(
-        self,
-        stream_id: str,
-        expected_version: int,
-        events: Sequence[NewEvent],
-        *,
-        status: str | None = None,
-        category: str | None = None,
-        fresh_ids: bool = False,
-    ) -> AppendResult:
-        if not events:
-            return AppendResult(())
-        check_batch(stream_id, events)
-        if not fresh_ids:  # a writer that just drew random ids cannot be retrying: skip the look-up
-            existing = self._existing(events)
-            if existing is not None:
-                return AppendResult(existing, duplicate=True)
-        guess = self.head or self._store.last_head
-        rows = chain_rows(guess, stream_id, expected_version, events)
-        if not self._insert(rows, guess, stream_id, expected_version, status, category):
-            # The guess was stale, or a version moved: read both under the lock, then decide.
-            self._check_expected()
-            row = self._run(
-                f"SELECT {_VERSION_OF}, (SELECT seq FROM events ORDER BY seq DESC LIMIT 1), "
-                "(SELECT hash FROM events ORDER BY seq DESC LIMIT 1)",
-                (stream_id,),
-            ).fetchone()
-            assert row is not None
-            if row[0] != expected_version:
-                raise _conflict(stream_id, expected_version, int(row[0]))
-            head = Head(row[1], row[2]) if row[1] is not None else Head(0, GENESIS_HASH)
-            rows = chain_rows(head, stream_id, expected_version, events)
-            if not self._insert(rows, head, stream_id, expected_version, status, category):  # pragma: no cover
-                raise IntegrityError(f"stream {stream_id!r}: the head moved while the write lock was held")
-        self.head = Head(rows[-1][0], rows[-1][10])
-        return AppendResult(tuple(StoredEvent(*row) for row in rows))
-
-    def _insert(
-        self,
-        rows: list[tuple[Any, ...]],
-        head: Head,
-        stream_id: str,
-        expected_version: int,
-        status: str | None,
-        category: str | None,
-    ) -> bool:
-        """Insert `rows` if `head` and every expected version still hold; False when they did not."""
-        expected, self._expected = self._expected, []
-        columns = [list(col) for col in zip(*rows, strict=True)]
-        extra = [v for pair in expected for v in pair]
-        sql = _INSERT.replace("{expectations}", f" AND {_VERSION_OF} = %s" * len(expected))
-        params = [*columns, head.seq, GENESIS_HASH, head.hash, stream_id, expected_version, *extra,
-                  stream_id, status, category]  # fmt: skip
-        try:
-            cur = self._run(sql, params)
-        except StoreError as e:
-            cause = e.__cause__
-            if isinstance(cause, pg_errors.UniqueViolation):
-                raise ConcurrencyError(
-                    f"stream {stream_id!r}: version or event id already taken ({self._session.scrub(str(cause))})",
-                    stream_id=stream_id,
-                    expected_version=expected_version,
-                    actual_version=expected_version,  # under the lock: the clash was an event id, not the version
-                ) from cause
-            raise
-        if cur.fetchone() is None:
-            self._expected = expected  # re-checked one by one by the caller
-            return False
-        return True
-
-    def _existing(self, events: Sequence[NewEvent]) -> tuple[StoredEvent, ...] | None:
-        """The stored copies when this exact batch was appended before (a retry), else None."""
-        cur = self._run(
-            f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id = ANY(%s::text[])", ([e.event_id for e in events],)
-        )
-        stored = {row[3]: StoredEvent(*row) for row in cur.fetchall()}
-        return match_retry(events, stored)
-
-    def finish(self) -> None:
-        """Before COMMIT: the expectations no insert has checked yet."""
-        if self._expected:
-            self._check_expected()
 
 
 class PostgresEventStore:
@@ -304,7 +140,7 @@ class PostgresEventStore:
         return [StoredEvent(*row) for row in rows]
 
     def stream_version(self, stream_id: str) -> int:
-        row = self._one(f"SELECT {_VERSION_OF}", (stream_id,))
+        row = self._one(f"SELECT {VERSION_OF}", (stream_id,))
         return int(row[0]) if row else 0
 
     def _pages(self, columns: str, after: int, to: int | None, size: int) -> Iterator[list[tuple[Any, ...]]]:
