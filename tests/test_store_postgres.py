@@ -284,3 +284,23 @@ def test_fault_hooks_kill_around_the_commit(store: PostgresEventStore, pg_url: s
         assert store.append("crash", 0, [new("crash", 0)]).events[0].seq == 4
     with pytest.raises(IntegrityError):
         store.append_checkpoint(position=99, schema_version=1, fingerprint="f", snapshot="{}", recorded_at="t")
+
+
+# --- the command line on a URL ------------------------------------------------------------------
+
+
+def test_cli_on_a_url_reads_and_refuses_like_on_a_file(pg_url: str) -> None:
+    """LIFECYCLE_DB takes a URL; a read on an empty schema is exit 3 and creates nothing; a dead server is exit 7
+    with the password nowhere in stderr, even with debug logs."""
+    from conftest import run_cli
+
+    empty = run_cli(pg_url, "status")
+    assert (empty.returncode, empty.stdout) == (3, "") and "no ledger" in empty.stderr
+    assert pg_execute(pg_url, "SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()") == [(0,)]
+    init = subprocess.run([sys.executable, "-m", "lifecycle_fsm", "init"], capture_output=True, text=True, cwd=REPO,
+                          env={**os.environ, "LIFECYCLE_DB": pg_url}, timeout=60, check=False)  # fmt: skip
+    assert init.returncode == 0, init.stderr
+    assert run_cli(pg_url, "--json", "verify").returncode == 0
+    dead = run_cli("postgresql://postgres:s3cret-pw@127.0.0.1:1/test", "--log-level", "debug", "init")
+    assert dead.returncode == 7 and dead.stderr.startswith("Error: ") and dead.stderr.count("\n") == 1
+    assert "s3cret-pw" not in dead.stderr + dead.stdout and "***" in dead.stderr
