@@ -4,9 +4,10 @@ Usage: python examples/make_fixtures.py [FOLDER] [--size-mb N]   (FOLDER default
 
 It writes three LoRA adapters (adapter_config.json + adapter_model.safetensors of a
 few MB, deterministic bytes from a seeded RNG) and their manifests in the seed's
-shapes: the SFT baseline (62), a DPO candidate (84) and a GRPO/RLVR candidate (85).
-Every sha256 is computed by `lifecycle hash --json`, run as a subprocess, exactly as
-a training job would record it. Running it twice gives the same bytes. It ends by
+shapes (built by `lifecycle_fsm.fixtures`, the factory the tests and drills use too):
+the SFT baseline (62), a DPO candidate (84) and a GRPO/RLVR candidate (85). Every
+sha256 is computed by `lifecycle hash --json`, run as a subprocess, exactly as a
+training job would record it. Running it twice gives the same bytes. It ends by
 printing the audit command to run next.
 """
 
@@ -21,6 +22,8 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from lifecycle_fsm.fixtures import baseline_manifest, candidate_manifest
 
 SFT_LABEL = "sft_delivery_v2_1"
 DPO_LABEL = "dpo_offline_len1024_v5"
@@ -94,7 +97,6 @@ def build(root: Path, size_mb: float = 3.0) -> dict[str, Path]:
     sft_adapter = write_adapter(outputs / SFT_LABEL / "adapter", f"sft:{SFT_LABEL}", size_mb)
     dpo_adapter = write_adapter(outputs / DPO_LABEL / "adapter", f"dpo:{DPO_LABEL}", size_mb)
     grpo_adapter = write_adapter(outputs / GRPO_LABEL / "adapter", f"grpo:{GRPO_LABEL}", size_mb)
-    sft_sha = lifecycle_hash(sft_adapter)
 
     def adapter_entry(manifest: Path, adapter: Path) -> dict[str, str]:
         # Written relative to the manifest's folder, as the audit resolves it.
@@ -102,38 +104,30 @@ def build(root: Path, size_mb: float = 3.0) -> dict[str, Path]:
         return {"path": relative.as_posix(), "sha256": lifecycle_hash(adapter)}
 
     sft = results / "62_sft_delivery" / f"sft_delivery_manifest_{SFT_LABEL}.json"
-    write_json(sft, {
-        "semantic_id": "PT-SFT-DELIVERY",
-        "run_label": SFT_LABEL,
-        "base_model": BASE_MODEL,
-        "decision": "accept",
-        "artifacts": {"adapter": adapter_entry(sft, sft_adapter)},
-    })  # fmt: skip
+    sft_entry = adapter_entry(sft, sft_adapter)
+    sft_sha = sft_entry["sha256"]
+    write_json(sft, baseline_manifest(
+        sft_sha, adapter_path=sft_entry["path"],
+        run_label=SFT_LABEL, base_model=BASE_MODEL, decision="accept",
+    ))  # fmt: skip
     dpo = results / "84_dpo_preference" / f"dpo_manifest_{DPO_LABEL}.json"
-    write_json(dpo, {
-        "semantic_id": "PT-DPO-OFFLINE",
-        "run_label": DPO_LABEL,
-        "source_policy_version": sft_sha,
-        "policy_version": DPO_LABEL,
-        "evaluation_version": "frozen-eval-v3",
-        "source_evidence": {"preference_dataset": "ultrafeedback-binarized-zh", "version": "pref-v5", "pairs": 12000},
-        "decision": "accept",
-        "metrics": {"preference_accuracy": 0.71, "reward_margin": 0.84},
-        "artifacts": {"adapter": adapter_entry(dpo, dpo_adapter)},
-    })  # fmt: skip
+    dpo_entry = adapter_entry(dpo, dpo_adapter)
+    write_json(dpo, candidate_manifest(
+        "dpo", source_policy_version=sft_sha, policy_version=DPO_LABEL,
+        adapter_sha256=dpo_entry["sha256"], adapter_path=dpo_entry["path"], evaluation_version="frozen-eval-v3",
+        run_label=DPO_LABEL,
+        source_evidence={"preference_dataset": "ultrafeedback-binarized-zh", "version": "pref-v5", "pairs": 12000},
+        metrics={"preference_accuracy": 0.71, "reward_margin": 0.84},
+    ))  # fmt: skip
     grpo = results / "85_grpo_alignment" / f"grpo_manifest_{GRPO_LABEL}.json"
-    write_json(grpo, {
-        "semantic_id": "PT-GRPO-GROUPWISE",
-        "run_label": GRPO_LABEL,
-        "source_policy_version": sft_sha,
-        "policy_version": GRPO_LABEL,
-        "evaluation_version": "frozen-eval-v3",
-        "trajectory_identity": {"verifier_version": "math-verifier-v2", "prompt_set_version": "gsm8k-train-v1"},
-        "evidence_window_index": 1,
-        "decision": "accept",
-        "metrics": {"pass_at_group": 0.62, "group_size": 8},
-        "artifacts": {"adapter": adapter_entry(grpo, grpo_adapter)},
-    })  # fmt: skip
+    grpo_entry = adapter_entry(grpo, grpo_adapter)
+    write_json(grpo, candidate_manifest(
+        "grpo", source_policy_version=sft_sha, policy_version=GRPO_LABEL,
+        adapter_sha256=grpo_entry["sha256"], adapter_path=grpo_entry["path"], evaluation_version="frozen-eval-v3",
+        run_label=GRPO_LABEL,
+        trajectory_identity={"verifier_version": "math-verifier-v2", "prompt_set_version": "gsm8k-train-v1"},
+        metrics={"pass_at_group": 0.62, "group_size": 8},
+    ))  # fmt: skip
     return {"baseline": sft, "dpo": dpo, "grpo": grpo}
 
 

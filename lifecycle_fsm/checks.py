@@ -100,14 +100,8 @@ def gather_checks(candidate: JSON, settings: LedgerSettings, *, root: str | None
         "freshness": freshness,
         "artifact": artifact,
         "rollback": rollback,
-        "settings": {
-            "active_policy_version": settings.active_policy_version,
-            "active_window": settings.active_window,
-            "max_window_age": settings.max_window_age,
-            "evaluation_version": settings.evaluation_version,
-            "window_age": window_age(candidate, settings),
-            "ledger_version": settings.version,
-        },
+        "settings": settings.summary()
+        | {"window_age": window_age(candidate, settings), "ledger_version": settings.version},
     }
 
 

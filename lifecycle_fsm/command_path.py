@@ -173,7 +173,10 @@ class CommandPath:
         new = self._new_events(stream_id, decision.events, event_id)
         if stream_id == LEDGER_STREAM:
             with self.store.transaction() as tx:
-                stored = list(tx.append(LEDGER_STREAM, settings.version, new, fresh_ids=event_id is None).events)
+                appended = tx.append(LEDGER_STREAM, settings.version, new, fresh_ids=event_id is None)
+                if appended.duplicate:  # the same keyed command landed meanwhile: its fan-out too
+                    return CommandResult(appended.events, settings=self.reader.settings(), duplicate=True)
+                stored = list(appended.events)
                 fanned = self._fan_out(tx, decision.invalidation) if decision.invalidation else []
             final_settings = settings
             for e, n in zip(stored, new, strict=True):

@@ -70,6 +70,15 @@ class LedgerSettings:
     def active_policy_version(self) -> str | None:
         return None if self.baseline is None else str(self.baseline["policy_version"])
 
+    def summary(self) -> JSON:
+        """What a check is judged against (recorded in check evidence, printed by the CLI)."""
+        return {
+            "active_policy_version": self.active_policy_version,
+            "active_window": self.active_window,
+            "max_window_age": self.max_window_age,
+            "evaluation_version": self.evaluation_version,
+        }
+
 
 @attrs.frozen
 class CandidateState:
@@ -237,8 +246,6 @@ def step_candidate_at(
             work["decisive_seq"] = seq
             work["decisive_type"] = type_name
             work["reason_codes"] = reasons(payload, previous)
-    except CorruptionError:
-        raise
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise _unreadable(seq, type_name, e) from e
     work["state"] = dest

@@ -1,6 +1,8 @@
-"""The small interface every event store implements (SQLite now, PostgreSQL later).
+"""The small interface every event store implements (memory, SQLite, PostgreSQL).
 
-A backend is "subclass and pass the contract tests" (tests/test_store_contract.py).
+These are Protocols: a backend implements the methods (no base class to inherit)
+and passes the one contract suite that runs against every backend
+(tests/test_store_contract.py).
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """Shared fixtures: real SQLite files, real adapter directories, real manifests.
 
 `ws` is a workspace in `tmp_path` that writes an SFT baseline and DPO / GRPO / RLVR
-candidates in the seed's manifest shapes, with adapter folders whose bytes are
+candidates in the seed's manifest shapes (built by `lifecycle_fsm.fixtures`, the
+factory the drills and examples use too), with adapter folders whose bytes are
 hashed by `hash_directory` exactly as `lifecycle hash` would.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import subprocess
@@ -23,6 +23,7 @@ from click.testing import CliRunner, Result
 
 from lifecycle_fsm.artifacts import hash_directory
 from lifecycle_fsm.cli import main
+from lifecycle_fsm.fixtures import baseline_manifest, candidate_manifest, write_adapter, write_manifest
 from lifecycle_fsm.ledger import Ledger
 
 REPO = Path(__file__).resolve().parent.parent
@@ -38,60 +39,36 @@ class Workspace:
 
     def adapter(self, name: str, *, size: int = 64 * 1024, seed: int = 0) -> Path:
         """An adapter folder: adapter_config.json and a weights file of `size` random bytes."""
-        folder = self.root / name / "adapter"
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "adapter_config.json").write_text(json.dumps({"r": 8, "lora_alpha": 16, "name": name}))
-        (folder / "adapter_model.safetensors").write_bytes(random.Random(f"{name}:{seed}").randbytes(size))
-        return folder
+        return write_adapter(self.root / name / "adapter", name, random.Random(f"{name}:{seed}").randbytes(size))
 
     def write_manifest(self, name: str, manifest: dict[str, Any]) -> Path:
-        path = self.root / name / "manifest.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(manifest, indent=2))
-        return path
+        return write_manifest(self.root / name / "manifest.json", manifest)
 
     def baseline(self, name: str = "sft", **overrides: Any) -> Path:
         """An SFT manifest whose adapter sha256 becomes the active policy version."""
-        folder = self.adapter(name)
-        sha = hash_directory(folder)
+        sha = hash_directory(self.adapter(name))
         self.sft_sha = self.sft_sha or sha
-        manifest = {"semantic_id": "PT-SFT-DELIVERY", "artifacts": {"adapter": {"path": "adapter", "sha256": sha}}}
-        manifest.update(overrides)
-        return self.write_manifest(name, manifest)
+        return self.write_manifest(name, baseline_manifest(sha, **overrides))
 
-    def _candidate(self, name: str, base: dict[str, Any], overrides: dict[str, Any]) -> Path:
-        folder = self.adapter(name)
-        manifest = {
-            "source_policy_version": self.sft_sha,
-            "policy_version": name,
-            "evaluation_version": "eval-v1",
-            "decision": "accept",
-            "artifacts": {"adapter": {"path": "adapter", "sha256": hash_directory(folder)}},
-            **base,
-        }
-        for key, value in overrides.items():
-            if value is _DROP:
-                manifest.pop(key, None)
-            else:
-                manifest[key] = value
+    def _candidate(self, kind: str, name: str, overrides: dict[str, Any]) -> Path:
+        sha = hash_directory(self.adapter(name))
+        fields = {"source_policy_version": self.sft_sha, "policy_version": name} | overrides
+        manifest = candidate_manifest(kind, adapter_sha256=sha, **fields)
+        for key in [k for k, v in overrides.items() if v is _DROP]:
+            del manifest[key]
         return self.write_manifest(name, manifest)
 
     def dpo(self, name: str = "dpo-v5", **overrides: Any) -> Path:
         """A DPO candidate manifest (seed 84's shape)."""
-        base = {"semantic_id": "PT-DPO-OFFLINE", "source_evidence": {"version": "pref-train-v1"}}
-        return self._candidate(name, base, overrides)
+        return self._candidate("dpo", name, overrides)
 
     def grpo(self, name: str = "grpo-v7", **overrides: Any) -> Path:
         """A GRPO candidate manifest (seed 85's shape), evidence from window 1."""
-        base = {
-            "semantic_id": "PT-GRPO-GROUPWISE",
-            "trajectory_identity": {"verifier_version": "math-v1"},
-            "evidence_window_index": 1,
-        }
-        return self._candidate(name, base, overrides)
+        return self._candidate("grpo", name, overrides)
 
     def rlvr(self, name: str = "rlvr-v1", **overrides: Any) -> Path:
-        return self.grpo(name, candidate_kind="rlvr", **overrides)
+        """An RLVR candidate manifest: GRPO's shape with `candidate_kind: rlvr`."""
+        return self._candidate("rlvr", name, overrides)
 
     def ledger(self, **kwargs: Any) -> Ledger:
         return Ledger.open(self.db, synchronous="NORMAL", **kwargs)

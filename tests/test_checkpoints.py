@@ -115,6 +115,8 @@ def test_corrupt_snapshot_is_skipped_and_logged(ws: Workspace, busy: Ledger) -> 
     assert skipped_logs[0]["log_level"] == "warning"
     assert skipped_logs[0]["checkpoint_id"] == latest.checkpoint_id
     assert skipped_logs[0]["reason"] == reason
+    statuses = {c["checkpoint_id"]: c["status"] for c in verify(busy.store)["checkpoints"]}
+    assert statuses == {older.checkpoint_id: "ok", latest.checkpoint_id: "broken"}  # corrupt, not merely stale
 
 
 def test_only_checkpoint_corrupt_falls_back_to_full_replay(ws: Workspace, busy: Ledger) -> None:
@@ -178,6 +180,8 @@ def test_checkpoint_past_the_head_is_skipped(ws: Workspace, busy: Ledger) -> Non
     assert result.checkpoint is None
     assert "past the log's head" in result.skipped[0][1]
     assert snapshot_json(result.state) == full(busy)
+    report = verify(busy.store)
+    assert report["ok"] is False and report["checkpoints"][0]["status"] == "broken"
 
 
 def _forge(ws: Workspace, record: CheckpointRecord) -> str:

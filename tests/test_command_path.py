@@ -226,3 +226,74 @@ def test_a_race_lost_past_the_deadline_surfaces(ws: Workspace, pair: tuple[Ledge
         racer.check("dpo-v5")
     assert info.value.stream_id == "ledger"
     assert racer.store.head().seq == head + 1  # only the other writer's baseline
+
+
+# --- retries with an idempotency key, and the path's own refusals ------------------------------
+
+
+def test_same_event_id_appended_meanwhile_makes_ours_the_duplicate(ws: Workspace, pair: tuple[Ledger, Ledger]) -> None:
+    """Two supervisors send one command with one key at once: one append, the loser gets the winner's events."""
+    racer, other = pair
+    racer.receive(ws.dpo())
+    meanwhile(racer, lambda: other.check("dpo-v5", event_id="run-1/check"))
+    result = racer.check("dpo-v5", event_id="run-1/check")
+    assert result.duplicate and result.candidate is not None and result.candidate.state == "verified"
+    assert len(payloads(racer, "dpo-v5", "ChecksRecorded")) == 1
+    path, _ = second_baseline(ws)
+    meanwhile(racer, lambda: other.activate_baseline(path, event_id="run-1/baseline"))
+    again = racer.activate_baseline(path, event_id="run-1/baseline")
+    assert again.duplicate and again.settings is not None
+    assert [e.type for e in racer.store.read_stream("ledger")].count("BaselineActivated") == 2
+
+
+def test_retried_keys_return_every_event_of_the_first_run(ws: Workspace, active_pair: Ledger) -> None:
+    """A retried multi-event command returns all its events; a retried settings command its settings."""
+    ledger = active_pair
+    ledger.receive(ws.grpo())
+    first = ledger.fail_stage("grpo-v7", "sampling", event_id="k/fail")
+    again = ledger.fail_stage("grpo-v7", "sampling", event_id="k/fail")
+    assert again.duplicate and [e.type for e in again.events] == ["StageFailed", "RecoveryPlanned"]
+    assert [e.seq for e in again.events] == [e.seq for e in first.events]
+    ledger.complete_recovery("grpo-v7", event_id="k/recovered")
+    retried_recovery = ledger.complete_recovery("grpo-v7", event_id="k/recovered")  # now received: no re-decide
+    assert retried_recovery.duplicate and retried_recovery.candidate is not None
+    assert retried_recovery.candidate.state == "received"
+    ledger.advance_window(3, event_id="k/window")
+    retried_window = ledger.advance_window(3, event_id="k/window")
+    assert retried_window.duplicate and retried_window.candidate is None
+    assert retried_window.settings is not None and retried_window.settings.active_window == 3
+
+
+def test_a_noop_settings_command_still_reports_the_settings(ws: Workspace, active_pair: Ledger) -> None:
+    result = active_pair.init()
+    assert result.events == () and result.settings is not None and result.settings.max_window_age == 2
+
+
+def test_a_decision_the_table_forbids_is_refused_as_internal(ws: Workspace, active_pair: Ledger) -> None:
+    """A (buggy) decision that makes an illegal move is refused before anything is written."""
+    from lifecycle_fsm.decisions import Decision
+    from lifecycle_fsm.events import RecoveryCompleted, stream_of
+
+    ledger = active_pair
+    ledger.receive(ws.dpo())
+    head = ledger.store.head().seq
+    with pytest.raises(IllegalCommandError, match="internal: RecoveryCompleted is not allowed after state received"):
+        ledger._path.run(
+            stream_of("dpo-v5"), lambda current, settings: Decision((RecoveryCompleted("x", "y"),)),
+            command="check", event_id=None, first_type="RecoveryCompleted",
+        )  # fmt: skip
+    assert ledger.store.head().seq == head
+
+
+def test_refusal_on_reject_says_it_is_terminal(ws: Workspace, active_pair: Ledger) -> None:
+    ledger = active_pair
+    ledger.receive(ws.dpo(source_policy_version="an-old-baseline"))
+    assert ledger.check("dpo-v5").state == "reject"
+    with pytest.raises(IllegalCommandError, match=r"\(allowed: nothing, reject is terminal\)"):
+        ledger.hand_off("dpo-v5")
+
+
+@pytest.fixture
+def active_pair(pair: tuple[Ledger, Ledger]) -> Ledger:
+    """The interleavable ledger of `pair`, initialised with an active baseline."""
+    return pair[0]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import random
 import re
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -14,9 +16,9 @@ from click.testing import Result
 from conftest import REPO, Workspace, count_events, invoke
 
 from lifecycle_fsm.errors import ScenarioError
-from replay.drills import run_scenario
-from replay.faults_inject import crash_during_append
-from replay.scenario import ACTIONS, find_scenarios, load_scenario
+from replay.drills import find_scenarios, load_scenario, run_scenario
+from replay.drills.faults import crash_during_append
+from replay.drills.schema import ACTIONS
 
 SCENARIOS = REPO / "scenarios"
 SHIPPED = sorted(SCENARIOS.glob("*.yaml"))
@@ -236,3 +238,15 @@ def test_scenario_yaml_files_are_plain_yaml() -> None:
     """Every shipped file parses with yaml.safe_load alone (no tags, no custom loaders)."""
     for path in SHIPPED:
         assert isinstance(yaml.safe_load(path.read_text()), dict)
+
+
+def test_drills_package_surface() -> None:
+    """`replay.drills` re-exports what the CLI and tests import (sorted __all__); `import replay` does not load it."""
+    from replay import drills
+
+    assert list(drills.__all__) == sorted(drills.__all__)
+    assert [n for n in drills.__all__ if not hasattr(drills, n)] == []
+    assert {"build_report", "load_scenarios", "report_markdown", "run_drills", "run_scenario"} <= set(drills.__all__)
+    code = "import sys, replay; print(any(m.startswith(('replay.drills', 'cattrs', 'yaml')) for m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert out.stdout.strip() == "False"

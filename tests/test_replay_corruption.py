@@ -6,12 +6,13 @@ import json
 import re
 import sqlite3
 
+import attrs
 import orjson
 import pytest
 from conftest import Workspace, invoke
 
 from lifecycle_fsm.errors import CorruptionError
-from lifecycle_fsm.events import HandoffDecided, StageFailed, stream_of
+from lifecycle_fsm.events import BaselineActivated, HandoffDecided, StageFailed, stream_of
 from lifecycle_fsm.upcasting import CURRENT_VERSIONS, UPCASTERS
 from replay import load_state, verify
 from store.records import NewEvent
@@ -66,6 +67,7 @@ def test_cli_verify_and_replay_fail_closed_on_illegal_sequence(ws: Workspace) ->
 # --- every branch of the replay fold, on rows written behind the ledger's back ---------------
 
 
+BASELINE_FIELDS = [a.name for a in attrs.fields(BaselineActivated)]
 CHECKS = {"passed": False, "reason_codes": [], "freshness": {}, "artifact": {}, "rollback": {}, "settings": {}}
 
 
@@ -104,6 +106,32 @@ def _with_row(ws: Workspace, **row: object) -> int:
         ({"type": "RecoveryPlanned", "payload": '{"blocking": false}'}, "missing ['action',"),
         ({"stream_id": "ledger", "version": 3, "type": "WindowAdvanced", "payload": "{}"}, "does not match its schema"),
         ({"stream_id": "ledger", "version": 3}, "StageFailed does not belong on the ledger stream"),
+        (
+            {
+                "stream_id": "ledger",
+                "version": 3,
+                "type": "BaselineActivated",
+                "payload": orjson.dumps(dict.fromkeys(BASELINE_FIELDS, 5)).decode(),
+            },
+            "policy_version must be a string",
+        ),
+        (
+            {
+                "stream_id": "candidate:new",
+                "version": 1,
+                "type": "CandidateReceived",
+                "payload": orjson.dumps(
+                    {
+                        "candidate_id": "new",
+                        "revision": 0,
+                        "manifest_path": "m",
+                        "manifest_sha256": "x",
+                        "candidate": "not an object",
+                    }
+                ).decode(),
+            },
+            "payload is unreadable",
+        ),
         ({"type": "WindowAdvanced"}, "WindowAdvanced does not belong on a candidate stream"),
     ],
 )

@@ -2,7 +2,7 @@
 
 The drill machinery (YAML, fault injection) is imported only when the command runs,
 so other commands do not pay for it. Like every command it holds no logic:
-`replay.scenario` validates, `replay.drills` runs and builds the report.
+`replay.drills` validates the scenarios, runs them and builds the report.
 """
 
 from __future__ import annotations
@@ -68,8 +68,7 @@ def drill(paths: tuple[Path, ...], report_dir: Path | None, keep_dir: Path | Non
     8 when one did not (the report names the step, the expected and the actual value),
     3 when a scenario file is malformed.
     """
-    from replay.drills import build_report, report_markdown, run_drills
-    from replay.scenario import load_scenarios
+    from replay.drills import build_report, load_scenarios, report_markdown, run_drills
 
     if root_obj().get("log_level", "warning") == "warning":
         # Faults are injected on purpose: the report says what each one caused, so the

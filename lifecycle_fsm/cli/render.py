@@ -46,13 +46,7 @@ def print_result(result: CommandResult, as_json: bool, verb: str) -> None:
     if result.candidate is not None:
         doc |= candidate_json(result.candidate)
     if result.settings is not None and result.candidate is None:
-        s = result.settings
-        doc["settings"] = {
-            "active_policy_version": s.active_policy_version,
-            "active_window": s.active_window,
-            "max_window_age": s.max_window_age,
-            "evaluation_version": s.evaluation_version,
-        }
+        doc["settings"] = result.settings.summary()
         doc["invalidated"] = list(result.invalidated)
     if as_json:
         emit(doc)

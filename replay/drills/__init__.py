@@ -1,0 +1,38 @@
+"""Drills: drive commands against a fresh ledger, inject real faults, and judge the outcomes.
+
+Drills are not replay. The rest of `replay` rebuilds state from a log that already
+exists; a drill *writes* one: it builds a scenario's artifacts, runs its steps as
+`Ledger` commands, damages real files on purpose and checks what the ledger promised
+(`lifecycle drill`, `scenarios/README.md`). It uses replay only to verify.
+
+    schema.py     the scenario format: one attrs class per section and per step
+    convert.py    the strict cattrs converter; its errors become one-line `ScenarioError`s
+    loader.py     reading scenario files and checking references between their sections
+    workspace.py  the temporary folder: artifacts and manifests (`lifecycle_fsm.fixtures`)
+    faults.py     crashes, garbled checkpoints, edited events, tampered or deleted artifacts
+    runner.py     running the steps against the ledger
+    report.py     results, drill-report.json and drill-report.md
+"""
+
+from __future__ import annotations
+
+from lifecycle_fsm.errors import ScenarioError
+from replay.drills.loader import find_scenarios, load_scenario, load_scenarios
+from replay.drills.report import DrillResult, Failure, StepResult, build_report, report_markdown
+from replay.drills.runner import run_drills, run_scenario
+from replay.drills.schema import Scenario
+
+__all__ = [
+    "DrillResult",
+    "Failure",
+    "Scenario",
+    "ScenarioError",
+    "StepResult",
+    "build_report",
+    "find_scenarios",
+    "load_scenario",
+    "load_scenarios",
+    "report_markdown",
+    "run_drills",
+    "run_scenario",
+]
