@@ -214,6 +214,13 @@ def test_non_finite_float_is_input_error(store: EventStore, bad: float) -> None:
     assert store.count_events() == 0
 
 
+def test_unserialisable_payload_is_input_error(store: EventStore) -> None:
+    """A payload JSON cannot carry (a set, bytes) is refused before anything is written."""
+    with pytest.raises(InputError, match="not JSON-serialisable"):
+        store.append("a", 0, [new("a", 0, tags={"x", "y"})])
+    assert store.count_events() == 0
+
+
 def test_event_of_another_stream_is_input_error(store: EventStore) -> None:
     """Every event of an append must belong to the stream being appended to."""
     with pytest.raises(InputError):
