@@ -22,7 +22,7 @@ from bench_append import N_CANDIDATES, cid_of, seed_candidates, tiny_files
 from bench_common import ACTOR, Row, fmt_spread, interleaved, median, per_round_ratio, remove_db, summary
 
 from lifecycle_fsm.ledger import Ledger
-from store.sqlite import SQLiteEventStore
+from store.open import open_store
 
 WRITERS = 4
 
@@ -52,7 +52,7 @@ def _worker(db: str, sync: str, index: int, writers: int, n: int, folder: str) -
     print(json.dumps({"start": start, "end": end, "event_ids": ids, "failures": failures}))
 
 
-def _round(folder: Path, db: Path, sync: str, writers: int, n: int) -> dict[str, Any]:
+def _round(folder: Path, db: Path | str, sync: str, writers: int, n: int) -> dict[str, Any]:
     for f in folder.glob("ready-*"):
         f.unlink()
     (folder / "go").unlink(missing_ok=True)
@@ -70,8 +70,9 @@ def _round(folder: Path, db: Path, sync: str, writers: int, n: int) -> dict[str,
         if time.time() > deadline or any(p.poll() not in (None, 0) for p in procs):
             raise RuntimeError("writers did not get ready: " + " | ".join(p.stderr.read() for p in procs if p.stderr))
         time.sleep(0.005)
-    with SQLiteEventStore(db, synchronous=sync) as store:
-        before = store.count_events()
+    store = open_store(str(db), synchronous=sync)
+    before = store.count_events()
+    store.close()
     (folder / "go").touch()
     docs = []
     for p in procs:
@@ -81,9 +82,10 @@ def _round(folder: Path, db: Path, sync: str, writers: int, n: int) -> dict[str,
         docs.append(json.loads(out.strip().splitlines()[-1]))
     wall = max(d["end"] for d in docs) - min(d["start"] for d in docs)
     ids = [i for d in docs for i in d["event_ids"]]
-    with SQLiteEventStore(db, synchronous=sync) as store:
-        after = store.count_events()
-        missing = sum(store.event_by_id(i) is None for i in ids)
+    store = open_store(str(db), synchronous=sync)
+    after = store.count_events()
+    missing = sum(store.event_by_id(i) is None for i in ids)
+    store.close()
     return {
         "commands": writers * n,
         "appended": len(ids),
@@ -96,29 +98,34 @@ def _round(folder: Path, db: Path, sync: str, writers: int, n: int) -> dict[str,
     }
 
 
-def writers_bench(workdir: Path, sync: str, rounds: int, n: int) -> tuple[list[Row], dict[str, Any]]:
-    folder = workdir / f"writers-{sync.lower()}"
+def writers_bench(
+    workdir: Path, sync: str, rounds: int, n: int, target: str | None = None, label: str = "", writers: int = WRITERS
+) -> tuple[list[Row], dict[str, Any]]:
+    """`target`: a PostgreSQL URL (an empty schema) instead of a fresh SQLite file in `workdir`."""
+    folder = workdir / f"writers{label}-{sync.lower()}"
     folder.mkdir(parents=True, exist_ok=True)
     tiny_files(folder)
-    db = folder / "ledger.db"
-    remove_db(db)
+    db: Path | str = folder / "ledger.db" if target is None else target
+    if target is None:
+        remove_db(folder / "ledger.db")
     with Ledger.open(db, synchronous=sync, actor=ACTOR) as ledger:
         seed_candidates(ledger.store, [cid_of(i) for i in range(N_CANDIDATES)])
     log: dict[str, list[dict[str, Any]]] = {"one": [], "many": []}
 
     def one() -> float:
-        r = _round(folder, db, sync, 1, n * WRITERS)  # the same total work in one process
+        r = _round(folder, db, sync, 1, n * writers)  # the same total work in one process
         log["one"].append(r)
         return float(r["throughput"])
 
     def many() -> float:
-        r = _round(folder, db, sync, WRITERS, n)
+        r = _round(folder, db, sync, writers, n)
         log["many"].append(r)
         return float(r["throughput"])
 
     tput = interleaved({"one": one, "many": many}, rounds)
-    with SQLiteEventStore(db, synchronous=sync) as store:
-        chain = store.verify_chain()
+    store = open_store(str(db), synchronous=sync)
+    chain = store.verify_chain()
+    store.close()
     runs = log["one"] + log["many"]
     lost = sum(r["commands"] - r["appended"] - len(r["failures"]) for r in runs)
     lost += sum(r["missing"] for r in runs) + sum(r["appended"] - r["grew_by"] for r in runs)
@@ -127,10 +134,10 @@ def writers_bench(workdir: Path, sync: str, rounds: int, n: int) -> tuple[list[R
     ok = chain.ok and lost == 0 and failures == 0
     ratio = per_round_ratio(tput["many"], tput["one"])
     rows = [
-        Row("writers", f"{WRITERS} writers / 1 writer throughput, {sync}", ">= 0.8x",
-            f"1: {fmt_spread(tput['one'], 0)} cmd/s, {WRITERS}: {fmt_spread(tput['many'], 0)} cmd/s",
+        Row(f"writers{label}", f"{writers} writers / 1 writer throughput, {sync}", ">= 0.8x",
+            f"1: {fmt_spread(tput['one'], 0)} cmd/s, {writers}: {fmt_spread(tput['many'], 0)} cmd/s",
             median(ratio), median(ratio) >= 0.8, {"ratio": summary(ratio)}),
-        Row("writers", f"{WRITERS} writers lose nothing, {sync}", "0 lost, chain ok",
+        Row(f"writers{label}", f"{writers} writers lose nothing, {sync}", "0 lost, chain ok",
             f"{sum(r['appended'] for r in runs):,} appended, {lost} lost, {failures} failed, "
             f"chain {'ok' if chain.ok else 'BROKEN'} ({chain.events:,} events)", None, ok),
     ]  # fmt: skip

@@ -1,4 +1,4 @@
-"""Benchmarks: append, replay and checkpoint cost against raw SQLite and eventsourcing.
+"""Benchmarks: append, replay and checkpoint cost against raw SQLite, raw psycopg and eventsourcing.
 
     python benchmarks/run.py [--quick] [--json FILE] [--rounds N] [--only SECTION ...] [--profile]
 
@@ -26,11 +26,18 @@ if str(HERE) not in sys.path:  # the sibling modules, when run from elsewhere
 
 import bench_append  # noqa: E402
 import bench_log  # noqa: E402
+import bench_postgres  # noqa: E402
 import bench_replay  # noqa: E402
 import bench_writers  # noqa: E402
 from bench_common import Row, machine_line  # noqa: E402
 
-SECTIONS = {"append": bench_append.run, "replay": bench_replay.run, "writers": bench_writers.run, "log": bench_log.run}
+SECTIONS = {
+    "append": bench_append.run,
+    "replay": bench_replay.run,
+    "writers": bench_writers.run,
+    "postgres": bench_postgres.run,
+    "log": bench_log.run,
+}
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:

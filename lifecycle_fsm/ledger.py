@@ -123,10 +123,10 @@ class Ledger:
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, synchronous: str = "FULL", **kwargs: Any) -> Ledger:
-        """A ledger on a SQLite file (created if missing)."""
-        from store.sqlite import SQLiteEventStore
+        """A ledger on a SQLite file or a `postgresql://` URL (created if missing)."""
+        from store.open import open_store
 
-        return cls(SQLiteEventStore(path, synchronous=synchronous), **kwargs)
+        return cls(open_store(path, synchronous=synchronous), **kwargs)
 
     def close(self) -> None:
         self.store.close()

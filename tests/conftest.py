@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import structlog
+from backends import pg_url  # noqa: F401 - a fixture: every test module may ask for a fresh PostgreSQL schema
 from click.testing import CliRunner, Result
 
 from lifecycle_fsm.artifacts import hash_directory
@@ -100,9 +101,9 @@ def invoke(db: Path, *args: str) -> Result:
 
 
 def run_cli(
-    db: Path, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+    db: Path | str, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """Run the CLI as a real subprocess, as a user would."""
+    """Run the CLI as a real subprocess, as a user would (`db` a file or a PostgreSQL URL)."""
     full_env = {**os.environ, **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "lifecycle_fsm", "--db", str(db), *args],

@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 import pytest
+from backends import DURABLE, backend_params
 from click.testing import CliRunner, Result
 from conftest import REPO, Workspace, count_events, invoke, run_cli
 
@@ -267,11 +268,16 @@ def test_lifecycle_db_env_var_is_honoured(ws: Workspace, monkeypatch: pytest.Mon
 
 
 @pytest.mark.slow
-def test_end_to_end_through_real_subprocesses(ws: Workspace) -> None:
-    """Two candidates reach ready; one flipped byte rejects the DPO one, and explain shows expected vs actual."""
+@pytest.mark.parametrize("backend", backend_params(DURABLE))
+def test_end_to_end_through_real_subprocesses(ws: Workspace, backend: str, request: pytest.FixtureRequest) -> None:
+    """Two candidates reach ready; one flipped byte rejects the DPO one, and explain shows expected vs actual.
+
+    Once on an SQLite file and once on PostgreSQL (`--db postgresql://…`).
+    """
+    target = str(ws.db) if backend == "sqlite" else request.getfixturevalue("pg_url")
 
     def ok(*args: str) -> str:
-        proc = run_cli(ws.db, *args)
+        proc = run_cli(target, *args)
         assert (proc.returncode, proc.stderr) == (0, ""), (args, proc.stderr)
         return proc.stdout
 

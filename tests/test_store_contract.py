@@ -1,146 +1,330 @@
-"""One contract, every backend: SQLite and the in-memory reference pass the same tests.
+"""One store contract, every backend: memory, an SQLite file and a PostgreSQL schema pass the same tests.
 
-A new backend (PostgreSQL) joins by adding itself to `BACKENDS`.
+Appends, reads, expected versions, idempotency, transactions, the stream index,
+checkpoints and the whole Ledger. The chain's tamper tests are in test_store_chain.py,
+the multi-process ones in test_store_concurrency.py; what only one engine has (WAL,
+sqlite3 triggers, PostgreSQL roles and timeouts) is in test_store_sqlite.py and
+test_store_postgres.py. A new backend joins by adding itself to `tests/backends.py`.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from backends import Backend, backend_params, make_backend
 from conftest import Workspace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lifecycle_fsm.errors import ConcurrencyError, DuplicateEventError, IntegrityError
 from lifecycle_fsm.ledger import Ledger, utc_now
 from replay import load_state, snapshot_json, take_checkpoint, verify
 from store import (
     GENESIS_HASH,
+    ConcurrencyError,
+    ConflictError,
+    DuplicateEventError,
     EventFilter,
     EventStore,
+    Head,
+    InputError,
+    IntegrityError,
     MemoryEventStore,
     NewEvent,
     PayloadMatch,
     SQLiteEventStore,
     StreamHead,
+    canonical_json,
+    event_hash,
 )
 
-BACKENDS: dict[str, Callable[[Path], EventStore]] = {
-    "sqlite": lambda tmp: SQLiteEventStore(tmp / "contract.db", synchronous="NORMAL"),
-    "memory": lambda tmp: MemoryEventStore(),
-}
+
+@pytest.fixture(params=backend_params())
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    return make_backend(request.param, request, tmp_path)
 
 
-@pytest.fixture(params=sorted(BACKENDS))
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EventStore]:
-    backend = BACKENDS[request.param](tmp_path)
-    yield backend
-    backend.close()
+@pytest.fixture
+def store(backend: Backend) -> Iterator[EventStore]:
+    opened = backend.open()
+    yield opened
+    opened.close()
 
 
-def ev(stream: str, n: int, *, event_id: str | None = None, payload: dict[str, object] | None = None) -> NewEvent:
-    """A deterministic event (fixed clock and actor, so hashes compare across backends)."""
+def new(stream: str = "s", n: int = 0, *, event_id: str | None = None, **payload: Any) -> NewEvent:
+    """A small deterministic event (fixed clock and actor, so hashes compare across backends)."""
     return NewEvent(
-        stream, "T", 1, payload or {"n": n, "note": None}, event_id or f"{stream}-{n}", "2026-01-01T00:00:00Z", "t"
+        stream, "Happened", 1, payload or {"n": n}, event_id or f"{stream}-{n}", f"2024-01-01T00:00:{n % 60:02d}Z", "t"
     )
 
 
-def test_append_and_read_back(store: EventStore) -> None:
-    """Positions, versions, the head and the look-ups agree after appends to two streams."""
-    first = store.append("a", 0, [ev("a", 1), ev("a", 2)], status="received", category="dpo")
-    store.append("b", 0, [ev("b", 1)])
-    assert [e.seq for e in first.events] == [1, 2]
-    assert [e.version for e in store.read_stream("a")] == [1, 2]
-    assert [e.version for e in store.read_stream("a", after_version=1)] == [2]
-    assert store.stream_version("a") == 2 and store.stream_version("nope") == 0
-    assert store.head().seq == 3 and store.count_events() == 3
-    assert store.event_at(3) == store.event_by_id("b-1")
-    assert store.hash_at(0) == GENESIS_HASH and store.hash_at(4) is None
-    assert [e.seq for e in store.select_events(after=1, to=2)] == [2]
-    assert [r[0] for rows in store.select_fold_batches() for r in rows] == [1, 2, 3]
+@pytest.fixture
+def filled(store: EventStore) -> EventStore:
+    """Five events over two streams: a0 a1 b0 a2 b1 (seq 1..5)."""
+    store.append("a", 0, [new("a", 0), new("a", 1)])
+    store.append("b", 0, [new("b", 0)])
+    store.append("a", 2, [new("a", 2)])
+    store.append("b", 1, [new("b", 1)])
+    return store
 
 
-def test_expected_version_is_enforced(store: EventStore) -> None:
-    """Appending at a stale version is a ConcurrencyError naming both versions, and appends nothing."""
-    store.append("a", 0, [ev("a", 1)])
+# --- appends and reads -------------------------------------------------------------------------
+
+
+def test_empty_store_reads(store: EventStore) -> None:
+    """A fresh store has no events, version 0 everywhere and the genesis head."""
+    assert store.head() == Head(0, GENESIS_HASH)
+    assert (store.stream_version("x"), store.read_stream("x"), list(store.select_events())) == (0, [], [])
+    assert (store.event_at(1), store.event_by_id("nope"), store.count_events()) == (None, None, 0)
+    assert list(store.select_fold_batches()) == [] and list(store.select_checkpoints()) == []
+    assert store.verify_chain().ok
+
+
+def test_append_assigns_seq_version_and_chain(store: EventStore) -> None:
+    """Appends get consecutive seqs, per-stream versions and hashes linked to the previous event."""
+    first = store.append("a", 0, [new("a", 0), new("a", 1)])
+    second = store.append("b", 0, [new("b", 0)])
+    events = [*first.events, *second.events]
+    assert [(e.seq, e.stream_id, e.version) for e in events] == [(1, "a", 1), (2, "a", 2), (3, "b", 1)]
+    assert not first.duplicate and not second.duplicate
+    prev = GENESIS_HASH
+    for e in events:
+        assert e.prev_hash == prev
+        fields = {k: getattr(e, k) for k in ("seq", "stream_id", "version", "event_id", "type", "schema_version")}
+        assert e.hash == event_hash(
+            prev_hash=prev, payload=e.payload, recorded_at=e.recorded_at, actor=e.actor, **fields
+        )
+        prev = e.hash
+    assert events[0].payload == canonical_json({"n": 0})
+    assert list(store.select_events()) == events  # what was returned is what was stored
+
+
+def test_reads_return_what_was_stored(filled: EventStore) -> None:
+    """read_stream, stream_version, head, event_at, event_by_id and hash_at agree with select_events."""
+    everything = list(filled.select_events())
+    assert [e.seq for e in everything] == [1, 2, 3, 4, 5]
+    assert [e.event_id for e in filled.read_stream("a")] == ["a-0", "a-1", "a-2"]
+    assert [e.version for e in filled.read_stream("a", after_version=1)] == [2, 3]
+    assert [e.version for e in filled.read_stream("b")] == [1, 2]
+    assert (filled.stream_version("a"), filled.stream_version("b"), filled.stream_version("c")) == (3, 2, 0)
+    assert filled.head() == Head(5, everything[-1].hash)
+    assert filled.event_at(3) == everything[2] and filled.event_at(6) is None
+    assert filled.event_by_id("b-1") == everything[4]
+    assert filled.count_events() == 5
+    assert filled.hash_at(0) == GENESIS_HASH and filled.hash_at(2) == everything[1].hash and filled.hash_at(6) is None
+    rows = [r for batch in filled.select_fold_batches(after=1, to=4) for r in batch]
+    assert [tuple(r) for r in rows] == [(e.seq, e.stream_id, e.version, e.type, e.schema_version, e.payload)
+                                        for e in everything[1:4]]  # fmt: skip
+
+
+def test_select_events_bounds(filled: EventStore) -> None:
+    """select_events yields after < seq <= to, in order."""
+    assert [e.seq for e in filled.select_events(after=2)] == [3, 4, 5]
+    assert [e.seq for e in filled.select_events(to=2)] == [1, 2]
+    assert [e.seq for e in filled.select_events(after=1, to=4)] == [2, 3, 4]
+    assert list(filled.select_events(after=5)) == []
+
+
+def test_select_events_streams_a_large_log(store: EventStore) -> None:
+    """5000 events appended in 50 batches come back in seq order, each once, with per-stream versions."""
+    for batch in range(50):
+        stream = "even" if batch % 2 == 0 else "odd"
+        base = store.stream_version(stream)
+        store.append(stream, base, [new(stream, base + i) for i in range(100)])
+    events = store.select_events()
+    assert iter(events) is events  # a generator, not a list built up front
+    count, last_seq, versions = 0, 0, {"even": 0, "odd": 0}
+    for e in events:
+        count += 1
+        assert e.seq == last_seq + 1
+        assert e.version == versions[e.stream_id] + 1
+        last_seq, versions[e.stream_id] = e.seq, e.version
+    assert (count, versions) == (5000, {"even": 2500, "odd": 2500})
+    assert sum(len(b) for b in store.select_fold_batches()) == 5000
+    assert store.verify_chain().ok
+
+
+def test_transaction_spans_streams_and_rolls_back(store: EventStore) -> None:
+    """Everything appended inside one transaction lands together or not at all, index included."""
+    with store.transaction() as tx:
+        tx.append("a", 0, [new("a", 0)], status="received")
+        tx.append("b", 0, [new("b", 0)])
+        assert tx.stream_version("a") == 1 and [e.version for e in tx.read_stream("a")] == [1]
+        assert [h.stream_id for h in tx.streams(statuses=["received"])] == ["a"]
+    assert store.count_events() == 2
+
+    def abandon() -> None:
+        with store.transaction() as tx:
+            tx.append("a", 1, [new("a", 1)], status="ready")
+            assert tx.stream_version("a") == 2  # visible inside
+            raise RuntimeError("abandon")
+
+    with pytest.raises(RuntimeError):
+        abandon()
+    assert (store.count_events(), store.stream_version("a")) == (2, 1)
+    assert store.streams(statuses=["ready"]) == []
+    assert store.append("c", 0, [new("c", 0)]).events[0].seq == 3  # the abandoned seq is reused: no gap
+
+
+def test_expect_version_inside_a_transaction(store: EventStore) -> None:
+    """A transaction that read a stream at a version that moved appends nothing (the command re-decides)."""
+    store.append("ledger", 0, [new("ledger", 0)])
+    with store.transaction() as tx:
+        tx.expect_version("ledger", 1)
+        tx.append("a", 0, [new("a", 0)])
+
+    def stale(expected: int, append: bool) -> None:
+        with store.transaction() as tx:
+            tx.expect_version("ledger", expected)
+            if append:
+                tx.append("a", 1, [new("a", 1)])
+
     with pytest.raises(ConcurrencyError) as info:
-        store.append("a", 0, [ev("a", 2)])
-    assert (info.value.expected_version, info.value.actual_version) == (0, 1)
+        stale(0, append=True)
+    assert (info.value.stream_id, info.value.expected_version, info.value.actual_version) == ("ledger", 0, 1)
+    with pytest.raises(ConcurrencyError):
+        stale(7, append=False)
+    assert store.count_events() == 2
+
+
+# --- atomic batches and input ----------------------------------------------------------------
+
+
+def test_batch_with_unencodable_second_event_leaves_nothing(store: EventStore) -> None:
+    """A batch whose 2nd event has a NaN payload is refused whole: no rows, head unchanged."""
+    with pytest.raises(InputError, match="non-finite"):
+        store.append("a", 0, [new("a", 0), new("a", 1, x=float("nan")), new("a", 2)])
+    assert (store.count_events(), store.stream_version("a"), store.head()) == (0, 0, Head(0, GENESIS_HASH))
+    assert store.streams() == []
+
+
+def test_batch_failing_in_the_database_leaves_nothing(store: EventStore) -> None:
+    """A batch whose 2nd row takes an existing event id rolls back its 1st row too (looked up or promised fresh)."""
+    store.append("b", 0, [new("b", 0, event_id="taken")])
+    with pytest.raises(DuplicateEventError) as info:
+        store.append("a", 0, [new("a", 0), new("a", 1, event_id="taken")])
+    assert (info.value.event_id, info.value.seq) == ("taken", 1)
+    with pytest.raises(ConflictError):  # promised fresh: the database refuses the row (memory finds it)
+        store.append("a", 0, [new("a", 0), new("a", 1, event_id="taken")], fresh_ids=True)
+    assert (store.count_events(), store.stream_version("a")) == (1, 0)
+    assert store.append("a", 0, [new("a", 0)]).events[0].seq == 2
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan")])
+def test_non_finite_float_is_input_error(store: EventStore, bad: float) -> None:
+    """A non-finite number anywhere in a payload is an InputError (JSON cannot carry it)."""
+    with pytest.raises(InputError):
+        store.append("a", 0, [new("a", 0, nested={"list": [1.0, bad]})])
+    assert store.count_events() == 0
+
+
+def test_unserialisable_payload_is_input_error(store: EventStore) -> None:
+    """A payload JSON cannot carry (a set, bytes) is refused before anything is written."""
+    with pytest.raises(InputError, match="not JSON-serialisable"):
+        store.append("a", 0, [new("a", 0, tags={"x", "y"})])
+    assert store.count_events() == 0
+
+
+def test_event_of_another_stream_is_input_error(store: EventStore) -> None:
+    """Every event of an append must belong to the stream being appended to."""
+    with pytest.raises(InputError):
+        store.append("a", 0, [new("a", 0), new("b", 0)])
+    assert store.count_events() == 0
+
+
+def test_payload_text_is_kept_exactly(store: EventStore) -> None:
+    """Unicode, escapes, big and float numbers and key order come back byte for byte (no jsonb rewriting)."""
+    payload = {"z": 1, "a": 'é\u2028"\\', "big": 12345678901234567, "f": 1e100, "g": 0.1, "nested": {"b": [], "a": {}}}
+    stored = store.append("a", 0, [new("a", 0, **payload)]).events[0]
+    assert stored.payload == canonical_json(payload)
+    assert store.event_at(1) == stored and store.verify_chain().ok
+
+
+# --- expected versions and idempotency ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("expected", [0, 2, 7])
+def test_wrong_expected_version(store: EventStore, expected: int) -> None:
+    """Appending at a version other than the stream's is a ConcurrencyError with structured fields."""
+    store.append("a", 0, [new("a", 0)])
+    with pytest.raises(ConcurrencyError) as info:
+        store.append("a", expected, [new("a", 1)])
+    assert (info.value.stream_id, info.value.expected_version, info.value.actual_version) == ("a", expected, 1)
     assert store.count_events() == 1
 
 
 def test_retry_is_a_no_op_and_reuse_is_an_error(store: EventStore) -> None:
-    """Same ids and content: the original positions; other content, or a half-taken batch: an error."""
-    original = store.append("a", 0, [ev("a", 1), ev("a", 2)])
-    again = store.append("a", 0, [ev("a", 1), ev("a", 2)])
+    """Same ids and content: the original positions, even after the stream moved on; other content: an error."""
+    original = store.append("a", 0, [new("a", 0), new("a", 1)])
+    store.append("a", 2, [new("a", 2)])
+    again = store.append("a", 0, [new("a", 0), new("a", 1)])
     assert again.duplicate and again.events == original.events
+    with pytest.raises(DuplicateEventError) as info:
+        store.append("a", 3, [new("a", 3, event_id="a-0")])
+    assert (info.value.event_id, info.value.seq) == ("a-0", 1)
     with pytest.raises(DuplicateEventError):
-        store.append("a", 2, [ev("a", 3, event_id="a-1")])
+        store.append("b", 0, [new("b", 0, event_id="a-0")])  # same id, another stream
     with pytest.raises(DuplicateEventError):
-        store.append("b", 0, [ev("b", 1), ev("b", 2, event_id="a-2")])
-    assert store.count_events() == 2
+        store.append("b", 0, [new("b", 1), new("b", 2, event_id="a-1")])  # half taken
+    assert store.count_events() == 3
 
 
-def test_transaction_is_all_or_nothing(store: EventStore) -> None:
-    """An error inside a transaction leaves none of its appends behind."""
-
-    def abort_midway() -> None:
-        with store.transaction() as tx:
-            tx.append("a", 0, [ev("a", 1)])
-            assert tx.stream_version("a") == 1  # visible inside
-            raise RuntimeError("abort")
-
-    with pytest.raises(RuntimeError):
-        abort_midway()
-    assert store.count_events() == 0
-    assert store.streams() == []
-
-
-def test_chain_is_identical_across_backends(tmp_path: Path) -> None:
-    """The same events give the same hashes on every backend: the chain is the data's, not the engine's."""
-    heads = []
-    for name, make in sorted(BACKENDS.items()):
-        backend = make(tmp_path)
-        backend.append("a", 0, [ev("a", 1), ev("a", 2)])
-        backend.append("b", 0, [ev("b", 1, payload={"x": [1, 2.5, "é"]})])
-        assert backend.verify_chain().ok, name
-        heads.append(backend.head())
-        backend.close()
-    assert heads[0] == heads[1]
+# --- the stream index and checkpoints ------------------------------------------------------------
 
 
 def test_stream_index_labels_and_rebuild(store: EventStore) -> None:
     """The index keeps the last label given; a later append without one keeps it; rebuild replaces it."""
-    store.append("a", 0, [ev("a", 1)], status="received", category="grpo")
-    store.append("a", 1, [ev("a", 2)])
-    store.append("b", 0, [ev("b", 1)], status="ready", category="dpo")
+    store.append("a", 0, [new("a", 1)], status="received", category="grpo")
+    store.append("a", 1, [new("a", 2)])
+    store.append("b", 0, [new("b", 1)], status="ready", category="dpo")
     assert store.streams(statuses=["received"]) == [StreamHead("a", 2, "received", "grpo")]
+    assert [h.stream_id for h in store.streams()] == ["a", "b"]
     store.rebuild_stream_index(lambda: [StreamHead("b", 1, "reject", "dpo")])
     assert store.streams() == [StreamHead("b", 1, "reject", "dpo")]
 
 
 def test_checkpoints_and_stream_copies(store: EventStore) -> None:
-    """Checkpoints come back newest first with the chain's hash; stream copies are found per stream."""
-    store.append("a", 0, [ev("a", 1), ev("a", 2)])
+    """Checkpoints come back newest first (lazily, filtered) with the chain's hash; copies are found per stream."""
+    store.append("a", 0, [new("a", 1), new("a", 2)])
     first = store.append_checkpoint(position=1, schema_version=1, fingerprint="f", snapshot="{}", recorded_at="t")
     second = store.append_checkpoint(
         position=2, schema_version=1, fingerprint="f", snapshot="{}", recorded_at="t", streams=[("a", 2, '{"s":1}')]
     )
-    assert [c.checkpoint_id for c in store.select_checkpoints()] == [second.checkpoint_id, first.checkpoint_id]
-    assert first.head_hash == store.hash_at(1)
+    third = store.append_checkpoint(position=2, schema_version=1, fingerprint="g", snapshot="[]", recorded_at="u")
+    assert [c.checkpoint_id for c in store.select_checkpoints()] == [
+        third.checkpoint_id, second.checkpoint_id, first.checkpoint_id,
+    ]  # fmt: skip
+    assert [c.checkpoint_id for c in store.select_checkpoints(at_or_before=1)] == [first.checkpoint_id]
+    assert next(iter(store.select_checkpoints())) == third
+    assert first.head_hash == store.hash_at(1) and second.head_hash == store.hash_at(2)
     copy = store.latest_stream_snapshot("a")
     assert copy is not None and (copy.version, copy.state, copy.position) == (2, '{"s":1}', 2)
     assert [s.stream_id for s in store.stream_snapshots(second.checkpoint_id)] == ["a"]
-    assert store.latest_stream_snapshot("b") is None
+    assert store.stream_snapshots(third.checkpoint_id) == [] and store.latest_stream_snapshot("b") is None
     with pytest.raises(IntegrityError):
         store.append_checkpoint(position=9, schema_version=1, fingerprint="f", snapshot="{}", recorded_at="t")
+    genesis = store.append_checkpoint(position=0, schema_version=1, fingerprint="f", snapshot="{}", recorded_at="t")
+    assert genesis.head_hash == GENESIS_HASH
 
 
-def test_the_ledger_runs_on_every_backend(store: EventStore, ws: Workspace) -> None:
+def test_a_second_handle_sees_the_same_ledger(backend: Backend, store: EventStore) -> None:
+    """Another handle on the same ledger (another process, in real life) sees the first's writes; both append."""
+    store.append("a", 0, [new("a", 0)])
+    other = backend.open()
+    try:
+        assert other.head() == store.head()
+        other.append("a", 1, [new("a", 1)])
+        assert store.append("a", 2, [new("a", 2)]).events[0].seq == 3  # its guess of the head was stale
+        assert store.verify_chain().ok and other.count_events() == 3
+    finally:
+        if other is not store:
+            other.close()
+
+
+def test_the_ledger_runs_on_every_backend(backend: Backend, store: EventStore, ws: Workspace) -> None:
     """The whole lifecycle through the Ledger; replay, checkpoint + tail and verify agree."""
     ledger = Ledger(store, actor="contract")
     ledger.activate_baseline(ws.baseline())

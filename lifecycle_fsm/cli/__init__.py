@@ -19,6 +19,7 @@ exit code (`EXIT_CODES`; the error classes know nothing of codes, `exit_codes` m
     auditor.py     log, report (SPEC §11)
     serve.py       serve: Datasette over a ledger snapshot (extra `ui`)
     drill.py       drill (SPEC §12)
+    migrate.py     migrate (SPEC §9): copy a ledger between backends
 
 Adding a command is one new module and one line here: write `cli/<concern>.py` with a
 `@click.command()` (or `@click.group()`) that imports what it needs from `app` and
@@ -30,7 +31,7 @@ that the module's `__all__` lists what it defines.
 
 from __future__ import annotations
 
-from lifecycle_fsm.cli import audit, auditor, drill, integrity, queries, serve, writes
+from lifecycle_fsm.cli import audit, auditor, drill, integrity, migrate, queries, serve, writes
 from lifecycle_fsm.cli.app import main
 from lifecycle_fsm.cli.exit_codes import EXIT_CODES
 
@@ -60,3 +61,4 @@ main.add_command(drill.drill)
 main.add_command(auditor.log)
 main.add_command(auditor.report)
 main.add_command(serve.serve)
+main.add_command(migrate.migrate)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -18,6 +17,7 @@ from lifecycle_fsm.cli.exit_codes import EXIT_CODES, exit_code_for
 from lifecycle_fsm.errors import InputError, LifecycleError
 from lifecycle_fsm.ledger import Ledger
 from lifecycle_fsm.logs import configure_logging
+from store.open import open_store
 
 __all__ = [
     "AS_OF",
@@ -131,21 +131,24 @@ AS_OF = AsOfType()
 def open_ledger(*, must_exist: bool = False) -> Ledger:
     """The ledger `--db` names, closed when the command's context closes.
 
-    `must_exist` refuses (exit 3) a missing file instead of creating it: every command
-    but the ones that set the ledger up needs one that is already there.
+    `must_exist` refuses (exit 3) a missing file, or a PostgreSQL schema without a
+    ledger, instead of creating it: every command but the ones that set the ledger up
+    needs one that is already there.
     """
     obj = root_obj()
-    path = Path(obj["db"])
-    if must_exist and not path.exists():
-        raise InputError(f"no ledger at {path} (create one with `lifecycle init`)")
-    ledger = Ledger.open(path, synchronous=obj["synchronous"], actor=obj["actor"])
+    store = open_store(obj["db"], synchronous=obj["synchronous"], create=not must_exist)
+    ledger = Ledger(store, actor=obj["actor"])
     click.get_current_context().call_on_close(ledger.close)
     return ledger
 
 
 @click.group(cls=LifecycleGroup, epilog="Exit codes: " + "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items()))
 @click.option(
-    "--db", default="lifecycle.db", envvar="LIFECYCLE_DB", show_default=True, help="Ledger file (env LIFECYCLE_DB)."
+    "--db",
+    default="lifecycle.db",
+    envvar="LIFECYCLE_DB",
+    show_default=True,
+    help="Ledger file, or a postgresql:// URL (env LIFECYCLE_DB).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
 @click.option("--actor", envvar="LIFECYCLE_ACTOR", help="Who records the events (default user@host:pid).")
@@ -155,7 +158,7 @@ def open_ledger(*, must_exist: bool = False) -> Ledger:
     default="FULL",
     show_default=True,
     type=click.Choice(["NORMAL", "FULL", "EXTRA"], case_sensitive=False),
-    help="SQLite durability: FULL survives power loss, NORMAL survives a process crash.",
+    help="Durability: FULL survives power loss, NORMAL a process crash (PostgreSQL: synchronous_commit on/off).",
 )
 @click.option("--log-level", envvar="LIFECYCLE_LOG_LEVEL", default="warning", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]), help="Structured logs on stderr.")  # fmt: skip

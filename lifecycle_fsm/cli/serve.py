@@ -50,7 +50,10 @@ def serve(host: str, port: int) -> None:
 
     if not pm.is_registered(serve_plugin):
         pm.register(serve_plugin, name="lifecycle_fsm")
-    ledger = Path(root_obj()["db"])
+    db = str(root_obj()["db"])
+    if db.startswith(("postgresql://", "postgres://")):
+        raise InputError("serve browses a SQLite ledger file: copy this one first (`lifecycle migrate URL FILE.db`)")
+    ledger = Path(db)
     if not ledger.is_file():
         raise InputError(f"no ledger at {ledger} (serve browses an existing SQLite ledger file)")
     with tempfile.TemporaryDirectory(prefix="lifecycle-serve-") as folder:

@@ -41,7 +41,7 @@ class Target:
 
 TARGETS = (
     Target("chain", "store/chain.py", ("verify_events", "match_retry", "chain_rows", "canonical_json"),
-           ("tests/test_store.py", "tests/test_chain_format.py", "tests/test_store_contract.py")),
+           ("tests/test_store_chain.py", "tests/test_chain_format.py", "tests/test_store_contract.py")),
     Target("command_path", "lifecycle_fsm/command_path.py",
            ("CommandPath.run", "CommandPath._append", "CommandPath._fan_out", "CommandPath._replayed",
             "require_command", "state_after"),

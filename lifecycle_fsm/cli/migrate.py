@@ -1,0 +1,100 @@
+"""`lifecycle migrate SRC DST`: copy a ledger between any two backends (SQLite file, PostgreSQL URL).
+
+The copy itself is `store.migrate.migrate` (it verifies the chain as it goes and
+refuses a destination that is not a prefix of the source); this command opens both
+ends, derives the destination's stream index with the domain's fold, shows a progress
+bar on a terminal and reports what was copied.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import click
+
+from lifecycle_fsm.cli.app import json_option, root_obj, wants_json
+from lifecycle_fsm.cli.render import emit
+from lifecycle_fsm.errors import InputError
+from replay.checkpoints import load_state
+from replay.fold import index_of
+from store.base import EventStore
+from store.migrate import MigrationReport, Progress
+from store.migrate import migrate as copy_ledger
+from store.open import describe_target, is_postgres_url, open_store
+from store.records import StreamHead
+
+__all__ = ["migrate"]
+
+
+def _same(a: str, b: str) -> bool:
+    if is_postgres_url(a) or is_postgres_url(b):
+        return a == b
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def _derive_index(store: EventStore) -> list[StreamHead]:
+    return index_of(load_state(store, use_checkpoints=False).state)
+
+
+@contextmanager
+def _progress(total: int) -> Iterator[Progress | None]:
+    """A rich progress bar on stderr when a person is watching; nothing otherwise."""
+    if wants_json() or not sys.stderr.isatty() or total == 0:
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import Progress as Bar
+
+    with Bar(console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("verifying and copying events", total=total)
+        yield lambda done, _: bar.update(task, completed=done)
+
+
+@click.command()
+@click.argument("src")
+@click.argument("dst")
+@json_option
+def migrate(src: str, dst: str) -> None:
+    """Copy every event and checkpoint of the ledger SRC into DST (files or postgresql:// URLs).
+
+    The chain is verified as it is copied; afterwards `verify --json` gives the same
+    head on both. A DST that already holds events must be a prefix of SRC: the copy
+    resumes after it (an identical DST copies nothing). Anything else is refused (exit 5).
+    """
+    if _same(src, dst):
+        raise InputError("SRC and DST are the same ledger")
+    synchronous = root_obj()["synchronous"]
+    source = open_store(src, synchronous=synchronous, create=False)
+    click.get_current_context().call_on_close(source.close)
+    target = open_store(dst, synchronous=synchronous)
+    click.get_current_context().call_on_close(target.close)
+    with _progress(source.head().seq) as progress:
+        report = copy_ledger(source, target, index=_derive_index, progress=progress)
+    doc = _document(src, dst, report)
+    if wants_json():
+        emit(doc)
+        return
+    click.echo(
+        f"copied {report.copied} events ({report.already_present} already there) and {report.checkpoints} "
+        f"checkpoints ({report.checkpoints_present} already there) to {doc['destination']}"
+    )
+    for checkpoint_id, why in report.skipped_checkpoints:
+        click.echo(f"skipped checkpoint {checkpoint_id}: {why}")
+    click.echo(f"head seq {report.head.seq} {report.head.hash}")
+
+
+def _document(src: str, dst: str, report: MigrationReport) -> dict[str, Any]:
+    return {
+        "source": describe_target(src),
+        "destination": describe_target(dst),
+        "copied": report.copied,
+        "already_present": report.already_present,
+        "checkpoints": report.checkpoints,
+        "checkpoints_present": report.checkpoints_present,
+        "skipped_checkpoints": [{"checkpoint_id": c, "reason": why} for c, why in report.skipped_checkpoints],
+        "head": {"seq": report.head.seq, "hash": report.head.hash},
+    }

@@ -1,0 +1,167 @@
+"""Copying a ledger from one store to another (SQLite ⇄ PostgreSQL ⇄ memory), verifying as it goes.
+
+Every source event is checked against the chain before it is copied (position, link,
+hash), and every copy is appended through the destination's own `append`, which
+re-chains it: the copy must come out byte-identical (hash included), or the batch is
+rolled back and the copy stops with an `IntegrityError`. So a finished copy has the
+same head as its source by construction, not by trust.
+
+A destination that already holds events must be a prefix of the source (its head hash
+is the source's hash at that seq, and its own chain verifies): the copy then resumes
+after it. Anything else is refused. Checkpoints are copied too (with their per-stream
+copies), except those that do not hold against the source's own log: copying one
+would launder it, since the destination recomputes the head hash it records.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable, Sequence
+
+import attrs
+import orjson
+
+from store.base import EventStore
+from store.chain import GENESIS_HASH, rehash
+from store.errors import ConflictError, IntegrityError
+from store.records import CheckpointRecord, Head, NewEvent, StoredEvent, StreamHead
+
+__all__ = ["MigrationReport", "migrate"]
+
+Progress = Callable[[int, int], None]
+
+
+@attrs.frozen
+class MigrationReport:
+    """What a copy did: events and checkpoints copied now, those already there, the head after."""
+
+    copied: int
+    already_present: int
+    checkpoints: int
+    checkpoints_present: int
+    skipped_checkpoints: tuple[tuple[int, str], ...]
+    head: Head
+
+
+def migrate(
+    src: EventStore,
+    dst: EventStore,
+    *,
+    index: Callable[[EventStore], Iterable[StreamHead]] | None = None,
+    progress: Progress | None = None,
+    batch: int = 1000,
+) -> MigrationReport:
+    """Copy every event and checkpoint of `src` that `dst` lacks; see the module docstring.
+
+    `index(dst)` derives the destination's stream index once the events are in (the
+    domain's fold; the store cannot label streams itself). `progress(done, total)` is
+    called as events are verified.
+    """
+    target = src.head()
+    start = _resume_point(src, dst, target)
+    prev = Head(0, GENESIS_HASH)
+    pending: list[StoredEvent] = []
+    for event in src.select_events(to=target.seq):
+        _check_link(event, prev)
+        prev = Head(event.seq, event.hash)
+        if event.seq > start.seq:
+            pending.append(event)
+            if len(pending) >= batch:
+                _write(dst, pending)
+                pending = []
+        if progress is not None:
+            progress(event.seq, target.seq)
+    _write(dst, pending)
+    if prev != target:
+        raise IntegrityError(f"the source ended at seq {prev.seq}, not at its head {target.seq}", seq=prev.seq)
+    copied, present, skipped = _copy_checkpoints(src, dst, target.seq)
+    if index is not None:
+        dst.rebuild_stream_index(lambda: index(dst))
+    head = dst.head()
+    if head != target:  # pragma: no cover - each batch was compared row by row
+        raise IntegrityError(f"the copy's head {head} is not the source's {target}", seq=head.seq)
+    return MigrationReport(target.seq - start.seq, start.seq, copied, present, tuple(skipped), head)
+
+
+def _resume_point(src: EventStore, dst: EventStore, target: Head) -> Head:
+    """Where the copy starts: genesis for an empty destination, its head when it is a prefix of the source."""
+    head = dst.head()
+    if head.seq == 0:
+        return head
+    if head.seq > target.seq or src.hash_at(head.seq) != head.hash:
+        raise ConflictError(
+            f"the destination already holds {head.seq} events that are not a prefix of the source "
+            f"(its head hash {head.hash[:12]}… is not the source's at seq {head.seq}); refusing to copy into it"
+        )
+    report = dst.verify_chain()
+    if not report.ok:
+        raise IntegrityError(f"the destination's chain is broken at seq {report.bad_seq}: {report.reason}",
+                             seq=report.bad_seq)  # fmt: skip
+    return head
+
+
+def _check_link(event: StoredEvent, prev: Head) -> None:
+    if event.seq != prev.seq + 1:
+        reason = f"gap in positions: seq {event.seq} follows seq {prev.seq}"
+    elif event.prev_hash != prev.hash:
+        reason = "prev_hash does not match the previous event's hash"
+    elif rehash(event, prev.hash) != event.hash:
+        reason = "stored hash does not match the event's content"
+    else:
+        return
+    raise IntegrityError(f"the source's chain is broken at seq {event.seq}: {reason}; nothing after it copied",
+                         seq=event.seq)  # fmt: skip
+
+
+def _runs(events: Sequence[StoredEvent]) -> Iterable[list[StoredEvent]]:
+    """Consecutive events of one stream: one append each."""
+    run: list[StoredEvent] = []
+    for event in events:
+        if run and event.stream_id != run[0].stream_id:
+            yield run
+            run = []
+        run.append(event)
+    if run:
+        yield run
+
+
+def _write(dst: EventStore, events: Sequence[StoredEvent]) -> None:
+    """Append `events` to `dst` in one transaction; every copy must equal its source row."""
+    if not events:
+        return
+    with dst.transaction() as tx:
+        for run in _runs(events):
+            new = [NewEvent(e.stream_id, e.type, e.schema_version, orjson.loads(e.payload), e.event_id,
+                            e.recorded_at, e.actor) for e in run]  # fmt: skip
+            stored = tx.append(run[0].stream_id, run[0].version - 1, new, fresh_ids=True).events
+            for copy, original in zip(stored, run, strict=True):
+                if copy != original:
+                    raise IntegrityError(
+                        f"the copy of seq {original.seq} differs from the source (payload not in canonical form?); "
+                        "this batch was rolled back",
+                        seq=original.seq,
+                    )
+
+
+def _key(c: CheckpointRecord) -> tuple[object, ...]:
+    return (c.position, c.head_hash, c.schema_version, c.fingerprint, c.snapshot_sha256, c.recorded_at)
+
+
+def _copy_checkpoints(src: EventStore, dst: EventStore, upto: int) -> tuple[int, int, list[tuple[int, str]]]:
+    have = {_key(c) for c in dst.select_checkpoints()}
+    copied = present = 0
+    skipped: list[tuple[int, str]] = []
+    for record in reversed(list(src.select_checkpoints(at_or_before=upto))):
+        if record.head_hash != src.hash_at(record.position):
+            skipped.append((record.checkpoint_id, "its head hash is not the log's at its position"))
+        elif record.snapshot_sha256 != hashlib.sha256(record.snapshot.encode()).hexdigest():
+            skipped.append((record.checkpoint_id, "its snapshot does not match its sha256"))
+        elif _key(record) in have:
+            present += 1
+        else:
+            copies = [(s.stream_id, s.version, s.state) for s in src.stream_snapshots(record.checkpoint_id)]
+            dst.append_checkpoint(position=record.position, schema_version=record.schema_version,
+                                  fingerprint=record.fingerprint, snapshot=record.snapshot,
+                                  recorded_at=record.recorded_at, streams=copies)  # fmt: skip
+            copied += 1
+    return copied, present, skipped

@@ -1,0 +1,75 @@
+"""Choosing a backend from what the user named: a file path, or a PostgreSQL URL.
+
+The CLI (`--db`, `LIFECYCLE_DB`), `Ledger.open` and `lifecycle migrate` all open a
+ledger here, so a URL means the same thing everywhere. This module imports no
+driver: psycopg is the optional `postgres` extra, loaded only for a URL.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from store.errors import InputError, StoreError
+
+if TYPE_CHECKING:
+    from store.base import EventStore
+
+__all__ = ["URL_SCHEMES", "describe_target", "is_postgres_url", "open_store", "redact_url"]
+
+URL_SCHEMES = ("postgresql://", "postgres://")
+
+
+def is_postgres_url(target: object) -> bool:
+    """Whether `--db` / `Ledger.open` names a PostgreSQL server rather than a file."""
+    return isinstance(target, str) and target.lower().startswith(URL_SCHEMES)
+
+
+def redact_url(url: str) -> str:
+    """The URL without its password (in the user part or a `password=` parameter), for messages."""
+    try:
+        parts = urlsplit(url)
+        netloc = parts.netloc
+        if "@" in netloc:
+            userinfo, _, hostinfo = netloc.rpartition("@")
+            user = userinfo.split(":", 1)[0]
+            netloc = f"{user}:***@{hostinfo}" if ":" in userinfo else f"{user}@{hostinfo}"
+        pairs = parse_qsl(parts.query, keep_blank_values=True)
+        query = urlencode([(k, "***" if k.lower() == "password" else v) for k, v in pairs], safe="=%-")
+        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    except ValueError:
+        return "the PostgreSQL URL (unparsable)"
+
+
+def describe_target(target: str | os.PathLike[str]) -> str:
+    """How messages name a ledger: the path, or the URL without its password."""
+    return redact_url(str(target)) if is_postgres_url(target) else os.fspath(target)
+
+
+def open_store(
+    target: str | os.PathLike[str],
+    *,
+    synchronous: str = "FULL",
+    busy_timeout: float = 30.0,
+    create: bool = True,
+) -> EventStore:
+    """The event store `target` names: `postgresql://…` / `postgres://…` or an SQLite file.
+
+    `create=False` refuses (InputError) a ledger that does not exist yet instead of
+    making one: read commands must never initialise an empty database.
+    """
+    if is_postgres_url(target):
+        try:
+            from store.postgres import PostgresEventStore
+        except ImportError as e:
+            raise StoreError(
+                f"{redact_url(str(target))}: PostgreSQL needs psycopg: pip install 'lifecycle-fsm[postgres]' ({e})"
+            ) from e
+        return PostgresEventStore(str(target), synchronous=synchronous, busy_timeout=busy_timeout, create=create)
+    from store.sqlite import SQLiteEventStore
+
+    path = os.fspath(target)
+    if not create and path != ":memory:" and not os.path.exists(path):
+        raise InputError(f"no ledger at {path} (create one with `lifecycle init`)")
+    return SQLiteEventStore(path, synchronous=synchronous, busy_timeout=busy_timeout)

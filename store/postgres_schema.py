@@ -1,0 +1,271 @@
+"""The PostgreSQL ledger's schema, its connection settings and the psycopg error boundary.
+
+Why it is built this way:
+- `payload` and `recorded_at` are `text`, never `jsonb` / `timestamptz`: jsonb
+  reorders keys and rewrites numbers, timestamptz rewrites `Z` as `+00:00` and drops
+  zero fractions, and the chain hashes the exact strings (LIBRARY_NOTES).
+- A `BEFORE UPDATE OR DELETE … FOR EACH ROW` trigger refuses edits (and `ON CONFLICT
+  DO UPDATE`); TRUNCATE fires no row trigger, so it has its own statement trigger.
+  The table owner can still disable triggers: run writers as a role holding only
+  SELECT and INSERT on `events` (README, "PostgreSQL").
+- The tables live in the URL's schema (`?options=-csearch_path%3Dx`); schema creation
+  is serialised by the same advisory lock appends take, so two processes opening a
+  new ledger at once do not race on `CREATE TABLE IF NOT EXISTS`.
+- Every psycopg exception is translated here into the project's error tree, and no
+  message ever carries the URL's password.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, NoReturn
+from urllib.parse import parse_qsl, urlsplit
+
+import orjson
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg import sql
+
+from store.errors import InputError, IntegrityError, LifecycleError, StoreError
+from store.open import redact_url
+from store.records import EventFilter
+
+__all__ = ["DDL", "EVENT_COLUMNS", "STORE_SCHEMA_VERSION", "SYNCHRONOUS_COMMIT", "PgSession", "filter_sql"]
+
+STORE_SCHEMA_VERSION = 1
+EVENT_COLUMNS = "seq, stream_id, version, event_id, type, schema_version, payload, recorded_at, actor, prev_hash, hash"
+# SQLite's synchronous modes map onto synchronous_commit: FULL/EXTRA wait for the WAL
+# flush (survives a server crash or power loss); NORMAL/OFF do not wait (a server crash
+# may lose the last commits, never corrupt the ledger; the writer's own crash loses nothing).
+SYNCHRONOUS_COMMIT = {"OFF": "off", "NORMAL": "off", "FULL": "on", "EXTRA": "on"}
+
+DDL = (
+    """CREATE TABLE IF NOT EXISTS events (
+        seq bigint PRIMARY KEY CHECK (seq >= 1),
+        stream_id text NOT NULL,
+        version bigint NOT NULL CHECK (version >= 1),
+        event_id text NOT NULL UNIQUE,
+        type text NOT NULL,
+        schema_version integer NOT NULL,
+        payload text NOT NULL,
+        recorded_at text NOT NULL,
+        actor text NOT NULL,
+        prev_hash text NOT NULL,
+        hash text NOT NULL,
+        UNIQUE (stream_id, version)
+    )""",
+    """CREATE OR REPLACE FUNCTION lifecycle_refuse_change() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        RAISE EXCEPTION 'events are append-only: % refused', TG_OP USING ERRCODE = 'restrict_violation';
+    END $$""",
+    """CREATE OR REPLACE TRIGGER events_refuse_update_delete BEFORE UPDATE OR DELETE ON events
+        FOR EACH ROW EXECUTE FUNCTION lifecycle_refuse_change()""",
+    """CREATE OR REPLACE TRIGGER events_refuse_truncate BEFORE TRUNCATE ON events
+        FOR EACH STATEMENT EXECUTE FUNCTION lifecycle_refuse_change()""",
+    """CREATE TABLE IF NOT EXISTS streams (
+        stream_id text PRIMARY KEY, version bigint NOT NULL, status text, category text
+    )""",
+    """CREATE TABLE IF NOT EXISTS checkpoints (
+        checkpoint_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        position bigint NOT NULL, head_hash text NOT NULL, schema_version integer NOT NULL,
+        fingerprint text NOT NULL, snapshot text NOT NULL, snapshot_sha256 text NOT NULL, recorded_at text NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS checkpoint_streams (
+        checkpoint_id bigint NOT NULL REFERENCES checkpoints, stream_id text NOT NULL, version bigint NOT NULL,
+        state text NOT NULL, state_sha256 text NOT NULL, PRIMARY KEY (stream_id, checkpoint_id)
+    )""",
+    "CREATE TABLE IF NOT EXISTS meta (key text PRIMARY KEY, value text NOT NULL)",
+    # What `select_matching` filters on besides seq and stream_id (as in SQLite's schema 2).
+    "CREATE INDEX IF NOT EXISTS events_type ON events (type)",
+    "CREATE INDEX IF NOT EXISTS events_actor ON events (actor)",
+    "CREATE INDEX IF NOT EXISTS events_recorded_at ON events (recorded_at)",
+)
+
+
+def filter_sql(query: EventFilter) -> tuple[str, list[Any]]:
+    """The WHERE clause (no ORDER BY or LIMIT: the caller pages by seq) of an `EventFilter`.
+
+    The same meaning as SQLite's (`store.sqlite_schema.filter_sql`): a payload match
+    restricts to its types, looks for the value's JSON text (`strpos`), then confirms
+    it at its path on the parsed payload: a string equal to it, or an array holding it.
+    """
+    where = ["seq > %s"]
+    params: list[Any] = [query.after]
+    for clause, value in (
+        ("seq < %s", query.before),
+        ("recorded_at >= %s", query.since),
+        ("recorded_at <= %s", query.until),
+        ("stream_id = %s", query.stream_id),
+        ("actor = %s", query.actor),
+    ):
+        if value is not None:
+            where.append(clause)
+            params.append(value)
+    if query.types:
+        where.append("type = ANY(%s::text[])")
+        params.append(list(query.types))
+    if query.payload:
+        where.append("type = ANY(%s::text[])")
+        params.append(sorted({m.type for m in query.payload}))
+        ors = []
+        for m in query.payload:
+            path = m.path.removeprefix("$.").split(".")
+            ors.append(
+                "(type = %s AND strpos(payload, %s) > 0 AND ((payload::jsonb #> %s::text[]) = to_jsonb(%s::text) OR "
+                "(jsonb_typeof(payload::jsonb #> %s::text[]) = 'array' AND (payload::jsonb #> %s::text[]) ? %s)))"
+            )
+            params.extend([m.type, orjson.dumps(m.value).decode(), path, m.value, path, path, m.value])
+        where.append("(" + " OR ".join(ors) + ")")
+    return " AND ".join(where), params
+
+
+def _secrets(url: str) -> list[str]:
+    """Every spelling of the URL's password a driver message might echo."""
+    found = []
+    try:
+        parts = urlsplit(url)
+        if parts.password:
+            found.append(parts.password)
+        found += [v for k, v in parse_qsl(parts.query) if k.lower() == "password" and v]
+    except ValueError:
+        pass
+    match = re.search(r"://[^:/@]*:([^@]*)@", url)  # a raw, possibly unparsable user:password@
+    if match and match.group(1):
+        found.append(match.group(1))
+    return sorted({s for s in found if s} | {url}, key=len, reverse=True)
+
+
+def _lock_key(schema: str) -> int:
+    """The advisory-lock key for one ledger: its schema name, hashed to a signed 64-bit int."""
+    return int.from_bytes(hashlib.sha256(b"lifecycle-fsm:" + schema.encode()).digest()[:8], "big", signed=True)
+
+
+class PgSession:
+    """One connection to a ledger's schema, with the error boundary every call goes through."""
+
+    def __init__(self, url: str, *, synchronous: str, busy_timeout: float, idle_timeout: float) -> None:
+        self.url = url
+        self.where = redact_url(url)
+        self._secrets = _secrets(url)
+        self.busy_timeout = busy_timeout
+        self.idle_timeout = idle_timeout
+        mode = SYNCHRONOUS_COMMIT.get(synchronous.upper())
+        if mode is None:
+            raise InputError(f"synchronous must be one of {', '.join(SYNCHRONOUS_COMMIT)}, not {synchronous!r}")
+        if busy_timeout < 0 or idle_timeout <= 0:
+            raise InputError("busy_timeout must be >= 0 and idle_timeout > 0 (seconds)")
+        with self.mapped("cannot connect"):
+            self.conn = psycopg.connect(url, autocommit=True, connect_timeout=10, application_name="lifecycle-fsm")
+        try:
+            with self.mapped("cannot configure the session"):
+                # lock_timeout bounds the wait for the write lock (SQLite's busy timeout);
+                # idle_in_transaction_session_timeout ends a writer that stalls holding it.
+                row = self.conn.execute(
+                    "SELECT set_config('lock_timeout', %s, false), "
+                    "set_config('idle_in_transaction_session_timeout', %s, false), "
+                    "set_config('synchronous_commit', %s, false), current_schema(), "
+                    "current_setting('search_path')",
+                    (f"{int(busy_timeout * 1000)}ms", f"{max(1, int(idle_timeout * 1000))}ms", mode),
+                ).fetchone()
+            assert row is not None
+            self.schema: str | None = row[3]
+            self.search_path: str = row[4]
+            self.lock_key = _lock_key(self.schema or self._first_schema())
+        except BaseException:
+            self.conn.close()
+            raise
+
+    def _first_schema(self) -> str:
+        first = self.search_path.split(",")[0].strip()
+        return first[1:-1].replace('""', '"') if first.startswith('"') else first
+
+    # --- the error boundary --------------------------------------------------------------
+
+    def scrub(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, "***" if secret != self.url else self.where)
+        return text
+
+    def fail(self, what: str, e: psycopg.Error) -> NoReturn:
+        """Raise `e` as the project error it means, from `e`, without any password in it."""
+        detail = self.scrub(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
+        prefix = f"{self.where}: {what}"
+        error: LifecycleError
+        if isinstance(e, pg_errors.LockNotAvailable):
+            error = StoreError(
+                f"{prefix}: another writer held the ledger's write lock for more than {self.busy_timeout:g} s "
+                "(lock_timeout); nothing was appended, retry later"
+            )
+        elif isinstance(e, pg_errors.IdleInTransactionSessionTimeout) or "idle-in-transaction" in detail:
+            error = StoreError(
+                f"{prefix}: the server ended this session after it sat idle inside a write transaction for more "
+                f"than {self.idle_timeout:g} s (idle_in_transaction_session_timeout); nothing it was writing was kept"
+            )
+        elif isinstance(e, pg_errors.RestrictViolation):
+            error = IntegrityError(f"{prefix}: {detail}")
+        elif isinstance(e, psycopg.DataError):
+            error = InputError(f"{prefix}: the database cannot store this value ({detail})")
+        elif isinstance(e, pg_errors.UndefinedTable):
+            error = StoreError(f"{prefix}: not a ledger (no ledger tables in schema {self.schema!r}) ({detail})")
+        else:
+            error = StoreError(f"{prefix} ({detail})")
+        raise error from e
+
+    @contextmanager
+    def mapped(self, what: str) -> Iterator[None]:
+        """Translate any psycopg exception raised inside into the project's error tree."""
+        try:
+            yield
+        except psycopg.Error as e:
+            self.fail(what, e)
+
+    # --- schema ----------------------------------------------------------------------------
+
+    def schema_version(self) -> str | None:
+        """The store schema version this schema records; None when it holds no ledger yet."""
+        with self.mapped("cannot read the ledger schema"):
+            found = self.conn.execute("SELECT to_regclass('meta') IS NOT NULL, to_regclass('events') IS NOT NULL")
+            row = found.fetchone()
+            assert row is not None
+            has_meta, has_events = row
+            if not has_meta:
+                if has_events:
+                    raise StoreError(f"{self.where}: schema {self.schema!r} has an `events` table but is not a ledger")
+                return None
+            value = self.conn.execute("SELECT value FROM meta WHERE key = 'store_schema_version'").fetchone()
+        return None if value is None else str(value[0])
+
+    def ensure_schema(self, *, create: bool) -> None:
+        """Check (and with `create`, make) the ledger's tables; refuse another schema version."""
+        found = self.schema_version()
+        if found == str(STORE_SCHEMA_VERSION):
+            return  # an existing ledger opens without DDL: a role with only SELECT/INSERT can use it
+        if found is not None:
+            raise StoreError(f"{self.where}: store schema version {found} is not {STORE_SCHEMA_VERSION}; refusing")
+        if not create:
+            raise InputError(f"no ledger at {self.where} (create one with `lifecycle init`)")
+        with self.mapped("cannot create the ledger schema"), self.conn.transaction():
+            self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (self.lock_key,))
+            if self.schema is None:  # the URL's schema does not exist yet: make it
+                name = self._first_schema()
+                self.conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(name)))
+                self.schema = name
+            for statement in DDL:
+                self.conn.execute(statement)
+            self.conn.execute(
+                "INSERT INTO meta (key, value) VALUES ('store_schema_version', %s) ON CONFLICT (key) DO NOTHING",
+                (str(STORE_SCHEMA_VERSION),),
+            )
+        if self.schema_version() != str(STORE_SCHEMA_VERSION):  # pragma: no cover - a concurrent other version
+            raise StoreError(f"{self.where}: store schema version is not {STORE_SCHEMA_VERSION}; refusing")
+
+    def execute(self, sql: str, params: Any = None) -> psycopg.Cursor[Any]:
+        """One statement through the error boundary."""
+        with self.mapped("query failed"):
+            return self.conn.execute(sql, params)
+
+    def close(self) -> None:
+        self.conn.close()

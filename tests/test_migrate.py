@@ -1,0 +1,150 @@
+"""`lifecycle migrate SRC DST` and `store.migrate`: every pair of backends, resume, refusal, a broken source."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from backends import BACKEND_NAMES, Backend, make_backend
+from conftest import Workspace, run_cli
+from test_store_contract import new
+
+from lifecycle_fsm.ledger import Ledger, utc_now
+from replay import take_checkpoint
+from store import ConflictError, EventStore, IntegrityError
+from store.migrate import migrate
+
+PAIRS = [(a, b) for a in BACKEND_NAMES for b in BACKEND_NAMES if a != b]
+
+
+def _fill(store: EventStore, ws: Workspace) -> None:
+    """A real ledger: settings, three candidates, decisions, two checkpoints (one per stream copy)."""
+    ledger = Ledger(store, actor="migrate-test")
+    ledger.init()
+    ledger.activate_baseline(ws.baseline())
+    ledger.receive(ws.dpo())
+    ledger.receive(ws.grpo())
+    ledger.check("dpo-v5")
+    take_checkpoint(store, clock=utc_now)
+    ledger.hand_off("dpo-v5")
+    ledger.receive(ws.dpo("dpo-x", source_policy_version="old"))
+    ledger.check("dpo-x")
+    take_checkpoint(store, clock=utc_now)
+
+
+def _open_pair(request: pytest.FixtureRequest, tmp_path: Path, pair: tuple[str, str]) -> tuple[Backend, Backend]:
+    src_dir, dst_dir = tmp_path / "src", tmp_path / "dst"
+    src_dir.mkdir()
+    dst_dir.mkdir()
+    return make_backend(pair[0], request, src_dir), make_backend(pair[1], request, dst_dir)
+
+
+@pytest.mark.parametrize(
+    "pair", [pytest.param(p, id="->".join(p), marks=[pytest.mark.postgres] if "postgres" in p else []) for p in PAIRS]
+)
+def test_every_pair_of_backends_copies_everything(
+    request: pytest.FixtureRequest, tmp_path: Path, ws: Workspace, pair: tuple[str, str]
+) -> None:
+    """Events (byte-identical rows), checkpoints with their stream copies, and the derived index all arrive."""
+    src_backend, dst_backend = _open_pair(request, tmp_path, pair)
+    src, dst = src_backend.open(), dst_backend.open()
+    try:
+        _fill(src, ws)
+        report = migrate(src, dst, index=lambda s: src.streams())
+        assert (report.copied, report.already_present, report.checkpoints) == (src.count_events(), 0, 2)
+        assert list(dst.select_events()) == list(src.select_events())
+        assert dst.verify_chain() == src.verify_chain()
+        assert dst.streams() == src.streams()
+        for a, b in zip(src.select_checkpoints(), dst.select_checkpoints(), strict=True):
+            assert (a.position, a.head_hash, a.snapshot_sha256) == (b.position, b.head_hash, b.snapshot_sha256)
+            assert [s.state for s in src.stream_snapshots(a.checkpoint_id)] == [
+                s.state for s in dst.stream_snapshots(b.checkpoint_id)
+            ]
+        again = migrate(src, dst)  # identical: nothing to do
+        assert (again.copied, again.checkpoints, again.checkpoints_present) == (0, 0, 2)
+    finally:
+        src.close()
+        dst.close()
+
+
+def test_a_prefix_resumes_and_anything_else_is_refused(tmp_path: Path) -> None:
+    """A destination holding the source's first events gets the rest; a diverging one is refused untouched."""
+    src = make_backend("sqlite", None, tmp_path).open()  # type: ignore[arg-type]
+    dst = Backend("memory", None).open()
+    other = Backend("memory", None).open()
+    src.append("a", 0, [new("a", i) for i in range(3)])
+    migrate(src, dst)
+    src.append("b", 0, [new("b", 0), new("b", 1)])
+    report = migrate(src, dst, batch=1)
+    assert (report.copied, report.already_present, report.head) == (2, 3, src.head())
+    other.append("a", 0, [new("a", 0), new("a", 9)])
+    with pytest.raises(ConflictError, match="not a prefix"):
+        migrate(src, other)
+    assert other.count_events() == 2
+    src.close()
+
+
+def test_a_broken_source_stops_the_copy_at_the_break(tmp_path: Path) -> None:
+    """An edited source row is an IntegrityError naming its seq; nothing from its batch on is copied."""
+    backend = make_backend("sqlite", None, tmp_path)  # type: ignore[arg-type]
+    src = backend.open()
+    src.append("a", 0, [new("a", i) for i in range(6)])
+    src.append_checkpoint(position=2, schema_version=1, fingerprint="f", snapshot="{}", recorded_at="t")
+    backend.tamper(5, "payload", '{"n":666}')
+    dst = Backend("memory", None).open()
+    with pytest.raises(IntegrityError, match="seq 5") as info:
+        migrate(src, dst, batch=2)
+    assert info.value.seq == 5 and dst.head().seq == 4
+    src.close()
+
+
+# --- the command, as users run it ----------------------------------------------------------------
+
+
+def _json(done: Any) -> Any:
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.mark.postgres
+def test_migrate_command_sqlite_to_postgres_and_back(ws: Workspace, pg_url: str, tmp_path: Path) -> None:
+    """File → PostgreSQL → file: verify --json gives the identical head on all three; status agrees; resume works."""
+    with ws.ledger() as led:
+        _fill(led.store, ws)
+    first = _json(run_cli(ws.db, "--json", "migrate", str(ws.db), pg_url))
+    assert (first["copied"], first["checkpoints"], first["already_present"]) == (first["head"]["seq"], 2, 0)
+    assert first["destination"] == pg_url.replace("%3D", "=")  # the URL as given, without a password
+    back = tmp_path / "back.db"
+    _json(run_cli(ws.db, "--json", "migrate", pg_url, str(back)))
+    heads = [_json(run_cli(db, "--json", "verify"))["head"] for db in (str(ws.db), pg_url, str(back))]
+    assert heads[0] == heads[1] == heads[2]
+    statuses = [_json(run_cli(db, "--json", "status")) for db in (str(ws.db), pg_url)]
+    assert statuses[0] == statuses[1]
+    again = run_cli(ws.db, "migrate", str(ws.db), pg_url)
+    assert again.returncode == 0 and "copied 0 events" in again.stdout, again.stderr
+    with ws.ledger() as led:
+        led.receive(ws.rlvr())
+    resumed = _json(run_cli(ws.db, "--json", "migrate", str(ws.db), pg_url))
+    assert (resumed["copied"], resumed["already_present"]) == (1, first["head"]["seq"])
+    assert _json(run_cli(pg_url, "--json", "status", "rlvr-v1"))["state"] == "received"
+
+
+def test_migrate_command_refusals(ws: Workspace, tmp_path: Path) -> None:
+    """A missing source (3), the same ledger twice (3), a diverging destination (5): one Error line, nothing written."""
+    with ws.ledger() as led:
+        led.init()
+    other = tmp_path / "other.db"
+    with Ledger.open(other, synchronous="NORMAL") as led:
+        led.init(max_window_age=5)
+    cases = [
+        (["migrate", str(tmp_path / "nope.db"), str(tmp_path / "new.db")], 3, "no ledger"),
+        (["migrate", str(ws.db), str(ws.db)], 3, "same ledger"),
+        (["migrate", str(ws.db), str(other)], 5, "not a prefix"),
+    ]
+    for args, code, message in cases:
+        done = run_cli(ws.db, *args)
+        assert (done.returncode, done.stdout) == (code, ""), done.stderr
+        assert done.stderr.startswith("Error: ") and message in done.stderr and done.stderr.count("\n") == 1
+    assert not (tmp_path / "new.db").exists()

@@ -1,0 +1,306 @@
+"""What only the PostgreSQL store has: triggers seen from psycopg, the INSERT/SELECT role, timeouts, URLs.
+
+Everything a backend must do is in the contract suite (test_store_contract.py and its
+siblings), which runs against PostgreSQL too. Each test here has a schema of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from backends import PG_BASE, pg_execute, with_schema
+from test_store_contract import new
+
+from store import InputError, IntegrityError, StoreError, StreamHead
+from store.postgres import PostgresEventStore
+from store.postgres_schema import STORE_SCHEMA_VERSION
+
+pytestmark = pytest.mark.postgres
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def store(pg_url: str) -> Iterator[PostgresEventStore]:
+    with PostgresEventStore(pg_url, synchronous="NORMAL") as s:
+        s.append("a", 0, [new("a", 0), new("a", 1)])
+        s.append("b", 0, [new("b", 0)])
+        yield s
+
+
+# --- the database refuses to rewrite history ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "UPDATE events SET payload = '{}' WHERE seq = 2",
+        "DELETE FROM events WHERE seq = 2",
+        "TRUNCATE events",
+        "INSERT INTO events SELECT * FROM events WHERE seq = 2 ON CONFLICT (seq) DO UPDATE SET actor = 'mallory'",
+    ],
+    ids=["update", "delete", "truncate", "upsert"],
+)
+def test_history_cannot_be_rewritten_even_by_the_owner(store: PostgresEventStore, pg_url: str, statement: str) -> None:
+    """A plain psycopg connection (superuser, table owner) is refused by the triggers; the chain still verifies."""
+    with pytest.raises(psycopg.errors.RestrictViolation, match="append-only"):
+        pg_execute(pg_url, statement)
+    assert store.count_events() == 3 and store.verify_chain().ok
+
+
+@pytest.fixture
+def app_role(store: PostgresEventStore, pg_url: str) -> Iterator[str]:
+    """A login role with the README's grants only, and a URL that connects as it."""
+    role = f"lifecycle_app_{uuid.uuid4().hex[:8]}"
+    schema = store.session.schema
+    pg_execute(PG_BASE, f"CREATE ROLE {role} LOGIN")
+    pg_execute(
+        pg_url,
+        f"GRANT USAGE ON SCHEMA {schema} TO {role}; "
+        f"GRANT SELECT, INSERT ON events, checkpoints, checkpoint_streams TO {role}; "
+        f"GRANT SELECT, INSERT, UPDATE, DELETE ON streams TO {role}; GRANT SELECT ON meta TO {role}",
+    )
+    base = PG_BASE.replace("://postgres@", f"://{role}@")
+    assert base != PG_BASE, "LIFECYCLE_TEST_PG must connect as user postgres for this test"
+    try:
+        yield with_schema(base, str(schema))
+    finally:
+        pg_execute(PG_BASE, f"DROP OWNED BY {role}; DROP ROLE {role}")
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "UPDATE events SET payload = '{}' WHERE seq = 2",
+        "DELETE FROM events WHERE seq = 2",
+        "TRUNCATE events",
+        "ALTER TABLE events DISABLE TRIGGER USER",
+        "SET session_replication_role = replica",
+        "LOCK TABLE events IN EXCLUSIVE MODE",
+    ],
+    ids=["update", "delete", "truncate", "disable-trigger", "replication-role", "lock-table"],
+)
+def test_the_insert_select_role_runs_the_ledger_and_cannot_rewrite_it(
+    app_role: str, store: PostgresEventStore, statement: str
+) -> None:
+    """The README's role appends, checkpoints and rebuilds the index, but is refused every way around the triggers."""
+    with PostgresEventStore(app_role, synchronous="NORMAL") as app:
+        app.append("a", 2, [new("a", 2)], status="received")
+        app.append_checkpoint(position=4, schema_version=1, fingerprint="f", snapshot="{}", recorded_at="t",
+                              streams=[("a", 3, "{}")])  # fmt: skip
+        app.rebuild_stream_index(lambda: [StreamHead("a", 3, "received", None)])
+        assert app.verify_chain().ok and app.count_events() == 4
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        pg_execute(app_role, f"BEGIN; {statement}; COMMIT" if statement.startswith("LOCK") else statement)
+    assert store.count_events() == 4 and store.verify_chain().ok
+
+
+def test_payload_and_time_are_text_not_jsonb(store: PostgresEventStore, pg_url: str) -> None:
+    """The columns the chain hashes are stored as text: jsonb and timestamptz would rewrite them."""
+    rows = pg_execute(
+        pg_url,
+        "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = current_schema() "
+        "AND table_name = 'events' AND column_name IN ('payload', 'recorded_at')",
+    )
+    assert sorted(rows) == [("payload", "text"), ("recorded_at", "text")]
+
+
+# --- the write lock and its timeouts ----------------------------------------------------------------
+
+
+def _hold_lock(url: str, key: int, seconds: float, locked: threading.Event) -> None:
+    with psycopg.connect(url) as conn:
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
+        locked.set()
+        time.sleep(seconds)
+        conn.rollback()
+
+
+def test_second_writer_waits_for_the_lock(store: PostgresEventStore, pg_url: str) -> None:
+    """While another session holds the ledger's lock briefly, an append waits and then lands after it."""
+    locked = threading.Event()
+    holder = threading.Thread(target=_hold_lock, args=(pg_url, store.session.lock_key, 0.3, locked))
+    holder.start()
+    assert locked.wait(30)
+    started = time.monotonic()
+    result = store.append("a", 2, [new("a", 2)])
+    holder.join()
+    assert result.events[0].seq == 4 and time.monotonic() - started >= 0.2
+
+
+def test_lock_held_past_lock_timeout_is_store_error(store: PostgresEventStore, pg_url: str) -> None:
+    """A writer that cannot get the lock within busy_timeout gets StoreError naming lock_timeout; nothing lands."""
+    locked = threading.Event()
+    holder = threading.Thread(target=_hold_lock, args=(pg_url, store.session.lock_key, 1.0, locked))
+    holder.start()
+    assert locked.wait(30)
+    try:
+        with PostgresEventStore(pg_url, busy_timeout=0.1) as impatient, pytest.raises(StoreError, match="lock_timeout"):
+            impatient.append("a", 2, [new("a", 2)])
+    finally:
+        holder.join()
+    assert store.count_events() == 3
+    assert store.append("a", 2, [new("a", 2)]).events[0].seq == 4  # the session is usable afterwards
+
+
+def test_a_writer_stalled_inside_its_transaction_is_ended(store: PostgresEventStore, pg_url: str) -> None:
+    """idle_in_transaction_session_timeout ends a writer that stalls holding the lock: StoreError, nothing kept."""
+    stalled = PostgresEventStore(pg_url, idle_timeout=0.3)
+
+    def stall() -> None:
+        with stalled.transaction() as tx:
+            tx.append("a", 2, [new("a", 2)])
+            time.sleep(1.0)
+
+    try:
+        with pytest.raises(StoreError, match="idle_in_transaction_session_timeout"):
+            stall()
+    finally:
+        stalled.close()
+    assert store.count_events() == 3
+    assert store.append("b", 1, [new("b", 1)]).events[0].seq == 4  # the lock was released with it
+
+
+# --- opening: URLs, schemas, errors ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("postgresql://postgres:s3cret-pw@127.0.0.1:1/test", "Connection refused"),
+        ("postgres://postgres:s3cret-pw@127.0.0.1:5432/no_such_db_here", "does not exist"),
+        ("postgresql://postgres:s3cret-pw@127.0.0.1:5432/test?no_such_option=1", "invalid URI query parameter"),
+        ("postgresql://postgres:s3cret-pw@[::1:5432/test", "PostgreSQL"),
+        ("postgresql://127.0.0.1:5432/test?password=s3cret-pw&port=1", "Connection refused"),
+    ],
+    ids=["refused", "no-database", "bad-option", "bad-host", "password-parameter"],
+)
+def test_unusable_url_is_store_error_without_the_password(url: str, expected: str) -> None:
+    """Refused connections, missing databases and malformed URLs are StoreError; the password never appears."""
+    require = pytest.raises(StoreError, match=expected)
+    with require as info:
+        PostgresEventStore(url)
+    assert "s3cret-pw" not in str(info.value) and "s3cret-pw" not in repr(info.value.args)
+    assert not isinstance(info.value.__cause__, StoreError)
+
+
+def test_missing_schema_is_created_or_refused(pg_url: str) -> None:
+    """A URL whose schema does not exist: a writer creates it, a reader (create=False) is told there is no ledger."""
+    url = with_schema(PG_BASE, f"n_{uuid.uuid4().hex[:12]}")
+    with pytest.raises(InputError, match="no ledger"):
+        PostgresEventStore(url, create=False)
+    try:
+        with PostgresEventStore(url) as made:
+            assert made.append("a", 0, [new("a", 0)]).events[0].seq == 1
+        with PostgresEventStore(url, create=False) as again:
+            assert again.count_events() == 1
+    finally:
+        pg_execute(url, "DROP SCHEMA IF EXISTS " + url.rsplit("%3D", 1)[1] + " CASCADE")
+
+
+def test_foreign_events_table_and_other_schema_version_are_refused(pg_url: str) -> None:
+    """An `events` table that is not ours, or another store schema version, is refused, never written to."""
+    pg_execute(pg_url, "CREATE TABLE events (id int)")
+    with pytest.raises(StoreError, match="not a ledger"):
+        PostgresEventStore(pg_url)
+    pg_execute(pg_url, "DROP TABLE events")
+    PostgresEventStore(pg_url).close()
+    pg_execute(pg_url, "UPDATE meta SET value = %s", (str(STORE_SCHEMA_VERSION + 1),))
+    with pytest.raises(StoreError, match="schema version"):
+        PostgresEventStore(pg_url)
+
+
+def test_bad_settings_and_unstorable_values_are_input_errors(store: PostgresEventStore, pg_url: str) -> None:
+    """An unknown synchronous mode, and a NUL in a column PostgreSQL text cannot hold, are InputError."""
+    with pytest.raises(InputError):
+        PostgresEventStore(pg_url, synchronous="SOMETIMES")
+    with pytest.raises(InputError):
+        store.append("a\0b", 0, [new("a\0b", 0)])
+    assert store.count_events() == 3
+
+
+def test_every_method_maps_a_lost_connection_to_store_error(store: PostgresEventStore) -> None:
+    """After the server ends the session, every store call raises StoreError, never a psycopg exception."""
+    pid = store.session.conn.info.backend_pid
+    pg_execute(PG_BASE, "SELECT pg_terminate_backend(%s)", (pid,))
+    calls: dict[str, Any] = {
+        "head": store.head,
+        "count_events": store.count_events,
+        "read_stream": lambda: store.read_stream("a"),
+        "stream_version": lambda: store.stream_version("a"),
+        "select_events": lambda: list(store.select_events()),
+        "select_fold_batches": lambda: list(store.select_fold_batches()),
+        "event_by_id": lambda: store.event_by_id("a-0"),
+        "event_at": lambda: store.event_at(1),
+        "hash_at": lambda: store.hash_at(1),
+        "streams": store.streams,
+        "rebuild_stream_index": lambda: store.rebuild_stream_index(list),
+        "append_checkpoint": lambda: store.append_checkpoint(
+            position=1, schema_version=1, fingerprint="f", snapshot="{}", recorded_at="t"
+        ),
+        "stream_snapshots": lambda: store.stream_snapshots(1),
+        "latest_stream_snapshot": lambda: store.latest_stream_snapshot("a"),
+        "select_checkpoints": lambda: list(store.select_checkpoints()),
+        "verify_chain": store.verify_chain,
+        "append": lambda: store.append("a", 2, [new("a", 2)]),
+    }
+    for name, call in calls.items():
+        with pytest.raises(StoreError) as info:
+            call()
+        assert isinstance(info.value.__cause__, psycopg.Error), name
+
+
+# --- the crash hooks ------------------------------------------------------------------------------
+
+_FAULTY = """
+import sys
+from store import NewEvent
+from store.postgres import PostgresEventStore
+store = PostgresEventStore(sys.argv[1], synchronous="FULL")
+store.append("crash", 0, [NewEvent("crash", "T", 1, {}, "crash-1", "2024-01-01T00:00:00Z", "t")])
+print("returned")
+"""
+
+
+@pytest.mark.parametrize(("point", "kept"), [("before_commit", 0), ("after_commit", 1)])
+def test_fault_hooks_kill_around_the_commit(store: PostgresEventStore, pg_url: str, point: str, kept: int) -> None:
+    """kill@before_commit: the server rolls the rows back; kill@after_commit: the row is there, no reply."""
+    env = {**os.environ, "LIFECYCLE_FAULT": f"kill@{point}"}
+    done = subprocess.run([sys.executable, "-c", _FAULTY, pg_url], capture_output=True, text=True, env=env,
+                          cwd=REPO, timeout=60, check=False)  # fmt: skip
+    assert done.returncode == -9 and "returned" not in done.stdout, done.stderr
+    assert store.stream_version("crash") == kept
+    assert store.verify_chain().ok
+    if not kept:  # the dead writer's lock died with it: the next append gets the seq it never committed
+        assert store.append("crash", 0, [new("crash", 0)]).events[0].seq == 4
+    with pytest.raises(IntegrityError):
+        store.append_checkpoint(position=99, schema_version=1, fingerprint="f", snapshot="{}", recorded_at="t")
+
+
+# --- the command line on a URL ------------------------------------------------------------------
+
+
+def test_cli_on_a_url_reads_and_refuses_like_on_a_file(pg_url: str) -> None:
+    """LIFECYCLE_DB takes a URL; a read on an empty schema is exit 3 and creates nothing; a dead server is exit 7
+    with the password nowhere in stderr, even with debug logs."""
+    from conftest import run_cli
+
+    empty = run_cli(pg_url, "status")
+    assert (empty.returncode, empty.stdout) == (3, "") and "no ledger" in empty.stderr
+    assert pg_execute(pg_url, "SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()") == [(0,)]
+    init = subprocess.run([sys.executable, "-m", "lifecycle_fsm", "init"], capture_output=True, text=True, cwd=REPO,
+                          env={**os.environ, "LIFECYCLE_DB": pg_url}, timeout=60, check=False)  # fmt: skip
+    assert init.returncode == 0, init.stderr
+    assert run_cli(pg_url, "--json", "verify").returncode == 0
+    dead = run_cli("postgresql://postgres:s3cret-pw@127.0.0.1:1/test", "--log-level", "debug", "init")
+    assert dead.returncode == 7 and dead.stderr.startswith("Error: ") and dead.stderr.count("\n") == 1
+    assert "s3cret-pw" not in dead.stderr + dead.stdout and "***" in dead.stderr

@@ -1,0 +1,193 @@
+"""What only the SQLite store has, on real files: its triggers seen from sqlite3, WAL, the busy timeout.
+
+Everything a backend must do is in the contract suite (test_store_contract.py,
+test_store_chain.py, test_store_concurrency.py), which runs against SQLite too.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from store import (
+    ConcurrencyError,
+    InputError,
+    NewEvent,
+    SQLiteEventStore,
+    StoreError,
+)
+from store.sqlite import STORE_SCHEMA_VERSION
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def new(stream: str = "s", n: int = 0, *, event_id: str | None = None, **payload: Any) -> NewEvent:
+    """A small event for stream `stream`; `n` makes its id and payload unique."""
+    return NewEvent(
+        stream_id=stream,
+        type="Happened",
+        schema_version=1,
+        payload=payload or {"n": n},
+        event_id=event_id or f"{stream}-{n}",
+        recorded_at=f"2024-01-01T00:00:{n % 60:02d}.000000Z",
+        actor="tester",
+    )
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "events.db"
+
+
+@pytest.fixture
+def store(db: Path) -> Iterator[SQLiteEventStore]:
+    with SQLiteEventStore(db, synchronous="NORMAL") as s:
+        yield s
+
+
+@pytest.fixture
+def filled(store: SQLiteEventStore) -> SQLiteEventStore:
+    """Five events over two streams: a0 a1 b0 a2 b1 (seq 1..5)."""
+    store.append("a", 0, [new("a", 0), new("a", 1)])
+    store.append("b", 0, [new("b", 0)])
+    store.append("a", 2, [new("a", 2)])
+    store.append("b", 1, [new("b", 1)])
+    return store
+
+
+@contextmanager
+def plain(db: Path) -> Iterator[sqlite3.Connection]:
+    """A plain sqlite3 connection (not our code), autocommit, closed on exit."""
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def test_database_refusal_of_a_taken_id_is_a_concurrency_error(store: SQLiteEventStore) -> None:
+    """An id that was promised fresh (no look-up) but is taken: SQLite refuses the row and the store
+    translates its IntegrityError into ConcurrencyError (retry the command), rolling back the batch."""
+    store.append("b", 0, [new("b", 0, event_id="taken")])
+    with pytest.raises(ConcurrencyError, match="already taken") as info:
+        store.append("a", 0, [new("a", 0), new("a", 1, event_id="taken")], fresh_ids=True)
+    assert isinstance(info.value.__cause__, sqlite3.IntegrityError)
+    assert (info.value.stream_id, info.value.expected_version, info.value.actual_version) == ("a", 0, 0)
+    assert store.count_events() == 1
+
+
+def test_update_and_delete_refused_by_database(filled: SQLiteEventStore, db: Path) -> None:
+    """A plain sqlite3 connection cannot UPDATE or DELETE events: the triggers abort."""
+    with plain(db) as conn:
+        with pytest.raises(sqlite3.DatabaseError, match="UPDATE refused"):
+            conn.execute("UPDATE events SET payload = '{}' WHERE seq = 2")
+        with pytest.raises(sqlite3.DatabaseError, match="DELETE refused"):
+            conn.execute("DELETE FROM events WHERE seq = 2")
+        assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 5
+    assert filled.verify_chain().ok
+
+
+@pytest.mark.parametrize("verb", ["INSERT OR REPLACE", "REPLACE"])
+def test_replace_over_existing_row_refused(filled: SQLiteEventStore, db: Path, verb: str) -> None:
+    """INSERT OR REPLACE of an existing seq cannot delete the row behind the triggers' back."""
+    before = filled.event_at(2)
+    with plain(db) as conn, pytest.raises(sqlite3.DatabaseError, match="REPLACE refused"):
+        conn.execute(
+            f"{verb} INTO events SELECT seq, stream_id, version, event_id, type, schema_version, "
+            "'{\"n\":99}', recorded_at, actor, prev_hash, hash FROM events WHERE seq = 2"
+        )
+    assert filled.event_at(2) == before
+    assert filled.verify_chain().ok
+
+
+def test_wal_mode_is_on(store: SQLiteEventStore, db: Path) -> None:
+    """The file is in WAL mode, as seen by any connection."""
+    store.append("a", 0, [new("a", 0)])
+    with plain(db) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_second_writer_waits_for_the_lock(store: SQLiteEventStore, db: Path) -> None:
+    """While another connection holds BEGIN IMMEDIATE briefly, an append waits and then succeeds."""
+    locked, release = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def hold_lock() -> None:
+        try:
+            conn = sqlite3.connect(db, isolation_level=None)
+            conn.execute("BEGIN IMMEDIATE")
+            locked.set()
+            release.wait(0.3)  # hold the write lock ~0.3 s
+            conn.execute("COMMIT")
+            conn.close()
+        except BaseException as e:  # surfaced below
+            errors.append(e)
+            locked.set()
+
+    holder = threading.Thread(target=hold_lock)
+    holder.start()
+    assert locked.wait(30)
+    result = store.append("a", 0, [new("a", 0)])
+    holder.join()
+    assert not errors
+    assert result.events[0].seq == 1
+
+
+def test_lock_held_past_busy_timeout_is_store_error(db: Path) -> None:
+    """A writer that cannot get the lock within its busy timeout gets StoreError, not a sqlite3 error."""
+    with SQLiteEventStore(db, busy_timeout=0.05) as impatient, plain(db) as conn:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            with pytest.raises(StoreError, match="write lock"):
+                impatient.append("a", 0, [new("a", 0)])
+        finally:
+            conn.execute("ROLLBACK")
+        assert impatient.count_events() == 0
+
+
+def test_random_bytes_file_is_store_error(tmp_path: Path) -> None:
+    """Opening a file that is not an SQLite database is a StoreError."""
+    path = tmp_path / "junk.db"
+    path.write_bytes(b"definitely not sqlite\n" * 200)
+    with pytest.raises(StoreError, match="not a usable ledger"):
+        SQLiteEventStore(path)
+
+
+def test_store_schema_version_mismatch_is_store_error(filled: SQLiteEventStore, db: Path) -> None:
+    """A file written by another store schema version is refused, not guessed at."""
+    filled.close()
+    with plain(db) as conn:
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'store_schema_version'", (str(STORE_SCHEMA_VERSION + 1),))
+    with pytest.raises(StoreError, match="schema version"):
+        SQLiteEventStore(db)
+
+
+def test_a_version_1_file_gains_the_filter_indexes_when_opened(filled: SQLiteEventStore, db: Path) -> None:
+    """A ledger written before the filter indexes gets them (and version 2) on first open; its log is untouched."""
+    head = filled.head()
+    filled.close()
+    with plain(db) as conn:
+        for name in ("events_type", "events_actor", "events_recorded_at"):
+            conn.execute(f"DROP INDEX {name}")
+        conn.execute("UPDATE meta SET value = '1' WHERE key = 'store_schema_version'")
+    with SQLiteEventStore(db) as reopened:
+        assert reopened.head() == head and reopened.verify_chain().ok
+    with plain(db) as conn:
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        version = conn.execute("SELECT value FROM meta WHERE key = 'store_schema_version'").fetchone()[0]
+        plan = " ".join(r[3] for r in conn.execute("EXPLAIN QUERY PLAN SELECT seq FROM events WHERE actor = 'x'"))
+    assert {"events_type", "events_actor", "events_recorded_at"} <= names and version == "2"
+    assert "INDEX events_actor (actor=?)" in plan
+
+
+def test_bad_synchronous_mode_is_input_error(db: Path) -> None:
+    """An unknown synchronous mode is refused before the file is touched."""
+    with pytest.raises(InputError):
+        SQLiteEventStore(db, synchronous="SOMETIMES")
+    assert not db.exists()
