@@ -14,6 +14,8 @@ import pytest
 from auditor_cases import CASES, artifact_files, blocking_recovery, grpo_stale_window, rollback
 from conftest import Workspace, invoke
 
+from lifecycle_fsm.artifacts import hash_directory
+
 
 def _explain(ws: Workspace, cid: str) -> tuple[dict[str, Any], str, str]:
     results = [invoke(ws.db, "explain", cid, "--format", fmt) for fmt in ("json", "text", "md")]
@@ -24,6 +26,11 @@ def _explain(ws: Workspace, cid: str) -> tuple[dict[str, Any], str, str]:
 def _expected_values(name: str, ws: Workspace) -> tuple[Any, Any]:
     """The claimed and checked-against values each case must show, computed independently of explain."""
     sft = ws.sft_sha
+    if name == "artifact":  # the manifest's hash, and the folder's as it is on disk now
+        manifest = json.loads((ws.root / "dpo-tamper" / "manifest.json").read_text())
+        return manifest["artifacts"]["adapter"]["sha256"], hash_directory(ws.root / "dpo-tamper" / "adapter")
+    if name == "rollback":
+        return sft, hash_directory(ws.root / "sft" / "adapter")
     return {
         "lineage": ("sha-of-an-older-baseline", sft),
         "dpo-no-preference-evidence": ({"preference_evidence_version": None}, "a non-empty version"),
