@@ -6,6 +6,7 @@ tests skip locally and fail in CI (`CI=true`), where `.ci/run` installs both.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import signal
@@ -136,6 +137,8 @@ def test_each_canned_query_answers_from_the_snapshot(served: tuple[Workspace, di
         assert server.query("ready_at", time=events[0]["recorded_at"]) == []  # received, not yet ready
         assert [r["seq"] for r in server.query("ready_at", time=events[-1]["recorded_at"])] == [ready_seq]
         assert server.query("ready_at", time="not a time") == []
+        offset = dt.datetime.fromisoformat(events[-1]["recorded_at"]).astimezone(dt.timezone(dt.timedelta(hours=-5)))
+        assert [r["seq"] for r in server.query("ready_at", time=offset.isoformat())] == [ready_seq]  # same instant
         head = verify(store)["head"]
         assert server.query("chain_head") == [{**head, "recorded_at": store.event_at(head["seq"]).recorded_at,  # type: ignore[union-attr]
                                                "events": head["seq"]}]  # fmt: skip
