@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -87,6 +88,7 @@ class PostgresEventStore:
             raise
         self.where = self.session.where
         self.last_head = Head(0, GENESIS_HASH)  # a guess for the next append, checked by its insert
+        self._listener: psycopg.Connection[Any] | None = None  # wait_for_new's LISTEN connection
         self._guess_held = True  # whether the last single append's guess was (or would have been) right
 
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
@@ -108,7 +110,7 @@ class PostgresEventStore:
                 self._fault.reached("before_commit")
             if tx.started:
                 with self.session.mapped("commit failed"):
-                    conn.execute("COMMIT")
+                    conn.execute(f"{self.session.notify_sql}; COMMIT" if tx.head is not None else "COMMIT")
         except BaseException:
             self._rollback()
             raise
@@ -332,7 +334,33 @@ class PostgresEventStore:
     def verify_chain(self) -> ChainReport:
         return verify_events(self.select_events(), count=self.count_events(), head=self.head())
 
+    def wait_for_new(self, after: int, timeout: float) -> bool:
+        """Block until an event past `after` is committed (True) or `timeout` seconds pass (False).
+
+        Every commit that appends sends `NOTIFY` on this ledger's channel; a follower's
+        listening connection (opened on first use) wakes on it instead of polling. The
+        head is checked after LISTEN and after each wake-up, so a commit that raced the
+        LISTEN, or a notification lost while disconnected, only costs the timeout's
+        worth of polling: callers keep polling by seq, this just makes the wait short.
+        """
+        deadline = time.monotonic() + max(0.0, timeout)
+        with self.session.mapped("cannot wait for new events"):
+            if self._listener is None:
+                self._listener = psycopg.connect(self.session.url, autocommit=True, connect_timeout=10)
+                self._listener.execute(f"LISTEN {self.session.channel}")
+            while True:
+                row = self._listener.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()
+                if row is not None and row[0] > after:
+                    return True
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                for _ in self._listener.notifies(timeout=left, stop_after=1):
+                    pass
+
     def close(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
         self.session.close()
 
     def __enter__(self) -> PostgresEventStore:

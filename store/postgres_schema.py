@@ -190,6 +190,8 @@ class PgSession:
             self.search_path: str = row[4]
             self.lock_key = _lock_key(self.schema or self._first_schema())
             self.lock_sql = f"SELECT pg_advisory_xact_lock({self.lock_key})"
+            self.channel = f"lifecycle_{self.lock_key & 0xFFFF_FFFF_FFFF_FFFF:x}"  # one per ledger schema
+            self.notify_sql = f"NOTIFY {self.channel}"
             self.binder = psycopg.ClientCursor(self.conn)  # binds values client-side for multi-statement trips
             self._seen: set[str] = set()
             self._prepared: dict[str, str] = {}

@@ -117,6 +117,7 @@ class PostgresTransaction:
             parts = [("BEGIN", None), (self._session.lock_sql, None), *parts]
             skip = 2
         if commit:
+            parts.append((self._session.notify_sql, None))  # delivered at COMMIT, not before; never if rolled back
             parts.append(("COMMIT", None))
         with self._session.mapped("write transaction failed"):
             if len(parts) == 1 and parts[0][1] is not None:
