@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lifecycle_fsm.events import Event
-from lifecycle_fsm.ledger import CommandResult
+from lifecycle_fsm.results import CandidateResult, CommandResult
 from lifecycle_fsm.state import CandidateState
 from store.records import StoredEvent
 
@@ -42,22 +42,24 @@ def candidate_json(c: CandidateState) -> _JSON:
 
 def print_result(result: CommandResult, as_json: bool, verb: str) -> None:
     """A command's outcome: what it appended and where the candidate (or ledger) stands."""
-    doc: _JSON = {"appended": len(result.events) > 0 and not result.duplicate, "events": [e.seq for e in result.events]}
-    if result.candidate is not None:
+    doc: _JSON = {"appended": result.appended, "events": [e.seq for e in result.events]}
+    if isinstance(result, CandidateResult):
         doc |= candidate_json(result.candidate)
-    if result.settings is not None and result.candidate is None:
+        what = f"{result.candidate_id}: {verb}, state {result.state}"
+        if result.candidate.reason_codes:
+            what += f" ({', '.join(result.candidate.reason_codes)})"
+        invalidated: tuple[str, ...] = ()
+    else:
         doc["settings"] = result.settings.summary()
         doc["invalidated"] = list(result.invalidated)
+        what, invalidated = verb, result.invalidated
     if as_json:
         emit(doc)
         return
-    what = f"{result.candidate.candidate_id}: {verb}, state {result.candidate.state}" if result.candidate else verb
-    if result.candidate is not None and result.candidate.reason_codes:
-        what += f" ({', '.join(result.candidate.reason_codes)})"
     if not doc["appended"]:
         what += " (no change: nothing appended)"
     click.echo(what)
-    for cid in result.invalidated:
+    for cid in invalidated:
         click.echo(f"  evidence invalidated: {cid} -> received")
 
 
