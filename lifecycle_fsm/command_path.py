@@ -177,7 +177,8 @@ class CommandPath:
                 if appended.duplicate:  # the same keyed command landed meanwhile: its fan-out too
                     return Outcome(appended.events, settings=self.reader.settings(), duplicate=True)
                 stored = list(appended.events)
-                fanned = self._fan_out(tx, decision.invalidation) if decision.invalidation else []
+                keyed = sum(1 for n in new if n.event_id == event_id or n.event_id.startswith(f"{event_id}/"))
+                fanned = self._fan_out(tx, decision.invalidation, event_id, keyed) if decision.invalidation else []
             final_settings = settings
             for e, n in zip(stored, new, strict=True):
                 final_settings = apply_settings(final_settings, e.type, n.payload, e.seq)
@@ -208,18 +209,25 @@ class CommandPath:
         return Outcome(result.events, candidate=final, settings=settings if reads_settings else None,
                              duplicate=result.duplicate)  # fmt: skip
 
-    def _fan_out(self, tx: StoreTransaction, invalidation: Invalidation) -> list[tuple[str, tuple[StoredEvent, ...]]]:
+    def _fan_out(
+        self, tx: StoreTransaction, invalidation: Invalidation, event_id: str | None, keyed: int
+    ) -> list[tuple[str, tuple[StoredEvent, ...]]]:
         """One EvidenceInvalidated per decided candidate, inside the setting's transaction.
+
+        With a key, they continue the command's numbering (`event_id/N`), so a retry
+        finds and returns them too.
 
         The stream index (kept in every append's transaction, rebuildable by replay)
         finds them without folding the log.
         """
-        done = []
+        done: list[tuple[str, tuple[StoredEvent, ...]]] = []
         for head in tx.streams(statuses=INVALIDATED_STATES):
             candidate_id = candidate_id_of(head.stream_id)
             if candidate_id is None or (invalidation.kinds is not None and head.category not in invalidation.kinds):
                 continue
             new = self._new_events(head.stream_id, [invalidation.event], None)
+            if event_id is not None:
+                new = [attrs.evolve(new[0], event_id=f"{event_id}/{keyed + len(done)}")]
             done.append((candidate_id, tx.append(head.stream_id, head.version, new, status="received").events))
         return done
 
@@ -247,7 +255,8 @@ class CommandPath:
         while (nxt := self.store.event_by_id(f"{event_id}/{len(events)}")) is not None:
             events.append(nxt)
         if stream_id == LEDGER_STREAM:
-            return Outcome(tuple(events), settings=self.reader.settings(), duplicate=True)
+            invalidated = tuple(cid for e in events if (cid := candidate_id_of(e.stream_id)) is not None)
+            return Outcome(tuple(events), settings=self.reader.settings(), invalidated=invalidated, duplicate=True)
         return Outcome(tuple(events), candidate=self.reader.candidate(stream_id), duplicate=True)
 
 
