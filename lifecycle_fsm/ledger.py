@@ -42,6 +42,7 @@ from lifecycle_fsm.events import (
     candidate_id_of,
     stream_of,
 )
+from lifecycle_fsm.limits import check_candidate_id
 from lifecycle_fsm.manifests import load_baseline_manifest, load_candidate_manifest
 from lifecycle_fsm.rules import STAGES, TRUSTED_STATE_KINDS
 from lifecycle_fsm.state import CandidateState, LedgerSettings
@@ -224,8 +225,7 @@ class Ledger:
         """Receive a candidate manifest; identical re-receipt is a no-op, `tune` may be revised."""
         manifest = load_candidate_manifest(manifest_path)
         cid = candidate_id if candidate_id is not None else _default_id(manifest.fields, manifest_path)
-        if not cid.strip() or any(ch in cid for ch in "\n\r\t\0"):
-            raise InputError(f"candidate id {cid!r} is empty or contains control characters")
+        check_candidate_id(cid)  # printable, at most 256 characters (lifecycle_fsm.limits)
 
         def decide(current: CandidateState | None, _: LedgerSettings) -> Decision:
             decision = decisions.receive(current, cid, manifest)

@@ -16,6 +16,7 @@ import click
 from lifecycle_fsm.cli.exit_codes import EXIT_CODES, exit_code_for
 from lifecycle_fsm.errors import InputError, LifecycleError
 from lifecycle_fsm.ledger import Ledger
+from lifecycle_fsm.limits import display
 from lifecycle_fsm.logs import configure_logging
 from store.open import open_store
 
@@ -46,7 +47,7 @@ class LifecycleGroup(click.Group):
         try:
             return super().invoke(ctx)
         except LifecycleError as e:
-            click.echo(f"Error: {e}", err=True)
+            click.echo(f"Error: {display(str(e))}", err=True)
             sys.exit(int(exit_code_for(e)))
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
@@ -55,10 +56,10 @@ class LifecycleGroup(click.Group):
             result = super().main(*args, **kwargs)
         except click.UsageError as e:
             hint = f" (see `{e.ctx.command_path} --help`)" if e.ctx is not None else ""
-            click.echo(f"Error: {e.format_message()}{hint}", err=True)
+            click.echo(f"Error: {display(e.format_message())}{hint}", err=True)
             sys.exit(e.exit_code)
         except click.ClickException as e:
-            click.echo(f"Error: {e.format_message()}", err=True)
+            click.echo(f"Error: {display(e.format_message())}", err=True)
             sys.exit(e.exit_code)
         except click.Abort:
             click.echo("Error: aborted", err=True)
