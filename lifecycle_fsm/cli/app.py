@@ -7,6 +7,7 @@ this module imports none of them, so any of them can import it.
 from __future__ import annotations
 
 import functools
+import sqlite3
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -19,6 +20,7 @@ from lifecycle_fsm.ledger import Ledger
 from lifecycle_fsm.limits import display
 from lifecycle_fsm.logs import configure_logging
 from store.open import open_store
+from store.sqlite_errors import translate_sqlite_error
 
 __all__ = [
     "AS_OF",
@@ -49,6 +51,14 @@ class LifecycleGroup(click.Group):
         except LifecycleError as e:
             click.echo(f"Error: {display(str(e))}", err=True)
             sys.exit(int(exit_code_for(e)))
+        except Exception as e:
+            # A backstop: the stores translate their drivers' errors, but a database error
+            # that slips through anywhere is still one line and a store/integrity code.
+            if not _is_driver_error(e):
+                raise
+            error = translate_sqlite_error(e, root_obj().get("db", "the ledger"))
+            click.echo(f"Error: {display(str(error))}", err=True)
+            sys.exit(int(exit_code_for(error)))
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         kwargs["standalone_mode"] = False
@@ -65,6 +75,11 @@ class LifecycleGroup(click.Group):
             click.echo("Error: aborted", err=True)
             sys.exit(1)
         sys.exit(result if isinstance(result, int) else 0)
+
+
+def _is_driver_error(error: BaseException) -> bool:
+    """An exception raised by sqlite3 or psycopg (checked by module: psycopg may not be installed)."""
+    return isinstance(error, sqlite3.DatabaseError) or type(error).__module__.split(".")[0] == "psycopg"
 
 
 def root_obj() -> dict[str, Any]:
