@@ -41,6 +41,7 @@ from store.records import (
     StreamHead,
     StreamSnapshot,
 )
+from store.sqlite_errors import translate_sqlite_error, translating_sqlite_errors
 from store.sqlite_schema import (
     EVENT_COLUMNS,
     STORE_SCHEMA_VERSION,
@@ -174,6 +175,7 @@ def _select_streams(conn: sqlite3.Connection, statuses: Iterable[str] | None) ->
     return [StreamHead(*r) for r in rows]
 
 
+@translating_sqlite_errors  # nothing from sqlite3 leaves a public method (store/sqlite_errors.py)
 class SQLiteEventStore:
     """An `EventStore` in one SQLite file (see the module docstring for why)."""
 
@@ -197,6 +199,9 @@ class SQLiteEventStore:
         except sqlite3.DatabaseError as e:
             self._conn.close()
             raise StoreError(f"{self.path}: not a usable ledger database ({e})") from e
+        except UnicodeDecodeError as e:  # a flipped byte in the schema's own text
+            self._conn.close()
+            raise translate_sqlite_error(e, self.path) from e
         except BaseException:
             self._conn.close()
             raise
@@ -227,7 +232,7 @@ class SQLiteEventStore:
                 tx = SQLiteTransaction(self._conn)
                 yield tx
         except sqlite3.DatabaseError as e:
-            raise StoreError(f"{self.path}: write failed ({e})") from e
+            raise translate_sqlite_error(e, f"{self.path}: write failed") from e
 
     def append(
         self,

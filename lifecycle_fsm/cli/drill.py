@@ -57,7 +57,7 @@ def _default_scenarios() -> Path:
     type=click.Path(file_okay=False, path_type=Path),
     help="Keep each scenario's ledger as DIR/<scenario-name>.db (inspect it with status, history, explain).",
 )
-@click.option("--seed", type=int, help="Override every scenario's seed.")
+@click.option("--seed", type=click.IntRange(0, 2**63 - 1), help="Override every scenario's seed.")
 @json_option
 def drill(paths: tuple[Path, ...], report_dir: Path | None, keep_dir: Path | None, seed: int | None) -> None:
     """Run failure scenarios (YAML) against fresh ledgers, with faults injected.
