@@ -25,8 +25,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import sqlite_utils
-
 from store.base import AppendResult
 from store.chain import GENESIS_HASH, chain_rows, check_batch, match_retry, verify_events
 from store.errors import ConcurrencyError, InputError, IntegrityError, StoreError
@@ -190,12 +188,17 @@ class SQLiteEventStore:
         except sqlite3.Error as e:
             raise StoreError(f"{self.path}: cannot open the ledger database ({e})") from e
         try:
-            self.db = sqlite_utils.Database(self._conn, recursive_triggers=True)
+            # Makes `INSERT OR REPLACE` fire the delete trigger that refuses it (LIBRARY_NOTES).
+            self._conn.execute("PRAGMA recursive_triggers=ON")
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute(f"PRAGMA synchronous={mode}")
             if schema_version(self._conn) != str(STORE_SCHEMA_VERSION):  # an existing ledger opens lock-free
+                # Only to create the schema: importing sqlite-utils (pluggy, click, dateutil) costs
+                # ~65 ms, which every CLI start on an existing ledger would pay.
+                import sqlite_utils
+
                 with self._write():
-                    create_schema(self._conn, self.db, self.path)
+                    create_schema(self._conn, sqlite_utils.Database(self._conn, recursive_triggers=True), self.path)
         except sqlite3.DatabaseError as e:
             self._conn.close()
             raise StoreError(f"{self.path}: not a usable ledger database ({e})") from e

@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import orjson
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from lifecycle_fsm.events import Event
 from lifecycle_fsm.limits import display
 from lifecycle_fsm.results import CandidateResult, CommandResult
 from lifecycle_fsm.state import CandidateState
 from store.records import StoredEvent
+
+if TYPE_CHECKING:  # rich is imported when a table is printed, not at start-up (~30 ms)
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
 
 __all__ = ["candidate_json", "cells", "console", "emit", "print_history", "print_result", "print_status"]
 
@@ -67,11 +69,15 @@ def print_result(result: CommandResult, as_json: bool, verb: str) -> None:
 
 def console() -> Console:
     """A terminal gets rich's own width; a pipe or a file gets room for whole hashes and ids."""
+    from rich.console import Console
+
     return Console() if sys.stdout.isatty() else Console(width=240)
 
 
 def _table(*columns: str) -> Table:
     """A table that wraps long cells instead of cutting them: an auditor needs every character."""
+    from rich.table import Table
+
     table = Table()
     for name in columns:
         table.add_column(name, overflow="fold")
@@ -80,6 +86,8 @@ def _table(*columns: str) -> Table:
 
 def cells(*values: str) -> list[Text]:
     """Table cells as plain text: an id is never rich markup (`[/x]` would raise) nor a terminal escape."""
+    from rich.text import Text
+
     return [Text(display(v)) for v in values]
 
 
