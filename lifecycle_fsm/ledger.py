@@ -50,6 +50,7 @@ from lifecycle_fsm.events import (
     stream_of,
 )
 from lifecycle_fsm.feed import FeedEvent, follow_events, read_events, wait_for_state
+from lifecycle_fsm.limits import check_candidate_id
 from lifecycle_fsm.machine import State
 from lifecycle_fsm.manifests import load_baseline_manifest, load_candidate_manifest
 from lifecycle_fsm.recovery import RecoveryPlan, invalidated_kinds, plan_from_payload
@@ -272,8 +273,7 @@ class Ledger:
         """Receive a candidate manifest; identical re-receipt is a no-op, `tune` may be revised."""
         manifest = load_candidate_manifest(manifest_path)
         cid = candidate_id if candidate_id is not None else default_id(manifest.fields, manifest_path)
-        if not cid.strip() or any(ch in cid for ch in "\n\r\t\0"):
-            raise InputError(f"candidate id {cid!r} is empty or contains control characters")
+        check_candidate_id(cid)  # printable, at most 256 characters (lifecycle_fsm.limits)
 
         def decide(current: CandidateState | None, _: LedgerSettings) -> Decision:
             decision = decisions.receive(current, cid, manifest)

@@ -13,6 +13,7 @@ import orjson
 
 from lifecycle_fsm.cli.app import json_option, open_ledger, wants_json
 from lifecycle_fsm.cli.render import emit, print_result
+from lifecycle_fsm.limits import display
 from lifecycle_fsm.manifests import load_baseline_manifest, load_candidate_manifest
 from lifecycle_fsm.rules import STAGES
 
@@ -168,7 +169,8 @@ def fail(candidate_id: str, stage: str, event_id: str | None) -> None:
         emit(doc)
     else:
         reused = f"reuse {plan.recovery_state}" if plan.reused_state else "no trusted state to reuse"
-        click.echo(f"{candidate_id}: {plan.stage} failed -> {plan.action} ({reused}); state {doc['state']}")
+        shown = display(candidate_id)
+        click.echo(f"{shown}: {plan.stage} failed -> {plan.action} ({reused}); state {doc['state']}")
 
 
 @click.command()
