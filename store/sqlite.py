@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from store.base import AppendResult
-from store.chain import GENESIS_HASH, chain_rows, check_batch, match_retry, verify_events
+from store.chain import GENESIS_HASH, chain_rows, check_batch, match_retry, verify_rows
 from store.errors import ConcurrencyError, InputError, IntegrityError, StoreError
 from store.faults import fault_from_env
 from store.records import (
@@ -401,7 +401,9 @@ class SQLiteEventStore:
         return str(row[0]) if row else None
 
     def verify_chain(self) -> ChainReport:
-        return verify_events(self.select_events(), count=self.count_events(), head=self.head())
+        """One SELECT in seq order (one read snapshot), rows hashed in big batches as plain tuples."""
+        cursor = self._conn.execute(f"SELECT {EVENT_COLUMNS} FROM events ORDER BY seq")
+        return verify_rows(iter(lambda: cursor.fetchmany(8192), []), count=self.count_events, head=self.head)
 
     def close(self) -> None:
         self._conn.close()
