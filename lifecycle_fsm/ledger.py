@@ -99,8 +99,9 @@ class Ledger:
         self.signing_key = signing_key  # the key seals are signed with (SPEC §8), kept for the commands that sign
         self._reader = StreamReader(store)
         self._path = CommandPath(self._reader, actor=self.actor, clock=clock, retry=retry)
-        # Artifact digests this Ledger read, re-used by `check`/`hand_off` while no file changed.
-        self._digests = DigestCache(clock)
+        # Artifact digests this Ledger read, re-used by `check`/`hand_off` while no file changed;
+        # stamped with the wall clock (the event clock is not consumed by a read).
+        self._digests = DigestCache(utc_now)
         self._closed = False
 
     @classmethod

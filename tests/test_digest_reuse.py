@@ -20,7 +20,7 @@ import pytest
 from conftest import Workspace, invoke
 
 from lifecycle_fsm.artifacts import DigestCache, hash_tree
-from lifecycle_fsm.ledger import Ledger
+from lifecycle_fsm.ledger import Ledger, utc_now
 from lifecycle_fsm.upcasting import upcast, upcast_checks_v2_v3
 from store.records import NewEvent
 from store.sqlite import SQLiteEventStore
@@ -54,7 +54,7 @@ def _weights(ws: Workspace) -> Path:
 
 def test_a_second_check_reuses_both_digests_and_says_since_when(ws: Workspace) -> None:
     """The first check reads the bytes (reused_from null); the next, nothing changed, says when they were read."""
-    with _ready(ws, ticking()) as led:
+    with _ready(ws, utc_now) as led:
         led.check("dpo-v5")
         first = _last_check(led)
         assert (first["artifact"]["reused_from"], first["rollback"]["reused_from"]) == (None, None)
@@ -63,7 +63,7 @@ def test_a_second_check_reuses_both_digests_and_says_since_when(ws: Workspace) -
     for name in ("artifact", "rollback"):
         # read during the first check: before that check's event was stamped
         assert isinstance(second[name]["reused_from"], str)
-        assert second[name]["reused_from"] < first["recorded_at"] < second["recorded_at"]
+        assert second[name]["reused_from"] <= first["recorded_at"] < second["recorded_at"]
         assert second[name]["actual"] == first[name]["actual"] and second[name]["verified"]
         assert second[name]["tree"] == first[name]["tree"]
 
