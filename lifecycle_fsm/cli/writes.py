@@ -102,13 +102,23 @@ def receive(candidate_manifest: Path, candidate_id: str | None, event_id: str | 
     print_result(result, wants_json(), "received")
 
 
+_REHASH = click.option(
+    "--rehash",
+    is_flag=True,
+    help="Read every byte of the artifacts (a one-command process always does; an embedding Ledger "
+    "re-uses a digest while no file's inode, size, mtime or ctime changed).",
+)
+
+
 @click.command()
 @click.argument("candidate_id", metavar="ID")
 @event_id_option
+@_REHASH
 @json_option
-def check(candidate_id: str, event_id: str | None) -> None:
+def check(candidate_id: str, event_id: str | None, rehash: bool) -> None:
     """Run every check now: lineage, freshness, artifact and rollback re-hash."""
-    print_result(open_ledger(must_exist=True).check(candidate_id, event_id=event_id), wants_json(), "checked")
+    result = open_ledger(must_exist=True).check(candidate_id, event_id=event_id, rehash=rehash)
+    print_result(result, wants_json(), "checked")
 
 
 @click.command()
@@ -186,7 +196,9 @@ def recovered(candidate_id: str, event_id: str | None) -> None:
 @click.command()
 @click.argument("candidate_id", metavar="ID")
 @event_id_option
+@_REHASH
 @json_option
-def handoff(candidate_id: str, event_id: str | None) -> None:
+def handoff(candidate_id: str, event_id: str | None, rehash: bool) -> None:
     """Re-run the checks and decide: ready (for evaluation), tune or reject."""
-    print_result(open_ledger(must_exist=True).hand_off(candidate_id, event_id=event_id), wants_json(), "handed off")
+    result = open_ledger(must_exist=True).hand_off(candidate_id, event_id=event_id, rehash=rehash)
+    print_result(result, wants_json(), "handed off")
