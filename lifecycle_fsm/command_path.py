@@ -191,13 +191,15 @@ class CommandPath:
         events = decision.events
         assert all(isinstance(e, CandidateEvent) for e in events)
         label = state_after(current, events)  # type: ignore[arg-type]
-        with self.store.transaction() as tx:
-            if reads_settings:
+        expected, category = 0 if current is None else current.version, _category(current, events)
+        if reads_settings:
+            with self.store.transaction() as tx:
                 tx.expect_version(LEDGER_STREAM, settings.version)
-            result = tx.append(
-                stream_id, 0 if current is None else current.version, new, status=label,
-                category=_category(current, events), fresh_ids=event_id is None,
-            )  # fmt: skip
+                result = tx.append(stream_id, expected, new, status=label, category=category,
+                                   fresh_ids=event_id is None)  # fmt: skip
+        else:  # one append is the whole transaction: a store may do it in one round trip (PostgreSQL)
+            result = self.store.append(stream_id, expected, new, status=label, category=category,
+                                       fresh_ids=event_id is None)  # fmt: skip
         if result.duplicate:
             final = self.reader.candidate(stream_id)
         else:
