@@ -21,7 +21,7 @@ from typing import Any
 import attrs
 
 from lifecycle_fsm.errors import NotFoundError
-from lifecycle_fsm.ledger import CommandResult, Ledger, utc_now
+from lifecycle_fsm.ledger import CandidateResult, CommandResult, Ledger, utc_now
 from replay.checkpoints import load_state, take_checkpoint
 from replay.drills import faults, schema
 from replay.drills.report import DrillResult, Failure, StepResult
@@ -100,12 +100,12 @@ def _run_command(run: _Run, step: Step) -> JSON:
     if step.refused is not None:
         raise _StepFailed([("outcome", f"refused with {step.refused}", f"success (appended {len(appended)})")])
     detail: JSON = {"appended": appended}
-    if result.candidate is not None:
+    if isinstance(result, CandidateResult):
         detail["state"] = result.candidate.state
         plan = result.candidate.last_recovery
         if step.action == "fail_stage" and plan is not None:
             detail["recovery"] = {k: plan[k] for k in ("action", "recovery_state", "reused_state")}
-    if result.invalidated:
+    elif result.invalidated:
         detail["invalidated"] = list(result.invalidated)
     return detail
 
