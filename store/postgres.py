@@ -99,11 +99,11 @@ class PostgresEventStore:
 
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self.session.mapped("read failed"):
-            return self.session.conn.execute(sql, params).fetchall()
+            return self.session.query(sql, params).fetchall()
 
     def _one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
         with self.session.mapped("read failed"):
-            return self.session.conn.execute(sql, params).fetchone()
+            return self.session.query(sql, params).fetchone()
 
     @contextmanager
     def transaction(self) -> Iterator[PostgresTransaction]:

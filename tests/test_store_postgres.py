@@ -21,7 +21,7 @@ import pytest
 from backends import PG_BASE, pg_execute, with_schema
 from test_store_contract import new
 
-from store import InputError, IntegrityError, StoreError, StreamHead
+from store import ConcurrencyError, InputError, IntegrityError, StoreError, StreamHead
 from store.postgres import PostgresEventStore
 from store.postgres_schema import STORE_SCHEMA_VERSION
 
@@ -309,6 +309,21 @@ def test_cli_on_a_url_reads_and_refuses_like_on_a_file(pg_url: str) -> None:
 # --- the one-round-trip append path --------------------------------------------------------------
 
 
+def test_prepared_statements_survive_a_rollback(store: PostgresEventStore) -> None:
+    """A transaction that rolls back (psycopg may then DEALLOCATE ALL its own) leaves ours usable."""
+    for n in range(2, 10):  # past psycopg's own prepare threshold (5) too, had it one
+        store.append("a", n, [new("a", n)])
+        store.read_stream("a")
+    with pytest.raises(RuntimeError):
+        _fail_after_appending(store, 10)
+    with pytest.raises(ConcurrencyError):
+        store.append("a", 3, [new("a", 3, event_id="other")])
+    for n in range(10, 13):
+        assert store.append("a", n, [new("a", n)]).events[0].seq == n + 2
+        assert store.read_stream("a")[-1].version == n + 1
+    assert store.verify_chain().ok
+
+
 def _executions(store: PostgresEventStore) -> dict[str, int]:
     """The session's prepared statements: text -> how many times they were executed (PostgreSQL 14+)."""
     rows = store.session.conn.execute(
@@ -366,9 +381,9 @@ def test_wait_for_new_wakes_on_a_commit_from_another_process(store: PostgresEven
     assert store.event_at(4) is not None
 
 
-def _fail_after_appending(store: PostgresEventStore) -> None:
+def _fail_after_appending(store: PostgresEventStore, version: int = 2) -> None:
     with store.transaction() as tx:
-        tx.append("a", 2, [new("a", 2)])
+        tx.append("a", version, [new("a", version)])
         raise RuntimeError("the command failed after appending")
 
 
