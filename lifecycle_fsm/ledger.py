@@ -13,6 +13,7 @@ import datetime as dt
 import getpass
 import os
 import socket
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -170,8 +171,9 @@ class Ledger:
         """Fix the freshness settings; re-running with the same values is a no-op."""
         _non_negative("max window age", max_window_age)
         _non_negative("active window", active_window)
+        ledger_id = uuid.uuid4().hex  # kept only if this init is the ledger's first event
         return self._path.run(
-            LEDGER_STREAM, lambda _, settings: decisions.init(settings, max_window_age, active_window),
+            LEDGER_STREAM, lambda _, settings: decisions.init(settings, max_window_age, active_window, ledger_id),
             command="init", event_id=event_id, first_type=LedgerInitialized.TYPE,
             inputs={"max_window_age": max_window_age, "active_window": active_window},
         )  # fmt: skip

@@ -13,9 +13,10 @@ from typing import Any
 from lifecycle_fsm.errors import CorruptionError
 from lifecycle_fsm.events import stream_of
 from replay.checkpoints import checkpoint_problem, load_state
-from replay.fold import LedgerState, empty_state, fold_rows, snapshot_json
+from replay.fold import LedgerState, empty_state, fold_rows, index_of, snapshot_json
 from store.base import EventStore
 from store.chain import canonical_json
+from store.records import StreamHead
 
 __all__ = ["verify"]
 
@@ -56,6 +57,29 @@ def _stream_copy_problem(store: EventStore, checkpoint_id: int, state: LedgerSta
     return None
 
 
+def _index_problem(store: EventStore, state: LedgerState) -> str | None:
+    """The state index (`streams`) must equal what a full replay implies, row for row.
+
+    Commands find decided candidates through it (an evidence invalidation's fan-out), so
+    an edited status is a wrong decision waiting to happen; `replay --full` rebuilds it.
+    """
+    expected = {h.stream_id: h for h in index_of(state)}
+    stored = {h.stream_id: h for h in store.streams()}
+    if stored == expected:
+        return None
+    differing = sorted(k for k in expected.keys() | stored.keys() if expected.get(k) != stored.get(k))
+    first = differing[0]
+    return (
+        f"state index (streams) differs from a full replay at {', '.join(differing[:5])}: "
+        f"{first} is {_row(stored.get(first))} in the index, {_row(expected.get(first))} in the log "
+        "(rebuild it with `lifecycle replay --full`)"
+    )
+
+
+def _row(head: StreamHead | None) -> str:
+    return "missing" if head is None else f"version {head.version} status {head.status} kind {head.category}"
+
+
 def verify(store: EventStore) -> dict[str, Any]:
     """The integrity report `lifecycle verify` prints; `ok` is False if anything is broken."""
     chain = store.verify_chain()
@@ -68,9 +92,12 @@ def verify(store: EventStore) -> dict[str, Any]:
         report.update(bad_seq=chain.bad_seq, reason=chain.reason)
         return report
     try:
-        load_state(store, use_checkpoints=False)
+        full = load_state(store, use_checkpoints=False).state
     except CorruptionError as e:
         report.update(ok=False, bad_seq=e.seq, reason=str(e), details=e.details)
+        return report
+    if (index_problem := _index_problem(store, full)) is not None:
+        report.update(ok=False, bad_seq=None, reason=index_problem)
         return report
     checkpoints, checkpoints_ok = _checkpoint_report(store)
     report["checkpoints"] = checkpoints
