@@ -21,6 +21,7 @@ exit code (`EXIT_CODES`; the error classes know nothing of codes, `exit_codes` m
     drill.py       drill (SPEC §12)
     migrate.py     migrate (SPEC §9): copy a ledger between backends
     trust.py       key new, seal (SPEC §8: signed heads)
+    attest.py      attest ID, attest verify (SPEC §8: DSSE hand-off attestations)
 
 Adding a command is one new module and one line here: write `cli/<concern>.py` with a
 `@click.command()` (or `@click.group()`) that imports what it needs from `app` and
@@ -32,7 +33,7 @@ that the module's `__all__` lists what it defines.
 
 from __future__ import annotations
 
-from lifecycle_fsm.cli import audit, auditor, drill, integrity, migrate, queries, serve, trust, writes
+from lifecycle_fsm.cli import attest, audit, auditor, drill, integrity, migrate, queries, serve, trust, writes
 from lifecycle_fsm.cli.app import main
 from lifecycle_fsm.cli.exit_codes import EXIT_CODES
 
@@ -65,3 +66,4 @@ main.add_command(serve.serve)
 main.add_command(migrate.migrate)
 main.add_command(trust.key)
 main.add_command(trust.seal_command)
+main.add_command(attest.attest)
