@@ -48,7 +48,7 @@ def attest_create(candidate_id: str, out: Path) -> None:
     if out.exists():
         raise InputError(f"{out} already exists: an attestation is never overwritten")
     envelope = build_attestation(open_ledger(must_exist=True).store, candidate_id, key)
-    text = emit_text(envelope)
+    text = _envelope_text(envelope)
     try:
         fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except OSError as e:
@@ -61,7 +61,7 @@ def attest_create(candidate_id: str, out: Path) -> None:
         click.echo(f"attested {candidate_id} -> {out}")
 
 
-def emit_text(envelope: dict[str, Any]) -> str:
+def _envelope_text(envelope: dict[str, Any]) -> str:
     import orjson
 
     return orjson.dumps(envelope, option=orjson.OPT_INDENT_2).decode() + "\n"

@@ -18,7 +18,7 @@ from lifecycle_fsm.keys import new_key_pair
 from lifecycle_fsm.ledger import utc_now
 from lifecycle_fsm.seals import seal, signed_head_text
 
-__all__ = ["key", "seal_command"]
+__all__ = ["key", "key_new", "seal_command"]
 
 
 @click.group()
