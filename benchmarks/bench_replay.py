@@ -30,6 +30,7 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
+import bench_trust
 import orjson
 from bench_common import Row, Streams, clock, extend_ledger, fmt_spread, interleaved, median, summary
 
@@ -291,9 +292,12 @@ def run(workdir: Path, rounds: int, quick: bool) -> tuple[list[Row], dict[str, A
             }
             print(f"  checkpoint stage {target:,}: done", flush=True)
     latency_rows, details["latency"] = latency(path, f"probe-{stages[-1]}", rounds)
+    trust_rows, details["trust"] = bench_trust.run(path, LONG_ID, rounds)  # appends seals: last
+    print("  trust (verify --pubkey, re-hashed reads): done", flush=True)
     details["memory"] = memory
     details["payload_bytes_mean"] = _mean_payload(path)
-    return replay_rows + _memory_rows(memory) + _checkpoint_rows(stage_times) + latency_rows, details
+    rows = replay_rows + _memory_rows(memory) + _checkpoint_rows(stage_times) + latency_rows + trust_rows
+    return rows, details
 
 
 def _mean_payload(path: Path) -> float:
