@@ -25,8 +25,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import sqlite_utils
-
 from store.base import AppendResult
 from store.chain import GENESIS_HASH, chain_rows, check_batch, match_retry, verify_events
 from store.errors import ConcurrencyError, InputError, IntegrityError, StoreError
@@ -41,6 +39,7 @@ from store.records import (
     StreamHead,
     StreamSnapshot,
 )
+from store.sqlite_errors import translate_sqlite_error, translating_sqlite_errors
 from store.sqlite_schema import (
     EVENT_COLUMNS,
     STORE_SCHEMA_VERSION,
@@ -186,6 +185,7 @@ def _select_streams(conn: sqlite3.Connection, statuses: Iterable[str] | None) ->
     return [StreamHead(*r) for r in rows]
 
 
+@translating_sqlite_errors  # nothing from sqlite3 leaves a public method (store/sqlite_errors.py)
 class SQLiteEventStore:
     """An `EventStore` in one SQLite file (see the module docstring for why)."""
 
@@ -209,18 +209,26 @@ class SQLiteEventStore:
         except sqlite3.Error as e:
             raise StoreError(f"{self.path}: cannot open the ledger database ({e})") from e
         try:
-            self.db = sqlite_utils.Database(self._conn, recursive_triggers=True)
             if not create and schema_version(self._conn) is None:
                 # Before any PRAGMA: WAL mode alone would write a header into an empty file.
                 raise StoreError(f"{self.path}: not a ledger (no lifecycle schema); a read never creates one")
+            # Makes `INSERT OR REPLACE` fire the delete trigger that refuses it (LIBRARY_NOTES).
+            self._conn.execute("PRAGMA recursive_triggers=ON")
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute(f"PRAGMA synchronous={mode}")
             if schema_version(self._conn) != str(STORE_SCHEMA_VERSION):  # an existing ledger opens lock-free
+                # Only to create the schema: importing sqlite-utils (pluggy, click, dateutil) costs
+                # ~65 ms, which every CLI start on an existing ledger would pay.
+                import sqlite_utils
+
                 with self._write():
-                    create_schema(self._conn, self.db, self.path)
+                    create_schema(self._conn, sqlite_utils.Database(self._conn, recursive_triggers=True), self.path)
         except sqlite3.DatabaseError as e:
             self._conn.close()
             raise StoreError(f"{self.path}: not a usable ledger database ({e})") from e
+        except UnicodeDecodeError as e:  # a flipped byte in the schema's own text
+            self._conn.close()
+            raise translate_sqlite_error(e, self.path) from e
         except BaseException:
             self._conn.close()
             raise
@@ -251,7 +259,7 @@ class SQLiteEventStore:
                 tx = SQLiteTransaction(self._conn)
                 yield tx
         except sqlite3.DatabaseError as e:
-            raise StoreError(f"{self.path}: write failed ({e})") from e
+            raise translate_sqlite_error(e, f"{self.path}: write failed") from e
 
     def append(
         self,
