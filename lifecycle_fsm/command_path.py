@@ -220,18 +220,25 @@ class CommandPath:
         With a key, they continue the command's numbering (`event_id/N`), so a retry
         finds and returns them too.
 
-        The stream index (kept in every append's transaction, rebuildable by replay)
-        finds them without folding the log.
+        The stream index lists the candidates; whether each is decided (and of which
+        kind) comes from its fold of the log, never from the index's `status`: an index
+        row edited by hand must not let a decided candidate keep stale evidence (the
+        reader's cache keeps this cheap for a long-lived process).
         """
         done: list[tuple[str, tuple[StoredEvent, ...]]] = []
-        for head in tx.streams(statuses=INVALIDATED_STATES):
+        for head in tx.streams():
             candidate_id = candidate_id_of(head.stream_id)
-            if candidate_id is None or (invalidation.kinds is not None and head.category not in invalidation.kinds):
+            if candidate_id is None:
+                continue
+            current = self.reader.candidate(head.stream_id, source=tx)
+            if current is None or current.state not in INVALIDATED_STATES:
+                continue
+            if invalidation.kinds is not None and current.kind not in invalidation.kinds:
                 continue
             new = self._new_events(head.stream_id, [invalidation.event], None)
             if event_id is not None:
                 new = [attrs.evolve(new[0], event_id=f"{event_id}/{keyed + len(done)}")]
-            done.append((candidate_id, tx.append(head.stream_id, head.version, new, status="received").events))
+            done.append((candidate_id, tx.append(head.stream_id, current.version, new, status="received").events))
         return done
 
     def _replayed(

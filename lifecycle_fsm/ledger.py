@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -220,8 +221,9 @@ class Ledger:
         """Fix the freshness settings; re-running with the same values is a no-op."""
         non_negative("max window age", max_window_age)
         non_negative("active window", active_window)
+        ledger_id = uuid.uuid4().hex  # kept only if this init is the ledger's first event
         return self._on_settings(
-            LEDGER_STREAM, lambda _, settings: decisions.init(settings, max_window_age, active_window),
+            LEDGER_STREAM, lambda _, settings: decisions.init(settings, max_window_age, active_window, ledger_id),
             command="init", event_id=event_id, first_type=LedgerInitialized.TYPE,
             inputs={"max_window_age": max_window_age, "active_window": active_window},
         )  # fmt: skip
