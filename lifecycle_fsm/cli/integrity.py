@@ -41,8 +41,10 @@ def verify() -> None:
         emit(report)
     elif report["ok"]:
         click.echo(f"ok: {report['events']} events, head seq {report['head']['seq']} {report['head']['hash']}")
-    else:
-        click.echo(f"BROKEN at seq {report.get('bad_seq')}: {report['reason']}")
+    elif report.get("bad_seq") is not None:
+        click.echo(f"BROKEN at seq {report['bad_seq']}: {report['reason']}")
+    else:  # a checkpoint (or the state index), not an event: there is no seq to name
+        click.echo(f"BROKEN: {report['reason']}")
     if not report["ok"]:
         sys.exit(int(ExitCode.INTEGRITY))
 
