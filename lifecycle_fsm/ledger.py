@@ -114,12 +114,13 @@ class Ledger:
         actor: str | None = None,
         clock: Callable[[], str] = utc_now,
         artifact_root: str | os.PathLike[str] | None = None,
+        new_id: Callable[[], str] | None = None,
     ) -> None:
         self.store = store
         self.actor = actor or _default_actor()
         self.artifact_root = None if artifact_root is None else os.path.abspath(artifact_root)
         self._reader = StreamReader(store)
-        self._path = CommandPath(self._reader, actor=self.actor, clock=clock)
+        self._path = CommandPath(self._reader, actor=self.actor, clock=clock, new_id=new_id)
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, synchronous: str = "FULL", **kwargs: Any) -> Ledger:

@@ -2,7 +2,8 @@
 
 `crash` runs one command here with `LIFECYCLE_FAULT` set, so the store SIGKILLs this
 process at the planned commit point; `concurrently` starts several of these at once.
-The plan is `{"actor", "calls": [[method, args, kwargs], …], "go": path or null}`: the
+The plan is `{"actor", "calls": [[method, args, kwargs], …], "go": path or null}` (the
+simulator adds `clock`, a fixed time, and `id_prefix`, so its ledger head is reproducible): the
 child opens its own `Ledger`, says `ready`, waits for the `go` file (so writers start
 together), then runs each call, printing one line per call:
 `done I SEQ…`, or `refused I CLASS MESSAGE` for a `LifecycleError`.
@@ -10,9 +11,11 @@ together), then runs each call, printing one line per call:
 
 from __future__ import annotations
 
+import itertools
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -23,7 +26,11 @@ from lifecycle_fsm.ledger import Ledger
 def main(argv: list[str]) -> int:
     db, plan_json = argv
     plan = orjson.loads(plan_json)
-    ledger = Ledger.open(db, synchronous="NORMAL", actor=plan["actor"])
+    fixed: dict[str, Any] = {}
+    if "clock" in plan:
+        ids = itertools.count(1)
+        fixed = {"clock": lambda: plan["clock"], "new_id": lambda: f"{plan['id_prefix']}-{next(ids)}"}
+    ledger = Ledger.open(db, synchronous="NORMAL", actor=plan["actor"], **fixed)
     print("ready", flush=True)
     if plan.get("go"):
         go = Path(plan["go"])

@@ -45,7 +45,7 @@ from replay.drills.schema import (
     StepExtras,
 )
 
-__all__ = ["find_scenarios", "load_scenario", "load_scenarios"]
+__all__ = ["find_scenarios", "load_scenario", "load_scenarios", "parse_artifacts", "parse_step"]
 
 
 def _read(path: Path) -> Any:
@@ -230,3 +230,13 @@ def load_scenarios(paths: Sequence[str | Path]) -> list[Scenario]:
             raise ScenarioError(f"{s.path}: key 'name': {s.name!r} is also the name of {seen[s.name]}")
         seen[s.name] = s.path
     return scenarios
+
+
+def parse_artifacts(path: Path, raw: Any) -> dict[str, ArtifactSpec]:
+    """An `artifacts:` section on its own (the simulator builds scenarios in memory)."""
+    return _artifacts(Where(path), raw)
+
+
+def parse_step(path: Path, number: int, raw: Any, artifacts: Mapping[str, ArtifactSpec]) -> Step:
+    """One step on its own, validated exactly as in a file."""
+    return _step(Where(path), number, raw, artifacts)

@@ -8,12 +8,15 @@ section).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import attrs
 
-__all__ = ["DrillResult", "Failure", "StepResult", "build_report", "report_markdown"]
+from lifecycle_fsm.errors import InputError
+
+__all__ = ["DrillResult", "Failure", "StepResult", "build_report", "report_markdown", "write_report_files"]
 
 JSON = dict[str, Any]
 
@@ -129,3 +132,29 @@ def report_markdown(report: JSON) -> str:
     lines += [f"| {name} | {sec:.3f} |" for name, sec in report["timings"]["scenarios"].items()]
     lines.append(f"| **total** | {report['timings']['total_seconds']:.3f} |")
     return "\n".join(lines) + "\n"
+
+
+def write_report_files(folder: Path, files: Mapping[str, str], *, replace: bool) -> list[Path]:
+    """Write report files into `folder` (created if missing), never silently over an old report.
+
+    An existing file is refused (InputError, exit 3) unless `replace`, which first moves it
+    to `<file>.previous` — one generation, refused if a `.previous` is already there (SPEC §7).
+    """
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        existing = [folder / name for name in files if (folder / name).exists()]
+        if existing and not replace:
+            raise InputError(f"{existing[0]} exists: use --replace to keep it as {existing[0].name}.previous")
+        for path in existing:
+            previous = path.with_name(path.name + ".previous")
+            if previous.exists():
+                raise InputError(f"{previous} exists: move it away first (one .previous generation is kept)")
+        for path in existing:
+            path.rename(path.with_name(path.name + ".previous"))
+        written = []
+        for name, text in files.items():
+            (folder / name).write_text(text)
+            written.append(folder / name)
+        return written
+    except OSError as e:
+        raise InputError(f"cannot write the report to {folder}: {e.strerror}") from None

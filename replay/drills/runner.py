@@ -32,13 +32,13 @@ from replay.explain import explain
 from replay.fold import snapshot_json
 from replay.verify import verify
 
-__all__ = ["run_drills", "run_scenario"]
+__all__ = ["Run", "StepFailed", "run_drills", "run_scenario", "run_step"]
 
 JSON = dict[str, Any]
 Target = Callable[[Path], str]  # the scenario's folder -> where its ledger lives (a file or a URL)
 
 
-class _StepFailed(Exception):
+class StepFailed(Exception):
     """Carries the failures of one step out of the code that checks it."""
 
     def __init__(self, failures: list[tuple[str, Any, Any]], detail: JSON | None = None) -> None:
@@ -48,7 +48,7 @@ class _StepFailed(Exception):
 
 
 @attrs.define
-class _Run:
+class Run:
     """A scenario while it runs: its workspace, its ledger, its seeded randomness."""
 
     scenario: Scenario
@@ -56,6 +56,8 @@ class _Run:
     ledger: Ledger
     rng: random.Random
     target: str
+    clock: Callable[[], str] = utc_now  # checkpoints' clock (the simulator fixes it)
+    child: JSON = attrs.Factory(dict)  # extra plan for child writers (the simulator: clock, ids, actor)
     mark: int = 0  # events before the last step that was not an `expect` ("+N" counts from here)
     audit: JSON | None = None  # the last `audit` step's hand-off record
 
@@ -64,7 +66,7 @@ class _Run:
         return self.target == str(self.ws.db)
 
 
-def _run_command(run: _Run, step: Step) -> JSON:
+def _run_command(run: Run, step: Step) -> JSON:
     before = run.ledger.store.count_events()
     method, args, kwargs = writers.command_call(run.ws, step.spec)
     try:
@@ -72,16 +74,16 @@ def _run_command(run: _Run, step: Step) -> JSON:
     except LifecycleError as e:
         name, message = type(e).__name__, run.ws.shown(str(e))
         if step.refused is None:
-            raise _StepFailed([("outcome", "success", f"{name}: {message}")]) from e
+            raise StepFailed([("outcome", "success", f"{name}: {message}")]) from e
         if (problem := writers.refusal_problem(step.refused, name, message)) is not None:
-            raise _StepFailed([("outcome", step.refused.describe(), problem)]) from e
+            raise StepFailed([("outcome", step.refused.describe(), problem)]) from e
         after = run.ledger.store.count_events()
         if after != before:
-            raise _StepFailed([("events", before, after)], {"refused": name}) from e
+            raise StepFailed([("events", before, after)], {"refused": name}) from e
         return {"refused": name}
     appended = [] if result.duplicate else [e.seq for e in result.events]
     if step.refused is not None:
-        raise _StepFailed([("outcome", step.refused.describe(), f"success (appended {len(appended)})")])
+        raise StepFailed([("outcome", step.refused.describe(), f"success (appended {len(appended)})")])
     detail: JSON = {"appended": appended}
     if result.candidate is not None:
         detail["state"] = result.candidate.state
@@ -105,13 +107,13 @@ def _dig(doc: Any, path: str) -> Any:
     return doc
 
 
-def _candidate_found(run: _Run, a: Any) -> JSON:
+def _candidate_found(run: Run, a: Any) -> JSON:
     """What the candidate keys of an `expect` compare with: now, or as of `as_of`."""
     cid = a["candidate"]
     try:
         doc = explain(run.ledger.store, cid, as_of=a.get("as_of"))
     except (NotFoundError, LifecycleError) as e:
-        raise _StepFailed([("candidate", cid, run.ws.shown(str(e)))]) from None
+        raise StepFailed([("candidate", cid, run.ws.shown(str(e)))]) from None
     found: JSON = {"state": doc["state"], "reason_codes": list(doc["reason_codes"]),
                    "trusted_states": sorted(doc["trusted_states"])}  # fmt: skip
     if "explain" in a:
@@ -131,7 +133,7 @@ def _candidate_found(run: _Run, a: Any) -> JSON:
     return found
 
 
-def _events_found(run: _Run, want: Any) -> Any:
+def _events_found(run: Run, want: Any) -> Any:
     now = run.ledger.store.count_events()
     if isinstance(want, int):
         return now
@@ -141,7 +143,7 @@ def _events_found(run: _Run, want: Any) -> Any:
     return f"+{delta}"
 
 
-def _expect(run: _Run, step: Step) -> JSON:
+def _expect(run: Run, step: Step) -> JSON:
     a = step.args
     found: JSON = _candidate_found(run, a) if "candidate" in a else {}
     if "events" in a:
@@ -160,11 +162,11 @@ def _expect(run: _Run, step: Step) -> JSON:
 
     failures = [(label(k), a[k], run.ws.shown(found[k])) for k in checked if found[k] != a[k]]
     if failures:
-        raise _StepFailed(failures)
+        raise StepFailed(failures)
     return {"checked": checked}
 
 
-def _replay(run: _Run, to: int | None) -> JSON:
+def _replay(run: Run, to: int | None) -> JSON:
     loaded = load_state(run.ledger.store, to=to)
     full = load_state(run.ledger.store, to=to, use_checkpoints=False)
     detail = {
@@ -174,11 +176,11 @@ def _replay(run: _Run, to: int | None) -> JSON:
         "states": {cid: c.state for cid, c in sorted(loaded.state.candidates.items())},
     }
     if snapshot_json(loaded.state) != snapshot_json(full.state):
-        raise _StepFailed([("replay", "equal to a full replay", "differs")], detail)
+        raise StepFailed([("replay", "equal to a full replay", "differs")], detail)
     return detail
 
 
-def _audit(run: _Run, step: Step) -> JSON:
+def _audit(run: Run, step: Step) -> JSON:
     from lifecycle_fsm import audit
 
     spec = step.spec
@@ -196,7 +198,7 @@ def _audit(run: _Run, step: Step) -> JSON:
     return {"handoff_status": result.handoff_status, "candidates": statuses}
 
 
-def _fault(run: _Run, step: Step) -> JSON:
+def _fault(run: Run, step: Step) -> JSON:
     store, ws = run.ledger.store, run.ws
     sqlite_only = (schema.CrashDuringAppend, schema.CorruptCheckpoint, schema.TamperEvent)
     if isinstance(step.spec, sqlite_only) and not run.on_sqlite_file:
@@ -208,7 +210,7 @@ def _fault(run: _Run, step: Step) -> JSON:
                 store, ws.db, candidate=candidate, stage=stage, commands=commands, rng=run.rng, actor=f"{actor}:crash",
             )  # fmt: skip
         case schema.Crash():
-            outcome = writers.crash(store, ws, run.target, step, f"{actor}:crash")
+            outcome = writers.crash(store, ws, run.target, step, f"{actor}:crash", run.child)
         case schema.Concurrently():
             outcome = writers.concurrently(store, ws, run.target, step, actor)
         case schema.CorruptCheckpoint():
@@ -225,7 +227,7 @@ def _fault(run: _Run, step: Step) -> JSON:
             outcome = faults.tamper_artifact(file, rng=run.rng, shown=str(file.relative_to(ws.root)))
         case schema.RestoreArtifact(artifact=name):
             if not ws.restore(name):
-                raise _StepFailed([("restore", f"{name} tampered with or deleted before", "never damaged")])
+                raise StepFailed([("restore", f"{name} tampered with or deleted before", "never damaged")])
             outcome = faults.FaultOutcome({"restored": str(ws.folders[name].relative_to(ws.root))})
         case schema.EditManifest(artifact=name, set=changes, drop=drop):
             ws.edit_manifest(name, changes, drop)
@@ -234,14 +236,14 @@ def _fault(run: _Run, step: Step) -> JSON:
             raise AssertionError(f"not a fault: {step.action}")
     detail: JSON = run.ws.shown(outcome.detail)
     if outcome.problems:
-        raise _StepFailed([(k, e, run.ws.shown(v)) for k, e, v in outcome.problems], detail)
+        raise StepFailed([(k, e, run.ws.shown(v)) for k, e, v in outcome.problems], detail)
     return detail
 
 
-def _step(run: _Run, step: Step) -> JSON:
+def run_step(run: Run, step: Step) -> JSON:
     match step.spec:
         case schema.Checkpoint():
-            record = take_checkpoint(run.ledger.store, clock=utc_now)
+            record = take_checkpoint(run.ledger.store, clock=run.clock)
             return {"checkpoint_id": record.checkpoint_id, "position": record.position}
         case schema.Expect():
             return _expect(run, step)
@@ -254,7 +256,7 @@ def _step(run: _Run, step: Step) -> JSON:
     return _fault(run, step)
 
 
-def _run_steps(run: _Run) -> tuple[list[StepResult], list[Failure], list[str]]:
+def _run_steps(run: Run) -> tuple[list[StepResult], list[Failure], list[str]]:
     results: list[StepResult] = []
     failures: list[Failure] = []
     inconclusive: list[str] = []
@@ -262,8 +264,8 @@ def _run_steps(run: _Run) -> tuple[list[StepResult], list[Failure], list[str]]:
         if step.action != "expect":
             run.mark = run.ledger.store.count_events()
         try:
-            detail = _step(run, step)
-        except _StepFailed as e:
+            detail = run_step(run, step)
+        except StepFailed as e:
             results.append(StepResult(step.number, step.action, False, e.detail))
             failures.extend(Failure(step.number, step.action, k, exp, act) for k, exp, act in e.failures)
             continue
@@ -290,7 +292,7 @@ def run_scenario(
         ws = Workspace(Path(tmp), seed)
         location = str(ws.db) if target is None else target(ws.root)
         ledger = Ledger.open(location, synchronous="NORMAL", actor=f"drill:{scenario.name}")
-        run = _Run(scenario, ws, ledger, random.Random(seed), location)
+        run = Run(scenario, ws, ledger, random.Random(seed), location)
         try:
             config = scenario.config
             ws.materialize(scenario.artifacts, config)

@@ -71,8 +71,10 @@ def refusal_problem(refusal: Refusal, name: str, message: str) -> str | None:
     return None
 
 
-def _run_child(target: str, calls: Sequence[Call], actor: str, fault: str | None) -> subprocess.CompletedProcess[str]:
-    plan = orjson.dumps({"actor": actor, "calls": calls, "go": None}).decode()
+def _run_child(
+    target: str, calls: Sequence[Call], actor: str, fault: str | None, extra: dict[str, Any]
+) -> subprocess.CompletedProcess[str]:
+    plan = orjson.dumps({"actor": actor, "calls": calls, "go": None} | extra).decode()
     return subprocess.run(
         [sys.executable, "-m", "replay.drills.child", target, plan],
         env=child_env(fault), capture_output=True, text=True, check=False, timeout=120,
@@ -90,7 +92,9 @@ def _parse(stdout: str) -> list[Outcome]:
     return outcomes
 
 
-def crash(store: EventStore, ws: Workspace, target: str, step: Step, actor: str) -> FaultOutcome:
+def crash(
+    store: EventStore, ws: Workspace, target: str, step: Step, actor: str, extra: dict[str, Any] | None = None
+) -> FaultOutcome:
     """Run `step.inner[0]` in a child that SIGKILLs itself at the planned commit point."""
     if os.name != "posix":
         raise Inconclusive("SIGKILL at a commit point needs a POSIX platform")
@@ -99,7 +103,7 @@ def crash(store: EventStore, ws: Workspace, target: str, step: Step, actor: str)
     inner = step.inner[0]
     fault = f"kill@{at}#{commit}"
     before = store.count_events()
-    proc = _run_child(target, [command_call(ws, inner.spec)], actor, fault)
+    proc = _run_child(target, [command_call(ws, inner.spec)], actor, fault, extra or {})
     after = store.count_events()
     detail = {"command": inner.action, "fault": fault, "returncode": proc.returncode, "events_appended": after - before}
     problems: list[Problem] = []
