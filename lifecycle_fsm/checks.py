@@ -21,6 +21,7 @@ from lifecycle_fsm.state import CandidateState, LedgerSettings
 
 __all__ = [
     "CheckEvidence",
+    "freshness",
     "gather_checks",
     "handoff_reason_codes",
     "trusted_state_evidence",
@@ -64,7 +65,8 @@ def verify_artifact(path: str | None, expected: Any, root: str | None) -> JSON:
     return result
 
 
-def _freshness(candidate: JSON, settings: LedgerSettings) -> JSON:
+def freshness(candidate: JSON, settings: LedgerSettings) -> JSON:
+    """The five freshness checks, the ledger's evaluation version included (the decision pool re-runs it)."""
     subject = {
         "candidate_kind": candidate.get("candidate_kind"),
         "source_policy_version": candidate.get("source_policy_version"),
@@ -74,9 +76,9 @@ def _freshness(candidate: JSON, settings: LedgerSettings) -> JSON:
         "verifier_version": candidate.get("verifier_version"),
         "window_age": window_age(candidate, settings),
     }
-    freshness = check_candidate_freshness(subject, settings.active_policy_version or "", settings.max_window_age or 0)
+    result = check_candidate_freshness(subject, settings.active_policy_version or "", settings.max_window_age or 0)
     active_eval = settings.evaluation_version
-    failed = list(freshness["failed_checks"])
+    failed = list(result["failed_checks"])
     if (
         active_eval is not None
         and candidate.get("evaluation_version") != active_eval
@@ -89,11 +91,11 @@ def _freshness(candidate: JSON, settings: LedgerSettings) -> JSON:
 
 def gather_checks(candidate: JSON, settings: LedgerSettings, *, root: str | None = None) -> CheckEvidence:
     """Run every lifecycle check now; the evidence and the specific reason codes."""
-    freshness = _freshness(candidate, settings)
+    fresh = freshness(candidate, settings)
     artifact = verify_artifact(candidate.get("adapter_resolved_path"), candidate.get("adapter_sha256"), root)
     baseline = settings.baseline or {}
     rollback = verify_artifact(baseline.get("adapter_path"), baseline.get("adapter_sha256"), root)
-    reasons = list(freshness["failed_checks"])
+    reasons = list(fresh["failed_checks"])
     if not rollback["verified"]:
         reasons.append("rollback")
     if not artifact["verified"]:
@@ -103,7 +105,7 @@ def gather_checks(candidate: JSON, settings: LedgerSettings, *, root: str | None
     return {
         "passed": not reasons,
         "reason_codes": reasons,
-        "freshness": freshness,
+        "freshness": fresh,
         "artifact": artifact,
         "rollback": rollback,
         "settings": settings.summary()

@@ -31,7 +31,7 @@ that the module's `__all__` lists what it defines.
 
 from __future__ import annotations
 
-from lifecycle_fsm.cli import audit, auditor, drill, integrity, migrate, queries, serve, writes
+from lifecycle_fsm.cli import audit, auditor, decisions, drill, integrity, migrate, queries, serve, writes
 from lifecycle_fsm.cli.app import main
 from lifecycle_fsm.cli.exit_codes import EXIT_CODES
 
@@ -58,6 +58,7 @@ main.add_command(integrity.verify)
 main.add_command(integrity.hash_command)
 main.add_command(audit.audit)
 main.add_command(drill.drill)
+main.add_command(decisions.decisions)
 main.add_command(auditor.log)
 main.add_command(auditor.report)
 main.add_command(serve.serve)
