@@ -174,6 +174,7 @@ class LedgerModel:
         def revise() -> None:
             prediction.apply()
             c.fields, c.artifact, c.kind = fields, artifact, fields["kind"]
+            c.plan = None  # a revision starts a new life: its trusted states stay, its last plan does not
 
         return attrs.evolve(prediction, apply=revise)
 

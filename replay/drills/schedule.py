@@ -142,7 +142,7 @@ def generate(seed: int, steps: int, candidates: int) -> Schedule:
         return {kind: rng.choice(pool)} if pool else None
 
     def edit() -> Op:
-        tuned = [cid for cid, c in model.candidates.items() if c.state == "tune"]
+        tuned = [c.artifact for c in model.candidates.values() if c.state == "tune"]
         name = rng.choice(tuned) if tuned and rng.random() < 0.7 else rng.choice(names)
         return {"edit_manifest": {"artifact": name, "set": {"decision": rng.choice(("accept", "tune", "reject"))}}}
 
