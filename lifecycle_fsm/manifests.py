@@ -4,7 +4,8 @@ Structural problems (no file, bad JSON, not an object, no `artifacts.adapter.pat
 are input errors: nothing is recorded. Semantic problems in a well-formed manifest
 (an unknown kind, empty versions, no window index) are carried through unchanged so
 the candidate's check rejects it with reason codes an auditor can read.
-A relative path in a manifest is relative to the manifest file's folder.
+A relative path in a manifest is relative to the manifest file's folder. A manifest
+is read only from a regular file of at most 16 MiB (`lifecycle_fsm.limits`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import attrs
 import orjson
 
 from lifecycle_fsm.errors import InputError
+from lifecycle_fsm.limits import MAX_MANIFEST_BYTES, read_regular_file
 from store.chain import canonical_json
 
 __all__ = [
@@ -57,14 +59,7 @@ class CandidateManifest:
 def read_manifest(path: str | os.PathLike[str]) -> tuple[JSON, str, str]:
     """Load a manifest object; return it with its absolute path and file sha256."""
     p = Path(path)
-    try:
-        data = p.read_bytes()
-    except FileNotFoundError:
-        raise InputError(f"no such manifest: {p}") from None
-    except IsADirectoryError:
-        raise InputError(f"manifest is a directory, not a file: {p}") from None
-    except OSError as e:
-        raise InputError(f"cannot read manifest {p}: {e.strerror}") from None
+    data = read_regular_file(p, what="manifest", limit=MAX_MANIFEST_BYTES)  # never a FIFO, a device or 10 GB
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError as e:

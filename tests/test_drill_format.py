@@ -145,12 +145,14 @@ def test_concurrent_writers_must_all_succeed_unless_refused(tmp_path: Path) -> N
 
 
 def test_fault_that_cannot_be_injected_is_inconclusive(tmp_path: Path) -> None:
-    """On a ledger that is not the workspace's SQLite file, editing that file behind the store proves nothing."""
-    path = _scenario(tmp_path, "  - tamper_event: {seq: 2}\n")
-    result = run_scenario(load_scenario(path), target=lambda root: str(root / "elsewhere.db"))
+    """On an in-memory ledger no other process or driver can reach the rows: the faults prove nothing."""
+    path = _scenario(tmp_path, "  - crash: {at: before_commit, run: {check: dpo-v5}}\n  - tamper_event: {seq: 2}\n")
+    result = run_scenario(load_scenario(path), ledger_url=":memory:")
     assert not result.ok and result.result == "inconclusive" and not result.failures
-    assert result.inconclusive == ("step 4 (tamper_event): tamper_event edits a SQLite file behind the store; "
-                                   "this ledger is not one",)  # fmt: skip
+    assert result.inconclusive == (
+        "step 4 (crash): crash needs the ledger's file or server; this ledger is neither",
+        "step 5 (tamper_event): tamper_event needs the ledger's file or server; this ledger is neither",
+    )
     assert run_scenario(load_scenario(path)).result == "pass"
 
 

@@ -7,6 +7,7 @@ this module imports none of them, so any of them can import it.
 from __future__ import annotations
 
 import functools
+import sqlite3
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -16,8 +17,10 @@ import click
 from lifecycle_fsm.cli.exit_codes import EXIT_CODES, exit_code_for
 from lifecycle_fsm.errors import InputError, LifecycleError
 from lifecycle_fsm.ledger import Ledger
+from lifecycle_fsm.limits import display
 from lifecycle_fsm.logs import configure_logging
 from store.open import open_store
+from store.sqlite_errors import translate_sqlite_error
 
 __all__ = [
     "AS_OF",
@@ -46,8 +49,16 @@ class LifecycleGroup(click.Group):
         try:
             return super().invoke(ctx)
         except LifecycleError as e:
-            click.echo(f"Error: {e}", err=True)
+            click.echo(f"Error: {display(str(e))}", err=True)
             sys.exit(int(exit_code_for(e)))
+        except Exception as e:
+            # A backstop: the stores translate their drivers' errors, but a database error
+            # that slips through anywhere is still one line and a store/integrity code.
+            if not _is_driver_error(e):
+                raise
+            error = translate_sqlite_error(e, root_obj().get("db", "the ledger"))
+            click.echo(f"Error: {display(str(error))}", err=True)
+            sys.exit(int(exit_code_for(error)))
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         kwargs["standalone_mode"] = False
@@ -55,15 +66,20 @@ class LifecycleGroup(click.Group):
             result = super().main(*args, **kwargs)
         except click.UsageError as e:
             hint = f" (see `{e.ctx.command_path} --help`)" if e.ctx is not None else ""
-            click.echo(f"Error: {e.format_message()}{hint}", err=True)
+            click.echo(f"Error: {display(e.format_message())}{hint}", err=True)
             sys.exit(e.exit_code)
         except click.ClickException as e:
-            click.echo(f"Error: {e.format_message()}", err=True)
+            click.echo(f"Error: {display(e.format_message())}", err=True)
             sys.exit(e.exit_code)
         except click.Abort:
             click.echo("Error: aborted", err=True)
             sys.exit(1)
         sys.exit(result if isinstance(result, int) else 0)
+
+
+def _is_driver_error(error: BaseException) -> bool:
+    """An exception raised by sqlite3 or psycopg (checked by module: psycopg may not be installed)."""
+    return isinstance(error, sqlite3.DatabaseError) or type(error).__module__.split(".")[0] == "psycopg"
 
 
 def root_obj() -> dict[str, Any]:

@@ -24,7 +24,8 @@ from typing import Any
 import attrs
 import yaml
 
-from lifecycle_fsm.errors import ScenarioError
+from lifecycle_fsm.errors import InputError, ScenarioError
+from lifecycle_fsm.limits import MAX_SCENARIO_BYTES, read_regular_file
 from lifecycle_fsm.rules import CANDIDATE_KINDS
 from replay.drills.convert import Where, from_file, structure
 from replay.drills.schema import (
@@ -48,13 +49,30 @@ from replay.drills.schema import (
 __all__ = ["find_scenarios", "load_scenario", "load_scenarios", "parse_artifacts", "parse_step"]
 
 
+MAX_SEED = 2**63 - 1  # seeds are reported in JSON, whose integers stop at 64 bits
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """YAML without aliases: `*name` is refused before anything is expanded ("billion laughs")."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+            raise yaml.composer.ComposerError(None, None, "aliases (*name) are not allowed in a scenario", mark)
+        return super().compose_node(parent, index)
+
+
 def _read(path: Path) -> Any:
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ScenarioError(f"{path}: no such scenario file") from None
-    except (OSError, UnicodeDecodeError) as e:
+        data = read_regular_file(path, what="scenario file", limit=MAX_SCENARIO_BYTES)
+    except InputError as e:
+        raise ScenarioError(str(e)) from None
+    try:
+        return yaml.load(data.decode("utf-8"), Loader=_NoAliasLoader)  # a SafeLoader subclass
+    except UnicodeDecodeError as e:
         raise ScenarioError(f"{path}: cannot read the scenario ({e})") from None
+    except RecursionError:
+        raise ScenarioError(f"{path}: not valid YAML (nested too deeply)") from None
     except yaml.YAMLError as e:
         raise ScenarioError(f"{path}: not valid YAML ({' '.join(str(e).split())})") from None
 
@@ -196,6 +214,8 @@ def load_scenario(path: str | Path) -> Scenario:
     p = Path(path)
     where = Where(p)
     top = structure(where, _read(p), ScenarioFile)
+    if not 0 <= top.seed <= MAX_SEED:
+        raise where.error("seed", f"must be between 0 and {MAX_SEED}, not {top.seed}")
     config_raw = top.config if top.config is not None else {}
     config = structure(where.at("config"), config_raw, DrillConfig)
     artifacts = _artifacts(where, top.artifacts)
@@ -212,7 +232,7 @@ def find_scenarios(paths: Sequence[str | Path]) -> list[Path]:
         p = Path(raw)
         if p.is_dir():
             found.extend(sorted(f for f in p.glob("*.yaml") if f.is_file()))
-        elif p.is_file():
+        elif p.exists():  # a FIFO or device too: `_read` refuses it with its own message
             found.append(p)
         else:
             raise ScenarioError(f"{p}: no such scenario file or folder")

@@ -1,12 +1,13 @@
 """Run a scenario's steps against a fresh ledger and judge the outcome.
 
 Each scenario gets its own temporary folder (`workspace.Workspace`): the artifacts it
-declares and a new ledger (a SQLite file there, or whatever `target` names, e.g. a
-PostgreSQL URL) initialised from its `config`. Steps call the real `Ledger`, faults
-damage the real files (`faults`, `writers`), expectations read the ledger back. A
-failed step does not stop the run: every failure is reported, each with its step
-number, what was expected and what was found. A fault that cannot be injected here
-makes the scenario `inconclusive`. Paths inside the temporary folder are shown as
+declares and a new ledger initialised from its `config` (an SQLite file in the folder,
+or, given `ledger_url`, an empty PostgreSQL schema: the drills run on both backends).
+Steps call the real `Ledger`, faults damage the real files or rows (`faults`,
+`writers`), expectations read the ledger back. A failed step does not stop the run:
+every failure is reported, each with its step number, what was expected and what was
+found. A fault that cannot be injected here makes the scenario `inconclusive`. Paths
+inside the temporary folder are shown as
 `<workspace>/…`.
 """
 
@@ -22,7 +23,7 @@ from typing import Any
 import attrs
 
 from lifecycle_fsm.errors import LifecycleError, NotFoundError
-from lifecycle_fsm.ledger import Ledger, utc_now
+from lifecycle_fsm.ledger import CandidateResult, Ledger, utc_now
 from replay.checkpoints import load_state, take_checkpoint
 from replay.drills import faults, schema, writers
 from replay.drills.report import DrillResult, Failure, StepResult
@@ -31,11 +32,11 @@ from replay.drills.workspace import Workspace
 from replay.explain import explain
 from replay.fold import snapshot_json
 from replay.verify import verify
+from store.open import describe_target, is_postgres_url
 
 __all__ = ["Run", "StepFailed", "run_drills", "run_scenario", "run_step"]
 
 JSON = dict[str, Any]
-Target = Callable[[Path], str]  # the scenario's folder -> where its ledger lives (a file or a URL)
 
 
 class StepFailed(Exception):
@@ -55,15 +56,16 @@ class Run:
     ws: Workspace
     ledger: Ledger
     rng: random.Random
-    target: str
+    target: Path | str  # what the ledger was opened from: the file, or the PostgreSQL URL
     clock: Callable[[], str] = utc_now  # checkpoints' clock (the simulator fixes it)
     child: JSON = attrs.Factory(dict)  # extra plan for child writers (the simulator: clock, ids, actor)
     mark: int = 0  # events before the last step that was not an `expect` ("+N" counts from here)
     audit: JSON | None = None  # the last `audit` step's hand-off record
 
     @property
-    def on_sqlite_file(self) -> bool:
-        return self.target == str(self.ws.db)
+    def behind_the_store(self) -> bool:
+        """Whether faults can reach the ledger's rows with a plain driver (an SQLite file or PostgreSQL)."""
+        return is_postgres_url(self.target) or Path(self.target).is_file()
 
 
 def _run_command(run: Run, step: Step) -> JSON:
@@ -85,12 +87,12 @@ def _run_command(run: Run, step: Step) -> JSON:
     if step.refused is not None:
         raise StepFailed([("outcome", step.refused.describe(), f"success (appended {len(appended)})")])
     detail: JSON = {"appended": appended}
-    if result.candidate is not None:
+    if isinstance(result, CandidateResult):
         detail["state"] = result.candidate.state
         plan = result.candidate.last_recovery
         if step.action == "fail_stage" and plan is not None:
             detail["recovery"] = {k: plan[k] for k in ("action", "recovery_state", "reused_state")}
-    if result.invalidated:
+    elif result.invalidated:
         detail["invalidated"] = list(result.invalidated)
     return detail
 
@@ -200,23 +202,24 @@ def _audit(run: Run, step: Step) -> JSON:
 
 def _fault(run: Run, step: Step) -> JSON:
     store, ws = run.ledger.store, run.ws
-    sqlite_only = (schema.CrashDuringAppend, schema.CorruptCheckpoint, schema.TamperEvent)
-    if isinstance(step.spec, sqlite_only) and not run.on_sqlite_file:
-        raise writers.Inconclusive(f"{step.action} edits a SQLite file behind the store; this ledger is not one")
+    behind = (schema.CrashDuringAppend, schema.CorruptCheckpoint, schema.TamperEvent, schema.Crash, schema.Concurrently)
+    if isinstance(step.spec, behind) and not run.behind_the_store:
+        raise writers.Inconclusive(f"{step.action} needs the ledger's file or server; this ledger is neither")
     actor = f"drill:{run.scenario.name}"
+    target = run.target
     match step.spec:
         case schema.CrashDuringAppend(candidate=candidate, stage=stage, commands=commands):
             outcome = faults.crash_during_append(
-                store, ws.db, candidate=candidate, stage=stage, commands=commands, rng=run.rng, actor=f"{actor}:crash",
+                store, target, candidate=candidate, stage=stage, commands=commands, rng=run.rng, actor=f"{actor}:crash",
             )  # fmt: skip
         case schema.Crash():
-            outcome = writers.crash(store, ws, run.target, step, f"{actor}:crash", run.child)
+            outcome = writers.crash(store, ws, str(target), step, f"{actor}:crash", run.child)
         case schema.Concurrently():
-            outcome = writers.concurrently(store, ws, run.target, step, actor)
+            outcome = writers.concurrently(store, ws, str(target), step, actor)
         case schema.CorruptCheckpoint():
-            outcome = faults.corrupt_checkpoint(store, ws.db)
+            outcome = faults.corrupt_checkpoint(store, target)
         case schema.TamperEvent(seq=seq):
-            outcome = faults.tamper_event(store, ws.db, seq=seq, rng=run.rng)
+            outcome = faults.tamper_event(store, target, seq=seq, rng=run.rng)
         case schema.DeleteArtifact(artifact=name):
             ws.backup(name)
             outcome = faults.delete_artifact(ws.folders[name], shown=str(ws.folders[name].relative_to(ws.root)))
@@ -283,16 +286,17 @@ def _run_steps(run: Run) -> tuple[list[StepResult], list[Failure], list[str]]:
 
 
 def run_scenario(
-    scenario: Scenario, *, seed: int | None = None, keep_dir: Path | None = None, target: Target | None = None
+    scenario: Scenario, *, seed: int | None = None, keep_dir: Path | None = None, ledger_url: str | None = None
 ) -> DrillResult:
-    """Run one scenario against a fresh ledger in a temporary folder (`target`: where the ledger lives)."""
+    """Run one scenario against a fresh ledger: a file in a temporary folder, or `ledger_url` (empty)."""
     seed = scenario.seed if seed is None else seed
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix=f"drill-{scenario.name}-") as tmp:
         ws = Workspace(Path(tmp), seed)
-        location = str(ws.db) if target is None else target(ws.root)
-        ledger = Ledger.open(location, synchronous="NORMAL", actor=f"drill:{scenario.name}")
-        run = Run(scenario, ws, ledger, random.Random(seed), location)
+        target: Path | str = ws.db if ledger_url is None else ledger_url
+        where = describe_target(target)  # a PostgreSQL ledger is kept where it is: the caller owns its schema
+        ledger = Ledger.open(target, synchronous="NORMAL", actor=f"drill:{scenario.name}")
+        run = Run(scenario, ws, ledger, random.Random(seed), target)
         try:
             config = scenario.config
             ws.materialize(scenario.artifacts, config)
@@ -303,7 +307,7 @@ def run_scenario(
             events = ledger.store.count_events()
         finally:
             ledger.close()
-        kept = ws.keep(keep_dir, scenario.name) if keep_dir is not None and run.on_sqlite_file else None
+        kept = None if keep_dir is None else ws.keep(keep_dir, scenario.name) if ledger_url is None else where
     return DrillResult(
         scenario.name, scenario.path.name, seed, len(scenario.steps), tuple(results), tuple(failures),
         events, time.perf_counter() - started, kept, tuple(inconclusive),
@@ -311,11 +315,7 @@ def run_scenario(
 
 
 def run_drills(
-    scenarios: Sequence[Scenario],
-    *,
-    seed: int | None = None,
-    keep_dir: Path | None = None,
-    target: Target | None = None,
+    scenarios: Sequence[Scenario], *, seed: int | None = None, keep_dir: Path | None = None
 ) -> list[DrillResult]:
     """Run every scenario, each against its own fresh ledger."""
-    return [run_scenario(s, seed=seed, keep_dir=keep_dir, target=target) for s in scenarios]
+    return [run_scenario(s, seed=seed, keep_dir=keep_dir) for s in scenarios]

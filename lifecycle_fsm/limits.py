@@ -1,0 +1,104 @@
+"""Bounds on what the ledger accepts from outside: file kinds and sizes, id shapes, safe text.
+
+Hostile or mistaken input must end in one `InputError`, quickly: a FIFO given as a
+manifest would block `open()` forever, `/dev/zero` would be read until memory runs
+out, and an id carrying terminal escapes would rewrite an operator's screen when
+printed. So input files are opened non-blocking, must be regular files and are read
+up to a documented cap; ids are printable text of bounded length; and text shown on
+a terminal has its control characters spelled out (`display`).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import unicodedata
+
+from lifecycle_fsm.errors import InputError
+
+__all__ = [
+    "MAX_CANDIDATE_ID_LENGTH",
+    "MAX_INT64",
+    "MAX_MANIFEST_BYTES",
+    "MAX_SCENARIO_BYTES",
+    "check_candidate_id",
+    "display",
+    "read_regular_file",
+]
+
+MAX_MANIFEST_BYTES = 16 * 1024 * 1024  # a manifest is metadata: 16 MiB is far beyond any real one
+MAX_SCENARIO_BYTES = 1024 * 1024  # a drill scenario is a hand-written YAML file
+MAX_CANDIDATE_ID_LENGTH = 256  # characters; ids are shown in tables and used as stream names
+MAX_INT64 = 2**63 - 1  # the largest integer SQLite, PostgreSQL's bigint and JSON readers all keep exactly
+
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+
+
+def read_regular_file(path: str | os.PathLike[str], *, what: str, limit: int) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes, or an InputError naming `what`.
+
+    Opened with O_NONBLOCK so a FIFO never blocks the open; the opened descriptor is
+    then checked to be a regular file (a device, FIFO or socket is refused) and read
+    to at most `limit + 1` bytes, so a file that grows or lies about its size is
+    still bounded.
+    """
+    shown = os.fspath(path)
+    try:
+        fd = os.open(shown, _READ_FLAGS)
+    except FileNotFoundError:
+        raise InputError(f"no such {what}: {shown}") from None
+    except IsADirectoryError:
+        raise InputError(f"{what} is a directory, not a file: {shown}") from None
+    except OSError as e:
+        raise InputError(f"cannot read {what} {shown}: {e.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise InputError(f"{what} is a directory, not a file: {shown}")
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(f"{what} is not a regular file (a device, FIFO or socket): {shown}")
+        if st.st_size > limit:
+            raise InputError(f"{what} {shown} is {st.st_size} bytes, over the {limit}-byte limit")
+        chunks: list[bytes] = []
+        total = 0
+        while chunk := os.read(fd, min(1 << 20, limit + 1 - total) or 1):
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit:
+                raise InputError(f"{what} {shown} is over the {limit}-byte limit")
+        return b"".join(chunks)
+    except OSError as e:
+        raise InputError(f"cannot read {what} {shown}: {e.strerror}") from None
+    finally:
+        os.close(fd)
+
+
+def _is_printable(ch: str) -> bool:
+    # Cc control (C0, DEL, C1: ESC is here), Cf format (bidi overrides, zero-width), Zl/Zp separators.
+    return ch == " " or unicodedata.category(ch)[0] not in "CZ"
+
+
+def check_candidate_id(candidate_id: str) -> str:
+    """A candidate id is 1..256 printable characters, not only spaces; else InputError."""
+    if not isinstance(candidate_id, str) or not candidate_id.strip():
+        raise InputError(f"candidate id {candidate_id!r} is empty")
+    if len(candidate_id) > MAX_CANDIDATE_ID_LENGTH:
+        raise InputError(
+            f"candidate id is {len(candidate_id)} characters, over the {MAX_CANDIDATE_ID_LENGTH}-character limit"
+        )
+    if not all(_is_printable(ch) for ch in candidate_id):
+        raise InputError(f"candidate id {candidate_id!r} contains control or format characters")
+    return candidate_id
+
+
+def display(text: str, *, keep_newlines: bool = False) -> str:
+    """`text` with every control or format character spelled out (`\\x1b`), safe to print.
+
+    Newlines are escaped too unless `keep_newlines` (a multi-line report): one value is one line.
+    """
+    kept = "\n" if keep_newlines else ""
+    if all(ch in kept or _is_printable(ch) for ch in text):
+        return text
+    return "".join(
+        ch if ch in kept or _is_printable(ch) else ch.encode("unicode_escape").decode("ascii") for ch in text
+    )

@@ -1,0 +1,76 @@
+"""Translating what `sqlite3` raises into the project's error tree, on every store method.
+
+A damaged ledger file makes `sqlite3` fail in many places and many ways: a dropped
+table or renamed column (`OperationalError: no such …`), a flipped byte inside a
+text value (`OperationalError: Could not decode to UTF-8`, or a bare
+`UnicodeDecodeError` from the schema text), a malformed page, a read-only file. The
+store promises that nothing from `sqlite3` crosses its API, so every public method
+(and every generator a method returns, since rows are fetched lazily) is wrapped once
+here rather than at each statement: a new statement cannot forget it.
+
+    not valid UTF-8 in a stored value   IntegrityError  (exit 6: the data was altered)
+    any other sqlite3.DatabaseError     StoreError      (exit 7: the file is unusable)
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import sqlite3
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+from store.errors import IntegrityError, LifecycleError, StoreError
+
+__all__ = ["SQLITE_FAILURES", "translate_sqlite_error", "translating_sqlite_errors"]
+
+SQLITE_FAILURES = (sqlite3.DatabaseError, UnicodeDecodeError)
+_MAX_DETAIL = 200  # a decode error quotes the whole damaged value; one line is enough
+
+_C = TypeVar("_C", bound=type)
+
+
+def translate_sqlite_error(error: BaseException, where: object) -> LifecycleError:
+    """The project error for one `sqlite3` failure on the ledger at `where`."""
+    detail = " ".join(str(error).split())
+    if len(detail) > _MAX_DETAIL:
+        detail = detail[:_MAX_DETAIL] + "…"
+    if isinstance(error, UnicodeDecodeError) or "Could not decode to UTF-8" in detail:
+        return IntegrityError(f"{where}: a stored value is not valid UTF-8, the ledger file is damaged ({detail})")
+    if "readonly" in detail or "read-only" in detail:
+        return StoreError(f"{where}: the ledger database is read-only ({detail})")
+    return StoreError(f"{where}: the ledger database failed, it may be damaged or not a ledger ({detail})")
+
+
+def _wrap_iterator(it: Iterator[Any], where: Callable[[], object]) -> Iterator[Any]:
+    try:
+        yield from it
+    except SQLITE_FAILURES as e:
+        raise translate_sqlite_error(e, where()) from e
+
+
+def _wrap(method: Callable[..., Any]) -> Callable[..., Any]:
+    if inspect.isgeneratorfunction(method):
+
+        @functools.wraps(method)
+        def generator(self: Any, *args: Any, **kwargs: Any) -> Iterator[Any]:
+            return (yield from _wrap_iterator(method(self, *args, **kwargs), lambda: self.path))
+
+        return generator
+
+    @functools.wraps(method)
+    def plain(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except SQLITE_FAILURES as e:
+            raise translate_sqlite_error(e, self.path) from e
+
+    return plain
+
+
+def translating_sqlite_errors(cls: _C) -> _C:
+    """Wrap every public method of `cls`; a context manager (`transaction`) translates its own body."""
+    for name, member in list(vars(cls).items()):
+        if not name.startswith("_") and inspect.isfunction(member):
+            setattr(cls, name, _wrap(member))
+    return cls
