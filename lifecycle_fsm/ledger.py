@@ -93,13 +93,14 @@ class Ledger:
         artifact_root: str | os.PathLike[str] | None = None,
         retry: RetryPolicy = DEFAULT_RETRY,
         signing_key: SigningKey | None = None,
+        new_id: Callable[[], str] | None = None,
     ) -> None:
         self.store = store
         self.actor = actor or default_actor()
         self.artifact_root = None if artifact_root is None else os.path.abspath(artifact_root)
         self.signing_key = signing_key  # the key seals are signed with (SPEC §8), kept for the commands that sign
         self._reader = StreamReader(store)
-        self._path = CommandPath(self._reader, actor=self.actor, clock=clock, retry=retry)
+        self._path = CommandPath(self._reader, actor=self.actor, clock=clock, retry=retry, new_id=new_id)
         # Artifact digests this Ledger read, re-used by `check`/`hand_off` while no file changed;
         # stamped with the wall clock (the event clock is not consumed by a read).
         self._digests = DigestCache(utc_now)
