@@ -26,12 +26,16 @@ if str(HERE) not in sys.path:  # the sibling modules, when run from elsewhere
 
 import bench_append  # noqa: E402
 import bench_log  # noqa: E402
+import bench_mix  # noqa: E402
 import bench_postgres  # noqa: E402
 import bench_replay  # noqa: E402
+import bench_startup  # noqa: E402
 import bench_writers  # noqa: E402
 from bench_common import Row, machine_line  # noqa: E402
 
 SECTIONS = {
+    "startup": bench_startup.run,
+    "mix": bench_mix.run,
     "append": bench_append.run,
     "replay": bench_replay.run,
     "writers": bench_writers.run,

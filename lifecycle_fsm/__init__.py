@@ -17,32 +17,46 @@ from lifecycle_fsm.errors import (
     IllegalCommandError,
     InputError,
     IntegrityError,
+    LedgerClosedError,
     LifecycleError,
     NotFoundError,
     StoreError,
 )
-from lifecycle_fsm.ledger import CommandResult, Ledger
+from lifecycle_fsm.feed import FeedEvent, WaitTimeout
+from lifecycle_fsm.ledger import Ledger
 from lifecycle_fsm.machine import State
+from lifecycle_fsm.recovery import RecoveryAction, RecoveryPlan
+from lifecycle_fsm.results import CandidateResult, CommandResult, RecoveryResult, SettingsResult
+from lifecycle_fsm.retry import RetryPolicy
 from lifecycle_fsm.rules import check_candidate_freshness, choose_recovery_action, decide_lifecycle_handoff
 from lifecycle_fsm.state import CandidateState, LedgerSettings, apply
 
 __all__ = [
     "ArtifactError",
+    "CandidateResult",
     "CandidateState",
     "CommandResult",
     "ConcurrencyError",
     "ConflictError",
     "CorruptionError",
     "DuplicateEventError",
+    "FeedEvent",
     "IllegalCommandError",
     "InputError",
     "IntegrityError",
     "Ledger",
+    "LedgerClosedError",
     "LedgerSettings",
     "LifecycleError",
     "NotFoundError",
+    "RecoveryAction",
+    "RecoveryPlan",
+    "RecoveryResult",
+    "RetryPolicy",
+    "SettingsResult",
     "State",
     "StoreError",
+    "WaitTimeout",
     "apply",
     "check_candidate_freshness",
     "choose_recovery_action",

@@ -16,7 +16,6 @@ jittered backoff, until its deadline; only then does the error reach the caller.
 
 from __future__ import annotations
 
-import random
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -37,12 +36,13 @@ from lifecycle_fsm.events import (
 )
 from lifecycle_fsm.logs import get_logger
 from lifecycle_fsm.machine import COMMAND_TRIGGERS, allowed_commands, command_allowed, next_state, sources_of
+from lifecycle_fsm.retry import DEFAULT_RETRY, RetryPolicy
 from lifecycle_fsm.state import CandidateState, LedgerSettings, apply_candidate, apply_settings
 from lifecycle_fsm.streams import StreamReader
 from store.base import StoreTransaction
 from store.records import NewEvent, StoredEvent
 
-__all__ = ["CommandPath", "CommandResult", "Decide"]
+__all__ = ["CommandPath", "Decide", "Outcome"]
 
 log = get_logger(__name__)
 
@@ -53,7 +53,7 @@ INVALIDATED_STATES = sources_of("invalidate_evidence")
 
 
 @attrs.frozen
-class CommandResult:
+class Outcome:
     """What a command did: the events it appended (none for a no-op) and where it left things."""
 
     events: tuple[StoredEvent, ...]
@@ -97,12 +97,14 @@ def state_after(current: CandidateState | None, events: Sequence[CandidateEvent]
 class CommandPath:
     """Runs commands for one Ledger (see the module docstring for the five steps)."""
 
-    def __init__(self, reader: StreamReader, *, actor: str, clock: Callable[[], str], deadline: float = 10.0) -> None:
+    def __init__(
+        self, reader: StreamReader, *, actor: str, clock: Callable[[], str], retry: RetryPolicy = DEFAULT_RETRY
+    ) -> None:
         self.reader = reader
         self.store = reader.store
         self.actor = actor
         self.clock = clock
-        self.deadline = deadline
+        self.retry = retry
 
     def run(
         self,
@@ -114,14 +116,14 @@ class CommandPath:
         reads_settings: bool = True,
         inputs: Mapping[str, Any] | None = None,
         first_type: str,
-    ) -> CommandResult:
+    ) -> Outcome:
         """Run one command on `stream_id` (a candidate's stream or the ledger's own)."""
         replayed = self._replayed(event_id, stream_id, first_type, inputs or {})
         if replayed is not None:
             return replayed
         on_ledger = stream_id == LEDGER_STREAM
         candidate_id = candidate_id_of(stream_id)
-        give_up = time.monotonic() + self.deadline
+        give_up = time.monotonic() + self.retry.deadline
         attempt = 0
         while True:
             current = None
@@ -134,18 +136,17 @@ class CommandPath:
             settings = self.reader.settings() if reads_settings or on_ledger else LedgerSettings()
             decision = decide(current, settings)
             if not decision.events:
-                return CommandResult((), candidate=current, settings=settings if on_ledger else None)
+                return Outcome((), candidate=current, settings=settings if on_ledger else None)
             try:
                 return self._append(stream_id, current, settings, decision, event_id, reads_settings)
             except ConcurrencyError as e:
                 attempt += 1
                 if time.monotonic() >= give_up:
                     raise
-                log.info("command_retried", stream_id=stream_id, command=command, attempt=attempt,
-                         conflict_stream=e.stream_id)  # fmt: skip
-                # Immediately once, then jittered exponential backoff (capped at 50 ms).
-                if attempt > 1:
-                    time.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))
+                log.info("command_retried", stream_id=stream_id, candidate_id=candidate_id, command=command,
+                         event_id=event_id, attempt=attempt, conflict_stream=e.stream_id,
+                         version=None if current is None else current.version)  # fmt: skip
+                time.sleep(self.retry.delay(attempt))
 
     def _new_events(self, stream_id: str, events: Sequence[Event], event_id: str | None) -> list[NewEvent]:
         """Events with their ids: `event_id`, `event_id/1`, … or fresh random ones."""
@@ -169,33 +170,36 @@ class CommandPath:
         decision: Decision,
         event_id: str | None,
         reads_settings: bool,
-    ) -> CommandResult:
+    ) -> Outcome:
         new = self._new_events(stream_id, decision.events, event_id)
         if stream_id == LEDGER_STREAM:
             with self.store.transaction() as tx:
                 appended = tx.append(LEDGER_STREAM, settings.version, new, fresh_ids=event_id is None)
                 if appended.duplicate:  # the same keyed command landed meanwhile: its fan-out too
-                    return CommandResult(appended.events, settings=self.reader.settings(), duplicate=True)
+                    return Outcome(appended.events, settings=self.reader.settings(), duplicate=True)
                 stored = list(appended.events)
-                fanned = self._fan_out(tx, decision.invalidation) if decision.invalidation else []
+                keyed = sum(1 for n in new if n.event_id == event_id or n.event_id.startswith(f"{event_id}/"))
+                fanned = self._fan_out(tx, decision.invalidation, event_id, keyed) if decision.invalidation else []
             final_settings = settings
             for e, n in zip(stored, new, strict=True):
                 final_settings = apply_settings(final_settings, e.type, n.payload, e.seq)
             self.reader.remember(final_settings)
             all_events = [*stored, *(ev for _, evs in fanned for ev in evs)]
             _log_appended(all_events, None)
-            return CommandResult(tuple(all_events), settings=final_settings,
+            return Outcome(tuple(all_events), settings=final_settings,
                                  invalidated=tuple(cid for cid, _ in fanned))  # fmt: skip
         events = decision.events
         assert all(isinstance(e, CandidateEvent) for e in events)
         label = state_after(current, events)  # type: ignore[arg-type]
-        with self.store.transaction() as tx:
-            if reads_settings:
+        expected, category = 0 if current is None else current.version, _category(current, events)
+        if reads_settings:
+            with self.store.transaction() as tx:
                 tx.expect_version(LEDGER_STREAM, settings.version)
-            result = tx.append(
-                stream_id, 0 if current is None else current.version, new, status=label,
-                category=_category(current, events), fresh_ids=event_id is None,
-            )  # fmt: skip
+                result = tx.append(stream_id, expected, new, status=label, category=category,
+                                   fresh_ids=event_id is None)  # fmt: skip
+        else:  # one append is the whole transaction: a store may do it in one round trip (PostgreSQL)
+            result = self.store.append(stream_id, expected, new, status=label, category=category,
+                                       fresh_ids=event_id is None)  # fmt: skip
         if result.duplicate:
             final = self.reader.candidate(stream_id)
         else:
@@ -205,27 +209,34 @@ class CommandPath:
             assert final is not None
             self.reader.remember(final)
         _log_appended(result.events, final)
-        return CommandResult(result.events, candidate=final, settings=settings if reads_settings else None,
+        return Outcome(result.events, candidate=final, settings=settings if reads_settings else None,
                              duplicate=result.duplicate)  # fmt: skip
 
-    def _fan_out(self, tx: StoreTransaction, invalidation: Invalidation) -> list[tuple[str, tuple[StoredEvent, ...]]]:
+    def _fan_out(
+        self, tx: StoreTransaction, invalidation: Invalidation, event_id: str | None, keyed: int
+    ) -> list[tuple[str, tuple[StoredEvent, ...]]]:
         """One EvidenceInvalidated per decided candidate, inside the setting's transaction.
+
+        With a key, they continue the command's numbering (`event_id/N`), so a retry
+        finds and returns them too.
 
         The stream index (kept in every append's transaction, rebuildable by replay)
         finds them without folding the log.
         """
-        done = []
+        done: list[tuple[str, tuple[StoredEvent, ...]]] = []
         for head in tx.streams(statuses=INVALIDATED_STATES):
             candidate_id = candidate_id_of(head.stream_id)
             if candidate_id is None or (invalidation.kinds is not None and head.category not in invalidation.kinds):
                 continue
             new = self._new_events(head.stream_id, [invalidation.event], None)
+            if event_id is not None:
+                new = [attrs.evolve(new[0], event_id=f"{event_id}/{keyed + len(done)}")]
             done.append((candidate_id, tx.append(head.stream_id, head.version, new, status="received").events))
         return done
 
     def _replayed(
         self, event_id: str | None, stream_id: str, type_name: str, inputs: Mapping[str, Any]
-    ) -> CommandResult | None:
+    ) -> Outcome | None:
         """A retried command (same event_id, same inputs) returns what it did the first time.
 
         The same id for another stream, event type or inputs is `DuplicateEventError`.
@@ -247,8 +258,9 @@ class CommandPath:
         while (nxt := self.store.event_by_id(f"{event_id}/{len(events)}")) is not None:
             events.append(nxt)
         if stream_id == LEDGER_STREAM:
-            return CommandResult(tuple(events), settings=self.reader.settings(), duplicate=True)
-        return CommandResult(tuple(events), candidate=self.reader.candidate(stream_id), duplicate=True)
+            invalidated = tuple(cid for e in events if (cid := candidate_id_of(e.stream_id)) is not None)
+            return Outcome(tuple(events), settings=self.reader.settings(), invalidated=invalidated, duplicate=True)
+        return Outcome(tuple(events), candidate=self.reader.candidate(stream_id), duplicate=True)
 
 
 def _is_default_init(event: Event, events: Sequence[Event]) -> bool:
@@ -264,10 +276,22 @@ def _category(current: CandidateState | None, events: Sequence[Event]) -> str | 
     return kind if isinstance(kind, str) else None
 
 
+def _recovery_action(event: StoredEvent) -> str | None:
+    """The plan's action, on the log lines of a RecoveryPlanned event (parsed only for those)."""
+    if event.type != "RecoveryPlanned":
+        return None
+    action = orjson.loads(event.payload).get("action")
+    return action if isinstance(action, str) else None
+
+
 def _log_appended(events: Sequence[StoredEvent], candidate: CandidateState | None) -> None:
+    """One line per event and one per decision, each with candidate id, stream version, event id and plan action."""
+    action = None
     for e in events:
-        log.info("event_appended", seq=e.seq, stream_id=e.stream_id, type=e.type, actor=e.actor, event_id=e.event_id,
-                 version=e.version)  # fmt: skip
+        action = _recovery_action(e) or action
+        log.info("event_appended", seq=e.seq, stream_id=e.stream_id, candidate_id=candidate_id_of(e.stream_id),
+                 type=e.type, actor=e.actor, event_id=e.event_id, version=e.version,
+                 **({"action": action} if e.type == "RecoveryPlanned" else {}))  # fmt: skip
     if candidate is not None and events:
         log.info(
             "decision_recorded",
@@ -276,4 +300,6 @@ def _log_appended(events: Sequence[StoredEvent], candidate: CandidateState | Non
             version=candidate.version,
             reason_codes=list(candidate.reason_codes),
             seq=events[-1].seq,
+            event_id=events[0].event_id,
+            **({"action": action} if action is not None else {}),
         )

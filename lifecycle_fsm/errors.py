@@ -22,6 +22,7 @@ each one ends in is the CLI's business (`lifecycle_fsm.cli.exit_codes`), not the
     │   └── CorruptionError              replay met something the table forbids
     │       └── IllegalTransition        a recorded move the table forbids (lifecycle_fsm.state)
     └── StoreError (OSError)             the database failed (locked, not a ledger)
+        └── LedgerClosedError            a Ledger used after `close()`
 
 The store translates `sqlite3` errors into these at its boundary (`raise … from e`);
 nothing from `sqlite3`, `sqlite_utils` or `transitions` crosses the public API.
@@ -49,6 +50,7 @@ __all__ = [
     "IllegalCommandError",
     "InputError",
     "IntegrityError",
+    "LedgerClosedError",
     "LifecycleError",
     "NotFoundError",
     "ScenarioError",
@@ -75,3 +77,7 @@ class IllegalCommandError(ConflictError):
 
 class CorruptionError(IntegrityError):
     """Replay found a recorded sequence the machine's table forbids, or an unreadable event."""
+
+
+class LedgerClosedError(StoreError):
+    """A Ledger (or its store) was used after `close()`."""

@@ -9,22 +9,28 @@ keeps. One Ledger per process; many processes may share one ledger file.
 
 from __future__ import annotations
 
-import datetime as dt
-import getpass
 import os
-import socket
-from collections.abc import Callable
-from pathlib import Path
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import attrs
 
 from lifecycle_fsm import decisions
-from lifecycle_fsm.artifacts import hash_directory
+from lifecycle_fsm.artifacts import DigestCache, hash_directory
 from lifecycle_fsm.checks import gather_checks, trusted_state_evidence, verify_artifact
-from lifecycle_fsm.command_path import CommandPath, CommandResult
+from lifecycle_fsm.closed import closed_store
+from lifecycle_fsm.command_inputs import (
+    default_actor,
+    default_id,
+    non_negative,
+    require_baseline,
+    require_kind,
+    utc_now,
+)
+from lifecycle_fsm.command_path import CommandPath, Decide
 from lifecycle_fsm.decisions import DEFAULT_ACTIVE_WINDOW, DEFAULT_MAX_WINDOW_AGE, Decision
-from lifecycle_fsm.errors import ConflictError, InputError
+from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.events import (
     LEDGER_STREAM,
     BaselineActivated,
@@ -35,6 +41,7 @@ from lifecycle_fsm.events import (
     HandoffDecided,
     LedgerInitialized,
     RecoveryCompleted,
+    RecoveryPlanned,
     StageFailed,
     TrustedStateInvalidated,
     TrustedStateRecorded,
@@ -42,67 +49,35 @@ from lifecycle_fsm.events import (
     candidate_id_of,
     stream_of,
 )
+from lifecycle_fsm.feed import FeedEvent, follow_events, read_events, wait_for_state
 from lifecycle_fsm.limits import check_candidate_id
+from lifecycle_fsm.machine import State
 from lifecycle_fsm.manifests import load_baseline_manifest, load_candidate_manifest
-from lifecycle_fsm.rules import STAGES, TRUSTED_STATE_KINDS
+from lifecycle_fsm.recovery import RecoveryPlan, invalidated_kinds, plan_from_payload
+from lifecycle_fsm.results import CandidateResult, CommandResult, RecoveryResult, SettingsResult
+from lifecycle_fsm.retry import DEFAULT_RETRY, RetryPolicy
+from lifecycle_fsm.rules import STAGES
 from lifecycle_fsm.state import CandidateState, LedgerSettings
 from lifecycle_fsm.streams import StreamReader, fold_candidate, fold_settings
-from lifecycle_fsm.upcasting import decoded_event
+from lifecycle_fsm.upcasting import decoded_event, decoded_payload
 from store.base import EventStore
 from store.records import StoredEvent
 
 __all__ = [
     "DEFAULT_ACTIVE_WINDOW",
     "DEFAULT_MAX_WINDOW_AGE",
+    "CandidateResult",
     "CommandResult",
     "Ledger",
+    "RecoveryResult",
+    "SettingsResult",
     "fold_candidate",
     "fold_settings",
     "utc_now",
 ]
 
 JSON = dict[str, Any]
-
-
-def utc_now() -> str:
-    """The clock events are stamped with (UTC, microseconds); never read on replay."""
-    return dt.datetime.now(dt.UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
-
-
-def _default_actor() -> str:
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = "unknown"
-    return f"{user}@{socket.gethostname()}:{os.getpid()}"
-
-
-def _default_id(fields: JSON, manifest_path: str | os.PathLike[str]) -> str:
-    """The manifest's policy_version; without a usable one, the manifest's path as given.
-
-    An empty version is a semantic problem, not an input error: the candidate is
-    received under its path and its check rejects it (`candidate_identity`).
-    """
-    version = fields.get("policy_version")
-    if isinstance(version, str) and version.strip() and not any(ch in version for ch in "\n\r\t\0"):
-        return version
-    return Path(os.path.normpath(manifest_path)).as_posix()
-
-
-def _non_negative(name: str, value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise InputError(f"{name} must be a non-negative integer, not {value!r}")
-    return value
-
-
-def _require_kind(kind: str) -> None:
-    if kind not in TRUSTED_STATE_KINDS:
-        raise InputError(f"unknown trusted-state kind {kind!r} (expected one of {', '.join(TRUSTED_STATE_KINDS)})")
-
-
-def _require_baseline(settings: LedgerSettings) -> None:
-    if settings.baseline is None:
-        raise ConflictError("no active baseline: run `lifecycle baseline activate SFT_MANIFEST` first")
+SigningKey = str | os.PathLike[str] | bytes
 
 
 class Ledger:
@@ -115,22 +90,54 @@ class Ledger:
         actor: str | None = None,
         clock: Callable[[], str] = utc_now,
         artifact_root: str | os.PathLike[str] | None = None,
+        retry: RetryPolicy = DEFAULT_RETRY,
+        signing_key: SigningKey | None = None,
     ) -> None:
         self.store = store
-        self.actor = actor or _default_actor()
+        self.actor = actor or default_actor()
         self.artifact_root = None if artifact_root is None else os.path.abspath(artifact_root)
+        self.signing_key = signing_key  # the key seals are signed with (SPEC §8), kept for the commands that sign
         self._reader = StreamReader(store)
-        self._path = CommandPath(self._reader, actor=self.actor, clock=clock)
+        self._path = CommandPath(self._reader, actor=self.actor, clock=clock, retry=retry)
+        # Artifact digests this Ledger read, re-used by `check`/`hand_off` while no file changed;
+        # stamped with the wall clock (the event clock is not consumed by a read).
+        self._digests = DigestCache(utc_now)
+        self._closed = False
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str], *, synchronous: str = "FULL", **kwargs: Any) -> Ledger:
-        """A ledger on a SQLite file or a `postgresql://` URL (created if missing)."""
+    def open(
+        cls,
+        path_or_url: str | os.PathLike[str],
+        *,
+        actor: str | None = None,
+        synchronous: str = "FULL",
+        busy_timeout: float = 30.0,
+        signing_key: SigningKey | None = None,
+        **kwargs: Any,
+    ) -> Ledger:
+        """A ledger on a SQLite file or a `postgresql://` URL (created if missing).
+
+        `busy_timeout` (seconds) is how long a write waits for another writer's lock
+        (SQLite's busy timeout, PostgreSQL's lock_timeout) before `StoreError`;
+        `kwargs` go to the constructor (`clock`, `artifact_root`, `retry`).
+        """
         from store.open import open_store
 
-        return cls(open_store(path, synchronous=synchronous), **kwargs)
+        store = open_store(path_or_url, synchronous=synchronous, busy_timeout=busy_timeout)
+        return cls(store, actor=actor, signing_key=signing_key, **kwargs)
 
     def close(self) -> None:
-        self.store.close()
+        """Close the store; using the ledger afterwards raises `LedgerClosedError`. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        store, self.store = self.store, closed_store()
+        self._reader.store = self._path.store = self.store
+        store.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def __enter__(self) -> Ledger:
         return self
@@ -159,6 +166,48 @@ class Ledger:
         ids = (candidate_id_of(h.stream_id) for h in self.store.streams())
         return [i for i in ids if i is not None]
 
+    def recovery_plan(self, candidate_id: str) -> RecoveryPlan | None:
+        """The candidate's latest recovery plan (what a restarted supervisor resumes), None if never failed."""
+        plan = self.candidate(candidate_id).last_recovery
+        return None if plan is None else self._plan(stream_of(candidate_id), plan, plan["seq"])
+
+    # --- reading the log as it grows (lifecycle_fsm/feed.py) -------------------------
+
+    def events(self, after: int = 0, stream: str | None = None) -> Iterator[FeedEvent]:
+        """Stored events after seq `after`, in seq order; `stream`: a candidate id, `ledger` or `seals`."""
+        return read_events(self.store, after=after, stream=stream)
+
+    def follow(
+        self, after: int = 0, poll: float = 0.2, *, stream: str | None = None, stop: threading.Event | None = None
+    ) -> Iterator[FeedEvent]:
+        """New events as they are appended; ends when `stop` is set or the ledger is closed."""
+        return follow_events(self.store, after=after, poll=poll, stream=stream, stop=stop,
+                             is_closed=lambda: self._closed)  # fmt: skip
+
+    def wait_for(self, candidate_id: str, states: Iterable[State | str], timeout: float, *, poll: float = 0.2) -> State:
+        """Block until the candidate is in one of `states`; `WaitTimeout` after `timeout` seconds."""
+        return wait_for_state(lambda: self._reader.existing(candidate_id).state, candidate_id=candidate_id,
+                              states=states, timeout=timeout, poll=poll)  # fmt: skip
+
+    # --- typed results -------------------------------------------------------------
+
+    def _plan(self, stream_id: str, payload: JSON, seq: int) -> RecoveryPlan:
+        """A stored plan, typed; a state invalidated before it is told from one never recorded."""
+        history = ((e.seq, e.type, decoded_payload(e)) for e in self.store.read_stream(stream_id)
+                   if e.type in ("TrustedStateRecorded", "TrustedStateInvalidated"))  # fmt: skip
+        return plan_from_payload(payload, seq=seq, invalidated=invalidated_kinds(history, before=seq))
+
+    def _on_candidate(self, stream_id: str, decide: Decide, **how: Any) -> CandidateResult:
+        outcome = self._path.run(stream_id, decide, **how)
+        assert outcome.candidate is not None  # a candidate command always leaves (or finds) a candidate
+        return CandidateResult(candidate=outcome.candidate, events=outcome.events, duplicate=outcome.duplicate)
+
+    def _on_settings(self, stream_id: str, decide: Decide, **how: Any) -> SettingsResult:
+        outcome = self._path.run(stream_id, decide, **how)
+        assert outcome.settings is not None
+        return SettingsResult(settings=outcome.settings, events=outcome.events, duplicate=outcome.duplicate,
+                              invalidated=outcome.invalidated)  # fmt: skip
+
     # --- ledger settings ---------------------------------------------------------
 
     def init(
@@ -167,17 +216,19 @@ class Ledger:
         active_window: int = DEFAULT_ACTIVE_WINDOW,
         *,
         event_id: str | None = None,
-    ) -> CommandResult:
+    ) -> SettingsResult:
         """Fix the freshness settings; re-running with the same values is a no-op."""
-        _non_negative("max window age", max_window_age)
-        _non_negative("active window", active_window)
-        return self._path.run(
+        non_negative("max window age", max_window_age)
+        non_negative("active window", active_window)
+        return self._on_settings(
             LEDGER_STREAM, lambda _, settings: decisions.init(settings, max_window_age, active_window),
             command="init", event_id=event_id, first_type=LedgerInitialized.TYPE,
             inputs={"max_window_age": max_window_age, "active_window": active_window},
         )  # fmt: skip
 
-    def activate_baseline(self, manifest_path: str | os.PathLike[str], *, event_id: str | None = None) -> CommandResult:
+    def activate_baseline(
+        self, manifest_path: str | os.PathLike[str], *, event_id: str | None = None
+    ) -> SettingsResult:
         """Make an SFT baseline active; decided candidates must be checked again."""
         manifest = load_baseline_manifest(manifest_path)
         actual = verify_artifact(manifest.adapter_path, manifest.adapter_sha256, self.artifact_root)
@@ -192,26 +243,26 @@ class Ledger:
             adapter_error=actual["error"],
             adapter_tree=actual["tree"],
         )
-        return self._path.run(
+        return self._on_settings(
             LEDGER_STREAM, lambda _, settings: decisions.activate_baseline(settings, event),
             command="baseline activate", event_id=event_id, first_type=BaselineActivated.TYPE,
             inputs={"policy_version": event.policy_version, "adapter_path": event.adapter_path},
         )  # fmt: skip
 
-    def advance_window(self, active_window: int, *, event_id: str | None = None) -> CommandResult:
+    def advance_window(self, active_window: int, *, event_id: str | None = None) -> SettingsResult:
         """Move the active rollout window forward; online candidates' evidence ages."""
-        _non_negative("window", active_window)
-        return self._path.run(
+        non_negative("window", active_window)
+        return self._on_settings(
             LEDGER_STREAM, lambda _, settings: decisions.advance_window(settings, active_window),
             command="window", event_id=event_id, first_type=WindowAdvanced.TYPE,
             inputs={"active_window": active_window},
         )  # fmt: skip
 
-    def activate_evaluation(self, evaluation_version: str, *, event_id: str | None = None) -> CommandResult:
+    def activate_evaluation(self, evaluation_version: str, *, event_id: str | None = None) -> SettingsResult:
         """Require candidates to name this evaluation version from now on."""
         if not isinstance(evaluation_version, str) or not evaluation_version.strip():
             raise InputError("evaluation version must be a non-empty string")
-        return self._path.run(
+        return self._on_settings(
             LEDGER_STREAM, lambda _, settings: decisions.activate_evaluation(settings, evaluation_version),
             command="evaluation activate", event_id=event_id, first_type=EvaluationActivated.TYPE,
             inputs={"evaluation_version": evaluation_version},
@@ -221,10 +272,10 @@ class Ledger:
 
     def receive(
         self, manifest_path: str | os.PathLike[str], *, candidate_id: str | None = None, event_id: str | None = None
-    ) -> CommandResult:
+    ) -> CandidateResult:
         """Receive a candidate manifest; identical re-receipt is a no-op, `tune` may be revised."""
         manifest = load_candidate_manifest(manifest_path)
-        cid = candidate_id if candidate_id is not None else _default_id(manifest.fields, manifest_path)
+        cid = candidate_id if candidate_id is not None else default_id(manifest.fields, manifest_path)
         check_candidate_id(cid)  # printable, at most 256 characters (lifecycle_fsm.limits)
 
         def decide(current: CandidateState | None, _: LedgerSettings) -> Decision:
@@ -238,33 +289,39 @@ class Ledger:
             assert isinstance(first, CandidateReceived)
             return attrs.evolve(decision, events=(attrs.evolve(first, artifact_at_receipt=at_receipt),))
 
-        return self._path.run(
+        return self._on_candidate(
             stream_of(cid), decide,
             command="receive", event_id=event_id, reads_settings=False, first_type=CandidateReceived.TYPE,
             inputs={"candidate": manifest.fields},
         )  # fmt: skip
 
-    def check(self, candidate_id: str, *, event_id: str | None = None) -> CommandResult:
-        """Run every check now: verified (or unchanged on a re-check) or reject."""
+    def check(self, candidate_id: str, *, event_id: str | None = None, rehash: bool = False) -> CandidateResult:
+        """Run every check now: verified (or unchanged on a re-check) or reject.
+
+        An artifact this Ledger already read and whose files are unchanged on disk (device,
+        inode, size, mtime, ctime) is not read again (the event says `reused_from`);
+        `rehash=True` reads every byte.
+        """
+        cache = None if rehash else self._digests
 
         def decide(current: CandidateState | None, settings: LedgerSettings) -> Decision:
             assert current is not None
-            _require_baseline(settings)
-            return decisions.check(gather_checks(current.candidate, settings, root=self.artifact_root))
+            require_baseline(settings)
+            return decisions.check(gather_checks(current.candidate, settings, root=self.artifact_root, cache=cache))
 
-        return self._path.run(
+        return self._on_candidate(
             stream_of(candidate_id), decide, command="check", event_id=event_id, first_type=ChecksRecorded.TYPE
         )
 
     def record_trusted_state(
         self, candidate_id: str, kind: str, path: str | os.PathLike[str], *, event_id: str | None = None
-    ) -> CommandResult:
+    ) -> CandidateResult:
         """Record a state a stage saved, hashed on disk now, for recovery to resume from."""
-        _require_kind(kind)
+        require_kind(kind)
         absolute = os.path.abspath(path)
         if not os.path.lexists(absolute):
             raise InputError(f"no such trusted-state path: {absolute}")
-        return self._path.run(
+        return self._on_candidate(
             stream_of(candidate_id),
             # Hashed only once the move was found legal: a refused command reads nothing.
             lambda current, _: decisions.record_trusted_state(kind, absolute, hash_directory(absolute)),
@@ -274,20 +331,20 @@ class Ledger:
 
     def invalidate_trusted_state(
         self, candidate_id: str, kind: str, reason: str = "invalidated by operator", *, event_id: str | None = None
-    ) -> CommandResult:
+    ) -> CandidateResult:
         """Stop trusting a recorded state (it stays in history)."""
-        _require_kind(kind)
+        require_kind(kind)
 
         def decide(current: CandidateState | None, _: LedgerSettings) -> Decision:
             assert current is not None
             return decisions.invalidate_trusted_state(current, kind, reason)
 
-        return self._path.run(
+        return self._on_candidate(
             stream_of(candidate_id), decide, command="untrust", event_id=event_id, reads_settings=False,
             first_type=TrustedStateInvalidated.TYPE, inputs={"kind": kind},
         )  # fmt: skip
 
-    def fail_stage(self, candidate_id: str, stage: str, *, event_id: str | None = None) -> CommandResult:
+    def fail_stage(self, candidate_id: str, stage: str, *, event_id: str | None = None) -> RecoveryResult:
         """A stage failed: plan recovery from the nearest trusted state the log proves intact."""
         if stage not in STAGES:
             raise InputError(f"unknown stage {stage!r} (expected one of {', '.join(STAGES)})")
@@ -296,31 +353,37 @@ class Ledger:
             assert current is not None
             return decisions.fail_stage(stage, trusted_state_evidence(current, settings, stage, self.artifact_root))
 
-        return self._path.run(
+        done = self._on_candidate(
             stream_of(candidate_id), decide, command="fail", event_id=event_id, first_type=StageFailed.TYPE,
             inputs={"stage": stage},
         )  # fmt: skip
+        # The plan this command recorded (a retried event_id returns the original one, not a later plan).
+        planned = next(e for e in done.events if e.type == RecoveryPlanned.TYPE)
+        plan = self._plan(planned.stream_id, decoded_payload(planned), planned.seq)
+        return RecoveryResult(candidate=done.candidate, events=done.events, duplicate=done.duplicate, plan=plan)
 
-    def complete_recovery(self, candidate_id: str, *, event_id: str | None = None) -> CommandResult:
+    def complete_recovery(self, candidate_id: str, *, event_id: str | None = None) -> CandidateResult:
         """The planned recovery is done; the candidate goes back to be checked again."""
 
         def decide(current: CandidateState | None, _: LedgerSettings) -> Decision:
             assert current is not None
             return decisions.complete_recovery(current)
 
-        return self._path.run(
+        return self._on_candidate(
             stream_of(candidate_id), decide, command="recovered", event_id=event_id, reads_settings=False,
             first_type=RecoveryCompleted.TYPE,
         )  # fmt: skip
 
-    def hand_off(self, candidate_id: str, *, event_id: str | None = None) -> CommandResult:
-        """Re-run the checks now and decide: ready (for evaluation), tune or reject."""
+    def hand_off(self, candidate_id: str, *, event_id: str | None = None, rehash: bool = False) -> CandidateResult:
+        """Re-run the checks now and decide: ready (for evaluation), tune or reject (`rehash`: as `check`)."""
+        cache = None if rehash else self._digests
 
         def decide(current: CandidateState | None, settings: LedgerSettings) -> Decision:
             assert current is not None
-            _require_baseline(settings)
-            return decisions.hand_off(current, gather_checks(current.candidate, settings, root=self.artifact_root))
+            require_baseline(settings)
+            evidence = gather_checks(current.candidate, settings, root=self.artifact_root, cache=cache)
+            return decisions.hand_off(current, evidence)
 
-        return self._path.run(
+        return self._on_candidate(
             stream_of(candidate_id), decide, command="handoff", event_id=event_id, first_type=HandoffDecided.TYPE
         )

@@ -12,7 +12,6 @@ import logging
 import sys
 
 import orjson
-import structlog
 
 __all__ = ["Logger", "configure_logging", "get_logger"]
 
@@ -20,12 +19,35 @@ _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARN
 
 
 def configure_logging(level: str = "warning", *, json_lines: bool | None = None) -> None:
-    """Send structured logs at `level` and above to stderr."""
+    """Send structured logs at `level` and above to stderr.
+
+    structlog itself is configured when the first event at `level` or above is logged
+    (or now, if something already imported it): `import structlog` pulls its dev console
+    (rich, pygments, asyncio; ~85 ms), which a CLI command that logs nothing never pays.
+    """
+    global _PENDING  # noqa: PLW0603 - the one process-wide logging setting, as structlog's own
     numeric = _LEVELS.get(level.lower())
     if numeric is None:
         raise ValueError(f"log level must be one of {', '.join(_LEVELS)}, not {level!r}")
     if json_lines is None:
         json_lines = not sys.stderr.isatty()
+    _PENDING = (numeric, json_lines)
+    if "structlog" in sys.modules:
+        _apply_pending()
+
+
+_PENDING: tuple[int, bool] | None = None
+
+
+def _apply_pending() -> None:
+    """Configure structlog as `configure_logging` asked (imports it)."""
+    global _PENDING  # noqa: PLW0603 - see configure_logging
+    if _PENDING is None:
+        return
+    numeric, json_lines = _PENDING
+    _PENDING = None
+    import structlog
+
     processors: list[structlog.typing.Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
@@ -59,7 +81,13 @@ class Logger:
         self._stdlib = logging.getLogger(name)
 
     def _log(self, level: int, event: str, fields: dict[str, object]) -> None:
-        if structlog.is_configured():
+        if _PENDING is not None:  # the CLI asked for logs at a level: below it, nothing; else set structlog up now
+            if level < _PENDING[0]:
+                return
+            _apply_pending()
+        # structlog is only configured if someone imported it: never import it here.
+        structlog = sys.modules.get("structlog")
+        if structlog is not None and structlog.is_configured():
             getattr(structlog.get_logger(self.name), logging.getLevelName(level).lower())(event, **fields)
         elif self._stdlib.isEnabledFor(level):
             self._stdlib.log(level, "%s %s", event, " ".join(f"{k}={v!r}" for k, v in fields.items()))

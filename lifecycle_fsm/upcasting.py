@@ -28,6 +28,7 @@ __all__ = [
     "upcast_baseline_activated_v1_v2",
     "upcast_candidate_received_v1_v2",
     "upcast_checks_v1_v2",
+    "upcast_checks_v2_v3",
 ]
 
 JSON = dict[str, Any]
@@ -54,12 +55,25 @@ def upcast_checks_v1_v2(payload: JSON) -> JSON:
     return out
 
 
+def upcast_checks_v2_v3(payload: JSON) -> JSON:
+    """v3 artifact and rollback checks say whether their digest was re-used (`reused_from`);
+    a v2 check always read every byte (None: read for this check)."""
+    out = dict(payload)
+    for name in ("artifact", "rollback"):
+        check = payload.get(name)
+        if isinstance(check, dict):
+            out[name] = {**check, "reused_from": None}
+    return out
+
+
 # (type, from_version) -> function returning the payload at from_version + 1.
 UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("BaselineActivated", 1): upcast_baseline_activated_v1_v2,
     ("CandidateReceived", 1): upcast_candidate_received_v1_v2,
     ("ChecksRecorded", 1): upcast_checks_v1_v2,
     ("HandoffDecided", 1): upcast_checks_v1_v2,
+    ("ChecksRecorded", 2): upcast_checks_v2_v3,
+    ("HandoffDecided", 2): upcast_checks_v2_v3,
 }
 CURRENT_VERSIONS: dict[str, int] = {name: cls.SCHEMA_VERSION for name, cls in EVENT_TYPES.items()}
 

@@ -18,8 +18,9 @@ Why it is built this way:
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, NoReturn
 from urllib.parse import parse_qsl, urlsplit
@@ -138,6 +139,16 @@ def _secrets(url: str) -> list[str]:
     return sorted({s for s in found if s} | {url}, key=len, reverse=True)
 
 
+# A timeout the URL's `options` set (pg_settings.source 'client') is kept; otherwise ours.
+_SET_UNLESS_IN_URL = (
+    "set_config('{name}', CASE WHEN (SELECT source FROM pg_settings WHERE name = '{name}') = 'client' "
+    "THEN current_setting('{name}') ELSE %s END, false)"
+)
+
+
+_MAX_PREPARED = 64  # statement shapes (rows per insert, checks) prepared per connection
+
+
 def _lock_key(schema: str) -> int:
     """The advisory-lock key for one ledger: its schema name, hashed to a signed 64-bit int."""
     return int.from_bytes(hashlib.sha256(b"lifecycle-fsm:" + schema.encode()).digest()[:8], "big", signed=True)
@@ -163,17 +174,25 @@ class PgSession:
             with self.mapped("cannot configure the session"):
                 # lock_timeout bounds the wait for the write lock (SQLite's busy timeout);
                 # idle_in_transaction_session_timeout ends a writer that stalls holding it.
+                # Either one given in the URL (`options=-clock_timeout%3D5s`) wins. Never 0: that
+                # would mean "wait forever" here, not "fail at once" as in SQLite.
                 row = self.conn.execute(
-                    "SELECT set_config('lock_timeout', %s, false), "
-                    "set_config('idle_in_transaction_session_timeout', %s, false), "
+                    f"SELECT {_SET_UNLESS_IN_URL.format(name='lock_timeout')}, "
+                    f"{_SET_UNLESS_IN_URL.format(name='idle_in_transaction_session_timeout')}, "
                     "set_config('synchronous_commit', %s, false), current_schema(), "
                     "current_setting('search_path')",
-                    (f"{int(busy_timeout * 1000)}ms", f"{max(1, int(idle_timeout * 1000))}ms", mode),
+                    (f"{max(1, int(busy_timeout * 1000))}ms", f"{max(1, int(idle_timeout * 1000))}ms", mode),
                 ).fetchone()
             assert row is not None
+            self.lock_timeout: str = row[0]  # as the server shows it ("30s", "500ms"): for messages
+            self.idle_timeout_shown: str = row[1]
             self.schema: str | None = row[3]
             self.search_path: str = row[4]
             self.lock_key = _lock_key(self.schema or self._first_schema())
+            self.lock_sql = f"SELECT pg_advisory_xact_lock({self.lock_key})"
+            self.binder = psycopg.ClientCursor(self.conn)  # binds values client-side for multi-statement trips
+            self._seen: set[str] = set()
+            self._prepared: dict[str, str] = {}
         except BaseException:
             self.conn.close()
             raise
@@ -181,6 +200,30 @@ class PgSession:
     def _first_schema(self) -> str:
         first = self.search_path.split(",")[0].strip()
         return first[1:-1].replace('""', '"') if first.startswith('"') else first
+
+    # --- statements in a multi-statement round trip ------------------------------------------
+
+    def prepare_if_repeated(self, sql: str, params: Sequence[Any] | None) -> None:
+        """PREPARE `sql` the second time its shape is seen (a one-command CLI process never pays
+        the extra round trip); `inline` then sends `EXECUTE name(values)`, which skips planning
+        (the guarded insert plans in about as long as it runs)."""
+        if params is None or sql in self._prepared or len(self._prepared) >= _MAX_PREPARED:
+            return
+        if sql not in self._seen:
+            self._seen.add(sql)
+            return
+        name = f"lifecycle_stmt_{len(self._prepared)}"
+        numbers = itertools.count(1)
+        with self.mapped("cannot prepare a statement"):
+            self.conn.execute(f"PREPARE {name} AS " + re.sub("%s", lambda _: f"${next(numbers)}", sql))
+        self._prepared[sql] = name
+
+    def inline(self, sql: str, params: Sequence[Any]) -> str:
+        """`sql` with its values bound client-side, as EXECUTE of its prepared statement if there is one."""
+        name = self._prepared.get(sql)
+        if name is None:
+            return self.binder.mogrify(sql, params)
+        return f"EXECUTE {name}({self.binder.mogrify(', '.join(['%s'] * len(params)), params)})"
 
     # --- the error boundary --------------------------------------------------------------
 
@@ -196,13 +239,13 @@ class PgSession:
         error: LifecycleError
         if isinstance(e, pg_errors.LockNotAvailable):
             error = StoreError(
-                f"{prefix}: another writer held the ledger's write lock for more than {self.busy_timeout:g} s "
-                "(lock_timeout); nothing was appended, retry later"
+                f"{prefix}: another writer held the ledger's write lock for more than {self.lock_timeout} "
+                f"(lock_timeout{self._lock_holder()}); nothing was appended, retry later"
             )
         elif isinstance(e, pg_errors.IdleInTransactionSessionTimeout) or "idle-in-transaction" in detail:
             error = StoreError(
                 f"{prefix}: the server ended this session after it sat idle inside a write transaction for more "
-                f"than {self.idle_timeout:g} s (idle_in_transaction_session_timeout); nothing it was writing was kept"
+                f"than {self.idle_timeout_shown} (idle_in_transaction_session_timeout); nothing it was writing was kept"
             )
         elif isinstance(e, pg_errors.RestrictViolation):
             error = IntegrityError(f"{prefix}: {detail}")
@@ -213,6 +256,25 @@ class PgSession:
         else:
             error = StoreError(f"{prefix} ({detail})")
         raise error from e
+
+    def _lock_holder(self) -> str:
+        """Who holds the write lock (`; held by pid … (app, state, for N s)`), asked on a connection of its own."""
+        key = self.lock_key & 0xFFFF_FFFF_FFFF_FFFF  # pg_locks shows a bigint key as two oids
+        try:
+            with psycopg.connect(self.url, autocommit=True, connect_timeout=5) as conn:
+                row = conn.execute(
+                    "SELECT a.pid, a.application_name, a.state, "
+                    "round(extract(epoch FROM now() - a.xact_start))::int FROM pg_locks l "
+                    "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted "
+                    "AND l.classid = %s::bigint::oid AND l.objid = %s::bigint::oid AND l.objsubid = 1",
+                    (key >> 32, key & 0xFFFF_FFFF),
+                ).fetchone()
+        except psycopg.Error:
+            return ""  # the message stays useful without it
+        if row is None:
+            return ""
+        pid, app, state, seconds = row
+        return f"; held by server pid {pid} ({app or 'no application_name'}, {state}, transaction open {seconds} s)"
 
     @contextmanager
     def mapped(self, what: str) -> Iterator[None]:

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-import sqlite_utils
 
 from store.errors import StoreError
 from store.records import EventFilter
+
+if TYPE_CHECKING:  # imported by the caller only when a schema is created (its import is slow)
+    import sqlite_utils
 
 __all__ = [
     "EVENT_COLUMNS",

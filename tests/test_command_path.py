@@ -20,6 +20,7 @@ import pytest
 import structlog
 from conftest import Workspace
 
+from lifecycle_fsm import RetryPolicy, SettingsResult
 from lifecycle_fsm.artifacts import hash_directory
 from lifecycle_fsm.errors import ConcurrencyError, ConflictError, IllegalCommandError
 from lifecycle_fsm.ledger import Ledger
@@ -218,7 +219,7 @@ def test_a_race_lost_past_the_deadline_surfaces(ws: Workspace, pair: tuple[Ledge
     """With no time left to re-decide, the lost race reaches the caller as ConcurrencyError."""
     racer, other = pair
     racer.receive(ws.dpo())
-    racer._path.deadline = 0.0
+    racer._path.retry = RetryPolicy(deadline=0.0)
     path, _ = second_baseline(ws)
     meanwhile(racer, lambda: other.activate_baseline(path))
     head = racer.store.head().seq
@@ -260,7 +261,7 @@ def test_retried_keys_return_every_event_of_the_first_run(ws: Workspace, active_
     assert retried_recovery.candidate.state == "received"
     ledger.advance_window(3, event_id="k/window")
     retried_window = ledger.advance_window(3, event_id="k/window")
-    assert retried_window.duplicate and retried_window.candidate is None
+    assert retried_window.duplicate and isinstance(retried_window, SettingsResult)
     assert retried_window.settings is not None and retried_window.settings.active_window == 3
 
 

@@ -29,7 +29,7 @@ from lifecycle_fsm.errors import (
     NotFoundError,
 )
 from lifecycle_fsm.events import EVENT_TYPES, stream_of
-from lifecycle_fsm.ledger import CommandResult, Ledger
+from lifecycle_fsm.ledger import CandidateResult, CommandResult, Ledger
 from lifecycle_fsm.machine import TABLE
 from lifecycle_fsm.manifests import load_candidate_manifest
 from lifecycle_fsm.rules import ONLINE_KINDS, STAGES, TRUSTED_STATE_KINDS
@@ -151,7 +151,7 @@ def run(world: World, ledger: Ledger, cmd: Command) -> bool:
         assert store.count_events() == before_count, f"{cmd} appended events"
         return True
     assert store.count_events() == before_count + len(result.events), cmd
-    if result.candidate is not None:  # what the command returned is what the log now says
+    if isinstance(result, CandidateResult):  # what the command returned is what the log now says
         assert result.candidate == ledger.candidate(result.candidate.candidate_id), cmd
     after = ledger.settings()
     changed = (

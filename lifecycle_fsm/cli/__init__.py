@@ -23,42 +23,44 @@ exit code (`EXIT_CODES`; the error classes know nothing of codes, `exit_codes` m
 
 Adding a command is one new module and one line here: write `cli/<concern>.py` with a
 `@click.command()` (or `@click.group()`) that imports what it needs from `app` and
-`render` (never from this file, so nothing is circular), import the module below and
-add `main.add_command(<module>.<command>)`. Tests then require that it is reachable from
+`render` (never from this file, so nothing is circular) and name its commands in
+`_COMMANDS` below (`"name"`, or `"name:attribute"` when they differ). Modules are
+imported when one of their commands runs (`lazy.py`), so `lifecycle status ID` does not
+pay for `audit`, `drill` or `serve`. Tests then require that it is reachable from
 `main` (a forgotten line fails), that its `--help` works, that README.md names it, and
 that the module's `__all__` lists what it defines.
 """
 
 from __future__ import annotations
 
-from lifecycle_fsm.cli import audit, auditor, drill, integrity, migrate, queries, serve, writes
 from lifecycle_fsm.cli.app import main
 from lifecycle_fsm.cli.exit_codes import EXIT_CODES
+from lifecycle_fsm.cli.lazy import LazyCommands as _LazyCommands
 
 __all__ = ["EXIT_CODES", "main"]
 
-main.add_command(writes.init)
-main.add_command(writes.baseline)
-main.add_command(writes.window)
-main.add_command(writes.evaluation)
-main.add_command(writes.receive)
-main.add_command(writes.check)
-main.add_command(writes.trusted)
-main.add_command(writes.untrust)
-main.add_command(writes.fail)
-main.add_command(writes.recovered)
-main.add_command(writes.handoff)
-main.add_command(queries.status)
-main.add_command(queries.history)
-main.add_command(queries.explain)
-main.add_command(queries.replay)
-main.add_command(queries.diagram)
-main.add_command(integrity.checkpoint)
-main.add_command(integrity.verify)
-main.add_command(integrity.hash_command)
-main.add_command(audit.audit)
-main.add_command(drill.drill)
-main.add_command(auditor.log)
-main.add_command(auditor.report)
-main.add_command(serve.serve)
-main.add_command(migrate.migrate)
+# module -> the commands it defines ("name" or "name:attribute"); a module is imported
+# the first time one of its commands is used (`lazy.py`).
+_COMMANDS = {
+    "writes": ("init", "baseline", "window", "evaluation", "receive", "check", "trusted", "untrust", "fail",
+               "recovered", "handoff"),
+    "queries": ("status", "history", "explain", "replay", "diagram"),
+    "integrity": ("checkpoint", "verify", "hash:hash_command"),
+    "audit": ("audit",),
+    "drill": ("drill",),
+    "auditor": ("log", "report"),
+    "serve": ("serve",),
+    "migrate": ("migrate",),
+}  # fmt: skip
+
+
+def _where() -> dict[str, tuple[str, str]]:
+    table = {}
+    for module, commands in _COMMANDS.items():
+        for entry in commands:
+            name, _, attribute = entry.partition(":")
+            table[name] = (f"lifecycle_fsm.cli.{module}", attribute or name)
+    return table
+
+
+main.commands = _LazyCommands(_where())

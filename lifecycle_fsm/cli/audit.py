@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.table import Table
 
 from lifecycle_fsm.audit import MODES, AuditRequest, AuditResult, check_runnable, plan, prepare, run
 from lifecycle_fsm.cli.app import json_option, root_obj, wants_json
@@ -110,6 +109,8 @@ def _summary(result: AuditResult) -> dict[str, Any]:
 
 
 def _print_summary(result: AuditResult) -> None:
+    from rich.table import Table  # at print time: rich costs ~30 ms of start-up
+
     table = Table("candidate", "kind", "ledger state", "hand-off", "reasons", "events")
     for r in result.evidence["candidate_records"]:
         seqs = ", ".join(str(e["seq"]) for e in r["ledger_events"]) or "-"

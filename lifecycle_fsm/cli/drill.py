@@ -13,7 +13,6 @@ from typing import Any
 
 import click
 import orjson
-from rich.table import Table
 
 from lifecycle_fsm.cli.app import json_option, root_obj, wants_json
 from lifecycle_fsm.cli.exit_codes import ExitCode
@@ -28,6 +27,8 @@ _SHIPPED_SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
 
 def _print_table(report: dict[str, Any]) -> None:
+    from rich.table import Table  # at print time: rich costs ~30 ms of start-up
+
     table = Table("scenario", "steps", "result", "time")
     for r in report["scenarios"]:
         result = "[green]pass[/green]" if r["result"] == "pass" else "[bold red]FAIL[/bold red]"

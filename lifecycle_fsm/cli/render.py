@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import orjson
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from lifecycle_fsm.events import Event
-from lifecycle_fsm.ledger import CommandResult
 from lifecycle_fsm.limits import display
+from lifecycle_fsm.results import CandidateResult, CommandResult
 from lifecycle_fsm.state import CandidateState
 from store.records import StoredEvent
+
+if TYPE_CHECKING:  # rich is imported when a table is printed, not at start-up (~30 ms)
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
 
 __all__ = ["candidate_json", "cells", "console", "emit", "print_history", "print_result", "print_status"]
 
@@ -44,33 +46,38 @@ def candidate_json(c: CandidateState) -> _JSON:
 
 def print_result(result: CommandResult, as_json: bool, verb: str) -> None:
     """A command's outcome: what it appended and where the candidate (or ledger) stands."""
-    doc: _JSON = {"appended": len(result.events) > 0 and not result.duplicate, "events": [e.seq for e in result.events]}
-    if result.candidate is not None:
+    doc: _JSON = {"appended": result.appended, "events": [e.seq for e in result.events]}
+    if isinstance(result, CandidateResult):
         doc |= candidate_json(result.candidate)
-    if result.settings is not None and result.candidate is None:
+        what = f"{display(result.candidate_id)}: {verb}, state {result.state}"
+        if result.candidate.reason_codes:
+            what += f" ({', '.join(result.candidate.reason_codes)})"
+        invalidated: tuple[str, ...] = ()
+    else:
         doc["settings"] = result.settings.summary()
         doc["invalidated"] = list(result.invalidated)
+        what, invalidated = verb, result.invalidated
     if as_json:
         emit(doc)
         return
-    c = result.candidate
-    what = f"{display(c.candidate_id)}: {verb}, state {c.state}" if c is not None else verb
-    if result.candidate is not None and result.candidate.reason_codes:
-        what += f" ({', '.join(result.candidate.reason_codes)})"
     if not doc["appended"]:
         what += " (no change: nothing appended)"
     click.echo(what)
-    for cid in result.invalidated:
+    for cid in invalidated:
         click.echo(f"  evidence invalidated: {display(cid)} -> received")
 
 
 def console() -> Console:
     """A terminal gets rich's own width; a pipe or a file gets room for whole hashes and ids."""
+    from rich.console import Console
+
     return Console() if sys.stdout.isatty() else Console(width=240)
 
 
 def _table(*columns: str) -> Table:
     """A table that wraps long cells instead of cutting them: an auditor needs every character."""
+    from rich.table import Table
+
     table = Table()
     for name in columns:
         table.add_column(name, overflow="fold")
@@ -79,6 +86,8 @@ def _table(*columns: str) -> Table:
 
 def cells(*values: str) -> list[Text]:
     """Table cells as plain text: an id is never rich markup (`[/x]` would raise) nor a terminal escape."""
+    from rich.text import Text
+
     return [Text(display(v)) for v in values]
 
 

@@ -17,12 +17,19 @@ from lifecycle_fsm.limits import MAX_INT64, display
 from lifecycle_fsm.manifests import load_baseline_manifest, load_candidate_manifest
 from lifecycle_fsm.rules import STAGES
 
+_EVENT_ID_HELP = (
+    "Idempotency key (global across the ledger, e.g. <run>/<step>/<command>): "
+    "a retry with the same key appends nothing and reports the first outcome."
+)
+event_id_option = click.option("--event-id", help=_EVENT_ID_HELP)
+
 __all__ = [
     "baseline",
     "baseline_activate",
     "check",
     "evaluation",
     "evaluation_activate",
+    "event_id_option",
     "fail",
     "handoff",
     "init",
@@ -37,10 +44,11 @@ __all__ = [
 @click.command()
 @click.option("--max-window-age", default=2, show_default=True, type=click.IntRange(0, MAX_INT64))
 @click.option("--active-window", default=1, show_default=True, type=click.IntRange(0, MAX_INT64))
+@event_id_option
 @json_option
-def init(max_window_age: int, active_window: int) -> None:
+def init(max_window_age: int, active_window: int, event_id: str | None) -> None:
     """Create the ledger and fix its freshness settings."""
-    print_result(open_ledger().init(max_window_age, active_window), wants_json(), "initialized")
+    print_result(open_ledger().init(max_window_age, active_window, event_id=event_id), wants_json(), "initialized")
 
 
 @click.group()
@@ -50,19 +58,22 @@ def baseline() -> None:
 
 @baseline.command("activate")
 @click.argument("sft_manifest", type=click.Path(dir_okay=False, path_type=Path))
+@event_id_option
 @json_option
-def baseline_activate(sft_manifest: Path) -> None:
+def baseline_activate(sft_manifest: Path, event_id: str | None) -> None:
     """Make SFT_MANIFEST's adapter the active policy; decided candidates must be re-checked."""
     load_baseline_manifest(sft_manifest)  # bad input fails before a ledger file is created
-    print_result(open_ledger().activate_baseline(sft_manifest), wants_json(), "baseline activated")
+    result = open_ledger().activate_baseline(sft_manifest, event_id=event_id)
+    print_result(result, wants_json(), "baseline activated")
 
 
 @click.command()
 @click.argument("n", type=int)
+@event_id_option
 @json_option
-def window(n: int) -> None:
+def window(n: int, event_id: str | None) -> None:
     """Advance the active rollout window to N (online candidates must be re-checked)."""
-    print_result(open_ledger().advance_window(n), wants_json(), "window advanced")
+    print_result(open_ledger().advance_window(n, event_id=event_id), wants_json(), "window advanced")
 
 
 @click.group()
@@ -72,16 +83,17 @@ def evaluation() -> None:
 
 @evaluation.command("activate")
 @click.argument("version")
+@event_id_option
 @json_option
-def evaluation_activate(version: str) -> None:
+def evaluation_activate(version: str, event_id: str | None) -> None:
     """Require VERSION as every candidate's evaluation_version from now on."""
-    print_result(open_ledger().activate_evaluation(version), wants_json(), "evaluation activated")
+    print_result(open_ledger().activate_evaluation(version, event_id=event_id), wants_json(), "evaluation activated")
 
 
 @click.command()
 @click.argument("candidate_manifest", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--id", "candidate_id", help="Candidate id (default: the manifest's policy_version).")
-@click.option("--event-id", help="Idempotency key: a retry with the same key is a no-op.")
+@event_id_option
 @json_option
 def receive(candidate_manifest: Path, candidate_id: str | None, event_id: str | None) -> None:
     """Receive a candidate manifest (identical re-receipt is a no-op)."""
@@ -90,19 +102,30 @@ def receive(candidate_manifest: Path, candidate_id: str | None, event_id: str | 
     print_result(result, wants_json(), "received")
 
 
+_REHASH = click.option(
+    "--rehash",
+    is_flag=True,
+    help="Read every byte of the artifacts (a one-command process always does; an embedding Ledger "
+    "re-uses a digest while no file's inode, size, mtime or ctime changed).",
+)
+
+
 @click.command()
 @click.argument("candidate_id", metavar="ID")
+@event_id_option
+@_REHASH
 @json_option
-def check(candidate_id: str) -> None:
+def check(candidate_id: str, event_id: str | None, rehash: bool) -> None:
     """Run every check now: lineage, freshness, artifact and rollback re-hash."""
-    print_result(open_ledger(must_exist=True).check(candidate_id), wants_json(), "checked")
+    result = open_ledger(must_exist=True).check(candidate_id, event_id=event_id, rehash=rehash)
+    print_result(result, wants_json(), "checked")
 
 
 @click.command()
 @click.argument("candidate_id", metavar="ID")
 @click.argument("kind", metavar="KIND")
 @click.argument("path", type=click.Path(path_type=Path))
-@click.option("--event-id", help="Idempotency key: a retry with the same key is a no-op.")
+@event_id_option
 @json_option
 def trusted(candidate_id: str, kind: str, path: Path, event_id: str | None) -> None:
     """Record a trusted state (KIND at PATH, hashed now) that recovery may resume from.
@@ -117,11 +140,12 @@ def trusted(candidate_id: str, kind: str, path: Path, event_id: str | None) -> N
 @click.argument("candidate_id", metavar="ID")
 @click.argument("kind", metavar="KIND")
 @click.option("--reason", default="invalidated by operator", show_default=True)
+@event_id_option
 @json_option
-def untrust(candidate_id: str, kind: str, reason: str) -> None:
+def untrust(candidate_id: str, kind: str, reason: str, event_id: str | None) -> None:
     """Invalidate a recorded trusted state (it stays in history)."""
     print_result(
-        open_ledger(must_exist=True).invalidate_trusted_state(candidate_id, kind, reason),
+        open_ledger(must_exist=True).invalidate_trusted_state(candidate_id, kind, reason, event_id=event_id),
         wants_json(),
         f"{kind} invalidated",
     )
@@ -130,43 +154,51 @@ def untrust(candidate_id: str, kind: str, reason: str) -> None:
 @click.command()
 @click.argument("candidate_id", metavar="ID")
 @click.option("--stage", required=True, help=f"The training stage that failed: {', '.join(STAGES)}.")
-@click.option("--event-id", help="Idempotency key: a retry with the same key is a no-op.")
+@event_id_option
 @json_option
 def fail(candidate_id: str, stage: str, event_id: str | None) -> None:
     """Report a failed stage; prints the recovery plan from the latest trusted state."""
     result = open_ledger(must_exist=True).fail_stage(candidate_id, stage, event_id=event_id)
-    assert result.candidate is not None
-    # The plan this command recorded (a retried --event-id returns the original one).
-    plan = next(orjson.loads(e.payload) for e in result.events if e.type == "RecoveryPlanned")
+    plan = result.plan  # the plan this command recorded (a retried --event-id returns the original one)
+    recorded = next(orjson.loads(e.payload) for e in result.events if e.type == "RecoveryPlanned")
     doc = {
         "id": candidate_id,
-        "stage": plan["stage"],
-        "recovery_state": plan["recovery_state"],
-        "reused_state": plan["reused_state"],
-        "action": plan["action"],
-        "state": result.candidate.state,
-        "trusted_states": plan["trusted_states"],
+        "stage": plan.stage,
+        "recovery_state": plan.recovery_state,
+        "reused_state": plan.reused_state,
+        "action": str(plan.action),
+        "state": str(result.state),
+        "path": plan.path,
+        "sha256": plan.sha256,
+        "blocking": plan.blocking,
+        "skipped": [{"kind": kind, "reason": reason} for kind, reason in plan.skipped],
+        "trusted_states": recorded["trusted_states"],
         "events": [e.seq for e in result.events],
     }
     if wants_json():
         emit(doc)
     else:
-        reused = f"reuse {plan['recovery_state']}" if plan["reused_state"] else "no trusted state to reuse"
+        reused = f"reuse {plan.recovery_state}" if plan.reused_state else "no trusted state to reuse"
         shown = display(candidate_id)
-        click.echo(f"{shown}: {plan['stage']} failed -> {plan['action']} ({reused}); state {doc['state']}")
+        click.echo(f"{shown}: {plan.stage} failed -> {plan.action} ({reused}); state {doc['state']}")
 
 
 @click.command()
 @click.argument("candidate_id", metavar="ID")
+@event_id_option
 @json_option
-def recovered(candidate_id: str) -> None:
+def recovered(candidate_id: str, event_id: str | None) -> None:
     """The planned recovery finished; the candidate must be checked again."""
-    print_result(open_ledger(must_exist=True).complete_recovery(candidate_id), wants_json(), "recovered")
+    result = open_ledger(must_exist=True).complete_recovery(candidate_id, event_id=event_id)
+    print_result(result, wants_json(), "recovered")
 
 
 @click.command()
 @click.argument("candidate_id", metavar="ID")
+@event_id_option
+@_REHASH
 @json_option
-def handoff(candidate_id: str) -> None:
+def handoff(candidate_id: str, event_id: str | None, rehash: bool) -> None:
     """Re-run the checks and decide: ready (for evaluation), tune or reject."""
-    print_result(open_ledger(must_exist=True).hand_off(candidate_id), wants_json(), "handed off")
+    result = open_ledger(must_exist=True).hand_off(candidate_id, event_id=event_id, rehash=rehash)
+    print_result(result, wants_json(), "handed off")

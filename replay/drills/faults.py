@@ -2,7 +2,8 @@
 
 Each fault happens the way the failure would: a writer process SIGKILLed inside an
 append (through `LIFECYCLE_FAULT`, see `store/faults.py`), a checkpoint row garbled
-and an event row edited with plain `sqlite3` behind the store's back, an artifact
+and an event row edited behind the store's back (plain `sqlite3`, or plain psycopg on
+a PostgreSQL ledger, never our store), an artifact
 byte flipped or its folder removed on disk. Each returns what it did (deterministic,
 for the report) and any problem with the consequence the ledger promises, as
 `(key, expected, actual)`; no problems means the ledger behaved.
@@ -17,7 +18,8 @@ import signal
 import sqlite3
 import subprocess
 import sys
-from contextlib import closing
+from collections.abc import Callable, Iterator
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,7 @@ from replay.verify import verify
 from store.base import EventStore
 from store.chain import canonical_json
 from store.faults import ENV_VAR
+from store.open import is_postgres_url
 
 __all__ = [
     "FaultOutcome",
@@ -78,8 +81,43 @@ def _env(fault: str | None) -> dict[str, str]:
     return env
 
 
+class _Refused(Exception):
+    """The append-only trigger refused a raw edit (either backend's driver error)."""
+
+
+@contextmanager
+def _behind_the_store(db: Path | str) -> Iterator[Callable[..., None]]:
+    """Run raw statements on the ledger with the driver alone, in one committed transaction.
+
+    SQL is written with `?` placeholders; a trigger refusing a statement raises `_Refused`.
+    """
+    if is_postgres_url(db):
+        import psycopg
+
+        with psycopg.connect(str(db)) as pg, pg.transaction():
+
+            def run_pg(sql: str, params: tuple[Any, ...] = ()) -> None:
+                try:
+                    with pg.transaction():  # a savepoint: a refusal leaves the rest usable
+                        pg.execute(sql.replace("?", "%s"), params)
+                except psycopg.errors.RestrictViolation as e:
+                    raise _Refused(str(e)) from e
+
+            yield run_pg
+        return
+    with closing(sqlite3.connect(db)) as conn, conn:
+
+        def run_sqlite(sql: str, params: tuple[Any, ...] = ()) -> None:
+            try:
+                conn.execute(sql, params)
+            except sqlite3.DatabaseError as e:
+                raise _Refused(str(e)) from e
+
+        yield run_sqlite
+
+
 def crash_during_append(
-    store: EventStore, db: Path, *, candidate: str, stage: str, commands: int, rng: random.Random, actor: str
+    store: EventStore, db: Path | str, *, candidate: str, stage: str, commands: int, rng: random.Random, actor: str
 ) -> FaultOutcome:
     """A writer process SIGKILLed before COMMIT in its K-th command (K from the seed)."""
     planned = rng.randint(1, commands)
@@ -134,13 +172,13 @@ def _integrity(store: EventStore) -> list[Problem]:
     return problems
 
 
-def corrupt_checkpoint(store: EventStore, db: Path) -> FaultOutcome:
+def corrupt_checkpoint(store: EventStore, db: Path | str) -> FaultOutcome:
     """Garble the latest checkpoint's snapshot (a torn write): the next load skips it and says why."""
     latest = next(store.select_checkpoints(), None)
     if latest is None:
         return FaultOutcome({}, (("checkpoint", "a checkpoint to corrupt", "none taken"),))
-    with closing(sqlite3.connect(db)) as conn, conn:
-        conn.execute(
+    with _behind_the_store(db) as run:
+        run(
             "UPDATE checkpoints SET snapshot = ? WHERE checkpoint_id = ?",
             (latest.snapshot[: len(latest.snapshot) // 2], latest.checkpoint_id),
         )
@@ -161,7 +199,7 @@ def corrupt_checkpoint(store: EventStore, db: Path) -> FaultOutcome:
     return FaultOutcome(detail, tuple(problems))
 
 
-def tamper_event(store: EventStore, db: Path, *, seq: int | None, rng: random.Random) -> FaultOutcome:
+def tamper_event(store: EventStore, db: Path | str, *, seq: int | None, rng: random.Random) -> FaultOutcome:
     """Edit one stored event's payload behind the triggers: verify must name that seq."""
     count = store.count_events()
     target = seq if seq is not None else rng.randint(1, max(count, 1))
@@ -171,14 +209,17 @@ def tamper_event(store: EventStore, db: Path, *, seq: int | None, rng: random.Ra
     payload = orjson.loads(event.payload)
     payload["edited"] = "by drill"
     problems: list[Problem] = []
-    with closing(sqlite3.connect(db)) as conn, conn:
+    postgres = is_postgres_url(db)
+    with _behind_the_store(db) as run:
         try:
-            conn.execute("UPDATE events SET actor = actor WHERE seq = ?", (target,))
+            run("UPDATE events SET actor = actor WHERE seq = ?", (target,))
             problems.append(("trigger", "UPDATE refused", "UPDATE allowed"))
-        except sqlite3.DatabaseError:
+        except _Refused:
             pass  # the trigger held: a tamperer must drop it first
-        conn.execute("DROP TRIGGER IF EXISTS events_refuse_update")
-        conn.execute("UPDATE events SET payload = ? WHERE seq = ?", (canonical_json(payload), target))
+        run("ALTER TABLE events DISABLE TRIGGER USER" if postgres else "DROP TRIGGER IF EXISTS events_refuse_update")
+        run("UPDATE events SET payload = ? WHERE seq = ?", (canonical_json(payload), target))
+        if postgres:
+            run("ALTER TABLE events ENABLE TRIGGER USER")
     report = verify(store)
     if report["ok"] or report.get("bad_seq") != target:
         problems.append(("bad_seq", target, report.get("bad_seq")))

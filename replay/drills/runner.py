@@ -1,7 +1,8 @@
-"""Run a scenario's steps against a fresh SQLite ledger and judge the outcome.
+"""Run a scenario's steps against a fresh ledger and judge the outcome.
 
 Each scenario gets its own temporary folder (`workspace.Workspace`): the artifacts it
-declares and a new ledger file initialised from its `config`. Steps call the real
+declares and a new ledger initialised from its `config` (an SQLite file in the folder,
+or, given `ledger_url`, an empty PostgreSQL schema: the drills run on both backends). Steps call the real
 `Ledger`, faults damage the real files (`faults`), expectations read the ledger
 back. A run stops at the first step that fails, saying the step number, what was
 expected and what was found. Paths inside the temporary folder are shown as
@@ -20,7 +21,7 @@ from typing import Any
 import attrs
 
 from lifecycle_fsm.errors import NotFoundError
-from lifecycle_fsm.ledger import CommandResult, Ledger, utc_now
+from lifecycle_fsm.ledger import CandidateResult, CommandResult, Ledger, utc_now
 from replay.checkpoints import load_state, take_checkpoint
 from replay.drills import faults, schema
 from replay.drills.report import DrillResult, Failure, StepResult
@@ -28,6 +29,7 @@ from replay.drills.schema import ERROR_CLASSES, Scenario, Step
 from replay.drills.workspace import Workspace
 from replay.fold import snapshot_json
 from replay.verify import verify
+from store.open import describe_target
 
 __all__ = ["run_drills", "run_scenario"]
 
@@ -51,6 +53,7 @@ class _Run:
     ws: Workspace
     ledger: Ledger
     rng: random.Random
+    target: Path | str  # what the ledger was opened from: the file, or the PostgreSQL URL
 
 
 def _command(run: _Run, spec: schema.Action) -> CommandResult:
@@ -97,12 +100,12 @@ def _run_command(run: _Run, step: Step) -> JSON:
     if step.refused is not None:
         raise _StepFailed([("outcome", f"refused with {step.refused}", f"success (appended {len(appended)})")])
     detail: JSON = {"appended": appended}
-    if result.candidate is not None:
+    if isinstance(result, CandidateResult):
         detail["state"] = result.candidate.state
         plan = result.candidate.last_recovery
         if step.action == "fail_stage" and plan is not None:
             detail["recovery"] = {k: plan[k] for k in ("action", "recovery_state", "reused_state")}
-    if result.invalidated:
+    elif result.invalidated:
         detail["invalidated"] = list(result.invalidated)
     return detail
 
@@ -153,16 +156,17 @@ def _replay(run: _Run, to: int | None) -> JSON:
 
 def _fault(run: _Run, step: Step) -> JSON:
     store, ws = run.ledger.store, run.ws
+    target = run.target
     match step.spec:
         case schema.CrashDuringAppend(candidate=candidate, stage=stage, commands=commands):
             outcome = faults.crash_during_append(
-                store, ws.db, candidate=candidate, stage=stage, commands=commands, rng=run.rng,
+                store, target, candidate=candidate, stage=stage, commands=commands, rng=run.rng,
                 actor=f"drill:{run.scenario.name}:crash",
             )  # fmt: skip
         case schema.CorruptCheckpoint():
-            outcome = faults.corrupt_checkpoint(store, ws.db)
+            outcome = faults.corrupt_checkpoint(store, target)
         case schema.TamperEvent(seq=seq):
-            outcome = faults.tamper_event(store, ws.db, seq=seq, rng=run.rng)
+            outcome = faults.tamper_event(store, target, seq=seq, rng=run.rng)
         case schema.DeleteArtifact(artifact=name):
             outcome = faults.delete_artifact(ws.folders[name], shown=str(ws.folders[name].relative_to(ws.root)))
         case schema.TamperArtifact(artifact=name):
@@ -191,16 +195,20 @@ def _step(run: _Run, step: Step) -> JSON:
     return _fault(run, step)
 
 
-def run_scenario(scenario: Scenario, *, seed: int | None = None, keep_dir: Path | None = None) -> DrillResult:
-    """Run one scenario against a fresh ledger in a temporary folder."""
+def run_scenario(
+    scenario: Scenario, *, seed: int | None = None, keep_dir: Path | None = None, ledger_url: str | None = None
+) -> DrillResult:
+    """Run one scenario against a fresh ledger: a file in a temporary folder, or `ledger_url` (empty)."""
     seed = scenario.seed if seed is None else seed
     started = time.perf_counter()
     results: list[StepResult] = []
     failures: list[Failure] = []
     with tempfile.TemporaryDirectory(prefix=f"drill-{scenario.name}-") as tmp:
         ws = Workspace(Path(tmp), seed)
-        ledger = Ledger.open(ws.db, synchronous="NORMAL", actor=f"drill:{scenario.name}")
-        run = _Run(scenario, ws, ledger, random.Random(seed))
+        target = ws.db if ledger_url is None else ledger_url
+        where = describe_target(target)  # a PostgreSQL ledger is kept where it is: the caller owns its schema
+        ledger = Ledger.open(target, synchronous="NORMAL", actor=f"drill:{scenario.name}")
+        run = _Run(scenario, ws, ledger, random.Random(seed), target)
         try:
             config = scenario.config
             ws.materialize(scenario.artifacts, config)
@@ -223,7 +231,7 @@ def run_scenario(scenario: Scenario, *, seed: int | None = None, keep_dir: Path 
             events = ledger.store.count_events()
         finally:
             ledger.close()
-        kept = ws.keep(keep_dir, scenario.name) if keep_dir is not None else None
+        kept = None if keep_dir is None else ws.keep(keep_dir, scenario.name) if ledger_url is None else where
     return DrillResult(
         scenario.name, scenario.path.name, seed, len(scenario.steps), tuple(results), tuple(failures),
         events, time.perf_counter() - started, kept,

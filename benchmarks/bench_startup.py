@@ -1,0 +1,81 @@
+"""CLI start-up: whole processes, timed from `fork` to exit, against the interpreter floor.
+
+Contenders, each a fresh process per run, many runs per round, interleaved:
+- `lifecycle --db F status ID` (the installed console script: imports the CLI, opens
+  the ledger file, folds one candidate's 2 events, prints a table);
+- the same with `--json`;
+- `python -c "import lifecycle_fsm"` (the library import alone, info);
+- the floor: `python -c "import sqlite3"` (interpreter start, site, one C extension).
+
+All run with the same interpreter (this virtualenv's), so `site` and the `.pth` files of
+the editable install are paid by every contender alike: the ratio is our imports and
+our work.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from bench_append import cid_of, seed_candidates
+from bench_common import Row, clock, fmt_spread, interleaved, median, per_round_ratio, remove_db, summary
+
+from lifecycle_fsm.ledger import Ledger
+
+
+def _cli() -> list[str]:
+    script = Path(sys.executable).with_name("lifecycle")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "lifecycle_fsm"]
+
+
+def _timed(argv: list[str], runs: int) -> float:
+    t0 = clock()
+    for _ in range(runs):
+        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return (clock() - t0) / runs
+
+
+def run(workdir: Path, rounds: int, quick: bool) -> tuple[list[Row], dict[str, Any]]:
+    folder = workdir / "startup"
+    folder.mkdir(parents=True, exist_ok=True)
+    db = folder / "ledger.db"
+    remove_db(db)
+    with Ledger.open(db, synchronous="NORMAL") as ledger:
+        seed_candidates(ledger.store, [cid_of(i) for i in range(100)])
+        state = folder / "prompt_queue.jsonl"
+        state.write_text('{"prompt_id": "p-0001"}\n')
+        ledger.record_trusted_state(cid_of(7), "prompt_queue", str(state))
+    cli = _cli()
+    runs = 5 if quick else 10
+    argv = {
+        "status": [*cli, "--db", str(db), "status", cid_of(7)],
+        "status_json": [*cli, "--db", str(db), "--json", "status", cid_of(7)],
+        "import": [sys.executable, "-c", "import lifecycle_fsm"],
+        "floor": [sys.executable, "-c", "import sqlite3"],
+    }
+    for args in argv.values():  # warm the page cache; a broken command fails here, loudly
+        subprocess.run(args, check=True, capture_output=True)
+    times = interleaved({k: (lambda a=a: _timed(a, runs)) for k, a in argv.items()}, rounds)
+    ratios = {k: per_round_ratio(times[k], times["floor"]) for k in ("status", "status_json", "import")}
+    ms = {k: fmt_spread([x * 1e3 for x in v], 1) for k, v in times.items()}
+    rows = [
+        Row("startup", "whole-process `lifecycle status ID` / `python -c 'import sqlite3'`", "<= 2.5x",
+            f"status {ms['status']} ms, floor {ms['floor']} ms", median(ratios["status"]),
+            median(ratios["status"]) <= 2.5),
+        Row("startup", "whole-process `lifecycle --json status ID` / floor (info)", "-",
+            f"{ms['status_json']} ms", median(ratios["status_json"])),
+        Row("startup", "`python -c 'import lifecycle_fsm'` / floor (info)", "-", f"{ms['import']} ms",
+            median(ratios["import"])),
+    ]  # fmt: skip
+    detail = {
+        "argv": {k: [Path(a).name if a.startswith("/") else a for a in v] for k, v in argv.items()},
+        "runs_per_round": runs,
+        "ms": {k: summary(v, 1e3, 1) for k, v in times.items()},
+        "ratios": {k: summary(v) for k, v in ratios.items()},
+        "interpreter": sys.executable,
+        "cli": shutil.which("lifecycle"),
+    }
+    return rows, detail

@@ -1,0 +1,140 @@
+"""Reading the log as it grows: catch up, follow, wait for a state.
+
+A projection catches up with `events(after=seq)` and then tails with `follow(seq)`;
+a supervisor that hands work to another process waits with `wait_for`. All three
+poll the store (the log is append-only and `seq` is gap-free in commit order on
+both backends, so a reader that remembers the last seq it saw never skips one).
+They read in pages, so no cursor stays open while the caller writes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+
+import attrs
+
+from lifecycle_fsm.errors import LifecycleError, NotFoundError
+from lifecycle_fsm.events import LEDGER_STREAM, Event, stream_of
+from lifecycle_fsm.machine import State
+from lifecycle_fsm.upcasting import decoded_event
+from store.base import EventStore
+from store.records import EventFilter, StoredEvent
+
+__all__ = ["PAGE", "FeedEvent", "WaitTimeout", "follow_events", "read_events", "stream_filter", "wait_for_state"]
+
+PAGE = 500
+SEALS_STREAM = "seals"
+
+
+class WaitTimeout(LifecycleError, TimeoutError):
+    """`wait_for` gave up: the candidate did not reach any of the states in time."""
+
+    def __init__(self, message: str, *, candidate_id: str, states: tuple[str, ...], last_state: str | None) -> None:
+        super().__init__(message)
+        self.candidate_id = candidate_id
+        self.states = states
+        self.last_state = last_state
+
+
+@attrs.frozen(kw_only=True)
+class FeedEvent:
+    """One stored event with its decoded domain event (upcast to today's schema)."""
+
+    seq: int
+    stream_id: str
+    version: int
+    type: str
+    recorded_at: str
+    actor: str
+    hash: str
+    event_id: str
+    event: Event
+
+    @classmethod
+    def of(cls, stored: StoredEvent) -> FeedEvent:
+        return cls(
+            seq=stored.seq, stream_id=stored.stream_id, version=stored.version, type=stored.type,
+            recorded_at=stored.recorded_at, actor=stored.actor, hash=stored.hash, event_id=stored.event_id,
+            event=decoded_event(stored),
+        )  # fmt: skip
+
+
+def stream_filter(stream: str | None) -> str | None:
+    """The stored stream id for `stream`: a candidate id, or `ledger` / `seals` themselves."""
+    if stream is None or stream in (LEDGER_STREAM, SEALS_STREAM):
+        return stream
+    return stream_of(stream)
+
+
+def _page(store: EventStore, after: int, stream_id: str | None) -> list[StoredEvent]:
+    return list(store.select_matching(EventFilter(after=after, stream_id=stream_id, limit=PAGE)))
+
+
+def read_events(store: EventStore, *, after: int = 0, stream: str | None = None) -> Iterator[FeedEvent]:
+    """Every stored event after seq `after` (of one stream, if given), in seq order, as of each page read."""
+    stream_id = stream_filter(stream)
+    while page := _page(store, after, stream_id):
+        for stored in page:
+            yield FeedEvent.of(stored)
+        after = page[-1].seq
+        if len(page) < PAGE:
+            return
+
+
+def follow_events(
+    store: EventStore,
+    *,
+    after: int,
+    poll: float,
+    stream: str | None = None,
+    stop: threading.Event | None = None,
+    is_closed: Callable[[], bool] = lambda: False,
+) -> Iterator[FeedEvent]:
+    """New events as they are appended, forever, until `stop` is set or the ledger is closed."""
+    stream_id = stream_filter(stream)
+    stop = stop or threading.Event()
+    while not stop.is_set() and not is_closed():
+        page = _page(store, after, stream_id)
+        for stored in page:
+            yield FeedEvent.of(stored)
+            after = stored.seq
+            if stop.is_set() or is_closed():
+                return
+        if len(page) < PAGE:
+            stop.wait(poll)
+
+
+def wait_for_state(
+    current_state: Callable[[], str | None],
+    *,
+    candidate_id: str,
+    states: Iterable[State | str],
+    timeout: float,
+    poll: float,
+) -> State:
+    """Poll `current_state` until it is one of `states`; `WaitTimeout` after `timeout` seconds.
+
+    An unknown candidate counts as not there yet: another process may receive it.
+    """
+    wanted = tuple(State(s) for s in states)  # ValueError for a name that is no state
+    if not wanted:
+        raise ValueError("wait_for needs at least one state")
+    give_up = time.monotonic() + timeout
+    last: str | None = None
+    while True:
+        try:
+            last = current_state()
+        except NotFoundError:
+            last = None
+        if last is not None and last in wanted:
+            return State(last)
+        remaining = give_up - time.monotonic()
+        if remaining <= 0:
+            raise WaitTimeout(
+                f"candidate {candidate_id!r} did not reach {' | '.join(wanted)} within {timeout} s "
+                f"(last state: {last or 'not received'})",
+                candidate_id=candidate_id, states=tuple(str(s) for s in wanted), last_state=last,
+            )  # fmt: skip
+        time.sleep(min(poll, remaining))

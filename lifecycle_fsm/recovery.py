@@ -1,0 +1,104 @@
+"""The typed recovery plan a supervisor follows after `fail_stage`.
+
+`RecoveryPlanned` stores the plan as `choose_recovery_action` returned it, with every
+trusted state it re-hashed; `RecoveryPlan` is that record read back for a caller:
+the action as a `RecoveryAction`, the reused state's path and digest, and each state
+passed over with why. Built from the stored payload (no new schema), so a plan read
+from a months-old event looks the same as one just decided.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from enum import StrEnum
+from typing import Any, Literal
+
+import attrs
+
+from lifecycle_fsm.rules import RECOVERY_STATES_BY_STAGE
+
+__all__ = ["RecoveryAction", "RecoveryPlan", "SkipReason", "invalidated_kinds", "plan_from_payload"]
+
+SkipReason = Literal["not_recorded", "invalidated", "hash_changed", "missing"]
+
+
+class RecoveryAction(StrEnum):
+    """What the supervisor does next (the seed's actions, SPEC §3)."""
+
+    RETRY_SAMPLING_FROM_PROMPT_QUEUE = "retry_sampling_from_prompt_queue"
+    REBUILD_PROMPT_QUEUE = "rebuild_prompt_queue"
+    RESUME_REWARD_FROM_SAVED_TRAJECTORIES = "resume_reward_from_saved_trajectories"
+    RESTART_SAMPLING_FROM_PROMPT_QUEUE = "restart_sampling_from_prompt_queue"
+    RESTART_SAMPLING = "restart_sampling"
+    RESTORE_PRE_UPDATE_CHECKPOINT = "restore_pre_update_checkpoint"
+    ROLLBACK_TO_VERIFIED_BASELINE = "rollback_to_verified_baseline"
+    BLOCK_UPDATE = "block_update"
+    BLOCK_RELEASE = "block_release"
+
+
+@attrs.frozen(kw_only=True)
+class RecoveryPlan:
+    """A recorded recovery plan: resume from `path` (digest `sha256`) with `action`, or block.
+
+    `skipped` lists, nearest first, each trusted state the plan passed over and why.
+    `seq` is the `RecoveryPlanned` event that recorded it.
+    """
+
+    stage: str
+    action: RecoveryAction
+    recovery_state: str | None
+    reused_state: bool
+    path: str | None
+    sha256: str | None
+    blocking: bool
+    skipped: tuple[tuple[str, SkipReason], ...]
+    seq: int | None = None
+
+
+def _skip_reason(seen: Mapping[str, Any], invalidated: bool) -> SkipReason:
+    if seen.get("source") is None:  # nothing to re-hash at plan time
+        return "invalidated" if invalidated else "not_recorded"
+    if seen.get("actual") is None:
+        return "missing"
+    return "hash_changed"
+
+
+def plan_from_payload(
+    payload: Mapping[str, Any], *, seq: int | None, invalidated: Collection[str] = ()
+) -> RecoveryPlan:
+    """The plan a `RecoveryPlanned` payload records; `invalidated`: kinds invalidated before it."""
+    stage = payload["stage"]
+    chosen = payload["recovery_state"]
+    seen_by_kind: Mapping[str, Any] = payload["trusted_states"]
+    skipped: list[tuple[str, SkipReason]] = []
+    for kind in RECOVERY_STATES_BY_STAGE.get(stage, tuple(sorted(seen_by_kind))):
+        if kind == chosen:
+            break
+        seen = seen_by_kind.get(kind, {"source": None})
+        skipped.append((kind, _skip_reason(seen, kind in invalidated)))
+    used = seen_by_kind.get(chosen, {}) if chosen is not None else {}
+    return RecoveryPlan(
+        stage=stage,
+        action=RecoveryAction(payload["action"]),
+        recovery_state=chosen,
+        reused_state=bool(payload["reused_state"]),
+        path=used.get("path"),
+        sha256=used.get("actual"),
+        blocking=bool(payload["blocking"]),
+        skipped=tuple(skipped),
+        seq=seq,
+    )
+
+
+def invalidated_kinds(history: Iterable[tuple[int, str, Mapping[str, Any]]], *, before: int) -> frozenset[str]:
+    """Trusted-state kinds whose latest record before seq `before` is an invalidation.
+
+    `history` is one candidate's `(seq, type, payload)` in order.
+    """
+    last: dict[str, str] = {}
+    for seq, type_name, payload in history:
+        if seq >= before:
+            break
+        if type_name in ("TrustedStateRecorded", "TrustedStateInvalidated"):
+            last[payload["kind"]] = type_name
+    return frozenset(kind for kind, type_name in last.items() if type_name == "TrustedStateInvalidated")

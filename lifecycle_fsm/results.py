@@ -1,0 +1,69 @@
+"""What commands return: a candidate that is never None, a typed plan, settings.
+
+A supervisor writes `ledger.check(cid).state is State.VERIFIED` without an assert:
+candidate commands return `CandidateResult` (`fail_stage` a `RecoveryResult` with
+its `plan`), settings commands `SettingsResult`. `appended` is False for a no-op and
+for a retried command (`duplicate`: its `event_id` was already recorded), whose
+`events` are the ones the first attempt appended.
+"""
+
+from __future__ import annotations
+
+from typing import TypeAlias
+
+import attrs
+
+from lifecycle_fsm.machine import State
+from lifecycle_fsm.recovery import RecoveryPlan
+from lifecycle_fsm.state import CandidateState, LedgerSettings
+from store.records import StoredEvent
+
+__all__ = ["CandidateResult", "CommandResult", "RecoveryResult", "SettingsResult"]
+
+
+@attrs.frozen(kw_only=True)
+class CandidateResult:
+    """A candidate command's outcome: the candidate as the log now says it is."""
+
+    candidate: CandidateState
+    events: tuple[StoredEvent, ...] = ()
+    duplicate: bool = False
+
+    @property
+    def state(self) -> State:
+        return State(self.candidate.state)
+
+    @property
+    def candidate_id(self) -> str:
+        return self.candidate.candidate_id
+
+    @property
+    def appended(self) -> bool:
+        """Whether this call appended events (False for a no-op or a retried `event_id`)."""
+        return bool(self.events) and not self.duplicate
+
+
+@attrs.frozen(kw_only=True)
+class RecoveryResult(CandidateResult):
+    """`fail_stage`'s outcome: the candidate (recovering, or reject when blocked) and the plan."""
+
+    plan: RecoveryPlan
+
+
+@attrs.frozen(kw_only=True)
+class SettingsResult:
+    """A settings command's outcome; `invalidated` names the candidates it sent back to `received`."""
+
+    settings: LedgerSettings
+    events: tuple[StoredEvent, ...] = ()
+    duplicate: bool = False
+    invalidated: tuple[str, ...] = ()
+
+    @property
+    def appended(self) -> bool:
+        """Whether this call appended events (False for a no-op or a retried `event_id`)."""
+        return bool(self.events) and not self.duplicate
+
+
+# Any command's outcome (what the CLI renders).
+CommandResult: TypeAlias = CandidateResult | SettingsResult

@@ -1,0 +1,179 @@
+"""An idempotency key on every write command (SPEC §10): a replayed run appends nothing.
+
+The supervisor here names each command `<run>/<step>/<command>`, the scheme the
+README recommends; running the whole thing again (a supervisor restarted from its
+first step) must find every key recorded and append nothing, on both backends.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from lifecycle_fsm import (
+    CandidateResult,
+    DuplicateEventError,
+    Ledger,
+    LedgerClosedError,
+    LifecycleError,
+    SettingsResult,
+    State,
+    StoreError,
+)
+from lifecycle_fsm.events import LEDGER_STREAM
+from tests.conftest import Workspace, invoke
+
+Result = CandidateResult | SettingsResult
+
+
+def _supervisor_run(ledger: Ledger, ws: Workspace, files: dict[str, Path], run: str) -> list[Result]:
+    """Every write command the API has, each with its key."""
+    k = lambda step, command: f"{run}/{step}/{command}"  # noqa: E731
+    done: list[Result] = [
+        ledger.init(2, 1, event_id=k(0, "init")),
+        ledger.activate_baseline(files["sft"], event_id=k(0, "baseline")),
+        ledger.activate_evaluation("eval-v1", event_id=k(0, "evaluation")),
+        ledger.receive(files["dpo"], event_id=k(1, "receive")),
+        ledger.receive(files["grpo"], event_id=k(2, "receive")),
+        ledger.record_trusted_state("grpo-v7", "prompt_queue", files["queue"], event_id=k(2, "trusted")),
+        ledger.record_trusted_state("grpo-v7", "trajectories", files["traj"], event_id=k(3, "trusted")),
+        ledger.invalidate_trusted_state("grpo-v7", "trajectories", "reward model changed", event_id=k(3, "untrust")),
+        ledger.fail_stage("grpo-v7", "reward", event_id=k(4, "fail")),
+        ledger.complete_recovery("grpo-v7", event_id=k(4, "recovered")),
+        ledger.check("grpo-v7", event_id=k(5, "check")),
+        ledger.check("dpo-v5", event_id=k(5, "check-dpo")),
+        ledger.advance_window(2, event_id=k(6, "window")),  # sends the verified grpo back to received
+        ledger.check("grpo-v7", event_id=k(7, "check")),
+        ledger.hand_off("grpo-v7", event_id=k(8, "handoff")),
+        ledger.hand_off("dpo-v5", event_id=k(8, "handoff-dpo")),
+    ]
+    return done
+
+
+def _files(ws: Workspace) -> dict[str, Path]:
+    (ws.root / "queue.jsonl").write_text('{"prompt": 1}\n')
+    (ws.root / "traj.jsonl").write_text('{"completion": "x"}\n')
+    return {"sft": ws.baseline(), "dpo": ws.dpo(evaluation_version="eval-v1"),
+            "grpo": ws.grpo(evaluation_version="eval-v1"), "queue": ws.root / "queue.jsonl",
+            "traj": ws.root / "traj.jsonl"}  # fmt: skip
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_replayed_supervisor_run_appends_nothing(ws: Workspace, backend: str, request: pytest.FixtureRequest) -> None:
+    target = str(ws.db) if backend == "sqlite" else request.getfixturevalue("pg_url")
+    files = _files(ws)
+    with Ledger.open(target, actor="supervisor-a") as ledger:
+        first = _supervisor_run(ledger, ws, files, "run-7")
+        head = ledger.store.head()
+    assert all(r.appended for r in first)
+    assert (first[-2].state, first[-1].state) == (State.READY, State.READY)  # type: ignore[union-attr]
+    with Ledger.open(target, actor="supervisor-a-restarted") as ledger:
+        again = _supervisor_run(ledger, ws, files, "run-7")
+        assert ledger.store.head() == head
+    assert [r.duplicate for r in again] == [True] * len(first)
+    assert [[e.seq for e in r.events] for r in again] == [[e.seq for e in r.events] for r in first]
+
+
+def test_a_retried_trusted_state_or_recovery_is_a_duplicate_not_a_row(ws: Workspace, ledger: Ledger) -> None:
+    files = _files(ws)
+    ledger.activate_baseline(files["sft"])
+    ledger.receive(files["grpo"])
+    first = ledger.record_trusted_state("grpo-v7", "prompt_queue", files["queue"], event_id="r/1/trusted")
+    retried = ledger.record_trusted_state("grpo-v7", "prompt_queue", files["queue"], event_id="r/1/trusted")
+    assert retried.duplicate and retried.events == first.events
+    ledger.fail_stage("grpo-v7", "sampling", event_id="r/2/fail")
+    ledger.complete_recovery("grpo-v7", event_id="r/2/recovered")
+    retried_recovery = ledger.complete_recovery("grpo-v7", event_id="r/2/recovered")  # received now: not an error
+    assert retried_recovery.duplicate and retried_recovery.state is State.RECEIVED
+    types = [e.type for e in ledger.store.read_stream("candidate:grpo-v7")]
+    assert types.count("TrustedStateRecorded") == 1 and types.count("RecoveryCompleted") == 1
+
+
+def test_keys_are_global_across_supervisors(ws: Workspace, ledger: Ledger) -> None:
+    """Two supervisors using one key for different commands: the second is refused, never silently merged."""
+    files = _files(ws)
+    ledger.activate_baseline(files["sft"])
+    ledger.receive(files["dpo"], event_id="step-1/receive")
+    before = ledger.store.head()
+    with pytest.raises(DuplicateEventError, match="step-1/receive"):
+        ledger.receive(files["grpo"], event_id="step-1/receive")
+    assert ledger.store.head() == before
+
+
+def test_every_cli_write_takes_an_event_id(ws: Workspace) -> None:
+    """Each write subcommand twice with one key: the second run appends nothing (`appended: false`)."""
+    files = _files(ws)
+    commands = [
+        ["init", "--event-id", "c/init"],
+        ["baseline", "activate", str(files["sft"]), "--event-id", "c/baseline"],
+        ["evaluation", "activate", "eval-v1", "--event-id", "c/evaluation"],
+        ["receive", str(files["grpo"]), "--event-id", "c/receive"],
+        ["trusted", "grpo-v7", "prompt_queue", str(files["queue"]), "--event-id", "c/trusted"],
+        ["untrust", "grpo-v7", "prompt_queue", "--event-id", "c/untrust"],
+        ["fail", "grpo-v7", "--stage", "sampling", "--event-id", "c/fail"],
+        ["recovered", "grpo-v7", "--event-id", "c/recovered"],
+        ["check", "grpo-v7", "--event-id", "c/check"],
+        ["window", "2", "--event-id", "c/window"],
+        ["check", "grpo-v7", "--event-id", "c/check-2"],
+        ["handoff", "grpo-v7", "--event-id", "c/handoff"],
+    ]
+    import orjson
+
+    for args in commands:
+        first = invoke(ws.db, "--json", *args)
+        assert first.exit_code == 0, (args, first.output)
+    heads = sqlite3.connect(ws.db).execute("SELECT max(seq) FROM events").fetchone()
+    for args in commands:
+        again = invoke(ws.db, "--json", *args)
+        assert again.exit_code == 0, (args, again.output)
+        doc = orjson.loads(again.output)
+        assert doc.get("appended", False) is False, args
+    assert sqlite3.connect(ws.db).execute("SELECT max(seq) FROM events").fetchone() == heads
+
+
+def test_init_with_a_key_is_its_own_duplicate(ledger: Ledger) -> None:
+    first = ledger.init(3, 1, event_id="k/init")
+    again = ledger.init(3, 1, event_id="k/init")
+    assert isinstance(again, SettingsResult) and again.duplicate and again.events == first.events
+    assert [e.event_id for e in ledger.store.read_stream(LEDGER_STREAM)] == ["k/init"]
+
+
+def test_a_closed_ledger_raises_a_lifecycle_error(ws: Workspace) -> None:
+    """Not sqlite3.ProgrammingError: every call on a closed ledger is LedgerClosedError; closing twice is fine."""
+    ledger = ws.ledger()
+    ledger.receive(ws.dpo())
+    ledger.close()
+    ledger.close()
+    assert ledger.closed
+    for call in (lambda: ledger.candidate("dpo-v5"), lambda: ledger.check("dpo-v5"), lambda: list(ledger.events()),
+                 ledger.settings, lambda: ledger.store.head()):  # noqa: PLW0108  # fmt: skip
+        with pytest.raises(LedgerClosedError) as info:
+            call()
+        assert isinstance(info.value, LifecycleError)
+
+
+def test_busy_timeout_reaches_sqlite(ws: Workspace) -> None:
+    """A writer waits `busy_timeout` for another's lock: a short one gives up, a long one outlasts the holder."""
+    with ws.ledger() as setup:
+        setup.init()
+    holder = sqlite3.connect(ws.db, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        with Ledger.open(ws.db, busy_timeout=0.1) as impatient:
+            started = time.monotonic()
+            with pytest.raises(StoreError):
+                impatient.advance_window(2)
+        assert time.monotonic() - started < 10  # gave up after its own timeout, not the 30 s default
+        release = threading.Timer(1.0, lambda: holder.execute("COMMIT"))
+        release.start()
+        with Ledger.open(ws.db, busy_timeout=30.0) as patient:
+            started = time.monotonic()
+            assert patient.advance_window(2).appended
+            assert time.monotonic() - started > 0.5  # it did wait for the holder
+        release.join()
+    finally:
+        holder.close()

@@ -1,0 +1,144 @@
+"""What a user sees when PostgreSQL cannot serve the ledger: real `lifecycle` processes, real servers.
+
+Every case is exit 7 (the store failed), one `Error:` line on stderr, no traceback, and
+the URL's password nowhere in stdout or stderr, with debug logs on. The stuck-writer
+case holds the ledger's advisory lock from a plain psycopg connection inside an open
+transaction, as a hung writer would.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import psycopg
+import pytest
+from backends import pg_execute
+from conftest import Workspace, run_cli
+
+from store.postgres import PostgresEventStore
+from store.postgres_schema import STORE_SCHEMA_VERSION
+
+pytestmark = pytest.mark.postgres
+
+SECRET = "s3cret-pw"
+
+
+def with_password(url: str) -> str:
+    """`url` with a password in its user part (trust auth ignores it; it must never be shown)."""
+    assert "://postgres@" in url, "LIFECYCLE_TEST_PG must connect as user postgres for this test"
+    return url.replace("://postgres@", f"://postgres:{SECRET}@", 1)
+
+
+def assert_one_error_line(proc: subprocess.CompletedProcess[str], code: int, *needles: str) -> None:
+    assert proc.returncode == code, (proc.returncode, proc.stderr)
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+    assert SECRET not in proc.stderr + proc.stdout
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+
+
+def _foreign_events_table(url: str) -> None:
+    pg_execute(url, "CREATE TABLE events (id int)")
+
+
+def _other_schema_version(url: str) -> None:
+    PostgresEventStore(url).close()
+    pg_execute(url, "UPDATE meta SET value = %s", (str(STORE_SCHEMA_VERSION + 1),))
+
+
+@pytest.mark.parametrize(
+    ("url", "needle"),
+    [
+        (f"postgresql://postgres:{SECRET}@127.0.0.1:1/test", "Connection refused"),
+        (f"postgres://postgres:{SECRET}@127.0.0.1:5432/no_such_db_here", 'database "no_such_db_here" does not exist'),
+        (f"postgresql://postgres:{SECRET}@[::1:5432/test", "IPv6"),
+        (f"postgresql://postgres:{SECRET}@127.0.0.1:5432/test?no_such_option=1", "invalid URI query parameter"),
+        (f"postgresql://127.0.0.1:1/test?password={SECRET}", "Connection refused"),
+    ],
+    ids=["refused", "no-database", "unparsable", "bad-option", "password-parameter"],
+)
+@pytest.mark.parametrize("via", ["--db", "LIFECYCLE_DB"])
+@pytest.mark.parametrize("command", [["init"], ["status"], ["--json", "verify"]], ids=lambda c: c[-1])
+def test_unusable_server_is_exit_7_one_line_no_password(url: str, needle: str, via: str, command: list[str]) -> None:
+    """A refused connection, a missing database, a malformed URL: exit 7, one line, the password redacted."""
+    if via == "--db":
+        proc = run_cli(url, "--log-level", "debug", *command)
+    else:
+        proc = subprocess.run(
+            [sys.executable, "-m", "lifecycle_fsm", "--log-level", "debug", *command],
+            capture_output=True, text=True, check=False, timeout=60, env={**os.environ, "LIFECYCLE_DB": url},
+        )  # fmt: skip
+    assert_one_error_line(proc, 7, needle)
+
+
+@pytest.mark.parametrize(
+    ("spoil", "needle"),
+    [(_foreign_events_table, "is not a ledger"), (_other_schema_version, f"is not {STORE_SCHEMA_VERSION}")],
+    ids=["foreign-events-table", "other-schema-version"],
+)
+@pytest.mark.parametrize("command", [["init"], ["status"]], ids=lambda c: c[-1])
+def test_wrong_schema_is_exit_7(pg_url: str, spoil: Callable[[str], None], needle: str, command: list[str]) -> None:
+    """A schema that holds something else than a ledger of this version is refused, writer or reader."""
+    spoil(pg_url)
+    assert_one_error_line(run_cli(with_password(pg_url), "--log-level", "debug", *command), 7, needle)
+
+
+@pytest.fixture
+def stuck_writer(pg_url: str, ws: Workspace) -> Iterator[tuple[str, int]]:
+    """A ledger with one candidate, and a plain connection holding its write lock inside an open transaction."""
+    proc = run_cli(pg_url, "init")
+    assert proc.returncode == 0, proc.stderr
+    with PostgresEventStore(pg_url) as store:
+        key = store.session.lock_key
+    locked, release = threading.Event(), threading.Event()
+    pid: list[int] = []
+
+    def hold() -> None:
+        with psycopg.connect(pg_url, application_name="hung-supervisor") as conn:
+            pid.append(conn.info.backend_pid)
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
+            locked.set()
+            release.wait(120)
+            conn.rollback()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert locked.wait(30)
+        yield pg_url, pid[0]
+    finally:
+        release.set()
+        holder.join()
+
+
+def test_stuck_writer_is_exit_7_naming_the_holder(stuck_writer: tuple[str, int], ws: Workspace) -> None:
+    """While another session holds the lock, a write waits lock_timeout (here set in the URL), then exit 7
+    naming the holder's pid and application; nothing was appended, and reads still work meanwhile."""
+    url, pid = stuck_writer
+    impatient = with_password(url) + "%20-clock_timeout%3D300"  # inside the options= value: a second -c
+    started = time.monotonic()
+    proc = run_cli(impatient, "--log-level", "debug", "baseline", "activate", str(ws.baseline()))
+    assert_one_error_line(proc, 7, "write lock for more than 300ms (lock_timeout", f"server pid {pid}",
+                          "hung-supervisor", "nothing was appended")  # fmt: skip
+    assert time.monotonic() - started < 20
+    assert pg_execute(url, "SELECT count(*) FROM events") == [(1,)]
+    status = run_cli(url, "--json", "verify")  # readers take no lock
+    assert status.returncode == 0, status.stderr
+
+
+def test_default_timeouts_are_set_on_the_session(pg_url: str) -> None:
+    """Without the URL saying otherwise, lock_timeout is busy_timeout and the idle timeout is set (never 0)."""
+    with PostgresEventStore(pg_url, busy_timeout=0) as store:
+        shown = store.session.conn.execute(
+            "SELECT current_setting('lock_timeout'), current_setting('idle_in_transaction_session_timeout')"
+        ).fetchone()
+    assert shown == ("1ms", "1min")
+    with PostgresEventStore(pg_url) as store:
+        assert (store.session.lock_timeout, store.session.idle_timeout_shown) == ("30s", "1min")
