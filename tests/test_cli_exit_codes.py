@@ -20,11 +20,13 @@ from lifecycle_fsm.errors import (
     IllegalCommandError,
     InputError,
     IntegrityError,
+    LedgerClosedError,
     LifecycleError,
     NotFoundError,
     ScenarioError,
     StoreError,
 )
+from lifecycle_fsm.feed import WaitTimeout
 from lifecycle_fsm.state import IllegalTransition
 
 # Transcribed by hand from README's exit-code table: an oracle independent of ERROR_EXIT_CODES.
@@ -33,7 +35,8 @@ EXPECTED = {
     NotFoundError: 4,
     ConflictError: 5, IllegalCommandError: 5, ConcurrencyError: 5, DuplicateEventError: 5,
     IntegrityError: 6, CorruptionError: 6, IllegalTransition: 6,
-    StoreError: 7,
+    StoreError: 7, LedgerClosedError: 7,
+    WaitTimeout: 5,
     LifecycleError: 1,
 }  # fmt: skip
 

@@ -20,11 +20,13 @@ from lifecycle_fsm.errors import (
     IllegalCommandError,
     InputError,
     IntegrityError,
+    LedgerClosedError,
     LifecycleError,
     NotFoundError,
     ScenarioError,
     StoreError,
 )
+from lifecycle_fsm.feed import WaitTimeout
 from lifecycle_fsm.state import IllegalTransition
 
 # One instance of every error class, with its structured fields (other test modules use it too).
@@ -42,6 +44,8 @@ ERROR_EXAMPLES: dict[type[LifecycleError], LifecycleError] = {
     CorruptionError: CorruptionError("seq 9: reject -> ready", seq=9, found="HandoffDecided"),
     IllegalTransition: IllegalTransition(seq=9, stream_id="dpo-x", state="reject", trigger="hand_off", type_name="X"),
     StoreError: StoreError("ledger.db: database is locked"),
+    LedgerClosedError: LedgerClosedError("this Ledger was closed"),
+    WaitTimeout: WaitTimeout("dpo-x: not ready after 5 s", candidate_id="dpo-x", states=("ready",), last_state="tune"),
 }
 
 

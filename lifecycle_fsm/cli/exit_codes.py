@@ -10,6 +10,7 @@ from __future__ import annotations
 from enum import IntEnum
 
 from lifecycle_fsm.errors import ConflictError, InputError, IntegrityError, LifecycleError, NotFoundError, StoreError
+from lifecycle_fsm.feed import WaitTimeout
 
 __all__ = ["ERROR_EXIT_CODES", "EXIT_CODES", "ExitCode", "exit_code_for"]
 
@@ -34,7 +35,9 @@ EXIT_CODES: dict[int, str] = {
     ExitCode.USAGE: "usage error: unknown command or option, missing argument",
     ExitCode.INPUT: "bad input: missing file, bad JSON, malformed manifest, unknown stage or kind",
     ExitCode.NOT_FOUND: "not found: unknown candidate id",
-    ExitCode.CONFLICT: "conflict: the candidate's state does not allow the command, or another writer won",
+    ExitCode.CONFLICT: (
+        "conflict: the candidate's state does not allow the command, another writer won, or a wait timed out"
+    ),
     ExitCode.INTEGRITY: "integrity: the hash chain, a checkpoint or a recorded transition is broken",
     ExitCode.STORE: "store: the database file is unusable or stayed locked",
     ExitCode.DRILL_FAILED: "drill: an expectation did not hold",
@@ -48,6 +51,7 @@ ERROR_EXIT_CODES: tuple[tuple[type[LifecycleError], ExitCode], ...] = (
     (InputError, ExitCode.INPUT),
     (NotFoundError, ExitCode.NOT_FOUND),
     (ConflictError, ExitCode.CONFLICT),
+    (WaitTimeout, ExitCode.CONFLICT),  # the candidate did not reach the awaited state in time
     (IntegrityError, ExitCode.INTEGRITY),
     (StoreError, ExitCode.STORE),
     (LifecycleError, ExitCode.INTERNAL),

@@ -13,7 +13,7 @@ import orjson
 
 from lifecycle_fsm.cli.app import json_option, open_ledger, wants_json
 from lifecycle_fsm.cli.render import emit, print_result
-from lifecycle_fsm.limits import display
+from lifecycle_fsm.limits import MAX_INT64, display
 from lifecycle_fsm.manifests import load_baseline_manifest, load_candidate_manifest
 from lifecycle_fsm.rules import STAGES
 
@@ -42,8 +42,8 @@ __all__ = [
 
 
 @click.command()
-@click.option("--max-window-age", default=2, show_default=True, type=click.IntRange(min=0))
-@click.option("--active-window", default=1, show_default=True, type=click.IntRange(min=0))
+@click.option("--max-window-age", default=2, show_default=True, type=click.IntRange(0, MAX_INT64))
+@click.option("--active-window", default=1, show_default=True, type=click.IntRange(0, MAX_INT64))
 @event_id_option
 @json_option
 def init(max_window_age: int, active_window: int, event_id: str | None) -> None:
