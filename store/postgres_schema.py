@@ -170,6 +170,10 @@ class PgSession:
             raise InputError("busy_timeout must be >= 0 and idle_timeout > 0 (seconds)")
         with self.mapped("cannot connect"):
             self.conn = psycopg.connect(url, autocommit=True, connect_timeout=10, application_name="lifecycle-fsm")
+        # psycopg's own automatic preparing is off: once it holds a statement it answers any
+        # ROLLBACK with DEALLOCATE ALL, which also drops the statements `prepare_if_repeated`
+        # made, and the next EXECUTE fails ("prepared statement … does not exist").
+        self.conn.prepare_threshold = None
         try:
             with self.mapped("cannot configure the session"):
                 # lock_timeout bounds the wait for the write lock (SQLite's busy timeout);

@@ -120,7 +120,7 @@ class PostgresTransaction:
             parts.append(("COMMIT", None))
         with self._session.mapped("write transaction failed"):
             if len(parts) == 1 and parts[0][1] is not None:
-                return [_Result(conn.execute(*parts[0]))]  # server-bound: psycopg prepares it
+                return [_Result(conn.execute(*parts[0]))]  # server-bound
             inline = self._session.inline
             cur = conn.execute("; ".join(sql if params is None else inline(sql, params) for sql, params in parts))
             cursors = []
