@@ -37,6 +37,37 @@ def store(pg_url: str) -> Iterator[PostgresEventStore]:
         yield s
 
 
+def test_a_rolled_back_transaction_keeps_the_prepared_statements(store: PostgresEventStore) -> None:
+    """Lost races (a ROLLBACK each) between repeated appends: later appends still find their statements.
+
+    psycopg answers a ROLLBACK with DEALLOCATE ALL once it has prepared statements of
+    its own, which dropped the store's and failed the next append ("prepared statement
+    lifecycle_stmt_N does not exist"); the store now leaves preparing to itself.
+    """
+    from store import ConcurrencyError
+
+    def one_append() -> None:
+        with store.transaction() as tx:
+            tx.expect_version("b", 1)
+            version = tx.stream_version("a")
+            tx.append("a", version, [new("a", version)])
+
+    for _ in range(8):  # repeated shapes: the store prepares its statements (and psycopg would its own)
+        one_append()
+    version = store.stream_version("a")
+
+    def lose_a_race() -> None:
+        with store.transaction() as tx:
+            tx.expect_version("b", 0)  # stale: the transaction rolls back
+            tx.append("a", version, [new("a", 100)])
+
+    with pytest.raises(ConcurrencyError):
+        lose_a_race()
+    for _ in range(3):
+        one_append()
+    assert store.stream_version("a") == 13 and store.verify_chain().ok
+
+
 # --- the database refuses to rewrite history ----------------------------------------------------
 
 
