@@ -51,7 +51,7 @@ def status(candidate_id: str | None, as_of: AsOf | None) -> None:
         return
     from replay import load_state
 
-    states = load_state(ledger.store, to=position).state.candidates
+    states = load_state(ledger.store, to=position, checked=True).state.candidates
     docs = [candidate_json(c) for _, c in sorted(states.items())]
     if not wants_json() and position is not None:
         click.echo(f"as of seq {position}")
@@ -106,13 +106,13 @@ def replay(to: int | None, full: bool) -> None:
         results: list[LoadResult] = []
 
         def derive() -> list[StreamHead]:
-            results.append(load_state(ledger.store, use_checkpoints=False))
+            results.append(load_state(ledger.store, use_checkpoints=False, checked=True))
             return index_of(results[0].state)
 
         ledger.store.rebuild_stream_index(derive)
         loaded = results[0]
     else:
-        loaded = load_state(ledger.store, to=to, use_checkpoints=not full)
+        loaded = load_state(ledger.store, to=to, use_checkpoints=not full, checked=True)
     docs = [candidate_json(c) for _, c in sorted(loaded.state.candidates.items())]
     doc = {
         "states": docs,
