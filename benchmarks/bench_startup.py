@@ -4,16 +4,20 @@ Contenders, each a fresh process per run, many runs per round, interleaved:
 - `lifecycle --db F status ID` (the installed console script: imports the CLI, opens
   the ledger file, folds one candidate's 2 events, prints a table);
 - the same with `--json`;
-- `python -c "import lifecycle_fsm"` (the library import alone, info);
+- `python -c "import lifecycle_fsm"` (the library import alone; target <= 2x the floor,
+  issue #12: the package's public names load on first use);
 - the floor: `python -c "import sqlite3"` (interpreter start, site, one C extension).
 
 All run with the same interpreter (this virtualenv's), so `site` and the `.pth` files of
 the editable install are paid by every contender alike: the ratio is our imports and
-our work.
+our work. Each figure is the CPU time (user + system) of the child processes, from
+`getrusage(RUSAGE_CHILDREN)`: on a machine whose load is several times its core count,
+wall time is mostly waiting for a core.
 """
 
 from __future__ import annotations
 
+import resource
 import shutil
 import subprocess
 import sys
@@ -21,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bench_append import cid_of, seed_candidates
-from bench_common import Row, clock, fmt_spread, interleaved, median, per_round_ratio, remove_db, summary
+from bench_common import Row, fmt_spread, interleaved, median, per_round_ratio, remove_db, summary
 
 from lifecycle_fsm.ledger import Ledger
 
@@ -31,11 +35,16 @@ def _cli() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "lifecycle_fsm"]
 
 
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _timed(argv: list[str], runs: int) -> float:
-    t0 = clock()
+    t0 = _children_cpu()
     for _ in range(runs):
         subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return (clock() - t0) / runs
+    return (_children_cpu() - t0) / runs
 
 
 def run(workdir: Path, rounds: int, quick: bool) -> tuple[list[Row], dict[str, Any]]:
@@ -67,12 +76,13 @@ def run(workdir: Path, rounds: int, quick: bool) -> tuple[list[Row], dict[str, A
             median(ratios["status"]) <= 2.5),
         Row("startup", "whole-process `lifecycle --json status ID` / floor (info)", "-",
             f"{ms['status_json']} ms", median(ratios["status_json"])),
-        Row("startup", "`python -c 'import lifecycle_fsm'` / floor (info)", "-", f"{ms['import']} ms",
-            median(ratios["import"])),
+        Row("startup", "`python -c 'import lifecycle_fsm'` / floor", "<= 2x", f"{ms['import']} ms",
+            median(ratios["import"]), median(ratios["import"]) <= 2.0),
     ]  # fmt: skip
     detail = {
         "argv": {k: [Path(a).name if a.startswith("/") else a for a in v] for k, v in argv.items()},
         "runs_per_round": runs,
+        "clock": "CPU time (user + system) of the child processes",
         "ms": {k: summary(v, 1e3, 1) for k, v in times.items()},
         "ratios": {k: summary(v) for k, v in ratios.items()},
         "interpreter": sys.executable,

@@ -36,10 +36,42 @@ def heavy_in(modules: set[str]) -> list[str]:
 
 
 def test_import_lifecycle_fsm_imports_no_heavy_library() -> None:
-    """`import lifecycle_fsm` (the embedding API) does not import rich, sqlite_utils or structlog."""
+    """`import lifecycle_fsm` loads the package's `__init__` and nothing of ours behind it: no
+    attrs classes, no store, no sqlite-utils / rich / structlog / transitions."""
     modules = imported_by("-c", "import lifecycle_fsm")
-    assert "lifecycle_fsm.ledger" in modules  # the probe sees our own imports
+    assert "lifecycle_fsm" in modules  # the probe sees our own imports
+    ours = sorted(m for m in modules if m.split(".")[0] in {"lifecycle_fsm", "store", "replay"})
+    assert ours == ["lifecycle_fsm"]
     assert heavy_in(modules) == []
+    assert sorted(m for m in modules if m.split(".")[0] in {"attr", "attrs", "transitions"}) == []
+
+
+def test_the_embedding_api_imports_no_heavy_library() -> None:
+    """`from lifecycle_fsm import Ledger` (loads the facade) still imports no rich, sqlite_utils or structlog."""
+    modules = imported_by("-c", "from lifecycle_fsm import Ledger")
+    assert "lifecycle_fsm.ledger" in modules
+    assert heavy_in(modules) == []
+
+
+def test_every_public_name_resolves_to_its_defining_module() -> None:
+    """Each name in `__all__` loads lazily, is the submodule's own object, and `import *` gives them all."""
+    code = (
+        "import importlib, lifecycle_fsm as p\n"
+        "assert sorted(p._WHERE) == sorted(p.__all__)\n"
+        "for n in p.__all__:\n"
+        "    assert getattr(p, n) is getattr(importlib.import_module('lifecycle_fsm.' + p._WHERE[n]), n), n\n"
+        "ns = {}\n"
+        "exec('from lifecycle_fsm import *', ns)\n"
+        "assert set(p.__all__) <= set(ns)\n"
+        "assert set(p.__all__) <= set(dir(p))\n"
+        "try:\n"
+        "    p.no_such_name\n"
+        "except AttributeError as e:\n"
+        "    print(e)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "module 'lifecycle_fsm' has no attribute 'no_such_name'"
 
 
 def test_status_on_an_existing_ledger_imports_only_what_it_uses(populated_db: Path) -> None:
