@@ -53,15 +53,26 @@ def test_the_embedding_api_imports_no_heavy_library() -> None:
     assert heavy_in(modules) == []
 
 
-def test_every_public_name_resolves_to_its_defining_module() -> None:
+def test_the_error_classes_do_not_load_the_stores() -> None:
+    """`lifecycle_fsm.errors` (every CLI start imports it for the exit codes) loads `store.errors`
+    without the SQLite and memory stores, their records or attrs: `store`'s names are lazy too."""
+    modules = imported_by("-c", "import lifecycle_fsm.errors")
+    assert "store.errors" in modules
+    loaded = {m for m in modules if m.split(".")[0] == "store"}
+    assert loaded & {"store.sqlite", "store.memory", "store.records", "store.base", "store.chain"} == set()
+    assert sorted(m for m in modules if m.split(".")[0] in {"attr", "attrs"}) == []
+
+
+@pytest.mark.parametrize("package", ["lifecycle_fsm", "store"])
+def test_every_public_name_resolves_to_its_defining_module(package: str) -> None:
     """Each name in `__all__` loads lazily, is the submodule's own object, and `import *` gives them all."""
     code = (
-        "import importlib, lifecycle_fsm as p\n"
+        f"import importlib, {package} as p\n"
         "assert sorted(p._WHERE) == sorted(p.__all__)\n"
         "for n in p.__all__:\n"
-        "    assert getattr(p, n) is getattr(importlib.import_module('lifecycle_fsm.' + p._WHERE[n]), n), n\n"
+        f"    assert getattr(p, n) is getattr(importlib.import_module('{package}.' + p._WHERE[n]), n), n\n"
         "ns = {}\n"
-        "exec('from lifecycle_fsm import *', ns)\n"
+        f"exec('from {package} import *', ns)\n"
         "assert set(p.__all__) <= set(ns)\n"
         "assert set(p.__all__) <= set(dir(p))\n"
         "try:\n"
@@ -71,7 +82,7 @@ def test_every_public_name_resolves_to_its_defining_module() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "module 'lifecycle_fsm' has no attribute 'no_such_name'"
+    assert done.stdout.strip() == f"module '{package}' has no attribute 'no_such_name'"
 
 
 def test_status_on_an_existing_ledger_imports_only_what_it_uses(populated_db: Path) -> None:
