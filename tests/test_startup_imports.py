@@ -96,6 +96,31 @@ def test_status_on_an_existing_ledger_imports_only_what_it_uses(populated_db: Pa
     assert sorted(m for m in modules if m.rsplit(".", 1)[-1] in others and m.startswith("lifecycle_fsm.cli")) == []
 
 
+def test_status_as_text_draws_its_table_without_rich(populated_db: Path) -> None:
+    """`lifecycle status ID` into a pipe prints rich's table text without importing rich."""
+    modules = imported_by("-m", "lifecycle_fsm", "--db", str(populated_db), "status", "cand-1")
+    assert "lifecycle_fsm.cli.render" in modules
+    assert heavy_in(modules) == []
+    done = subprocess.run(
+        [sys.executable, "-m", "lifecycle_fsm", "--db", str(populated_db), "status", "cand-1"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert done.stdout.splitlines()[1].split() == [
+        "┃",
+        "id",
+        "┃",
+        "kind",
+        "┃",
+        "state",
+        "┃",
+        "version",
+        "┃",
+        "reasons",
+        "┃",
+    ]
+    assert "│ cand-1 │ grpo │ received │ 1       │         │" in done.stdout
+
+
 def test_a_new_ledger_still_gets_its_schema(tmp_path: Path) -> None:
     """sqlite-utils is imported only to create the schema, and then it is created (with its triggers)."""
     db = tmp_path / "new.db"

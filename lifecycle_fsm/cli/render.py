@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -71,7 +72,7 @@ def console() -> Console:
     """A terminal gets rich's own width; a pipe or a file gets room for whole hashes and ids."""
     from rich.console import Console
 
-    return Console() if sys.stdout.isatty() else Console(width=240)
+    return Console() if sys.stdout.isatty() else Console(width=PIPE_WIDTH)
 
 
 def _table(*columns: str) -> Table:
@@ -91,13 +92,47 @@ def cells(*values: str) -> list[Text]:
     return [Text(display(v)) for v in values]
 
 
+PIPE_WIDTH = 240  # `console()`'s width for a pipe or a file
+
+
+def plain_table(columns: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str | None:
+    """The text rich prints for this table into a pipe (`console()`, `_table`), drawn without
+    importing rich (~40 ms of a `status` process); None when rich's own layout is needed:
+    a terminal (colours, its width), a non-ASCII cell (cell widths), or a table wider than
+    the pipe (folded cells). tests/test_render_plain.py holds it to rich's output."""
+    if sys.stdout.isatty():
+        return None
+    texts = [columns, *[tuple(display(v) for v in row) for row in rows]]
+    if not all(v.isascii() for row in texts for v in row):
+        return None
+    widths = [max(len(row[i]) for row in texts) for i in range(len(columns))]
+    if sum(widths) + 3 * len(widths) + 1 > PIPE_WIDTH:
+        return None
+
+    def line(left: str, fill: str, mid: str, right: str) -> str:
+        return left + mid.join(fill * (w + 2) for w in widths) + right
+
+    def cells_line(bar: str, row: tuple[str, ...]) -> str:
+        return bar + bar.join(f" {v.ljust(w)} " for v, w in zip(row, widths, strict=True)) + bar
+
+    out = [line("┏", "━", "┳", "┓"), cells_line("┃", columns), line("┡", "━", "╇", "┩")]
+    out += [cells_line("│", row) for row in texts[1:]]
+    out.append(line("└", "─", "┴", "┘"))
+    return "\n".join(out)
+
+
 def print_status(docs: list[_JSON]) -> None:
     if not docs:
         click.echo("no candidates")
         return
-    table = _table("id", "kind", "state", "version", "reasons")
-    for d in docs:
-        table.add_row(*cells(d["id"], str(d["kind"]), d["state"], str(d["version"]), ", ".join(d["reason_codes"])))
+    columns = ("id", "kind", "state", "version", "reasons")
+    rows = [(d["id"], str(d["kind"]), d["state"], str(d["version"]), ", ".join(d["reason_codes"])) for d in docs]
+    if (text := plain_table(columns, rows)) is not None:
+        click.echo(text)
+        return
+    table = _table(*columns)
+    for row in rows:
+        table.add_row(*cells(*row))
     console().print(table)
 
 
