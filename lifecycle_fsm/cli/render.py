@@ -20,7 +20,17 @@ if TYPE_CHECKING:  # rich is imported when a table is printed, not at start-up (
     from rich.table import Table
     from rich.text import Text
 
-__all__ = ["candidate_json", "cells", "console", "emit", "print_history", "print_result", "print_status"]
+__all__ = [
+    "PIPE_WIDTH",
+    "candidate_json",
+    "cells",
+    "console",
+    "emit",
+    "plain_table",
+    "print_history",
+    "print_result",
+    "print_status",
+]
 
 _JSON = dict[str, Any]
 
