@@ -30,6 +30,7 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
+import bench_trust
 import orjson
 from bench_common import (
     Row,
@@ -370,9 +371,12 @@ def run(workdir: Path, rounds: int, quick: bool) -> tuple[list[Row], dict[str, A
         path, streams, position, [10_000, 50_000] if quick else [10_000, 100_000], rounds
     )
     latency_rows += stale_rows
+    trust_rows, details["trust"] = bench_trust.run(path, LONG_ID, rounds)  # appends seals: last
+    print("  trust (verify --pubkey, re-hashed reads): done", flush=True)
     details["memory"] = memory
     details["payload_bytes_mean"] = _mean_payload(path)
-    return replay_rows + _memory_rows(memory) + _checkpoint_rows(stage_times) + latency_rows, details
+    rows = replay_rows + _memory_rows(memory) + _checkpoint_rows(stage_times) + latency_rows + trust_rows
+    return rows, details
 
 
 def _mean_payload(path: Path) -> float:

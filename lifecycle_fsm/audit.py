@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -36,11 +36,15 @@ from lifecycle_fsm.audit_records import (
 )
 from lifecycle_fsm.errors import ConflictError, InputError, NotFoundError
 from lifecycle_fsm.events import LEDGER_STREAM, stream_of
-from lifecycle_fsm.ledger import DEFAULT_ACTIVE_WINDOW, DEFAULT_MAX_WINDOW_AGE, Ledger
+from lifecycle_fsm.ledger import DEFAULT_ACTIVE_WINDOW, DEFAULT_MAX_WINDOW_AGE, Ledger, utc_now
 from lifecycle_fsm.manifests import BaselineManifest, CandidateManifest, load_baseline_manifest, load_candidate_manifest
 from lifecycle_fsm.rules import ONLINE_KINDS, check_candidate_freshness
+from lifecycle_fsm.seals import seal
 from lifecycle_fsm.state import LedgerSettings
 from store.chain import canonical_json
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 __all__ = [
     "AuditCandidate",
@@ -316,8 +320,13 @@ def _process(ledger: Ledger, c: AuditCandidate) -> None:
     # reject and recovering: recorded as they stand
 
 
-def run(prepared: PreparedAudit, ledger: Ledger) -> AuditResult:
-    """Drive the ledger through the audit, then write both records (SPEC §7)."""
+def run(prepared: PreparedAudit, ledger: Ledger, *, signing_key: Ed25519PrivateKey | None = None) -> AuditResult:
+    """Drive the ledger through the audit, then write both records (SPEC §7).
+
+    The records carry `ledger_head` (the head after the audit's last event) and, with a
+    signing key, `signed_head`: the audit seals that head (SPEC §8), so an auditor can
+    keep it outside the file.
+    """
     check_runnable(prepared)
     request = prepared.request
     _settings_preflight(ledger.settings(), request)
@@ -361,6 +370,11 @@ def run(prepared: PreparedAudit, ledger: Ledger) -> AuditResult:
         "missing_candidate_manifests": list(prepared.missing),
         "ledger_events": ledger_events,
     }
+    head = ledger.store.head()
+    trust: JSON = {"ledger_head": {"seq": head.seq, "hash": head.hash}}
+    if signing_key is not None:
+        trust["signed_head"] = seal(ledger.store, signing_key, actor=ledger.actor, clock=utc_now)
+    evidence.update(trust)
     ready = any(r["handoff_status"] == "ready_for_evaluation" for r in records)
     handoff = {
         **common,
@@ -370,6 +384,7 @@ def run(prepared: PreparedAudit, ledger: Ledger) -> AuditResult:
         "candidate_records": records,
         "source_evidence": prepared.evidence_path.name,
         "recovery_scenarios": scenarios,
+        **trust,
     }
     replaced = publish(
         [(prepared.evidence_path, canonical_bytes(evidence)), (prepared.handoff_path, canonical_bytes(handoff))],

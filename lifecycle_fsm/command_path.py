@@ -98,8 +98,15 @@ class CommandPath:
     """Runs commands for one Ledger (see the module docstring for the five steps)."""
 
     def __init__(
-        self, reader: StreamReader, *, actor: str, clock: Callable[[], str], retry: RetryPolicy = DEFAULT_RETRY
+        self,
+        reader: StreamReader,
+        *,
+        actor: str,
+        clock: Callable[[], str],
+        retry: RetryPolicy = DEFAULT_RETRY,
+        new_id: Callable[[], str] | None = None,
     ) -> None:
+        self.new_id = new_id or (lambda: uuid.uuid4().hex)  # the simulator passes a counter: one seed, one head
         self.reader = reader
         self.store = reader.store
         self.actor = actor
@@ -154,7 +161,7 @@ class CommandPath:
         keyed = 0
         for event in events:
             if event_id is None or (stream_id == LEDGER_STREAM and _is_default_init(event, events)):
-                eid = uuid.uuid4().hex  # the implied defaults of an uninitialised ledger are not the command's
+                eid = self.new_id()  # the implied defaults of an uninitialised ledger are not the command's
             else:
                 eid = event_id if keyed == 0 else f"{event_id}/{keyed}"
                 keyed += 1
@@ -220,18 +227,25 @@ class CommandPath:
         With a key, they continue the command's numbering (`event_id/N`), so a retry
         finds and returns them too.
 
-        The stream index (kept in every append's transaction, rebuildable by replay)
-        finds them without folding the log.
+        The stream index lists the candidates; whether each is decided (and of which
+        kind) comes from its fold of the log, never from the index's `status`: an index
+        row edited by hand must not let a decided candidate keep stale evidence (the
+        reader's cache keeps this cheap for a long-lived process).
         """
         done: list[tuple[str, tuple[StoredEvent, ...]]] = []
-        for head in tx.streams(statuses=INVALIDATED_STATES):
+        for head in tx.streams():
             candidate_id = candidate_id_of(head.stream_id)
-            if candidate_id is None or (invalidation.kinds is not None and head.category not in invalidation.kinds):
+            if candidate_id is None:
+                continue
+            current = self.reader.candidate(head.stream_id, source=tx)
+            if current is None or current.state not in INVALIDATED_STATES:
+                continue
+            if invalidation.kinds is not None and current.kind not in invalidation.kinds:
                 continue
             new = self._new_events(head.stream_id, [invalidation.event], None)
             if event_id is not None:
                 new = [attrs.evolve(new[0], event_id=f"{event_id}/{keyed + len(done)}")]
-            done.append((candidate_id, tx.append(head.stream_id, head.version, new, status="received").events))
+            done.append((candidate_id, tx.append(head.stream_id, current.version, new, status="received").events))
         return done
 
     def _replayed(

@@ -159,10 +159,13 @@ def _with_defaults(settings: LedgerSettings, decision: Decision) -> Decision:
     return attrs.evolve(decision, events=(defaults, *decision.events))
 
 
-def init(settings: LedgerSettings, max_window_age: int, active_window: int) -> Decision:
-    """Fix the freshness settings; the same values again is a no-op, others a conflict."""
+def init(settings: LedgerSettings, max_window_age: int, active_window: int, ledger_id: str | None = None) -> Decision:
+    """Fix the freshness settings; the same values again is a no-op, others a conflict.
+
+    `ledger_id` (random, chosen by the caller: decisions stay pure) names the ledger in seals.
+    """
     if not settings.initialized:
-        return Decision((LedgerInitialized(max_window_age, active_window),))
+        return Decision((LedgerInitialized(max_window_age, active_window, ledger_id),))
     if (settings.max_window_age, settings.active_window) == (max_window_age, active_window):
         return NOTHING
     raise ConflictError(

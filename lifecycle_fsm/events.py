@@ -39,10 +39,12 @@ __all__ = [
     "Event",
     "EvidenceInvalidated",
     "HandoffDecided",
+    "HeadSealed",
     "LedgerEvent",
     "LedgerInitialized",
     "RecoveryCompleted",
     "RecoveryPlanned",
+    "SEALS_STREAM",
     "StageFailed",
     "TrustedStateInvalidated",
     "TrustedStateRecorded",
@@ -52,6 +54,7 @@ __all__ = [
 ]
 
 LEDGER_STREAM = "ledger"
+SEALS_STREAM = "seals"
 CANDIDATE_PREFIX = "candidate:"
 
 JSON = dict[str, Any]
@@ -103,11 +106,18 @@ class LedgerEvent(Event):
 
 @attrs.frozen
 class LedgerInitialized(LedgerEvent):
-    """The ledger's freshness settings were fixed (seed defaults: max age 2, window 1)."""
+    """The ledger's freshness settings were fixed (seed defaults: max age 2, window 1).
+
+    v2 carries the ledger's `ledger_id` (random at `init`; what a seal signs, so a seal
+    cannot be replayed onto another ledger). It changes no setting: `lifecycle_fsm.seals`
+    reads it from the ledger's first event.
+    """
 
     TYPE: ClassVar[str] = "LedgerInitialized"
+    SCHEMA_VERSION: ClassVar[int] = 2  # v2: ledger_id
     max_window_age: int
     active_window: int
+    ledger_id: str | None = None  # None: derived from this event's hash (`seals.ledger_id_of`)
 
     @classmethod
     def settle(cls, payload: Mapping[str, Any]) -> JSON:
@@ -162,6 +172,25 @@ class EvaluationActivated(LedgerEvent):
     @classmethod
     def settle(cls, payload: Mapping[str, Any]) -> JSON:
         return {"evaluation_version": payload["evaluation_version"]}
+
+
+# --- the seals stream: signed heads, deciding nothing --------------------------------
+
+
+@attrs.frozen
+class HeadSealed(Event):
+    """A key holder signed the head before this event (`lifecycle seal`, SPEC §8).
+
+    It lives in its own `seals` stream, so a seal never makes a decision re-decide.
+    `signature` is Ed25519 over the canonical JSON of `{ledger_id, seq, hash}`.
+    """
+
+    TYPE: ClassVar[str] = "HeadSealed"
+    ledger_id: str
+    seq: int
+    hash: str
+    key_id: str
+    signature: str  # base64 (standard alphabet)
 
 
 # --- one stream per candidate -------------------------------------------------------
@@ -447,4 +476,4 @@ CANDIDATE_EVENTS: dict[str, type[CandidateEvent]] = {
         EvidenceInvalidated,
     )
 }
-EVENT_TYPES: dict[str, type[Event]] = {**LEDGER_EVENTS, **CANDIDATE_EVENTS}
+EVENT_TYPES: dict[str, type[Event]] = {**LEDGER_EVENTS, **CANDIDATE_EVENTS, HeadSealed.TYPE: HeadSealed}

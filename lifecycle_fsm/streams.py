@@ -10,6 +10,7 @@ copy of a long-lived candidate and fold only the events after it.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 import orjson
 
@@ -25,6 +26,12 @@ from store.records import StoredEvent
 __all__ = ["StreamReader", "fold_candidate", "fold_settings", "state_from_checkpoint"]
 
 log = get_logger(__name__)
+
+
+class StreamSource(Protocol):
+    """What a fold reads a stream from: the store, or a write transaction."""
+
+    def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[StoredEvent]: ...
 
 
 def fold_settings(events: Sequence[StoredEvent], start: LedgerSettings | None = None) -> LedgerSettings:
@@ -85,10 +92,14 @@ class StreamReader:
             self._settings = fold_settings(new, start=cached)
         return self._settings
 
-    def candidate(self, stream_id: str) -> CandidateState | None:
-        """A candidate folded from the log alone (what commands decide from), None if unknown."""
+    def candidate(self, stream_id: str, *, source: StreamSource | None = None) -> CandidateState | None:
+        """A candidate folded from the log alone (what commands decide from), None if unknown.
+
+        `source`: read through an open write transaction instead of the store.
+        """
         cached = self._candidates.get(stream_id)
-        new = self.store.read_stream(stream_id, after_version=0 if cached is None else cached.version)
+        reader = self.store if source is None else source
+        new = reader.read_stream(stream_id, after_version=0 if cached is None else cached.version)
         state = fold_candidate(new, start=cached)
         if state is not None:
             self._candidates[stream_id] = state

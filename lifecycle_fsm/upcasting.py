@@ -8,6 +8,7 @@ version newer than this code is a `CorruptionError`, never a guess.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from typing import Any
 
@@ -15,20 +16,25 @@ import orjson
 
 from lifecycle_fsm.errors import CorruptionError
 from lifecycle_fsm.events import EVENT_TYPES, Event
+from store.chain import rehash
 from store.records import StoredEvent
 
 __all__ = [
     "CURRENT_VERSIONS",
+    "ROW_UPCASTERS",
     "UPCASTERS",
     "Upcaster",
+    "check_row",
     "decoded_event",
     "decoded_payload",
     "event_from_payload",
     "upcast",
     "upcast_baseline_activated_v1_v2",
     "upcast_candidate_received_v1_v2",
+    "derived_ledger_id",
     "upcast_checks_v1_v2",
     "upcast_checks_v2_v3",
+    "upcast_ledger_initialized_v1_v2",
 ]
 
 JSON = dict[str, Any]
@@ -66,6 +72,25 @@ def upcast_checks_v2_v3(payload: JSON) -> JSON:
     return out
 
 
+def derived_ledger_id(first_event_hash: str) -> str:
+    """The ledger id of a ledger made before ids existed: fixed by its first event's hash.
+
+    Deterministic, so every read (and every machine) derives the same id; domain-tagged,
+    so it is not the hash itself.
+    """
+    return hashlib.sha256(b"lifecycle-fsm/ledger-id/v1\n" + first_event_hash.encode()).hexdigest()[:32]
+
+
+def upcast_ledger_initialized_v1_v2(payload: JSON, event_hash: str | None = None) -> JSON:
+    """v2 carries `ledger_id`; a v1 ledger's id is derived from this event's stored hash.
+
+    The first upcaster that needs the stored row, not only the payload: callers that
+    decode a whole `StoredEvent` pass its hash. The fold (which never reads the id)
+    passes none and gets None.
+    """
+    return {**payload, "ledger_id": None if event_hash is None else derived_ledger_id(event_hash)}
+
+
 # (type, from_version) -> function returning the payload at from_version + 1.
 UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("BaselineActivated", 1): upcast_baseline_activated_v1_v2,
@@ -75,10 +100,16 @@ UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("ChecksRecorded", 2): upcast_checks_v2_v3,
     ("HandoffDecided", 2): upcast_checks_v2_v3,
 }
+# Upcasters that also read the stored event's hash (the row, not only its payload).
+ROW_UPCASTERS: dict[tuple[str, int], Callable[[JSON, str | None], JSON]] = {
+    ("LedgerInitialized", 1): upcast_ledger_initialized_v1_v2,
+}
 CURRENT_VERSIONS: dict[str, int] = {name: cls.SCHEMA_VERSION for name, cls in EVENT_TYPES.items()}
 
 
-def upcast(type_name: str, schema_version: int, payload: JSON, *, seq: int | None = None) -> JSON:
+def upcast(
+    type_name: str, schema_version: int, payload: JSON, *, seq: int | None = None, event_hash: str | None = None
+) -> JSON:
     """Bring a stored payload up to the current schema version, or fail loudly."""
     cls = EVENT_TYPES.get(type_name)
     if cls is None:
@@ -88,6 +119,11 @@ def upcast(type_name: str, schema_version: int, payload: JSON, *, seq: int | Non
     version = schema_version
     while version < cls.SCHEMA_VERSION:
         step = UPCASTERS.get((type_name, version))
+        row_step = ROW_UPCASTERS.get((type_name, version))
+        if row_step is not None:
+            payload = row_step(payload, event_hash)
+            version += 1
+            continue
         if step is None:
             raise CorruptionError(
                 f"no upcaster for {type_name} schema version {version}", seq=seq, found=schema_version
@@ -105,15 +141,32 @@ def upcast(type_name: str, schema_version: int, payload: JSON, *, seq: int | Non
 
 def decoded_payload(event: StoredEvent) -> JSON:
     """A stored payload, parsed and upcast to the current schema version."""
-    return upcast(event.type, event.schema_version, _parsed(event), seq=event.seq)
+    return upcast(event.type, event.schema_version, _parsed(event), seq=event.seq, event_hash=event.hash)
 
 
 def decoded_event(event: StoredEvent) -> Event:
     """A stored event as its domain event (parsed, upcast once, fields checked)."""
-    return event_from_payload(event.type, event.schema_version, _parsed(event), seq=event.seq)
+    return event_from_payload(event.type, event.schema_version, _parsed(event), seq=event.seq, event_hash=event.hash)
+
+
+def check_row(event: StoredEvent) -> None:
+    """Fail closed on a row edited in place: its own hash must match its columns (no chain walk).
+
+    Every read that decodes a stored event passes here, so `status`, `explain`,
+    `history` and `log` never show a state built from a row they could not trust. A row
+    re-hashed by hand keeps its own hash but breaks the next row's link: `verify` (the
+    whole chain) and a sealed or pinned head catch that.
+    """
+    if rehash(event, event.prev_hash) != event.hash:
+        raise CorruptionError(
+            f"seq {event.seq}: stored hash does not match the event's content (edited in place?); "
+            "run `lifecycle verify`",
+            seq=event.seq,
+        )
 
 
 def _parsed(event: StoredEvent) -> JSON:
+    check_row(event)
     try:
         payload = orjson.loads(event.payload)
     except orjson.JSONDecodeError as e:
@@ -123,9 +176,11 @@ def _parsed(event: StoredEvent) -> JSON:
     return payload
 
 
-def event_from_payload(type_name: str, schema_version: int, payload: JSON, *, seq: int | None = None) -> Event:
+def event_from_payload(
+    type_name: str, schema_version: int, payload: JSON, *, seq: int | None = None, event_hash: str | None = None
+) -> Event:
     """Rebuild a typed event from a stored payload (upcast first); strict about fields."""
-    current = upcast(type_name, schema_version, payload, seq=seq)
+    current = upcast(type_name, schema_version, payload, seq=seq, event_hash=event_hash)
     try:
         return EVENT_TYPES[type_name](**current)
     except TypeError as e:

@@ -89,8 +89,14 @@ def _restore(record: CheckpointRecord) -> LedgerState:
     )
 
 
-def load_state(store: EventStore, *, to: int | None = None, use_checkpoints: bool = True) -> LoadResult:
-    """Latest trusted checkpoint at or before `to` plus the events after it."""
+def load_state(
+    store: EventStore, *, to: int | None = None, use_checkpoints: bool = True, checked: bool = False
+) -> LoadResult:
+    """Latest trusted checkpoint at or before `to` plus the events after it.
+
+    `checked`: recompute each folded row's own hash first (`fold_rows`), as reads that
+    print state do.
+    """
     skipped: list[tuple[int, str]] = []
     if use_checkpoints:
         for record in store.select_checkpoints(at_or_before=to):
@@ -102,9 +108,9 @@ def load_state(store: EventStore, *, to: int | None = None, use_checkpoints: boo
                 except (ValueError, KeyError, TypeError) as e:
                     reason = f"snapshot cannot be read ({e!r})"
                 else:
-                    return LoadResult(fold_rows(store, start, to=to), record, tuple(skipped))
+                    return LoadResult(fold_rows(store, start, to=to, checked=checked), record, tuple(skipped))
             log.warning(
                 "checkpoint_skipped", checkpoint_id=record.checkpoint_id, position=record.position, reason=reason
             )
             skipped.append((record.checkpoint_id, str(reason)))
-    return LoadResult(fold_rows(store, empty_state(), to=to), None, tuple(skipped))
+    return LoadResult(fold_rows(store, empty_state(), to=to, checked=checked), None, tuple(skipped))

@@ -9,15 +9,16 @@ effects: the same rows give the same states.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import attrs
 import orjson
 
 from lifecycle_fsm.errors import CorruptionError
-from lifecycle_fsm.events import CANDIDATE_PREFIX, LEDGER_STREAM, candidate_id_of, stream_of
+from lifecycle_fsm.events import CANDIDATE_PREFIX, LEDGER_STREAM, SEALS_STREAM, candidate_id_of, stream_of
 from lifecycle_fsm.state import CandidateState, LedgerSettings, apply_settings, step_candidate_at
-from lifecycle_fsm.upcasting import CURRENT_VERSIONS, upcast
+from lifecycle_fsm.upcasting import CURRENT_VERSIONS, check_row, upcast
 from store.base import EventStore
 from store.chain import canonical_json
 from store.records import StreamHead
@@ -32,6 +33,8 @@ class LedgerState:
     settings: LedgerSettings
     candidates: dict[str, CandidateState]
     position: int
+    # Versions of the streams that change no state (`seals`): for the index, not in snapshots.
+    streams: dict[str, int] = attrs.Factory(dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -53,7 +56,8 @@ def index_of(state: LedgerState) -> list[StreamHead]:
     ]
     if state.settings.version:
         heads.append(StreamHead(LEDGER_STREAM, state.settings.version, None, None))
-    return heads
+    heads.extend(StreamHead(sid, version, None, None) for sid, version in sorted(state.streams.items()))
+    return sorted(heads, key=lambda h: h.stream_id)
 
 
 def snapshot_json(state: LedgerState) -> str:
@@ -61,8 +65,25 @@ def snapshot_json(state: LedgerState) -> str:
     return canonical_json(state.to_json())
 
 
-def fold_rows(store: EventStore, start: LedgerState, *, to: int | None = None) -> LedgerState:
-    """Fold the events after `start.position` (up to `to`) onto `start`."""
+def _checked_batches(store: EventStore, *, after: int, to: int | None) -> Iterator[list[tuple[Any, ...]]]:
+    """`select_fold_batches`, but every row's own hash recomputed first (reads that print state)."""
+    batch: list[tuple[Any, ...]] = []
+    for event in store.select_events(after=after, to=to):
+        check_row(event)
+        batch.append((event.seq, event.stream_id, event.version, event.type, event.schema_version, event.payload))
+        if len(batch) >= 4096:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def fold_rows(store: EventStore, start: LedgerState, *, to: int | None = None, checked: bool = False) -> LedgerState:
+    """Fold the events after `start.position` (up to `to`) onto `start`.
+
+    `checked` recomputes each row's own hash before folding it (what `status`, `replay`
+    and `audit` ask for: fail closed); `verify` walks the whole chain first instead.
+    """
     settings = start.settings
     # Working dicts keyed by stream id: one dict look-up per event finds the candidate.
     works: dict[str, dict[str, Any]] = {stream_of(cid): c.to_work() for cid, c in start.candidates.items()}
@@ -70,7 +91,13 @@ def fold_rows(store: EventStore, start: LedgerState, *, to: int | None = None) -
     loads = orjson.loads
     current_versions = CURRENT_VERSIONS
     step = step_candidate_at
-    for rows in store.select_fold_batches(after=start.position, to=to):
+    batches = (
+        _checked_batches(store, after=start.position, to=to)
+        if checked
+        else store.select_fold_batches(after=start.position, to=to)
+    )
+    streams = dict(start.streams)
+    for rows in batches:
         for seq, stream_id, version, type_name, schema_version, text in rows:
             if seq != position + 1:
                 raise CorruptionError(f"seq {seq} follows seq {position}: a gap in the log", seq=seq)
@@ -87,8 +114,10 @@ def fold_rows(store: EventStore, start: LedgerState, *, to: int | None = None) -
                 works[stream_id] = step(work, type_name, payload, seq, stream_id, version)
             elif stream_id == LEDGER_STREAM:
                 settings = apply_settings(settings, type_name, payload, seq)
+            elif stream_id == SEALS_STREAM:
+                streams[stream_id] = version  # a seal decides nothing: only its stream's version is kept
             else:
                 raise CorruptionError(f"seq {seq}: unknown stream {stream_id!r}", seq=seq)
             position = seq
     candidates = {candidate_id_of(sid) or sid: CandidateState.from_work(work) for sid, work in works.items()}
-    return LedgerState(settings, candidates, position)
+    return LedgerState(settings, candidates, position, streams)

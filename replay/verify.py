@@ -13,17 +13,18 @@ from typing import Any
 from lifecycle_fsm.errors import CorruptionError
 from lifecycle_fsm.events import stream_of
 from replay.checkpoints import checkpoint_problem
-from replay.fold import LedgerState, empty_state, fold_rows, snapshot_json
+from replay.fold import LedgerState, empty_state, fold_rows, index_of, snapshot_json
 from store.base import EventStore
 from store.chain import canonical_json
+from store.records import StreamHead
 
 __all__ = ["verify"]
 
 
-def _checkpoint_report(store: EventStore) -> tuple[list[dict[str, Any]], bool]:
+def _checkpoint_report(store: EventStore) -> tuple[list[dict[str, Any]], bool, LedgerState]:
     """Each checkpoint's status; structurally sound ones are compared on the way of one
     replay pass that then goes on to the head, so the whole log is folded once (a
-    `CorruptionError` anywhere in it propagates)."""
+    `CorruptionError` anywhere in it propagates); also returns the state at the head."""
     reports: dict[int, dict[str, Any]] = {}
     sound = []
     for record in store.select_checkpoints():
@@ -44,9 +45,9 @@ def _checkpoint_report(store: EventStore) -> tuple[list[dict[str, Any]], bool]:
             reports[record.checkpoint_id].update(status="broken", reason="snapshot differs from a full replay")
         elif (bad := _stream_copy_problem(store, record.checkpoint_id, state)) is not None:
             reports[record.checkpoint_id].update(status="broken", reason=bad)
-    fold_rows(store, state)  # the rest of the log: every transition must still be legal
+    state = fold_rows(store, state)  # the rest of the log: every transition must still be legal
     ordered = list(reports.values())
-    return ordered, all(r["status"] != "broken" for r in ordered)
+    return ordered, all(r["status"] != "broken" for r in ordered), state
 
 
 def _stream_copy_problem(store: EventStore, checkpoint_id: int, state: LedgerState) -> str | None:
@@ -57,6 +58,29 @@ def _stream_copy_problem(store: EventStore, checkpoint_id: int, state: LedgerSta
         differing = sorted(k for k in expected.keys() | copies.keys() if expected.get(k) != copies.get(k))
         return f"stream copies differ from a full replay: {', '.join(differing[:5])}"
     return None
+
+
+def _index_problem(store: EventStore, state: LedgerState) -> str | None:
+    """The state index (`streams`) must equal what a full replay implies, row for row.
+
+    Commands find decided candidates through it (an evidence invalidation's fan-out), so
+    an edited status is a wrong decision waiting to happen; `replay --full` rebuilds it.
+    """
+    expected = {h.stream_id: h for h in index_of(state)}
+    stored = {h.stream_id: h for h in store.streams()}
+    if stored == expected:
+        return None
+    differing = sorted(k for k in expected.keys() | stored.keys() if expected.get(k) != stored.get(k))
+    first = differing[0]
+    return (
+        f"state index (streams) differs from a full replay at {', '.join(differing[:5])}: "
+        f"{first} is {_row(stored.get(first))} in the index, {_row(expected.get(first))} in the log "
+        "(rebuild it with `lifecycle replay --full`)"
+    )
+
+
+def _row(head: StreamHead | None) -> str:
+    return "missing" if head is None else f"version {head.version} status {head.status} kind {head.category}"
 
 
 def verify(store: EventStore) -> dict[str, Any]:
@@ -71,9 +95,12 @@ def verify(store: EventStore) -> dict[str, Any]:
         report.update(bad_seq=chain.bad_seq, reason=chain.reason)
         return report
     try:  # one fold of the whole log, checking every checkpoint on its way
-        checkpoints, checkpoints_ok = _checkpoint_report(store)
+        checkpoints, checkpoints_ok, full = _checkpoint_report(store)
     except CorruptionError as e:
         report.update(ok=False, bad_seq=e.seq, reason=str(e), details=e.details)
+        return report
+    if (index_problem := _index_problem(store, full)) is not None:
+        report.update(ok=False, bad_seq=None, reason=index_problem)
         return report
     report["checkpoints"] = checkpoints
     if not checkpoints_ok:

@@ -72,4 +72,4 @@ def open_store(
     path = os.fspath(target)
     if not create and path != ":memory:" and not os.path.exists(path):
         raise InputError(f"no ledger at {path} (create one with `lifecycle init`)")
-    return SQLiteEventStore(path, synchronous=synchronous, busy_timeout=busy_timeout)
+    return SQLiteEventStore(path, synchronous=synchronous, busy_timeout=busy_timeout, create=create)

@@ -50,6 +50,18 @@ from store.sqlite_schema import (
 )
 
 
+def _create_private(path: Path) -> None:
+    """Create a new ledger file 0600 (SQLite then gives its -wal and -shm the same mode)."""
+    if str(path) in ("", ":memory:") or path.exists():
+        return
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        return  # another process created it first
+    except OSError as e:
+        raise StoreError(f"{path}: cannot create the ledger file ({e.strerror})") from e
+
+
 def _row_to_event(row: Sequence[Any]) -> StoredEvent:
     return StoredEvent(*row)
 
@@ -193,17 +205,29 @@ def _select_streams(conn: sqlite3.Connection, statuses: Iterable[str] | None) ->
 class SQLiteEventStore:
     """An `EventStore` in one SQLite file (see the module docstring for why)."""
 
-    def __init__(self, path: str | os.PathLike[str], *, synchronous: str = "FULL", busy_timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: str = "FULL",
+        busy_timeout: float = 30.0,
+        create: bool = True,
+    ) -> None:
         mode = synchronous.upper()
         if mode not in SYNCHRONOUS_MODES:
             raise InputError(f"synchronous must be one of {', '.join(SYNCHRONOUS_MODES)}, not {synchronous!r}")
         self.path = Path(path)
         self._fault = fault_from_env()
+        if create:
+            _create_private(self.path)
         try:
             self._conn = sqlite3.connect(str(self.path), timeout=busy_timeout, isolation_level=None)
         except sqlite3.Error as e:
             raise StoreError(f"{self.path}: cannot open the ledger database ({e})") from e
         try:
+            if not create and schema_version(self._conn) is None:
+                # Before any PRAGMA: WAL mode alone would write a header into an empty file.
+                raise StoreError(f"{self.path}: not a ledger (no lifecycle schema); a read never creates one")
             # Makes `INSERT OR REPLACE` fire the delete trigger that refuses it (LIBRARY_NOTES).
             self._conn.execute("PRAGMA recursive_triggers=ON")
             self._conn.execute("PRAGMA journal_mode=WAL")

@@ -6,6 +6,7 @@ import json
 import os
 import shlex
 import shutil
+import sqlite3
 import subprocess
 import sys
 import time
@@ -283,7 +284,17 @@ def test_records_byte_identical_across_folders(ws: Workspace, tree: tuple[Path, 
         outputs.append([(folder / "results" / f"lifecycle_{k}_t1.json").read_bytes() for k in ("evidence", "handoff")])
         if i == 0:
             time.sleep(1.1)  # the wall clock moves: event timestamps differ, the records must not
-    assert outputs[0] == outputs[1]
+    # Byte-stable apart from the ledger's head (SPEC §8): its hash covers the events' timestamps.
+    heads = []
+    for pair in outputs:
+        docs = [json.loads(raw) for raw in pair]
+        heads.append([doc.pop("ledger_head") for doc in docs])
+        assert pair == [canonical_bytes(doc | {"ledger_head": head}) for doc, head in zip(docs, heads[-1], strict=True)]
+    stripped = [[canonical_bytes({k: v for k, v in json.loads(raw).items() if k != "ledger_head"}) for raw in pair]
+                for pair in outputs]  # fmt: skip
+    assert stripped[0] == stripped[1]
+    assert heads[0][0] == heads[0][1] and heads[0][0]["seq"] == heads[1][0]["seq"]
+    assert heads[0][0]["hash"] != heads[1][0]["hash"]
     assert b"copy-" not in outputs[0][0] and str(tmp_path).encode() not in outputs[0][0]
 
 
@@ -365,3 +376,30 @@ def test_make_fixtures_then_audit_subprocess(tmp_path: Path) -> None:
     assert summary["handoff_status"] == "ready"
     assert {c["candidate_id"] for c in summary["candidates"]} == {"dpo_offline_len1024_v5", "grpo_rlvr_len384_v7"}
     assert json.loads(Path(summary["handoff_path"]).read_text())["handoff_status"] == "ready"
+
+
+def test_records_carry_the_ledger_head_and_with_a_key_a_signed_head(ws: Workspace, tree: tuple[Path, Path]) -> None:
+    """SPEC §8: ledger_head is the head after the audit's events; a key seals it and the seal verifies."""
+    keys = ws.root / "keys"
+    assert CliRunner().invoke(main, ["key", "new", "--out", str(keys)]).exit_code == 0
+    result = run_audit(ws, *tree, extra=())
+    assert result.exit_code == 0
+    evidence, handoff = records(ws)
+    assert "signed_head" not in evidence and evidence["ledger_head"] == handoff["ledger_head"]
+    with sqlite3.connect(ws.db) as conn:
+        head = conn.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+    assert (evidence["ledger_head"]["seq"], evidence["ledger_head"]["hash"]) == head
+    args = ["--signing-key", str(keys / "lifecycle-signing.key"), "--db", str(ws.db), "audit", "--baseline",
+            str(ws.root / "sft" / "manifest.json"), "--candidates", *map(str, tree), "--label", "t2", "--mode",
+            "real_artifact", "--root", str(ws.root), "--out", str(ws.root / "results")]  # fmt: skip
+    assert CliRunner().invoke(main, args, catch_exceptions=False).exit_code == 0
+    evidence, handoff = records(ws, "t2")
+    signed = evidence["signed_head"]
+    assert signed == handoff["signed_head"]
+    assert (signed["seq"], signed["hash"]) == (evidence["ledger_head"]["seq"], evidence["ledger_head"]["hash"])
+    pin = ws.root / "head.json"
+    pin.write_text(json.dumps(signed))
+    check = ["--db", str(ws.db), "verify", "--json", "--expect-head", str(pin), "--pubkey",
+             str(keys / "lifecycle-signing.pub")]  # fmt: skip
+    report = json.loads(CliRunner().invoke(main, check, catch_exceptions=False).stdout)
+    assert report["ok"] is True and report["seals"]["count"] == 1 and report["seals"]["last_seq"] == signed["seq"] + 1

@@ -24,6 +24,7 @@ from lifecycle_fsm.events import (
     Event,
     EvidenceInvalidated,
     HandoffDecided,
+    HeadSealed,
     LedgerInitialized,
     RecoveryCompleted,
     RecoveryPlanned,
@@ -86,6 +87,7 @@ SAMPLES: list[Event] = [
         **CHECKS,
     ),
     EvidenceInvalidated(cause="window", previous=1, current=2),
+    HeadSealed(ledger_id="ab" * 16, seq=7, hash=SHA, key_id="cd" * 32, signature="c2lnbmF0dXJl"),
 ]
 SAMPLE_IDS = [type(sample).__name__ for sample in SAMPLES]
 
@@ -279,7 +281,9 @@ def test_ledger_events_have_no_trigger() -> None:
     """The ledger's own events change settings, never a candidate's state: they have no trigger."""
     assert set(LEDGER_EVENTS) == {"LedgerInitialized", "BaselineActivated", "WindowAdvanced", "EvaluationActivated"}
     assert not any(hasattr(cls, "trigger_for") for cls in LEDGER_EVENTS.values())
-    assert set(EVENT_TYPES) == set(LEDGER_EVENTS) | set(CANDIDATE_EVENTS)
+    # The seals stream's HeadSealed is neither: it decides nothing (SPEC §8).
+    assert set(EVENT_TYPES) == set(LEDGER_EVENTS) | set(CANDIDATE_EVENTS) | {"HeadSealed"}
+    assert not hasattr(EVENT_TYPES["HeadSealed"], "trigger_for")
 
 
 @pytest.mark.parametrize("sample", [s for s in SAMPLES if isinstance(s, CandidateEvent)], ids=type)

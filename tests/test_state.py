@@ -312,7 +312,7 @@ def test_apply_settings_folds_the_four_ledger_events() -> None:
     """Initialised, baseline, window and evaluation events set what every check reads."""
     s = LedgerSettings()
     assert (s.initialized, s.active_policy_version, s.version) == (False, None, 0)
-    s = apply_settings(s, "LedgerInitialized", {"max_window_age": 2, "active_window": 1}, 1)
+    s = apply_settings(s, "LedgerInitialized", {"max_window_age": 2, "active_window": 1, "ledger_id": None}, 1)
     assert (s.initialized, s.max_window_age, s.active_window, s.version, s.last_seq) == (True, 2, 1, 1, 1)
     s = apply_settings(s, "BaselineActivated", BASELINE, 5)
     assert s.baseline == BASELINE and s.active_policy_version == SHA
@@ -373,7 +373,9 @@ def test_candidate_from_dict_is_strict() -> None:
 
 def test_settings_dict_round_trip() -> None:
     """Settings survive attrs.asdict -> JSON -> settings_from_dict."""
-    s = apply_settings(LedgerSettings(), "LedgerInitialized", {"max_window_age": 2, "active_window": 1}, 1)
+    s = apply_settings(
+        LedgerSettings(), "LedgerInitialized", {"max_window_age": 2, "active_window": 1, "ledger_id": None}, 1
+    )
     s = apply_settings(s, "BaselineActivated", BASELINE, 2)
     assert settings_from_dict(orjson.loads(orjson.dumps(attrs.asdict(s)))) == s
 

@@ -20,6 +20,8 @@ exit code (`EXIT_CODES`; the error classes know nothing of codes, `exit_codes` m
     serve.py       serve: Datasette over a ledger snapshot (extra `ui`)
     drill.py       drill (SPEC §12)
     migrate.py     migrate (SPEC §9): copy a ledger between backends
+    trust.py       key new, seal (SPEC §8: signed heads)
+    attest.py      attest ID, attest verify (SPEC §8: DSSE hand-off attestations)
 
 Adding a command is one new module and one line here: write `cli/<concern>.py` with a
 `@click.command()` (or `@click.group()`) that imports what it needs from `app` and
@@ -48,9 +50,12 @@ _COMMANDS = {
     "integrity": ("checkpoint", "verify", "hash:hash_command"),
     "audit": ("audit",),
     "drill": ("drill",),
+    "decisions": ("decisions",),
     "auditor": ("log", "report"),
     "serve": ("serve",),
     "migrate": ("migrate",),
+    "trust": ("key", "seal:seal_command"),
+    "attest": ("attest",),
 }  # fmt: skip
 
 

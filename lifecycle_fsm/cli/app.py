@@ -30,7 +30,10 @@ __all__ = [
     "json_option",
     "main",
     "open_ledger",
+    "refuse_memory_db",
+    "require_signing_key",
     "root_obj",
+    "signing_key",
     "wants_json",
 ]
 
@@ -106,6 +109,8 @@ def json_option(func: _F) -> _F:
 
 
 if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     _ParamType = click.ParamType[Any]  # generic in click's stubs
 else:
     _ParamType = click.ParamType
@@ -144,6 +149,30 @@ class TimeType(_ParamType):
 AS_OF = AsOfType()
 
 
+def refuse_memory_db(db: str) -> None:
+    """`--db :memory:` (or an empty name: a temporary file) would acknowledge writes that vanish."""
+    if db in ("", ":memory:") or db.startswith("file::memory:"):
+        raise InputError(f"--db {db!r} is an in-memory database: every write would vanish when the command ends")
+
+
+def signing_key() -> Ed25519PrivateKey | None:
+    """The key `--signing-key` / LIFECYCLE_SIGNING_KEY names, loaded (None when none was given)."""
+    path = root_obj().get("signing_key")
+    if not path:
+        return None
+    from lifecycle_fsm.keys import load_private_key
+
+    return load_private_key(path)
+
+
+def require_signing_key(what: str) -> Ed25519PrivateKey:
+    """The signing key, or exit 3 before anything is appended."""
+    key = signing_key()
+    if key is None:
+        raise InputError(f"{what} needs a signing key: --signing-key PATH or LIFECYCLE_SIGNING_KEY")
+    return key
+
+
 def open_ledger(*, must_exist: bool = False) -> Ledger:
     """The ledger `--db` names, closed when the command's context closes.
 
@@ -152,6 +181,7 @@ def open_ledger(*, must_exist: bool = False) -> Ledger:
     needs one that is already there.
     """
     obj = root_obj()
+    refuse_memory_db(obj["db"])
     store = open_store(obj["db"], synchronous=obj["synchronous"], create=not must_exist)
     ledger = Ledger(store, actor=obj["actor"])
     click.get_current_context().call_on_close(ledger.close)
@@ -178,13 +208,24 @@ def open_ledger(*, must_exist: bool = False) -> Ledger:
 )
 @click.option("--log-level", envvar="LIFECYCLE_LOG_LEVEL", default="warning", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]), help="Structured logs on stderr.")  # fmt: skip
+@click.option("--signing-key", envvar="LIFECYCLE_SIGNING_KEY", type=click.Path(dir_okay=False),
+              help="Ed25519 private key (PKCS#8 PEM) that seals and attestations are signed with.")  # fmt: skip
 @click.version_option(package_name="lifecycle-fsm")
 @click.pass_context
-def main(ctx: click.Context, db: str, as_json: bool, actor: str | None, synchronous: str, log_level: str) -> None:
+def main(
+    ctx: click.Context,
+    db: str,
+    as_json: bool,
+    actor: str | None,
+    synchronous: str,
+    log_level: str,
+    signing_key: str | None,
+) -> None:
     """An event-sourced ledger for post-training candidates (DPO, GRPO/RLVR).
 
     Every command appends events to an append-only, hash-chained SQLite log; state
     is a fold of those events.
     """
     configure_logging(log_level)
-    ctx.obj = {"db": db, "json": as_json, "actor": actor, "synchronous": synchronous.upper(), "log_level": log_level}
+    ctx.obj = {"db": db, "json": as_json, "actor": actor, "synchronous": synchronous.upper(), "log_level": log_level,
+               "signing_key": signing_key}  # fmt: skip

@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from lifecycle_fsm.audit import MODES, AuditRequest, AuditResult, check_runnable, plan, prepare, run
-from lifecycle_fsm.cli.app import json_option, root_obj, wants_json
+from lifecycle_fsm.cli.app import json_option, refuse_memory_db, root_obj, signing_key, wants_json
 from lifecycle_fsm.cli.render import cells, console, emit
 from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.ledger import DEFAULT_ACTIVE_WINDOW, DEFAULT_MAX_WINDOW_AGE, Ledger
@@ -81,8 +81,10 @@ def audit(
     obj = root_obj()
     if not obj.get("db"):
         raise InputError("no ledger path: pass --db or set LIFECYCLE_DB")
+    refuse_memory_db(obj["db"])
+    key = signing_key()  # a bad key is refused before the ledger is touched
     with Ledger.open(obj["db"], synchronous=obj["synchronous"], actor=obj["actor"], artifact_root=root) as ledger:
-        result = run(prepared, ledger)
+        result = run(prepared, ledger, signing_key=key)
     emit(_summary(result)) if as_json else _print_summary(result)
 
 

@@ -9,14 +9,17 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
 from lifecycle_fsm.artifacts import hash_directory, tree_size
-from lifecycle_fsm.cli.app import json_option, open_ledger, wants_json
+from lifecycle_fsm.cli.app import json_option, open_ledger, signing_key, wants_json
 from lifecycle_fsm.cli.exit_codes import ExitCode
 from lifecycle_fsm.cli.render import emit
+from lifecycle_fsm.keys import PublicKeys
 from lifecycle_fsm.ledger import utc_now
+from lifecycle_fsm.seals import add_trust_findings, parse_expected_head, seal
 from replay import take_checkpoint
 from replay import verify as verify_ledger
 
@@ -26,23 +29,49 @@ __all__ = ["checkpoint", "hash_command", "verify"]
 @click.command()
 @json_option
 def checkpoint() -> None:
-    """Snapshot every folded state at the head, for fast loading."""
-    record = take_checkpoint(open_ledger(must_exist=True).store, clock=utc_now)
-    doc = {"checkpoint_id": record.checkpoint_id, "position": record.position, "head_hash": record.head_hash}
-    emit(doc) if wants_json() else click.echo(f"checkpoint {record.checkpoint_id} at seq {record.position}")
+    """Snapshot every folded state at the head, for fast loading; with a signing key, seal the head too."""
+    key = signing_key()  # a bad key is refused before anything is written
+    ledger = open_ledger(must_exist=True)
+    record = take_checkpoint(ledger.store, clock=utc_now)
+    doc: dict[str, Any] = {
+        "checkpoint_id": record.checkpoint_id, "position": record.position, "head_hash": record.head_hash,
+    }  # fmt: skip
+    if key is not None:
+        doc["signed_head"] = seal(ledger.store, key, actor=ledger.actor, clock=utc_now)
+    if wants_json():
+        emit(doc)
+        return
+    click.echo(f"checkpoint {record.checkpoint_id} at seq {record.position}")
+    if key is not None:
+        click.echo(f"sealed head seq {doc['signed_head']['seq']} (key {doc['signed_head']['key_id'][:16]})")
 
 
 @click.command()
+@click.option("--expect-head", "expect_heads", multiple=True, metavar="FILE|SEQ:HASH",
+              help="A head kept elsewhere (a `seal` file, or SEQ:HASH): the ledger must hold it.")  # fmt: skip
+@click.option("--pubkey", "pubkeys", multiple=True, type=click.Path(dir_okay=False),
+              help="A trusted public key (repeatable): every seal must be signed by one of them.")  # fmt: skip
 @json_option
-def verify() -> None:
-    """Re-hash the chain, check every checkpoint, replay every transition. Exit 6 if broken."""
-    report = verify_ledger(open_ledger(must_exist=True).store)
+def verify(expect_heads: tuple[str, ...], pubkeys: tuple[str, ...]) -> None:
+    """Re-hash the chain, check every checkpoint, seal and pinned head, replay every transition. Exit 6 if broken."""
+    heads = [parse_expected_head(value) for value in expect_heads]  # bad input: exit 3 before reading
+    keys = PublicKeys.from_files(pubkeys)
+    store = open_ledger(must_exist=True).store
+    report = add_trust_findings(store, verify_ledger(store), heads, keys)
     if wants_json():
         emit(report)
     elif report["ok"]:
+        seals = report["seals"]
         click.echo(f"ok: {report['events']} events, head seq {report['head']['seq']} {report['head']['hash']}")
+        if seals["count"]:
+            checked = "signatures checked" if keys else "signatures not checked (no --pubkey)"
+            click.echo(f"seals: {seals['count']}, last at seq {seals['last_seq']}, {checked}")
     else:
-        click.echo(f"BROKEN at seq {report.get('bad_seq')}: {report['reason']}")
+        detail = f" ({report['message']})" if report.get("message") else ""
+        if report.get("bad_seq") is not None:
+            click.echo(f"BROKEN at seq {report['bad_seq']}: {report['reason']}{detail}")
+        else:  # a checkpoint (or the state index), not an event: there is no seq to name
+            click.echo(f"BROKEN: {report['reason']}{detail}")
     if not report["ok"]:
         sys.exit(int(ExitCode.INTEGRITY))
 

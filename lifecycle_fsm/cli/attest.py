@@ -1,0 +1,94 @@
+"""`attest ID --out FILE` and `attest verify FILE --pubkey PUB [--db DB]` (SPEC §8).
+
+`attest ID` is the group's default: any first argument that is not a subcommand is a
+candidate id (`attest create ID` says the same explicitly).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import click
+
+from lifecycle_fsm.attestation import attest as build_attestation
+from lifecycle_fsm.attestation import verify_attestation
+from lifecycle_fsm.cli.app import json_option, open_ledger, refuse_memory_db, require_signing_key, wants_json
+from lifecycle_fsm.cli.render import emit
+from lifecycle_fsm.errors import InputError
+from lifecycle_fsm.keys import load_public_key
+from store.open import open_store
+
+__all__ = ["AttestGroup", "attest", "attest_create", "attest_verify"]
+
+
+class AttestGroup(click.Group):
+    """`attest ID …` runs `attest create ID …`; `attest verify …` and `--help` are as usual."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+            args = ["create", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=AttestGroup)
+def attest() -> None:
+    """Signed hand-off attestations (DSSE + in-toto Statement v1): `attest ID --out FILE`, `attest verify FILE`."""
+
+
+@attest.command("create")
+@click.argument("candidate_id", metavar="ID")
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Where to write the envelope (refused if it exists).")  # fmt: skip
+@json_option
+def attest_create(candidate_id: str, out: Path) -> None:
+    """Write ID's hand-off decision as a signed DSSE envelope. Needs a signing key; appends nothing."""
+    key = require_signing_key("attest")
+    if out.exists():
+        raise InputError(f"{out} already exists: an attestation is never overwritten")
+    envelope = build_attestation(open_ledger(must_exist=True).store, candidate_id, key)
+    text = _envelope_text(envelope)
+    try:
+        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except OSError as e:
+        raise InputError(f"cannot write {out} ({e.strerror})") from e
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    if wants_json():
+        emit({"path": str(out), "candidate": candidate_id, "key_id": envelope["signatures"][0]["keyid"]})
+    else:
+        click.echo(f"attested {candidate_id} -> {out}")
+
+
+def _envelope_text(envelope: dict[str, Any]) -> str:
+    import orjson
+
+    return orjson.dumps(envelope, option=orjson.OPT_INDENT_2).decode() + "\n"
+
+
+@attest.command("verify")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--pubkey", "pubkeys", multiple=True, required=True, type=click.Path(dir_okay=False),
+              help="A trusted public key (repeatable).")  # fmt: skip
+@click.option("--db", "db", help="Also check that the attested events are in this ledger's chain (file or URL).")
+@json_option
+def attest_verify(file: Path, pubkeys: tuple[str, ...], db: str | None) -> None:
+    """Check an attestation's signature offline; with --db, against that ledger. Exit 6 if it does not hold."""
+    try:
+        text = file.read_bytes()
+    except OSError as e:
+        raise InputError(f"cannot read {file}: {e.strerror}") from e
+    keys = [load_public_key(p) for p in pubkeys]
+    store = None
+    if db is not None:
+        refuse_memory_db(db)
+        store = open_store(db, create=False)
+        click.get_current_context().call_on_close(store.close)
+    report = verify_attestation(text, keys, source=str(file), store=store)
+    if wants_json():
+        emit(report)
+    else:
+        where = "offline and against the ledger" if store is not None else "offline (no --db)"
+        click.echo(f"ok: {report['candidate']} {report['decision']}, signed by {', '.join(report['key_ids'])}, "
+                   f"checked {where}")  # fmt: skip

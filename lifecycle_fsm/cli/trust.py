@@ -1,0 +1,66 @@
+"""Keys and seals (SPEC §8): `key new`, `seal`.
+
+`verify --expect-head/--pubkey` lives with `verify` (`integrity.py`), `attest` in
+`attest.py`. A command that needs a key and has none exits 3 with nothing appended.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from lifecycle_fsm.cli.app import json_option, open_ledger, require_signing_key, wants_json
+from lifecycle_fsm.cli.render import emit
+from lifecycle_fsm.errors import InputError
+from lifecycle_fsm.keys import new_key_pair
+from lifecycle_fsm.ledger import utc_now
+from lifecycle_fsm.seals import seal, signed_head_text
+
+__all__ = ["key", "key_new", "seal_command"]
+
+
+@click.group()
+def key() -> None:
+    """Ed25519 signing keys for seals and attestations."""
+
+
+@key.command("new")
+@click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Folder for lifecycle-signing.key (0600) and .pub (created if missing).")  # fmt: skip
+@json_option
+def key_new(out: Path) -> None:
+    """Make a key pair; print its key id (sha256 of the raw public key). Never overwrites a key."""
+    files = new_key_pair(out)
+    if wants_json():
+        emit({"key_id": files.key_id, "private_key": str(files.private_key), "public_key": str(files.public_key)})
+    else:
+        click.echo(files.key_id)
+
+
+@click.command("seal")
+@click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the signed head to FILE (refused if it exists) instead of printing it.")  # fmt: skip
+@json_option
+def seal_command(out: Path | None) -> None:
+    """Sign the head and append the seal to the `seals` stream; print (or write) the signed head."""
+    private = require_signing_key("seal")
+    if out is not None and out.exists():
+        raise InputError(f"{out} already exists: a signed head is never overwritten")
+    ledger = open_ledger(must_exist=True)
+    doc = seal(ledger.store, private, actor=ledger.actor, clock=utc_now)
+    text = signed_head_text(doc)
+    if out is not None:
+        try:
+            fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except OSError as e:  # the seal is in the ledger: say where the head is, so it is not lost
+            raise InputError(f"sealed seq {doc['seq']}, but cannot write {out} ({e.strerror}): {text}") from e
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+    if wants_json():
+        emit(doc)
+    elif out is not None:
+        click.echo(f"sealed head seq {doc['seq']} {doc['hash']} (key {doc['key_id']}) -> {out}")
+    else:
+        click.echo(text, nl=False)

@@ -1,0 +1,141 @@
+"""Ed25519 signing keys: what turns "the newest row" into something an auditor can trust.
+
+A hash chain proves rows were not edited only if the reader trusts its newest row;
+whoever can write the file can drop the tail or re-hash everything. A signature made
+with a key the file writer does not hold closes that (SPEC §8). Keys come from the
+`cryptography` package (never hand-rolled): a private key is PKCS#8 PEM (unencrypted,
+mode 0600, created with O_EXCL so an existing key is never overwritten), a public key
+SubjectPublicKeyInfo PEM. A key's id is the sha256 hex of its 32 raw public bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import attrs
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from lifecycle_fsm.errors import InputError
+
+__all__ = [
+    "PRIVATE_KEY_NAME",
+    "PUBLIC_KEY_NAME",
+    "KeyFiles",
+    "PublicKeys",
+    "key_id",
+    "load_private_key",
+    "load_public_key",
+    "new_key_pair",
+    "sign",
+]
+
+PRIVATE_KEY_NAME = "lifecycle-signing.key"
+PUBLIC_KEY_NAME = "lifecycle-signing.pub"
+
+
+@attrs.frozen
+class KeyFiles:
+    """A new key pair on disk and its id."""
+
+    key_id: str
+    private_key: Path
+    public_key: Path
+
+
+def key_id(public_key: Ed25519PublicKey) -> str:
+    """sha256 hex of the 32 raw public-key bytes: how seals and attestations name their key."""
+    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return hashlib.sha256(raw).hexdigest()
+
+
+def new_key_pair(out: str | os.PathLike[str]) -> KeyFiles:
+    """Write `DIR/lifecycle-signing.key` (0600, O_EXCL) and `.pub`; refuse to overwrite either."""
+    folder = Path(out)
+    private_path, public_path = folder / PRIVATE_KEY_NAME, folder / PUBLIC_KEY_NAME
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"cannot create key folder {folder}: {e.strerror}") from e
+    if public_path.exists():
+        raise InputError(f"{public_path} already exists: a key pair is never overwritten")
+    key = Ed25519PrivateKey.generate()
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    try:
+        fd = os.open(private_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError as e:
+        raise InputError(f"{private_path} already exists: a key pair is never overwritten") from e
+    except OSError as e:
+        raise InputError(f"cannot write {private_path}: {e.strerror}") from e
+    with os.fdopen(fd, "wb") as f:
+        f.write(pem)
+    public = key.public_key()
+    public_path.write_bytes(
+        public.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
+    return KeyFiles(key_id(public), private_path, public_path)
+
+
+def _read(path: str | os.PathLike[str], what: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as e:
+        raise InputError(f"cannot read {what} {os.fspath(path)}: {e.strerror}") from e
+
+
+def load_private_key(path: str | os.PathLike[str]) -> Ed25519PrivateKey:
+    """An Ed25519 private key from PKCS#8 PEM; anything else is an input error."""
+    try:
+        key = serialization.load_pem_private_key(_read(path, "signing key"), password=None)
+    except (ValueError, TypeError) as e:
+        raise InputError(f"{os.fspath(path)} is not an unencrypted PEM private key ({e})") from e
+    if not isinstance(key, Ed25519PrivateKey):
+        raise InputError(f"{os.fspath(path)} is not an Ed25519 key (lifecycle key new makes one)")
+    return key
+
+
+def load_public_key(path: str | os.PathLike[str]) -> Ed25519PublicKey:
+    """An Ed25519 public key from SubjectPublicKeyInfo PEM; anything else is an input error."""
+    try:
+        key = serialization.load_pem_public_key(_read(path, "public key"))
+    except (ValueError, TypeError) as e:
+        raise InputError(f"{os.fspath(path)} is not a PEM public key ({e})") from e
+    if not isinstance(key, Ed25519PublicKey):
+        raise InputError(f"{os.fspath(path)} is not an Ed25519 public key")
+    return key
+
+
+def sign(key: Ed25519PrivateKey, message: bytes) -> str:
+    """An Ed25519 signature, base64 (standard alphabet)."""
+    return base64.b64encode(key.sign(message)).decode()
+
+
+class PublicKeys:
+    """The keys an auditor trusts, by id: a signature under any other key is refused."""
+
+    def __init__(self, keys: Iterable[Ed25519PublicKey] = ()) -> None:
+        self.by_id = {key_id(k): k for k in keys}
+
+    @classmethod
+    def from_files(cls, paths: Iterable[str | os.PathLike[str]]) -> PublicKeys:
+        return cls(load_public_key(p) for p in paths)
+
+    def __bool__(self) -> bool:
+        return bool(self.by_id)
+
+    def verifies(self, signer_id: str, message: bytes, signature: str) -> bool:
+        """Whether `signature` is `signer_id`'s over `message` and that key is one of ours."""
+        key = self.by_id.get(signer_id)
+        if key is None:
+            return False
+        try:
+            key.verify(base64.b64decode(signature, validate=True), message)
+        except (InvalidSignature, binascii.Error, ValueError, TypeError):
+            return False
+        return True

@@ -1,0 +1,232 @@
+"""Sealed and pinned heads: proving the log was not truncated or re-hashed (SPEC §8).
+
+- `ledger_id_of`: the ledger's id, read from its first event (random at `init`; a
+  ledger made before ids existed derives it from that event's hash, so it never
+  changes between reads).
+- `seal`: appends `HeadSealed` to the `seals` stream, signing `{ledger_id, seq, hash}`
+  of the head before it, and returns the **signed head** (`seal --json`), which
+  anyone can keep elsewhere.
+- `check_seals`: every `HeadSealed`'s hash must equal the chain at its seq
+  (`seal_mismatch`), and with trusted public keys its signature must verify under
+  one of them (`seal_signature`).
+- `check_expected_head`: a pinned `seq:hash` (or a signed-head file) must be in the
+  chain exactly (`head_mismatch`).
+These run after the chain itself verified, so a stored hash *is* the recomputed chain.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import attrs
+import orjson
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from lifecycle_fsm.errors import ConcurrencyError, ConflictError, CorruptionError, InputError
+from lifecycle_fsm.events import SEALS_STREAM, HeadSealed, LedgerInitialized
+from lifecycle_fsm.keys import PublicKeys, key_id, sign
+from lifecycle_fsm.upcasting import decoded_payload, derived_ledger_id
+from store.base import EventStore
+from store.chain import canonical_json
+from store.records import Head, NewEvent, StoredEvent
+
+__all__ = [
+    "ExpectedHead",
+    "add_trust_findings",
+    "SealFailure",
+    "check_expected_heads",
+    "check_seals",
+    "ledger_id_of",
+    "parse_expected_head",
+    "seal",
+    "seal_message",
+    "signed_head_text",
+]
+
+JSON = dict[str, Any]
+_PIN = re.compile(r"^(\d+):([0-9a-f]{64})$")
+
+
+def ledger_id_of(store: EventStore) -> str | None:
+    """The ledger's id (None for an empty ledger): fixed by its first event."""
+    first = store.event_at(1)
+    if first is None:
+        return None
+    if first.type == LedgerInitialized.TYPE:
+        found = decoded_payload(first).get("ledger_id")  # v1 rows are upcast from their hash
+        if isinstance(found, str) and found:
+            return found
+    return derived_ledger_id(first.hash)
+
+
+def seal_message(ledger_id: str, seq: int, digest: str) -> bytes:
+    """The exact bytes a seal signs: canonical JSON of `{ledger_id, seq, hash}`."""
+    return canonical_json({"hash": digest, "ledger_id": ledger_id, "seq": seq}).encode()
+
+
+def seal(store: EventStore, key: Ed25519PrivateKey, *, actor: str, clock: Callable[[], str]) -> JSON:
+    """Append a `HeadSealed` signing the head before it; return the signed head (`seal --json`).
+
+    The head is read inside the write transaction (on SQLite, under the write lock),
+    so the seal lands right after the head it signs.
+    """
+    ledger_id = ledger_id_of(store)
+    if ledger_id is None:
+        raise ConflictError("the ledger is empty: there is no head to seal yet")
+    signer = key_id(key.public_key())
+    for _ in range(20):
+        try:
+            head, signature, stored = _append_seal(store, key, signer, ledger_id, actor, clock)
+        except ConcurrencyError:
+            continue  # another writer appended between the head and the seal: sign the new head
+        break
+    else:
+        raise ConcurrencyError("could not seal: other writers kept appending; retry the command",
+                               stream_id=SEALS_STREAM, expected_version=0, actual_version=0)  # fmt: skip
+    return {
+        "ledger_id": ledger_id, "seq": head.seq, "hash": head.hash, "sealed_at": stored.recorded_at,
+        "key_id": signer, "signature": signature,
+    }  # fmt: skip
+
+
+def signed_head_text(doc: JSON) -> str:
+    """The signed-head file: the `seal --json` object, indented, one trailing newline."""
+    return orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n"
+
+
+def _append_seal(
+    store: EventStore, key: Ed25519PrivateKey, signer: str, ledger_id: str, actor: str, clock: Callable[[], str]
+) -> tuple[Head, str, StoredEvent]:
+    """One attempt: the seal must land right after the head it signs, or nothing is kept."""
+    with store.transaction() as tx:
+        head = store.head()
+        signature = sign(key, seal_message(ledger_id, head.seq, head.hash))
+        event = HeadSealed(ledger_id, head.seq, head.hash, signer, signature)
+        new = NewEvent(
+            stream_id=SEALS_STREAM, type=event.TYPE, schema_version=event.SCHEMA_VERSION,
+            payload=event.to_payload(), event_id=str(uuid.uuid4()), recorded_at=clock(), actor=actor,
+        )  # fmt: skip
+        stored = tx.append(SEALS_STREAM, tx.stream_version(SEALS_STREAM), [new], fresh_ids=True).events[0]
+        if stored.seq != head.seq + 1:  # raised inside the transaction: rolled back
+            raise ConcurrencyError("the head moved while sealing", stream_id=SEALS_STREAM,
+                                   expected_version=head.seq + 1, actual_version=stored.seq)  # fmt: skip
+    return head, signature, stored
+
+
+@attrs.frozen
+class SealFailure:
+    """Why verify fails on seals or pins: `reason` is the code SPEC §8 names."""
+
+    bad_seq: int | None
+    reason: str  # head_mismatch | seal_mismatch | seal_signature
+    message: str
+
+
+@attrs.frozen
+class ExpectedHead:
+    """A head an auditor kept outside the file: `SEQ:HASH`, or a signed-head file."""
+
+    seq: int
+    hash: str
+    source: str
+    signed: JSON | None = None  # the signed-head document, when read from a file
+
+
+def parse_expected_head(value: str) -> ExpectedHead:
+    """`SEQ:HASH` (64 lowercase hex), or the path of a file `seal` wrote."""
+    pin = _PIN.match(value.strip())
+    if pin is not None:
+        return ExpectedHead(int(pin.group(1)), pin.group(2), value)
+    try:
+        text = Path(value).read_text()
+    except OSError as e:
+        raise InputError(f"--expect-head {value!r} is neither SEQ:HASH nor a readable file ({e.strerror})") from e
+    try:
+        doc = orjson.loads(text)
+    except orjson.JSONDecodeError as e:
+        raise InputError(f"{value}: not a signed-head file (not JSON: {e})") from e
+    if not isinstance(doc, dict):
+        raise InputError(f"{value}: not a signed-head file (not an object)")
+    seq, digest = doc.get("seq"), doc.get("hash")
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0 or not isinstance(digest, str):
+        raise InputError(f"{value}: a signed-head file needs an integer `seq` and a `hash`")
+    return ExpectedHead(seq, digest, os.fspath(value), doc)
+
+
+def check_expected_heads(
+    store: EventStore, heads: Iterable[ExpectedHead], keys: PublicKeys, ledger_id: str | None
+) -> SealFailure | None:
+    """Each pinned head must be in the chain exactly; a signed-head file's signature must hold too."""
+    for pin in heads:
+        found = store.hash_at(pin.seq)
+        if found != pin.hash:
+            what = "no event" if found is None else f"hash {found}"
+            message = f"expected head {pin.seq}:{pin.hash} ({pin.source}), the ledger has {what} there"
+            return SealFailure(pin.seq, "head_mismatch", message)
+        if pin.signed is not None and keys:
+            doc = pin.signed
+            ok = doc.get("ledger_id") == ledger_id and keys.verifies(
+                str(doc.get("key_id")), seal_message(str(doc.get("ledger_id")), pin.seq, pin.hash),
+                str(doc.get("signature")),
+            )  # fmt: skip
+            if not ok:
+                message = f"{pin.source}: its signature does not verify under the given keys for this ledger"
+                return SealFailure(pin.seq, "seal_signature", message)
+    return None
+
+
+def check_seals(store: EventStore, keys: PublicKeys, ledger_id: str | None) -> tuple[JSON, SealFailure | None]:
+    """The `seals` summary `verify --json` prints, and the first failing seal (or None)."""
+    count, signers, last_seq = 0, set(), None
+    failure: SealFailure | None = None
+    for event in store.read_stream(SEALS_STREAM):
+        count += 1
+        last_seq = event.seq
+        try:
+            payload = decoded_payload(event)
+        except CorruptionError as e:
+            failure = failure or SealFailure(event.seq, "seal_mismatch", str(e))
+            continue
+        signers.add(str(payload.get("key_id")))
+        if failure is not None or event.type != HeadSealed.TYPE:
+            failure = failure or SealFailure(event.seq, "seal_mismatch", f"seq {event.seq}: {event.type} in seals")
+            continue
+        sealed_seq, digest = payload.get("seq"), payload.get("hash")
+        if (
+            not isinstance(sealed_seq, int)
+            or sealed_seq >= event.seq
+            or store.hash_at(sealed_seq) != digest
+            or payload.get("ledger_id") != ledger_id
+        ):
+            message = f"seq {event.seq}: the sealed head {sealed_seq}:{digest} is not this ledger's chain"
+            failure = SealFailure(event.seq, "seal_mismatch", message)
+        elif keys and not keys.verifies(
+            str(payload["key_id"]), seal_message(str(ledger_id), sealed_seq, str(digest)), str(payload["signature"])
+        ):
+            message = f"seq {event.seq}: the seal's signature does not verify under the given keys"
+            failure = SealFailure(event.seq, "seal_signature", message)
+    return {"count": count, "keys": sorted(signers), "last_seq": last_seq}, failure
+
+
+def add_trust_findings(
+    store: EventStore, report: JSON, heads: Iterable[ExpectedHead] = (), keys: PublicKeys | None = None
+) -> JSON:
+    """`verify`'s report plus `seals`, and the first pinned-head or seal failure (SPEC §8).
+
+    Only judged once the chain itself holds (a broken chain is already the finding).
+    """
+    keys = keys if keys is not None else PublicKeys()
+    ledger_id = ledger_id_of(store)
+    summary, failure = check_seals(store, keys, ledger_id)
+    report["seals"] = summary
+    if not report["ok"]:
+        return report
+    failure = check_expected_heads(store, heads, keys, ledger_id) or failure
+    if failure is not None:
+        report.update(ok=False, bad_seq=failure.bad_seq, reason=failure.reason, message=failure.message)
+    return report

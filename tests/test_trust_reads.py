@@ -1,0 +1,156 @@
+"""Reads that fail closed (SPEC §8, issue #9): each attack a file writer can make, and what catches it.
+
+Real SQLite files, edited with plain sqlite3 the way an attacker with write access
+would (dropping the append-only triggers first), and the real CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import stat
+from pathlib import Path
+
+import pytest
+from conftest import Workspace, count_events, invoke, run_cli
+
+READ_COMMANDS = [
+    ("status",),
+    ("status", "dpo-v5"),
+    ("history", "dpo-v5"),
+    ("explain", "dpo-v5"),
+    ("replay",),
+    ("verify",),
+    ("log",),
+]
+
+
+def _ready_ledger(ws: Workspace) -> Path:
+    """A ledger with one candidate handed off (ready) and one more received."""
+    for args in (
+        ("init",), ("baseline", "activate", str(ws.baseline())), ("receive", str(ws.dpo())),
+        ("check", "dpo-v5"), ("handoff", "dpo-v5"),
+    ):  # fmt: skip
+        assert invoke(ws.db, *args).exit_code == 0, args
+    return ws.db
+
+
+def _tamper(db: Path, *statements: str) -> None:
+    """What someone with write access does: drop the triggers, then edit."""
+    with sqlite3.connect(db, isolation_level=None) as conn:
+        for trigger in ("events_refuse_update", "events_refuse_delete", "events_refuse_replace"):
+            conn.execute(f"DROP TRIGGER IF EXISTS {trigger}")
+        for sql in statements:
+            conn.execute(sql)
+
+
+# --- files that are not ledgers --------------------------------------------------------
+
+
+@pytest.mark.parametrize("args", READ_COMMANDS, ids=" ".join)
+def test_a_zero_byte_file_is_not_a_ledger_and_a_read_never_initialises_it(ws: Workspace, args: tuple[str, ...]) -> None:
+    """Exit 7, one Error line, and the file is still 0 bytes (no schema, no WAL header)."""
+    ws.db.write_bytes(b"")
+    result = run_cli(ws.db, *args)
+    assert result.returncode == 7, result.stderr
+    assert result.stderr.startswith("Error: ") and result.stderr.count("\n") == 1
+    assert "not a ledger" in result.stderr
+    assert ws.db.stat().st_size == 0
+
+
+def test_a_non_ledger_sqlite_file_is_refused_and_left_alone(ws: Workspace) -> None:
+    """Another program's database: exit 7, no table of ours added to it."""
+    with sqlite3.connect(ws.db) as conn:
+        conn.execute("CREATE TABLE notes (text TEXT)")
+    result = run_cli(ws.db, "status")
+    assert result.returncode == 7 and "not a ledger" in result.stderr
+    with sqlite3.connect(ws.db) as conn:
+        assert [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")] == ["notes"]
+
+
+def test_a_text_file_is_not_a_ledger(ws: Workspace) -> None:
+    ws.db.write_text("hello, this is not SQLite\n" * 100)
+    result = run_cli(ws.db, "verify")
+    assert result.returncode == 7 and result.stderr.startswith("Error: ") and "Traceback" not in result.stderr
+
+
+def test_init_may_initialise_an_empty_file(ws: Workspace) -> None:
+    """Only init (and write commands) create a ledger."""
+    ws.db.write_bytes(b"")
+    assert invoke(ws.db, "init").exit_code == 0
+    assert json.loads(invoke(ws.db, "verify", "--json").stdout)["ok"] is True
+
+
+@pytest.mark.parametrize("db", [":memory:", ""])
+@pytest.mark.parametrize("args", [("init",), ("status",), ("verify",)], ids=lambda a: a[0])
+def test_an_in_memory_database_is_refused(tmp_path: Path, db: str, args: tuple[str, ...]) -> None:
+    """Writes to :memory: would be acknowledged and vanish: exit 3 before anything runs."""
+    result = run_cli(db, *args, cwd=tmp_path)
+    assert result.returncode == 3, result.stderr
+    assert result.stderr.startswith("Error: ") and "in-memory" in result.stderr
+
+
+def test_new_ledger_files_are_private(ws: Workspace) -> None:
+    """0600 for the file and for its WAL and shared-memory files, whatever the umask allows more."""
+    _ready_ledger(ws)
+    with sqlite3.connect(ws.db) as reader:  # keeps -wal / -shm alive while we look
+        reader.execute("SELECT count(*) FROM events").fetchone()
+        for path in (ws.db, Path(f"{ws.db}-wal"), Path(f"{ws.db}-shm")):
+            if path.exists():
+                assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+
+
+# --- rows edited in place -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args", READ_COMMANDS[:5], ids=" ".join)
+def test_a_row_edited_in_place_is_refused_by_every_read(ws: Workspace, args: tuple[str, ...]) -> None:
+    """The forged reason never reaches the reader: exit 6 naming the edited seq."""
+    _ready_ledger(ws)
+    with sqlite3.connect(ws.db) as conn:
+        (seq,) = conn.execute("SELECT seq FROM events WHERE type = 'HandoffDecided'").fetchone()
+    _tamper(ws.db, f"UPDATE events SET payload = replace(payload, 'ready_for_evaluation', 'reject') WHERE seq = {seq}")
+    result = run_cli(ws.db, *args)
+    assert result.returncode == 6, (args, result.stdout, result.stderr)
+    assert f"seq {seq}" in result.stderr and result.stderr.startswith("Error: ")
+    assert "reject" not in result.stdout
+
+
+def test_explain_refuses_an_edited_decisive_row(ws: Workspace) -> None:
+    """The issue's case: a forged check reason printed with exit 0 before; now exit 6."""
+    _ready_ledger(ws)
+    _tamper(ws.db, "UPDATE events SET payload = replace(payload, 'true', 'false') WHERE type = 'ChecksRecorded'")
+    result = run_cli(ws.db, "explain", "dpo-v5", "--json")
+    assert result.returncode == 6 and result.stdout == ""
+
+
+# --- the state index --------------------------------------------------------------------------
+
+
+def test_verify_catches_an_edited_state_index(ws: Workspace) -> None:
+    """streams.status of a ready candidate edited to reject: verify fails, names the stream."""
+    _ready_ledger(ws)
+    _tamper(ws.db, "UPDATE streams SET status = 'reject' WHERE stream_id = 'candidate:dpo-v5'")
+    result = run_cli(ws.db, "verify", "--json")
+    assert result.returncode == 6
+    report = json.loads(result.stdout)
+    assert report["ok"] is False and "state index" in report["reason"] and "candidate:dpo-v5" in report["reason"]
+    assert invoke(ws.db, "replay", "--full").exit_code == 0  # the documented repair
+    assert json.loads(invoke(ws.db, "verify", "--json").stdout)["ok"] is True
+
+
+def test_a_missing_index_row_is_caught(ws: Workspace) -> None:
+    _ready_ledger(ws)
+    _tamper(ws.db, "DELETE FROM streams WHERE stream_id = 'candidate:dpo-v5'")
+    assert run_cli(ws.db, "verify").returncode == 6
+
+
+def test_a_baseline_change_invalidates_a_ready_candidate_whose_index_row_was_edited(ws: Workspace) -> None:
+    """The fan-out decides from the fold, not the index: no candidate keeps stale evidence."""
+    _ready_ledger(ws)
+    _tamper(ws.db, "UPDATE streams SET status = 'reject' WHERE stream_id = 'candidate:dpo-v5'")
+    before = count_events(ws.db)
+    assert invoke(ws.db, "baseline", "activate", str(ws.baseline("sft2"))).exit_code == 0
+    assert count_events(ws.db) == before + 2  # BaselineActivated + EvidenceInvalidated
+    doc = json.loads(invoke(ws.db, "status", "dpo-v5", "--json").stdout)
+    assert doc["state"] == "received"

@@ -1,0 +1,294 @@
+"""Keys, ledger ids, seals and pinned heads (SPEC §8): the attacks of issue #9, each caught.
+
+Each attack is made the way a file writer would make it (plain sqlite3, triggers
+dropped, the chain re-hashed with the formula README documents) and first shown to
+pass a plain `verify`, so the test proves what the trust features add.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import sqlite3
+import stat
+from pathlib import Path
+
+import pytest
+from conftest import Workspace, count_events, invoke, run_cli
+from cryptography.hazmat.primitives import serialization
+
+from lifecycle_fsm.seals import ledger_id_of
+from lifecycle_fsm.upcasting import decoded_payload, derived_ledger_id, upcast
+from store.chain import GENESIS_HASH, event_hash
+from store.sqlite import SQLiteEventStore
+
+FIXTURE = Path(__file__).parent / "fixtures" / "ledger-0.1.0.sqlite"
+FIXTURE_HEAD = "1adba2fc75c8a50f57d9dfe8da7359c93d090995f3566221c8aed5b2b0118735"
+
+
+@pytest.fixture
+def keys(tmp_path: Path) -> Path:
+    assert invoke(tmp_path / "unused.db", "key", "new", "--out", str(tmp_path / "keys")).exit_code == 0
+    return tmp_path / "keys"
+
+
+def _ready_ledger(ws: Workspace) -> Path:
+    for args in (
+        ("init",), ("baseline", "activate", str(ws.baseline())), ("receive", str(ws.dpo())),
+        ("check", "dpo-v5"), ("handoff", "dpo-v5"),
+    ):  # fmt: skip
+        assert invoke(ws.db, *args).exit_code == 0, args
+    return ws.db
+
+
+def _signed(db: Path, key_dir: Path, *args: str) -> tuple[int, str, str]:
+    result = run_cli(db, "--signing-key", str(key_dir / "lifecycle-signing.key"), *args)
+    return result.returncode, result.stdout, result.stderr
+
+
+def _verify(db: Path, *args: str) -> tuple[int, dict[str, object]]:
+    result = run_cli(db, "verify", "--json", *args)
+    return result.returncode, json.loads(result.stdout)
+
+
+def _drop_triggers(conn: sqlite3.Connection) -> None:
+    for trigger in ("events_refuse_update", "events_refuse_delete", "events_refuse_replace"):
+        conn.execute(f"DROP TRIGGER IF EXISTS {trigger}")
+
+
+def _rehash_everything(db: Path, *edits: str) -> None:
+    """The issue's attack: edit a row, then re-hash the whole chain and the checkpoints' head hashes."""
+    with sqlite3.connect(db, isolation_level=None) as conn:
+        _drop_triggers(conn)
+        for sql in edits:
+            conn.execute(sql)
+        cols = "seq, stream_id, version, event_id, type, schema_version, payload, recorded_at, actor"
+        prev = GENESIS_HASH
+        for row in conn.execute(f"SELECT {cols} FROM events ORDER BY seq").fetchall():
+            names = cols.split(", ")
+            fields = dict(zip(names, row, strict=True))
+            digest = event_hash(prev_hash=prev, **fields)
+            conn.execute("UPDATE events SET prev_hash = ?, hash = ? WHERE seq = ?", (prev, digest, fields["seq"]))
+            prev = digest
+        conn.execute("UPDATE checkpoints SET head_hash = (SELECT hash FROM events WHERE seq = position)")
+
+
+# --- keys -------------------------------------------------------------------------------------
+
+
+def test_key_new_writes_a_private_key_0600_and_a_public_key_and_prints_its_id(tmp_path: Path) -> None:
+    result = run_cli(tmp_path / "x.db", "key", "new", "--out", str(tmp_path / "k" / "nested"), "--json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    private, public = Path(doc["private_key"]), Path(doc["public_key"])
+    assert private.name == "lifecycle-signing.key" and public.name == "lifecycle-signing.pub"
+    assert stat.S_IMODE(private.stat().st_mode) == 0o600
+    assert private.read_text().startswith("-----BEGIN PRIVATE KEY-----")  # PKCS#8
+    pub = serialization.load_pem_public_key(public.read_bytes())
+    raw = pub.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    assert doc["key_id"] == hashlib.sha256(raw).hexdigest()
+    assert not (tmp_path / "x.db").exists()  # no ledger touched
+
+
+def test_key_new_never_overwrites_a_key(keys: Path) -> None:
+    before = (keys / "lifecycle-signing.key").read_bytes()
+    result = run_cli(keys / "x.db", "key", "new", "--out", str(keys))
+    assert result.returncode == 3 and "already exists" in result.stderr
+    assert (keys / "lifecycle-signing.key").read_bytes() == before
+
+
+def test_seal_without_a_key_is_refused_and_appends_nothing(ws: Workspace) -> None:
+    db = _ready_ledger(ws)
+    before = count_events(db)
+    result = run_cli(db, "seal")
+    assert result.returncode == 3 and "signing key" in result.stderr
+    bad = ws.root / "bad.key"
+    bad.write_text("not a key")
+    assert run_cli(db, "--signing-key", str(bad), "seal").returncode == 3
+    assert run_cli(db, "--signing-key", str(bad), "checkpoint").returncode == 3
+    assert count_events(db) == before
+
+
+def test_the_signing_key_comes_from_the_environment_too(ws: Workspace, keys: Path) -> None:
+    db = _ready_ledger(ws)
+    env = {"LIFECYCLE_SIGNING_KEY": str(keys / "lifecycle-signing.key")}
+    result = run_cli(db, "seal", "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    assert set(json.loads(result.stdout)) == {"ledger_id", "seq", "hash", "sealed_at", "key_id", "signature"}
+
+
+# --- ledger ids ---------------------------------------------------------------------------------
+
+
+def test_init_gives_each_ledger_a_random_id_that_never_changes(tmp_path: Path) -> None:
+    ids = []
+    for name in ("a.db", "b.db"):
+        assert invoke(tmp_path / name, "init").exit_code == 0
+        with SQLiteEventStore(tmp_path / name) as store:
+            ids.append(ledger_id_of(store))
+            assert decoded_payload(store.event_at(1))["ledger_id"] == ids[-1]  # type: ignore[arg-type]
+    assert ids[0] != ids[1] and all(isinstance(i, str) and len(i) == 32 for i in ids)
+    assert invoke(tmp_path / "a.db", "window", "2").exit_code == 0
+    with SQLiteEventStore(tmp_path / "a.db") as store:
+        assert ledger_id_of(store) == ids[0]
+
+
+def test_a_ledger_written_by_release_0_1_0_gets_an_id_from_its_first_event(tmp_path: Path) -> None:
+    """The first real upcaster: LedgerInitialized v1 -> v2 derives the id from the stored hash."""
+    db = tmp_path / "old.db"
+    shutil.copy(FIXTURE, db)
+    with SQLiteEventStore(db, create=False) as store:
+        first = store.event_at(1)
+        assert first is not None and first.type == "LedgerInitialized" and first.schema_version == 1
+        derived = derived_ledger_id(first.hash)
+        assert ledger_id_of(store) == derived
+        assert decoded_payload(first)["ledger_id"] == derived
+    # Every read derives the same id; reading never rewrote the stored row.
+    code, report = _verify(db)
+    assert code == 0 and report["head"] == {"seq": 7, "hash": FIXTURE_HEAD}
+    status = json.loads(run_cli(db, "status", "--json").stdout)
+    assert [(c["id"], c["state"]) for c in status] == [("dpo-v5", "ready"), ("grpo-v7", "reject")]
+    with SQLiteEventStore(db) as store:
+        assert ledger_id_of(store) == derived
+        assert store.event_at(1).schema_version == 1  # type: ignore[union-attr]
+
+
+def test_the_upcaster_without_a_stored_hash_adds_none(tmp_path: Path) -> None:
+    """The fold passes no hash (it never reads the id): None, and the input is not mutated."""
+    payload = {"max_window_age": 2, "active_window": 1}
+    assert upcast("LedgerInitialized", 1, payload) == {**payload, "ledger_id": None}
+    assert payload == {"max_window_age": 2, "active_window": 1}
+    assert upcast("LedgerInitialized", 1, payload, event_hash="ab" * 32)["ledger_id"] == derived_ledger_id("ab" * 32)
+
+
+def test_a_release_0_1_0_ledger_can_be_sealed_and_verified(tmp_path: Path, keys: Path) -> None:
+    db = tmp_path / "old.db"
+    shutil.copy(FIXTURE, db)
+    code, out, err = _signed(db, keys, "seal", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert (doc["seq"], doc["hash"]) == (7, FIXTURE_HEAD)
+    code, report = _verify(db, "--pubkey", str(keys / "lifecycle-signing.pub"), "--expect-head", f"7:{FIXTURE_HEAD}")
+    assert code == 0, report
+    assert report["seals"] == {"count": 1, "keys": [doc["key_id"]], "last_seq": 8}
+
+
+# --- seals and pinned heads -----------------------------------------------------------------------
+
+
+def test_a_seal_decides_nothing_and_keeps_the_index_true(ws: Workspace, keys: Path) -> None:
+    db = _ready_ledger(ws)
+    status = run_cli(db, "status", "--json").stdout
+    code, out, _ = _signed(db, keys, "seal", "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["seq"] == count_events(db) - 1
+    assert run_cli(db, "status", "--json").stdout == status
+    code, report = _verify(db)
+    assert code == 0 and report["seals"]["count"] == 1 and report["seals"]["last_seq"] == doc["seq"] + 1
+    history = json.loads(run_cli(db, "log", "--stream", "seals", "--json").stdout)
+    assert [e["type"] for e in history] == ["HeadSealed"]
+
+
+def test_seal_out_writes_the_signed_head_file_once(ws: Workspace, keys: Path) -> None:
+    db = _ready_ledger(ws)
+    out = ws.root / "head.json"
+    code, _, err = _signed(db, keys, "seal", "--out", str(out))
+    assert code == 0, err
+    doc = json.loads(out.read_text())
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT hash FROM events WHERE seq = 5").fetchone() == (doc["hash"],)
+    assert doc["seq"] == 5 and stat.S_IMODE(out.stat().st_mode) & 0o077 in (0, 0o044)
+    before = count_events(db)
+    code, _, err = _signed(db, keys, "seal", "--out", str(out))
+    assert code == 3 and "already exists" in err and count_events(db) == before
+
+
+def test_a_dropped_tail_passes_plain_verify_but_not_a_pinned_head(ws: Workspace, keys: Path) -> None:
+    db = _ready_ledger(ws)
+    head_file = ws.root / "head.json"
+    assert _signed(db, keys, "seal", "--out", str(head_file))[0] == 0
+    pinned = json.loads(head_file.read_text())
+    with sqlite3.connect(db, isolation_level=None) as conn:
+        _drop_triggers(conn)
+        conn.execute("DELETE FROM events WHERE seq >= ?", (pinned["seq"] - 1,))  # the hand-off and the seal
+        conn.execute("DELETE FROM streams")
+    assert run_cli(db, "replay", "--full").returncode == 0  # the attacker tidies the index too
+    code, report = _verify(db)
+    assert code == 0 and report["ok"] is True  # the attack works without a pin...
+    for pin in (str(head_file), f"{pinned['seq']}:{pinned['hash']}"):
+        code, report = _verify(db, "--expect-head", pin)
+        assert code == 6 and report["reason"] == "head_mismatch" and report["bad_seq"] == pinned["seq"]
+
+
+def test_a_rehashed_chain_passes_plain_verify_but_not_a_seal(ws: Workspace, keys: Path) -> None:
+    db = _ready_ledger(ws)
+    assert _signed(db, keys, "checkpoint")[0] == 0  # a checkpoint with a key seals too
+    head_file = ws.root / "head.json"
+    assert _signed(db, keys, "seal", "--out", str(head_file))[0] == 0
+    _rehash_everything(
+        db,
+        "UPDATE events SET payload = replace(payload, '\"eval-v1\"', '\"eval-vX\"') WHERE seq = 3",
+        "DELETE FROM checkpoint_streams",  # the snapshots hold the old evaluation version: gone too
+        "DELETE FROM checkpoints",
+    )
+    code, report = _verify(db)
+    assert report["reason"] == "seal_mismatch"  # the seals' hashes no longer match the chain
+    pub = str(keys / "lifecycle-signing.pub")
+    # The attacker also rewrites each seal's hash to the new chain and re-hashes again.
+    with sqlite3.connect(db, isolation_level=None) as conn:
+        seals = conn.execute("SELECT seq, payload FROM events WHERE type = 'HeadSealed' ORDER BY seq").fetchall()
+    for seq, payload in seals:
+        sealed = json.loads(payload)["seq"]
+        with sqlite3.connect(db) as conn:
+            (new_hash,) = conn.execute("SELECT hash FROM events WHERE seq = ?", (sealed,)).fetchone()
+        text = json.loads(payload) | {"hash": new_hash}
+        canonical = json.dumps(text, separators=(",", ":"), sort_keys=True)
+        _rehash_everything(db, f"UPDATE events SET payload = '{canonical}' WHERE seq = {seq}")
+    code, report = _verify(db)
+    assert code == 0 and report["ok"] is True  # without a key, a forged chain with forged seals verifies
+    code, report = _verify(db, "--pubkey", pub)
+    assert code == 6 and report["reason"] == "seal_signature" and report["bad_seq"] == seals[0][0]
+    code, report = _verify(db, "--expect-head", str(head_file))
+    assert code == 6 and report["reason"] == "head_mismatch"
+
+
+def test_a_seal_under_a_key_not_given_is_refused(ws: Workspace, keys: Path, tmp_path: Path) -> None:
+    db = _ready_ledger(ws)
+    assert _signed(db, keys, "seal")[0] == 0
+    other = tmp_path / "other"
+    assert invoke(db, "key", "new", "--out", str(other)).exit_code == 0
+    code, report = _verify(db, "--pubkey", str(other / "lifecycle-signing.pub"))
+    assert code == 6 and report["reason"] == "seal_signature" and report["bad_seq"] == count_events(db)
+    code, report = _verify(db, "--pubkey", str(other / "lifecycle-signing.pub"), "--pubkey",
+                           str(keys / "lifecycle-signing.pub"))  # fmt: skip
+    assert code == 0 and report["seals"]["count"] == 1
+
+
+def test_a_signed_head_file_from_another_key_is_refused(ws: Workspace, keys: Path, tmp_path: Path) -> None:
+    db = _ready_ledger(ws)
+    head_file = ws.root / "head.json"
+    assert _signed(db, keys, "seal", "--out", str(head_file))[0] == 0
+    forged = json.loads(head_file.read_text())
+    forged["signature"] = forged["signature"][:-4] + ("AAA=" if not forged["signature"].endswith("AAA=") else "BBB=")
+    head_file.write_text(json.dumps(forged))
+    code, report = _verify(db, "--expect-head", str(head_file), "--pubkey", str(keys / "lifecycle-signing.pub"))
+    assert code == 6 and report["reason"] == "seal_signature"
+
+
+@pytest.mark.parametrize("pin", ["nonsense", "5:abc"])
+def test_a_bad_expect_head_is_an_input_error(ws: Workspace, pin: str) -> None:
+    db = _ready_ledger(ws)
+    result = run_cli(db, "verify", "--expect-head", pin)
+    assert result.returncode == 3 and result.stderr.startswith("Error: ")
+
+
+def test_sealing_an_empty_ledger_is_refused(ws: Workspace, keys: Path) -> None:
+    assert invoke(ws.db, "init").exit_code == 0
+    with sqlite3.connect(ws.db) as conn:
+        assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 1
+    empty = ws.root / "empty.db"
+    SQLiteEventStore(empty).close()
+    code, _, err = _signed(empty, keys, "seal")
+    assert code == 5 and "empty" in err
