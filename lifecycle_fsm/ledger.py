@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import threading
-import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -222,7 +221,7 @@ class Ledger:
         """Fix the freshness settings; re-running with the same values is a no-op."""
         non_negative("max window age", max_window_age)
         non_negative("active window", active_window)
-        ledger_id = uuid.uuid4().hex  # kept only if this init is the ledger's first event
+        ledger_id = self._path.new_id()  # kept only if this init is the ledger's first event
         return self._on_settings(
             LEDGER_STREAM, lambda _, settings: decisions.init(settings, max_window_age, active_window, ledger_id),
             command="init", event_id=event_id, first_type=LedgerInitialized.TYPE,

@@ -17,7 +17,7 @@ from lifecycle_fsm.cli.app import json_option, open_ledger, wants_json
 from lifecycle_fsm.cli.exit_codes import ExitCode
 from lifecycle_fsm.cli.render import emit
 
-__all__ = ["decisions"]
+__all__ = ["decisions", "export", "replay"]
 
 
 @click.group()

@@ -23,10 +23,10 @@ from lifecycle_fsm.cli.render import emit
 
 __all__ = ["simulate_command"]
 
-JSON = dict[str, Any]
+_JSON = dict[str, Any]
 
 
-def _run_json(result: Any, schedule: Any, steps: int, with_schedule: bool) -> JSON:
+def _run_json(result: Any, schedule: Any, steps: int, with_schedule: bool) -> _JSON:
     from replay.drills.schedule import describe
 
     failure = result.failure
@@ -54,7 +54,7 @@ def simulate_command(
     first = seed if seed is not None else int.from_bytes(os.urandom(4), "big")
     as_json = wants_json()
     started = time.perf_counter()
-    docs: list[JSON] = []
+    docs: list[_JSON] = []
     failed = None
     show = runs > 1 and not as_json and sys.stderr.isatty()
     progress = None
@@ -79,7 +79,7 @@ def simulate_command(
     finally:
         if progress is not None:
             progress.stop()
-    doc: JSON = {
+    doc: _JSON = {
         "ok": failed is None, "seed": first, "runs": docs, "steps_run": sum(d["steps_run"] for d in docs),
         "head": docs[-1]["head"], "seconds": round(time.perf_counter() - started, 3), "shrunk": None,
     }  # fmt: skip
@@ -111,7 +111,7 @@ def _print_schedule(schedule: Any, candidates: int) -> None:
         click.echo(f"  {i:>5}  {describe(op)}")
 
 
-def _print(doc: JSON, report_dir: Path | None) -> None:
+def _print(doc: _JSON, report_dir: Path | None) -> None:
     for run in doc["runs"]:
         if run["failure"] is not None:
             f = run["failure"]
