@@ -49,6 +49,7 @@ import attrs
 from lifecycle_fsm.errors import ArtifactError
 
 __all__ = [
+    "DigestCache",
     "MAX_LISTED_FILES",
     "TREE_FORMAT",
     "TreeDigest",
@@ -257,6 +258,10 @@ def hash_tree(
 ) -> TreeDigest:
     """`hash_directory` with the per-file listing it was computed from (see `TreeDigest`)."""
     is_dir, files = _collect(path, root)
+    return _hash_collected(is_dir, files, progress, max_listed)
+
+
+def _hash_collected(is_dir: bool, files: list[_Entry], progress: Progress | None, max_listed: int) -> TreeDigest:
     if not is_dir:
         _, real, shown, _ = files[0]
         digest, size = _hash_regular(real, shown, progress)
@@ -273,6 +278,52 @@ def hash_tree(
             # JSON cannot carry undecodable bytes: such a name is shown escaped (the hash used the bytes).
             listed.append((rel.decode("utf-8", "backslashreplace"), size, hexdigest))
     return TreeDigest(stream.hexdigest(), True, len(files), total, tuple(listed) if len(files) <= max_listed else None)
+
+
+# Per file: (relative path, device, inode, size, mtime_ns, ctime_ns). A rewrite changes
+# ctime even when size and mtime are put back (only the kernel sets ctime).
+_Identity = tuple[tuple[bytes, int, int, int, int, int], ...]
+
+
+def _identity(files: list[_Entry]) -> _Identity:
+    out = []
+    for rel, real, shown, _ in files:
+        st = _stat(real, shown)
+        out.append((rel, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+    return tuple(out)
+
+
+@attrs.define
+class DigestCache:
+    """Digests this process computed, re-used while every file's identity is unchanged.
+
+    `hash_tree` walks the path with the same rules as the module's `hash_tree` (realpath,
+    symlinks inside the root, no special files) and stats every file; when each file's
+    (device, inode, size, mtime_ns, ctime_ns) equals what it was when its bytes were last
+    read, the earlier digest is returned with the time of that read, without reading a
+    byte. Anything else (a new, removed or touched file) reads every byte again.
+
+    Residual risk (README "Artifact digests"): a change that keeps size, mtime *and*
+    ctime, which only a privileged writer can make (setting the clock back, writing the
+    block device), or a file system whose timestamps are coarser than the change
+    interval, is not seen until a full read (`--rehash`, `audit`).
+    """
+
+    clock: Callable[[], str]
+    _entries: dict[tuple[str, str | None], tuple[_Identity, TreeDigest, str]] = attrs.field(factory=dict)
+
+    def hash_tree(self, path: StrPath, root: StrPath | None = None) -> tuple[TreeDigest, str | None]:
+        """`(digest, reused_from)`: `reused_from` is when the bytes were read (None: read now)."""
+        key = (os.path.abspath(path), None if root is None else os.path.abspath(root))
+        is_dir, files = _collect(path, root)
+        identity = _identity(files)  # taken before reading: a change during the read shows next time
+        cached = self._entries.get(key)
+        if cached is not None and cached[0] == identity:
+            return cached[1], cached[2]
+        hashed_at = self.clock()
+        digest = _hash_collected(is_dir, files, None, MAX_LISTED_FILES)
+        self._entries[key] = (identity, digest, hashed_at)
+        return digest, None
 
 
 def hash_directory(

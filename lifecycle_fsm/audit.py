@@ -302,17 +302,21 @@ def _candidates_preflight(ledger: Ledger, candidates: tuple[AuditCandidate, ...]
 
 
 def _process(ledger: Ledger, c: AuditCandidate) -> None:
-    """Receive (idempotent), then check and hand off, as far as the machine allows."""
+    """Receive (idempotent), then check and hand off, as far as the machine allows.
+
+    The real-artifact audit reads every byte of every artifact (`rehash`): it never
+    re-uses a digest, even one this process read a moment ago.
+    """
     cid = c.candidate_id
     ledger.receive(c.path, candidate_id=cid)
     state = ledger.candidate(cid).state
     if state in ("ready", "tune"):
-        ledger.check(cid)  # artifacts can change after a decision: re-check, keep or reject
+        ledger.check(cid, rehash=True)  # artifacts can change after a decision: re-check, keep or reject
         return
     if state == "received":
-        state = ledger.check(cid).state or state
+        state = ledger.check(cid, rehash=True).state or state
     if state == "verified":
-        ledger.hand_off(cid)
+        ledger.hand_off(cid, rehash=True)
     # reject and recovering: recorded as they stand
 
 

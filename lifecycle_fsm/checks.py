@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lifecycle_fsm.artifacts import hash_tree, path_escapes_root
+from lifecycle_fsm.artifacts import DigestCache, hash_tree, path_escapes_root
 from lifecycle_fsm.errors import ArtifactError
 from lifecycle_fsm.rules import (
     FRESHNESS_CHECKS,
@@ -40,13 +40,19 @@ def window_age(candidate: JSON, settings: LedgerSettings) -> int | None:
     return settings.active_window - index
 
 
-def verify_artifact(path: str | None, expected: Any, root: str | None) -> JSON:
+def verify_artifact(
+    path: str | None, expected: Any, root: str | None, *, cache: DigestCache | None = None, note_reuse: bool = False
+) -> JSON:
     """Re-hash an artifact on disk and compare it with the hash a manifest recorded.
 
     `tree` is the per-file listing of a directory (`TreeDigest.to_json`), so a later
     reader can name the files that differ; None for a single file or an unreadable path.
+    With `cache`, a digest whose files are all unchanged since it was read is re-used;
+    `note_reuse` adds `reused_from`: when those bytes were read, or None (read now).
     """
     result: JSON = {"path": path, "expected": expected, "actual": None, "verified": False, "error": None, "tree": None}
+    if note_reuse:
+        result["reused_from"] = None
     if not path:
         result["error"] = "no artifact path"
         return result
@@ -54,7 +60,12 @@ def verify_artifact(path: str | None, expected: Any, root: str | None) -> JSON:
         result["error"] = "path_escapes_root"
         return result
     try:
-        digest = hash_tree(path, root)
+        if cache is None:
+            digest = hash_tree(path, root)
+        else:
+            digest, reused_from = cache.hash_tree(path, root)
+            if note_reuse:
+                result["reused_from"] = reused_from
     except ArtifactError as e:
         result["error"] = str(e)
         return result
@@ -87,12 +98,22 @@ def _freshness(candidate: JSON, settings: LedgerSettings) -> JSON:
     return {"fresh": not failed, "failed_checks": failed}
 
 
-def gather_checks(candidate: JSON, settings: LedgerSettings, *, root: str | None = None) -> CheckEvidence:
-    """Run every lifecycle check now; the evidence and the specific reason codes."""
+def gather_checks(
+    candidate: JSON, settings: LedgerSettings, *, root: str | None = None, cache: DigestCache | None = None
+) -> CheckEvidence:
+    """Run every lifecycle check now; the evidence and the specific reason codes.
+
+    With `cache` (the Ledger's, unless `rehash`), an artifact unchanged on disk since this
+    process read it is not read again; its check says so in `reused_from`.
+    """
     freshness = _freshness(candidate, settings)
-    artifact = verify_artifact(candidate.get("adapter_resolved_path"), candidate.get("adapter_sha256"), root)
+    artifact = verify_artifact(
+        candidate.get("adapter_resolved_path"), candidate.get("adapter_sha256"), root, cache=cache, note_reuse=True
+    )
     baseline = settings.baseline or {}
-    rollback = verify_artifact(baseline.get("adapter_path"), baseline.get("adapter_sha256"), root)
+    rollback = verify_artifact(
+        baseline.get("adapter_path"), baseline.get("adapter_sha256"), root, cache=cache, note_reuse=True
+    )
     reasons = list(freshness["failed_checks"])
     if not rollback["verified"]:
         reasons.append("rollback")

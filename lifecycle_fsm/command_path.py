@@ -143,8 +143,9 @@ class CommandPath:
                 attempt += 1
                 if time.monotonic() >= give_up:
                     raise
-                log.info("command_retried", stream_id=stream_id, command=command, attempt=attempt,
-                         conflict_stream=e.stream_id)  # fmt: skip
+                log.info("command_retried", stream_id=stream_id, candidate_id=candidate_id, command=command,
+                         event_id=event_id, attempt=attempt, conflict_stream=e.stream_id,
+                         version=None if current is None else current.version)  # fmt: skip
                 time.sleep(self.retry.delay(attempt))
 
     def _new_events(self, stream_id: str, events: Sequence[Event], event_id: str | None) -> list[NewEvent]:
@@ -190,13 +191,15 @@ class CommandPath:
         events = decision.events
         assert all(isinstance(e, CandidateEvent) for e in events)
         label = state_after(current, events)  # type: ignore[arg-type]
-        with self.store.transaction() as tx:
-            if reads_settings:
+        expected, category = 0 if current is None else current.version, _category(current, events)
+        if reads_settings:
+            with self.store.transaction() as tx:
                 tx.expect_version(LEDGER_STREAM, settings.version)
-            result = tx.append(
-                stream_id, 0 if current is None else current.version, new, status=label,
-                category=_category(current, events), fresh_ids=event_id is None,
-            )  # fmt: skip
+                result = tx.append(stream_id, expected, new, status=label, category=category,
+                                   fresh_ids=event_id is None)  # fmt: skip
+        else:  # one append is the whole transaction: a store may do it in one round trip (PostgreSQL)
+            result = self.store.append(stream_id, expected, new, status=label, category=category,
+                                       fresh_ids=event_id is None)  # fmt: skip
         if result.duplicate:
             final = self.reader.candidate(stream_id)
         else:
@@ -280,10 +283,22 @@ def _category(current: CandidateState | None, events: Sequence[Event]) -> str | 
     return kind if isinstance(kind, str) else None
 
 
+def _recovery_action(event: StoredEvent) -> str | None:
+    """The plan's action, on the log lines of a RecoveryPlanned event (parsed only for those)."""
+    if event.type != "RecoveryPlanned":
+        return None
+    action = orjson.loads(event.payload).get("action")
+    return action if isinstance(action, str) else None
+
+
 def _log_appended(events: Sequence[StoredEvent], candidate: CandidateState | None) -> None:
+    """One line per event and one per decision, each with candidate id, stream version, event id and plan action."""
+    action = None
     for e in events:
-        log.info("event_appended", seq=e.seq, stream_id=e.stream_id, type=e.type, actor=e.actor, event_id=e.event_id,
-                 version=e.version)  # fmt: skip
+        action = _recovery_action(e) or action
+        log.info("event_appended", seq=e.seq, stream_id=e.stream_id, candidate_id=candidate_id_of(e.stream_id),
+                 type=e.type, actor=e.actor, event_id=e.event_id, version=e.version,
+                 **({"action": action} if e.type == "RecoveryPlanned" else {}))  # fmt: skip
     if candidate is not None and events:
         log.info(
             "decision_recorded",
@@ -292,4 +307,6 @@ def _log_appended(events: Sequence[StoredEvent], candidate: CandidateState | Non
             version=candidate.version,
             reason_codes=list(candidate.reason_codes),
             seq=events[-1].seq,
+            event_id=events[0].event_id,
+            **({"action": action} if action is not None else {}),
         )

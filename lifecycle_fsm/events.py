@@ -290,11 +290,13 @@ class ChecksRecorded(CandidateEvent):
     """Every lifecycle check ran; `reason_codes` names each failed one (empty: passed).
 
     `artifact` and `rollback` are `checks.verify_artifact` results; since schema version
-    2 they carry `tree`, the folder's per-file listing (None when not recorded).
+    2 they carry `tree`, the folder's per-file listing (None when not recorded); since 3,
+    `reused_from`: None when the bytes were read for this check, else when they were read
+    (the digest was re-used because no file's device, inode, size, mtime or ctime changed).
     """
 
     TYPE: ClassVar[str] = "ChecksRecorded"
-    SCHEMA_VERSION: ClassVar[int] = 2  # v2: artifact.tree, rollback.tree
+    SCHEMA_VERSION: ClassVar[int] = 3  # v2: artifact.tree, rollback.tree; v3: their reused_from
     passed: bool
     reason_codes: list[str]
     freshness: JSON
@@ -412,7 +414,7 @@ class HandoffDecided(CandidateEvent):
     """The hand-off decision, with the checks re-run at that moment as its evidence (as `ChecksRecorded`)."""
 
     TYPE: ClassVar[str] = "HandoffDecided"
-    SCHEMA_VERSION: ClassVar[int] = 2  # v2: artifact.tree, rollback.tree
+    SCHEMA_VERSION: ClassVar[int] = 3  # v2: artifact.tree, rollback.tree; v3: their reused_from
     handoff_status: str
     upstream_decision: Any
     hard_failures: list[str]

@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 
 from lifecycle_fsm import decisions
-from lifecycle_fsm.artifacts import hash_directory
+from lifecycle_fsm.artifacts import DigestCache, hash_directory
 from lifecycle_fsm.checks import gather_checks, trusted_state_evidence, verify_artifact
 from lifecycle_fsm.closed import closed_store
 from lifecycle_fsm.command_inputs import (
@@ -98,8 +98,12 @@ class Ledger:
         self.actor = actor or default_actor()
         self.artifact_root = None if artifact_root is None else os.path.abspath(artifact_root)
         self.signing_key = signing_key  # the key seals are signed with (SPEC §8), kept for the commands that sign
+        self._clock = clock
         self._reader = StreamReader(store)
         self._path = CommandPath(self._reader, actor=self.actor, clock=clock, retry=retry)
+        # Artifact digests this Ledger read, re-used by `check`/`hand_off` while no file changed;
+        # stamped with the wall clock (the event clock is not consumed by a read).
+        self._digests = DigestCache(utc_now)
         self._closed = False
 
     @classmethod
@@ -123,6 +127,29 @@ class Ledger:
 
         store = open_store(path_or_url, synchronous=synchronous, busy_timeout=busy_timeout)
         return cls(store, actor=actor, signing_key=signing_key, **kwargs)
+
+    def seal(self) -> JSON:
+        """Sign the head and append `HeadSealed` to the `seals` stream; the signed head (SPEC §8).
+
+        Needs `signing_key` (InputError without one). Keep the result outside the ledger
+        and check it later with `lifecycle verify --expect-head`.
+        """
+        from lifecycle_fsm.seals import seal
+
+        return seal(self.store, self._private_key("seal"), actor=self.actor, clock=self._clock)
+
+    def attest(self, candidate_id: str) -> JSON:
+        """The candidate's hand-off as a signed DSSE envelope (in-toto Statement v1); appends nothing."""
+        from lifecycle_fsm.attestation import attest
+
+        return attest(self.store, candidate_id, self._private_key("attest"))
+
+    def _private_key(self, what: str) -> Any:
+        from lifecycle_fsm.keys import private_key_from
+
+        if self.signing_key is None:
+            raise InputError(f"{what} needs a signing key: Ledger.open(..., signing_key=PATH_OR_PEM)")
+        return private_key_from(self.signing_key, what)
 
     def close(self) -> None:
         """Close the store; using the ledger afterwards raises `LedgerClosedError`. Idempotent."""
@@ -294,13 +321,19 @@ class Ledger:
             inputs={"candidate": manifest.fields},
         )  # fmt: skip
 
-    def check(self, candidate_id: str, *, event_id: str | None = None) -> CandidateResult:
-        """Run every check now: verified (or unchanged on a re-check) or reject."""
+    def check(self, candidate_id: str, *, event_id: str | None = None, rehash: bool = False) -> CandidateResult:
+        """Run every check now: verified (or unchanged on a re-check) or reject.
+
+        An artifact this Ledger already read and whose files are unchanged on disk (device,
+        inode, size, mtime, ctime) is not read again (the event says `reused_from`);
+        `rehash=True` reads every byte.
+        """
+        cache = None if rehash else self._digests
 
         def decide(current: CandidateState | None, settings: LedgerSettings) -> Decision:
             assert current is not None
             require_baseline(settings)
-            return decisions.check(gather_checks(current.candidate, settings, root=self.artifact_root))
+            return decisions.check(gather_checks(current.candidate, settings, root=self.artifact_root, cache=cache))
 
         return self._on_candidate(
             stream_of(candidate_id), decide, command="check", event_id=event_id, first_type=ChecksRecorded.TYPE
@@ -367,13 +400,15 @@ class Ledger:
             first_type=RecoveryCompleted.TYPE,
         )  # fmt: skip
 
-    def hand_off(self, candidate_id: str, *, event_id: str | None = None) -> CandidateResult:
-        """Re-run the checks now and decide: ready (for evaluation), tune or reject."""
+    def hand_off(self, candidate_id: str, *, event_id: str | None = None, rehash: bool = False) -> CandidateResult:
+        """Re-run the checks now and decide: ready (for evaluation), tune or reject (`rehash`: as `check`)."""
+        cache = None if rehash else self._digests
 
         def decide(current: CandidateState | None, settings: LedgerSettings) -> Decision:
             assert current is not None
             require_baseline(settings)
-            return decisions.hand_off(current, gather_checks(current.candidate, settings, root=self.artifact_root))
+            evidence = gather_checks(current.candidate, settings, root=self.artifact_root, cache=cache)
+            return decisions.hand_off(current, evidence)
 
         return self._on_candidate(
             stream_of(candidate_id), decide, command="handoff", event_id=event_id, first_type=HandoffDecided.TYPE

@@ -18,6 +18,7 @@ from lifecycle_fsm.errors import InputError
 
 __all__ = [
     "MAX_CANDIDATE_ID_LENGTH",
+    "MAX_INT64",
     "MAX_MANIFEST_BYTES",
     "MAX_SCENARIO_BYTES",
     "check_candidate_id",
@@ -28,6 +29,7 @@ __all__ = [
 MAX_MANIFEST_BYTES = 16 * 1024 * 1024  # a manifest is metadata: 16 MiB is far beyond any real one
 MAX_SCENARIO_BYTES = 1024 * 1024  # a drill scenario is a hand-written YAML file
 MAX_CANDIDATE_ID_LENGTH = 256  # characters; ids are shown in tables and used as stream names
+MAX_INT64 = 2**63 - 1  # the largest integer SQLite, PostgreSQL's bigint and JSON readers all keep exactly
 
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 

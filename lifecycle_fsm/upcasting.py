@@ -34,6 +34,7 @@ __all__ = [
     "derived_ledger_id",
     "upcast_checks_v1_v2",
     "upcast_ledger_initialized_v1_v2",
+    "upcast_checks_v2_v3",
 ]
 
 JSON = dict[str, Any]
@@ -79,12 +80,25 @@ def upcast_ledger_initialized_v1_v2(payload: JSON, event_hash: str | None = None
     return {**payload, "ledger_id": None if event_hash is None else derived_ledger_id(event_hash)}
 
 
+def upcast_checks_v2_v3(payload: JSON) -> JSON:
+    """v3 artifact and rollback checks say whether their digest was re-used (`reused_from`);
+    a v2 check always read every byte (None: read for this check)."""
+    out = dict(payload)
+    for name in ("artifact", "rollback"):
+        check = payload.get(name)
+        if isinstance(check, dict):
+            out[name] = {**check, "reused_from": None}
+    return out
+
+
 # (type, from_version) -> function returning the payload at from_version + 1.
 UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("BaselineActivated", 1): upcast_baseline_activated_v1_v2,
     ("CandidateReceived", 1): upcast_candidate_received_v1_v2,
     ("ChecksRecorded", 1): upcast_checks_v1_v2,
     ("HandoffDecided", 1): upcast_checks_v1_v2,
+    ("ChecksRecorded", 2): upcast_checks_v2_v3,
+    ("HandoffDecided", 2): upcast_checks_v2_v3,
 }
 # Upcasters that also read the stored event's hash (the row, not only its payload).
 ROW_UPCASTERS: dict[tuple[str, int], Callable[[JSON, str | None], JSON]] = {

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 
 from lifecycle_fsm.errors import InputError
+from lifecycle_fsm.limits import MAX_INT64
 from store.base import EventStore
 
 __all__ = ["AsOf", "parse_as_of", "parse_time", "position_of"]
@@ -38,6 +39,8 @@ def parse_as_of(text: str) -> AsOf:
         seq = int(stripped)
         if seq < 1:
             raise InputError(f"--as-of {text}: a seq starts at 1")
+        if seq > MAX_INT64:
+            raise InputError(f"--as-of {text}: no seq is that large")
         return seq
     return parse_time(stripped)
 

@@ -18,8 +18,9 @@ Why it is built this way:
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, NoReturn
 from urllib.parse import parse_qsl, urlsplit
@@ -145,6 +146,9 @@ _SET_UNLESS_IN_URL = (
 )
 
 
+_MAX_PREPARED = 64  # statement shapes (rows per insert, checks) prepared per connection
+
+
 def _lock_key(schema: str) -> int:
     """The advisory-lock key for one ledger: its schema name, hashed to a signed 64-bit int."""
     return int.from_bytes(hashlib.sha256(b"lifecycle-fsm:" + schema.encode()).digest()[:8], "big", signed=True)
@@ -185,6 +189,10 @@ class PgSession:
             self.schema: str | None = row[3]
             self.search_path: str = row[4]
             self.lock_key = _lock_key(self.schema or self._first_schema())
+            self.lock_sql = f"SELECT pg_advisory_xact_lock({self.lock_key})"
+            self.binder = psycopg.ClientCursor(self.conn)  # binds values client-side for multi-statement trips
+            self._seen: set[str] = set()
+            self._prepared: dict[str, str] = {}
         except BaseException:
             self.conn.close()
             raise
@@ -192,6 +200,30 @@ class PgSession:
     def _first_schema(self) -> str:
         first = self.search_path.split(",")[0].strip()
         return first[1:-1].replace('""', '"') if first.startswith('"') else first
+
+    # --- statements in a multi-statement round trip ------------------------------------------
+
+    def prepare_if_repeated(self, sql: str, params: Sequence[Any] | None) -> None:
+        """PREPARE `sql` the second time its shape is seen (a one-command CLI process never pays
+        the extra round trip); `inline` then sends `EXECUTE name(values)`, which skips planning
+        (the guarded insert plans in about as long as it runs)."""
+        if params is None or sql in self._prepared or len(self._prepared) >= _MAX_PREPARED:
+            return
+        if sql not in self._seen:
+            self._seen.add(sql)
+            return
+        name = f"lifecycle_stmt_{len(self._prepared)}"
+        numbers = itertools.count(1)
+        with self.mapped("cannot prepare a statement"):
+            self.conn.execute(f"PREPARE {name} AS " + re.sub("%s", lambda _: f"${next(numbers)}", sql))
+        self._prepared[sql] = name
+
+    def inline(self, sql: str, params: Sequence[Any]) -> str:
+        """`sql` with its values bound client-side, as EXECUTE of its prepared statement if there is one."""
+        name = self._prepared.get(sql)
+        if name is None:
+            return self.binder.mogrify(sql, params)
+        return f"EXECUTE {name}({self.binder.mogrify(', '.join(['%s'] * len(params)), params)})"
 
     # --- the error boundary --------------------------------------------------------------
 

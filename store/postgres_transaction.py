@@ -29,12 +29,52 @@ _HEAD_IS = (
     "AND coalesce((SELECT hash FROM events ORDER BY seq DESC LIMIT 1), %s) = %s"
 )
 _ROW = "(%s::bigint, %s, %s::bigint, %s, %s, %s::integer, %s, %s, %s, %s, %s)"
+_BY_IDS = f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id = ANY(%s::text[])"
 _CHUNK = 1000  # rows per INSERT statement (11 parameters each; PostgreSQL allows 65535)
-_UPSERT_STREAM = (
-    "INSERT INTO streams (stream_id, version, status, category) VALUES (%s, %s, %s, %s) "
+_UPSERT_STREAM_IF_INSERTED = (
+    "INSERT INTO streams (stream_id, version, status, category) SELECT %s, %s::bigint, %s, %s "
+    "WHERE EXISTS (SELECT FROM ins) "
     "ON CONFLICT (stream_id) DO UPDATE SET version = excluded.version, "
     "status = coalesce(excluded.status, streams.status), category = coalesce(excluded.category, streams.category)"
 )
+
+
+def _insert_sql(
+    chunk: list[tuple[Any, ...]],
+    guard: tuple[Head, list[tuple[str, int]], list[str] | None] | None,
+    upsert: tuple[str, int, str | None, str | None] | None,
+) -> tuple[str, list[Any]]:
+    """One INSERT of `chunk`: only if `guard` holds (head, stream versions, ids not taken), and with
+    `upsert` the stream index in the same statement (a data-modifying CTE: its row count is 1 or 0)."""
+    params: list[Any] = [v for row in chunk for v in row]
+    sql = f"INSERT INTO events ({EVENT_COLUMNS}) SELECT * FROM (VALUES {', '.join([_ROW] * len(chunk))}) AS v"
+    if guard is not None:
+        head, checks, ids = guard
+        sql += f" WHERE {_HEAD_IS}" + f" AND {VERSION_OF} = %s" * len(checks)
+        params += [head.seq, GENESIS_HASH, head.hash, *(v for pair in checks for v in pair)]
+        if ids is not None:
+            sql += " AND NOT EXISTS (SELECT FROM events WHERE event_id = ANY(%s::text[]))"
+            params.append(ids)
+    if upsert is not None:
+        sql = f"WITH ins AS ({sql} RETURNING 1) {_UPSERT_STREAM_IF_INSERTED}"
+        params += list(upsert)
+    return sql, params
+
+
+class _Result:
+    """One statement's result, kept: the multi-statement cursor moves on to the next."""
+
+    __slots__ = ("rowcount", "rows")
+
+    def __init__(self, cur: psycopg.Cursor[Any]) -> None:
+        self.rowcount = cur.rowcount
+        self.rows = cur.fetchall() if cur.description is not None else []
+
+    def fetchone(self) -> tuple[Any, ...] | None:
+        return self.rows[0] if self.rows else None
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        return self.rows
 
 
 def _conflict(stream_id: str, expected: int, actual: int) -> ConcurrencyError:
@@ -57,18 +97,42 @@ class PostgresTransaction:
         self._expected: list[tuple[str, int]] = []  # checked by the next insert, or before COMMIT
         self.head: Head | None = None  # the head under our lock, once known
 
-    def _run(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
-        """One statement inside the transaction; the first is preceded by BEGIN and the lock (one message).
+    def _send(self, statements: Sequence[tuple[str, Sequence[Any] | None]], *, commit: bool = False) -> list[_Result]:
+        """Statements in one round trip; a cursor positioned at each one's result.
 
-        Statements are server-bound, so psycopg prepares the hot ones: planning the
-        guarded INSERT costs more than a round trip on a busy server (measured).
+        The transaction's first send is preceded by BEGIN and the lock, in the same trip;
+        `commit` ends it with COMMIT, still in the same trip. They go as one simple-query
+        message with the values bound client-side (psycopg's `ClientCursor.mogrify`),
+        as `EXECUTE` of a server-side prepared statement once a shape repeats (see
+        `PgSession.inline`): psycopg's pipeline mode measured 4x slower here than this.
+        An error skips the rest and leaves the transaction to roll back.
         """
         conn = self._session.conn
+        parts: list[tuple[str, Sequence[Any] | None]] = list(statements)
+        skip = 0
+        if not self.started:
+            for sql, params in statements:  # outside any transaction: a PREPARE is never rolled back
+                self._session.prepare_if_repeated(sql, params)
+            self.started = True
+            parts = [("BEGIN", None), (self._session.lock_sql, None), *parts]
+            skip = 2
+        if commit:
+            parts.append(("COMMIT", None))
         with self._session.mapped("write transaction failed"):
-            if not self.started:
-                self.started = True
-                conn.execute(f"BEGIN; SELECT pg_advisory_xact_lock({int(self._session.lock_key)})")
-            return conn.execute(sql, params)
+            if len(parts) == 1 and parts[0][1] is not None:
+                return [_Result(conn.execute(*parts[0]))]  # server-bound: psycopg prepares it
+            inline = self._session.inline
+            cur = conn.execute("; ".join(sql if params is None else inline(sql, params) for sql, params in parts))
+            cursors = []
+            for n in range(len(parts)):
+                if n >= skip and n < skip + len(statements):
+                    cursors.append(_Result(cur))
+                cur.nextset()
+        return cursors
+
+    def _run(self, sql: str, params: Sequence[Any] = ()) -> _Result:
+        """One statement inside the transaction (after BEGIN and the lock, in the same round trip)."""
+        return self._send([(sql, params)])[0]
 
     def stream_version(self, stream_id: str) -> int:
         row = self._run(f"SELECT {VERSION_OF}", (stream_id,)).fetchone()
@@ -117,55 +181,97 @@ class PostgresTransaction:
         if not events:
             return AppendResult(())
         check_batch(stream_id, events)
-        if not fresh_ids:  # a writer that just drew random ids cannot be retrying: skip the look-up
-            existing = self._existing(events)
-            if existing is not None:
-                return AppendResult(existing, duplicate=True)
         guess = self.head or self._store.last_head
         rows = chain_rows(guess, stream_id, expected_version, events)
-        if not self._insert(rows, guess, stream_id, expected_version, status, category):
+        done = self._attempt(rows, guess, (stream_id, expected_version, status, category), events, fresh_ids=fresh_ids)
+        if done is None:
             # The guess was stale, or a version moved: read both under the lock, then decide.
             self._check_expected()
-            row = self._run(
-                f"SELECT {VERSION_OF}, (SELECT seq FROM events ORDER BY seq DESC LIMIT 1), "
-                "(SELECT hash FROM events ORDER BY seq DESC LIMIT 1)",
-                (stream_id,),
-            ).fetchone()
-            assert row is not None
-            if row[0] != expected_version:
-                raise _conflict(stream_id, expected_version, int(row[0]))
-            head = Head(row[1], row[2]) if row[1] is not None else Head(0, GENESIS_HASH)
+            head = self._locked_head(stream_id, expected_version)
             rows = chain_rows(head, stream_id, expected_version, events)
-            if not self._insert(rows, head, stream_id, expected_version, status, category):  # pragma: no cover
+            done = self._attempt(rows, head, (stream_id, expected_version, status, category), events, fresh_ids=True)
+            if done is None:  # pragma: no cover - the lock is held: nothing can move
                 raise IntegrityError(f"stream {stream_id!r}: the head moved while the write lock was held")
-        self.head = Head(rows[-1][0], rows[-1][10])
-        return AppendResult(tuple(StoredEvent(*row) for row in rows))
+        return done
 
-    def _insert(
+    def append_and_commit(
+        self,
+        stream_id: str,
+        expected_version: int,
+        events: Sequence[NewEvent],
+        *,
+        status: str | None = None,
+        category: str | None = None,
+        fresh_ids: bool = False,
+        guess: Head | None,
+    ) -> AppendResult | None:
+        """A whole one-append transaction in one round trip (BEGIN, lock, guarded insert, COMMIT).
+
+        With `guess` None it reads the head under the lock first (two round trips, for
+        when guesses keep going stale). None when the guess was stale or the stream's
+        version moved: nothing was written, the transaction is over, use `append`.
+        """
+        check_batch(stream_id, events)
+        stream = (stream_id, expected_version, status, category)
+        if guess is None:
+            existing = None if fresh_ids else self._existing(events)
+            if existing is not None:
+                self._send([], commit=True)
+                return AppendResult(existing, duplicate=True)
+            guess = self._locked_head(stream_id, expected_version)
+            fresh_ids = True  # looked up above, under the lock
+        rows = chain_rows(guess, stream_id, expected_version, events)
+        return self._attempt(rows, guess, stream, events, fresh_ids=fresh_ids, commit=True)
+
+    def _locked_head(self, stream_id: str, expected_version: int) -> Head:
+        """The head under the lock; ConcurrencyError when the stream is not at `expected_version`."""
+        row = self._run(
+            f"SELECT {VERSION_OF}, (SELECT seq FROM events ORDER BY seq DESC LIMIT 1), "
+            "(SELECT hash FROM events ORDER BY seq DESC LIMIT 1)",
+            (stream_id,),
+        ).fetchone()
+        assert row is not None
+        if row[0] != expected_version:
+            raise _conflict(stream_id, expected_version, int(row[0]))
+        return Head(row[1], row[2]) if row[1] is not None else Head(0, GENESIS_HASH)
+
+    def _attempt(
         self,
         rows: list[tuple[Any, ...]],
         head: Head,
-        stream_id: str,
-        expected_version: int,
-        status: str | None,
-        category: str | None,
-    ) -> bool:
-        """Insert `rows` if `head` and every expected version still hold; False (nothing written) when not."""
+        stream: tuple[str, int, str | None, str | None],
+        events: Sequence[NewEvent],
+        *,
+        fresh_ids: bool,
+        commit: bool = False,
+    ) -> AppendResult | None:
+        """Insert `rows` if `head`, every expected version and (unless `fresh_ids`) the event ids still hold.
+
+        One round trip: the retry look-up by event id, the guarded insert and the
+        stream index (one statement), COMMIT with `commit`. None, nothing written,
+        when a guard failed.
+        """
+        stream_id, expected_version, status, category = stream
         expected, self._expected = self._expected, []
         checks = [(stream_id, expected_version), *expected]
+        ids = None if fresh_ids else [e.event_id for e in events]
+        lookup: list[tuple[str, Sequence[Any] | None]] = [] if ids is None else [(_BY_IDS, (ids,))]
+        chunks = [rows[i : i + _CHUNK] for i in range(0, len(rows), _CHUNK)]
+        upsert = (stream_id, rows[-1][2], status, category)
+        first = _insert_sql(chunks[0], (head, checks, ids), upsert if len(chunks) == 1 else None)
         try:
-            for start in range(0, len(rows), _CHUNK):
-                chunk = rows[start : start + _CHUNK]
-                values = ", ".join([_ROW] * len(chunk))
-                params: list[Any] = [v for row in chunk for v in row]
-                sql = f"INSERT INTO events ({EVENT_COLUMNS}) SELECT * FROM (VALUES {values}) AS v"
-                if start == 0:  # the later chunks follow under the same lock
-                    sql += f" WHERE {_HEAD_IS}" + f" AND {VERSION_OF} = %s" * len(checks)
-                    params += [head.seq, GENESIS_HASH, head.hash, *(v for pair in checks for v in pair)]
-                if self._run(sql, params).rowcount == 0:
-                    self._expected = expected  # re-checked one by one by the caller
-                    return False
-            self._run(_UPSERT_STREAM, (stream_id, rows[-1][2], status, category))
+            cursors = self._send([*lookup, first], commit=commit and len(chunks) == 1)
+            if ids is not None:
+                stored = {row[3]: StoredEvent(*row) for row in cursors[0].fetchall()}
+                existing = match_retry(events, stored)
+                if existing is not None:
+                    return AppendResult(existing, duplicate=True)
+            if cursors[-1].rowcount == 0:
+                self._expected = expected  # re-checked one by one by the caller
+                return None
+            for n, chunk in enumerate(chunks[1:], start=2):  # the later chunks follow under the same lock
+                last = n == len(chunks)
+                self._send([_insert_sql(chunk, None, upsert if last else None)], commit=commit and last)
         except StoreError as e:
             if isinstance(e.__cause__, pg_errors.UniqueViolation):
                 detail = self._session.scrub(str(e.__cause__))
@@ -176,13 +282,12 @@ class PostgresTransaction:
                     actual_version=expected_version,  # under the lock: the clash was an event id, not the version
                 ) from e.__cause__
             raise
-        return True
+        self.head = Head(rows[-1][0], rows[-1][10])
+        return AppendResult(tuple(StoredEvent(*row) for row in rows))
 
     def _existing(self, events: Sequence[NewEvent]) -> tuple[StoredEvent, ...] | None:
         """The stored copies when this exact batch was appended before (a retry), else None."""
-        cur = self._run(
-            f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id = ANY(%s::text[])", ([e.event_id for e in events],)
-        )
+        cur = self._run(_BY_IDS, ([e.event_id for e in events],))
         stored = {row[3]: StoredEvent(*row) for row in cur.fetchall()}
         return match_retry(events, stored)
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from store.base import AppendResult
-from store.chain import GENESIS_HASH, chain_rows, check_batch, match_retry, verify_events
+from store.chain import GENESIS_HASH, chain_rows, check_batch, match_retry, verify_rows
 from store.errors import ConcurrencyError, InputError, IntegrityError, StoreError
 from store.faults import fault_from_env
 from store.records import (
@@ -72,6 +72,9 @@ class SQLiteTransaction:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
         self._head: Head | None = None  # read with the first append's version check
+        # `expect_version` calls not yet checked: folded into the first append's head read
+        # (one statement fewer per command), or checked on their own before the commit.
+        self._expected: list[tuple[str, int]] = []
 
     def stream_version(self, stream_id: str) -> int:
         row = self._conn.execute(
@@ -80,19 +83,32 @@ class SQLiteTransaction:
         return int(row[0]) if row else 0
 
     def _version_and_head(self, stream_id: str) -> tuple[int, Head]:
-        """The stream's version and the log's head; one statement for a command's first append."""
+        """The stream's version and the log's head; one statement for a command's first append,
+        which also reads the versions `expect_version` asked about (checked first, in order)."""
         if self._head is not None:
+            self.check_expected()
             return self.stream_version(stream_id), self._head
-        version, seq, digest = self._conn.execute(
-            "SELECT (SELECT version FROM events WHERE stream_id = ? ORDER BY version DESC LIMIT 1), "
-            "(SELECT seq FROM events ORDER BY seq DESC LIMIT 1), (SELECT hash FROM events ORDER BY seq DESC LIMIT 1)",
-            (stream_id,),
+        expected, self._expected = self._expected, []
+        probe = "(SELECT version FROM events WHERE stream_id = ? ORDER BY version DESC LIMIT 1)"
+        row = self._conn.execute(
+            f"SELECT {probe}, (SELECT seq FROM events ORDER BY seq DESC LIMIT 1), "
+            f"(SELECT hash FROM events ORDER BY seq DESC LIMIT 1){f', {probe}' * len(expected)}",
+            (stream_id, *(sid for sid, _ in expected)),
         ).fetchone()
+        for (sid, want), actual in zip(expected, row[3:], strict=True):
+            self._raise_unless(sid, want, actual or 0)
+        version, seq, digest = row[:3]
         self._head = Head(seq, digest) if seq is not None else Head(0, GENESIS_HASH)
         return (version or 0), self._head
 
     def expect_version(self, stream_id: str, expected_version: int) -> None:
-        self._raise_unless(stream_id, expected_version, self.stream_version(stream_id))
+        self._expected.append((stream_id, expected_version))
+
+    def check_expected(self) -> None:
+        """Check the `expect_version` calls no append has checked yet (before a commit)."""
+        expected, self._expected = self._expected, []
+        for stream_id, want in expected:
+            self._raise_unless(stream_id, want, self.stream_version(stream_id))
 
     def _raise_unless(self, stream_id: str, expected_version: int, actual: int) -> None:
         if actual != expected_version:
@@ -258,6 +274,7 @@ class SQLiteEventStore:
             with self._write(command=True):
                 tx = SQLiteTransaction(self._conn)
                 yield tx
+                tx.check_expected()
         except sqlite3.DatabaseError as e:
             raise translate_sqlite_error(e, f"{self.path}: write failed") from e
 
@@ -425,7 +442,9 @@ class SQLiteEventStore:
         return str(row[0]) if row else None
 
     def verify_chain(self) -> ChainReport:
-        return verify_events(self.select_events(), count=self.count_events(), head=self.head())
+        """One SELECT in seq order (one read snapshot), rows hashed in big batches as plain tuples."""
+        cursor = self._conn.execute(f"SELECT {EVENT_COLUMNS} FROM events ORDER BY seq")
+        return verify_rows(iter(lambda: cursor.fetchmany(8192), []), count=self.count_events, head=self.head)
 
     def close(self) -> None:
         self._conn.close()

@@ -127,3 +127,12 @@ def count_events(db: Path) -> int:
             return int(conn.execute("SELECT count(*) FROM events").fetchone()[0])
         except sqlite3.OperationalError:
             return 0
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """`--reliability-long`: the full reliability campaign (tests/reliability), not CI's bounded one."""
+    parser.addoption(
+        "--reliability-long",
+        action="store_true",
+        help="Run the long reliability campaign (also: LIFECYCLE_RELIABILITY=long).",
+    )

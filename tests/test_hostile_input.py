@@ -172,3 +172,16 @@ def test_rich_markup_in_an_id_is_shown_literally(ws: Workspace) -> None:
     result = run_cli(ws.db, "status")
     assert result.returncode == 0, result.stderr
     assert "[/bold]odd[red]" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["replay", "--to", str(10**30)], ["status", "--as-of", str(10**30)], ["log", "--after", str(10**30)],
+     ["log", "--limit", str(10**30)], ["init", "--active-window", str(10**30)]],
+)  # fmt: skip
+def test_integers_beyond_64_bits_are_usage_errors(ws: Workspace, args: list[str]) -> None:
+    """SQLite raised OverflowError (a traceback) for `replay --to 10**30`."""
+    assert invoke(ws.db, "init").exit_code == 0
+    result = invoke(ws.db, *args)
+    assert result.exit_code in (2, 3)
+    _one_error_line(result.stderr)

@@ -163,8 +163,11 @@ def test_busy_timeout_reaches_sqlite(ws: Workspace) -> None:
     holder = sqlite3.connect(ws.db, isolation_level=None, check_same_thread=False)
     holder.execute("BEGIN IMMEDIATE")
     try:
-        with Ledger.open(ws.db, busy_timeout=0.1) as impatient, pytest.raises(StoreError):
-            impatient.advance_window(2)
+        with Ledger.open(ws.db, busy_timeout=0.1) as impatient:
+            started = time.monotonic()
+            with pytest.raises(StoreError):
+                impatient.advance_window(2)
+        assert time.monotonic() - started < 10  # gave up after its own timeout, not the 30 s default
         release = threading.Timer(1.0, lambda: holder.execute("COMMIT"))
         release.start()
         with Ledger.open(ws.db, busy_timeout=30.0) as patient:

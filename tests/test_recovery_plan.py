@@ -156,3 +156,20 @@ def test_results_are_typed_without_asserts(ws: Workspace, active: Ledger) -> Non
     assert isinstance(result, CandidateResult) and result.state is State.VERIFIED
     assert result.candidate_id == "grpo-v7" and result.appended
     assert active.recovery_plan("grpo-v7") is None
+
+
+def test_log_lines_carry_candidate_version_event_id_and_action(ws: Workspace, active: Ledger) -> None:
+    """Every line a command logs names the candidate, the stream version and the event id; a plan's its action."""
+    import structlog
+
+    with structlog.testing.capture_logs() as logs:
+        active.fail_stage("grpo-v7", "sampling", event_id="run-3/0007/fail-sampling")
+    appended = [line for line in logs if line["event"] == "event_appended"]
+    assert [(line["candidate_id"], line["version"], line["event_id"]) for line in appended] == [
+        ("grpo-v7", 2, "run-3/0007/fail-sampling"), ("grpo-v7", 3, "run-3/0007/fail-sampling/1"),
+    ]  # fmt: skip
+    assert appended[1]["action"] == "rebuild_prompt_queue" and "action" not in appended[0]
+    (decision,) = [line for line in logs if line["event"] == "decision_recorded"]
+    assert (decision["candidate_id"], decision["version"], decision["event_id"], decision["action"]) == (
+        "grpo-v7", 3, "run-3/0007/fail-sampling", "rebuild_prompt_queue",
+    )  # fmt: skip

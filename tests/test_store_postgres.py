@@ -304,3 +304,42 @@ def test_cli_on_a_url_reads_and_refuses_like_on_a_file(pg_url: str) -> None:
     dead = run_cli("postgresql://postgres:s3cret-pw@127.0.0.1:1/test", "--log-level", "debug", "init")
     assert dead.returncode == 7 and dead.stderr.startswith("Error: ") and dead.stderr.count("\n") == 1
     assert "s3cret-pw" not in dead.stderr + dead.stdout and "***" in dead.stderr
+
+
+# --- the one-round-trip append path --------------------------------------------------------------
+
+
+def _executions(store: PostgresEventStore) -> dict[str, int]:
+    """The session's prepared statements: text -> how many times they were executed (PostgreSQL 14+)."""
+    rows = store.session.conn.execute(
+        "SELECT statement, generic_plans + custom_plans FROM pg_prepared_statements"
+    ).fetchall()
+    return {row[0]: row[1] for row in rows}
+
+
+def test_two_handles_taking_turns_stay_chained_and_dense(store: PostgresEventStore, pg_url: str) -> None:
+    """Two stores on one schema append in turn, so each one's head guess is always stale: every append
+    still lands (the guarded insert writes nothing on a stale guess, the head is re-read under the lock),
+    seq stays dense, the chain verifies, and retries of both handles' appends are duplicates."""
+    with PostgresEventStore(pg_url, synchronous="NORMAL") as other:
+        handles = (store, other)
+        for n in range(2, 14):
+            handle = handles[n % 2]
+            result = handle.append("a", n, [new("a", n)])
+            assert result.events[0].seq == n + 2 and not result.duplicate
+        for n in (5, 12):  # a retry (same ids, same content) on the handle that did not write it
+            again = handles[(n + 1) % 2].append("a", n, [new("a", n)])
+            assert again.duplicate and again.events[0].seq == n + 2
+        assert store.append("a", 14, [new("a", 14)]).events[0].seq == 16
+    assert [e.seq for e in store.select_events()] == list(range(1, 17))
+    assert store.verify_chain().ok
+    assert [h.version for h in store.streams() if h.stream_id == "a"] == [15]
+
+
+def test_repeated_appends_use_a_prepared_statement(store: PostgresEventStore) -> None:
+    """The second append of a shape prepares the guarded insert; later ones EXECUTE it (no planning)."""
+    for n in range(2, 6):
+        store.append("a", n, [new("a", n)])
+    executed = [n for text, n in _executions(store).items() if "INSERT INTO events" in text]
+    assert executed and max(executed) >= 2
+    assert store.verify_chain().ok and store.count_events() == 7

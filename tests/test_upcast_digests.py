@@ -11,7 +11,6 @@ from conftest import Workspace, invoke
 
 from lifecycle_fsm.upcasting import (
     UPCASTERS,
-    upcast,
     upcast_baseline_activated_v1_v2,
     upcast_candidate_received_v1_v2,
     upcast_checks_v1_v2,
@@ -79,7 +78,7 @@ def test_named_upcasters_add_none_and_leave_the_input_alone(
 ) -> None:
     """Each v1 -> v2 upcaster adds the new field as None (not recorded) and never mutates the stored dict."""
     before = json.loads(json.dumps(payload))
-    assert upcast(type_name, 1, payload) == expected
+    assert UPCASTERS[(type_name, 1)](payload) == expected
     assert payload == before
     assert UPCASTERS[(type_name, 1)] in (
         upcast_baseline_activated_v1_v2, upcast_candidate_received_v1_v2, upcast_checks_v1_v2,

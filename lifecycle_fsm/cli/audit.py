@@ -16,6 +16,7 @@ from lifecycle_fsm.cli.app import json_option, refuse_memory_db, root_obj, signi
 from lifecycle_fsm.cli.render import cells, console, emit
 from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.ledger import DEFAULT_ACTIVE_WINDOW, DEFAULT_MAX_WINDOW_AGE, Ledger
+from lifecycle_fsm.limits import MAX_INT64
 
 __all__ = ["audit"]
 
@@ -36,8 +37,8 @@ __all__ = ["audit"]
     help="Artifacts are read only inside ROOT (symlinks may point anywhere inside it).",
 )  # fmt: skip
 @click.option("--replace", is_flag=True, help="Move an existing record pair to <file>.previous first.")
-@click.option("--active-window", type=click.IntRange(min=0), default=DEFAULT_ACTIVE_WINDOW, show_default=True)
-@click.option("--max-window-age", type=click.IntRange(min=0), default=DEFAULT_MAX_WINDOW_AGE, show_default=True)
+@click.option("--active-window", type=click.IntRange(0, MAX_INT64), default=DEFAULT_ACTIVE_WINDOW, show_default=True)
+@click.option("--max-window-age", type=click.IntRange(0, MAX_INT64), default=DEFAULT_MAX_WINDOW_AGE, show_default=True)
 @json_option
 def audit(
     baseline: Path,

@@ -19,6 +19,7 @@ from lifecycle_fsm.audit_records import publish, refuse_existing
 from lifecycle_fsm.cli.app import TimeType, json_option, open_ledger, wants_json
 from lifecycle_fsm.cli.exit_codes import ExitCode
 from lifecycle_fsm.cli.render import emit
+from lifecycle_fsm.limits import MAX_INT64
 from replay.log import event_json, event_reasons, log_filter, read_log
 
 __all__ = ["log", "report"]
@@ -27,15 +28,17 @@ _TIME = TimeType()
 
 
 @click.command()
-@click.option("--after", type=click.IntRange(min=0), default=0, help="Only events after this seq (exclusive).")
-@click.option("--before", type=click.IntRange(min=1), help="Only events before this seq (exclusive).")
+@click.option("--after", type=click.IntRange(0, MAX_INT64), default=0, help="Only events after this seq (exclusive).")
+@click.option("--before", type=click.IntRange(1, MAX_INT64), help="Only events before this seq (exclusive).")
 @click.option("--since", type=_TIME, help="Only events recorded at or after this ISO 8601 time.")
 @click.option("--until", type=_TIME, help="Only events recorded at or before this ISO 8601 time.")
 @click.option("--type", "types", multiple=True, metavar="TYPE", help="Only this event type (repeatable: any of them).")
 @click.option("--stream", metavar="ID", help="Only this candidate's events (or `ledger`, `seals`).")
 @click.option("--actor", help="Only events recorded by this actor.")
 @click.option("--reason", metavar="CODE", help="Only events whose evidence carries this reason code.")
-@click.option("--limit", type=click.IntRange(min=0), help="Only the first N (in seq order); page on with --after.")
+@click.option(
+    "--limit", type=click.IntRange(0, MAX_INT64), help="Only the first N (in seq order); page on with --after."
+)
 @click.option("--jsonl", is_flag=True, help="One JSON object per line.")
 @json_option
 def log(

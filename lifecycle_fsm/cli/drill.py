@@ -18,6 +18,7 @@ from lifecycle_fsm.cli.app import json_option, root_obj, wants_json
 from lifecycle_fsm.cli.exit_codes import ExitCode
 from lifecycle_fsm.cli.render import console, emit
 from lifecycle_fsm.errors import InputError
+from lifecycle_fsm.limits import MAX_INT64
 
 __all__ = ["drill"]
 
@@ -58,7 +59,7 @@ def _default_scenarios() -> Path:
     type=click.Path(file_okay=False, path_type=Path),
     help="Keep each scenario's ledger as DIR/<scenario-name>.db (inspect it with status, history, explain).",
 )
-@click.option("--seed", type=click.IntRange(0, 2**63 - 1), help="Override every scenario's seed.")
+@click.option("--seed", type=click.IntRange(0, MAX_INT64), help="Override every scenario's seed.")
 @json_option
 def drill(paths: tuple[Path, ...], report_dir: Path | None, keep_dir: Path | None, seed: int | None) -> None:
     """Run failure scenarios (YAML) against fresh ledgers, with faults injected.

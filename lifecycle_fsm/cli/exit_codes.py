@@ -35,7 +35,9 @@ EXIT_CODES: dict[int, str] = {
     ExitCode.USAGE: "usage error: unknown command or option, missing argument",
     ExitCode.INPUT: "bad input: missing file, bad JSON, malformed manifest, unknown stage or kind",
     ExitCode.NOT_FOUND: "not found: unknown candidate id",
-    ExitCode.CONFLICT: "conflict: the candidate's state does not allow the command, another writer won, or a wait timed out",
+    ExitCode.CONFLICT: (
+        "conflict: the candidate's state does not allow the command, another writer won, or a wait timed out"
+    ),
     ExitCode.INTEGRITY: "integrity: the hash chain, a checkpoint or a recorded transition is broken",
     ExitCode.STORE: "store: the database file is unusable or stayed locked",
     ExitCode.DRILL_FAILED: "drill: an expectation did not hold",

@@ -12,7 +12,7 @@ from lifecycle_fsm.cli.app import AS_OF, json_option, open_ledger, root_obj, wan
 from lifecycle_fsm.cli.render import candidate_json, emit, print_history, print_status
 from lifecycle_fsm.errors import NotFoundError
 from lifecycle_fsm.events import stream_of
-from lifecycle_fsm.limits import display
+from lifecycle_fsm.limits import MAX_INT64, display
 from lifecycle_fsm.machine import diagram as mermaid_diagram
 from lifecycle_fsm.streams import fold_candidate
 from replay import LoadResult, index_of, load_state
@@ -82,7 +82,7 @@ def explain(candidate_id: str, as_of: AsOf | None, fmt: str | None) -> None:
 
 
 @click.command()
-@click.option("--to", "to", type=click.IntRange(min=0), help="Replay only up to this global position.")
+@click.option("--to", "to", type=click.IntRange(0, MAX_INT64), help="Replay only up to this global position.")
 @click.option("--full", is_flag=True, help="Ignore checkpoints and rebuild the state index from the whole log.")
 @json_option
 def replay(to: int | None, full: bool) -> None:

@@ -13,7 +13,7 @@ import orjson
 
 from lifecycle_fsm.cli.app import json_option, open_ledger, wants_json
 from lifecycle_fsm.cli.render import emit, print_result
-from lifecycle_fsm.limits import display
+from lifecycle_fsm.limits import MAX_INT64, display
 from lifecycle_fsm.manifests import load_baseline_manifest, load_candidate_manifest
 from lifecycle_fsm.rules import STAGES
 
@@ -42,8 +42,8 @@ __all__ = [
 
 
 @click.command()
-@click.option("--max-window-age", default=2, show_default=True, type=click.IntRange(min=0))
-@click.option("--active-window", default=1, show_default=True, type=click.IntRange(min=0))
+@click.option("--max-window-age", default=2, show_default=True, type=click.IntRange(0, MAX_INT64))
+@click.option("--active-window", default=1, show_default=True, type=click.IntRange(0, MAX_INT64))
 @event_id_option
 @json_option
 def init(max_window_age: int, active_window: int, event_id: str | None) -> None:
@@ -102,13 +102,23 @@ def receive(candidate_manifest: Path, candidate_id: str | None, event_id: str | 
     print_result(result, wants_json(), "received")
 
 
+_REHASH = click.option(
+    "--rehash",
+    is_flag=True,
+    help="Read every byte of the artifacts (a one-command process always does; an embedding Ledger "
+    "re-uses a digest while no file's inode, size, mtime or ctime changed).",
+)
+
+
 @click.command()
 @click.argument("candidate_id", metavar="ID")
 @event_id_option
+@_REHASH
 @json_option
-def check(candidate_id: str, event_id: str | None) -> None:
+def check(candidate_id: str, event_id: str | None, rehash: bool) -> None:
     """Run every check now: lineage, freshness, artifact and rollback re-hash."""
-    print_result(open_ledger(must_exist=True).check(candidate_id, event_id=event_id), wants_json(), "checked")
+    result = open_ledger(must_exist=True).check(candidate_id, event_id=event_id, rehash=rehash)
+    print_result(result, wants_json(), "checked")
 
 
 @click.command()
@@ -186,7 +196,9 @@ def recovered(candidate_id: str, event_id: str | None) -> None:
 @click.command()
 @click.argument("candidate_id", metavar="ID")
 @event_id_option
+@_REHASH
 @json_option
-def handoff(candidate_id: str, event_id: str | None) -> None:
+def handoff(candidate_id: str, event_id: str | None, rehash: bool) -> None:
     """Re-run the checks and decide: ready (for evaluation), tune or reject."""
-    print_result(open_ledger(must_exist=True).hand_off(candidate_id, event_id=event_id), wants_json(), "handed off")
+    result = open_ledger(must_exist=True).hand_off(candidate_id, event_id=event_id, rehash=rehash)
+    print_result(result, wants_json(), "handed off")

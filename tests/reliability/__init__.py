@@ -1,0 +1,1 @@
+"""The reliability campaign (see conftest.py)."""

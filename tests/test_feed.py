@@ -1,0 +1,150 @@
+"""Reading the log as it grows: `events`, `follow`, `wait_for`, with a real second process writing.
+
+Each cross-process test runs on SQLite and PostgreSQL: a writer process appends while
+this one follows or waits, and what it sees must be every event, in seq order, once.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from lifecycle_fsm import FeedEvent, Ledger, LifecycleError, State, WaitTimeout
+from lifecycle_fsm.events import CandidateReceived, ChecksRecorded, LedgerInitialized
+from tests.conftest import REPO, Workspace
+
+WRITER = """
+import sys, time
+from lifecycle_fsm import Ledger
+target, manifest, n, pause = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+with Ledger.open(target, actor="writer") as ledger:
+    time.sleep(pause)
+    ledger.receive(manifest)
+    ledger.check("dpo-v5")
+    for i in range(n):
+        path = f"{manifest}.queue-{i}"
+        open(path, "w").write(str(i))
+        ledger.record_trusted_state("dpo-v5", "prompt_queue", path)
+"""
+
+
+def _target(ws: Workspace, backend: str, request: pytest.FixtureRequest) -> str:
+    return str(ws.db) if backend == "sqlite" else str(request.getfixturevalue("pg_url"))
+
+
+def _writer(target: str, manifest: Path, n: int, pause: float) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-c", WRITER, target, str(manifest), str(n), str(pause)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+
+def _setup(target: str, ws: Workspace) -> Path:
+    with Ledger.open(target, actor="setup") as ledger:
+        ledger.init()
+        ledger.activate_baseline(ws.baseline())
+    return ws.dpo()
+
+
+def test_events_catch_up_in_seq_order_with_decoded_events(ws: Workspace, ledger: Ledger) -> None:
+    ledger.init()
+    ledger.activate_baseline(ws.baseline())
+    ledger.receive(ws.dpo())
+    ledger.check("dpo-v5")
+    events = list(ledger.events())
+    assert [e.seq for e in events] == list(range(1, 5))
+    first = events[0]
+    assert isinstance(first, FeedEvent) and isinstance(first.event, LedgerInitialized)
+    assert (first.stream_id, first.version, first.type) == ("ledger", 1, "LedgerInitialized")
+    assert first.hash == ledger.store.event_at(1).hash and first.actor == ledger.actor  # type: ignore[union-attr]
+    assert first.recorded_at.endswith("Z")
+    assert [type(e.event) for e in ledger.events(after=2)] == [CandidateReceived, ChecksRecorded]
+    assert [e.seq for e in ledger.events(stream="dpo-v5")] == [3, 4]
+    assert [e.type for e in ledger.events(stream="ledger")] == ["LedgerInitialized", "BaselineActivated"]
+    assert list(ledger.events(after=4)) == []
+
+
+def test_events_pages_through_a_long_log(ws: Workspace, ledger: Ledger, monkeypatch: pytest.MonkeyPatch) -> None:
+    """More events than one page: none lost or repeated at the page boundaries."""
+    from lifecycle_fsm import feed
+
+    monkeypatch.setattr(feed, "PAGE", 3)
+    ledger.init()
+    ledger.activate_baseline(ws.baseline())
+    ledger.receive(ws.dpo())
+    for i in range(7):
+        path = ws.root / f"q{i}"
+        path.write_text(str(i))
+        ledger.record_trusted_state("dpo-v5", "prompt_queue", path)
+    assert [e.seq for e in ledger.events()] == list(range(1, 11))
+    assert [e.seq for e in ledger.events(after=3, stream="dpo-v5")] == list(range(4, 11))
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_follow_sees_every_event_another_process_appends(
+    ws: Workspace, backend: str, request: pytest.FixtureRequest
+) -> None:
+    target = _target(ws, backend, request)
+    manifest = _setup(target, ws)
+    n = 40
+    stop = threading.Event()
+    guard = threading.Timer(90, stop.set)  # a hung follow fails the test instead of hanging it
+    guard.start()
+    seen: list[FeedEvent] = []
+    with Ledger.open(target, actor="follower") as follower:
+        start = follower.store.head().seq
+        writer = _writer(target, manifest, n, 0.3)
+        for event in follower.follow(after=start, poll=0.02, stop=stop):
+            seen.append(event)
+            if len(seen) == n + 2:
+                stop.set()
+    guard.cancel()
+    _, err = writer.communicate(timeout=60)
+    assert writer.returncode == 0, err
+    assert [e.seq for e in seen] == list(range(start + 1, start + n + 3))
+    assert [e.type for e in seen[:2]] == ["CandidateReceived", "ChecksRecorded"]
+    assert {e.actor for e in seen} == {"writer"}
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_wait_for_returns_once_another_process_moves_the_candidate(
+    ws: Workspace, backend: str, request: pytest.FixtureRequest
+) -> None:
+    """The candidate does not exist yet when the wait starts: another process receives and checks it."""
+    target = _target(ws, backend, request)
+    manifest = _setup(target, ws)
+    with Ledger.open(target, actor="waiter") as waiter:
+        writer = _writer(target, manifest, 0, 0.5)
+        state = waiter.wait_for("dpo-v5", [State.VERIFIED, "reject"], timeout=60, poll=0.05)
+    _, err = writer.communicate(timeout=60)
+    assert writer.returncode == 0, err
+    assert state is State.VERIFIED
+
+
+def test_wait_for_times_out_with_a_lifecycle_and_builtin_timeout_error(ws: Workspace, ledger: Ledger) -> None:
+    ledger.activate_baseline(ws.baseline())
+    ledger.receive(ws.dpo())
+    started = time.monotonic()
+    with pytest.raises(WaitTimeout) as info:
+        ledger.wait_for("dpo-v5", ["ready"], timeout=0.3, poll=0.05)
+    assert time.monotonic() - started >= 0.3
+    error = info.value
+    assert isinstance(error, LifecycleError) and isinstance(error, TimeoutError)
+    assert (error.candidate_id, error.states, error.last_state) == ("dpo-v5", ("ready",), "received")
+    assert ledger.wait_for("dpo-v5", ["received"], timeout=0) is State.RECEIVED  # already there: no wait
+    with pytest.raises(ValueError, match="nowhere"):
+        ledger.wait_for("dpo-v5", ["nowhere"], timeout=1)
+
+
+def test_follow_ends_when_the_ledger_is_closed(ws: Workspace) -> None:
+    ledger = ws.ledger()
+    ledger.init()
+    ledger.activate_baseline(ws.baseline())
+    seen = []
+    for event in ledger.follow(after=0, poll=0.01):
+        seen.append(event.seq)
+        ledger.close()
+    assert seen == [1]
