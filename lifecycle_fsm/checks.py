@@ -21,6 +21,7 @@ from lifecycle_fsm.state import CandidateState, LedgerSettings
 
 __all__ = [
     "CheckEvidence",
+    "freshness",
     "gather_checks",
     "handoff_reason_codes",
     "trusted_state_evidence",
@@ -75,7 +76,8 @@ def verify_artifact(
     return result
 
 
-def _freshness(candidate: JSON, settings: LedgerSettings) -> JSON:
+def freshness(candidate: JSON, settings: LedgerSettings) -> JSON:
+    """The five freshness checks, the ledger's evaluation version included (the decision pool re-runs it)."""
     subject = {
         "candidate_kind": candidate.get("candidate_kind"),
         "source_policy_version": candidate.get("source_policy_version"),
@@ -85,9 +87,9 @@ def _freshness(candidate: JSON, settings: LedgerSettings) -> JSON:
         "verifier_version": candidate.get("verifier_version"),
         "window_age": window_age(candidate, settings),
     }
-    freshness = check_candidate_freshness(subject, settings.active_policy_version or "", settings.max_window_age or 0)
+    result = check_candidate_freshness(subject, settings.active_policy_version or "", settings.max_window_age or 0)
     active_eval = settings.evaluation_version
-    failed = list(freshness["failed_checks"])
+    failed = list(result["failed_checks"])
     if (
         active_eval is not None
         and candidate.get("evaluation_version") != active_eval
@@ -106,7 +108,7 @@ def gather_checks(
     With `cache` (the Ledger's, unless `rehash`), an artifact unchanged on disk since this
     process read it is not read again; its check says so in `reused_from`.
     """
-    freshness = _freshness(candidate, settings)
+    fresh = freshness(candidate, settings)
     artifact = verify_artifact(
         candidate.get("adapter_resolved_path"), candidate.get("adapter_sha256"), root, cache=cache, note_reuse=True
     )
@@ -114,7 +116,7 @@ def gather_checks(
     rollback = verify_artifact(
         baseline.get("adapter_path"), baseline.get("adapter_sha256"), root, cache=cache, note_reuse=True
     )
-    reasons = list(freshness["failed_checks"])
+    reasons = list(fresh["failed_checks"])
     if not rollback["verified"]:
         reasons.append("rollback")
     if not artifact["verified"]:
@@ -124,7 +126,7 @@ def gather_checks(
     return {
         "passed": not reasons,
         "reason_codes": reasons,
-        "freshness": freshness,
+        "freshness": fresh,
         "artifact": artifact,
         "rollback": rollback,
         "settings": settings.summary()

@@ -98,8 +98,15 @@ class CommandPath:
     """Runs commands for one Ledger (see the module docstring for the five steps)."""
 
     def __init__(
-        self, reader: StreamReader, *, actor: str, clock: Callable[[], str], retry: RetryPolicy = DEFAULT_RETRY
+        self,
+        reader: StreamReader,
+        *,
+        actor: str,
+        clock: Callable[[], str],
+        retry: RetryPolicy = DEFAULT_RETRY,
+        new_id: Callable[[], str] | None = None,
     ) -> None:
+        self.new_id = new_id or (lambda: uuid.uuid4().hex)  # the simulator passes a counter: one seed, one head
         self.reader = reader
         self.store = reader.store
         self.actor = actor
@@ -154,7 +161,7 @@ class CommandPath:
         keyed = 0
         for event in events:
             if event_id is None or (stream_id == LEDGER_STREAM and _is_default_init(event, events)):
-                eid = uuid.uuid4().hex  # the implied defaults of an uninitialised ledger are not the command's
+                eid = self.new_id()  # the implied defaults of an uninitialised ledger are not the command's
             else:
                 eid = event_id if keyed == 0 else f"{event_id}/{keyed}"
                 keyed += 1

@@ -14,6 +14,9 @@ plus its test:
   decides its state.
 Payloads are plain JSON values; the store encodes them canonically for the chain.
 Handlers read payloads strictly: a stored "false" string is corruption, not truthy.
+
+The ledger's and the seals' events are defined here; a candidate's events in
+`candidate_events.py`, the shared base in `event_base.py`. Import them all from here.
 """
 
 from __future__ import annotations
@@ -23,7 +26,27 @@ from typing import Any, ClassVar
 
 import attrs
 
-from lifecycle_fsm.errors import CorruptionError
+from lifecycle_fsm.candidate_events import (
+    CandidateEvent,
+    CandidateReceived,
+    ChecksRecorded,
+    EvidenceInvalidated,
+    HandoffDecided,
+    RecoveryCompleted,
+    RecoveryPlanned,
+    StageFailed,
+    TrustedStateInvalidated,
+    TrustedStateRecorded,
+)
+from lifecycle_fsm.event_base import (
+    CANDIDATE_PREFIX,
+    JSON,
+    LEDGER_STREAM,
+    SEALS_STREAM,
+    Event,
+    candidate_id_of,
+    stream_of,
+)
 
 __all__ = [
     "CANDIDATE_EVENTS",
@@ -52,44 +75,6 @@ __all__ = [
     "candidate_id_of",
     "stream_of",
 ]
-
-LEDGER_STREAM = "ledger"
-SEALS_STREAM = "seals"
-CANDIDATE_PREFIX = "candidate:"
-
-JSON = dict[str, Any]
-
-
-def _flag(payload: Mapping[str, Any], key: str) -> bool:
-    """A boolean field read strictly."""
-    value = payload[key]
-    if not isinstance(value, bool):
-        raise ValueError(f"{key} must be true or false, not {value!r}")
-    return value
-
-
-def stream_of(candidate_id: str) -> str:
-    """The stream that holds one candidate's events."""
-    return CANDIDATE_PREFIX + candidate_id
-
-
-def candidate_id_of(stream_id: str) -> str | None:
-    """The candidate a stream belongs to, or None for any other stream."""
-    if stream_id.startswith(CANDIDATE_PREFIX):
-        return stream_id[len(CANDIDATE_PREFIX) :]
-    return None
-
-
-@attrs.frozen
-class Event:
-    """Base of every domain event."""
-
-    TYPE: ClassVar[str] = ""
-    SCHEMA_VERSION: ClassVar[int] = 1
-
-    def to_payload(self) -> JSON:
-        return attrs.asdict(self, recurse=False)
-
 
 # --- the ledger's own stream: settings every decision reads -----------------------
 
@@ -191,272 +176,6 @@ class HeadSealed(Event):
     hash: str
     key_id: str
     signature: str  # base64 (standard alphabet)
-
-
-# --- one stream per candidate -------------------------------------------------------
-
-
-@attrs.frozen
-class CandidateEvent(Event):
-    """An event of a candidate's stream: a move in the machine's table plus its effect."""
-
-    # Set when the trigger never depends on the payload (lets replay skip a call).
-    FIXED_TRIGGER: ClassVar[str | None] = None
-    # A repeat of this event is itself the new reason for the state (a re-plan).
-    DECISIVE_WHEN_KEPT: ClassVar[bool] = False
-
-    @classmethod
-    def trigger_for(cls, payload: Mapping[str, Any]) -> str:
-        """The machine trigger this event stands for."""
-        assert cls.FIXED_TRIGGER is not None, f"{cls.__name__} must set FIXED_TRIGGER or override trigger_for"
-        return cls.FIXED_TRIGGER
-
-    @property
-    def trigger(self) -> str:
-        return type(self).trigger_for(self.to_payload())
-
-    @staticmethod
-    def evolve(work: JSON | None, payload: JSON, seq: int, stream_id: str) -> JSON:
-        """Apply this event's own fields to the candidate's working dict (the move aside).
-
-        `payload` is the fold's own fresh dict: a handler may keep it rather than copy.
-        Nested values are replaced, never mutated, so frozen states stay safe.
-        """
-        assert work is not None
-        return work
-
-    @staticmethod
-    def reasons(payload: Mapping[str, Any], previous: tuple[str, ...]) -> tuple[str, ...]:
-        """The reason codes once this event decides the candidate's state."""
-        return previous
-
-
-@attrs.frozen
-class CandidateReceived(CandidateEvent):
-    """A candidate manifest was received (revision 0) or revised after `tune`.
-
-    `artifact_at_receipt` is the adapter as it was on disk then (`checks.verify_artifact`:
-    its hash and, for a folder, each file's), so a later failed check can name the files
-    that changed since; None in events recorded before schema version 2.
-    """
-
-    TYPE: ClassVar[str] = "CandidateReceived"
-    SCHEMA_VERSION: ClassVar[int] = 2  # v2: artifact_at_receipt
-    candidate_id: str
-    revision: int
-    manifest_path: str
-    manifest_sha256: str
-    candidate: JSON  # the fields the checks read, parsed from the manifest (manifests.py)
-    artifact_at_receipt: JSON | None = None
-
-    @classmethod
-    def trigger_for(cls, payload: Mapping[str, Any]) -> str:
-        revision = payload["revision"]
-        if not isinstance(revision, int) or isinstance(revision, bool) or revision < 0:
-            raise ValueError(f"revision must be a non-negative integer, not {revision!r}")
-        return "receive" if revision == 0 else "revise"
-
-    @staticmethod
-    def evolve(work: JSON | None, payload: JSON, seq: int, stream_id: str) -> JSON:
-        expected_revision = 0 if work is None else work["revision"] + 1
-        if payload["revision"] != expected_revision or stream_id != stream_of(payload["candidate_id"]):
-            raise CorruptionError(
-                f"seq {seq}: CandidateReceived for {payload['candidate_id']!r} revision {payload['revision']} "
-                f"does not follow on stream {stream_id} (expected revision {expected_revision})",
-                seq=seq,
-            )
-        candidate = payload["candidate"]
-        return {
-            "candidate_id": payload["candidate_id"],
-            "kind": candidate.get("candidate_kind"),
-            "candidate": dict(candidate),
-            "manifest_path": payload["manifest_path"],
-            "revision": payload["revision"],
-            "trusted_states": {} if work is None else work["trusted_states"],  # they survive a revision
-            "last_check": None,
-            "last_recovery": None,
-            "last_handoff": None,
-            "reason_codes": (),
-            "manifest_sha256": payload["manifest_sha256"],
-        }
-
-    @staticmethod
-    def reasons(payload: Mapping[str, Any], previous: tuple[str, ...]) -> tuple[str, ...]:
-        return ()
-
-
-@attrs.frozen
-class ChecksRecorded(CandidateEvent):
-    """Every lifecycle check ran; `reason_codes` names each failed one (empty: passed).
-
-    `artifact` and `rollback` are `checks.verify_artifact` results; since schema version
-    2 they carry `tree`, the folder's per-file listing (None when not recorded); since 3,
-    `reused_from`: None when the bytes were read for this check, else when they were read
-    (the digest was re-used because no file's device, inode, size, mtime or ctime changed).
-    """
-
-    TYPE: ClassVar[str] = "ChecksRecorded"
-    SCHEMA_VERSION: ClassVar[int] = 3  # v2: artifact.tree, rollback.tree; v3: their reused_from
-    passed: bool
-    reason_codes: list[str]
-    freshness: JSON
-    artifact: JSON
-    rollback: JSON
-    settings: JSON
-
-    @classmethod
-    def trigger_for(cls, payload: Mapping[str, Any]) -> str:
-        return "pass_checks" if _flag(payload, "passed") else "fail_checks"
-
-    @staticmethod
-    def evolve(work: JSON | None, payload: JSON, seq: int, stream_id: str) -> JSON:
-        assert work is not None
-        payload["seq"] = seq
-        work["last_check"] = payload
-        # A passing re-check keeps the state, but its evidence is still the news.
-        work["reason_codes"] = tuple(payload["reason_codes"])
-        return work
-
-    @staticmethod
-    def reasons(payload: Mapping[str, Any], previous: tuple[str, ...]) -> tuple[str, ...]:
-        return tuple(payload["reason_codes"])
-
-
-@attrs.frozen
-class TrustedStateRecorded(CandidateEvent):
-    """A training stage saved a state that recovery may resume from (hashed on disk)."""
-
-    TYPE: ClassVar[str] = "TrustedStateRecorded"
-    FIXED_TRIGGER: ClassVar[str | None] = "record_trusted_state"
-    kind: str
-    path: str
-    sha256: str
-
-    @staticmethod
-    def evolve(work: JSON | None, payload: JSON, seq: int, stream_id: str) -> JSON:
-        assert work is not None
-        recorded = {"path": payload["path"], "sha256": payload["sha256"], "seq": seq}
-        work["trusted_states"] = {**work["trusted_states"], payload["kind"]: recorded}
-        return work
-
-
-@attrs.frozen
-class TrustedStateInvalidated(CandidateEvent):
-    """A trusted state may no longer be resumed from."""
-
-    TYPE: ClassVar[str] = "TrustedStateInvalidated"
-    FIXED_TRIGGER: ClassVar[str | None] = "invalidate_trusted_state"
-    kind: str
-    reason: str
-
-    @staticmethod
-    def evolve(work: JSON | None, payload: JSON, seq: int, stream_id: str) -> JSON:
-        assert work is not None
-        kind = payload["kind"]
-        work["trusted_states"] = {k: v for k, v in work["trusted_states"].items() if k != kind}
-        return work
-
-
-@attrs.frozen
-class StageFailed(CandidateEvent):
-    """A training stage failed for this candidate."""
-
-    TYPE: ClassVar[str] = "StageFailed"
-    FIXED_TRIGGER: ClassVar[str | None] = "fail_stage"
-    stage: str
-
-
-@attrs.frozen
-class RecoveryPlanned(CandidateEvent):
-    """The recovery plan for a failed stage, with the trusted states it re-hashed."""
-
-    TYPE: ClassVar[str] = "RecoveryPlanned"
-    DECISIVE_WHEN_KEPT: ClassVar[bool] = True  # a re-plan is the new reason it is recovering
-    stage: str
-    recovery_state: str | None
-    reused_state: bool
-    action: str
-    blocking: bool
-    trusted_states: JSON  # kind -> {path, expected, actual, available, source, error}
-
-    @classmethod
-    def trigger_for(cls, payload: Mapping[str, Any]) -> str:
-        return "block_recovery" if _flag(payload, "blocking") else "plan_recovery"
-
-    @staticmethod
-    def evolve(work: JSON | None, payload: JSON, seq: int, stream_id: str) -> JSON:
-        assert work is not None
-        payload["seq"] = seq
-        work["last_recovery"] = payload
-        return work
-
-    @staticmethod
-    def reasons(payload: Mapping[str, Any], previous: tuple[str, ...]) -> tuple[str, ...]:
-        return (payload["action"],) if payload["blocking"] else ()
-
-
-@attrs.frozen
-class RecoveryCompleted(CandidateEvent):
-    """The planned recovery finished; every check must run again."""
-
-    TYPE: ClassVar[str] = "RecoveryCompleted"
-    FIXED_TRIGGER: ClassVar[str | None] = "complete_recovery"
-    stage: str
-    action: str
-
-    @staticmethod
-    def reasons(payload: Mapping[str, Any], previous: tuple[str, ...]) -> tuple[str, ...]:
-        return ()
-
-
-@attrs.frozen
-class HandoffDecided(CandidateEvent):
-    """The hand-off decision, with the checks re-run at that moment as its evidence (as `ChecksRecorded`)."""
-
-    TYPE: ClassVar[str] = "HandoffDecided"
-    SCHEMA_VERSION: ClassVar[int] = 3  # v2: artifact.tree, rollback.tree; v3: their reused_from
-    handoff_status: str
-    upstream_decision: Any
-    hard_failures: list[str]
-    reason_codes: list[str]
-    freshness: JSON
-    artifact: JSON
-    rollback: JSON
-    settings: JSON
-
-    @classmethod
-    def trigger_for(cls, payload: Mapping[str, Any]) -> str:
-        status = payload["handoff_status"]
-        triggers = {"ready_for_evaluation": "hand_off_ready", "tune": "hand_off_tune", "reject": "hand_off_reject"}
-        if status not in triggers:
-            raise ValueError(f"unknown handoff_status {status!r}")
-        return triggers[status]
-
-    @staticmethod
-    def evolve(work: JSON | None, payload: JSON, seq: int, stream_id: str) -> JSON:
-        assert work is not None
-        payload["seq"] = seq
-        work["last_handoff"] = payload
-        return work
-
-    @staticmethod
-    def reasons(payload: Mapping[str, Any], previous: tuple[str, ...]) -> tuple[str, ...]:
-        return tuple(payload["reason_codes"])
-
-
-@attrs.frozen
-class EvidenceInvalidated(CandidateEvent):
-    """A ledger setting changed under a decided candidate; it must be checked again."""
-
-    TYPE: ClassVar[str] = "EvidenceInvalidated"
-    FIXED_TRIGGER: ClassVar[str | None] = "invalidate_evidence"
-    cause: str  # baseline | evaluation | window
-    previous: Any
-    current: Any
-
-    @staticmethod
-    def reasons(payload: Mapping[str, Any], previous: tuple[str, ...]) -> tuple[str, ...]:
-        return (f"{payload['cause']}_changed",)
 
 
 LEDGER_EVENTS: dict[str, type[LedgerEvent]] = {

@@ -92,9 +92,15 @@ def follow_events(
     stop: threading.Event | None = None,
     is_closed: Callable[[], bool] = lambda: False,
 ) -> Iterator[FeedEvent]:
-    """New events as they are appended, forever, until `stop` is set or the ledger is closed."""
+    """New events as they are appended, forever, until `stop` is set or the ledger is closed.
+
+    Between polls it sleeps `poll` seconds; on PostgreSQL it wakes as soon as a commit
+    notifies (and notices `stop` only at the end of that wait).
+    """
     stream_id = stream_filter(stream)
     stop = stop or threading.Event()
+    # PostgreSQL wakes a follower on its commit NOTIFY (`wait_for_new`); polling by seq stays the truth.
+    wait_for_new: Callable[[int, float], bool] | None = getattr(store, "wait_for_new", None)
     while not stop.is_set() and not is_closed():
         page = _page(store, after, stream_id)
         for stored in page:
@@ -103,7 +109,11 @@ def follow_events(
             if stop.is_set() or is_closed():
                 return
         if len(page) < PAGE:
-            stop.wait(poll)
+            if wait_for_new is None:
+                stop.wait(poll)
+            else:
+                # Filtered by stream, wake on anything past the head: other streams' events are no news.
+                wait_for_new(store.head().seq if stream_id is not None else after, poll)
 
 
 def wait_for_state(

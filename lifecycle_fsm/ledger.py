@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import threading
-import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -93,6 +92,7 @@ class Ledger:
         artifact_root: str | os.PathLike[str] | None = None,
         retry: RetryPolicy = DEFAULT_RETRY,
         signing_key: SigningKey | None = None,
+        new_id: Callable[[], str] | None = None,
     ) -> None:
         self.store = store
         self.actor = actor or default_actor()
@@ -100,7 +100,7 @@ class Ledger:
         self.signing_key = signing_key  # the key seals are signed with (SPEC §8), kept for the commands that sign
         self._clock = clock
         self._reader = StreamReader(store)
-        self._path = CommandPath(self._reader, actor=self.actor, clock=clock, retry=retry)
+        self._path = CommandPath(self._reader, actor=self.actor, clock=clock, retry=retry, new_id=new_id)
         # Artifact digests this Ledger read, re-used by `check`/`hand_off` while no file changed;
         # stamped with the wall clock (the event clock is not consumed by a read).
         self._digests = DigestCache(utc_now)
@@ -245,7 +245,7 @@ class Ledger:
         """Fix the freshness settings; re-running with the same values is a no-op."""
         non_negative("max window age", max_window_age)
         non_negative("active window", active_window)
-        ledger_id = uuid.uuid4().hex  # kept only if this init is the ledger's first event
+        ledger_id = self._path.new_id()  # kept only if this init is the ledger's first event
         return self._on_settings(
             LEDGER_STREAM, lambda _, settings: decisions.init(settings, max_window_age, active_window, ledger_id),
             command="init", event_id=event_id, first_type=LedgerInitialized.TYPE,

@@ -33,8 +33,8 @@ __all__ = [
     "upcast_candidate_received_v1_v2",
     "derived_ledger_id",
     "upcast_checks_v1_v2",
-    "upcast_ledger_initialized_v1_v2",
     "upcast_checks_v2_v3",
+    "upcast_ledger_initialized_v1_v2",
 ]
 
 JSON = dict[str, Any]
@@ -61,6 +61,17 @@ def upcast_checks_v1_v2(payload: JSON) -> JSON:
     return out
 
 
+def upcast_checks_v2_v3(payload: JSON) -> JSON:
+    """v3 artifact and rollback checks say whether their digest was re-used (`reused_from`);
+    a v2 check always read every byte (None: read for this check)."""
+    out = dict(payload)
+    for name in ("artifact", "rollback"):
+        check = payload.get(name)
+        if isinstance(check, dict):
+            out[name] = {**check, "reused_from": None}
+    return out
+
+
 def derived_ledger_id(first_event_hash: str) -> str:
     """The ledger id of a ledger made before ids existed: fixed by its first event's hash.
 
@@ -78,17 +89,6 @@ def upcast_ledger_initialized_v1_v2(payload: JSON, event_hash: str | None = None
     passes none and gets None.
     """
     return {**payload, "ledger_id": None if event_hash is None else derived_ledger_id(event_hash)}
-
-
-def upcast_checks_v2_v3(payload: JSON) -> JSON:
-    """v3 artifact and rollback checks say whether their digest was re-used (`reused_from`);
-    a v2 check always read every byte (None: read for this check)."""
-    out = dict(payload)
-    for name in ("artifact", "rollback"):
-        check = payload.get(name)
-        if isinstance(check, dict):
-            out[name] = {**check, "reused_from": None}
-    return out
 
 
 # (type, from_version) -> function returning the payload at from_version + 1.

@@ -36,7 +36,9 @@ def _trusted(report: JSON) -> bool:
 
 def build_report(store: EventStore) -> JSON:
     """The report's content as data (what both renderers format)."""
-    checked = verify(store)
+    from lifecycle_fsm.seals import add_trust_findings  # cryptography: only when a report is made
+
+    checked = add_trust_findings(store, verify(store))  # seal hashes vs the chain; signatures need --pubkey
     checkpoints = checked.get("checkpoints", [])
     doc: JSON = {
         "head": checked["head"],
@@ -47,7 +49,7 @@ def build_report(store: EventStore) -> JSON:
             "reason": checked.get("reason"),
             "checkpoints": {s: sum(c["status"] == s for c in checkpoints) for s in ("ok", "stale", "broken")},
         },
-        "seals": checked.get("seals"),  # reported by verify once heads are sealed (SPEC §8)
+        "seals": checked.get("seals"),  # SPEC §8: count, signing key ids, last seal's seq
         "trusted": _trusted(checked),
         "candidates": None,
     }
@@ -111,7 +113,8 @@ def report_markdown(doc: JSON) -> str:
         "not reported: this version of `verify` does not check sealed heads"
         if seals is None
         else f"{seals.get('count')} seal(s), keys {format_value(seals.get('keys'))}, last at seq "
-        f"{format_value(seals.get('last_seq'))}"
+        f"{format_value(seals.get('last_seq'))} (each sealed hash checked against the chain; "
+        "signatures: `lifecycle verify --pubkey`)"
     )
     cp = v["checkpoints"]
     out += [

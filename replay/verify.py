@@ -24,7 +24,7 @@ __all__ = ["verify"]
 def _checkpoint_report(store: EventStore) -> tuple[list[dict[str, Any]], bool, LedgerState]:
     """Each checkpoint's status; structurally sound ones are compared on the way of one
     replay pass that then goes on to the head, so the whole log is folded once (a
-    `CorruptionError` anywhere in it propagates)."""
+    `CorruptionError` anywhere in it propagates); also returns the state at the head."""
     reports: dict[int, dict[str, Any]] = {}
     sound = []
     for record in store.select_checkpoints():

@@ -29,6 +29,7 @@ import orjson
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg import sql
+from psycopg.pq import TransactionStatus
 
 from store.errors import InputError, IntegrityError, LifecycleError, StoreError
 from store.open import redact_url
@@ -170,6 +171,9 @@ class PgSession:
             raise InputError("busy_timeout must be >= 0 and idle_timeout > 0 (seconds)")
         with self.mapped("cannot connect"):
             self.conn = psycopg.connect(url, autocommit=True, connect_timeout=10, application_name="lifecycle-fsm")
+            # Statements are prepared by `prepare_if_repeated`, never by psycopg: psycopg sends
+            # DEALLOCATE ALL after a ROLLBACK when it has prepared any, which would drop ours too.
+            self.conn.prepare_threshold = None
         try:
             with self.mapped("cannot configure the session"):
                 # lock_timeout bounds the wait for the write lock (SQLite's busy timeout);
@@ -190,6 +194,8 @@ class PgSession:
             self.search_path: str = row[4]
             self.lock_key = _lock_key(self.schema or self._first_schema())
             self.lock_sql = f"SELECT pg_advisory_xact_lock({self.lock_key})"
+            self.channel = f"lifecycle_{self.lock_key & 0xFFFF_FFFF_FFFF_FFFF:x}"  # one per ledger schema
+            self.notify_sql = f"NOTIFY {self.channel}"
             self.binder = psycopg.ClientCursor(self.conn)  # binds values client-side for multi-statement trips
             self._seen: set[str] = set()
             self._prepared: dict[str, str] = {}
@@ -207,7 +213,7 @@ class PgSession:
         """PREPARE `sql` the second time its shape is seen (a one-command CLI process never pays
         the extra round trip); `inline` then sends `EXECUTE name(values)`, which skips planning
         (the guarded insert plans in about as long as it runs)."""
-        if params is None or sql in self._prepared or len(self._prepared) >= _MAX_PREPARED:
+        if not params or sql in self._prepared or len(self._prepared) >= _MAX_PREPARED or "%%" in sql:
             return
         if sql not in self._seen:
             self._seen.add(sql)
@@ -217,6 +223,14 @@ class PgSession:
         with self.mapped("cannot prepare a statement"):
             self.conn.execute(f"PREPARE {name} AS " + re.sub("%s", lambda _: f"${next(numbers)}", sql))
         self._prepared[sql] = name
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
+        """A read outside any transaction, as EXECUTE of a prepared statement once its shape repeats."""
+        if self.conn.info.transaction_status == TransactionStatus.IDLE:
+            self.prepare_if_repeated(sql, params)
+        if sql in self._prepared:
+            return self.conn.execute(self.inline(sql, params))
+        return self.conn.execute(sql, params)
 
     def inline(self, sql: str, params: Sequence[Any]) -> str:
         """`sql` with its values bound client-side, as EXECUTE of its prepared statement if there is one."""

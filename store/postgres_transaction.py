@@ -117,10 +117,9 @@ class PostgresTransaction:
             parts = [("BEGIN", None), (self._session.lock_sql, None), *parts]
             skip = 2
         if commit:
+            parts.append((self._session.notify_sql, None))  # delivered at COMMIT, not before; never if rolled back
             parts.append(("COMMIT", None))
         with self._session.mapped("write transaction failed"):
-            if len(parts) == 1 and parts[0][1] is not None:
-                return [_Result(conn.execute(*parts[0]))]  # server-bound: psycopg prepares it
             inline = self._session.inline
             cur = conn.execute("; ".join(sql if params is None else inline(sql, params) for sql, params in parts))
             cursors = []

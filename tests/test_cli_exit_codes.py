@@ -11,6 +11,7 @@ from test_errors import ERROR_EXAMPLES
 
 from lifecycle_fsm.cli import EXIT_CODES, main
 from lifecycle_fsm.cli.exit_codes import ERROR_EXIT_CODES, ExitCode, exit_code_for
+from lifecycle_fsm.decision_pool import DecisionPoolError
 from lifecycle_fsm.errors import (
     ArtifactError,
     ConcurrencyError,
@@ -36,7 +37,7 @@ EXPECTED = {
     ConflictError: 5, IllegalCommandError: 5, ConcurrencyError: 5, DuplicateEventError: 5,
     IntegrityError: 6, CorruptionError: 6, IllegalTransition: 6,
     StoreError: 7, LedgerClosedError: 7,
-    WaitTimeout: 5,
+    WaitTimeout: 5, DecisionPoolError: 3,
     LifecycleError: 1,
 }  # fmt: skip
 

@@ -150,8 +150,7 @@ def test_an_old_v2_check_row_reads_as_read_now(ws: Workspace) -> None:
         store.append(stream, v, [NewEvent(stream, type_name, schema, payload, uuid.uuid4().hex, at, "old")])
         versions[stream] = v + 1
     store.close()
-    # Raw appends leave the state index unlabelled (the commands label it): rebuild it.
-    assert invoke(old, "replay", "--full").exit_code == 0
+    invoke(old, "replay", "--full")  # rows appended bypassing the command path: rebuild the state index
     assert json.loads(invoke(old, "verify", "--json").stdout)["ok"] is True
     assert json.loads(invoke(old, "status", "dpo-v5", "--json").stdout)["state"] == "verified"
     history = json.loads(invoke(old, "history", "dpo-v5", "--json").stdout)

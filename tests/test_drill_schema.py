@@ -68,7 +68,8 @@ def _steps(*lines: str) -> str:
          "step 1 (expect): key 'recovery.reused_state': must be true or false, not 1"),
         (_steps("expect: {candidate: d, recovery: 5}"), "step 1 (expect): key 'recovery': must be a mapping, not 5"),
         (_steps("check: a\n    refused: [InputError]"),
-         "step 1 (check): key 'refused': must be a string or null, not ['InputError']"),
+         "step 1 (check): key 'refused': must be an error class name or a mapping of error, message, contains, "
+         "not ['InputError']"),
         ("name: s\nseed: '7'\nsteps: [checkpoint: null]\n", "key 'seed': must be an integer, not '7'"),
         ("name: s\nseed: 1\nconfig: {active_window: '1'}\nsteps: [checkpoint: null]\n",
          "config: key 'active_window': must be an integer, not '1'"),

@@ -133,16 +133,16 @@ def test_wrong_expectation_fails_with_step_expected_actual(tmp_path: Path) -> No
     assert not result.ok
     [failure] = result.failures
     assert (failure.step, failure.key, failure.expected, failure.actual) == (4, "dpo-v5 state", "ready", "verified")
-    assert failure.message() == "step 4 (expect): dpo-v5 state: expected 'ready', actual 'verified'"
+    assert failure.message() == 'step 4 (expect): dpo-v5 state: expected "ready", actual "verified"'
     cli = _drill(tmp_path, str(path))
     assert cli.exit_code == 8
-    assert "step 4 (expect): dpo-v5 state: expected 'ready', actual 'verified'" in cli.output
+    assert 'step 4 (expect): dpo-v5 state: expected "ready", actual "verified"' in cli.output
     report = json.loads(_drill(tmp_path, str(path), "--json").output)
     assert report["ok"] is False and report["scenarios"][0]["failures"][0]["step"] == 4
 
 
 def test_unmet_refusal_and_unexpected_error_fail_the_drill(tmp_path: Path) -> None:
-    """A command expected to be refused that succeeds, or one that fails unexpectedly, stops the drill."""
+    """A command expected to be refused that succeeds, or one that fails unexpectedly, fails the drill."""
     text = SMALL.replace("  - expect: {candidate: dpo-v5, state: STATE}\n", "")
     refused = _write(tmp_path / "a", "refused", text.replace("check: dpo-v5", "check: dpo-v5\n    refused: InputError"))
     [failure] = run_scenario(load_scenario(refused)).failures
@@ -189,7 +189,7 @@ def test_report_files_and_determinism(tmp_path: Path) -> None:
     assert set(one["timings"]["scenarios"]) == {p.stem for p in SHIPPED}
     one.pop("timings"), two.pop("timings")
     assert one == two
-    assert one["summary"] == {"scenarios": len(SHIPPED), "passed": len(SHIPPED), "failed": 0}
+    assert one["summary"] == {"scenarios": len(SHIPPED), "passed": len(SHIPPED), "failed": 0, "inconclusive": 0}
     md = [(tmp_path / r / "drill-report.md").read_text().split("## Timings")[0] for r in ("r1", "r2")]
     assert md[0] == md[1]
     assert "| handoff-ready | handoff-ready.yaml | 11 | 7/7 | 5 | pass |" in md[0]

@@ -11,6 +11,7 @@ import pytest
 from conftest import REPO
 
 from lifecycle_fsm import errors
+from lifecycle_fsm.decision_pool import DecisionPoolError
 from lifecycle_fsm.errors import (
     ArtifactError,
     ConcurrencyError,
@@ -45,6 +46,7 @@ ERROR_EXAMPLES: dict[type[LifecycleError], LifecycleError] = {
     IllegalTransition: IllegalTransition(seq=9, stream_id="dpo-x", state="reject", trigger="hand_off", type_name="X"),
     StoreError: StoreError("ledger.db: database is locked"),
     LedgerClosedError: LedgerClosedError("this Ledger was closed"),
+    DecisionPoolError: DecisionPoolError("pool/0001.json: key 'schema': required"),
     WaitTimeout: WaitTimeout("dpo-x: not ready after 5 s", candidate_id="dpo-x", states=("ready",), last_state="tune"),
 }
 

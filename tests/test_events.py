@@ -9,7 +9,7 @@ import attrs
 import orjson
 import pytest
 
-from lifecycle_fsm import events
+from lifecycle_fsm import candidate_events, event_base, events
 from lifecycle_fsm.errors import CorruptionError, IntegrityError
 from lifecycle_fsm.events import (
     CANDIDATE_EVENTS,
@@ -93,12 +93,14 @@ SAMPLE_IDS = [type(sample).__name__ for sample in SAMPLES]
 
 
 def _event_classes() -> set[type[Event]]:
-    """Every concrete event class defined in lifecycle_fsm.events (the bases aside)."""
+    """Every concrete event class defined in the event modules (the bases aside)."""
     bases = {Event, events.CandidateEvent, events.LedgerEvent}
+    modules = (events, candidate_events, event_base)
     return {
         obj
-        for obj in vars(events).values()
-        if inspect.isclass(obj) and issubclass(obj, Event) and obj not in bases and obj.__module__ == events.__name__
+        for module in modules
+        for obj in vars(module).values()
+        if inspect.isclass(obj) and issubclass(obj, Event) and obj not in bases and obj.__module__ == module.__name__
     }
 
 

@@ -148,3 +148,26 @@ def test_follow_ends_when_the_ledger_is_closed(ws: Workspace) -> None:
         seen.append(event.seq)
         ledger.close()
     assert seen == [1]
+
+
+def test_follow_on_postgres_wakes_on_a_commit_not_the_poll(ws: Workspace, pg_url: str) -> None:
+    """With a poll of 60 s, a follower still sees another process's events promptly: NOTIFY wakes it."""
+    manifest = _setup(pg_url, ws)
+    stop = threading.Event()
+    guard = threading.Timer(90, stop.set)
+    guard.start()
+    with Ledger.open(pg_url, actor="follower") as follower:
+        start = follower.store.head().seq
+        writer = _writer(pg_url, manifest, 0, 1.0)
+        started = time.monotonic()
+        seen = []
+        for event in follower.follow(after=start, poll=60, stream="dpo-v5", stop=stop):
+            seen.append(event.type)
+            if len(seen) == 2:
+                break
+        waited = time.monotonic() - started
+    guard.cancel()
+    _, err = writer.communicate(timeout=60)
+    assert writer.returncode == 0, err
+    assert seen == ["CandidateReceived", "ChecksRecorded"]
+    assert waited < 45  # well under one 60 s poll: the commits woke it

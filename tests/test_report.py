@@ -40,7 +40,7 @@ def test_markdown_report_says_what_the_ledger_proves_and_decided(reported: tuple
     text = (tmp_path / "a" / "b" / "ledger-report.md").read_text()
     head = json.loads(invoke(ws.db, "verify", "--json").stdout)["head"]
     assert f"| head seq | {head['seq']} |" in text and f"| head hash | `{head['hash']}` |" in text
-    assert "| verify | ok |" in text and "| seals | not reported" in text
+    assert "| verify | ok |" in text and "| seals | 0 seal(s), keys [], last at seq none" in text
     rejected = sorted(cid for cid, s in states.items() if s == "reject")
     assert f"| reject | {len(rejected)} | {', '.join(rejected)} |" in text
     assert "| ready | 1 | dpo-good |" in text and "| recovering | 1 | rlvr-rec |" in text
@@ -144,3 +144,17 @@ def test_html_diagrams_render_offline_in_chromium(reported: tuple[Workspace, dic
     assert done.stdout.count('aria-roledescription="stateDiagram"') == 1
     assert done.stdout.count('aria-roledescription="flowchart-v2"') == len(states)
     assert 'aria-roledescription="error"' not in done.stdout  # how Mermaid draws a diagram it cannot parse
+
+
+def test_report_shows_the_seals_verify_checked(tmp_path: Path) -> None:
+    """A sealed ledger's report counts its seals (as verify checked them) and names the signing key."""
+    ws = Workspace(tmp_path / "ws")
+    for args in (["init"], ["baseline", "activate", str(ws.baseline())], ["receive", str(ws.dpo())]):
+        assert invoke(ws.db, *args).exit_code == 0
+    key = json.loads(invoke(ws.db, "key", "new", "--out", str(tmp_path / "keys"), "--json").stdout)
+    sealed = invoke(ws.db, "--signing-key", str(tmp_path / "keys" / "lifecycle-signing.key"), "seal", "--json")
+    assert sealed.exit_code == 0, sealed.stderr
+    seq = json.loads(sealed.stdout)["seq"]
+    assert _report(ws.db, tmp_path / "r") == (0, "")
+    text = (tmp_path / "r" / "ledger-report.md").read_text()
+    assert f"| seals | 1 seal(s), keys [{key['key_id']}], last at seq {seq + 1} (each sealed hash" in text

@@ -21,7 +21,7 @@ import pytest
 from backends import PG_BASE, pg_execute, with_schema
 from test_store_contract import new
 
-from store import InputError, IntegrityError, StoreError, StreamHead
+from store import ConcurrencyError, InputError, IntegrityError, StoreError, StreamHead
 from store.postgres import PostgresEventStore
 from store.postgres_schema import STORE_SCHEMA_VERSION
 
@@ -35,6 +35,37 @@ def store(pg_url: str) -> Iterator[PostgresEventStore]:
         s.append("a", 0, [new("a", 0), new("a", 1)])
         s.append("b", 0, [new("b", 0)])
         yield s
+
+
+def test_a_rolled_back_transaction_keeps_the_prepared_statements(store: PostgresEventStore) -> None:
+    """Lost races (a ROLLBACK each) between repeated appends: later appends still find their statements.
+
+    psycopg answers a ROLLBACK with DEALLOCATE ALL once it has prepared statements of
+    its own, which dropped the store's and failed the next append ("prepared statement
+    lifecycle_stmt_N does not exist"); the store now leaves preparing to itself.
+    """
+    from store import ConcurrencyError
+
+    def one_append() -> None:
+        with store.transaction() as tx:
+            tx.expect_version("b", 1)
+            version = tx.stream_version("a")
+            tx.append("a", version, [new("a", version)])
+
+    for _ in range(8):  # repeated shapes: the store prepares its statements (and psycopg would its own)
+        one_append()
+    version = store.stream_version("a")
+
+    def lose_a_race() -> None:
+        with store.transaction() as tx:
+            tx.expect_version("b", 0)  # stale: the transaction rolls back
+            tx.append("a", version, [new("a", 100)])
+
+    with pytest.raises(ConcurrencyError):
+        lose_a_race()
+    for _ in range(3):
+        one_append()
+    assert store.stream_version("a") == 13 and store.verify_chain().ok
 
 
 # --- the database refuses to rewrite history ----------------------------------------------------
@@ -309,6 +340,21 @@ def test_cli_on_a_url_reads_and_refuses_like_on_a_file(pg_url: str) -> None:
 # --- the one-round-trip append path --------------------------------------------------------------
 
 
+def test_prepared_statements_survive_a_rollback(store: PostgresEventStore) -> None:
+    """A transaction that rolls back (psycopg may then DEALLOCATE ALL its own) leaves ours usable."""
+    for n in range(2, 10):  # past psycopg's own prepare threshold (5) too, had it one
+        store.append("a", n, [new("a", n)])
+        store.read_stream("a")
+    with pytest.raises(RuntimeError):
+        _fail_after_appending(store, 10)
+    with pytest.raises(ConcurrencyError):
+        store.append("a", 3, [new("a", 3, event_id="other")])
+    for n in range(10, 13):
+        assert store.append("a", n, [new("a", n)]).events[0].seq == n + 2
+        assert store.read_stream("a")[-1].version == n + 1
+    assert store.verify_chain().ok
+
+
 def _executions(store: PostgresEventStore) -> dict[str, int]:
     """The session's prepared statements: text -> how many times they were executed (PostgreSQL 14+)."""
     rows = store.session.conn.execute(
@@ -343,3 +389,55 @@ def test_repeated_appends_use_a_prepared_statement(store: PostgresEventStore) ->
     executed = [n for text, n in _executions(store).items() if "INSERT INTO events" in text]
     assert executed and max(executed) >= 2
     assert store.verify_chain().ok and store.count_events() == 7
+
+
+# --- LISTEN/NOTIFY wake-up for followers ---------------------------------------------------------
+
+
+def test_wait_for_new_wakes_on_a_commit_from_another_process(store: PostgresEventStore, pg_url: str) -> None:
+    """A follower blocked in wait_for_new wakes soon after another process commits (NOTIFY), long before
+    its timeout; with nothing new it returns False after the timeout; an event already there is True at once."""
+    assert store.wait_for_new(0, timeout=5) is True  # seq 1..3 exist: no waiting
+    started = time.monotonic()
+    assert store.wait_for_new(3, timeout=0.3) is False
+    assert time.monotonic() - started >= 0.3
+    writer = subprocess.Popen([sys.executable, "-c", _LATE_WRITER, pg_url], env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        started = time.monotonic()
+        assert store.wait_for_new(3, timeout=30) is True
+        waited = time.monotonic() - started
+    finally:
+        assert writer.wait(60) == 0
+    assert 0.4 <= waited < 10, waited  # woke on the commit (the writer sleeps 0.5 s first), not on the timeout
+    assert store.event_at(4) is not None
+
+
+def _fail_after_appending(store: PostgresEventStore, version: int = 2) -> None:
+    with store.transaction() as tx:
+        tx.append("a", version, [new("a", version)])
+        raise RuntimeError("the command failed after appending")
+
+
+def test_notify_is_sent_by_commits_only(store: PostgresEventStore, pg_url: str) -> None:
+    """A plain LISTEN connection hears nothing from an append that rolls back, and one notification per
+    committed append, whether by store.append (one round trip) or a transaction."""
+    with psycopg.connect(pg_url, autocommit=True) as listener:
+        listener.execute(f"LISTEN {store.session.channel}")
+        with pytest.raises(RuntimeError):
+            _fail_after_appending(store)
+        assert list(listener.notifies(timeout=0.3)) == []
+        store.append("a", 2, [new("a", 2)])
+        with store.transaction() as tx:
+            tx.append("b", 1, [new("b", 1)])
+        heard = list(listener.notifies(timeout=2, stop_after=2))
+    assert [n.channel for n in heard] == [store.session.channel] * 2
+
+
+_LATE_WRITER = """
+import sys, time
+from store.postgres import PostgresEventStore
+from store.records import NewEvent
+time.sleep(0.5)
+with PostgresEventStore(sys.argv[1]) as s:
+    s.append("a", 2, [NewEvent("a", "Happened", 1, {"n": 2}, "a-2", "2024-01-01T00:00:02Z", "t")])
+"""

@@ -50,6 +50,7 @@ _COMMANDS = {
     "integrity": ("checkpoint", "verify", "hash:hash_command"),
     "audit": ("audit",),
     "drill": ("drill",),
+    "decisions": ("decisions",),
     "auditor": ("log", "report"),
     "serve": ("serve",),
     "migrate": ("migrate",),

@@ -31,7 +31,9 @@ def _print_table(report: dict[str, Any]) -> None:
 
     table = Table("scenario", "steps", "result", "time")
     for r in report["scenarios"]:
-        result = "[green]pass[/green]" if r["result"] == "pass" else "[bold red]FAIL[/bold red]"
+        result = {"pass": "[green]pass[/green]", "inconclusive": "[yellow]inconclusive[/yellow]"}.get(
+            r["result"], "[bold red]FAIL[/bold red]"
+        )
         seconds = report["timings"]["scenarios"].get(r["name"], 0.0)
         table.add_row(r["name"], f"{r['steps_run']}/{r['steps']}", result, f"{seconds:.2f}s")
     out = console()
@@ -59,18 +61,35 @@ def _default_scenarios() -> Path:
     type=click.Path(file_okay=False, path_type=Path),
     help="Keep each scenario's ledger as DIR/<scenario-name>.db (inspect it with status, history, explain).",
 )
-@click.option("--seed", type=click.IntRange(0, MAX_INT64), help="Override every scenario's seed.")
+@click.option("--seed", type=click.IntRange(0, MAX_INT64),
+              help="Override every scenario's seed (with --simulate: the first seed).")  # fmt: skip
+@click.option("--replace", is_flag=True, help="Keep an existing report as <file>.previous instead of refusing.")
+@click.option("--simulate", is_flag=True, help="Run seeded random schedules with invariants checked after every step.")
+@click.option("--steps", type=click.IntRange(1, 1_000_000), default=200, show_default=True,
+              help="With --simulate: operations per seed.")  # fmt: skip
+@click.option("--candidates", type=click.IntRange(1, 50), default=6, show_default=True,
+              help="With --simulate: candidate artifacts per seed.")  # fmt: skip
+@click.option("--runs", type=click.IntRange(1, 100_000), default=1, show_default=True,
+              help="With --simulate: how many seeds, from --seed on.")  # fmt: skip
 @json_option
-def drill(paths: tuple[Path, ...], report_dir: Path | None, keep_dir: Path | None, seed: int | None) -> None:
+def drill(
+    paths: tuple[Path, ...], report_dir: Path | None, keep_dir: Path | None, seed: int | None, replace: bool,
+    simulate: bool, steps: int, candidates: int, runs: int,
+) -> None:  # fmt: skip
     """Run failure scenarios (YAML) against fresh ledgers, with faults injected.
 
     PATHS are scenario files or folders (their *.yaml, not subfolders); default: ./scenarios,
     else the scenarios shipped with the project.
     Every scenario is validated before any runs. Exit 0 when every expectation held,
-    8 when one did not (the report names the step, the expected and the actual value),
-    3 when a scenario file is malformed.
+    8 when one did not or a fault could not be injected (inconclusive), 3 when a scenario
+    file is malformed or the report exists (unless --replace).
+
+    With --simulate: seeded schedules of commands and faults against real ledgers, checked
+    against a reference model after every step; a failure exits 8 and is shrunk to a scenario
+    written to --report DIR.
     """
     from replay.drills import build_report, load_scenarios, report_markdown, run_drills
+    from replay.drills.report import write_report_files
 
     if root_obj().get("log_level", "warning") == "warning":
         # Faults are injected on purpose: the report says what each one caused, so the
@@ -78,16 +97,20 @@ def drill(paths: tuple[Path, ...], report_dir: Path | None, keep_dir: Path | Non
         from lifecycle_fsm.logs import configure_logging
 
         configure_logging("error")
+    if simulate:
+        if paths:
+            raise InputError("--simulate takes no scenario paths")
+        from lifecycle_fsm.cli.simulate import simulate_command
+
+        simulate_command(seed=seed, steps=steps, candidates=candidates, runs=runs, keep_dir=keep_dir,
+                         report_dir=report_dir, replace=replace)  # fmt: skip
+        return
     scenarios = load_scenarios(list(paths) or [_default_scenarios()])
     report = build_report(run_drills(scenarios, seed=seed, keep_dir=keep_dir))
     if report_dir is not None:
-        try:
-            report_dir.mkdir(parents=True, exist_ok=True)
-            text = orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n"
-            (report_dir / "drill-report.json").write_text(text)
-            (report_dir / "drill-report.md").write_text(report_markdown(report))
-        except OSError as e:
-            raise InputError(f"cannot write the drill report to {report_dir}: {e.strerror}") from None
+        text = orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n"
+        files = {"drill-report.json": text, "drill-report.md": report_markdown(report)}
+        write_report_files(report_dir, files, replace=replace)
     if wants_json():
         emit(report)
     else:

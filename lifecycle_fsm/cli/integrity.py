@@ -68,7 +68,10 @@ def verify(expect_heads: tuple[str, ...], pubkeys: tuple[str, ...]) -> None:
             click.echo(f"seals: {seals['count']}, last at seq {seals['last_seq']}, {checked}")
     else:
         detail = f" ({report['message']})" if report.get("message") else ""
-        click.echo(f"BROKEN at seq {report.get('bad_seq')}: {report['reason']}{detail}")
+        if report.get("bad_seq") is not None:
+            click.echo(f"BROKEN at seq {report['bad_seq']}: {report['reason']}{detail}")
+        else:  # a checkpoint (or the state index), not an event: there is no seq to name
+            click.echo(f"BROKEN: {report['reason']}{detail}")
     if not report["ok"]:
         sys.exit(int(ExitCode.INTEGRITY))
 

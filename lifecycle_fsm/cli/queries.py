@@ -6,6 +6,8 @@ one candidate's from the `Ledger`.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from lifecycle_fsm.cli.app import AS_OF, json_option, open_ledger, root_obj, wants_json
@@ -15,11 +17,11 @@ from lifecycle_fsm.events import stream_of
 from lifecycle_fsm.limits import MAX_INT64, display
 from lifecycle_fsm.machine import diagram as mermaid_diagram
 from lifecycle_fsm.streams import fold_candidate
-from replay import LoadResult, index_of, load_state
-from replay import explain as explain_candidate
-from replay.asof import AsOf, position_of
-from replay.explain_text import explain_markdown, explain_text
 from store.records import StreamHead
+
+if TYPE_CHECKING:  # replay is imported by the commands that use it: `status ID` does not (start-up)
+    from replay import LoadResult
+    from replay.asof import AsOf
 
 __all__ = ["diagram", "explain", "history", "replay", "status"]
 
@@ -31,7 +33,11 @@ __all__ = ["diagram", "explain", "history", "replay", "status"]
 def status(candidate_id: str | None, as_of: AsOf | None) -> None:
     """Every candidate's state (from the latest checkpoint + tail), or one candidate's; --as-of: then."""
     ledger = open_ledger(must_exist=True)
-    position = None if as_of is None else position_of(ledger.store, as_of)
+    position = None
+    if as_of is not None:
+        from replay.asof import position_of
+
+        position = position_of(ledger.store, as_of)
     if candidate_id is not None:
         if position is None:
             doc = candidate_json(ledger.candidate(candidate_id))
@@ -43,6 +49,8 @@ def status(candidate_id: str | None, as_of: AsOf | None) -> None:
             doc = candidate_json(state)
         emit(doc) if wants_json() else print_status([doc])
         return
+    from replay import load_state
+
     states = load_state(ledger.store, to=position, checked=True).state.candidates
     docs = [candidate_json(c) for _, c in sorted(states.items())]
     if not wants_json() and position is not None:
@@ -72,6 +80,9 @@ def explain(candidate_id: str, as_of: AsOf | None, fmt: str | None) -> None:
 
     A seq past the head exits 3; a position before the candidate existed exits 4.
     """
+    from replay import explain as explain_candidate
+    from replay.explain_text import explain_markdown, explain_text
+
     doc = explain_candidate(open_ledger(must_exist=True).store, candidate_id, as_of=as_of)
     fmt = fmt or ("json" if wants_json() else "text")
     if fmt == "json":
@@ -87,6 +98,8 @@ def explain(candidate_id: str, as_of: AsOf | None, fmt: str | None) -> None:
 @json_option
 def replay(to: int | None, full: bool) -> None:
     """Rebuild every candidate's state from the log (latest checkpoint + tail)."""
+    from replay import index_of, load_state
+
     ledger = open_ledger(must_exist=True)
     if full and to is None:
         # Fold and rebuild under the write lock, so no append lands in between.
@@ -124,6 +137,8 @@ def diagram(candidate_id: str | None) -> None:
     """The state machine as Mermaid text; with ID, that candidate's path marked on it."""
     path: list[tuple[str | None, str, str, int]] = []
     if candidate_id is not None:
+        from replay import explain as explain_candidate
+
         steps = explain_candidate(open_ledger(must_exist=True).store, candidate_id)["path"]
         path = [(s["from"], s["trigger"], s["to"], s["seq"]) for s in steps]
     text = mermaid_diagram(path)

@@ -38,6 +38,8 @@ from store.open import is_postgres_url
 
 __all__ = [
     "FaultOutcome",
+    "child_env",
+    "integrity",
     "corrupt_checkpoint",
     "crash_during_append",
     "delete_artifact",
@@ -71,7 +73,7 @@ class FaultOutcome:
     problems: tuple[Problem, ...] = ()
 
 
-def _env(fault: str | None) -> dict[str, str]:
+def child_env(fault: str | None) -> dict[str, str]:
     """The child's environment: our packages importable even from a source checkout."""
     env = {k: v for k, v in os.environ.items() if k != ENV_VAR}
     project = str(Path(lifecycle_fsm.__file__).resolve().parent.parent)
@@ -125,7 +127,7 @@ def crash_during_append(
     before = store.count_events()
     proc = subprocess.run(
         [sys.executable, "-c", _CRASH_SNIPPET, str(db), candidate, stage, str(commands), actor],
-        env=_env(fault), capture_output=True, text=True, check=False, timeout=120,
+        env=child_env(fault), capture_output=True, text=True, check=False, timeout=120,
     )  # fmt: skip
     acknowledged: list[int] = []
     in_flight: int | None = None
@@ -152,14 +154,14 @@ def crash_during_append(
         problems.append(("acknowledged_events_kept", len(acknowledged), present))
     if after != before + len(acknowledged):
         problems.append(("events", before + len(acknowledged), after))
-    problems.extend(_integrity(store))
+    problems.extend(integrity(store))
     stream = store.read_stream(f"candidate:{candidate}")
     if stream and stream[-1].type == "StageFailed":
         problems.append(("torn_event", "none", f"seq {stream[-1].seq} StageFailed without its RecoveryPlanned"))
     return FaultOutcome(detail, tuple(problems))
 
 
-def _integrity(store: EventStore) -> list[Problem]:
+def integrity(store: EventStore) -> list[Problem]:
     """The chain re-hashes and a full replay folds every event."""
     problems: list[Problem] = []
     chain = store.verify_chain()

@@ -8,13 +8,15 @@ vacuously. Types and keys are declared in `schema.py` and enforced by `convert.p
 this module walks the file's sections in order and checks what a type cannot say
 (references between sections, which candidate an expectation is about).
 
-Domain values (a stage, a trusted-state kind, a window) are *not* checked here:
+Types are checked here (`advance_window: two` is not an integer); domain values
+within a type (an unknown stage or trusted-state kind, a negative window) are *not*:
 refusing them is the ledger's job, and a drill may want to prove exactly that
 (`refused:`). The format is documented in `scenarios/README.md`.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,18 +32,21 @@ from replay.drills.schema import (
     ACTIONS,
     CANDIDATE_EXPECTATIONS,
     COMMAND_ACTIONS,
+    ERROR_CLASSES,
+    MANIFEST_FIELDS,
     NAME,
     RECOVERY_KEYS,
     STEP_EXTRAS,
     ArtifactSpec,
     DrillConfig,
+    Refusal,
     Scenario,
     ScenarioFile,
     Step,
     StepExtras,
 )
 
-__all__ = ["find_scenarios", "load_scenario", "load_scenarios"]
+__all__ = ["find_scenarios", "load_scenario", "load_scenarios", "parse_artifacts", "parse_step"]
 
 
 MAX_SEED = 2**63 - 1  # seeds are reported in JSON, whose integers stop at 64 bits
@@ -122,21 +127,64 @@ def _step(where: Where, number: int, raw: Any, artifacts: Mapping[str, ArtifactS
     _check_references(here, action, args, artifacts)
     if action == "expect":
         _check_expect(here, args)
-    return Step(number, action, spec, args, extras.refused, extras.note)
+    inner: tuple[Step, ...] = ()
+    if action == "crash":
+        inner = (_inner(where, number, "run", args["run"], artifacts),)
+    elif action == "concurrently":
+        writers = args["writers"]
+        if not isinstance(writers, list) or len(writers) < 2:
+            raise here.error("writers", "must be a list of at least two command steps")
+        inner = tuple(_inner(where, number, f"writers[{i}]", w, artifacts) for i, w in enumerate(writers))
+    return Step(number, action, spec, args, _refusal(here, extras.refused), extras.note, inner)
+
+
+def _inner(where: Where, number: int, key: str, raw: Any, artifacts: Mapping[str, ArtifactSpec]) -> Step:
+    """A command step nested in `crash` or `concurrently` (reported as `step 3 (crash): run: …`)."""
+    step = _step(Where(where.path, f"step {number}: {key}"), number, raw, artifacts)
+    if step.action not in COMMAND_ACTIONS:
+        raise where.at(f"step {number}").error(key, f"must be a ledger command ({', '.join(COMMAND_ACTIONS)})")
+    return step
+
+
+def _refusal(here: Where, raw: Any) -> Refusal | None:
+    """`refused: ClassName` or `refused: {error: ClassName, message: text}` (or `contains: part`)."""
+    if raw is None:
+        return None
+    if isinstance(raw, str):
+        if raw not in ERROR_CLASSES:
+            raise here.error("refused", f"unknown error class {raw!r} (expected one of {', '.join(ERROR_CLASSES)})")
+        return Refusal(error=raw)
+    if not isinstance(raw, dict):
+        raise here.error(
+            "refused", f"must be an error class name or a mapping of error, message, contains, not {raw!r}"
+        )
+    refusal = structure(here.at(f"{here.place}: refused"), raw, Refusal)
+    if refusal.message is not None and refusal.contains is not None:
+        raise here.error("refused", "give `message` (the whole text) or `contains` (a part), not both")
+    return refusal
 
 
 def _check_references(here: Where, action: str, args: Mapping[str, Any], artifacts: Mapping[str, Any]) -> None:
-    """An `artifact:` names one declared in the file, of the kind the step needs."""
-    name = args.get("artifact")
-    if name is None:
-        return
-    if name not in artifacts:
-        raise here.error("artifact", f"no artifact named {name!r} (declared: {', '.join(artifacts) or 'none'})")
-    kind = artifacts[name].type
-    if action == "activate_baseline" and kind != "baseline":
-        raise here.error("artifact", f"{name!r} is a {kind} artifact, not a baseline")
-    if action == "receive" and kind not in CANDIDATE_KINDS:
-        raise here.error("artifact", f"{name!r} is a {kind} artifact, not a candidate")
+    """Every artifact a step names is declared in the file, of the kind the step needs."""
+    for key, name in [("artifact", args.get("artifact")), ("baseline", args.get("baseline"))]:
+        if name is None:
+            continue
+        if name not in artifacts:
+            raise here.error(key, f"no artifact named {name!r} (declared: {', '.join(artifacts) or 'none'})")
+        kind = artifacts[name].type
+        if action in ("activate_baseline", "audit") and kind != "baseline":
+            raise here.error(key, f"{name!r} is a {kind} artifact, not a baseline")
+        if action == "receive" and kind not in CANDIDATE_KINDS:
+            raise here.error(key, f"{name!r} is a {kind} artifact, not a candidate")
+        if action == "edit_manifest" and kind == "trusted_state":
+            raise here.error(key, f"{name!r} is a trusted state: it has no manifest")
+    for name in args.get("candidates", ()) if action == "audit" else ():
+        if name not in artifacts or artifacts[name].type not in CANDIDATE_KINDS:
+            raise here.error("candidates", f"{name!r} is not a declared candidate artifact")
+    if action == "edit_manifest":
+        for key in [*args.get("set", {}), *args.get("drop", ())]:
+            if key not in MANIFEST_FIELDS:
+                raise here.error(key, f"not a manifest field (expected one of {', '.join(MANIFEST_FIELDS)})")
 
 
 def _check_expect(here: Where, args: Mapping[str, Any]) -> None:
@@ -148,6 +196,17 @@ def _check_expect(here: Where, args: Mapping[str, Any]) -> None:
             raise here.error(key, "needs `candidate:` to say which candidate")
     if "recovery" in args and not args["recovery"]:
         raise here.error("recovery", "must name at least one of " + ", ".join(RECOVERY_KEYS))
+    if "explain" in args and not args["explain"]:
+        raise here.error("explain", "must name at least one of seq, type, reason_codes, evidence")
+    if "as_of" in args and set(args) - {"candidate", "as_of", "state", "reason_codes", "explain", "trusted_states"}:
+        raise here.error("as_of", "applies to state, reason_codes, trusted_states and explain only")
+    events = args.get("events", 0)
+    if not (_is_count(events) or events == "unchanged" or (isinstance(events, str) and re.fullmatch(r"\+\d+", events))):
+        raise here.error("events", f'must be a count, "+N" or "unchanged", not {events!r}')
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -191,3 +250,13 @@ def load_scenarios(paths: Sequence[str | Path]) -> list[Scenario]:
             raise ScenarioError(f"{s.path}: key 'name': {s.name!r} is also the name of {seen[s.name]}")
         seen[s.name] = s.path
     return scenarios
+
+
+def parse_artifacts(path: Path, raw: Any) -> dict[str, ArtifactSpec]:
+    """An `artifacts:` section on its own (the simulator builds scenarios in memory)."""
+    return _artifacts(Where(path), raw)
+
+
+def parse_step(path: Path, number: int, raw: Any, artifacts: Mapping[str, ArtifactSpec]) -> Step:
+    """One step on its own, validated exactly as in a file."""
+    return _step(Where(path), number, raw, artifacts)

@@ -7,14 +7,23 @@ section).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import attrs
 
-__all__ = ["DrillResult", "Failure", "StepResult", "build_report", "report_markdown"]
+from lifecycle_fsm.errors import InputError
+
+__all__ = ["DrillResult", "Failure", "StepResult", "build_report", "report_markdown", "write_report_files"]
 
 JSON = dict[str, Any]
+
+
+def shown(value: Any) -> str:
+    """A value as a scenario file would write it (JSON: true, null, double quotes), not a Python repr."""
+    return json.dumps(value, ensure_ascii=False, default=str)
 
 
 @attrs.frozen
@@ -28,7 +37,8 @@ class Failure:
     actual: Any
 
     def message(self) -> str:
-        return f"step {self.step} ({self.action}): {self.key}: expected {self.expected!r}, actual {self.actual!r}"
+        where = f"step {self.step} ({self.action}): {self.key}"
+        return f"{where}: expected {shown(self.expected)}, actual {shown(self.actual)}"
 
     def to_json(self) -> JSON:
         return attrs.asdict(self) | {"message": self.message()}
@@ -57,17 +67,23 @@ class DrillResult:
     events: int
     seconds: float
     kept: str | None = None
+    inconclusive: tuple[str, ...] = ()  # faults this platform could not inject: never a pass
 
     @property
     def ok(self) -> bool:
-        return not self.failures and len(self.steps) == self.steps_total
+        return not self.failures and not self.inconclusive and len(self.steps) == self.steps_total
+
+    @property
+    def result(self) -> str:
+        return "fail" if self.failures else "inconclusive" if self.inconclusive else "pass"
 
     def to_json(self) -> JSON:
         """Everything but the duration (that goes to the report's `timings`)."""
         return {
-            "name": self.name, "file": self.file, "seed": self.seed, "result": "pass" if self.ok else "fail",
+            "name": self.name, "file": self.file, "seed": self.seed, "result": self.result,
             "steps": self.steps_total, "steps_run": len(self.steps), "events": self.events,
-            "failures": [f.to_json() for f in self.failures], "kept": self.kept,
+            "failures": [f.to_json() for f in self.failures], "inconclusive": list(self.inconclusive),
+            "kept": self.kept,
             "step_results": [attrs.asdict(s) for s in self.steps],
         }  # fmt: skip
 
@@ -75,9 +91,15 @@ class DrillResult:
 def build_report(results: Sequence[DrillResult]) -> JSON:
     """The report `drill --json` prints and `--report` writes; only `timings` varies between runs."""
     passed = sum(1 for r in results if r.ok)
+    inconclusive = sum(1 for r in results if r.result == "inconclusive")
     return {
         "ok": passed == len(results),
-        "summary": {"scenarios": len(results), "passed": passed, "failed": len(results) - passed},
+        "summary": {
+            "scenarios": len(results),
+            "passed": passed,
+            "failed": len(results) - passed - inconclusive,
+            "inconclusive": inconclusive,
+        },
         "scenarios": [r.to_json() for r in results],
         "timings": {
             "total_seconds": round(sum(r.seconds for r in results), 3),
@@ -91,7 +113,8 @@ def report_markdown(report: JSON) -> str:
     s = report["summary"]
     lines = [
         "# Drill report", "",
-        f"**{'PASS' if report['ok'] else 'FAIL'}**: {s['passed']} of {s['scenarios']} scenarios passed.", "",
+        f"**{'PASS' if report['ok'] else 'FAIL'}**: {s['passed']} of {s['scenarios']} scenarios passed"
+        f"{', ' + str(s.get('inconclusive')) + ' inconclusive' if s.get('inconclusive') else ''}.", "",
         "| scenario | file | seed | steps | events | result |", "|---|---|---|---|---|---|",
     ]  # fmt: skip
     for r in report["scenarios"]:
@@ -101,7 +124,37 @@ def report_markdown(report: JSON) -> str:
     if failed:
         lines += ["", "## Failures", ""]
         lines += [f"- `{r['name']}` {f['message']}" for r in failed for f in r["failures"]]
+    unsure = [r for r in report["scenarios"] if r.get("inconclusive")]
+    if unsure:
+        lines += ["", "## Inconclusive", ""]
+        lines += [f"- `{r['name']}` {why}" for r in unsure for why in r["inconclusive"]]
     lines += ["", "## Timings", "", "| scenario | seconds |", "|---|---|"]
     lines += [f"| {name} | {sec:.3f} |" for name, sec in report["timings"]["scenarios"].items()]
     lines.append(f"| **total** | {report['timings']['total_seconds']:.3f} |")
     return "\n".join(lines) + "\n"
+
+
+def write_report_files(folder: Path, files: Mapping[str, str], *, replace: bool) -> list[Path]:
+    """Write report files into `folder` (created if missing), never silently over an old report.
+
+    An existing file is refused (InputError, exit 3) unless `replace`, which first moves it
+    to `<file>.previous` — one generation, refused if a `.previous` is already there (SPEC §7).
+    """
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        existing = [folder / name for name in files if (folder / name).exists()]
+        if existing and not replace:
+            raise InputError(f"{existing[0]} exists: use --replace to keep it as {existing[0].name}.previous")
+        for path in existing:
+            previous = path.with_name(path.name + ".previous")
+            if previous.exists():
+                raise InputError(f"{previous} exists: move it away first (one .previous generation is kept)")
+        for path in existing:
+            path.rename(path.with_name(path.name + ".previous"))
+        written = []
+        for name, text in files.items():
+            (folder / name).write_text(text)
+            written.append(folder / name)
+        return written
+    except OSError as e:
+        raise InputError(f"cannot write the report to {folder}: {e.strerror}") from None

@@ -2,10 +2,12 @@
 
 Each scenario gets its own temporary folder (`workspace.Workspace`): the artifacts it
 declares and a new ledger initialised from its `config` (an SQLite file in the folder,
-or, given `ledger_url`, an empty PostgreSQL schema: the drills run on both backends). Steps call the real
-`Ledger`, faults damage the real files (`faults`), expectations read the ledger
-back. A run stops at the first step that fails, saying the step number, what was
-expected and what was found. Paths inside the temporary folder are shown as
+or, given `ledger_url`, an empty PostgreSQL schema: the drills run on both backends).
+Steps call the real `Ledger`, faults damage the real files or rows (`faults`,
+`writers`), expectations read the ledger back. A failed step does not stop the run:
+every failure is reported, each with its step number, what was expected and what was
+found. A fault that cannot be injected here makes the scenario `inconclusive`. Paths
+inside the temporary folder are shown as
 `<workspace>/…`.
 """
 
@@ -14,29 +16,30 @@ from __future__ import annotations
 import random
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-from lifecycle_fsm.errors import NotFoundError
-from lifecycle_fsm.ledger import CandidateResult, CommandResult, Ledger, utc_now
+from lifecycle_fsm.errors import LifecycleError, NotFoundError
+from lifecycle_fsm.ledger import CandidateResult, Ledger, utc_now
 from replay.checkpoints import load_state, take_checkpoint
-from replay.drills import faults, schema
+from replay.drills import faults, schema, writers
 from replay.drills.report import DrillResult, Failure, StepResult
-from replay.drills.schema import ERROR_CLASSES, Scenario, Step
+from replay.drills.schema import Scenario, Step
 from replay.drills.workspace import Workspace
+from replay.explain import explain
 from replay.fold import snapshot_json
 from replay.verify import verify
-from store.open import describe_target
+from store.open import describe_target, is_postgres_url
 
-__all__ = ["run_drills", "run_scenario"]
+__all__ = ["Run", "StepFailed", "run_drills", "run_scenario", "run_step"]
 
 JSON = dict[str, Any]
 
 
-class _StepFailed(Exception):
+class StepFailed(Exception):
     """Carries the failures of one step out of the code that checks it."""
 
     def __init__(self, failures: list[tuple[str, Any, Any]], detail: JSON | None = None) -> None:
@@ -45,8 +48,8 @@ class _StepFailed(Exception):
         self.detail = detail or {}
 
 
-@attrs.frozen
-class _Run:
+@attrs.define
+class Run:
     """A scenario while it runs: its workspace, its ledger, its seeded randomness."""
 
     scenario: Scenario
@@ -54,51 +57,35 @@ class _Run:
     ledger: Ledger
     rng: random.Random
     target: Path | str  # what the ledger was opened from: the file, or the PostgreSQL URL
+    clock: Callable[[], str] = utc_now  # checkpoints' clock (the simulator fixes it)
+    child: JSON = attrs.Factory(dict)  # extra plan for child writers (the simulator: clock, ids, actor)
+    mark: int = 0  # events before the last step that was not an `expect` ("+N" counts from here)
+    audit: JSON | None = None  # the last `audit` step's hand-off record
+
+    @property
+    def behind_the_store(self) -> bool:
+        """Whether faults can reach the ledger's rows with a plain driver (an SQLite file or PostgreSQL)."""
+        return is_postgres_url(self.target) or Path(self.target).is_file()
 
 
-def _command(run: _Run, spec: schema.Action) -> CommandResult:
-    """The ledger command a step names, with its artifacts' files from the workspace."""
-    ledger, ws = run.ledger, run.ws
-    match spec:
-        case schema.ActivateBaseline(artifact=name):
-            return ledger.activate_baseline(ws.manifests[name])
-        case schema.Receive(artifact=name, id=candidate_id):
-            return ledger.receive(ws.manifests[name], candidate_id=candidate_id)
-        case schema.Check(candidate=candidate):
-            return ledger.check(candidate)
-        case schema.RecordTrustedState(candidate=candidate, kind=kind, artifact=name):
-            return ledger.record_trusted_state(candidate, kind, ws.folders[name])
-        case schema.InvalidateTrustedState(candidate=candidate, kind=kind, reason=reason):
-            return ledger.invalidate_trusted_state(candidate, kind, reason)
-        case schema.FailStage(candidate=candidate, stage=stage):
-            return ledger.fail_stage(candidate, stage)
-        case schema.CompleteRecovery(candidate=candidate):
-            return ledger.complete_recovery(candidate)
-        case schema.HandOff(candidate=candidate):
-            return ledger.hand_off(candidate)
-        case schema.AdvanceWindow(window=window):
-            return ledger.advance_window(window)
-        case schema.ActivateEvaluation(version=version):
-            return ledger.activate_evaluation(version)
-    raise AssertionError(f"not a ledger command: {spec.name}")
-
-
-def _run_command(run: _Run, step: Step) -> JSON:
+def _run_command(run: Run, step: Step) -> JSON:
     before = run.ledger.store.count_events()
+    method, args, kwargs = writers.command_call(run.ws, step.spec)
     try:
-        result = _command(run, step.spec)
-    except Exception as e:
-        name = type(e).__name__
-        if step.refused is not None and isinstance(e, ERROR_CLASSES[step.refused]):
-            after = run.ledger.store.count_events()
-            if after != before:
-                raise _StepFailed([("events", before, after)], {"refused": name}) from e
-            return {"refused": name}
-        expected = f"refused with {step.refused}" if step.refused else "success"
-        raise _StepFailed([("outcome", expected, run.ws.shown(f"{name}: {e}"))]) from e
+        result = getattr(run.ledger, method)(*args, **kwargs)
+    except LifecycleError as e:
+        name, message = type(e).__name__, run.ws.shown(str(e))
+        if step.refused is None:
+            raise StepFailed([("outcome", "success", f"{name}: {message}")]) from e
+        if (problem := writers.refusal_problem(step.refused, name, message)) is not None:
+            raise StepFailed([("outcome", step.refused.describe(), problem)]) from e
+        after = run.ledger.store.count_events()
+        if after != before:
+            raise StepFailed([("events", before, after)], {"refused": name}) from e
+        return {"refused": name}
     appended = [] if result.duplicate else [e.seq for e in result.events]
     if step.refused is not None:
-        raise _StepFailed([("outcome", f"refused with {step.refused}", f"success (appended {len(appended)})")])
+        raise StepFailed([("outcome", step.refused.describe(), f"success (appended {len(appended)})")])
     detail: JSON = {"appended": appended}
     if isinstance(result, CandidateResult):
         detail["state"] = result.candidate.state
@@ -110,37 +97,78 @@ def _run_command(run: _Run, step: Step) -> JSON:
     return detail
 
 
-def _expect(run: _Run, step: Step) -> JSON:
+def _dig(doc: Any, path: str) -> Any:
+    """A dotted path into a JSON document (`artifact.expected`, `path.0.to`); a marker when absent."""
+    for part in path.split("."):
+        if isinstance(doc, dict) and part in doc:
+            doc = doc[part]
+        elif isinstance(doc, list) and part.isdigit() and int(part) < len(doc):
+            doc = doc[int(part)]
+        else:
+            return f"(no field {path})"
+    return doc
+
+
+def _candidate_found(run: Run, a: Any) -> JSON:
+    """What the candidate keys of an `expect` compare with: now, or as of `as_of`."""
+    cid = a["candidate"]
+    try:
+        doc = explain(run.ledger.store, cid, as_of=a.get("as_of"))
+    except (NotFoundError, LifecycleError) as e:
+        raise StepFailed([("candidate", cid, run.ws.shown(str(e)))]) from None
+    found: JSON = {"state": doc["state"], "reason_codes": list(doc["reason_codes"]),
+                   "trusted_states": sorted(doc["trusted_states"])}  # fmt: skip
+    if "explain" in a:
+        want = a["explain"]
+        decisive = doc["decisive_event"]
+        got = {"seq": decisive["seq"], "type": decisive["type"], "reason_codes": found["reason_codes"]}
+        got = {k: v for k, v in got.items() if k in want}
+        if "evidence" in want:
+            got["evidence"] = {k: _dig(doc, k) for k in want["evidence"]}
+        found["explain"] = got
+    if "as_of" not in a:
+        c = run.ledger.candidate(cid)
+        handoff, plan = c.last_handoff or {}, c.last_recovery or {}
+        found |= {"handoff": handoff.get("handoff_status"), "hard_failures": handoff.get("hard_failures"),
+                  "recovery": {k: plan.get(k) for k in a.get("recovery", {})}}  # fmt: skip
+    found["as_of"] = a.get("as_of")
+    return found
+
+
+def _events_found(run: Run, want: Any) -> Any:
+    now = run.ledger.store.count_events()
+    if isinstance(want, int):
+        return now
+    delta = now - run.mark
+    if want == "unchanged":
+        return "unchanged" if delta == 0 else f"+{delta}"
+    return f"+{delta}"
+
+
+def _expect(run: Run, step: Step) -> JSON:
     a = step.args
-    found: JSON = {}
-    if "candidate" in a:
-        try:
-            c = run.ledger.candidate(a["candidate"])
-        except NotFoundError:
-            raise _StepFailed([("candidate", a["candidate"], "unknown candidate")]) from None
-        handoff = c.last_handoff or {}
-        plan = c.last_recovery or {}
-        found |= {
-            "state": c.state, "reason_codes": list(c.reason_codes), "trusted_states": sorted(c.trusted_states),
-            "handoff": handoff.get("handoff_status"), "hard_failures": handoff.get("hard_failures"),
-            "recovery": {k: plan.get(k) for k in a.get("recovery", {})},
-        }  # fmt: skip
+    found: JSON = _candidate_found(run, a) if "candidate" in a else {}
     if "events" in a:
-        found["events"] = run.ledger.store.count_events()
+        found["events"] = _events_found(run, a["events"])
     if "chain_valid" in a:
         found["chain_valid"] = run.ledger.store.verify_chain().ok
     if "verify_ok" in a or "bad_seq" in a:
         report = verify(run.ledger.store)
         found |= {"verify_ok": report["ok"], "bad_seq": report.get("bad_seq")}
+    if "audit_handoff" in a:
+        found["audit_handoff"] = None if run.audit is None else run.audit["handoff_status"]
     checked = [k for k in a if k != "candidate"]
-    subject = f"{a['candidate']} " if "candidate" in a else ""
-    failures = [(f"{subject}{k}", a[k], run.ws.shown(found[k])) for k in checked if found[k] != a[k]]
+
+    def label(key: str) -> str:
+        return f"{a['candidate']} {key}" if key in schema.CANDIDATE_EXPECTATIONS else key
+
+    failures = [(label(k), a[k], run.ws.shown(found[k])) for k in checked if found[k] != a[k]]
     if failures:
-        raise _StepFailed(failures)
+        raise StepFailed(failures)
     return {"checked": checked}
 
 
-def _replay(run: _Run, to: int | None) -> JSON:
+def _replay(run: Run, to: int | None) -> JSON:
     loaded = load_state(run.ledger.store, to=to)
     full = load_state(run.ledger.store, to=to, use_checkpoints=False)
     detail = {
@@ -150,49 +178,111 @@ def _replay(run: _Run, to: int | None) -> JSON:
         "states": {cid: c.state for cid, c in sorted(loaded.state.candidates.items())},
     }
     if snapshot_json(loaded.state) != snapshot_json(full.state):
-        raise _StepFailed([("replay", "equal to a full replay", "differs")], detail)
+        raise StepFailed([("replay", "equal to a full replay", "differs")], detail)
     return detail
 
 
-def _fault(run: _Run, step: Step) -> JSON:
+def _audit(run: Run, step: Step) -> JSON:
+    from lifecycle_fsm import audit
+
+    spec = step.spec
+    assert isinstance(spec, schema.Audit)
+    settings = run.ledger.settings()
+    request = audit.AuditRequest(
+        baseline=run.ws.manifests[spec.baseline], candidates=tuple(run.ws.manifests[c] for c in spec.candidates),
+        label=spec.label, out=run.ws.root / "audit" / f"step-{step.number}", root=run.ws.root,
+        active_window=settings.active_window or 0, max_window_age=settings.max_window_age or 0,
+    )  # fmt: skip
+    result = audit.run(audit.prepare(request), run.ledger)
+    run.audit = result.handoff
+    statuses = {r["candidate_id"] if "candidate_id" in r else r["manifest"]: r["handoff_status"]
+                for r in result.evidence["candidate_records"]}  # fmt: skip
+    return {"handoff_status": result.handoff_status, "candidates": statuses}
+
+
+def _fault(run: Run, step: Step) -> JSON:
     store, ws = run.ledger.store, run.ws
+    behind = (schema.CrashDuringAppend, schema.CorruptCheckpoint, schema.TamperEvent, schema.Crash, schema.Concurrently)
+    if isinstance(step.spec, behind) and not run.behind_the_store:
+        raise writers.Inconclusive(f"{step.action} needs the ledger's file or server; this ledger is neither")
+    actor = f"drill:{run.scenario.name}"
     target = run.target
     match step.spec:
         case schema.CrashDuringAppend(candidate=candidate, stage=stage, commands=commands):
             outcome = faults.crash_during_append(
-                store, target, candidate=candidate, stage=stage, commands=commands, rng=run.rng,
-                actor=f"drill:{run.scenario.name}:crash",
+                store, target, candidate=candidate, stage=stage, commands=commands, rng=run.rng, actor=f"{actor}:crash",
             )  # fmt: skip
+        case schema.Crash():
+            outcome = writers.crash(store, ws, str(target), step, f"{actor}:crash", run.child)
+        case schema.Concurrently():
+            outcome = writers.concurrently(store, ws, str(target), step, actor)
         case schema.CorruptCheckpoint():
             outcome = faults.corrupt_checkpoint(store, target)
         case schema.TamperEvent(seq=seq):
             outcome = faults.tamper_event(store, target, seq=seq, rng=run.rng)
         case schema.DeleteArtifact(artifact=name):
+            ws.backup(name)
             outcome = faults.delete_artifact(ws.folders[name], shown=str(ws.folders[name].relative_to(ws.root)))
         case schema.TamperArtifact(artifact=name):
+            ws.backup(name)
             trusted = run.scenario.artifacts[name].type == "trusted_state"
             file = ws.folders[name] / ("state.bin" if trusted else "adapter_model.safetensors")
             outcome = faults.tamper_artifact(file, rng=run.rng, shown=str(file.relative_to(ws.root)))
+        case schema.RestoreArtifact(artifact=name):
+            if not ws.restore(name):
+                raise StepFailed([("restore", f"{name} tampered with or deleted before", "never damaged")])
+            outcome = faults.FaultOutcome({"restored": str(ws.folders[name].relative_to(ws.root))})
+        case schema.EditManifest(artifact=name, set=changes, drop=drop):
+            ws.edit_manifest(name, changes, drop)
+            outcome = faults.FaultOutcome({"edited": str(ws.manifests[name].relative_to(ws.root))})
         case _:
             raise AssertionError(f"not a fault: {step.action}")
     detail: JSON = run.ws.shown(outcome.detail)
     if outcome.problems:
-        raise _StepFailed([(k, e, run.ws.shown(v)) for k, e, v in outcome.problems], detail)
+        raise StepFailed([(k, e, run.ws.shown(v)) for k, e, v in outcome.problems], detail)
     return detail
 
 
-def _step(run: _Run, step: Step) -> JSON:
+def run_step(run: Run, step: Step) -> JSON:
     match step.spec:
         case schema.Checkpoint():
-            record = take_checkpoint(run.ledger.store, clock=utc_now)
+            record = take_checkpoint(run.ledger.store, clock=run.clock)
             return {"checkpoint_id": record.checkpoint_id, "position": record.position}
         case schema.Expect():
             return _expect(run, step)
         case schema.Replay(to=to):
             return _replay(run, to)
+        case schema.Audit():
+            return _audit(run, step)
         case spec if spec.command:
             return _run_command(run, step)
     return _fault(run, step)
+
+
+def _run_steps(run: Run) -> tuple[list[StepResult], list[Failure], list[str]]:
+    results: list[StepResult] = []
+    failures: list[Failure] = []
+    inconclusive: list[str] = []
+    for step in run.scenario.steps:
+        if step.action != "expect":
+            run.mark = run.ledger.store.count_events()
+        try:
+            detail = run_step(run, step)
+        except StepFailed as e:
+            results.append(StepResult(step.number, step.action, False, e.detail))
+            failures.extend(Failure(step.number, step.action, k, exp, act) for k, exp, act in e.failures)
+            continue
+        except writers.Inconclusive as e:
+            results.append(StepResult(step.number, step.action, False, {"inconclusive": str(e)}))
+            inconclusive.append(f"step {step.number} ({step.action}): {e}")
+            continue
+        except Exception as e:  # a library bug must fail the drill, not hide the other steps and scenarios
+            results.append(StepResult(step.number, step.action, False, {}))
+            failures.append(Failure(step.number, step.action, "outcome", "success",
+                                    run.ws.shown(f"{type(e).__name__}: {e}")))  # fmt: skip
+            continue
+        results.append(StepResult(step.number, step.action, True, detail))
+    return results, failures, inconclusive
 
 
 def run_scenario(
@@ -201,40 +291,26 @@ def run_scenario(
     """Run one scenario against a fresh ledger: a file in a temporary folder, or `ledger_url` (empty)."""
     seed = scenario.seed if seed is None else seed
     started = time.perf_counter()
-    results: list[StepResult] = []
-    failures: list[Failure] = []
     with tempfile.TemporaryDirectory(prefix=f"drill-{scenario.name}-") as tmp:
         ws = Workspace(Path(tmp), seed)
-        target = ws.db if ledger_url is None else ledger_url
+        target: Path | str = ws.db if ledger_url is None else ledger_url
         where = describe_target(target)  # a PostgreSQL ledger is kept where it is: the caller owns its schema
         ledger = Ledger.open(target, synchronous="NORMAL", actor=f"drill:{scenario.name}")
-        run = _Run(scenario, ws, ledger, random.Random(seed), target)
+        run = Run(scenario, ws, ledger, random.Random(seed), target)
         try:
             config = scenario.config
             ws.materialize(scenario.artifacts, config)
             ledger.init(config.max_window_age, config.active_window)
             if config.evaluation_version is not None:
                 ledger.activate_evaluation(config.evaluation_version)
-            for step in scenario.steps:
-                try:
-                    detail = _step(run, step)
-                except _StepFailed as e:
-                    results.append(StepResult(step.number, step.action, False, e.detail))
-                    failures.extend(Failure(step.number, step.action, k, exp, act) for k, exp, act in e.failures)
-                    break
-                except Exception as e:  # a library bug must fail the drill, not hide the other scenarios
-                    results.append(StepResult(step.number, step.action, False, {}))
-                    failures.append(Failure(step.number, step.action, "outcome", "success",
-                                            run.ws.shown(f"{type(e).__name__}: {e}")))  # fmt: skip
-                    break
-                results.append(StepResult(step.number, step.action, True, detail))
+            results, failures, inconclusive = _run_steps(run)
             events = ledger.store.count_events()
         finally:
             ledger.close()
         kept = None if keep_dir is None else ws.keep(keep_dir, scenario.name) if ledger_url is None else where
     return DrillResult(
         scenario.name, scenario.path.name, seed, len(scenario.steps), tuple(results), tuple(failures),
-        events, time.perf_counter() - started, kept,
+        events, time.perf_counter() - started, kept, tuple(inconclusive),
     )  # fmt: skip
 
 

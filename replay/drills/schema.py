@@ -17,16 +17,32 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Literal, get_args
+from typing import Any, Literal, get_args
 
 import attrs
 
 from lifecycle_fsm import errors as errors_module
 from lifecycle_fsm.errors import LifecycleError
+from replay.drills.action import Action, between, not_negative
 from replay.drills.convert import FROM_KEY, NULLABLE, Problem, from_file
+from replay.drills.steps import (
+    Audit,
+    Concurrently,
+    Crash,
+    EditManifest,
+    ExplainExpectation,
+    RestoreArtifact,
+)
 
 __all__ = [
     "ACTIONS",
+    "Audit",
+    "Concurrently",
+    "Crash",
+    "EditManifest",
+    "ExplainExpectation",
+    "RestoreArtifact",
+    "Refusal",
     "ARTIFACT_TYPES",
     "CANDIDATE_EXPECTATIONS",
     "COMMAND_ACTIONS",
@@ -80,27 +96,9 @@ ERROR_CLASSES: dict[str, type[LifecycleError]] = {
 }
 
 
-def _between(low: int, high: int, problem: str) -> Any:
-    def check(_instance: Any, attribute: attrs.Attribute[int], value: int) -> None:
-        if not low <= value <= high:
-            raise Problem(problem, key=attribute.name)
-
-    return check
-
-
-def _not_negative(_instance: Any, attribute: attrs.Attribute[int], value: int) -> None:
-    if value < 0:
-        raise Problem("must not be negative", key=attribute.name)
-
-
 def _scenario_name(_instance: Any, attribute: attrs.Attribute[str], value: str) -> None:
     if not NAME.match(value):
         raise Problem("a scenario name is letters, digits, '.', '_' or '-' (it names the kept ledger)", key="name")
-
-
-def _error_class(_instance: Any, attribute: attrs.Attribute[str | None], value: str | None) -> None:
-    if value is not None and value not in ERROR_CLASSES:
-        raise Problem(f"unknown error class {value!r} (expected one of {', '.join(ERROR_CLASSES)})", key="refused")
 
 
 # -- the file's sections ----------------------------------------------------------------------------------------
@@ -123,8 +121,8 @@ class ScenarioFile:
 class DrillConfig:
     """How the fresh ledger is initialised before the first step."""
 
-    max_window_age: int = attrs.field(default=2, validator=_not_negative)
-    active_window: int = attrs.field(default=1, validator=_not_negative)
+    max_window_age: int = attrs.field(default=2, validator=not_negative)
+    active_window: int = attrs.field(default=1, validator=not_negative)
     evaluation_version: str | None = None
 
 
@@ -137,7 +135,7 @@ class ArtifactSpec:
     manifest: Mapping[ManifestField, Any] = attrs.Factory(dict)
     drop: tuple[ManifestField, ...] = ()
     source: str | None = None  # the baseline whose adapter sha256 is the candidate's source policy
-    size: int = attrs.field(default=4096, validator=_between(1, 16 * 1024 * 1024, "must be between 1 and 16 MiB"))
+    size: int = attrs.field(default=4096, validator=between(1, 16 * 1024 * 1024, "must be between 1 and 16 MiB"))
 
     def __attrs_post_init__(self) -> None:
         if self.type == "trusted_state" and (self.manifest or self.drop):
@@ -145,16 +143,6 @@ class ArtifactSpec:
 
 
 # -- steps ------------------------------------------------------------------------------------------------------
-
-
-class Action:
-    """One kind of step. `name` is its key in the file; `shorthand` the key a scalar fills
-    (`check: dpo-v5` means `check: {candidate: dpo-v5}`); `command` marks ledger commands,
-    the only steps that may carry `refused:`."""
-
-    name: ClassVar[str]
-    shorthand: ClassVar[str | None] = None
-    command: ClassVar[bool] = False
 
 
 @attrs.frozen(kw_only=True)
@@ -280,7 +268,10 @@ class Expect(Action):
     handoff: str | None = attrs.field(default=None, metadata=NULLABLE)
     hard_failures: list[str] | None = None
     trusted_states: list[str] | None = None
-    events: int | None = None
+    events: Any = None  # a count, "+N" (appended by the step before) or "unchanged"
+    explain: ExplainExpectation | None = None
+    as_of: int | None = attrs.field(default=None, validator=attrs.validators.optional(not_negative))
+    audit_handoff: str | None = None
     chain_valid: bool | None = None
     verify_ok: bool | None = None
     bad_seq: int | None = None
@@ -293,7 +284,7 @@ class CrashDuringAppend(Action):
     name = "crash_during_append"
     candidate: str
     stage: str = "sampling"
-    commands: int = attrs.field(default=3, validator=_between(1, 50, "must be between 1 and 50"))
+    commands: int = attrs.field(default=3, validator=between(1, 50, "must be between 1 and 50"))
 
 
 @attrs.frozen(kw_only=True)
@@ -333,11 +324,14 @@ ACTIONS: dict[str, type[Action]] = {
         ActivateBaseline, Receive, Check, RecordTrustedState, InvalidateTrustedState, FailStage,
         CompleteRecovery, HandOff, AdvanceWindow, ActivateEvaluation, Checkpoint, Replay, Expect,
         CrashDuringAppend, CorruptCheckpoint, TamperEvent, TamperArtifact, DeleteArtifact,
+        Crash, Concurrently, RestoreArtifact, EditManifest, Audit,
     )
 }  # fmt: skip
 COMMAND_ACTIONS = tuple(name for name, cls in ACTIONS.items() if cls.command)
 # `expect` keys about one candidate (they need `candidate:`), and the recovery plan's keys.
-CANDIDATE_EXPECTATIONS = ("state", "reason_codes", "recovery", "handoff", "hard_failures", "trusted_states")
+CANDIDATE_EXPECTATIONS = (
+    "state", "reason_codes", "recovery", "handoff", "hard_failures", "trusted_states", "explain", "as_of",
+)  # fmt: skip
 RECOVERY_KEYS = from_file(RecoveryExpectation)
 
 
@@ -345,7 +339,7 @@ RECOVERY_KEYS = from_file(RecoveryExpectation)
 class StepExtras:
     """What a step may carry beside its one action."""
 
-    refused: str | None = attrs.field(default=None, metadata=NULLABLE, validator=_error_class)
+    refused: Any = None  # a class name or a Refusal mapping (loader.py)
     note: str | None = attrs.field(default=None, metadata=NULLABLE)
 
 
@@ -363,8 +357,31 @@ class Step:
     action: str
     spec: Action
     args: Mapping[str, Any]  # the keys the file gave, in its order (what `expect` compares)
-    refused: str | None = None
+    refused: Refusal | None = None
     note: str | None = None
+    inner: tuple[Step, ...] = ()  # the commands a `crash` or `concurrently` step runs
+
+
+@attrs.frozen(kw_only=True)
+class Refusal:
+    """`refused:` — the exact error class (not a subclass) and, optionally, its message."""
+
+    error: str = attrs.field(validator=lambda _i, _a, v: _error_class(v))
+    message: str | None = None  # the whole message, temporary folder shown as <workspace>
+    contains: str | None = None  # a part of it
+
+    def describe(self) -> str:
+        text = f"refused with {self.error}"
+        if self.message is not None:
+            text += f": {self.message}"
+        elif self.contains is not None:
+            text += f" (message containing {self.contains!r})"
+        return text
+
+
+def _error_class(value: str) -> None:
+    if value not in ERROR_CLASSES:
+        raise Problem(f"unknown error class {value!r} (expected one of {', '.join(ERROR_CLASSES)})", key="error")
 
 
 @attrs.frozen

@@ -9,6 +9,7 @@ artifact's name, so two runs of a scenario build identical workspaces.
 from __future__ import annotations
 
 import random
+import shutil
 import sqlite3
 from collections.abc import Mapping
 from contextlib import closing
@@ -34,6 +35,10 @@ class Workspace:
     seed: int
     folders: dict[str, Path] = attrs.Factory(dict)  # artifact -> adapter or trusted-state folder
     manifests: dict[str, Path] = attrs.Factory(dict)
+    specs: dict[str, ArtifactSpec] = attrs.Factory(dict)
+    shas: dict[str, str] = attrs.Factory(dict)  # baseline -> its adapter's real sha256
+    written: dict[str, str] = attrs.Factory(dict)  # adapter -> the sha256 it was written with
+    config: DrillConfig = attrs.Factory(DrillConfig)
 
     @property
     def db(self) -> Path:
@@ -52,42 +57,77 @@ class Workspace:
 
     def materialize(self, artifacts: Mapping[str, ArtifactSpec], config: DrillConfig) -> None:
         """Write every declared artifact, baselines first (candidates name their sha256)."""
-        shas: dict[str, str] = {}
+        self.config = config
         for spec in sorted(artifacts.values(), key=lambda s: s.type != "baseline"):
-            self._write(spec, config, shas)
+            self._write(spec)
 
-    def _write(self, spec: ArtifactSpec, config: DrillConfig, shas: dict[str, str]) -> None:
+    def _write(self, spec: ArtifactSpec) -> None:
         home = self.root / "artifacts" / spec.name
         rng = random.Random(f"{self.seed}:{spec.name}")  # each artifact's bytes depend only on the seed and its name
+        self.specs[spec.name] = spec
         if spec.type == "trusted_state":
             home.mkdir(parents=True)
             (home / "state.bin").write_bytes(rng.randbytes(spec.size))
             self.folders[spec.name] = home
             return
         sha = hash_directory(write_adapter(home / "adapter", spec.name, rng.randbytes(spec.size)))
+        if spec.type == "baseline":
+            self.shas[spec.name] = sha
+        self.written[spec.name] = sha
+        self.folders[spec.name] = home / "adapter"
+        self.manifests[spec.name] = home / "manifest.json"
+        self._render(spec, sha)
+
+    def _render(self, spec: ArtifactSpec, sha: str) -> None:
+        """Write (or rewrite, in place) an adapter's manifest from its spec."""
         overrides = dict(spec.manifest)
         claimed = overrides.pop("adapter_sha256", sha)
         manifest: JSON
         if spec.type == "baseline":
-            shas[spec.name] = sha
             manifest = baseline_manifest(claimed) | overrides
         else:
-            baseline = spec.source or next(iter(shas), None)
+            baseline = spec.source or next(iter(self.shas), None)
             fields: JSON = {
-                "source_policy_version": shas.get(baseline) if baseline else None,
+                "source_policy_version": self.shas.get(baseline) if baseline else None,
                 "policy_version": spec.name,
-                "evaluation_version": config.evaluation_version or "eval-v1",
+                "evaluation_version": self.config.evaluation_version or "eval-v1",
             }
             if spec.type != "dpo":
-                fields["evidence_window_index"] = config.active_window
+                fields["evidence_window_index"] = self.config.active_window
             manifest = candidate_manifest(spec.type, adapter_sha256=claimed, **(fields | overrides))
         for key in spec.drop:
             if key == "adapter_sha256":
                 manifest["artifacts"]["adapter"].pop("sha256")
             else:
                 manifest.pop(key, None)
-        self.folders[spec.name] = home / "adapter"
-        self.manifests[spec.name] = write_manifest(home / "manifest.json", manifest)
+        write_manifest(self.manifests[spec.name], manifest)
+
+    def edit_manifest(self, name: str, changes: Mapping[str, Any], drop: tuple[str, ...]) -> None:
+        """Rewrite a manifest in place: the spec's overrides plus `changes`, minus `drop`."""
+        spec = self.specs[name]
+        merged: dict[str, Any] = dict(spec.manifest) | dict(changes)
+        fields: dict[str, Any] = {
+            "manifest": {k: v for k, v in merged.items() if k not in drop},
+            "drop": tuple(dict.fromkeys([*spec.drop, *drop])),
+        }
+        spec = attrs.evolve(spec, **fields)
+        self.specs[name] = spec
+        self._render(spec, self.written[name])
+
+    def backup(self, name: str) -> None:
+        """Keep an artifact's original bytes (once) before a fault damages it, so it can be restored."""
+        saved = self.root / "originals" / name
+        if not saved.exists():
+            shutil.copytree(self.folders[name], saved)
+
+    def restore(self, name: str) -> bool:
+        """Put the original bytes back; False when nothing was saved (it was never damaged)."""
+        saved = self.root / "originals" / name
+        if not saved.exists():
+            return False
+        shutil.rmtree(self.folders[name], ignore_errors=True)
+        shutil.copytree(saved, self.folders[name])
+        return True
 
     def keep(self, keep_dir: Path, name: str) -> str:
         """Copy the ledger (a consistent copy via SQLite's backup API) to keep_dir/<name>.db."""

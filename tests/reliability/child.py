@@ -10,6 +10,7 @@ waits for that file to exist first (so concurrent writers start together).
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -33,6 +34,12 @@ def main() -> None:
         for cmd in plan:
             if cmd.get("pause"):
                 time.sleep(cmd["pause"])
+            if cmd.get("fault"):  # this command's own store dies at its first commit's fault point
+                os.environ["LIFECYCLE_FAULT"] = f"kill@{cmd['fault']}#1"
+                with Ledger.open(db, synchronous="FULL", actor="child") as doomed:
+                    ack(fh, run_command(doomed, cmd))
+                del os.environ["LIFECYCLE_FAULT"]
+                continue
             ack(fh, run_command(ledger, cmd))
 
 

@@ -70,15 +70,16 @@ def invoke(db: Path, *args: str) -> InProcess:
 def judge(result: Outcome, expected_stdout: str) -> str:
     """`error`, `same` or `wrong` (see the module docstring).
 
-    `verify` reports a broken chain on stdout (`BROKEN at seq …`, exit 6) rather than
-    as an `Error:` line: that report counts as a clear error too.
+    `verify` reports a broken chain on stdout (`BROKEN at seq …`, or `BROKEN: checkpoint …`
+    when no event is at fault; exit 6) rather than as an `Error:` line: that report counts
+    as a clear error too.
     """
     lines = result.stderr.strip().splitlines()
     if "Traceback" in result.stderr:
         return "wrong"
     if result.returncode in (6, 7):
         one_error_line = len(lines) == 1 and lines[0].startswith("Error: ")
-        broken_report = not lines and result.stdout.startswith("BROKEN at seq ")
+        broken_report = not lines and result.stdout.startswith(("BROKEN at seq ", "BROKEN: "))
         return "error" if one_error_line or broken_report else "wrong"
     if result.returncode == 0 and result.stdout == expected_stdout:
         return "same"

@@ -3,7 +3,8 @@
 Each run is seeded. The child runs a plan (`workload.plan_commands`) against a real
 SQLite file with synchronous=FULL and writes an fsynced acknowledgement after each
 command. It is killed either at a random moment (SIGKILL from here) or by the store
-itself through `LIFECYCLE_FAULT` just before or just after a commit. Afterwards:
+itself through `LIFECYCLE_FAULT` just before or just after the commit of a chosen
+command (often a multi-event one: `fail`, a baseline with invalidations, `handoff`). Afterwards:
 
 - every acknowledged command is in the log with the seqs and event ids it reported;
 - the log is exactly what a fault-free run of the same plan has after its first k
@@ -34,7 +35,7 @@ CHILD = Path(__file__).with_name("child.py")
 
 
 def _oracle(db: Path, plan: list[dict[str, Any]]) -> tuple[list[tuple[str, str, str]], dict[str, int]]:
-    """The fault-free log of the plan, and the log length after each command that appended."""
+    """The fault-free log of the plan, and the log length after each command."""
     log_len: dict[str, int] = {}
     with Ledger.open(db, synchronous="NORMAL", actor="oracle") as ledger:
         for cmd in plan:
@@ -42,6 +43,17 @@ def _oracle(db: Path, plan: list[dict[str, Any]]) -> tuple[list[tuple[str, str, 
             log_len[cmd["event_id"]] = ledger.store.count_events()
         log = [_shape(e.stream_id, e.type, e.event_id) for e in ledger.store.select_events()]
     return log, log_len
+
+
+def _fault_target(rng: random.Random, plan: list[dict[str, Any]], log_len: dict[str, int]) -> int:
+    """The command to kill inside: often one that appends several events (a torn one is what to catch)."""
+    appended, before = [], 0
+    for i, cmd in enumerate(plan):
+        appended.append((i, log_len[cmd["event_id"]] - before))
+        before = log_len[cmd["event_id"]]
+    multi = [i for i, n in appended if n > 1]
+    committing = [i for i, n in appended if n > 0]
+    return rng.choice(multi) if multi and rng.random() < 0.6 else rng.choice(committing)
 
 
 def _shape(stream_id: str, type_: str, event_id: str) -> tuple[str, str, str]:
@@ -66,11 +78,11 @@ def _one_run(seed: int, root: Path, commands: int) -> dict[str, Any]:
     plan = plan_commands(seed, commands, art)
     oracle_log, oracle_len = _oracle(root / "oracle.db", plan)
     db, acks_path, plan_path = root / "ledger.db", root / "acks.jsonl", root / "plan.json"
-    plan_path.write_text(json.dumps(plan))
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     mode = rng.choice(("kill", "before_commit", "after_commit"))
-    if mode != "kill":
-        env["LIFECYCLE_FAULT"] = f"kill@{mode}#{rng.randint(1, len(plan) // 2)}"  # commits < commands
+    if mode != "kill":  # the child runs this command on a store opened with LIFECYCLE_FAULT=kill@<mode>#1
+        plan[_fault_target(rng, plan, oracle_len)]["fault"] = mode
+    plan_path.write_text(json.dumps(plan))
     child = subprocess.Popen([sys.executable, str(CHILD), str(db), str(plan_path), str(acks_path)], env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
     if mode == "kill":

@@ -25,7 +25,7 @@ from lifecycle_fsm.ledger import Ledger, utc_now
 from lifecycle_fsm.rules import STAGES, TRUSTED_STATE_KINDS
 from replay import take_checkpoint
 
-__all__ = ["Artifacts", "make_artifacts", "plan_commands", "run_command", "writer_plan"]
+__all__ = ["Artifacts", "make_artifacts", "own_candidates", "plan_commands", "run_command", "writer_plan"]
 
 CANDIDATES = ("dpo-a", "dpo-b", "grpo-a", "grpo-b")
 _TRUSTED_FOR_STAGE = {"sampling": "prompt_queue", "update": "pre_update_checkpoint"}
@@ -107,16 +107,25 @@ def plan_commands(seed: int, count: int, art: Artifacts) -> list[dict[str, Any]]
     return plan
 
 
+def own_candidates(me: int, count: int) -> tuple[str, ...]:
+    """A writer's own candidates: a fresh one every 8 commands, so its streams keep moving."""
+    return tuple(f"own-{me}-{k}" for k in range(count // 8 + 1))
+
+
 def writer_plan(seed: int, me: int, count: int, art: Artifacts, shared: tuple[str, ...]) -> list[dict[str, Any]]:
-    """One concurrent writer's commands: on the shared candidates and on its own two."""
+    """One concurrent writer's commands: on the shared candidates and on its newest own ones."""
     rng = random.Random(f"{seed}:{me}")
-    own = (f"own-{me}-a", f"own-{me}-b")
-    plan: list[dict[str, Any]] = [{"op": "receive", "path": art.candidates[c]} for c in own]
+    own = own_candidates(me, count)
+    plan: list[dict[str, Any]] = []
     window = [1]
-    for _ in range(count - len(plan)):
-        cmd = _random_command(rng, art, rng.choice((shared, own)), window)
-        if cmd["op"] in ("baseline", "evaluation", "checkpoint"):
-            cmd = {"op": "check", "id": rng.choice(own)}
+    for i in range(count):
+        if i % 8 == 0:
+            plan.append({"op": "receive", "path": art.candidates[own[i // 8]]})
+            continue
+        newest = own[max(0, i // 8 - 1) : i // 8 + 1]
+        cmd = _random_command(rng, art, rng.choice((shared, newest, newest)), window)
+        if cmd["op"] in ("baseline", "evaluation", "checkpoint") or (cmd["op"] == "window" and rng.random() < 0.7):
+            cmd = {"op": "check", "id": newest[-1]}
         if rng.random() < 0.2:
             cmd["pause"] = rng.uniform(0, 0.004)
         plan.append(cmd)

@@ -1,0 +1,64 @@
+"""`lifecycle decisions export DIR` / `decisions replay DIR`: the decision pool (SPEC §12).
+
+Holds no logic: `lifecycle_fsm.decision_pool` reads decisions out of the ledger and
+re-decides them; this module prints and picks the exit code (8 when a decision would
+change: the gate for a rules change).
+"""
+
+from __future__ import annotations
+
+import collections
+import sys
+from pathlib import Path
+
+import click
+
+from lifecycle_fsm.cli.app import json_option, open_ledger, wants_json
+from lifecycle_fsm.cli.exit_codes import ExitCode
+from lifecycle_fsm.cli.render import emit
+
+__all__ = ["decisions", "export", "replay"]
+
+
+@click.group()
+def decisions() -> None:
+    """The decision pool: every check, hand-off and recovery plan as a file, re-decidable without a ledger."""
+
+
+@decisions.command("export")
+@click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
+@json_option
+def export(folder: Path) -> None:
+    """Write one JSON file per recorded decision into FOLDER (new or empty)."""
+    from lifecycle_fsm.decision_pool import export_pool
+
+    written = export_pool(open_ledger(must_exist=True).store, folder)
+    kinds = collections.Counter(p.stem.split("-", 1)[1] for p in written)
+    counted = dict(sorted(kinds.items()))
+    if wants_json():
+        emit({"folder": str(folder), "files": len(written), "decisions": counted})
+    else:
+        counts = ", ".join(f"{n} {k}" for k, n in counted.items()) or "no decisions"
+        click.echo(f"{len(written)} decision files in {folder} ({counts})")
+
+
+@decisions.command("replay")
+@click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
+@json_option
+def replay(folder: Path) -> None:
+    """Re-decide every file in FOLDER with today's rules; exit 8 if any decision would change."""
+    from lifecycle_fsm.decision_pool import replay_pool
+
+    total, changed = replay_pool(folder)
+    if wants_json():
+        emit({
+            "ok": not changed, "decisions": total,
+            "changed": [{"file": c.file, "candidate_id": c.state.candidate_id, "seq": c.state.seq,
+                         "decision": c.state.decision, "recorded": c.state.decided, "now": c.now} for c in changed],
+        })  # fmt: skip
+    else:
+        for c in changed:
+            click.echo(f"changed: {c.line()}")
+        click.echo(f"{total} decisions re-decided, {len(changed)} would change")
+    if changed:
+        sys.exit(int(ExitCode.DRILL_FAILED))

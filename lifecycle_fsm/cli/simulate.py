@@ -1,0 +1,129 @@
+"""`lifecycle drill --simulate`: seeded schedules against real ledgers, invariants after every step.
+
+Holds no logic: `replay.drills.schedule` expands a seed, `simulate` runs it, `shrink`
+makes a failure small and writes it as a scenario. This module prints the seed and the
+schedule, shows progress on long runs, writes the report and picks the exit code.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+import orjson
+import yaml
+
+from lifecycle_fsm.cli.app import wants_json
+from lifecycle_fsm.cli.exit_codes import ExitCode
+from lifecycle_fsm.cli.render import emit
+
+__all__ = ["simulate_command"]
+
+_JSON = dict[str, Any]
+
+
+def _run_json(result: Any, schedule: Any, steps: int, with_schedule: bool) -> _JSON:
+    from replay.drills.schedule import describe
+
+    failure = result.failure
+    return {
+        "seed": result.seed, "steps": steps, "steps_run": result.steps_run, "events": result.events,
+        "head": result.head, "ok": result.ok, "seconds": round(result.seconds, 3),
+        "failure": None if failure is None else {
+            "step": failure.step, "op": describe(failure.op),
+            "problems": [{"key": k, "expected": e, "actual": a} for k, e, a in failure.problems],
+        },
+        "schedule": [describe(op) for op in schedule.ops] if with_schedule else None,
+    }  # fmt: skip
+
+
+def simulate_command(
+    *, seed: int | None, steps: int, candidates: int, runs: int, keep_dir: Path | None, report_dir: Path | None,
+    replace: bool,
+) -> None:  # fmt: skip
+    """Run `runs` seeds from `seed`; on the first failure shrink it, write the report, exit 8."""
+    from replay.drills.report import write_report_files
+    from replay.drills.schedule import generate
+    from replay.drills.shrink import shrink, to_scenario
+    from replay.drills.simulate import simulate
+
+    first = seed if seed is not None else int.from_bytes(os.urandom(4), "big")
+    as_json = wants_json()
+    started = time.perf_counter()
+    docs: list[_JSON] = []
+    failed = None
+    show = runs > 1 and not as_json and sys.stderr.isatty()
+    progress = None
+    if show:
+        from rich.progress import Progress
+
+        progress = Progress(transient=True)
+        progress.start()
+        task = progress.add_task("simulating", total=runs * steps)
+    try:
+        for seed_n in range(first, first + runs):
+            schedule = generate(seed_n, steps, candidates)
+            if not as_json and runs == 1:
+                _print_schedule(schedule, candidates)
+            result = simulate(schedule, keep=keep_dir)
+            docs.append(_run_json(result, schedule, steps, with_schedule=as_json and runs == 1))
+            if progress is not None:
+                progress.advance(task, steps)
+            if not result.ok:
+                failed = (schedule, result)
+                break
+    finally:
+        if progress is not None:
+            progress.stop()
+    doc: _JSON = {
+        "ok": failed is None, "seed": first, "runs": docs, "steps_run": sum(d["steps_run"] for d in docs),
+        "head": docs[-1]["head"], "seconds": round(time.perf_counter() - started, 3), "shrunk": None,
+    }  # fmt: skip
+    files: dict[str, str] = {}
+    if failed is not None:
+        schedule, result = failed
+        shrunk = shrink(schedule, result)
+        scenario = to_scenario(shrunk)
+        name = f"simulated-seed-{schedule.seed}.yaml"
+        files[name] = yaml.safe_dump(scenario, sort_keys=False, width=110)
+        doc["shrunk"] = {"file": name, "operations": len(shrunk.schedule.ops), "runs": shrunk.runs,
+                         "seconds": round(shrunk.seconds, 3), "scenario": scenario}  # fmt: skip
+    if report_dir is not None:
+        files["simulation-report.json"] = orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n"
+        write_report_files(report_dir, files, replace=replace)
+    if as_json:
+        emit(doc)
+    else:
+        _print(doc, report_dir)
+    if failed is not None:
+        sys.exit(int(ExitCode.DRILL_FAILED))
+
+
+def _print_schedule(schedule: Any, candidates: int) -> None:
+    from replay.drills.schedule import describe
+
+    click.echo(f"seed {schedule.seed}: {len(schedule.ops)} operations over {candidates} candidate artifacts")
+    for i, op in enumerate(schedule.ops, 1):
+        click.echo(f"  {i:>5}  {describe(op)}")
+
+
+def _print(doc: _JSON, report_dir: Path | None) -> None:
+    for run in doc["runs"]:
+        if run["failure"] is not None:
+            f = run["failure"]
+            click.echo(f"seed {run['seed']}: FAILED at step {f['step']} ({f['op']})")
+            for p in f["problems"]:
+                click.echo(f"  {p['key']}: expected {p['expected']!s}, actual {p['actual']!s}")
+    head = doc["head"]
+    click.echo(f"{len(doc['runs'])} seed(s) from {doc['seed']}, {doc['steps_run']} steps in {doc['seconds']:.1f}s; "
+               f"head seq {head['seq']} {head['hash']}")  # fmt: skip
+    if doc["shrunk"] is not None:
+        s = doc["shrunk"]
+        where = f" written to {report_dir / s['file']}" if report_dir is not None else " (give --report DIR to keep it)"
+        click.echo(f"shrunk to {s['operations']} operations in {s['runs']} runs:{where}")
+    else:
+        click.echo("every invariant held")

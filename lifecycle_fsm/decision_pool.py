@@ -1,0 +1,227 @@
+"""The decision pool: every recorded decision as a file of what the decider saw and what it decided.
+
+Seed 004 keeps a pool of checkpoint states to re-run; this is that pool for lifecycle
+decisions. `export_pool` walks a ledger and writes one JSON file per check, hand-off and
+recovery plan; `replay_pool` needs no ledger: it re-decides each file with today's rules
+(`checks.freshness`, the seed's `decide_lifecycle_handoff` and `choose_recovery_action`)
+and lists every decision that would change. Run it before merging a rules change: a
+changed decision is either the intended effect (say so in the change) or a regression.
+
+Files are strict: `DecisionState.from_json` refuses an unknown or a missing key (naming
+it), so a pool written by another version is never half-read. `to_json` is canonical
+(sorted keys, two-space indent), and `from_json(text).to_json() == text`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from lifecycle_fsm.checks import freshness
+from lifecycle_fsm.errors import InputError
+from lifecycle_fsm.events import candidate_id_of
+from lifecycle_fsm.rules import choose_recovery_action, decide_lifecycle_handoff
+from lifecycle_fsm.state import CandidateState, LedgerSettings, apply_candidate
+from lifecycle_fsm.upcasting import decoded_payload
+from store.base import EventStore
+
+__all__ = ["SCHEMA", "Changed", "DecisionState", "export_pool", "read_pool", "redecide", "replay_pool"]
+
+JSON = dict[str, Any]
+SCHEMA = "lifecycle-decision-pool/v1"
+CANDIDATE_FIELDS = ("candidate_kind", "source_policy_version", "policy_version", "evaluation_version",
+                    "preference_evidence_version", "verifier_version", "evidence_window_index")  # fmt: skip
+SETTINGS_FIELDS = ("active_policy_version", "active_window", "max_window_age", "evaluation_version")
+EVIDENCE_FIELDS = ("candidate", "settings", "artifact_verified", "rollback_verified", "path_escapes_root")
+# Every key a file holds, per decision: inputs (what the decider saw) and decided (what it said).
+INPUT_KEYS = {
+    "check": EVIDENCE_FIELDS,
+    "handoff": (*EVIDENCE_FIELDS, "upstream_decision"),
+    "recovery": ("stage", "available"),
+}
+DECIDED_KEYS = {
+    "check": ("passed", "reason_codes"),
+    "handoff": ("handoff_status", "hard_failures"),
+    "recovery": ("action", "recovery_state", "reused_state"),
+}
+TOP_KEYS = ("schema", "decision", "candidate_id", "seq", "event_type", "inputs", "decided")
+NESTED = {"candidate": CANDIDATE_FIELDS, "settings": SETTINGS_FIELDS}
+
+
+class DecisionPoolError(InputError):
+    """A pool file that is not exactly a decision (unknown or missing key, wrong schema)."""
+
+
+@attrs.frozen
+class DecisionState:
+    """One recorded decision: its inputs and its outcome, as the ledger stored them."""
+
+    decision: str  # check, handoff, recovery
+    candidate_id: str
+    seq: int
+    event_type: str
+    inputs: JSON
+    decided: JSON
+
+    def to_json(self) -> str:
+        doc = {"schema": SCHEMA, **attrs.asdict(self)}
+        return json.dumps(doc, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str, *, source: str = "<text>") -> DecisionState:
+        try:
+            doc = json.loads(text)
+        except ValueError as e:
+            raise DecisionPoolError(f"{source}: not JSON ({e})") from None
+        _exact(source, "", doc, TOP_KEYS)
+        if doc["schema"] != SCHEMA:
+            raise DecisionPoolError(f"{source}: key 'schema': {doc['schema']!r} is not {SCHEMA!r}")
+        kind = doc["decision"]
+        if kind not in INPUT_KEYS:
+            raise DecisionPoolError(f"{source}: key 'decision': {kind!r} is not one of {', '.join(INPUT_KEYS)}")
+        _exact(source, "inputs.", doc["inputs"], INPUT_KEYS[kind])
+        _exact(source, "decided.", doc["decided"], DECIDED_KEYS[kind])
+        for key, fields in NESTED.items():
+            if key in doc["inputs"]:
+                _exact(source, f"inputs.{key}.", doc["inputs"][key], fields)
+        if not isinstance(doc["seq"], int) or not isinstance(doc["candidate_id"], str):
+            raise DecisionPoolError(f"{source}: keys 'seq' and 'candidate_id' must be an integer and a string")
+        return cls(kind, doc["candidate_id"], doc["seq"], doc["event_type"], doc["inputs"], doc["decided"])
+
+
+def _exact(source: str, where: str, value: Any, keys: tuple[str, ...]) -> None:
+    if not isinstance(value, dict):
+        raise DecisionPoolError(f"{source}: {where.rstrip('.') or 'the file'} must be an object")
+    for key in value:
+        if key not in keys:
+            raise DecisionPoolError(f"{source}: unknown key {where}{key!r} (expected {', '.join(keys)})")
+    for key in keys:
+        if key not in value:
+            raise DecisionPoolError(f"{source}: missing key {where}{key!r}")
+
+
+# -- export ---------------------------------------------------------------------------------------------------
+
+
+def _evidence(state: CandidateState, payload: JSON) -> JSON:
+    settings = payload["settings"]
+    return {
+        "candidate": {k: state.candidate.get(k) for k in CANDIDATE_FIELDS},
+        "settings": {k: settings.get(k) for k in SETTINGS_FIELDS},
+        "artifact_verified": bool(payload["artifact"]["verified"]),
+        "rollback_verified": bool(payload["rollback"]["verified"]),
+        "path_escapes_root": "path_escapes_root" in payload["reason_codes"],
+    }
+
+
+def _decision(state: CandidateState | None, seq: int, event_type: str, payload: JSON) -> DecisionState | None:
+    if state is None:
+        return None
+    cid = state.candidate_id
+    if event_type == "ChecksRecorded":
+        decided = {"passed": payload["passed"], "reason_codes": list(payload["reason_codes"])}
+        return DecisionState("check", cid, seq, event_type, _evidence(state, payload), decided)
+    if event_type == "HandoffDecided":
+        inputs = _evidence(state, payload) | {"upstream_decision": payload["upstream_decision"]}
+        decided = {"handoff_status": payload["handoff_status"], "hard_failures": list(payload["hard_failures"])}
+        return DecisionState("handoff", cid, seq, event_type, inputs, decided)
+    if event_type == "RecoveryPlanned":
+        available = {kind: bool(t["available"]) for kind, t in payload["trusted_states"].items()}
+        decided = {k: payload[k] for k in DECIDED_KEYS["recovery"]}
+        return DecisionState("recovery", cid, seq, event_type, {"stage": payload["stage"], "available": available},
+                             decided)  # fmt: skip
+    return None
+
+
+def decisions_of(store: EventStore) -> Iterator[DecisionState]:
+    """Every recorded decision, candidate by candidate, in log order within each."""
+    for head in store.streams():
+        cid = candidate_id_of(head.stream_id)
+        if cid is None:
+            continue
+        state: CandidateState | None = None
+        for e in store.read_stream(head.stream_id):
+            payload = decoded_payload(e)
+            if (found := _decision(state, e.seq, e.type, payload)) is not None:
+                yield found
+            state = apply_candidate(state, e.type, payload, seq=e.seq, stream_id=e.stream_id, version=e.version)
+
+
+def export_pool(store: EventStore, folder: Path) -> list[Path]:
+    """One file per decision in `folder`, which must be new or empty (a pool is never merged into)."""
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        raise InputError(f"{folder} is not an empty folder: a decision pool is written into a new one")
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for d in sorted(decisions_of(store), key=lambda d: d.seq):
+        path = folder / f"{d.seq:08d}-{d.decision}.json"
+        path.write_text(d.to_json())
+        written.append(path)
+    return written
+
+
+# -- replay ---------------------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Changed:
+    """A decision today's rules would make differently."""
+
+    file: str
+    state: DecisionState
+    now: JSON
+
+    def line(self) -> str:
+        recorded, now = json.dumps(self.state.decided, sort_keys=True), json.dumps(self.now, sort_keys=True)
+        return f"{self.state.candidate_id} seq {self.state.seq} ({self.state.decision}): recorded {recorded}, now {now}"
+
+
+def redecide(d: DecisionState) -> JSON:
+    """What today's rules decide from the same inputs."""
+    if d.decision == "recovery":
+        plan = choose_recovery_action({"stage": d.inputs["stage"], "available": d.inputs["available"]})
+        return {k: plan[k] for k in DECIDED_KEYS["recovery"]}
+    s = d.inputs["settings"]
+    settings = LedgerSettings(
+        initialized=True, max_window_age=s["max_window_age"], active_window=s["active_window"],
+        baseline=None if s["active_policy_version"] is None else {"policy_version": s["active_policy_version"]},
+        evaluation_version=s["evaluation_version"],
+    )  # fmt: skip
+    fresh = freshness(d.inputs["candidate"], settings)
+    if d.decision == "check":
+        reasons = list(fresh["failed_checks"])
+        reasons += ["rollback"] if not d.inputs["rollback_verified"] else []
+        reasons += ["artifact"] if not d.inputs["artifact_verified"] else []
+        reasons += ["path_escapes_root"] if d.inputs["path_escapes_root"] else []
+        return {"passed": not reasons, "reason_codes": reasons}
+    evidence = {"rollback_ready": d.inputs["rollback_verified"], "artifact_verified": d.inputs["artifact_verified"]}
+    decision = decide_lifecycle_handoff(d.inputs["upstream_decision"], fresh, evidence)
+    return {"handoff_status": decision["handoff_status"], "hard_failures": decision["hard_failures"]}
+
+
+def read_pool(folder: Path) -> list[tuple[str, DecisionState]]:
+    """Every `*.json` in the folder, strictly parsed (the first bad file raises, naming file and key)."""
+    if not folder.is_dir():
+        raise InputError(f"{folder}: no such decision pool folder")
+    files = sorted(folder.glob("*.json"))
+    if not files:
+        raise InputError(f"{folder}: no decision files (*.json)")
+    out = []
+    for f in files:
+        try:
+            text = f.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise DecisionPoolError(f"{f}: cannot read ({e})") from None
+        out.append((f.name, DecisionState.from_json(text, source=str(f))))
+    return out
+
+
+def replay_pool(folder: Path) -> tuple[int, list[Changed]]:
+    """How many decisions were re-decided, and those that would change."""
+    pool = read_pool(folder)
+    changed = [Changed(name, d, now) for name, d in pool if (now := redecide(d)) != d.decided]
+    return len(pool), changed

@@ -1,0 +1,52 @@
+"""What every domain event shares: the base class, the stream names, strict payload reads.
+
+`events.py` is the public face (it re-exports these); this module exists so the ledger's
+events and the candidates' events (`candidate_events.py`) can each live in a file of
+their own without importing each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import attrs
+
+__all__ = ["CANDIDATE_PREFIX", "JSON", "LEDGER_STREAM", "SEALS_STREAM", "Event", "candidate_id_of", "flag", "stream_of"]
+
+LEDGER_STREAM = "ledger"
+SEALS_STREAM = "seals"
+CANDIDATE_PREFIX = "candidate:"
+
+JSON = dict[str, Any]
+
+
+def flag(payload: Mapping[str, Any], key: str) -> bool:
+    """A boolean field read strictly."""
+    value = payload[key]
+    if not isinstance(value, bool):
+        raise ValueError(f"{key} must be true or false, not {value!r}")
+    return value
+
+
+def stream_of(candidate_id: str) -> str:
+    """The stream that holds one candidate's events."""
+    return CANDIDATE_PREFIX + candidate_id
+
+
+def candidate_id_of(stream_id: str) -> str | None:
+    """The candidate a stream belongs to, or None for any other stream."""
+    if stream_id.startswith(CANDIDATE_PREFIX):
+        return stream_id[len(CANDIDATE_PREFIX) :]
+    return None
+
+
+@attrs.frozen
+class Event:
+    """Base of every domain event."""
+
+    TYPE: ClassVar[str] = ""
+    SCHEMA_VERSION: ClassVar[int] = 1
+
+    def to_payload(self) -> JSON:
+        return attrs.asdict(self, recurse=False)

@@ -1,0 +1,284 @@
+"""The simulator's reference model: what the ledger must do, written from the SPEC's prose.
+
+Independent of the implementation on purpose: it never imports the machine's table, the
+fold or the decisions module. It may call the seed's pure rules (§3), which the SPEC
+fixes by name. The model also knows the disk: which artifact bytes are intact, tampered
+or deleted (the simulator only tampers intact files, so "changed" is certain, never a
+coin flip that restored a byte).
+
+`predict(op)` says what one command must do — refused (with which error classes) or
+accepted, the events it appends, the candidate states after — and `apply` commits it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from lifecycle_fsm.rules import (
+    RECOVERY_STATES_BY_STAGE,
+    check_candidate_freshness,
+    choose_recovery_action,
+    decide_lifecycle_handoff,
+)
+
+__all__ = ["CandidateModel", "LedgerModel", "Prediction"]
+
+JSON = dict[str, Any]
+DECIDED = ("verified", "ready", "tune")  # what a settings change invalidates
+BLOCKING = ("block_update", "block_release")
+KINDS = ("prompt_queue", "trajectories", "pre_update_checkpoint", "verified_baseline")
+
+
+@attrs.define
+class CandidateModel:
+    """One candidate as the SPEC says it must be."""
+
+    artifact: str
+    kind: str
+    state: str = "received"
+    version: int = 1
+    fields: JSON = attrs.Factory(dict)  # what the manifest said when it was (last) received
+    trusted: dict[str, tuple[str, int]] = attrs.Factory(dict)  # kind -> (folder artifact, its content then)
+    plan: JSON | None = None
+
+
+@attrs.frozen
+class Prediction:
+    """What a command must do: refused (any of `errors`), or accepted with `events` appended."""
+
+    errors: tuple[str, ...] = ()  # non-empty: it must be refused with one of these classes
+    events: int = 0
+    states: Mapping[str, tuple[str, int]] = attrs.Factory(dict)  # candidate -> (state, version) after
+    plan: JSON | None = None
+    apply: Any = None  # a function that commits the change to the model
+
+    @property
+    def refused(self) -> bool:
+        return bool(self.errors)
+
+
+@attrs.define
+class LedgerModel:
+    """The whole ledger plus the disk, as the SPEC describes them."""
+
+    baselines: dict[str, str]  # baseline artifact -> its adapter's sha256 (its policy version)
+    specs: dict[str, JSON]  # candidate artifact -> {kind, source, decision, window_index, evaluation, sha_ok}
+    max_window_age: int = 2
+    active_window: int = 1
+    active_baseline: str | None = None
+    evaluation: str | None = None
+    events: int = 1  # LedgerInitialized
+    candidates: dict[str, CandidateModel] = attrs.Factory(dict)
+    content: dict[str, int | None] = attrs.Factory(dict)  # artifact -> 0 intact, n tampered, None deleted
+    tampers: int = 0
+
+    # -- the disk ------------------------------------------------------------------------------------------
+
+    def intact(self, artifact: str) -> bool:
+        return self.content.get(artifact, 0) == 0
+
+    def tamper(self, artifact: str) -> None:
+        self.tampers += 1
+        self.content[artifact] = self.tampers  # bytes no earlier state of this file had
+
+    def delete(self, artifact: str) -> None:
+        self.content[artifact] = None
+
+    def restore(self, artifact: str) -> None:
+        self.content[artifact] = 0
+
+    # -- evidence ------------------------------------------------------------------------------------------
+
+    def _freshness(self, c: CandidateModel) -> JSON:
+        f = c.fields
+        index = f.get("window_index")
+        candidate = {
+            "candidate_kind": c.kind,
+            "source_policy_version": self.baselines.get(f["source"]),
+            "policy_version": c.artifact,
+            "evaluation_version": f["evaluation"],
+            "preference_evidence_version": "pref" if c.kind == "dpo" else None,
+            "verifier_version": "verifier" if c.kind != "dpo" else None,
+            "window_age": self.active_window - index if isinstance(index, int) else None,
+        }
+        active = self.baselines[self.active_baseline] if self.active_baseline else ""
+        result = check_candidate_freshness(candidate, active, self.max_window_age)
+        if self.evaluation is not None and f["evaluation"] != self.evaluation:  # SPEC §6: evaluation activate
+            failed = set(result["failed_checks"]) | {"evaluation_identity"}
+            order = ("candidate_kind", "source_policy", "candidate_identity", "evaluation_identity", "branch_evidence")
+            result = {"fresh": False, "failed_checks": [n for n in order if n in failed]}
+        return result
+
+    def _hard(self, c: CandidateModel) -> tuple[JSON, bool, bool]:
+        artifact_ok = self.intact(c.artifact) and c.fields["sha_ok"]
+        rollback_ok = self.active_baseline is not None and self.intact(self.active_baseline)
+        return self._freshness(c), artifact_ok, rollback_ok
+
+    def _available(self, c: CandidateModel) -> dict[str, bool]:
+        out = {}
+        for kind in KINDS:
+            recorded = c.trusted.get(kind)
+            out[kind] = recorded is not None and self.content.get(recorded[0], 0) == recorded[1]
+        # SPEC §5: "also available, without being recorded" — read as: only when none was recorded. A
+        # recorded verified_baseline that no longer re-hashes is not replaced by the active baseline
+        # (the simulator's first finding: the SPEC is ambiguous here; the ledger blocks, so does this).
+        if "verified_baseline" not in c.trusted and self.active_baseline is not None:
+            out["verified_baseline"] = self.intact(self.active_baseline)
+        return out
+
+    # -- commands ------------------------------------------------------------------------------------------
+
+    def predict(self, op: str, args: JSON) -> Prediction:
+        """What `op` (a scenario step name) with `args` must do now."""
+        return getattr(self, f"_{op}")(args)  # type: ignore[no-any-return]
+
+    def _move(self, cid: str, state: str, events: int = 1, plan: JSON | None = None) -> Prediction:
+        c = self.candidates[cid]
+
+        def commit() -> None:
+            c.state, c.version = state, c.version + events
+            if plan is not None:
+                c.plan = plan
+            self.events += events
+
+        return Prediction(events=events, states={cid: (state, c.version + events)}, plan=plan, apply=commit)
+
+    def _existing(self, cid: str, allowed: tuple[str, ...]) -> Prediction | None:
+        if cid not in self.candidates:
+            return Prediction(errors=("NotFoundError",))
+        if self.candidates[cid].state not in allowed:
+            return Prediction(errors=("IllegalCommandError",))
+        return None
+
+    def _receive(self, args: JSON) -> Prediction:
+        artifact = args["artifact"]
+        cid = args.get("id") or artifact  # the default id is the manifest's policy_version: the artifact's name
+        fields = dict(self.specs[artifact])
+        c = self.candidates.get(cid)
+        if c is None:
+
+            def create() -> None:
+                self.candidates[cid] = CandidateModel(artifact, fields["kind"], fields=fields)
+                self.events += 1
+
+            return Prediction(events=1, states={cid: ("received", 1)}, apply=create)
+        if c.fields == fields and c.artifact == artifact:
+            return Prediction(states={cid: (c.state, c.version)}, apply=lambda: None)  # a retry: nothing new
+        if c.state != "tune":
+            return Prediction(errors=("IllegalCommandError",))
+        prediction = self._move(cid, "received")
+
+        def revise() -> None:
+            prediction.apply()
+            c.fields, c.artifact, c.kind = fields, artifact, fields["kind"]
+            c.plan = None  # a revision starts a new life: its trusted states stay, its last plan does not
+
+        return attrs.evolve(prediction, apply=revise)
+
+    def _check(self, args: JSON) -> Prediction:
+        cid = args["candidate"]
+        if (refused := self._existing(cid, ("received", *DECIDED))) is not None:
+            return refused
+        if self.active_baseline is None:  # nothing to check lineage against
+            return Prediction(errors=("ConflictError",))
+        c = self.candidates[cid]
+        freshness, artifact_ok, rollback_ok = self._hard(c)
+        passed = freshness["fresh"] and artifact_ok and rollback_ok
+        return self._move(cid, ("verified" if c.state == "received" else c.state) if passed else "reject")
+
+    def _hand_off(self, args: JSON) -> Prediction:
+        cid = args["candidate"]
+        if (refused := self._existing(cid, ("verified",))) is not None:
+            return refused
+        if self.active_baseline is None:
+            return Prediction(errors=("ConflictError",))
+        c = self.candidates[cid]
+        freshness, artifact_ok, rollback_ok = self._hard(c)
+        evidence = {"rollback_ready": rollback_ok, "artifact_verified": artifact_ok}
+        status = decide_lifecycle_handoff(c.fields["decision"], freshness, evidence)["handoff_status"]
+        return self._move(cid, {"ready_for_evaluation": "ready", "tune": "tune", "reject": "reject"}[status])
+
+    def _fail_stage(self, args: JSON) -> Prediction:
+        cid, stage = args["candidate"], args["stage"]
+        if stage not in RECOVERY_STATES_BY_STAGE:
+            return Prediction(errors=("InputError",) if cid in self.candidates else ("InputError", "NotFoundError"))
+        if (refused := self._existing(cid, ("received", "verified", "recovering"))) is not None:
+            return refused
+        plan = choose_recovery_action({"stage": stage, "available": self._available(self.candidates[cid])})
+        return self._move(cid, "reject" if plan["action"] in BLOCKING else "recovering", events=2, plan=plan)
+
+    def _complete_recovery(self, args: JSON) -> Prediction:
+        cid = args["candidate"]
+        return self._existing(cid, ("recovering",)) or self._move(cid, "received")
+
+    def _record_trusted_state(self, args: JSON) -> Prediction:
+        cid, kind, folder = args["candidate"], args["kind"], args["artifact"]
+        if kind not in KINDS:
+            return Prediction(errors=("InputError", "NotFoundError"))
+        if self.content.get(folder, 0) is None:
+            return Prediction(errors=("InputError", "ArtifactError", "NotFoundError"))
+        if (refused := self._existing(cid, ("received", "verified", "recovering", "ready", "tune"))) is not None:
+            return refused
+        c = self.candidates[cid]
+        prediction = self._move(cid, c.state)
+        content = self.content.get(folder, 0)
+
+        def record() -> None:
+            prediction.apply()
+            c.trusted[kind] = (folder, content or 0)
+
+        return attrs.evolve(prediction, apply=record)
+
+    def _invalidate_trusted_state(self, args: JSON) -> Prediction:
+        cid, kind = args["candidate"], args["kind"]
+        if kind not in KINDS:
+            return Prediction(errors=("InputError", "NotFoundError"))
+        if (refused := self._existing(cid, ("received", "verified", "recovering", "ready", "tune"))) is not None:
+            return refused
+        c = self.candidates[cid]
+        if kind not in c.trusted:
+            return Prediction(errors=("ConflictError",))
+        prediction = self._move(cid, c.state)
+
+        def forget() -> None:
+            prediction.apply()
+            del c.trusted[kind]
+
+        return attrs.evolve(prediction, apply=forget)
+
+    def _settings_change(self, change: Any, online_only: bool) -> Prediction:
+        hit = [cid for cid, c in self.candidates.items()
+               if c.state in DECIDED and (not online_only or c.kind in ("grpo", "rlvr"))]  # fmt: skip
+        states = {cid: ("received", self.candidates[cid].version + 1) for cid in hit}
+
+        def commit() -> None:
+            change()
+            for cid in hit:
+                c = self.candidates[cid]
+                c.state, c.version = "received", c.version + 1
+            self.events += 1 + len(hit)
+
+        return Prediction(events=1 + len(hit), states=states, apply=commit)
+
+    def _activate_baseline(self, args: JSON) -> Prediction:
+        name = args["artifact"]
+        if name == self.active_baseline:
+            return Prediction(apply=lambda: None)
+        return self._settings_change(lambda: setattr(self, "active_baseline", name), online_only=False)
+
+    def _advance_window(self, args: JSON) -> Prediction:
+        window = args["window"]
+        if window < self.active_window:
+            return Prediction(errors=("InputError",))
+        if window == self.active_window:
+            return Prediction(apply=lambda: None)
+        return self._settings_change(lambda: setattr(self, "active_window", window), online_only=True)
+
+    def _activate_evaluation(self, args: JSON) -> Prediction:
+        version = args["version"]
+        if version == self.evaluation:
+            return Prediction(apply=lambda: None)
+        return self._settings_change(lambda: setattr(self, "evaluation", version), online_only=False)

@@ -1,0 +1,124 @@
+"""A failing schedule, made small: the shortest prefix, then chunks and single operations
+removed while the run still fails (delta debugging), then written as a scenario file that
+reproduces the failure with `lifecycle drill FILE`.
+
+The scenario is judged by the model, not by the broken run: each command the model says
+must be refused carries `refused:`, and after the failing operation `expect` steps state
+what the model holds (every candidate's state, version, trusted states, last plan; the
+event count; `verify`). On a correct ledger the file passes; on the broken one it fails.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import attrs
+import yaml
+
+from replay.drills.schedule import Op, Schedule, describe, split
+from replay.drills.simulate import SimResult, simulate
+
+__all__ = ["Shrunk", "shrink", "to_scenario"]
+
+JSON = dict[str, Any]
+
+
+@attrs.frozen
+class Shrunk:
+    schedule: Schedule
+    result: SimResult
+    runs: int
+    seconds: float
+
+
+def shrink(schedule: Schedule, failed: SimResult, *, max_runs: int = 400, max_seconds: float = 120.0) -> Shrunk:
+    """The smallest schedule found (within the budget) that still fails."""
+    assert failed.failure is not None
+    started = time.perf_counter()
+    runs = 0
+    best, result = _ran_only(schedule, failed), failed
+
+    def attempt(ops: list[Op]) -> SimResult | None:
+        nonlocal runs
+        runs += 1
+        r = simulate(attrs.evolve(schedule, ops=ops))
+        return None if r.ok else r
+
+    if (r := attempt(best.ops)) is not None:
+        best, result = _ran_only(best, r), r
+    chunk = max(1, len(best.ops) // 2)
+    while chunk >= 1 and runs < max_runs and time.perf_counter() - started < max_seconds:
+        i, removed = 0, False
+        while i < len(best.ops) and runs < max_runs and time.perf_counter() - started < max_seconds:
+            trial = best.ops[:i] + best.ops[i + chunk :]
+            if trial and (r := attempt(trial)) is not None:
+                best, result, removed = _ran_only(attrs.evolve(best, ops=trial), r), r, True
+            else:
+                i += chunk
+        if not removed:
+            chunk //= 2
+    return Shrunk(best, result, runs, time.perf_counter() - started)
+
+
+def _ran_only(schedule: Schedule, result: SimResult) -> Schedule:
+    """The prefix up to the failure, without the operations that were skipped."""
+    assert result.failure is not None
+    ran = set(result.ran)
+    return attrs.evolve(schedule, ops=[op for i, op in enumerate(schedule.ops[: result.failure.step], 1) if i in ran])
+
+
+def _referenced(value: Any, names: set[str]) -> set[str]:
+    if isinstance(value, dict):
+        return set().union(*(_referenced(v, names) for v in value.values())) if value else set()
+    if isinstance(value, list):
+        return set().union(*(_referenced(v, names) for v in value)) if value else set()
+    return {value} if isinstance(value, str) and value in names else set()
+
+
+def to_scenario(shrunk: Shrunk) -> JSON:
+    """The shrunk schedule as a scenario document (dump it with `yaml.safe_dump`)."""
+    schedule, result = shrunk.schedule, shrunk.result
+    assert result.failure is not None
+    used = _referenced(schedule.ops, set(schedule.artifacts)) | {"b0"}
+    for name in list(used):
+        if source := schedule.artifacts[name].get("source"):
+            used.add(source)
+    artifacts = {k: v for k, v in schedule.artifacts.items() if k in used}
+    observed = dict(result.refusals)
+    steps: list[JSON] = []
+    for number, errors in [(i, dict(result.predicted).get(i)) for i in range(1, len(schedule.ops) + 1)]:
+        step = dict(schedule.ops[number - 1])
+        if errors:
+            step["refused"] = observed[number] if observed.get(number) in errors else errors[0]
+        steps.append(step)
+    want = result.expectations
+    for cid, c in want["candidates"].items():
+        expect: JSON = {"candidate": cid, "state": c["state"], "trusted_states": c["trusted_states"],
+                        "explain": {"evidence": {"version": c["version"]}}}  # fmt: skip
+        if c["plan"] is not None:
+            expect["recovery"] = {k: c["plan"][k] for k in ("action", "recovery_state", "reused_state")}
+        steps.append({"expect": expect})
+    action, _ = split(result.failure.op)
+    if action != "tamper_event":
+        steps += [
+            {"expect": {"events": want["events"]}},
+            {"replay": None},
+            {"expect": {"verify_ok": want["verify_ok"]}},
+        ]
+    problems = "; ".join(f"{k}: expected {e}, actual {a}" for k, e, a in result.failure.problems)
+    return {
+        "name": f"simulated-seed-{schedule.seed}",
+        "description": f"Shrunk by `lifecycle drill --simulate --seed {schedule.seed}` from step "
+        f"{result.failure.step} ({describe(result.failure.op)}): {problems}",
+        "seed": schedule.seed,
+        "artifacts": artifacts,
+        "steps": steps,
+    }
+
+
+def write_scenario(shrunk: Shrunk, folder: Path) -> Path:
+    path = folder / f"simulated-seed-{shrunk.schedule.seed}.yaml"
+    path.write_text(yaml.safe_dump(to_scenario(shrunk), sort_keys=False, width=110))
+    return path

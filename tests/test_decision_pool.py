@@ -1,0 +1,110 @@
+"""The decision pool: export every recorded decision, round-trip the files exactly, refuse unknown
+or missing keys (exit 3, naming file and key), re-decide with today's rules (exit 8 on a change).
+CI re-decides the pool exported from every shipped drill."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import REPO, invoke
+
+from lifecycle_fsm import decision_pool
+from lifecycle_fsm.decision_pool import DecisionPoolError, DecisionState, read_pool
+from replay.drills import load_scenarios, run_drills
+
+
+@pytest.fixture(scope="module")
+def kept(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every shipped drill's ledger, kept."""
+    folder = tmp_path_factory.mktemp("kept")
+    results = run_drills(load_scenarios([REPO / "scenarios"]), keep_dir=folder)
+    assert all(r.ok for r in results)
+    return folder
+
+
+def _export(db: Path, pool: Path) -> Any:
+    result = invoke(db, "decisions", "export", str(pool), "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_the_shipped_drills_pool_re_decides_unchanged(kept: Path, tmp_path: Path) -> None:
+    """The CI gate: every decision the shipped drills record is re-decided identically by today's rules."""
+    kinds: dict[str, int] = {}
+    for db in sorted(kept.glob("*.db")):
+        if json.loads(invoke(db, "verify", "--json").stdout).get("bad_seq") is not None:
+            assert invoke(db, "decisions", "export", str(tmp_path / db.stem)).exit_code == 6  # fail-closed read
+            continue  # a drill that edited an event on purpose
+        doc = _export(db, tmp_path / db.stem)
+        for k, n in doc["decisions"].items():
+            kinds[k] = kinds.get(k, 0) + n
+        if doc["files"]:
+            result = invoke(db, "decisions", "replay", str(tmp_path / db.stem))
+            assert result.exit_code == 0, result.output
+    assert set(kinds) == {"check", "handoff", "recovery"} and sum(kinds.values()) > 50
+
+
+def test_files_round_trip_exactly(kept: Path, tmp_path: Path) -> None:
+    _export(kept / "explain-reject-handoff-causes.db", tmp_path / "pool")
+    files = sorted((tmp_path / "pool").glob("*.json"))
+    assert {f.stem.split("-")[1] for f in files} == {"check", "handoff", "recovery"}
+    for f in files:
+        text = f.read_text()
+        state = DecisionState.from_json(text)
+        assert state.to_json() == text
+        assert DecisionState.from_json(state.to_json()) == state
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (lambda d: d.update(colour="red"), "unknown key 'colour'"),
+        (lambda d: d.pop("seq"), "missing key 'seq'"),
+        (lambda d: d["inputs"].pop("stage", None) or d["inputs"].pop("settings", None), "missing key inputs."),
+        (lambda d: d["decided"].update(extra=1), "unknown key decided.'extra'"),
+        (lambda d: d.update(schema="other/v9"), "key 'schema': 'other/v9'"),
+    ],
+)
+def test_unknown_or_missing_keys_are_bad_input(kept: Path, tmp_path: Path, edit: Any, expected: str) -> None:
+    pool = tmp_path / "pool"
+    _export(kept / "explain-reject-handoff-causes.db", pool)
+    victim = sorted(pool.glob("*.json"))[1]
+    doc = json.loads(victim.read_text())
+    edit(doc)
+    victim.write_text(json.dumps(doc))
+    result = invoke(tmp_path / "none.db", "decisions", "replay", str(pool))
+    assert result.exit_code == 3
+    assert str(victim) in result.output and expected in result.output
+    with pytest.raises(DecisionPoolError):
+        read_pool(pool)
+
+
+def test_export_needs_a_new_or_empty_folder(kept: Path, tmp_path: Path) -> None:
+    (tmp_path / "pool").mkdir()
+    (tmp_path / "pool" / "other.txt").write_text("x")
+    result = invoke(kept / "handoff-ready.db", "decisions", "export", str(tmp_path / "pool"))
+    assert result.exit_code == 3 and "not an empty folder" in result.output
+
+
+def test_a_changed_rule_is_listed_and_exits_8(kept: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rules change that lets `tune` through as ready is flagged: candidate id, seq, recorded vs now."""
+    pool = tmp_path / "pool"
+    _export(kept / "handoff-tune.db", pool)
+    original = decision_pool.decide_lifecycle_handoff
+
+    def tune_is_ready(upstream: Any, freshness: Any, evidence: Any) -> Any:
+        decided = original(upstream, freshness, evidence)
+        return decided | {"handoff_status": "ready_for_evaluation"} if decided["handoff_status"] == "tune" else decided
+
+    monkeypatch.setattr(decision_pool, "decide_lifecycle_handoff", tune_is_ready)
+    result = invoke(tmp_path / "none.db", "decisions", "replay", str(pool))
+    assert result.exit_code == 8
+    [line] = [line for line in result.output.splitlines() if line.startswith("changed: ")]
+    handoff = json.loads(next(pool.glob("*-handoff.json")).read_text())
+    assert line.startswith(f"changed: {handoff['candidate_id']} seq {handoff['seq']} (handoff): ")
+    assert '"tune"' in line and '"ready_for_evaluation"' in line
+    doc = json.loads(invoke(tmp_path / "none.db", "decisions", "replay", str(pool), "--json").stdout)
+    assert doc["ok"] is False and doc["changed"][0]["seq"] == handoff["seq"]

@@ -1,0 +1,191 @@
+"""The scenario format additions of issue #15: every failure reported, exact refusals, deltas,
+explain and as-of expectations, crash around any command, concurrent writers, restore, edit,
+audit, inconclusive faults, JSON-ish messages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import invoke
+
+from lifecycle_fsm.errors import ScenarioError
+from replay.drills import load_scenario, run_scenario
+
+HEAD = """\
+name: t
+seed: 5
+artifacts:
+  sft: {type: baseline}
+  sft-v2: {type: baseline}
+  dpo-v5: {type: dpo}
+steps:
+  - activate_baseline: sft
+  - receive: dpo-v5
+  - check: dpo-v5
+"""
+
+
+def _scenario(tmp_path: Path, steps: str) -> Path:
+    path = tmp_path / "t.yaml"
+    path.write_text(HEAD + steps)
+    return path
+
+
+def _failures(tmp_path: Path, steps: str) -> list[str]:
+    return [f.message() for f in run_scenario(load_scenario(_scenario(tmp_path, steps))).failures]
+
+
+def test_every_failed_expectation_is_reported(tmp_path: Path) -> None:
+    """A failed step does not stop the scenario: both wrong expectations, and the command between, are reported."""
+    messages = _failures(
+        tmp_path,
+        """\
+  - expect: {candidate: dpo-v5, state: ready, handoff: tune}
+  - hand_off: nobody
+  - expect: {verify_ok: false}
+""",
+    )
+    assert messages == [
+        'step 4 (expect): dpo-v5 state: expected "ready", actual "verified"',
+        'step 4 (expect): dpo-v5 handoff: expected "tune", actual null',
+        'step 5 (hand_off): outcome: expected "success", actual "NotFoundError: unknown candidate: \'nobody\'"',
+        "step 6 (expect): verify_ok: expected false, actual true",
+    ]
+
+
+def test_refused_matches_the_exact_class_and_message(tmp_path: Path) -> None:
+    """A subclass no longer matches (`ConflictError` for an IllegalCommandError); the message is compared."""
+    messages = _failures(
+        tmp_path,
+        """\
+  - complete_recovery: dpo-v5
+    refused: ConflictError
+  - complete_recovery: dpo-v5
+    refused: {error: IllegalCommandError, contains: no such words}
+  - complete_recovery: dpo-v5
+    refused: {error: IllegalCommandError, contains: verified}
+""",
+    )
+    assert len(messages) == 2
+    assert messages[0].startswith('step 4 (complete_recovery): outcome: expected "refused with ConflictError", '
+                                  'actual "IllegalCommandError: ')  # fmt: skip
+    assert messages[1].startswith("step 5 (complete_recovery): outcome: expected \"refused with IllegalCommandError "
+                                  "(message containing 'no such words')\"")  # fmt: skip
+
+
+def test_event_deltas_count_the_step_before(tmp_path: Path) -> None:
+    assert _failures(tmp_path, "  - expect: {events: '+1'}\n  - expect: {events: '+1'}\n") == []
+    assert _failures(tmp_path, "  - expect: {events: unchanged}\n") == [
+        'step 4 (expect): events: expected "unchanged", actual "+1"'
+    ]
+
+
+def test_explain_and_as_of_expectations(tmp_path: Path) -> None:
+    messages = _failures(
+        tmp_path,
+        """\
+  - expect: {candidate: dpo-v5, explain: {seq: 4, type: ChecksRecorded, evidence: {artifact.verified: true}}}
+  - expect: {candidate: dpo-v5, as_of: 3, state: received}
+  - expect: {candidate: dpo-v5, as_of: 3, state: verified, explain: {evidence: {nope.x: 1}}}
+""",
+    )
+    assert messages == [
+        'step 6 (expect): dpo-v5 state: expected "verified", actual "received"',
+        'step 6 (expect): dpo-v5 explain: expected {"evidence": {"nope.x": 1}}, '
+        'actual {"evidence": {"nope.x": "(no field nope.x)"}}',
+    ]
+
+
+def test_crash_that_never_fires_fails_instead_of_passing(tmp_path: Path) -> None:
+    """A one-commit command with K = 2 finishes: the crash did not happen, so the step fails."""
+    messages = _failures(tmp_path, "  - crash: {at: before_commit, commit: 2, run: {check: dpo-v5}}\n")
+    assert messages == [
+        'step 4 (crash): killed: expected "SIGKILL at before_commit on commit 2", '
+        'actual "exit 0 after done (the command made fewer than 2 commits)"'
+    ]
+
+
+def test_crash_before_and_after_commit_of_baseline_activate(tmp_path: Path) -> None:
+    """Before COMMIT nothing of the fan-out survives; after COMMIT all of it does."""
+    result = run_scenario(
+        load_scenario(
+            _scenario(
+                tmp_path,
+                """\
+  - crash: {at: before_commit, run: {activate_baseline: sft-v2}}
+  - expect: {events: unchanged, candidate: dpo-v5, state: verified}
+  - crash: {at: after_commit, run: {activate_baseline: sft-v2}}
+  - expect: {events: "+2", candidate: dpo-v5, state: received}
+""",
+            )
+        )
+    )
+    assert result.ok, [f.message() for f in result.failures]
+    assert result.steps[3].detail == {"command": "activate_baseline", "fault": "kill@before_commit#1",
+                                      "returncode": -9, "events_appended": 0}  # fmt: skip
+    assert result.steps[5].detail["events_appended"] == 2
+
+
+def test_concurrent_writers_must_all_succeed_unless_refused(tmp_path: Path) -> None:
+    """A writer whose command is refused without `refused:` fails the step, naming the writer."""
+    messages = _failures(
+        tmp_path,
+        """\
+  - concurrently:
+      mode: threads
+      writers:
+        - check: dpo-v5
+        - complete_recovery: dpo-v5
+""",
+    )
+    assert len(messages) == 1 and messages[0].startswith(
+        'step 4 (concurrently): writers[1]: expected "success", actual "IllegalCommandError: '
+    )
+
+
+def test_fault_that_cannot_be_injected_is_inconclusive(tmp_path: Path) -> None:
+    """On an in-memory ledger no other process or driver can reach the rows: the faults prove nothing."""
+    path = _scenario(tmp_path, "  - crash: {at: before_commit, run: {check: dpo-v5}}\n  - tamper_event: {seq: 2}\n")
+    result = run_scenario(load_scenario(path), ledger_url=":memory:")
+    assert not result.ok and result.result == "inconclusive" and not result.failures
+    assert result.inconclusive == (
+        "step 4 (crash): crash needs the ledger's file or server; this ledger is neither",
+        "step 5 (tamper_event): tamper_event needs the ledger's file or server; this ledger is neither",
+    )
+    assert run_scenario(load_scenario(path)).result == "pass"
+
+
+def test_restore_without_damage_fails(tmp_path: Path) -> None:
+    assert _failures(tmp_path, "  - restore_artifact: dpo-v5\n") == [
+        'step 4 (restore_artifact): restore: expected "dpo-v5 tampered with or deleted before", actual "never damaged"'
+    ]
+
+
+@pytest.mark.parametrize(
+    ("steps", "expected"),
+    [
+        ("  - expect: {events: '+x'}\n", 'step 4 (expect): key \'events\': must be a count, "+N" or "unchanged"'),
+        ("  - crash: {at: before_commit, run: {expect: {events: 1}}}\n", "step 4: key 'run': must be a ledger command"),
+        ("  - crash: {at: during, run: {check: dpo-v5}}\n", "key 'at': must be one of before_commit, after_commit"),
+        ("  - concurrently: {writers: [{check: dpo-v5}]}\n", "key 'writers': must be a list of at least two"),
+        ("  - edit_manifest: {artifact: dpo-v5, set: {colour: red}}\n", "key 'colour': not a manifest field"),
+        ("  - expect: {as_of: 2}\n", "key 'as_of': needs `candidate:`"),
+        ("  - expect: {candidate: dpo-v5, as_of: 2, handoff: tune}\n", "key 'as_of': applies to state"),
+        ("  - check: dpo-v5\n    refused: {error: Nope}\n", "key 'error': unknown error class 'Nope'"),
+        ("  - advance_window: two\n", "key 'window': must be an integer, not 'two'"),
+    ],
+)
+def test_new_keys_are_validated(tmp_path: Path, steps: str, expected: str) -> None:
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(_scenario(tmp_path, steps))
+    assert expected in str(e.value)
+
+
+def test_verify_names_no_seq_for_a_checkpoint_fault(tmp_path: Path) -> None:
+    """`verify` on a garbled checkpoint says what is broken, never `BROKEN at seq None`."""
+    path = _scenario(tmp_path, "  - checkpoint:\n  - corrupt_checkpoint:\n")
+    run_scenario(load_scenario(path), keep_dir=tmp_path / "kept")
+    result = invoke(tmp_path / "kept" / "t.db", "verify")
+    assert result.exit_code == 6
+    assert result.output.startswith("BROKEN: checkpoint 1: ") and "None" not in result.output

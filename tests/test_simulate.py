@@ -1,0 +1,149 @@
+"""`lifecycle drill --simulate`: seeded schedules against real SQLite ledgers, invariants after every
+step against the reference model, byte-identical heads per seed, and broken ledger code caught and
+shrunk to a scenario that `lifecycle drill` reproduces.
+
+CI runs a bounded campaign; `LIFECYCLE_SIM_SEEDS=N LIFECYCLE_SIM_STEPS=K` runs a long one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from conftest import invoke
+
+from lifecycle_fsm import command_path, decisions
+from replay.drills import load_scenario, run_scenario
+from replay.drills.schedule import Schedule, generate
+from replay.drills.shrink import shrink, write_scenario
+from replay.drills.simulate import SimResult, simulate
+
+SEEDS = int(os.environ.get("LIFECYCLE_SIM_SEEDS", "3"))
+STEPS = int(os.environ.get("LIFECYCLE_SIM_STEPS", "150"))
+
+
+def _sim(tmp_path: Path, *args: str) -> tuple[int, dict]:  # type: ignore[type-arg]
+    result = invoke(tmp_path / "unused.db", "--log-level", "error", "drill", "--simulate", *args, "--json")
+    return result.exit_code, json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("seed", range(1, SEEDS + 1))
+def test_real_code_holds_every_invariant(seed: int) -> None:
+    result = simulate(generate(seed, STEPS, 6))
+    assert result.ok, result.failure
+    assert result.steps_run >= STEPS - 20  # only meaningless faults are skipped
+
+
+def test_same_seed_same_head_and_the_schedule_is_printed(tmp_path: Path) -> None:
+    code, one = _sim(tmp_path, "--seed", "7", "--steps", "80")
+    _, two = _sim(tmp_path, "--seed", "7", "--steps", "80")
+    _, other = _sim(tmp_path, "--seed", "8", "--steps", "80")
+    assert code == 0 and one["ok"] is True
+    assert one["head"] == two["head"] and one["head"]["seq"] > 10 and len(one["head"]["hash"]) == 64
+    assert other["head"] != one["head"]
+    assert one["runs"][0]["schedule"][0] == "activate_baseline artifact=b0"
+    text = invoke(tmp_path / "unused.db", "--log-level", "error", "drill", "--simulate", "--seed", "7", "--steps", "80")
+    assert text.output.startswith("seed 7: 80 operations") and one["head"]["hash"] in text.output
+
+
+def test_keep_leaves_the_simulated_ledger(tmp_path: Path) -> None:
+    code, doc = _sim(tmp_path, "--seed", "2", "--steps", "40", "--keep", str(tmp_path / "kept"))
+    assert code == 0
+    verify = invoke(tmp_path / "kept" / "simulated-seed-2.db", "verify", "--json")
+    assert json.loads(verify.stdout)["head"] == doc["head"]
+
+
+def _faults_schedule() -> Schedule:
+    base = generate(11, 60, 4)
+    ops = [*base.ops, {"checkpoint": None}, {"check": "c0"}, {"corrupt_checkpoint": None}, {"receive": "c1"},
+           {"tamper_event": {"seq": 3}}]  # fmt: skip
+    return Schedule(base.seed, base.artifacts, base.specs, ops)
+
+
+def test_garbled_checkpoint_and_edited_event_are_judged() -> None:
+    """After a garbled checkpoint verify must fail with no seq; after an edited event it must name the seq."""
+    result = simulate(_faults_schedule())
+    assert result.ok, result.failure
+    assert result.ran[-1] == len(_faults_schedule().ops)
+
+
+# -- deliberately broken ledger code (patched in this process: the simulator's ledger runs here) --------------
+
+
+def _skip_tune() -> None:  # the issue's example: an invalidation that skips `tune`
+    command_path.INVALIDATED_STATES = tuple(s for s in command_path.INVALIDATED_STATES if str(s) != "tune")
+
+
+def _never_block() -> None:  # a blocking recovery plan that leaves the candidate recovering
+    decisions.BLOCKING_ACTIONS = frozenset()
+
+
+def _window_hits_dpo() -> None:  # advancing the window invalidates offline (DPO) candidates too
+    decisions.ONLINE_KINDS = ("dpo", "grpo", "rlvr")
+
+
+MUTANTS: dict[str, tuple[Callable[[], None], tuple[object, str]]] = {
+    "invalidation-skips-tune": (_skip_tune, (command_path, "INVALIDATED_STATES")),
+    "blocking-plan-not-rejected": (_never_block, (decisions, "BLOCKING_ACTIONS")),
+    "window-invalidates-dpo": (_window_hits_dpo, (decisions, "ONLINE_KINDS")),
+}
+
+
+def _first_failure() -> tuple[Schedule, SimResult]:
+    for seed in range(1, 30):
+        schedule = generate(seed, 300, 8)
+        result = simulate(schedule)
+        if not result.ok:
+            return schedule, result
+    raise AssertionError("the simulator did not catch the broken code in 29 seeds")
+
+
+@pytest.mark.parametrize("name", MUTANTS)
+def test_broken_code_is_caught_and_shrunk(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    mutate, (module, attribute) = MUTANTS[name]
+    monkeypatch.setattr(module, attribute, getattr(module, attribute))  # restored by monkeypatch.undo()
+    mutate()
+    schedule, result = _first_failure()
+    shrunk = shrink(schedule, result, max_runs=150)
+    assert len(shrunk.schedule.ops) <= 8 < result.failure.step  # type: ignore[union-attr]
+    path = write_scenario(shrunk, tmp_path)
+    broken = run_scenario(load_scenario(path))
+    assert broken.failures, "the shrunk scenario must fail on the broken code"
+    monkeypatch.undo()
+    fixed = run_scenario(load_scenario(path))
+    assert fixed.ok, [f.message() for f in fixed.failures]
+
+
+def test_cli_exits_8_and_writes_the_shrunk_scenario(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(command_path, "INVALIDATED_STATES", command_path.INVALIDATED_STATES)
+    _skip_tune()
+    report = tmp_path / "report"
+    code, doc = _sim(tmp_path, "--seed", "1", "--runs", "20", "--steps", "300", "--candidates", "8",
+                     "--report", str(report))  # fmt: skip
+    assert code == 8 and doc["ok"] is False
+    failing = doc["runs"][-1]
+    assert failing["failure"]["problems"]
+    scenario = report / doc["shrunk"]["file"]
+    assert scenario.exists() and (report / "simulation-report.json").exists()
+    assert invoke(tmp_path / "unused.db", "--log-level", "error", "drill", str(scenario)).exit_code == 8
+    monkeypatch.undo()
+    assert invoke(tmp_path / "unused.db", "--log-level", "error", "drill", str(scenario)).exit_code == 0
+
+
+def test_reports_are_never_overwritten_silently(tmp_path: Path) -> None:
+    scenario = str(Path(__file__).resolve().parent.parent / "scenarios" / "handoff-ready.yaml")
+    report = tmp_path / "r"
+
+    def drill(*extra: str) -> int:
+        return invoke(tmp_path / "unused.db", "drill", scenario, "--report", str(report), *extra).exit_code
+
+    assert drill() == 0
+    first = (report / "drill-report.md").read_text()
+    result = invoke(tmp_path / "unused.db", "drill", scenario, "--report", str(report))
+    assert result.exit_code == 3 and "drill-report.json exists: use --replace" in result.output
+    assert drill("--replace") == 0
+    assert (report / "drill-report.md.previous").read_text() == first
+    assert drill("--replace") == 3  # one .previous generation only
