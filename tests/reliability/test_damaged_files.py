@@ -164,9 +164,15 @@ def test_structural_damage_is_a_clear_error(original: Original, name: str, tally
 )
 def test_a_file_that_is_not_a_ledger_is_a_clear_error(original: Original, content: bytes) -> None:
     reset(original.db, content)
-    outcome = original.outcome()
-    assert set(outcome.values()) == {"error"}, outcome
-    assert original.db.read_bytes() == content, "a read must never initialise the file"
+    reads = {
+        "verify": judge(run(original.db, "verify"), original.verify.stdout),
+        "status": judge(run(original.db, "status", "--json"), original.status.stdout),
+    }
+    assert set(reads.values()) == {"error"}, reads
+    assert original.db.read_bytes() == content, "a read command must never initialise the file"
+    # The library's Ledger.open creates a ledger in an empty file (SPEC §10: created if
+    # missing) and then finds no candidate; a file with other content is refused.
+    assert original.api_outcome() == "error"
 
 
 def test_a_read_only_ledger_answers_reads_and_refuses_writes(original: Original) -> None:
