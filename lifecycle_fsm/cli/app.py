@@ -31,6 +31,7 @@ __all__ = [
     "json_option",
     "main",
     "open_ledger",
+    "refuse_empty_file",
     "refuse_memory_db",
     "require_signing_key",
     "root_obj",
