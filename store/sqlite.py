@@ -287,8 +287,11 @@ class SQLiteEventStore:
         status: str | None = None,
         category: str | None = None,
         fresh_ids: bool = False,
+        expect: Sequence[tuple[str, int]] = (),
     ) -> AppendResult:
         with self.transaction() as tx:
+            for other, version in expect:
+                tx.expect_version(other, version)
             return tx.append(stream_id, expected_version, events, status=status, category=category, fresh_ids=fresh_ids)
 
     def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[StoredEvent]:
