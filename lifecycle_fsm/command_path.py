@@ -146,12 +146,15 @@ class CommandPath:
                 if current is not None and command != "receive":
                     require_command(current, command)
                 decision = decide(current, settings)
-            except LifecycleError:
+            except LifecycleError as e:
                 if unread:  # refused on what may be stale: refuse only what the log says now
+                    log.info("command_reread", stream_id=stream_id, command=command, event_id=event_id,
+                             reason=type(e).__name__)  # fmt: skip
                     continue
                 raise
             if not decision.events:
                 if unread:  # nothing to append would confirm the cached versions: read them
+                    log.info("command_reread", stream_id=stream_id, command=command, event_id=event_id, reason="noop")
                     continue
                 return Outcome((), candidate=current, settings=settings if on_ledger else None)
             try:
