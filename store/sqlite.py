@@ -143,6 +143,7 @@ class SQLiteTransaction:
         # look-up. UNIQUE(event_id) still guards the table.
         existing = None if fresh_ids else self._existing(events)
         if existing is not None:
+            self._expected = []  # a retry returns what it stored, whatever moved since (as on PostgreSQL)
             return AppendResult(existing, duplicate=True)
         actual, head = self._version_and_head(stream_id)
         self._raise_unless(stream_id, expected_version, actual)
