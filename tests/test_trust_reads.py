@@ -75,10 +75,20 @@ def test_a_text_file_is_not_a_ledger(ws: Workspace) -> None:
 
 
 def test_init_may_initialise_an_empty_file(ws: Workspace) -> None:
-    """Only init (and write commands) create a ledger."""
+    """Only init makes a ledger of an existing empty file."""
     ws.db.write_bytes(b"")
     assert invoke(ws.db, "init").exit_code == 0
     assert json.loads(invoke(ws.db, "verify", "--json").stdout)["ok"] is True
+
+
+@pytest.mark.parametrize("args", [("window", "3"), ("evaluation", "activate", "eval-2")], ids=" ".join)
+def test_a_write_refuses_an_empty_file(ws: Workspace, args: tuple[str, ...]) -> None:
+    """A ledger truncated to nothing does not silently start over on the next write: exit 7, still 0 bytes."""
+    ws.db.write_bytes(b"")
+    result = run_cli(ws.db, *args)
+    assert result.returncode == 7, result.stderr
+    assert result.stderr.startswith("Error: ") and "an empty file, not a ledger" in result.stderr
+    assert ws.db.stat().st_size == 0
 
 
 @pytest.mark.parametrize("db", [":memory:", ""])

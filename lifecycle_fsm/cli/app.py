@@ -7,6 +7,7 @@ this module imports none of them, so any of them can import it.
 from __future__ import annotations
 
 import functools
+import os
 import sqlite3
 import sys
 from collections.abc import Callable
@@ -15,11 +16,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from lifecycle_fsm.cli.exit_codes import EXIT_CODES, exit_code_for
-from lifecycle_fsm.errors import InputError, LifecycleError
+from lifecycle_fsm.errors import InputError, LifecycleError, StoreError
 from lifecycle_fsm.ledger import Ledger
 from lifecycle_fsm.limits import display
 from lifecycle_fsm.logs import configure_logging
-from store.open import open_store
+from store.open import is_postgres_url, open_store
 from store.sqlite_errors import translate_sqlite_error
 
 __all__ = [
@@ -155,6 +156,18 @@ def refuse_memory_db(db: str) -> None:
         raise InputError(f"--db {db!r} is an in-memory database: every write would vanish when the command ends")
 
 
+def refuse_empty_file(db: str) -> None:
+    """An existing empty file is not a ledger: only `init` may make one there."""
+    if is_postgres_url(db):
+        return
+    try:
+        empty = os.stat(db).st_size == 0
+    except OSError:  # missing (created by a write command) or unreadable (the store says why)
+        return
+    if empty:
+        raise StoreError(f"{db}: an empty file, not a ledger (was it truncated?); `lifecycle init` creates one here")
+
+
 def signing_key() -> Ed25519PrivateKey | None:
     """The key `--signing-key` / LIFECYCLE_SIGNING_KEY names, loaded (None when none was given)."""
     path = root_obj().get("signing_key")
@@ -173,15 +186,19 @@ def require_signing_key(what: str) -> Ed25519PrivateKey:
     return key
 
 
-def open_ledger(*, must_exist: bool = False) -> Ledger:
+def open_ledger(*, must_exist: bool = False, initialising: bool = False) -> Ledger:
     """The ledger `--db` names, closed when the command's context closes.
 
     `must_exist` refuses (exit 3) a missing file, or a PostgreSQL schema without a
     ledger, instead of creating it: every command but the ones that set the ledger up
-    needs one that is already there.
+    needs one that is already there. An existing 0-byte file is refused (exit 7) by
+    every command but `init` (`initialising`): a ledger truncated to nothing must not
+    silently start over on the next write.
     """
     obj = root_obj()
     refuse_memory_db(obj["db"])
+    if not initialising:
+        refuse_empty_file(obj["db"])
     store = open_store(obj["db"], synchronous=obj["synchronous"], create=not must_exist)
     ledger = Ledger(store, actor=obj["actor"])
     click.get_current_context().call_on_close(ledger.close)

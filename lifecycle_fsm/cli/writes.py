@@ -48,7 +48,11 @@ __all__ = [
 @json_option
 def init(max_window_age: int, active_window: int, event_id: str | None) -> None:
     """Create the ledger and fix its freshness settings."""
-    print_result(open_ledger().init(max_window_age, active_window, event_id=event_id), wants_json(), "initialized")
+    print_result(
+        open_ledger(initialising=True).init(max_window_age, active_window, event_id=event_id),
+        wants_json(),
+        "initialized",
+    )
 
 
 @click.group()
