@@ -16,7 +16,8 @@ Why it is built this way:
   head it was chained against (the last one this store saw) and the stream version are
   still current; if not, nothing was written and the append is redone with the head
   read under the lock (two trips; later appends go that way directly while guesses keep
-  going stale). Values are bound client-side; a statement shape seen twice is PREPAREd
+  going stale). `expect=` versions of streams the command read but does not write
+  (the ledger's settings) ride in the same guard. Values are bound client-side; a statement shape seen twice is PREPAREd
   and sent as EXECUTE (planning the guarded INSERT costs about as much as running it).
   psycopg's pipeline mode was measured slower than separate round trips here.
   Transactions with several appends pay one more trip (the COMMIT).
