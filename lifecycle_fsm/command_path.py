@@ -229,10 +229,12 @@ class CommandPath:
             for e, n in zip(stored, new, strict=True):
                 final_settings = apply_settings(final_settings, e.type, n.payload, e.seq)
             self.reader.remember(final_settings)
-            all_events = [*stored, *(ev for _, evs in fanned for ev in evs)]
+            for _, _, invalidated in fanned:  # committed: the next command on it need not read it
+                self.reader.remember(invalidated)
+            all_events = [*stored, *(ev for _, evs, _ in fanned for ev in evs)]
             _log_appended(all_events, None)
             return Outcome(tuple(all_events), settings=final_settings,
-                                 invalidated=tuple(cid for cid, _ in fanned))  # fmt: skip
+                                 invalidated=tuple(cid for cid, _, _ in fanned))  # fmt: skip
         events = decision.events
         assert all(isinstance(e, CandidateEvent) for e in events)
         label = state_after(current, events)  # type: ignore[arg-type]
@@ -256,8 +258,10 @@ class CommandPath:
 
     def _fan_out(
         self, tx: StoreTransaction, invalidation: Invalidation, event_id: str | None, keyed: int
-    ) -> list[tuple[str, tuple[StoredEvent, ...]]]:
+    ) -> list[tuple[str, tuple[StoredEvent, ...], CandidateState]]:
         """One EvidenceInvalidated per decided candidate, inside the setting's transaction.
+
+        Each with the candidate's state after it (for the reader's cache, once committed).
 
         With a key, they continue the command's numbering (`event_id/N`), so a retry
         finds and returns them too.
@@ -267,7 +271,7 @@ class CommandPath:
         row edited by hand must not let a decided candidate keep stale evidence (the
         reader's cache keeps this cheap for a long-lived process).
         """
-        done: list[tuple[str, tuple[StoredEvent, ...]]] = []
+        done: list[tuple[str, tuple[StoredEvent, ...], CandidateState]] = []
         for head in tx.streams():
             candidate_id = candidate_id_of(head.stream_id)
             if candidate_id is None:
@@ -280,7 +284,10 @@ class CommandPath:
             new = self._new_events(head.stream_id, [invalidation.event], None)
             if event_id is not None:
                 new = [attrs.evolve(new[0], event_id=f"{event_id}/{keyed + len(done)}")]
-            done.append((candidate_id, tx.append(head.stream_id, current.version, new, status="received").events))
+            stored = tx.append(head.stream_id, current.version, new, status="received").events
+            after = apply_candidate(current, stored[0].type, new[0].payload, seq=stored[0].seq,
+                                    stream_id=head.stream_id, version=stored[0].version)  # fmt: skip
+            done.append((candidate_id, stored, after))
         return done
 
     def _replayed(

@@ -55,6 +55,26 @@ def test_a_command_on_a_cached_candidate_reads_no_stream(ws: Workspace, two: tup
     assert any(s.startswith("INSERT INTO events") for s in statements)
 
 
+def test_a_candidate_invalidated_by_a_fan_out_stays_cached(ws: Workspace, two: tuple[Ledger, Ledger]) -> None:
+    """The window change's EvidenceInvalidated is folded into the cache: the next check reads nothing."""
+    one, _ = two
+    one.receive(ws.grpo())
+    assert one.check("grpo-v7").state == "verified"
+    assert one.advance_window(2).invalidated == ("grpo-v7",)
+    store = one.store
+    assert isinstance(store, SQLiteEventStore)
+    statements: list[str] = []
+    store._conn.set_trace_callback(statements.append)
+    with structlog.testing.capture_logs() as logs:
+        try:
+            one.check("grpo-v7")
+        finally:
+            store._conn.set_trace_callback(None)
+    assert not [s for s in statements if "FROM events WHERE stream_id" in s and "version >" in s]
+    assert not [entry for entry in logs if entry["event"] in ("command_retried", "command_reread")]
+    assert [e.version for e, _ in one.history("grpo-v7")] == [1, 2, 3, 4]
+
+
 def test_a_refusal_from_a_stale_cache_is_checked_against_the_log(ws: Workspace, two: tuple[Ledger, Ledger]) -> None:
     """`one` last saw the candidate received (where `recovered` is refused); `two` failed it since."""
     one, two_ = two
