@@ -33,6 +33,7 @@ __all__ = [
     "load_private_key",
     "load_public_key",
     "new_key_pair",
+    "private_key_from",
     "sign",
 ]
 
@@ -98,6 +99,21 @@ def load_private_key(path: str | os.PathLike[str]) -> Ed25519PrivateKey:
     if not isinstance(key, Ed25519PrivateKey):
         raise InputError(f"{os.fspath(path)} is not an Ed25519 key (lifecycle key new makes one)")
     return key
+
+
+def private_key_from(value: str | os.PathLike[str] | bytes | Ed25519PrivateKey, what: str) -> Ed25519PrivateKey:
+    """A signing key given as a key object, PEM bytes, or the path of a PEM file."""
+    if isinstance(value, Ed25519PrivateKey):
+        return value
+    if isinstance(value, bytes):
+        try:
+            key = serialization.load_pem_private_key(value, password=None)
+        except (ValueError, TypeError) as e:
+            raise InputError(f"{what}: the signing key is not an unencrypted PEM private key ({e})") from e
+        if not isinstance(key, Ed25519PrivateKey):
+            raise InputError(f"{what}: the signing key is not an Ed25519 key")
+        return key
+    return load_private_key(value)
 
 
 def load_public_key(path: str | os.PathLike[str]) -> Ed25519PublicKey:

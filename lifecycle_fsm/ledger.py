@@ -98,6 +98,7 @@ class Ledger:
         self.actor = actor or default_actor()
         self.artifact_root = None if artifact_root is None else os.path.abspath(artifact_root)
         self.signing_key = signing_key  # the key seals are signed with (SPEC §8), kept for the commands that sign
+        self._clock = clock
         self._reader = StreamReader(store)
         self._path = CommandPath(self._reader, actor=self.actor, clock=clock, retry=retry, new_id=new_id)
         # Artifact digests this Ledger read, re-used by `check`/`hand_off` while no file changed;
@@ -126,6 +127,29 @@ class Ledger:
 
         store = open_store(path_or_url, synchronous=synchronous, busy_timeout=busy_timeout)
         return cls(store, actor=actor, signing_key=signing_key, **kwargs)
+
+    def seal(self) -> JSON:
+        """Sign the head and append `HeadSealed` to the `seals` stream; the signed head (SPEC §8).
+
+        Needs `signing_key` (InputError without one). Keep the result outside the ledger
+        and check it later with `lifecycle verify --expect-head`.
+        """
+        from lifecycle_fsm.seals import seal
+
+        return seal(self.store, self._private_key("seal"), actor=self.actor, clock=self._clock)
+
+    def attest(self, candidate_id: str) -> JSON:
+        """The candidate's hand-off as a signed DSSE envelope (in-toto Statement v1); appends nothing."""
+        from lifecycle_fsm.attestation import attest
+
+        return attest(self.store, candidate_id, self._private_key("attest"))
+
+    def _private_key(self, what: str) -> Any:
+        from lifecycle_fsm.keys import private_key_from
+
+        if self.signing_key is None:
+            raise InputError(f"{what} needs a signing key: Ledger.open(..., signing_key=PATH_OR_PEM)")
+        return private_key_from(self.signing_key, what)
 
     def close(self) -> None:
         """Close the store; using the ledger afterwards raises `LedgerClosedError`. Idempotent."""

@@ -70,3 +70,23 @@ def test_a_row_edited_in_place_is_refused_by_a_checked_fold(backend: Backend, st
     backend.tamper(2, "payload", '{"active_window":9,"previous_window":1}')
     with pytest.raises(CorruptionError, match="seq 2"):
         load_state(store, use_checkpoints=False, checked=True)
+
+
+def test_the_api_seals_and_attests_with_the_key_it_was_opened_with(store: EventStore, tmp_path: Path) -> None:
+    """`Ledger(..., signing_key=PEM bytes or a path)`: seal() appends, attest() refuses without a hand-off."""
+    from cryptography.hazmat.primitives import serialization
+
+    from lifecycle_fsm.errors import InputError, NotFoundError
+    from lifecycle_fsm.keys import new_key_pair
+
+    with pytest.raises(InputError, match="signing key"):
+        Ledger(store).seal()
+    files = new_key_pair(tmp_path / "keys")
+    for key in (files.private_key, files.private_key.read_bytes()):
+        before = store.head()
+        doc = Ledger(store, signing_key=key, actor="api").seal()
+        assert (doc["seq"], doc["hash"], doc["key_id"]) == (before.seq, before.hash, files.key_id)
+    public = serialization.load_pem_public_key(files.public_key.read_bytes())
+    assert _verify(store, PublicKeys([public]))["seals"]["count"] == 2  # type: ignore[index, list-item]
+    with pytest.raises(NotFoundError):
+        Ledger(store, signing_key=files.private_key).attest("nobody-handed-off")

@@ -165,12 +165,15 @@ def test_structural_damage_is_a_clear_error(original: Original, name: str, tally
 def test_a_file_that_is_not_a_ledger_is_a_clear_error(original: Original, content: bytes) -> None:
     """Reads refuse it (exit 7) and leave it as it was (#9: a read never initialises a file)."""
     reset(original.db, content)
-    outcome = {
+    reads = {
         "verify": judge(run(original.db, "verify"), original.verify.stdout),
         "status": judge(run(original.db, "status", "--json"), original.status.stdout),
     }
-    assert set(outcome.values()) == {"error"}, outcome
-    assert original.db.read_bytes() == content, "a read must never initialise the file"
+    assert set(reads.values()) == {"error"}, reads
+    assert original.db.read_bytes() == content, "a read command must never initialise the file"
+    # The library's Ledger.open creates a ledger in an empty file (SPEC §10: created if
+    # missing) and then finds no candidate; a file with other content is refused.
+    assert original.api_outcome() == "error"
 
 
 def test_a_read_only_ledger_answers_reads_and_refuses_writes(original: Original) -> None:
