@@ -143,6 +143,7 @@ class SQLiteTransaction:
         # look-up. UNIQUE(event_id) still guards the table.
         existing = None if fresh_ids else self._existing(events)
         if existing is not None:
+            self._expected = []  # a retry returns what it stored, whatever moved since (as on PostgreSQL)
             return AppendResult(existing, duplicate=True)
         actual, head = self._version_and_head(stream_id)
         self._raise_unless(stream_id, expected_version, actual)
@@ -287,8 +288,11 @@ class SQLiteEventStore:
         status: str | None = None,
         category: str | None = None,
         fresh_ids: bool = False,
+        expect: Sequence[tuple[str, int]] = (),
     ) -> AppendResult:
         with self.transaction() as tx:
+            for other, version in expect:
+                tx.expect_version(other, version)
             return tx.append(stream_id, expected_version, events, status=status, category=category, fresh_ids=fresh_ids)
 
     def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[StoredEvent]:
