@@ -3,15 +3,20 @@
 1. A retried command (its `event_id` already stored, same stream, type and inputs)
    returns what it did the first time and appends nothing.
 2. Fold the streams the command depends on: its own (from the log, never from a
-   checkpoint copy) and, when its decision reads them, the ledger's settings.
+   checkpoint copy) and, when its decision reads them, the ledger's settings. A
+   stream this Ledger last read or wrote is taken from the reader's cache without
+   reading (a new candidate's stream too: it is assumed absent).
 3. Refuse a move the machine's table forbids, before any work; then decide (the
    caller's function: gather evidence, e.g. hash artifacts, then a pure decision).
 4. In one write transaction: assert the version of every stream it read, append its
    events, fan out evidence invalidations to the decided candidates.
-5. Fold the appended events into the cached state and return.
+5. Fold the appended events into the cached state and return (no read).
 If another writer appended to a stream it read between 2 and 4, the store raises
 `ConcurrencyError` and the command goes back to 2 (re-folds and re-decides), with
 jittered backoff, until its deadline; only then does the error reach the caller.
+A decision from the cache alone that the append refuses, or that appends nothing
+(a refusal, a no-op), is not trusted: it is re-decided at once from a fresh read,
+deadline or not (the cache was stale; no race was lost yet).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import attrs
 import orjson
 
 from lifecycle_fsm.decisions import Decision, Invalidation
-from lifecycle_fsm.errors import ConcurrencyError, DuplicateEventError, IllegalCommandError
+from lifecycle_fsm.errors import ConcurrencyError, DuplicateEventError, IllegalCommandError, LifecycleError
 from lifecycle_fsm.events import (
     LEDGER_STREAM,
     CandidateEvent,
@@ -130,30 +135,63 @@ class CommandPath:
             return replayed
         on_ledger = stream_id == LEDGER_STREAM
         candidate_id = candidate_id_of(stream_id)
+        needs_settings = reads_settings or on_ledger
         give_up = time.monotonic() + self.retry.deadline
         attempt = 0
+        from_cache = True  # the first attempt decides from cached folds where the reader has them
         while True:
-            current = None
-            if candidate_id is not None:
-                if command == "receive":  # a new stream, a retry or a revision: the decision tells
-                    current = self.reader.candidate(stream_id)
-                else:
-                    current = self.reader.existing(candidate_id)
+            current, settings, unread = self._fold(stream_id, command, needs_settings, from_cache=from_cache)
+            from_cache = False  # any later attempt reads first
+            try:
+                if current is not None and command != "receive":
                     require_command(current, command)
-            settings = self.reader.settings() if reads_settings or on_ledger else LedgerSettings()
-            decision = decide(current, settings)
+                decision = decide(current, settings)
+            except LifecycleError as e:
+                if unread:  # refused on what may be stale: refuse only what the log says now
+                    log.info("command_reread", stream_id=stream_id, command=command, event_id=event_id,
+                             reason=type(e).__name__)  # fmt: skip
+                    continue
+                raise
             if not decision.events:
+                if unread:  # nothing to append would confirm the cached versions: read them
+                    log.info("command_reread", stream_id=stream_id, command=command, event_id=event_id, reason="noop")
+                    continue
                 return Outcome((), candidate=current, settings=settings if on_ledger else None)
             try:
                 return self._append(stream_id, current, settings, decision, event_id, reads_settings)
             except ConcurrencyError as e:
                 attempt += 1
-                if time.monotonic() >= give_up:
+                if not unread and time.monotonic() >= give_up:
                     raise
                 log.info("command_retried", stream_id=stream_id, candidate_id=candidate_id, command=command,
-                         event_id=event_id, attempt=attempt, conflict_stream=e.stream_id,
+                         event_id=event_id, attempt=attempt, conflict_stream=e.stream_id, cached=unread,
                          version=None if current is None else current.version)  # fmt: skip
-                time.sleep(self.retry.delay(attempt))
+                if not unread:  # a stale cache is re-read at once; a race lost on fresh reads backs off
+                    time.sleep(self.retry.delay(attempt))
+
+    def _fold(
+        self, stream_id: str, command: str, needs_settings: bool, *, from_cache: bool
+    ) -> tuple[CandidateState | None, LedgerSettings, bool]:
+        """The states the decision reads, and whether any was taken from the cache without reading."""
+        unread = False
+        current = None
+        candidate_id = candidate_id_of(stream_id)
+        if candidate_id is not None:
+            current = self.reader.cached(stream_id) if from_cache else None
+            if from_cache and (current is not None or command == "receive"):
+                unread = True  # an uncached stream on receive: assumed new, its append asserts version 0
+            elif command == "receive":  # a new stream, a retry or a revision: the decision tells
+                current = self.reader.candidate(stream_id)
+            else:
+                current = self.reader.existing(candidate_id)
+        settings = LedgerSettings()
+        if needs_settings:
+            cached = self.reader.cached_settings() if from_cache else None
+            if cached is not None:
+                settings, unread = cached, True
+            else:
+                settings = self.reader.settings()
+        return current, settings, unread
 
     def _new_events(self, stream_id: str, events: Sequence[Event], event_id: str | None) -> list[NewEvent]:
         """Events with their ids: `event_id`, `event_id/1`, … or fresh random ones."""
@@ -191,22 +229,21 @@ class CommandPath:
             for e, n in zip(stored, new, strict=True):
                 final_settings = apply_settings(final_settings, e.type, n.payload, e.seq)
             self.reader.remember(final_settings)
-            all_events = [*stored, *(ev for _, evs in fanned for ev in evs)]
+            for _, _, invalidated in fanned:  # committed: the next command on it need not read it
+                self.reader.remember(invalidated)
+            all_events = [*stored, *(ev for _, evs, _ in fanned for ev in evs)]
             _log_appended(all_events, None)
             return Outcome(tuple(all_events), settings=final_settings,
-                                 invalidated=tuple(cid for cid, _ in fanned))  # fmt: skip
+                                 invalidated=tuple(cid for cid, _, _ in fanned))  # fmt: skip
         events = decision.events
         assert all(isinstance(e, CandidateEvent) for e in events)
         label = state_after(current, events)  # type: ignore[arg-type]
         expected, category = 0 if current is None else current.version, _category(current, events)
-        if reads_settings:
-            with self.store.transaction() as tx:
-                tx.expect_version(LEDGER_STREAM, settings.version)
-                result = tx.append(stream_id, expected, new, status=label, category=category,
-                                   fresh_ids=event_id is None)  # fmt: skip
-        else:  # one append is the whole transaction: a store may do it in one round trip (PostgreSQL)
-            result = self.store.append(stream_id, expected, new, status=label, category=category,
-                                       fresh_ids=event_id is None)  # fmt: skip
+        # One append is the whole transaction: a store may do it in one round trip (PostgreSQL),
+        # the ledger stream's version asserted in the same statement when the decision read it.
+        expect = ((LEDGER_STREAM, settings.version),) if reads_settings else ()
+        result = self.store.append(stream_id, expected, new, status=label, category=category,
+                                   fresh_ids=event_id is None, expect=expect)  # fmt: skip
         if result.duplicate:
             final = self.reader.candidate(stream_id)
         else:
@@ -221,8 +258,10 @@ class CommandPath:
 
     def _fan_out(
         self, tx: StoreTransaction, invalidation: Invalidation, event_id: str | None, keyed: int
-    ) -> list[tuple[str, tuple[StoredEvent, ...]]]:
+    ) -> list[tuple[str, tuple[StoredEvent, ...], CandidateState]]:
         """One EvidenceInvalidated per decided candidate, inside the setting's transaction.
+
+        Each with the candidate's state after it (for the reader's cache, once committed).
 
         With a key, they continue the command's numbering (`event_id/N`), so a retry
         finds and returns them too.
@@ -232,7 +271,7 @@ class CommandPath:
         row edited by hand must not let a decided candidate keep stale evidence (the
         reader's cache keeps this cheap for a long-lived process).
         """
-        done: list[tuple[str, tuple[StoredEvent, ...]]] = []
+        done: list[tuple[str, tuple[StoredEvent, ...], CandidateState]] = []
         for head in tx.streams():
             candidate_id = candidate_id_of(head.stream_id)
             if candidate_id is None:
@@ -245,7 +284,10 @@ class CommandPath:
             new = self._new_events(head.stream_id, [invalidation.event], None)
             if event_id is not None:
                 new = [attrs.evolve(new[0], event_id=f"{event_id}/{keyed + len(done)}")]
-            done.append((candidate_id, tx.append(head.stream_id, current.version, new, status="received").events))
+            stored = tx.append(head.stream_id, current.version, new, status="received").events
+            after = apply_candidate(current, stored[0].type, new[0].payload, seq=stored[0].seq,
+                                    stream_id=head.stream_id, version=stored[0].version)  # fmt: skip
+            done.append((candidate_id, stored, after))
         return done
 
     def _replayed(

@@ -217,7 +217,13 @@ class Ledger:
     # --- typed results -------------------------------------------------------------
 
     def _plan(self, stream_id: str, payload: JSON, seq: int) -> RecoveryPlan:
-        """A stored plan, typed; a state invalidated before it is told from one never recorded."""
+        """A stored plan, typed; a state invalidated before it is told from one never recorded.
+
+        Only a state the plan saw unrecorded needs that history: otherwise the stream is not read.
+        """
+        plan = plan_from_payload(payload, seq=seq)
+        if all(reason != "not_recorded" for _, reason in plan.skipped):
+            return plan
         history = ((e.seq, e.type, decoded_payload(e)) for e in self.store.read_stream(stream_id)
                    if e.type in ("TrustedStateRecorded", "TrustedStateInvalidated"))  # fmt: skip
         return plan_from_payload(payload, seq=seq, invalidated=invalidated_kinds(history, before=seq))

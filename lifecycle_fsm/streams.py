@@ -1,10 +1,12 @@
 """Reading one stream's state: fold its events, or start from a checkpoint's copy.
 
 The Ledger reads only the streams a command touches. `StreamReader` keeps the folds
-this process has made, topped up from the store on every read (a stale entry can
-only cost a re-decide, never a wrong append). Commands decide only from states
-folded from the log itself; a query may start from the latest trusted checkpoint's
-copy of a long-lived candidate and fold only the events after it.
+this process has made, topped up from the store on every read. A command may decide
+from a cached fold without reading (`cached`, `cached_settings`): its append asserts
+the version of every stream it decided from, so a stale entry (another process wrote
+since) can only cost a re-decide from a fresh read, never a wrong append. Commands
+decide only from states folded from the log itself; a query may start from the latest
+trusted checkpoint's copy of a long-lived candidate and fold only the events after it.
 """
 
 from __future__ import annotations
@@ -82,6 +84,7 @@ class StreamReader:
     def __init__(self, store: EventStore) -> None:
         self.store = store
         self._settings = LedgerSettings()
+        self._settings_known = False  # whether `_settings` was read or written by this process
         self._candidates: dict[str, CandidateState] = {}
 
     def settings(self) -> LedgerSettings:
@@ -90,7 +93,16 @@ class StreamReader:
         new = self.store.read_stream(LEDGER_STREAM, after_version=cached.version)
         if new:
             self._settings = fold_settings(new, start=cached)
+        self._settings_known = True
         return self._settings
+
+    def cached_settings(self) -> LedgerSettings | None:
+        """The settings as this process last read or wrote them, without reading (None if never)."""
+        return self._settings if self._settings_known else None
+
+    def cached(self, stream_id: str) -> CandidateState | None:
+        """The candidate as this process last read or wrote it, without reading (None if not held)."""
+        return self._candidates.get(stream_id)
 
     def candidate(self, stream_id: str, *, source: StreamSource | None = None) -> CandidateState | None:
         """A candidate folded from the log alone (what commands decide from), None if unknown.
@@ -130,5 +142,6 @@ class StreamReader:
         if isinstance(state, LedgerSettings):
             if state.version > self._settings.version:
                 self._settings = state
+                self._settings_known = True
         else:
             self._candidates[stream_of(state.candidate_id)] = state

@@ -87,8 +87,14 @@ class EventStore(Protocol):
         status: str | None = None,
         category: str | None = None,
         fresh_ids: bool = False,
+        expect: Sequence[tuple[str, int]] = (),
     ) -> AppendResult:
-        """Append to one stream in its own transaction (see `StoreTransaction.append`)."""
+        """Append to one stream in its own transaction (see `StoreTransaction.append`).
+
+        `expect`: `(stream_id, version)` of other streams the caller's decision read;
+        ConcurrencyError, nothing written, unless each is still at that version (as
+        `StoreTransaction.expect_version`, checked in the same transaction).
+        """
         ...
 
     def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[StoredEvent]:

@@ -139,9 +139,14 @@ class MemoryEventStore:
         status: str | None = None,
         category: str | None = None,
         fresh_ids: bool = False,
+        expect: Sequence[tuple[str, int]] = (),
     ) -> AppendResult:
         with self.transaction() as tx:
-            return tx.append(stream_id, expected_version, events, status=status, category=category, fresh_ids=fresh_ids)
+            done = tx.append(stream_id, expected_version, events, status=status, category=category, fresh_ids=fresh_ids)
+            if not done.duplicate:  # a retry returns its events whatever moved since (as SQLite and PostgreSQL)
+                for other, version in expect:
+                    tx.expect_version(other, version)
+            return done
 
     def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[StoredEvent]:
         return [e for e in self._streams.get(stream_id, []) if e.version > after_version]

@@ -16,7 +16,8 @@ Why it is built this way:
   head it was chained against (the last one this store saw) and the stream version are
   still current; if not, nothing was written and the append is redone with the head
   read under the lock (two trips; later appends go that way directly while guesses keep
-  going stale). Values are bound client-side; a statement shape seen twice is PREPAREd
+  going stale). `expect=` versions of streams the command read but does not write
+  (the ledger's settings) ride in the same guard. Values are bound client-side; a statement shape seen twice is PREPAREd
   and sent as EXECUTE (planning the guarded INSERT costs about as much as running it).
   psycopg's pipeline mode was measured slower than separate round trips here.
   Transactions with several appends pay one more trip (the COMMIT).
@@ -147,12 +148,15 @@ class PostgresEventStore:
         status: str | None = None,
         category: str | None = None,
         fresh_ids: bool = False,
+        expect: Sequence[tuple[str, int]] = (),
     ) -> AppendResult:
         if events and self._fault is None and len(events) <= _ONE_TRIP_ROWS:
             # One round trip when the head guess holds; two (the head read under the lock)
             # while other writers keep moving it. A fault hook needs the slow path's
             # separate COMMIT to strike before it.
             tx = PostgresTransaction(self)
+            for other, version in expect:  # checked by the guarded insert, in the same round trip
+                tx.expect_version(other, version)
             guess = self.last_head if self._guess_held else None
             try:
                 done = tx.append_and_commit(stream_id, expected_version, events, status=status, category=category,
@@ -167,6 +171,8 @@ class PostgresEventStore:
                 return done
             self._guess_held = False
         with self.transaction() as tx:
+            for other, version in expect:
+                tx.expect_version(other, version)
             return tx.append(stream_id, expected_version, events, status=status, category=category, fresh_ids=fresh_ids)
 
     def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[StoredEvent]:

@@ -216,17 +216,28 @@ def test_window_fan_out_reaches_a_candidate_decided_meanwhile(ws: Workspace, pai
 
 
 def test_a_race_lost_past_the_deadline_surfaces(ws: Workspace, pair: tuple[Ledger, Ledger]) -> None:
-    """With no time left to re-decide, the lost race reaches the caller as ConcurrencyError."""
+    """With no time left to re-decide, the lost race reaches the caller as ConcurrencyError.
+
+    The first attempt decides from the racer's cache; its refusal is re-read at once,
+    deadline or not (a stale cache is no lost race). The race lost after that re-read
+    is the one that surfaces."""
     racer, other = pair
     racer.receive(ws.dpo())
+    racer.settings()
     racer._path.retry = RetryPolicy(deadline=0.0)
     path, _ = second_baseline(ws)
-    meanwhile(racer, lambda: other.activate_baseline(path))
+
+    def baseline_then_window() -> None:
+        other.activate_baseline(path)
+        meanwhile(racer, lambda: other.advance_window(2))  # between the re-read and its append
+
+    meanwhile(racer, baseline_then_window)
     head = racer.store.head().seq
-    with pytest.raises(ConcurrencyError) as info:
+    with structlog.testing.capture_logs() as logs, pytest.raises(ConcurrencyError) as info:
         racer.check("dpo-v5")
     assert info.value.stream_id == "ledger"
-    assert racer.store.head().seq == head + 1  # only the other writer's baseline
+    assert [entry["cached"] for entry in logs if entry["event"] == "command_retried"] == [True]
+    assert racer.store.head().seq == head + 2  # only the other writer's baseline and window
 
 
 # --- retries with an idempotency key, and the path's own refusals ------------------------------

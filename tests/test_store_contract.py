@@ -190,6 +190,33 @@ def test_expect_version_inside_a_transaction(store: EventStore) -> None:
     assert store.count_events() == 2
 
 
+def test_append_expecting_other_streams(backend: Backend, store: EventStore) -> None:
+    """`append(..., expect=)`: one transaction that asserts the versions of streams it does not write.
+
+    A second handle moves the ledger stream, so the first handle's own head guess is
+    stale too (PostgreSQL's one-round-trip path then re-reads under the lock); a retry
+    of an append already stored still returns it, whatever moved since.
+    """
+    store.append("ledger", 0, [new("ledger", 0)])
+    done = store.append("a", 0, [new("a", 0)], expect=[("ledger", 1)])
+    assert [e.version for e in done.events] == [1]
+    other = backend.open()
+    try:
+        other.append("ledger", 1, [new("ledger", 1)])
+        for stale in ([("ledger", 1)], [("b", 0), ("ledger", 3)]):
+            with pytest.raises(ConcurrencyError) as info:
+                store.append("a", 1, [new("a", 1)], expect=stale)
+            assert (info.value.stream_id, info.value.actual_version) == ("ledger", 2)
+        assert store.count_events() == 3 and store.stream_version("a") == 1
+        again = store.append("a", 0, [new("a", 0)], expect=[("ledger", 1)])
+        assert again.duplicate and again.events == done.events
+        moved = store.append("a", 1, [new("a", 1)], expect=[("ledger", 2), ("b", 0)])
+        assert moved.events[0].seq == 4 and store.verify_chain().ok
+    finally:
+        if other is not store:
+            other.close()
+
+
 # --- atomic batches and input ----------------------------------------------------------------
 
 

@@ -1,0 +1,198 @@
+"""Commands decided from the reader's cache without reading the store (SPEC §5, §9).
+
+A Ledger keeps the folds of the streams it last read or wrote and decides a command
+from them; its append asserts the version of every stream it decided from. These
+tests make the cache stale on purpose: another Ledger on the same file, and two real
+processes taking turns on one candidate (SQLite and PostgreSQL). A stale cache must
+never append a decision (no lost update, versions contiguous, the chain verifies), and
+a refusal or a no-op decided from the cache must be checked against the log.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import structlog
+
+from lifecycle_fsm import Ledger
+from replay.checkpoints import load_state
+from replay.verify import verify
+from store.sqlite import SQLiteEventStore
+from tests.conftest import REPO, Workspace
+
+WORKER = REPO / "tests" / "alternate_worker.py"
+
+
+@pytest.fixture
+def two(ws: Workspace) -> Iterator[tuple[Ledger, Ledger]]:
+    """Two Ledgers on one SQLite file, each with its own connection and cache."""
+    with Ledger.open(ws.db, synchronous="NORMAL", actor="one") as one, Ledger.open(ws.db, actor="two") as two:
+        one.init()
+        one.activate_baseline(ws.baseline())
+        yield one, two
+
+
+def test_a_command_on_a_cached_candidate_reads_no_stream(ws: Workspace, two: tuple[Ledger, Ledger]) -> None:
+    """The second command on a candidate this Ledger wrote reads neither its stream nor the ledger's."""
+    one, _ = two
+    one.receive(ws.dpo())
+    one.settings()
+    store = one.store
+    assert isinstance(store, SQLiteEventStore)
+    statements: list[str] = []
+    store._conn.set_trace_callback(statements.append)
+    try:
+        assert one.check("dpo-v5").state == "verified"
+    finally:
+        store._conn.set_trace_callback(None)
+    reads = [s for s in statements if "FROM events WHERE stream_id" in s and "version >" in s]
+    assert reads == [], reads
+    assert any(s.startswith("INSERT INTO events") for s in statements)
+
+
+def test_a_candidate_invalidated_by_a_fan_out_stays_cached(ws: Workspace, two: tuple[Ledger, Ledger]) -> None:
+    """The window change's EvidenceInvalidated is folded into the cache: the next check reads nothing."""
+    one, _ = two
+    one.receive(ws.grpo())
+    assert one.check("grpo-v7").state == "verified"
+    assert one.advance_window(2).invalidated == ("grpo-v7",)
+    store = one.store
+    assert isinstance(store, SQLiteEventStore)
+    statements: list[str] = []
+    store._conn.set_trace_callback(statements.append)
+    with structlog.testing.capture_logs() as logs:
+        try:
+            one.check("grpo-v7")
+        finally:
+            store._conn.set_trace_callback(None)
+    assert not [s for s in statements if "FROM events WHERE stream_id" in s and "version >" in s]
+    assert not [entry for entry in logs if entry["event"] in ("command_retried", "command_reread")]
+    assert [e.version for e, _ in one.history("grpo-v7")] == [1, 2, 3, 4]
+
+
+def test_a_refusal_from_a_stale_cache_is_checked_against_the_log(ws: Workspace, two: tuple[Ledger, Ledger]) -> None:
+    """`one` last saw the candidate received (where `recovered` is refused); `two` failed it since."""
+    one, two_ = two
+    one.receive(ws.grpo())
+    two_.fail_stage("grpo-v7", "sampling")
+    with structlog.testing.capture_logs() as logs:
+        result = one.complete_recovery("grpo-v7")
+    assert result.state == "received" and result.candidate is not None and result.candidate.version == 4
+    assert not [entry for entry in logs if entry["event"] == "command_retried"]  # re-read, not a lost race
+
+
+def test_a_noop_from_a_stale_cache_is_checked_against_the_log(ws: Workspace, two: tuple[Ledger, Ledger]) -> None:
+    """`one` last saw baseline 1 active (activating it again: nothing); `two` activated baseline 2 since."""
+    one, two_ = two
+    first = ws.baseline()
+    one.activate_baseline(first)
+    two_.activate_baseline(ws.baseline("sft-v2"))
+    result = one.activate_baseline(first)
+    assert len(result.events) == 1 and result.settings is not None
+    assert result.settings.active_policy_version == ws.sft_sha
+    assert two_.settings().active_policy_version == ws.sft_sha
+
+
+def test_a_stale_cached_decision_is_redecided_without_backoff(ws: Workspace, two: tuple[Ledger, Ledger]) -> None:
+    """`one` decides from its cache, the append refuses (`two` wrote meanwhile), it re-reads and appends."""
+    one, two_ = two
+    one.receive(ws.grpo())
+    queue, trajectories = ws.root / "queue.jsonl", ws.root / "trajectories.jsonl"
+    queue.write_text("q\n")
+    trajectories.write_text("t\n")
+    two_.record_trusted_state("grpo-v7", "prompt_queue", queue)
+    with structlog.testing.capture_logs() as logs:
+        result = one.record_trusted_state("grpo-v7", "trajectories", trajectories)
+    assert [(entry["cached"], entry["conflict_stream"]) for entry in logs if entry["event"] == "command_retried"] == [
+        (True, "candidate:grpo-v7")
+    ]
+    assert result.candidate is not None and sorted(result.candidate.trusted_states) == ["prompt_queue", "trajectories"]
+    assert [e.version for e, _ in one.history("grpo-v7")] == [1, 2, 3]
+
+
+def _turns(ws: Workspace) -> list[dict[str, Any]]:
+    """Commands on one candidate, taken in turn by two processes: each finds its cache stale."""
+    files = ws.root / "states"
+    files.mkdir()
+    turns: list[dict[str, Any]] = [{"command": "receive", "manifest": str(ws.grpo())}]
+    for n in range(12):
+        path = files / f"{n}.jsonl"
+        path.write_text(f"{n}\n")
+        kind = ("prompt_queue", "trajectories")[n % 2]
+        turns.append({"command": "trusted", "kind": kind, "path": str(path)})
+        if n % 4 == 1:
+            turns.append({"command": "fail", "stage": "sampling"})  # the other process then recovers
+            turns.append({"command": "recovered"})  # its cache says received: refused there, allowed in the log
+        if n % 4 == 3:
+            turns.append({"command": "check"})
+        if n == 6:
+            turns.append({"command": "window", "window": 2})
+    return [{**t, "candidate": "grpo-v7"} for t in turns]
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_two_processes_taking_turns_lose_no_update(ws: Workspace, request: pytest.FixtureRequest, backend: str) -> None:
+    target = str(ws.db) if backend == "sqlite" else str(request.getfixturevalue("pg_url"))
+    with Ledger.open(target, actor="setup", synchronous="NORMAL") as ledger:
+        ledger.init()
+        ledger.activate_baseline(ws.baseline())
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(WORKER), target, name],
+            cwd=REPO,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name in ("a", "b")
+    ]
+    answers: list[dict[str, Any]] = []
+    kinds: list[str] = []
+    versions: list[int] = []  # the candidate's version before each turn
+    version = 0
+    try:
+        for n, turn in enumerate(_turns(ws)):
+            proc = procs[n % 2]
+            assert proc.stdin is not None and proc.stdout is not None
+            versions.append(version)
+            proc.stdin.write(json.dumps(turn) + "\n")
+            proc.stdin.flush()
+            line = proc.stdout.readline()
+            assert line, proc.communicate(timeout=60)[1]
+            answer = json.loads(line)
+            own = [v for stream, v in answer["appended"] if stream == "candidate:grpo-v7"]
+            assert own == list(range(version + 1, version + 1 + len(own))), (turn, answer)  # nothing lost, no gap
+            if answer["version"] is not None:
+                version = answer["version"]
+                assert own and own[-1] == version
+            else:  # a settings command: its fan-out may have invalidated the candidate
+                version = own[-1] if own else version
+            answers.append(answer)
+            kinds.append(turn["command"])
+    finally:
+        for proc in procs:
+            _, err = proc.communicate(timeout=60)
+            assert proc.returncode == 0, err
+    # Whenever the other process moved the candidate since a process's last turn, that
+    # process's cache was stale on it: each time, it was noticed (refused append or re-read).
+    seen = {0: 0, 1: 0}
+    for n, (kind, answer, before) in enumerate(zip(kinds, answers, versions, strict=True)):
+        if kind != "window" and seen[n % 2] and before > seen[n % 2]:
+            assert answer["stale"] + answer["reread"] >= 1, (n, kind, answer)
+        seen[n % 2] = versions[n + 1] if n + 1 < len(versions) else version
+    assert sum(a["stale"] for a in answers) >= 8 and sum(a["reread"] for a in answers) >= 2
+    with Ledger.open(target, actor="auditor") as ledger:
+        history = ledger.history("grpo-v7")
+        assert [e.version for e, _ in history] == list(range(1, version + 1))
+        trusted = [e for e, _ in history if e.type == "TrustedStateRecorded"]
+        assert len(trusted) == 12
+        report = verify(ledger.store)
+        assert report["ok"], report
+        replayed = load_state(ledger.store, use_checkpoints=False).state
+        assert replayed.candidates["grpo-v7"] == ledger.candidate("grpo-v7")
