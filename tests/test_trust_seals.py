@@ -205,6 +205,15 @@ def test_seal_out_writes_the_signed_head_file_once(ws: Workspace, keys: Path) ->
     assert code == 3 and "already exists" in err and count_events(db) == before
 
 
+def test_seal_out_to_a_path_it_cannot_write_appends_nothing(ws: Workspace, keys: Path) -> None:
+    """The output file is claimed before the seal is appended: a missing folder is exit 3, no HeadSealed."""
+    db = _ready_ledger(ws)
+    before = count_events(db)
+    code, _, err = _signed(db, keys, "seal", "--out", str(ws.root / "missing" / "head.json"))
+    assert code == 3 and "nothing was sealed" in err and err.count("\n") == 1
+    assert count_events(db) == before
+
+
 def test_a_dropped_tail_passes_plain_verify_but_not_a_pinned_head(ws: Workspace, keys: Path) -> None:
     db = _ready_ledger(ws)
     head_file = ws.root / "head.json"

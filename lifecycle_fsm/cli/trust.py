@@ -46,16 +46,24 @@ def key_new(out: Path) -> None:
 def seal_command(out: Path | None) -> None:
     """Sign the head and append the seal to the `seals` stream; print (or write) the signed head."""
     private = require_signing_key("seal")
-    if out is not None and out.exists():
-        raise InputError(f"{out} already exists: a signed head is never overwritten")
     ledger = open_ledger(must_exist=True)
-    doc = seal(ledger.store, private, actor=ledger.actor, clock=utc_now)
-    text = signed_head_text(doc)
-    if out is not None:
+    fd = None
+    if out is not None:  # claimed before the seal is appended: a path we cannot write appends nothing
         try:
             fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except OSError as e:  # the seal is in the ledger: say where the head is, so it is not lost
-            raise InputError(f"sealed seq {doc['seq']}, but cannot write {out} ({e.strerror}): {text}") from e
+        except FileExistsError:
+            raise InputError(f"{out} already exists: a signed head is never overwritten") from None
+        except OSError as e:
+            raise InputError(f"cannot write {out} ({e.strerror}); nothing was sealed") from None
+    try:
+        doc = seal(ledger.store, private, actor=ledger.actor, clock=utc_now)
+    except BaseException:
+        if fd is not None and out is not None:
+            os.close(fd)
+            out.unlink()
+        raise
+    text = signed_head_text(doc)
+    if fd is not None:
         with os.fdopen(fd, "w") as f:
             f.write(text)
     if wants_json():
