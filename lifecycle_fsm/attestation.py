@@ -54,8 +54,9 @@ def _statement(store: EventStore, candidate_id: str) -> JSON:
     handoff = state.last_handoff
     if handoff is None or state.decisive_type != HandoffDecided.TYPE or state.decisive_seq != handoff["seq"]:
         raise ConflictError(
-            f"candidate {candidate_id!r} ({state.state}) has no standing hand-off decision to attest: "
-            "run `lifecycle handoff` first"
+            f"candidate {candidate_id!r} ({state.state}) has no standing hand-off decision to attest "
+            f"(its state was last decided by {state.decisive_type}); a candidate that may still be handed off "
+            "needs `lifecycle handoff` first"
         )
     decisive = next(e for e in events if e.seq == handoff["seq"])
     head = store.head()

@@ -93,11 +93,17 @@ def previous_of(path: Path) -> Path:
     return path.with_name(path.name + ".previous")
 
 
-def refuse_existing(paths: Sequence[Path], replace: bool) -> list[Path]:
+def refuse_existing(
+    paths: Sequence[Path],
+    replace: bool,
+    *,
+    what: str = "records for this label",
+    hint: str = "choose a new --label, or ",
+) -> list[Path]:
     """Refuse a used label (or a second `.previous`); return the records `--replace` will move."""
     existing = [p for p in paths if os.path.lexists(p)]
     if existing and not replace:
-        raise InputError(f"records for this label already exist: {existing[0]} (choose a new --label, or --replace)")
+        raise InputError(f"{what} already exist{'s' if what == 'a report' else ''}: {existing[0]} ({hint}--replace)")
     for p in existing:
         if os.path.lexists(previous_of(p)):
             raise InputError(

@@ -145,7 +145,8 @@ def parse_expected_head(value: str) -> ExpectedHead:
     try:
         text = Path(value).read_text()
     except OSError as e:
-        raise InputError(f"--expect-head {value!r} is neither SEQ:HASH nor a readable file ({e.strerror})") from e
+        shape = "SEQ:HASH (a seq and the 64-hex-digit hash)"
+        raise InputError(f"--expect-head {value!r} is neither {shape} nor a readable file ({e.strerror})") from e
     try:
         doc = orjson.loads(text)
     except orjson.JSONDecodeError as e:

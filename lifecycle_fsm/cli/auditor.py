@@ -101,7 +101,9 @@ def report(out: Path, fmt: str, replace: bool) -> None:
     from replay.report import build_report, report_html, report_markdown
 
     target = out / _REPORT_FORMATS[fmt]
-    refuse_existing([target], replace)  # before the (slow) verify: a refusal is immediate
+    refuse_existing(
+        [target], replace, what="a report", hint="another --out, or "
+    )  # before the (slow) verify: a refusal is immediate
     doc = build_report(open_ledger(must_exist=True).store)
     text = report_markdown(doc) if fmt == "md" else report_html(doc)
     moved = publish([(target, text.encode("utf-8"))], replace=replace)
