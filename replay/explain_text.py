@@ -61,7 +61,7 @@ def explain_sections(doc: JSON) -> list[Section]:
     """The document as ordered sections; the renderers only format them."""
     event = doc["decisive_event"]
     head = [
-        f"{doc['id']} ({doc['kind']}) is {doc['state']} as of seq {doc['as_of']} "
+        f"{doc['id']} ({format_value(doc['kind'])}) is {doc['state']} as of seq {doc['as_of']} "
         f"(revision {doc['revision']}, stream version {doc['version']})",
         f"reason codes: {', '.join(doc['reason_codes']) or 'none'}",
         f"decided by seq {event['seq']} {event['type']}, recorded {event['recorded_at']} by {event['actor']} "

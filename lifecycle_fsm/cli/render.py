@@ -136,7 +136,16 @@ def print_status(docs: list[_JSON]) -> None:
         click.echo("no candidates")
         return
     columns = ("id", "kind", "state", "version", "reasons")
-    rows = [(d["id"], str(d["kind"]), d["state"], str(d["version"]), ", ".join(d["reason_codes"])) for d in docs]
+    rows = [
+        (
+            d["id"],
+            "none" if d["kind"] is None else str(d["kind"]),
+            d["state"],
+            str(d["version"]),
+            ", ".join(d["reason_codes"]),
+        )
+        for d in docs
+    ]
     if (text := plain_table(columns, rows)) is not None:
         click.echo(text)
         return
