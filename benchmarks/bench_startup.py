@@ -85,7 +85,16 @@ def run(workdir: Path, rounds: int, quick: bool) -> tuple[list[Row], dict[str, A
         "clock": "CPU time (user + system) of the child processes",
         "ms": {k: summary(v, 1e3, 1) for k, v in times.items()},
         "ratios": {k: summary(v) for k, v in ratios.items()},
-        "interpreter": sys.executable,
-        "cli": shutil.which("lifecycle"),
+        "interpreter": _in_checkout(sys.executable),
+        "cli": _in_checkout(shutil.which("lifecycle")),
     }
     return rows, detail
+
+
+def _in_checkout(path: str | None) -> str | None:
+    """A path inside this checkout relative to it: result files name no machine's folders."""
+    if path is None:
+        return None
+    root = Path(__file__).resolve().parents[1]
+    absolute = Path(path).absolute()
+    return str(absolute.relative_to(root)) if absolute.is_relative_to(root) else path
