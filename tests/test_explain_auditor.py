@@ -181,3 +181,17 @@ def test_text_shows_the_trusted_states_and_the_last_check(ws: Workspace) -> None
     doc, text, _ = _explain(ws, cid)
     assert doc["trusted_states"] == {} and "Trusted states recorded now:\n  none" in text
     assert f"last check at seq {'none' if doc['last_check_seq'] is None else doc['last_check_seq']}" in text
+
+
+def test_json_and_another_format_conflict(ws: Workspace) -> None:
+    """`--json` with `--format text|md` is a usage error (exit 2, one line), not a silent pick of one."""
+    with ws.ledger() as led:
+        led.activate_baseline(ws.baseline())
+        cid = blocking_recovery(ws, led)
+    for args in (("--json", "explain", cid, "--format", "md"), ("explain", cid, "--format", "text", "--json")):
+        result = invoke(ws.db, *args)
+        assert result.exit_code == 2, result.output
+        assert result.stdout == ""
+        assert result.stderr.count("\n") == 1 and "--json asks for JSON and --format" in result.stderr
+    both = invoke(ws.db, "--json", "explain", cid, "--format", "json")
+    assert both.exit_code == 0 and json.loads(both.stdout)["id"] == cid

@@ -80,6 +80,8 @@ def explain(candidate_id: str, as_of: AsOf | None, fmt: str | None) -> None:
 
     A seq past the head exits 3; a position before the candidate existed exits 4.
     """
+    if fmt not in (None, "json") and wants_json():
+        raise click.UsageError(f"--json asks for JSON and --format {fmt} for {fmt}: give one of them")
     from replay import explain as explain_candidate
     from replay.explain_text import explain_markdown, explain_text
 
