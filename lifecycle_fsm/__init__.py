@@ -28,8 +28,9 @@ if typing.TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__geta
         LifecycleError,
         NotFoundError,
         StoreError,
+        WaitTimeout,
     )
-    from lifecycle_fsm.feed import FeedEvent, WaitTimeout
+    from lifecycle_fsm.feed import FeedEvent
     from lifecycle_fsm.ledger import Ledger
     from lifecycle_fsm.machine import State
     from lifecycle_fsm.recovery import RecoveryAction, RecoveryPlan
@@ -55,11 +56,11 @@ _WHERE = {
             "LifecycleError",
             "NotFoundError",
             "StoreError",
+            "WaitTimeout",
         ),
         "errors",
     ),
     "FeedEvent": "feed",
-    "WaitTimeout": "feed",
     "Ledger": "ledger",
     "State": "machine",
     "RecoveryAction": "recovery",

@@ -21,8 +21,9 @@ each one ends in is the CLI's business (`lifecycle_fsm.cli.exit_codes`), not the
     ├── IntegrityError                   the log or a checkpoint is corrupt (no builtin)
     │   └── CorruptionError              replay met something the table forbids
     │       └── IllegalTransition        a recorded move the table forbids (lifecycle_fsm.state)
-    └── StoreError (OSError)             the database failed (locked, not a ledger)
-        └── LedgerClosedError            a Ledger used after `close()`
+    ├── StoreError (OSError)             the database failed (locked, not a ledger)
+    │   └── LedgerClosedError            a Ledger used after `close()`
+    └── WaitTimeout (TimeoutError)       `Ledger.wait_for` gave up (re-exported by lifecycle_fsm.feed)
 
 The store translates `sqlite3` errors into these at its boundary (`raise … from e`);
 nothing from `sqlite3`, `sqlite_utils` or `transitions` crosses the public API.
@@ -55,6 +56,7 @@ __all__ = [
     "NotFoundError",
     "ScenarioError",
     "StoreError",
+    "WaitTimeout",
 ]
 
 
@@ -81,3 +83,17 @@ class CorruptionError(IntegrityError):
 
 class LedgerClosedError(StoreError):
     """A Ledger (or its store) was used after `close()`."""
+
+
+class WaitTimeout(LifecycleError, TimeoutError):
+    """`wait_for` gave up: the candidate did not reach any of the states in time.
+
+    Defined here rather than in `feed.py` (which re-exports it) so that the CLI's exit-code
+    table does not import the feed, and with it the Ledger's modules, on every start.
+    """
+
+    def __init__(self, message: str, *, candidate_id: str, states: tuple[str, ...], last_state: str | None) -> None:
+        super().__init__(message)
+        self.candidate_id = candidate_id
+        self.states = states
+        self.last_state = last_state

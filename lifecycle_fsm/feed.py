@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 import attrs
 
-from lifecycle_fsm.errors import LifecycleError, NotFoundError
+from lifecycle_fsm.errors import NotFoundError, WaitTimeout
 from lifecycle_fsm.events import LEDGER_STREAM, Event, stream_of
 from lifecycle_fsm.machine import State
 from lifecycle_fsm.upcasting import decoded_event
@@ -26,16 +26,6 @@ __all__ = ["PAGE", "FeedEvent", "WaitTimeout", "follow_events", "read_events", "
 
 PAGE = 500
 SEALS_STREAM = "seals"
-
-
-class WaitTimeout(LifecycleError, TimeoutError):
-    """`wait_for` gave up: the candidate did not reach any of the states in time."""
-
-    def __init__(self, message: str, *, candidate_id: str, states: tuple[str, ...], last_state: str | None) -> None:
-        super().__init__(message)
-        self.candidate_id = candidate_id
-        self.states = states
-        self.last_state = last_state
 
 
 @attrs.frozen(kw_only=True)

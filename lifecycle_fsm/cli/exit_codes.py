@@ -9,8 +9,15 @@ from __future__ import annotations
 
 from enum import IntEnum
 
-from lifecycle_fsm.errors import ConflictError, InputError, IntegrityError, LifecycleError, NotFoundError, StoreError
-from lifecycle_fsm.feed import WaitTimeout
+from lifecycle_fsm.errors import (
+    ConflictError,
+    InputError,
+    IntegrityError,
+    LifecycleError,
+    NotFoundError,
+    StoreError,
+    WaitTimeout,
+)
 
 __all__ = ["ERROR_EXIT_CODES", "EXIT_CODES", "ExitCode", "exit_code_for"]
 
