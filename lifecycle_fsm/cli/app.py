@@ -17,7 +17,6 @@ import click
 
 from lifecycle_fsm.cli.exit_codes import EXIT_CODES, exit_code_for
 from lifecycle_fsm.errors import InputError, LifecycleError, StoreError
-from lifecycle_fsm.ledger import Ledger
 from lifecycle_fsm.limits import display
 from lifecycle_fsm.logs import configure_logging
 from store.open import is_postgres_url, open_store
@@ -31,6 +30,7 @@ __all__ = [
     "json_option",
     "main",
     "open_ledger",
+    "open_read_store",
     "refuse_empty_file",
     "refuse_memory_db",
     "require_signing_key",
@@ -112,6 +112,9 @@ def json_option(func: _F) -> _F:
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from lifecycle_fsm.ledger import Ledger
+    from store.base import EventStore
 
     _ParamType = click.ParamType[Any]  # generic in click's stubs
 else:
@@ -196,6 +199,8 @@ def open_ledger(*, must_exist: bool = False, initialising: bool = False) -> Ledg
     every command but `init` (`initialising`): a ledger truncated to nothing must not
     silently start over on the next write.
     """
+    from lifecycle_fsm.ledger import Ledger  # the command path and its evidence modules: not for a read
+
     obj = root_obj()
     refuse_memory_db(obj["db"])
     if not initialising:
@@ -204,6 +209,21 @@ def open_ledger(*, must_exist: bool = False, initialising: bool = False) -> Ledg
     ledger = Ledger(store, actor=obj["actor"])
     click.get_current_context().call_on_close(ledger.close)
     return ledger
+
+
+def open_read_store() -> EventStore:
+    """The store of the ledger `--db` names, for a command that only reads (`status`).
+
+    The same refusals as `open_ledger(must_exist=True)`, without building a `Ledger`:
+    importing its command path (decisions, evidence gathering, the live machine) was most
+    of a `status ID` process. Closed when the command's context closes.
+    """
+    obj = root_obj()
+    refuse_memory_db(obj["db"])
+    refuse_empty_file(obj["db"])
+    store = open_store(obj["db"], synchronous=obj["synchronous"], create=False)
+    click.get_current_context().call_on_close(store.close)
+    return store
 
 
 @click.group(cls=LifecycleGroup, epilog="Exit codes: " + "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items()))

@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING
 
 import click
 
-from lifecycle_fsm.cli.app import AS_OF, json_option, open_ledger, root_obj, wants_json
+from lifecycle_fsm.cli.app import AS_OF, json_option, open_ledger, open_read_store, root_obj, wants_json
 from lifecycle_fsm.cli.render import candidate_json, emit, print_history, print_status
 from lifecycle_fsm.errors import NotFoundError
 from lifecycle_fsm.events import stream_of
 from lifecycle_fsm.limits import MAX_INT64, display
 from lifecycle_fsm.machine import diagram as mermaid_diagram
-from lifecycle_fsm.streams import fold_candidate
+from lifecycle_fsm.streams import StreamReader, fold_candidate
 from store.records import StreamHead
 
 if TYPE_CHECKING:  # replay is imported by the commands that use it: `status ID` does not (start-up)
@@ -32,17 +32,17 @@ __all__ = ["diagram", "explain", "history", "replay", "status"]
 @json_option
 def status(candidate_id: str | None, as_of: AsOf | None) -> None:
     """Every candidate's state (from the latest checkpoint + tail), or one candidate's; --as-of: then."""
-    ledger = open_ledger(must_exist=True)
+    store = open_read_store()  # a read: no Ledger, so none of its command path is imported (start-up)
     position = None
     if as_of is not None:
         from replay.asof import position_of
 
-        position = position_of(ledger.store, as_of)
+        position = position_of(store, as_of)
     if candidate_id is not None:
         if position is None:
-            doc = candidate_json(ledger.candidate(candidate_id))
+            doc = candidate_json(StreamReader(store).query(candidate_id))  # what `Ledger.candidate` does
         else:
-            events = [e for e in ledger.store.read_stream(stream_of(candidate_id)) if e.seq <= position]
+            events = [e for e in store.read_stream(stream_of(candidate_id)) if e.seq <= position]
             state = fold_candidate(events)
             if state is None:
                 raise NotFoundError(f"unknown candidate: {candidate_id!r} at or before seq {position}")
@@ -51,7 +51,7 @@ def status(candidate_id: str | None, as_of: AsOf | None) -> None:
         return
     from replay import load_state
 
-    states = load_state(ledger.store, to=position, checked=True).state.candidates
+    states = load_state(store, to=position, checked=True).state.candidates
     docs = [candidate_json(c) for _, c in sorted(states.items())]
     if not wants_json() and position is not None:
         click.echo(f"as of seq {position}")
@@ -85,7 +85,7 @@ def explain(candidate_id: str, as_of: AsOf | None, fmt: str | None) -> None:
     from replay import explain as explain_candidate
     from replay.explain_text import explain_markdown, explain_text
 
-    doc = explain_candidate(open_ledger(must_exist=True).store, candidate_id, as_of=as_of)
+    doc = explain_candidate(open_read_store(), candidate_id, as_of=as_of)
     fmt = fmt or ("json" if wants_json() else "text")
     if fmt == "json":
         root_obj()["json"] = True
@@ -141,7 +141,7 @@ def diagram(candidate_id: str | None) -> None:
     if candidate_id is not None:
         from replay import explain as explain_candidate
 
-        steps = explain_candidate(open_ledger(must_exist=True).store, candidate_id)["path"]
+        steps = explain_candidate(open_read_store(), candidate_id)["path"]
         path = [(s["from"], s["trigger"], s["to"], s["seq"]) for s in steps]
     text = mermaid_diagram(path)
     emit({"mermaid": text}) if wants_json() else click.echo(text)

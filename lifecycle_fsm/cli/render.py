@@ -9,16 +9,17 @@ from typing import TYPE_CHECKING, Any
 import click
 import orjson
 
-from lifecycle_fsm.events import Event
 from lifecycle_fsm.limits import display
-from lifecycle_fsm.results import CandidateResult, CommandResult
-from lifecycle_fsm.state import CandidateState
-from store.records import StoredEvent
 
-if TYPE_CHECKING:  # rich is imported when a table is printed, not at start-up (~30 ms)
+if TYPE_CHECKING:  # rich is imported when a table is printed, not at start-up (~30 ms); the rest are types
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
+
+    from lifecycle_fsm.events import Event
+    from lifecycle_fsm.results import CommandResult
+    from lifecycle_fsm.state import CandidateState
+    from store.records import StoredEvent
 
 __all__ = [
     "PIPE_WIDTH",
@@ -57,6 +58,8 @@ def candidate_json(c: CandidateState) -> _JSON:
 
 def print_result(result: CommandResult, as_json: bool, verb: str) -> None:
     """A command's outcome: what it appended and where the candidate (or ledger) stands."""
+    from lifecycle_fsm.results import CandidateResult  # only the commands that append print results
+
     doc: _JSON = {"appended": result.appended, "events": [e.seq for e in result.events]}
     if isinstance(result, CandidateResult):
         doc |= candidate_json(result.candidate)
