@@ -5,7 +5,8 @@ trigger it fires, the states it may start from and where it leads. Everything el
 is derived from it, never copied:
 - `MACHINE`, one shared `transitions.Machine` (candidates are never added to it:
   a machine per candidate costs ~1 ms and ~39 KB) used to check live commands with
-  `get_transitions`, which runs no callbacks;
+  `get_transitions`, which runs no callbacks; built on first use (`live_machine`), so
+  a process that only reads and folds never imports `transitions`;
 - `TABLE` / `TABLE_BY_STATE`, plain dicts for replay, ~50x cheaper than firing
   triggers and free of side effects;
 - `COMMAND_TRIGGERS` (what a command may fire) and `sources_of` (e.g. the states an
@@ -19,14 +20,17 @@ A new stream starts with `receive` (no source state); `=` keeps the state.
 from __future__ import annotations
 
 import hashlib
-import logging
 from collections.abc import Iterable, Sequence
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import orjson
-from transitions import Machine
+
+if TYPE_CHECKING:
+    from transitions import Machine
+
+    MACHINE: Machine  # see `__getattr__` below
 
 __all__ = [
     "COMMAND_BY_TRIGGER",
@@ -44,13 +48,10 @@ __all__ = [
     "allowed_triggers",
     "command_allowed",
     "diagram",
+    "live_machine",
     "next_state",
     "sources_of",
 ]
-
-# transitions logs every callback at INFO (~6x the cost of a trigger); we fire none,
-# but keep it quiet for embedders who log at INFO.
-logging.getLogger("transitions").setLevel(logging.WARNING)
 
 
 class State(StrEnum):
@@ -137,14 +138,41 @@ TABLE_DIGEST = hashlib.sha256(
     orjson.dumps({"states": [s.value for s in State], "transitions": TRANSITIONS}, option=orjson.OPT_SORT_KEYS)
 ).hexdigest()
 
-MACHINE = Machine(
-    model=None,
-    states=[s.value for s in State],
-    transitions=TRANSITIONS,
-    initial=State.RECEIVED.value,
-    auto_transitions=False,
-    send_event=False,
-)
+_MACHINE: list[Machine] = []  # the shared machine, once built
+
+
+def live_machine() -> Machine:
+    """The shared `transitions.Machine` of the table (also `machine.MACHINE`), built on first use.
+
+    A read (`status ID`: fold and print) never needs it; importing `transitions` (and
+    `logging`, `six`) was a tenth of that process.
+    """
+    if not _MACHINE:
+        import logging
+
+        from transitions import Machine
+
+        # transitions logs every callback at INFO (~6x the cost of a trigger); we fire none,
+        # but keep it quiet for embedders who log at INFO.
+        logging.getLogger("transitions").setLevel(logging.WARNING)
+        _MACHINE.append(
+            Machine(
+                model=None,
+                states=[s.value for s in State],
+                transitions=TRANSITIONS,
+                initial=State.RECEIVED.value,
+                auto_transitions=False,
+                send_event=False,
+            )
+        )
+    return _MACHINE[0]
+
+
+def __getattr__(name: str) -> Any:
+    """`MACHINE` is `live_machine()` (PEP 562: built when first named, not at import)."""
+    if name == "MACHINE":
+        return live_machine()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def next_state(state: str | None, trigger: str) -> str | None:
@@ -162,7 +190,8 @@ def allowed_triggers(state: str | None) -> list[str]:
     """The triggers the table allows from `state` (for error messages and explain)."""
     if state is None:
         return [INITIAL_TRIGGER]
-    return sorted({t for t in MACHINE.get_triggers(state) if MACHINE.get_transitions(t, source=state)})
+    machine = live_machine()
+    return sorted({t for t in machine.get_triggers(state) if machine.get_transitions(t, source=state)})
 
 
 def allowed_commands(state: str | None) -> list[str]:
@@ -174,7 +203,7 @@ def allowed_commands(state: str | None) -> list[str]:
 
 def command_allowed(state: str | None, triggers: Iterable[str]) -> bool:
     """Whether the shared machine allows any of `triggers` from `state` (runs no callbacks)."""
-    return state is not None and any(MACHINE.get_transitions(t, source=state) for t in triggers)
+    return state is not None and any(live_machine().get_transitions(t, source=state) for t in triggers)
 
 
 def diagram(path: Sequence[tuple[str | None, str, str, int]] = ()) -> str:
