@@ -8,14 +8,17 @@ not a terminal (for collectors), a readable console format when it is.
 
 from __future__ import annotations
 
-import logging
 import sys
+from typing import TYPE_CHECKING
 
-import orjson
+if TYPE_CHECKING:
+    import logging
 
 __all__ = ["Logger", "configure_logging", "get_logger"]
 
-_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+# logging's own numbers (DEBUG, INFO, WARNING, ERROR): `logging` itself is imported only when
+# an event is wanted, so a CLI command that logs nothing at its level never pays for it.
+_LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
 
 
 def configure_logging(level: str = "warning", *, json_lines: bool | None = None) -> None:
@@ -46,6 +49,7 @@ def _apply_pending() -> None:
         return
     numeric, json_lines = _PENDING
     _PENDING = None
+    import orjson
     import structlog
 
     processors: list[structlog.typing.Processor] = [
@@ -78,7 +82,16 @@ class Logger:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self._stdlib = logging.getLogger(name)
+        self._logger: logging.Logger | None = None
+
+    @property
+    def _stdlib(self) -> logging.Logger:
+        """The stdlib logger of the same name (imports `logging` on first use)."""
+        if self._logger is None:
+            import logging
+
+            self._logger = logging.getLogger(self.name)
+        return self._logger
 
     def _log(self, level: int, event: str, fields: dict[str, object]) -> None:
         if _PENDING is not None:  # the CLI asked for logs at a level: below it, nothing; else set structlog up now
@@ -88,18 +101,20 @@ class Logger:
         # structlog is only configured if someone imported it: never import it here.
         structlog = sys.modules.get("structlog")
         if structlog is not None and structlog.is_configured():
+            import logging  # structlog imported it already
+
             getattr(structlog.get_logger(self.name), logging.getLevelName(level).lower())(event, **fields)
         elif self._stdlib.isEnabledFor(level):
             self._stdlib.log(level, "%s %s", event, " ".join(f"{k}={v!r}" for k, v in fields.items()))
 
     def debug(self, event: str, **fields: object) -> None:
-        self._log(logging.DEBUG, event, fields)
+        self._log(_LEVELS["debug"], event, fields)
 
     def info(self, event: str, **fields: object) -> None:
-        self._log(logging.INFO, event, fields)
+        self._log(_LEVELS["info"], event, fields)
 
     def warning(self, event: str, **fields: object) -> None:
-        self._log(logging.WARNING, event, fields)
+        self._log(_LEVELS["warning"], event, fields)
 
 
 def get_logger(name: str) -> Logger:
