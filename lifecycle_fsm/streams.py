@@ -19,7 +19,6 @@ import orjson
 from lifecycle_fsm.errors import NotFoundError
 from lifecycle_fsm.events import LEDGER_STREAM, stream_of
 from lifecycle_fsm.logs import get_logger
-from lifecycle_fsm.snapshots import snapshot_problem
 from lifecycle_fsm.state import CandidateState, LedgerSettings, apply_candidate, apply_settings, candidate_from_dict
 from lifecycle_fsm.upcasting import decoded_payload
 from store.base import EventStore
@@ -60,6 +59,8 @@ def state_from_checkpoint(store: EventStore, stream_id: str) -> CandidateState |
     snap = store.latest_stream_snapshot(stream_id)
     if snap is None:
         return None
+    from lifecycle_fsm.snapshots import snapshot_problem  # only with a checkpoint copy to judge (start-up)
+
     problem = snapshot_problem(
         store, schema_version=snap.schema_version, fingerprint=snap.fingerprint, text=snap.state,
         sha256=snap.state_sha256, position=snap.position, head_hash=snap.head_hash,

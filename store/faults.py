@@ -14,7 +14,6 @@ hook is a single `is None` test per commit.
 from __future__ import annotations
 
 import os
-import signal
 
 from store.errors import InputError
 
@@ -36,6 +35,8 @@ class FaultPlan:
             return
         self._seen += 1
         if self._seen == self.nth:
+            import signal  # here, not at import: every store open would pay for its enums
+
             os.kill(os.getpid(), signal.SIGKILL)
 
 
