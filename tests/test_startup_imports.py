@@ -152,6 +152,59 @@ def test_default_log_level_writes_nothing_and_imports_no_structlog(tmp_path: Pat
     assert [m for m in modules if m.startswith("structlog")] == []
 
 
+# What a read of one candidate needs: the fold (events, table, state), the store, the printer.
+# The Ledger's command path, the live `transitions` machine and the modules only a write uses
+# (evidence, manifests, the clock and actor, results, retry) are imported by the commands that
+# write; `logging` only when an event is wanted; `signal` only when a fault plan kills.
+NOT_FOR_A_READ = (
+    "lifecycle_fsm.ledger", "lifecycle_fsm.command_path", "lifecycle_fsm.decisions", "lifecycle_fsm.feed",
+    "lifecycle_fsm.checks", "lifecycle_fsm.artifacts", "lifecycle_fsm.manifests", "lifecycle_fsm.command_inputs",
+    "lifecycle_fsm.results", "lifecycle_fsm.retry", "lifecycle_fsm.recovery", "lifecycle_fsm.snapshots",
+    "lifecycle_fsm.rules", "transitions", "logging", "signal", "socket",
+)  # fmt: skip
+
+
+def _console_script() -> list[str]:
+    """The installed `lifecycle` script (what a user runs), else `-m lifecycle_fsm`."""
+    script = Path(sys.executable).with_name("lifecycle")
+    return [str(script)] if script.exists() else ["-m", "lifecycle_fsm"]
+
+
+@pytest.mark.parametrize("how", ["script", "module"])
+@pytest.mark.parametrize("as_json", [False, True])
+def test_status_of_one_candidate_imports_no_write_path(populated_db: Path, how: str, as_json: bool) -> None:
+    """`lifecycle status ID` (the console script and `-m`) folds and prints without the Ledger's command
+    path, the live machine, logging or the write commands' modules, and prints the same state."""
+    cli = _console_script() if how == "script" else ["-m", "lifecycle_fsm"]
+    argv = [*cli, "--db", str(populated_db), *(["--json"] if as_json else []), "status", "cand-1"]
+    modules = imported_by(*argv)
+    assert "lifecycle_fsm.streams" in modules  # the fold ran
+    loaded = sorted(m for m in modules if m in NOT_FOR_A_READ or m.split(".")[0] in NOT_FOR_A_READ)
+    assert loaded == []
+    done = subprocess.run([sys.executable, *argv], capture_output=True, text=True, check=True)
+    if as_json:
+        assert json.loads(done.stdout)["state"] == "received"
+    else:
+        assert "│ cand-1 │ grpo │ received │ 1       │         │" in done.stdout
+
+
+def test_the_fold_imports_no_transitions_and_the_live_machine_still_works() -> None:
+    """`transitions` is imported when a command first checks a live move, not by the table or the fold."""
+    code = (
+        "import sys\n"
+        "import lifecycle_fsm.state, lifecycle_fsm.streams\n"
+        "assert 'transitions' not in sys.modules and 'logging' not in sys.modules, 'imported at import'\n"
+        "from lifecycle_fsm import machine\n"
+        "assert machine.command_allowed('received', machine.COMMAND_TRIGGERS['check'])\n"
+        "assert 'transitions' in sys.modules\n"
+        "assert machine.MACHINE is machine.live_machine()\n"
+        "print(machine.allowed_commands('verified'))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "['check', 'fail', 'handoff', 'trusted', 'untrust']"
+
+
 @pytest.fixture
 def populated_db(ws: Workspace) -> Path:
     with ws.ledger() as led:
