@@ -18,6 +18,8 @@ Measurements (each a fresh process of the same interpreter):
 - `verify_chain`: `store.verify_chain()` in process on the same ledger, events/s;
 - `mix`: the command mix of `bench_mix.py` (NORMAL), µs per command, and per type.
 The floor `python -c "import sqlite3"` is timed in each round too (start-up ratio).
+Children cache bytecode under the temporary folder (`PYTHONPYCACHEPREFIX`, without
+`PYTHONDONTWRITEBYTECODE`), as an installed CLI has its `.pyc` (bench_startup.py says why).
 """
 
 from __future__ import annotations
@@ -64,8 +66,12 @@ print(json.dumps({"mean": sorted(per)[1], **{k: sorted(v)[1] for k, v in b.by_ty
 """
 
 
+_PYCACHE: list[str] = []  # the bytecode folder of this run (set in `main`)
+
+
 def _env(tree: Path) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(tree)}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return {**env, "PYTHONPATH": str(tree), "PYTHONPYCACHEPREFIX": _PYCACHE[0]}
 
 
 def _run(argv: list[str], tree: Path) -> subprocess.CompletedProcess[str]:
@@ -113,8 +119,11 @@ def main(argv: list[str] | None = None) -> int:
     cli = [str(Path(sys.executable).with_name("lifecycle"))]
     trees = {"before": args.before.resolve(), "after": args.after.resolve()}
     with tempfile.TemporaryDirectory(prefix="lifecycle-ab-") as tmp:
+        _PYCACHE[:] = [str(Path(tmp) / "pycache")]
         big, _ = _ledger(trees["before"], Path(tmp), args.events)
         probe = "grpo-v7-c0007"
+        for tree in trees.values():  # write each tree's bytecode before the first timed round
+            _run([*cli, "--db", str(big), "status", probe], tree)
         figures: dict[str, dict[str, list[Any]]] = {name: {} for name in trees}
         floor: list[float] = []
         for r in range(args.rounds):
