@@ -81,10 +81,10 @@ _ALLOWED: dict[tuple[str, str], bool] = {}
 def require_command(current: CandidateState, command: str) -> None:
     """Refuse a command the machine's table does not allow (checked before any work)."""
     key = (current.state, command)
-    allowed = _ALLOWED.get(key)
-    if allowed is None:
-        allowed = _ALLOWED[key] = command_allowed(current.state, COMMAND_TRIGGERS[command])
-    if not allowed:
+    ok = _ALLOWED.get(key)
+    if ok is None:
+        ok = _ALLOWED[key] = command_allowed(current.state, COMMAND_TRIGGERS[command])
+    if not ok:
         allowed = allowed_commands(current.state)
         raise IllegalCommandError(
             f"candidate {current.candidate_id!r} is in state {current.state}: `{command}` is not allowed there "

@@ -318,7 +318,7 @@ class Ledger:
             fields = manifest.fields
             at_receipt = verify_artifact(fields["adapter_resolved_path"], fields["adapter_sha256"], self.artifact_root)
             first = decision.events[0]
-            assert isinstance(first, CandidateReceived) and decision.invalidation is None
+            assert isinstance(first, CandidateReceived)
             return Decision((attrs.evolve(first, artifact_at_receipt=at_receipt),))
 
         return self._on_candidate(
