@@ -46,6 +46,7 @@ from typing import Any
 
 import attrs
 
+from lifecycle_fsm.artifact_paths import inside, path_escapes_root, real_path
 from lifecycle_fsm.errors import ArtifactError
 
 __all__ = [
@@ -68,19 +69,6 @@ MAX_LISTED_FILES = 1000
 Progress = Callable[[int], None]
 StrPath = str | os.PathLike[str]
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_NONBLOCK", 0)
-
-
-def _inside(path: str, root: str) -> bool:
-    """True when absolute `path` is `root` or below it (by component, not prefix)."""
-    try:
-        return os.path.commonpath([path, root]) == root
-    except ValueError:  # different drives on Windows
-        return False
-
-
-def path_escapes_root(path: StrPath, root: StrPath) -> bool:
-    """True when `path`, normalised lexically (no symlinks resolved), leaves `root`."""
-    return not _inside(os.path.abspath(path), os.path.abspath(root))
 
 
 def _file_id(st: os.stat_result) -> tuple[int, int, int, int]:
@@ -139,14 +127,15 @@ def _resolve_link(link: str, shown: str, allowed: str) -> str:
         if exc.errno in (errno.ENOENT, errno.ENOTDIR):
             raise ArtifactError(f"dangling symlink: {shown}") from None
         raise ArtifactError(f"cannot resolve symlink {shown}: {exc.strerror}") from exc
-    if not _inside(target, allowed):
+    if not inside(target, allowed):
         msg = f"symlink leads outside the allowed root: {shown} -> {target}"
         raise ArtifactError(msg)
     return target
 
 
-# One collected file: (relative path bytes, real path to open, path for messages, size).
-_Entry = tuple[bytes, str, str, int]
+# One collected file: (relative path bytes, real path to open, path for messages, its stat
+# when collected: what a digest's re-use compares, so a cache hit stats each file once).
+_Entry = tuple[bytes, str, str, os.stat_result]
 
 
 def _walk(
@@ -182,7 +171,7 @@ def _walk(
             _walk(real, shown, rel + b"/", allowed, stack, out)
             stack.discard(real)
         elif stat.S_ISREG(st.st_mode):
-            out.append((rel, real, shown, st.st_size))
+            out.append((rel, real, shown, st))
         else:
             raise ArtifactError(f"special file (not regular or a directory): {shown}")
 
@@ -199,26 +188,30 @@ def _collect(path: StrPath, root: StrPath | None) -> tuple[bool, list[_Entry]]:
     shown = os.fspath(path)
     if root is not None and path_escapes_root(shown, root):
         raise ArtifactError(f"path escapes root: {shown}")
-    if not os.path.lexists(shown):
-        raise ArtifactError(f"no such file or directory: {shown}")
-    if root is None and not os.path.islink(shown):
+    try:
+        own = os.lstat(shown)  # one call says: there, a link or not, and (not a link) what it is
+    except OSError:
+        raise ArtifactError(f"no such file or directory: {shown}") from None
+    is_link = stat.S_ISLNK(own.st_mode)
+    if root is None and not is_link:
         # The path is its own root: nothing outside it to guard against, so it is
         # resolved only if it is a directory to walk (saves ~20 us per trusted-state file).
-        st = _stat(shown, shown)
-        if stat.S_ISREG(st.st_mode):
-            return False, [(b"", shown, shown, st.st_size)]
-        real = allowed = os.path.realpath(shown)
+        if stat.S_ISREG(own.st_mode):
+            return False, [(b"", shown, shown, own)]
+        real = allowed = real_path(shown)
+        st = own
     else:
-        allowed = os.path.realpath(root if root is not None else shown)
-        if os.path.islink(shown):
+        allowed = real_path(os.fspath(root) if root is not None else shown)
+        if is_link:
             real = _resolve_link(shown, shown, allowed)
+            st = _stat(real, shown)
         else:
-            real = os.path.realpath(shown)
-            if not _inside(real, allowed):  # an intermediate directory links out
+            real = real_path(shown)
+            if not inside(real, allowed):  # an intermediate directory links out
                 raise ArtifactError(f"symlink leads outside the allowed root: {shown} -> {real}")
-        st = _stat(real, shown)
+            st = own  # the path itself is no link: its lstat is the stat of where it leads
     if stat.S_ISREG(st.st_mode):
-        return False, [(b"", real, shown, st.st_size)]
+        return False, [(b"", real, shown, st)]
     if not stat.S_ISDIR(st.st_mode):
         raise ArtifactError(f"special file (not regular or a directory): {shown}")
     out: list[_Entry] = []
@@ -286,11 +279,8 @@ _Identity = tuple[tuple[bytes, int, int, int, int, int], ...]
 
 
 def _identity(files: list[_Entry]) -> _Identity:
-    out = []
-    for rel, real, shown, _ in files:
-        st = _stat(real, shown)
-        out.append((rel, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
-    return tuple(out)
+    """From the stats the walk took (before any byte is read: a change during the read shows next time)."""
+    return tuple((rel, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) for rel, _, _, st in files)
 
 
 @attrs.define
@@ -342,4 +332,4 @@ def hash_directory(
 
 def tree_size(path: StrPath, root: StrPath | None = None) -> int:
     """Total bytes `hash_directory` would read (for progress bars); same checks."""
-    return sum(entry[3] for entry in _collect(path, root)[1])
+    return sum(entry[3].st_size for entry in _collect(path, root)[1])

@@ -21,8 +21,9 @@ deadline or not (the cache was stale; no race was lost yet).
 
 from __future__ import annotations
 
+import logging
+import os
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -72,9 +73,18 @@ class Outcome:
         return None if self.candidate is None else self.candidate.state
 
 
+# (state, command) -> whether the machine's table allows it: the table never changes, and
+# asking transitions costs a few microseconds on every command.
+_ALLOWED: dict[tuple[str, str], bool] = {}
+
+
 def require_command(current: CandidateState, command: str) -> None:
     """Refuse a command the machine's table does not allow (checked before any work)."""
-    if not command_allowed(current.state, COMMAND_TRIGGERS[command]):
+    key = (current.state, command)
+    ok = _ALLOWED.get(key)
+    if ok is None:
+        ok = _ALLOWED[key] = command_allowed(current.state, COMMAND_TRIGGERS[command])
+    if not ok:
         allowed = allowed_commands(current.state)
         raise IllegalCommandError(
             f"candidate {current.candidate_id!r} is in state {current.state}: `{command}` is not allowed there "
@@ -84,11 +94,14 @@ def require_command(current: CandidateState, command: str) -> None:
         )
 
 
-def state_after(current: CandidateState | None, events: Sequence[CandidateEvent]) -> str:
-    """The state the candidate will be in after `events` (the index label written with them)."""
+def state_after(current: CandidateState | None, events: Sequence[CandidateEvent], payloads: Sequence[JSON]) -> str:
+    """The state the candidate will be in after `events` (the index label written with them).
+
+    `payloads` are the events' own (`to_payload`, built once for the append): a trigger may read them.
+    """
     state = None if current is None else current.state
-    for event in events:
-        trigger = event.trigger
+    for event, payload in zip(events, payloads, strict=True):
+        trigger = type(event).trigger_for(payload)
         following = next_state(state, trigger)
         if following is None:  # a decision produced a move the table forbids: a bug, refuse it
             raise IllegalCommandError(
@@ -111,7 +124,7 @@ class CommandPath:
         retry: RetryPolicy = DEFAULT_RETRY,
         new_id: Callable[[], str] | None = None,
     ) -> None:
-        self.new_id = new_id or (lambda: uuid.uuid4().hex)  # the simulator passes a counter: one seed, one head
+        self.new_id = new_id or new_event_id  # the simulator passes a counter: one seed, one head
         self.reader = reader
         self.store = reader.store
         self.actor = actor
@@ -237,7 +250,7 @@ class CommandPath:
                                  invalidated=tuple(cid for cid, _, _ in fanned))  # fmt: skip
         events = decision.events
         assert all(isinstance(e, CandidateEvent) for e in events)
-        label = state_after(current, events)  # type: ignore[arg-type]
+        label = state_after(current, events, [n.payload for n in new])  # type: ignore[arg-type]
         expected, category = 0 if current is None else current.version, _category(current, events)
         # One append is the whole transaction: a store may do it in one round trip (PostgreSQL),
         # the ledger stream's version asserted in the same statement when the decision read it.
@@ -319,6 +332,13 @@ class CommandPath:
         return Outcome(tuple(events), candidate=self.reader.candidate(stream_id), duplicate=True)
 
 
+def new_event_id() -> str:
+    """A random event id: `uuid.uuid4().hex` (version 4, RFC 4122 variant), without building a UUID object."""
+    n = int.from_bytes(os.urandom(16), "big")
+    n = (n & ~(0xC000 << 48) | (0x8000 << 48)) & ~(0xF000 << 64) | (4 << 76)
+    return f"{n:032x}"
+
+
 def _is_default_init(event: Event, events: Sequence[Event]) -> bool:
     return isinstance(event, LedgerInitialized) and len(events) > 1
 
@@ -341,7 +361,12 @@ def _recovery_action(event: StoredEvent) -> str | None:
 
 
 def _log_appended(events: Sequence[StoredEvent], candidate: CandidateState | None) -> None:
-    """One line per event and one per decision, each with candidate id, stream version, event id and plan action."""
+    """One line per event and one per decision, each with candidate id, stream version, event id and plan action.
+
+    Nothing is built when INFO goes nowhere (an embedder that set no logging up).
+    """
+    if not log.enabled(logging.INFO):
+        return
     action = None
     for e in events:
         action = _recovery_action(e) or action

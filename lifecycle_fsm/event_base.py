@@ -49,4 +49,13 @@ class Event:
     SCHEMA_VERSION: ClassVar[int] = 1
 
     def to_payload(self) -> JSON:
-        return attrs.asdict(self, recurse=False)
+        """The fields as a shallow dict (what `attrs.asdict(recurse=False)` gives, without its per-call setup)."""
+        cls = type(self)
+        names = _FIELD_NAMES.get(cls)
+        if names is None:
+            names = _FIELD_NAMES[cls] = tuple(a.name for a in attrs.fields(cls))
+        return {name: getattr(self, name) for name in names}
+
+
+# Each event class's field names, in definition order: every command builds a payload.
+_FIELD_NAMES: dict[type[Event], tuple[str, ...]] = {}

@@ -319,7 +319,7 @@ class Ledger:
             at_receipt = verify_artifact(fields["adapter_resolved_path"], fields["adapter_sha256"], self.artifact_root)
             first = decision.events[0]
             assert isinstance(first, CandidateReceived)
-            return attrs.evolve(decision, events=(attrs.evolve(first, artifact_at_receipt=at_receipt),))
+            return Decision((attrs.evolve(first, artifact_at_receipt=at_receipt),))
 
         return self._on_candidate(
             stream_of(cid), decide,
@@ -391,7 +391,11 @@ class Ledger:
         )  # fmt: skip
         # The plan this command recorded (a retried event_id returns the original one, not a later plan).
         planned = next(e for e in done.events if e.type == RecoveryPlanned.TYPE)
-        plan = self._plan(planned.stream_id, decoded_payload(planned), planned.seq)
+        recorded = done.candidate.last_recovery
+        if done.duplicate or recorded is None or recorded.get("seq") != planned.seq:
+            recorded = decoded_payload(planned)  # read back from the log: hash-checked, upcast
+        # else: just appended and folded into the state returned, from this very payload
+        plan = self._plan(planned.stream_id, recorded, planned.seq)
         return RecoveryResult(candidate=done.candidate, events=done.events, duplicate=done.duplicate, plan=plan)
 
     def complete_recovery(self, candidate_id: str, *, event_id: str | None = None) -> CandidateResult:

@@ -107,6 +107,18 @@ class Logger:
         elif self._stdlib.isEnabledFor(level):
             self._stdlib.log(level, "%s %s", event, " ".join(f"{k}={v!r}" for k, v in fields.items()))
 
+    def enabled(self, level: int = logging.INFO) -> bool:
+        """Whether an event at `level` would go anywhere: a hot path skips building one that would not.
+
+        The same tests as `_log`, without its side effect (setting structlog up).
+        """
+        if _PENDING is not None:
+            return level >= _PENDING[0]
+        structlog = sys.modules.get("structlog")
+        if structlog is not None and structlog.is_configured():
+            return True  # structlog filters by level itself, after the call
+        return self._stdlib.isEnabledFor(level)
+
     def debug(self, event: str, **fields: object) -> None:
         self._log(_LEVELS["debug"], event, fields)
 
