@@ -21,7 +21,6 @@ deadline or not (the cache was stale; no race was lost yet).
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -365,7 +364,7 @@ def _log_appended(events: Sequence[StoredEvent], candidate: CandidateState | Non
 
     Nothing is built when INFO goes nowhere (an embedder that set no logging up).
     """
-    if not log.enabled(logging.INFO):
+    if not log.enabled():
         return
     action = None
     for e in events:

@@ -107,7 +107,7 @@ class Logger:
         elif self._stdlib.isEnabledFor(level):
             self._stdlib.log(level, "%s %s", event, " ".join(f"{k}={v!r}" for k, v in fields.items()))
 
-    def enabled(self, level: int = logging.INFO) -> bool:
+    def enabled(self, level: int = _LEVELS["info"]) -> bool:
         """Whether an event at `level` would go anywhere: a hot path skips building one that would not.
 
         The same tests as `_log`, without its side effect (setting structlog up).
