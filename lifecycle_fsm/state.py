@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 
 from lifecycle_fsm.errors import CorruptionError
-from lifecycle_fsm.events import CANDIDATE_EVENTS, LEDGER_EVENTS, LEDGER_STREAM, Event, candidate_id_of
+from lifecycle_fsm.events import CANDIDATE_EVENTS, LEDGER_EVENTS, LEDGER_STREAM, CandidateEvent, Event, candidate_id_of
 from lifecycle_fsm.machine import TABLE_BY_STATE, allowed_triggers
 
 __all__ = [
@@ -133,20 +133,6 @@ def _fields(cls: type[Event]) -> frozenset[str]:
     return frozenset(a.name for a in attrs.fields(cls))
 
 
-# type -> (payload keys, fixed trigger, trigger_for, evolve, reasons, decisive when the state is
-# kept): the per-type handler table, read once per event on the replay hot path.
-_Handlers = tuple[
-    frozenset[str],
-    str | None,
-    Callable[[Mapping[str, Any]], str],
-    Callable[[JSON | None, JSON, int, str], JSON],
-    Callable[[Mapping[str, Any], tuple[str, ...]], tuple[str, ...]],
-    bool,
-]
-_HANDLERS: dict[str, _Handlers] = {
-    name: (_fields(cls), cls.FIXED_TRIGGER, cls.trigger_for, cls.evolve, cls.reasons, cls.DECISIVE_WHEN_KEPT)
-    for name, cls in CANDIDATE_EVENTS.items()
-}
 _LEDGER_FIELDS = {name: _fields(cls) for name, cls in LEDGER_EVENTS.items()}
 
 
@@ -209,49 +195,88 @@ def step_candidate_at(
 ) -> JSON:
     """The fold's one rule, on a working dict (`CandidateState.to_work`), updated in place.
 
-    The machine's table decides the move; the event class's handlers its effect and
-    its reason codes. Replay keeps one working dict per candidate and freezes them at
-    the end, so a million events cost a million dict updates, not a million frozen
-    copies (and it is called positionally: keyword calls cost measurably on that
-    path). `payload` must be the caller's own fresh dict: handlers may keep it.
+    Dispatches to the type's step in `CANDIDATE_STEPS` (replay calls those directly).
+    `payload` must be the caller's own fresh dict: handlers may keep it.
     """
-    handlers = _HANDLERS.get(type_name)
-    if handlers is None:
-        raise CorruptionError(f"seq {seq}: {type_name} does not belong on a candidate stream", seq=seq, found=type_name)
-    fields, fixed, trigger_for, evolve, reasons, decisive_when_kept = handlers
-    if payload.keys() != fields:  # every field, nothing else: a stored payload is never guessed at
-        raise _wrong_fields(seq, type_name, payload, fields)
-    try:
-        trigger = fixed or trigger_for(payload)
-    except (KeyError, TypeError, ValueError) as e:
-        raise _unreadable(seq, type_name, e) from e
-    if work is None:
-        state = None
-        expected_version = 1
-        previous: tuple[str, ...] = ()
-    else:
-        state = work["state"]
-        expected_version = work["version"] + 1
-        previous = work["reason_codes"]
-    dest = TABLE_BY_STATE[state].get(trigger)
-    if dest is None:
-        raise IllegalTransition(seq=seq, stream_id=stream_id, state=state, trigger=trigger, type_name=type_name)
-    if version is not None and version != expected_version:
-        raise CorruptionError(
-            f"seq {seq}: stream {stream_id} jumps to version {version}, expected {expected_version}", seq=seq
-        )
-    try:
-        work = evolve(work, payload, seq, stream_id)
-        if dest != state or decisive_when_kept:
-            work["decisive_seq"] = seq
-            work["decisive_type"] = type_name
-            work["reason_codes"] = reasons(payload, previous)
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise _unreadable(seq, type_name, e) from e
-    work["state"] = dest
-    work["version"] = expected_version
-    work["last_seq"] = seq
-    return work
+    step = CANDIDATE_STEPS.get(type_name)
+    if step is None:
+        raise not_a_candidate_event(seq, type_name)
+    return step(work, payload, seq, stream_id, version)
+
+
+def not_a_candidate_event(seq: int, type_name: str) -> CorruptionError:
+    return CorruptionError(f"seq {seq}: {type_name} does not belong on a candidate stream", seq=seq, found=type_name)
+
+
+CandidateStep = Callable[[JSON | None, JSON, int, str, int | None], JSON]
+
+
+def _candidate_step(cls: type[CandidateEvent]) -> CandidateStep:
+    """One event type's fold step: the machine's table decides the move, the class its effect.
+
+    Everything the type fixes is looked up once here, not per event: its fields, the
+    table row of a fixed trigger, and whether it overrides `evolve` / `reasons` at all.
+    Replay keeps one working dict per candidate and freezes them at the end, so a
+    million events cost a million dict updates, not a million frozen copies (and it is
+    called positionally: keyword calls cost measurably on that path).
+    """
+    type_name = cls.TYPE
+    fields = _fields(cls)
+    fixed = cls.FIXED_TRIGGER
+    trigger_for = cls.trigger_for
+    # A fixed trigger's move from each state, straight from the table (None: not allowed).
+    fixed_dest = {state: row.get(fixed) for state, row in TABLE_BY_STATE.items()} if fixed else {}
+    table = TABLE_BY_STATE
+    evolve = None if cls.evolve is CandidateEvent.evolve else cls.evolve
+    reasons = None if cls.reasons is CandidateEvent.reasons else cls.reasons
+    decisive_when_kept = cls.DECISIVE_WHEN_KEPT
+
+    def step(work: JSON | None, payload: JSON, seq: int, stream_id: str, version: int | None) -> JSON:
+        if payload.keys() != fields:  # every field, nothing else: a stored payload is never guessed at
+            raise _wrong_fields(seq, type_name, payload, fields)
+        if work is None:
+            state = None
+            expected_version = 1
+            previous: tuple[str, ...] = ()
+        else:
+            state = work["state"]
+            expected_version = work["version"] + 1
+            previous = work["reason_codes"]
+        if fixed is None:
+            try:
+                trigger = trigger_for(payload)
+            except (KeyError, TypeError, ValueError) as e:
+                raise _unreadable(seq, type_name, e) from e
+            dest = table[state].get(trigger)
+        else:
+            trigger = fixed
+            dest = fixed_dest[state]
+        if dest is None:
+            raise IllegalTransition(seq=seq, stream_id=stream_id, state=state, trigger=trigger, type_name=type_name)
+        if version is not None and version != expected_version:
+            raise CorruptionError(
+                f"seq {seq}: stream {stream_id} jumps to version {version}, expected {expected_version}", seq=seq
+            )
+        try:
+            if evolve is not None:
+                work = evolve(work, payload, seq, stream_id)
+            assert work is not None
+            if dest != state or decisive_when_kept:
+                work["decisive_seq"] = seq
+                work["decisive_type"] = type_name
+                work["reason_codes"] = previous if reasons is None else reasons(payload, previous)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise _unreadable(seq, type_name, e) from e
+        work["state"] = dest
+        work["version"] = expected_version
+        work["last_seq"] = seq
+        return work
+
+    return step
+
+
+# type -> its fold step: what replay calls once per candidate event.
+CANDIDATE_STEPS: dict[str, CandidateStep] = {name: _candidate_step(cls) for name, cls in CANDIDATE_EVENTS.items()}
 
 
 def apply(

@@ -17,7 +17,13 @@ import orjson
 
 from lifecycle_fsm.errors import CorruptionError
 from lifecycle_fsm.events import CANDIDATE_PREFIX, LEDGER_STREAM, SEALS_STREAM, candidate_id_of, stream_of
-from lifecycle_fsm.state import CandidateState, LedgerSettings, apply_settings, step_candidate_at
+from lifecycle_fsm.state import (
+    CANDIDATE_STEPS,
+    CandidateState,
+    LedgerSettings,
+    apply_settings,
+    not_a_candidate_event,
+)
 from lifecycle_fsm.upcasting import CURRENT_VERSIONS, check_row, upcast
 from store.base import EventStore
 from store.chain import canonical_json
@@ -90,7 +96,7 @@ def fold_rows(store: EventStore, start: LedgerState, *, to: int | None = None, c
     position = start.position
     loads = orjson.loads
     current_versions = CURRENT_VERSIONS
-    step = step_candidate_at
+    steps = CANDIDATE_STEPS
     batches = (
         _checked_batches(store, after=start.position, to=to)
         if checked
@@ -111,7 +117,10 @@ def fold_rows(store: EventStore, start: LedgerState, *, to: int | None = None, c
                 payload = upcast(type_name, schema_version, payload, seq=seq)
             work = works.get(stream_id)
             if work is not None or stream_id.startswith(CANDIDATE_PREFIX):
-                works[stream_id] = step(work, type_name, payload, seq, stream_id, version)
+                step = steps.get(type_name)
+                if step is None:
+                    raise not_a_candidate_event(seq, type_name)
+                works[stream_id] = step(work, payload, seq, stream_id, version)
             elif stream_id == LEDGER_STREAM:
                 settings = apply_settings(settings, type_name, payload, seq)
             elif stream_id == SEALS_STREAM:
