@@ -20,6 +20,9 @@ from lifecycle_fsm.events import CANDIDATE_EVENTS, LEDGER_EVENTS, LEDGER_STREAM,
 from lifecycle_fsm.machine import TABLE_BY_STATE, allowed_triggers
 
 __all__ = [
+    "CANDIDATE_STEPS",
+    "KEPT_FIELDS",
+    "REPLAY_STEPS",
     "CandidateState",
     "IllegalTransition",
     "LedgerSettings",
@@ -27,6 +30,8 @@ __all__ = [
     "apply_candidate",
     "apply_settings",
     "candidate_from_dict",
+    "kept_payload",
+    "not_a_candidate_event",
     "settings_from_dict",
     "step_candidate",
     "step_candidate_at",
@@ -208,17 +213,24 @@ def not_a_candidate_event(seq: int, type_name: str) -> CorruptionError:
     return CorruptionError(f"seq {seq}: {type_name} does not belong on a candidate stream", seq=seq, found=type_name)
 
 
+def kept_payload(payload: JSON, seq: int) -> JSON:
+    """What an event's `KEPT_AS` field holds: its payload and the seq it was recorded at."""
+    payload["seq"] = seq
+    return payload
+
+
 CandidateStep = Callable[[JSON | None, JSON, int, str, int | None], JSON]
 
 
-def _candidate_step(cls: type[CandidateEvent]) -> CandidateStep:
+def _candidate_step(cls: type[CandidateEvent], *, keep: bool = True) -> CandidateStep:
     """One event type's fold step: the machine's table decides the move, the class its effect.
 
     Everything the type fixes is looked up once here, not per event: its fields, the
     table row of a fixed trigger, and whether it overrides `evolve` / `reasons` at all.
     Replay keeps one working dict per candidate and freezes them at the end, so a
     million events cost a million dict updates, not a million frozen copies (and it is
-    called positionally: keyword calls cost measurably on that path).
+    called positionally: keyword calls cost measurably on that path). `keep=False`
+    leaves `KEPT_AS` to the caller (replay keeps the stored text, parsed once at the end).
     """
     type_name = cls.TYPE
     fields = _fields(cls)
@@ -230,6 +242,7 @@ def _candidate_step(cls: type[CandidateEvent]) -> CandidateStep:
     evolve = None if cls.evolve is CandidateEvent.evolve else cls.evolve
     reasons = None if cls.reasons is CandidateEvent.reasons else cls.reasons
     decisive_when_kept = cls.DECISIVE_WHEN_KEPT
+    kept_as = cls.KEPT_AS if keep else None
 
     def step(work: JSON | None, payload: JSON, seq: int, stream_id: str, version: int | None) -> JSON:
         if payload.keys() != fields:  # every field, nothing else: a stored payload is never guessed at
@@ -261,6 +274,8 @@ def _candidate_step(cls: type[CandidateEvent]) -> CandidateStep:
             if evolve is not None:
                 work = evolve(work, payload, seq, stream_id)
             assert work is not None
+            if kept_as is not None:
+                work[kept_as] = kept_payload(payload, seq)
             if dest != state or decisive_when_kept:
                 work["decisive_seq"] = seq
                 work["decisive_type"] = type_name
@@ -275,8 +290,13 @@ def _candidate_step(cls: type[CandidateEvent]) -> CandidateStep:
     return step
 
 
-# type -> its fold step: what replay calls once per candidate event.
+# type -> its fold step (`step_candidate_at` dispatches here).
 CANDIDATE_STEPS: dict[str, CandidateStep] = {name: _candidate_step(cls) for name, cls in CANDIDATE_EVENTS.items()}
+# type -> (its step leaving `KEPT_AS` to the caller, that field): what replay calls once per event.
+REPLAY_STEPS: dict[str, tuple[CandidateStep, str | None]] = {
+    name: (_candidate_step(cls, keep=False), cls.KEPT_AS) for name, cls in CANDIDATE_EVENTS.items()
+}
+KEPT_FIELDS = tuple(sorted({cls.KEPT_AS for cls in CANDIDATE_EVENTS.values() if cls.KEPT_AS}))
 
 
 def apply(
