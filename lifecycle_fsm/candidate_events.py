@@ -170,7 +170,9 @@ class TrustedStateRecorded(CandidateEvent):
     def evolve(work: JSON | None, payload: JSON, seq: int, stream_id: str) -> JSON:
         assert work is not None
         recorded = {"path": payload["path"], "sha256": payload["sha256"], "seq": seq}
-        work["trusted_states"] = {**work["trusted_states"], payload["kind"]: recorded}
+        trusted = work["trusted_states"].copy()  # never changed in place: frozen states share it
+        trusted[payload["kind"]] = recorded
+        work["trusted_states"] = trusted
         return work
 
 
@@ -237,6 +239,9 @@ class RecoveryCompleted(CandidateEvent):
         return ()
 
 
+_HANDOFF_TRIGGERS = {"ready_for_evaluation": "hand_off_ready", "tune": "hand_off_tune", "reject": "hand_off_reject"}
+
+
 @attrs.frozen
 class HandoffDecided(CandidateEvent):
     """The hand-off decision, with the checks re-run at that moment as its evidence (as `ChecksRecorded`)."""
@@ -256,10 +261,9 @@ class HandoffDecided(CandidateEvent):
     @classmethod
     def trigger_for(cls, payload: Mapping[str, Any]) -> str:
         status = payload["handoff_status"]
-        triggers = {"ready_for_evaluation": "hand_off_ready", "tune": "hand_off_tune", "reject": "hand_off_reject"}
-        if status not in triggers:
+        if status not in _HANDOFF_TRIGGERS:
             raise ValueError(f"unknown handoff_status {status!r}")
-        return triggers[status]
+        return _HANDOFF_TRIGGERS[status]
 
     @staticmethod
     def reasons(payload: Mapping[str, Any], previous: tuple[str, ...]) -> tuple[str, ...]:
