@@ -292,10 +292,10 @@ def _candidate_step(cls: type[CandidateEvent], *, keep: bool = True) -> Candidat
 
 # type -> its fold step (`step_candidate_at` dispatches here).
 CANDIDATE_STEPS: dict[str, CandidateStep] = {name: _candidate_step(cls) for name, cls in CANDIDATE_EVENTS.items()}
-# type -> (its schema version, its step leaving `KEPT_AS` to the caller, that field): what
-# replay looks up once per candidate event.
-REPLAY_STEPS: dict[str, tuple[int, CandidateStep, str | None]] = {
-    name: (cls.SCHEMA_VERSION, _candidate_step(cls, keep=False), cls.KEPT_AS) for name, cls in CANDIDATE_EVENTS.items()
+# type -> (its step leaving `KEPT_AS` to the caller, that field): what replay looks up once
+# per candidate event.
+REPLAY_STEPS: dict[str, tuple[CandidateStep, str | None]] = {
+    name: (_candidate_step(cls, keep=False), cls.KEPT_AS) for name, cls in CANDIDATE_EVENTS.items()
 }
 KEPT_FIELDS = tuple(sorted({cls.KEPT_AS for cls in CANDIDATE_EVENTS.values() if cls.KEPT_AS}))
 

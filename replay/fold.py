@@ -115,30 +115,25 @@ def fold_rows(store: EventStore, start: LedgerState, *, to: int | None = None, c
                 raise CorruptionError(f"seq {seq}: {type_name} payload is not JSON ({e})", seq=seq) from e
             if type(payload) is not dict:
                 raise CorruptionError(f"seq {seq}: {type_name} payload is not an object", seq=seq)
+            if current_versions.get(type_name) != schema_version:
+                payload = upcast(type_name, schema_version, payload, seq=seq)
             work = works.get(stream_id)
             if work is not None or stream_id.startswith(CANDIDATE_PREFIX):
                 entry = steps.get(type_name)
                 if entry is None:
-                    if current_versions.get(type_name) != schema_version:
-                        upcast(type_name, schema_version, payload, seq=seq)  # an unknown type says so first
                     raise not_a_candidate_event(seq, type_name)
-                current_version, step, kept_as = entry
-                if schema_version != current_version:
-                    payload = upcast(type_name, schema_version, payload, seq=seq)
+                step, kept_as = entry
                 folded = step(work, payload, seq, stream_id, version)
                 if folded is not work:  # a new stream, or a revision's fresh record
                     works[stream_id] = folded
                 if kept_as is not None:  # the stored text, not the parsed payload: see `_frozen`
                     folded[kept_as] = (text, seq, type_name, schema_version)
+            elif stream_id == LEDGER_STREAM:
+                settings = apply_settings(settings, type_name, payload, seq)
+            elif stream_id == SEALS_STREAM:
+                streams[stream_id] = version  # a seal decides nothing: only its stream's version is kept
             else:
-                if current_versions.get(type_name) != schema_version:
-                    payload = upcast(type_name, schema_version, payload, seq=seq)
-                if stream_id == LEDGER_STREAM:
-                    settings = apply_settings(settings, type_name, payload, seq)
-                elif stream_id == SEALS_STREAM:
-                    streams[stream_id] = version  # a seal decides nothing: only its stream's version is kept
-                else:
-                    raise CorruptionError(f"seq {seq}: unknown stream {stream_id!r}", seq=seq)
+                raise CorruptionError(f"seq {seq}: unknown stream {stream_id!r}", seq=seq)
             position = seq
     candidates = {candidate_id_of(sid) or sid: _frozen(work) for sid, work in works.items()}
     return LedgerState(settings, candidates, position, streams)
