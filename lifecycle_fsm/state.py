@@ -3,7 +3,8 @@
 No callbacks, no I/O, no clock: the same events give the same state on any machine.
 Every candidate event is checked against the machine's table; an illegal move is an
 `IllegalTransition` naming the seq, what the table allows there, and what was found.
-What an event does to state is said by its class (`events.py`); this module only
+What an event does to state is said by its class (`events.py`); this module builds one
+step per candidate event type from its class and the table (`_candidate_step`) and
 dispatches on the type. The fold works on payload dicts (replay never builds event
 objects) and the typed `apply` is a thin wrapper over the same functions.
 """
