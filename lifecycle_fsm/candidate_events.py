@@ -36,6 +36,8 @@ class CandidateEvent(Event):
     FIXED_TRIGGER: ClassVar[str | None] = None
     # A repeat of this event is itself the new reason for the state (a re-plan).
     DECISIVE_WHEN_KEPT: ClassVar[bool] = False
+    # The candidate field that keeps this event's payload, plus its `seq` (`state.kept_payload`).
+    KEPT_AS: ClassVar[str | None] = None
 
     @classmethod
     def trigger_for(cls, payload: Mapping[str, Any]) -> str:
@@ -49,9 +51,10 @@ class CandidateEvent(Event):
 
     @staticmethod
     def evolve(work: JSON | None, payload: JSON, seq: int, stream_id: str) -> JSON:
-        """Apply this event's own fields to the candidate's working dict (the move aside).
+        """Apply this event's own fields to the candidate's working dict (the move and `KEPT_AS` aside).
 
-        `payload` is the fold's own fresh dict: a handler may keep it rather than copy.
+        `payload` is the fold's own fresh dict: a handler may keep it rather than copy,
+        but never changes it (replay may keep the stored text for `KEPT_AS` instead).
         Nested values are replaced, never mutated, so frozen states stay safe.
         """
         assert work is not None
@@ -129,6 +132,7 @@ class ChecksRecorded(CandidateEvent):
 
     TYPE: ClassVar[str] = "ChecksRecorded"
     SCHEMA_VERSION: ClassVar[int] = 3  # v2: artifact.tree, rollback.tree; v3: their reused_from
+    KEPT_AS: ClassVar[str | None] = "last_check"
     passed: bool
     reason_codes: list[str]
     freshness: JSON
@@ -143,8 +147,6 @@ class ChecksRecorded(CandidateEvent):
     @staticmethod
     def evolve(work: JSON | None, payload: JSON, seq: int, stream_id: str) -> JSON:
         assert work is not None
-        payload["seq"] = seq
-        work["last_check"] = payload
         # A passing re-check keeps the state, but its evidence is still the news.
         work["reason_codes"] = tuple(payload["reason_codes"])
         return work
@@ -168,7 +170,9 @@ class TrustedStateRecorded(CandidateEvent):
     def evolve(work: JSON | None, payload: JSON, seq: int, stream_id: str) -> JSON:
         assert work is not None
         recorded = {"path": payload["path"], "sha256": payload["sha256"], "seq": seq}
-        work["trusted_states"] = {**work["trusted_states"], payload["kind"]: recorded}
+        trusted = work["trusted_states"].copy()  # never changed in place: frozen states share it
+        trusted[payload["kind"]] = recorded
+        work["trusted_states"] = trusted
         return work
 
 
@@ -204,6 +208,7 @@ class RecoveryPlanned(CandidateEvent):
 
     TYPE: ClassVar[str] = "RecoveryPlanned"
     DECISIVE_WHEN_KEPT: ClassVar[bool] = True  # a re-plan is the new reason it is recovering
+    KEPT_AS: ClassVar[str | None] = "last_recovery"
     stage: str
     recovery_state: str | None
     reused_state: bool
@@ -214,13 +219,6 @@ class RecoveryPlanned(CandidateEvent):
     @classmethod
     def trigger_for(cls, payload: Mapping[str, Any]) -> str:
         return "block_recovery" if flag(payload, "blocking") else "plan_recovery"
-
-    @staticmethod
-    def evolve(work: JSON | None, payload: JSON, seq: int, stream_id: str) -> JSON:
-        assert work is not None
-        payload["seq"] = seq
-        work["last_recovery"] = payload
-        return work
 
     @staticmethod
     def reasons(payload: Mapping[str, Any], previous: tuple[str, ...]) -> tuple[str, ...]:
@@ -241,12 +239,16 @@ class RecoveryCompleted(CandidateEvent):
         return ()
 
 
+_HANDOFF_TRIGGERS = {"ready_for_evaluation": "hand_off_ready", "tune": "hand_off_tune", "reject": "hand_off_reject"}
+
+
 @attrs.frozen
 class HandoffDecided(CandidateEvent):
     """The hand-off decision, with the checks re-run at that moment as its evidence (as `ChecksRecorded`)."""
 
     TYPE: ClassVar[str] = "HandoffDecided"
     SCHEMA_VERSION: ClassVar[int] = 3  # v2: artifact.tree, rollback.tree; v3: their reused_from
+    KEPT_AS: ClassVar[str | None] = "last_handoff"
     handoff_status: str
     upstream_decision: Any
     hard_failures: list[str]
@@ -259,17 +261,9 @@ class HandoffDecided(CandidateEvent):
     @classmethod
     def trigger_for(cls, payload: Mapping[str, Any]) -> str:
         status = payload["handoff_status"]
-        triggers = {"ready_for_evaluation": "hand_off_ready", "tune": "hand_off_tune", "reject": "hand_off_reject"}
-        if status not in triggers:
+        if status not in _HANDOFF_TRIGGERS:
             raise ValueError(f"unknown handoff_status {status!r}")
-        return triggers[status]
-
-    @staticmethod
-    def evolve(work: JSON | None, payload: JSON, seq: int, stream_id: str) -> JSON:
-        assert work is not None
-        payload["seq"] = seq
-        work["last_handoff"] = payload
-        return work
+        return _HANDOFF_TRIGGERS[status]
 
     @staticmethod
     def reasons(payload: Mapping[str, Any], previous: tuple[str, ...]) -> tuple[str, ...]:

@@ -11,7 +11,10 @@ plus its test:
   which the fold applies from the machine's table), `settle(payload)` for a ledger
   setting (the `LedgerSettings` fields it changes);
 - `reasons(payload, previous)`: the reason codes a candidate carries once this event
-  decides its state.
+  decides its state;
+- `KEPT_AS`: the candidate field that keeps its whole payload plus its seq (a check's
+  `last_check`), set by the fold, not by `evolve` (replay keeps the stored text until
+  the end, `replay/fold.py`).
 Payloads are plain JSON values; the store encodes them canonically for the chain.
 Handlers read payloads strictly: a stored "false" string is corruption, not truthy.
 

@@ -3,7 +3,8 @@
 No callbacks, no I/O, no clock: the same events give the same state on any machine.
 Every candidate event is checked against the machine's table; an illegal move is an
 `IllegalTransition` naming the seq, what the table allows there, and what was found.
-What an event does to state is said by its class (`events.py`); this module only
+What an event does to state is said by its class (`events.py`); this module builds one
+step per candidate event type from its class and the table (`_candidate_step`) and
 dispatches on the type. The fold works on payload dicts (replay never builds event
 objects) and the typed `apply` is a thin wrapper over the same functions.
 """
@@ -16,10 +17,13 @@ from typing import Any
 import attrs
 
 from lifecycle_fsm.errors import CorruptionError
-from lifecycle_fsm.events import CANDIDATE_EVENTS, LEDGER_EVENTS, LEDGER_STREAM, Event, candidate_id_of
+from lifecycle_fsm.events import CANDIDATE_EVENTS, LEDGER_EVENTS, LEDGER_STREAM, CandidateEvent, Event, candidate_id_of
 from lifecycle_fsm.machine import TABLE_BY_STATE, allowed_triggers
 
 __all__ = [
+    "CANDIDATE_STEPS",
+    "KEPT_FIELDS",
+    "REPLAY_STEPS",
     "CandidateState",
     "IllegalTransition",
     "LedgerSettings",
@@ -27,6 +31,8 @@ __all__ = [
     "apply_candidate",
     "apply_settings",
     "candidate_from_dict",
+    "kept_payload",
+    "not_a_candidate_event",
     "settings_from_dict",
     "step_candidate",
     "step_candidate_at",
@@ -133,20 +139,6 @@ def _fields(cls: type[Event]) -> frozenset[str]:
     return frozenset(a.name for a in attrs.fields(cls))
 
 
-# type -> (payload keys, fixed trigger, trigger_for, evolve, reasons, decisive when the state is
-# kept): the per-type handler table, read once per event on the replay hot path.
-_Handlers = tuple[
-    frozenset[str],
-    str | None,
-    Callable[[Mapping[str, Any]], str],
-    Callable[[JSON | None, JSON, int, str], JSON],
-    Callable[[Mapping[str, Any], tuple[str, ...]], tuple[str, ...]],
-    bool,
-]
-_HANDLERS: dict[str, _Handlers] = {
-    name: (_fields(cls), cls.FIXED_TRIGGER, cls.trigger_for, cls.evolve, cls.reasons, cls.DECISIVE_WHEN_KEPT)
-    for name, cls in CANDIDATE_EVENTS.items()
-}
 _LEDGER_FIELDS = {name: _fields(cls) for name, cls in LEDGER_EVENTS.items()}
 
 
@@ -209,49 +201,104 @@ def step_candidate_at(
 ) -> JSON:
     """The fold's one rule, on a working dict (`CandidateState.to_work`), updated in place.
 
-    The machine's table decides the move; the event class's handlers its effect and
-    its reason codes. Replay keeps one working dict per candidate and freezes them at
-    the end, so a million events cost a million dict updates, not a million frozen
-    copies (and it is called positionally: keyword calls cost measurably on that
-    path). `payload` must be the caller's own fresh dict: handlers may keep it.
+    Dispatches to the type's step in `CANDIDATE_STEPS` (replay calls those directly).
+    `payload` must be the caller's own fresh dict: handlers may keep it.
     """
-    handlers = _HANDLERS.get(type_name)
-    if handlers is None:
-        raise CorruptionError(f"seq {seq}: {type_name} does not belong on a candidate stream", seq=seq, found=type_name)
-    fields, fixed, trigger_for, evolve, reasons, decisive_when_kept = handlers
-    if payload.keys() != fields:  # every field, nothing else: a stored payload is never guessed at
-        raise _wrong_fields(seq, type_name, payload, fields)
-    try:
-        trigger = fixed or trigger_for(payload)
-    except (KeyError, TypeError, ValueError) as e:
-        raise _unreadable(seq, type_name, e) from e
-    if work is None:
-        state = None
-        expected_version = 1
-        previous: tuple[str, ...] = ()
-    else:
-        state = work["state"]
-        expected_version = work["version"] + 1
-        previous = work["reason_codes"]
-    dest = TABLE_BY_STATE[state].get(trigger)
-    if dest is None:
-        raise IllegalTransition(seq=seq, stream_id=stream_id, state=state, trigger=trigger, type_name=type_name)
-    if version is not None and version != expected_version:
-        raise CorruptionError(
-            f"seq {seq}: stream {stream_id} jumps to version {version}, expected {expected_version}", seq=seq
-        )
-    try:
-        work = evolve(work, payload, seq, stream_id)
-        if dest != state or decisive_when_kept:
-            work["decisive_seq"] = seq
-            work["decisive_type"] = type_name
-            work["reason_codes"] = reasons(payload, previous)
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise _unreadable(seq, type_name, e) from e
-    work["state"] = dest
-    work["version"] = expected_version
-    work["last_seq"] = seq
-    return work
+    step = CANDIDATE_STEPS.get(type_name)
+    if step is None:
+        raise not_a_candidate_event(seq, type_name)
+    return step(work, payload, seq, stream_id, version)
+
+
+def not_a_candidate_event(seq: int, type_name: str) -> CorruptionError:
+    return CorruptionError(f"seq {seq}: {type_name} does not belong on a candidate stream", seq=seq, found=type_name)
+
+
+def kept_payload(payload: JSON, seq: int) -> JSON:
+    """What an event's `KEPT_AS` field holds: its payload and the seq it was recorded at."""
+    payload["seq"] = seq
+    return payload
+
+
+CandidateStep = Callable[[JSON | None, JSON, int, str, int | None], JSON]
+
+
+def _candidate_step(cls: type[CandidateEvent], *, keep: bool = True) -> CandidateStep:
+    """One event type's fold step: the machine's table decides the move, the class its effect.
+
+    Everything the type fixes is looked up once here, not per event: its fields, the
+    table row of a fixed trigger, and whether it overrides `evolve` / `reasons` at all.
+    Replay keeps one working dict per candidate and freezes them at the end, so a
+    million events cost a million dict updates, not a million frozen copies (and it is
+    called positionally: keyword calls cost measurably on that path). `keep=False`
+    leaves `KEPT_AS` to the caller (replay keeps the stored text, parsed once at the end).
+    """
+    type_name = cls.TYPE
+    fields = _fields(cls)
+    fixed = cls.FIXED_TRIGGER
+    trigger_for = cls.trigger_for
+    # A fixed trigger's move from each state, straight from the table (None: not allowed).
+    fixed_dest = {state: row.get(fixed) for state, row in TABLE_BY_STATE.items()} if fixed else {}
+    table = TABLE_BY_STATE
+    evolve = None if cls.evolve is CandidateEvent.evolve else cls.evolve
+    reasons = None if cls.reasons is CandidateEvent.reasons else cls.reasons
+    decisive_when_kept = cls.DECISIVE_WHEN_KEPT
+    kept_as = cls.KEPT_AS if keep else None
+
+    def step(work: JSON | None, payload: JSON, seq: int, stream_id: str, version: int | None) -> JSON:
+        if payload.keys() != fields:  # every field, nothing else: a stored payload is never guessed at
+            raise _wrong_fields(seq, type_name, payload, fields)
+        if work is None:
+            state = None
+            expected_version = 1
+            previous: tuple[str, ...] = ()
+        else:
+            state = work["state"]
+            expected_version = work["version"] + 1
+            previous = work["reason_codes"]
+        if fixed is None:
+            try:
+                trigger = trigger_for(payload)
+            except (KeyError, TypeError, ValueError) as e:
+                raise _unreadable(seq, type_name, e) from e
+            dest = table[state].get(trigger)
+        else:
+            trigger = fixed
+            dest = fixed_dest[state]
+        if dest is None:
+            raise IllegalTransition(seq=seq, stream_id=stream_id, state=state, trigger=trigger, type_name=type_name)
+        if version is not None and version != expected_version:
+            raise CorruptionError(
+                f"seq {seq}: stream {stream_id} jumps to version {version}, expected {expected_version}", seq=seq
+            )
+        try:
+            if evolve is not None:
+                work = evolve(work, payload, seq, stream_id)
+            assert work is not None
+            if kept_as is not None:
+                work[kept_as] = kept_payload(payload, seq)
+            if dest != state or decisive_when_kept:
+                work["decisive_seq"] = seq
+                work["decisive_type"] = type_name
+                work["reason_codes"] = previous if reasons is None else reasons(payload, previous)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise _unreadable(seq, type_name, e) from e
+        work["state"] = dest
+        work["version"] = expected_version
+        work["last_seq"] = seq
+        return work
+
+    return step
+
+
+# type -> its fold step (`step_candidate_at` dispatches here).
+CANDIDATE_STEPS: dict[str, CandidateStep] = {name: _candidate_step(cls) for name, cls in CANDIDATE_EVENTS.items()}
+# type -> (its step leaving `KEPT_AS` to the caller, that field): what replay looks up once
+# per candidate event.
+REPLAY_STEPS: dict[str, tuple[CandidateStep, str | None]] = {
+    name: (_candidate_step(cls, keep=False), cls.KEPT_AS) for name, cls in CANDIDATE_EVENTS.items()
+}
+KEPT_FIELDS = tuple(sorted({cls.KEPT_AS for cls in CANDIDATE_EVENTS.values() if cls.KEPT_AS}))
 
 
 def apply(

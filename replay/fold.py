@@ -2,9 +2,11 @@
 
 This is the hot path of recovery and audit, so it works on plain row tuples and
 payload dicts (no record objects), streams rows in batches (memory stays flat as
-the log grows), and validates every move with the machine's dict table through
-`step_candidate_at`, the rule the command side folds with too. It has no side
-effects: the same rows give the same states.
+the log grows), and validates every move with the machine's dict table through the
+per-type steps of `state.REPLAY_STEPS`, built from the same rule the command side
+folds with (`state._candidate_step`). A payload an event keeps whole (`KEPT_AS`: a
+check, a hand-off, a plan) is kept as its stored text and parsed again once, when the
+fold ends (`_frozen`). It has no side effects: the same rows give the same states.
 """
 
 from __future__ import annotations
@@ -17,7 +19,15 @@ import orjson
 
 from lifecycle_fsm.errors import CorruptionError
 from lifecycle_fsm.events import CANDIDATE_PREFIX, LEDGER_STREAM, SEALS_STREAM, candidate_id_of, stream_of
-from lifecycle_fsm.state import CandidateState, LedgerSettings, apply_settings, step_candidate_at
+from lifecycle_fsm.state import (
+    KEPT_FIELDS,
+    REPLAY_STEPS,
+    CandidateState,
+    LedgerSettings,
+    apply_settings,
+    kept_payload,
+    not_a_candidate_event,
+)
 from lifecycle_fsm.upcasting import CURRENT_VERSIONS, check_row, upcast
 from store.base import EventStore
 from store.chain import canonical_json
@@ -90,7 +100,7 @@ def fold_rows(store: EventStore, start: LedgerState, *, to: int | None = None, c
     position = start.position
     loads = orjson.loads
     current_versions = CURRENT_VERSIONS
-    step = step_candidate_at
+    steps = REPLAY_STEPS
     batches = (
         _checked_batches(store, after=start.position, to=to)
         if checked
@@ -111,7 +121,15 @@ def fold_rows(store: EventStore, start: LedgerState, *, to: int | None = None, c
                 payload = upcast(type_name, schema_version, payload, seq=seq)
             work = works.get(stream_id)
             if work is not None or stream_id.startswith(CANDIDATE_PREFIX):
-                works[stream_id] = step(work, type_name, payload, seq, stream_id, version)
+                entry = steps.get(type_name)
+                if entry is None:
+                    raise not_a_candidate_event(seq, type_name)
+                step, kept_as = entry
+                folded = step(work, payload, seq, stream_id, version)
+                if folded is not work:  # a new stream, or a revision's fresh record
+                    works[stream_id] = folded
+                if kept_as is not None:  # the stored text, not the parsed payload: see `_frozen`
+                    folded[kept_as] = (text, seq, type_name, schema_version)
             elif stream_id == LEDGER_STREAM:
                 settings = apply_settings(settings, type_name, payload, seq)
             elif stream_id == SEALS_STREAM:
@@ -119,5 +137,24 @@ def fold_rows(store: EventStore, start: LedgerState, *, to: int | None = None, c
             else:
                 raise CorruptionError(f"seq {seq}: unknown stream {stream_id!r}", seq=seq)
             position = seq
-    candidates = {candidate_id_of(sid) or sid: CandidateState.from_work(work) for sid, work in works.items()}
+    candidates = {candidate_id_of(sid) or sid: _frozen(work) for sid, work in works.items()}
     return LedgerState(settings, candidates, position, streams)
+
+
+def _frozen(work: dict[str, Any]) -> CandidateState:
+    """A working dict as a state, its kept payloads parsed again from their stored text.
+
+    Keeping a few hundred bytes of text per candidate instead of a payload's dozens of
+    objects, until the end, is most of what replay saves over keeping the dicts (no
+    cold payload to free on every check, hand-off or plan). The text was parsed, upcast
+    and checked when its event was folded; the same steps here give the same payload.
+    """
+    for name in KEPT_FIELDS:
+        kept = work[name]
+        if type(kept) is tuple:
+            text, seq, type_name, schema_version = kept
+            payload = orjson.loads(text)
+            if CURRENT_VERSIONS.get(type_name) != schema_version:
+                payload = upcast(type_name, schema_version, payload, seq=seq)
+            work[name] = kept_payload(payload, seq)
+    return CandidateState.from_work(work)

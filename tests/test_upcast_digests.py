@@ -15,6 +15,7 @@ from lifecycle_fsm.upcasting import (
     upcast_candidate_received_v1_v2,
     upcast_checks_v1_v2,
 )
+from replay import load_state
 from store.records import NewEvent
 from store.sqlite import SQLiteEventStore
 
@@ -60,6 +61,22 @@ def test_a_version_1_ledger_verifies_and_explains_without_inventing_digests(ws: 
     assert "files: not compared (no per-file digests recorded" in text
     received = json.loads(invoke(ws.db, "history", "dpo-v5", "--json").stdout)[0]["payload"]
     assert received["artifact_at_receipt"] is None
+
+
+def test_a_version_1_ledger_replays_to_the_state_its_commands_fold(ws: Workspace) -> None:
+    """Replay keeps a check's and a hand-off's stored text and parses it once at the end:
+    upcast there too, so the kept payloads equal the command side's (decoded row by row)."""
+    _v1(ws)
+    with ws.ledger() as led:
+        replayed = load_state(led.store, use_checkpoints=False).state.candidates["dpo-v5"]
+        live = led.candidate("dpo-v5")
+        seqs = {e.type: e.seq for e in led.store.select_events()}
+    assert replayed == live
+    assert replayed.last_check is not None and replayed.last_handoff is not None
+    assert replayed.last_check["seq"] == seqs["ChecksRecorded"]
+    assert replayed.last_handoff["seq"] == seqs["HandoffDecided"]
+    for kept in (replayed.last_check, replayed.last_handoff):
+        assert kept["artifact"]["tree"] is None and kept["artifact"]["reused_from"] is None
 
 
 @pytest.mark.parametrize(

@@ -46,7 +46,7 @@ TARGETS = (
            ("CommandPath.run", "CommandPath._append", "CommandPath._fan_out", "CommandPath._replayed",
             "require_command", "state_after"),
            ("tests/test_command_path.py", "tests/test_ledger.py")),
-    Target("fold", "lifecycle_fsm/state.py", ("step_candidate_at", "apply_settings"),
+    Target("fold", "lifecycle_fsm/state.py", ("step_candidate_at", "_candidate_step", "kept_payload", "apply_settings"),
            ("tests/test_state.py", "tests/test_replay_corruption.py")),
     Target("decisions", "lifecycle_fsm/decisions.py",
            ("receive", "init", "activate_baseline", "advance_window", "activate_evaluation", "_with_defaults",
