@@ -283,3 +283,19 @@ def test_an_insert_into_events_can_only_fail_not_abort(store: SQLiteEventStore, 
         triggers = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'trigger' AND sql LIKE '%BEFORE INSERT%'")
         bodies = [r[0] for r in triggers]
     assert bodies and all("RAISE(FAIL" in b and "ABORT" not in b for b in bodies)
+
+
+def test_the_lock_wait_leaves_every_other_statement_its_full_busy_timeout(db: Path) -> None:
+    """The write lock is tried with busy_timeout 0 and short waits of our own; afterwards (taken or
+    given up) the connection is back at the store's busy timeout, so a read that meets a lock still waits."""
+    with SQLiteEventStore(db, busy_timeout=12.5) as store, plain(db) as conn:
+        store.append("a", 0, [new("a", 0)])
+        assert store._conn.execute("PRAGMA busy_timeout").fetchone()[0] == 12500  # type: ignore[attr-defined]
+    with SQLiteEventStore(db, busy_timeout=0.05) as impatient, plain(db) as conn:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            with pytest.raises(StoreError, match="write lock"):
+                impatient.append("a", 1, [new("a", 1)])
+        finally:
+            conn.execute("ROLLBACK")
+        assert impatient._conn.execute("PRAGMA busy_timeout").fetchone()[0] == 50  # type: ignore[attr-defined]
