@@ -2,7 +2,8 @@
 
 Why it is built this way:
 - WAL lets readers run while one writer appends; `busy_timeout` makes a second
-  writer wait for the lock instead of failing at once.
+  writer wait for the lock instead of failing at once (in short jittered steps:
+  `sqlite_lock.py` says why not SQLite's own).
 - Every write takes the lock up front (`BEGIN IMMEDIATE`): a transaction that
   reads a stream version and then appends never sees the version change under it,
   and the chain's head is read under the same lock.
@@ -40,6 +41,7 @@ from store.records import (
     StreamSnapshot,
 )
 from store.sqlite_errors import translate_sqlite_error, translating_sqlite_errors
+from store.sqlite_lock import begin_immediate
 from store.sqlite_schema import (
     EVENT_COLUMNS,
     STORE_SCHEMA_VERSION,
@@ -80,6 +82,7 @@ class SQLiteEventStore:
             raise InputError(f"synchronous must be one of {', '.join(SYNCHRONOUS_MODES)}, not {synchronous!r}")
         self.path = Path(path)
         self._fault = fault_from_env()
+        self._busy_timeout = busy_timeout
         if create:
             _create_private(self.path)
         try:
@@ -115,7 +118,7 @@ class SQLiteEventStore:
     def _write(self, *, command: bool = False) -> Iterator[None]:
         """BEGIN IMMEDIATE … COMMIT; a command's commit is where the fault hooks sit."""
         try:
-            self._conn.execute("BEGIN IMMEDIATE")
+            begin_immediate(self._conn, self._busy_timeout)
         except sqlite3.OperationalError as e:
             raise StoreError(f"{self.path}: could not take the write lock ({e})") from e
         try:

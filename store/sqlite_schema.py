@@ -4,6 +4,16 @@ Why the triggers: UPDATE and DELETE on `events` are refused, and so is an INSERT
 that clashes with an existing row, because `INSERT OR REPLACE` deletes the clashing
 row without firing DELETE triggers when a connection has `recursive_triggers` off.
 `table.transform()` would drop the triggers silently: never run it on `events`.
+
+Why every constraint of `events` says `ON CONFLICT FAIL` and the version check is in
+the insert trigger rather than a CHECK (store schema 3): an INSERT on a table with a
+trigger whose constraints may ABORT runs under a statement journal, which copies
+every page the row touches (six B-trees) before writing it; once that journal spills
+to a temporary file it costs ~10 µs per row (benchmarks/trigger_probe.py). With FAIL
+nothing can be undone part-way, so SQLite opens no statement journal. Each of our
+INSERTs writes one row and the store rolls back the whole transaction on any error,
+so FAIL and ABORT refuse the same rows; `INSERT OR REPLACE` is still refused by the
+trigger before any row is deleted.
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ if TYPE_CHECKING:  # imported by the caller only when a schema is created (its i
     import sqlite_utils
 
 __all__ = [
+    "EVENTS_TABLE",
     "EVENT_COLUMNS",
     "FILTER_INDEXES",
     "SCHEMA",
@@ -32,37 +43,46 @@ __all__ = [
 ]
 
 # 2: the filter indexes (a version 1 file gains them when it is first opened).
-STORE_SCHEMA_VERSION = 2
+# 3: `events` constraints ON CONFLICT FAIL, the version check in the insert trigger (an
+#    older file's events table is rebuilt, same rows in the same order, when first opened).
+STORE_SCHEMA_VERSION = 3
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 EVENT_COLUMNS = "seq, stream_id, version, event_id, type, schema_version, payload, recorded_at, actor, prev_hash, hash"
+# `{name}` so an upgrade can build the new table beside the old one (see `_rebuild_events`).
+EVENTS_TABLE = """CREATE TABLE IF NOT EXISTS {name} (
+        seq INTEGER PRIMARY KEY ON CONFLICT FAIL,
+        stream_id TEXT NOT NULL ON CONFLICT FAIL,
+        version INTEGER NOT NULL ON CONFLICT FAIL,
+        event_id TEXT NOT NULL ON CONFLICT FAIL,
+        type TEXT NOT NULL ON CONFLICT FAIL,
+        schema_version INTEGER NOT NULL ON CONFLICT FAIL,
+        payload TEXT NOT NULL ON CONFLICT FAIL,
+        recorded_at TEXT NOT NULL ON CONFLICT FAIL,
+        actor TEXT NOT NULL ON CONFLICT FAIL,
+        prev_hash TEXT NOT NULL ON CONFLICT FAIL,
+        hash TEXT NOT NULL ON CONFLICT FAIL,
+        UNIQUE (stream_id, version) ON CONFLICT FAIL,
+        UNIQUE (event_id) ON CONFLICT FAIL
+    )"""
 SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS events (
-        seq INTEGER PRIMARY KEY,
-        stream_id TEXT NOT NULL,
-        version INTEGER NOT NULL CHECK (version >= 1),
-        event_id TEXT NOT NULL,
-        type TEXT NOT NULL,
-        schema_version INTEGER NOT NULL,
-        payload TEXT NOT NULL,
-        recorded_at TEXT NOT NULL,
-        actor TEXT NOT NULL,
-        prev_hash TEXT NOT NULL,
-        hash TEXT NOT NULL,
-        UNIQUE (stream_id, version),
-        UNIQUE (event_id)
-    )""",
+    EVENTS_TABLE.format(name="events"),
     """CREATE TRIGGER IF NOT EXISTS events_refuse_update BEFORE UPDATE ON events
     BEGIN SELECT RAISE(ABORT, 'events are append-only: UPDATE refused'); END""",
     """CREATE TRIGGER IF NOT EXISTS events_refuse_delete BEFORE DELETE ON events
     BEGIN SELECT RAISE(ABORT, 'events are append-only: DELETE refused'); END""",
     # INSERT OR REPLACE deletes the clashing row without firing DELETE triggers when
     # another connection has recursive_triggers off; refusing the clash up front
-    # closes that door whatever the connection's settings.
+    # closes that door whatever the connection's settings. RAISE(FAIL), not ABORT:
+    # an ABORT anywhere in the insert's program brings back the statement journal.
     """CREATE TRIGGER IF NOT EXISTS events_refuse_replace BEFORE INSERT ON events
-    WHEN EXISTS (SELECT 1 FROM events WHERE seq = NEW.seq)
+    WHEN NEW.version < 1
+      OR EXISTS (SELECT 1 FROM events WHERE seq = NEW.seq)
       OR EXISTS (SELECT 1 FROM events WHERE event_id = NEW.event_id)
       OR EXISTS (SELECT 1 FROM events WHERE stream_id = NEW.stream_id AND version = NEW.version)
-    BEGIN SELECT RAISE(ABORT, 'events are append-only: REPLACE refused'); END""",
+    BEGIN
+      SELECT RAISE(FAIL, 'events: version must be >= 1') WHERE NEW.version < 1;
+      SELECT RAISE(FAIL, 'events are append-only: REPLACE refused');
+    END""",
 )
 
 
@@ -136,8 +156,33 @@ def schema_version(conn: sqlite3.Connection) -> str | None:
     return None if row is None else str(row[0])
 
 
+def _events_table_is_current(conn: sqlite3.Connection) -> bool:
+    """True when there is no events table yet or it has schema 3's constraints."""
+    row = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'events'").fetchone()
+    return row is None or "ON CONFLICT FAIL" in row[0]
+
+
+def _rebuild_events(conn: sqlite3.Connection) -> None:
+    """Rebuild an older file's events table with schema 3's DDL, under the caller's write lock.
+
+    The rows are copied column for column in seq order (the chain is the stored columns,
+    so it is unchanged); the old table goes with its triggers and indexes, which the
+    caller then creates on the new one. Dropping a table fires no DELETE trigger.
+    """
+    conn.execute(EVENTS_TABLE.format(name="events_v3"))
+    conn.execute(f"INSERT INTO events_v3 ({EVENT_COLUMNS}) SELECT {EVENT_COLUMNS} FROM events ORDER BY seq")
+    conn.execute("DROP TABLE events")
+    conn.execute("ALTER TABLE events_v3 RENAME TO events")
+
+
 def create_schema(conn: sqlite3.Connection, db: sqlite_utils.Database, path: Path) -> None:
-    """Create whatever is missing, under the caller's write lock; refuse another schema version."""
+    """Create whatever is missing, under the caller's write lock; upgrade an older store
+    schema (1: no filter indexes; 1 and 2: the events table's old constraints); refuse a newer one."""
+    found = schema_version(conn)
+    if found not in (None, "1", "2", str(STORE_SCHEMA_VERSION)):
+        raise StoreError(f"{path}: store schema version {found} is not {STORE_SCHEMA_VERSION}; refusing to guess")
+    if not _events_table_is_current(conn):
+        _rebuild_events(conn)
     for statement in SCHEMA:
         conn.execute(statement)
     db.table("streams").create(
@@ -161,14 +206,11 @@ def create_schema(conn: sqlite3.Connection, db: sqlite_utils.Database, path: Pat
         if_not_exists=True,
     )
     db.table("meta").create({"key": str, "value": str}, pk="key", if_not_exists=True)
-    found = schema_version(conn)
-    if found in (None, "1"):
-        for statement in FILTER_INDEXES:  # version 1 had none; building them reads the log once
+    if found != str(STORE_SCHEMA_VERSION):
+        for statement in FILTER_INDEXES:  # version 1 had none, a rebuilt table has none yet
             conn.execute(statement)
         conn.execute(
             "INSERT INTO meta (key, value) VALUES ('store_schema_version', ?) "
             "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
             (str(STORE_SCHEMA_VERSION),),
         )
-    elif found != str(STORE_SCHEMA_VERSION):
-        raise StoreError(f"{path}: store schema version {found} is not {STORE_SCHEMA_VERSION}; refusing to guess")

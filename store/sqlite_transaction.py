@@ -7,6 +7,7 @@ move under it (store/sqlite.py says why the store is built this way).
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -135,11 +136,15 @@ class SQLiteTransaction:
         stored: dict[str, StoredEvent] = {}
         for i in range(0, len(ids), 500):
             chunk = ids[i : i + 500]
-            rows = self._conn.execute(
-                f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id IN ({','.join('?' * len(chunk))})", chunk
-            ).fetchall()
+            rows = self._conn.execute(_select_by_ids(len(chunk)), chunk).fetchall()
             stored.update((row[3], row_to_event(row)) for row in rows)
         return match_retry(events, stored)
+
+
+@functools.lru_cache(maxsize=64)
+def _select_by_ids(n: int) -> str:
+    """The look-up of `n` event ids (built once per size: the text is also the statement cache's key)."""
+    return f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id IN ({','.join('?' * n)})"
 
 
 def read_stream_rows(conn: sqlite3.Connection, stream_id: str, after_version: int) -> list[StoredEvent]:

@@ -182,8 +182,86 @@ def test_a_version_1_file_gains_the_filter_indexes_when_opened(filled: SQLiteEve
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
         version = conn.execute("SELECT value FROM meta WHERE key = 'store_schema_version'").fetchone()[0]
         plan = " ".join(r[3] for r in conn.execute("EXPLAIN QUERY PLAN SELECT seq FROM events WHERE actor = 'x'"))
-    assert {"events_type", "events_actor", "events_recorded_at"} <= names and version == "2"
+    assert {"events_type", "events_actor", "events_recorded_at"} <= names and version == str(STORE_SCHEMA_VERSION)
     assert "INDEX events_actor (actor=?)" in plan
+
+
+# The events table as store schema 1 and 2 wrote it (release 0.1.0's file has it too).
+_OLD_EVENTS_TABLE = """CREATE TABLE events (
+        seq INTEGER PRIMARY KEY, stream_id TEXT NOT NULL, version INTEGER NOT NULL CHECK (version >= 1),
+        event_id TEXT NOT NULL, type TEXT NOT NULL, schema_version INTEGER NOT NULL, payload TEXT NOT NULL,
+        recorded_at TEXT NOT NULL, actor TEXT NOT NULL, prev_hash TEXT NOT NULL, hash TEXT NOT NULL,
+        UNIQUE (stream_id, version), UNIQUE (event_id))"""
+
+
+def _events_sql(db: Path) -> str:
+    with plain(db) as conn:
+        return str(conn.execute("SELECT sql FROM sqlite_master WHERE name = 'events'").fetchone()[0])
+
+
+def test_a_version_2_file_gets_the_new_events_table_with_the_same_rows(filled: SQLiteEventStore, db: Path) -> None:
+    """An events table with schema 2's constraints (ABORT, a CHECK) is rebuilt on first open: every row
+    byte for byte, the same chain and head, the triggers and indexes back, the file sound."""
+    filled.close()
+    with plain(db) as conn:  # turn the file back into what schema 2 wrote, rows and triggers included
+        rows = conn.execute("SELECT * FROM events ORDER BY seq").fetchall()
+        conn.execute("BEGIN")
+        conn.execute("DROP TABLE events")
+        conn.execute(_OLD_EVENTS_TABLE)
+        conn.executemany("INSERT INTO events VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
+        conn.execute("UPDATE meta SET value = '2' WHERE key = 'store_schema_version'")
+        conn.execute("COMMIT")
+    assert "ON CONFLICT FAIL" not in _events_sql(db)
+    with SQLiteEventStore(db) as reopened:
+        assert reopened.verify_chain().ok and reopened.head().seq == 5
+    with plain(db) as conn:
+        assert conn.execute("SELECT * FROM events ORDER BY seq").fetchall() == rows
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE tbl_name = 'events'")}
+        version = conn.execute("SELECT value FROM meta WHERE key = 'store_schema_version'").fetchone()[0]
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert "ON CONFLICT FAIL" in _events_sql(db) and version == str(STORE_SCHEMA_VERSION)
+    assert {"events_refuse_update", "events_refuse_delete", "events_refuse_replace", "events_type",
+            "events_actor", "events_recorded_at"} <= names  # fmt: skip
+
+
+def test_the_release_0_1_0_file_is_upgraded_with_its_chain_intact(tmp_path: Path) -> None:
+    """The file release 0.1.0 wrote (schema 2's events table) opens on schema 3 with the same head."""
+    db = tmp_path / "old.sqlite"
+    db.write_bytes((REPO / "tests" / "fixtures" / "ledger-0.1.0.sqlite").read_bytes())
+    with SQLiteEventStore(db) as store:
+        assert store.verify_chain().ok
+        assert store.head().hash == "1adba2fc75c8a50f57d9dfe8da7359c93d090995f3566221c8aed5b2b0118735"
+        assert store.count_events() == 7
+    assert "ON CONFLICT FAIL" in _events_sql(db)
+
+
+def test_a_plain_insert_of_version_0_is_refused(filled: SQLiteEventStore, db: Path) -> None:
+    """The version check moved from a CHECK constraint into the insert trigger: still refused."""
+    with plain(db) as conn, pytest.raises(sqlite3.DatabaseError, match="version must be >= 1"):
+        conn.execute("INSERT INTO events VALUES (6, 'z', 0, 'z-0', 'T', 1, '{}', 'r', 'a', 'p', 'h')")
+    assert filled.count_events() == 5
+
+
+@pytest.mark.parametrize("clash", ["seq", "event_id", "stream_version"])
+def test_replace_clashing_on_any_unique_key_removes_nothing(filled: SQLiteEventStore, db: Path, clash: str) -> None:
+    """INSERT OR REPLACE of a new row that clashes on one key only (seq, event id, or stream and
+    version), from a plain connection with recursive_triggers off: refused, every row still there."""
+    before = list(filled.select_events())
+    row: dict[str, Any] = {"seq": 6, "stream_id": "z", "version": 1, "event_id": "z-0"}
+    taken: dict[str, dict[str, Any]] = {
+        "seq": {"seq": 3},
+        "event_id": {"event_id": "a-1"},
+        "stream_version": {"stream_id": "a", "version": 2},
+    }
+    row.update(taken[clash])
+    with plain(db) as conn:
+        assert conn.execute("PRAGMA recursive_triggers").fetchone()[0] == 0
+        with pytest.raises(sqlite3.DatabaseError, match="REPLACE refused"):
+            conn.execute(
+                "INSERT OR REPLACE INTO events VALUES (?, ?, ?, ?, 'T', 1, '{}', 'r', 'a', 'p', 'h')",
+                (row["seq"], row["stream_id"], row["version"], row["event_id"]),
+            )
+    assert list(filled.select_events()) == before and filled.verify_chain().ok
 
 
 def test_bad_synchronous_mode_is_input_error(db: Path) -> None:
@@ -191,3 +269,33 @@ def test_bad_synchronous_mode_is_input_error(db: Path) -> None:
     with pytest.raises(InputError):
         SQLiteEventStore(db, synchronous="SOMETIMES")
     assert not db.exists()
+
+
+def test_an_insert_into_events_can_only_fail_not_abort(store: SQLiteEventStore, db: Path) -> None:
+    """Every constraint of `events` and every RAISE an INSERT can reach says FAIL, and there is no
+    CHECK (whose conflict action is always ABORT): one ABORT would make every row's INSERT run under
+    a statement journal again (store/sqlite_schema.py says why that costs ~10 µs a row)."""
+    table = _events_sql(db)
+    constraints = [line.strip() for line in table.splitlines()[1:-1]]
+    assert constraints and all(c.rstrip(",").endswith("ON CONFLICT FAIL") for c in constraints)
+    assert "CHECK" not in table.upper()
+    with plain(db) as conn:
+        triggers = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'trigger' AND sql LIKE '%BEFORE INSERT%'")
+        bodies = [r[0] for r in triggers]
+    assert bodies and all("RAISE(FAIL" in b and "ABORT" not in b for b in bodies)
+
+
+def test_the_lock_wait_leaves_every_other_statement_its_full_busy_timeout(db: Path) -> None:
+    """The write lock is tried with busy_timeout 0 and short waits of our own; afterwards (taken or
+    given up) the connection is back at the store's busy timeout, so a read that meets a lock still waits."""
+    with SQLiteEventStore(db, busy_timeout=12.5) as store, plain(db) as conn:
+        store.append("a", 0, [new("a", 0)])
+        assert store._conn.execute("PRAGMA busy_timeout").fetchone()[0] == 12500  # type: ignore[attr-defined]
+    with SQLiteEventStore(db, busy_timeout=0.05) as impatient, plain(db) as conn:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            with pytest.raises(StoreError, match="write lock"):
+                impatient.append("a", 1, [new("a", 1)])
+        finally:
+            conn.execute("ROLLBACK")
+        assert impatient._conn.execute("PRAGMA busy_timeout").fetchone()[0] == 50  # type: ignore[attr-defined]
