@@ -44,7 +44,7 @@ from store.sqlite_errors import translate_sqlite_error, translating_sqlite_error
 from store.sqlite_lock import begin_immediate
 from store.sqlite_schema import (
     EVENT_COLUMNS,
-    STORE_SCHEMA_VERSION,
+    OPENED_AS_IS,
     SYNCHRONOUS_MODES,
     create_schema,
     filter_sql,
@@ -97,7 +97,7 @@ class SQLiteEventStore:
             self._conn.execute("PRAGMA recursive_triggers=ON")
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute(f"PRAGMA synchronous={mode}")
-            if schema_version(self._conn) != str(STORE_SCHEMA_VERSION):  # an existing ledger opens lock-free
+            if schema_version(self._conn) not in OPENED_AS_IS:  # an existing ledger opens lock-free
                 # Only to create the schema: importing sqlite-utils (pluggy, click, dateutil) costs
                 # ~65 ms, which every CLI start on an existing ledger would pay.
                 import sqlite_utils

@@ -34,6 +34,7 @@ __all__ = [
     "EVENTS_TABLE",
     "EVENT_COLUMNS",
     "FILTER_INDEXES",
+    "OPENED_AS_IS",
     "SCHEMA",
     "STORE_SCHEMA_VERSION",
     "SYNCHRONOUS_MODES",
@@ -43,9 +44,12 @@ __all__ = [
 ]
 
 # 2: the filter indexes (a version 1 file gains them when it is first opened).
-# 3: `events` constraints ON CONFLICT FAIL, the version check in the insert trigger (an
-#    older file's events table is rebuilt, same rows in the same order, when first opened).
+# 3: `events` constraints ON CONFLICT FAIL, the version check in the insert trigger: what a
+#    new file gets. A version 2 file keeps its events table as written (an open never
+#    rewrites the log's table); `lifecycle migrate` copies it into a version 3 file.
 STORE_SCHEMA_VERSION = 3
+# Versions a file is opened at as it is, without the write lock or any change.
+OPENED_AS_IS = ("2", "3")
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 EVENT_COLUMNS = "seq, stream_id, version, event_id, type, schema_version, payload, recorded_at, actor, prev_hash, hash"
 # `{name}` so an upgrade can build the new table beside the old one (see `_rebuild_events`).
@@ -156,33 +160,16 @@ def schema_version(conn: sqlite3.Connection) -> str | None:
     return None if row is None else str(row[0])
 
 
-def _events_table_is_current(conn: sqlite3.Connection) -> bool:
-    """True when there is no events table yet or it has schema 3's constraints."""
-    row = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'events'").fetchone()
-    return row is None or "ON CONFLICT FAIL" in row[0]
-
-
-def _rebuild_events(conn: sqlite3.Connection) -> None:
-    """Rebuild an older file's events table with schema 3's DDL, under the caller's write lock.
-
-    The rows are copied column for column in seq order (the chain is the stored columns,
-    so it is unchanged); the old table goes with its triggers and indexes, which the
-    caller then creates on the new one. Dropping a table fires no DELETE trigger.
-    """
-    conn.execute(EVENTS_TABLE.format(name="events_v3"))
-    conn.execute(f"INSERT INTO events_v3 ({EVENT_COLUMNS}) SELECT {EVENT_COLUMNS} FROM events ORDER BY seq")
-    conn.execute("DROP TABLE events")
-    conn.execute("ALTER TABLE events_v3 RENAME TO events")
-
-
 def create_schema(conn: sqlite3.Connection, db: sqlite_utils.Database, path: Path) -> None:
-    """Create whatever is missing, under the caller's write lock; upgrade an older store
-    schema (1: no filter indexes; 1 and 2: the events table's old constraints); refuse a newer one."""
+    """Create whatever is missing, under the caller's write lock; refuse an unknown version.
+
+    A new file gets store schema 3. A version 1 file gains the filter indexes and becomes
+    version 2; its events table (schema 2's ABORT constraints and CHECK) is kept as written:
+    the same guarantees, only each insert costs a statement journal more.
+    """
     found = schema_version(conn)
-    if found not in (None, "1", "2", str(STORE_SCHEMA_VERSION)):
+    if found not in (None, "1", *OPENED_AS_IS):
         raise StoreError(f"{path}: store schema version {found} is not {STORE_SCHEMA_VERSION}; refusing to guess")
-    if not _events_table_is_current(conn):
-        _rebuild_events(conn)
     for statement in SCHEMA:
         conn.execute(statement)
     db.table("streams").create(
@@ -206,11 +193,11 @@ def create_schema(conn: sqlite3.Connection, db: sqlite_utils.Database, path: Pat
         if_not_exists=True,
     )
     db.table("meta").create({"key": str, "value": str}, pk="key", if_not_exists=True)
-    if found != str(STORE_SCHEMA_VERSION):
-        for statement in FILTER_INDEXES:  # version 1 had none, a rebuilt table has none yet
+    if found not in OPENED_AS_IS:
+        for statement in FILTER_INDEXES:  # version 1 had none; building them reads the log once
             conn.execute(statement)
         conn.execute(
             "INSERT INTO meta (key, value) VALUES ('store_schema_version', ?) "
             "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-            (str(STORE_SCHEMA_VERSION),),
+            (str(STORE_SCHEMA_VERSION) if found is None else "2",),
         )

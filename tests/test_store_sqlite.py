@@ -22,7 +22,7 @@ from store import (
     SQLiteEventStore,
     StoreError,
 )
-from store.sqlite import STORE_SCHEMA_VERSION
+from store.sqlite_schema import STORE_SCHEMA_VERSION
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -182,7 +182,7 @@ def test_a_version_1_file_gains_the_filter_indexes_when_opened(filled: SQLiteEve
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
         version = conn.execute("SELECT value FROM meta WHERE key = 'store_schema_version'").fetchone()[0]
         plan = " ".join(r[3] for r in conn.execute("EXPLAIN QUERY PLAN SELECT seq FROM events WHERE actor = 'x'"))
-    assert {"events_type", "events_actor", "events_recorded_at"} <= names and version == str(STORE_SCHEMA_VERSION)
+    assert {"events_type", "events_actor", "events_recorded_at"} <= names and version == "2"
     assert "INDEX events_actor (actor=?)" in plan
 
 
@@ -192,6 +192,21 @@ _OLD_EVENTS_TABLE = """CREATE TABLE events (
         event_id TEXT NOT NULL, type TEXT NOT NULL, schema_version INTEGER NOT NULL, payload TEXT NOT NULL,
         recorded_at TEXT NOT NULL, actor TEXT NOT NULL, prev_hash TEXT NOT NULL, hash TEXT NOT NULL,
         UNIQUE (stream_id, version), UNIQUE (event_id))"""
+# ... and its triggers and indexes, as store schema 2 wrote them.
+_OLD_SCHEMA_2 = (
+    """CREATE TRIGGER events_refuse_update BEFORE UPDATE ON events
+    BEGIN SELECT RAISE(ABORT, 'events are append-only: UPDATE refused'); END""",
+    """CREATE TRIGGER events_refuse_delete BEFORE DELETE ON events
+    BEGIN SELECT RAISE(ABORT, 'events are append-only: DELETE refused'); END""",
+    """CREATE TRIGGER events_refuse_replace BEFORE INSERT ON events
+    WHEN EXISTS (SELECT 1 FROM events WHERE seq = NEW.seq)
+      OR EXISTS (SELECT 1 FROM events WHERE event_id = NEW.event_id)
+      OR EXISTS (SELECT 1 FROM events WHERE stream_id = NEW.stream_id AND version = NEW.version)
+    BEGIN SELECT RAISE(ABORT, 'events are append-only: REPLACE refused'); END""",
+    "CREATE INDEX events_type ON events (type)",
+    "CREATE INDEX events_actor ON events (actor)",
+    "CREATE INDEX events_recorded_at ON events (recorded_at)",
+)
 
 
 def _events_sql(db: Path) -> str:
@@ -199,40 +214,65 @@ def _events_sql(db: Path) -> str:
         return str(conn.execute("SELECT sql FROM sqlite_master WHERE name = 'events'").fetchone()[0])
 
 
-def test_a_version_2_file_gets_the_new_events_table_with_the_same_rows(filled: SQLiteEventStore, db: Path) -> None:
-    """An events table with schema 2's constraints (ABORT, a CHECK) is rebuilt on first open: every row
-    byte for byte, the same chain and head, the triggers and indexes back, the file sound."""
+def _schema_2_file(filled: SQLiteEventStore, db: Path) -> list[tuple[object, ...]]:
+    """Turn `filled` back into what store schema 2 wrote (its events table, rows and triggers)."""
     filled.close()
-    with plain(db) as conn:  # turn the file back into what schema 2 wrote, rows and triggers included
+    with plain(db) as conn:
         rows = conn.execute("SELECT * FROM events ORDER BY seq").fetchall()
         conn.execute("BEGIN")
         conn.execute("DROP TABLE events")
         conn.execute(_OLD_EVENTS_TABLE)
         conn.executemany("INSERT INTO events VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
+        for statement in _OLD_SCHEMA_2:
+            conn.execute(statement)
         conn.execute("UPDATE meta SET value = '2' WHERE key = 'store_schema_version'")
         conn.execute("COMMIT")
-    assert "ON CONFLICT FAIL" not in _events_sql(db)
+    return rows
+
+
+def test_a_version_2_file_keeps_its_events_table_and_its_guarantees(filled: SQLiteEventStore, db: Path) -> None:
+    """An open never rewrites an older file's events table: schema 2's table is used as written
+    (same rows, same file), appends extend its chain, and REPLACE and version 0 are still refused."""
+    rows = _schema_2_file(filled, db)
+    before = _events_sql(db)
     with SQLiteEventStore(db) as reopened:
         assert reopened.verify_chain().ok and reopened.head().seq == 5
+        reopened.append("s-new", 0, [NewEvent("s-new", "T", 1, {"n": 1}, "e-new", "2026-12-01T00:00:00Z", "a")])
+        assert reopened.verify_chain().ok and reopened.head().seq == 6
+    assert _events_sql(db) == before and "ON CONFLICT FAIL" not in before
     with plain(db) as conn:
-        assert conn.execute("SELECT * FROM events ORDER BY seq").fetchall() == rows
-        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE tbl_name = 'events'")}
+        assert conn.execute("SELECT * FROM events WHERE seq <= 5 ORDER BY seq").fetchall() == rows
         version = conn.execute("SELECT value FROM meta WHERE key = 'store_schema_version'").fetchone()[0]
-        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    assert "ON CONFLICT FAIL" in _events_sql(db) and version == str(STORE_SCHEMA_VERSION)
-    assert {"events_refuse_update", "events_refuse_delete", "events_refuse_replace", "events_type",
-            "events_actor", "events_recorded_at"} <= names  # fmt: skip
+        assert version == "2"
+        with pytest.raises(sqlite3.IntegrityError):
+            conn.execute("INSERT OR REPLACE INTO events SELECT * FROM events WHERE seq = 1")
+        with pytest.raises(sqlite3.IntegrityError):
+            conn.execute("INSERT INTO events VALUES (7, 'z', 0, 'z-0', 'T', 1, '{}', 'r', 'a', 'p', 'h')")
+        assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 6
 
 
-def test_the_release_0_1_0_file_is_upgraded_with_its_chain_intact(tmp_path: Path) -> None:
-    """The file release 0.1.0 wrote (schema 2's events table) opens on schema 3 with the same head."""
+def test_migrate_copies_a_version_2_file_into_schema_3(filled: SQLiteEventStore, db: Path, tmp_path: Path) -> None:
+    """The way to schema 3's cheaper inserts for an older file: `migrate` into a new one (same head)."""
+    from store.migrate import migrate
+
+    _schema_2_file(filled, db)
+    copy = tmp_path / "copy.sqlite"
+    with SQLiteEventStore(db) as src, SQLiteEventStore(copy, create=True) as dst:
+        migrate(src, dst)
+        assert dst.head() == src.head() and dst.verify_chain().ok
+    assert "ON CONFLICT FAIL" in _events_sql(copy) and "ON CONFLICT FAIL" not in _events_sql(db)
+
+
+def test_the_release_0_1_0_file_opens_with_its_chain_intact(tmp_path: Path) -> None:
+    """The file release 0.1.0 wrote (schema 1's events table) gains the filter indexes, keeps its table and head."""
     db = tmp_path / "old.sqlite"
     db.write_bytes((REPO / "tests" / "fixtures" / "ledger-0.1.0.sqlite").read_bytes())
+    before = _events_sql(db)
     with SQLiteEventStore(db) as store:
         assert store.verify_chain().ok
         assert store.head().hash == "1adba2fc75c8a50f57d9dfe8da7359c93d090995f3566221c8aed5b2b0118735"
         assert store.count_events() == 7
-    assert "ON CONFLICT FAIL" in _events_sql(db)
+    assert _events_sql(db) == before
 
 
 def test_a_plain_insert_of_version_0_is_refused(filled: SQLiteEventStore, db: Path) -> None:
