@@ -195,6 +195,15 @@ class SQLiteEventStore:
         while rows := cursor.fetchmany(4096):
             yield rows
 
+    def select_row_batches(self, *, after: int = 0, to: int | None = None) -> Iterator[list[tuple[Any, ...]]]:
+        """Whole rows in batches, one SELECT (one read snapshot), for the checked folds."""
+        upper = to if to is not None else (1 << 62)
+        cursor = self._conn.execute(
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE seq > ? AND seq <= ? ORDER BY seq", (after, upper)
+        )
+        while rows := cursor.fetchmany(4096):
+            yield rows
+
     def select_matching(self, query: EventFilter) -> Iterator[StoredEvent]:
         sql, params = filter_sql(query)
         try:
