@@ -18,7 +18,7 @@ import orjson
 from lifecycle_fsm.errors import CorruptionError
 from lifecycle_fsm.events import CANDIDATE_PREFIX, LEDGER_STREAM, SEALS_STREAM, candidate_id_of, stream_of
 from lifecycle_fsm.state import CandidateState, LedgerSettings, apply_settings, step_candidate_at
-from lifecycle_fsm.upcasting import CURRENT_VERSIONS, upcast
+from lifecycle_fsm.upcasting import CURRENT_VERSIONS, edited_row_error, upcast
 from store.base import EventStore
 from store.chain import canonical_json, check_rows
 from store.records import StreamHead
@@ -65,12 +65,10 @@ def snapshot_json(state: LedgerState) -> str:
     return canonical_json(state.to_json())
 
 
-def fold_batches(
-    store: EventStore, *, after: int, to: int | None, checked: bool
-) -> Iterable[Sequence[Sequence[Any]]]:
+def fold_batches(store: EventStore, *, after: int, to: int | None, checked: bool) -> Iterable[Sequence[Sequence[Any]]]:
     """The fold's input: plain rows, or whole rows each re-hashed first (`chain.check_rows`)."""
     if checked:
-        return check_rows(store.select_row_batches(after=after, to=to))
+        return check_rows(store.select_row_batches(after=after, to=to), error=edited_row_error)
     return store.select_fold_batches(after=after, to=to)
 
 

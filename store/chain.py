@@ -185,18 +185,17 @@ def verify_rows(
     for only when a break is reported (the walk itself counts the events and finds the
     head), so a sound log is read once.
     """
-    digest_of = chain_hash
+    hash_of = chain_hash
     prev_seq, prev_hash = 0, GENESIS_HASH
     seen = 0
     for rows in batches:
-        for seq, stream_id, version, event_id, type_name, schema_version, payload, recorded_at, actor, link, digest in rows:
+        for seq, stream_id, version, event_id, kind, schema, payload, recorded_at, actor, link, digest in rows:
             reason = None
             if seq != prev_seq + 1:
                 reason = f"gap in positions: seq {seq} follows seq {prev_seq}"
             elif link != prev_hash:
                 reason = "prev_hash does not match the previous event's hash"
-            elif digest_of(link, seq, stream_id, version, event_id, type_name, schema_version, payload, recorded_at,
-                           actor) != digest:  # fmt: skip
+            elif hash_of(link, seq, stream_id, version, event_id, kind, schema, payload, recorded_at, actor) != digest:
                 reason = "stored hash does not match the event's content"
             if reason is not None:
                 return ChainReport(False, count(), head(), bad_seq=seq, reason=reason)
@@ -205,22 +204,25 @@ def verify_rows(
     return ChainReport(True, seen, Head(prev_seq, prev_hash))
 
 
-def check_rows(batches: Iterable[Sequence[Sequence[Any]]]) -> Iterator[list[tuple[Any, ...]]]:
+def check_rows(
+    batches: Iterable[Sequence[Sequence[Any]]], *, error: Callable[[int], Exception] | None = None
+) -> Iterator[list[tuple[Any, ...]]]:
     """Whole rows in, fold rows `(seq, stream_id, version, type, schema_version, payload)` out,
     each row's own hash recomputed first (no chain walk: the rows may be any slice of the log).
 
-    What reads that print state fold through: a row edited in place is an
-    `IntegrityError` naming its seq before anything is built from it.
+    What reads that print state fold through: a row edited in place raises `error(seq)`
+    (default `row_hash_error`, an `IntegrityError` naming the seq) before anything is
+    built from it.
     """
-    digest_of = chain_hash
+    fail = row_hash_error if error is None else error
+    hash_of = chain_hash
     for rows in batches:
         out: list[tuple[Any, ...]] = []
         keep = out.append
-        for seq, stream_id, version, event_id, type_name, schema_version, payload, recorded_at, actor, link, digest in rows:
-            if digest_of(link, seq, stream_id, version, event_id, type_name, schema_version, payload, recorded_at,
-                         actor) != digest:  # fmt: skip
-                raise row_hash_error(seq)
-            keep((seq, stream_id, version, type_name, schema_version, payload))
+        for seq, stream_id, version, event_id, kind, schema, payload, recorded_at, actor, link, digest in rows:
+            if hash_of(link, seq, stream_id, version, event_id, kind, schema, payload, recorded_at, actor) != digest:
+                raise fail(seq)
+            keep((seq, stream_id, version, kind, schema, payload))
         yield out
 
 
@@ -284,23 +286,22 @@ class ChainWalk:
         rows = next(self._batches, None)
         if rows is None:
             return []
-        digest_of = chain_hash
+        hash_of = chain_hash
         prev_seq, prev_hash = self._seq, self._hash
         out: list[tuple[Any, ...]] = []
         keep = out.append
-        for seq, stream_id, version, event_id, type_name, schema_version, payload, recorded_at, actor, link, digest in rows:
+        for seq, stream_id, version, event_id, kind, schema, payload, recorded_at, actor, link, digest in rows:
             reason = None
             if seq != prev_seq + 1:
                 reason = f"gap in positions: seq {seq} follows seq {prev_seq}"
             elif link != prev_hash:
                 reason = "prev_hash does not match the previous event's hash"
-            elif digest_of(link, seq, stream_id, version, event_id, type_name, schema_version, payload, recorded_at,
-                           actor) != digest:  # fmt: skip
+            elif hash_of(link, seq, stream_id, version, event_id, kind, schema, payload, recorded_at, actor) != digest:
                 reason = "stored hash does not match the event's content"
             if reason is not None:
                 self.bad_seq, self.reason = seq, reason
                 break
-            keep((seq, stream_id, version, type_name, schema_version, payload))
+            keep((seq, stream_id, version, kind, schema, payload))
             prev_seq, prev_hash = seq, digest
         self._seq, self._hash = prev_seq, prev_hash
         self._seen += len(out)
