@@ -321,9 +321,9 @@ class SQLiteEventStore:
         return str(row[0]) if row else None
 
     def verify_chain(self) -> ChainReport:
-        """One SELECT in seq order (one read snapshot), rows hashed in big batches as plain tuples."""
-        cursor = self._conn.execute(f"SELECT {EVENT_COLUMNS} FROM events ORDER BY seq")
-        return verify_rows(iter(lambda: cursor.fetchmany(8192), []), count=self.count_events, head=self.head)
+        """One SELECT in seq order (one read snapshot), rows hashed in small batches as plain tuples
+        (256 rows: ~15% faster than 8192, as `select_row_batches` says why)."""
+        return verify_rows(self.select_row_batches(), count=self.count_events, head=self.head)
 
     def close(self) -> None:
         self._conn.close()
