@@ -116,7 +116,7 @@ def raw_decode(path: Path) -> int:
     n = 0
     try:
         cur = conn.execute(f"SELECT {FOLD_COLUMNS} FROM events ORDER BY seq")
-        while rows := cur.fetchmany(4096):
+        while rows := cur.fetchmany(256):
             for row in rows:
                 loads(row[5])
             n += len(rows)

@@ -16,7 +16,7 @@ import orjson
 
 from lifecycle_fsm.errors import CorruptionError
 from lifecycle_fsm.events import EVENT_TYPES, Event
-from store.chain import rehash
+from store.chain import chain_hash, row_hash_error
 from store.records import StoredEvent
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "UPCASTERS",
     "Upcaster",
     "check_row",
+    "edited_row_error",
     "decoded_event",
     "decoded_payload",
     "event_from_payload",
@@ -157,12 +158,15 @@ def check_row(event: StoredEvent) -> None:
     re-hashed by hand keeps its own hash but breaks the next row's link: `verify` (the
     whole chain) and a sealed or pinned head catch that.
     """
-    if rehash(event, event.prev_hash) != event.hash:
-        raise CorruptionError(
-            f"seq {event.seq}: stored hash does not match the event's content (edited in place?); "
-            "run `lifecycle verify`",
-            seq=event.seq,
-        )
+    e = event
+    if chain_hash(e.prev_hash, e.seq, e.stream_id, e.version, e.event_id, e.type, e.schema_version, e.payload,
+                  e.recorded_at, e.actor) != e.hash:  # fmt: skip
+        raise edited_row_error(e.seq)
+
+
+def edited_row_error(seq: int) -> CorruptionError:
+    """What a read raises for a row whose own hash does not match its columns (exit 6)."""
+    return CorruptionError(str(row_hash_error(seq)), seq=seq)
 
 
 def _parsed(event: StoredEvent) -> JSON:

@@ -11,7 +11,7 @@ fold ends (`_frozen`). It has no side effects: the same rows give the same state
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -28,9 +28,9 @@ from lifecycle_fsm.state import (
     kept_payload,
     not_a_candidate_event,
 )
-from lifecycle_fsm.upcasting import CURRENT_VERSIONS, check_row, upcast
+from lifecycle_fsm.upcasting import CURRENT_VERSIONS, edited_row_error, upcast
 from store.base import EventStore
-from store.chain import canonical_json
+from store.chain import canonical_json, check_rows
 from store.records import StreamHead
 
 __all__ = ["LedgerState", "fold_rows", "index_of", "snapshot_json"]
@@ -75,24 +75,26 @@ def snapshot_json(state: LedgerState) -> str:
     return canonical_json(state.to_json())
 
 
-def _checked_batches(store: EventStore, *, after: int, to: int | None) -> Iterator[list[tuple[Any, ...]]]:
-    """`select_fold_batches`, but every row's own hash recomputed first (reads that print state)."""
-    batch: list[tuple[Any, ...]] = []
-    for event in store.select_events(after=after, to=to):
-        check_row(event)
-        batch.append((event.seq, event.stream_id, event.version, event.type, event.schema_version, event.payload))
-        if len(batch) >= 4096:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
+def fold_batches(store: EventStore, *, after: int, to: int | None, checked: bool) -> Iterable[Sequence[Sequence[Any]]]:
+    """The fold's input: plain rows, or whole rows each re-hashed first (`chain.check_rows`)."""
+    if checked:
+        return check_rows(store.select_row_batches(after=after, to=to), error=edited_row_error)
+    return store.select_fold_batches(after=after, to=to)
 
 
-def fold_rows(store: EventStore, start: LedgerState, *, to: int | None = None, checked: bool = False) -> LedgerState:
+def fold_rows(
+    store: EventStore,
+    start: LedgerState,
+    *,
+    to: int | None = None,
+    checked: bool = False,
+    batches: Iterable[Sequence[Sequence[Any]]] | None = None,
+) -> LedgerState:
     """Fold the events after `start.position` (up to `to`) onto `start`.
 
     `checked` recomputes each row's own hash before folding it (what `status`, `replay`
-    and `audit` ask for: fail closed); `verify` walks the whole chain first instead.
+    and `audit` ask for: fail closed). `batches`: rows already checked by the caller
+    (`verify` hands on its chain walk's), read instead of the store.
     """
     settings = start.settings
     # Working dicts keyed by stream id: one dict look-up per event finds the candidate.
@@ -101,11 +103,8 @@ def fold_rows(store: EventStore, start: LedgerState, *, to: int | None = None, c
     loads = orjson.loads
     current_versions = CURRENT_VERSIONS
     steps = REPLAY_STEPS
-    batches = (
-        _checked_batches(store, after=start.position, to=to)
-        if checked
-        else store.select_fold_batches(after=start.position, to=to)
-    )
+    if batches is None:
+        batches = fold_batches(store, after=start.position, to=to, checked=checked)
     streams = dict(start.streams)
     for rows in batches:
         for seq, stream_id, version, type_name, schema_version, text in rows:

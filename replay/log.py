@@ -13,12 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from lifecycle_fsm.errors import CorruptionError, InputError
+from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.events import CANDIDATE_EVENTS, CANDIDATE_PREFIX, EVENT_TYPES, LEDGER_STREAM, stream_of
 from lifecycle_fsm.rules import BLOCKING_ACTIONS, FRESHNESS_CHECKS
 from lifecycle_fsm.upcasting import decoded_payload
 from store.base import EventStore
-from store.chain import rehash
 from store.records import EventFilter, PayloadMatch, StoredEvent
 
 __all__ = [
@@ -99,8 +98,7 @@ def event_json(event: StoredEvent, payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def read_log(store: EventStore, query: EventFilter) -> Iterator[tuple[StoredEvent, dict[str, Any]]]:
-    """The selected events with their decoded (upcast) payloads, each row's hash checked first."""
+    """The selected events with their decoded (upcast) payloads, each row's hash checked first
+    (`decoded_payload` re-hashes it: once)."""
     for event in store.select_matching(query):
-        if rehash(event, event.prev_hash) != event.hash:
-            raise CorruptionError(f"seq {event.seq}: stored hash does not match the event's content", seq=event.seq)
         yield event, decoded_payload(event)

@@ -4,6 +4,10 @@
 own digest, and replays the whole log through the machine's table. A stale
 checkpoint (built by other code) is reported but is not a failure: it is simply
 not used. A corrupt one is a failure.
+
+The log is read once: the fold takes its rows from the chain walk (`chain.ChainWalk`),
+which hands on only rows whose position, link and hash it has just checked. A broken
+chain is the finding whatever the fold met first, as when the chain was walked alone.
 """
 
 from __future__ import annotations
@@ -15,13 +19,13 @@ from lifecycle_fsm.events import stream_of
 from replay.checkpoints import checkpoint_problem
 from replay.fold import LedgerState, empty_state, fold_rows, index_of, snapshot_json
 from store.base import EventStore
-from store.chain import canonical_json
+from store.chain import ChainWalk, canonical_json
 from store.records import StreamHead
 
 __all__ = ["verify"]
 
 
-def _checkpoint_report(store: EventStore) -> tuple[list[dict[str, Any]], bool, LedgerState]:
+def _checkpoint_report(store: EventStore, walk: ChainWalk) -> tuple[list[dict[str, Any]], bool, LedgerState]:
     """Each checkpoint's status; structurally sound ones are compared on the way of one
     replay pass that then goes on to the head, so the whole log is folded once (a
     `CorruptionError` anywhere in it propagates); also returns the state at the head."""
@@ -40,12 +44,12 @@ def _checkpoint_report(store: EventStore) -> tuple[list[dict[str, Any]], bool, L
         }  # fmt: skip
     state = empty_state()
     for record in sorted(sound, key=lambda r: r.position):
-        state = fold_rows(store, state, to=record.position)
+        state = fold_rows(store, state, batches=walk.fold_batches(to=record.position))
         if snapshot_json(state) != record.snapshot:
             reports[record.checkpoint_id].update(status="broken", reason="snapshot differs from a full replay")
         elif (bad := _stream_copy_problem(store, record.checkpoint_id, state)) is not None:
             reports[record.checkpoint_id].update(status="broken", reason=bad)
-    state = fold_rows(store, state)  # the rest of the log: every transition must still be legal
+    state = fold_rows(store, state, batches=walk.fold_batches())  # the rest: every transition must still be legal
     ordered = list(reports.values())
     return ordered, all(r["status"] != "broken" for r in ordered), state
 
@@ -85,7 +89,14 @@ def _row(head: StreamHead | None) -> str:
 
 def verify(store: EventStore) -> dict[str, Any]:
     """The integrity report `lifecycle verify` prints; `ok` is False if anything is broken."""
-    chain = store.verify_chain()
+    walk = ChainWalk(store.select_row_batches())
+    corrupt: CorruptionError | None = None
+    try:  # one fold of the whole log as the chain walk checks it, every checkpoint on its way
+        checkpoints, checkpoints_ok, full = _checkpoint_report(store, walk)
+    except CorruptionError as e:
+        corrupt = e
+        walk.finish()  # a break further on is still the finding
+    chain = walk.report(count=store.count_events, head=store.head)
     report: dict[str, Any] = {
         "ok": chain.ok,
         "events": chain.events,
@@ -94,10 +105,8 @@ def verify(store: EventStore) -> dict[str, Any]:
     if not chain.ok:
         report.update(bad_seq=chain.bad_seq, reason=chain.reason)
         return report
-    try:  # one fold of the whole log, checking every checkpoint on its way
-        checkpoints, checkpoints_ok, full = _checkpoint_report(store)
-    except CorruptionError as e:
-        report.update(ok=False, bad_seq=e.seq, reason=str(e), details=e.details)
+    if corrupt is not None:
+        report.update(ok=False, bad_seq=corrupt.seq, reason=str(corrupt), details=corrupt.details)
         return report
     if (index_problem := _index_problem(store, full)) is not None:
         report.update(ok=False, bad_seq=None, reason=index_problem)

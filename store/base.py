@@ -113,6 +113,14 @@ class EventStore(Protocol):
         """Batches of `(seq, stream_id, version, type, schema_version, payload)` tuples, in order."""
         ...
 
+    def select_row_batches(self, *, after: int = 0, to: int | None = None) -> Iterator[list[tuple[Any, ...]]]:
+        """Batches of whole rows (`StoredEvent` field order, hash columns too), in order.
+
+        For the reads that check every row's hash on the way to a fold (`chain.check_rows`,
+        `chain.ChainWalk`) without a record object per row.
+        """
+        ...
+
     def select_matching(self, query: EventFilter) -> Iterator[StoredEvent]:
         """The events `query` selects, in seq order, streamed (the auditor's `log`).
 

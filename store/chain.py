@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import orjson
 
-from store.errors import DuplicateEventError, InputError
+from store.errors import DuplicateEventError, InputError, IntegrityError
 from store.records import ChainReport, Head, NewEvent, StoredEvent
 
 GENESIS_HASH = "0" * 64
@@ -190,52 +190,134 @@ def match_retry(events: Sequence[NewEvent], stored: Mapping[str, StoredEvent]) -
 def verify_rows(
     batches: Iterable[Sequence[Sequence[Any]]], *, count: Callable[[], int], head: Callable[[], Head]
 ) -> ChainReport:
-    """`verify_events` in one pass over plain rows (in `StoredEvent` field order), in batches.
+    """`verify_events` in one pass over whole rows (in `StoredEvent` field order), in batches.
 
-    The hot path of `verify`: no record objects, the header serialised by orjson from a
-    dict built in sorted key order, the hash fed to one sha256 in three updates, locals
-    only. `count` and `head` are asked for only when a break is reported (the walk
-    itself counts the events and finds the head), so a sound log is read once.
+    The hot path of `verify_chain`: no record objects, locals only, each hash through
+    `chain_hash` (the one definition of the hashed bytes). `count` and `head` are asked
+    for only when a break is reported (the walk itself counts the events and finds the
+    head), so a sound log is read once.
     """
-    dumps = orjson.dumps
-    sha256 = hashlib.sha256
+    hash_of = chain_hash
     prev_seq, prev_hash = 0, GENESIS_HASH
     seen = 0
     for rows in batches:
-        for (
-            seq,
-            stream_id,
-            version,
-            event_id,
-            type_name,
-            schema_version,
-            payload,
-            recorded_at,
-            actor,
-            link,
-            digest,
-        ) in rows:
+        for seq, stream_id, version, event_id, kind, schema, payload, recorded_at, actor, link, digest in rows:
             reason = None
             if seq != prev_seq + 1:
                 reason = f"gap in positions: seq {seq} follows seq {prev_seq}"
             elif link != prev_hash:
                 reason = "prev_hash does not match the previous event's hash"
-            else:
-                header = dumps(
-                    {"actor": actor, "event_id": event_id, "recorded_at": recorded_at,
-                     "schema_version": schema_version, "seq": seq, "stream_id": stream_id, "type": type_name,
-                     "version": version}
-                )  # fmt: skip
-                h = sha256(prev_hash.encode())
-                h.update(b"\n" + header + b"\n")
-                h.update(payload.encode())
-                if h.hexdigest() != digest:
-                    reason = "stored hash does not match the event's content"
+            elif hash_of(link, seq, stream_id, version, event_id, kind, schema, payload, recorded_at, actor) != digest:
+                reason = "stored hash does not match the event's content"
             if reason is not None:
                 return ChainReport(False, count(), head(), bad_seq=seq, reason=reason)
             seen += 1
             prev_seq, prev_hash = seq, digest
     return ChainReport(True, seen, Head(prev_seq, prev_hash))
+
+
+def check_rows(
+    batches: Iterable[Sequence[Sequence[Any]]], *, error: Callable[[int], Exception] | None = None
+) -> Iterator[list[tuple[Any, ...]]]:
+    """Whole rows in, fold rows `(seq, stream_id, version, type, schema_version, payload)` out,
+    each row's own hash recomputed first (no chain walk: the rows may be any slice of the log).
+
+    What reads that print state fold through: a row edited in place raises `error(seq)`
+    (default `row_hash_error`, an `IntegrityError` naming the seq) before anything is
+    built from it.
+    """
+    fail = row_hash_error if error is None else error
+    hash_of = chain_hash
+    for rows in batches:
+        out: list[tuple[Any, ...]] = []
+        keep = out.append
+        for seq, stream_id, version, event_id, kind, schema, payload, recorded_at, actor, link, digest in rows:
+            if hash_of(link, seq, stream_id, version, event_id, kind, schema, payload, recorded_at, actor) != digest:
+                raise fail(seq)
+            keep((seq, stream_id, version, kind, schema, payload))
+        yield out
+
+
+def row_hash_error(seq: int) -> IntegrityError:
+    """What a read raises for a row whose own hash does not match its columns."""
+    return IntegrityError(
+        f"seq {seq}: stored hash does not match the event's content (edited in place?); run `lifecycle verify`",
+        seq=seq,
+    )
+
+
+class ChainWalk:
+    """One pass over the whole log: positions, links and hashes checked, fold rows handed on.
+
+    `verify` folds the rows this walk has just checked instead of reading the log a
+    second time: `fold_batches(to=P)` yields the checked rows up to seq P (the rest of
+    a batch waits for the next call), and ends early at the first break, which
+    `report` then names. Nothing unchecked is ever handed on.
+    """
+
+    def __init__(self, batches: Iterable[Sequence[Sequence[Any]]]) -> None:
+        self._batches = iter(batches)
+        self._pending: list[tuple[Any, ...]] = []
+        self._seq, self._hash = 0, GENESIS_HASH
+        self._seen = 0
+        self.bad_seq: int | None = None
+        self.reason: str | None = None
+
+    def fold_batches(self, to: int | None = None) -> Iterator[list[tuple[Any, ...]]]:
+        """The checked rows `(seq, stream_id, version, type, schema_version, payload)` up to `to`."""
+        while True:
+            rows, self._pending = self._pending, []
+            if not rows:
+                rows = self._checked_batch()
+                if not rows:
+                    return
+            if to is not None and rows[-1][0] > to:
+                cut = max(0, to - rows[0][0] + 1)  # a checked batch is contiguous in seq
+                self._pending = rows[cut:]
+                if cut:
+                    yield rows[:cut]
+                return
+            yield rows
+
+    def finish(self) -> None:
+        """Check the rest of the log without handing it on (after the fold stopped early)."""
+        self._pending = []
+        while self._checked_batch():
+            pass
+
+    def report(self, *, count: Callable[[], int], head: Callable[[], Head]) -> ChainReport:
+        """The chain's verdict once the walk is done (`finish` first if the fold stopped early)."""
+        if self.reason is not None:
+            return ChainReport(False, count(), head(), bad_seq=self.bad_seq, reason=self.reason)
+        return ChainReport(True, self._seen, Head(self._seq, self._hash))
+
+    def _checked_batch(self) -> list[tuple[Any, ...]]:
+        """The next batch's rows up to the first break (empty at the end or after a break)."""
+        if self.reason is not None:
+            return []
+        rows = next(self._batches, None)
+        if rows is None:
+            return []
+        hash_of = chain_hash
+        prev_seq, prev_hash = self._seq, self._hash
+        out: list[tuple[Any, ...]] = []
+        keep = out.append
+        for seq, stream_id, version, event_id, kind, schema, payload, recorded_at, actor, link, digest in rows:
+            reason = None
+            if seq != prev_seq + 1:
+                reason = f"gap in positions: seq {seq} follows seq {prev_seq}"
+            elif link != prev_hash:
+                reason = "prev_hash does not match the previous event's hash"
+            elif hash_of(link, seq, stream_id, version, event_id, kind, schema, payload, recorded_at, actor) != digest:
+                reason = "stored hash does not match the event's content"
+            if reason is not None:
+                self.bad_seq, self.reason = seq, reason
+                break
+            keep((seq, stream_id, version, kind, schema, payload))
+            prev_seq, prev_hash = seq, digest
+        self._seq, self._hash = prev_seq, prev_hash
+        self._seen += len(out)
+        return out
 
 
 def verify_events(events: Iterable[StoredEvent], *, count: int, head: Head) -> ChainReport:

@@ -167,6 +167,15 @@ class MemoryEventStore:
         if batch:
             yield batch
 
+    def select_row_batches(self, *, after: int = 0, to: int | None = None) -> Iterator[list[tuple[Any, ...]]]:
+        batch = [
+            (e.seq, e.stream_id, e.version, e.event_id, e.type, e.schema_version, e.payload, e.recorded_at, e.actor,
+             e.prev_hash, e.hash)
+            for e in self.select_events(after=after, to=to)
+        ]  # fmt: skip
+        if batch:
+            yield batch
+
     def select_matching(self, query: EventFilter) -> Iterator[StoredEvent]:
         found = (e for e in self._log[query.after :] if _matches(e, query))
         yield from itertools.islice(found, query.limit)

@@ -43,7 +43,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from store.base import AppendResult
-from store.chain import GENESIS_HASH, verify_events
+from store.chain import GENESIS_HASH, verify_rows
 from store.errors import IntegrityError
 from store.faults import fault_from_env
 from store.postgres_schema import EVENT_COLUMNS, PgSession, filter_sql
@@ -211,6 +211,10 @@ class PostgresEventStore:
         """Batches of `(seq, stream_id, version, type, schema_version, payload)` rows in order."""
         yield from self._pages("seq, stream_id, version, type, schema_version, payload", after, to, 4096)
 
+    def select_row_batches(self, *, after: int = 0, to: int | None = None) -> Iterator[list[tuple[Any, ...]]]:
+        """Whole rows (`StoredEvent` field order) in keyset pages, for the checked folds."""
+        yield from self._pages(EVENT_COLUMNS, after, to, 4096)
+
     def select_matching(self, query: EventFilter) -> Iterator[StoredEvent]:
         # Keyset pages by seq, as `_pages`: no transaction stays open while the caller reads.
         where, params = filter_sql(query)
@@ -344,7 +348,7 @@ class PostgresEventStore:
             key = (rows[-1][1], rows[-1][0])
 
     def verify_chain(self) -> ChainReport:
-        return verify_events(self.select_events(), count=self.count_events(), head=self.head())
+        return verify_rows(self.select_row_batches(), count=self.count_events, head=self.head)
 
     def wait_for_new(self, after: int, timeout: float) -> bool:
         """Block until an event past `after` is committed (True) or `timeout` seconds pass (False).

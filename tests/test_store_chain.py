@@ -6,11 +6,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from backends import BACKEND_NAMES, Backend, backend_params, make_backend
 from test_store_contract import new
 
-from store import EventStore
+from store import EventStore, IntegrityError
+from store.chain import ChainWalk, check_rows
 
 
 @pytest.fixture(params=backend_params())
@@ -93,3 +95,79 @@ def test_deleted_row_breaks_chain_at_the_next_seq(backend: Backend, filled: Even
     backend.delete(3)
     report = filled.verify_chain()
     assert (report.ok, report.bad_seq) == (False, 4)
+
+
+# --- the checked reads: whole rows re-hashed on their way to a fold -----------------------------
+
+COLUMNS = [
+    ("payload", '{"n":666}'),
+    ("actor", "mallory"),
+    ("recorded_at", "2030-01-01T00:00:00.000000Z"),
+    ("type", "Forged"),
+    ("event_id", "forged-id"),
+    ("schema_version", 9),
+    ("stream_id", "c"),
+    ("version", 9),
+    ("prev_hash", "f" * 64),
+    ("hash", "e" * 64),
+]
+
+
+def test_select_row_batches_are_the_stored_rows(filled: EventStore) -> None:
+    """Whole rows in `StoredEvent` field order, `after < seq <= to`, the same as `select_events`."""
+    everything = [attrs.astuple(e) for e in filled.select_events()]
+    assert [tuple(r) for b in filled.select_row_batches() for r in b] == everything
+    assert [tuple(r) for b in filled.select_row_batches(after=1, to=4) for r in b] == everything[1:4]
+    assert list(filled.select_row_batches(after=5)) == []
+
+
+@pytest.mark.parametrize(("column", "value"), COLUMNS, ids=[c for c, _ in COLUMNS])
+def test_check_rows_refuses_a_row_edited_in_any_column(
+    backend: Backend, filled: EventStore, column: str, value: Any
+) -> None:
+    """Any hashed column of seq 3 edited: the checked read stops there, naming seq 3, before handing it on."""
+    backend.tamper(3, column, value)
+    handed: list[int] = []
+
+    def read() -> None:
+        for batch in check_rows(filled.select_row_batches()):
+            handed.extend(r[0] for r in batch)
+
+    with pytest.raises(IntegrityError, match="seq 3") as info:
+        read()
+    assert info.value.seq == 3 and 3 not in handed
+
+
+def test_check_rows_hands_on_the_fold_columns(filled: EventStore) -> None:
+    """A sound log: exactly the rows `select_fold_batches` gives."""
+    checked = [tuple(r) for b in check_rows(filled.select_row_batches()) for r in b]
+    assert checked == [tuple(r) for b in filled.select_fold_batches() for r in b]
+
+
+@pytest.mark.parametrize(("column", "value"), COLUMNS, ids=[c for c, _ in COLUMNS])
+def test_chain_walk_hands_on_no_row_past_a_break(backend: Backend, filled: EventStore, column: str, value: Any) -> None:
+    """verify's one pass: the fold gets seqs 1-2 only, and the walk reports seq 3 as verify_chain does."""
+    backend.tamper(3, column, value)
+    walk = ChainWalk(filled.select_row_batches())
+    handed = [r[0] for b in walk.fold_batches() for r in b]
+    assert handed == [1, 2]
+    report = walk.report(count=filled.count_events, head=filled.head)
+    assert (report.ok, report.bad_seq, report.reason) == (False, 3, filled.verify_chain().reason)
+
+
+def test_chain_walk_splits_at_each_position_and_loses_no_row(filled: EventStore) -> None:
+    """fold_batches(to=P) stops at P and the next call resumes after it (checkpoints mid-batch)."""
+    walk = ChainWalk(filled.select_row_batches())
+    parts = [[tuple(r) for b in walk.fold_batches(to=to) for r in b] for to in (0, 1, 1, 3, None)]
+    whole = [tuple(r) for b in filled.select_fold_batches() for r in b]
+    assert parts == [[], whole[:1], [], whole[1:3], whole[3:]]
+    report = walk.report(count=filled.count_events, head=filled.head)
+    assert (report.ok, report.events, report.head) == (True, 5, filled.head())
+
+
+def test_chain_walk_finish_finds_a_break_after_the_fold_stopped(backend: Backend, filled: EventStore) -> None:
+    backend.tamper(5, "payload", '{"n":666}')
+    walk = ChainWalk(filled.select_row_batches())
+    assert [r[0] for b in walk.fold_batches(to=2) for r in b] == [1, 2]
+    walk.finish()
+    assert walk.report(count=filled.count_events, head=filled.head).bad_seq == 5
