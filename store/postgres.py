@@ -94,9 +94,8 @@ class PostgresEventStore:
             self.session.close()
             raise
         self.where = self.session.where
-        self.last_head = Head(0, GENESIS_HASH)  # a guess for the next append, checked by its insert
+        self.last_head = Head(0, GENESIS_HASH)  # a transaction's first guess, checked by its insert
         self._listener: psycopg.Connection[Any] | None = None  # wait_for_new's LISTEN connection
-        self._guess_held = True  # whether the last single append's guess was (or would have been) right
 
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self.session.mapped("read failed"):
@@ -151,25 +150,22 @@ class PostgresEventStore:
         expect: Sequence[tuple[str, int]] = (),
     ) -> AppendResult:
         if events and self._fault is None and len(events) <= _ONE_TRIP_ROWS:
-            # One round trip when the head guess holds; two (the head read under the lock)
-            # while other writers keep moving it. A fault hook needs the slow path's
-            # separate COMMIT to strike before it.
+            # One round trip, the server chaining the rows to the head it finds under the
+            # lock. A fault hook needs the slow path's separate COMMIT to strike before it.
             tx = PostgresTransaction(self)
-            for other, version in expect:  # checked by the guarded insert, in the same round trip
+            for other, version in expect:  # checked by the chained insert, in the same round trip
                 tx.expect_version(other, version)
-            guess = self.last_head if self._guess_held else None
             try:
                 done = tx.append_and_commit(stream_id, expected_version, events, status=status, category=category,
-                                            fresh_ids=fresh_ids, guess=guess)  # fmt: skip
+                                            fresh_ids=fresh_ids)  # fmt: skip
             except BaseException:
                 self._rollback()
                 raise
             if done is not None:
                 if tx.head is not None:
-                    self._guess_held = guess is not None or tx.head.seq == self.last_head.seq + len(events)
                     self.last_head = tx.head
                 return done
-            self._guess_held = False
+            # A version moved (nothing was written): the slow path says which, under the lock.
         with self.transaction() as tx:
             for other, version in expect:
                 tx.expect_version(other, version)

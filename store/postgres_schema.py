@@ -235,9 +235,23 @@ class PgSession:
     def inline(self, sql: str, params: Sequence[Any]) -> str:
         """`sql` with its values bound client-side, as EXECUTE of its prepared statement if there is one."""
         name = self._prepared.get(sql)
-        if name is None:
+        if name is not None:
+            sql = f"EXECUTE {name}({', '.join(['%s'] * len(params))})"
+        if "%%" in sql or not any(type(p) is list for p in params):
             return self.binder.mogrify(sql, params)
-        return f"EXECUTE {name}({self.binder.mogrify(', '.join(['%s'] * len(params)), params)})"
+        # A list goes as ARRAY[elements bound one by one]: psycopg's own array quoting
+        # costs ~40 µs an element (a regex per value), a scalar's ~2 µs.
+        pieces = sql.split("%s")
+        text, flat = [pieces[0]], []
+        for param, piece in zip(params, pieces[1:], strict=True):
+            if type(param) is list:
+                text.append(f"ARRAY[{', '.join(['%s'] * len(param))}]" if param else "'{}'")
+                flat += param
+            else:
+                text.append("%s")
+                flat.append(param)
+            text.append(piece)
+        return self.binder.mogrify("".join(text), flat)
 
     # --- the error boundary --------------------------------------------------------------
 
