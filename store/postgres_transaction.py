@@ -103,23 +103,27 @@ class PostgresTransaction:
 
         The transaction's first send is preceded by BEGIN and the lock, in the same trip;
         `commit` ends it with COMMIT, still in the same trip. They go as one simple-query
-        message with the values bound client-side (psycopg's `ClientCursor.mogrify`),
-        as `EXECUTE` of a server-side prepared statement once a shape repeats (see
-        `PgSession.inline`): psycopg's pipeline mode measured 4x slower here than this.
-        An error skips the rest and leaves the transaction to roll back.
+        message with the values bound client-side (`PgSession.inline`), as `EXECUTE` of a
+        server-side prepared statement once a shape repeats: psycopg's pipeline mode
+        measured 4x slower here than this. A whole transaction in one message needs no
+        BEGIN or COMMIT: the statements of one simple-query message are one implicit
+        transaction (each still with its own read-committed snapshot, so the ones after
+        the lock see the newest head). An error skips the rest and rolls back what ran.
         """
         conn = self._session.conn
         parts: list[tuple[str, Sequence[Any] | None]] = list(statements)
-        skip = 0
+        whole = False  # this message is the whole transaction: an implicit one
         if not self.started:
             for sql, params in statements:  # outside any transaction: a PREPARE is never rolled back
                 self._session.prepare_if_repeated(sql, params)
             self.started = True
-            parts = [("BEGIN", None), (self._session.lock_sql, None), *parts]
-            skip = 2
+            whole = commit
+            parts = [*([] if whole else [("BEGIN", None)]), (self._session.lock_sql, None), *parts]
+        skip = len(parts) - len(statements)
         if commit:
             parts.append((self._session.notify_sql, None))  # delivered at COMMIT, not before; never if rolled back
-            parts.append(("COMMIT", None))
+            if not whole:
+                parts.append(("COMMIT", None))
         with self._session.mapped("write transaction failed"):
             inline = self._session.inline
             cur = conn.execute("; ".join(sql if params is None else inline(sql, params) for sql, params in parts))

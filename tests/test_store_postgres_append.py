@@ -23,8 +23,9 @@ from store.sqlite import SQLiteEventStore
 pytestmark = pytest.mark.postgres
 
 # Everything orjson escapes or passes through as UTF-8: quotes, backslashes, control
-# characters, U+2028, non-BMP characters, a would-be header fragment.
-_TRICKY = 'q"uote \\back\tslash\n\u0001 \u2028 é 😀 ,"seq":9,'
+# characters, U+2028, non-BMP characters, a would-be header fragment, and what client-side
+# binding must quote (single quotes, a backslash before one, a placeholder, a comment).
+_TRICKY = 'q"uote \' \'\' \\\' \\back\tslash\n\u0001 \u2028 é 😀 ,"seq":9, $$ %s %% ); --'
 
 
 def _event(stream: str, n: int, **extra: Any) -> NewEvent:
@@ -103,3 +104,21 @@ def test_a_server_hash_the_client_disagrees_with_is_an_integrity_error(tmp_path:
     ):
         with pytest.raises(IntegrityError, match="this client computes"):
             check_server_chain(bad, "a", 0, events, payloads)
+
+
+@pytest.mark.parametrize("conforming", ["on", "off"])
+def test_values_bound_client_side_arrive_exactly(pg_url: str, conforming: str) -> None:
+    """The store quotes values itself only where a backslash is plain (standard_conforming_strings on);
+    with it off it leaves quoting to psycopg. Either way every column reads back as written."""
+    url = pg_url.replace("options=", f"options=-cstandard_conforming_strings%3D{conforming}%20")
+    with PostgresEventStore(url, synchronous="NORMAL") as store:
+        assert store.session.conn.execute("SHOW standard_conforming_strings").fetchone() == (conforming,)
+        events = [_event(_TRICKY, n) for n in range(3)]
+        for n in range(3):  # the second use of a shape is an EXECUTE with the values as arguments
+            store.append(_TRICKY, n, events[n : n + 1], expect=[(_TRICKY, n)])
+        got = store.read_stream(_TRICKY)
+        assert [(e.event_id, e.type, e.actor, e.recorded_at, e.payload) for e in got] == [
+            (e.event_id, e.type, e.actor, e.recorded_at, canonical_json(e.payload)) for e in events
+        ]
+        assert store.verify_chain().ok
+        assert store.streams()[0].stream_id == _TRICKY
