@@ -25,7 +25,7 @@ pytestmark = pytest.mark.postgres
 # Everything orjson escapes or passes through as UTF-8: quotes, backslashes, control
 # characters, U+2028, non-BMP characters, a would-be header fragment, and what client-side
 # binding must quote (single quotes, a backslash before one, a placeholder, a comment).
-_TRICKY = 'q"uote \' \'\' \\\' \\back\tslash\n\u0001 \u2028 é 😀 ,"seq":9, $$ %s %% ); --'
+_TRICKY = "q\"uote ' '' \\' \\back\tslash\n\u0001 \u2028 é 😀 ,\"seq\":9, $$ %s %% ); --"
 
 
 def _event(stream: str, n: int, **extra: Any) -> NewEvent:
