@@ -13,8 +13,8 @@ Why it is built this way:
 - One round trip per append, the lock held only while the server runs it:
   `store.append` (what a one-append command calls) sends the lock, one INSERT that
   reads the head itself, computes `seq` and the chain hash in SQL and upserts the
-  stream index (data-modifying CTEs, `store/postgres_append.py`), and NOTIFY as one
-  message, one implicit transaction. It lands only if the stream version (and the
+  stream index (data-modifying CTEs, `store/postgres_append.py`), NOTIFY and COMMIT
+  as one message, after BEGIN. It lands only if the stream version (and the
   `expect=` versions of streams the command read but does not write) still hold; if not,
   nothing was written and the slow path below says which stream moved. No head is
   guessed, so another writer's append costs nothing extra (a guessed head went stale at
