@@ -16,9 +16,11 @@ Why it is built this way:
   stream index (data-modifying CTEs, `store/postgres_append.py`), NOTIFY and COMMIT
   as one message, after BEGIN. It lands only if the stream version (and the
   `expect=` versions of streams the command read but does not write) still hold; if not,
-  nothing was written and the slow path below says which stream moved. No head is
-  guessed, so another writer's append costs nothing extra (a guessed head went stale at
-  once with 8 writers, and its retry held the lock across a round trip). Values are
+  nothing was written and the slow path below says which stream moved. The client's
+  hashes (chained after the last head it saw) are stored when that head is still the
+  head; otherwise the server hashes, so another writer's append costs nothing extra (a
+  guess that had to be retried went stale at once with 8 writers, and the retry held
+  the lock across a round trip). Values are
   bound client-side; a statement shape seen twice is PREPAREd and sent as EXECUTE
   (planning costs about as much as running it). psycopg's pipeline mode was measured
   slower than separate round trips here.

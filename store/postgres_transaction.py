@@ -14,7 +14,7 @@ from psycopg import errors as pg_errors
 from psycopg.pq import ExecStatus
 
 from store.base import AppendResult
-from store.chain import GENESIS_HASH, canonical_json, chain_rows, check_batch, match_retry
+from store.chain import GENESIS_HASH, chain_rows, check_batch, match_retry
 from store.errors import ConcurrencyError, IntegrityError, LifecycleError, StoreError
 from store.postgres_append import chained_insert_sql, check_server_chain
 from store.postgres_schema import EVENT_COLUMNS
@@ -216,9 +216,10 @@ class PostgresTransaction:
         check_batch(stream_id, events)
         expected, self._expected = self._expected, []
         ids = None if fresh_ids else [e.event_id for e in events]
-        payloads = [canonical_json(e.payload) for e in events]
+        guess = self._store.last_head  # right unless another writer appended since: then the server chains
+        rows = chain_rows(guess, stream_id, expected_version, events)
         checks = [(stream_id, expected_version), *expected]
-        insert = chained_insert_sql(stream_id, expected_version, events, payloads, checks, ids, (status, category))
+        insert = chained_insert_sql(rows, guess, checks, ids, (status, category))
         lookup: list[tuple[str, Sequence[Any] | None]] = [] if ids is None else [(_BY_IDS, (ids,))]
         try:
             cursors = self._send([*lookup, insert], commit=True)
@@ -232,7 +233,7 @@ class PostgresTransaction:
         if not returned:
             self._expected = expected
             return None
-        stored = check_server_chain(returned, stream_id, expected_version, events, payloads)
+        stored = check_server_chain(returned, rows)
         self.head = Head(stored[-1].seq, stored[-1].hash)
         return AppendResult(stored)
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from store import ConcurrencyError, IntegrityError, NewEvent
-from store.chain import canonical_json
+from store import ConcurrencyError, Head, IntegrityError, NewEvent, StoredEvent
+from store.chain import GENESIS_HASH, canonical_json, chain_rows
 from store.postgres import PostgresEventStore
 from store.postgres_append import check_server_chain
 from store.sqlite import SQLiteEventStore
@@ -40,18 +40,27 @@ def pg(pg_url: str) -> Iterator[PostgresEventStore]:
         yield store
 
 
-def test_the_server_chains_every_character_as_sqlite_does(pg: PostgresEventStore, tmp_path: Path) -> None:
-    """One-event and many-event appends (the two statement shapes), by store.append and in a transaction:
+@pytest.mark.parametrize("guess", ["right", "stale"])
+def test_the_server_chains_every_character_as_sqlite_does(pg: PostgresEventStore, tmp_path: Path, guess: str) -> None:
+    """One-event and many-event appends (the two statement shapes), by store.append and in a transaction,
+    with the store's head guess right (the client's hashes are stored) or stale (the server hashes):
     every (seq, prev_hash, hash) is the same on both backends and both chains verify."""
     stream = f"candidate:{_TRICKY}"
+
+    def appending(store: Any) -> Any:
+        if guess == "stale" and store is pg:
+            pg.last_head = Head(0, GENESIS_HASH)  # as if another writer had appended since
+        return store
+
     with SQLiteEventStore(tmp_path / "l.db", synchronous="OFF") as lite:
         for store in (lite, pg):
-            store.append(stream, 0, [_event(stream, 0)])
-            store.append(stream, 1, [_event(stream, n) for n in (1, 2, 3)])
-            store.append("other", 0, [_event("other", 4)], expect=[(stream, 4)])
-            with store.transaction() as tx:
+            appending(store).append(stream, 0, [_event(stream, 0)])
+            appending(store).append(stream, 1, [_event(stream, n) for n in (1, 2, 3)])
+            appending(store).append("other", 0, [_event("other", 4)], expect=[(stream, 4)])
+            with appending(store).transaction() as tx:
                 tx.append(stream, 4, [_event(stream, 5)])
-            store.append(stream, 5, [_event(stream, n) for n in range(6, 6 + 40)], status="s", category="c")
+            events = [_event(stream, n) for n in range(6, 6 + 40)]
+            appending(store).append(stream, 5, events, status="s", category="c")
         rows = [[(e.seq, e.prev_hash, e.hash, e.payload) for e in s.select_events()] for s in (lite, pg)]
         assert rows[0] == rows[1] and len(rows[0]) == 46
         assert lite.verify_chain().ok and pg.verify_chain().ok
@@ -90,20 +99,23 @@ def test_a_moved_version_is_still_refused_in_one_message(pg: PostgresEventStore)
 
 
 def test_a_server_hash_the_client_disagrees_with_is_an_integrity_error(tmp_path: Path) -> None:
-    """The client re-hashes what the server returned: a different hash, or a broken link, is reported."""
+    """The client keeps its own rows when the server found the guessed head, and re-hashes any
+    other answer: rows chained after another head pass, a different hash or a broken link is reported."""
     events = [_event("a", 0), _event("a", 1)]
-    payloads = [canonical_json(e.payload) for e in events]
     with SQLiteEventStore(tmp_path / "l.db", synchronous="OFF") as lite:
-        good = lite.append("a", 0, events).events
+        lite.append("b", 0, [_event("b", 9)])
+        good = lite.append("a", 0, events).events  # chained after seq 1
+    mine = chain_rows(Head(0, GENESIS_HASH), "a", 0, events)  # the client guessed an empty ledger
+    assert check_server_chain([(r[0], r[9], r[10]) for r in mine], mine) == tuple(StoredEvent(*r) for r in mine)
     returned = [(e.seq, e.prev_hash, e.hash) for e in good]
-    assert check_server_chain(returned, "a", 0, events, payloads) == good
+    assert check_server_chain(returned, mine) == good
     for bad in (
-        [returned[0], (2, returned[1][1], "f" * 64)],  # another hash
-        [returned[0], (2, "0" * 64, returned[1][2])],  # not linked to the row before
-        [(1, returned[0][1], returned[0][2]), (3, returned[1][1], returned[1][2])],  # a gap in seq
+        [returned[0], (3, returned[1][1], "f" * 64)],  # another hash
+        [returned[0], (3, "0" * 64, returned[1][2])],  # not linked to the row before
+        [returned[0], (4, returned[1][1], returned[1][2])],  # a gap in seq
     ):
         with pytest.raises(IntegrityError, match="this client computes"):
-            check_server_chain(bad, "a", 0, events, payloads)
+            check_server_chain(bad, mine)
 
 
 @pytest.mark.parametrize("conforming", ["on", "off"])
