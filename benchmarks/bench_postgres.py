@@ -46,20 +46,25 @@ RAW_INSERT = "INSERT INTO events VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"
 SYNC = {"NORMAL": "off", "FULL": "on"}  # our synchronous setting -> synchronous_commit
 
 
+_CREATED: set[str] = set()  # this process's schemas: other sessions' benchmarks share the server
+
+
 def fresh_schema(tag: str) -> tuple[str, str]:
     """A new empty schema and a URL whose search_path is it."""
     schema = f"bench_{tag}_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(BASE, autocommit=True) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")
+    _CREATED.add(schema)
     sep = "&" if "?" in BASE else "?"
     return schema, f"{BASE}{sep}options={quote(f'-csearch_path={schema}', safe='')}"
 
 
 def drop_schemas(prefix: str = "bench_") -> None:
+    """Drop the schemas this process made (never another benchmark's, running beside it)."""
     with psycopg.connect(BASE, autocommit=True) as conn:
-        names = conn.execute("SELECT nspname FROM pg_namespace WHERE nspname LIKE %s", (prefix + "%",)).fetchall()
-        for (name,) in names:
-            conn.execute(f"DROP SCHEMA {name} CASCADE")
+        for name in sorted(n for n in _CREATED if n.startswith(prefix)):
+            conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+            _CREATED.discard(name)
 
 
 @contextlib.contextmanager

@@ -10,21 +10,27 @@ Why it is built this way:
   only SELECT and INSERT may not take that table lock.
 - Read committed, never repeatable read: every statement after the lock sees the
   newest committed head (under repeatable read the snapshot predates the lock).
-- One round trip per append: `store.append` (what a one-append command calls) sends
-  BEGIN, the lock, one guarded INSERT that also upserts the stream index (a
-  data-modifying CTE), NOTIFY and COMMIT as one message. The INSERT lands *only if* the
-  head it was chained against (the last one this store saw) and the stream version are
-  still current; if not, nothing was written and the append is redone with the head
-  read under the lock (two trips; later appends go that way directly while guesses keep
-  going stale). `expect=` versions of streams the command read but does not write
-  (the ledger's settings) ride in the same guard. Values are bound client-side; a statement shape seen twice is PREPAREd
-  and sent as EXECUTE (planning the guarded INSERT costs about as much as running it).
-  psycopg's pipeline mode was measured slower than separate round trips here.
-  Transactions with several appends pay one more trip (the COMMIT).
+- One round trip per append, the lock held only while the server runs it:
+  `store.append` (what a one-append command calls) sends the lock, one INSERT that
+  reads the head itself, computes `seq` and the chain hash in SQL and upserts the
+  stream index (data-modifying CTEs, `store/postgres_append.py`), NOTIFY and COMMIT
+  as one message, after BEGIN. It lands only if the stream version (and the
+  `expect=` versions of streams the command read but does not write) still hold; if not,
+  nothing was written and the slow path below says which stream moved. The client's
+  hashes (chained after the last head it saw) are stored when that head is still the
+  head; otherwise the server hashes, so another writer's append costs nothing extra (a
+  guess that had to be retried went stale at once with 8 writers, and the retry held
+  the lock across a round trip). Values are
+  bound client-side; a statement shape seen twice is PREPAREd and sent as EXECUTE
+  (planning costs about as much as running it). psycopg's pipeline mode was measured
+  slower than separate round trips here.
+- Transactions (`store.transaction()`, several appends, fault hooks) chain rows in
+  Python (`store.chain.chain_rows`) against a guessed head checked by their first
+  INSERT, re-read under the lock when stale; they pay one more trip (the COMMIT).
 - Followers: every appending commit sends NOTIFY on the ledger's channel (delivered at
   COMMIT, never for a rollback); `wait_for_new` blocks on it, polling stays the truth.
-- Rows are built by `store.chain.chain_rows`, so an event hashes the same here and
-  in SQLite; `payload` and `recorded_at` are stored as the exact text that was hashed.
+- Either way an event hashes the same here and in SQLite (the server's hash is re-checked
+  by the client); `payload` and `recorded_at` are stored as the exact text that was hashed.
 - `lock_timeout` (from `busy_timeout`) bounds the wait for the lock and
   `idle_in_transaction_session_timeout` ends a writer that stalls holding it; both
   surface as `StoreError` (README says what a user sees).
@@ -94,9 +100,8 @@ class PostgresEventStore:
             self.session.close()
             raise
         self.where = self.session.where
-        self.last_head = Head(0, GENESIS_HASH)  # a guess for the next append, checked by its insert
+        self.last_head = Head(0, GENESIS_HASH)  # a transaction's first guess, checked by its insert
         self._listener: psycopg.Connection[Any] | None = None  # wait_for_new's LISTEN connection
-        self._guess_held = True  # whether the last single append's guess was (or would have been) right
 
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self.session.mapped("read failed"):
@@ -151,25 +156,22 @@ class PostgresEventStore:
         expect: Sequence[tuple[str, int]] = (),
     ) -> AppendResult:
         if events and self._fault is None and len(events) <= _ONE_TRIP_ROWS:
-            # One round trip when the head guess holds; two (the head read under the lock)
-            # while other writers keep moving it. A fault hook needs the slow path's
-            # separate COMMIT to strike before it.
+            # One round trip, the server chaining the rows to the head it finds under the
+            # lock. A fault hook needs the slow path's separate COMMIT to strike before it.
             tx = PostgresTransaction(self)
-            for other, version in expect:  # checked by the guarded insert, in the same round trip
+            for other, version in expect:  # checked by the chained insert, in the same round trip
                 tx.expect_version(other, version)
-            guess = self.last_head if self._guess_held else None
             try:
                 done = tx.append_and_commit(stream_id, expected_version, events, status=status, category=category,
-                                            fresh_ids=fresh_ids, guess=guess)  # fmt: skip
+                                            fresh_ids=fresh_ids)  # fmt: skip
             except BaseException:
                 self._rollback()
                 raise
             if done is not None:
                 if tx.head is not None:
-                    self._guess_held = guess is not None or tx.head.seq == self.last_head.seq + len(events)
                     self.last_head = tx.head
                 return done
-            self._guess_held = False
+            # A version moved (nothing was written): the slow path says which, under the lock.
         with self.transaction() as tx:
             for other, version in expect:
                 tx.expect_version(other, version)

@@ -184,7 +184,7 @@ class PgSession:
                     f"SELECT {_SET_UNLESS_IN_URL.format(name='lock_timeout')}, "
                     f"{_SET_UNLESS_IN_URL.format(name='idle_in_transaction_session_timeout')}, "
                     "set_config('synchronous_commit', %s, false), current_schema(), "
-                    "current_setting('search_path')",
+                    "current_setting('search_path'), current_setting('standard_conforming_strings') = 'on'",
                     (f"{max(1, int(busy_timeout * 1000))}ms", f"{max(1, int(idle_timeout * 1000))}ms", mode),
                 ).fetchone()
             assert row is not None
@@ -192,6 +192,7 @@ class PgSession:
             self.idle_timeout_shown: str = row[1]
             self.schema: str | None = row[3]
             self.search_path: str = row[4]
+            self._quotes_plainly: bool = row[5]  # a backslash in a '…' literal is a backslash (see `literal`)
             self.lock_key = _lock_key(self.schema or self._first_schema())
             self.lock_sql = f"SELECT pg_advisory_xact_lock({self.lock_key})"
             self.channel = f"lifecycle_{self.lock_key & 0xFFFF_FFFF_FFFF_FFFF:x}"  # one per ledger schema
@@ -235,9 +236,32 @@ class PgSession:
     def inline(self, sql: str, params: Sequence[Any]) -> str:
         """`sql` with its values bound client-side, as EXECUTE of its prepared statement if there is one."""
         name = self._prepared.get(sql)
-        if name is None:
+        if name is not None:
+            sql = f"EXECUTE {name}({', '.join(['%s'] * len(params))})"
+        pieces = sql.split("%s")
+        if not self._quotes_plainly or "%%" in sql or len(pieces) != len(params) + 1:
             return self.binder.mogrify(sql, params)
-        return f"EXECUTE {name}({self.binder.mogrify(', '.join(['%s'] * len(params)), params)})"
+        text = [pieces[0]]
+        for param, piece in zip(params, pieces[1:], strict=True):
+            text += (self.literal(param), piece)
+        return "".join(text)
+
+    def literal(self, value: Any) -> str:
+        """`value` as an SQL literal. With standard_conforming_strings on (checked at connect),
+        a string's only special character is the quote, doubled: ~1 µs a value where psycopg's
+        mogrify costs ~3 µs and its list quoting ~40 µs an element. Other types go to psycopg."""
+        kind = type(value)
+        if isinstance(value, str) and kind is str:
+            if "\0" in value:  # PostgreSQL text cannot hold NUL (psycopg refuses it too)
+                raise InputError(f"{self.where}: the database cannot store this value (text containing NUL)")
+            return "'" + value.replace("'", "''") + "'"
+        if kind is int:
+            return str(value)
+        if value is None:
+            return "NULL"
+        if kind is list:
+            return f"ARRAY[{', '.join(map(self.literal, value))}]" if value else "'{}'"
+        return self.binder.mogrify("%s", (value,))
 
     # --- the error boundary --------------------------------------------------------------
 

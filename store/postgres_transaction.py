@@ -11,10 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg.pq import ExecStatus
 
 from store.base import AppendResult
 from store.chain import GENESIS_HASH, chain_rows, check_batch, match_retry
-from store.errors import ConcurrencyError, IntegrityError, StoreError
+from store.errors import ConcurrencyError, IntegrityError, LifecycleError, StoreError
+from store.postgres_append import chained_insert_sql, check_server_chain
 from store.postgres_schema import EVENT_COLUMNS
 from store.records import Head, NewEvent, StoredEvent, StreamHead
 
@@ -68,7 +70,8 @@ class _Result:
 
     def __init__(self, cur: psycopg.Cursor[Any]) -> None:
         self.rowcount = cur.rowcount
-        self.rows = cur.fetchall() if cur.description is not None else []
+        result = cur.pgresult  # its status, not `cur.description`: that builds column objects (~20 µs)
+        self.rows = cur.fetchall() if result is not None and result.status == ExecStatus.TUPLES_OK else []
 
     def fetchone(self) -> tuple[Any, ...] | None:
         return self.rows[0] if self.rows else None
@@ -102,10 +105,11 @@ class PostgresTransaction:
 
         The transaction's first send is preceded by BEGIN and the lock, in the same trip;
         `commit` ends it with COMMIT, still in the same trip. They go as one simple-query
-        message with the values bound client-side (psycopg's `ClientCursor.mogrify`),
-        as `EXECUTE` of a server-side prepared statement once a shape repeats (see
-        `PgSession.inline`): psycopg's pipeline mode measured 4x slower here than this.
-        An error skips the rest and leaves the transaction to roll back.
+        message with the values bound client-side (`PgSession.inline`), as `EXECUTE` of a
+        server-side prepared statement once a shape repeats: psycopg's pipeline mode
+        measured 4x slower here than this. (Leaving BEGIN and COMMIT out of a one-message
+        transaction, an implicit one, measured no faster.) An error skips the rest and
+        leaves the transaction to roll back.
         """
         conn = self._session.conn
         parts: list[tuple[str, Sequence[Any] | None]] = list(statements)
@@ -202,25 +206,36 @@ class PostgresTransaction:
         status: str | None = None,
         category: str | None = None,
         fresh_ids: bool = False,
-        guess: Head | None,
     ) -> AppendResult | None:
-        """A whole one-append transaction in one round trip (BEGIN, lock, guarded insert, COMMIT).
+        """A whole one-append transaction in one round trip (BEGIN, lock, the insert chained by the
+        server, COMMIT; see `store.postgres_append`), the lock held only while the server runs it.
 
-        With `guess` None it reads the head under the lock first (two round trips, for
-        when guesses keep going stale). None when the guess was stale or the stream's
-        version moved: nothing was written, the transaction is over, use `append`.
+        None when a stream's version moved: nothing was written, the transaction is over;
+        `append` then says which stream and where it is.
         """
         check_batch(stream_id, events)
-        stream = (stream_id, expected_version, status, category)
-        if guess is None:
-            existing = None if fresh_ids else self._existing(events)
-            if existing is not None:
-                self._send([], commit=True)
-                return AppendResult(existing, duplicate=True)
-            guess = self._locked_head(stream_id, expected_version)
-            fresh_ids = True  # looked up above, under the lock
+        expected, self._expected = self._expected, []
+        ids = None if fresh_ids else [e.event_id for e in events]
+        guess = self._store.last_head  # right unless another writer appended since: then the server chains
         rows = chain_rows(guess, stream_id, expected_version, events)
-        return self._attempt(rows, guess, stream, events, fresh_ids=fresh_ids, commit=True)
+        checks = [(stream_id, expected_version), *expected]
+        insert = chained_insert_sql(rows, guess, checks, ids, (status, category))
+        lookup: list[tuple[str, Sequence[Any] | None]] = [] if ids is None else [(_BY_IDS, (ids,))]
+        try:
+            cursors = self._send([*lookup, insert], commit=True)
+        except StoreError as e:
+            raise self._taken(e, stream_id, expected_version) from e.__cause__
+        if ids is not None:
+            existing = match_retry(events, {row[3]: StoredEvent(*row) for row in cursors[0].fetchall()})
+            if existing is not None:
+                return AppendResult(existing, duplicate=True)
+        returned = cursors[-1].fetchall()
+        if not returned:
+            self._expected = expected
+            return None
+        stored = check_server_chain(returned, rows)
+        self.head = Head(stored[-1].seq, stored[-1].hash)
+        return AppendResult(stored)
 
     def _locked_head(self, stream_id: str, expected_version: int) -> Head:
         """The head under the lock; ConcurrencyError when the stream is not at `expected_version`."""
@@ -272,17 +287,20 @@ class PostgresTransaction:
                 last = n == len(chunks)
                 self._send([_insert_sql(chunk, None, upsert if last else None)], commit=commit and last)
         except StoreError as e:
-            if isinstance(e.__cause__, pg_errors.UniqueViolation):
-                detail = self._session.scrub(str(e.__cause__))
-                raise ConcurrencyError(
-                    f"stream {stream_id!r}: version or event id already taken ({detail})",
-                    stream_id=stream_id,
-                    expected_version=expected_version,
-                    actual_version=expected_version,  # under the lock: the clash was an event id, not the version
-                ) from e.__cause__
-            raise
+            raise self._taken(e, stream_id, expected_version) from e.__cause__
         self.head = Head(rows[-1][0], rows[-1][10])
         return AppendResult(tuple(StoredEvent(*row) for row in rows))
+
+    def _taken(self, e: StoreError, stream_id: str, expected_version: int) -> LifecycleError:
+        """A unique violation under the lock as a ConcurrencyError (the clash was an event id); else `e`."""
+        if not isinstance(e.__cause__, pg_errors.UniqueViolation):
+            return e
+        return ConcurrencyError(
+            f"stream {stream_id!r}: version or event id already taken ({self._session.scrub(str(e.__cause__))})",
+            stream_id=stream_id,
+            expected_version=expected_version,
+            actual_version=expected_version,  # under the lock: the clash was an event id, not the version
+        )
 
     def _existing(self, events: Sequence[NewEvent]) -> tuple[StoredEvent, ...] | None:
         """The stored copies when this exact batch was appended before (a retry), else None."""
