@@ -92,6 +92,9 @@ def follow_events(
     # PostgreSQL wakes a follower on its commit NOTIFY (`wait_for_new`); polling by seq stays the truth.
     wait_for_new: Callable[[int, float], bool] | None = getattr(store, "wait_for_new", None)
     while not stop.is_set() and not is_closed():
+        # Filtered by stream, the wait below wakes on anything past the head: read it before
+        # the page, so a commit that lands between the two wakes the wait instead of being missed.
+        head = store.head().seq if wait_for_new is not None and stream_id is not None else after
         page = _page(store, after, stream_id)
         for stored in page:
             yield FeedEvent.of(stored)
@@ -102,8 +105,7 @@ def follow_events(
             if wait_for_new is None:
                 stop.wait(poll)
             else:
-                # Filtered by stream, wake on anything past the head: other streams' events are no news.
-                wait_for_new(store.head().seq if stream_id is not None else after, poll)
+                wait_for_new(head if stream_id is not None else after, poll)
 
 
 def wait_for_state(
