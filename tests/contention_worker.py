@@ -1,6 +1,9 @@
 """One supervisor process of the contention test: N mixed commands, shared and own candidates.
 
 Usage: python tests/contention_worker.py TARGET WORKER N SEED FILES_DIR
+Opens the ledger, then waits for FILES_DIR/go before its first command, so every worker
+starts together however long the others took to start (a loaded machine skews starts
+by seconds, and a worker that starts late can find the shared candidate already rejected).
 Prints one JSON line: {"appended": events this process appended, "refused": count}.
 A ConcurrencyError (or anything unexpected) escapes as a traceback and a non-zero exit.
 """
@@ -10,6 +13,7 @@ from __future__ import annotations
 import json
 import random
 import sys
+import time
 from pathlib import Path
 
 from lifecycle_fsm import IllegalCommandError, InputError, Ledger
@@ -20,6 +24,12 @@ def main(target: str, worker: int, n: int, seed: int, files: Path) -> None:
     appended = refused = duplicates = 0
     own = f"grpo-w{worker}"
     with Ledger.open(target, actor=f"worker-{worker}", synchronous="NORMAL") as ledger:
+        (files / f"ready-{worker}").touch()
+        deadline = time.monotonic() + 120
+        while not (files / "go").exists():
+            if time.monotonic() > deadline:
+                raise SystemExit("no go file within 120 s")
+            time.sleep(0.005)
         for step in range(n):
             cid = "shared" if rng.random() < 0.75 else own
             kind = rng.choice(["prompt_queue", "trajectories"])

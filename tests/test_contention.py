@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections import defaultdict
 
 import pytest
@@ -50,6 +51,10 @@ def test_racing_supervisors_never_see_a_concurrency_error(
         )
         for w in range(workers)
     ]
+    deadline = time.monotonic() + 120
+    while not all((files / f"ready-{w}").exists() for w in range(workers)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    (files / "go").touch()  # every worker opened its ledger: start them together
     outputs = [p.communicate(timeout=300) for p in procs]
     for p, (_, err) in zip(procs, outputs, strict=True):
         assert p.returncode == 0, err
