@@ -197,23 +197,35 @@ def verify_rows(
     for only when a break is reported (the walk itself counts the events and finds the
     head), so a sound log is read once.
     """
-    hash_of = chain_hash
     prev_seq, prev_hash = 0, GENESIS_HASH
-    seen = 0
     for rows in batches:
-        for seq, stream_id, version, event_id, kind, schema, payload, recorded_at, actor, link, digest in rows:
-            reason = None
-            if seq != prev_seq + 1:
-                reason = f"gap in positions: seq {seq} follows seq {prev_seq}"
-            elif link != prev_hash:
-                reason = "prev_hash does not match the previous event's hash"
-            elif hash_of(link, seq, stream_id, version, event_id, kind, schema, payload, recorded_at, actor) != digest:
-                reason = "stored hash does not match the event's content"
-            if reason is not None:
-                return ChainReport(False, count(), head(), bad_seq=seq, reason=reason)
-            seen += 1
-            prev_seq, prev_hash = seq, digest
-    return ChainReport(True, seen, Head(prev_seq, prev_hash))
+        prev_seq, prev_hash, bad_seq, reason = _walk(rows, prev_seq, prev_hash, None)
+        if reason is not None:
+            return ChainReport(False, count(), head(), bad_seq=bad_seq, reason=reason)
+    return ChainReport(True, prev_seq, Head(prev_seq, prev_hash))
+
+
+def _walk(
+    rows: Sequence[Sequence[Any]], prev_seq: int, prev_hash: str, keep: Callable[[tuple[Any, ...]], None] | None
+) -> tuple[int, str, int | None, str | None]:
+    """Check one batch of whole rows after `(prev_seq, prev_hash)`: positions, links, hashes.
+
+    Returns the last sound position and hash, and the first break (seq, reason) or None;
+    `keep` receives each sound row's fold columns (`ChainWalk`), None skips building them.
+    The seq is dense from 1, so the last sound seq is also the number of sound rows.
+    """
+    hash_of = chain_hash
+    for seq, stream_id, version, event_id, kind, schema, payload, recorded_at, actor, link, digest in rows:
+        if seq != prev_seq + 1:
+            return prev_seq, prev_hash, seq, f"gap in positions: seq {seq} follows seq {prev_seq}"
+        if link != prev_hash:
+            return prev_seq, prev_hash, seq, "prev_hash does not match the previous event's hash"
+        if hash_of(link, seq, stream_id, version, event_id, kind, schema, payload, recorded_at, actor) != digest:
+            return prev_seq, prev_hash, seq, "stored hash does not match the event's content"
+        if keep is not None:
+            keep((seq, stream_id, version, kind, schema, payload))
+        prev_seq, prev_hash = seq, digest
+    return prev_seq, prev_hash, None, None
 
 
 def check_rows(
@@ -298,24 +310,10 @@ class ChainWalk:
         rows = next(self._batches, None)
         if rows is None:
             return []
-        hash_of = chain_hash
-        prev_seq, prev_hash = self._seq, self._hash
         out: list[tuple[Any, ...]] = []
-        keep = out.append
-        for seq, stream_id, version, event_id, kind, schema, payload, recorded_at, actor, link, digest in rows:
-            reason = None
-            if seq != prev_seq + 1:
-                reason = f"gap in positions: seq {seq} follows seq {prev_seq}"
-            elif link != prev_hash:
-                reason = "prev_hash does not match the previous event's hash"
-            elif hash_of(link, seq, stream_id, version, event_id, kind, schema, payload, recorded_at, actor) != digest:
-                reason = "stored hash does not match the event's content"
-            if reason is not None:
-                self.bad_seq, self.reason = seq, reason
-                break
-            keep((seq, stream_id, version, kind, schema, payload))
-            prev_seq, prev_hash = seq, digest
-        self._seq, self._hash = prev_seq, prev_hash
+        self._seq, self._hash, bad_seq, reason = _walk(rows, self._seq, self._hash, out.append)
+        if reason is not None:
+            self.bad_seq, self.reason = bad_seq, reason
         self._seen += len(out)
         return out
 
