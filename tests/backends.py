@@ -150,3 +150,9 @@ def make_backend(name: str, request: pytest.FixtureRequest, tmp_path: Path) -> B
 def backend_params(names: tuple[str, ...] = BACKEND_NAMES) -> list[Any]:
     """pytest params for `names`, the PostgreSQL one marked `postgres` (deselect with -m 'not postgres')."""
     return [pytest.param(n, id=n, marks=[pytest.mark.postgres] if n == "postgres" else []) for n in names]
+
+
+@pytest.fixture(params=backend_params())
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    """Each test that asks for it runs once per backend (a module may narrow the list with its own)."""
+    return make_backend(request.param, request, tmp_path)

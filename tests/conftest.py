@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import structlog
-from backends import pg_url  # noqa: F401 - a fixture: every test module may ask for a fresh PostgreSQL schema
+from backends import backend, pg_url  # noqa: F401 - fixtures: a fresh PostgreSQL schema, every backend in turn
 from click.testing import CliRunner, Result
 
 from lifecycle_fsm.artifacts import hash_directory

@@ -8,16 +8,11 @@ from typing import Any
 
 import attrs
 import pytest
-from backends import BACKEND_NAMES, Backend, backend_params, make_backend
+from backends import BACKEND_NAMES, Backend, make_backend
 from test_store_contract import new
 
 from store import EventStore, IntegrityError
 from store.chain import ChainWalk, check_rows
-
-
-@pytest.fixture(params=backend_params())
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
-    return make_backend(request.param, request, tmp_path)
 
 
 @pytest.fixture

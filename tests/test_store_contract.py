@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from backends import Backend, backend_params, make_backend
+from backends import Backend
 from conftest import Workspace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -40,11 +40,6 @@ from store import (
     canonical_json,
     event_hash,
 )
-
-
-@pytest.fixture(params=backend_params())
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
-    return make_backend(request.param, request, tmp_path)
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from backends import Backend, backend_params, make_backend
+from backends import Backend
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from lifecycle_fsm.errors import CorruptionError
@@ -18,11 +18,6 @@ from replay import verify as verify_ledger
 from store.base import EventStore
 
 CLOCK = "2026-12-01T00:00:00.000000Z"
-
-
-@pytest.fixture(params=backend_params())
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
-    return make_backend(request.param, request, tmp_path)
 
 
 @pytest.fixture

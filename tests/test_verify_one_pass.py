@@ -7,10 +7,9 @@ that both breaks the chain and trips the fold (the chain break stays the finding
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from backends import Backend, backend_params, make_backend
+from backends import Backend
 
 from lifecycle_fsm.ledger import Ledger
 from replay import take_checkpoint, verify
@@ -19,11 +18,6 @@ from store.chain import event_hash
 
 CLOCK = "2026-12-01T00:00:00.000000Z"
 EVENTS = 300  # past one SQLite batch (256 rows): checkpoints fall inside batches
-
-
-@pytest.fixture(params=backend_params())
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
-    return make_backend(request.param, request, tmp_path)
 
 
 @pytest.fixture
