@@ -69,7 +69,11 @@ def test_racing_supervisors_never_see_a_concurrency_error(
             versions[e.stream_id].append(e.version)
         assert all(v == list(range(1, len(v) + 1)) for v in versions.values())
         shared_writers = {e.actor for e in events if e.stream_id == "candidate:shared"}
-        assert shared_writers >= {f"worker-{w}" for w in range(workers)}  # the shared candidate really was contended
+        # The shared candidate really was contended, and every worker made progress. Not "every
+        # worker wrote to it": SQLite's lock is not fair, so a worker can wait out the others'
+        # commands until the shared candidate is rejected (a stale window), then find it refused.
+        assert len(shared_writers - {"setup"}) >= 2, shared_writers
+        assert all(r["appended"] > 0 for r in reports), reports
         report = verify(ledger.store)
         assert report["ok"], report
         replayed = load_state(ledger.store, use_checkpoints=False).state
