@@ -5,7 +5,7 @@ payload dicts (no record objects), streams rows in batches (memory stays flat as
 the log grows), and validates every move with the machine's dict table through the
 per-type steps of `state.REPLAY_STEPS`, built from the same rule the command side
 folds with (`state._candidate_step`). A payload an event keeps whole (`KEPT_AS`: a
-check, a hand-off, a plan) is kept as its stored text and parsed again once, when the
+check, a hand-off, a plan) is kept as its stored row and parsed again once, when the
 fold ends (`_frozen`). It has no side effects: the same rows give the same states.
 """
 
