@@ -179,9 +179,7 @@ def replay_final(path: Path, rounds: int) -> tuple[list[Row], dict[str, Any]]:
         Row("replay", f"verify_chain rate in process, {events:,} events", ">= 300k ev/s",
             f"{fmt_spread(verify_rate, 0)}k ev/s", median(verify_rate) / 300, median(verify_rate) >= 300,
             {"kevents_per_s": summary(verify_rate, 1, 1)}),
-        Row("replay", f"CLI `lifecycle verify` whole process, {events:,} events", ">= 150k ev/s",
-            f"{fmt_spread(cli_rate, 0)}k ev/s", median(cli_rate) / 150, median(cli_rate) >= 150,
-            {"kevents_per_s": summary(cli_rate, 1, 1)}),
+        _cli_verify_row(events, cli_rate),
     ]  # fmt: skip
     detail = {
         "events": events,
@@ -192,6 +190,22 @@ def replay_final(path: Path, rounds: int) -> tuple[list[Row], dict[str, Any]]:
         "clock": "CPU time: process_time in process, the child's user + system for the CLI",
     }
     return rows, detail
+
+
+# Issue #13 sets the CLI `verify` target on a 1M-event ledger: below that, the fixed start-up is
+# a large share of the process, so a smaller ledger (--quick: 100k) reports the rate for information.
+CLI_VERIFY_TARGET_EVENTS = 1_000_000
+
+
+def _cli_verify_row(events: int, cli_rate: list[float]) -> Row:
+    detail = {"kevents_per_s": summary(cli_rate, 1, 1)}
+    if events >= CLI_VERIFY_TARGET_EVENTS:
+        return Row("replay", f"CLI `lifecycle verify` whole process, {events:,} events", ">= 150k ev/s",
+                   f"{fmt_spread(cli_rate, 0)}k ev/s", median(cli_rate) / 150, median(cli_rate) >= 150,
+                   detail)  # fmt: skip
+    return Row("replay", f"CLI `lifecycle verify` whole process, {events:,} events (info: the >= 150k ev/s "
+               "target is taken at 1,000,000 events)", "-", f"{fmt_spread(cli_rate, 0)}k ev/s",
+               median(cli_rate) / 150, None, detail)  # fmt: skip
 
 
 def _cli() -> list[str]:

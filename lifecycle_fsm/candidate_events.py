@@ -62,7 +62,7 @@ class CandidateEvent(Event):
 
     @staticmethod
     def reasons(payload: Mapping[str, Any], previous: tuple[str, ...]) -> tuple[str, ...]:
-        """The reason codes once this event decides the candidate's state."""
+        """The reason codes once this event decides the candidate's state (`previous`: as `evolve` left them)."""
         return previous
 
 

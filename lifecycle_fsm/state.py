@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
+import orjson
 
 from lifecycle_fsm.errors import CorruptionError
 from lifecycle_fsm.events import CANDIDATE_EVENTS, LEDGER_EVENTS, LEDGER_STREAM, CandidateEvent, Event, candidate_id_of
@@ -139,6 +140,17 @@ def _fields(cls: type[Event]) -> frozenset[str]:
     return frozenset(a.name for a in attrs.fields(cls))
 
 
+def _stored_keys(fields: frozenset[str]) -> tuple[str, ...]:
+    """A payload's keys in the order the store writes them (sorted), as the parser's own strings.
+
+    `orjson` hands out one cached string object per short key, so a parsed payload's keys
+    compared with these are identity hits, not character compares: the fast check of
+    `_candidate_step`, for the payloads every append writes (canonical JSON: sorted keys).
+    """
+    keys: tuple[str, ...] = tuple(orjson.loads(orjson.dumps(dict.fromkeys(sorted(fields), 0))))
+    return keys
+
+
 _LEDGER_FIELDS = {name: _fields(cls) for name, cls in LEDGER_EVENTS.items()}
 
 
@@ -201,13 +213,20 @@ def step_candidate_at(
 ) -> JSON:
     """The fold's one rule, on a working dict (`CandidateState.to_work`), updated in place.
 
-    Dispatches to the type's step in `CANDIDATE_STEPS` (replay calls those directly).
+    Dispatches to the type's step in `CANDIDATE_STEPS` (replay calls those directly) and
+    keeps the payload in the type's `KEPT_AS` field. `version` None: the stream's next.
     `payload` must be the caller's own fresh dict: handlers may keep it.
     """
-    step = CANDIDATE_STEPS.get(type_name)
-    if step is None:
+    entry = REPLAY_STEPS.get(type_name)
+    if entry is None:
         raise not_a_candidate_event(seq, type_name)
-    return step(work, payload, seq, stream_id, version)
+    step, kept_as = entry
+    if version is None:
+        version = 1 if work is None else work["version"] + 1
+    work = step(work, payload, seq, stream_id, version)
+    if kept_as is not None:
+        work[kept_as] = kept_payload(payload, seq)
+    return work
 
 
 def not_a_candidate_event(seq: int, type_name: str) -> CorruptionError:
@@ -220,21 +239,25 @@ def kept_payload(payload: JSON, seq: int) -> JSON:
     return payload
 
 
-CandidateStep = Callable[[JSON | None, JSON, int, str, int | None], JSON]
+CandidateStep = Callable[[JSON | None, JSON, int, str, int], JSON]
 
 
-def _candidate_step(cls: type[CandidateEvent], *, keep: bool = True) -> CandidateStep:
+def _candidate_step(cls: type[CandidateEvent]) -> CandidateStep:
     """One event type's fold step: the machine's table decides the move, the class its effect.
 
     Everything the type fixes is looked up once here, not per event: its fields, the
     table row of a fixed trigger, and whether it overrides `evolve` / `reasons` at all.
     Replay keeps one working dict per candidate and freezes them at the end, so a
-    million events cost a million dict updates, not a million frozen copies (and it is
-    called positionally: keyword calls cost measurably on that path). `keep=False`
-    leaves `KEPT_AS` to the caller (replay keeps the stored text, parsed once at the end).
+    million events cost a million dict updates, not a million frozen copies; it calls
+    the step positionally (keyword calls cost measurably on that path) and keeps
+    `KEPT_AS` itself (the stored row, parsed once at the end: `replay/fold.py`), so the
+    step leaves that field to its caller. A step writes only what the event changes:
+    `version` and `last_seq` always, the state and its reason only on a decisive event
+    (issue #13: every dict write is on the replay bill).
     """
     type_name = cls.TYPE
     fields = _fields(cls)
+    stored_keys = _stored_keys(fields)
     fixed = cls.FIXED_TRIGGER
     trigger_for = cls.trigger_for
     # A fixed trigger's move from each state, straight from the table (None: not allowed).
@@ -243,19 +266,18 @@ def _candidate_step(cls: type[CandidateEvent], *, keep: bool = True) -> Candidat
     evolve = None if cls.evolve is CandidateEvent.evolve else cls.evolve
     reasons = None if cls.reasons is CandidateEvent.reasons else cls.reasons
     decisive_when_kept = cls.DECISIVE_WHEN_KEPT
-    kept_as = cls.KEPT_AS if keep else None
 
-    def step(work: JSON | None, payload: JSON, seq: int, stream_id: str, version: int | None) -> JSON:
-        if payload.keys() != fields:  # every field, nothing else: a stored payload is never guessed at
+    def step(work: JSON | None, payload: JSON, seq: int, stream_id: str, version: int) -> JSON:
+        # Every field, nothing else: a stored payload is never guessed at (the key tuple first:
+        # cheaper, and what a canonical payload holds; any other order is compared as a set).
+        if tuple(payload) != stored_keys and payload.keys() != fields:
             raise _wrong_fields(seq, type_name, payload, fields)
         if work is None:
             state = None
             expected_version = 1
-            previous: tuple[str, ...] = ()
         else:
             state = work["state"]
             expected_version = work["version"] + 1
-            previous = work["reason_codes"]
         if fixed is None:
             try:
                 trigger = trigger_for(payload)
@@ -267,7 +289,7 @@ def _candidate_step(cls: type[CandidateEvent], *, keep: bool = True) -> Candidat
             dest = fixed_dest[state]
         if dest is None:
             raise IllegalTransition(seq=seq, stream_id=stream_id, state=state, trigger=trigger, type_name=type_name)
-        if version is not None and version != expected_version:
+        if version != expected_version:
             raise CorruptionError(
                 f"seq {seq}: stream {stream_id} jumps to version {version}, expected {expected_version}", seq=seq
             )
@@ -275,29 +297,28 @@ def _candidate_step(cls: type[CandidateEvent], *, keep: bool = True) -> Candidat
             if evolve is not None:
                 work = evolve(work, payload, seq, stream_id)
             assert work is not None
-            if kept_as is not None:
-                work[kept_as] = kept_payload(payload, seq)
-            if dest != state or decisive_when_kept:
+            if dest != state or decisive_when_kept:  # else the state, its reasons and decisive event stay
+                work["state"] = dest
                 work["decisive_seq"] = seq
                 work["decisive_type"] = type_name
-                work["reason_codes"] = previous if reasons is None else reasons(payload, previous)
+                if reasons is not None:
+                    work["reason_codes"] = reasons(payload, work["reason_codes"])
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise _unreadable(seq, type_name, e) from e
-        work["state"] = dest
-        work["version"] = expected_version
+        work["version"] = version
         work["last_seq"] = seq
         return work
 
     return step
 
 
-# type -> its fold step (`step_candidate_at` dispatches here).
-CANDIDATE_STEPS: dict[str, CandidateStep] = {name: _candidate_step(cls) for name, cls in CANDIDATE_EVENTS.items()}
-# type -> (its step leaving `KEPT_AS` to the caller, that field): what replay looks up once
-# per candidate event.
+# type -> (its fold step, the field that keeps its payload): what replay looks up once per
+# candidate event, and `step_candidate_at` too.
 REPLAY_STEPS: dict[str, tuple[CandidateStep, str | None]] = {
-    name: (_candidate_step(cls, keep=False), cls.KEPT_AS) for name, cls in CANDIDATE_EVENTS.items()
+    name: (_candidate_step(cls), cls.KEPT_AS) for name, cls in CANDIDATE_EVENTS.items()
 }
+# type -> its fold step alone.
+CANDIDATE_STEPS: dict[str, CandidateStep] = {name: step for name, (step, _) in REPLAY_STEPS.items()}
 KEPT_FIELDS = tuple(sorted({cls.KEPT_AS for cls in CANDIDATE_EVENTS.values() if cls.KEPT_AS}))
 
 

@@ -19,7 +19,7 @@ import orjson
 from lifecycle_fsm.errors import NotFoundError
 from lifecycle_fsm.events import LEDGER_STREAM, stream_of
 from lifecycle_fsm.logs import get_logger
-from lifecycle_fsm.state import CandidateState, LedgerSettings, apply_candidate, apply_settings, candidate_from_dict
+from lifecycle_fsm.state import CandidateState, LedgerSettings, apply_settings, candidate_from_dict, step_candidate_at
 from lifecycle_fsm.upcasting import decoded_payload
 from store.base import EventStore
 from store.records import StoredEvent
@@ -44,11 +44,19 @@ def fold_settings(events: Sequence[StoredEvent], start: LedgerSettings | None = 
 
 
 def fold_candidate(events: Sequence[StoredEvent], start: CandidateState | None = None) -> CandidateState | None:
-    """One candidate's state from its stream (or from `start` plus the events after it)."""
-    state = start
+    """One candidate's state from its stream (or from `start` plus the events after it).
+
+    One working dict for the whole stream, frozen once at the end (`status ID` folds a
+    long-lived candidate's hundreds of events: not a frozen copy per event). Each payload
+    is the fold's own (parsed here, after its row's hash is checked).
+    """
+    if not events:
+        return start
+    work = None if start is None else start.to_work()
     for e in events:
-        state = apply_candidate(state, e.type, decoded_payload(e), seq=e.seq, stream_id=e.stream_id, version=e.version)
-    return state
+        work = step_candidate_at(work, e.type, decoded_payload(e), e.seq, e.stream_id, e.version)
+    assert work is not None
+    return CandidateState.from_work(work)
 
 
 def state_from_checkpoint(store: EventStore, stream_id: str) -> CandidateState | None:

@@ -19,7 +19,7 @@ from typing import Any
 from lifecycle_fsm.errors import NotFoundError
 from lifecycle_fsm.events import CANDIDATE_EVENTS, LEDGER_STREAM, stream_of
 from lifecycle_fsm.rules import CANDIDATE_KINDS, ONLINE_KINDS, RECOVERY_STATES_BY_STAGE, UPSTREAM_DECISIONS
-from lifecycle_fsm.state import CandidateState, apply_candidate
+from lifecycle_fsm.state import CandidateState, step_candidate_at
 from lifecycle_fsm.upcasting import decoded_payload
 from replay.asof import AsOf, position_of
 from store.base import EventStore
@@ -61,15 +61,17 @@ def explain(store: EventStore, candidate_id: str, *, as_of: AsOf | None = None) 
         where = "" if as_of is None else f" at or before seq {position}"
         raise NotFoundError(f"unknown candidate: {candidate_id!r}{where}")
     payloads = [decoded_payload(e) for e in events]
-    state: CandidateState | None = None
+    work: dict[str, Any] | None = None  # one working dict for the stream, frozen at the end (as `fold_candidate`)
     path = []
     for e, payload in zip(events, payloads, strict=True):
-        before = None if state is None else state.state
+        before = None if work is None else work["state"]
         trigger = CANDIDATE_EVENTS[e.type].trigger_for(payload)
-        state = apply_candidate(state, e.type, payload, seq=e.seq, stream_id=e.stream_id, version=e.version)
-        path.append({"seq": e.seq, "type": e.type, "trigger": trigger, "from": before, "to": state.state,
+        # A copy: the fold keeps its payload (a check's `last_check`), the evidence below keeps this one.
+        work = step_candidate_at(work, e.type, dict(payload), e.seq, e.stream_id, e.version)
+        path.append({"seq": e.seq, "type": e.type, "trigger": trigger, "from": before, "to": work["state"],
                      "recorded_at": e.recorded_at, "actor": e.actor})  # fmt: skip
-    assert state is not None
+    assert work is not None
+    state = CandidateState.from_work(work)
     by_seq = {e.seq: (e, p) for e, p in zip(events, payloads, strict=True)}
     decisive, decisive_payload = by_seq[state.decisive_seq if state.decisive_seq is not None else events[-1].seq]
     evidence_seq = _evidence_seq(state, decisive)

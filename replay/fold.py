@@ -5,7 +5,7 @@ payload dicts (no record objects), streams rows in batches (memory stays flat as
 the log grows), and validates every move with the machine's dict table through the
 per-type steps of `state.REPLAY_STEPS`, built from the same rule the command side
 folds with (`state._candidate_step`). A payload an event keeps whole (`KEPT_AS`: a
-check, a hand-off, a plan) is kept as its stored text and parsed again once, when the
+check, a hand-off, a plan) is kept as its stored row and parsed again once, when the
 fold ends (`_frozen`). It has no side effects: the same rows give the same states.
 """
 
@@ -95,65 +95,108 @@ def fold_rows(
     `checked` recomputes each row's own hash before folding it (what `status`, `replay`
     and `audit` ask for: fail closed). `batches`: rows already checked by the caller
     (`verify` hands on its chain walk's), read instead of the store.
+
+    The loop is the replay hot path (issue #13): a row of a candidate this fold already
+    holds, of a candidate event type at this code's schema version, is parsed and handed
+    to its type's step here; every other row (a new stream, the ledger's or the seals'
+    stream, an old schema version, anything unknown) goes through `_other_row`, which
+    judges it in the same order of checks.
     """
     settings = start.settings
     # Working dicts keyed by stream id: one dict look-up per event finds the candidate.
     works: dict[str, dict[str, Any]] = {stream_of(cid): c.to_work() for cid, c in start.candidates.items()}
     position = start.position
     loads = orjson.loads
-    current_versions = CURRENT_VERSIONS
-    steps = REPLAY_STEPS
+    # type -> (schema version, step, KEPT_AS field), taken per fold: an upcast test may change the versions.
+    hot = {name: (CURRENT_VERSIONS.get(name), step, kept_as) for name, (step, kept_as) in REPLAY_STEPS.items()}
     if batches is None:
         batches = fold_batches(store, after=start.position, to=to, checked=checked)
     streams = dict(start.streams)
     for rows in batches:
-        for seq, stream_id, version, type_name, schema_version, text in rows:
+        for row in rows:
+            seq, stream_id, version, type_name, schema_version, text = row
             if seq != position + 1:
                 raise CorruptionError(f"seq {seq} follows seq {position}: a gap in the log", seq=seq)
+            position = seq
+            work = works.get(stream_id)
+            entry = hot.get(type_name)
+            if work is None or entry is None or entry[0] != schema_version:
+                settings = _other_row(row, works, streams, settings)
+                continue
             try:
                 payload = loads(text)
-            except ValueError as e:
-                raise CorruptionError(f"seq {seq}: {type_name} payload is not JSON ({e})", seq=seq) from e
+            except ValueError:
+                payload = None
             if type(payload) is not dict:
-                raise CorruptionError(f"seq {seq}: {type_name} payload is not an object", seq=seq)
-            if current_versions.get(type_name) != schema_version:
-                payload = upcast(type_name, schema_version, payload, seq=seq)
-            work = works.get(stream_id)
-            if work is not None or stream_id.startswith(CANDIDATE_PREFIX):
-                entry = steps.get(type_name)
-                if entry is None:
-                    raise not_a_candidate_event(seq, type_name)
-                step, kept_as = entry
-                folded = step(work, payload, seq, stream_id, version)
-                if folded is not work:  # a new stream, or a revision's fresh record
-                    works[stream_id] = folded
-                if kept_as is not None:  # the stored text, not the parsed payload: see `_frozen`
-                    folded[kept_as] = (text, seq, type_name, schema_version)
-            elif stream_id == LEDGER_STREAM:
-                settings = apply_settings(settings, type_name, payload, seq)
-            elif stream_id == SEALS_STREAM:
-                streams[stream_id] = version  # a seal decides nothing: only its stream's version is kept
-            else:
-                raise CorruptionError(f"seq {seq}: unknown stream {stream_id!r}", seq=seq)
-            position = seq
+                raise _unparsed(seq, type_name, text)
+            _, step, kept_as = entry
+            folded = step(work, payload, seq, stream_id, version)
+            if folded is not work:  # a revision's fresh record
+                works[stream_id] = folded
+            if kept_as is not None:  # the stored row, not the parsed payload: see `_frozen`
+                folded[kept_as] = row
     candidates = {candidate_id_of(sid) or sid: _frozen(work) for sid, work in works.items()}
     return LedgerState(settings, candidates, position, streams)
 
 
-def _frozen(work: dict[str, Any]) -> CandidateState:
-    """A working dict as a state, its kept payloads parsed again from their stored text.
+def _unparsed(seq: int, type_name: str, text: Any) -> CorruptionError:
+    """Why a stored payload is not a JSON object (parsed again: only on the way to an error)."""
+    try:
+        orjson.loads(text)
+    except ValueError as e:
+        return CorruptionError(f"seq {seq}: {type_name} payload is not JSON ({e})", seq=seq)
+    return CorruptionError(f"seq {seq}: {type_name} payload is not an object", seq=seq)
 
-    Keeping a few hundred bytes of text per candidate instead of a payload's dozens of
-    objects, until the end, is most of what replay saves over keeping the dicts (no
-    cold payload to free on every check, hand-off or plan). The text was parsed, upcast
-    and checked when its event was folded; the same steps here give the same payload.
+
+def _parsed(seq: int, type_name: str, schema_version: int, text: Any) -> dict[str, Any]:
+    """A stored payload as a dict at this code's schema version, or the error naming its row."""
+    try:
+        payload = orjson.loads(text)
+    except ValueError:
+        payload = None
+    if type(payload) is not dict:
+        raise _unparsed(seq, type_name, text)
+    parsed: dict[str, Any] = payload
+    if CURRENT_VERSIONS.get(type_name) != schema_version:
+        parsed = upcast(type_name, schema_version, parsed, seq=seq)
+    return parsed
+
+
+def _other_row(
+    row: Sequence[Any], works: dict[str, dict[str, Any]], streams: dict[str, int], settings: LedgerSettings
+) -> LedgerSettings:
+    """Every row the hot loop does not take, judged in its order: payload, schema version, stream, move."""
+    seq, stream_id, version, type_name, schema_version, text = row
+    payload = _parsed(seq, type_name, schema_version, text)
+    work = works.get(stream_id)
+    if work is not None or stream_id.startswith(CANDIDATE_PREFIX):
+        entry = REPLAY_STEPS.get(type_name)
+        if entry is None:
+            raise not_a_candidate_event(seq, type_name)
+        step, kept_as = entry
+        folded = works[stream_id] = step(work, payload, seq, stream_id, version)
+        if kept_as is not None:
+            folded[kept_as] = row
+    elif stream_id == LEDGER_STREAM:
+        settings = apply_settings(settings, type_name, payload, seq)
+    elif stream_id == SEALS_STREAM:
+        streams[stream_id] = version  # a seal decides nothing: only its stream's version is kept
+    else:
+        raise CorruptionError(f"seq {seq}: unknown stream {stream_id!r}", seq=seq)
+    return settings
+
+
+def _frozen(work: dict[str, Any]) -> CandidateState:
+    """A working dict as a state, its kept payloads parsed again from their stored rows.
+
+    Keeping the row (a few hundred bytes of text per candidate) instead of a payload's
+    dozens of objects, until the end, is most of what replay saves over keeping the dicts
+    (no cold payload to free on every check, hand-off or plan). The row was parsed,
+    upcast and checked when its event was folded; the same steps here give the same payload.
     """
     for name in KEPT_FIELDS:
         kept = work[name]
-        if type(kept) is tuple:
-            text, seq, type_name, schema_version = kept
-            payload = orjson.loads(text)
-            if CURRENT_VERSIONS.get(type_name) != schema_version:
-                payload = upcast(type_name, schema_version, payload, seq=seq)
-            work[name] = kept_payload(payload, seq)
+        if kept is not None and type(kept) is not dict:
+            seq, _, _, type_name, schema_version, text = kept
+            work[name] = kept_payload(_parsed(seq, type_name, schema_version, text), seq)
     return CandidateState.from_work(work)

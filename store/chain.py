@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -113,7 +114,7 @@ def chain_hash(
             "version": version,
         }
     )  # keys are written in sorted order already: no sort option needed
-    return hashlib.sha256(b"%s\n%s\n%s" % (prev_hash.encode(), header, payload.encode())).hexdigest()
+    return hashlib.sha256(b"\n".join((prev_hash.encode(), header, payload.encode()))).hexdigest()
 
 
 def rehash(event: StoredEvent, prev_hash: str) -> str:
@@ -199,19 +200,16 @@ def verify_rows(
     """
     prev_seq, prev_hash = 0, GENESIS_HASH
     for rows in batches:
-        prev_seq, prev_hash, bad_seq, reason = _walk(rows, prev_seq, prev_hash, None)
+        prev_seq, prev_hash, bad_seq, reason = _walk(rows, prev_seq, prev_hash)
         if reason is not None:
             return ChainReport(False, count(), head(), bad_seq=bad_seq, reason=reason)
     return ChainReport(True, prev_seq, Head(prev_seq, prev_hash))
 
 
-def _walk(
-    rows: Sequence[Sequence[Any]], prev_seq: int, prev_hash: str, keep: Callable[[tuple[Any, ...]], None] | None
-) -> tuple[int, str, int | None, str | None]:
+def _walk(rows: Sequence[Sequence[Any]], prev_seq: int, prev_hash: str) -> tuple[int, str, int | None, str | None]:
     """Check one batch of whole rows after `(prev_seq, prev_hash)`: positions, links, hashes.
 
-    Returns the last sound position and hash, and the first break (seq, reason) or None;
-    `keep` receives each sound row's fold columns (`ChainWalk`), None skips building them.
+    Returns the last sound position and hash, and the first break (seq, reason) or None.
     The seq is dense from 1, so the last sound seq is also the number of sound rows.
     """
     hash_of = chain_hash
@@ -222,10 +220,13 @@ def _walk(
             return prev_seq, prev_hash, seq, "prev_hash does not match the previous event's hash"
         if hash_of(link, seq, stream_id, version, event_id, kind, schema, payload, recorded_at, actor) != digest:
             return prev_seq, prev_hash, seq, "stored hash does not match the event's content"
-        if keep is not None:
-            keep((seq, stream_id, version, kind, schema, payload))
         prev_seq, prev_hash = seq, digest
     return prev_seq, prev_hash, None, None
+
+
+# A whole row's fold columns `(seq, stream_id, version, type, schema_version, payload)`, picked
+# in C (`list(map(...))` per batch): no tuple built by bytecode per row.
+_fold_columns = operator.itemgetter(0, 1, 2, 4, 5, 6)
 
 
 def check_rows(
@@ -240,14 +241,12 @@ def check_rows(
     """
     fail = row_hash_error if error is None else error
     hash_of = chain_hash
+    fold_columns = _fold_columns
     for rows in batches:
-        out: list[tuple[Any, ...]] = []
-        keep = out.append
         for seq, stream_id, version, event_id, kind, schema, payload, recorded_at, actor, link, digest in rows:
             if hash_of(link, seq, stream_id, version, event_id, kind, schema, payload, recorded_at, actor) != digest:
                 raise fail(seq)
-            keep((seq, stream_id, version, kind, schema, payload))
-        yield out
+        yield list(map(fold_columns, rows))
 
 
 def row_hash_error(seq: int) -> IntegrityError:
@@ -310,12 +309,13 @@ class ChainWalk:
         rows = next(self._batches, None)
         if rows is None:
             return []
-        out: list[tuple[Any, ...]] = []
-        self._seq, self._hash, bad_seq, reason = _walk(rows, self._seq, self._hash, out.append)
+        first = self._seq + 1
+        self._seq, self._hash, bad_seq, reason = _walk(rows, self._seq, self._hash)
         if reason is not None:
             self.bad_seq, self.reason = bad_seq, reason
-        self._seen += len(out)
-        return out
+        sound = self._seq - first + 1  # the batch's rows before any break (dense seqs from `first`)
+        self._seen += sound
+        return list(map(_fold_columns, rows if sound == len(rows) else rows[:sound]))
 
 
 def verify_events(events: Iterable[StoredEvent], *, count: int, head: Head) -> ChainReport:

@@ -164,3 +164,30 @@ def test_replay_upcasts_an_old_schema_row(ws: Workspace, monkeypatch: pytest.Mon
         assert state.candidates["dpo-v5"].version == 2
         assert [type(e).__name__ for _, e in ledger.history("dpo-v5")] == ["CandidateReceived", "StageFailed"]
         assert ledger.history("dpo-v5")[1][1] == StageFailed("reward")
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        ('{"reason":"superseded","kind":"prompt_queue"}', None),  # the right fields, not in sorted order
+        ('{"reason":"superseded","kind":"prompt_queue","extra":1}', "unexpected ['extra']"),
+        ('{"reason":"superseded"}', "missing ['kind']"),
+    ],
+)
+def test_replay_judges_a_payload_by_its_fields_not_their_order(
+    ws: Workspace, payload: str, message: str | None
+) -> None:
+    """The fast key check (the store's sorted order) falls back to the set of fields: any order folds, others fail."""
+    bad_seq = _with_row(ws, type="TrustedStateInvalidated", payload=payload)
+    with ws.ledger() as ledger:
+        if message is None:
+            state = load_state(ledger.store, use_checkpoints=False).state.candidates["dpo-v5"]
+            assert (state.version, state.last_seq, state.decisive_seq) == (
+                2,
+                bad_seq,
+                ledger.candidate("dpo-v5").decisive_seq,
+            )
+            return
+        with pytest.raises(CorruptionError, match=re.escape(message)) as info:
+            load_state(ledger.store, use_checkpoints=False)
+        assert info.value.seq == bad_seq
