@@ -17,6 +17,7 @@ from store.base import AppendResult
 from store.chain import GENESIS_HASH, chain_rows, check_batch, match_retry
 from store.errors import ConcurrencyError, IntegrityError, LifecycleError, StoreError
 from store.postgres_append import chained_insert_sql, check_server_chain
+from store.postgres_pipeline import EVENT_ROW, decode_rows
 from store.postgres_schema import EVENT_COLUMNS
 from store.records import Head, NewEvent, StoredEvent, StreamHead
 
@@ -32,6 +33,7 @@ _HEAD_IS = (
 )
 _ROW = "(%s::bigint, %s, %s::bigint, %s, %s, %s::integer, %s, %s, %s, %s, %s)"
 _BY_IDS = f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id = ANY(%s::text[])"
+_RETURNED = (int, bytes.decode, bytes.decode)  # the chained insert's seq, prev_hash, hash
 _CHUNK = 1000  # rows per INSERT statement (11 parameters each; PostgreSQL allows 65535)
 _UPSERT_STREAM_IF_INSERTED = (
     "INSERT INTO streams (stream_id, version, status, category) SELECT %s, %s::bigint, %s, %s "
@@ -207,8 +209,9 @@ class PostgresTransaction:
         category: str | None = None,
         fresh_ids: bool = False,
     ) -> AppendResult | None:
-        """A whole one-append transaction in one round trip (BEGIN, lock, the insert chained by the
-        server, COMMIT; see `store.postgres_append`), the lock held only while the server runs it.
+        """A whole one-append transaction in one round trip (the lock, the retry look-up, the insert
+        chained by the server that also notifies followers; see `store.postgres_append`), pipelined
+        (`store.postgres_pipeline`): the lock is held only while the server runs them and commits.
 
         None when a stream's version moved: nothing was written, the transaction is over;
         `append` then says which stream and where it is.
@@ -219,17 +222,22 @@ class PostgresTransaction:
         guess = self._store.last_head  # right unless another writer appended since: then the server chains
         rows = chain_rows(guess, stream_id, expected_version, events)
         checks = [(stream_id, expected_version), *expected]
-        insert = chained_insert_sql(rows, guess, checks, ids, (status, category))
-        lookup: list[tuple[str, Sequence[Any] | None]] = [] if ids is None else [(_BY_IDS, (ids,))]
+        session = self._session
+        insert = chained_insert_sql(rows, guess, checks, ids, (status, category), session.channel)
+        statements: list[tuple[str, Sequence[Any]]] = [(session.lock_sql, ())]
+        if ids is not None:
+            statements.append((_BY_IDS, (ids,)))
+        statements.append(insert)
         try:
-            cursors = self._send([*lookup, insert], commit=True)
+            results = session.pipeline.run(statements)
         except StoreError as e:
             raise self._taken(e, stream_id, expected_version) from e.__cause__
         if ids is not None:
-            existing = match_retry(events, {row[3]: StoredEvent(*row) for row in cursors[0].fetchall()})
+            found = decode_rows(results[1], EVENT_ROW)
+            existing = match_retry(events, {row[3]: StoredEvent(*row) for row in found})
             if existing is not None:
                 return AppendResult(existing, duplicate=True)
-        returned = cursors[-1].fetchall()
+        returned = decode_rows(results[-1], _RETURNED)
         if not returned:
             self._expected = expected
             return None
