@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg import generators
-from psycopg.pq import ExecStatus
+from psycopg.pq import ExecStatus, TransactionStatus
 
 from store.errors import InputError
 
@@ -69,6 +69,7 @@ class Pipeline:
         self._session = session
         self._names: dict[str, bytes] = {}  # statement text (with %s) -> its prepared name
         self._numbered: dict[str, bytes] = {}  # statement text (with %s) -> the text with $1, $2, …
+        self.supported = psycopg.Pipeline.is_supported()  # libpq >= 14 (psycopg's binary wheels bundle one)
 
     def _text(self, sql: str) -> bytes:
         numbered = self._numbered.get(sql)
@@ -106,6 +107,8 @@ class Pipeline:
         Raises the project error for the first statement that failed (psycopg's error is the
         cause); then nothing was committed.
         """
+        if not self.supported:
+            return self._one_message(statements)
         session = self._session
         conn = session.conn
         pg = conn.pgconn
@@ -141,6 +144,35 @@ class Pipeline:
                 if result.status == ExecStatus.FATAL_ERROR:
                     raise pg_errors.error_from_result(result)
         return results
+
+
+    def _one_message(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> list[PGresult]:
+        """Without pipeline mode (an older libpq): the statements as one simple-query message, values
+        bound client-side (`PgSession.inline`); the server runs it as one implicit transaction,
+        rolled back whole if a statement fails. Still one round trip, each statement planned anew."""
+        session = self._session
+        conn = session.conn
+        with session.mapped("write transaction failed"):
+            text = "; ".join(session.inline(*_percent(sql, params)) for sql, params in statements)
+            conn.pgconn.send_query(text.encode())
+            try:
+                results: list[PGresult] = conn.wait(generators.execute(conn.pgconn))
+            except BaseException:
+                if conn.pgconn.transaction_status == TransactionStatus.ACTIVE:
+                    conn.close()  # answers left unread (interrupted): as `_leave_pipeline`
+                raise
+            for result in results:
+                if result.status == ExecStatus.FATAL_ERROR:
+                    raise pg_errors.error_from_result(result)
+        return results
+
+
+def _percent(sql: str, params: Sequence[Any]) -> tuple[str, list[Any]]:
+    """`sql` with `$n` parameters as `%s` ones, and the values in the order they now appear."""
+    order = [int(n) - 1 for n in re.findall(r"\$(\d+)", sql)]
+    if not order:
+        return sql, list(params)
+    return re.sub(r"\$\d+", "%s", sql), [params[i] for i in order]
 
 
 def _array_element(value: Any) -> str:

@@ -23,9 +23,11 @@ from store.postgres import PostgresEventStore
 pytestmark = pytest.mark.postgres
 
 
-@pytest.fixture
-def store(pg_url: str) -> Iterator[PostgresEventStore]:
+@pytest.fixture(params=["pipeline", "one message"])
+def store(pg_url: str, request: pytest.FixtureRequest) -> Iterator[PostgresEventStore]:
+    """A store sending its appends pipelined, or (as with a libpq older than 14) as one simple-query message."""
     with PostgresEventStore(pg_url, synchronous="NORMAL") as s:
+        s.session.pipeline.supported = request.param == "pipeline"
         s.append("a", 0, [new("a", 0), new("a", 1)])
         s.append("b", 0, [new("b", 0)])
         yield s
@@ -41,6 +43,7 @@ def test_an_append_that_waited_for_the_lock_chains_to_what_the_holder_committed(
     with the lock it would read the head from before the wait and collide on seq."""
     appended = threading.Event()
     with PostgresEventStore(pg_url, synchronous="NORMAL") as other:
+        other.session.pipeline.supported = store.session.pipeline.supported
 
         def hold() -> None:
             with other.transaction() as tx:
