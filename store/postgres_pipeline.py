@@ -145,7 +145,6 @@ class Pipeline:
                     raise pg_errors.error_from_result(result)
         return results
 
-
     def _one_message(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> list[PGresult]:
         """Without pipeline mode (an older libpq): the statements as one simple-query message, values
         bound client-side (`PgSession.inline`); the server runs it as one implicit transaction,
