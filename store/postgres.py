@@ -11,24 +11,25 @@ Why it is built this way:
 - Read committed, never repeatable read: every statement after the lock sees the
   newest committed head (under repeatable read the snapshot predates the lock).
 - One round trip per append, the lock held only while the server runs it:
-  `store.append` (what a one-append command calls) sends the lock, one INSERT that
-  reads the head itself, computes `seq` and the chain hash in SQL and upserts the
-  stream index (data-modifying CTEs, `store/postgres_append.py`), NOTIFY and COMMIT
-  as one message, after BEGIN. It lands only if the stream version (and the
-  `expect=` versions of streams the command read but does not write) still hold; if not,
+  `store.append` (what a one-append command calls) sends the lock and one INSERT that
+  reads the head itself, computes `seq` and the chain hash in SQL, upserts the stream
+  index and notifies followers (data-modifying CTEs, `store/postgres_append.py`), as
+  prepared statements in libpq's pipeline mode, committed by the one Sync that ends
+  them (`store/postgres_pipeline.py`: no statement text to parse, values sent as text
+  parameters; without pipeline mode, an older libpq, the same statements go as one
+  simple-query message). It lands only if the stream version (and the `expect=`
+  versions of streams the command read but does not write) still hold; if not,
   nothing was written and the slow path below says which stream moved. The client's
   hashes (chained after the last head it saw) are stored when that head is still the
   head; otherwise the server hashes, so another writer's append costs nothing extra (a
   guess that had to be retried went stale at once with 8 writers, and the retry held
-  the lock across a round trip). Values are
-  bound client-side; a statement shape seen twice is PREPAREd and sent as EXECUTE
-  (planning costs about as much as running it). psycopg's pipeline mode was measured
-  slower than separate round trips here.
+  the lock across a round trip).
 - Transactions (`store.transaction()`, several appends, fault hooks) chain rows in
   Python (`store.chain.chain_rows`) against a guessed head checked by their first
   INSERT, re-read under the lock when stale; they pay one more trip (the COMMIT).
-- Followers: every appending commit sends NOTIFY on the ledger's channel (delivered at
-  COMMIT, never for a rollback); `wait_for_new` blocks on it, polling stays the truth.
+- Followers: every appending commit notifies the ledger's channel (delivered at
+  COMMIT, never for a rollback or a refused append); `wait_for_new` blocks on it,
+  polling stays the truth.
 - Either way an event hashes the same here and in SQLite (the server's hash is re-checked
   by the client); `payload` and `recorded_at` are stored as the exact text that was hashed.
 - `lock_timeout` (from `busy_timeout`) bounds the wait for the lock and

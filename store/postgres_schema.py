@@ -33,6 +33,7 @@ from psycopg.pq import TransactionStatus
 
 from store.errors import InputError, IntegrityError, LifecycleError, StoreError
 from store.open import redact_url
+from store.postgres_pipeline import Pipeline
 from store.records import EventFilter
 
 __all__ = ["DDL", "EVENT_COLUMNS", "STORE_SCHEMA_VERSION", "SYNCHRONOUS_COMMIT", "PgSession", "filter_sql"]
@@ -184,7 +185,8 @@ class PgSession:
                     f"SELECT {_SET_UNLESS_IN_URL.format(name='lock_timeout')}, "
                     f"{_SET_UNLESS_IN_URL.format(name='idle_in_transaction_session_timeout')}, "
                     "set_config('synchronous_commit', %s, false), current_schema(), "
-                    "current_setting('search_path'), current_setting('standard_conforming_strings') = 'on'",
+                    "current_setting('search_path'), current_setting('standard_conforming_strings') = 'on', "
+                    "set_config('client_encoding', 'UTF8', false)",  # the pipeline sends and reads UTF-8 bytes
                     (f"{max(1, int(busy_timeout * 1000))}ms", f"{max(1, int(idle_timeout * 1000))}ms", mode),
                 ).fetchone()
             assert row is not None
@@ -200,6 +202,7 @@ class PgSession:
             self.binder = psycopg.ClientCursor(self.conn)  # binds values client-side for multi-statement trips
             self._seen: set[str] = set()
             self._prepared: dict[str, str] = {}
+            self.pipeline = Pipeline(self)
         except BaseException:
             self.conn.close()
             raise

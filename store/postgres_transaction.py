@@ -17,6 +17,7 @@ from store.base import AppendResult
 from store.chain import GENESIS_HASH, chain_rows, check_batch, match_retry
 from store.errors import ConcurrencyError, IntegrityError, LifecycleError, StoreError
 from store.postgres_append import chained_insert_sql, check_server_chain
+from store.postgres_pipeline import EVENT_ROW, decode_rows
 from store.postgres_schema import EVENT_COLUMNS
 from store.records import Head, NewEvent, StoredEvent, StreamHead
 
@@ -32,6 +33,7 @@ _HEAD_IS = (
 )
 _ROW = "(%s::bigint, %s, %s::bigint, %s, %s, %s::integer, %s, %s, %s, %s, %s)"
 _BY_IDS = f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id = ANY(%s::text[])"
+_RETURNED = (int, bytes.decode, bytes.decode)  # the chained insert's seq, prev_hash, hash
 _CHUNK = 1000  # rows per INSERT statement (11 parameters each; PostgreSQL allows 65535)
 _UPSERT_STREAM_IF_INSERTED = (
     "INSERT INTO streams (stream_id, version, status, category) SELECT %s, %s::bigint, %s, %s "
@@ -100,14 +102,15 @@ class PostgresTransaction:
         self._expected: list[tuple[str, int]] = []  # checked by the next insert, or before COMMIT
         self.head: Head | None = None  # the head under our lock, once known
 
-    def _send(self, statements: Sequence[tuple[str, Sequence[Any] | None]], *, commit: bool = False) -> list[_Result]:
+    def _send(self, statements: Sequence[tuple[str, Sequence[Any] | None]]) -> list[_Result]:
         """Statements in one round trip; a cursor positioned at each one's result.
 
-        The transaction's first send is preceded by BEGIN and the lock, in the same trip;
-        `commit` ends it with COMMIT, still in the same trip. They go as one simple-query
+        The transaction's first send is preceded by BEGIN and the lock, in the same trip
+        (COMMIT is `store.transaction()`'s, after the block). They go as one simple-query
         message with the values bound client-side (`PgSession.inline`), as `EXECUTE` of a
-        server-side prepared statement once a shape repeats: psycopg's pipeline mode
-        measured 4x slower here than this. (Leaving BEGIN and COMMIT out of a one-message
+        server-side prepared statement once a shape repeats: psycopg's own pipeline object
+        measured 4x slower here than this (the one-append path drives libpq's pipeline mode
+        itself: `store.postgres_pipeline`). (Leaving BEGIN and COMMIT out of a one-message
         transaction, an implicit one, measured no faster.) An error skips the rest and
         leaves the transaction to roll back.
         """
@@ -120,9 +123,6 @@ class PostgresTransaction:
             self.started = True
             parts = [("BEGIN", None), (self._session.lock_sql, None), *parts]
             skip = 2
-        if commit:
-            parts.append((self._session.notify_sql, None))  # delivered at COMMIT, not before; never if rolled back
-            parts.append(("COMMIT", None))
         with self._session.mapped("write transaction failed"):
             inline = self._session.inline
             cur = conn.execute("; ".join(sql if params is None else inline(sql, params) for sql, params in parts))
@@ -207,8 +207,9 @@ class PostgresTransaction:
         category: str | None = None,
         fresh_ids: bool = False,
     ) -> AppendResult | None:
-        """A whole one-append transaction in one round trip (BEGIN, lock, the insert chained by the
-        server, COMMIT; see `store.postgres_append`), the lock held only while the server runs it.
+        """A whole one-append transaction in one round trip (the lock, the retry look-up, the insert
+        chained by the server that also notifies followers; see `store.postgres_append`), pipelined
+        (`store.postgres_pipeline`): the lock is held only while the server runs them and commits.
 
         None when a stream's version moved: nothing was written, the transaction is over;
         `append` then says which stream and where it is.
@@ -219,17 +220,22 @@ class PostgresTransaction:
         guess = self._store.last_head  # right unless another writer appended since: then the server chains
         rows = chain_rows(guess, stream_id, expected_version, events)
         checks = [(stream_id, expected_version), *expected]
-        insert = chained_insert_sql(rows, guess, checks, ids, (status, category))
-        lookup: list[tuple[str, Sequence[Any] | None]] = [] if ids is None else [(_BY_IDS, (ids,))]
+        session = self._session
+        insert = chained_insert_sql(rows, guess, checks, ids, (status, category), session.channel)
+        statements: list[tuple[str, Sequence[Any]]] = [(session.lock_sql, ())]
+        if ids is not None:
+            statements.append((_BY_IDS, (ids,)))
+        statements.append(insert)
         try:
-            cursors = self._send([*lookup, insert], commit=True)
+            results = session.pipeline.run(statements)
         except StoreError as e:
             raise self._taken(e, stream_id, expected_version) from e.__cause__
         if ids is not None:
-            existing = match_retry(events, {row[3]: StoredEvent(*row) for row in cursors[0].fetchall()})
+            found = decode_rows(results[1], EVENT_ROW)
+            existing = match_retry(events, {row[3]: StoredEvent(*row) for row in found})
             if existing is not None:
                 return AppendResult(existing, duplicate=True)
-        returned = cursors[-1].fetchall()
+        returned = decode_rows(results[-1], _RETURNED)
         if not returned:
             self._expected = expected
             return None
@@ -257,13 +263,11 @@ class PostgresTransaction:
         events: Sequence[NewEvent],
         *,
         fresh_ids: bool,
-        commit: bool = False,
     ) -> AppendResult | None:
         """Insert `rows` if `head`, every expected version and (unless `fresh_ids`) the event ids still hold.
 
         One round trip: the retry look-up by event id, the guarded insert and the
-        stream index (one statement), COMMIT with `commit`. None, nothing written,
-        when a guard failed.
+        stream index (one statement). None, nothing written, when a guard failed.
         """
         stream_id, expected_version, status, category = stream
         expected, self._expected = self._expected, []
@@ -274,7 +278,7 @@ class PostgresTransaction:
         upsert = (stream_id, rows[-1][2], status, category)
         first = _insert_sql(chunks[0], (head, checks, ids), upsert if len(chunks) == 1 else None)
         try:
-            cursors = self._send([*lookup, first], commit=commit and len(chunks) == 1)
+            cursors = self._send([*lookup, first])
             if ids is not None:
                 stored = {row[3]: StoredEvent(*row) for row in cursors[0].fetchall()}
                 existing = match_retry(events, stored)
@@ -284,8 +288,7 @@ class PostgresTransaction:
                 self._expected = expected  # re-checked one by one by the caller
                 return None
             for n, chunk in enumerate(chunks[1:], start=2):  # the later chunks follow under the same lock
-                last = n == len(chunks)
-                self._send([_insert_sql(chunk, None, upsert if last else None)], commit=commit and last)
+                self._send([_insert_sql(chunk, None, upsert if n == len(chunks) else None)])
         except StoreError as e:
             raise self._taken(e, stream_id, expected_version) from e.__cause__
         self.head = Head(rows[-1][0], rows[-1][10])
@@ -301,12 +304,6 @@ class PostgresTransaction:
             expected_version=expected_version,
             actual_version=expected_version,  # under the lock: the clash was an event id, not the version
         )
-
-    def _existing(self, events: Sequence[NewEvent]) -> tuple[StoredEvent, ...] | None:
-        """The stored copies when this exact batch was appended before (a retry), else None."""
-        cur = self._run(_BY_IDS, ([e.event_id for e in events],))
-        stored = {row[3]: StoredEvent(*row) for row in cur.fetchall()}
-        return match_retry(events, stored)
 
     def finish(self) -> None:
         """Before COMMIT: the expectations no insert has checked yet."""
