@@ -17,6 +17,7 @@ import pytest
 
 from store import (
     ConcurrencyError,
+    DuplicateEventError,
     InputError,
     NewEvent,
     SQLiteEventStore,
@@ -80,6 +81,37 @@ def test_database_refusal_of_a_taken_id_is_a_concurrency_error(store: SQLiteEven
     assert isinstance(info.value.__cause__, sqlite3.IntegrityError)
     assert (info.value.stream_id, info.value.expected_version, info.value.actual_version) == ("a", 0, 0)
     assert store.count_events() == 1
+
+
+def test_an_append_failing_part_way_cannot_be_committed(store: SQLiteEventStore) -> None:
+    """A batch whose 2nd row the database refuses has its 1st row inserted already: even when the
+    caller catches the error and carries on, the transaction commits nothing (as on PostgreSQL)."""
+    store.append("b", 0, [new("b", 0, event_id="taken")])
+
+    def carry_on_after_a_failed_append() -> None:
+        with store.transaction() as tx:
+            tx.append("c", 0, [new("c", 0)])
+            with pytest.raises(ConcurrencyError):
+                tx.append("a", 0, [new("a", 0), new("a", 1, event_id="taken")], fresh_ids=True)
+            with pytest.raises(StoreError, match="rolled back"):
+                tx.append("d", 0, [new("d", 0)])
+
+    with pytest.raises(StoreError, match="failed part-way"):
+        carry_on_after_a_failed_append()
+    assert store.count_events() == 1 and store.stream_version("c") == 0
+    assert store.append("a", 0, [new("a", 0)]).events[0].seq == 2
+
+
+def test_a_taken_id_is_reported_before_a_stale_version(filled: SQLiteEventStore) -> None:
+    """Only a batch's first id is looked up before its insert; when the version check then fails,
+    an id taken further in the batch is still the error reported (the retry check comes first)."""
+    with pytest.raises(DuplicateEventError) as info:
+        filled.append("a", 7, [new("a", 9), new("a", 10, event_id="b-0")])
+    assert (info.value.event_id, info.value.seq) == ("b-0", 3)
+    with pytest.raises(DuplicateEventError) as info:  # right version: the insert meets it
+        filled.append("a", 3, [new("a", 9), new("a", 10, event_id="b-1")])
+    assert (info.value.event_id, info.value.seq) == ("b-1", 5)
+    assert filled.count_events() == 5 and filled.verify_chain().ok
 
 
 def test_update_and_delete_refused_by_database(filled: SQLiteEventStore, db: Path) -> None:
