@@ -6,8 +6,12 @@ test_store_chain.py, test_store_concurrency.py), which runs against SQLite too.
 
 from __future__ import annotations
 
+import fcntl
+import os
 import sqlite3
+import stat
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -181,6 +185,52 @@ def test_lock_held_past_busy_timeout_is_store_error(db: Path) -> None:
         finally:
             conn.execute("ROLLBACK")
         assert impatient.count_events() == 0
+
+
+@contextmanager
+def queue_held(db: Path, seconds: float) -> Iterator[None]:
+    """Another writer's turn in the writer queue (the lock file's flock) for `seconds`."""
+    fd = os.open(f"{db}-lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    timer = threading.Timer(seconds, os.close, (fd,))  # closing the descriptor lets go
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.join()
+
+
+def test_writers_queue_on_a_private_lock_file(store: SQLiteEventStore, db: Path) -> None:
+    """The first write creates `<ledger>-lock` (0600, like the ledger); a writer whose turn has not
+    come waits on it (the helper thread) and then appends."""
+    store.append("a", 0, [new("a", 0)])
+    lock = Path(f"{db}-lock")
+    assert lock.exists() and stat.S_IMODE(lock.stat().st_mode) == 0o600
+    with queue_held(db, 0.2):
+        started = time.monotonic()
+        assert store.append("a", 1, [new("a", 1)]).events[0].seq == 2
+        assert time.monotonic() - started >= 0.15
+
+
+def test_a_turn_that_does_not_come_within_the_busy_timeout_is_store_error(db: Path) -> None:
+    """A queue held past the busy timeout: StoreError; the wait given up is finished by the helper,
+    which lets go at once, so the next append goes through."""
+    with SQLiteEventStore(db, busy_timeout=0.05) as impatient:
+        impatient.append("a", 0, [new("a", 0)])
+        with queue_held(db, 0.3), pytest.raises(StoreError, match="write lock"):
+            impatient.append("a", 1, [new("a", 1)])
+        assert impatient.append("a", 1, [new("a", 1)]).events[0].seq == 2
+        assert impatient.count_events() == 2
+
+
+def test_an_unusable_lock_file_leaves_the_database_lock_alone(db: Path) -> None:
+    """When `<ledger>-lock` cannot be opened (here a folder is in its place) writes still work,
+    ordered by SQLite's lock alone."""
+    Path(f"{db}-lock").mkdir()
+    with SQLiteEventStore(db, synchronous="NORMAL") as store:
+        store.append("a", 0, [new("a", 0)])
+        store.append("a", 1, [new("a", 1)])
+        assert store.count_events() == 2 and store.verify_chain().ok
 
 
 def test_random_bytes_file_is_store_error(tmp_path: Path) -> None:
@@ -357,12 +407,14 @@ def test_an_insert_into_events_can_only_fail_not_abort(store: SQLiteEventStore, 
     assert bodies and all("RAISE(FAIL" in b and "ABORT" not in b for b in bodies)
 
 
-def test_the_lock_wait_leaves_every_other_statement_its_full_busy_timeout(db: Path) -> None:
-    """The write lock is tried with busy_timeout 0 and short waits of our own; afterwards (taken or
-    given up) the connection is back at the store's busy timeout, so a read that meets a lock still waits."""
-    with SQLiteEventStore(db, busy_timeout=12.5) as store, plain(db) as conn:
+def test_reads_keep_the_full_busy_timeout_and_writes_wait_in_our_own_steps(db: Path) -> None:
+    """Writes run on a connection whose busy timeout is 0 (the lock is waited for in our own short
+    steps, up to the store's busy timeout); reads run on one that keeps the store's busy timeout,
+    so a read that meets a lock still waits."""
+    with SQLiteEventStore(db, busy_timeout=12.5) as store:
         store.append("a", 0, [new("a", 0)])
         assert store._conn.execute("PRAGMA busy_timeout").fetchone()[0] == 12500  # type: ignore[attr-defined]
+        assert store._writes.execute("PRAGMA busy_timeout").fetchone()[0] == 0  # type: ignore[attr-defined]
     with SQLiteEventStore(db, busy_timeout=0.05) as impatient, plain(db) as conn:
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -371,3 +423,4 @@ def test_the_lock_wait_leaves_every_other_statement_its_full_busy_timeout(db: Pa
         finally:
             conn.execute("ROLLBACK")
         assert impatient._conn.execute("PRAGMA busy_timeout").fetchone()[0] == 50  # type: ignore[attr-defined]
+        assert impatient.append("a", 1, [new("a", 1)]).events[0].seq == 2
