@@ -25,14 +25,16 @@ time left. A wait given up is finished by the helper, which then unlocks at once
 
 from __future__ import annotations
 
-import fcntl
 import os
-import queue
 import random
 import sqlite3
 import threading
 import time
 import weakref
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported when a writer first waits (start-up of a read never needs it)
+    import queue
 
 __all__ = ["WriterQueue", "begin_immediate"]
 
@@ -85,6 +87,8 @@ class _Wait:
 
 def _serve(waits: queue.SimpleQueue[_Wait | None]) -> None:
     """The helper thread: block in `flock` for each wait in turn (None stops it)."""
+    import fcntl
+
     while (wait := waits.get()) is not None:
         fd = None
         try:
@@ -111,6 +115,9 @@ class WriterQueue:
     """
 
     def __init__(self, path: str) -> None:
+        import fcntl  # here, not at import: a read command never writes (start-up)
+
+        self._fcntl = fcntl
         self._path = path
         self._fd: int | None = None  # opened on the first write
         self._usable = True
@@ -125,7 +132,7 @@ class WriterQueue:
         try:
             if self._fd is None:
                 self._fd = os.open(self._path, _OPEN_FLAGS, 0o600)
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self._fcntl.flock(self._fd, self._fcntl.LOCK_EX | self._fcntl.LOCK_NB)
         except BlockingIOError:
             return self._wait(timeout)
         except OSError:
@@ -139,7 +146,7 @@ class WriterQueue:
         if held is None:
             return
         if held == self._fd:
-            fcntl.flock(held, fcntl.LOCK_UN)
+            self._fcntl.flock(held, self._fcntl.LOCK_UN)
         else:  # the helper's own descriptor: closing it unlocks
             os.close(held)
 
@@ -154,6 +161,8 @@ class WriterQueue:
 
     def _wait(self, timeout: float) -> bool:
         if self._waits is None or self._helper_pid != os.getpid():  # none yet, or inherited across fork
+            import queue
+
             self._waits = queue.SimpleQueue()
             self._helper_pid = os.getpid()
             threading.Thread(target=_serve, args=(self._waits,), name="lifecycle-write-queue", daemon=True).start()
