@@ -76,35 +76,36 @@ def begin_immediate(conn: sqlite3.Connection, timeout: float) -> None:
 class _Wait:
     """One wait for the file lock, handed to the helper thread."""
 
-    def __init__(self, path: str) -> None:
-        self.path = path
+    def __init__(self) -> None:
         self.done = threading.Event()
         self.mutex = threading.Lock()
         self.fd: int | None = None  # the helper's descriptor, holding the lock, once done
-        self.failed = False
         self.abandoned = False
 
 
-def _serve(waits: queue.SimpleQueue[_Wait | None]) -> None:
-    """The helper thread: block in `flock` for each wait in turn (None stops it)."""
+def _serve(path: str, waits: queue.SimpleQueue[_Wait | None]) -> None:
+    """The helper thread: block in `flock` on a descriptor of its own for each wait in turn
+    (None stops it). A wait given up meanwhile is let go at once."""
     import fcntl
 
+    fd = None
     while (wait := waits.get()) is not None:
-        fd = None
         try:
-            fd = os.open(wait.path, _OPEN_FLAGS, 0o600)
+            if fd is None:
+                fd = os.open(path, _OPEN_FLAGS, 0o600)
             fcntl.flock(fd, fcntl.LOCK_EX)
         except OSError:
-            if fd is not None:
-                os.close(fd)
-            fd = None
+            with wait.mutex:
+                wait.done.set()  # no descriptor: the writer falls back on the database's lock
+            continue
         with wait.mutex:
-            if wait.abandoned:  # the writer gave up meanwhile: let the next one in
-                if fd is not None:
-                    os.close(fd)
+            if wait.abandoned:
+                fcntl.flock(fd, fcntl.LOCK_UN)
                 continue
-            wait.fd, wait.failed = fd, fd is None
+            wait.fd = fd
             wait.done.set()
+    if fd is not None:
+        os.close(fd)
 
 
 class WriterQueue:
@@ -145,10 +146,7 @@ class WriterQueue:
         held, self._held = self._held, None
         if held is None:
             return
-        if held == self._fd:
-            self._fcntl.flock(held, self._fcntl.LOCK_UN)
-        else:  # the helper's own descriptor: closing it unlocks
-            os.close(held)
+        self._fcntl.flock(held, self._fcntl.LOCK_UN)  # ours, or the helper's (it keeps it open)
 
     def close(self) -> None:
         self.give_back()
@@ -165,16 +163,18 @@ class WriterQueue:
 
             self._waits = queue.SimpleQueue()
             self._helper_pid = os.getpid()
-            threading.Thread(target=_serve, args=(self._waits,), name="lifecycle-write-queue", daemon=True).start()
+            helper = threading.Thread(target=_serve, args=(self._path, self._waits), daemon=True)
+            helper.name = "lifecycle-write-queue"
+            helper.start()
             weakref.finalize(self, self._waits.put, None)  # stop the helper with its queue
-        wait = _Wait(self._path)
+        wait = _Wait()
         self._waits.put(wait)
         wait.done.wait(timeout)
         with wait.mutex:
             if not wait.done.is_set():
                 wait.abandoned = True
                 raise TimeoutError(f"another writer kept {self._path} locked for {timeout:g} s")
-        if wait.failed:
+        if wait.fd is None:  # the helper could not lock the file
             self._usable = False
             return False
         self._held = wait.fd

@@ -214,13 +214,15 @@ def test_writers_queue_on_a_private_lock_file(store: SQLiteEventStore, db: Path)
 
 def test_a_turn_that_does_not_come_within_the_busy_timeout_is_store_error(db: Path) -> None:
     """A queue held past the busy timeout: StoreError; the wait given up is finished by the helper,
-    which lets go at once, so the next append goes through."""
+    which lets go at once, so another writer's turn comes, and then this one's."""
     with SQLiteEventStore(db, busy_timeout=0.05) as impatient:
         impatient.append("a", 0, [new("a", 0)])
         with queue_held(db, 0.3), pytest.raises(StoreError, match="write lock"):
             impatient.append("a", 1, [new("a", 1)])
-        assert impatient.append("a", 1, [new("a", 1)]).events[0].seq == 2
-        assert impatient.count_events() == 2
+        with SQLiteEventStore(db, busy_timeout=2) as other:  # another writer's turn comes
+            assert other.append("b", 0, [new("b", 0)]).events[0].seq == 2
+        assert impatient.append("a", 1, [new("a", 1)]).events[0].seq == 3
+        assert impatient.count_events() == 3
 
 
 def test_an_unusable_lock_file_leaves_the_database_lock_alone(db: Path) -> None:
