@@ -14,7 +14,7 @@ counts. `BEGIN IMMEDIATE` is taken after the file lock as before, retried after 
 jittered waits of our own for any writer that does not use the file (another program,
 an older release, a file reached through another path), and nothing is held in
 process. A crashed holder's `flock` goes with its process. A file that cannot be
-opened or locked (a read-only folder, a file system without `flock`) leaves SQLite's
+opened or locked (a read-only folder, a system or file system without `flock`) leaves SQLite's
 lock alone to order writers.
 
 `flock` cannot time out, and a write gives up after the store's busy timeout; so a
@@ -116,12 +116,14 @@ class WriterQueue:
     """
 
     def __init__(self, path: str) -> None:
-        import fcntl  # here, not at import: a read command never writes (start-up)
-
+        try:
+            import fcntl  # here, not at import: a read command never writes (start-up)
+        except ImportError:  # no flock on this system: the database's lock alone
+            fcntl = None  # type: ignore[assignment]
         self._fcntl = fcntl
         self._path = path
         self._fd: int | None = None  # opened on the first write
-        self._usable = True
+        self._usable = fcntl is not None
         self._held: int | None = None  # the descriptor holding the lock now
         self._waits: queue.SimpleQueue[_Wait | None] | None = None
         self._helper_pid = 0
