@@ -7,11 +7,12 @@ Why it is built this way:
 - Every write takes the lock up front (`BEGIN IMMEDIATE`): a transaction that
   reads a stream version and then appends never sees the version change under it,
   and the chain's head is read under the same lock.
-- Writes run on a connection of their own whose busy timeout is always 0 (the lock
-  is waited for as above; once it is held nothing in the transaction waits), reads on
-  one that keeps the full busy timeout (a read can meet a lock too, e.g. while another
-  process recovers the WAL). One connection switching between the two cost two
-  `PRAGMA busy_timeout` statements per command (~6% of a command's instructions).
+- A write runs with the connection's busy timeout at 0 (the lock is waited for as
+  above; once it is held nothing in the transaction waits) and leaves it there; the
+  next read puts the store's busy timeout back first (a read can meet a lock too, e.g.
+  while another process recovers the WAL). So commands in a row run no `PRAGMA
+  busy_timeout` (two per command, set and restored, were ~6% of its instructions), and
+  reads and writes share one connection and its page cache.
 - `UNIQUE(stream_id, version)` and `UNIQUE(event_id)` are the concurrency and
   idempotency guarantees; the database enforces them, not an in-process lock.
 - Triggers refuse UPDATE and DELETE on `events`, and an INSERT that clashes with an
@@ -71,7 +72,12 @@ def _create_private(path: Path) -> None:
         raise StoreError(f"{path}: cannot create the ledger file ({e.strerror})") from e
 
 
-@translating_sqlite_errors  # nothing from sqlite3 leaves a public method (store/sqlite_errors.py)
+# Nothing from sqlite3 leaves a public method (store/sqlite_errors.py); every one but the
+# writes first gives reads their busy timeout back.
+_WRITES = ("append", "append_checkpoint", "close", "rebuild_stream_index", "transaction")
+
+
+@translating_sqlite_errors(before_reads="_for_reads", writes=_WRITES)
 class SQLiteEventStore:
     """An `EventStore` in one SQLite file (see the module docstring for why)."""
 
@@ -89,31 +95,32 @@ class SQLiteEventStore:
         self.path = Path(path)
         self._fault = fault_from_env()
         self._busy_timeout = busy_timeout
-        self._synchronous = mode
-        self._writes: sqlite3.Connection | None = None  # the write connection, opened on the first write
-        self._queue: WriterQueue | None = None
+        self._busy_ms = max(0, int(busy_timeout * 1000))
+        self._private = str(path) in ("", ":memory:")  # nobody else can reach it: never wait
+        self._quick = self._private  # the busy timeout is 0 (a write set it; the next read gives it back)
+        self._queue: WriterQueue | None = None  # made on the first write
         if create:
             _create_private(self.path)
         try:
-            self._conn = sqlite3.connect(str(self.path), timeout=busy_timeout, isolation_level=None)
+            self._conn = sqlite3.connect(str(self.path), timeout=0 if self._private else busy_timeout,
+                                         isolation_level=None)  # fmt: skip
         except sqlite3.Error as e:
             raise StoreError(f"{self.path}: cannot open the ledger database ({e})") from e
         try:
             if not create and schema_version(self._conn) is None:
                 # Before any PRAGMA: WAL mode alone would write a header into an empty file.
                 raise StoreError(f"{self.path}: not a ledger (no lifecycle schema); a read never creates one")
+            # Makes `INSERT OR REPLACE` fire the delete trigger that refuses it (LIBRARY_NOTES).
+            self._conn.execute("PRAGMA recursive_triggers=ON")
             self._conn.execute("PRAGMA journal_mode=WAL")
-            if str(path) in ("", ":memory:"):  # a private database: one connection, nobody to wait for
-                self._conn.execute("PRAGMA busy_timeout = 0")
-                self._writes = self._conn
-                self._setup_writes(self._conn)
+            self._conn.execute(f"PRAGMA synchronous={mode}")
             if schema_version(self._conn) not in OPENED_AS_IS:  # an existing ledger opens lock-free
                 # Only to create the schema: importing sqlite-utils (pluggy, click, dateutil) costs
                 # ~65 ms, which every CLI start on an existing ledger would pay.
                 import sqlite_utils
 
-                with self._write() as conn:
-                    create_schema(conn, sqlite_utils.Database(conn, recursive_triggers=True), self.path)
+                with self._write():
+                    create_schema(self._conn, sqlite_utils.Database(self._conn, recursive_triggers=True), self.path)
         except sqlite3.DatabaseError as e:
             self.close()
             raise StoreError(f"{self.path}: not a usable ledger database ({e})") from e
@@ -124,24 +131,24 @@ class SQLiteEventStore:
             self.close()
             raise
 
-    def _setup_writes(self, conn: sqlite3.Connection) -> None:
-        # Makes `INSERT OR REPLACE` fire the delete trigger that refuses it (LIBRARY_NOTES).
-        conn.execute("PRAGMA recursive_triggers=ON")
-        conn.execute(f"PRAGMA synchronous={self._synchronous}")
+    def _for_reads(self) -> None:
+        """Give reads the store's busy timeout back (after a write set it to 0): run before each read."""
+        if self._quick and not self._private:
+            self._conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+            self._quick = False
 
     def _begin(self) -> sqlite3.Connection:
-        """The write connection inside `BEGIN IMMEDIATE`, after our turn in the writer queue."""
+        """The connection inside `BEGIN IMMEDIATE`, after our turn in the writer queue."""
+        conn = self._conn
         try:
-            conn = self._writes
-            if conn is None:
-                # busy_timeout 0: the lock is waited for by `sqlite_lock`, never by SQLite's sleeps
-                conn = sqlite3.connect(str(self.path), timeout=0, isolation_level=None)
-                self._setup_writes(conn)
-                self._writes = conn
+            if self._queue is None and not self._private:
                 self._queue = WriterQueue(os.path.realpath(self.path) + "-lock")
             started = time.monotonic()
             queued = self._queue is not None and self._queue.take(self._busy_timeout)
             try:
+                if not self._quick:  # the lock is waited for by `sqlite_lock`, never by SQLite's sleeps
+                    conn.execute("PRAGMA busy_timeout = 0")
+                    self._quick = True
                 begin_immediate(conn, self._busy_timeout - (time.monotonic() - started))
             except BaseException:
                 if queued:
@@ -173,7 +180,7 @@ class SQLiteEventStore:
 
     @contextmanager
     def _write(self, *, command: bool = False) -> Iterator[sqlite3.Connection]:
-        """BEGIN IMMEDIATE … COMMIT on the write connection."""
+        """BEGIN IMMEDIATE … COMMIT."""
         conn = self._begin()
         try:
             yield conn
@@ -395,9 +402,6 @@ class SQLiteEventStore:
         return verify_rows(self.select_row_batches(), count=self.count_events, head=self.head)
 
     def close(self) -> None:
-        if self._writes is not None and self._writes is not self._conn:
-            self._writes.close()
-        self._writes = None
         if self._queue is not None:
             self._queue.close()
             self._queue = None

@@ -31,17 +31,14 @@ WORKER = REPO / "tests" / "alternate_worker.py"
 
 @contextmanager
 def traced(store: object) -> Iterator[list[str]]:
-    """Every statement the SQLite store runs meanwhile, on its read and its write connection."""
+    """Every statement the SQLite store runs meanwhile."""
     assert isinstance(store, SQLiteEventStore)
     statements: list[str] = []
-    connections = [c for c in (store._conn, store._writes) if c is not None]
-    for conn in connections:
-        conn.set_trace_callback(statements.append)
+    store._conn.set_trace_callback(statements.append)
     try:
         yield statements
     finally:
-        for conn in connections:
-            conn.set_trace_callback(None)
+        store._conn.set_trace_callback(None)
 
 
 @pytest.fixture

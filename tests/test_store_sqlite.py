@@ -409,20 +409,26 @@ def test_an_insert_into_events_can_only_fail_not_abort(store: SQLiteEventStore, 
     assert bodies and all("RAISE(FAIL" in b and "ABORT" not in b for b in bodies)
 
 
-def test_reads_keep_the_full_busy_timeout_and_writes_wait_in_our_own_steps(db: Path) -> None:
-    """Writes run on a connection whose busy timeout is 0 (the lock is waited for in our own short
-    steps, up to the store's busy timeout); reads run on one that keeps the store's busy timeout,
-    so a read that meets a lock still waits."""
+def test_writes_wait_in_our_own_steps_and_reads_get_the_full_busy_timeout_back(db: Path) -> None:
+    """A write leaves the busy timeout at 0 (the lock is waited for in our own steps, up to the
+    store's busy timeout); any read first puts the store's busy timeout back, so a read that meets
+    a lock still waits."""
+
+    def busy_timeout(store: SQLiteEventStore) -> int:
+        return int(store._conn.execute("PRAGMA busy_timeout").fetchone()[0])  # type: ignore[attr-defined]
+
     with SQLiteEventStore(db, busy_timeout=12.5) as store:
         store.append("a", 0, [new("a", 0)])
-        assert store._conn.execute("PRAGMA busy_timeout").fetchone()[0] == 12500  # type: ignore[attr-defined]
-        assert store._writes.execute("PRAGMA busy_timeout").fetchone()[0] == 0  # type: ignore[attr-defined]
+        assert busy_timeout(store) == 0
+        assert store.stream_version("a") == 1 and busy_timeout(store) == 12500
+        store.append("a", 1, [new("a", 1)])
+        assert [e.seq for e in store.select_events()] == [1, 2] and busy_timeout(store) == 12500
     with SQLiteEventStore(db, busy_timeout=0.05) as impatient, plain(db) as conn:
         conn.execute("BEGIN IMMEDIATE")
         try:
             with pytest.raises(StoreError, match="write lock"):
-                impatient.append("a", 1, [new("a", 1)])
+                impatient.append("a", 2, [new("a", 2)])
         finally:
             conn.execute("ROLLBACK")
-        assert impatient._conn.execute("PRAGMA busy_timeout").fetchone()[0] == 50  # type: ignore[attr-defined]
-        assert impatient.append("a", 1, [new("a", 1)]).events[0].seq == 2
+        assert impatient.count_events() == 2 and busy_timeout(impatient) == 50
+        assert impatient.append("a", 2, [new("a", 2)]).events[0].seq == 3
