@@ -2,8 +2,8 @@
 
 Why it is built this way:
 - WAL lets readers run while one writer appends; a second writer waits for the lock
-  (`busy_timeout`) instead of failing at once: queued on a lock file, then in short
-  jittered steps (`sqlite_lock.py` says why not SQLite's own).
+  (`busy_timeout`) instead of failing at once, in short jittered steps (`sqlite_lock.py`
+  says why not SQLite's own).
 - Every write takes the lock up front (`BEGIN IMMEDIATE`): a transaction that
   reads a stream version and then appends never sees the version change under it,
   and the chain's head is read under the same lock.
@@ -27,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -48,7 +47,7 @@ from store.records import (
     StreamSnapshot,
 )
 from store.sqlite_errors import translate_sqlite_error, translating_sqlite_errors
-from store.sqlite_lock import WriterQueue, begin_immediate
+from store.sqlite_lock import begin_immediate
 from store.sqlite_schema import (
     EVENT_COLUMNS,
     OPENED_AS_IS,
@@ -98,7 +97,6 @@ class SQLiteEventStore:
         self._busy_ms = max(0, int(busy_timeout * 1000))
         self._private = str(path) in ("", ":memory:")  # nobody else can reach it: never wait
         self._quick = self._private  # the busy timeout is 0 (a write set it; the next read gives it back)
-        self._queue: WriterQueue | None = None  # made on the first write
         if create:
             _create_private(self.path)
         try:
@@ -138,45 +136,28 @@ class SQLiteEventStore:
             self._quick = False
 
     def _begin(self) -> sqlite3.Connection:
-        """The connection inside `BEGIN IMMEDIATE`, after our turn in the writer queue."""
+        """The connection inside `BEGIN IMMEDIATE` (its busy timeout 0: `sqlite_lock` waits)."""
         conn = self._conn
         try:
-            if self._queue is None and not self._private:
-                self._queue = WriterQueue(os.path.realpath(self.path) + "-lock")
-            started = time.monotonic()
-            queued = self._queue is not None and self._queue.take(self._busy_timeout)
-            try:
-                if not self._quick:  # the lock is waited for by `sqlite_lock`, never by SQLite's sleeps
-                    conn.execute("PRAGMA busy_timeout = 0")
-                    self._quick = True
-                begin_immediate(conn, self._busy_timeout - (time.monotonic() - started))
-            except BaseException:
-                if queued:
-                    self._give_back()
-                raise
-        except (sqlite3.OperationalError, TimeoutError) as e:
+            if not self._quick:  # the lock is waited for by `sqlite_lock`, never by SQLite's sleeps
+                conn.execute("PRAGMA busy_timeout = 0")
+                self._quick = True
+            begin_immediate(conn, self._busy_timeout)
+        except sqlite3.OperationalError as e:
             raise StoreError(f"{self.path}: could not take the write lock ({e})") from e
         return conn
 
-    def _give_back(self) -> None:
-        if self._queue is not None:
-            self._queue.give_back()
-
     def _commit(self, conn: sqlite3.Connection, *, command: bool) -> None:
-        """COMMIT (a command's commit is where the fault hooks sit), then the next writer's turn."""
+        """COMMIT (a command's commit is where the fault hooks sit)."""
         if command and self._fault is not None:
             self._fault.reached("before_commit")
         conn.execute("COMMIT")
-        self._give_back()
         if command and self._fault is not None:
             self._fault.reached("after_commit")
 
     def _rollback(self, conn: sqlite3.Connection) -> None:
-        try:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-        finally:
-            self._give_back()
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
 
     @contextmanager
     def _write(self, *, command: bool = False) -> Iterator[sqlite3.Connection]:
@@ -402,9 +383,6 @@ class SQLiteEventStore:
         return verify_rows(self.select_row_batches(), count=self.count_events, head=self.head)
 
     def close(self) -> None:
-        if self._queue is not None:
-            self._queue.close()
-            self._queue = None
         self._conn.close()
 
     def __enter__(self) -> SQLiteEventStore:

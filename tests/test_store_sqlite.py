@@ -6,12 +6,8 @@ test_store_chain.py, test_store_concurrency.py), which runs against SQLite too.
 
 from __future__ import annotations
 
-import fcntl
-import os
 import sqlite3
-import stat
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -185,54 +181,6 @@ def test_lock_held_past_busy_timeout_is_store_error(db: Path) -> None:
         finally:
             conn.execute("ROLLBACK")
         assert impatient.count_events() == 0
-
-
-@contextmanager
-def queue_held(db: Path, seconds: float) -> Iterator[None]:
-    """Another writer's turn in the writer queue (the lock file's flock) for `seconds`."""
-    fd = os.open(f"{db}-lock", os.O_RDWR | os.O_CREAT, 0o600)
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    timer = threading.Timer(seconds, os.close, (fd,))  # closing the descriptor lets go
-    timer.start()
-    try:
-        yield
-    finally:
-        timer.join()
-
-
-def test_writers_queue_on_a_private_lock_file(store: SQLiteEventStore, db: Path) -> None:
-    """The first write creates `<ledger>-lock` (0600, like the ledger); a writer whose turn has not
-    come waits on it (the helper thread) and then appends."""
-    store.append("a", 0, [new("a", 0)])
-    lock = Path(f"{db}-lock")
-    assert lock.exists() and stat.S_IMODE(lock.stat().st_mode) == 0o600
-    with queue_held(db, 0.2):
-        started = time.monotonic()
-        assert store.append("a", 1, [new("a", 1)]).events[0].seq == 2
-        assert time.monotonic() - started >= 0.15
-
-
-def test_a_turn_that_does_not_come_within_the_busy_timeout_is_store_error(db: Path) -> None:
-    """A queue held past the busy timeout: StoreError; the wait given up is finished by the helper,
-    which lets go at once, so another writer's turn comes, and then this one's."""
-    with SQLiteEventStore(db, busy_timeout=0.05) as impatient:
-        impatient.append("a", 0, [new("a", 0)])
-        with queue_held(db, 0.3), pytest.raises(StoreError, match="write lock"):
-            impatient.append("a", 1, [new("a", 1)])
-        with SQLiteEventStore(db, busy_timeout=2) as other:  # another writer's turn comes
-            assert other.append("b", 0, [new("b", 0)]).events[0].seq == 2
-        assert impatient.append("a", 1, [new("a", 1)]).events[0].seq == 3
-        assert impatient.count_events() == 3
-
-
-def test_an_unusable_lock_file_leaves_the_database_lock_alone(db: Path) -> None:
-    """When `<ledger>-lock` cannot be opened (here a folder is in its place) writes still work,
-    ordered by SQLite's lock alone."""
-    Path(f"{db}-lock").mkdir()
-    with SQLiteEventStore(db, synchronous="NORMAL") as store:
-        store.append("a", 0, [new("a", 0)])
-        store.append("a", 1, [new("a", 1)])
-        assert store.count_events() == 2 and store.verify_chain().ok
 
 
 def test_random_bytes_file_is_store_error(tmp_path: Path) -> None:

@@ -101,13 +101,11 @@ def test_an_in_memory_database_is_refused(tmp_path: Path, db: str, args: tuple[s
 
 
 def test_new_ledger_files_are_private(ws: Workspace) -> None:
-    """0600 for the file, its WAL and shared-memory files and the writers' lock file, whatever the
-    umask allows more."""
+    """0600 for the file, its WAL and shared-memory files, whatever the umask allows more."""
     _ready_ledger(ws)
-    assert Path(f"{ws.db}-lock").exists()
     with sqlite3.connect(ws.db) as reader:  # keeps -wal / -shm alive while we look
         reader.execute("SELECT count(*) FROM events").fetchone()
-        for path in (ws.db, Path(f"{ws.db}-wal"), Path(f"{ws.db}-shm"), Path(f"{ws.db}-lock")):
+        for path in (ws.db, Path(f"{ws.db}-wal"), Path(f"{ws.db}-shm")):
             if path.exists():
                 assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
 
