@@ -4,7 +4,8 @@ Each writer is a real process running the Ledger command path
 (`record_trusted_state` on its own share of 100 candidates, tiny files hashed on disk;
 or, for contention, on the same 10 candidates as every other writer). Writers
 get ready (imports, open the ledger), then start together on a go-file; throughput is
-commands / (last end - first start). After every round we check that the event count
+commands / (last end - first start); each writer also reports the CPU its command loop
+took (info: CPU per command summed over the writers). After every round we check that the event count
 grew by exactly the commands that succeeded, that every event id a writer was handed
 back is in the file, and at the end that the hash chain verifies.
 """
@@ -43,7 +44,7 @@ def _worker(db: str, sync: str, index: int, writers: int, n: int, folder: str, s
     go = Path(folder, "go")
     while not go.exists():
         time.sleep(0.0005)
-    start = time.time()
+    start, cpu = time.time(), time.process_time()
     ids: list[str] = []
     failures: list[str] = []
     for k in range(n):
@@ -53,9 +54,9 @@ def _worker(db: str, sync: str, index: int, writers: int, n: int, folder: str, s
             ids.extend(e.event_id for e in result.events)
         except Exception as e:  # counted and reported, never hidden
             failures.append(f"{type(e).__name__}: {e}")
-    end = time.time()
+    end, cpu = time.time(), time.process_time() - cpu
     ledger.close()
-    print(json.dumps({"start": start, "end": end, "event_ids": ids, "failures": failures}))
+    print(json.dumps({"start": start, "end": end, "cpu": cpu, "event_ids": ids, "failures": failures}))
 
 
 def _round(folder: Path, db: Path | str, sync: str, writers: int, n: int, shared: bool = False) -> dict[str, Any]:
@@ -112,6 +113,9 @@ def _round(folder: Path, db: Path | str, sync: str, writers: int, n: int, shared
         "distinct": len(set(ids)),
         "wall_s": wall,
         "throughput": len(ids) / wall,
+        # CPU the writers spent per command (their loops only): waiting costs show here even when
+        # a busy machine hides them in the throughput
+        "cpu_us_per_cmd": sum(d["cpu"] for d in docs) / max(1, writers * n) * 1e6,
     }
 
 
@@ -159,6 +163,8 @@ def writers_bench(
     failures = sum(len(r["failures"]) for r in runs)
     ok = chain.ok and lost == 0 and failures == 0
     ratio = per_round_ratio(tput["many"], tput["one"])
+    cpu = {k: [r["cpu_us_per_cmd"] for r in log[k]] for k in ("one", "many")}
+    cpu_ratio = per_round_ratio(cpu["many"], cpu["one"])
     rows = [
         Row(f"writers{label}", f"{writers} writers / 1 writer throughput, {how} candidates, {sync}",
             f">= {goal}x" if goal else "-",
@@ -168,9 +174,23 @@ def writers_bench(
             f"{sum(r['appended'] for r in runs):,} appended, {lost} lost, {failures} failed, "
             f"chain {'ok' if chain.ok else 'BROKEN'} ({chain.events:,} events)", None, ok),
     ]  # fmt: skip
+    if target is None:  # the client's CPU alone says little of a PostgreSQL server's work
+        rows.insert(
+            1,
+            Row(
+                f"writers{label}",
+                f"{writers} writers / 1 writer CPU per command, {how} candidates, {sync} (info)",
+                "-",
+                f"1: {fmt_spread(cpu['one'], 0)} us, {writers}: {fmt_spread(cpu['many'], 0)} us",
+                median(cpu_ratio),
+                None,
+                {"ratio": summary(cpu_ratio)},
+            ),
+        )
     detail = {
         "commands_per_writer": n,
         "throughput_cmd_s": {k: summary(v, 1, 1) for k, v in tput.items()},
+        "cpu_us_per_cmd": {k: summary(v, 1, 1) for k, v in cpu.items()},
         "failures": sorted({f for r in runs for f in r["failures"]})[:10],
         "rounds": log,
     }

@@ -76,13 +76,17 @@ def _file_id(st: os.stat_result) -> tuple[int, int, int, int]:
     return (st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev)
 
 
-def _hash_regular(real: str, shown: str, progress: Progress | None) -> tuple[str, int]:
+def _hash_regular(
+    real: str, shown: str, progress: Progress | None, before: os.stat_result | None = None
+) -> tuple[str, int]:
     """Stream one regular file; return (hex digest, size), refusing files that change.
 
     `real` is what is opened, `shown` is what error messages name (the user's path).
+    `before`: a stat of `real` the caller took just now (a single file's walk), else taken here.
     """
     try:
-        before = os.stat(real)
+        if before is None:
+            before = os.stat(real)
         if not stat.S_ISREG(before.st_mode):  # checked before open: never open a FIFO
             raise ArtifactError(f"not a regular file: {shown}")
         fd = os.open(real, _OPEN_FLAGS)
@@ -93,15 +97,17 @@ def _hash_regular(real: str, shown: str, progress: Progress | None) -> tuple[str
     digest = hashlib.sha256()
     read = 0
     try:
-        with open(fd, "rb", buffering=0, closefd=True) as fh:
+        try:  # the descriptor itself: a file object would stat it once more
             # Same inode as the stat above, so nothing was swapped in before open.
-            if _file_id(os.fstat(fh.fileno())) != _file_id(before):
+            if _file_id(os.fstat(fd)) != _file_id(before):
                 raise ArtifactError(f"file changed while hashing: {shown}")
-            while chunk := fh.read(CHUNK_SIZE):
+            while chunk := os.read(fd, CHUNK_SIZE):
                 digest.update(chunk)
                 read += len(chunk)
                 if progress is not None:
                     progress(len(chunk))
+        finally:
+            os.close(fd)
         after = os.stat(real)
     except FileNotFoundError:
         raise ArtifactError(f"file changed while hashing: {shown}") from None
@@ -255,9 +261,9 @@ def hash_tree(
 
 
 def _hash_collected(is_dir: bool, files: list[_Entry], progress: Progress | None, max_listed: int) -> TreeDigest:
-    if not is_dir:
-        _, real, shown, _ = files[0]
-        digest, size = _hash_regular(real, shown, progress)
+    if not is_dir:  # stat'ed by `_collect` just before: one stat fewer (a directory's walk takes longer)
+        _, real, shown, st = files[0]
+        digest, size = _hash_regular(real, shown, progress, st)
         return TreeDigest(digest, False, 1, size, None)
     stream = hashlib.sha256(TREE_FORMAT.encode("ascii") + b"\n")
     listed: list[tuple[str, int, str]] = []

@@ -6,7 +6,9 @@ text value (`OperationalError: Could not decode to UTF-8`, or a bare
 `UnicodeDecodeError` from the schema text), a malformed page, a read-only file. The
 store promises that nothing from `sqlite3` crosses its API, so every public method
 (and every generator a method returns, since rows are fetched lazily) is wrapped once
-here rather than at each statement: a new statement cannot forget it.
+here rather than at each statement: a new statement cannot forget it. The same wrapper
+runs the store's preparation for a read (its busy timeout) before every public method
+that is not a write: a new read cannot forget that either.
 
     not valid UTF-8 in a stored value   IntegrityError  (exit 6: the data was altered)
     any other sqlite3.DatabaseError     StoreError      (exit 7: the file is unusable)
@@ -17,7 +19,7 @@ from __future__ import annotations
 import functools
 import inspect
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 from store.errors import IntegrityError, LifecycleError, StoreError
@@ -49,11 +51,16 @@ def _wrap_iterator(it: Iterator[Any], where: Callable[[], object]) -> Iterator[A
         raise translate_sqlite_error(e, where()) from e
 
 
-def _wrap(method: Callable[..., Any]) -> Callable[..., Any]:
+def _wrap(method: Callable[..., Any], before: Callable[[Any], None] | None) -> Callable[..., Any]:
     if inspect.isgeneratorfunction(method):
 
         @functools.wraps(method)
         def generator(self: Any, *args: Any, **kwargs: Any) -> Iterator[Any]:
+            if before is not None:  # when the first row is asked for: just before the first statement
+                try:
+                    before(self)
+                except SQLITE_FAILURES as e:
+                    raise translate_sqlite_error(e, self.path) from e
             return (yield from _wrap_iterator(method(self, *args, **kwargs), lambda: self.path))
 
         return generator
@@ -61,6 +68,8 @@ def _wrap(method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
     def plain(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
+            if before is not None:
+                before(self)
             return method(self, *args, **kwargs)
         except SQLITE_FAILURES as e:
             raise translate_sqlite_error(e, self.path) from e
@@ -68,9 +77,19 @@ def _wrap(method: Callable[..., Any]) -> Callable[..., Any]:
     return plain
 
 
-def translating_sqlite_errors(cls: _C) -> _C:
-    """Wrap every public method of `cls`; a context manager (`transaction`) translates its own body."""
-    for name, member in list(vars(cls).items()):
-        if not name.startswith("_") and inspect.isfunction(member):
-            setattr(cls, name, _wrap(member))
-    return cls
+def translating_sqlite_errors(*, before_reads: str, writes: Iterable[str]) -> Callable[[_C], _C]:
+    """Wrap every public method of a class; a context manager (`transaction`) translates its own body.
+
+    Every public method but the `writes` first calls the method named `before_reads`
+    (the SQLite store gives reads their busy timeout back there).
+    """
+    skip = frozenset(writes)
+
+    def decorate(cls: _C) -> _C:
+        before = getattr(cls, before_reads)
+        for name, member in list(vars(cls).items()):
+            if not name.startswith("_") and inspect.isfunction(member):
+                setattr(cls, name, _wrap(member, None if name in skip else before))
+        return cls
+
+    return decorate

@@ -10,11 +10,13 @@ from __future__ import annotations
 import functools
 import sqlite3
 from collections.abc import Iterable, Sequence
+from itertools import chain as concat
+from itertools import starmap
 from typing import Any
 
 from store.base import AppendResult
 from store.chain import GENESIS_HASH, chain_rows, check_batch, match_retry
-from store.errors import ConcurrencyError
+from store.errors import ConcurrencyError, StoreError
 from store.records import Head, NewEvent, StoredEvent, StreamHead
 from store.sqlite_schema import EVENT_COLUMNS
 
@@ -31,9 +33,12 @@ class SQLiteTransaction:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
         self._head: Head | None = None  # read with the first append's version check
-        # `expect_version` calls not yet checked: folded into the first append's head read
+        # `expect_version` calls not yet checked: folded into the next append's version read
         # (one statement fewer per command), or checked on their own before the commit.
         self._expected: list[tuple[str, int]] = []
+        # An append that failed after some of its rows were inserted: the transaction must not
+        # commit them, even when the caller catches the error (PostgreSQL aborts it likewise).
+        self._failed: str | None = None
 
     def stream_version(self, stream_id: str) -> int:
         row = self._conn.execute(
@@ -41,30 +46,13 @@ class SQLiteTransaction:
         ).fetchone()
         return int(row[0]) if row else 0
 
-    def _version_and_head(self, stream_id: str) -> tuple[int, Head]:
-        """The stream's version and the log's head; one statement for a command's first append,
-        which also reads the versions `expect_version` asked about (checked first, in order)."""
-        if self._head is not None:
-            self.check_expected()
-            return self.stream_version(stream_id), self._head
-        expected, self._expected = self._expected, []
-        probe = "(SELECT version FROM events WHERE stream_id = ? ORDER BY version DESC LIMIT 1)"
-        row = self._conn.execute(
-            f"SELECT {probe}, (SELECT seq FROM events ORDER BY seq DESC LIMIT 1), "
-            f"(SELECT hash FROM events ORDER BY seq DESC LIMIT 1){f', {probe}' * len(expected)}",
-            (stream_id, *(sid for sid, _ in expected)),
-        ).fetchone()
-        for (sid, want), actual in zip(expected, row[3:], strict=True):
-            self._raise_unless(sid, want, actual or 0)
-        version, seq, digest = row[:3]
-        self._head = Head(seq, digest) if seq is not None else Head(0, GENESIS_HASH)
-        return (version or 0), self._head
-
     def expect_version(self, stream_id: str, expected_version: int) -> None:
         self._expected.append((stream_id, expected_version))
 
     def check_expected(self) -> None:
         """Check the `expect_version` calls no append has checked yet (before a commit)."""
+        if self._failed is not None:
+            raise StoreError(f"{self._failed}; nothing in this transaction was committed")
         expected, self._expected = self._expected, []
         for stream_id, want in expected:
             self._raise_unless(stream_id, want, self.stream_version(stream_id))
@@ -98,47 +86,128 @@ class SQLiteTransaction:
         if not events:
             return AppendResult(())
         check_batch(stream_id, events)
-        # A writer that just generated random ids (uuid4) cannot be retrying: skip the
-        # look-up. UNIQUE(event_id) still guards the table.
-        existing = None if fresh_ids else self._existing(events)
-        if existing is not None:
-            self._expected = []  # a retry returns what it stored, whatever moved since (as on PostgreSQL)
-            return AppendResult(existing, duplicate=True)
-        actual, head = self._version_and_head(stream_id)
-        self._raise_unless(stream_id, expected_version, actual)
+        if self._failed is not None:
+            raise StoreError(f"{self._failed}; this transaction can only be rolled back")
+        # A writer that just generated random ids (uuid4) cannot be retrying: no look-up. Else
+        # only the first id is looked up (with the versions, in one statement): a retry stores
+        # every id again, and any later id already taken makes the insert fail (below).
+        first_id = None if fresh_ids else events[0].event_id
+        expected, self._expected = self._expected, []
+        actual, taken, others = self._read_versions(stream_id, first_id, expected)
+        if taken is not None:  # a retry returns what it stored, whatever moved since (as on PostgreSQL)
+            return AppendResult(self._retried(events), duplicate=True)
+        try:
+            for (other, want), found in zip(expected, others, strict=True):
+                self._raise_unless(other, want, found or 0)
+            self._raise_unless(stream_id, expected_version, actual)
+        except ConcurrencyError:
+            if not fresh_ids:
+                self._refuse_taken_ids(events, None)  # an id already used is the error to report
+            raise
+        head = self._head
+        assert head is not None
         rows = chain_rows(head, stream_id, expected_version, events)
         try:
-            self._conn.executemany(f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
+            self._insert(rows)
         except sqlite3.IntegrityError as e:
+            self._failed = f"an append to {stream_id!r} failed part-way ({e})"
+            if not fresh_ids:
+                self._refuse_taken_ids(events, head.seq)
             raise ConcurrencyError(
                 f"stream {stream_id!r}: version or event id already taken ({e})",
                 stream_id=stream_id,
                 expected_version=expected_version,
                 actual_version=actual,  # read under the lock: the clash was an event id, not the version
             ) from e
-        self._conn.execute(
-            "INSERT INTO streams (stream_id, version, status, category) VALUES (?,?,?,?) "
-            "ON CONFLICT(stream_id) DO UPDATE SET version = excluded.version, "
-            "status = coalesce(excluded.status, streams.status), "
-            "category = coalesce(excluded.category, streams.category)",
-            (stream_id, rows[-1][2], status, category),
-        )
-        self._head = Head(rows[-1][0], rows[-1][10])
-        return AppendResult(tuple(StoredEvent(*row) for row in rows))
+        last = rows[-1]
+        self._conn.execute(_UPSERT_STREAM, (stream_id, last[2], status, category))
+        self._head = Head(last[0], last[10])
+        return AppendResult(tuple(starmap(StoredEvent, rows)))
 
-    def _existing(self, events: Sequence[NewEvent]) -> tuple[StoredEvent, ...] | None:
-        """The stored copies when this exact batch was appended before (a retry), else None.
+    def _insert(self, rows: list[tuple[Any, ...]]) -> None:
+        """The rows in multi-row INSERTs of 64, 32, … 1 rows (a few statement shapes for the cache):
+        ~7% fewer instructions an event than one execution per row (`executemany`)."""
+        execute, at, left = self._conn.execute, 0, len(rows)
+        while left:
+            size = 64 if left >= 64 else 1 << (left.bit_length() - 1)
+            execute(_insert_sql(size), list(concat.from_iterable(rows[at : at + size])))
+            at += size
+            left -= size
 
-        Every id is looked up (one query per 500 ids): one taken id in an otherwise new
-        batch is a `DuplicateEventError`, not a conflict worth retrying.
-        """
+    def _read_versions(
+        self, stream_id: str, first_id: str | None, expected: list[tuple[str, int]]
+    ) -> tuple[int, int | None, tuple[Any, ...]]:
+        """The stream's version, the seq holding `first_id` (None: not stored) and the versions
+        of the `expected` streams, in one statement; the log's head too on the first append."""
+        with_head = self._head is None
+        params: tuple[Any, ...] = (stream_id,) if first_id is None else (stream_id, first_id)
+        row = self._conn.execute(
+            _versions_sql(with_head, first_id is not None, len(expected)), params + tuple(sid for sid, _ in expected)
+        ).fetchone()
+        at = 1
+        if with_head:
+            seq, digest = row[1], row[2]
+            self._head = Head(seq, digest) if seq is not None else Head(0, GENESIS_HASH)
+            at = 3
+        taken = None
+        if first_id is not None:
+            taken = row[at]
+            at += 1
+        return (row[0] or 0), taken, row[at:]
+
+    def _retried(self, events: Sequence[NewEvent]) -> tuple[StoredEvent, ...]:
+        """The stored copies of a retried batch (its first id is stored); DuplicateEventError
+        unless every id was stored with the same content."""
+        retried = match_retry(events, self._stored(events, None))
+        assert retried is not None  # the first id is stored
+        return retried
+
+    def _refuse_taken_ids(self, events: Sequence[NewEvent], before: int | None) -> None:
+        """DuplicateEventError when an id of a batch whose first id is new was already taken
+        (stored at or before seq `before`: not one of this failed append's own rows)."""
+        stored = self._stored(events, before)
+        if stored:
+            match_retry(events, stored)  # the first id is not among them: this raises
+
+    def _stored(self, events: Sequence[NewEvent], before: int | None) -> dict[str, StoredEvent]:
+        """The stored events with the batch's ids (one query per 500 ids), by id."""
         ids = [e.event_id for e in events]
         stored: dict[str, StoredEvent] = {}
         for i in range(0, len(ids), 500):
             chunk = ids[i : i + 500]
-            rows = self._conn.execute(_select_by_ids(len(chunk)), chunk).fetchall()
+            sql, params = _select_by_ids(len(chunk)), list[Any](chunk)
+            if before is not None:
+                sql, params = sql + " AND seq <= ?", [*chunk, before]
+            rows = self._conn.execute(sql, params).fetchall()
             stored.update((row[3], row_to_event(row)) for row in rows)
-        return match_retry(events, stored)
+        return stored
+
+
+_UPSERT_STREAM = (
+    "INSERT INTO streams (stream_id, version, status, category) VALUES (?,?,?,?) "
+    "ON CONFLICT(stream_id) DO UPDATE SET version = excluded.version, "
+    "status = coalesce(excluded.status, streams.status), "
+    "category = coalesce(excluded.category, streams.category)"
+)
+
+
+@functools.lru_cache(maxsize=64)
+def _versions_sql(with_head: bool, with_id: bool, expected: int) -> str:
+    """`_read_versions`' statement (built once per shape: the text is also the statement cache's key)."""
+    version = "(SELECT version FROM events WHERE stream_id = ? ORDER BY version DESC LIMIT 1)"
+    columns = [version]
+    if with_head:
+        columns += ["(SELECT seq FROM events ORDER BY seq DESC LIMIT 1)",
+                    "(SELECT hash FROM events ORDER BY seq DESC LIMIT 1)"]  # fmt: skip
+    if with_id:
+        columns.append("(SELECT seq FROM events WHERE event_id = ?)")
+    return "SELECT " + ", ".join(columns + [version] * expected)
+
+
+@functools.lru_cache(maxsize=8)
+def _insert_sql(rows: int) -> str:
+    """An INSERT of `rows` events (built once per size: the text is also the statement cache's key)."""
+    return f"INSERT INTO events ({EVENT_COLUMNS}) VALUES " + ",".join(["(?,?,?,?,?,?,?,?,?,?,?)"] * rows)
 
 
 @functools.lru_cache(maxsize=64)

@@ -14,6 +14,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -26,6 +27,18 @@ from store.sqlite import SQLiteEventStore
 from tests.conftest import REPO, Workspace
 
 WORKER = REPO / "tests" / "alternate_worker.py"
+
+
+@contextmanager
+def traced(store: object) -> Iterator[list[str]]:
+    """Every statement the SQLite store runs meanwhile."""
+    assert isinstance(store, SQLiteEventStore)
+    statements: list[str] = []
+    store._conn.set_trace_callback(statements.append)
+    try:
+        yield statements
+    finally:
+        store._conn.set_trace_callback(None)
 
 
 @pytest.fixture
@@ -42,14 +55,8 @@ def test_a_command_on_a_cached_candidate_reads_no_stream(ws: Workspace, two: tup
     one, _ = two
     one.receive(ws.dpo())
     one.settings()
-    store = one.store
-    assert isinstance(store, SQLiteEventStore)
-    statements: list[str] = []
-    store._conn.set_trace_callback(statements.append)
-    try:
+    with traced(one.store) as statements:
         assert one.check("dpo-v5").state == "verified"
-    finally:
-        store._conn.set_trace_callback(None)
     reads = [s for s in statements if "FROM events WHERE stream_id" in s and "version >" in s]
     assert reads == [], reads
     assert any(s.startswith("INSERT INTO events") for s in statements)
@@ -61,15 +68,8 @@ def test_a_candidate_invalidated_by_a_fan_out_stays_cached(ws: Workspace, two: t
     one.receive(ws.grpo())
     assert one.check("grpo-v7").state == "verified"
     assert one.advance_window(2).invalidated == ("grpo-v7",)
-    store = one.store
-    assert isinstance(store, SQLiteEventStore)
-    statements: list[str] = []
-    store._conn.set_trace_callback(statements.append)
-    with structlog.testing.capture_logs() as logs:
-        try:
-            one.check("grpo-v7")
-        finally:
-            store._conn.set_trace_callback(None)
+    with traced(one.store) as statements, structlog.testing.capture_logs() as logs:
+        one.check("grpo-v7")
     assert not [s for s in statements if "FROM events WHERE stream_id" in s and "version >" in s]
     assert not [entry for entry in logs if entry["event"] in ("command_retried", "command_reread")]
     assert [e.version for e, _ in one.history("grpo-v7")] == [1, 2, 3, 4]

@@ -24,7 +24,7 @@ from lifecycle_fsm import RetryPolicy, SettingsResult
 from lifecycle_fsm.artifacts import hash_directory
 from lifecycle_fsm.errors import ConcurrencyError, ConflictError, IllegalCommandError
 from lifecycle_fsm.ledger import Ledger
-from store.base import StoreTransaction
+from store.base import AppendResult, StoreTransaction
 from store.sqlite import SQLiteEventStore
 
 
@@ -33,11 +33,18 @@ class Interleaved(SQLiteEventStore):
 
     meanwhile: Callable[[], object] | None = None
 
-    def transaction(self) -> AbstractContextManager[StoreTransaction]:
+    def _first_meanwhile(self) -> None:
         if self.meanwhile is not None:
             act, self.meanwhile = self.meanwhile, None
             act()
+
+    def transaction(self) -> AbstractContextManager[StoreTransaction]:
+        self._first_meanwhile()
         return super().transaction()
+
+    def append(self, *args: Any, **kwargs: Any) -> AppendResult:  # a one-append transaction of its own
+        self._first_meanwhile()
+        return super().append(*args, **kwargs)
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ import pytest
 
 from store import (
     ConcurrencyError,
+    DuplicateEventError,
     InputError,
     NewEvent,
     SQLiteEventStore,
@@ -80,6 +81,37 @@ def test_database_refusal_of_a_taken_id_is_a_concurrency_error(store: SQLiteEven
     assert isinstance(info.value.__cause__, sqlite3.IntegrityError)
     assert (info.value.stream_id, info.value.expected_version, info.value.actual_version) == ("a", 0, 0)
     assert store.count_events() == 1
+
+
+def test_an_append_failing_part_way_cannot_be_committed(store: SQLiteEventStore) -> None:
+    """A batch whose 2nd row the database refuses has its 1st row inserted already: even when the
+    caller catches the error and carries on, the transaction commits nothing (as on PostgreSQL)."""
+    store.append("b", 0, [new("b", 0, event_id="taken")])
+
+    def carry_on_after_a_failed_append() -> None:
+        with store.transaction() as tx:
+            tx.append("c", 0, [new("c", 0)])
+            with pytest.raises(ConcurrencyError):
+                tx.append("a", 0, [new("a", 0), new("a", 1, event_id="taken")], fresh_ids=True)
+            with pytest.raises(StoreError, match="rolled back"):
+                tx.append("d", 0, [new("d", 0)])
+
+    with pytest.raises(StoreError, match="failed part-way"):
+        carry_on_after_a_failed_append()
+    assert store.count_events() == 1 and store.stream_version("c") == 0
+    assert store.append("a", 0, [new("a", 0)]).events[0].seq == 2
+
+
+def test_a_taken_id_is_reported_before_a_stale_version(filled: SQLiteEventStore) -> None:
+    """Only a batch's first id is looked up before its insert; when the version check then fails,
+    an id taken further in the batch is still the error reported (the retry check comes first)."""
+    with pytest.raises(DuplicateEventError) as info:
+        filled.append("a", 7, [new("a", 9), new("a", 10, event_id="b-0")])
+    assert (info.value.event_id, info.value.seq) == ("b-0", 3)
+    with pytest.raises(DuplicateEventError) as info:  # right version: the insert meets it
+        filled.append("a", 3, [new("a", 9), new("a", 10, event_id="b-1")])
+    assert (info.value.event_id, info.value.seq) == ("b-1", 5)
+    assert filled.count_events() == 5 and filled.verify_chain().ok
 
 
 def test_update_and_delete_refused_by_database(filled: SQLiteEventStore, db: Path) -> None:
@@ -325,17 +357,26 @@ def test_an_insert_into_events_can_only_fail_not_abort(store: SQLiteEventStore, 
     assert bodies and all("RAISE(FAIL" in b and "ABORT" not in b for b in bodies)
 
 
-def test_the_lock_wait_leaves_every_other_statement_its_full_busy_timeout(db: Path) -> None:
-    """The write lock is tried with busy_timeout 0 and short waits of our own; afterwards (taken or
-    given up) the connection is back at the store's busy timeout, so a read that meets a lock still waits."""
-    with SQLiteEventStore(db, busy_timeout=12.5) as store, plain(db) as conn:
+def test_writes_wait_in_our_own_steps_and_reads_get_the_full_busy_timeout_back(db: Path) -> None:
+    """A write leaves the busy timeout at 0 (the lock is waited for in our own steps, up to the
+    store's busy timeout); any read first puts the store's busy timeout back, so a read that meets
+    a lock still waits."""
+
+    def busy_timeout(store: SQLiteEventStore) -> int:
+        return int(store._conn.execute("PRAGMA busy_timeout").fetchone()[0])  # type: ignore[attr-defined]
+
+    with SQLiteEventStore(db, busy_timeout=12.5) as store:
         store.append("a", 0, [new("a", 0)])
-        assert store._conn.execute("PRAGMA busy_timeout").fetchone()[0] == 12500  # type: ignore[attr-defined]
+        assert busy_timeout(store) == 0
+        assert store.stream_version("a") == 1 and busy_timeout(store) == 12500
+        store.append("a", 1, [new("a", 1)])
+        assert [e.seq for e in store.select_events()] == [1, 2] and busy_timeout(store) == 12500
     with SQLiteEventStore(db, busy_timeout=0.05) as impatient, plain(db) as conn:
         conn.execute("BEGIN IMMEDIATE")
         try:
             with pytest.raises(StoreError, match="write lock"):
-                impatient.append("a", 1, [new("a", 1)])
+                impatient.append("a", 2, [new("a", 2)])
         finally:
             conn.execute("ROLLBACK")
-        assert impatient._conn.execute("PRAGMA busy_timeout").fetchone()[0] == 50  # type: ignore[attr-defined]
+        assert impatient.count_events() == 2 and busy_timeout(impatient) == 50
+        assert impatient.append("a", 2, [new("a", 2)]).events[0].seq == 3

@@ -101,7 +101,7 @@ def test_an_in_memory_database_is_refused(tmp_path: Path, db: str, args: tuple[s
 
 
 def test_new_ledger_files_are_private(ws: Workspace) -> None:
-    """0600 for the file and for its WAL and shared-memory files, whatever the umask allows more."""
+    """0600 for the file, its WAL and shared-memory files, whatever the umask allows more."""
     _ready_ledger(ws)
     with sqlite3.connect(ws.db) as reader:  # keeps -wal / -shm alive while we look
         reader.execute("SELECT count(*) FROM events").fetchone()
