@@ -14,8 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import attrs
-
+from lifecycle_fsm.deferred import Factory, field_names, frozen
 from lifecycle_fsm.errors import CorruptionError
 from lifecycle_fsm.events import CANDIDATE_EVENTS, LEDGER_EVENTS, LEDGER_STREAM, CandidateEvent, Event, candidate_id_of
 from lifecycle_fsm.machine import TABLE_BY_STATE, allowed_triggers
@@ -60,7 +59,7 @@ class IllegalTransition(CorruptionError):
         self.allowed = allowed
 
 
-@attrs.frozen
+@frozen
 class LedgerSettings:
     """What every check reads: the active baseline, window and evaluation version."""
 
@@ -86,7 +85,7 @@ class LedgerSettings:
         }
 
 
-@attrs.frozen
+@frozen
 class CandidateState:
     """One candidate as the log says it is now."""
 
@@ -98,7 +97,7 @@ class CandidateState:
     candidate: JSON  # parsed manifest fields (CandidateReceived.candidate)
     manifest_path: str
     revision: int = 0
-    trusted_states: JSON = attrs.Factory(dict)  # kind -> {path, sha256, seq}
+    trusted_states: JSON = Factory(dict)  # kind -> {path, sha256, seq}
     last_check: JSON | None = None  # ChecksRecorded payload + seq
     last_recovery: JSON | None = None  # RecoveryPlanned payload + seq
     last_handoff: JSON | None = None  # HandoffDecided payload + seq
@@ -120,7 +119,7 @@ class CandidateState:
         return cls(**work)
 
 
-_CANDIDATE_FIELDS = tuple(a.name for a in attrs.fields(CandidateState))
+_CANDIDATE_FIELDS = field_names(CandidateState)
 
 
 def candidate_from_dict(data: Mapping[str, Any]) -> CandidateState:
@@ -136,7 +135,7 @@ def settings_from_dict(data: Mapping[str, Any]) -> LedgerSettings:
 
 
 def _fields(cls: type[Event]) -> frozenset[str]:
-    return frozenset(a.name for a in attrs.fields(cls))
+    return frozenset(field_names(cls))
 
 
 _LEDGER_FIELDS = {name: _fields(cls) for name, cls in LEDGER_EVENTS.items()}
@@ -165,6 +164,8 @@ def apply_settings(settings: LedgerSettings, type_name: str, payload: Mapping[st
         changes = cls.settle(payload)
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise _unreadable(seq, type_name, e) from e
+    import attrs  # imported already: `settings` is an instance
+
     return attrs.evolve(settings, **changes, version=settings.version + 1, last_seq=seq)
 
 

@@ -45,7 +45,8 @@ class Record:
         super().__init_subclass__(**kwargs)
         cls.__match_args__ = cls.__slots__  # type: ignore[misc]  # the fields, in order
 
-    def _values(self) -> tuple[Any, ...]:
+    def astuple(self) -> tuple[Any, ...]:
+        """The field values, in order (what `attrs.astuple` gave)."""
         return tuple(getattr(self, name) for name in self.__slots__)
 
     def replace(self, **changes: Any) -> Self:
@@ -61,17 +62,17 @@ class Record:
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:
             return NotImplemented
-        return self._values() == other._values()
+        return self.astuple() == other.astuple()
 
     def __hash__(self) -> int:
-        return hash((self.__class__.__qualname__, *self._values()))
+        return hash((self.__class__.__qualname__, *self.astuple()))
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
         return f"{self.__class__.__qualname__}({fields})"
 
     def __reduce__(self) -> tuple[type[Record], tuple[Any, ...]]:
-        return self.__class__, self._values()
+        return self.__class__, self.astuple()
 
 
 class NewEvent(Record):
