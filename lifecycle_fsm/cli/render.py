@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -31,6 +31,7 @@ __all__ = [
     "print_history",
     "print_result",
     "print_status",
+    "work_json",
 ]
 
 _JSON = dict[str, Any]
@@ -43,16 +44,21 @@ def emit(doc: Any) -> None:
 
 def candidate_json(c: CandidateState) -> _JSON:
     """The public shape of a candidate's state (`status`, `replay`)."""
+    return work_json(c.to_work())
+
+
+def work_json(work: Mapping[str, Any]) -> _JSON:
+    """`candidate_json` of the fold's working dict (`CandidateState.to_work`, `streams.query_work`)."""
     return {
-        "id": c.candidate_id,
-        "kind": c.kind,
-        "state": c.state,
-        "version": c.version,
-        "revision": c.revision,
-        "reason_codes": list(c.reason_codes),
-        "decisive_seq": c.decisive_seq,
-        "last_seq": c.last_seq,
-        "trusted_states": sorted(c.trusted_states),
+        "id": work["candidate_id"],
+        "kind": work["kind"],
+        "state": work["state"],
+        "version": work["version"],
+        "revision": work["revision"],
+        "reason_codes": list(work["reason_codes"]),
+        "decisive_seq": work["decisive_seq"],
+        "last_seq": work["last_seq"],
+        "trusted_states": sorted(work["trusted_states"]),
     }
 
 
