@@ -8,11 +8,13 @@ the whole stream, and the same errors.
 from __future__ import annotations
 
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import pytest
 import structlog
 from conftest import Workspace
+from test_stream_snapshots import _history
 
 from lifecycle_fsm.cli.render import candidate_json, work_json
 from lifecycle_fsm.errors import CorruptionError, NotFoundError
@@ -23,6 +25,7 @@ from lifecycle_fsm.streams import StreamReader, query_work
 from replay import take_checkpoint
 from replay.drills.schedule import generate
 from replay.drills.simulate import simulate
+from store.base import EventStore
 from store.open import open_store
 from store.sqlite import SQLiteEventStore
 
@@ -50,30 +53,18 @@ def test_every_candidate_of_a_simulated_ledger(tmp_path: Path, seed: int) -> Non
         store.close()
 
 
-def _life(ws: Workspace) -> None:
-    queue = ws.root / "queue.jsonl"
-    queue.write_text("{}\n")
-    with ws.ledger() as ledger:
-        ledger.activate_baseline(ws.baseline())
-        ledger.receive(ws.dpo())
-        ledger.record_trusted_state("dpo-v5", "prompt_queue", queue)
-        ledger.fail_stage("dpo-v5", "sampling")
-        take_checkpoint(ledger.store, clock=utc_now)
-        ledger.complete_recovery("dpo-v5")
-        ledger.check("dpo-v5")
+def _store(ws: Workspace) -> closing[EventStore]:
+    return closing(open_store(str(ws.db), create=False))
 
 
 def test_a_checkpoint_copy_plus_its_tail(ws: Workspace) -> None:
-    _life(ws)
-    store = open_store(str(ws.db), create=False)
-    try:
+    _history(ws)  # a checkpoint, then events after it
+    with _store(ws) as store:
         snap = store.latest_stream_snapshot(stream_of("dpo-v5"))
         assert snap is not None and snap.version < store.stream_version(stream_of("dpo-v5"))
         with structlog.testing.capture_logs() as logs:
             assert CandidateState.from_work(query_work(store, "dpo-v5")) == StreamReader(store).query("dpo-v5")
         assert not [e for e in logs if e["event"] == "stream_snapshot_skipped"]
-    finally:
-        store.close()
 
 
 @pytest.mark.parametrize(
@@ -84,41 +75,32 @@ def test_a_checkpoint_copy_plus_its_tail(ws: Workspace) -> None:
     ],
 )
 def test_an_untrusted_copy_is_skipped_by_both(ws: Workspace, edit: str) -> None:
-    _life(ws)
+    _history(ws)
     with sqlite3.connect(ws.db) as conn:
         conn.execute(edit)
-    store = open_store(str(ws.db), create=False)
-    try:
-        with structlog.testing.capture_logs() as logs:
-            work = query_work(store, "dpo-v5")
-            state = StreamReader(store).query("dpo-v5")
-        assert CandidateState.from_work(work) == state and state.state == "verified"
-        skipped = [e["reason"] for e in logs if e["event"] == "stream_snapshot_skipped"]
-        assert len(skipped) == 2 and skipped[0] == skipped[1]
-    finally:
-        store.close()
+    with _store(ws) as store, structlog.testing.capture_logs() as logs:
+        work = query_work(store, "dpo-v5")
+        state = StreamReader(store).query("dpo-v5")
+    assert CandidateState.from_work(work) == state and state.state == "verified"
+    skipped = [e["reason"] for e in logs if e["event"] == "stream_snapshot_skipped"]
+    assert len(skipped) == 2 and skipped[0] == skipped[1]
 
 
-def test_the_same_errors(ws: Workspace) -> None:
-    _life(ws)
-    store = open_store(str(ws.db), create=False)
-    try:
-        with pytest.raises(NotFoundError) as theirs:
-            StreamReader(store).query("nobody")
-        with pytest.raises(NotFoundError) as ours:
-            query_work(store, "nobody")
-        assert str(ours.value) == str(theirs.value)
-    finally:
-        store.close()
-    with sqlite3.connect(ws.db) as conn:  # a row edited in place, after the checkpoint
-        conn.execute("DROP TRIGGER IF EXISTS events_refuse_update")
-        conn.execute("UPDATE events SET actor = 'mallory' WHERE seq = (SELECT max(seq) FROM events)")
-    store = open_store(str(ws.db), create=False)
-    try:
-        with pytest.raises(CorruptionError) as theirs:
-            StreamReader(store).query("dpo-v5")
-        with pytest.raises(CorruptionError) as ours:
-            query_work(store, "dpo-v5")
-        assert (str(ours.value), ours.value.seq) == (str(theirs.value), theirs.value.seq)
-    finally:
-        store.close()
+@pytest.mark.parametrize("edited", [False, True])
+def test_the_same_errors(ws: Workspace, edited: bool) -> None:
+    """An unknown id (NotFoundError); a row edited in place after the checkpoint (CorruptionError, its seq)."""
+    _history(ws)
+    if edited:
+        with sqlite3.connect(ws.db) as conn:
+            conn.execute("DROP TRIGGER IF EXISTS events_refuse_update")
+            conn.execute("UPDATE events SET actor = 'mallory' WHERE seq = (SELECT max(seq) FROM events)")
+    cid, error = ("dpo-v5", CorruptionError) if edited else ("nobody", NotFoundError)
+    with _store(ws) as store:
+        with pytest.raises(error) as theirs:
+            StreamReader(store).query(cid)
+        with pytest.raises(error) as ours:
+            query_work(store, cid)
+    assert (str(ours.value), getattr(ours.value, "seq", None)) == (
+        str(theirs.value),
+        getattr(theirs.value, "seq", None),
+    )
