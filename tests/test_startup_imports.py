@@ -201,6 +201,15 @@ def test_status_of_a_checkpointed_candidate_imports_no_attrs(populated_db: Path)
     assert json.loads(done.stdout)["state"] == "received"
 
 
+def test_verify_imports_no_command_path(populated_db: Path) -> None:
+    """`verify` reads: it opens the store without a Ledger (its command path, evidence gathering, clock)."""
+    modules = imported_by("-m", "lifecycle_fsm", "--db", str(populated_db), "--json", "verify")
+    assert "replay.verify" in modules
+    write_path = ("lifecycle_fsm.ledger", "lifecycle_fsm.command_path", "lifecycle_fsm.decisions",
+                  "lifecycle_fsm.artifacts", "lifecycle_fsm.command_inputs", "socket")  # fmt: skip
+    assert sorted(m for m in modules if m in write_path) == []
+
+
 def test_the_fold_imports_no_transitions_and_the_live_machine_still_works() -> None:
     """`transitions` is imported when a command first checks a live move, not by the table or the fold."""
     code = (
