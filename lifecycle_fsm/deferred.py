@@ -12,8 +12,9 @@ time it is needed:
   a descriptor that builds the class before answering).
 Building a class builds its deferred bases first, so inheritance, `isinstance`, pickling
 and identity are those of the plain class statement. Before that, everything the class
-body defines (class variables, methods) is there as written. `field_names` gives a class's
-attrs field names without building it.
+body defines (class variables, methods) is there as written, but for `__init__`: the
+stand-in's (`inspect.signature(cls)` shows `(*args, **kwargs)` until the class is built).
+`field_names` gives a class's attrs field names without building it.
 
 The one difference from a class decorated at import is `slots=False` (a deferred class
 must stay the same object, and attrs' slotted classes are new classes): instances keep a
@@ -32,8 +33,8 @@ __all__ = ["Factory", "build", "field_names", "frozen", "is_deferred"]
 
 _C = TypeVar("_C", bound=type)
 
-# deferred class -> the options its `frozen(...)` was given; removed once built
-_PENDING: dict[type, dict[str, Any]] = {}
+# deferred class -> (the options its `frozen(...)` was given, its own `__init__` if it wrote one); removed once built
+_PENDING: dict[type, tuple[dict[str, Any], Any]] = {}
 _LOCK = RLock()  # two threads naming one class at once build it once
 _CLASSVAR_PREFIXES = ("typing.ClassVar", "t.ClassVar", "ClassVar", "typing_extensions.ClassVar")  # as attrs
 
@@ -71,7 +72,7 @@ def _frozen(maybe_cls: _C | None = None, /, **options: Any) -> Any:
 
     def defer(cls: _C) -> _C:
         with _LOCK:
-            _PENDING[cls] = options
+            _PENDING[cls] = (options, cls.__dict__.get("__init__"))
             # Its own, not inherited: a subclass built later must not borrow its base's answers.
             type.__setattr__(cls, "__init__", _build_then_init)
             type.__setattr__(cls, "__attrs_attrs__", _BUILD_ON_LOOKUP)
@@ -93,10 +94,14 @@ def build(cls: type) -> None:
 
     with _LOCK:
         for klass in reversed(cls.__mro__):
-            options = _PENDING.pop(klass, None)
-            if options is None:
+            pending = _PENDING.pop(klass, None)
+            if pending is None:
                 continue
-            type.__delattr__(klass, "__init__")
+            options, own_init = pending
+            if own_init is None:
+                type.__delattr__(klass, "__init__")
+            else:  # the class wrote its own: attrs keeps it (auto_detect), as it would have at import
+                type.__setattr__(klass, "__init__", own_init)
             type.__delattr__(klass, "__attrs_attrs__")
             for name, value in list(vars(klass).items()):
                 if isinstance(value, _Factory):

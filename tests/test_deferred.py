@@ -147,6 +147,27 @@ def test_a_subclass_built_after_its_base_has_its_own_fields() -> None:
     assert Late(1, "x", 4).d == 4
 
 
+def test_a_class_that_writes_its_own_init_keeps_it() -> None:
+    """attrs leaves a hand-written `__init__` alone (auto_detect); deferring must not lose it."""
+
+    @frozen
+    class Own:
+        x: int
+
+        def __init__(self, text: str) -> None:
+            self.__attrs_init__(int(text))  # type: ignore[attr-defined]
+
+    @frozen(init=False)
+    class Manual:
+        y: int
+
+        def __init__(self) -> None:
+            object.__setattr__(self, "y", 7)
+
+    assert Own("3").x == 3 and Own("3") == Own("3")
+    assert Manual().y == 7
+
+
 def test_threads_build_a_class_once() -> None:
     @frozen
     class Raced:
