@@ -32,8 +32,7 @@ class AppendResult(Record):
     duplicate: bool
 
     def __init__(self, events: tuple[StoredEvent, ...], duplicate: bool = False) -> None:
-        object.__setattr__(self, "events", events)
-        object.__setattr__(self, "duplicate", duplicate)
+        self._fill(events, duplicate)
 
 
 class StoreTransaction(Protocol):

@@ -34,8 +34,9 @@ _set = object.__setattr__  # how a frozen record's `__init__` writes its slots (
 class Record:
     """A frozen value: `__slots__` names its fields, in order; each subclass writes its own `__init__`.
 
-    `__init__` is spelled out per class (not generic): `StoredEvent` is built once per row read,
-    and type checkers check every call against it.
+    Each subclass spells out its `__init__` signature (type checkers check every call against
+    it) and sets its fields with `_fill`; `StoredEvent` and `NewEvent`, built once per event
+    read or appended, set theirs one by one.
     """
 
     __slots__: tuple[str, ...] = ()
@@ -44,6 +45,11 @@ class Record:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls.__match_args__ = cls.__slots__  # type: ignore[misc]  # the fields, in order
+
+    def _fill(self, *values: Any) -> None:
+        """Set every field, in `__slots__` order (a subclass's `__init__` takes them in that order)."""
+        for name, value in zip(self.__slots__, values, strict=True):
+            _set(self, name, value)
 
     def astuple(self) -> tuple[Any, ...]:
         """The field values, in order (what `attrs.astuple` gave)."""
@@ -169,8 +175,7 @@ class Head(Record):
     hash: str
 
     def __init__(self, seq: int, hash: str) -> None:
-        _set(self, "seq", seq)
-        _set(self, "hash", hash)
+        self._fill(seq, hash)
 
 
 class StreamHead(Record):
@@ -183,10 +188,7 @@ class StreamHead(Record):
     category: str | None
 
     def __init__(self, stream_id: str, version: int, status: str | None, category: str | None) -> None:
-        _set(self, "stream_id", stream_id)
-        _set(self, "version", version)
-        _set(self, "status", status)
-        _set(self, "category", category)
+        self._fill(stream_id, version, status, category)
 
 
 class CheckpointRecord(Record):
@@ -222,14 +224,9 @@ class CheckpointRecord(Record):
         snapshot_sha256: str,
         recorded_at: str,
     ) -> None:
-        _set(self, "checkpoint_id", checkpoint_id)
-        _set(self, "position", position)
-        _set(self, "head_hash", head_hash)
-        _set(self, "schema_version", schema_version)
-        _set(self, "fingerprint", fingerprint)
-        _set(self, "snapshot", snapshot)
-        _set(self, "snapshot_sha256", snapshot_sha256)
-        _set(self, "recorded_at", recorded_at)
+        self._fill(
+            checkpoint_id, position, head_hash, schema_version, fingerprint, snapshot, snapshot_sha256, recorded_at
+        )
 
 
 class StreamSnapshot(Record):
@@ -268,15 +265,9 @@ class StreamSnapshot(Record):
         state: str,
         state_sha256: str,
     ) -> None:
-        _set(self, "checkpoint_id", checkpoint_id)
-        _set(self, "position", position)
-        _set(self, "head_hash", head_hash)
-        _set(self, "schema_version", schema_version)
-        _set(self, "fingerprint", fingerprint)
-        _set(self, "stream_id", stream_id)
-        _set(self, "version", version)
-        _set(self, "state", state)
-        _set(self, "state_sha256", state_sha256)
+        self._fill(
+            checkpoint_id, position, head_hash, schema_version, fingerprint, stream_id, version, state, state_sha256
+        )
 
 
 class ChainReport(Record):
@@ -292,11 +283,7 @@ class ChainReport(Record):
     def __init__(
         self, ok: bool, events: int, head: Head, bad_seq: int | None = None, reason: str | None = None
     ) -> None:
-        _set(self, "ok", ok)
-        _set(self, "events", events)
-        _set(self, "head", head)
-        _set(self, "bad_seq", bad_seq)
-        _set(self, "reason", reason)
+        self._fill(ok, events, head, bad_seq, reason)
 
 
 class PayloadMatch(Record):
@@ -312,9 +299,7 @@ class PayloadMatch(Record):
     value: str
 
     def __init__(self, type: str, path: str, value: str) -> None:
-        _set(self, "type", type)
-        _set(self, "path", path)
-        _set(self, "value", value)
+        self._fill(type, path, value)
 
 
 class EventFilter(Record):
@@ -350,12 +335,4 @@ class EventFilter(Record):
         payload: tuple[PayloadMatch, ...] = (),
         limit: int | None = None,
     ) -> None:
-        _set(self, "after", after)
-        _set(self, "before", before)
-        _set(self, "since", since)
-        _set(self, "until", until)
-        _set(self, "types", types)
-        _set(self, "stream_id", stream_id)
-        _set(self, "actor", actor)
-        _set(self, "payload", payload)
-        _set(self, "limit", limit)
+        self._fill(after, before, since, until, types, stream_id, actor, payload, limit)

@@ -8,6 +8,7 @@ and embedders relied on when they were `@attrs.frozen` classes.
 from __future__ import annotations
 
 import copy
+import inspect
 import pickle
 
 import pytest
@@ -68,6 +69,13 @@ def test_a_record_is_a_frozen_value(record: Record) -> None:
     assert copy.copy(record) == record
     assert type(record).__match_args__ == record.__slots__
     assert repr(record).startswith(f"{type(record).__name__}({name}=")
+
+
+@pytest.mark.parametrize("record", SAMPLES, ids=lambda r: type(r).__name__)
+def test_init_takes_the_fields_in_slots_order(record: Record) -> None:
+    """`__init__`'s parameters are `__slots__`, in order (what `_fill` and positional construction rely on)."""
+    assert tuple(inspect.signature(type(record)).parameters) == record.__slots__
+    assert type(record)(*record.astuple()).astuple() == record.astuple()
 
 
 def test_records_hash_by_value_like_attrs_did() -> None:
