@@ -182,6 +182,7 @@ def test_status_of_one_candidate_imports_no_write_path(populated_db: Path, how: 
     assert "lifecycle_fsm.streams" in modules  # the fold ran
     loaded = sorted(m for m in modules if m in NOT_FOR_A_READ or m.split(".")[0] in NOT_FOR_A_READ)
     assert loaded == []
+    assert [m for m in modules if m.split(".")[0] == "click"] == []  # the script's own `status ID` (cli/entry.py)
     done = subprocess.run([sys.executable, *argv], capture_output=True, text=True, check=True)
     if as_json:
         assert json.loads(done.stdout)["state"] == "received"
