@@ -82,6 +82,8 @@ def ledgers(ws: Workspace) -> dict[str, Path]:
             "dir": ws.root, "checkpointed": checkpointed, "garbled": garbled}  # fmt: skip
 
 
+COMPLETION = {"_LIFECYCLE_COMPLETE": "bash_complete", "COMP_WORDS": "lifecycle status c", "COMP_CWORD": "2",
+              "LIFECYCLE_DB": "{ok}"}  # fmt: skip
 # (case id, argv with {name} for a ledger path, extra environment, whether the entry answers without click)
 CASES = [
     ("text", ["--db", "{ok}", "status", "cand-1"], {}, True),
@@ -128,8 +130,7 @@ CASES = [
     ("synchronous env", ["--db", "{ok}", "status", "cand-1"], {"LIFECYCLE_SYNCHRONOUS": "normal"}, False),
     ("bad synchronous", ["--db", "{ok}", "status", "cand-1"], {"LIFECYCLE_SYNCHRONOUS": "sometimes"}, False),
     ("signing key env", ["--db", "{ok}", "status", "cand-1"], {"LIFECYCLE_SIGNING_KEY": "{dir}"}, False),
-    ("completion", ["status", "c"], {"_LIFECYCLE_COMPLETE": "bash_complete", "COMP_WORDS": "lifecycle status c",
-                                     "COMP_CWORD": "2", "LIFECYCLE_DB": "{ok}"}, False),  # fmt: skip
+    ("completion", ["status", "c"], COMPLETION, False),
     ("control character", ["--db", "{ok}", "status", "cand\x1b[31m"], {}, False),
 ]
 
@@ -197,6 +198,6 @@ def test_the_matcher() -> None:
 
 
 def test_the_installed_script_is_the_entry() -> None:
-    """The `lifecycle` script runs `entry.run` (an environment installed before this change needs `pip install -e .`)."""
+    """The `lifecycle` script runs `entry.run` (installed before this change: `pip install -e .` regenerates it)."""
     script = Path(sys.executable).with_name("lifecycle")
     assert "from lifecycle_fsm.cli.entry import run" in script.read_text(), "reinstall: pip install -e ."
