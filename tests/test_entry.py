@@ -22,6 +22,7 @@ import pytest
 from conftest import Workspace, run_cli
 
 from lifecycle_fsm.cli.entry import StatusRequest, status_request
+from lifecycle_fsm.ledger import Ledger
 
 GROUP = "import sys; from lifecycle_fsm.cli import main; main(prog_name='lifecycle')"
 LONG_ID = "c" * 250  # wider than a pipe's table: rich lays it out
@@ -146,6 +147,19 @@ def test_the_entry_answers_as_the_click_group(ledgers: dict[str, Path], argv: li
     assert clicked is not fast
     if fast and code == 0:
         assert out
+
+
+@pytest.mark.postgres
+def test_postgresql_ledger(ws: Workspace, pg_url: str) -> None:
+    """`--db postgresql://…`: the same state and the same unknown-id refusal on both paths."""
+    with Ledger.open(pg_url) as led:
+        led.init()
+        led.activate_baseline(ws.baseline())
+        led.receive(ws.grpo("cand-1"), candidate_id="cand-1")
+    for args in (["--db", pg_url, "status", "cand-1"], ["--db", pg_url, "--json", "status", "nobody"]):
+        code, out, err, clicked = _run(args, _env(), through_entry=True)
+        assert (code, out, err) == _run(args, _env(), through_entry=False)[:3]
+        assert not clicked and code in (0, 4)
 
 
 def test_a_skipped_copy_warns_the_same_line(ledgers: dict[str, Path]) -> None:
