@@ -17,11 +17,18 @@ wall time is mostly waiting for a core.
 Bytecode is cached, as an installed CLI's is (`_child_env`); info row: the same command in
 the environment as given (with `PYTHONDONTWRITEBYTECODE=1` and an editable tree, our
 sources compiled on every run: how this benchmark measured before 2026-12-01's third round).
+
+Info rows since 2026-12-02: `status ID` of a candidate that has a checkpoint copy (a second
+ledger file, the same events plus `take_checkpoint`: the read judges the copy, imports
+`snapshots`); and, when valgrind is installed, the instructions each process executes
+(callgrind, `PYTHONHASHSEED=0`, bytecode cached): the same ratio without the machine's load,
+so two runs on a busy machine can be compared.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -32,7 +39,8 @@ from typing import Any
 from bench_append import cid_of, seed_candidates
 from bench_common import Row, fmt_spread, interleaved, median, per_round_ratio, remove_db, summary
 
-from lifecycle_fsm.ledger import Ledger
+from lifecycle_fsm.ledger import Ledger, utc_now
+from replay import take_checkpoint
 
 
 def _cli() -> list[str]:
@@ -69,21 +77,31 @@ def _timed(argv: list[str], runs: int, env: dict[str, str]) -> float:
     return (_children_cpu() - t0) / runs
 
 
+def _ledger(db: Path, *, checkpoint: bool) -> None:
+    """100 candidates; the probe (`cid_of(7)`) has 2 events. `checkpoint`: then a checkpoint at the head."""
+    remove_db(db)
+    with Ledger.open(db, synchronous="NORMAL") as ledger:
+        seed_candidates(ledger.store, [cid_of(i) for i in range(100)])
+        state = db.parent / "prompt_queue.jsonl"
+        state.write_text('{"prompt_id": "p-0001"}\n')
+        ledger.record_trusted_state(cid_of(7), "prompt_queue", str(state))
+        if checkpoint:
+            take_checkpoint(ledger.store, clock=utc_now)
+
+
 def run(workdir: Path, rounds: int, quick: bool) -> tuple[list[Row], dict[str, Any]]:
     folder = workdir / "startup"
     folder.mkdir(parents=True, exist_ok=True)
     db = folder / "ledger.db"
-    remove_db(db)
-    with Ledger.open(db, synchronous="NORMAL") as ledger:
-        seed_candidates(ledger.store, [cid_of(i) for i in range(100)])
-        state = folder / "prompt_queue.jsonl"
-        state.write_text('{"prompt_id": "p-0001"}\n')
-        ledger.record_trusted_state(cid_of(7), "prompt_queue", str(state))
+    _ledger(db, checkpoint=False)
+    checkpointed = folder / "ledger-checkpointed.db"
+    _ledger(checkpointed, checkpoint=True)
     cli = _cli()
     runs = 5 if quick else 10
     argv = {
         "status": [*cli, "--db", str(db), "status", cid_of(7)],
         "status_json": [*cli, "--db", str(db), "--json", "status", cid_of(7)],
+        "status_checkpointed": [*cli, "--db", str(checkpointed), "status", cid_of(7)],
         "import": [sys.executable, "-c", "import lifecycle_fsm"],
         "floor": [sys.executable, "-c", "import sqlite3"],
         "status_as_given": [*cli, "--db", str(db), "status", cid_of(7)],
@@ -100,11 +118,19 @@ def run(workdir: Path, rounds: int, quick: bool) -> tuple[list[Row], dict[str, A
             median(ratios["status"]) <= 2.5),
         Row("startup", "whole-process `lifecycle --json status ID` / floor (info)", "-",
             f"{ms['status_json']} ms", median(ratios["status_json"])),
+        Row("startup", "whole-process `lifecycle status ID`, a candidate with a checkpoint copy / floor (info)", "-",
+            f"{ms['status_checkpointed']} ms", median(ratios["status_checkpointed"])),
         Row("startup", "`python -c 'import lifecycle_fsm'` / floor", "<= 2x", f"{ms['import']} ms",
             median(ratios["import"]), median(ratios["import"]) <= 2.0),
         Row("startup", "`lifecycle status ID`, the environment's own bytecode setting / floor (info)", "-",
             f"{ms['status_as_given']} ms", median(ratios["status_as_given"])),
     ]  # fmt: skip
+    counted = _instructions({k: argv[k] for k in ("floor", "status", "status_checkpointed")}, env["status"])
+    if counted:
+        rows.append(Row("startup", "instructions (callgrind): `lifecycle status ID` / floor (info)", "-",
+                        f"status {counted['status'] / 1e6:.0f}M, with a checkpoint copy "
+                        f"{counted['status_checkpointed'] / 1e6:.0f}M, floor {counted['floor'] / 1e6:.0f}M",
+                        counted["status"] / counted["floor"]))  # fmt: skip
     detail = {
         "argv": {k: [Path(a).name if a.startswith("/") else a for a in v] for k, v in argv.items()},
         "runs_per_round": runs,
@@ -115,8 +141,27 @@ def run(workdir: Path, rounds: int, quick: bool) -> tuple[list[Row], dict[str, A
         "ratios": {k: summary(v) for k, v in ratios.items()},
         "interpreter": _in_checkout(sys.executable),
         "cli": _in_checkout(shutil.which("lifecycle")),
+        "instructions": counted,
     }
     return rows, detail
+
+
+def _instructions(argv: dict[str, list[str]], env: dict[str, str]) -> dict[str, int]:
+    """Instructions each process executes under callgrind (deterministic; {} without valgrind)."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        return {}
+    counted = {}
+    for name, args in argv.items():
+        done = subprocess.run(
+            [valgrind, "--tool=callgrind", "--callgrind-out-file=/dev/null", *args],
+            capture_output=True, text=True, check=True, env={**env, "PYTHONHASHSEED": "0"},
+        )  # fmt: skip
+        found = re.search(r"Collected : (\d+)", done.stderr)
+        if found is None:
+            return {}
+        counted[name] = int(found.group(1))
+    return counted
 
 
 def _in_checkout(path: str | None) -> str | None:

@@ -1,5 +1,5 @@
-"""`python -m lifecycle_fsm` runs the CLI."""
+"""`python -m lifecycle_fsm` runs the CLI (as the `lifecycle` script does)."""
 
-from lifecycle_fsm.cli import main
+from lifecycle_fsm.cli.entry import run
 
-main(prog_name="lifecycle")
+run(prog_name="lifecycle")

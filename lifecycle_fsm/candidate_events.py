@@ -9,8 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-import attrs
-
+from lifecycle_fsm.deferred import frozen
 from lifecycle_fsm.errors import CorruptionError
 from lifecycle_fsm.event_base import JSON, Event, flag, stream_of
 
@@ -28,7 +27,7 @@ __all__ = [
 ]
 
 
-@attrs.frozen
+@frozen
 class CandidateEvent(Event):
     """An event of a candidate's stream: a move in the machine's table plus its effect."""
 
@@ -66,7 +65,7 @@ class CandidateEvent(Event):
         return previous
 
 
-@attrs.frozen
+@frozen
 class CandidateReceived(CandidateEvent):
     """A candidate manifest was received (revision 0) or revised after `tune`.
 
@@ -120,7 +119,7 @@ class CandidateReceived(CandidateEvent):
         return ()
 
 
-@attrs.frozen
+@frozen
 class ChecksRecorded(CandidateEvent):
     """Every lifecycle check ran; `reason_codes` names each failed one (empty: passed).
 
@@ -156,7 +155,7 @@ class ChecksRecorded(CandidateEvent):
         return tuple(payload["reason_codes"])
 
 
-@attrs.frozen
+@frozen
 class TrustedStateRecorded(CandidateEvent):
     """A training stage saved a state that recovery may resume from (hashed on disk)."""
 
@@ -176,7 +175,7 @@ class TrustedStateRecorded(CandidateEvent):
         return work
 
 
-@attrs.frozen
+@frozen
 class TrustedStateInvalidated(CandidateEvent):
     """A trusted state may no longer be resumed from."""
 
@@ -193,7 +192,7 @@ class TrustedStateInvalidated(CandidateEvent):
         return work
 
 
-@attrs.frozen
+@frozen
 class StageFailed(CandidateEvent):
     """A training stage failed for this candidate."""
 
@@ -202,7 +201,7 @@ class StageFailed(CandidateEvent):
     stage: str
 
 
-@attrs.frozen
+@frozen
 class RecoveryPlanned(CandidateEvent):
     """The recovery plan for a failed stage, with the trusted states it re-hashed."""
 
@@ -225,7 +224,7 @@ class RecoveryPlanned(CandidateEvent):
         return (payload["action"],) if payload["blocking"] else ()
 
 
-@attrs.frozen
+@frozen
 class RecoveryCompleted(CandidateEvent):
     """The planned recovery finished; every check must run again."""
 
@@ -242,7 +241,7 @@ class RecoveryCompleted(CandidateEvent):
 _HANDOFF_TRIGGERS = {"ready_for_evaluation": "hand_off_ready", "tune": "hand_off_tune", "reject": "hand_off_reject"}
 
 
-@attrs.frozen
+@frozen
 class HandoffDecided(CandidateEvent):
     """The hand-off decision, with the checks re-run at that moment as its evidence (as `ChecksRecorded`)."""
 
@@ -270,7 +269,7 @@ class HandoffDecided(CandidateEvent):
         return tuple(payload["reason_codes"])
 
 
-@attrs.frozen
+@frozen
 class EvidenceInvalidated(CandidateEvent):
     """A ledger setting changed under a decided candidate; it must be checked again."""
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-import attrs
+from lifecycle_fsm.deferred import field_names, frozen
 
 __all__ = ["CANDIDATE_PREFIX", "JSON", "LEDGER_STREAM", "SEALS_STREAM", "Event", "candidate_id_of", "flag", "stream_of"]
 
@@ -41,7 +41,7 @@ def candidate_id_of(stream_id: str) -> str | None:
     return None
 
 
-@attrs.frozen
+@frozen
 class Event:
     """Base of every domain event."""
 
@@ -53,7 +53,7 @@ class Event:
         cls = type(self)
         names = _FIELD_NAMES.get(cls)
         if names is None:
-            names = _FIELD_NAMES[cls] = tuple(a.name for a in attrs.fields(cls))
+            names = _FIELD_NAMES[cls] = field_names(cls)
         return {name: getattr(self, name) for name in names}
 
 

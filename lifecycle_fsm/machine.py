@@ -22,9 +22,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Sequence
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import attrs
 import orjson
 
 if TYPE_CHECKING:
@@ -65,9 +64,12 @@ class State(StrEnum):
     READY = "ready"
 
 
-@attrs.frozen
-class Move:
-    """One row of the table: `command` fires `trigger` from any of `sources` into `dest`."""
+class Move(NamedTuple):
+    """One row of the table: `command` fires `trigger` from any of `sources` into `dest`.
+
+    A named tuple, not an attrs class: a row of a constant table, read at import by every
+    process (a read imports no attrs, issue #13).
+    """
 
     command: str
     trigger: str

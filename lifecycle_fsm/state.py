@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import attrs
 import orjson
 
+from lifecycle_fsm.deferred import Factory, field_names, frozen
 from lifecycle_fsm.errors import CorruptionError
 from lifecycle_fsm.events import CANDIDATE_EVENTS, LEDGER_EVENTS, LEDGER_STREAM, CandidateEvent, Event, candidate_id_of
 from lifecycle_fsm.machine import TABLE_BY_STATE, allowed_triggers
@@ -61,7 +61,7 @@ class IllegalTransition(CorruptionError):
         self.allowed = allowed
 
 
-@attrs.frozen
+@frozen
 class LedgerSettings:
     """What every check reads: the active baseline, window and evaluation version."""
 
@@ -87,7 +87,7 @@ class LedgerSettings:
         }
 
 
-@attrs.frozen
+@frozen
 class CandidateState:
     """One candidate as the log says it is now."""
 
@@ -99,7 +99,7 @@ class CandidateState:
     candidate: JSON  # parsed manifest fields (CandidateReceived.candidate)
     manifest_path: str
     revision: int = 0
-    trusted_states: JSON = attrs.Factory(dict)  # kind -> {path, sha256, seq}
+    trusted_states: JSON = Factory(dict)  # kind -> {path, sha256, seq}
     last_check: JSON | None = None  # ChecksRecorded payload + seq
     last_recovery: JSON | None = None  # RecoveryPlanned payload + seq
     last_handoff: JSON | None = None  # HandoffDecided payload + seq
@@ -121,7 +121,7 @@ class CandidateState:
         return cls(**work)
 
 
-_CANDIDATE_FIELDS = tuple(a.name for a in attrs.fields(CandidateState))
+_CANDIDATE_FIELDS = field_names(CandidateState)
 
 
 def candidate_from_dict(data: Mapping[str, Any]) -> CandidateState:
@@ -137,7 +137,7 @@ def settings_from_dict(data: Mapping[str, Any]) -> LedgerSettings:
 
 
 def _fields(cls: type[Event]) -> frozenset[str]:
-    return frozenset(a.name for a in attrs.fields(cls))
+    return frozenset(field_names(cls))
 
 
 def _stored_keys(fields: frozenset[str]) -> tuple[str, ...]:
@@ -177,6 +177,8 @@ def apply_settings(settings: LedgerSettings, type_name: str, payload: Mapping[st
         changes = cls.settle(payload)
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise _unreadable(seq, type_name, e) from e
+    import attrs  # imported already: `settings` is an instance
+
     return attrs.evolve(settings, **changes, version=settings.version + 1, last_seq=seq)
 
 

@@ -11,11 +11,12 @@ trusted checkpoint's copy of a long-lived candidate and fold only the events aft
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar
 
 import orjson
 
+from lifecycle_fsm.deferred import field_names
 from lifecycle_fsm.errors import NotFoundError
 from lifecycle_fsm.events import LEDGER_STREAM, stream_of
 from lifecycle_fsm.logs import get_logger
@@ -24,9 +25,13 @@ from lifecycle_fsm.upcasting import decoded_payload
 from store.base import EventStore
 from store.records import StoredEvent
 
-__all__ = ["StreamReader", "fold_candidate", "fold_settings", "state_from_checkpoint"]
+__all__ = ["StreamReader", "fold_candidate", "fold_settings", "query_work", "state_from_checkpoint"]
 
 log = get_logger(__name__)
+
+JSON = dict[str, Any]
+_S = TypeVar("_S", CandidateState, JSON)
+_CANDIDATE_FIELDS = frozenset(field_names(CandidateState))
 
 
 class StreamSource(Protocol):
@@ -64,6 +69,26 @@ def state_from_checkpoint(store: EventStore, stream_id: str) -> CandidateState |
 
     A stale or corrupt copy is skipped (and said so); the caller folds the stream.
     """
+    return _from_checkpoint(store, stream_id, _state_from_dict)
+
+
+def _state_from_dict(data: Any) -> tuple[CandidateState, int]:
+    state = candidate_from_dict(data)
+    return state, state.version
+
+
+def _work_from_dict(data: Any) -> tuple[JSON, int]:
+    """`candidate_from_dict(data).to_work()` without the `CandidateState`: every field, no other."""
+    work = dict(data)
+    if work.keys() != _CANDIDATE_FIELDS:
+        raise KeyError(f"fields {sorted(work.keys() ^ _CANDIDATE_FIELDS)} differ from CandidateState's")
+    work["reason_codes"] = tuple(work["reason_codes"])
+    return work, work["version"]
+
+
+def _from_checkpoint(store: EventStore, stream_id: str, read: Callable[[Any], tuple[_S, int]]) -> _S | None:
+    """The stream's trusted checkpoint copy, `read` from its JSON (returning it and its version),
+    or None: a stale or corrupt copy is skipped, and said so."""
     snap = store.latest_stream_snapshot(stream_id)
     if snap is None:
         return None
@@ -76,15 +101,32 @@ def state_from_checkpoint(store: EventStore, stream_id: str) -> CandidateState |
     reason = None if problem is None else problem.reason
     if problem is None:
         try:
-            state = candidate_from_dict(orjson.loads(snap.state))
+            state, version = read(orjson.loads(snap.state))
         except (orjson.JSONDecodeError, KeyError, TypeError) as e:
             reason = f"state cannot be read ({e!r})"
         else:
-            if state.version == snap.version:
+            if version == snap.version:
                 return state
             reason = "state version differs from its row"
     log.warning("stream_snapshot_skipped", stream_id=stream_id, checkpoint_id=snap.checkpoint_id, reason=reason)
     return None
+
+
+def query_work(store: EventStore, candidate_id: str) -> JSON:
+    """`StreamReader(store).query(candidate_id).to_work()`, folded without building a `CandidateState`.
+
+    The same read (the latest trusted checkpoint copy, else the whole stream), the same
+    checks on every row and step, the same errors; but no attrs class is built, so a
+    process that only prints one candidate (`status ID`) never imports attrs (issue #13).
+    `decoded_payload` gives each step a fresh dict, which the step may keep.
+    """
+    stream_id = stream_of(candidate_id)
+    work: JSON | None = _from_checkpoint(store, stream_id, _work_from_dict)
+    for e in store.read_stream(stream_id, after_version=0 if work is None else work["version"]):
+        work = step_candidate_at(work, e.type, decoded_payload(e), e.seq, e.stream_id, e.version)
+    if work is None:
+        raise NotFoundError(f"unknown candidate: {candidate_id!r}")
+    return work
 
 
 class StreamReader:

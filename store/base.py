@@ -11,26 +11,28 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-import attrs
-
 from store.records import (
     ChainReport,
     CheckpointRecord,
     EventFilter,
     Head,
     NewEvent,
+    Record,
     StoredEvent,
     StreamHead,
     StreamSnapshot,
 )
 
 
-@attrs.frozen
-class AppendResult:
+class AppendResult(Record):
     """What an append wrote; `duplicate` when it was a retry of an identical append."""
 
+    __slots__ = ("events", "duplicate")  # noqa: RUF023 - the fields, in order
     events: tuple[StoredEvent, ...]
-    duplicate: bool = False
+    duplicate: bool
+
+    def __init__(self, events: tuple[StoredEvent, ...], duplicate: bool = False) -> None:
+        self._fill(events, duplicate)
 
 
 class StoreTransaction(Protocol):

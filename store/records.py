@@ -2,19 +2,89 @@
 
 The store never looks inside a payload; it canonicalises it, chains it and hands it
 back. Domain meaning (types, schema versions, upcasting) belongs to `lifecycle_fsm`.
+
+The records are plain slotted classes (`Record`), not attrs classes: they are not
+domain objects, and a read that imports attrs and builds its ~10 classes paid ~0.3x
+the interpreter's own start-up for it (issue #13; `lifecycle status ID` imports no
+attrs). They keep attrs' frozen semantics: positional and keyword construction,
+equality (same class, same values) and hashing by value, a refused assignment
+(`AttributeError`), `repr`, `__match_args__` and pickling.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Self
 
-import attrs
+__all__ = [
+    "ChainReport",
+    "CheckpointRecord",
+    "EventFilter",
+    "Head",
+    "NewEvent",
+    "PayloadMatch",
+    "Record",
+    "StoredEvent",
+    "StreamHead",
+    "StreamSnapshot",
+]
+
+_set = object.__setattr__  # how a frozen record's `__init__` writes its slots (attrs does the same)
 
 
-@attrs.frozen
-class NewEvent:
+class Record:
+    """A frozen value: `__slots__` names its fields, in order; each subclass writes its own `__init__`.
+
+    Each subclass spells out its `__init__` signature (type checkers check every call against
+    it) and sets its fields with `_fill`; `StoredEvent` and `NewEvent`, built once per event
+    read or appended, set theirs one by one.
+    """
+
+    __slots__: tuple[str, ...] = ()
+    __match_args__: tuple[str, ...] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.__match_args__ = cls.__slots__  # type: ignore[misc]  # the fields, in order
+
+    def _fill(self, *values: Any) -> None:
+        """Set every field, in `__slots__` order (a subclass's `__init__` takes them in that order)."""
+        for name, value in zip(self.__slots__, values, strict=True):
+            _set(self, name, value)
+
+    def astuple(self) -> tuple[Any, ...]:
+        """The field values, in order (what `attrs.astuple` gave)."""
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def replace(self, **changes: Any) -> Self:
+        """A copy with `changes` (what `attrs.evolve` did for these records)."""
+        return type(self)(**{name: getattr(self, name) for name in self.__slots__} | changes)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is frozen: cannot set {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"{type(self).__name__} is frozen: cannot delete {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.astuple() == other.astuple()
+
+    def __hash__(self) -> int:
+        return hash((self.__class__.__qualname__, *self.astuple()))
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
+        return f"{self.__class__.__qualname__}({fields})"
+
+    def __reduce__(self) -> tuple[type[Record], tuple[Any, ...]]:
+        return self.__class__, self.astuple()
+
+
+class NewEvent(Record):
     """An event a writer wants appended; the store assigns seq, version and hash."""
 
+    __slots__ = ("stream_id", "type", "schema_version", "payload", "event_id", "recorded_at", "actor")
     stream_id: str
     type: str
     schema_version: int
@@ -23,11 +93,41 @@ class NewEvent:
     recorded_at: str
     actor: str
 
+    def __init__(
+        self,
+        stream_id: str,
+        type: str,
+        schema_version: int,
+        payload: dict[str, Any],
+        event_id: str,
+        recorded_at: str,
+        actor: str,
+    ) -> None:
+        _set(self, "stream_id", stream_id)
+        _set(self, "type", type)
+        _set(self, "schema_version", schema_version)
+        _set(self, "payload", payload)
+        _set(self, "event_id", event_id)
+        _set(self, "recorded_at", recorded_at)
+        _set(self, "actor", actor)
 
-@attrs.frozen
-class StoredEvent:
+
+class StoredEvent(Record):
     """One row of the log, exactly as stored; `payload` is the canonical JSON text."""
 
+    __slots__ = (
+        "seq",
+        "stream_id",
+        "version",
+        "event_id",
+        "type",
+        "schema_version",
+        "payload",
+        "recorded_at",
+        "actor",
+        "prev_hash",
+        "hash",
+    )
     seq: int
     stream_id: str
     version: int
@@ -40,29 +140,70 @@ class StoredEvent:
     prev_hash: str
     hash: str
 
+    def __init__(
+        self,
+        seq: int,
+        stream_id: str,
+        version: int,
+        event_id: str,
+        type: str,
+        schema_version: int,
+        payload: str,
+        recorded_at: str,
+        actor: str,
+        prev_hash: str,
+        hash: str,
+    ) -> None:
+        _set(self, "seq", seq)
+        _set(self, "stream_id", stream_id)
+        _set(self, "version", version)
+        _set(self, "event_id", event_id)
+        _set(self, "type", type)
+        _set(self, "schema_version", schema_version)
+        _set(self, "payload", payload)
+        _set(self, "recorded_at", recorded_at)
+        _set(self, "actor", actor)
+        _set(self, "prev_hash", prev_hash)
+        _set(self, "hash", hash)
 
-@attrs.frozen
-class Head:
+
+class Head(Record):
     """The last position of the log and its hash (seq 0 and the genesis hash when empty)."""
 
+    __slots__ = ("seq", "hash")
     seq: int
     hash: str
 
+    def __init__(self, seq: int, hash: str) -> None:
+        self._fill(seq, hash)
 
-@attrs.frozen
-class StreamHead:
+
+class StreamHead(Record):
     """A stream's current version and the opaque labels its writer attached to it."""
 
+    __slots__ = ("stream_id", "version", "status", "category")
     stream_id: str
     version: int
     status: str | None
     category: str | None
 
+    def __init__(self, stream_id: str, version: int, status: str | None, category: str | None) -> None:
+        self._fill(stream_id, version, status, category)
 
-@attrs.frozen
-class CheckpointRecord:
+
+class CheckpointRecord(Record):
     """A snapshot of folded state at a global position, with what it was built from."""
 
+    __slots__ = (
+        "checkpoint_id",
+        "position",
+        "head_hash",
+        "schema_version",
+        "fingerprint",
+        "snapshot",
+        "snapshot_sha256",
+        "recorded_at",
+    )
     checkpoint_id: int
     position: int
     head_hash: str
@@ -72,11 +213,36 @@ class CheckpointRecord:
     snapshot_sha256: str
     recorded_at: str
 
+    def __init__(
+        self,
+        checkpoint_id: int,
+        position: int,
+        head_hash: str,
+        schema_version: int,
+        fingerprint: str,
+        snapshot: str,
+        snapshot_sha256: str,
+        recorded_at: str,
+    ) -> None:
+        self._fill(
+            checkpoint_id, position, head_hash, schema_version, fingerprint, snapshot, snapshot_sha256, recorded_at
+        )
 
-@attrs.frozen
-class StreamSnapshot:
+
+class StreamSnapshot(Record):
     """One stream's folded state inside a checkpoint: a shortcut for reading one stream."""
 
+    __slots__ = (
+        "checkpoint_id",
+        "position",
+        "head_hash",
+        "schema_version",
+        "fingerprint",
+        "stream_id",
+        "version",
+        "state",
+        "state_sha256",
+    )
     checkpoint_id: int
     position: int
     head_hash: str
@@ -87,33 +253,56 @@ class StreamSnapshot:
     state: str
     state_sha256: str
 
+    def __init__(
+        self,
+        checkpoint_id: int,
+        position: int,
+        head_hash: str,
+        schema_version: int,
+        fingerprint: str,
+        stream_id: str,
+        version: int,
+        state: str,
+        state_sha256: str,
+    ) -> None:
+        self._fill(
+            checkpoint_id, position, head_hash, schema_version, fingerprint, stream_id, version, state, state_sha256
+        )
 
-@attrs.frozen
-class ChainReport:
+
+class ChainReport(Record):
     """The result of re-hashing the whole chain; `bad_seq` is the first broken position."""
 
+    __slots__ = ("ok", "events", "head", "bad_seq", "reason")
     ok: bool
     events: int
     head: Head
-    bad_seq: int | None = None
-    reason: str | None = None
+    bad_seq: int | None
+    reason: str | None
+
+    def __init__(
+        self, ok: bool, events: int, head: Head, bad_seq: int | None = None, reason: str | None = None
+    ) -> None:
+        self._fill(ok, events, head, bad_seq, reason)
 
 
-@attrs.frozen
-class PayloadMatch:
+class PayloadMatch(Record):
     """An event of `type` whose payload holds `value` at `path`, or an array at `path` holding it.
 
     `path` names object keys only (`$.reason_codes`, `$.artifact.error`); the store
     compares JSON strings and never looks further into what they mean.
     """
 
+    __slots__ = ("type", "path", "value")
     type: str
     path: str
     value: str
 
+    def __init__(self, type: str, path: str, value: str) -> None:
+        self._fill(type, path, value)
 
-@attrs.frozen
-class EventFilter:
+
+class EventFilter(Record):
     """Which events `EventStore.select_matching` returns: every given condition holds.
 
     Positions are exclusive (`after < seq < before`), times inclusive
@@ -123,12 +312,27 @@ class EventFilter:
     N in seq order.
     """
 
-    after: int = 0
-    before: int | None = None
-    since: str | None = None
-    until: str | None = None
-    types: tuple[str, ...] = ()
-    stream_id: str | None = None
-    actor: str | None = None
-    payload: tuple[PayloadMatch, ...] = ()
-    limit: int | None = None
+    __slots__ = ("after", "before", "since", "until", "types", "stream_id", "actor", "payload", "limit")
+    after: int
+    before: int | None
+    since: str | None
+    until: str | None
+    types: tuple[str, ...]
+    stream_id: str | None
+    actor: str | None
+    payload: tuple[PayloadMatch, ...]
+    limit: int | None
+
+    def __init__(
+        self,
+        after: int = 0,
+        before: int | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        types: tuple[str, ...] = (),
+        stream_id: str | None = None,
+        actor: str | None = None,
+        payload: tuple[PayloadMatch, ...] = (),
+        limit: int | None = None,
+    ) -> None:
+        self._fill(after, before, since, until, types, stream_id, actor, payload, limit)

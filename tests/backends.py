@@ -97,7 +97,8 @@ class Backend:
         if self.name == "memory":
             assert self._memory is not None
             log = self._memory._log
-            log[seq - 1] = attrs.evolve(log[seq - 1], **{column: value})
+            old = log[seq - 1]
+            log[seq - 1] = type(old)(**{**{n: getattr(old, n) for n in old.__slots__}, column: value})
         elif self.name == "sqlite":
             import sqlite3
 

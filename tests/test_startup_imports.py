@@ -155,12 +155,13 @@ def test_default_log_level_writes_nothing_and_imports_no_structlog(tmp_path: Pat
 # What a read of one candidate needs: the fold (events, table, state), the store, the printer.
 # The Ledger's command path, the live `transitions` machine and the modules only a write uses
 # (evidence, manifests, the clock and actor, results, retry) are imported by the commands that
-# write; `logging` only when an event is wanted; `signal` only when a fault plan kills.
+# write; `logging` only when an event is wanted; `signal` only when a fault plan kills; attrs
+# when an event or state object is built (`lifecycle_fsm.deferred`), which the fold of a read never does.
 NOT_FOR_A_READ = (
     "lifecycle_fsm.ledger", "lifecycle_fsm.command_path", "lifecycle_fsm.decisions", "lifecycle_fsm.feed",
     "lifecycle_fsm.checks", "lifecycle_fsm.artifacts", "lifecycle_fsm.manifests", "lifecycle_fsm.command_inputs",
     "lifecycle_fsm.results", "lifecycle_fsm.retry", "lifecycle_fsm.recovery", "lifecycle_fsm.snapshots",
-    "lifecycle_fsm.rules", "transitions", "logging", "signal", "socket",
+    "lifecycle_fsm.rules", "transitions", "logging", "signal", "socket", "attr", "attrs",
 )  # fmt: skip
 
 
@@ -181,11 +182,33 @@ def test_status_of_one_candidate_imports_no_write_path(populated_db: Path, how: 
     assert "lifecycle_fsm.streams" in modules  # the fold ran
     loaded = sorted(m for m in modules if m in NOT_FOR_A_READ or m.split(".")[0] in NOT_FOR_A_READ)
     assert loaded == []
+    assert [m for m in modules if m.split(".")[0] == "click"] == []  # the script's own `status ID` (cli/entry.py)
     done = subprocess.run([sys.executable, *argv], capture_output=True, text=True, check=True)
     if as_json:
         assert json.loads(done.stdout)["state"] == "received"
     else:
         assert "│ cand-1 │ grpo │ received │ 1       │         │" in done.stdout
+
+
+def test_status_of_a_checkpointed_candidate_imports_no_attrs(populated_db: Path) -> None:
+    """With a checkpoint, `status ID` starts from the candidate's trusted copy (judged by `snapshots`)
+    and still builds no attrs class: the copy and the fold stay working dicts (`streams.query_work`)."""
+    assert run_cli(populated_db, "checkpoint").returncode == 0
+    argv = ["-m", "lifecycle_fsm", "--db", str(populated_db), "--json", "status", "cand-1"]
+    modules = imported_by(*argv)
+    assert "lifecycle_fsm.snapshots" in modules  # the copy was judged
+    assert sorted(m for m in modules if m.split(".")[0] in {"attr", "attrs", "transitions", "logging"}) == []
+    done = subprocess.run([sys.executable, *argv], capture_output=True, text=True, check=True)
+    assert json.loads(done.stdout)["state"] == "received"
+
+
+def test_verify_imports_no_command_path(populated_db: Path) -> None:
+    """`verify` reads: it opens the store without a Ledger (its command path, evidence gathering, clock)."""
+    modules = imported_by("-m", "lifecycle_fsm", "--db", str(populated_db), "--json", "verify")
+    assert "replay.verify" in modules
+    write_path = ("lifecycle_fsm.ledger", "lifecycle_fsm.command_path", "lifecycle_fsm.decisions",
+                  "lifecycle_fsm.artifacts", "lifecycle_fsm.command_inputs", "socket")  # fmt: skip
+    assert sorted(m for m in modules if m in write_path) == []
 
 
 def test_the_fold_imports_no_transitions_and_the_live_machine_still_works() -> None:

@@ -6,7 +6,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import attrs
 import pytest
 from backends import BACKEND_NAMES, Backend, make_backend
 from test_store_contract import new
@@ -98,7 +97,7 @@ COLUMNS = [*CONTENT_COLUMNS, ("prev_hash", "f" * 64), ("hash", "e" * 64)]
 
 def test_select_row_batches_are_the_stored_rows(filled: EventStore) -> None:
     """Whole rows in `StoredEvent` field order, `after < seq <= to`, the same as `select_events`."""
-    everything = [attrs.astuple(e) for e in filled.select_events()]
+    everything = [e.astuple() for e in filled.select_events()]
     assert [tuple(r) for b in filled.select_row_batches() for r in b] == everything
     assert [tuple(r) for b in filled.select_row_batches(after=1, to=4) for r in b] == everything[1:4]
     assert list(filled.select_row_batches(after=5)) == []

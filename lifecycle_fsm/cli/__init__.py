@@ -23,6 +23,9 @@ exit code (`EXIT_CODES`; the error classes know nothing of codes, `exit_codes` m
     trust.py       key new, seal (SPEC §8: signed heads)
     attest.py      attest ID, attest verify (SPEC §8: DSSE hand-off attestations)
 
+    entry.py       the `lifecycle` script: `status ID` read without click, the rest to `main`
+    guards.py      the refusals before a ledger is opened (`:memory:`, an empty file)
+
 Adding a command is one new module and one line here: write `cli/<concern>.py` with a
 `@click.command()` (or `@click.group()`) that imports what it needs from `app` and
 `render` (never from this file, so nothing is circular) and name its commands in
@@ -31,13 +34,19 @@ imported when one of their commands runs (`lazy.py`), so `lifecycle status ID` d
 pay for `audit`, `drill` or `serve`. Tests then require that it is reachable from
 `main` (a forgotten line fails), that its `--help` works, that README.md names it, and
 that the module's `__all__` lists what it defines.
+
+`main` and `EXIT_CODES` load on first use (PEP 562): importing this package imports no
+click, so `entry` can answer `lifecycle status ID` without it.
 """
 
 from __future__ import annotations
 
-from lifecycle_fsm.cli.app import main
-from lifecycle_fsm.cli.exit_codes import EXIT_CODES
-from lifecycle_fsm.cli.lazy import LazyCommands as _LazyCommands
+import sys
+import typing
+
+if typing.TYPE_CHECKING:
+    from lifecycle_fsm.cli.app import main
+    from lifecycle_fsm.cli.exit_codes import EXIT_CODES
 
 __all__ = ["EXIT_CODES", "main"]
 
@@ -60,6 +69,7 @@ _COMMANDS = {
 
 
 def _where() -> dict[str, tuple[str, str]]:
+    """command name -> (module, attribute): `app` hands it to `lazy.LazyCommands` as the group's table."""
     table = {}
     for module, commands in _COMMANDS.items():
         for entry in commands:
@@ -68,4 +78,12 @@ def _where() -> dict[str, tuple[str, str]]:
     return table
 
 
-main.commands = _LazyCommands(_where())
+def __getattr__(name: str) -> typing.Any:
+    """`main` (the click group, with its command table) and `EXIT_CODES`, imported on first use."""
+    where = {"main": "lifecycle_fsm.cli.app", "EXIT_CODES": "lifecycle_fsm.cli.exit_codes"}.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    __import__(where)
+    value = getattr(sys.modules[where], name)
+    globals()[name] = value
+    return value

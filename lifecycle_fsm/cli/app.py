@@ -7,19 +7,20 @@ this module imports none of them, so any of them can import it.
 from __future__ import annotations
 
 import functools
-import os
-import sqlite3
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from lifecycle_fsm.cli import _where
 from lifecycle_fsm.cli.exit_codes import EXIT_CODES, exit_code_for
-from lifecycle_fsm.errors import InputError, LifecycleError, StoreError
+from lifecycle_fsm.cli.guards import is_driver_error, refuse_empty_file, refuse_memory_db
+from lifecycle_fsm.cli.lazy import LazyCommands
+from lifecycle_fsm.errors import InputError, LifecycleError
 from lifecycle_fsm.limits import display
 from lifecycle_fsm.logs import configure_logging
-from store.open import is_postgres_url, open_store
+from store.open import open_store
 from store.sqlite_errors import translate_sqlite_error
 
 __all__ = [
@@ -59,7 +60,7 @@ class LifecycleGroup(click.Group):
         except Exception as e:
             # A backstop: the stores translate their drivers' errors, but a database error
             # that slips through anywhere is still one line and a store/integrity code.
-            if not _is_driver_error(e):
+            if not is_driver_error(e):
                 raise
             error = translate_sqlite_error(e, root_obj().get("db", "the ledger"))
             click.echo(f"Error: {display(str(error))}", err=True)
@@ -80,11 +81,6 @@ class LifecycleGroup(click.Group):
             click.echo("Error: aborted", err=True)
             sys.exit(1)
         sys.exit(result if isinstance(result, int) else 0)
-
-
-def _is_driver_error(error: BaseException) -> bool:
-    """An exception raised by sqlite3 or psycopg (checked by module: psycopg may not be installed)."""
-    return isinstance(error, sqlite3.DatabaseError) or type(error).__module__.split(".")[0] == "psycopg"
 
 
 def root_obj() -> dict[str, Any]:
@@ -152,24 +148,6 @@ class TimeType(_ParamType):
 
 
 AS_OF = AsOfType()
-
-
-def refuse_memory_db(db: str) -> None:
-    """`--db :memory:` (or an empty name: a temporary file) would acknowledge writes that vanish."""
-    if db in ("", ":memory:") or db.startswith("file::memory:"):
-        raise InputError(f"--db {db!r} is an in-memory database: every write would vanish when the command ends")
-
-
-def refuse_empty_file(db: str) -> None:
-    """An existing empty file is not a ledger: only `init` may make one there."""
-    if is_postgres_url(db):
-        return
-    try:
-        empty = os.stat(db).st_size == 0
-    except OSError:  # missing (created by a write command) or unreadable (the store says why)
-        return
-    if empty:
-        raise StoreError(f"{db}: an empty file, not a ledger (was it truncated?); `lifecycle init` creates one here")
 
 
 def signing_key() -> Ed25519PrivateKey | None:
@@ -267,3 +245,7 @@ def main(
     configure_logging(log_level)
     ctx.obj = {"db": db, "json": as_json, "actor": actor, "synchronous": synchronous.upper(), "log_level": log_level,
                "signing_key": signing_key}  # fmt: skip
+
+
+# The commands, each module imported when one of its commands runs (`cli/__init__.py` names them).
+main.commands = LazyCommands(_where())

@@ -13,12 +13,10 @@ from typing import Any
 
 import click
 
-from lifecycle_fsm.artifacts import hash_directory, tree_size
-from lifecycle_fsm.cli.app import json_option, open_ledger, signing_key, wants_json
+from lifecycle_fsm.cli.app import json_option, open_ledger, open_read_store, signing_key, wants_json
 from lifecycle_fsm.cli.exit_codes import ExitCode
 from lifecycle_fsm.cli.render import emit
 from lifecycle_fsm.keys import PublicKeys
-from lifecycle_fsm.ledger import utc_now
 from lifecycle_fsm.seals import add_trust_findings, parse_expected_head, seal
 from replay import take_checkpoint
 from replay import verify as verify_ledger
@@ -30,6 +28,8 @@ __all__ = ["checkpoint", "hash_command", "verify"]
 @json_option
 def checkpoint() -> None:
     """Snapshot every folded state at the head, for fast loading; with a signing key, seal the head too."""
+    from lifecycle_fsm.ledger import utc_now  # the command path: not for `verify` or `hash` (start-up)
+
     key = signing_key()  # a bad key is refused before anything is written
     ledger = open_ledger(must_exist=True)
     record = take_checkpoint(ledger.store, clock=utc_now)
@@ -56,7 +56,7 @@ def verify(expect_heads: tuple[str, ...], pubkeys: tuple[str, ...]) -> None:
     """Re-hash the chain, check every checkpoint, seal and pinned head, replay every transition. Exit 6 if broken."""
     heads = [parse_expected_head(value) for value in expect_heads]  # bad input: exit 3 before reading
     keys = PublicKeys.from_files(pubkeys)
-    store = open_ledger(must_exist=True).store
+    store = open_read_store()  # a read: no Ledger, none of its command path imported (start-up)
     report = add_trust_findings(store, verify_ledger(store), heads, keys)
     if wants_json():
         emit(report)
@@ -93,6 +93,8 @@ def hash_command(path: Path, root: Path | None) -> None:
 
 def _hash_with_progress(path: Path, root: Path | None) -> str:
     """Hash, with a progress bar on stderr for large trees when a person is watching."""
+    from lifecycle_fsm.artifacts import hash_directory, tree_size  # `hash` alone needs them (start-up)
+
     if wants_json() or not sys.stderr.isatty() or not os.path.isdir(path):
         return hash_directory(path, root)
     total = tree_size(path, root)

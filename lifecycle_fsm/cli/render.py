@@ -1,12 +1,15 @@
-"""How the CLI shows things: one JSON document with `--json`, rich tables otherwise."""
+"""How the CLI shows things: one JSON document with `--json`, rich tables otherwise.
+
+It imports neither click nor rich until it prints (`echo`, `console`): the `lifecycle`
+script's click-free `status ID` (`entry.py`) builds its text here and writes it itself.
+"""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import click
 import orjson
 
 from lifecycle_fsm.limits import display
@@ -26,33 +29,54 @@ __all__ = [
     "candidate_json",
     "cells",
     "console",
+    "echo",
     "emit",
+    "json_text",
     "plain_table",
     "print_history",
     "print_result",
     "print_status",
+    "status_text",
+    "work_json",
 ]
 
 _JSON = dict[str, Any]
 
 
+def echo(text: str, *, err: bool = False) -> None:
+    """`click.echo` (imported here: every command but the script's fast `status ID` has it already)."""
+    import click
+
+    click.echo(text, err=err)
+
+
+def json_text(doc: Any) -> str:
+    """The one JSON document `emit` writes."""
+    return orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode()
+
+
 def emit(doc: Any) -> None:
     """Write exactly one JSON document to stdout."""
-    click.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
+    echo(json_text(doc))
 
 
 def candidate_json(c: CandidateState) -> _JSON:
     """The public shape of a candidate's state (`status`, `replay`)."""
+    return work_json(c.to_work())
+
+
+def work_json(work: Mapping[str, Any]) -> _JSON:
+    """`candidate_json` of the fold's working dict (`CandidateState.to_work`, `streams.query_work`)."""
     return {
-        "id": c.candidate_id,
-        "kind": c.kind,
-        "state": c.state,
-        "version": c.version,
-        "revision": c.revision,
-        "reason_codes": list(c.reason_codes),
-        "decisive_seq": c.decisive_seq,
-        "last_seq": c.last_seq,
-        "trusted_states": sorted(c.trusted_states),
+        "id": work["candidate_id"],
+        "kind": work["kind"],
+        "state": work["state"],
+        "version": work["version"],
+        "revision": work["revision"],
+        "reason_codes": list(work["reason_codes"]),
+        "decisive_seq": work["decisive_seq"],
+        "last_seq": work["last_seq"],
+        "trusted_states": sorted(work["trusted_states"]),
     }
 
 
@@ -76,9 +100,9 @@ def print_result(result: CommandResult, as_json: bool, verb: str) -> None:
         return
     if not doc["appended"]:
         what += " (no change: nothing appended)"
-    click.echo(what)
+    echo(what)
     for cid in invalidated:
-        click.echo(f"  evidence invalidated: {display(cid)} -> received")
+        echo(f"  evidence invalidated: {display(cid)} -> received")
 
 
 def console() -> Console:
@@ -134,12 +158,11 @@ def plain_table(columns: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> st
     return "\n".join(out)
 
 
-def print_status(docs: list[_JSON]) -> None:
-    if not docs:
-        click.echo("no candidates")
-        return
-    columns = ("id", "kind", "state", "version", "reasons")
-    rows = [
+_STATUS_COLUMNS = ("id", "kind", "state", "version", "reasons")
+
+
+def _status_rows(docs: list[_JSON]) -> list[tuple[str, ...]]:
+    return [
         (
             d["id"],
             "none" if d["kind"] is None else str(d["kind"]),
@@ -149,11 +172,19 @@ def print_status(docs: list[_JSON]) -> None:
         )
         for d in docs
     ]
-    if (text := plain_table(columns, rows)) is not None:
-        click.echo(text)
+
+
+def status_text(docs: list[_JSON]) -> str | None:
+    """What `print_status` echoes without rich (`plain_table`), or None when it needs rich."""
+    return "no candidates" if not docs else plain_table(_STATUS_COLUMNS, _status_rows(docs))
+
+
+def print_status(docs: list[_JSON]) -> None:
+    if (text := status_text(docs)) is not None:
+        echo(text)
         return
-    table = _table(*columns)
-    for row in rows:
+    table = _table(*_STATUS_COLUMNS)
+    for row in _status_rows(docs):
         table.add_row(*cells(*row))
     console().print(table)
 

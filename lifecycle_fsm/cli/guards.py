@@ -1,0 +1,38 @@
+"""The refusals every command that opens a ledger makes first, without click.
+
+`app` (the group, with click) and `entry` (the `lifecycle` script's click-free read) share
+them, so both refuse the same inputs with the same errors.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+
+from lifecycle_fsm.errors import InputError, StoreError
+from store.open import is_postgres_url
+
+__all__ = ["is_driver_error", "refuse_empty_file", "refuse_memory_db"]
+
+
+def refuse_memory_db(db: str) -> None:
+    """`--db :memory:` (or an empty name: a temporary file) would acknowledge writes that vanish."""
+    if db in ("", ":memory:") or db.startswith("file::memory:"):
+        raise InputError(f"--db {db!r} is an in-memory database: every write would vanish when the command ends")
+
+
+def refuse_empty_file(db: str) -> None:
+    """An existing empty file is not a ledger: only `init` may make one there."""
+    if is_postgres_url(db):
+        return
+    try:
+        empty = os.stat(db).st_size == 0
+    except OSError:  # missing (created by a write command) or unreadable (the store says why)
+        return
+    if empty:
+        raise StoreError(f"{db}: an empty file, not a ledger (was it truncated?); `lifecycle init` creates one here")
+
+
+def is_driver_error(error: BaseException) -> bool:
+    """An exception raised by sqlite3 or psycopg (checked by module: psycopg may not be installed)."""
+    return isinstance(error, sqlite3.DatabaseError) or type(error).__module__.split(".")[0] == "psycopg"
