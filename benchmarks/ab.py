@@ -12,7 +12,7 @@ them), not wall time: on a machine whose load average is several times its core 
 wall time is mostly waiting for a core.
 
 Measurements (each a fresh process of the same interpreter):
-- `startup`: `lifecycle --db F status ID`, 5 runs, whole process;
+- `startup`: `python -m lifecycle_fsm --db F status ID` (each tree's own entry), 5 runs, whole process;
 - `verify_cli`: `lifecycle --db F --json verify` on an N-event ledger (chain, checkpoints,
   every transition), events/s;
 - `verify_chain`: `store.verify_chain()` in process on the same ledger, events/s;
@@ -116,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--events", type=int, default=100_000)
     p.add_argument("--json", dest="json_path", type=Path)
     args = p.parse_args(argv)
-    cli = [str(Path(sys.executable).with_name("lifecycle"))]
+    # `python -m lifecycle_fsm`, not the installed script: the script names an entry point
+    # of the tree it was installed from, which the other tree may not have.
+    cli = [sys.executable, "-m", "lifecycle_fsm"]
     trees = {"before": args.before.resolve(), "after": args.after.resolve()}
     with tempfile.TemporaryDirectory(prefix="lifecycle-ab-") as tmp:
         _PYCACHE[:] = [str(Path(tmp) / "pycache")]

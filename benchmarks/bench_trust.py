@@ -8,7 +8,9 @@ Run from `bench_replay` on its largest ledger, after its own measures:
   user meets it: the commands `lifecycle --db F status ID`, `lifecycle --db F explain ID
   --json` (the long-lived candidate: about the biggest stream) and `lifecycle --db F
   status` (checkpoint + tail), each a whole process with the check on and off,
-  interleaved, CPU time of the children, bytecode cached (target <= 1.10x). Both modes
+  interleaved, CPU time of the children, bytecode cached (target <= 1.10x for the two
+  the issue names; whole `status` is an info row: it re-hashes every row after the latest
+  checkpoint, so its ratio is the checkpoint's age, not the check's cost per command). Both modes
   start through `check_switch.py`; `off` patches the check to nothing in that process
   (the read before issue #9), `on` runs the same launcher unpatched. Set-up asserts the
   switch really switches: a row edited in place fails `on` and passes `off`;
@@ -140,6 +142,7 @@ PROCESS_READS = {
     "explain": "`lifecycle explain ID --json`",
     "status_all": "`lifecycle status` (checkpoint + tail)",
 }
+INFO_READS = ("status_all",)  # not named by issue #9's target (module docstring)
 
 
 def _children_cpu() -> float:
@@ -227,9 +230,14 @@ def whole_processes(path: Path, long_id: str, rounds: int, events: int) -> tuple
     for read, label in PROCESS_READS.items():
         r = [a / b for a, b in zip(times[f"{read}_on"], times[f"{read}_off"], strict=True)]
         ms = {mode: fmt_spread([x * 1e3 for x in times[f"{read}_{mode}"]], 1) for mode in ("on", "off")}
-        rows.append(Row("trust", f"{label} whole process: rows re-hashed / not, {events:,} events", "<= 1.10x",
+        # Issue #9 names `status ID` and `explain`; whole `status` re-hashes the tail after
+        # the latest checkpoint, so its ratio follows the checkpoint's age: an info row.
+        target = "-" if read in INFO_READS else "<= 1.10x"
+        met = None if read in INFO_READS else median(r) <= 1.10
+        suffix = " (info: the tail after the latest checkpoint)" if read in INFO_READS else ""
+        rows.append(Row("trust", f"{label} whole process: rows re-hashed / not, {events:,} events{suffix}", target,
                         f"{fmt_spread(r, 3)}x (re-hashed {ms['on']} ms, not {ms['off']} ms CPU)",
-                        median(r), median(r) <= 1.10, {"ratio": summary(r)}))  # fmt: skip
+                        median(r), met, {"ratio": summary(r)}))  # fmt: skip
     detail = {
         "argv": {k: [Path(a).name if a.startswith("/") else a for a in v] for k, v in argv.items()},
         "runs_per_round": runs,
