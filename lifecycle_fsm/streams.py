@@ -102,7 +102,7 @@ def _from_checkpoint(store: EventStore, stream_id: str, read: Callable[[Any], tu
     if problem is None:
         try:
             state, version = read(orjson.loads(snap.state))
-        except (orjson.JSONDecodeError, KeyError, TypeError) as e:
+        except (ValueError, KeyError, TypeError) as e:  # ValueError: orjson's, or dict() of a JSON string
             reason = f"state cannot be read ({e!r})"
         else:
             if version == snap.version:

@@ -70,6 +70,9 @@ class Pipeline:
     def __init__(self, session: PgSession) -> None:
         self._session = session
         self._names: dict[str, bytes] = {}  # statement text (with %s) -> its prepared name
+        # Names are never reused: after an interrupted exchange a Parse may or may not have
+        # happened on the server, so a statement is prepared again under a new name.
+        self._serial = itertools.count()
         self._numbered: dict[str, bytes] = {}  # statement text (with %s) -> the text with $1, $2, …
         self.supported = psycopg.Pipeline.is_supported()  # libpq >= 14 (psycopg's binary wheels bundle one)
 
@@ -82,25 +85,24 @@ class Pipeline:
 
     def param(self, value: Any) -> bytes | None:
         """`value` as the text PostgreSQL's input function for the parameter's type reads."""
-        kind = type(value)
-        if kind is str:
-            text: str = value
+        if isinstance(value, str):  # a subclass (a StrEnum id, say) is sent as its text, as psycopg does
+            text = str.__str__(value)
             if "\0" in text:  # the text input would stop at the NUL: refuse, never truncate
                 raise InputError(f"{self._session.where}: the database cannot store this value (text containing NUL)")
             return text.encode()  # the session's client_encoding is UTF8 (`PgSession`)
-        if kind is int:
-            return str(value).encode()
+        if isinstance(value, int) and not isinstance(value, bool):
+            return int.__repr__(value).encode()
         if value is None:
             return None
-        if kind is list:
+        if isinstance(value, list):
             return self.param("{" + ",".join(map(_array_element, value)) + "}")
-        raise TypeError(f"cannot send a {kind.__name__} as a pipelined parameter")
+        raise InputError(f"{self._session.where}: cannot send a {type(value).__name__} to the database")
 
     def _name(self, sql: str) -> bytes | None:
         """The name to prepare `sql` under when it is new (None: known already, or too many shapes)."""
         if sql in self._names or len(self._names) >= _MAX_NAMED:
             return None
-        name = self._names[sql] = b"lifecycle_pipe_%d" % len(self._names)
+        name = self._names[sql] = b"lifecycle_pipe_%d" % next(self._serial)
         return name
 
     def run(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> list[PGresult]:
@@ -178,10 +180,11 @@ def _percent(sql: str, params: Sequence[Any]) -> tuple[str, list[Any]]:
 
 def _array_element(value: Any) -> str:
     if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        text = str.__str__(value)
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
     if value is None:
         return "NULL"
-    return str(int(value))
+    return int.__repr__(int(value))
 
 
 def _exchange(pg: Any, commands: int) -> Any:
@@ -192,7 +195,8 @@ def _exchange(pg: Any, commands: int) -> Any:
         got = yield from generators.fetch_many(pg)
         results.append(got[0])  # one result per command (an aborted one: PIPELINE_ABORTED)
     got = yield from generators.fetch_many(pg)
-    assert [r.status for r in got] == [ExecStatus.PIPELINE_SYNC], got
+    if [r.status for r in got] != [ExecStatus.PIPELINE_SYNC]:  # a psycopg whose generators answer otherwise
+        raise psycopg.OperationalError(f"unexpected answer to the pipeline's Sync: {[r.status for r in got]}")
     return results
 
 

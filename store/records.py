@@ -8,7 +8,8 @@ domain objects, and a read that imports attrs and builds its ~10 classes paid ~0
 the interpreter's own start-up for it (issue #13; `lifecycle status ID` imports no
 attrs). They keep attrs' frozen semantics: positional and keyword construction,
 equality (same class, same values) and hashing by value, a refused assignment
-(`AttributeError`), `repr`, `__match_args__` and pickling.
+(`AttributeError`), `repr`, `__match_args__`, pickling, weak references and subclassing;
+`replace()` / `astuple()` stand in for `attrs.evolve` / `attrs.astuple`.
 """
 
 from __future__ import annotations
@@ -39,25 +40,28 @@ class Record:
     read or appended, set theirs one by one.
     """
 
-    __slots__: tuple[str, ...] = ()
+    __slots__: tuple[str, ...] = ("__weakref__",)
     __match_args__: tuple[str, ...] = ()
+    _fields: tuple[str, ...] = ()  # every field, bases' first: a subclass may add none (`__slots__ = ()`)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        cls.__match_args__ = cls.__slots__  # type: ignore[misc]  # the fields, in order
+        own = tuple(name for name in cls.__dict__.get("__slots__", ()) if name != "__weakref__")
+        cls._fields = (*cls._fields, *own)
+        cls.__match_args__ = cls._fields  # type: ignore[misc]  # the fields, in order
 
     def _fill(self, *values: Any) -> None:
-        """Set every field, in `__slots__` order (a subclass's `__init__` takes them in that order)."""
-        for name, value in zip(self.__slots__, values, strict=True):
+        """Set every field, in `_fields` order (a subclass's `__init__` takes them in that order)."""
+        for name, value in zip(self._fields, values, strict=True):
             _set(self, name, value)
 
     def astuple(self) -> tuple[Any, ...]:
         """The field values, in order (what `attrs.astuple` gave)."""
-        return tuple(getattr(self, name) for name in self.__slots__)
+        return tuple(getattr(self, name) for name in self._fields)
 
     def replace(self, **changes: Any) -> Self:
         """A copy with `changes` (what `attrs.evolve` did for these records)."""
-        return type(self)(**{name: getattr(self, name) for name in self.__slots__} | changes)
+        return type(self)(**{name: getattr(self, name) for name in self._fields} | changes)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"{type(self).__name__} is frozen: cannot set {name!r}")
@@ -74,7 +78,7 @@ class Record:
         return hash((self.__class__.__qualname__, *self.astuple()))
 
     def __repr__(self) -> str:
-        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._fields)
         return f"{self.__class__.__qualname__}({fields})"
 
     def __reduce__(self) -> tuple[type[Record], tuple[Any, ...]]:

@@ -98,7 +98,7 @@ class Backend:
             assert self._memory is not None
             log = self._memory._log
             old = log[seq - 1]
-            log[seq - 1] = type(old)(**{**{n: getattr(old, n) for n in old.__slots__}, column: value})
+            log[seq - 1] = type(old)(**{**{n: getattr(old, n) for n in type(old)._fields}, column: value})
         elif self.name == "sqlite":
             import sqlite3
 

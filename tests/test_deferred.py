@@ -17,7 +17,14 @@ import pytest
 
 from lifecycle_fsm import deferred
 from lifecycle_fsm.deferred import Factory, field_names, frozen
-from lifecycle_fsm.events import EVENT_TYPES, CandidateEvent, CandidateReceived, Event, TrustedStateRecorded
+from lifecycle_fsm.events import (
+    EVENT_TYPES,
+    CandidateEvent,
+    CandidateReceived,
+    Event,
+    StageFailed,
+    TrustedStateRecorded,
+)
 from lifecycle_fsm.snapshots import SnapshotProblem
 from lifecycle_fsm.state import CandidateState, LedgerSettings
 
@@ -169,17 +176,119 @@ def test_a_class_that_writes_its_own_init_keeps_it() -> None:
 
 
 def test_threads_build_a_class_once() -> None:
+    """Eight threads released together construct a new class's first instances: none may meet the class
+    half-built (before the fix, ~80% of constructions failed with "takes no arguments" here)."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter allows: open every window
+    failures: list[str] = []
+    try:
+        for _ in range(40):
+
+            @frozen
+            class Raced:
+                x: int
+                y: str = "a"
+
+            made: list[Any] = []
+            start = threading.Barrier(8)
+
+            def construct(cls: type = Raced, start: threading.Barrier = start, made: list[Any] = made) -> None:
+                start.wait()
+                try:
+                    made.append(cls(1, "b"))
+                    made.append(attrs.fields(cls).x.name)
+                except Exception as e:
+                    failures.append(f"{type(e).__name__}: {e}")
+
+            threads = [threading.Thread(target=construct) for _ in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert failures == []
+
+
+def test_an_instance_unpickled_before_its_class_is_built_is_an_attrs_instance() -> None:
+    """Unpickling calls no `__init__`: the stand-in `__setstate__` builds the class first, so equality,
+    hashing and frozenness are attrs' (a result sent back from a worker process, say)."""
+    data = pickle.dumps((StageFailed(stage="reward"), LedgerSettings(initialized=True)))
+    out = run(
+        "import pickle, sys, copy\n"
+        "from lifecycle_fsm.deferred import is_deferred\n"
+        "from lifecycle_fsm.events import StageFailed\n"
+        "from lifecycle_fsm.state import LedgerSettings\n"
+        "assert is_deferred(StageFailed) and is_deferred(LedgerSettings)\n"
+        f"e, s = pickle.loads({data!r})\n"
+        "import attrs\n"
+        "try:\n"
+        "    e.stage = 'mutated'\n"
+        "except attrs.exceptions.FrozenInstanceError:\n"
+        "    pass\n"
+        "else:\n"
+        "    raise SystemExit('an unpickled event could be mutated')\n"
+        "print(e == StageFailed(stage='reward'), s == LedgerSettings(initialized=True),\n"
+        "      len({s, pickle.loads(pickle.dumps(s))}), copy.deepcopy(e) == e, repr(e).startswith('StageFailed('))\n"
+    )
+    assert out.split() == ["True", "True", "1", "True", "True"]
+
+
+def test_a_plain_subclass_runs_its_own_init_once() -> None:
+    """A subclass (not deferred) whose `__init__` calls the deferred base's through `super()`: the base's
+    stand-in builds the class and runs the base's attrs `__init__`, not the subclass's again."""
+
     @frozen
-    class Raced:
+    class Base:
         x: int
 
-    made: list[Any] = []
-    threads = [threading.Thread(target=lambda: made.append(Raced(1))) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert made == [Raced(1)] * 8 and len(attrs.fields(Raced)) == 1
+    calls: list[int] = []
+
+    class Tagged(Base):
+        def __init__(self, x: int) -> None:
+            calls.append(x)
+            super().__init__(x)
+
+    assert Tagged(1).x == 1 and Tagged(2).x == 2
+    assert calls == [1, 2]
+
+
+def test_a_child_forked_while_another_thread_builds_can_build() -> None:
+    """A thread of the parent holds the build lock when the process forks: the child gets a fresh lock
+    (`os.register_at_fork`) instead of one nobody will ever release."""
+    out = run(
+        "import os, threading, time, signal\n"
+        "from lifecycle_fsm import deferred\n"
+        "from lifecycle_fsm.events import StageFailed\n"
+        "held = threading.Event()\n"
+        "def hold():\n"
+        "    with deferred._LOCK:\n"
+        "        held.set(); time.sleep(2)\n"
+        "threading.Thread(target=hold, daemon=True).start(); held.wait()\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    signal.alarm(5)\n"
+        "    StageFailed(stage='x')\n"
+        "    os._exit(0)\n"
+        "_, status = os.waitpid(pid, 0)\n"
+        "print(os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0)\n"
+    )
+    assert out.strip() == "True"
+
+
+def test_a_class_attrs_refuses_stays_deferred_and_refuses_every_time() -> None:
+    """A mandatory field after a defaulted one: attrs' ValueError at the first use and at every later one
+    (the class is left as it was, not half-built)."""
+
+    @frozen
+    class Bad:
+        a: int = 0
+        b: int  # type: ignore[misc]
+
+    for _ in range(2):
+        with pytest.raises(ValueError, match="No mandatory attributes allowed after an attribute with a default"):
+            Bad(1, 2)
+        assert deferred.is_deferred(Bad)
 
 
 def test_build_of_a_plain_class_is_a_no_op() -> None:

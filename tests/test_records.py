@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import inspect
 import pickle
+import weakref
 
 import pytest
 
@@ -57,7 +58,7 @@ def test_a_record_is_a_frozen_value(record: Record) -> None:
     assert (twin != record) is False
     assert record != tuple(record.astuple())
     assert record.__eq__(object()) is NotImplemented
-    name = record.__slots__[0]
+    name = type(record)._fields[0]
     with pytest.raises(AttributeError, match="frozen"):
         setattr(record, name, None)
     with pytest.raises(AttributeError, match="frozen"):
@@ -67,14 +68,14 @@ def test_a_record_is_a_frozen_value(record: Record) -> None:
     assert not hasattr(record, "__dict__")
     assert pickle.loads(pickle.dumps(record)) == record
     assert copy.copy(record) == record
-    assert type(record).__match_args__ == record.__slots__
+    assert type(record).__match_args__ == type(record)._fields
     assert repr(record).startswith(f"{type(record).__name__}({name}=")
 
 
 @pytest.mark.parametrize("record", SAMPLES, ids=lambda r: type(r).__name__)
 def test_init_takes_the_fields_in_slots_order(record: Record) -> None:
     """`__init__`'s parameters are `__slots__`, in order (what `_fill` and positional construction rely on)."""
-    assert tuple(inspect.signature(type(record)).parameters) == record.__slots__
+    assert tuple(inspect.signature(type(record)).parameters) == type(record)._fields
     assert type(record)(*record.astuple()).astuple() == record.astuple()
 
 
@@ -107,3 +108,18 @@ def test_match_by_position() -> None:
             assert (seq, digest) == (4, "h")
         case _:  # pragma: no cover
             pytest.fail("no match")
+
+
+def test_a_subclass_keeps_its_bases_fields_and_records_take_weak_references() -> None:
+    """A subclass that adds no field (`__slots__ = ()`) is built, compared, shown and pickled with its base's
+    fields; every record can be weakly referenced (attrs' slotted classes could)."""
+    head = _MyHead(4, "h")
+    assert head.astuple() == (4, "h") and type(head).__match_args__ == ("seq", "hash")
+    assert head == _MyHead(4, "h") and head != _MyHead(5, "h") and head != Head(4, "h")
+    assert repr(head) == "_MyHead(seq=4, hash='h')"
+    assert pickle.loads(pickle.dumps(head)) == head
+    assert weakref.ref(head)() is head
+
+
+class _MyHead(Head):
+    __slots__ = ()

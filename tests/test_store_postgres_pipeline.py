@@ -8,17 +8,21 @@ again, and that an interrupted round trip leaves no half-used session behind.
 
 from __future__ import annotations
 
+import enum
+import signal
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
 from backends import pg_execute
 from test_store_contract import new
 
 from store import InputError, StoreError
 from store.postgres import PostgresEventStore
+from store.records import NewEvent
 
 pytestmark = pytest.mark.postgres
 
@@ -90,8 +94,64 @@ def test_values_go_as_text_parameters_exactly(store: PostgresEventStore) -> None
     for bad in ("a\0b", ["a\0b"]):
         with pytest.raises(InputError, match="NUL"):
             pipeline.param(bad)
-    with pytest.raises(TypeError):
-        pipeline.param(1.5)
+    for unsendable in (1.5, True, b"x"):
+        with pytest.raises(InputError, match="cannot send"):
+            pipeline.param(unsendable)
+
+
+class _Key(enum.StrEnum):
+    ID = "key-1"
+
+
+class _Count(enum.IntEnum):
+    TWO = 2
+
+
+def test_str_and_int_subclasses_go_as_their_values(store: PostgresEventStore) -> None:
+    """An id or actor given as a StrEnum (a `str` subclass) is stored as its text, as psycopg would send it;
+    an IntEnum as its digits. Not a raw TypeError from the store."""
+    pipeline = store.session.pipeline
+    assert (pipeline.param(_Key.ID), pipeline.param(_Count.TWO)) == (b"key-1", b"2")
+    assert pipeline.param([_Key.ID, _Count.TWO]) == b'{"key-1",2}'
+    event = new("a", 2, event_id=_Key.ID)
+    event = NewEvent(event.stream_id, event.type, event.schema_version, event.payload, event.event_id,
+                     event.recorded_at, _Key.ID)  # fmt: skip
+    stored = store.append("a", 2, [event]).events[0]
+    back = store.event_at(stored.seq)
+    assert back is not None and (back.event_id, back.actor) == ("key-1", "key-1")
+    assert type(back.event_id) is str and back.hash == stored.hash
+    assert store.verify_chain().ok
+
+
+def test_a_real_interrupt_while_waiting_leaves_the_session_able_to_append(
+    store: PostgresEventStore, pg_url: str
+) -> None:
+    """Ctrl-C while a new session's first append waits for the ledger's lock (another session holds it):
+    psycopg cancels the query and reads the answers, so the session stays open, but whether the server
+    prepared the statement sent with it is unknown; it is prepared again under a new name, and the next
+    append after the lock is free goes through."""
+    holder = psycopg.connect(pg_url)
+    holder.execute(store.session.lock_sql)
+
+    def interrupt(*_: Any) -> None:
+        raise KeyboardInterrupt
+
+    with PostgresEventStore(pg_url, synchronous="NORMAL") as fresh:
+        fresh.session.pipeline.supported = store.session.pipeline.supported
+        previous = signal.signal(signal.SIGALRM, interrupt)
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0.3)
+            with pytest.raises(KeyboardInterrupt):
+                fresh.append("a", 2, [new("a", 2)])
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+            holder.rollback()
+            holder.close()
+        assert not fresh.session.conn.closed
+        for n in (2, 3):
+            assert fresh.append("a", n, [new("a", n)]).events[0].seq == n + 2
+        assert fresh.count_events() == 5 and fresh.verify_chain().ok
 
 
 def test_an_interrupted_round_trip_closes_the_session(store: PostgresEventStore) -> None:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 
 import structlog
-from conftest import Workspace
+from conftest import Workspace, run_cli
 
 from lifecycle_fsm.events import stream_of
 from lifecycle_fsm.ledger import Ledger, fold_candidate, utc_now
@@ -92,3 +93,20 @@ def test_verify_compares_stream_copies_with_a_full_replay(ws: Workspace) -> None
         report = verify(ledger.store)
     assert report["ok"] is False
     assert "stream copies differ" in report["reason"]
+
+
+def test_a_stream_copy_that_is_not_an_object_is_skipped_and_said(ws: Workspace) -> None:
+    """A copy rewritten as a JSON string with its digest recomputed: not read as a state (no ValueError
+    traceback, in the library or from `lifecycle status ID`): skipped and said, the stream folded instead."""
+    _history(ws)
+    text = '"ab"'
+    with sqlite3.connect(ws.db) as conn:
+        conn.execute("UPDATE checkpoint_streams SET state = ?, state_sha256 = ?",
+                     (text, hashlib.sha256(text.encode()).hexdigest()))  # fmt: skip
+    with ws.ledger() as ledger, structlog.testing.capture_logs() as logs:
+        assert ledger.candidate("dpo-v5") == _full_fold(ws)
+    skipped = [e for e in logs if e["event"] == "stream_snapshot_skipped"]
+    assert skipped and "cannot be read" in skipped[0]["reason"]
+    done = run_cli(str(ws.db), "--json", "status", "dpo-v5")
+    assert done.returncode == 0, done.stderr
+    assert '"state":"verified"' in done.stdout.replace(" ", "")
