@@ -6,6 +6,8 @@ Contenders, each on its own file in the same folder, WAL, the same `synchronous`
   round-robin over 100 candidates;
 - raw: `BEGIN IMMEDIATE; INSERT; COMMIT` of an equivalent row (same columns, same
   payload text, same UNIQUE constraints, no triggers, values computed up front);
+- raw into the store's own table (info): the same rows into a file `SQLiteEventStore`
+  created (three filter indexes, the insert trigger): the schema's share of the gap;
 - eventsourcing 9.x, SQLite persistence: the documented command pattern
   (`repository.get` with the aggregate cache on, call the command method, `save`),
   one event per save; "es save only" keeps the aggregates in memory (info).
@@ -83,13 +85,25 @@ def seed_candidates(store: SQLiteEventStore, ids: list[str]) -> None:
 
 
 class Raw:
-    """Plain sqlite3 on an equivalent table: the floor we compare against."""
+    """Plain sqlite3 on an equivalent table: the floor we compare against.
 
-    def __init__(self, path: Path, sync: str) -> None:
+    `table="bare"` (the targets' raw): the events table's columns, PRIMARY KEY and two
+    UNIQUEs, nothing else. `table="store"` (info rows): the store's own file, created by
+    `SQLiteEventStore` (its three filter indexes, the insert trigger that refuses a
+    clashing row, the update/delete triggers); raw still skips everything the store
+    does around the INSERT (write lock, head read, chain, version check, stream index).
+    """
+
+    def __init__(self, path: Path, sync: str, table: str = "bare") -> None:
+        if table == "store":
+            SQLiteEventStore(path, synchronous=sync).close()
         self.conn = sqlite3.connect(str(path), isolation_level=None, timeout=30)
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute(f"PRAGMA synchronous={sync}")
-        self.conn.execute(RAW_SCHEMA)
+        if table == "store":
+            self.conn.execute("PRAGMA recursive_triggers=ON")  # as the store's own connection
+        else:
+            self.conn.execute(RAW_SCHEMA)
         self.seq = int(self.conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()[0])
         self.versions: dict[str, int] = {}
         self.clock = Clock()
@@ -198,7 +212,7 @@ class _Single:
         self.files = tiny_files(folder)
         self.ids = [cid_of(i) for i in range(N_CANDIDATES)]
         self.shas = [sha_of(f) for f in self.files]
-        for name in ("ours.db", "ours-alt.db", "raw.db", "es.db"):
+        for name in ("ours.db", "ours-alt.db", "raw.db", "raw-store.db", "es.db"):
             remove_db(folder / name)
         self.ledger = Ledger.open(folder / "ours.db", synchronous=sync, actor=ACTOR)
         seed_candidates(self.ledger.store, self.ids)
@@ -206,6 +220,7 @@ class _Single:
         seed_candidates(self.alt.store, self.ids)
         self.trusted = [False] * N_CANDIDATES
         self.raw = Raw(folder / "raw.db", sync)
+        self.raw_store = Raw(folder / "raw-store.db", sync, table="store")
         self.app = es_app(folder / "es.db", sync)
         self.es_ids = [self.app.receive(cid) for cid in self.ids]
         # separate aggregates for save-only, kept in memory
@@ -230,13 +245,17 @@ class _Single:
             self.trusted[j] = not self.trusted[j]
         return (clock() - t0) / self.n
 
-    def raw_one(self) -> float:
+    def raw_one(self, raw: Raw | None = None) -> float:
+        raw = self.raw if raw is None else raw
         payloads = []
         for i in range(self.n):
             j = i % N_CANDIDATES
             ev = TrustedStateRecorded(KIND, self.files[j], self.shas[j])
             payloads.append((stream_of(self.ids[j]), ev.TYPE, ev.to_payload()))
-        return self.raw.one_per_tx(self.raw.rows(payloads)) / self.n
+        return raw.one_per_tx(raw.rows(payloads)) / self.n
+
+    def raw_store_one(self) -> float:
+        return self.raw_one(self.raw_store)
 
     def es(self) -> float:
         cmd = self.app.record_trusted_state
@@ -256,8 +275,21 @@ class _Single:
         return (clock() - t0) / self.n
 
     def close(self) -> None:
-        for closable in (self.ledger, self.alt, self.raw, self.app):
+        for closable in (self.ledger, self.alt, self.raw, self.raw_store, self.app):
             closable.close()
+
+
+def raw_store_rows(section: str, sync: str, measured: str, floor: float, ours: float) -> list[Row]:
+    """Info rows: raw INSERT+COMMIT into the store's own table, against raw and against ours.
+
+    The first says what the store's schema (the guarantees the database keeps: three filter
+    indexes, the insert trigger) costs by itself; the second what our code adds on top.
+    """
+    return [
+        Row(section, f"raw into the store's own table (indexes, triggers) / raw, {sync} (info)", "-",
+            f"raw-store {measured}", floor),
+        Row(section, f"ours / raw into the store's own table, {sync} (info)", "-", "", ours),
+    ]  # fmt: skip
 
 
 def single(workdir: Path, sync: str, rounds: int, n: int) -> tuple[list[Row], dict[str, Any]]:
@@ -266,7 +298,7 @@ def single(workdir: Path, sync: str, rounds: int, n: int) -> tuple[list[Row], di
     folder.mkdir(parents=True, exist_ok=True)
     bench = _Single(folder, sync, n)
     contenders = {"ours": bench.ours, "raw": bench.raw_one, "es": bench.es, "es_save": bench.es_save,
-                  "ours_alt": bench.ours_alt}  # fmt: skip
+                  "ours_alt": bench.ours_alt, "raw_store": bench.raw_store_one}  # fmt: skip
     interleaved(contenders, 1)  # warm-up: statement caches, page cache, first-use costs
     times = interleaved(contenders, rounds)
     payload = _payload_len(folder / "ours.db")
@@ -277,6 +309,8 @@ def single(workdir: Path, sync: str, rounds: int, n: int) -> tuple[list[Row], di
         "es_save_ours": per_round_ratio(times["es_save"], times["ours"]),
         "alt_raw": per_round_ratio(times["ours_alt"], times["raw"]),
         "es_alt": per_round_ratio(times["es"], times["ours_alt"]),
+        "raw_store_raw": per_round_ratio(times["raw_store"], times["raw"]),
+        "ours_raw_store": per_round_ratio(times["ours"], times["raw_store"]),
     }
     m = {k: median(v) for k, v in ratios.items()}
     us = {k: fmt_spread([x * 1e6 for x in v], 1) for k, v in times.items()}
@@ -297,6 +331,7 @@ def single(workdir: Path, sync: str, rounds: int, n: int) -> tuple[list[Row], di
         Row("append-1", f"ours untrust/trusted alternating / raw, {sync} (info)", "-",
             f"ours-alt {us['ours_alt']} us", m["alt_raw"]),
         Row("append-1", f"eventsourcing / ours untrust/trusted alternating, {sync} (info)", "-", "", m["es_alt"]),
+        *raw_store_rows("append-1", sync, us["raw_store"] + " us", m["raw_store_raw"], m["ours_raw_store"]),
     ]  # fmt: skip
     return rows, detail
 
@@ -315,13 +350,15 @@ def batched(workdir: Path, sync: str, rounds: int, batches: int, size: int = 100
     """1,000 events per transaction over 10 streams: store.transaction + tx.append vs executemany."""
     folder = workdir / f"batch-{sync.lower()}"
     folder.mkdir(parents=True, exist_ok=True)
-    for name in ("ours.db", "raw.db", "es.db"):
+    for name in ("ours.db", "raw.db", "raw-store.db", "es.db"):
         remove_db(folder / name)
     store = SQLiteEventStore(folder / "ours.db", synchronous=sync)
     raw = Raw(folder / "raw.db", sync)
+    raw_store = Raw(folder / "raw-store.db", sync, table="store")
     app = es_app(folder / "es.db", sync)
     per_stream = size // 10
-    gen = {name: Streams(root=str(folder)) for name in ("ours", "raw", "es")}  # each file has its own versions
+    # each file has its own versions
+    gen = {name: Streams(root=str(folder)) for name in ("ours", "raw", "raw_store", "es")}
     ids = [f"batch-c{i:02d}" for i in range(10)]
     es_ids = [app.receive(cid) for cid in ids]
 
@@ -339,13 +376,16 @@ def batched(workdir: Path, sync: str, rounds: int, batches: int, size: int = 100
             total += clock() - t0
         return total / (batches * size)
 
-    def raw_many() -> float:
+    def raw_many(who: str = "raw", into: Raw = raw) -> float:
         total = 0.0
         for _ in range(batches):
-            batch = make_batch("raw")
-            rows = raw.rows([(e.stream_id, e.type, e.payload) for _, _, events, _ in batch for e in events])
-            total += raw.batch(rows)
+            batch = make_batch(who)
+            rows = into.rows([(e.stream_id, e.type, e.payload) for _, _, events, _ in batch for e in events])
+            total += into.batch(rows)
         return total / (batches * size)
+
+    def raw_store_many() -> float:
+        return raw_many("raw_store", raw_store)
 
     def es() -> float:
         total = 0.0
@@ -360,13 +400,17 @@ def batched(workdir: Path, sync: str, rounds: int, batches: int, size: int = 100
             total += clock() - t0
         return total / (batches * size)
 
-    interleaved({"ours": ours, "raw": raw_many, "es": es}, 1)
-    times = interleaved({"ours": ours, "raw": raw_many, "es": es}, rounds)
+    contenders = {"ours": ours, "raw": raw_many, "es": es, "raw_store": raw_store_many}
+    interleaved(contenders, 1)
+    times = interleaved(contenders, rounds)
     store.close()
     raw.close()
+    raw_store.close()
     app.close()
     ours_raw = per_round_ratio(times["ours"], times["raw"])
     es_ours = per_round_ratio(times["es"], times["ours"])
+    floor = per_round_ratio(times["raw_store"], times["raw"])
+    ours_floor = per_round_ratio(times["ours"], times["raw_store"])
     us = {k: fmt_spread([x * 1e6 for x in v], 2) for k, v in times.items()}
     detail = {
         "batch": f"{size} events per transaction, 10 streams x {per_stream} (realistic mixed payloads)",
@@ -379,6 +423,7 @@ def batched(workdir: Path, sync: str, rounds: int, batches: int, size: int = 100
             {"ratio": summary(ours_raw)}),
         Row("append-batch", f"es save(1000) / ours, {sync} (info)", "-", f"es {us['es']} us/ev",
             median(es_ours), None, {"ratio": summary(es_ours)}),
+        *raw_store_rows("append-batch", sync, us["raw_store"] + " us/ev", median(floor), median(ours_floor)),
     ]  # fmt: skip
     return rows, detail
 

@@ -12,6 +12,8 @@ Contenders, each on its own file in one folder, WAL, the same `synchronous`:
 - raw: `BEGIN IMMEDIATE; INSERT; COMMIT` of the same payload texts our warm-up round
   wrote (same types, same sizes, in the same order), hashes computed up front, into a
   table with the same columns and UNIQUE constraints;
+- raw into the store's own table (info): the same, into a file the store created (its
+  filter indexes and triggers too): what the schema alone costs;
 - eventsourcing: `repository.get` (cache on) + a command method carrying the same payload
   + `save`, one event per command.
 """
@@ -24,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench_append import Raw, es_app
+from bench_append import Raw, es_app, raw_store_rows
 from bench_common import ACTOR, Row, clock, fmt_spread, interleaved, median, per_round_ratio, remove_db, summary
 
 from lifecycle_fsm.artifacts import hash_directory
@@ -79,13 +81,14 @@ class _Mix:
     def __init__(self, folder: Path, sync: str, per_round: int, rounds: int) -> None:
         self.per_round = per_round
         self.ws = Workspace(folder / "ws", per_round)
-        for name in ("ours.db", "raw.db", "es.db"):
+        for name in ("ours.db", "raw.db", "raw-store.db", "es.db"):
             remove_db(folder / name)
         self.ledger = Ledger.open(folder / "ours.db", synchronous=sync, actor=ACTOR, artifact_root=folder / "ws")
         self.ledger.init()
         self.ledger.activate_baseline(self.ws.baseline)
         self.next = 0
         self.raw = Raw(folder / "raw.db", sync)
+        self.raw_store = Raw(folder / "raw-store.db", sync, table="store")
         self.app = es_app(folder / "es.db", sync)
         self.by_type: dict[str, list[float]] = defaultdict(list)
         self.payloads: list[tuple[str, str, dict[str, Any]]] = []
@@ -123,11 +126,15 @@ class _Mix:
         self.payloads = [(s, t, orjson.loads(p)) for s, t, p in rows]
         self.by_type.clear()
 
-    def raw_one(self) -> float:
+    def raw_one(self, raw: Raw | None = None) -> float:
+        raw = self.raw if raw is None else raw
         n = self.per_round * 7
-        rows = self.raw.rows([(f"raw-{self.next}-{s}", t, p) for s, t, p in self.payloads[:n]])
+        rows = raw.rows([(f"raw-{self.next}-{s}", t, p) for s, t, p in self.payloads[:n]])
         self.next += 1
-        return self.raw.one_per_tx(rows) / n
+        return raw.one_per_tx(rows) / n
+
+    def raw_store_one(self) -> float:
+        return self.raw_one(self.raw_store)
 
     def es(self) -> float:
         n = self.per_round * 7
@@ -146,6 +153,7 @@ class _Mix:
     def close(self) -> None:
         self.ledger.close()
         self.raw.close()
+        self.raw_store.close()
         self.app.close()
 
 
@@ -155,10 +163,13 @@ def mix(workdir: Path, sync: str, rounds: int, per_round: int) -> tuple[list[Row
     bench = _Mix(folder, sync, per_round, rounds)
     bench.ours()  # warm-up: caches, first-use costs; its payloads are what the others write
     bench.capture_payloads()
-    times = interleaved({"ours": bench.ours, "raw": bench.raw_one, "es": bench.es}, rounds)
+    contenders = {"ours": bench.ours, "raw": bench.raw_one, "es": bench.es, "raw_store": bench.raw_store_one}
+    times = interleaved(contenders, rounds)
     bench.close()
     ours_raw = per_round_ratio(times["ours"], times["raw"])
     es_ours = per_round_ratio(times["es"], times["ours"])
+    floor = per_round_ratio(times["raw_store"], times["raw"])
+    ours_floor = per_round_ratio(times["ours"], times["raw_store"])
     us = {k: fmt_spread([x * 1e6 for x in v], 1) for k, v in times.items()}
     rows = [
         Row("append-mix", f"ours mix / raw INSERT+COMMIT of the same rows, {sync}",
@@ -167,6 +178,7 @@ def mix(workdir: Path, sync: str, rounds: int, per_round: int) -> tuple[list[Row
         Row("append-mix", f"eventsourcing get+method+save / ours mix, {sync}",
             ">= 1.8x" if sync == "FULL" else ">= 3x", f"es {us['es']} us/cmd",
             median(es_ours), median(es_ours) >= (1.8 if sync == "FULL" else 3.0)),
+        *raw_store_rows("append-mix", sync, f"{us['raw_store']} us", median(floor), median(ours_floor)),
     ]  # fmt: skip
     per_type = {}
     for name in COMMANDS:
@@ -179,7 +191,12 @@ def mix(workdir: Path, sync: str, rounds: int, per_round: int) -> tuple[list[Row
         "mix": "receive, trusted x2, check, fail reward, recovered, check (per candidate, new candidates each round)",
         "commands_per_round": per_round * 7,
         "us_per_cmd": {k: summary(v, 1e6, 1) for k, v in times.items()},
-        "ratios": {"ours_raw": summary(ours_raw), "es_ours": summary(es_ours)},
+        "ratios": {
+            "ours_raw": summary(ours_raw),
+            "es_ours": summary(es_ours),
+            "raw_store_raw": summary(floor),
+            "ours_raw_store": summary(ours_floor),
+        },
         "per_type": per_type,
         "es_synchronous_checked": sorted(bench.app.bench_synchronous),
     }

@@ -6,6 +6,9 @@ with a key the file writer does not hold closes that (SPEC §8). Keys come from 
 `cryptography` package (never hand-rolled): a private key is PKCS#8 PEM (unencrypted,
 mode 0600, created with O_EXCL so an existing key is never overwritten), a public key
 SubjectPublicKeyInfo PEM. A key's id is the sha256 hex of its 32 raw public bytes.
+
+`cryptography` is imported where a key is made, loaded or checked, not with the module:
+`verify` without `--pubkey` reads no key, and the import was ~20% of its start-up.
 """
 
 from __future__ import annotations
@@ -16,13 +19,14 @@ import hashlib
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import attrs
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from lifecycle_fsm.errors import InputError
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 __all__ = [
     "PRIVATE_KEY_NAME",
@@ -52,6 +56,8 @@ class KeyFiles:
 
 def key_id(public_key: Ed25519PublicKey) -> str:
     """sha256 hex of the 32 raw public-key bytes: how seals and attestations name their key."""
+    from cryptography.hazmat.primitives import serialization
+
     raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     return hashlib.sha256(raw).hexdigest()
 
@@ -66,6 +72,9 @@ def new_key_pair(out: str | os.PathLike[str]) -> KeyFiles:
         raise InputError(f"cannot create key folder {folder}: {e.strerror}") from e
     if public_path.exists():
         raise InputError(f"{public_path} already exists: a key pair is never overwritten")
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     key = Ed25519PrivateKey.generate()
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     try:
@@ -92,6 +101,9 @@ def _read(path: str | os.PathLike[str], what: str) -> bytes:
 
 def load_private_key(path: str | os.PathLike[str]) -> Ed25519PrivateKey:
     """An Ed25519 private key from PKCS#8 PEM; anything else is an input error."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     try:
         key = serialization.load_pem_private_key(_read(path, "signing key"), password=None)
     except (ValueError, TypeError) as e:
@@ -103,6 +115,9 @@ def load_private_key(path: str | os.PathLike[str]) -> Ed25519PrivateKey:
 
 def private_key_from(value: str | os.PathLike[str] | bytes | Ed25519PrivateKey, what: str) -> Ed25519PrivateKey:
     """A signing key given as a key object, PEM bytes, or the path of a PEM file."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     if isinstance(value, Ed25519PrivateKey):
         return value
     if isinstance(value, bytes):
@@ -118,6 +133,9 @@ def private_key_from(value: str | os.PathLike[str] | bytes | Ed25519PrivateKey, 
 
 def load_public_key(path: str | os.PathLike[str]) -> Ed25519PublicKey:
     """An Ed25519 public key from SubjectPublicKeyInfo PEM; anything else is an input error."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     try:
         key = serialization.load_pem_public_key(_read(path, "public key"))
     except (ValueError, TypeError) as e:
@@ -150,6 +168,8 @@ class PublicKeys:
         key = self.by_id.get(signer_id)
         if key is None:
             return False
+        from cryptography.exceptions import InvalidSignature
+
         try:
             key.verify(base64.b64decode(signature, validate=True), message)
         except (InvalidSignature, binascii.Error, ValueError, TypeError):

@@ -21,11 +21,10 @@ import re
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import orjson
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from lifecycle_fsm.errors import ConcurrencyError, ConflictError, CorruptionError, InputError
 from lifecycle_fsm.events import SEALS_STREAM, HeadSealed, LedgerInitialized
@@ -34,6 +33,9 @@ from lifecycle_fsm.upcasting import decoded_payload, derived_ledger_id
 from store.base import EventStore
 from store.chain import canonical_json
 from store.records import Head, NewEvent, StoredEvent
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 __all__ = [
     "ExpectedHead",

@@ -211,6 +211,17 @@ def test_verify_imports_no_command_path(populated_db: Path) -> None:
     assert sorted(m for m in modules if m in write_path) == []
 
 
+def test_verify_without_a_key_imports_no_cryptography(populated_db: Path, tmp_path: Path) -> None:
+    """`verify` reads no key unless given `--pubkey`: `cryptography` loads only then (a fifth of
+    its start-up), and a key-checked verify still checks the key."""
+    argv = ("-m", "lifecycle_fsm", "--db", str(populated_db), "--json", "verify")
+    assert sorted(m for m in imported_by(*argv) if m.split(".")[0] == "cryptography") == []
+    keys = tmp_path / "keys"
+    assert run_cli(populated_db, "key", "new", "--out", str(keys)).returncode == 0
+    with_key = imported_by(*argv, "--pubkey", str(keys / "lifecycle-signing.pub"))
+    assert "cryptography.hazmat.primitives.asymmetric.ed25519" in with_key
+
+
 def test_the_fold_imports_no_transitions_and_the_live_machine_still_works() -> None:
     """`transitions` is imported when a command first checks a live move, not by the table or the fold."""
     code = (
