@@ -65,6 +65,7 @@ from store.records import (
     StreamHead,
     StreamSnapshot,
 )
+from store.threads import one_thread
 
 __all__ = ["PostgresEventStore", "PostgresTransaction"]
 
@@ -81,6 +82,7 @@ def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+@one_thread("_owner")
 class PostgresEventStore:
     """An `EventStore` in a PostgreSQL schema (see the module docstring for why)."""
 
@@ -101,6 +103,7 @@ class PostgresEventStore:
             self.session.close()
             raise
         self.where = self.session.where
+        self._owner = self.session.owner
         self.last_head = Head(0, GENESIS_HASH)  # a transaction's first guess, checked by its insert
         self._listener: psycopg.Connection[Any] | None = None  # wait_for_new's LISTEN connection
 

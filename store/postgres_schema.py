@@ -35,6 +35,7 @@ from store.errors import InputError, IntegrityError, LifecycleError, StoreError
 from store.open import redact_url
 from store.postgres_pipeline import Pipeline
 from store.records import EventFilter
+from store.threads import ThreadOwner
 
 __all__ = ["DDL", "EVENT_COLUMNS", "STORE_SCHEMA_VERSION", "SYNCHRONOUS_COMMIT", "PgSession", "filter_sql"]
 
@@ -162,6 +163,7 @@ class PgSession:
     def __init__(self, url: str, *, synchronous: str, busy_timeout: float, idle_timeout: float) -> None:
         self.url = url
         self.where = redact_url(url)
+        self.owner = ThreadOwner(self.where)  # the thread that may use this connection (store/threads.py)
         self._secrets = _secrets(url)
         self.busy_timeout = busy_timeout
         self.idle_timeout = idle_timeout
@@ -319,7 +321,9 @@ class PgSession:
 
     @contextmanager
     def mapped(self, what: str) -> Iterator[None]:
-        """Translate any psycopg exception raised inside into the project's error tree."""
+        """Translate any psycopg exception raised inside into the project's error tree (and refuse
+        a thread other than the session's own before anything is sent)."""
+        self.owner.check()
         try:
             yield
         except psycopg.Error as e:

@@ -11,6 +11,7 @@ runs the store's preparation for a read (its busy timeout) before every public m
 that is not a write: a new read cannot forget that either.
 
     not valid UTF-8 in a stored value   IntegrityError  (exit 6: the data was altered)
+    used from another thread            InputError      (store/threads.py)
     any other sqlite3.DatabaseError     StoreError      (exit 7: the file is unusable)
 """
 
@@ -23,6 +24,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 from store.errors import IntegrityError, LifecycleError, StoreError
+from store.threads import wrong_thread
 
 __all__ = ["SQLITE_FAILURES", "translate_sqlite_error", "translating_sqlite_errors"]
 
@@ -37,6 +39,8 @@ def translate_sqlite_error(error: BaseException, where: object) -> LifecycleErro
     detail = " ".join(str(error).split())
     if len(detail) > _MAX_DETAIL:
         detail = detail[:_MAX_DETAIL] + "…"
+    if isinstance(error, sqlite3.ProgrammingError) and "same thread" in detail:
+        return wrong_thread(where)  # sqlite3's own check: said as the PostgreSQL store says it
     if isinstance(error, UnicodeDecodeError) or "Could not decode to UTF-8" in detail:
         return IntegrityError(f"{where}: a stored value is not valid UTF-8, the ledger file is damaged ({detail})")
     if "readonly" in detail or "read-only" in detail:

@@ -46,23 +46,24 @@ def test_an_append_that_waited_for_the_lock_chains_to_what_the_holder_committed(
     once the lock is granted (read committed) and it sees the holder's row: in one statement
     with the lock it would read the head from before the wait and collide on seq."""
     appended = threading.Event()
-    with PostgresEventStore(pg_url, synchronous="NORMAL") as other:
-        other.session.pipeline.supported = store.session.pipeline.supported
+    supported = store.session.pipeline.supported
 
-        def hold() -> None:
+    def hold() -> None:  # its own store: a store is used by the thread that opened it (store/threads.py)
+        with PostgresEventStore(pg_url, synchronous="NORMAL") as other:
+            other.session.pipeline.supported = supported
             with other.transaction() as tx:
                 tx.append("b", 1, [new("b", 1)])
                 appended.set()
                 time.sleep(0.5)
 
-        holder = threading.Thread(target=hold)
-        holder.start()
-        try:
-            assert appended.wait(30)
-            result = store.append("a", 2, [new("a", 2)])  # the store's guess (seq 3) is stale by then
-        finally:
-            holder.join()
-        held = other.event_at(4)
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert appended.wait(30)
+        result = store.append("a", 2, [new("a", 2)])  # the store's guess (seq 3) is stale by then
+    finally:
+        holder.join()
+    held = store.event_at(4)
     assert held is not None and held.stream_id == "b"
     assert (result.events[0].seq, result.events[0].prev_hash) == (5, held.hash)
     assert store.verify_chain().ok

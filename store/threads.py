@@ -1,0 +1,71 @@
+"""One store, one thread: a store is used by the thread that opened it, on every backend.
+
+A store holds one database connection and per-connection state (the write
+transaction, the chain's head, PostgreSQL's prepared statements and pipeline). Two
+threads sharing one would interleave their statements: on PostgreSQL, one thread read
+the other's answers from the pipeline (a raw `IndexError`, then a closed connection,
+measured with 4 threads). `sqlite3` refuses a connection used from another thread by
+itself; the PostgreSQL store checks the same at the entry of every public method (before
+it touches the connection, so a refused call cannot roll back the owner's transaction)
+and again before each statement (a row generator handed to another thread). Both say it
+the same way, as an `InputError`: the caller's misuse, nothing was written. Concurrent
+writers each open their own store (the database keeps them apart, README "Concurrency").
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from store.errors import InputError
+
+__all__ = ["ThreadOwner", "one_thread", "wrong_thread"]
+
+_C = TypeVar("_C", bound=type)
+
+
+def wrong_thread(where: object) -> InputError:
+    """The error for a store used from a thread other than the one that opened it."""
+    return InputError(
+        f"{where}: this ledger store was opened in another thread; a store (and a Ledger) is used by "
+        "the thread that opened it: open one per thread"
+    )
+
+
+class ThreadOwner:
+    """The thread that opened a store, and the check every use makes."""
+
+    __slots__ = ("ident", "where")
+
+    def __init__(self, where: object) -> None:
+        self.ident = threading.get_ident()
+        self.where = where
+
+    def check(self) -> None:
+        if threading.get_ident() != self.ident:
+            raise wrong_thread(self.where)
+
+
+def one_thread(owner: str, *, anywhere: tuple[str, ...] = ("close",)) -> Callable[[_C], _C]:
+    """Check `self.<owner>` on entry to every public method but `anywhere` (closing is safe from any thread)."""
+
+    def decorate(cls: _C) -> _C:
+        for name, member in list(vars(cls).items()):
+            if name.startswith("_") or name in anywhere or not inspect.isfunction(member):
+                continue
+            setattr(cls, name, _checked(member, owner))
+        return cls
+
+    return decorate
+
+
+def _checked(method: Callable[..., Any], owner: str) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def checked(self: Any, *args: Any, **kwargs: Any) -> Any:
+        getattr(self, owner).check()
+        return method(self, *args, **kwargs)
+
+    return checked

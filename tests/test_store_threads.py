@@ -1,0 +1,118 @@
+"""One store, one thread (store/threads.py), on both durable backends, with real threads.
+
+Before this guard four threads appending through one PostgreSQL store read each other's
+pipeline answers: raw `IndexError`s, then a closed connection. Now a store refuses any
+thread but the one that opened it, before it sends anything, with the same `InputError`
+on SQLite (where `sqlite3` refused already, said as a damaged file) and on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from backends import DURABLE, Backend, backend_params, make_backend
+
+from lifecycle_fsm import Ledger
+from store import EventStore, InputError, NewEvent
+
+
+@pytest.fixture(params=backend_params(DURABLE))
+def backend(request: pytest.FixtureRequest, tmp_path: Any) -> Backend:
+    return make_backend(request.param, request, tmp_path)
+
+
+def _event(stream: str, i: int) -> NewEvent:
+    return NewEvent(stream, "Note", 1, {"i": i}, uuid.uuid4().hex, "2026-12-02T00:00:00.000000Z", "t")
+
+
+def _in_thread(call: Callable[[], object]) -> BaseException | None:
+    """What `call` raised in another thread (None: it returned)."""
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as e:  # handed back to the test
+            raised.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join(timeout=60)
+    assert not t.is_alive()
+    return raised[0] if raised else None
+
+
+def _refused(error: BaseException | None) -> None:
+    assert isinstance(error, InputError), repr(error)
+    assert "opened in another thread" in str(error) and "open one per thread" in str(error)
+
+
+def test_a_store_refuses_another_thread_and_stays_whole(backend: Backend) -> None:
+    store = backend.open()
+    try:
+        store.append("s", 0, [_event("s", 0)])
+        _refused(_in_thread(lambda: store.append("s", 1, [_event("s", 1)])))
+        _refused(_in_thread(store.head))
+        batches = store.select_row_batches()  # a row generator handed to another thread
+        _refused(_in_thread(lambda: next(iter(batches))))
+        # The owner's store still works, nothing was appended by the refused calls.
+        store.append("s", 1, [_event("s", 1)])
+        assert store.head().seq == 2
+        assert store.verify_chain().ok
+    finally:
+        store.close()
+
+
+def test_a_refused_thread_cannot_roll_back_the_owners_transaction(backend: Backend) -> None:
+    """The check comes before the connection is touched: a refused `transaction()` or append from
+    another thread in the middle of the owner's transaction leaves that transaction to commit."""
+    store = backend.open()
+    try:
+        with store.transaction() as tx:
+            tx.append("s", 0, [_event("s", 0)])
+            _refused(_in_thread(lambda: store.append("s", 0, [_event("s", 9)])))
+            _refused(_in_thread(lambda: store.transaction().__enter__()))
+            tx.append("s", 1, [_event("s", 1)])
+        assert [e.version for e in store.read_stream("s")] == [1, 2]
+    finally:
+        store.close()
+
+
+def test_threads_with_a_store_each_all_write(backend: Backend) -> None:
+    """What the error tells the caller to do works: four threads, a store each, every event kept."""
+    done: list[int] = []
+
+    def write(k: int) -> None:
+        store: EventStore = backend.open()
+        try:
+            for i in range(25):
+                store.append(f"t{k}", i, [_event(f"t{k}", i)])
+            done.append(k)
+        finally:
+            store.close()
+
+    backend.open().close()  # the schema first
+    threads = [threading.Thread(target=write, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert sorted(done) == [0, 1, 2, 3]
+    store = backend.open()
+    try:
+        assert store.count_events() == 100 and store.verify_chain().ok
+    finally:
+        store.close()
+
+
+def test_a_ledger_shared_with_another_thread_is_refused(backend: Backend) -> None:
+    """The embedding API says it too (README: one `Ledger` per thread)."""
+    assert backend.target is not None
+    with Ledger.open(backend.target, synchronous="NORMAL", actor="t") as ledger:
+        before = ledger.init().settings
+        _refused(_in_thread(lambda: ledger.advance_window(before.active_window + 5)))
+        assert ledger.settings() == before  # nothing appended
