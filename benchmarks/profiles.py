@@ -235,7 +235,7 @@ def breakdown(workdir: Path, big_db: Path | None) -> dict[str, Any]:
         sql = _per(n, lambda: _our_sql(store._conn, ids, row, n))  # type: ignore[attr-defined]
     out["single command us (record_trusted_state)"] = {
         "total": total, "hash_directory": hashing, "os.path.realpath (for scale)": realpath,
-        "our SQL statements by hand (BEGIN, version+head+id read, INSERT, stream index, COMMIT)": sql,
+        "our SQL statements by hand (BEGIN, version+head read, INSERT, stream index, COMMIT)": sql,
         "python rest": round(total - hashing - sql, 2),
         **({"WARNING: by-hand statements differ from the store's": drift} if drift else {}),
     }  # fmt: skip

@@ -155,10 +155,10 @@ class Ledger:
         """Close the store; using the ledger afterwards raises `LedgerClosedError`. Idempotent."""
         if self._closed:
             return
+        self.store.close()  # first: from a thread that did not open it, refused and still open
         self._closed = True
-        store, self.store = self.store, closed_store()
+        self.store = closed_store()
         self._reader.store = self._path.store = self.store
-        store.close()
 
     @property
     def closed(self) -> bool:

@@ -20,6 +20,7 @@ from store.postgres_append import chained_insert_sql, check_server_chain
 from store.postgres_pipeline import EVENT_ROW, decode_rows
 from store.postgres_schema import EVENT_COLUMNS
 from store.records import Head, NewEvent, StoredEvent, StreamHead
+from store.threads import one_thread
 
 if TYPE_CHECKING:
     from store.postgres import PostgresEventStore
@@ -92,12 +93,14 @@ def _conflict(stream_id: str, expected: int, actual: int) -> ConcurrencyError:
     )
 
 
+@one_thread("_owner")  # before its state changes: a refused call leaves the owner's transaction whole
 class PostgresTransaction:
     """A write transaction (see `StoreTransaction`); it starts, lock first, with its first statement."""
 
     def __init__(self, store: PostgresEventStore) -> None:
         self._store = store
         self._session = store.session
+        self._owner = store.session.owner
         self.started = False
         self._expected: list[tuple[str, int]] = []  # checked by the next insert, or before COMMIT
         self.head: Head | None = None  # the head under our lock, once known

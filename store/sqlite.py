@@ -57,6 +57,7 @@ from store.sqlite_schema import (
     schema_version,
 )
 from store.sqlite_transaction import SQLiteTransaction, read_stream_rows, row_to_event, select_stream_heads
+from store.threads import ThreadOwner
 
 
 def _create_private(path: Path) -> None:
@@ -94,6 +95,7 @@ class SQLiteEventStore:
         self.path = Path(path)
         self._fault = fault_from_env()
         self._busy_timeout = busy_timeout
+        self._owner = ThreadOwner(self.path)  # `sqlite3` checks the store's own calls; transactions check this
         self._busy_ms = max(0, int(busy_timeout * 1000))
         self._private = str(path) in ("", ":memory:")  # nobody else can reach it: never wait
         self._quick = self._private  # the busy timeout is 0 (a write set it; the next read gives it back)
@@ -178,7 +180,7 @@ class SQLiteEventStore:
     def transaction(self) -> Iterator[SQLiteTransaction]:
         try:
             with self._write(command=True) as conn:
-                tx = SQLiteTransaction(conn)
+                tx = SQLiteTransaction(conn, self._owner)
                 yield tx
                 tx.check_expected()
         except sqlite3.DatabaseError as e:
@@ -199,7 +201,7 @@ class SQLiteEventStore:
         # generator-based context managers cost it a few microseconds.
         conn = self._begin()
         try:
-            tx = SQLiteTransaction(conn)
+            tx = SQLiteTransaction(conn, self._owner)
             for other, version in expect:
                 tx.expect_version(other, version)
             result = tx.append(stream_id, expected_version, events, status=status, category=category,

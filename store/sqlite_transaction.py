@@ -19,6 +19,7 @@ from store.chain import GENESIS_HASH, chain_rows, check_batch, match_retry
 from store.errors import ConcurrencyError, StoreError
 from store.records import Head, NewEvent, StoredEvent, StreamHead
 from store.sqlite_schema import EVENT_COLUMNS
+from store.threads import ThreadOwner, one_thread
 
 __all__ = ["SQLiteTransaction", "read_stream_rows", "row_to_event", "select_stream_heads"]
 
@@ -27,11 +28,13 @@ def row_to_event(row: Sequence[Any]) -> StoredEvent:
     return StoredEvent(*row)
 
 
+@one_thread("_owner")  # its methods change its state before `sqlite3` would refuse the thread
 class SQLiteTransaction:
     """A write transaction on the SQLite store (see `StoreTransaction`)."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, owner: ThreadOwner) -> None:
         self._conn = conn
+        self._owner = owner
         self._head: Head | None = None  # read with the first append's version check
         # `expect_version` calls not yet checked: folded into the next append's version read
         # (one statement fewer per command), or checked on their own before the commit.

@@ -5,10 +5,12 @@ transaction, the chain's head, PostgreSQL's prepared statements and pipeline). T
 threads sharing one would interleave their statements: on PostgreSQL, one thread read
 the other's answers from the pipeline (a raw `IndexError`, then a closed connection,
 measured with 4 threads). `sqlite3` refuses a connection used from another thread by
-itself; the PostgreSQL store checks the same at the entry of every public method (before
-it touches the connection, so a refused call cannot roll back the owner's transaction)
-and again before each statement (a row generator handed to another thread). Both say it
-the same way, as an `InputError`: the caller's misuse, nothing was written. Concurrent
+itself; the PostgreSQL store checks the same at the entry of every public method, and
+both stores' transaction objects at the entry of theirs (before any state changes or
+anything is sent, so a refused call cannot start, empty or roll back the owner's
+transaction), and the PostgreSQL session again before each statement (a row generator
+handed to another thread). Both say it the same way, as an `InputError`: the caller's
+misuse, nothing was written. Concurrent
 writers each open their own store (the database keeps them apart, README "Concurrency").
 """
 
@@ -49,12 +51,13 @@ class ThreadOwner:
             raise wrong_thread(self.where)
 
 
-def one_thread(owner: str, *, anywhere: tuple[str, ...] = ("close",)) -> Callable[[_C], _C]:
-    """Check `self.<owner>` on entry to every public method but `anywhere` (closing is safe from any thread)."""
+def one_thread(owner: str) -> Callable[[_C], _C]:
+    """Check `self.<owner>` on entry to every public method (`close` too, as `sqlite3` does: the
+    owner closes what it opened; another thread stops a follower with its `stop` event)."""
 
     def decorate(cls: _C) -> _C:
         for name, member in list(vars(cls).items()):
-            if name.startswith("_") or name in anywhere or not inspect.isfunction(member):
+            if name.startswith("_") or not inspect.isfunction(member):
                 continue
             setattr(cls, name, _checked(member, owner))
         return cls

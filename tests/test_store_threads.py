@@ -17,7 +17,7 @@ import pytest
 from backends import DURABLE, Backend, backend_params, make_backend
 
 from lifecycle_fsm import Ledger
-from store import EventStore, InputError, NewEvent
+from store import ConcurrencyError, EventStore, InputError, NewEvent
 
 
 @pytest.fixture(params=backend_params(DURABLE))
@@ -80,6 +80,43 @@ def test_a_refused_thread_cannot_roll_back_the_owners_transaction(backend: Backe
         assert [e.version for e in store.read_stream("s")] == [1, 2]
     finally:
         store.close()
+
+
+def test_a_transaction_object_refuses_another_thread_before_it_changes(backend: Backend) -> None:
+    """A refused `tx.append` / `tx.expect_version` from another thread neither starts the owner's
+    transaction (PostgreSQL: its next statement would go without BEGIN and the lock) nor drops
+    the owner's version expectation (the block must still fail and roll back whole)."""
+    store = backend.open()
+
+    def block() -> None:
+        with store.transaction() as tx:
+            tx.expect_version("s", 99)  # wrong: the stream is empty
+            _refused(_in_thread(lambda: tx.append("s", 0, [_event("s", 0)])))
+            _refused(_in_thread(lambda: tx.expect_version("s", 0)))
+            tx.append("t", 0, [_event("t", 0)])
+
+    try:
+        with pytest.raises(ConcurrencyError):
+            block()
+        assert store.count_events() == 0  # rolled back whole
+    finally:
+        store.close()
+
+
+def test_a_store_is_closed_by_its_own_thread(backend: Backend) -> None:
+    """`close` from another thread is refused on both backends, and a refused `Ledger.close`
+    leaves the ledger open and working for its owner, which then closes it."""
+    assert backend.target is not None
+    store = backend.open()
+    _refused(_in_thread(store.close))
+    assert store.head().seq == 0
+    store.close()
+    ledger = Ledger.open(backend.target, synchronous="NORMAL", actor="t")
+    _refused(_in_thread(ledger.close))
+    assert not ledger.closed
+    ledger.init()
+    ledger.close()
+    assert ledger.closed
 
 
 def test_threads_with_a_store_each_all_write(backend: Backend) -> None:
