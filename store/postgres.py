@@ -82,7 +82,7 @@ def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-@one_thread("_owner")
+@one_thread
 class PostgresEventStore:
     """An `EventStore` in a PostgreSQL schema (see the module docstring for why)."""
 

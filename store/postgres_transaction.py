@@ -93,7 +93,7 @@ def _conflict(stream_id: str, expected: int, actual: int) -> ConcurrencyError:
     )
 
 
-@one_thread("_owner")  # before its state changes: a refused call leaves the owner's transaction whole
+@one_thread  # before its state changes: a refused call leaves the owner's transaction whole
 class PostgresTransaction:
     """A write transaction (see `StoreTransaction`); it starts, lock first, with its first statement."""
 

@@ -51,24 +51,24 @@ class ThreadOwner:
             raise wrong_thread(self.where)
 
 
-def one_thread(owner: str) -> Callable[[_C], _C]:
-    """Check `self.<owner>` on entry to every public method (`close` too, as `sqlite3` does: the
-    owner closes what it opened; another thread stops a follower with its `stop` event)."""
-
-    def decorate(cls: _C) -> _C:
-        for name, member in list(vars(cls).items()):
-            if name.startswith("_") or not inspect.isfunction(member):
-                continue
-            setattr(cls, name, _checked(member, owner))
-        return cls
-
-    return decorate
+def one_thread(cls: _C) -> _C:
+    """Check the instance's `_owner` (a `ThreadOwner`) on entry to every public method (`close` too,
+    as `sqlite3` does: the owner closes what it opened; another thread stops a follower with its
+    `stop` event)."""
+    for name, member in list(vars(cls).items()):
+        if not name.startswith("_") and inspect.isfunction(member):
+            setattr(cls, name, _checked(member))
+    return cls
 
 
-def _checked(method: Callable[..., Any], owner: str) -> Callable[..., Any]:
+def _checked(method: Callable[..., Any]) -> Callable[..., Any]:
+    get_ident = threading.get_ident  # on every append: one C call and a compare, no method lookups
+
     @functools.wraps(method)
     def checked(self: Any, *args: Any, **kwargs: Any) -> Any:
-        getattr(self, owner).check()
+        owner = self._owner
+        if get_ident() != owner.ident:
+            raise wrong_thread(owner.where)
         return method(self, *args, **kwargs)
 
     return checked

@@ -103,6 +103,33 @@ def test_a_transaction_object_refuses_another_thread_before_it_changes(backend: 
         store.close()
 
 
+_TX_CALLS: dict[str, Callable[[Any], object]] = {
+    "stream_version": lambda tx: tx.stream_version("s"),
+    "expect_version": lambda tx: tx.expect_version("s", 0),
+    "read_stream": lambda tx: tx.read_stream("s"),
+    "streams": lambda tx: tx.streams(),
+    "append": lambda tx: tx.append("s", 0, [_event("s", 0)]),
+}
+
+
+def test_every_transaction_method_is_checked(backend: Backend) -> None:
+    """Each method of the `StoreTransaction` protocol refuses another thread with the same error
+    (on SQLite several are plain reads `sqlite3` would refuse in its own words)."""
+    from store.base import StoreTransaction
+
+    protocol = {n for n in vars(StoreTransaction) if not n.startswith("_")}
+    assert protocol == set(_TX_CALLS)
+    store = backend.open()
+    try:
+        with store.transaction() as tx:
+            for name, call in _TX_CALLS.items():
+                error = _in_thread(lambda call=call: call(tx))
+                assert isinstance(error, InputError), (name, repr(error))
+        assert store.count_events() == 0
+    finally:
+        store.close()
+
+
 def test_a_store_is_closed_by_its_own_thread(backend: Backend) -> None:
     """`close` from another thread is refused on both backends, and a refused `Ledger.close`
     leaves the ledger open and working for its owner, which then closes it."""
