@@ -117,6 +117,9 @@ class PostgresEventStore:
 
     @contextmanager
     def transaction(self) -> Iterator[PostgresTransaction]:
+        # Entered (not only created) by the owner: another thread's `with` would run the exit,
+        # and its rollback, on the owner's connection (`one_thread` checks the call alone).
+        self._owner.check()
         tx = PostgresTransaction(self)
         conn = self.session.conn
         try:

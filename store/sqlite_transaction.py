@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import sqlite3
-import threading
+from _thread import get_ident as _thread  # `threading.get_ident`, without importing `threading`
 from collections.abc import Iterable, Sequence
 from itertools import chain as concat
 from itertools import starmap
@@ -21,8 +21,6 @@ from store.errors import ConcurrencyError, StoreError
 from store.records import Head, NewEvent, StoredEvent, StreamHead
 from store.sqlite_schema import EVENT_COLUMNS
 from store.threads import ThreadOwner
-
-_thread = threading.get_ident
 
 __all__ = ["SQLiteTransaction", "read_stream_rows", "row_to_event", "select_stream_heads"]
 

@@ -1,4 +1,4 @@
-"""One store, one thread: a store is used by the thread that opened it, on every backend.
+"""One store, one thread: a SQLite or PostgreSQL store is used by the thread that opened it.
 
 A store holds one database connection and per-connection state (the write
 transaction, the chain's head, PostgreSQL's prepared statements and pipeline). Two
@@ -9,16 +9,17 @@ itself; the PostgreSQL store checks the same at the entry of every public method
 both stores' transaction objects at the entry of theirs (before any state changes or
 anything is sent, so a refused call cannot start, empty or roll back the owner's
 transaction), and the PostgreSQL session again before each statement (a row generator
-handed to another thread). Both say it the same way, as an `InputError`: the caller's
-misuse, nothing was written. Concurrent
+handed to another thread), and `transaction()` once more when it is entered. Both say it
+the same way, as an `InputError`: the caller's misuse, nothing was written. Concurrent
 writers each open their own store (the database keeps them apart, README "Concurrency").
+The memory store holds no connection and takes a lock: threads may share it.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-import threading
+from _thread import get_ident  # `threading.get_ident` itself, without importing `threading` at start-up
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -43,11 +44,11 @@ class ThreadOwner:
     __slots__ = ("ident", "where")
 
     def __init__(self, where: object) -> None:
-        self.ident = threading.get_ident()
+        self.ident = get_ident()
         self.where = where
 
     def check(self) -> None:
-        if threading.get_ident() != self.ident:
+        if get_ident() != self.ident:
             raise wrong_thread(self.where)
 
 
@@ -62,8 +63,6 @@ def one_thread(cls: _C) -> _C:
 
 
 def _checked(method: Callable[..., Any]) -> Callable[..., Any]:
-    get_ident = threading.get_ident  # on every append: one C call and a compare, no method lookups
-
     @functools.wraps(method)
     def checked(self: Any, *args: Any, **kwargs: Any) -> Any:
         owner = self._owner

@@ -103,6 +103,26 @@ def test_a_transaction_object_refuses_another_thread_before_it_changes(backend: 
         store.close()
 
 
+def test_a_transaction_entered_by_another_thread_leaves_the_owners_alone(backend: Backend) -> None:
+    """`store.transaction()` made by the owner but entered by another thread is refused on entry:
+    its exit would otherwise roll back (PostgreSQL) the transaction the owner has open."""
+    store = backend.open()
+    try:
+        with store.transaction() as tx:
+            tx.append("s", 0, [_event("s", 0)])
+            made = store.transaction()
+
+            def enter() -> None:
+                with made:
+                    pass
+
+            _refused(_in_thread(enter))
+            tx.append("s", 1, [_event("s", 1)])
+        assert [e.version for e in store.read_stream("s")] == [1, 2]
+    finally:
+        store.close()
+
+
 _TX_CALLS: dict[str, Callable[[Any], object]] = {
     "stream_version": lambda tx: tx.stream_version("s"),
     "expect_version": lambda tx: tx.expect_version("s", 0),
