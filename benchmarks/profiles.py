@@ -25,7 +25,7 @@ from bench_append import KIND, N_CANDIDATES, cid_of, seed_candidates, tiny_files
 from bench_common import ACTOR, Streams, clock, extend_ledger, remove_db
 
 from lifecycle_fsm.artifacts import hash_directory
-from lifecycle_fsm.events import stream_of
+from lifecycle_fsm.events import CANDIDATE_PREFIX, stream_of
 from lifecycle_fsm.ledger import Ledger
 from lifecycle_fsm.state import apply_candidate
 from replay import load_state
@@ -274,7 +274,7 @@ def breakdown(workdir: Path, big_db: Path | None) -> dict[str, Any]:
         def apply_all() -> None:
             states: dict[str, Any] = {}
             for seq, stream, version, type_name, payload in decoded:
-                if stream != "ledger":
+                if stream.startswith(CANDIDATE_PREFIX):  # not the ledger's or the seals' stream
                     states[stream] = apply_candidate(
                         states.get(stream), type_name, payload, seq=seq, stream_id=stream, version=version
                     )
