@@ -232,11 +232,12 @@ class PostgresEventStore:
         yield from self._pages("seq, stream_id, version, type, schema_version, payload", after, to, 4096)
 
     def select_row_batches(self, *, after: int = 0, to: int | None = None) -> Iterator[list[tuple[Any, ...]]]:
-        """Whole rows (`StoredEvent` field order) in keyset pages, for the checked folds."""
+        """Whole rows (`StoredEvent` field order) in pages of seqs, for the checked folds."""
         yield from self._pages(EVENT_COLUMNS, after, to, 4096)
 
     def select_matching(self, query: EventFilter) -> Iterator[StoredEvent]:
-        # Keyset pages by seq, as `_pages`: no transaction stays open while the caller reads.
+        # Keyset pages by seq (LIMIT, not `_pages`' ranges: matches may be sparse); no transaction
+        # stays open while the caller reads.
         where, params = filter_sql(query)
         last, left = query.after, query.limit
         while left is None or left > 0:
