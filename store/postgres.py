@@ -206,7 +206,8 @@ class PostgresEventStore:
         after `x`, on disk, for every page — a replay quadratic in the log's length (measured:
         55 ms a page of 5,000 on a 50k-event table). A range bounds each page's work whatever
         the plan. A range that holds fewer rows than seqs ends at a gap (a damaged log, which
-        the reader's walk reports) or at the head: the next stored seq, if any, goes on.
+        the reader's walk reports) or at the head: the next stored seq after the last row read
+        (a row committed meanwhile, or the far side of a gap), if any, goes on.
         """
         upper = _NO_UPPER if to is None else to
         last = after
@@ -216,7 +217,10 @@ class PostgresEventStore:
             if rows:
                 yield rows
             if len(rows) < end - last:
-                found = self._one("SELECT min(seq) FROM events WHERE seq > %s AND seq <= %s", (end, upper))
+                # From the last row read, not from `end`: rows committed while the caller held this
+                # page (after it, up to `end`) are the log's next rows, not a gap.
+                seen = rows[-1][0] if rows else last
+                found = self._one("SELECT min(seq) FROM events WHERE seq > %s AND seq <= %s", (seen, upper))
                 if found is None or found[0] is None:
                     return
                 end = int(found[0]) - 1
