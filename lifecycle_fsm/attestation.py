@@ -47,6 +47,13 @@ def _check_summary(check: Any) -> JSON | None:
 
 
 def _statement(store: EventStore, candidate_id: str) -> JSON:
+    """The in-toto Statement, its state and `ledger_head` read in one snapshot: a decision a
+    later event overturned is never attested at a head past that event."""
+    with store.read_snapshot():
+        return _statement_at_snapshot(store, candidate_id)
+
+
+def _statement_at_snapshot(store: EventStore, candidate_id: str) -> JSON:
     events = store.read_stream(stream_of(candidate_id))
     state = fold_candidate(events)  # every row's own hash is checked as it is decoded
     if state is None:

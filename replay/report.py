@@ -35,7 +35,13 @@ def _trusted(report: JSON) -> bool:
 
 
 def build_report(store: EventStore) -> JSON:
-    """The report's content as data (what both renderers format)."""
+    """The report's content as data (what both renderers format), read in one snapshot: its
+    head, verify result, states and recoveries describe the same log while writers go on."""
+    with store.read_snapshot():
+        return _build_report(store)
+
+
+def _build_report(store: EventStore) -> JSON:
     from lifecycle_fsm.seals import add_trust_findings  # cryptography: only when a report is made
 
     checked = add_trust_findings(store, verify(store))  # seal hashes vs the chain; signatures need --pubkey

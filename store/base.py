@@ -80,6 +80,17 @@ class EventStore(Protocol):
         """Take the write lock, yield a transaction, commit on success, roll back on error."""
         ...
 
+    def read_snapshot(self) -> AbstractContextManager[None]:
+        """Inside, every read of this handle sees the ledger as of one moment (its first read),
+        whatever other writers commit meanwhile: one read transaction.
+
+        For reads that put several queries side by side (`verify`'s fold against the state
+        index, a report, an attestation's state and head): without it a commit between two
+        of them makes a sound ledger look inconsistent. Reads only: a write through this
+        handle inside one is refused (`InputError`). A nested one is the outer one.
+        """
+        ...
+
     def append(
         self,
         stream_id: str,

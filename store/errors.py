@@ -21,6 +21,7 @@ __all__ = [
     "LifecycleError",
     "NotFoundError",
     "StoreError",
+    "write_in_read_snapshot",
 ]
 
 
@@ -100,3 +101,8 @@ class StoreError(LifecycleError, OSError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
+
+
+def write_in_read_snapshot(where: object) -> InputError:
+    """What a write through a store handle inside its own `read_snapshot()` raises."""
+    return InputError(f"{where}: a write inside read_snapshot() is refused (it holds one read transaction)")

@@ -19,7 +19,7 @@ import orjson
 
 from store.base import AppendResult
 from store.chain import GENESIS_HASH, chain_rows, check_batch, match_retry, verify_events
-from store.errors import ConcurrencyError, IntegrityError
+from store.errors import ConcurrencyError, IntegrityError, write_in_read_snapshot
 from store.records import (
     ChainReport,
     CheckpointRecord,
@@ -122,10 +122,30 @@ class MemoryEventStore:
         self._index: dict[str, StreamHead] = {}
         self._checkpoints: list[CheckpointRecord] = []
         self._stream_copies: list[tuple[int, str, int, str, str]] = []
+        self._reading = False  # a thread holds the lock in `read_snapshot()`
+
+    @contextmanager
+    def read_snapshot(self) -> Iterator[None]:
+        """The writers' lock, held: other threads' writes wait until it ends."""
+        with self._lock:
+            if self._reading:
+                yield
+                return
+            self._reading = True
+            try:
+                yield
+            finally:
+                self._reading = False
+
+    def _writable(self) -> None:
+        """Under the lock: only the thread holding a snapshot can get here while it is open."""
+        if self._reading:
+            raise write_in_read_snapshot("memory store")
 
     @contextmanager
     def transaction(self) -> Iterator[MemoryTransaction]:
         with self._lock:
+            self._writable()
             tx = MemoryTransaction(self)
             yield tx
             tx.commit()
@@ -207,6 +227,7 @@ class MemoryEventStore:
 
     def rebuild_stream_index(self, derive: Callable[[], Iterable[StreamHead]]) -> None:
         with self._lock:
+            self._writable()
             self._index = {h.stream_id: h for h in derive()}
 
     def append_checkpoint(
@@ -220,6 +241,7 @@ class MemoryEventStore:
         streams: Sequence[tuple[str, int, str]] = (),
     ) -> CheckpointRecord:
         with self._lock:
+            self._writable()
             head_hash = self.hash_at(position)
             if head_hash is None:
                 raise IntegrityError(f"no event at position {position} to checkpoint", seq=position)

@@ -51,7 +51,7 @@ from psycopg.pq import TransactionStatus
 
 from store.base import AppendResult
 from store.chain import GENESIS_HASH, verify_rows
-from store.errors import IntegrityError
+from store.errors import IntegrityError, write_in_read_snapshot
 from store.faults import fault_from_env
 from store.postgres_schema import EVENT_COLUMNS, PgSession, filter_sql
 from store.postgres_transaction import VERSION_OF, PostgresTransaction
@@ -106,6 +106,7 @@ class PostgresEventStore:
         self._owner = self.session.owner
         self.last_head = Head(0, GENESIS_HASH)  # a transaction's first guess, checked by its insert
         self._listener: psycopg.Connection[Any] | None = None  # wait_for_new's LISTEN connection
+        self._reading = False  # inside `read_snapshot()`
 
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self.session.mapped("read failed"):
@@ -120,6 +121,8 @@ class PostgresEventStore:
         # Entered (not only created) by the owner: another thread's `with` would run the exit,
         # and its rollback, on the owner's connection (`one_thread` checks the call alone).
         self._owner.check()
+        if self._reading:
+            raise write_in_read_snapshot(self.where)
         tx = PostgresTransaction(self)
         conn = self.session.conn
         try:
@@ -145,8 +148,28 @@ class PostgresEventStore:
             self.session.conn.execute("ROLLBACK")
 
     @contextmanager
+    def read_snapshot(self) -> Iterator[None]:
+        """One REPEATABLE READ, READ ONLY transaction: every statement inside sees the snapshot
+        its first one took. The pages keep coming one statement at a time, so the session is
+        idle in it only while the caller works on a page (`idle_timeout` ends a longer pause)."""
+        self._owner.check()  # entered by the owner: the exit's rollback runs on its connection
+        if self._reading:
+            yield
+            return
+        with self.session.mapped("cannot start a read snapshot"):
+            self.session.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        self._reading = True
+        try:
+            yield
+        finally:
+            self._reading = False
+            self._rollback()
+
+    @contextmanager
     def _locked(self, what: str) -> Iterator[None]:
         """A maintenance transaction under the write lock (index rebuild, checkpoints)."""
+        if self._reading:
+            raise write_in_read_snapshot(self.where)
         with self.session.mapped(what), self.session.conn.transaction():  # rolls back on any error
             self.session.conn.execute("SELECT pg_advisory_xact_lock(%s)", (self.session.lock_key,))
             yield
@@ -162,6 +185,8 @@ class PostgresEventStore:
         fresh_ids: bool = False,
         expect: Sequence[tuple[str, int]] = (),
     ) -> AppendResult:
+        if self._reading:
+            raise write_in_read_snapshot(self.where)
         if events and self._fault is None and len(events) <= _ONE_TRIP_ROWS:
             # One round trip, the server chaining the rows to the head it finds under the
             # lock. A fault hook needs the slow path's separate COMMIT to strike before it.

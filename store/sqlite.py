@@ -34,7 +34,7 @@ from typing import Any
 
 from store.base import AppendResult
 from store.chain import GENESIS_HASH, verify_rows
-from store.errors import InputError, IntegrityError, StoreError
+from store.errors import InputError, IntegrityError, StoreError, write_in_read_snapshot
 from store.faults import fault_from_env
 from store.records import (
     ChainReport,
@@ -99,6 +99,7 @@ class SQLiteEventStore:
         self._busy_ms = max(0, int(busy_timeout * 1000))
         self._private = str(path) in ("", ":memory:")  # nobody else can reach it: never wait
         self._quick = self._private  # the busy timeout is 0 (a write set it; the next read gives it back)
+        self._reading = False  # inside `read_snapshot()`
         if create:
             _create_private(self.path)
         try:
@@ -140,6 +141,8 @@ class SQLiteEventStore:
     def _begin(self) -> sqlite3.Connection:
         """The connection inside `BEGIN IMMEDIATE` (its busy timeout 0: `sqlite_lock` waits)."""
         conn = self._conn
+        if self._reading:
+            raise write_in_read_snapshot(self.path)
         try:
             if not self._quick:  # the lock is waited for by `sqlite_lock`, never by SQLite's sleeps
                 conn.execute("PRAGMA busy_timeout = 0")
@@ -185,6 +188,29 @@ class SQLiteEventStore:
                 tx.check_expected()
         except sqlite3.DatabaseError as e:
             raise translate_sqlite_error(e, f"{self.path}: write failed") from e
+
+    @contextmanager
+    def read_snapshot(self) -> Iterator[None]:
+        """One deferred read transaction: WAL keeps its snapshot (from the first read inside)
+        while other connections commit, and never blocks them."""
+        if self._reading:
+            yield
+            return
+        conn = self._conn
+        try:
+            conn.execute("BEGIN")
+        except sqlite3.DatabaseError as e:
+            raise translate_sqlite_error(e, f"{self.path}: cannot start a read snapshot") from e
+        self._reading = True
+        try:
+            yield
+        finally:
+            self._reading = False
+            try:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")  # nothing was written: ending it is all there is to do
+            except sqlite3.DatabaseError as e:
+                raise translate_sqlite_error(e, f"{self.path}: cannot end a read snapshot") from e
 
     def append(
         self,

@@ -15,7 +15,11 @@ from pathlib import Path
 
 import pytest
 from backends import DURABLE, Backend, backend_params, make_backend
+from conftest import Workspace
 
+from lifecycle_fsm.ledger import Ledger
+from replay import verify
+from replay.report import build_report
 from store import StoredEvent
 
 REPO = Path(__file__).resolve().parent.parent
@@ -136,3 +140,56 @@ def test_a_follower_sees_every_seq_once_in_order_while_8_processes_write(backend
     assert polls > WRITERS  # it really followed while they wrote, not once at the end
     assert reader.verify_chain().ok
     reader.close()
+
+
+_TRUSTING = """
+import pathlib, sys
+from lifecycle_fsm import Ledger
+target, ids, artifact, stop = sys.argv[1], sys.argv[2].split(","), sys.argv[3], pathlib.Path(sys.argv[4])
+n = 0
+with Ledger.open(target, synchronous="NORMAL", actor="writer") as ledger:
+    while not stop.exists():
+        ledger.record_trusted_state(ids[n % len(ids)], "trajectories", artifact)
+        n += 1
+print(n)
+"""
+
+
+def test_verify_and_report_hold_while_another_process_writes(backend: Backend, ws: Workspace, tmp_path: Path) -> None:
+    """`verify` compares its fold with the state index, a report puts the head beside every
+    candidate's state: each reads the ledger in one snapshot, so a writer committing between
+    two of their queries never makes a sound ledger look broken (before, with the writer below:
+    "state index (streams) differs from a full replay", exit 6, on every `lifecycle verify`)."""
+    ledger = Ledger(backend.open(), actor="setup")
+    ledger.activate_baseline(ws.baseline())
+    ids = [ledger.receive(ws.grpo(f"grpo-{i:02d}")).candidate_id for i in range(40)]
+    artifact = tmp_path / "trajectories.bin"
+    artifact.write_bytes(b"trajectories")
+    stop = tmp_path / "stop"
+    writer = _spawn(_TRUSTING, str(backend.target), ",".join(ids), str(artifact), str(stop))
+    try:
+        start = ledger.store.count_events()
+        deadline = time.monotonic() + 60
+        while ledger.store.count_events() < start + 20:  # the writer is committing
+            assert writer.poll() is None and time.monotonic() < deadline, writer.communicate()
+            time.sleep(0.01)
+        heads = set()
+        for _ in range(15):
+            checked = verify(ledger.store)
+            assert checked["ok"], checked["reason"]
+            doc = build_report(ledger.store)
+            assert doc["verify"]["ok"] and doc["trusted"], doc["verify"]
+            assert {c["as_of"] for c in doc["candidates"].values()} == {doc["head"]["seq"]}
+            heads.add(doc["head"]["seq"])
+        cli = subprocess.run(
+            [sys.executable, "-m", "lifecycle_fsm", "--db", str(backend.target), "--json", "verify"],
+            check=False, capture_output=True, text=True, cwd=REPO, timeout=120,
+        )  # fmt: skip
+        assert cli.returncode == 0, cli.stdout + cli.stderr
+        assert len(heads) > 5  # the ledger really moved under the reads
+    finally:
+        stop.touch()
+        out, err = writer.communicate(timeout=60)
+        ledger.close()
+    assert writer.returncode == 0, err
+    assert int(out) > 20

@@ -9,6 +9,7 @@ test_store_postgres.py. A new backend joins by adding itself to `tests/backends.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -210,6 +211,54 @@ def test_append_expecting_other_streams(backend: Backend, store: EventStore) -> 
     finally:
         if other is not store:
             other.close()
+
+
+def test_a_read_snapshot_holds_while_another_handle_appends(backend: Backend, store: EventStore) -> None:
+    """Inside `read_snapshot()` every read sees the ledger as of its first read; another handle's
+    append (its own thread, as each handle must be) shows only once it ends. SQLite and
+    PostgreSQL let the writer commit meanwhile; memory makes it wait."""
+    store.append("a", 0, [new("a", 0)])
+    before = store.head()
+    committed = threading.Event()
+
+    def write() -> None:
+        other = backend.open()
+        try:
+            other.append("a", 1, [new("a", 1)])
+            committed.set()
+        finally:
+            if other is not store:
+                other.close()
+
+    writer = threading.Thread(target=write)
+    with store.read_snapshot():
+        assert store.head() == before
+        writer.start()
+        committed.wait(timeout=1.0 if backend.name == "memory" else 30.0)
+        assert committed.is_set() is (backend.name != "memory")
+        with store.read_snapshot():  # nested: the same snapshot
+            assert (store.head(), store.count_events(), store.stream_version("a")) == (before, 1, 1)
+        assert [e.seq for e in store.select_events()] == [1] and store.streams()[0].version == 1
+    writer.join(timeout=30)
+    assert committed.is_set() and store.head().seq == 2 and store.stream_version("a") == 2
+
+
+def test_a_write_inside_a_read_snapshot_is_refused(store: EventStore) -> None:
+    """A write through the handle holding a snapshot is refused before anything is written."""
+    store.append("a", 0, [new("a", 0)])
+    with store.read_snapshot():
+        for write in (
+            lambda: store.append("a", 1, [new("a", 1)]),
+            lambda: store.transaction().__enter__(),
+            lambda: store.append_checkpoint(position=1, schema_version=1, fingerprint="f", snapshot="{}",
+                                            recorded_at="t"),
+            lambda: store.rebuild_stream_index(lambda: []),
+        ):  # fmt: skip
+            with pytest.raises(InputError, match="read_snapshot"):
+                write()
+        assert store.count_events() == 1
+    assert store.append("a", 1, [new("a", 1)]).events[0].seq == 2
+    assert list(store.select_checkpoints()) == [] and store.streams()[0].version == 2
 
 
 # --- atomic batches and input ----------------------------------------------------------------

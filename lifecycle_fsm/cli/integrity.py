@@ -57,7 +57,8 @@ def verify(expect_heads: tuple[str, ...], pubkeys: tuple[str, ...]) -> None:
     heads = [parse_expected_head(value) for value in expect_heads]  # bad input: exit 3 before reading
     keys = PublicKeys.from_files(pubkeys)
     store = open_read_store()  # a read: no Ledger, none of its command path imported (start-up)
-    report = add_trust_findings(store, verify_ledger(store), heads, keys)
+    with store.read_snapshot():  # the seals and pinned heads judged against the same log as the chain
+        report = add_trust_findings(store, verify_ledger(store), heads, keys)
     if wants_json():
         emit(report)
     elif report["ok"]:
