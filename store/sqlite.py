@@ -48,6 +48,7 @@ from store.records import (
 )
 from store.sqlite_errors import translate_sqlite_error, translating_sqlite_errors
 from store.sqlite_lock import begin_immediate
+from store.sqlite_readonly import on_read_only_media, open_immutable
 from store.sqlite_schema import (
     EVENT_COLUMNS,
     OPENED_AS_IS,
@@ -108,7 +109,7 @@ class SQLiteEventStore:
         except sqlite3.Error as e:
             raise StoreError(f"{self.path}: cannot open the ledger database ({e})") from e
         try:
-            if not create and schema_version(self._conn) is None:
+            if not create and self._first_read() is None:
                 # Before any PRAGMA: WAL mode alone would write a header into an empty file.
                 raise StoreError(f"{self.path}: not a ledger (no lifecycle schema); a read never creates one")
             # Makes `INSERT OR REPLACE` fire the delete trigger that refuses it (LIBRARY_NOTES).
@@ -131,6 +132,17 @@ class SQLiteEventStore:
         except BaseException:
             self.close()
             raise
+
+    def _first_read(self) -> str | None:
+        """The schema version of a ledger that must exist; one on read-only media is read immutable."""
+        try:
+            return schema_version(self._conn)
+        except sqlite3.OperationalError as e:
+            if not on_read_only_media(self.path, e):
+                raise
+        self._conn.close()
+        self._conn = open_immutable(self.path)
+        return schema_version(self._conn)
 
     def _for_reads(self) -> None:
         """Give reads the store's busy timeout back (after a write set it to 0): run before each read."""

@@ -1,0 +1,123 @@
+"""A ledger on read-only media: every read command works, a write is refused, nothing changes.
+
+The folder is made read-only for real: a read-only bind mount when the tests run as
+root (root ignores permission bits), permission bits otherwise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import Workspace
+
+from lifecycle_fsm.ledger import Ledger
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class ReadOnly:
+    """Put files into `src`, then `seal()`: `ro` shows them read-only."""
+
+    def __init__(self, root: Path) -> None:
+        self.src, self.ro = root / "src", root / "ro"
+        self.src.mkdir()
+        self.ro.mkdir()
+        self.mounted = False  # a bind mount on the same file system: os.path.ismount cannot tell
+
+    def seal(self) -> None:
+        if os.geteuid() != 0:
+            os.chmod(self.src, 0o555)
+            self.ro.rmdir()
+            self.ro.symlink_to(self.src)
+            return
+        done = subprocess.run(["mount", "--bind", str(self.src), str(self.ro)], capture_output=True, text=True,
+                              check=False)  # fmt: skip
+        if done.returncode != 0:
+            pytest.skip(f"cannot make a read-only folder here (mount --bind: {done.stderr.strip()})")
+        self.mounted = True
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(self.ro)], capture_output=True, check=True)
+        assert not os.access(self.ro, os.W_OK)
+
+    def cleanup(self) -> None:
+        if self.mounted:
+            subprocess.run(["umount", str(self.ro)], check=True)
+        os.chmod(self.src, 0o755)
+
+
+@pytest.fixture
+def read_only(tmp_path: Path) -> Iterator[ReadOnly]:
+    folder = ReadOnly(tmp_path)
+    yield folder
+    folder.cleanup()
+
+
+def _lifecycle(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "lifecycle_fsm", "--db", str(db), *args],
+        capture_output=True, text=True, cwd=REPO, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+
+
+def _ledger(ws: Workspace, db: Path) -> str:
+    with Ledger.open(db, actor="setup") as ledger:
+        ledger.activate_baseline(ws.baseline())
+        cid = ledger.receive(ws.dpo()).candidate_id
+        ledger.check(cid)
+    return cid
+
+
+def test_every_read_works_on_a_read_only_folder_and_a_write_is_refused(
+    ws: Workspace, read_only: ReadOnly, tmp_path: Path
+) -> None:
+    """Before: every command failed with "not a usable ledger database (unable to open database
+    file)", exit 7, because SQLite could not create the ledger's -shm beside it."""
+    src, ro = read_only.src, read_only.ro
+    cid = _ledger(ws, src / "l.db")
+    assert sorted(p.name for p in src.iterdir()) == ["l.db"]  # closed: the WAL is in the file
+    read_only.seal()
+    db = ro / "l.db"
+    before = _digest(ro)
+    checked = _lifecycle(db, "--json", "verify")
+    assert checked.returncode == 0, checked.stderr
+    assert json.loads(checked.stdout)["events"] == 4
+    shown = _lifecycle(db, "--json", "status", cid)
+    assert shown.returncode == 0 and json.loads(shown.stdout)["state"] == "verified", shown.stderr
+    for args in (["status"], ["explain", cid], ["history", cid], ["log", "--type", "ChecksRecorded"],
+                 ["report", "--out", str(tmp_path / "report")]):  # fmt: skip
+        assert _lifecycle(db, *args).returncode == 0, args
+    refused = _lifecycle(db, "check", cid)
+    assert refused.returncode == 7 and "read-only" in refused.stderr, refused.stderr
+    assert _digest(ro) == before
+
+
+def test_a_read_only_copy_with_events_in_its_wal_is_refused_not_read_short(ws: Workspace, read_only: ReadOnly) -> None:
+    """Its -wal holds committed events: reading the file alone would silently show an older ledger."""
+    src, ro = read_only.src, read_only.ro
+    _ledger(ws, src / "live.db")
+    holder = sqlite3.connect(src / "live.db")  # an open connection keeps the WAL from being folded in
+    holder.execute("SELECT count(*) FROM events").fetchone()
+    with Ledger.open(src / "live.db", actor="late") as ledger:
+        ledger.advance_window(2)
+    shutil.copy(src / "live.db", src / "l.db")
+    shutil.copy(src / "live.db-wal", src / "l.db-wal")
+    holder.close()
+    for name in ("live.db", "live.db-wal", "live.db-shm"):
+        (src / name).unlink(missing_ok=True)
+    assert (src / "l.db-wal").stat().st_size > 0
+    read_only.seal()
+    refused = _lifecycle(ro / "l.db", "--json", "verify")
+    assert refused.returncode == 7, refused.stdout + refused.stderr
+    assert "l.db-wal holds" in refused.stderr and "writable folder" in refused.stderr
