@@ -5,6 +5,7 @@ Usage: python examples/embed.py LEDGER_DB SFT_MANIFEST GRPO_MANIFEST TRAJECTORIE
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from lifecycle_fsm import Ledger, RecoveryAction, State
@@ -26,5 +27,20 @@ def supervise(db: str, sft_manifest: str, grpo_manifest: str, trajectories: str)
         return ledger.hand_off(cid, event_id="run-42/5/handoff").state  # State.READY, TUNE or REJECT
 
 
+def main(argv: list[str] | None = None) -> int:
+    """Run `supervise` on the command line's four paths; a wrong argument count prints the usage (exit 2)."""
+    parser = argparse.ArgumentParser(
+        description="Receive a GRPO candidate, survive a reward-stage failure, and hand it off "
+        "(README: Embedding it in a training loop). Prints the hand-off state: ready, tune or reject."
+    )
+    parser.add_argument("db", metavar="LEDGER_DB", help="the ledger file (or a postgresql:// URL)")
+    parser.add_argument("sft_manifest", metavar="SFT_MANIFEST", help="the SFT baseline's manifest")
+    parser.add_argument("grpo_manifest", metavar="GRPO_MANIFEST", help="the GRPO candidate's manifest")
+    parser.add_argument("trajectories", metavar="TRAJECTORIES_PATH", help="the saved trajectories to trust")
+    args = parser.parse_args(argv)
+    print(supervise(args.db, args.sft_manifest, args.grpo_manifest, args.trajectories))  # ready | tune | reject
+    return 0
+
+
 if __name__ == "__main__":
-    print(supervise(*sys.argv[1:5]))  # ready | tune | reject
+    sys.exit(main())

@@ -1,6 +1,7 @@
-"""Build a small, realistic fixture tree for `lifecycle audit` (seed 000, Step 5).
+"""Build a small, realistic fixture tree for `lifecycle audit` (seed 000, Step 5), or README's tour.
 
 Usage: python examples/make_fixtures.py [FOLDER] [--size-mb N]   (FOLDER defaults to ./demo)
+       python examples/make_fixtures.py --tour [FOLDER] [--size-mb N]   (FOLDER new or empty; ./tour)
 
 It writes three LoRA adapters (adapter_config.json + adapter_model.safetensors of a
 few MB, deterministic bytes from a seeded RNG) and their manifests in the seed's
@@ -9,6 +10,11 @@ the SFT baseline (62), a DPO candidate (84) and a GRPO/RLVR candidate (85). Ever
 sha256 is computed by `lifecycle hash --json`, run as a subprocess, exactly as a
 training job would record it. Running it twice gives the same bytes. It ends by
 printing the audit command to run next.
+
+With `--tour` it writes instead exactly the files README's "A tour" names:
+`sft/manifest.json`, `dpo/manifest.json` (id `dpo-v5`) and `grpo/manifest.json` (id
+`grpo-v7`), each beside its `adapter/`, and `runs/grpo/trajectories.jsonl`; the tour's
+commands then run in that folder (tests/test_readme_tour.py runs them all).
 """
 
 from __future__ import annotations
@@ -131,6 +137,36 @@ def build(root: Path, size_mb: float = 3.0) -> dict[str, Path]:
     return {"baseline": sft, "dpo": dpo, "grpo": grpo}
 
 
+TOUR_IDS = {"dpo": "dpo-v5", "grpo": "grpo-v7"}  # the candidate ids README's tour names
+TOUR_TRAJECTORIES = Path("runs") / "grpo" / "trajectories.jsonl"
+
+
+def build_tour(root: Path, size_mb: float = 3.0) -> dict[str, Path]:
+    """Write the files README's tour names under `root`; return them (manifests and trajectories)."""
+    sft_adapter = write_adapter(root / "sft" / "adapter", f"sft:{SFT_LABEL}", size_mb)
+    sft_sha = lifecycle_hash(sft_adapter)
+    made = {"baseline": root / "sft" / "manifest.json"}
+    write_json(made["baseline"], baseline_manifest(
+        sft_sha, adapter_path="adapter", run_label=SFT_LABEL, base_model=BASE_MODEL, decision="accept",
+    ))  # fmt: skip
+    evidence: dict[str, dict[str, Any]] = {
+        "dpo": {"source_evidence": {"preference_dataset": "ultrafeedback-binarized-zh", "version": "pref-v5"}},
+        "grpo": {"trajectory_identity": {"verifier_version": "math-verifier-v2", "prompt_set_version": "gsm8k-v1"}},
+    }
+    for kind, cid in TOUR_IDS.items():
+        adapter = write_adapter(root / kind / "adapter", f"{kind}:{cid}", size_mb)
+        made[kind] = root / kind / "manifest.json"
+        write_json(made[kind], candidate_manifest(
+            kind, source_policy_version=sft_sha, policy_version=cid, adapter_sha256=lifecycle_hash(adapter),
+            adapter_path="adapter", evaluation_version="frozen-eval-v3", run_label=cid, **evidence[kind],
+        ))  # fmt: skip
+    made["trajectories"] = root / TOUR_TRAJECTORIES
+    made["trajectories"].parent.mkdir(parents=True, exist_ok=True)
+    rows = [{"prompt_id": i, "completion": f"answer {i}", "reward": None} for i in range(8)]
+    made["trajectories"].write_text("".join(json.dumps(row, sort_keys=True) + "\n" for row in rows), encoding="utf-8")
+    return made
+
+
 def audit_command(root: Path, manifests: dict[str, Path]) -> str:
     """The command that audits this tree for real (the dry run is the same without --mode)."""
     args = [
@@ -145,9 +181,19 @@ def audit_command(root: Path, manifests: dict[str, Path]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("folder", nargs="?", default="demo", type=Path, help="where to build the tree (./demo)")
+    parser.add_argument("folder", nargs="?", type=Path, help="where to build the tree (./demo; with --tour ./tour)")
     parser.add_argument("--size-mb", type=float, default=3.0, help="weights per adapter, in MB (3)")
+    parser.add_argument("--tour", action="store_true", help="write the files README's tour names instead")
     args = parser.parse_args(argv)
+    if args.tour:
+        folder: Path = args.folder or Path("tour")
+        if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+            parser.error(f"{folder} is not an empty folder: the tour starts a fresh ledger there")
+        for name, path in build_tour(folder, args.size_mb).items():
+            print(f"{name}: {path}")
+        print(f"\nnext, the tour (README): cd {shlex.quote(str(folder))} && lifecycle init ...")
+        return 0
+    args.folder = args.folder or Path("demo")
     manifests = build(args.folder, args.size_mb)
     for name, path in manifests.items():
         print(f"{name}: {path}")

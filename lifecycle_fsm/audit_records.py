@@ -5,8 +5,10 @@ to the baseline manifest's folder (POSIX separators), adapter paths are kept as 
 manifests wrote them, and an artifact error is a short code (the ledger's event at
 `evidence_seq` keeps the full message, which names absolute paths). So the same
 manifests and artifacts audited into two fresh ledgers in two folders give the same
-bytes. Records are canonical JSON (sorted keys, indent 2, trailing newline), written
-atomically (a temp file in the same folder, fsync, `os.replace`).
+bytes apart from `ledger_head` and `signed_head` (SPEC §8): two ledgers' heads differ,
+since each ledger's random id and its events' timestamps feed the chain. Records are
+canonical JSON (sorted keys, indent 2, trailing newline), written atomically (a temp
+file in the same folder, fsync, `os.replace`).
 """
 
 from __future__ import annotations

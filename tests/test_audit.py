@@ -272,11 +272,20 @@ def test_repeated_label_refused_and_replace(ws: Workspace, tree: tuple[Path, Pat
     assert third.exit_code == 3 and ".previous already exists" in third.stderr and count_events(ws.db) == events
 
 
-def test_records_byte_identical_across_folders(ws: Workspace, tree: tuple[Path, Path], tmp_path: Path) -> None:
-    """The same manifests and artifacts in two folders, two fresh ledgers, seconds apart: identical bytes."""
+@pytest.mark.parametrize("signed", [False, True], ids=["no-key", "signing-key"])
+def test_records_byte_identical_across_folders_apart_from_the_heads(
+    ws: Workspace, tree: tuple[Path, Path], tmp_path: Path, signed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same manifests and artifacts in two folders, two fresh ledgers, seconds apart: identical bytes
+    apart from `ledger_head` and (with a key) `signed_head`, which are present and differ (README, SPEC §8)."""
+    head_fields = ("ledger_head", "signed_head") if signed else ("ledger_head",)
+    if signed:
+        keys = tmp_path / "keys"
+        assert CliRunner().invoke(main, ["key", "new", "--out", str(keys)]).exit_code == 0
+        monkeypatch.setenv("LIFECYCLE_SIGNING_KEY", str(keys / "lifecycle-signing.key"))
     outputs = []
     for i, folder in enumerate((tmp_path / "copy-a" / "x", tmp_path / "copy-b")):
-        shutil.copytree(ws.root, folder, ignore=shutil.ignore_patterns("copy-*"))
+        shutil.copytree(ws.root, folder, ignore=shutil.ignore_patterns("copy-*", "keys"))
         copy = Workspace(folder)
         result = run_audit(copy, folder / "dpo-v5" / "manifest.json", folder / "grpo-v7" / "manifest.json",
                            folder / "missing" / "manifest.json")  # fmt: skip
@@ -284,17 +293,29 @@ def test_records_byte_identical_across_folders(ws: Workspace, tree: tuple[Path, 
         outputs.append([(folder / "results" / f"lifecycle_{k}_t1.json").read_bytes() for k in ("evidence", "handoff")])
         if i == 0:
             time.sleep(1.1)  # the wall clock moves: event timestamps differ, the records must not
-    # Byte-stable apart from the ledger's head (SPEC §8): its hash covers the events' timestamps.
-    heads = []
+    heads = []  # per audit: the head fields, the same in its evidence and its hand-off record
     for pair in outputs:
         docs = [json.loads(raw) for raw in pair]
-        heads.append([doc.pop("ledger_head") for doc in docs])
-        assert pair == [canonical_bytes(doc | {"ledger_head": head}) for doc, head in zip(docs, heads[-1], strict=True)]
-    stripped = [[canonical_bytes({k: v for k, v in json.loads(raw).items() if k != "ledger_head"}) for raw in pair]
+        assert all(set(head_fields) <= doc.keys() for doc in docs)
+        assert signed or all("signed_head" not in doc for doc in docs)
+        assert all(docs[0][f] == docs[1][f] for f in head_fields)  # evidence and hand-off agree on them
+        assert all(raw == canonical_bytes(doc) for raw, doc in zip(pair, docs, strict=True))  # canonical JSON
+        heads.append({f: docs[0][f] for f in head_fields})
+    # Everything else is byte-for-byte the same: the records with those fields removed, re-serialised
+    # canonically (the files are canonical JSON, so this is their bytes minus those fields).
+    stripped = [[canonical_bytes({k: v for k, v in json.loads(raw).items() if k not in head_fields}) for raw in pair]
                 for pair in outputs]  # fmt: skip
     assert stripped[0] == stripped[1]
-    assert heads[0][0] == heads[0][1] and heads[0][0]["seq"] == heads[1][0]["seq"]
-    assert heads[0][0]["hash"] != heads[1][0]["hash"]
+    # The head fields themselves: the same position, a different chain (ledger id and timestamps differ).
+    assert heads[0]["ledger_head"]["seq"] == heads[1]["ledger_head"]["seq"]
+    assert heads[0]["ledger_head"]["hash"] != heads[1]["ledger_head"]["hash"]
+    assert outputs[0] != outputs[1]  # so the files as a whole are not byte-identical
+    if signed:
+        for head in heads:
+            sealed = head["signed_head"]
+            assert (sealed["seq"], sealed["hash"]) == (head["ledger_head"]["seq"], head["ledger_head"]["hash"])
+        assert heads[0]["signed_head"]["ledger_id"] != heads[1]["signed_head"]["ledger_id"]
+        assert heads[0]["signed_head"]["signature"] != heads[1]["signed_head"]["signature"]
     assert b"copy-" not in outputs[0][0] and str(tmp_path).encode() not in outputs[0][0]
 
 

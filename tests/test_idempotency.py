@@ -12,6 +12,7 @@ import threading
 import time
 from pathlib import Path
 
+import orjson
 import pytest
 
 from lifecycle_fsm import (
@@ -25,7 +26,7 @@ from lifecycle_fsm import (
     StoreError,
 )
 from lifecycle_fsm.events import LEDGER_STREAM
-from tests.conftest import Workspace, invoke
+from tests.conftest import Workspace, count_events, invoke, run_cli
 
 Result = CandidateResult | SettingsResult
 
@@ -105,7 +106,11 @@ def test_keys_are_global_across_supervisors(ws: Workspace, ledger: Ledger) -> No
 
 
 def test_every_cli_write_takes_an_event_id(ws: Workspace) -> None:
-    """Each write subcommand twice with one key: the second run appends nothing (`appended: false`)."""
+    """Each write subcommand twice with one key: the second run appends nothing and says so.
+
+    `--json` carries `appended` every time (true, then false on the retry, with the first
+    call's events); the text of a retry ends "(no change: nothing appended)", `fail` too.
+    """
     files = _files(ws)
     commands = [
         ["init", "--event-id", "c/init"],
@@ -121,18 +126,55 @@ def test_every_cli_write_takes_an_event_id(ws: Workspace) -> None:
         ["check", "grpo-v7", "--event-id", "c/check-2"],
         ["handoff", "grpo-v7", "--event-id", "c/handoff"],
     ]
-    import orjson
-
+    firsts = []
     for args in commands:
         first = invoke(ws.db, "--json", *args)
         assert first.exit_code == 0, (args, first.output)
+        firsts.append(orjson.loads(first.output))
+        assert firsts[-1]["appended"] is True and firsts[-1]["events"], args
     heads = sqlite3.connect(ws.db).execute("SELECT max(seq) FROM events").fetchone()
-    for args in commands:
+    for args, first_doc in zip(commands, firsts, strict=True):
         again = invoke(ws.db, "--json", *args)
         assert again.exit_code == 0, (args, again.output)
         doc = orjson.loads(again.output)
-        assert doc.get("appended", False) is False, args
+        assert doc["appended"] is False and doc["events"] == first_doc["events"], args
+        assert doc.keys() == first_doc.keys(), args  # the same shape as the first answer
+        text = invoke(ws.db, *args)
+        assert text.exit_code == 0, (args, text.output)
+        assert text.output.splitlines()[0].endswith(" (no change: nothing appended)"), (args, text.output)
     assert sqlite3.connect(ws.db).execute("SELECT max(seq) FROM events").fetchone() == heads
+
+
+def test_a_retried_fail_after_the_candidate_moved_on_reports_the_first_plan(ws: Workspace) -> None:
+    """`fail --event-id K` again once the candidate was recovered, checked and sent back by a window:
+    the first plan and events, `appended: false`, and text that says nothing was appended (a real process)."""
+    files = _files(ws)
+    grpo = "grpo-v7"
+    for args in (["init"], ["baseline", "activate", str(files["sft"])], ["receive", str(files["grpo"])],
+                 ["trusted", grpo, "trajectories", str(files["traj"])]):  # fmt: skip
+        assert run_cli(ws.db, *args).returncode == 0, args
+    first = run_cli(ws.db, "--json", "fail", grpo, "--stage", "reward", "--event-id", "K")
+    assert first.returncode == 0, first.stderr
+    planned = orjson.loads(first.stdout)
+    assert planned["appended"] is True and planned["state"] == "recovering"
+    for args in (["recovered", grpo], ["check", grpo], ["window", "4"], ["check", grpo]):
+        assert run_cli(ws.db, *args).returncode == 0, args
+    assert orjson.loads(run_cli(ws.db, "--json", "status", grpo).stdout)["state"] == "reject"  # window age 3 > 2
+    head = count_events(ws.db)
+    again = run_cli(ws.db, "--json", "fail", grpo, "--stage", "reward", "--event-id", "K")
+    assert again.returncode == 0, again.stderr
+    doc = orjson.loads(again.stdout)
+    assert doc["appended"] is False and doc.keys() == planned.keys()
+    same = ("stage", "recovery_state", "reused_state", "action", "path", "sha256", "events", "trusted_states")
+    assert {k: doc[k] for k in same} == {k: planned[k] for k in same}
+    assert doc["state"] == "reject"  # where the candidate stands now, as every other command's retry says
+    text = run_cli(ws.db, "fail", grpo, "--stage", "reward", "--event-id", "K")
+    assert text.returncode == 0, text.stderr
+    assert text.stdout == (
+        f"{grpo}: reward failed -> resume_reward_from_saved_trajectories (reuse trajectories); state reject"
+        " (no change: nothing appended)\n"
+    )
+    assert count_events(ws.db) == head
 
 
 def test_init_with_a_key_is_its_own_duplicate(ledger: Ledger) -> None:

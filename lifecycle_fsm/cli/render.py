@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # rich is imported when a table is printed, not at start-up (
     from store.records import StoredEvent
 
 __all__ = [
+    "NO_CHANGE",
     "PIPE_WIDTH",
     "candidate_json",
     "cells",
@@ -41,6 +42,10 @@ __all__ = [
 ]
 
 _JSON = dict[str, Any]
+
+# What a write command's text adds when it appended nothing (a no-op, or a retried `--event-id`
+# reporting the first outcome): every write command says it the same way.
+NO_CHANGE = " (no change: nothing appended)"
 
 
 def echo(text: str, *, err: bool = False) -> None:
@@ -99,7 +104,7 @@ def print_result(result: CommandResult, as_json: bool, verb: str) -> None:
         emit(doc)
         return
     if not doc["appended"]:
-        what += " (no change: nothing appended)"
+        what += NO_CHANGE
     echo(what)
     for cid in invalidated:
         echo(f"  evidence invalidated: {display(cid)} -> received")

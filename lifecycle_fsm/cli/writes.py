@@ -12,7 +12,7 @@ import click
 import orjson
 
 from lifecycle_fsm.cli.app import json_option, open_ledger, wants_json
-from lifecycle_fsm.cli.render import emit, print_result
+from lifecycle_fsm.cli.render import NO_CHANGE, emit, print_result
 from lifecycle_fsm.limits import MAX_INT64, display
 from lifecycle_fsm.manifests import load_baseline_manifest, load_candidate_manifest
 from lifecycle_fsm.rules import STAGES
@@ -177,6 +177,7 @@ def fail(candidate_id: str, stage: str, event_id: str | None) -> None:
         "blocking": plan.blocking,
         "skipped": [{"kind": kind, "reason": reason} for kind, reason in plan.skipped],
         "trusted_states": recorded["trusted_states"],
+        "appended": result.appended,  # False for a retried --event-id: the plan and events are the first call's
         "events": [e.seq for e in result.events],
     }
     if wants_json():
@@ -184,7 +185,8 @@ def fail(candidate_id: str, stage: str, event_id: str | None) -> None:
     else:
         reused = f"reuse {plan.recovery_state}" if plan.reused_state else "no trusted state to reuse"
         shown = display(candidate_id)
-        click.echo(f"{shown}: {plan.stage} failed -> {plan.action} ({reused}); state {doc['state']}")
+        what = f"{shown}: {plan.stage} failed -> {plan.action} ({reused}); state {doc['state']}"
+        click.echo(what if result.appended else what + NO_CHANGE)
 
 
 @click.command()
