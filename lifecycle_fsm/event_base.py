@@ -11,8 +11,19 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from lifecycle_fsm.deferred import field_names, frozen
+from store.errors import InputError
 
-__all__ = ["CANDIDATE_PREFIX", "JSON", "LEDGER_STREAM", "SEALS_STREAM", "Event", "candidate_id_of", "flag", "stream_of"]
+__all__ = [
+    "CANDIDATE_PREFIX",
+    "JSON",
+    "LEDGER_STREAM",
+    "SEALS_STREAM",
+    "Event",
+    "candidate_id_of",
+    "flag",
+    "stream_of",
+    "text_or_error",
+]
 
 LEDGER_STREAM = "ledger"
 SEALS_STREAM = "seals"
@@ -30,8 +41,21 @@ def flag(payload: Mapping[str, Any], key: str) -> bool:
 
 
 def stream_of(candidate_id: str) -> str:
-    """The stream that holds one candidate's events."""
+    """The stream that holds one candidate's events (a candidate id is a string: InputError else)."""
+    if not isinstance(candidate_id, str):
+        raise InputError(f"a candidate id is a string, not {type(candidate_id).__name__} ({candidate_id!r})")
+    if not candidate_id.isascii():
+        text_or_error("candidate id", candidate_id)
     return CANDIDATE_PREFIX + candidate_id
+
+
+def text_or_error(what: str, value: str) -> str:
+    """`value` when UTF-8 can carry it (what every store writes); InputError for a lone surrogate."""
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        raise InputError(f"{what} {value!r} is not valid Unicode text (it holds a lone surrogate)") from None
+    return value
 
 
 def candidate_id_of(stream_id: str) -> str | None:

@@ -31,6 +31,7 @@ from lifecycle_fsm.command_inputs import (
 from lifecycle_fsm.command_path import CommandPath, Decide
 from lifecycle_fsm.decisions import DEFAULT_ACTIVE_WINDOW, DEFAULT_MAX_WINDOW_AGE, Decision
 from lifecycle_fsm.errors import InputError
+from lifecycle_fsm.event_base import text_or_error
 from lifecycle_fsm.events import (
     LEDGER_STREAM,
     BaselineActivated,
@@ -94,6 +95,10 @@ class Ledger:
         signing_key: SigningKey | None = None,
         new_id: Callable[[], str] | None = None,
     ) -> None:
+        if actor is not None and not isinstance(actor, str):
+            raise InputError(f"actor must be a string, not {type(actor).__name__}")
+        if actor is not None:
+            text_or_error("actor", actor)
         self.store = store
         self.actor = actor or default_actor()
         self.artifact_root = None if artifact_root is None else os.path.abspath(artifact_root)
@@ -229,11 +234,13 @@ class Ledger:
         return plan_from_payload(payload, seq=seq, invalidated=invalidated_kinds(history, before=seq))
 
     def _on_candidate(self, stream_id: str, decide: Decide, **how: Any) -> CandidateResult:
+        _check_key(how["event_id"])
         outcome = self._path.run(stream_id, decide, **how)
         assert outcome.candidate is not None  # a candidate command always leaves (or finds) a candidate
         return CandidateResult(candidate=outcome.candidate, events=outcome.events, duplicate=outcome.duplicate)
 
     def _on_settings(self, stream_id: str, decide: Decide, **how: Any) -> SettingsResult:
+        _check_key(how["event_id"])
         outcome = self._path.run(stream_id, decide, **how)
         assert outcome.settings is not None
         return SettingsResult(settings=outcome.settings, events=outcome.events, duplicate=outcome.duplicate,
@@ -423,3 +430,11 @@ class Ledger:
         return self._on_candidate(
             stream_of(candidate_id), decide, command="handoff", event_id=event_id, first_type=HandoffDecided.TYPE
         )
+
+
+def _check_key(event_id: object) -> None:
+    """An idempotency key is a string (or None): anything else is refused before it is looked up."""
+    if event_id is not None and not isinstance(event_id, str):
+        raise InputError(f"event_id must be a string, not {type(event_id).__name__} ({event_id!r})")
+    if event_id is not None:
+        text_or_error("event_id", event_id)

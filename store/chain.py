@@ -126,9 +126,43 @@ def rehash(event: StoredEvent, prev_hash: str) -> str:
 
 
 def check_batch(stream_id: str, events: Sequence[NewEvent]) -> None:
-    """Every backend's first check on an append: one stream per append."""
-    if any(e.stream_id != stream_id for e in events):
-        raise InputError("every event of one append must belong to its stream")
+    """Every backend's first check on an append: one stream per append, and every column of the
+    right type. A column is hashed as the value given but stored as text (SQLite), so an event id
+    of `5` would be stored as `"5"` under a hash of `5`: a sound append that breaks the chain
+    for good. PostgreSQL refused it as a driver error; both refuse it here, before anything."""
+    for e in events:
+        if e.stream_id != stream_id:
+            raise InputError("every event of one append must belong to its stream")
+        try:  # one concatenation: a TypeError unless every text column is a str (the batch hot path)
+            text = e.stream_id + e.type + e.event_id + e.recorded_at + e.actor
+        except TypeError:
+            raise InputError(f"event {e.event_id!r}: {_wrong_column(e)}") from None
+        if not text.isascii() and not _encodable(text):
+            raise InputError(f"event {e.event_id!r}: {_wrong_column(e)}")
+        if type(e.schema_version) is not int or not isinstance(e.payload, dict):
+            raise InputError(f"event {e.event_id!r}: {_wrong_column(e)}")
+
+
+def _encodable(text: str) -> bool:
+    """Valid Unicode text, which UTF-8 can carry (a lone surrogate cannot)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _wrong_column(e: NewEvent) -> str:
+    """Which column of an event is wrong (said only on the way to an error)."""
+    for name in ("stream_id", "type", "event_id", "recorded_at", "actor"):
+        value = getattr(e, name)
+        if not isinstance(value, str):
+            return f"{name} must be a string, not {type(value).__name__}"
+        if not _encodable(value):
+            return f"{name} is not valid Unicode text (it holds a lone surrogate)"
+    if type(e.schema_version) is not int:
+        return f"schema_version must be an int, not {type(e.schema_version).__name__}"
+    return f"payload must be a JSON object (a dict), not {type(e.payload).__name__}"
 
 
 def chain_rows(head: Head, stream_id: str, expected_version: int, events: Sequence[NewEvent]) -> list[tuple[Any, ...]]:

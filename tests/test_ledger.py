@@ -17,6 +17,7 @@ from lifecycle_fsm.errors import (
     NotFoundError,
 )
 from lifecycle_fsm.ledger import Ledger
+from replay import verify
 
 HEX64 = re.compile(r"[0-9a-f]{64}")
 
@@ -380,3 +381,37 @@ def test_logs_one_event_appended_per_event_and_the_decision(ws: Workspace, activ
     assert (decisions[0]["candidate_id"], decisions[0]["state"], decisions[0]["seq"]) == (
         cid, "recovering", result.events[-1].seq,
     )  # fmt: skip
+
+
+@pytest.mark.parametrize("key", [5, 5.5, True, b"k", ["k"], "run/\ud800"])
+def test_a_key_that_is_not_a_string_is_refused_and_the_ledger_stays_sound(ws: Workspace, key: object) -> None:
+    """Before: `check(cid, event_id=5)` hashed the key as 5 and SQLite stored "5": the call returned,
+    and from then on `verify` and every read of the candidate failed (exit 6), for good."""
+    with ws.ledger() as ledger:
+        ledger.activate_baseline(ws.baseline())
+        cid = ledger.receive(ws.dpo()).candidate_id
+        before = ledger.store.count_events()
+        with pytest.raises(InputError, match="event_id"):
+            ledger.check(cid, event_id=key)  # type: ignore[arg-type]
+        with pytest.raises(InputError, match="event_id"):
+            ledger.advance_window(2, event_id=key)  # type: ignore[arg-type]
+        assert ledger.store.count_events() == before and verify(ledger.store)["ok"]
+        assert ledger.check(cid, event_id="run/1/check").candidate.state == "verified"
+
+
+@pytest.mark.parametrize("candidate_id", [None, 5, b"dpo-v5", "dpo-\ud800"])
+def test_a_candidate_id_that_is_not_a_string_is_an_input_error(ledger: Ledger, candidate_id: object) -> None:
+    """Not a TypeError from deep inside: the error tree's InputError, nothing appended."""
+    for command in (ledger.check, ledger.candidate, ledger.complete_recovery):
+        with pytest.raises(InputError, match="candidate id"):
+            command(candidate_id)  # type: ignore[operator]
+    assert ledger.store.count_events() == 0
+
+
+def test_an_actor_that_is_not_a_string_is_refused(ws: Workspace) -> None:
+    """An actor is stored on every event it writes: `actor=5` broke the chain as a key did."""
+    with pytest.raises(InputError, match="actor must be a string"):
+        ws.ledger(actor=5)
+    with pytest.raises(InputError, match=r"actor .* lone surrogate"):
+        ws.ledger(actor="sup\ud800")
+    assert ws.ledger(actor="supervisor-7").actor == "supervisor-7"

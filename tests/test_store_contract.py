@@ -213,6 +213,26 @@ def test_append_expecting_other_streams(backend: Backend, store: EventStore) -> 
             other.close()
 
 
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [("event_id", 5), ("event_id", 5.5), ("actor", True), ("recorded_at", None), ("type", b"T"),
+     ("schema_version", True), ("schema_version", "1"), ("payload", [1, 2]), ("actor", "t\ud800"),
+     ("event_id", "a-\udfff")],
+)  # fmt: skip
+def test_a_column_of_the_wrong_type_is_refused_before_anything_is_written(
+    store: EventStore, column: str, value: Any
+) -> None:
+    """Hashed as given but stored as text (event id 5 as "5"), such a row would break the chain
+    for good; every backend refuses it with InputError, in a batch too, and writes nothing."""
+    store.append("a", 0, [new("a", 0)])
+    fields = {"stream_id": "a", "type": "Happened", "schema_version": 1, "payload": {"n": 1}, "event_id": "a-1",
+              "recorded_at": "2024-01-01T00:00:01Z", "actor": "t"} | {column: value}  # fmt: skip
+    with pytest.raises(InputError, match=column):
+        store.append("a", 1, [new("a", 1), NewEvent(**fields)])
+    assert store.count_events() == 1 and store.verify_chain().ok
+    assert store.append("a", 1, [new("a", 1)]).events[0].seq == 2
+
+
 def test_a_read_snapshot_holds_while_another_handle_appends(backend: Backend, store: EventStore) -> None:
     """Inside `read_snapshot()` every read sees the ledger as of its first read; another handle's
     append (its own thread, as each handle must be) shows only once it ends. SQLite and
