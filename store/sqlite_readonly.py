@@ -1,12 +1,15 @@
-"""Reading a ledger kept on read-only media (an auditor's copy on a read-only mount).
+"""Reading a ledger in a folder this process may not write (a read-only mount, a reader's
+account without write access).
 
 A WAL ledger is read through its `-shm` index, which SQLite creates beside the file
-on first open; in a folder nobody may write it cannot, and every read failed with
-"unable to open database file". There the store opens the file `immutable` instead:
-no `-shm`, no locks, no WAL. That is only the truth when nothing can change the file
-and the WAL holds nothing, so it is taken only when the folder is not writable, and
-a non-empty `-wal` (committed events not yet in the main file, which an immutable
-read would silently leave out) is refused instead.
+on first open; where it cannot, every read failed ("unable to open database file", or
+"attempt to write a readonly database" for a file we may not write). There the store
+opens the file `immutable` instead: no `-shm`, no locks, no WAL. That is only the truth
+when no connection has the ledger open and the WAL holds nothing, so it is taken only
+when the folder is not writable and there is no `-shm` (a writer holding the ledger open
+keeps one, and then SQLite reads through it by itself), and a non-empty `-wal`
+(committed events not yet in the main file, which an immutable read would silently
+leave out) is refused instead.
 """
 
 from __future__ import annotations
@@ -22,8 +25,14 @@ __all__ = ["open_immutable", "on_read_only_media"]
 
 
 def on_read_only_media(path: Path, error: sqlite3.Error) -> bool:
-    """SQLite could not open the ledger's `-shm` because its folder may not be written."""
-    return "unable to open database file" in str(error) and not os.access(path.parent, os.W_OK)
+    """SQLite could not create the ledger's `-shm`: its folder may not be written, and no
+    connection has the ledger open (none keeps a `-shm` there)."""
+    message = str(error)
+    return (
+        ("unable to open database file" in message or "readonly database" in message)
+        and not os.access(path.parent, os.W_OK)
+        and not Path(f"{path}-shm").exists()
+    )
 
 
 def open_immutable(path: Path) -> sqlite3.Connection:

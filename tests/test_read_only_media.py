@@ -50,6 +50,7 @@ class ReadOnly:
     def cleanup(self) -> None:
         if self.mounted:
             subprocess.run(["umount", str(self.ro)], check=True)
+            self.mounted = False
         os.chmod(self.src, 0o755)
 
 
@@ -121,3 +122,23 @@ def test_a_read_only_copy_with_events_in_its_wal_is_refused_not_read_short(ws: W
     refused = _lifecycle(ro / "l.db", "--json", "verify")
     assert refused.returncode == 7, refused.stdout + refused.stderr
     assert "l.db-wal holds" in refused.stderr and "writable folder" in refused.stderr
+
+
+def test_the_immutable_read_is_taken_only_where_sqlite_cannot_make_its_index(read_only: ReadOnly) -> None:
+    """Either message SQLite gives (root on a read-only mount; a user without write access to the
+    folder), only for a folder this process may not write, and never while a `-shm` says a
+    connection has the ledger open (SQLite then reads through it by itself)."""
+    from store.sqlite_readonly import on_read_only_media
+
+    cannot_open = sqlite3.OperationalError("unable to open database file")
+    read_only_file = sqlite3.OperationalError("attempt to write a readonly database")
+    (read_only.src / "l.db").write_bytes(b"")
+    assert not on_read_only_media(read_only.src / "l.db", cannot_open)  # a writable folder
+    read_only.seal()
+    ledger = read_only.ro / "l.db"
+    assert on_read_only_media(ledger, cannot_open) and on_read_only_media(ledger, read_only_file)
+    assert not on_read_only_media(ledger, sqlite3.OperationalError("database disk image is malformed"))
+    read_only.cleanup()
+    (read_only.src / "l.db-shm").write_bytes(b"")
+    read_only.seal()
+    assert not on_read_only_media(ledger, cannot_open)
