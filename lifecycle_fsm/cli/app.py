@@ -15,7 +15,7 @@ import click
 
 from lifecycle_fsm.cli import _where
 from lifecycle_fsm.cli.exit_codes import EXIT_CODES, exit_code_for
-from lifecycle_fsm.cli.guards import is_driver_error, refuse_empty_file, refuse_memory_db
+from lifecycle_fsm.cli.guards import is_driver_error, output_error, refuse_empty_file, refuse_memory_db
 from lifecycle_fsm.cli.lazy import LazyCommands
 from lifecycle_fsm.errors import InputError, LifecycleError
 from lifecycle_fsm.limits import display
@@ -80,6 +80,12 @@ class LifecycleGroup(click.Group):
         except click.Abort:
             click.echo("Error: aborted", err=True)
             sys.exit(1)
+        except OSError as e:
+            error = output_error(e)
+            if error is None:
+                raise
+            click.echo(f"Error: {display(str(error))}", err=True)
+            sys.exit(int(exit_code_for(error)))
         sys.exit(result if isinstance(result, int) else 0)
 
 

@@ -9,8 +9,11 @@ one `.previous` generation with `--replace`).
 
 from __future__ import annotations
 
+import errno
 import sys
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import click
 import orjson
@@ -18,6 +21,7 @@ import orjson
 from lifecycle_fsm.audit_records import publish, refuse_existing
 from lifecycle_fsm.cli.app import TimeType, json_option, open_ledger, wants_json
 from lifecycle_fsm.cli.exit_codes import ExitCode
+from lifecycle_fsm.cli.guards import closed_output
 from lifecycle_fsm.cli.render import emit
 from lifecycle_fsm.limits import MAX_INT64
 from replay.log import event_json, event_reasons, log_filter, read_log
@@ -61,6 +65,15 @@ def log(
     query = log_filter(after=after, before=before, since=since, until=until, types=types, stream=stream,
                        actor=actor, reason=reason, limit=limit)  # fmt: skip
     rows = read_log(open_ledger(must_exist=True).store, query)
+    try:
+        _print_log(rows, jsonl)
+    except OSError as e:  # rows go to stdout as they come: a full disk is one line, as for `echo`
+        if e.errno == errno.EPIPE or e.filename is not None:
+            raise
+        raise closed_output(e.strerror or str(e)) from e
+
+
+def _print_log(rows: Iterable[tuple[Any, Any]], jsonl: bool) -> None:
     out = sys.stdout
     if jsonl:
         for event, payload in rows:

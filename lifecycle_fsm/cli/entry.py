@@ -93,6 +93,12 @@ def _write(text: str, *, err: bool = False) -> None:
 
 def run(prog_name: str | None = None) -> None:
     """The `lifecycle` command: `status ID` here when it can be, else the click group."""
+    if sys.stdout is None:  # started with stdout closed: run nothing that could not report
+        from lifecycle_fsm.cli.guards import closed_output
+
+        if sys.stderr is not None:
+            _write(f"Error: {closed_output('standard output is closed')}", err=True)
+        sys.exit(3)
     request = status_request(sys.argv[1:], os.environ)
     if request is None or not _plain_streams():
         from lifecycle_fsm.cli import main
@@ -145,7 +151,12 @@ def _status(request: StatusRequest) -> int:
         return 1
     except OSError as e:
         if e.errno != errno.EPIPE:
-            raise
+            from lifecycle_fsm.cli.guards import closed_output
+
+            if e.filename is not None:  # not stdout's: a file of ours
+                raise
+            _write(f"Error: {closed_output(e.strerror or str(e))}", err=True)
+            return 3
         _quiet_broken_pipe()
         return 1
     return 0

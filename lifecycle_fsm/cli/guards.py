@@ -12,7 +12,7 @@ import sqlite3
 from lifecycle_fsm.errors import InputError, StoreError
 from store.open import is_postgres_url
 
-__all__ = ["is_driver_error", "refuse_empty_file", "refuse_memory_db"]
+__all__ = ["closed_output", "is_driver_error", "output_error", "refuse_empty_file", "refuse_memory_db"]
 
 
 def refuse_memory_db(db: str) -> None:
@@ -36,3 +36,25 @@ def refuse_empty_file(db: str) -> None:
 def is_driver_error(error: BaseException) -> bool:
     """An exception raised by sqlite3 or psycopg (checked by module: psycopg may not be installed)."""
     return isinstance(error, sqlite3.DatabaseError) or type(error).__module__.split(".")[0] == "psycopg"
+
+
+def output_error(error: OSError) -> InputError | None:
+    """The error to report when writing the command's output failed (a full disk, a closed or
+    broken stdout), else None: such an `OSError` is raised inside click's `echo` or rich's
+    console, and must be one `Error:` line (exit 3), not a traceback. A write command prints
+    after its commit, so the message says where its events are."""
+    tb = error.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if (code.co_name == "echo" and code.co_filename.endswith(os.path.join("click", "utils.py"))) or (
+            code.co_filename.endswith(os.path.join("rich", "console.py"))
+        ):
+            return closed_output(error.strerror or str(error))
+        tb = tb.tb_next
+    return None
+
+
+def closed_output(why: str) -> InputError:
+    return InputError(
+        f"cannot write the output ({why}); a write command appends before it prints: `lifecycle log` shows its events"
+    )
