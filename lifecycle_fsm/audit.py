@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from lifecycle_fsm.artifact_paths import folder_problem
 from lifecycle_fsm.artifacts import path_escapes_root
 from lifecycle_fsm.audit_records import (
     SCHEMA_VERSION,
@@ -141,8 +142,8 @@ def prepare(request: AuditRequest) -> PreparedAudit:
     _non_negative("--max-window-age", request.max_window_age)
     if os.path.exists(request.out) and not os.path.isdir(request.out):
         raise InputError(f"--out {request.out} exists and is not a folder")
-    if not os.path.isdir(request.root):
-        raise InputError(f"--root {request.root} is not a folder")
+    if problem := folder_problem(request.root):
+        raise InputError(f"--root {request.root} {problem}")
     evidence_path, handoff_path = record_paths(request.out, label)
     existing = [p for p in (evidence_path, handoff_path) if os.path.lexists(p)]
     baseline = load_baseline_manifest(request.baseline)

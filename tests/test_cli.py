@@ -192,6 +192,16 @@ def test_hash_json(populated: Workspace) -> None:
     assert text.stdout.split()[0] == doc["sha256"]
 
 
+@pytest.mark.parametrize(("root", "problem"), [("nowhere", "does not exist"), ("a-file", "is not a folder")])
+def test_hash_root_that_is_no_folder_says_so(tmp_path: Path, root: str, problem: str) -> None:
+    """A missing --root said "path escapes root: PATH" (exit 3); a file as --root was a usage error (exit 2)."""
+    (tmp_path / "a-file").write_text("x")
+    done = run_cli(tmp_path / "l.db", "hash", str(tmp_path / "a-file"), "--root", str(tmp_path / root))
+    assert (done.returncode, done.stdout) == (3, "")
+    assert done.stderr == f"Error: --root {tmp_path / root} {problem}\n"
+    assert not (tmp_path / "l.db").exists()
+
+
 def test_verify_json(populated: Workspace) -> None:
     """`verify --json` reports ok, the event count and the head's seq and hash."""
     doc = as_json(invoke(populated.db, "verify", "--json"))
