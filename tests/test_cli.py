@@ -268,6 +268,16 @@ def test_every_exit_code_is_documented_in_readme() -> None:
     assert [code for code in EXIT_CODES if not re.search(rf"^\| {code} \|", readme, re.MULTILINE)] == []
 
 
+def test_help_gives_each_exit_code_the_readme_meaning() -> None:
+    """`lifecycle --help` says what README's table says, word for word: 8 was "drill" alone, not
+    `drill --simulate` or `decisions replay`."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    rows = {int(code): text for code, text in re.findall(r"^\| (\d) \| (.+) \|$", readme, re.MULTILINE)}
+    assert rows == EXIT_CODES
+    shown = " ".join(CliRunner().invoke(main, ["--help"], catch_exceptions=False).stdout.split())
+    assert all(f"{code} {text}" in shown for code, text in rows.items())
+
+
 def test_lifecycle_db_env_var_is_honoured(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
     """Without --db, LIFECYCLE_DB names the ledger file."""
     monkeypatch.chdir(ws.root)
