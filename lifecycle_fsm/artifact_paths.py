@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["inside", "path_escapes_root", "real_path"]
+__all__ = ["folder_problem", "inside", "path_escapes_root", "real_path"]
 
 StrPath = str | os.PathLike[str]
 
@@ -31,6 +31,13 @@ def inside(path: str, root: str) -> bool:
     if path == root:
         return True
     return path.startswith(root if root.endswith("/") else root + "/")
+
+
+def folder_problem(path: StrPath) -> str | None:
+    """Why `path` cannot be a root to hash under ("does not exist", "is not a folder"), or None."""
+    if os.path.isdir(path):
+        return None
+    return "is not a folder" if os.path.lexists(path) else "does not exist"
 
 
 def path_escapes_root(path: StrPath, root: StrPath) -> bool:

@@ -46,7 +46,7 @@ from typing import Any
 
 import attrs
 
-from lifecycle_fsm.artifact_paths import inside, path_escapes_root, real_path
+from lifecycle_fsm.artifact_paths import folder_problem, inside, path_escapes_root, real_path
 from lifecycle_fsm.errors import ArtifactError
 
 __all__ = [
@@ -193,7 +193,9 @@ def _collect(path: StrPath, root: StrPath | None) -> tuple[bool, list[_Entry]]:
     """Check `path` against the rules; return (is_directory, files in stream order)."""
     shown = os.fspath(path)
     if root is not None and path_escapes_root(shown, root):
-        raise ArtifactError(f"path escapes root: {shown}")
+        # Asked only here, so a sound root costs no stat: every path "escapes" a root that is not there.
+        problem = folder_problem(root)
+        raise ArtifactError(f"root {os.fspath(root)} {problem}" if problem else f"path escapes root: {shown}")
     try:
         own = os.lstat(shown)  # one call says: there, a link or not, and (not a link) what it is
     except OSError:

@@ -7,8 +7,9 @@ builds its records from the state those events fold to, citing their positions. 
 and says what `real_artifact` would do, writing nothing (not even a ledger file).
 
 Order matters for "nothing written": everything that can be refused without the
-ledger (a bad label, a used label, a malformed manifest, no candidate manifest) is
-refused by `prepare` / `check_runnable` before the ledger is opened; every conflict
+ledger (a bad label, a used label, a malformed manifest, no candidate manifest, an
+`--out` folder that cannot be created or written) is refused by `prepare` /
+`check_runnable` before the ledger is opened; every conflict
 with the ledger's existing settings or candidates is refused by `run` before the
 first append.
 """
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from lifecycle_fsm.artifact_paths import folder_problem
 from lifecycle_fsm.artifacts import path_escapes_root
 from lifecycle_fsm.audit_records import (
     SCHEMA_VERSION,
@@ -36,6 +38,7 @@ from lifecycle_fsm.audit_records import (
 )
 from lifecycle_fsm.errors import ConflictError, InputError, NotFoundError
 from lifecycle_fsm.events import LEDGER_STREAM, stream_of
+from lifecycle_fsm.folders import prove_writable
 from lifecycle_fsm.ledger import DEFAULT_ACTIVE_WINDOW, DEFAULT_MAX_WINDOW_AGE, Ledger, utc_now
 from lifecycle_fsm.manifests import BaselineManifest, CandidateManifest, load_baseline_manifest, load_candidate_manifest
 from lifecycle_fsm.rules import ONLINE_KINDS, check_candidate_freshness
@@ -141,8 +144,8 @@ def prepare(request: AuditRequest) -> PreparedAudit:
     _non_negative("--max-window-age", request.max_window_age)
     if os.path.exists(request.out) and not os.path.isdir(request.out):
         raise InputError(f"--out {request.out} exists and is not a folder")
-    if not os.path.isdir(request.root):
-        raise InputError(f"--root {request.root} is not a folder")
+    if problem := folder_problem(request.root):
+        raise InputError(f"--root {request.root} {problem}")
     evidence_path, handoff_path = record_paths(request.out, label)
     existing = [p for p in (evidence_path, handoff_path) if os.path.lexists(p)]
     baseline = load_baseline_manifest(request.baseline)
@@ -187,10 +190,15 @@ def _blockers(prepared: PreparedAudit) -> list[str]:
 
 
 def check_runnable(prepared: PreparedAudit) -> None:
-    """Refuse a real_artifact run that cannot write its records (before the ledger is opened)."""
+    """Refuse a real_artifact run that cannot write its records (before the ledger is opened).
+
+    The records' folder is created and proven writable here, not when the records are
+    written: by then the audit's events are in the ledger, and a refusal must append nothing.
+    """
     blockers = _blockers(prepared)
     if blockers:
         raise InputError(blockers[0])
+    prove_writable(prepared.evidence_path.parent, "records folder")
 
 
 def missing_fields(fields: JSON) -> list[str]:

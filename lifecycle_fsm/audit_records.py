@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from lifecycle_fsm.errors import InputError
+from lifecycle_fsm.folders import make_folder
 from lifecycle_fsm.rules import choose_recovery_action, decide_lifecycle_handoff
 from lifecycle_fsm.state import CandidateState
 
@@ -163,10 +164,10 @@ def publish(records: Sequence[tuple[Path, bytes]], *, replace: bool) -> list[Pat
     """Move an existing pair to `.previous` (with `replace`), then write the new records."""
     paths = [p for p, _ in records]
     existing = refuse_existing(paths, replace)  # again: another audit may have written meanwhile
+    for folder in {p.parent for p in paths}:
+        make_folder(folder, "output folder")
     moved = []
     try:
-        for p in {p.parent for p in paths}:
-            p.mkdir(parents=True, exist_ok=True)
         for p in existing:
             os.replace(p, previous_of(p))
             moved.append(previous_of(p))

@@ -24,6 +24,7 @@ import attrs
 from lifecycle_fsm.checks import freshness
 from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.events import candidate_id_of
+from lifecycle_fsm.folders import make_folder
 from lifecycle_fsm.rules import choose_recovery_action, decide_lifecycle_handoff
 from lifecycle_fsm.state import CandidateState, LedgerSettings, apply_candidate
 from lifecycle_fsm.upcasting import decoded_payload
@@ -155,11 +156,14 @@ def export_pool(store: EventStore, folder: Path) -> list[Path]:
     """One file per decision in `folder`, which must be new or empty (a pool is never merged into)."""
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         raise InputError(f"{folder} is not an empty folder: a decision pool is written into a new one")
-    folder.mkdir(parents=True, exist_ok=True)
+    make_folder(folder, "decision pool folder")
     written = []
     for d in sorted(decisions_of(store), key=lambda d: d.seq):
         path = folder / f"{d.seq:08d}-{d.decision}.json"
-        path.write_text(d.to_json())
+        try:
+            path.write_text(d.to_json())
+        except OSError as e:
+            raise InputError(f"cannot write {path}: {e.strerror or e}") from None
         written.append(path)
     return written
 

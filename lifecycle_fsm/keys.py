@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from lifecycle_fsm.errors import InputError
+from lifecycle_fsm.folders import make_folder
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -66,10 +67,7 @@ def new_key_pair(out: str | os.PathLike[str]) -> KeyFiles:
     """Write `DIR/lifecycle-signing.key` (0600, O_EXCL) and `.pub`; refuse to overwrite either."""
     folder = Path(out)
     private_path, public_path = folder / PRIVATE_KEY_NAME, folder / PUBLIC_KEY_NAME
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise InputError(f"cannot create key folder {folder}: {e.strerror}") from e
+    make_folder(folder, "key folder")
     if public_path.exists():
         raise InputError(f"{public_path} already exists: a key pair is never overwritten")
     from cryptography.hazmat.primitives import serialization

@@ -16,7 +16,7 @@ from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.limits import MAX_INT64
 from store.base import EventStore
 
-__all__ = ["AsOf", "parse_as_of", "parse_time", "position_of"]
+__all__ = ["AsOf", "parse_as_of", "parse_seq", "parse_time", "position_of"]
 
 AsOf = int | str  # a seq, or a UTC time in the stored form
 
@@ -32,30 +32,40 @@ def parse_time(text: str) -> str:
     return moment.astimezone(dt.UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-def parse_as_of(text: str) -> AsOf:
-    """A seq (digits only, at least 1) or a time (anything else ISO 8601)."""
+def parse_seq(text: str, option: str = "--as-of") -> int:
+    """A seq given as `option`'s value: ASCII digits, at least 1, at most int64 (InputError otherwise)."""
     stripped = text.strip()
-    if stripped.isdigit():
-        seq = int(stripped)
-        if seq < 1:
-            raise InputError(f"--as-of {text}: a seq starts at 1")
-        if seq > MAX_INT64:
-            raise InputError(f"--as-of {text}: no seq is that large")
-        return seq
+    digits = stripped.removeprefix("-")
+    if not (digits.isascii() and digits.isdigit()):  # str.isdigit alone takes "²", which int() refuses
+        raise InputError(f"{option} {text}: not a seq (a whole number from 1)")
+    seq = int(stripped)
+    if seq < 1:
+        raise InputError(f"{option} {text}: a seq starts at 1")
+    if seq > MAX_INT64:
+        raise InputError(f"{option} {text}: no seq is that large")
+    return seq
+
+
+def parse_as_of(text: str) -> AsOf:
+    """A seq (ASCII digits only, at least 1) or a time (anything else ISO 8601)."""
+    stripped = text.strip()
+    if stripped.isascii() and stripped.isdigit():
+        return parse_seq(text)
     return parse_time(stripped)
 
 
-def position_of(store: EventStore, as_of: AsOf | None) -> int:
+def position_of(store: EventStore, as_of: AsOf | None, *, option: str = "--as-of") -> int:
     """The log position an as-of stands for (the head when None).
 
     A seq past the head is refused (InputError: a typo must not read as "nothing
-    happened since"); a time after the last event is simply the head.
+    happened since"); a time after the last event is simply the head. `option` names
+    the flag in that refusal (`replay --to` holds seqs to the same rule).
     """
     head = store.head().seq
     if as_of is None:
         return head
     if isinstance(as_of, int):
         if as_of > head:
-            raise InputError(f"--as-of {as_of} is past the head of the log (seq {head})")
+            raise InputError(f"{option} {as_of} is past the head of the log (seq {head})")
         return as_of
     return store.position_at(as_of)

@@ -4,7 +4,9 @@ Every source event is checked against the chain before it is copied (position, l
 hash), and every copy is appended through the destination's own `append`, which
 re-chains it: the copy must come out byte-identical (hash included), or the batch is
 rolled back and the copy stops with an `IntegrityError`. So a finished copy has the
-same head as its source by construction, not by trust.
+same head as its source by construction, not by trust. Events go in batches, one
+transaction each: a copy stopped by a break keeps the batches committed before it
+(a verified prefix) and its error says which seqs those are, or that nothing was copied.
 
 A destination that already holds events must be a prefix of the source (its head hash
 is the source's hash at that seq, and its own chain verifies): the copy then resumes
@@ -60,20 +62,26 @@ def migrate(
     target = src.head()
     start = _resume_point(src, dst, target)
     prev = Head(0, GENESIS_HASH)
+    written = start.seq  # the destination holds every event up to here
     pending: list[StoredEvent] = []
     for event in src.select_events(to=target.seq):
-        _check_link(event, prev)
+        reason = _link_problem(event, prev)
+        if reason is not None:
+            raise IntegrityError(f"the source's chain is broken at seq {event.seq}: {reason}; "
+                                 f"{_copied(start.seq, written)}", seq=event.seq)  # fmt: skip
         prev = Head(event.seq, event.hash)
         if event.seq > start.seq:
             pending.append(event)
             if len(pending) >= batch:
                 _write(dst, pending)
-                pending = []
+                written, pending = event.seq, []
         if progress is not None:
             progress(event.seq, target.seq)
     _write(dst, pending)
+    written = max(written, prev.seq)
     if prev != target:
-        raise IntegrityError(f"the source ended at seq {prev.seq}, not at its head {target.seq}", seq=prev.seq)
+        raise IntegrityError(f"the source ended at seq {prev.seq}, not at its head {target.seq}; "
+                             f"{_copied(start.seq, written)}", seq=prev.seq)  # fmt: skip
     copied, present, skipped = _copy_checkpoints(src, dst, target.seq)
     if index is not None:
         dst.rebuild_stream_index(lambda: index(dst))
@@ -100,17 +108,23 @@ def _resume_point(src: EventStore, dst: EventStore, target: Head) -> Head:
     return head
 
 
-def _check_link(event: StoredEvent, prev: Head) -> None:
+def _link_problem(event: StoredEvent, prev: Head) -> str | None:
+    """Why `event` does not follow `prev` in a sound chain, or None when it does."""
     if event.seq != prev.seq + 1:
-        reason = f"gap in positions: seq {event.seq} follows seq {prev.seq}"
-    elif event.prev_hash != prev.hash:
-        reason = "prev_hash does not match the previous event's hash"
-    elif rehash(event, prev.hash) != event.hash:
-        reason = "stored hash does not match the event's content"
-    else:
-        return
-    raise IntegrityError(f"the source's chain is broken at seq {event.seq}: {reason}; nothing after it copied",
-                         seq=event.seq)  # fmt: skip
+        return f"gap in positions: seq {event.seq} follows seq {prev.seq}"
+    if event.prev_hash != prev.hash:
+        return "prev_hash does not match the previous event's hash"
+    if rehash(event, prev.hash) != event.hash:
+        return "stored hash does not match the event's content"
+    return None
+
+
+def _copied(start: int, written: int) -> str:
+    """What a stopped copy left in the destination: the message must not claim more (or less)."""
+    if written == start:
+        kept = f" (the destination still holds its first {start} events)" if start else ""
+        return f"nothing was copied{kept}"
+    return f"copied seq {start + 1} to {written} ({written - start} events, each verified), nothing after seq {written}"
 
 
 def _runs(events: Sequence[StoredEvent]) -> Iterable[list[StoredEvent]]:

@@ -129,6 +129,21 @@ def count_events(db: Path) -> int:
             return 0
 
 
+def read_only_folder(tmp_path: Path) -> Path | None:
+    """A 0555 folder, or None where permissions do not bind this process.
+
+    Root writes into it anyway (CAP_DAC_OVERRIDE); to run these cases as root, drop the
+    capability: `setpriv --bounding-set -dac_override,-dac_read_search python -m pytest …`.
+    """
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o555)
+    try:
+        (locked / "probe").touch()
+    except PermissionError:
+        return locked
+    return None
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     """`--reliability-long`: the full reliability campaign (tests/reliability), not CI's bounded one."""
     parser.addoption(

@@ -250,6 +250,15 @@ def test_dotdot_escape_fails(tmp_path: Path) -> None:
         hash_directory(escaping, root=root)
 
 
+def test_a_root_that_is_no_folder_is_named_not_blamed_on_the_path(tmp_path: Path) -> None:
+    """Every path lies outside a root that does not exist: say that, not "path escapes root"."""
+    write(tmp_path / "f", b"f")
+    with pytest.raises(ArtifactError, match=r"^root .*/nowhere does not exist$"):
+        hash_directory(tmp_path / "f", root=tmp_path / "nowhere")
+    with pytest.raises(ArtifactError, match=r"^root .*/f is not a folder$"):
+        hash_directory(tmp_path / "f" / ".." / "g", root=tmp_path / "f")
+
+
 def test_missing_path_fails(tmp_path: Path) -> None:
     """A path that does not exist is an ArtifactError (a ValueError) naming it."""
     missing = tmp_path / "nope"

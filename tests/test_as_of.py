@@ -105,6 +105,12 @@ def test_status_as_of_text_names_the_position(ws: Workspace, advanced: dict[str,
         (["explain", "dpo-v5", "--as-of", "2026-03-01T12:00:00Z"], 4, "at or before seq 0"),
         (["explain", "dpo-v5", "--as-of", "yesterday"], 2, "not an ISO 8601 time"),
         (["explain", "dpo-v5", "--as-of", "0"], 2, "a seq starts at 1"),
+        (["status", "--as-of", "\u00b2"], 2, "not an ISO 8601 time"),  # isdigit() but not int(): was a traceback
+        # replay --to holds a seq to the same rules (it replayed "to seq 8" for --to 9999, exit 0)
+        (["replay", "--to", "9999"], 3, "Error: --to 9999 is past the head of the log (seq 8)\n"),
+        (["replay", "--to", "0"], 2, "--to 0: a seq starts at 1"),
+        (["replay", "--to", "-1"], 2, "--to -1: a seq starts at 1"),
+        (["replay", "--to", "x"], 2, "--to x: not a seq"),
     ],
 )
 def test_as_of_refusals(ws: Workspace, advanced: dict[str, int], args: list[str], code: int, message: str) -> None:
@@ -112,6 +118,13 @@ def test_as_of_refusals(ws: Workspace, advanced: dict[str, int], args: list[str]
     result = invoke(ws.db, *args)
     assert result.exit_code == code, result.output
     assert result.stderr.startswith("Error: ") and message in result.stderr and result.stdout == ""
+
+
+def test_replay_to_the_head_and_before_it(ws: Workspace, advanced: dict[str, int]) -> None:
+    """`replay --to` the head is the whole log; an earlier seq shows the state then, as `status --as-of` does."""
+    assert _json(ws, "replay", "--to", "8")["position"] == 8
+    then = _json(ws, "replay", "--to", str(advanced["ready"]))
+    assert then["position"] == advanced["ready"] and [d["state"] for d in then["states"]] == ["ready"]
 
 
 def test_parse_time_and_as_of() -> None:

@@ -192,6 +192,16 @@ def test_hash_json(populated: Workspace) -> None:
     assert text.stdout.split()[0] == doc["sha256"]
 
 
+@pytest.mark.parametrize(("root", "problem"), [("nowhere", "does not exist"), ("a-file", "is not a folder")])
+def test_hash_root_that_is_no_folder_says_so(tmp_path: Path, root: str, problem: str) -> None:
+    """A missing --root said "path escapes root: PATH" (exit 3); a file as --root was a usage error (exit 2)."""
+    (tmp_path / "a-file").write_text("x")
+    done = run_cli(tmp_path / "l.db", "hash", str(tmp_path / "a-file"), "--root", str(tmp_path / root))
+    assert (done.returncode, done.stdout) == (3, "")
+    assert done.stderr == f"Error: --root {tmp_path / root} {problem}\n"
+    assert not (tmp_path / "l.db").exists()
+
+
 def test_verify_json(populated: Workspace) -> None:
     """`verify --json` reports ok, the event count and the head's seq and hash."""
     doc = as_json(invoke(populated.db, "verify", "--json"))
@@ -256,6 +266,16 @@ def test_every_exit_code_is_documented_in_readme() -> None:
     """Each exit code the CLI uses has a row in README.md's exit-code table."""
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     assert [code for code in EXIT_CODES if not re.search(rf"^\| {code} \|", readme, re.MULTILINE)] == []
+
+
+def test_help_gives_each_exit_code_the_readme_meaning() -> None:
+    """`lifecycle --help` says what README's table says, word for word: 8 was "drill" alone, not
+    `drill --simulate` or `decisions replay`."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    rows = {int(code): text for code, text in re.findall(r"^\| (\d) \| (.+) \|$", readme, re.MULTILINE)}
+    assert rows == EXIT_CODES
+    shown = " ".join(CliRunner().invoke(main, ["--help"], catch_exceptions=False).stdout.split())
+    assert all(f"{code} {text}" in shown for code, text in rows.items())
 
 
 def test_lifecycle_db_env_var_is_honoured(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -97,7 +97,36 @@ def test_a_broken_source_stops_the_copy_at_the_break(tmp_path: Path) -> None:
     with pytest.raises(IntegrityError, match="seq 5") as info:
         migrate(src, dst, batch=2)
     assert info.value.seq == 5 and dst.head().seq == 4
+    assert str(info.value).endswith("; copied seq 1 to 4 (4 events, each verified), nothing after seq 4")
+    with pytest.raises(IntegrityError) as again:  # resumed: the first four are there, nothing more can be
+        migrate(src, dst, batch=2)
+    assert str(again.value).endswith("; nothing was copied (the destination still holds its first 4 events)")
+    with pytest.raises(IntegrityError) as whole:  # the break inside the first batch: not "nothing after it"
+        migrate(src, Backend("memory", None).open())
+    assert str(whole.value).endswith(": stored hash does not match the event's content; nothing was copied")
     src.close()
+
+
+def test_migrate_command_from_a_broken_source_says_what_it_copied(ws: Workspace, tmp_path: Path) -> None:
+    """Broken at seq 4: exit 6, "nothing was copied" (it said "nothing after it copied"), and no empty DST left.
+
+    A DST that existed before the command is never removed, even left empty.
+    """
+    src = make_backend("sqlite", None, tmp_path)  # type: ignore[arg-type]
+    store = src.open()
+    store.append("a", 0, [new("a", i) for i in range(6)])
+    store.close()
+    src.tamper(4, "payload", '{"n":666}')
+    fresh, existing = tmp_path / "fresh.db", tmp_path / "existing.db"
+    existing.touch()
+    for dst in (fresh, existing):
+        done = run_cli(ws.db, "migrate", str(src.target), str(dst))
+        assert (done.returncode, done.stdout) == (6, ""), done.stderr
+        assert done.stderr == (
+            "Error: the source's chain is broken at seq 4: stored hash does not match the event's content; "
+            "nothing was copied\n"
+        )
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(("fresh", "existing"))) == ["existing.db"]
 
 
 # --- the command, as users run it ----------------------------------------------------------------

@@ -27,6 +27,8 @@ __all__ = [
     "AS_OF",
     "AsOfType",
     "LifecycleGroup",
+    "SEQ",
+    "SeqType",
     "TimeType",
     "json_option",
     "main",
@@ -153,7 +155,23 @@ class TimeType(_ParamType):
             self.fail(str(e), param, ctx)
 
 
+class SeqType(_ParamType):
+    """A seq, as `--as-of` takes one (ASCII digits, from 1); anything else is a usage error."""
+
+    name = "SEQ"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from replay.asof import parse_seq
+
+        option = param.opts[0] if param is not None and param.opts else "SEQ"
+        try:
+            return parse_seq(str(value), option)
+        except InputError as e:
+            self.fail(str(e), param, ctx)
+
+
 AS_OF = AsOfType()
+SEQ = SeqType()
 
 
 def signing_key() -> Ed25519PrivateKey | None:

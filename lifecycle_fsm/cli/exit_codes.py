@@ -2,7 +2,8 @@
 
 Exit codes belong to the command line: the error classes say *what* went wrong, this
 table says what a shell sees (httpx keeps the same split). README's exit-code table
-documents `EXIT_CODES`; a test checks that every error class maps to one of them.
+documents `EXIT_CODES` word for word (`lifecycle --help` prints them; a test compares the
+two); a test checks that every error class maps to one of them.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ class ExitCode(IntEnum):
 
 
 EXIT_CODES: dict[int, str] = {
-    ExitCode.OK: "success (for `verify`: the chain and every checkpoint hold)",
+    ExitCode.OK: "success (`verify`: the chain and every checkpoint hold)",
     ExitCode.INTERNAL: "unexpected internal error (a bug: please report it with the traceback)",
     ExitCode.USAGE: "usage error: unknown command or option, missing argument",
     ExitCode.INPUT: "bad input: missing file, bad JSON, malformed manifest, unknown stage or kind",
@@ -47,7 +48,10 @@ EXIT_CODES: dict[int, str] = {
     ),
     ExitCode.INTEGRITY: "integrity: the hash chain, a checkpoint or a recorded transition is broken",
     ExitCode.STORE: "store: the database file is unusable or stayed locked",
-    ExitCode.DRILL_FAILED: "drill: an expectation did not hold",
+    ExitCode.DRILL_FAILED: (
+        "`drill`: an expectation did not hold, or a fault could not be injected (inconclusive); "
+        "`drill --simulate`: an invariant failed; `decisions replay`: a decision would change"
+    ),
 }
 
 # Most specific class first: the first entry the error is an instance of decides. Leaves

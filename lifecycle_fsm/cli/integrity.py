@@ -16,6 +16,7 @@ import click
 from lifecycle_fsm.cli.app import json_option, open_ledger, open_read_store, signing_key, wants_json
 from lifecycle_fsm.cli.exit_codes import ExitCode
 from lifecycle_fsm.cli.render import emit
+from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.keys import PublicKeys
 from lifecycle_fsm.seals import add_trust_findings, parse_expected_head, seal
 from replay import take_checkpoint
@@ -79,12 +80,14 @@ def verify(expect_heads: tuple[str, ...], pubkeys: tuple[str, ...]) -> None:
 
 @click.command("hash")
 @click.argument("path", type=click.Path(path_type=Path))
-@click.option(
-    "--root", type=click.Path(file_okay=False, path_type=Path), help="Symlinks may point anywhere inside ROOT."
-)
+@click.option("--root", type=click.Path(path_type=Path), help="Symlinks may point anywhere inside ROOT (a folder).")
 @json_option
 def hash_command(path: Path, root: Path | None) -> None:
     """The sha256 that manifests record for a file or a directory."""
+    from lifecycle_fsm.artifact_paths import folder_problem
+
+    if root is not None and (problem := folder_problem(root)):
+        raise InputError(f"--root {root} {problem}")  # bad input (exit 3), not "path escapes root"
     digest = _hash_with_progress(path, root)
     if wants_json():
         emit({"path": str(path), "sha256": digest, "algorithm": "sha256"})

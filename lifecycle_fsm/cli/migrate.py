@@ -8,6 +8,7 @@ bar on a terminal and reports what was copied.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ import click
 
 from lifecycle_fsm.cli.app import json_option, root_obj, wants_json
 from lifecycle_fsm.cli.render import emit
-from lifecycle_fsm.errors import InputError
+from lifecycle_fsm.errors import InputError, LifecycleError
 from replay.checkpoints import load_state
 from replay.fold import index_of
 from store.base import EventStore
@@ -64,16 +65,23 @@ def migrate(src: str, dst: str) -> None:
     The chain is verified as it is copied; afterwards `verify --json` gives the same
     head on both. A DST that already holds events must be a prefix of SRC: the copy
     resumes after it (an identical DST copies nothing). Anything else is refused (exit 5).
+    A broken SRC chain stops the copy (exit 6), saying what was copied; a DST file this
+    command created is removed again if nothing was copied into it.
     """
     if _same(src, dst):
         raise InputError("SRC and DST are the same ledger")
     synchronous = root_obj()["synchronous"]
     source = open_store(src, synchronous=synchronous, create=False)
     click.get_current_context().call_on_close(source.close)
+    new_files = _missing_files(dst)
     target = open_store(dst, synchronous=synchronous)
     click.get_current_context().call_on_close(target.close)
-    with _progress(source.head().seq) as progress:
-        report = copy_ledger(source, target, index=_derive_index, progress=progress)
+    try:
+        with _progress(source.head().seq) as progress:
+            report = copy_ledger(source, target, index=_derive_index, progress=progress)
+    except BaseException:
+        _remove_if_empty(target, dst, new_files)
+        raise
     doc = _document(src, dst, report)
     if wants_json():
         emit(doc)
@@ -85,6 +93,37 @@ def migrate(src: str, dst: str) -> None:
     for checkpoint_id, why in report.skipped_checkpoints:
         click.echo(f"skipped checkpoint {checkpoint_id}: {why}")
     click.echo(f"head seq {report.head.seq} {report.head.hash}")
+
+
+def _missing_files(dst: str) -> list[str]:
+    """The files of a SQLite DST that do not exist yet (none for a database URL: a server's schema is left alone)."""
+    if is_postgres_url(dst):
+        return []
+    return [p for p in (dst, *(dst + suffix for suffix in _SQLITE_SIDE_FILES)) if not os.path.lexists(p)]
+
+
+_SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
+
+
+def _remove_if_empty(target: EventStore, dst: str, new_files: list[str]) -> None:
+    """A failed copy into a ledger file this run created, with nothing in it, leaves no empty ledger behind.
+
+    Only files that did not exist before the command are removed, and only when the
+    destination provably holds no event; a file that held anything, or one that
+    cannot be read, stays.
+    """
+    if dst not in new_files:
+        return
+    try:
+        empty = target.head().seq == 0
+    except LifecycleError:  # cannot tell: keep the file
+        return
+    if not empty:
+        return
+    target.close()
+    for path in new_files:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
 
 
 def _document(src: str, dst: str, report: MigrationReport) -> dict[str, Any]:

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING
 
 import click
 
-from lifecycle_fsm.cli.app import AS_OF, json_option, open_ledger, open_read_store, root_obj, wants_json
+from lifecycle_fsm.cli.app import AS_OF, SEQ, json_option, open_ledger, open_read_store, root_obj, wants_json
 from lifecycle_fsm.cli.render import candidate_json, emit, print_history, print_status, work_json
 from lifecycle_fsm.errors import NotFoundError
 from lifecycle_fsm.events import stream_of
-from lifecycle_fsm.limits import MAX_INT64, display
+from lifecycle_fsm.limits import display
 from lifecycle_fsm.machine import diagram as mermaid_diagram
 from lifecycle_fsm.streams import fold_candidate, query_work
 from store.records import StreamHead
@@ -95,14 +95,17 @@ def explain(candidate_id: str, as_of: AsOf | None, fmt: str | None) -> None:
 
 
 @click.command()
-@click.option("--to", "to", type=click.IntRange(0, MAX_INT64), help="Replay only up to this global position.")
+@click.option("--to", "to", type=SEQ, help="Replay only up to this global position (past the head: exit 3).")
 @click.option("--full", is_flag=True, help="Ignore checkpoints and rebuild the state index from the whole log.")
 @json_option
 def replay(to: int | None, full: bool) -> None:
     """Rebuild every candidate's state from the log (latest checkpoint + tail)."""
     from replay import index_of, load_state
+    from replay.asof import position_of
 
     ledger = open_ledger(must_exist=True)
+    if to is not None:
+        position_of(ledger.store, to, option="--to")  # a seq past the head is refused, as `--as-of` refuses it
     if full and to is None:
         # Fold and rebuild under the write lock, so no append lands in between.
         results: list[LoadResult] = []

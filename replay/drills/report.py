@@ -15,6 +15,7 @@ from typing import Any
 import attrs
 
 from lifecycle_fsm.errors import InputError
+from lifecycle_fsm.folders import make_folder
 
 __all__ = ["DrillResult", "Failure", "StepResult", "build_report", "report_markdown", "write_report_files"]
 
@@ -140,8 +141,8 @@ def write_report_files(folder: Path, files: Mapping[str, str], *, replace: bool)
     An existing file is refused (InputError, exit 3) unless `replace`, which first moves it
     to `<file>.previous` — one generation, refused if a `.previous` is already there (SPEC §7).
     """
+    make_folder(folder, "report folder")
     try:
-        folder.mkdir(parents=True, exist_ok=True)
         existing = [folder / name for name in files if (folder / name).exists()]
         if existing and not replace:
             raise InputError(f"{existing[0]} exists: use --replace to keep it as {existing[0].name}.previous")
