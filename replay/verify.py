@@ -124,4 +124,7 @@ def _verify(store: EventStore) -> dict[str, Any]:
     if not checkpoints_ok:
         first = next(c for c in checkpoints if c["status"] == "broken")
         report.update(ok=False, bad_seq=None, reason=f"checkpoint {first['checkpoint_id']}: {first['reason']}")
+    elif guards := store.guard_problems():  # the log holds: said last, what is left is the fence around it
+        why = f"append-only guard: {'; '.join(guards)} (the database was changed outside lifecycle; "
+        report.update(ok=False, bad_seq=None, reason=why + "`lifecycle migrate` it to a new ledger to restore them)")
     return report

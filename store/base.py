@@ -211,6 +211,12 @@ class EventStore(Protocol):
         """Checkpoints at or before a position (default: all), newest first, read lazily."""
         ...
 
+    def guard_problems(self) -> list[str]:
+        """What is missing or altered of the database's own append-only guards (the triggers
+        refusing UPDATE, DELETE, REPLACE or TRUNCATE on `events`): empty when all are in place.
+        `verify` reports any as a failure; a file writer can drop them (README, threat model)."""
+        ...
+
     def verify_chain(self) -> ChainReport:
         """Re-hash the whole log; report the first broken position."""
         ...

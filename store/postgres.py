@@ -75,6 +75,7 @@ _SNAPSHOT_COLUMNS = (
     "s.stream_id, s.version, s.state, s.state_sha256"
 )
 _NO_UPPER = 1 << 62
+_GUARDS = ("events_refuse_update_delete", "events_refuse_truncate")  # postgres_schema.DDL's triggers
 _ONE_TRIP_ROWS = 1000  # store.append's one-round-trip path: one INSERT statement (see postgres_transaction)
 
 
@@ -396,6 +397,24 @@ class PostgresEventStore:
             if len(rows) < 2:
                 return
             key = (rows[-1][1], rows[-1][0])
+
+    def guard_problems(self) -> list[str]:
+        """Each append-only trigger on `events` that is missing or disabled, and the function
+        they run if it no longer refuses (`ALTER TABLE … DISABLE TRIGGER` keeps the trigger)."""
+        rows = self._rows(
+            "SELECT t.tgname, t.tgenabled, p.prosrc FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid "
+            "WHERE t.tgrelid = 'events'::regclass AND NOT t.tgisinternal"
+        )
+        found = {name: (enabled, source) for name, enabled, source in rows}
+        problems = []
+        for name in _GUARDS:
+            if name not in found:
+                problems.append(f"trigger {name} is missing")
+            elif found[name][0] == "D":
+                problems.append(f"trigger {name} is disabled")
+            elif "append-only" not in found[name][1] or "RAISE EXCEPTION" not in found[name][1]:
+                problems.append(f"trigger {name} no longer refuses (its function was altered)")
+        return problems
 
     def verify_chain(self) -> ChainReport:
         return verify_rows(self.select_row_batches(), count=self.count_events, head=self.head)

@@ -55,6 +55,7 @@ from store.sqlite_schema import (
     SYNCHRONOUS_MODES,
     create_schema,
     filter_sql,
+    guard_problems,
     schema_version,
 )
 from store.sqlite_transaction import SQLiteTransaction, read_stream_rows, row_to_event, select_stream_heads
@@ -416,6 +417,9 @@ class SQLiteEventStore:
             return GENESIS_HASH
         row = self._conn.execute("SELECT hash FROM events WHERE seq = ?", (seq,)).fetchone()
         return str(row[0]) if row else None
+
+    def guard_problems(self) -> list[str]:
+        return guard_problems(self._conn)
 
     def verify_chain(self) -> ChainReport:
         """One SELECT in seq order (one read snapshot), rows hashed in small batches as plain tuples

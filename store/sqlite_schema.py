@@ -34,12 +34,14 @@ __all__ = [
     "EVENTS_TABLE",
     "EVENT_COLUMNS",
     "FILTER_INDEXES",
+    "GUARDS",
     "OPENED_AS_IS",
     "SCHEMA",
     "STORE_SCHEMA_VERSION",
     "SYNCHRONOUS_MODES",
     "create_schema",
     "filter_sql",
+    "guard_problems",
     "schema_version",
 ]
 
@@ -88,6 +90,28 @@ SCHEMA = (
       SELECT RAISE(FAIL, 'events are append-only: REPLACE refused');
     END""",
 )
+
+
+# The append-only triggers: name -> (the statement it fires before, the refusal it raises), as
+# every store schema version wrote them (`guard_problems` checks a file still has them).
+GUARDS = {
+    "events_refuse_update": ("BEFORE UPDATE ON events", "'events are append-only: UPDATE refused'"),
+    "events_refuse_delete": ("BEFORE DELETE ON events", "'events are append-only: DELETE refused'"),
+    "events_refuse_replace": ("BEFORE INSERT ON events", "'events are append-only: REPLACE refused'"),
+}
+
+
+def guard_problems(conn: sqlite3.Connection) -> list[str]:
+    """Each append-only trigger that is missing or no longer refuses what it must."""
+    found = dict(conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'events'"))
+    problems = []
+    for name, (when, refusal) in GUARDS.items():
+        sql = found.get(name)
+        if sql is None:
+            problems.append(f"trigger {name} is missing")
+        elif not sql.startswith(f"CREATE TRIGGER {name} {when}") or refusal not in sql:
+            problems.append(f"trigger {name} was altered")
+    return problems
 
 
 # What `select_matching` filters on besides seq (the primary key) and stream_id

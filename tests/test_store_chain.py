@@ -153,3 +153,63 @@ def test_chain_walk_finish_finds_a_break_after_the_fold_stopped(backend: Backend
     assert [r[0] for b in walk.fold_batches(to=2) for r in b] == [1, 2]
     walk.finish()
     assert walk.report(count=filled.count_events, head=filled.head).bad_seq == 5
+
+
+_SQLITE_NEUTERED = (
+    "DROP TRIGGER events_refuse_delete",
+    "CREATE TRIGGER events_refuse_delete BEFORE DELETE ON events BEGIN SELECT 1; END",
+)
+_GUARD_EDITS = {
+    "sqlite": [
+        (["DROP TRIGGER events_refuse_update"], "trigger events_refuse_update is missing"),
+        (list(_SQLITE_NEUTERED), "trigger events_refuse_delete was altered"),
+        (["DROP TRIGGER events_refuse_replace"], "trigger events_refuse_replace is missing"),
+    ],
+    "postgres": [
+        (["DROP TRIGGER events_refuse_truncate ON events"], "trigger events_refuse_truncate is missing"),
+        (["ALTER TABLE events DISABLE TRIGGER events_refuse_update_delete"],
+         "trigger events_refuse_update_delete is disabled"),
+        (["CREATE OR REPLACE FUNCTION lifecycle_refuse_change() RETURNS trigger LANGUAGE plpgsql AS "
+          "$$ BEGIN RETURN OLD; END $$"], "no longer refuses"),
+    ],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("edit", range(3))
+def test_verify_reports_an_append_only_guard_removed_behind_its_back(backend: Backend, edit: int) -> None:
+    """The chain is the proof, the triggers the fence: a file writer can take the fence down, and
+    `verify` now says so (before, it answered ok and writes went on unguarded)."""
+    from lifecycle_fsm.ledger import Ledger
+    from replay import verify
+
+    with Ledger(backend.open(), actor="t") as ledger:
+        ledger.init()
+        ledger.advance_window(2)
+        assert ledger.store.guard_problems() == [] and verify(ledger.store)["ok"]
+    if backend.name == "memory":
+        return  # nothing but the class can change its list
+    statements, finding = _GUARD_EDITS[backend.name][edit]
+    _behind_its_back(backend, statements)
+    store = backend.open()
+    try:
+        assert any(finding in p for p in store.guard_problems()), store.guard_problems()
+        report = verify(store)
+        assert not report["ok"] and report["bad_seq"] is None and finding in report["reason"]
+        assert store.verify_chain().ok  # the log itself is intact: only the fence is down
+    finally:
+        store.close()
+
+
+def _behind_its_back(backend: Backend, statements: list[str]) -> None:
+    if backend.name == "sqlite":
+        import sqlite3
+
+        with sqlite3.connect(str(backend.target), isolation_level=None) as conn:
+            for statement in statements:
+                conn.execute(statement)
+    else:
+        from backends import pg_execute
+
+        assert backend.target is not None
+        for statement in statements:
+            pg_execute(backend.target, statement)

@@ -12,7 +12,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from conftest import Workspace, count_events, invoke, run_cli
+from conftest import Workspace, count_events, invoke, restore_triggers, run_cli
 
 READ_COMMANDS = [
     ("status",),
@@ -42,6 +42,7 @@ def _tamper(db: Path, *statements: str) -> None:
             conn.execute(f"DROP TRIGGER IF EXISTS {trigger}")
         for sql in statements:
             conn.execute(sql)
+        restore_triggers(conn)
 
 
 # --- files that are not ledgers --------------------------------------------------------

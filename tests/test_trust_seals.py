@@ -15,7 +15,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from conftest import Workspace, count_events, invoke, run_cli
+from conftest import Workspace, count_events, invoke, restore_triggers, run_cli
 from cryptography.hazmat.primitives import serialization
 
 from lifecycle_fsm.seals import ledger_id_of
@@ -72,6 +72,7 @@ def _rehash_everything(db: Path, *edits: str) -> None:
             conn.execute("UPDATE events SET prev_hash = ?, hash = ? WHERE seq = ?", (prev, digest, fields["seq"]))
             prev = digest
         conn.execute("UPDATE checkpoints SET head_hash = (SELECT hash FROM events WHERE seq = position)")
+        restore_triggers(conn)
 
 
 # --- keys -------------------------------------------------------------------------------------
@@ -223,6 +224,7 @@ def test_a_dropped_tail_passes_plain_verify_but_not_a_pinned_head(ws: Workspace,
         _drop_triggers(conn)
         conn.execute("DELETE FROM events WHERE seq >= ?", (pinned["seq"] - 1,))  # the hand-off and the seal
         conn.execute("DELETE FROM streams")
+        restore_triggers(conn)
     assert run_cli(db, "replay", "--full").returncode == 0  # the attacker tidies the index too
     code, report = _verify(db)
     assert code == 0 and report["ok"] is True  # the attack works without a pin...
