@@ -63,9 +63,19 @@ from store.threads import ThreadOwner
 
 
 def _create_private(path: Path) -> None:
-    """Create a new ledger file 0600 (SQLite then gives its -wal and -shm the same mode)."""
+    """Create a new ledger file 0600 (SQLite then gives its -wal and -shm the same mode).
+
+    Not beside a `-wal` that holds events: its ledger file was deleted or moved, and a new
+    one here would silently start over (SQLite discards a WAL that is not its file's).
+    """
     if str(path) in ("", ":memory:") or path.exists():
         return
+    wal = Path(f"{path}-wal")
+    if wal.exists() and wal.stat().st_size:
+        raise StoreError(
+            f"{path}: no ledger file, but {wal.name} holds {wal.stat().st_size} bytes of its events; "
+            "restore the ledger file (or move the -wal away) instead of starting a new ledger over them"
+        )
     try:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     except FileExistsError:

@@ -177,3 +177,12 @@ def test_migrate_command_refusals(ws: Workspace, tmp_path: Path) -> None:
         assert (done.returncode, done.stdout) == (code, ""), done.stderr
         assert done.stderr.startswith("Error: ") and message in done.stderr and done.stderr.count("\n") == 1
     assert not (tmp_path / "new.db").exists()
+
+
+@pytest.mark.parametrize("dst", [":memory:", "", "file::memory:?cache=shared"])
+def test_migrate_into_memory_is_refused(ws: Workspace, dst: str) -> None:
+    """The copy would answer "copied N" and vanish with the command (README: `:memory:` is refused)."""
+    with Ledger.open(ws.db, actor="t") as ledger:
+        ledger.init()
+    done = run_cli(ws.db, "migrate", str(ws.db), dst)
+    assert done.returncode == 3 and "in-memory database" in done.stderr and "DST" in done.stderr, done.stderr

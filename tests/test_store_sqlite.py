@@ -380,3 +380,25 @@ def test_writes_wait_in_our_own_steps_and_reads_get_the_full_busy_timeout_back(d
             conn.execute("ROLLBACK")
         assert impatient.count_events() == 2 and busy_timeout(impatient) == 50
         assert impatient.append("a", 2, [new("a", 2)]).events[0].seq == 3
+
+
+def test_no_new_ledger_over_an_orphaned_wal(tmp_path: Path) -> None:
+    """The ledger file is gone but its -wal holds committed events: a write command must not start
+    a fresh ledger there (SQLite would discard the WAL, and those events with it)."""
+    db = tmp_path / "l.db"
+    store = SQLiteEventStore(db, synchronous="NORMAL")
+    holder = sqlite3.connect(db)  # keeps the WAL from being folded into the file on close
+    holder.execute("SELECT count(*) FROM events").fetchone()
+    store.append("a", 0, [new("a", 0)])
+    wal = (tmp_path / "l.db-wal").read_bytes()
+    store.close()
+    holder.close()
+    db.unlink()
+    for suffix in ("-wal", "-shm"):
+        (tmp_path / f"l.db{suffix}").unlink(missing_ok=True)
+    (tmp_path / "l.db-wal").write_bytes(wal)
+    with pytest.raises(StoreError, match=r"l\.db-wal holds"):
+        SQLiteEventStore(db)
+    assert not db.exists() and (tmp_path / "l.db-wal").read_bytes() == wal
+    (tmp_path / "l.db-wal").write_bytes(b"")  # an empty WAL holds nothing: a new ledger is fine
+    SQLiteEventStore(db).close()

@@ -15,10 +15,10 @@ from store.open import is_postgres_url
 __all__ = ["closed_output", "is_driver_error", "output_error", "refuse_empty_file", "refuse_memory_db"]
 
 
-def refuse_memory_db(db: str) -> None:
+def refuse_memory_db(db: str, what: str = "--db") -> None:
     """`--db :memory:` (or an empty name: a temporary file) would acknowledge writes that vanish."""
     if db in ("", ":memory:") or db.startswith("file::memory:"):
-        raise InputError(f"--db {db!r} is an in-memory database: every write would vanish when the command ends")
+        raise InputError(f"{what} {db!r} is an in-memory database: every write would vanish when the command ends")
 
 
 def refuse_empty_file(db: str) -> None:

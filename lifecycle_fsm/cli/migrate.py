@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from lifecycle_fsm.cli.app import json_option, root_obj, wants_json
+from lifecycle_fsm.cli.guards import refuse_memory_db
 from lifecycle_fsm.cli.render import emit
 from lifecycle_fsm.errors import InputError, LifecycleError
 from replay.checkpoints import load_state
@@ -70,6 +71,7 @@ def migrate(src: str, dst: str) -> None:
     """
     if _same(src, dst):
         raise InputError("SRC and DST are the same ledger")
+    refuse_memory_db(dst, "DST")  # a copy into memory would vanish with the command
     synchronous = root_obj()["synchronous"]
     source = open_store(src, synchronous=synchronous, create=False)
     click.get_current_context().call_on_close(source.close)
