@@ -13,11 +13,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from lifecycle_fsm.errors import InputError
+from lifecycle_fsm.errors import InputError, IntegrityError
 from lifecycle_fsm.events import CANDIDATE_EVENTS, CANDIDATE_PREFIX, EVENT_TYPES, LEDGER_STREAM, stream_of
 from lifecycle_fsm.rules import BLOCKING_ACTIONS, FRESHNESS_CHECKS
 from lifecycle_fsm.upcasting import decoded_payload
 from store.base import EventStore
+from store.chain import GENESIS_HASH
 from store.records import EventFilter, PayloadMatch, StoredEvent
 
 __all__ = [
@@ -99,6 +100,21 @@ def event_json(event: StoredEvent, payload: dict[str, Any]) -> dict[str, Any]:
 
 def read_log(store: EventStore, query: EventFilter) -> Iterator[tuple[StoredEvent, dict[str, Any]]]:
     """The selected events with their decoded (upcast) payloads, each row's hash checked first
-    (`decoded_payload` re-hashes it: once)."""
+    (`decoded_payload` re-hashes it: once).
+
+    A slice of the log in seq order (no filter but positions and a limit) is also checked as a
+    chain: each row must follow the one before it (seq + 1, its prev_hash that row's hash), so
+    a row deleted from the middle is an `IntegrityError` naming the seq, not a silent hole.
+    """
+    contiguous = not (query.since or query.until or query.types or query.stream_id or query.actor or query.payload)
+    # (seq, hash) the next row must follow; from the start of the log that is the genesis.
+    follows: tuple[int, str] | None = (0, GENESIS_HASH) if query.after == 0 else None
     for event in store.select_matching(query):
+        if contiguous and follows is not None and (event.seq != follows[0] + 1 or event.prev_hash != follows[1]):
+            raise IntegrityError(
+                f"seq {event.seq} does not follow seq {follows[0]} (a row is missing or was replaced); "
+                "run `lifecycle verify`",
+                seq=event.seq,
+            )
+        follows = (event.seq, event.hash)
         yield event, decoded_payload(event)

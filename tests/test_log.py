@@ -137,3 +137,22 @@ def test_a_tampered_row_is_refused(logged: Workspace, tmp_path: Any) -> None:
         conn.execute("UPDATE events SET actor = 'mallory' WHERE seq = 4")
     result = invoke(copy, "log", "--after", "3", "--limit", "1")
     assert result.exit_code == 6 and "seq 4" in result.stderr
+
+
+@pytest.mark.parametrize("deleted", [1, 3])
+def test_a_row_deleted_from_the_log_is_refused_not_skipped(logged: Workspace, tmp_path: Any, deleted: int) -> None:
+    """Every other row still re-hashes, so only the chain shows the hole: an unfiltered log follows it
+    and stops at the row after the gap (exit 6), instead of printing the log without it, exit 0."""
+    copy = tmp_path / "copy.db"
+    with sqlite3.connect(logged.db) as src, sqlite3.connect(copy) as dst:
+        src.backup(dst)
+    with sqlite3.connect(copy) as conn:
+        conn.execute("DROP TRIGGER events_refuse_delete")
+        conn.execute("DELETE FROM events WHERE seq = ?", (deleted,))
+    for args in (["log"], ["log", "--jsonl"], ["log", "--limit", "5"]):
+        result = invoke(copy, *args)
+        assert result.exit_code == 6 and f"seq {deleted + 1} does not follow seq {deleted - 1}" in result.stderr
+    after = invoke(copy, "log", "--after", str(deleted), "--limit", "2")  # a slice past the hole is sound
+    assert after.exit_code == 0, after.stderr
+    filtered = invoke(copy, "log", "--type", "CandidateReceived")  # a filter cannot tell a hole from a miss
+    assert filtered.exit_code == 0
