@@ -6,13 +6,15 @@ per `lstat` in Python (~16 us for a path seven deep); on Linux the kernel alread
 that work when it opened the path, and `/proc/self/fd/N` says where it led (~5 us).
 `real_path` asks the kernel for a path that opens, and `os.path.realpath` for anything
 else (a path that does not exist, no /proc, another system), so both give one answer.
+`open_path` and `fd_path` let the artifact walk keep that descriptor: the file whose
+place it checks is the file it stats, whatever is renamed meanwhile.
 """
 
 from __future__ import annotations
 
 import os
 
-__all__ = ["folder_problem", "inside", "path_escapes_root", "real_path"]
+__all__ = ["fd_path", "folder_problem", "inside", "open_path", "path_escapes_root", "real_path"]
 
 StrPath = str | os.PathLike[str]
 
@@ -53,17 +55,38 @@ def real_path(path: str) -> str:
         except OSError:
             return os.path.realpath(path)
         try:
-            target = os.readlink(_PROC_FD + str(fd))
-        except OSError:  # no /proc: say so once, and stop asking
-            _no_proc()
-            target = ""
+            target = fd_path(fd)
         finally:
             os.close(fd)
-        # Anything but a plain absolute path ("(unreachable)/..." outside a chroot, a
-        # name unlinked meanwhile) is left to Python's answer.
-        if target.startswith("/") and not target.endswith(_DELETED):
+        if target is not None:
             return target
     return os.path.realpath(path)
+
+
+def open_path(name: str, dir_fd: int | None = None) -> int | None:
+    """An O_PATH descriptor of what `name` (relative to `dir_fd`) leads to, links followed.
+
+    Nothing is read and no device is opened; None where the system has no O_PATH or
+    /proc (then `fd_path` could not say where it is). OSError as `os.open` raises it
+    (ELOOP: a link loop; ENOENT, ENOTDIR: a dangling link).
+    """
+    if not _O_PATH:
+        return None
+    return os.open(name, _O_PATH | os.O_CLOEXEC, dir_fd=dir_fd)
+
+
+def fd_path(fd: int) -> str | None:
+    """Where the kernel says descriptor `fd` is (no link in it), or None when it cannot say a plain path."""
+    try:
+        target = os.readlink(_PROC_FD + str(fd))
+    except OSError:  # no /proc: say so once, and stop asking
+        _no_proc()
+        return None
+    # Anything but a plain absolute path ("(unreachable)/..." outside a chroot, a
+    # name unlinked meanwhile) is left to the caller's other answer.
+    if target.startswith("/") and not target.endswith(_DELETED):
+        return target
+    return None
 
 
 def _no_proc() -> None:
