@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
-from conftest import DROP, REPO, Workspace, count_events, read_only_folder
+from conftest import DROP, REPO, Workspace, count_events
 
 from lifecycle_fsm.audit_records import canonical_bytes
 from lifecycle_fsm.cli import main
@@ -272,21 +272,25 @@ def test_repeated_label_refused_and_replace(ws: Workspace, tree: tuple[Path, Pat
     assert third.exit_code == 3 and ".previous already exists" in third.stderr and count_events(ws.db) == events
 
 
-def test_an_out_folder_that_cannot_be_written_appends_nothing(ws: Workspace, tree: tuple[Path, Path]) -> None:
+def test_an_out_folder_that_cannot_be_written_appends_nothing(
+    ws: Workspace, tree: tuple[Path, Path], read_only_folder: Path
+) -> None:
     """`--out` under a file (or read-only) is refused before the first append: the ledger's bytes stay the same.
 
     The run used to append init, baseline, receive, check and hand-off, then fail at the records (exit 3).
     """
     (ws.root / "afile").write_text("x")
-    locked = read_only_folder(ws.root)  # None as root: permissions do not bind
+    locked = read_only_folder
     fresh = ws.root / "fresh.db"
     refused = run_audit(ws, *tree, db=fresh, extra=("--out", str(ws.root / "afile" / "sub")))
     assert refused.exit_code == 3 and not fresh.exists(), refused.output
     assert run_audit(ws, *tree).exit_code == 0  # a ledger with events; a second audit would re-check both
     before, events = ws.db.read_bytes(), count_events(ws.db)
-    outs = [(ws.root / "afile" / "sub", "cannot create records folder")]
-    if locked is not None:
-        outs += [(locked / "sub", "cannot create records folder"), (locked, "cannot write in records folder")]
+    outs = [
+        (ws.root / "afile" / "sub", "cannot create records folder"),
+        (locked / "sub", "cannot create records folder"),
+        (locked, "cannot write in records folder"),
+    ]
     for out, message in outs:
         result = run_audit(ws, *tree, label="t2", extra=("--out", str(out)))
         assert result.exit_code == 3 and result.stderr.startswith(f"Error: {message} {out}: "), result.output

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, invoke, read_only_folder, run_cli
+from conftest import REPO, invoke, run_cli
 
 from lifecycle_fsm import decision_pool
 from lifecycle_fsm.decision_pool import DecisionPoolError, DecisionState, read_pool
@@ -89,11 +89,12 @@ def test_export_needs_a_new_or_empty_folder(kept: Path, tmp_path: Path) -> None:
     assert result.exit_code == 3 and "not an empty folder" in result.output
 
 
-def test_export_to_a_folder_that_cannot_be_made_is_one_error_line(kept: Path, tmp_path: Path) -> None:
+def test_export_to_a_folder_that_cannot_be_made_is_one_error_line(
+    kept: Path, tmp_path: Path, read_only_folder: Path
+) -> None:
     """A file in the way (or a read-only place) was a NotADirectoryError traceback; now exit 3, as every writer."""
     (tmp_path / "afile").write_text("x")
-    locked = read_only_folder(tmp_path)  # None as root: permissions do not bind
-    for target in [tmp_path / "afile" / "sub", *([locked / "pool"] if locked else [])]:
+    for target in [tmp_path / "afile" / "sub", read_only_folder / "pool"]:
         done = run_cli(kept / "handoff-ready.db", "decisions", "export", str(target))
         assert (done.returncode, done.stdout) == (3, ""), done.stderr
         assert done.stderr.startswith(f"Error: cannot create decision pool folder {target}: ")
