@@ -17,10 +17,13 @@ import unicodedata
 from lifecycle_fsm.errors import InputError
 
 __all__ = [
+    "MAX_ATTESTATION_BYTES",
     "MAX_CANDIDATE_ID_LENGTH",
     "MAX_INT64",
+    "MAX_KEY_BYTES",
     "MAX_MANIFEST_BYTES",
     "MAX_SCENARIO_BYTES",
+    "MAX_SIGNED_HEAD_BYTES",
     "check_candidate_id",
     "display",
     "read_regular_file",
@@ -30,6 +33,11 @@ MAX_MANIFEST_BYTES = 16 * 1024 * 1024  # a manifest is metadata: 16 MiB is far b
 MAX_SCENARIO_BYTES = 1024 * 1024  # a drill scenario is a hand-written YAML file
 MAX_CANDIDATE_ID_LENGTH = 256  # characters; ids are shown in tables and used as stream names
 MAX_INT64 = 2**63 - 1  # the largest integer SQLite, PostgreSQL's bigint and JSON readers all keep exactly
+# Keys, pinned heads and attestations are small files a command reads whole before it trusts
+# anything: the caps only have to stop /dev/zero, a FIFO's endless writer or a sparse file.
+MAX_KEY_BYTES = 64 * 1024  # an Ed25519 PEM key is ~120 bytes; room for comments, never megabytes
+MAX_SIGNED_HEAD_BYTES = 64 * 1024  # a signed head (`seal` writes it) is ~400 bytes of JSON
+MAX_ATTESTATION_BYTES = 16 * 1024 * 1024  # a DSSE envelope is a few kB; the manifest cap, as it quotes one
 
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
