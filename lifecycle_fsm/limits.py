@@ -25,6 +25,7 @@ __all__ = [
     "MAX_SCENARIO_BYTES",
     "MAX_SIGNED_HEAD_BYTES",
     "check_candidate_id",
+    "check_int",
     "display",
     "read_regular_file",
 ]
@@ -79,6 +80,19 @@ def read_regular_file(path: str | os.PathLike[str], *, what: str, limit: int) ->
         raise InputError(f"cannot read {what} {shown}: {e.strerror}") from None
     finally:
         os.close(fd)
+
+
+def check_int(name: str, value: object, *, minimum: int = 0, maximum: int = MAX_INT64) -> int:
+    """`value` if it is an int (a bool is not) in `minimum..maximum`, else an InputError naming `name`.
+
+    The upper bound is what every store keeps exactly (2^63 - 1): a larger number would
+    either overflow the driver or be stored and never be reachable again (a window).
+    """
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InputError(f"{name} must be an integer, not {value!r}")
+    if not minimum <= value <= maximum:
+        raise InputError(f"{name} must be between {minimum} and {maximum}, not {value}")
+    return value
 
 
 def _is_printable(ch: str) -> bool:
