@@ -17,7 +17,7 @@ import attrs
 
 from lifecycle_fsm.errors import NotFoundError, WaitTimeout
 from lifecycle_fsm.events import LEDGER_STREAM, Event, stream_of
-from lifecycle_fsm.limits import check_int
+from lifecycle_fsm.limits import check_int, check_seconds
 from lifecycle_fsm.machine import State
 from lifecycle_fsm.upcasting import decoded_event
 from store.base import EventStore
@@ -93,10 +93,12 @@ def follow_events(
     """New events as they are appended, forever, until `stop` is set or the ledger is closed.
 
     Between polls it sleeps `poll` seconds; on PostgreSQL it wakes as soon as a commit
-    notifies (and notices `stop` only at the end of that wait). `after` is checked when
-    called (InputError), not at the first `next()`.
+    notifies (and notices `stop` only at the end of that wait). `after` and `poll` are
+    checked when called (InputError): a NaN, infinite, zero or negative poll would spin
+    or overflow the wait.
     """
     after = check_int("after", after)
+    poll = check_seconds("poll", poll, zero_ok=False)
     return _follow(store, after, poll, stream_filter(stream), stop or threading.Event(), is_closed)
 
 
@@ -138,11 +140,15 @@ def wait_for_state(
     """Poll `current_state` until it is one of `states`; `WaitTimeout` after `timeout` seconds.
 
     An unknown candidate counts as not there yet: another process may receive it.
+    `timeout` is finite and at least 0 (0: look once), `poll` finite and above 0;
+    anything else is an InputError (a NaN timeout never passed, so the wait never ended).
     """
+    seconds = check_seconds("timeout", timeout, zero_ok=True)
+    poll = check_seconds("poll", poll, zero_ok=False)
     wanted = tuple(State(s) for s in states)  # ValueError for a name that is no state
     if not wanted:
         raise ValueError("wait_for needs at least one state")
-    give_up = time.monotonic() + timeout
+    give_up = time.monotonic() + seconds
     last: str | None = None
     while True:
         try:

@@ -10,8 +10,10 @@ a terminal has its control characters spelled out (`display`).
 
 from __future__ import annotations
 
+import math
 import os
 import stat
+import threading
 import unicodedata
 
 from lifecycle_fsm.errors import InputError
@@ -26,6 +28,7 @@ __all__ = [
     "MAX_SIGNED_HEAD_BYTES",
     "check_candidate_id",
     "check_int",
+    "check_seconds",
     "display",
     "read_regular_file",
 ]
@@ -93,6 +96,22 @@ def check_int(name: str, value: object, *, minimum: int = 0, maximum: int = MAX_
     if not minimum <= value <= maximum:
         raise InputError(f"{name} must be between {minimum} and {maximum}, not {value}")
     return value
+
+
+def check_seconds(name: str, value: object, *, zero_ok: bool) -> float:
+    """A finite, non-negative number of seconds (positive unless `zero_ok`), else an InputError.
+
+    NaN compares false with everything, so a NaN timeout never passes and a wait on it
+    never ends; infinity and values past `threading.TIMEOUT_MAX` overflow the sleep.
+    """
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise InputError(f"{name} must be a number of seconds, not {value!r}")
+    if (isinstance(value, float) and not math.isfinite(value)) or value < 0 or (value == 0 and not zero_ok):
+        shape = "a finite number of seconds, at least 0" if zero_ok else "a finite number of seconds above 0"
+        raise InputError(f"{name} must be {shape}, not {value!r}")
+    if value > threading.TIMEOUT_MAX:  # compared before float(): a huge int would overflow it
+        raise InputError(f"{name} is {value!r} s, over the {threading.TIMEOUT_MAX:.0f} s a wait can take")
+    return float(value)
 
 
 def _is_printable(ch: str) -> bool:
