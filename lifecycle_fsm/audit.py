@@ -40,6 +40,7 @@ from lifecycle_fsm.errors import ConflictError, InputError, NotFoundError
 from lifecycle_fsm.events import LEDGER_STREAM, stream_of
 from lifecycle_fsm.folders import prove_writable
 from lifecycle_fsm.ledger import DEFAULT_ACTIVE_WINDOW, DEFAULT_MAX_WINDOW_AGE, Ledger, utc_now
+from lifecycle_fsm.limits import MAX_INT64, check_int
 from lifecycle_fsm.manifests import BaselineManifest, CandidateManifest, load_baseline_manifest, load_candidate_manifest
 from lifecycle_fsm.rules import ONLINE_KINDS, check_candidate_freshness
 from lifecycle_fsm.seals import seal
@@ -121,8 +122,7 @@ class AuditResult:
 
 
 def _non_negative(name: str, value: Any) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise InputError(f"{name} must be a non-negative integer, not {value!r}")
+    check_int(name, value, minimum=0, maximum=MAX_INT64)  # an int, not a bool, 0..2^63-1
 
 
 def _candidate_id(fields: JSON, relative: str) -> str:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from lifecycle_fsm.errors import ConflictError, InputError
+from lifecycle_fsm.limits import MAX_INT64, check_int
 from lifecycle_fsm.rules import TRUSTED_STATE_KINDS
 from lifecycle_fsm.state import LedgerSettings
 
@@ -50,9 +51,8 @@ def default_id(fields: JSON, manifest_path: str | os.PathLike[str]) -> str:
 
 
 def non_negative(name: str, value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise InputError(f"{name} must be a non-negative integer, not {value!r}")
-    return value
+    """An int (not a bool) in 0..2^63-1: a larger window would be stored and could never go lower."""
+    return check_int(name, value, minimum=0, maximum=MAX_INT64)
 
 
 def require_kind(kind: str) -> None:

@@ -17,6 +17,7 @@ import attrs
 
 from lifecycle_fsm.errors import NotFoundError, WaitTimeout
 from lifecycle_fsm.events import LEDGER_STREAM, Event, stream_of
+from lifecycle_fsm.limits import check_int, check_seconds
 from lifecycle_fsm.machine import State
 from lifecycle_fsm.upcasting import decoded_event
 from store.base import EventStore
@@ -63,8 +64,15 @@ def _page(store: EventStore, after: int, stream_id: str | None) -> list[StoredEv
 
 
 def read_events(store: EventStore, *, after: int = 0, stream: str | None = None) -> Iterator[FeedEvent]:
-    """Every stored event after seq `after` (of one stream, if given), in seq order, as of each page read."""
-    stream_id = stream_filter(stream)
+    """Every stored event after seq `after` (of one stream, if given), in seq order, as of each page read.
+
+    `after` is checked here, when called, not at the first `next()`: an InputError, never
+    the driver's OverflowError for a seq past 2^63 - 1.
+    """
+    return _read_events(store, check_int("after", after), stream_filter(stream))
+
+
+def _read_events(store: EventStore, after: int, stream_id: str | None) -> Iterator[FeedEvent]:
     while page := _page(store, after, stream_id):
         for stored in page:
             yield FeedEvent.of(stored)
@@ -85,10 +93,23 @@ def follow_events(
     """New events as they are appended, forever, until `stop` is set or the ledger is closed.
 
     Between polls it sleeps `poll` seconds; on PostgreSQL it wakes as soon as a commit
-    notifies (and notices `stop` only at the end of that wait).
+    notifies (and notices `stop` only at the end of that wait). `after` and `poll` are
+    checked when called (InputError): a NaN, infinite, zero or negative poll would spin
+    or overflow the wait.
     """
-    stream_id = stream_filter(stream)
-    stop = stop or threading.Event()
+    after = check_int("after", after)
+    poll = check_seconds("poll", poll, zero_ok=False)
+    return _follow(store, after, poll, stream_filter(stream), stop or threading.Event(), is_closed)
+
+
+def _follow(
+    store: EventStore,
+    after: int,
+    poll: float,
+    stream_id: str | None,
+    stop: threading.Event,
+    is_closed: Callable[[], bool],
+) -> Iterator[FeedEvent]:
     # PostgreSQL wakes a follower on its commit NOTIFY (`wait_for_new`); polling by seq stays the truth.
     wait_for_new: Callable[[int, float], bool] | None = getattr(store, "wait_for_new", None)
     while not stop.is_set() and not is_closed():
@@ -119,11 +140,15 @@ def wait_for_state(
     """Poll `current_state` until it is one of `states`; `WaitTimeout` after `timeout` seconds.
 
     An unknown candidate counts as not there yet: another process may receive it.
+    `timeout` is finite and at least 0 (0: look once), `poll` finite and above 0;
+    anything else is an InputError (a NaN timeout never passed, so the wait never ended).
     """
+    seconds = check_seconds("timeout", timeout, zero_ok=True)
+    poll = check_seconds("poll", poll, zero_ok=False)
     wanted = tuple(State(s) for s in states)  # ValueError for a name that is no state
     if not wanted:
         raise ValueError("wait_for needs at least one state")
-    give_up = time.monotonic() + timeout
+    give_up = time.monotonic() + seconds
     last: str | None = None
     while True:
         try:

@@ -25,6 +25,7 @@ import attrs
 
 from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.folders import make_folder
+from lifecycle_fsm.limits import MAX_KEY_BYTES, read_regular_file
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -91,10 +92,8 @@ def new_key_pair(out: str | os.PathLike[str]) -> KeyFiles:
 
 
 def _read(path: str | os.PathLike[str], what: str) -> bytes:
-    try:
-        return Path(path).read_bytes()
-    except OSError as e:
-        raise InputError(f"cannot read {what} {os.fspath(path)}: {e.strerror}") from e
+    """A key file's bytes: a regular file of at most MAX_KEY_BYTES (a FIFO or /dev/zero is an InputError)."""
+    return read_regular_file(path, what=what, limit=MAX_KEY_BYTES)
 
 
 def load_private_key(path: str | os.PathLike[str]) -> Ed25519PrivateKey:
@@ -102,8 +101,9 @@ def load_private_key(path: str | os.PathLike[str]) -> Ed25519PrivateKey:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+    pem = _read(path, "signing key")  # outside the try: an InputError is a ValueError too
     try:
-        key = serialization.load_pem_private_key(_read(path, "signing key"), password=None)
+        key = serialization.load_pem_private_key(pem, password=None)
     except (ValueError, TypeError) as e:
         raise InputError(f"{os.fspath(path)} is not an unencrypted PEM private key ({e})") from e
     if not isinstance(key, Ed25519PrivateKey):
@@ -134,8 +134,9 @@ def load_public_key(path: str | os.PathLike[str]) -> Ed25519PublicKey:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+    pem = _read(path, "public key")  # outside the try: an InputError is a ValueError too
     try:
-        key = serialization.load_pem_public_key(_read(path, "public key"))
+        key = serialization.load_pem_public_key(pem)
     except (ValueError, TypeError) as e:
         raise InputError(f"{os.fspath(path)} is not a PEM public key ({e})") from e
     if not isinstance(key, Ed25519PublicKey):

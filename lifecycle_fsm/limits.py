@@ -10,18 +10,25 @@ a terminal has its control characters spelled out (`display`).
 
 from __future__ import annotations
 
+import math
 import os
 import stat
+import threading
 import unicodedata
 
 from lifecycle_fsm.errors import InputError
 
 __all__ = [
+    "MAX_ATTESTATION_BYTES",
     "MAX_CANDIDATE_ID_LENGTH",
     "MAX_INT64",
+    "MAX_KEY_BYTES",
     "MAX_MANIFEST_BYTES",
     "MAX_SCENARIO_BYTES",
+    "MAX_SIGNED_HEAD_BYTES",
     "check_candidate_id",
+    "check_int",
+    "check_seconds",
     "display",
     "read_regular_file",
 ]
@@ -30,6 +37,11 @@ MAX_MANIFEST_BYTES = 16 * 1024 * 1024  # a manifest is metadata: 16 MiB is far b
 MAX_SCENARIO_BYTES = 1024 * 1024  # a drill scenario is a hand-written YAML file
 MAX_CANDIDATE_ID_LENGTH = 256  # characters; ids are shown in tables and used as stream names
 MAX_INT64 = 2**63 - 1  # the largest integer SQLite, PostgreSQL's bigint and JSON readers all keep exactly
+# Keys, pinned heads and attestations are small files a command reads whole before it trusts
+# anything: the caps only have to stop /dev/zero, a FIFO's endless writer or a sparse file.
+MAX_KEY_BYTES = 64 * 1024  # an Ed25519 PEM key is ~120 bytes; room for comments, never megabytes
+MAX_SIGNED_HEAD_BYTES = 64 * 1024  # a signed head (`seal` writes it) is ~400 bytes of JSON
+MAX_ATTESTATION_BYTES = 16 * 1024 * 1024  # a DSSE envelope is a few kB; the manifest cap, as it quotes one
 
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
@@ -71,6 +83,35 @@ def read_regular_file(path: str | os.PathLike[str], *, what: str, limit: int) ->
         raise InputError(f"cannot read {what} {shown}: {e.strerror}") from None
     finally:
         os.close(fd)
+
+
+def check_int(name: str, value: object, *, minimum: int = 0, maximum: int = MAX_INT64) -> int:
+    """`value` if it is an int (a bool is not) in `minimum..maximum`, else an InputError naming `name`.
+
+    The upper bound is what every store keeps exactly (2^63 - 1): a larger number would
+    either overflow the driver or be stored and never be reachable again (a window).
+    """
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InputError(f"{name} must be an integer, not {value!r}")
+    if not minimum <= value <= maximum:
+        raise InputError(f"{name} must be between {minimum} and {maximum}, not {value}")
+    return value
+
+
+def check_seconds(name: str, value: object, *, zero_ok: bool) -> float:
+    """A finite, non-negative number of seconds (positive unless `zero_ok`), else an InputError.
+
+    NaN compares false with everything, so a NaN timeout never passes and a wait on it
+    never ends; infinity and values past `threading.TIMEOUT_MAX` overflow the sleep.
+    """
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise InputError(f"{name} must be a number of seconds, not {value!r}")
+    if (isinstance(value, float) and not math.isfinite(value)) or value < 0 or (value == 0 and not zero_ok):
+        shape = "a finite number of seconds, at least 0" if zero_ok else "a finite number of seconds above 0"
+        raise InputError(f"{name} must be {shape}, not {value!r}")
+    if value > threading.TIMEOUT_MAX:  # compared before float(): a huge int would overflow it
+        raise InputError(f"{name} is {value!r} s, over the {threading.TIMEOUT_MAX:.0f} s a wait can take")
+    return float(value)
 
 
 def _is_printable(ch: str) -> bool:

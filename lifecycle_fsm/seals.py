@@ -20,7 +20,6 @@ import os
 import re
 import uuid
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -29,6 +28,7 @@ import orjson
 from lifecycle_fsm.errors import ConcurrencyError, ConflictError, CorruptionError, InputError
 from lifecycle_fsm.events import SEALS_STREAM, HeadSealed, LedgerInitialized
 from lifecycle_fsm.keys import PublicKeys, key_id, sign
+from lifecycle_fsm.limits import MAX_SIGNED_HEAD_BYTES, read_regular_file
 from lifecycle_fsm.upcasting import decoded_payload, derived_ledger_id
 from store.base import EventStore
 from store.chain import canonical_json
@@ -144,11 +144,11 @@ def parse_expected_head(value: str) -> ExpectedHead:
     pin = _PIN.match(value.strip())
     if pin is not None:
         return ExpectedHead(int(pin.group(1)), pin.group(2), value)
-    try:
-        text = Path(value).read_text()
-    except OSError as e:
+    try:  # a FIFO, a device or a huge file is refused, never read without end
+        text = read_regular_file(value, what="file", limit=MAX_SIGNED_HEAD_BYTES)
+    except InputError as e:
         shape = "SEQ:HASH (a seq and the 64-hex-digit hash)"
-        raise InputError(f"--expect-head {value!r} is neither {shape} nor a readable file ({e.strerror})") from e
+        raise InputError(f"--expect-head {value!r} is neither {shape} nor a readable signed-head file ({e})") from None
     try:
         doc = orjson.loads(text)
     except orjson.JSONDecodeError as e:

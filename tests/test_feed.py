@@ -171,3 +171,55 @@ def test_follow_on_postgres_wakes_on_a_commit_not_the_poll(ws: Workspace, pg_url
     assert writer.returncode == 0, err
     assert seen == ["CandidateReceived", "ChecksRecorded"]
     assert waited < 45  # well under one 60 s poll: the commits woke it
+
+
+NAN_WAIT = """
+import math, sys
+from lifecycle_fsm import InputError, Ledger
+with Ledger.open(sys.argv[1]) as ledger:
+    calls = {
+        "timeout nan": lambda: ledger.wait_for("dpo-v5", ["ready"], math.nan),
+        "timeout inf": lambda: ledger.wait_for("dpo-v5", ["ready"], math.inf),
+        "timeout -1": lambda: ledger.wait_for("dpo-v5", ["ready"], -1),
+        "timeout 1e300": lambda: ledger.wait_for("dpo-v5", ["ready"], 1e300),
+        "timeout True": lambda: ledger.wait_for("dpo-v5", ["ready"], True),
+        "timeout '1'": lambda: ledger.wait_for("dpo-v5", ["ready"], "1"),
+        "poll nan": lambda: ledger.wait_for("dpo-v5", ["ready"], 1, poll=math.nan),
+        "poll 0": lambda: ledger.wait_for("dpo-v5", ["ready"], 1, poll=0),
+        "poll -1": lambda: ledger.wait_for("dpo-v5", ["ready"], 1, poll=-1),
+        "follow poll nan": lambda: ledger.follow(0, poll=math.nan),
+        "follow poll inf": lambda: ledger.follow(0, poll=math.inf),
+        "follow poll 0": lambda: ledger.follow(0, poll=0),
+        "follow poll -1": lambda: ledger.follow(0, poll=-1.0),
+        "follow poll 1e300": lambda: ledger.follow(0, poll=1e300),
+    }
+    for name, call in calls.items():
+        try:
+            call()
+        except InputError as e:
+            print(f"{name}: InputError: {e}")
+        else:
+            print(f"{name}: accepted")
+"""
+
+
+def test_a_nan_infinite_or_negative_timeout_or_poll_is_an_input_error(ws: Workspace, ledger: Ledger) -> None:
+    """`wait_for(id, ["ready"], nan)` never returned (nan never passes); `follow(poll=nan)` spun.
+
+    Run in a subprocess with a timeout, so the hang comes back as a failure, not a stuck suite.
+    """
+    ledger.init()
+    result = subprocess.run([sys.executable, "-c", NAN_WAIT, str(ws.db)], cwd=REPO, capture_output=True, text=True,
+                            timeout=30, check=False)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 14 and all(": InputError: " in line for line in lines), result.stdout
+
+
+def test_a_zero_timeout_still_looks_once_and_times_out(ws: Workspace, ledger: Ledger) -> None:
+    """0 keeps its meaning (look once); an int timeout and poll are fine."""
+    ledger.activate_baseline(ws.baseline())
+    ledger.receive(ws.dpo())
+    with pytest.raises(WaitTimeout, match="within 0 s"):
+        ledger.wait_for("dpo-v5", ["ready"], 0, poll=1)
+    assert ledger.wait_for("dpo-v5", ["received"], 5, poll=1) is State.RECEIVED

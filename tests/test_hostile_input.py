@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
+import click
 import pytest
 from conftest import Workspace, count_events, invoke, run_cli
 
+from lifecycle_fsm.cli import main
 from lifecycle_fsm.errors import InputError, ScenarioError
-from lifecycle_fsm.limits import MAX_CANDIDATE_ID_LENGTH, check_candidate_id, display, read_regular_file
+from lifecycle_fsm.limits import MAX_CANDIDATE_ID_LENGTH, MAX_INT64, check_candidate_id, display, read_regular_file
 from replay.drills.loader import load_scenario
 
 SCENARIO = """\
@@ -185,3 +188,72 @@ def test_integers_beyond_64_bits_are_usage_errors(ws: Workspace, args: list[str]
     result = invoke(ws.db, *args)
     assert result.exit_code in (2, 3)
     _one_error_line(result.stderr)
+
+
+def _commands(group: click.Group, prefix: str = "") -> Iterator[tuple[str, click.Command]]:
+    for name, command in sorted(group.commands.items()):
+        yield f"{prefix}{name}", command
+        if isinstance(command, click.Group):
+            yield from _commands(command, f"{prefix}{name} ")
+
+
+def test_every_integer_option_and_argument_stops_at_2_63() -> None:
+    """`window` took a plain `type=int`: no CLI integer may be unbounded or reach past 2^63 - 1."""
+    unbounded = []
+    for name, command in _commands(main):
+        for param in command.params:
+            kind = param.type
+            if isinstance(kind, click.IntRange):
+                if kind.max is None or kind.max > MAX_INT64 or (kind.min is not None and kind.min < -MAX_INT64 - 1):
+                    unbounded.append(f"{name} {param.name}: {kind!r}")
+            elif isinstance(kind, click.types.IntParamType):
+                unbounded.append(f"{name} {param.name}: plain int")
+    assert unbounded == []
+
+
+@pytest.mark.parametrize("n", [str(2**64 - 1), str(2**63), str(10**30), "-1"])
+def test_a_window_past_64_bits_is_refused_and_nothing_is_appended(ws: Workspace, n: str) -> None:
+    """`window 18446744073709551615` was stored, after which the window could never go lower."""
+    assert invoke(ws.db, "init").exit_code == 0
+    before = count_events(ws.db)
+    result = run_cli(ws.db, "window", "--", n)
+    assert result.returncode == 2, result.stderr
+    assert "is not in the range 0<=x<=9223372036854775807" in _one_error_line(result.stderr)
+    assert count_events(ws.db) == before
+    assert run_cli(ws.db, "window", "2").returncode == 0  # the ledger still takes an ordinary window
+
+
+def test_the_largest_window_is_accepted(ws: Workspace) -> None:
+    assert invoke(ws.db, "init").exit_code == 0
+    result = run_cli(ws.db, "--json", "window", str(MAX_INT64))
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["settings"]["active_window"] == MAX_INT64
+
+
+@pytest.mark.parametrize("bad", [2**64 - 1, 2**63, -1, True, False, 2.0, "3", None])
+def test_the_api_refuses_an_integer_setting_out_of_range_or_not_an_int(ws: Workspace, bad: object) -> None:
+    """`Ledger.advance_window(2**64 - 1)` was stored; a bool is not an int here."""
+    with ws.ledger() as ledger:
+        ledger.init()
+        before = count_events(ws.db)
+        with pytest.raises(InputError, match="window"):
+            ledger.advance_window(bad)  # type: ignore[arg-type]
+        with pytest.raises(InputError, match="max window age"):
+            ledger.init(max_window_age=bad)  # type: ignore[arg-type]
+        with pytest.raises(InputError, match="active window"):
+            ledger.init(active_window=bad)  # type: ignore[arg-type]
+        assert count_events(ws.db) == before
+        assert ledger.advance_window(MAX_INT64).settings.active_window == MAX_INT64
+
+
+@pytest.mark.parametrize("bad", [2**63, 10**30, -1, True, 1.5, "x"])
+def test_events_after_a_seq_past_64_bits_is_an_input_error(ws: Workspace, bad: object) -> None:
+    """`ledger.events(after=2**63)` leaked sqlite3's OverflowError; `after="x"` silently gave nothing."""
+    with ws.ledger() as ledger:
+        ledger.init()
+        with pytest.raises(InputError, match="after"):
+            ledger.events(after=bad)  # type: ignore[arg-type]
+        with pytest.raises(InputError, match="after"):
+            ledger.follow(after=bad)  # type: ignore[arg-type]
+        assert [e.seq for e in ledger.events(after=0)] == [1]
+        assert list(ledger.events(after=MAX_INT64)) == []

@@ -248,7 +248,7 @@ def open_read_store() -> EventStore:
 )
 @click.option("--log-level", envvar="LIFECYCLE_LOG_LEVEL", default="warning", show_default=True,
               type=click.Choice(["debug", "info", "warning", "error"]), help="Structured logs on stderr.")  # fmt: skip
-@click.option("--signing-key", envvar="LIFECYCLE_SIGNING_KEY", type=click.Path(dir_okay=False),
+@click.option("--signing-key", envvar="LIFECYCLE_SIGNING_KEY", type=click.Path(), metavar="FILE",
               help="Ed25519 private key (PKCS#8 PEM) that seals and attestations are signed with.")  # fmt: skip
 @click.version_option(package_name="lifecycle-fsm")
 @click.pass_context

@@ -18,6 +18,7 @@ from lifecycle_fsm.cli.app import json_option, open_ledger, refuse_memory_db, re
 from lifecycle_fsm.cli.render import emit
 from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.keys import load_public_key
+from lifecycle_fsm.limits import MAX_ATTESTATION_BYTES, read_regular_file
 from store.open import open_store
 
 __all__ = ["AttestGroup", "attest", "attest_create", "attest_verify"]
@@ -68,17 +69,14 @@ def _envelope_text(envelope: dict[str, Any]) -> str:
 
 
 @attest.command("verify")
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--pubkey", "pubkeys", multiple=True, required=True, type=click.Path(dir_okay=False),
+@click.argument("file", type=click.Path(path_type=Path), metavar="FILE")
+@click.option("--pubkey", "pubkeys", multiple=True, required=True, type=click.Path(), metavar="FILE",
               help="A trusted public key (repeatable).")  # fmt: skip
 @click.option("--db", "db", help="Also check that the attested events are in this ledger's chain (file or URL).")
 @json_option
 def attest_verify(file: Path, pubkeys: tuple[str, ...], db: str | None) -> None:
     """Check an attestation's signature offline; with --db, against that ledger. Exit 6 if it does not hold."""
-    try:
-        text = file.read_bytes()
-    except OSError as e:
-        raise InputError(f"cannot read {file}: {e.strerror}") from e
+    text = read_regular_file(file, what="attestation", limit=MAX_ATTESTATION_BYTES)  # never a FIFO or a device
     keys = [load_public_key(p) for p in pubkeys]
     store = None
     if db is not None:

@@ -50,7 +50,7 @@ def checkpoint() -> None:
 @click.command()
 @click.option("--expect-head", "expect_heads", multiple=True, metavar="FILE|SEQ:HASH",
               help="A head kept elsewhere (a `seal` file, or SEQ:HASH): the ledger must hold it.")  # fmt: skip
-@click.option("--pubkey", "pubkeys", multiple=True, type=click.Path(dir_okay=False),
+@click.option("--pubkey", "pubkeys", multiple=True, type=click.Path(), metavar="FILE",
               help="A trusted public key (repeatable): every seal must be signed by one of them.")  # fmt: skip
 @json_option
 def verify(expect_heads: tuple[str, ...], pubkeys: tuple[str, ...]) -> None:

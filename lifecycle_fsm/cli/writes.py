@@ -72,7 +72,7 @@ def baseline_activate(sft_manifest: Path, event_id: str | None) -> None:
 
 
 @click.command()
-@click.argument("n", type=int)
+@click.argument("n", type=click.IntRange(0, MAX_INT64))
 @event_id_option
 @json_option
 def window(n: int, event_id: str | None) -> None:
