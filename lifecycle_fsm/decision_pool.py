@@ -25,6 +25,7 @@ from lifecycle_fsm.checks import freshness
 from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.events import candidate_id_of
 from lifecycle_fsm.folders import make_folder
+from lifecycle_fsm.limits import MAX_MANIFEST_BYTES, read_regular_file
 from lifecycle_fsm.rules import choose_recovery_action, decide_lifecycle_handoff
 from lifecycle_fsm.state import CandidateState, LedgerSettings, apply_candidate
 from lifecycle_fsm.upcasting import decoded_payload
@@ -216,9 +217,9 @@ def read_pool(folder: Path) -> list[tuple[str, DecisionState]]:
         raise InputError(f"{folder}: no decision files (*.json)")
     out = []
     for f in files:
-        try:
-            text = f.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
+        try:  # regular files only, bounded: a FIFO or a link to /dev/zero named *.json never hangs it
+            text = read_regular_file(f, what="decision file", limit=MAX_MANIFEST_BYTES).decode("utf-8")
+        except (InputError, UnicodeDecodeError) as e:
             raise DecisionPoolError(f"{f}: cannot read ({e})") from None
         out.append((f.name, DecisionState.from_json(text, source=str(f))))
     return out

@@ -5,6 +5,7 @@ CI re-decides the pool exported from every shipped drill."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -120,3 +121,17 @@ def test_a_changed_rule_is_listed_and_exits_8(kept: Path, tmp_path: Path, monkey
     assert '"tune"' in line and '"ready_for_evaluation"' in line
     doc = json.loads(invoke(tmp_path / "none.db", "decisions", "replay", str(pool), "--json").stdout)
     assert doc["ok"] is False and doc["changed"][0]["seq"] == handoff["seq"]
+
+
+@pytest.mark.parametrize("special", ["fifo", "zero"])
+def test_replay_of_a_pool_holding_a_special_file_is_refused_not_hung(kept: Path, tmp_path: Path, special: str) -> None:
+    """A FIFO named *.json hung `decisions replay`; a link to /dev/zero read until memory ran out."""
+    pool = tmp_path / "pool"
+    _export(kept / "handoff-ready.db", pool)
+    bad = pool / "zz.json"
+    if special == "fifo":
+        os.mkfifo(bad)
+    else:
+        bad.symlink_to("/dev/zero")
+    done = run_cli(kept / "handoff-ready.db", "decisions", "replay", str(pool))  # run_cli times out at 120 s
+    assert done.returncode == 3 and "zz.json" in done.stderr and done.stderr.count("\n") == 1, done.stderr
