@@ -11,6 +11,7 @@ a terminal has its control characters spelled out (`display`).
 from __future__ import annotations
 
 import os
+import re
 import stat
 import unicodedata
 
@@ -22,6 +23,7 @@ __all__ = [
     "MAX_MANIFEST_BYTES",
     "MAX_SCENARIO_BYTES",
     "check_candidate_id",
+    "check_event_id",
     "display",
     "read_regular_file",
 ]
@@ -30,6 +32,10 @@ MAX_MANIFEST_BYTES = 16 * 1024 * 1024  # a manifest is metadata: 16 MiB is far b
 MAX_SCENARIO_BYTES = 1024 * 1024  # a drill scenario is a hand-written YAML file
 MAX_CANDIDATE_ID_LENGTH = 256  # characters; ids are shown in tables and used as stream names
 MAX_INT64 = 2**63 - 1  # the largest integer SQLite, PostgreSQL's bigint and JSON readers all keep exactly
+
+# A command that appends several events keys them KEY, KEY/1, KEY/2, ... (`command_path`):
+# a caller's key ending in `/<digits>` would share that namespace with another key's events.
+_SUB_KEY = re.compile(r"/[0-9]+\Z")
 
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
@@ -89,6 +95,27 @@ def check_candidate_id(candidate_id: str) -> str:
     if not all(_is_printable(ch) for ch in candidate_id):
         raise InputError(f"candidate id {candidate_id!r} contains control or format characters")
     return candidate_id
+
+
+def check_event_id(event_id: str | None) -> str | None:
+    """An idempotency key is a non-empty string not ending in `/<digits>`; None (no key) passes.
+
+    A command that appends several events keys them KEY, KEY/1, KEY/2, ...: a caller's key
+    `run/7/1` would be taken for the second event of the command keyed `run/7` (a retry of
+    that command would report it as its own; `run/7` would be refused for a command that
+    appends two events). So such a key is refused before anything is read or appended.
+    """
+    if event_id is None:
+        return None
+    if not isinstance(event_id, str) or not event_id:
+        raise InputError(f"event id (idempotency key) {event_id!r} must be a non-empty string")
+    if _SUB_KEY.search(event_id):
+        raise InputError(
+            f"event id (idempotency key) {event_id!r} ends with '/<number>': those ids are reserved for the "
+            "further events of a command keyed with what comes before it (KEY, KEY/1, KEY/2, ...); "
+            "end the key with something else (e.g. run-42/0017/fail-reward)"
+        )
+    return event_id
 
 
 def display(text: str, *, keep_newlines: bool = False) -> str:
