@@ -16,12 +16,14 @@ import stat
 import unicodedata
 
 from lifecycle_fsm.errors import InputError
+from lifecycle_fsm.event_base import CANDIDATE_PREFIX, LEDGER_STREAM, SEALS_STREAM
 
 __all__ = [
     "MAX_CANDIDATE_ID_LENGTH",
     "MAX_INT64",
     "MAX_MANIFEST_BYTES",
     "MAX_SCENARIO_BYTES",
+    "RESERVED_STREAM_NAMES",
     "check_candidate_id",
     "check_event_id",
     "display",
@@ -33,6 +35,8 @@ MAX_SCENARIO_BYTES = 1024 * 1024  # a drill scenario is a hand-written YAML file
 MAX_CANDIDATE_ID_LENGTH = 256  # characters; ids are shown in tables and used as stream names
 MAX_INT64 = 2**63 - 1  # the largest integer SQLite, PostgreSQL's bigint and JSON readers all keep exactly
 
+# What `--stream` / `Ledger.events(stream=...)` take besides a candidate id: never a candidate's id.
+RESERVED_STREAM_NAMES = (LEDGER_STREAM, SEALS_STREAM)
 # A command that appends several events keys them KEY, KEY/1, KEY/2, ... (`command_path`):
 # a caller's key ending in `/<digits>` would share that namespace with another key's events.
 _SUB_KEY = re.compile(r"/[0-9]+\Z")
@@ -85,7 +89,14 @@ def _is_printable(ch: str) -> bool:
 
 
 def check_candidate_id(candidate_id: str) -> str:
-    """A candidate id is 1..256 printable characters, not only spaces; else InputError."""
+    """A candidate id is 1..256 printable characters that name one stream unambiguously; else InputError.
+
+    Not only spaces, no leading or trailing whitespace (it would print like another id),
+    no control or format characters. Not `ledger` or `seals` (the names `log --stream` and
+    `Ledger.events(stream=...)` give the ledger's own streams) and not starting with
+    `candidate:` (the prefix of every candidate's stored stream id): such an id's events
+    would be listed as another stream's, or not at all.
+    """
     if not isinstance(candidate_id, str) or not candidate_id.strip():
         raise InputError(f"candidate id {candidate_id!r} is empty")
     if len(candidate_id) > MAX_CANDIDATE_ID_LENGTH:
@@ -94,6 +105,22 @@ def check_candidate_id(candidate_id: str) -> str:
         )
     if not all(_is_printable(ch) for ch in candidate_id):
         raise InputError(f"candidate id {candidate_id!r} contains control or format characters")
+    if candidate_id != candidate_id.strip():
+        raise InputError(
+            f"candidate id {candidate_id!r} starts or ends with whitespace: it would print like another id "
+            "(give --id without it)"
+        )
+    if candidate_id in RESERVED_STREAM_NAMES:
+        raise InputError(
+            f"candidate id {candidate_id!r} is reserved: `{LEDGER_STREAM}` and `{SEALS_STREAM}` name the ledger's "
+            "own streams (log --stream, Ledger.events), so that candidate's events could not be told apart "
+            "(give another id with --id)"
+        )
+    if candidate_id.startswith(CANDIDATE_PREFIX):
+        raise InputError(
+            f"candidate id {candidate_id!r} starts with {CANDIDATE_PREFIX!r}, the prefix of every candidate's "
+            "stream id: it would read as another candidate's stream (give another id with --id)"
+        )
     return candidate_id
 
 
