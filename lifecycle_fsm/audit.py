@@ -37,6 +37,7 @@ from lifecycle_fsm.audit_records import (
 from lifecycle_fsm.errors import ConflictError, InputError, NotFoundError
 from lifecycle_fsm.events import LEDGER_STREAM, stream_of
 from lifecycle_fsm.ledger import DEFAULT_ACTIVE_WINDOW, DEFAULT_MAX_WINDOW_AGE, Ledger, utc_now
+from lifecycle_fsm.limits import check_candidate_id
 from lifecycle_fsm.manifests import BaselineManifest, CandidateManifest, load_baseline_manifest, load_candidate_manifest
 from lifecycle_fsm.rules import ONLINE_KINDS, check_candidate_freshness
 from lifecycle_fsm.seals import seal
@@ -156,6 +157,9 @@ def prepare(request: AuditRequest) -> PreparedAudit:
             continue
         manifest = load_candidate_manifest(path)
         cid = _candidate_id(manifest.fields, relative)
+        # Refused here, before anything is appended (receive would refuse it after earlier candidates).
+        check_candidate_id(cid, hint=f"{relative}: audit names a candidate by its policy_version; "
+                                     "change it, or receive that manifest with `lifecycle receive --id`")  # fmt: skip
         clash = next((c for c in candidates if c.candidate_id == cid), None)
         if clash is not None:
             raise InputError(f"candidate manifests {clash.relative} and {relative} both have the id {cid!r}")

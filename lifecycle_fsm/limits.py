@@ -88,14 +88,14 @@ def _is_printable(ch: str) -> bool:
     return ch == " " or unicodedata.category(ch)[0] not in "CZ"
 
 
-def check_candidate_id(candidate_id: str) -> str:
+def check_candidate_id(candidate_id: str, *, hint: str = "give another id with --id") -> str:
     """A candidate id is 1..256 printable characters that name one stream unambiguously; else InputError.
 
     Not only spaces, no leading or trailing whitespace (it would print like another id),
     no control or format characters. Not `ledger` or `seals` (the names `log --stream` and
     `Ledger.events(stream=...)` give the ledger's own streams) and not starting with
     `candidate:` (the prefix of every candidate's stored stream id): such an id's events
-    would be listed as another stream's, or not at all.
+    would be listed as another stream's, or not at all. `hint`: what the caller can do instead.
     """
     if not isinstance(candidate_id, str) or not candidate_id.strip():
         raise InputError(f"candidate id {candidate_id!r} is empty")
@@ -107,19 +107,17 @@ def check_candidate_id(candidate_id: str) -> str:
         raise InputError(f"candidate id {candidate_id!r} contains control or format characters")
     if candidate_id != candidate_id.strip():
         raise InputError(
-            f"candidate id {candidate_id!r} starts or ends with whitespace: it would print like another id "
-            "(give --id without it)"
+            f"candidate id {candidate_id!r} starts or ends with whitespace: it would print like another id ({hint})"
         )
     if candidate_id in RESERVED_STREAM_NAMES:
         raise InputError(
             f"candidate id {candidate_id!r} is reserved: `{LEDGER_STREAM}` and `{SEALS_STREAM}` name the ledger's "
-            "own streams (log --stream, Ledger.events), so that candidate's events could not be told apart "
-            "(give another id with --id)"
+            f"own streams (log --stream, Ledger.events), so that candidate's events could not be told apart ({hint})"
         )
     if candidate_id.startswith(CANDIDATE_PREFIX):
         raise InputError(
             f"candidate id {candidate_id!r} starts with {CANDIDATE_PREFIX!r}, the prefix of every candidate's "
-            "stream id: it would read as another candidate's stream (give another id with --id)"
+            f"stream id: it would read as another candidate's stream ({hint})"
         )
     return candidate_id
 

@@ -81,3 +81,18 @@ def test_the_ledger_stream_holds_only_the_ledgers_events(ws: Workspace) -> None:
 @pytest.mark.parametrize("good", ["dpo-v5", "ledger-v2", "my ledger", "seals2", "Candidate:x", "x:candidate:y"])
 def test_ids_that_only_resemble_a_reserved_name_are_accepted(good: str) -> None:
     assert check_candidate_id(good) == good
+
+
+def test_an_audit_refuses_a_reserved_policy_version_before_appending_anything(ws: Workspace) -> None:
+    """`audit` names candidates by policy_version: a manifest whose id would be `ledger` is refused while
+    the manifests are read (exit 3), not after the candidates before it were received and decided."""
+    baseline = ws.baseline()
+    sound, reserved = ws.dpo(), ws.grpo("grpo-x", policy_version="ledger")
+    args = ["--baseline", str(baseline), "--candidates", str(sound), str(reserved), "--label", "t1",
+            "--mode", "real_artifact", "--root", str(ws.root), "--out", str(ws.root / "out")]  # fmt: skip
+    done = run_cli(ws.db, "audit", *args)
+    assert done.returncode == 3, (done.stdout, done.stderr)
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "'ledger' is reserved" in lines[0] and "grpo-x/manifest.json" in lines[0], lines
+    assert count_events(ws.db) == 0
+    assert not (ws.root / "out").exists()
