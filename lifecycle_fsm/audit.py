@@ -40,7 +40,7 @@ from lifecycle_fsm.errors import ConflictError, InputError, NotFoundError
 from lifecycle_fsm.events import LEDGER_STREAM, stream_of
 from lifecycle_fsm.folders import prove_writable
 from lifecycle_fsm.ledger import DEFAULT_ACTIVE_WINDOW, DEFAULT_MAX_WINDOW_AGE, Ledger, utc_now
-from lifecycle_fsm.limits import MAX_INT64, check_int
+from lifecycle_fsm.limits import MAX_INT64, check_candidate_id, check_int
 from lifecycle_fsm.manifests import BaselineManifest, CandidateManifest, load_baseline_manifest, load_candidate_manifest
 from lifecycle_fsm.rules import ONLINE_KINDS, check_candidate_freshness
 from lifecycle_fsm.seals import seal
@@ -159,6 +159,9 @@ def prepare(request: AuditRequest) -> PreparedAudit:
             continue
         manifest = load_candidate_manifest(path)
         cid = _candidate_id(manifest.fields, relative)
+        # Refused here, before anything is appended (receive would refuse it after earlier candidates).
+        check_candidate_id(cid, hint=f"{relative}: audit names a candidate by its policy_version; "
+                                     "change it, or receive that manifest with `lifecycle receive --id`")  # fmt: skip
         clash = next((c for c in candidates if c.candidate_id == cid), None)
         if clash is not None:
             raise InputError(f"candidate manifests {clash.relative} and {relative} both have the id {cid!r}")

@@ -1,7 +1,10 @@
 """The one path every command takes from folded state to appended events.
 
+0. A caller's key ending in `/<digits>` is refused (`limits.check_event_id`): a
+   command's further events are keyed `KEY/1`, `KEY/2`, ….
 1. A retried command (its `event_id` already stored, same stream, type and inputs)
-   returns what it did the first time and appends nothing.
+   returns what it did the first time and appends nothing: the events keyed KEY,
+   KEY/1, … that command appended in its own transaction, never another's.
 2. Fold the streams the command depends on: its own (from the log, never from a
    checkpoint copy) and, when its decision reads them, the ledger's settings. A
    stream this Ledger last read or wrote is taken from the reader's cache without
@@ -36,9 +39,11 @@ from lifecycle_fsm.events import (
     CandidateEvent,
     CandidateReceived,
     Event,
+    EvidenceInvalidated,
     LedgerInitialized,
     candidate_id_of,
 )
+from lifecycle_fsm.limits import check_event_id
 from lifecycle_fsm.logs import get_logger
 from lifecycle_fsm.machine import COMMAND_TRIGGERS, allowed_commands, command_allowed, next_state, sources_of
 from lifecycle_fsm.retry import DEFAULT_RETRY, RetryPolicy
@@ -140,9 +145,16 @@ class CommandPath:
         reads_settings: bool = True,
         inputs: Mapping[str, Any] | None = None,
         first_type: str,
+        then_types: Sequence[str] = (),
     ) -> Outcome:
-        """Run one command on `stream_id` (a candidate's stream or the ledger's own)."""
-        replayed = self._replayed(event_id, stream_id, first_type, inputs or {})
+        """Run one command on `stream_id` (a candidate's stream or the ledger's own).
+
+        `first_type`, `then_types`: the types of the events a candidate command appends, in
+        order (what a retry's stored events must be); a settings command appends one event
+        and its fan-out.
+        """
+        check_event_id(event_id)  # before anything is read: KEY/<n> ids are the commands' own
+        replayed = self._replayed(event_id, stream_id, first_type, inputs or {}, then_types)
         if replayed is not None:
             return replayed
         on_ledger = stream_id == LEDGER_STREAM
@@ -171,6 +183,17 @@ class CommandPath:
                 return Outcome((), candidate=current, settings=settings if on_ledger else None)
             try:
                 return self._append(stream_id, current, settings, decision, event_id, reads_settings)
+            except DuplicateEventError as e:
+                if event_id is None or e.event_id == event_id:
+                    raise
+                # Only a key stored before keys ending in /<number> were refused can hold KEY/<n>.
+                raise DuplicateEventError(
+                    f"event id {event_id!r} cannot key this command: {e.event_id!r}, the id of one of its further "
+                    f"events, is already used at seq {e.seq} by another command (a key ending in '/<number>', "
+                    "stored before such keys were refused); give this command another key",
+                    event_id=e.event_id,
+                    seq=e.seq,
+                ) from e
             except ConcurrencyError as e:
                 attempt += 1
                 if not unread and time.monotonic() >= give_up:
@@ -303,7 +326,12 @@ class CommandPath:
         return done
 
     def _replayed(
-        self, event_id: str | None, stream_id: str, type_name: str, inputs: Mapping[str, Any]
+        self,
+        event_id: str | None,
+        stream_id: str,
+        type_name: str,
+        inputs: Mapping[str, Any],
+        then_types: Sequence[str] = (),
     ) -> Outcome | None:
         """A retried command (same event_id, same inputs) returns what it did the first time.
 
@@ -322,13 +350,37 @@ class CommandPath:
                 event_id=event_id,
                 seq=first.seq,
             )
-        events = [first]
-        while (nxt := self.store.event_by_id(f"{event_id}/{len(events)}")) is not None:
-            events.append(nxt)
+        events = self._command_events(event_id, first, then_types)
         if stream_id == LEDGER_STREAM:
             invalidated = tuple(cid for e in events if (cid := candidate_id_of(e.stream_id)) is not None)
             return Outcome(tuple(events), settings=self.reader.settings(), invalidated=invalidated, duplicate=True)
         return Outcome(tuple(events), candidate=self.reader.candidate(stream_id), duplicate=True)
+
+    def _command_events(self, event_id: str, first: StoredEvent, then_types: Sequence[str]) -> list[StoredEvent]:
+        """`first` and the events keyed `event_id/1`, `event_id/2`, … that its command appended with it.
+
+        A command appends all its events in one transaction, so its n-th further event is at
+        seq `first.seq + n`; and it is the kind that command appends there: a candidate
+        command's next event on its own stream (`then_types`, at the next version), a settings
+        command's fan-out (an `EvidenceInvalidated` on a candidate's stream). Anything else
+        under such an id (a key ending in /<number> stored by an older release) is another
+        command's event and ends the list: it is never reported as this command's.
+        """
+        events = [first]
+        on_ledger = first.stream_id == LEDGER_STREAM
+        while on_ledger or len(events) <= len(then_types):
+            n = len(events)
+            nxt = self.store.event_by_id(f"{event_id}/{n}")
+            if nxt is None or nxt.seq != first.seq + n:
+                break
+            if on_ledger:
+                own = nxt.type == EvidenceInvalidated.TYPE and candidate_id_of(nxt.stream_id) is not None
+            else:
+                own = (nxt.stream_id, nxt.version, nxt.type) == (first.stream_id, first.version + n, then_types[n - 1])
+            if not own:
+                break
+            events.append(nxt)
+        return events
 
 
 def new_event_id() -> str:

@@ -394,7 +394,7 @@ class Ledger:
 
         done = self._on_candidate(
             stream_of(candidate_id), decide, command="fail", event_id=event_id, first_type=StageFailed.TYPE,
-            inputs={"stage": stage},
+            then_types=(RecoveryPlanned.TYPE,), inputs={"stage": stage},
         )  # fmt: skip
         # The plan this command recorded (a retried event_id returns the original one, not a later plan).
         planned = next(e for e in done.events if e.type == RecoveryPlanned.TYPE)

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import stat
 import threading
 import unicodedata
 
 from lifecycle_fsm.errors import InputError
+from lifecycle_fsm.event_base import CANDIDATE_PREFIX, LEDGER_STREAM, SEALS_STREAM
 
 __all__ = [
     "MAX_ATTESTATION_BYTES",
@@ -26,7 +28,9 @@ __all__ = [
     "MAX_MANIFEST_BYTES",
     "MAX_SCENARIO_BYTES",
     "MAX_SIGNED_HEAD_BYTES",
+    "RESERVED_STREAM_NAMES",
     "check_candidate_id",
+    "check_event_id",
     "check_int",
     "check_seconds",
     "display",
@@ -42,6 +46,12 @@ MAX_INT64 = 2**63 - 1  # the largest integer SQLite, PostgreSQL's bigint and JSO
 MAX_KEY_BYTES = 64 * 1024  # an Ed25519 PEM key is ~120 bytes; room for comments, never megabytes
 MAX_SIGNED_HEAD_BYTES = 64 * 1024  # a signed head (`seal` writes it) is ~400 bytes of JSON
 MAX_ATTESTATION_BYTES = 16 * 1024 * 1024  # a DSSE envelope is a few kB; the manifest cap, as it quotes one
+
+# What `--stream` / `Ledger.events(stream=...)` take besides a candidate id: never a candidate's id.
+RESERVED_STREAM_NAMES = (LEDGER_STREAM, SEALS_STREAM)
+# A command that appends several events keys them KEY, KEY/1, KEY/2, ... (`command_path`):
+# a caller's key ending in `/<digits>` would share that namespace with another key's events.
+_SUB_KEY = re.compile(r"/[0-9]+\Z")
 
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
@@ -119,8 +129,15 @@ def _is_printable(ch: str) -> bool:
     return ch == " " or unicodedata.category(ch)[0] not in "CZ"
 
 
-def check_candidate_id(candidate_id: str) -> str:
-    """A candidate id is 1..256 printable characters, not only spaces; else InputError."""
+def check_candidate_id(candidate_id: str, *, hint: str = "give another id with --id") -> str:
+    """A candidate id is 1..256 printable characters that name one stream unambiguously; else InputError.
+
+    Not only spaces, no leading or trailing whitespace (it would print like another id),
+    no control or format characters. Not `ledger` or `seals` (the names `log --stream` and
+    `Ledger.events(stream=...)` give the ledger's own streams) and not starting with
+    `candidate:` (the prefix of every candidate's stored stream id): such an id's events
+    would be listed as another stream's, or not at all. `hint`: what the caller can do instead.
+    """
     if not isinstance(candidate_id, str) or not candidate_id.strip():
         raise InputError(f"candidate id {candidate_id!r} is empty")
     if len(candidate_id) > MAX_CANDIDATE_ID_LENGTH:
@@ -129,7 +146,42 @@ def check_candidate_id(candidate_id: str) -> str:
         )
     if not all(_is_printable(ch) for ch in candidate_id):
         raise InputError(f"candidate id {candidate_id!r} contains control or format characters")
+    if candidate_id != candidate_id.strip():
+        raise InputError(
+            f"candidate id {candidate_id!r} starts or ends with whitespace: it would print like another id ({hint})"
+        )
+    if candidate_id in RESERVED_STREAM_NAMES:
+        raise InputError(
+            f"candidate id {candidate_id!r} is reserved: `{LEDGER_STREAM}` and `{SEALS_STREAM}` name the ledger's "
+            f"own streams (log --stream, Ledger.events), so that candidate's events could not be told apart ({hint})"
+        )
+    if candidate_id.startswith(CANDIDATE_PREFIX):
+        raise InputError(
+            f"candidate id {candidate_id!r} starts with {CANDIDATE_PREFIX!r}, the prefix of every candidate's "
+            f"stream id: it would read as another candidate's stream ({hint})"
+        )
     return candidate_id
+
+
+def check_event_id(event_id: str | None) -> str | None:
+    """An idempotency key is a non-empty string not ending in `/<digits>`; None (no key) passes.
+
+    A command that appends several events keys them KEY, KEY/1, KEY/2, ...: a caller's key
+    `run/7/1` would be taken for the second event of the command keyed `run/7` (a retry of
+    that command would report it as its own; `run/7` would be refused for a command that
+    appends two events). So such a key is refused before anything is read or appended.
+    """
+    if event_id is None:
+        return None
+    if not isinstance(event_id, str) or not event_id:
+        raise InputError(f"event id (idempotency key) {event_id!r} must be a non-empty string")
+    if _SUB_KEY.search(event_id):
+        raise InputError(
+            f"event id (idempotency key) {event_id!r} ends with '/<number>': those ids are reserved for the "
+            "further events of a command keyed with what comes before it (KEY, KEY/1, KEY/2, ...); "
+            "end the key with something else (e.g. run-42/0017/fail-reward)"
+        )
+    return event_id
 
 
 def display(text: str, *, keep_newlines: bool = False) -> str:

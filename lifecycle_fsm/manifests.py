@@ -3,7 +3,10 @@
 Structural problems (no file, bad JSON, not an object, no `artifacts.adapter.path`)
 are input errors: nothing is recorded. Semantic problems in a well-formed manifest
 (an unknown kind, empty versions, no window index) are carried through unchanged so
-the candidate's check rejects it with reason codes an auditor can read.
+the candidate's check rejects it with reason codes an auditor can read. So are
+versions of the wrong type (`"policy_version": true`, `{"k": 0}`): a version is a
+non-empty string, and the check fails the field's identity (SPEC §6, §7 treat a
+non-integer window index the same way), never an input error that hides it.
 A relative path in a manifest is relative to the manifest file's folder. A manifest
 is read only from a regular file of at most 16 MiB (`lifecycle_fsm.limits`).
 """

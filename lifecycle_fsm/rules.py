@@ -60,6 +60,15 @@ def _age_within(value: Any, maximum: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= maximum
 
 
+def _identity(value: Any) -> bool:
+    """A version or identity is a non-empty string (the seed's are `sft-v1`, `dpo-v1`, …).
+
+    The seed tests `bool(value)`, so `true`, `1` or `{"k": 0}` would pass as an identity:
+    anything but a string with a non-blank character fails its check instead.
+    """
+    return isinstance(value, str) and bool(value.strip())
+
+
 def check_candidate_freshness(
     candidate: dict[str, Any], active_policy_version: str, maximum_window_age: int
 ) -> dict[str, Any]:
@@ -67,20 +76,21 @@ def check_candidate_freshness(
 
     The upstream decision is deliberately not part of freshness. A missing or
     non-integer `window_age` fails an online candidate's branch evidence: the seed's
-    `-1` default happens to fail too, but we never rely on a default.
+    `-1` default happens to fail too, but we never rely on a default. Versions are
+    identities: each must be a non-empty string (`_identity`), not merely truthy.
     """
     kind = candidate.get("candidate_kind")
     checks = {
         "candidate_kind": kind in CANDIDATE_KINDS,
         "source_policy": bool(active_policy_version)
         and candidate.get("source_policy_version") == active_policy_version,
-        "candidate_identity": bool(candidate.get("policy_version")),
-        "evaluation_identity": bool(candidate.get("evaluation_version")),
+        "candidate_identity": _identity(candidate.get("policy_version")),
+        "evaluation_identity": _identity(candidate.get("evaluation_version")),
     }
     if kind == "dpo":
-        branch_fresh = bool(candidate.get("preference_evidence_version"))
+        branch_fresh = _identity(candidate.get("preference_evidence_version"))
     else:
-        branch_fresh = bool(candidate.get("verifier_version")) and _age_within(
+        branch_fresh = _identity(candidate.get("verifier_version")) and _age_within(
             candidate.get("window_age"), maximum_window_age
         )
     checks["branch_evidence"] = branch_fresh

@@ -34,7 +34,7 @@ CLAIMED_FIELDS = (
     "preference_evidence_version", "verifier_version", "evidence_window_index", "decision", "adapter_path",
     "adapter_sha256",
 )  # fmt: skip
-NON_EMPTY = "a non-empty version"
+NON_EMPTY = "a non-empty version string"
 
 
 def _event_json(event: StoredEvent, payload: JSON) -> JSON:

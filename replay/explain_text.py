@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["explain_markdown", "explain_sections", "explain_text", "format_value", "path_line"]
+import orjson
+
+__all__ = ["explain_markdown", "explain_sections", "explain_text", "format_claim", "format_value", "path_line"]
 
 JSON = dict[str, Any]
 Section = tuple[str, list[str]]  # a heading and its lines (Markdown-safe inline text)
@@ -28,6 +30,16 @@ def format_value(value: Any) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(format_value(v) for v in value) + "]"
     return str(value)
+
+
+def format_claim(value: Any) -> str:
+    """A manifest's value as it was written: a string bare, `none` when missing, anything else as
+    JSON (`true`, `7`, `{"k":0}`): a version that is not a string must not read as `yes`."""
+    if value is None:
+        return "none"
+    if isinstance(value, str):
+        return value
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
 
 
 def path_line(path: Iterable[JSON]) -> str:
@@ -50,7 +62,12 @@ def _files_lines(files: JSON, what: str) -> list[str]:
 
 def _check_line(check: JSON) -> str:
     mark = "ok" if check["passed"] else "FAILED"
-    line = f"{check['check']}: {mark}; claimed {format_value(check['claimed'])}; "
+    claim = check["claimed"]
+    if check["check"] == "branch_evidence" and isinstance(claim, dict):  # the fields the check read, by name
+        shown = ", ".join(f"{k}={format_claim(v)}" for k, v in claim.items())
+    else:
+        shown = format_claim(claim)
+    line = f"{check['check']}: {mark}; claimed {shown}; "
     line += f"checked against {format_value(check['checked_against'])}"
     if check.get("error"):
         line += f" (error: {check['error']})"
@@ -71,7 +88,7 @@ def explain_sections(doc: JSON) -> list[Section]:
     sections: list[Section] = [("Summary", head)]
     manifest = doc["manifest"]
     claimed = [f"manifest: {manifest['path']} (sha256 {manifest['sha256']})"]
-    claimed += [f"{k}: {format_value(v)}" for k, v in doc["claimed"].items()]
+    claimed += [f"{k}: {format_claim(v)}" for k, v in doc["claimed"].items()]
     sections.append(("What the candidate claimed", claimed))
     if doc["checks"]:
         sections.append((f"Checks at seq {doc['evidence_seq']} (claimed vs checked against)",

@@ -33,18 +33,33 @@ def _expected_values(name: str, ws: Workspace) -> tuple[Any, Any]:
         return sft, hash_directory(ws.root / "sft" / "adapter")
     return {
         "lineage": ("sha-of-an-older-baseline", sft),
-        "dpo-no-preference-evidence": ({"preference_evidence_version": None}, "a non-empty version"),
+        "dpo-no-preference-evidence": ({"preference_evidence_version": None}, "a non-empty version string"),
         "grpo-no-verifier": (
             {"verifier_version": None, "evidence_window_index": 1},
-            {"verifier_version": "a non-empty version", "active_window": 1, "window_age": 0, "max_window_age": 2},
+            {
+                "verifier_version": "a non-empty version string",
+                "active_window": 1,
+                "window_age": 0,
+                "max_window_age": 2,
+            },
         ),
         "grpo-stale-window": (
             {"verifier_version": "math-v1", "evidence_window_index": 1},
-            {"verifier_version": "a non-empty version", "active_window": 4, "window_age": 3, "max_window_age": 2},
+            {
+                "verifier_version": "a non-empty version string",
+                "active_window": 4,
+                "window_age": 3,
+                "max_window_age": 2,
+            },
         ),
         "grpo-no-window-index": (
             {"verifier_version": "math-v1", "evidence_window_index": None},
-            {"verifier_version": "a non-empty version", "active_window": 1, "window_age": None, "max_window_age": 2},
+            {
+                "verifier_version": "a non-empty version string",
+                "active_window": 1,
+                "window_age": None,
+                "max_window_age": 2,
+            },
         ),
         "upstream-reject": ("reject", "one of accept, tune, reject; reject fails"),
         "upstream-state": ("maybe", "one of accept, tune, reject; reject fails"),

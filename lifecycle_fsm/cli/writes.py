@@ -19,7 +19,8 @@ from lifecycle_fsm.rules import STAGES
 
 _EVENT_ID_HELP = (
     "Idempotency key (global across the ledger, e.g. <run>/<step>/<command>): "
-    "a retry with the same key appends nothing and reports the first outcome."
+    "a retry with the same key appends nothing and reports the first outcome. "
+    "A key may not end in /<number>: a command's further events are keyed KEY/1, KEY/2, ..."
 )
 event_id_option = click.option("--event-id", help=_EVENT_ID_HELP)
 
