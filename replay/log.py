@@ -103,18 +103,37 @@ def read_log(store: EventStore, query: EventFilter) -> Iterator[tuple[StoredEven
     (`decoded_payload` re-hashes it: once).
 
     A slice of the log in seq order (no filter but positions and a limit) is also checked as a
-    chain: each row must follow the one before it (seq + 1, its prev_hash that row's hash), so
-    a row deleted from the middle is an `IntegrityError` naming the seq, not a silent hole.
+    chain: its first row must follow the row at `after` (the genesis from the start), each row
+    the one before it, and a slice bounded by `before` must reach it (or the head). So a row
+    deleted from the log is an `IntegrityError` naming the seq, not a silent hole.
     """
     contiguous = not (query.since or query.until or query.types or query.stream_id or query.actor or query.payload)
-    # (seq, hash) the next row must follow; from the start of the log that is the genesis.
-    follows: tuple[int, str] | None = (0, GENESIS_HASH) if query.after == 0 else None
+    if not contiguous:
+        for event in store.select_matching(query):
+            yield event, decoded_payload(event)
+        return
+    # (seq, hash) the next row must follow. No row at `after` (past the head, or itself the missing
+    # one): the first row is not judged against it, every later one is.
+    anchor = GENESIS_HASH if query.after == 0 else store.hash_at(query.after)
+    follows: tuple[int, str | None] = (query.after, anchor)
+    shown = 0
     for event in store.select_matching(query):
-        if contiguous and follows is not None and (event.seq != follows[0] + 1 or event.prev_hash != follows[1]):
-            raise IntegrityError(
-                f"seq {event.seq} does not follow seq {follows[0]} (a row is missing or was replaced); "
-                "run `lifecycle verify`",
-                seq=event.seq,
-            )
+        if follows[1] is not None and (event.seq != follows[0] + 1 or event.prev_hash != follows[1]):
+            raise _hole(follows[0], event.seq)
         follows = (event.seq, event.hash)
+        shown += 1
         yield event, decoded_payload(event)
+    if query.before is not None and (query.limit is None or shown < query.limit):
+        end = min(query.before - 1, store.head().seq)
+        if follows[0] < end:
+            raise _hole(follows[0], None)
+
+
+def _hole(after: int, found: int | None) -> IntegrityError:
+    """The row after seq `after` is missing or was replaced (`found`: the next row read, if any)."""
+    then = "" if found is None else f" (the next row read is seq {found})"
+    return IntegrityError(
+        f"the log does not go on from seq {after}: seq {after + 1} is missing or was replaced{then}; "
+        "run `lifecycle verify`",
+        seq=after + 1,
+    )

@@ -137,9 +137,13 @@ def check_batch(stream_id: str, events: Sequence[NewEvent]) -> None:
             text = e.stream_id + e.type + e.event_id + e.recorded_at + e.actor
         except TypeError:
             raise InputError(f"event {e.event_id!r}: {_wrong_column(e)}") from None
-        if not text.isascii() and not _encodable(text):
+        if (not text.isascii() and not _encodable(text)) or "\0" in text:
             raise InputError(f"event {e.event_id!r}: {_wrong_column(e)}")
-        if type(e.schema_version) is not int or not isinstance(e.payload, dict):
+        if (
+            type(e.schema_version) is not int
+            or not 0 < e.schema_version < _MAX_SCHEMA_VERSION
+            or not isinstance(e.payload, dict)
+        ):
             raise InputError(f"event {e.event_id!r}: {_wrong_column(e)}")
 
 
@@ -152,6 +156,9 @@ def _encodable(text: str) -> bool:
     return True
 
 
+_MAX_SCHEMA_VERSION = 2**31  # PostgreSQL stores it as an integer: every backend keeps the same range
+
+
 def _wrong_column(e: NewEvent) -> str:
     """Which column of an event is wrong (said only on the way to an error)."""
     for name in ("stream_id", "type", "event_id", "recorded_at", "actor"):
@@ -160,8 +167,12 @@ def _wrong_column(e: NewEvent) -> str:
             return f"{name} must be a string, not {type(value).__name__}"
         if not _encodable(value):
             return f"{name} is not valid Unicode text (it holds a lone surrogate)"
+        if "\0" in value:
+            return f"{name} holds a NUL character, which PostgreSQL text cannot store"
     if type(e.schema_version) is not int:
         return f"schema_version must be an int, not {type(e.schema_version).__name__}"
+    if not 0 < e.schema_version < _MAX_SCHEMA_VERSION:
+        return f"schema_version must be 1 to {_MAX_SCHEMA_VERSION - 1}, not {e.schema_version}"
     return f"payload must be a JSON object (a dict), not {type(e.payload).__name__}"
 
 

@@ -19,7 +19,7 @@ import orjson
 
 from store.base import AppendResult
 from store.chain import GENESIS_HASH, chain_rows, check_batch, match_retry, verify_events
-from store.errors import ConcurrencyError, IntegrityError, write_in_read_snapshot
+from store.errors import ConcurrencyError, InputError, IntegrityError, write_in_read_snapshot
 from store.records import (
     ChainReport,
     CheckpointRecord,
@@ -123,6 +123,7 @@ class MemoryEventStore:
         self._checkpoints: list[CheckpointRecord] = []
         self._stream_copies: list[tuple[int, str, int, str, str]] = []
         self._reading = False  # a thread holds the lock in `read_snapshot()`
+        self._writing = False  # … or in `transaction()`
 
     @contextmanager
     def read_snapshot(self) -> Iterator[None]:
@@ -131,6 +132,8 @@ class MemoryEventStore:
             if self._reading:
                 yield
                 return
+            if self._writing:
+                raise InputError("memory store: read_snapshot() inside a write transaction is refused")
             self._reading = True
             try:
                 yield
@@ -147,8 +150,12 @@ class MemoryEventStore:
         with self._lock:
             self._writable()
             tx = MemoryTransaction(self)
-            yield tx
-            tx.commit()
+            self._writing = True
+            try:
+                yield tx
+                tx.commit()
+            finally:
+                self._writing = False
 
     def append(
         self,

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -51,9 +52,9 @@ from psycopg.pq import TransactionStatus
 
 from store.base import AppendResult
 from store.chain import GENESIS_HASH, verify_rows
-from store.errors import IntegrityError, write_in_read_snapshot
+from store.errors import InputError, IntegrityError, write_in_read_snapshot
 from store.faults import fault_from_env
-from store.postgres_schema import EVENT_COLUMNS, PgSession, filter_sql
+from store.postgres_schema import EVENT_COLUMNS, PG_GUARD_SOURCE, PG_GUARDS, PgSession, filter_sql
 from store.postgres_transaction import VERSION_OF, PostgresTransaction
 from store.records import (
     ChainReport,
@@ -75,8 +76,12 @@ _SNAPSHOT_COLUMNS = (
     "s.stream_id, s.version, s.state, s.state_sha256"
 )
 _NO_UPPER = 1 << 62
-_GUARDS = ("events_refuse_update_delete", "events_refuse_truncate")  # postgres_schema.DDL's triggers
 _ONE_TRIP_ROWS = 1000  # store.append's one-round-trip path: one INSERT statement (see postgres_transaction)
+
+
+def _unqualified(definition: str) -> str:
+    """A trigger's definition with its table's schema left out (the ledger's schema varies)."""
+    return re.sub(r" ON [^ ]+\.events ", " ON events ", definition)
 
 
 def _sha256(text: str) -> str:
@@ -157,6 +162,8 @@ class PostgresEventStore:
         if self._reading:
             yield
             return
+        if self.session.conn.info.transaction_status != TransactionStatus.IDLE:
+            raise InputError(f"{self.where}: read_snapshot() inside a write transaction is refused")
         with self.session.mapped("cannot start a read snapshot"):
             self.session.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         self._reading = True
@@ -399,21 +406,23 @@ class PostgresEventStore:
             key = (rows[-1][1], rows[-1][0])
 
     def guard_problems(self) -> list[str]:
-        """Each append-only trigger on `events` that is missing or disabled, and the function
-        they run if it no longer refuses (`ALTER TABLE … DISABLE TRIGGER` keeps the trigger)."""
+        """Each append-only trigger on `events` that is missing, not enabled for every session
+        (`DISABLE`, or `ENABLE REPLICA`: it then fires only for replication), or not exactly as
+        `postgres_schema.DDL` made it (a `WHEN`, another timing, another function or body)."""
         rows = self._rows(
-            "SELECT t.tgname, t.tgenabled, p.prosrc FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid "
-            "WHERE t.tgrelid = 'events'::regclass AND NOT t.tgisinternal"
+            "SELECT t.tgname, t.tgenabled, pg_get_triggerdef(t.oid), p.prosrc FROM pg_trigger t "
+            "JOIN pg_proc p ON p.oid = t.tgfoid WHERE t.tgrelid = 'events'::regclass AND NOT t.tgisinternal"
         )
-        found = {name: (enabled, source) for name, enabled, source in rows}
+        found = {name: (enabled, _unqualified(definition), " ".join(source.split())) for name, enabled, definition,
+                 source in rows}  # fmt: skip
         problems = []
-        for name in _GUARDS:
+        for name, definition in PG_GUARDS.items():
             if name not in found:
                 problems.append(f"trigger {name} is missing")
-            elif found[name][0] == "D":
+            elif found[name][0] not in ("O", "A"):
                 problems.append(f"trigger {name} is disabled")
-            elif "append-only" not in found[name][1] or "RAISE EXCEPTION" not in found[name][1]:
-                problems.append(f"trigger {name} no longer refuses (its function was altered)")
+            elif found[name][1] != definition or found[name][2] != PG_GUARD_SOURCE:
+                problems.append(f"trigger {name} was altered")
         return problems
 
     def verify_chain(self) -> ChainReport:

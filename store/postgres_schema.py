@@ -37,7 +37,16 @@ from store.postgres_pipeline import Pipeline
 from store.records import EventFilter
 from store.threads import ThreadOwner
 
-__all__ = ["DDL", "EVENT_COLUMNS", "STORE_SCHEMA_VERSION", "SYNCHRONOUS_COMMIT", "PgSession", "filter_sql"]
+__all__ = [
+    "DDL",
+    "EVENT_COLUMNS",
+    "PG_GUARDS",
+    "PG_GUARD_SOURCE",
+    "STORE_SCHEMA_VERSION",
+    "SYNCHRONOUS_COMMIT",
+    "PgSession",
+    "filter_sql",
+]
 
 STORE_SCHEMA_VERSION = 1
 EVENT_COLUMNS = "seq, stream_id, version, event_id, type, schema_version, payload, recorded_at, actor, prev_hash, hash"
@@ -87,6 +96,15 @@ DDL = (
     "CREATE INDEX IF NOT EXISTS events_actor ON events (actor)",
     "CREATE INDEX IF NOT EXISTS events_recorded_at ON events (recorded_at)",
 )
+# The append-only triggers as `pg_get_triggerdef` gives them back (the table's schema left out)
+# and the body of the function they run, whitespace aside: what `guard_problems` accepts.
+PG_GUARDS = {
+    "events_refuse_update_delete": "CREATE TRIGGER events_refuse_update_delete BEFORE DELETE OR UPDATE ON events "
+    "FOR EACH ROW EXECUTE FUNCTION lifecycle_refuse_change()",
+    "events_refuse_truncate": "CREATE TRIGGER events_refuse_truncate BEFORE TRUNCATE ON events "
+    "FOR EACH STATEMENT EXECUTE FUNCTION lifecycle_refuse_change()",
+}
+PG_GUARD_SOURCE = " ".join(next(d for d in DDL if "FUNCTION lifecycle_refuse_change()" in d).split("$$")[1].split())
 
 
 def filter_sql(query: EventFilter) -> tuple[str, list[Any]]:

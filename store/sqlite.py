@@ -48,7 +48,7 @@ from store.records import (
 )
 from store.sqlite_errors import translate_sqlite_error, translating_sqlite_errors
 from store.sqlite_lock import begin_immediate
-from store.sqlite_readonly import on_read_only_media, open_immutable
+from store.sqlite_readonly import ImmutableRead, on_read_only_media
 from store.sqlite_schema import (
     EVENT_COLUMNS,
     OPENED_AS_IS,
@@ -71,9 +71,13 @@ def _create_private(path: Path) -> None:
     if str(path) in ("", ":memory:") or path.exists():
         return
     wal = Path(f"{path}-wal")
-    if wal.exists() and wal.stat().st_size:
+    try:
+        size = wal.stat().st_size
+    except FileNotFoundError:
+        size = 0
+    if size and not path.exists():  # again: another process may have just made the ledger and its WAL
         raise StoreError(
-            f"{path}: no ledger file, but {wal.name} holds {wal.stat().st_size} bytes of its events; "
+            f"{path}: no ledger file, but {wal.name} holds {size} bytes of its events; "
             "restore the ledger file (or move the -wal away) instead of starting a new ledger over them"
         )
     try:
@@ -112,6 +116,7 @@ class SQLiteEventStore:
         self._private = str(path) in ("", ":memory:")  # nobody else can reach it: never wait
         self._quick = self._private  # the busy timeout is 0 (a write set it; the next read gives it back)
         self._reading = False  # inside `read_snapshot()`
+        self._immutable: ImmutableRead | None = None  # a ledger in a folder we may not write
         if create:
             _create_private(self.path)
         try:
@@ -152,11 +157,15 @@ class SQLiteEventStore:
             if not on_read_only_media(self.path, e):
                 raise
         self._conn.close()
-        self._conn = open_immutable(self.path)
+        self._immutable = ImmutableRead(self.path)
+        self._conn = self._immutable.conn
         return schema_version(self._conn)
 
     def _for_reads(self) -> None:
-        """Give reads the store's busy timeout back (after a write set it to 0): run before each read."""
+        """Give reads the store's busy timeout back (after a write set it to 0): run before each read.
+        A ledger read immutable is first checked to be the file it was."""
+        if self._immutable is not None:
+            self._immutable.check()
         if self._quick and not self._private:
             self._conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
             self._quick = False
@@ -220,6 +229,8 @@ class SQLiteEventStore:
             yield
             return
         conn = self._conn
+        if conn.in_transaction:  # a write transaction of this handle is open: its reads are its own
+            raise InputError(f"{self.path}: read_snapshot() inside a write transaction is refused")
         try:
             conn.execute("BEGIN")
         except sqlite3.DatabaseError as e:
@@ -234,6 +245,8 @@ class SQLiteEventStore:
                     conn.execute("ROLLBACK")  # nothing was written: ending it is all there is to do
             except sqlite3.DatabaseError as e:
                 raise translate_sqlite_error(e, f"{self.path}: cannot end a read snapshot") from e
+        if self._immutable is not None:  # what the snapshot read must still be the file's content
+            self._immutable.check()
 
     def append(
         self,

@@ -21,28 +21,61 @@ from urllib.parse import quote
 
 from store.errors import StoreError
 
-__all__ = ["open_immutable", "on_read_only_media"]
+__all__ = ["ImmutableRead", "on_read_only_media"]
 
 
 def on_read_only_media(path: Path, error: sqlite3.Error) -> bool:
     """SQLite could not create the ledger's `-shm`: its folder may not be written, and no
-    connection has the ledger open (none keeps a `-shm` there)."""
+    connection has the ledger open (none keeps a `-shm` there). Judged at the file a link
+    leads to, where SQLite keeps its `-wal` and `-shm`."""
     message = str(error)
+    real = Path(os.path.realpath(path))
     return (
         ("unable to open database file" in message or "readonly database" in message)
-        and not os.access(path.parent, os.W_OK)
-        and not Path(f"{path}-shm").exists()
+        and not os.access(real.parent, os.W_OK)
+        and not Path(f"{real}-shm").exists()
     )
 
 
-def open_immutable(path: Path) -> sqlite3.Connection:
-    """The ledger as an immutable file, or StoreError when its `-wal` holds events."""
-    wal = Path(f"{path}-wal")
-    size = wal.stat().st_size if wal.exists() else 0
-    if size:
-        raise StoreError(
-            f"{path}: its folder is read-only and {wal.name} holds {size} bytes of events not yet in the "
-            f"ledger file, which SQLite cannot read without creating {path.name}-shm; copy the ledger with "
-            "its -wal file to a writable folder to read it"
-        )
-    return sqlite3.connect(f"file:{quote(str(path.resolve()))}?immutable=1", uri=True, isolation_level=None)
+class ImmutableRead:
+    """The ledger file opened immutable, and what it was when opened.
+
+    Immutable means SQLite takes no lock and trusts the file not to change. Another
+    account may still write it through a writable path: `check` (before every read, and
+    when a read snapshot ends) refuses to answer once the file, or its `-wal`, moved.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.real = Path(os.path.realpath(path))
+        self.shown = path
+        size = self._wal_size()
+        if size:
+            raise StoreError(
+                f"{path}: its folder is read-only and {self.real.name}-wal holds {size} bytes of events not yet "
+                f"in the ledger file, which SQLite cannot read without creating {self.real.name}-shm; copy the "
+                "ledger with its -wal file to a writable folder to read it"
+            )
+        self.identity = self._identity()
+        self.conn = sqlite3.connect(f"file:{quote(str(self.real))}?immutable=1", uri=True, isolation_level=None)
+
+    def _wal_size(self) -> int:
+        try:
+            return Path(f"{self.real}-wal").stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def _identity(self) -> tuple[int, int, int, int]:
+        st = self.real.stat()
+        return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+    def check(self) -> None:
+        """StoreError once the file is not the one opened, or a writer's `-wal` holds events."""
+        try:
+            moved = self._identity() != self.identity or self._wal_size() > 0
+        except OSError:
+            moved = True
+        if moved:
+            raise StoreError(
+                f"{self.shown}: the ledger changed while it was read as an immutable file (a writer with access to "
+                "its folder appended); read it again"
+            )

@@ -35,6 +35,7 @@ __all__ = [
     "EVENT_COLUMNS",
     "FILTER_INDEXES",
     "GUARDS",
+    "LEGACY_REPLACE_TRIGGER",
     "OPENED_AS_IS",
     "SCHEMA",
     "STORE_SCHEMA_VERSION",
@@ -92,24 +93,39 @@ SCHEMA = (
 )
 
 
-# The append-only triggers: name -> (the statement it fires before, the refusal it raises), as
-# every store schema version wrote them (`guard_problems` checks a file still has them).
-GUARDS = {
-    "events_refuse_update": ("BEFORE UPDATE ON events", "'events are append-only: UPDATE refused'"),
-    "events_refuse_delete": ("BEFORE DELETE ON events", "'events are append-only: DELETE refused'"),
-    "events_refuse_replace": ("BEFORE INSERT ON events", "'events are append-only: REPLACE refused'"),
+# The append-only triggers exactly as a store schema wrote them (whitespace aside): schema 3's
+# (`SCHEMA`), and the replace trigger schemas 1 and 2 wrote (ABORT, no version check), which a
+# file opened as it is keeps. `guard_problems` accepts nothing else: a `WHEN 0` or a body that
+# no longer raises is as good as no trigger.
+LEGACY_REPLACE_TRIGGER = """CREATE TRIGGER events_refuse_replace BEFORE INSERT ON events
+    WHEN EXISTS (SELECT 1 FROM events WHERE seq = NEW.seq)
+      OR EXISTS (SELECT 1 FROM events WHERE event_id = NEW.event_id)
+      OR EXISTS (SELECT 1 FROM events WHERE stream_id = NEW.stream_id AND version = NEW.version)
+    BEGIN SELECT RAISE(ABORT, 'events are append-only: REPLACE refused'); END"""
+
+
+def _words(sql: str) -> str:
+    return " ".join(sql.replace("IF NOT EXISTS ", "").split())
+
+
+GUARDS: dict[str, frozenset[str]] = {
+    name: frozenset(
+        {_words(statement) for statement in SCHEMA if f"TRIGGER IF NOT EXISTS {name} " in statement}
+        | ({_words(LEGACY_REPLACE_TRIGGER)} if name == "events_refuse_replace" else set())
+    )
+    for name in ("events_refuse_update", "events_refuse_delete", "events_refuse_replace")
 }
 
 
 def guard_problems(conn: sqlite3.Connection) -> list[str]:
-    """Each append-only trigger that is missing or no longer refuses what it must."""
+    """Each append-only trigger that is missing, or is not exactly as a store schema wrote it."""
     found = dict(conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'events'"))
     problems = []
-    for name, (when, refusal) in GUARDS.items():
+    for name, accepted in GUARDS.items():
         sql = found.get(name)
         if sql is None:
             problems.append(f"trigger {name} is missing")
-        elif not sql.startswith(f"CREATE TRIGGER {name} {when}") or refusal not in sql:
+        elif _words(sql) not in accepted:
             problems.append(f"trigger {name} was altered")
     return problems
 

@@ -20,6 +20,7 @@ import pytest
 from conftest import Workspace
 
 from lifecycle_fsm.ledger import Ledger
+from store import SQLiteEventStore, StoreError
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -142,3 +143,40 @@ def test_the_immutable_read_is_taken_only_where_sqlite_cannot_make_its_index(rea
     (read_only.src / "l.db-shm").write_bytes(b"")
     read_only.seal()
     assert not on_read_only_media(ledger, cannot_open)
+
+
+def test_a_link_to_a_ledger_whose_wal_holds_events_is_refused_too(ws: Workspace, read_only: ReadOnly) -> None:
+    """SQLite reads the -wal beside the file a link leads to: so is it judged (a link was read short)."""
+    src, ro = read_only.src, read_only.ro
+    _ledger(ws, src / "n.db")
+    holder = sqlite3.connect(src / "n.db")  # keeps the WAL from being folded into the file
+    holder.execute("SELECT count(*) FROM events").fetchone()
+    with Ledger.open(src / "n.db", actor="late") as ledger:
+        ledger.advance_window(2)
+    shutil.copy(src / "n.db-wal", tmp_wal := src / "wal.copy")
+    holder.close()
+    (src / "n.db-shm").unlink(missing_ok=True)
+    tmp_wal.rename(src / "n.db-wal")
+    (src / "link.db").symlink_to("n.db")
+    read_only.seal()
+    for name in ("n.db", "link.db"):
+        refused = _lifecycle(ro / name, "--json", "verify")
+        assert refused.returncode == 7 and "n.db-wal holds" in refused.stderr, (name, refused.stdout, refused.stderr)
+
+
+def test_a_ledger_written_while_read_immutable_is_refused_not_answered(ws: Workspace, read_only: ReadOnly) -> None:
+    """Another account appends through a writable path while we read the read-only view: the next
+    read says the ledger changed (before: the reader answered head 5 and count 6 in a row)."""
+    _ledger(ws, read_only.src / "l.db")
+    read_only.seal()
+    reader = SQLiteEventStore(read_only.ro / "l.db", create=False)
+    try:
+        assert reader.head().seq == 4
+        with Ledger.open(read_only.src / "l.db", actor="writer") as writer:  # closing folds the WAL in
+            writer.advance_window(2)
+        with pytest.raises(StoreError, match="changed while it was read"):
+            reader.count_events()
+        with pytest.raises(StoreError, match="changed while it was read"), reader.read_snapshot():
+            pass
+    finally:
+        reader.close()

@@ -155,27 +155,38 @@ def test_chain_walk_finish_finds_a_break_after_the_fold_stopped(backend: Backend
     assert walk.report(count=filled.count_events, head=filled.head).bad_seq == 5
 
 
-_SQLITE_NEUTERED = (
-    "DROP TRIGGER events_refuse_delete",
-    "CREATE TRIGGER events_refuse_delete BEFORE DELETE ON events BEGIN SELECT 1; END",
-)
 _GUARD_EDITS = {
     "sqlite": [
         (["DROP TRIGGER events_refuse_update"], "trigger events_refuse_update is missing"),
-        (list(_SQLITE_NEUTERED), "trigger events_refuse_delete was altered"),
+        (["DROP TRIGGER events_refuse_delete",
+          "CREATE TRIGGER events_refuse_delete BEFORE DELETE ON events BEGIN SELECT 1; END"],
+         "trigger events_refuse_delete was altered"),
         (["DROP TRIGGER events_refuse_replace"], "trigger events_refuse_replace is missing"),
+        (["DROP TRIGGER events_refuse_delete",  # the same refusal, which never fires
+          "CREATE TRIGGER events_refuse_delete BEFORE DELETE ON events WHEN 0 "
+          "BEGIN SELECT RAISE(ABORT, 'events are append-only: DELETE refused'); END"],
+         "trigger events_refuse_delete was altered"),
+        (["DROP TRIGGER events_refuse_update",
+          "CREATE TRIGGER events_refuse_update BEFORE UPDATE ON events "
+          "BEGIN SELECT 1 WHERE 0 AND RAISE(ABORT, 'events are append-only: UPDATE refused'); END"],
+         "trigger events_refuse_update was altered"),
     ],
     "postgres": [
         (["DROP TRIGGER events_refuse_truncate ON events"], "trigger events_refuse_truncate is missing"),
         (["ALTER TABLE events DISABLE TRIGGER events_refuse_update_delete"],
          "trigger events_refuse_update_delete is disabled"),
         (["CREATE OR REPLACE FUNCTION lifecycle_refuse_change() RETURNS trigger LANGUAGE plpgsql AS "
-          "$$ BEGIN RETURN OLD; END $$"], "no longer refuses"),
+          "$$ BEGIN RETURN OLD; END $$"], "was altered"),
+        (["ALTER TABLE events ENABLE REPLICA TRIGGER events_refuse_update_delete"],
+         "trigger events_refuse_update_delete is disabled"),
+        (["CREATE OR REPLACE TRIGGER events_refuse_update_delete BEFORE UPDATE OR DELETE ON events FOR EACH ROW "
+          "WHEN (false) EXECUTE FUNCTION lifecycle_refuse_change()"],
+         "trigger events_refuse_update_delete was altered"),
     ],
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("edit", range(3))
+@pytest.mark.parametrize("edit", range(5))
 def test_verify_reports_an_append_only_guard_removed_behind_its_back(backend: Backend, edit: int) -> None:
     """The chain is the proof, the triggers the fence: a file writer can take the fence down, and
     `verify` now says so (before, it answered ok and writes went on unguarded)."""

@@ -217,7 +217,8 @@ def test_append_expecting_other_streams(backend: Backend, store: EventStore) -> 
     ("column", "value"),
     [("event_id", 5), ("event_id", 5.5), ("actor", True), ("recorded_at", None), ("type", b"T"),
      ("schema_version", True), ("schema_version", "1"), ("payload", [1, 2]), ("actor", "t\ud800"),
-     ("event_id", "a-\udfff")],
+     ("event_id", "a-\udfff"), ("actor", "t\x00"), ("schema_version", 2**63), ("schema_version", 2**40),
+     ("schema_version", 0)],
 )  # fmt: skip
 def test_a_column_of_the_wrong_type_is_refused_before_anything_is_written(
     store: EventStore, column: str, value: Any
@@ -279,6 +280,11 @@ def test_a_write_inside_a_read_snapshot_is_refused(store: EventStore) -> None:
         assert store.count_events() == 1
     assert store.append("a", 1, [new("a", 1)]).events[0].seq == 2
     assert list(store.select_checkpoints()) == [] and store.streams()[0].version == 2
+    with store.transaction() as tx:  # and the other way round: a write transaction's reads are its own
+        tx.append("a", 2, [new("a", 2)])
+        with pytest.raises(InputError, match="read_snapshot"), store.read_snapshot():
+            pass
+    assert store.count_events() == 3 and store.verify_chain().ok
 
 
 # --- atomic batches and input ----------------------------------------------------------------

@@ -23,6 +23,7 @@ from lifecycle_fsm.cli.app import TimeType, json_option, open_ledger, wants_json
 from lifecycle_fsm.cli.exit_codes import ExitCode
 from lifecycle_fsm.cli.guards import closed_output
 from lifecycle_fsm.cli.render import emit
+from lifecycle_fsm.errors import LifecycleError
 from lifecycle_fsm.limits import MAX_INT64
 from replay.log import event_json, event_reasons, log_filter, read_log
 
@@ -68,8 +69,8 @@ def log(
     try:
         _print_log(rows, jsonl)
     except OSError as e:  # rows go to stdout as they come: a full disk is one line, as for `echo`
-        if e.errno == errno.EPIPE or e.filename is not None:
-            raise
+        if e.errno == errno.EPIPE or e.filename is not None or isinstance(e, LifecycleError):
+            raise  # a StoreError is an OSError too: the rows are read as they are printed
         raise closed_output(e.strerror or str(e)) from e
 
 
