@@ -167,3 +167,10 @@ def restore_triggers(conn: Any) -> None:
 
     for statement in SCHEMA:  # CREATE … IF NOT EXISTS: the table is there, the triggers come back
         conn.execute(statement)
+
+
+@pytest.fixture
+def keys(tmp_path: Path) -> Path:
+    """A fresh Ed25519 key pair (`key new`): `keys / "lifecycle-signing.key"` and `.pub`."""
+    assert invoke(tmp_path / "unused.db", "key", "new", "--out", str(tmp_path / "keys")).exit_code == 0
+    return tmp_path / "keys"

@@ -56,18 +56,24 @@ API_COMMANDS: dict[str, Callable[[Ledger, dict[str, Path], str], Any]] = {
 }
 
 
-@pytest.mark.parametrize("key", ["run/7/1", "ev/1", "x/0", "/12", "a/b/0042"])
-@pytest.mark.parametrize("command", sorted(API_COMMANDS))
-def test_every_api_command_refuses_a_key_ending_in_a_number(ws: Workspace, command: str, key: str) -> None:
+def _seeded(ws: Workspace) -> dict[str, Path]:
+    """A ledger with a baseline and a GRPO candidate holding one trusted state; its files."""
     files = _files(ws)
     with ws.ledger() as ledger:
         ledger.init()
         ledger.activate_baseline(files["sft"])
         ledger.receive(files["grpo"])
         ledger.record_trusted_state("grpo-v7", "prompt_queue", files["queue"])
-        before = count_events(ws.db)
-        with pytest.raises(InputError, match=r"ends with '/<number>'"):
-            API_COMMANDS[command](ledger, files, key)
+    return files
+
+
+@pytest.mark.parametrize("key", ["run/7/1", "ev/1", "x/0", "/12", "a/b/0042"])
+@pytest.mark.parametrize("command", sorted(API_COMMANDS))
+def test_every_api_command_refuses_a_key_ending_in_a_number(ws: Workspace, command: str, key: str) -> None:
+    files = _seeded(ws)
+    before = count_events(ws.db)
+    with ws.ledger() as ledger, pytest.raises(InputError, match=r"ends with '/<number>'"):
+        API_COMMANDS[command](ledger, files, key)
     assert count_events(ws.db) == before
 
 
@@ -99,13 +105,7 @@ CLI_COMMANDS: dict[str, Callable[[dict[str, Path]], list[str]]] = {
 
 @pytest.fixture
 def cli_ledger(ws: Workspace) -> dict[str, Path]:
-    files = _files(ws)
-    with ws.ledger() as ledger:
-        ledger.init()
-        ledger.activate_baseline(files["sft"])
-        ledger.receive(files["grpo"])
-        ledger.record_trusted_state("grpo-v7", "prompt_queue", files["queue"])
-    return files
+    return _seeded(ws)
 
 
 @pytest.mark.parametrize("command", sorted(CLI_COMMANDS))

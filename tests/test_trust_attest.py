@@ -16,12 +16,6 @@ from store.chain import GENESIS_HASH, event_hash
 
 
 @pytest.fixture
-def keys(tmp_path: Path) -> Path:
-    assert invoke(tmp_path / "unused.db", "key", "new", "--out", str(tmp_path / "keys")).exit_code == 0
-    return tmp_path / "keys"
-
-
-@pytest.fixture
 def handed_off(ws: Workspace) -> Path:
     for args in (
         ("init",), ("baseline", "activate", str(ws.baseline())), ("receive", str(ws.dpo())),

@@ -19,7 +19,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import Workspace, count_events, invoke
+from conftest import Workspace, count_events
+from test_trust_reads import _ready_ledger
 
 from lifecycle_fsm.limits import MAX_ATTESTATION_BYTES, MAX_KEY_BYTES, MAX_SIGNED_HEAD_BYTES
 
@@ -53,19 +54,8 @@ def _checkpoints(db: Path) -> int:
 
 
 @pytest.fixture
-def keys(tmp_path: Path) -> Path:
-    assert invoke(tmp_path / "unused.db", "key", "new", "--out", str(tmp_path / "keys")).exit_code == 0
-    return tmp_path / "keys"
-
-
-@pytest.fixture
 def handed_off(ws: Workspace) -> Path:
-    for args in (
-        ("init",), ("baseline", "activate", str(ws.baseline())), ("receive", str(ws.dpo())),
-        ("check", "dpo-v5"), ("handoff", "dpo-v5"),
-    ):  # fmt: skip
-        assert invoke(ws.db, *args).exit_code == 0, args
-    return ws.db
+    return _ready_ledger(ws)
 
 
 # What each kind of hostile path is, and what the one Error line says about it.
