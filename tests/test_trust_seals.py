@@ -27,12 +27,6 @@ FIXTURE = Path(__file__).parent / "fixtures" / "ledger-0.1.0.sqlite"
 FIXTURE_HEAD = "1adba2fc75c8a50f57d9dfe8da7359c93d090995f3566221c8aed5b2b0118735"
 
 
-@pytest.fixture
-def keys(tmp_path: Path) -> Path:
-    assert invoke(tmp_path / "unused.db", "key", "new", "--out", str(tmp_path / "keys")).exit_code == 0
-    return tmp_path / "keys"
-
-
 def _ready_ledger(ws: Workspace) -> Path:
     for args in (
         ("init",), ("baseline", "activate", str(ws.baseline())), ("receive", str(ws.dpo())),
