@@ -15,11 +15,10 @@ from collections import defaultdict
 from typing import Any
 
 from lifecycle_fsm.machine import State, diagram
-from replay.checkpoints import load_state
 from replay.explain import explain
 from replay.explain_text import explain_markdown, format_value
 from replay.report_html import markdown_to_html
-from replay.verify import verify
+from replay.verify import verify_with_state
 from store.base import EventStore
 from store.records import EventFilter
 
@@ -44,7 +43,8 @@ def build_report(store: EventStore) -> JSON:
 def _build_report(store: EventStore) -> JSON:
     from lifecycle_fsm.seals import add_trust_findings  # cryptography: only when a report is made
 
-    checked = add_trust_findings(store, verify(store))  # seal hashes vs the chain; signatures need --pubkey
+    verified, full = verify_with_state(store)
+    checked = add_trust_findings(store, verified)  # seal hashes vs the chain; signatures need --pubkey
     checkpoints = checked.get("checkpoints", [])
     doc: JSON = {
         "head": checked["head"],
@@ -59,9 +59,9 @@ def _build_report(store: EventStore) -> JSON:
         "trusted": _trusted(checked),
         "candidates": None,
     }
-    if not doc["trusted"]:
+    if not doc["trusted"] or full is None:
         return doc
-    state = load_state(store, use_checkpoints=False).state
+    state = full  # verify's own full replay (never a checkpoint), read in this snapshot
     explained = {cid: explain(store, cid) for cid in sorted(state.candidates)}
     doc["candidates"] = explained
     doc["by_state"] = {s.value: [cid for cid, d in explained.items() if d["state"] == s.value] for s in State}

@@ -22,7 +22,7 @@ from store.base import EventStore
 from store.chain import ChainWalk, canonical_json
 from store.records import StreamHead
 
-__all__ = ["verify"]
+__all__ = ["verify", "verify_with_state"]
 
 
 def _checkpoint_report(store: EventStore, walk: ChainWalk) -> tuple[list[dict[str, Any]], bool, LedgerState]:
@@ -93,12 +93,19 @@ def verify(store: EventStore) -> dict[str, Any]:
     Read in one snapshot (`store.read_snapshot()`): the fold is compared with the state
     index, which another writer's commit between the two reads would move ahead of it.
     """
+    return verify_with_state(store)[0]
+
+
+def verify_with_state(store: EventStore) -> tuple[dict[str, Any], LedgerState | None]:
+    """`verify`'s report and the state its full replay folded (None when the fold did not reach
+    the head), for a caller that needs both from one read (`report`: one fold, not two)."""
     with store.read_snapshot():
         return _verify(store)
 
 
-def _verify(store: EventStore) -> dict[str, Any]:
+def _verify(store: EventStore) -> tuple[dict[str, Any], LedgerState | None]:
     walk = ChainWalk(store.select_row_batches())
+    full: LedgerState | None = None
     corrupt: CorruptionError | None = None
     try:  # one fold of the whole log as the chain walk checks it, every checkpoint on its way
         checkpoints, checkpoints_ok, full = _checkpoint_report(store, walk)
@@ -113,13 +120,14 @@ def _verify(store: EventStore) -> dict[str, Any]:
     }
     if not chain.ok:
         report.update(bad_seq=chain.bad_seq, reason=chain.reason)
-        return report
-    if corrupt is not None:
+        return report, None
+    if corrupt is not None or full is None:
+        assert corrupt is not None
         report.update(ok=False, bad_seq=corrupt.seq, reason=str(corrupt), details=corrupt.details)
-        return report
+        return report, None
     if (index_problem := _index_problem(store, full)) is not None:
         report.update(ok=False, bad_seq=None, reason=index_problem)
-        return report
+        return report, full
     report["checkpoints"] = checkpoints
     if not checkpoints_ok:
         first = next(c for c in checkpoints if c["status"] == "broken")
@@ -127,4 +135,4 @@ def _verify(store: EventStore) -> dict[str, Any]:
     elif guards := store.guard_problems():  # the log holds: said last, what is left is the fence around it
         why = f"append-only guard: {'; '.join(guards)} (the database was changed outside lifecycle; "
         report.update(ok=False, bad_seq=None, reason=why + "`lifecycle migrate` it to a new ledger to restore them)")
-    return report
+    return report, full
