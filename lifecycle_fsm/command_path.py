@@ -33,7 +33,7 @@ import attrs
 import orjson
 
 from lifecycle_fsm.decisions import Decision, Invalidation
-from lifecycle_fsm.errors import ConcurrencyError, DuplicateEventError, IllegalCommandError, LifecycleError
+from lifecycle_fsm.errors import ConcurrencyError, DuplicateEventError, IllegalCommandError, InputError, LifecycleError
 from lifecycle_fsm.events import (
     LEDGER_STREAM,
     CandidateEvent,
@@ -153,7 +153,13 @@ class CommandPath:
         order (what a retry's stored events must be); a settings command appends one event
         and its fan-out.
         """
-        check_event_id(event_id)  # before anything is read: KEY/<n> ids are the commands' own
+        try:
+            check_event_id(event_id)  # before anything is appended: KEY/<n> ids are the commands' own
+        except InputError:
+            # A key an older release stored (it did not refuse them) is still retried as before;
+            # only a new one is refused. (`check_event_id` passes None.)
+            if event_id is None or not event_id or self.store.event_by_id(event_id) is None:
+                raise
         replayed = self._replayed(event_id, stream_id, first_type, inputs or {}, then_types)
         if replayed is not None:
             return replayed

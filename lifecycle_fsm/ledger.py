@@ -315,7 +315,12 @@ class Ledger:
         """Receive a candidate manifest; identical re-receipt is a no-op, `tune` may be revised."""
         manifest = load_candidate_manifest(manifest_path)
         cid = candidate_id if candidate_id is not None else default_id(manifest.fields, manifest_path)
-        check_candidate_id(cid)  # printable, at most 256 characters (lifecycle_fsm.limits)
+        try:
+            check_candidate_id(cid)  # printable, at most 256 characters, no reserved name (lifecycle_fsm.limits)
+        except InputError:
+            # An id an older release let in keeps working for its own candidate (a retry, a revision).
+            if not isinstance(cid, str) or not cid or self.store.stream_version(stream_of(cid)) == 0:
+                raise
 
         def decide(current: CandidateState | None, _: LedgerSettings) -> Decision:
             decision = decisions.receive(current, cid, manifest)

@@ -231,3 +231,21 @@ def test_keys_stored_by_an_older_release_still_read(ws: Workspace, cli_ledger: d
     assert run_cli(ws.db, "verify").returncode == 0
     with ws.ledger() as ledger:
         assert [e.event_id for e in ledger.events(stream="grpo-v7") if e.seq == stored.seq] == ["old/3"]
+
+
+def test_a_key_an_older_release_stored_is_still_retried_after_the_upgrade(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """README: a supervisor that crashed simply runs its steps again. A key ending in /<number>
+    that an older release stored must keep answering its retry; only a new one is refused."""
+    _seeded(ws)
+    monkeypatch.setattr(command_path_module, "check_event_id", lambda event_id: event_id)  # the older release
+    with ws.ledger() as ledger:
+        first = ledger.check("grpo-v7", event_id="run-42/0017")
+    monkeypatch.undo()  # the upgrade
+    again = run_cli(ws.db, "--json", "check", "grpo-v7", "--event-id", "run-42/0017")
+    assert again.returncode == 0, again.stderr
+    doc = orjson.loads(again.stdout)
+    assert doc["appended"] is False and doc["events"] == [e.seq for e in first.events]
+    new = run_cli(ws.db, "check", "grpo-v7", "--event-id", "run-42/0018")
+    assert new.returncode == 3 and "ends with '/<number>'" in new.stderr
