@@ -186,20 +186,15 @@ class CommandPath:
                 if unread:  # nothing to append would confirm the cached versions: read them
                     log.info("command_reread", stream_id=stream_id, command=command, event_id=event_id, reason="noop")
                     continue
+                raced = None if event_id is None else self._replayed(event_id, stream_id, first_type, inputs or {},
+                                                                         then_types)  # fmt: skip
+                if raced is not None:
+                    return raced  # nothing left to do because the same keyed command just did it
                 return Outcome((), candidate=current, settings=settings if on_ledger else None)
             try:
-                return self._append(stream_id, current, settings, decision, event_id, reads_settings)
+                outcome = self._append(stream_id, current, settings, decision, event_id, reads_settings)
             except DuplicateEventError as e:
-                if event_id is None or e.event_id == event_id:
-                    raise
-                # Only a key stored before keys ending in /<number> were refused can hold KEY/<n>.
-                raise DuplicateEventError(
-                    f"event id {event_id!r} cannot key this command: {e.event_id!r}, the id of one of its further "
-                    f"events, is already used at seq {e.seq} by another command (a key ending in '/<number>', "
-                    "stored before such keys were refused); give this command another key",
-                    event_id=e.event_id,
-                    seq=e.seq,
-                ) from e
+                return self._raced(e, event_id, stream_id, first_type, inputs or {}, then_types)
             except ConcurrencyError as e:
                 attempt += 1
                 if not unread and time.monotonic() >= give_up:
@@ -209,6 +204,40 @@ class CommandPath:
                          version=None if current is None else current.version)  # fmt: skip
                 if not unread:  # a stale cache is re-read at once; a race lost on fresh reads backs off
                     time.sleep(self.retry.delay(attempt))
+                continue
+            if outcome.duplicate and event_id is not None:
+                # The same keyed command committed while this one ran: answer what it did, all of it
+                # (a settings command's fan-out lives on other streams than the batch the store matched).
+                return self._replayed(event_id, stream_id, first_type, inputs or {}, then_types) or outcome
+            return outcome
+
+    def _raced(
+        self,
+        error: DuplicateEventError,
+        event_id: str | None,
+        stream_id: str,
+        first_type: str,
+        inputs: Mapping[str, Any],
+        then_types: Sequence[str],
+    ) -> Outcome:
+        """An append refused because an id it would store is taken: the same command keyed the same
+        way committed meanwhile (a retry racing the first call: answer as a retry), or the key is
+        used by another command (`_replayed` says so), or one of its `KEY/<n>` ids is."""
+        if event_id is None:
+            raise error
+        if error.event_id == event_id:
+            raced = self._replayed(event_id, stream_id, first_type, inputs, then_types)
+            if raced is None:
+                raise error
+            return raced
+        # Only a key stored before keys ending in /<number> were refused can hold KEY/<n>.
+        raise DuplicateEventError(
+            f"event id {event_id!r} cannot key this command: {error.event_id!r}, the id of one of its further "
+            f"events, is already used at seq {error.seq} by another command (a key ending in '/<number>', "
+            "stored before such keys were refused); give this command another key",
+            event_id=error.event_id,
+            seq=error.seq,
+        ) from error
 
     def _fold(
         self, stream_id: str, command: str, needs_settings: bool, *, from_cache: bool

@@ -193,3 +193,56 @@ def test_verify_and_report_hold_while_another_process_writes(backend: Backend, w
         ledger.close()
     assert writer.returncode == 0, err
     assert int(out) > 20
+
+
+_KEYED_RACER = """
+import json, pathlib, sys, time
+from lifecycle_fsm import Ledger
+target, me, sync, racers = sys.argv[1], sys.argv[2], pathlib.Path(sys.argv[3]), int(sys.argv[4])
+with Ledger.open(target, synchronous="NORMAL", actor="racer-" + me) as ledger:
+    (sync / me).touch()
+    deadline = time.monotonic() + 60
+    while len(list(sync.iterdir())) < racers:
+        if time.monotonic() > deadline:
+            sys.exit("the other racers never arrived")
+        time.sleep(0.002)
+    result = ledger.activate_evaluation("eval-v2", event_id="K")
+    print(json.dumps({"events": [e.seq for e in result.events], "invalidated": list(result.invalidated)}))
+"""
+
+
+@pytest.mark.parametrize("setup", ["two-verified-candidates", "uninitialised"])
+def test_racing_retries_of_one_keyed_command_all_answer_what_it_did(
+    backend: Backend, ws: Workspace, tmp_path: Path, setup: str
+) -> None:
+    """Several processes run the same keyed settings command at once (a supervisor and its retry):
+    one appends, every other answers as a retry with all it did — its fan-out to other streams too.
+    Before: the losers said `invalidated: []` with only the first event, and on a ledger nobody had
+    initialised most of them failed with DuplicateEventError."""
+    if setup == "two-verified-candidates":
+        with Ledger(backend.open(), actor="setup") as ledger:
+            ledger.activate_baseline(ws.baseline())
+            for manifest in (ws.dpo(), ws.grpo()):
+                ledger.check(ledger.receive(manifest).candidate_id)
+    else:
+        backend.open().close()  # the schema only: the ledger's first event is the racers'
+    sync = tmp_path / "sync"
+    sync.mkdir()
+    racers = 6
+    procs = [_spawn(_KEYED_RACER, str(backend.target), str(i), str(sync), str(racers)) for i in range(racers)]
+    answers = []
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        answers.append(json.loads(out))
+    # On a ledger nobody initialised the winner also lists the default `LedgerInitialized` it
+    # appended (seq 1, keyed at random: not the command's); a retry answers the keyed events.
+    keyed = [{**a, "events": [seq for seq in a["events"] if setup != "uninitialised" or seq != 1]} for a in answers]
+    assert all(a == keyed[0] for a in keyed), answers
+    if setup == "two-verified-candidates":
+        assert sorted(answers[0]["invalidated"]) == ["dpo-v5", "grpo-v7"] and len(answers[0]["events"]) == 3
+    store = backend.open()
+    try:
+        assert verify(store)["ok"]
+    finally:
+        store.close()
