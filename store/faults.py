@@ -4,7 +4,9 @@ A kill timed from outside almost never lands inside a write transaction, so the
 store kills itself at named points when `LIFECYCLE_FAULT` asks it to:
 
 - `kill@before_commit`   SIGKILL after a command's rows are inserted, before COMMIT;
-- `kill@after_commit`    SIGKILL after COMMIT, before the append returns.
+- `kill@after_commit`    SIGKILL after COMMIT, before the append returns;
+- `int@before_commit`, `int@after_commit`: SIGINT (Ctrl-C) there instead, which the
+  process may handle (the CLI's exit 130 is tested with it).
 
 A `#N` suffix (`kill@before_commit#3`) fires on the Nth commit of the process
 instead of the first. The variable is read once when a store opens; unset, the
@@ -19,25 +21,27 @@ from store.errors import InputError
 
 ENV_VAR = "LIFECYCLE_FAULT"
 POINTS = ("before_commit", "after_commit")
+ACTIONS = ("kill", "int")
 
 
 class FaultPlan:
     """Which point to kill at, and on which commit."""
 
-    def __init__(self, point: str, nth: int) -> None:
+    def __init__(self, point: str, nth: int, action: str = "kill") -> None:
+        self.action = action
         self.point = point
         self.nth = nth
         self._seen = 0
 
     def reached(self, point: str) -> None:
-        """Kill the process if this is the planned point and commit."""
+        """Signal the process if this is the planned point and commit."""
         if point != self.point:
             return
         self._seen += 1
         if self._seen == self.nth:
             import signal  # here, not at import: every store open would pay for its enums
 
-            os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), signal.SIGKILL if self.action == "kill" else signal.SIGINT)
 
 
 def fault_from_env() -> FaultPlan | None:
@@ -47,12 +51,13 @@ def fault_from_env() -> FaultPlan | None:
         return None
     spec, _, count = raw.partition("#")
     action, _, point = spec.partition("@")
-    if action != "kill" or point not in POINTS:
-        raise InputError(f"{ENV_VAR}={raw!r} is not one of kill@before_commit, kill@after_commit")
+    if action not in ACTIONS or point not in POINTS:
+        choices = ", ".join(f"{a}@{p}" for a in ACTIONS for p in POINTS)
+        raise InputError(f"{ENV_VAR}={raw!r} is not one of {choices}")
     try:
         nth = int(count) if count else 1
     except ValueError:
         raise InputError(f"{ENV_VAR}={raw!r}: the part after '#' must be a commit number") from None
     if nth < 1:
         raise InputError(f"{ENV_VAR}={raw!r}: the commit number must be at least 1")
-    return FaultPlan(point, nth)
+    return FaultPlan(point, nth, action)

@@ -43,8 +43,8 @@ EXPECTED = {
 
 
 def test_the_documented_codes_are_the_contract() -> None:
-    """0 to 8 exactly, each with a description (test_cli checks README's table has a row for each)."""
-    assert sorted(EXIT_CODES) == [int(c) for c in ExitCode] == list(range(9))
+    """0 to 8 and 130 (Ctrl-C), each with a description (test_cli checks README's table has a row for each)."""
+    assert sorted(EXIT_CODES) == [int(c) for c in ExitCode] == [*range(9), 130]
     assert all(EXIT_CODES[c].strip() for c in EXIT_CODES)
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from conftest import Workspace, run_cli
 
-from lifecycle_fsm.cli.entry import StatusRequest, status_request
+from lifecycle_fsm.cli.entry import StatusRequest, _status, status_request
 from lifecycle_fsm.ledger import Ledger
 
 GROUP = "import sys; from lifecycle_fsm.cli import main; main(prog_name='lifecycle')"
@@ -215,3 +215,20 @@ def test_the_installed_script_is_the_entry() -> None:
     """The `lifecycle` script runs `entry.run` (installed before this change: `pip install -e .` regenerates it)."""
     script = Path(sys.executable).with_name("lifecycle")
     assert "from lifecycle_fsm.cli.entry import run" in script.read_text(), "reinstall: pip install -e ."
+
+
+def test_ctrl_c_on_the_fast_path_is_exit_130(
+    ledgers: dict[str, Path], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C during the fast `status ID` ends as on click's path (tests/test_faults.py): exit 130,
+    `Error: interrupted`, not exit 1 ("a bug")."""
+    import lifecycle_fsm.streams
+
+    def interrupted(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(lifecycle_fsm.streams, "query_work", interrupted)
+    request = status_request(["--db", str(ledgers["ok"]), "status", "cand-1"], {})
+    assert request is not None
+    assert _status(request) == 130
+    assert capsys.readouterr().err.strip().splitlines() == ["Error: interrupted"]

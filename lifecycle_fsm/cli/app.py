@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from lifecycle_fsm.cli import _where
-from lifecycle_fsm.cli.exit_codes import EXIT_CODES, exit_code_for
+from lifecycle_fsm.cli.exit_codes import EXIT_CODES, ExitCode, exit_code_for
 from lifecycle_fsm.cli.guards import is_driver_error, output_error, refuse_empty_file, refuse_memory_db
 from lifecycle_fsm.cli.lazy import LazyCommands
 from lifecycle_fsm.errors import InputError, LifecycleError
@@ -79,7 +79,10 @@ class LifecycleGroup(click.Group):
         except click.ClickException as e:
             click.echo(f"Error: {display(e.format_message())}", err=True)
             sys.exit(e.exit_code)
-        except click.Abort:
+        except click.Abort as e:
+            if isinstance(e.__cause__, KeyboardInterrupt):  # click turns Ctrl-C into Abort
+                click.echo("Error: interrupted", err=True)
+                sys.exit(int(ExitCode.INTERRUPTED))
             click.echo("Error: aborted", err=True)
             sys.exit(1)
         except OSError as e:

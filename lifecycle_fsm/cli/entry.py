@@ -145,8 +145,12 @@ def _status(request: StatusRequest) -> int:
             error = translate_sqlite_error(e, request.db)
             _write(f"Error: {display(str(error))}", err=True)
             return int(exit_code_for(error))
-    except (EOFError, KeyboardInterrupt):
+    except KeyboardInterrupt:
         _write("", err=True)  # as click: a blank line closes the terminal's ^C echo
+        _write("Error: interrupted", err=True)
+        return 130  # ExitCode.INTERRUPTED (not imported: this path loads no more than it needs)
+    except EOFError:
+        _write("", err=True)
         _write("Error: aborted", err=True)
         return 1
     except OSError as e:

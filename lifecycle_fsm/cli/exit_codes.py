@@ -35,6 +35,7 @@ class ExitCode(IntEnum):
     INTEGRITY = 6
     STORE = 7
     DRILL_FAILED = 8
+    INTERRUPTED = 130  # 128 + SIGINT, as shells report a command stopped by Ctrl-C
 
 
 EXIT_CODES: dict[int, str] = {
@@ -51,6 +52,10 @@ EXIT_CODES: dict[int, str] = {
     ExitCode.DRILL_FAILED: (
         "`drill`: an expectation did not hold, or a fault could not be injected (inconclusive); "
         "`drill --simulate`: an invariant failed; `decisions replay`: a decision would change"
+    ),
+    ExitCode.INTERRUPTED: (
+        "interrupted (SIGINT, Ctrl+C): a command stopped before its commit appended nothing, one stopped "
+        "after it did; `status ID` tells which, and a keyed command run again is a safe retry"
     ),
 }
 
