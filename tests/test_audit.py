@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
-from conftest import DROP, REPO, Workspace, count_events
+from conftest import DROP, REPO, Workspace, count_events, run_cli
 
 from lifecycle_fsm.audit_records import canonical_bytes
 from lifecycle_fsm.cli import main
@@ -450,3 +450,25 @@ def test_records_carry_the_ledger_head_and_with_a_key_a_signed_head(ws: Workspac
              str(keys / "lifecycle-signing.pub")]  # fmt: skip
     report = json.loads(CliRunner().invoke(main, check, catch_exceptions=False).stdout)
     assert report["ok"] is True and report["seals"]["count"] == 1 and report["seals"]["last_seq"] == signed["seq"] + 1
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["--baseline", "b.json", "--candidates", "--label", "L"], "--candidates"),
+        (["--baseline", "--candidates", "a.json", "--label", "L"], "--baseline"),
+        (["--baseline", "b.json", "--candidates", "a.json", "--mode", "real_artifact", "--out", "--label", "L"],
+         "--out"),
+        (["--baseline", "b.json", "--candidates", "a.json", "--label", "L", "--root", "--replace"], "--root"),
+    ],
+)  # fmt: skip
+def test_an_option_taken_as_a_path_is_a_usage_error(tmp_path: Path, args: list[str], option: str) -> None:
+    """`--candidates --label L` gave `--candidates` the path `--label` (then listed as missing, not
+    fatal) and `L` as a candidate: exit 2 naming the option now, nothing written or appended."""
+    db = tmp_path / "ledger.db"
+    done = run_cli(db, "audit", *args, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"'{option}'" in lines[0] and "not the option" in lines[0]
+    assert not db.exists()
+    assert list(tmp_path.iterdir()) == []

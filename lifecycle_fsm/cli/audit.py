@@ -7,7 +7,7 @@ options, opens the ledger with the artifact root and prints the plan or the summ
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -21,20 +21,36 @@ from lifecycle_fsm.limits import MAX_INT64
 __all__ = ["audit"]
 
 
+_P = TypeVar("_P", Path, tuple[Path, ...])
+
+
+def _no_option_as_path(ctx: click.Context, param: click.Parameter, given: _P) -> _P:
+    """`--candidates --label X` gives `--candidates` the value `--label` (click takes the next word);
+    a missing manifest is listed, not fatal, so it would run on quietly with the wrong options.
+    A path spelled like one of this command's options is a usage error (a file so named: `./--label`)."""
+    options = {name for p in ctx.command.params for name in p.opts if name.startswith("-")}
+    for value in given if isinstance(given, tuple) else (given,):
+        if str(value) in options:
+            raise click.BadParameter(f"needs a path, not the option {value} (a file named so: ./{value})", ctx, param)
+    return given
+
+
 @click.command()
-@click.option("--baseline", required=True, type=click.Path(path_type=Path), help="The SFT baseline manifest.")
+@click.option("--baseline", required=True, type=click.Path(path_type=Path), help="The SFT baseline manifest.",
+              callback=_no_option_as_path)  # fmt: skip
 @click.option(
     "--candidates", "candidates", multiple=True, required=True, type=click.Path(path_type=Path), metavar="M...",
     help="Candidate manifests (DPO, GRPO/RLVR); missing ones are listed in the records, not fatal.",
+    callback=_no_option_as_path,
 )  # fmt: skip
 @click.argument("more_candidates", nargs=-1, type=click.Path(path_type=Path), metavar="[M]...")
 @click.option("--label", required=True, help="Names the records: lifecycle_{evidence,handoff}_LABEL.json.")
 @click.option("--mode", type=click.Choice(MODES), default="dry_run", show_default=True)
 @click.option("--out", type=click.Path(path_type=Path), default=Path("results"), show_default=True,
-              help="Folder for the records.")  # fmt: skip
+              help="Folder for the records.", callback=_no_option_as_path)  # fmt: skip
 @click.option(
     "--root", type=click.Path(path_type=Path), default=Path("."), show_default="the current folder",
-    help="Artifacts are read only inside ROOT (symlinks may point anywhere inside it).",
+    help="Artifacts are read only inside ROOT (symlinks may point anywhere inside it).", callback=_no_option_as_path,
 )  # fmt: skip
 @click.option("--replace", is_flag=True, help="Move an existing record pair to <file>.previous first.")
 @click.option("--active-window", type=click.IntRange(0, MAX_INT64), default=DEFAULT_ACTIVE_WINDOW, show_default=True)
