@@ -137,6 +137,9 @@ def test_a_tampered_row_is_refused(logged: Workspace, tmp_path: Any) -> None:
         conn.execute("UPDATE events SET actor = 'mallory' WHERE seq = 4")
     result = invoke(copy, "log", "--after", "3", "--limit", "1")
     assert result.exit_code == 6 and "seq 4" in result.stderr
+    # `--json` is one document: a row refused midway leaves stdout empty, never `[` and the rows before it
+    as_json = invoke(copy, "--json", "log", "--limit", "8")
+    assert (as_json.exit_code, as_json.stdout) == (6, "") and "seq 4" in as_json.stderr
 
 
 @pytest.mark.parametrize("deleted", [2, 3])

@@ -79,11 +79,9 @@ def _print_log(rows: Iterable[tuple[Any, Any]], jsonl: bool) -> None:
     if jsonl:
         for event, payload in rows:
             out.write(orjson.dumps(event_json(event, payload)).decode() + "\n")
-    elif wants_json():
-        out.write("[")
-        for n, (event, payload) in enumerate(rows):
-            out.write(("\n  " if n == 0 else ",\n  ") + orjson.dumps(event_json(event, payload)).decode())
-        out.write("\n]\n")
+    elif wants_json():  # one document: read whole first, so a row refused midway leaves stdout empty
+        items = [orjson.dumps(event_json(event, payload)).decode() for event, payload in rows]
+        out.write("[" + "".join(("\n  " if n == 0 else ",\n  ") + item for n, item in enumerate(items)) + "\n]\n")
     else:
         shown = 0
         for event, payload in rows:
