@@ -83,7 +83,7 @@ def explain_sections(doc: JSON) -> list[Section]:
         f"reason codes: {', '.join(doc['reason_codes']) or 'none'}",
         f"decided by seq {event['seq']} {event['type']}, recorded {event['recorded_at']} by {event['actor']} "
         f"(hash {event['hash']})",
-        f"last check at seq {format_value(doc['last_check_seq'])}",
+        "no check recorded" if doc["last_check_seq"] is None else f"last check at seq {doc['last_check_seq']}",
     ]
     sections: list[Section] = [("Summary", head)]
     manifest = doc["manifest"]

@@ -28,11 +28,6 @@ JSON = dict[str, Any]
 MAX_PATH_MOVES = 60  # a path diagram shows the last moves of a very long life
 
 
-def _trusted(report: JSON) -> bool:
-    """States may be shown: the chain and a full replay hold (a broken checkpoint is not used)."""
-    return bool(report["ok"]) or (report.get("bad_seq") is None and "checkpoints" in report)
-
-
 def build_report(store: EventStore) -> JSON:
     """The report's content as data (what both renderers format), read in one snapshot: its
     head, verify result, states and recoveries describe the same log while writers go on."""
@@ -44,8 +39,12 @@ def _build_report(store: EventStore) -> JSON:
     from lifecycle_fsm.seals import add_trust_findings  # cryptography: only when a report is made
 
     verified, full = verify_with_state(store)
+    verify_ok = verified["ok"]
     checked = add_trust_findings(store, verified)  # seal hashes vs the chain; signatures need --pubkey
-    checkpoints = checked.get("checkpoints", [])
+    # States may be shown when the chain, a full replay and the index hold (a broken checkpoint is
+    # not used; a broken guard changes no row) and no seal contradicts the chain.
+    trusted = full is not None and (checked["ok"] or not verify_ok)
+    checkpoints = checked["checkpoints"]
     doc: JSON = {
         "head": checked["head"],
         "events": checked["events"],
@@ -53,13 +52,15 @@ def _build_report(store: EventStore) -> JSON:
             "ok": checked["ok"],
             "bad_seq": checked.get("bad_seq"),
             "reason": checked.get("reason"),
-            "checkpoints": {s: sum(c["status"] == s for c in checkpoints) for s in ("ok", "stale", "broken")},
+            "checkpoints": None  # not checked: the chain or the replay broke first
+            if checkpoints is None
+            else {s: sum(c["status"] == s for c in checkpoints) for s in ("ok", "stale", "broken")},
         },
         "seals": checked.get("seals"),  # SPEC §8: count, signing key ids, last seal's seq
-        "trusted": _trusted(checked),
+        "trusted": trusted,
         "candidates": None,
     }
-    if not doc["trusted"] or full is None:
+    if not trusted or full is None:
         return doc
     state = full  # verify's own full replay (never a checkpoint), read in this snapshot
     explained = {cid: explain(store, cid) for cid in sorted(state.candidates)}
@@ -108,8 +109,9 @@ def report_markdown(doc: JSON) -> str:
     """The report as Markdown (GitHub and most tickets draw the Mermaid blocks)."""
     v, head = doc["verify"], doc["head"]
     out = ["# Ledger report", ""]
+    at = "" if v["bad_seq"] is None else f" at seq {v['bad_seq']}"  # the index or a guard: no position
     if not v["ok"]:
-        out += [f"> **VERIFY FAILED** at seq {format_value(v['bad_seq'])}: {v['reason']}", ">",
+        out += [f"> **VERIFY FAILED**{at}: {v['reason']}", ">",
                 "> The log cannot be trusted as it stands. " + (
                     "Candidate states below come from a full replay (only a checkpoint is broken)."
                     if doc["trusted"] else "No candidate state is shown: it would be folded from untrusted rows."),
@@ -118,16 +120,23 @@ def report_markdown(doc: JSON) -> str:
     seal_text = (
         "not reported: this version of `verify` does not check sealed heads"
         if seals is None
+        else "none recorded (`lifecycle seal` signs the head)"
+        if not seals.get("count")
         else f"{seals.get('count')} seal(s), keys {format_value(seals.get('keys'))}, last at seq "
         f"{format_value(seals.get('last_seq'))} (each sealed hash checked against the chain; "
         "signatures: `lifecycle verify --pubkey`)"
     )
     cp = v["checkpoints"]
+    cp_text = (
+        "not checked (the chain or the replay broke first)"
+        if cp is None
+        else (f"{cp['ok']} ok, {cp['stale']} stale (not used), {cp['broken']} broken")
+    )
     out += [
         "| | |", "|---|---|",
         f"| head seq | {head['seq']} |", f"| head hash | `{head['hash']}` |", f"| events | {doc['events']} |",
-        f"| verify | {'ok' if v['ok'] else 'FAILED at seq ' + format_value(v['bad_seq'])} |",
-        f"| checkpoints | {cp['ok']} ok, {cp['stale']} stale (not used), {cp['broken']} broken |",
+        f"| verify | {'ok' if v['ok'] else 'FAILED' + at} |",
+        f"| checkpoints | {cp_text} |",
         f"| seals | {_md_cell(seal_text)} |", "",
     ]  # fmt: skip
     if doc["candidates"] is None:

@@ -97,8 +97,9 @@ def verify(store: EventStore) -> dict[str, Any]:
 
 
 def verify_with_state(store: EventStore) -> tuple[dict[str, Any], LedgerState | None]:
-    """`verify`'s report and the state its full replay folded (None when the fold did not reach
-    the head), for a caller that needs both from one read (`report`: one fold, not two)."""
+    """`verify`'s report and the state its full replay folded, for a caller that needs both from
+    one read (`report`: one fold, not two). The state is None unless the chain, the fold and the
+    state index hold: a broken checkpoint or append-only guard leaves the replayed states sound."""
     with store.read_snapshot():
         return _verify(store)
 
@@ -118,20 +119,21 @@ def _verify(store: EventStore) -> tuple[dict[str, Any], LedgerState | None]:
         "events": chain.events,
         "head": {"seq": chain.head.seq, "hash": chain.head.hash},
     }
-    if not chain.ok:
-        report.update(bad_seq=chain.bad_seq, reason=chain.reason)
+    if not chain.ok:  # checkpoints: null, not checked (a snapshot is compared with a replay of the rows)
+        report.update(checkpoints=None, bad_seq=chain.bad_seq, reason=chain.reason)
         return report, None
     if corrupt is not None or full is None:
         assert corrupt is not None
-        report.update(ok=False, bad_seq=corrupt.seq, reason=str(corrupt), details=corrupt.details)
+        report.update(checkpoints=None, ok=False, bad_seq=corrupt.seq, reason=str(corrupt), details=corrupt.details)
         return report, None
-    if (index_problem := _index_problem(store, full)) is not None:
-        report.update(ok=False, bad_seq=None, reason=index_problem)
-        return report, full
     report["checkpoints"] = checkpoints
-    if not checkpoints_ok:
-        first = next(c for c in checkpoints if c["status"] == "broken")
-        report.update(ok=False, bad_seq=None, reason=f"checkpoint {first['checkpoint_id']}: {first['reason']}")
+    if (index_problem := _index_problem(store, full)) is not None:  # no position: the index is not the log
+        report.update(ok=False, bad_seq=None, reason=index_problem)
+        return report, None
+    if not checkpoints_ok:  # the first bad position: the broken checkpoint's
+        first = min((c for c in checkpoints if c["status"] == "broken"), key=lambda c: c["position"])
+        reason = f"checkpoint {first['checkpoint_id']}: {first['reason']}"
+        report.update(ok=False, bad_seq=first["position"], reason=reason)
     elif guards := store.guard_problems():  # the log holds: said last, what is left is the fence around it
         why = f"append-only guard: {'; '.join(guards)} (the database was changed outside lifecycle; "
         report.update(ok=False, bad_seq=None, reason=why + "`lifecycle migrate` it to a new ledger to restore them)")

@@ -212,6 +212,19 @@ def test_verify_catches_a_forged_snapshot(ws: Workspace, busy: Ledger) -> None:
     broken = next(c for c in report["checkpoints"] if c["status"] == "broken")
     assert "differs from a full replay" in broken["reason"]
     assert str(bad.checkpoint_id) in report["reason"]
+    assert report["bad_seq"] == bad.position  # SPEC §6: the first bad position, the checkpoint's (was null)
+
+
+def test_a_broken_chain_leaves_checkpoints_not_checked(ws: Workspace, busy: Ledger) -> None:
+    """`verify --json` keeps README's shape on the ledgers an auditor cares about: `checkpoints` is
+    null (not checked: a snapshot is compared with a replay of rows the chain no longer vouches for),
+    never absent (a tool reading it crashed) nor a fake `[]`."""
+    take_checkpoint(busy.store, clock=clock)
+    sql(ws.db, "DROP TRIGGER events_refuse_update")
+    sql(ws.db, "UPDATE events SET actor = 'mallory' WHERE seq = 3")
+    report = verify(busy.store)
+    assert report["ok"] is False and report["bad_seq"] == 3
+    assert "checkpoints" in report and report["checkpoints"] is None
 
 
 def test_verify_ok_with_good_checkpoints(ws: Workspace, busy: Ledger) -> None:

@@ -40,7 +40,7 @@ def test_markdown_report_says_what_the_ledger_proves_and_decided(reported: tuple
     text = (tmp_path / "a" / "b" / "ledger-report.md").read_text()
     head = json.loads(invoke(ws.db, "verify", "--json").stdout)["head"]
     assert f"| head seq | {head['seq']} |" in text and f"| head hash | `{head['hash']}` |" in text
-    assert "| verify | ok |" in text and "| seals | 0 seal(s), keys [], last at seq none" in text
+    assert "| verify | ok |" in text and "| seals | none recorded (`lifecycle seal` signs the head) |" in text
     rejected = sorted(cid for cid, s in states.items() if s == "reject")
     assert f"| reject | {len(rejected)} | {', '.join(rejected)} |" in text
     assert "| ready | 1 | dpo-good |" in text and "| recovering | 1 | rlvr-rec |" in text
@@ -104,6 +104,27 @@ def test_failed_verify_is_reported_first_and_exits_6(
     text = (tmp_path / "out" / "ledger-report.md").read_text()
     assert text.startswith("# Ledger report\n\n> **VERIFY FAILED** at seq 5: stored hash does not match")
     assert "No candidate state is shown" in text and "## Rejections" not in text
+    assert "| checkpoints | not checked (the chain or the replay broke first) |" in text
+
+
+def test_a_broken_checkpoint_names_its_position_and_keeps_the_states(
+    reported: tuple[Workspace, dict[str, str]], tmp_path: Path
+) -> None:
+    """Only a checkpoint is broken: the report says where (never "at seq none") and still shows the
+    states of the full replay."""
+    ws, _ = reported
+    copy = tmp_path / "garbled.db"
+    shutil.copy(ws.db, copy)
+    assert invoke(copy, "checkpoint").exit_code == 0
+    with sqlite3.connect(copy) as conn:
+        position = conn.execute("SELECT max(position) FROM checkpoints").fetchone()[0]
+        assert position is not None
+        conn.execute("UPDATE checkpoints SET snapshot = substr(snapshot, 1, length(snapshot) - 5) || 'xxxxx'")
+    result = invoke(copy, "report", "--out", str(tmp_path / "out"))
+    assert result.exit_code == 6
+    text = (tmp_path / "out" / "ledger-report.md").read_text()
+    assert f"> **VERIFY FAILED** at seq {position}: checkpoint " in text and "seq none" not in text
+    assert "Candidate states below come from a full replay" in text and "## Rejections" in text
 
 
 def test_html_is_self_contained(reported: tuple[Workspace, dict[str, str]], tmp_path: Path) -> None:

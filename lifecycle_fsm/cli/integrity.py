@@ -72,7 +72,7 @@ def verify(expect_heads: tuple[str, ...], pubkeys: tuple[str, ...]) -> None:
         detail = f" ({report['message']})" if report.get("message") else ""
         if report.get("bad_seq") is not None:
             click.echo(f"BROKEN at seq {report['bad_seq']}: {report['reason']}{detail}")
-        else:  # a checkpoint (or the state index), not an event: there is no seq to name
+        else:  # the state index or an append-only guard, not an event: there is no seq to name
             click.echo(f"BROKEN: {report['reason']}{detail}")
     if not report["ok"]:
         sys.exit(int(ExitCode.INTEGRITY))
