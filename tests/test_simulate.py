@@ -64,7 +64,7 @@ def _faults_schedule() -> Schedule:
 
 
 def test_garbled_checkpoint_and_edited_event_are_judged() -> None:
-    """After a garbled checkpoint verify must fail with no seq; after an edited event it must name the seq."""
+    """After a garbled checkpoint verify must fail at its position; after an edited event it must name the seq."""
     result = simulate(_faults_schedule())
     assert result.ok, result.failure
     assert result.ran[-1] == len(_faults_schedule().ops)

@@ -8,7 +8,7 @@ expected error class and append nothing; accepted commands append the expected n
 of events; every candidate's state, version and trusted states match; a failed stage's
 plan matches; the event count matches. Every `check_every` steps and at the end: loading
 (latest checkpoint + tail) equals a full replay, and `verify` is ok — or, after a garbled
-checkpoint, broken with no seq; after an edited event, broken naming its seq.
+checkpoint, broken at that checkpoint's position; after an edited event, broken naming its seq.
 
 Clock, actor and event ids are fixed, and the folder is the same for a seed
 (`<tmp>/lifecycle-simulate/seed-N`, payloads record absolute paths; a lock file keeps two
@@ -183,9 +183,14 @@ def _whole(sim: _Sim) -> list[Problem]:
         if report["ok"] or report.get("bad_seq") != sim.tampered_seq:
             problems.append(("bad_seq", sim.tampered_seq, report.get("bad_seq")))
     elif sim.broken_checkpoint:
-        if report["ok"] or report.get("bad_seq") is not None or not str(report.get("reason")).startswith("checkpoint"):
+        at_checkpoint = type(report.get("bad_seq")) is int  # the broken checkpoint's own position
+        if report["ok"] or not at_checkpoint or not str(report.get("reason")).startswith("checkpoint"):
             problems.append(
-                ("verify", "broken checkpoint, no seq", {k: report.get(k) for k in ("ok", "bad_seq", "reason")})
+                (
+                    "verify",
+                    "broken checkpoint, at its position",
+                    {k: report.get(k) for k in ("ok", "bad_seq", "reason")},
+                )
             )
     elif not report["ok"]:
         problems.append(("verify_ok", True, f"bad_seq {report.get('bad_seq')}: {report.get('reason')}"))
