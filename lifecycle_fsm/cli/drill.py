@@ -59,7 +59,8 @@ def _default_scenarios() -> Path:
     "--keep",
     "keep_dir",
     type=click.Path(file_okay=False, path_type=Path),
-    help="Keep each scenario's ledger as DIR/<scenario-name>.db (inspect it with status, history, explain).",
+    help="Keep each scenario's ledger as DIR/<scenario-name>.db, 0600 (inspect it with status, history, "
+    "explain); an existing one is refused.",
 )
 @click.option("--seed", type=click.IntRange(0, MAX_INT64),
               help="Override every scenario's seed (with --simulate: the first seed).")  # fmt: skip
@@ -82,7 +83,7 @@ def drill(
     else the scenarios shipped with the project.
     Every scenario is validated before any runs. Exit 0 when every expectation held,
     8 when one did not or a fault could not be injected (inconclusive), 3 when a scenario
-    file is malformed or the report exists (unless --replace).
+    file is malformed, the report exists (unless --replace) or a ledger to --keep exists.
 
     With --simulate: seeded schedules of commands and faults against real ledgers, checked
     against a reference model after every step; a failure exits 8 and is shrunk to a scenario
@@ -90,6 +91,7 @@ def drill(
     """
     from replay.drills import build_report, load_scenarios, report_markdown, run_drills
     from replay.drills.report import write_report_files
+    from replay.drills.workspace import refuse_kept
 
     if root_obj().get("log_level", "warning") == "warning":
         # Faults are injected on purpose: the report says what each one caused, so the
@@ -106,6 +108,7 @@ def drill(
                          report_dir=report_dir, replace=replace)  # fmt: skip
         return
     scenarios = load_scenarios(list(paths) or [_default_scenarios()])
+    refuse_kept(keep_dir, (s.name for s in scenarios))  # before any runs: a kept ledger is never overwritten
     report = build_report(run_drills(scenarios, seed=seed, keep_dir=keep_dir))
     if report_dir is not None:
         text = orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n"
