@@ -225,6 +225,26 @@ def test_keep_leaves_an_inspectable_ledger(tmp_path: Path) -> None:
     assert json.loads(invoke(db, "verify", "--json").output)["ok"] is True
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--steps", "5"], "--steps applies only with --simulate"),
+        (["--candidates=3"], "--candidates applies only with --simulate"),
+        (["--runs", "1"], "--runs applies only with --simulate"),  # given, even at its default value
+        (["--simulate"], "--simulate takes no scenario paths"),
+    ],
+    ids=["steps", "candidates", "runs", "simulate-with-paths"],
+)
+def test_simulate_options_go_with_simulate_only(tmp_path: Path, args: list[str], message: str) -> None:
+    """A simulation's option without --simulate is a usage error (exit 2), not a drill that ignores it;
+    scenario paths with --simulate likewise. Nothing runs, nothing is written."""
+    report = tmp_path / "report"
+    result = _drill(tmp_path, str(SCENARIOS / "handoff-ready.yaml"), *args, "--report", str(report))
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr.startswith(f"Error: {message} (see `") and result.stderr.count("\n") == 1
+    assert not report.exists()
+
+
 def test_kept_ledgers_are_private_and_never_overwritten(tmp_path: Path) -> None:
     """A kept ledger is made 0600 like every ledger file; a second --keep into the same folder is
     refused (exit 3, one line, nothing run) and the kept file is left as it was."""

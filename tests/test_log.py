@@ -127,6 +127,17 @@ def test_bad_filters_are_refused(logged: Workspace, args: list[str], code: int, 
     assert result.stderr.startswith("Error: ") and message in result.stderr
 
 
+@pytest.mark.parametrize("args", [["log", "--json", "--jsonl"], ["--json", "log", "--jsonl"]], ids=["after", "root"])
+def test_json_and_jsonl_together_are_a_usage_error(logged: Workspace, args: list[str]) -> None:
+    """Two output forms asked at once are refused, as `explain --json --format md` is (not one picked silently)."""
+    result = invoke(logged.db, *args)
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr.startswith(
+        "Error: --json asks for one JSON array and --jsonl for one object per line: give one of them (see `"
+    )
+    assert result.stderr.count("\n") == 1
+
+
 def test_a_tampered_row_is_refused(logged: Workspace, tmp_path: Any) -> None:
     """log recomputes each row's hash before printing it: an edited payload is an integrity error naming the seq."""
     copy = tmp_path / "copy.db"

@@ -44,7 +44,7 @@ _TIME = TimeType()
 @click.option(
     "--limit", type=click.IntRange(0, MAX_INT64), help="Only the first N (in seq order); page on with --after."
 )
-@click.option("--jsonl", is_flag=True, help="One JSON object per line.")
+@click.option("--jsonl", is_flag=True, help="One JSON object per line (instead of --json's array).")
 @json_option
 def log(
     after: int,
@@ -63,6 +63,8 @@ def log(
     Filters combine (all must hold). Page through a long log with `--limit N`, then
     `--after` the last seq shown.
     """
+    if jsonl and wants_json():
+        raise click.UsageError("--json asks for one JSON array and --jsonl for one object per line: give one of them")
     query = log_filter(after=after, before=before, since=since, until=until, types=types, stream=stream,
                        actor=actor, reason=reason, limit=limit)  # fmt: skip
     rows = read_log(open_ledger(must_exist=True).store, query)

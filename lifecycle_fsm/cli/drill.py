@@ -13,11 +13,11 @@ from typing import Any
 
 import click
 import orjson
+from click.core import ParameterSource
 
 from lifecycle_fsm.cli.app import json_option, root_obj, wants_json
 from lifecycle_fsm.cli.exit_codes import ExitCode
 from lifecycle_fsm.cli.render import console, emit
-from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.limits import MAX_INT64
 
 __all__ = ["drill"]
@@ -49,6 +49,23 @@ def _default_scenarios() -> Path:
     """./scenarios when there is one, else the project's own (a source or editable install)."""
     here = Path("scenarios")
     return here if here.is_dir() or not _SHIPPED_SCENARIOS.is_dir() else _SHIPPED_SCENARIOS
+
+
+# The options that mean something only to a simulation (`--seed`, `--keep`, `--report` and
+# `--replace` serve both kinds of drill).
+_SIMULATE_ONLY = ("steps", "candidates", "runs")
+
+
+def _refuse_misplaced(paths: tuple[Path, ...], simulate: bool) -> None:
+    """Scenario paths with --simulate, or a simulation's option without it: a usage error
+    (exit 2), never a run that silently ignores what was asked."""
+    if simulate and paths:
+        raise click.UsageError("--simulate takes no scenario paths")
+    if not simulate:
+        ctx = click.get_current_context()
+        for name in _SIMULATE_ONLY:
+            if ctx.get_parameter_source(name) is not ParameterSource.DEFAULT:
+                raise click.UsageError(f"--{name} applies only with --simulate")
 
 
 @click.command()
@@ -87,7 +104,8 @@ def drill(
 
     With --simulate: seeded schedules of commands and faults against real ledgers, checked
     against a reference model after every step; a failure exits 8 and is shrunk to a scenario
-    written to --report DIR.
+    written to --report DIR. --simulate takes no PATHS, and --steps, --candidates and --runs
+    are refused without it (exit 2).
     """
     from replay.drills import build_report, load_scenarios, report_markdown, run_drills
     from replay.drills.report import write_report_files
@@ -99,9 +117,8 @@ def drill(
         from lifecycle_fsm.logs import configure_logging
 
         configure_logging("error")
+    _refuse_misplaced(paths, simulate)
     if simulate:
-        if paths:
-            raise InputError("--simulate takes no scenario paths")
         from lifecycle_fsm.cli.simulate import simulate_command
 
         simulate_command(seed=seed, steps=steps, candidates=candidates, runs=runs, keep_dir=keep_dir,
