@@ -38,7 +38,11 @@ def parse_seq(text: str, option: str = "--as-of") -> int:
     digits = stripped.removeprefix("-")
     if not (digits.isascii() and digits.isdigit()):  # str.isdigit alone takes "²", which int() refuses
         raise InputError(f"{option} {text}: not a seq (a whole number from 1)")
-    seq = int(stripped)
+    # int() refuses a string of 4300+ digits (a ValueError traceback): leading zeros go first, and a
+    # number of more than 19 digits is too large for a seq anyway.
+    significant = digits.lstrip("0") or "0"
+    sign = -1 if stripped.startswith("-") else 1
+    seq = sign * (int(significant) if len(significant) <= 19 else MAX_INT64 + 1)
     if seq < 1:
         raise InputError(f"{option} {text}: a seq starts at 1")
     if seq > MAX_INT64:

@@ -111,6 +111,10 @@ def test_status_as_of_text_names_the_position(ws: Workspace, advanced: dict[str,
         (["replay", "--to", "0"], 2, "--to 0: a seq starts at 1"),
         (["replay", "--to", "-1"], 2, "--to -1: a seq starts at 1"),
         (["replay", "--to", "x"], 2, "--to x: not a seq"),
+        # int() refuses 4300+ digits: a ValueError traceback (exit 1), not a usage error
+        (["replay", "--to", "9" * 5000], 2, "no seq is that large"),
+        (["status", "--as-of", "9" * 5000], 2, "no seq is that large"),
+        (["status", "--as-of", "0" * 4400 + "9999"], 3, "past the head of the log (seq 8)"),
     ],
 )
 def test_as_of_refusals(ws: Workspace, advanced: dict[str, int], args: list[str], code: int, message: str) -> None:
