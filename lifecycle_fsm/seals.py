@@ -28,7 +28,7 @@ import orjson
 from lifecycle_fsm.errors import ConcurrencyError, ConflictError, CorruptionError, InputError
 from lifecycle_fsm.events import SEALS_STREAM, HeadSealed, LedgerInitialized
 from lifecycle_fsm.keys import PublicKeys, key_id, sign
-from lifecycle_fsm.limits import MAX_SIGNED_HEAD_BYTES, read_regular_file
+from lifecycle_fsm.limits import MAX_INT64, MAX_SIGNED_HEAD_BYTES, read_regular_file
 from lifecycle_fsm.upcasting import decoded_payload, derived_ledger_id
 from store.base import EventStore
 from store.chain import canonical_json
@@ -51,7 +51,10 @@ __all__ = [
 ]
 
 JSON = dict[str, Any]
-_PIN = re.compile(r"^(\d+):([0-9a-f]{64})$")
+_HASH = re.compile(r"[0-9a-f]{64}")  # a sha256 as the chain stores it (and `verify --json` prints it)
+# What a `SEQ:HASH` was meant to be: a (signed) whole number before the colon, or hex digits after it.
+# A value of that shape that is no file is judged as a pin, so a typo is named, not "no such file".
+_PIN_SHAPE = re.compile(r"([+-]?[0-9]+):(\S*)|([^\s/:]*):([0-9A-Fa-f]+)", re.ASCII)
 
 
 def ledger_id_of(store: EventStore) -> str | None:
@@ -140,10 +143,18 @@ class ExpectedHead:
 
 
 def parse_expected_head(value: str) -> ExpectedHead:
-    """`SEQ:HASH` (64 lowercase hex), or the path of a file `seal` wrote."""
-    pin = _PIN.match(value.strip())
-    if pin is not None:
-        return ExpectedHead(int(pin.group(1)), pin.group(2), value)
+    """`SEQ:HASH` (a seq from 1, the 64-lowercase-hex hash there), or the path of a file `seal` wrote.
+
+    A value shaped like `SEQ:HASH` that is no file but whose seq or hash is not one (`0:…`,
+    `18:deadbeef`, an upper-case hash) is refused saying which part is wrong (InputError).
+    """
+    pin = _PIN_SHAPE.fullmatch(value.strip())
+    if pin is not None and not (os.path.lexists(value) and not _is_pin(pin)):
+        seq_text, digest = (pin.group(1), pin.group(2)) if pin.group(1) is not None else (pin.group(3), pin.group(4))
+        problem = _seq_problem(seq_text) or _hash_problem(digest)
+        if problem:
+            raise InputError(f"--expect-head {value!r}: {problem}; give SEQ:HASH as `verify --json` prints the head")
+        return ExpectedHead(int(seq_text.lstrip("0")), digest, value)  # leading zeros: not for int() to count
     try:  # a FIFO, a device or a huge file is refused, never read without end
         text = read_regular_file(value, what="file", limit=MAX_SIGNED_HEAD_BYTES)
     except InputError as e:
@@ -156,9 +167,44 @@ def parse_expected_head(value: str) -> ExpectedHead:
     if not isinstance(doc, dict):
         raise InputError(f"{value}: not a signed-head file (not an object)")
     seq, digest = doc.get("seq"), doc.get("hash")
-    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0 or not isinstance(digest, str):
-        raise InputError(f"{value}: a signed-head file needs an integer `seq` and a `hash`")
+    if (
+        not isinstance(seq, int) or isinstance(seq, bool) or _seq_problem(str(seq))
+        or not isinstance(digest, str) or _hash_problem(digest)
+    ):  # fmt: skip
+        raise InputError(
+            f"{value}: a signed-head file needs an integer `seq` from 1 and a `hash` of 64 lowercase hex digits"
+        )
     return ExpectedHead(seq, digest, os.fspath(value), doc)
+
+
+def _is_pin(match: re.Match[str]) -> bool:
+    """A well-formed `SEQ:HASH` (it wins over a file of that name, as it always has)."""
+    return match.group(1) is not None and not _seq_problem(match.group(1)) and not _hash_problem(match.group(2))
+
+
+def _seq_problem(text: str) -> str | None:
+    """Why `text` is not a seq a pinned head can name: a whole number from 1 (seq 0 is the genesis, no event)."""
+    if not (text.isascii() and text.isdigit()):
+        return f"the seq {text!r} is not a whole number from 1"
+    digits = text.lstrip("0")
+    if not digits:
+        return "seq 0 is not an event (the chain starts at seq 1)"
+    if len(digits) > 19 or int(digits) > MAX_INT64:  # (int() refuses 4300+ digits: never asked)
+        return "no seq is that large"
+    return None
+
+
+def _hash_problem(digest: str) -> str | None:
+    """Why `digest` is not a hash of the chain: 64 lowercase hex digits."""
+    if _HASH.fullmatch(digest):
+        return None
+    if _HASH.fullmatch(digest.lower()):
+        found = "it is in upper case"
+    elif re.fullmatch(r"[0-9A-Fa-f]*", digest):
+        found = f"it has {len(digest)} hex digits" if digest else "it is empty"
+    else:
+        found = "it has a character that is not a hex digit"
+    return f"the hash is not 64 lowercase hex digits ({found})"
 
 
 def check_expected_heads(

@@ -52,7 +52,8 @@ CANNED_QUERIES: dict[str, JSON] = {
     "ready_at": {
         "title": "Ready at a time",
         "description": "The candidates that were ready at :time (ISO 8601 with Z or an offset, naive = UTC), "
-        "i.e. after every event recorded at or before it, as `lifecycle status --as-of` says.",
+        "i.e. after every event recorded at or before it, as `lifecycle status --as-of` says. A time that does "
+        "not parse is an error (user-defined function raised exception), not an empty answer.",
         "sql": "WITH at AS (SELECT coalesce(max(seq), 0) AS pos FROM events "
         "WHERE recorded_at <= lifecycle_utc(:time)) "
         "SELECT s.id, s.state, s.seq, s.recorded_at FROM candidate_states s, at "

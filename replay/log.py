@@ -11,9 +11,10 @@ match). Each row's own hash is recomputed before it is shown (fail closed).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from lifecycle_fsm.errors import InputError, IntegrityError
+from lifecycle_fsm.errors import InputError, IntegrityError, NotFoundError
 from lifecycle_fsm.events import CANDIDATE_EVENTS, CANDIDATE_PREFIX, EVENT_TYPES, LEDGER_STREAM, stream_of
 from lifecycle_fsm.rules import BLOCKING_ACTIONS, FRESHNESS_CHECKS
 from lifecycle_fsm.upcasting import decoded_payload
@@ -29,6 +30,7 @@ __all__ = [
     "event_reasons",
     "log_filter",
     "read_log",
+    "known_stream",
 ]
 
 CHECK_CODES = (*FRESHNESS_CHECKS, "artifact", "rollback", "path_escapes_root", "upstream_reject", "upstream_state")
@@ -76,6 +78,28 @@ def log_filter(
         stream_id = stream if stream in NAMED_STREAMS or stream.startswith(CANDIDATE_PREFIX) else stream_of(stream)
     return EventFilter(after=after, before=before, since=since, until=until, types=types, stream_id=stream_id,
                        actor=actor, payload=() if reason is None else _reason_matches(reason), limit=limit)  # fmt: skip
+
+
+@contextmanager
+def known_stream(store: EventStore, query: EventFilter, given: str | None) -> Iterator[None]:
+    """Read `query` inside this: a `--stream` no event belongs to is NotFoundError (exit 4), as
+    `history` of an unknown id is, never an empty answer that reads as "nothing happened to it".
+
+    Known means any event at all, not one in the asked range (a known stream with nothing there
+    answers `[]`), judged in the read snapshot the query then runs in, so both see the same log
+    (one candidate's events: a short read). `ledger` and `seals` are always known (a ledger never
+    sealed has an empty `seals`) and, like a log without `--stream`, hold no snapshot open.
+    """
+    if query.stream_id is None or query.stream_id in NAMED_STREAMS:
+        yield
+        return
+    with store.read_snapshot():
+        if store.stream_version(query.stream_id) == 0:
+            raise NotFoundError(
+                f"unknown stream: {given!r} (no candidate has that id; the ledger's own streams are "
+                f"{' and '.join(repr(s) for s in NAMED_STREAMS)})"
+            )
+        yield
 
 
 def event_reasons(event: StoredEvent, payload: dict[str, Any]) -> list[str]:

@@ -24,6 +24,7 @@ Why it is built this way:
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import sqlite3
@@ -62,13 +63,19 @@ from store.sqlite_transaction import SQLiteTransaction, read_stream_rows, row_to
 from store.threads import ThreadOwner
 
 
-def _create_private(path: Path) -> None:
+def create_ledger_file(path: Path, *, exclusive: bool = False) -> None:
     """Create a new ledger file 0600 (SQLite then gives its -wal and -shm the same mode).
 
     Not beside a `-wal` that holds events: its ledger file was deleted or moved, and a new
     one here would silently start over (SQLite discards a WAL that is not its file's).
+    An existing file is left as it is, or with `exclusive` refused (`FileExistsError`): a
+    copy of a ledger (`drill --keep`) is made into a file this call created, never over one.
     """
-    if str(path) in ("", ":memory:") or path.exists():
+    if str(path) in ("", ":memory:"):
+        return
+    if os.path.lexists(path):
+        if exclusive:
+            raise FileExistsError(errno.EEXIST, "File exists", str(path))
         return
     wal = Path(f"{path}-wal")
     try:
@@ -83,6 +90,8 @@ def _create_private(path: Path) -> None:
     try:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     except FileExistsError:
+        if exclusive:
+            raise
         return  # another process created it first
     except OSError as e:
         raise StoreError(f"{path}: cannot create the ledger file ({e.strerror})") from e
@@ -118,7 +127,7 @@ class SQLiteEventStore:
         self._reading = False  # inside `read_snapshot()`
         self._immutable: ImmutableRead | None = None  # a ledger in a folder we may not write
         if create:
-            _create_private(self.path)
+            create_ledger_file(self.path)
         try:
             self._conn = sqlite3.connect(str(self.path), timeout=0 if self._private else busy_timeout,
                                          isolation_level=None)  # fmt: skip

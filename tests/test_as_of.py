@@ -111,6 +111,10 @@ def test_status_as_of_text_names_the_position(ws: Workspace, advanced: dict[str,
         (["replay", "--to", "0"], 2, "--to 0: a seq starts at 1"),
         (["replay", "--to", "-1"], 2, "--to -1: a seq starts at 1"),
         (["replay", "--to", "x"], 2, "--to x: not a seq"),
+        # int() refuses 4300+ digits: a ValueError traceback (exit 1), not a usage error
+        (["replay", "--to", "9" * 5000], 2, "no seq is that large"),
+        (["status", "--as-of", "9" * 5000], 2, "no seq is that large"),
+        (["status", "--as-of", "0" * 4400 + "9999"], 3, "past the head of the log (seq 8)"),
     ],
 )
 def test_as_of_refusals(ws: Workspace, advanced: dict[str, int], args: list[str], code: int, message: str) -> None:
@@ -118,6 +122,23 @@ def test_as_of_refusals(ws: Workspace, advanced: dict[str, int], args: list[str]
     result = invoke(ws.db, *args)
     assert result.exit_code == code, result.output
     assert result.stderr.startswith("Error: ") and message in result.stderr and result.stdout == ""
+
+
+@pytest.mark.parametrize("value", ["-1", "-0", "+3", " -7"])
+@pytest.mark.parametrize("command", [["explain", "dpo-v5"], ["status"], ["status", "dpo-v5"]], ids=" ".join)
+def test_a_signed_number_as_of_says_what_a_seq_is(
+    ws: Workspace, advanced: dict[str, int], command: list[str], value: str
+) -> None:
+    """`--as-of -1` was meant as a seq: the usage error says a seq is a whole number from 1 (or give a time),
+    not that "-1" failed to parse as an ISO 8601 time."""
+    result = invoke(ws.db, *command, "--as-of", value)
+    assert (result.exit_code, result.stdout) == (2, "")
+    shown = value.strip()
+    assert result.stderr.startswith(
+        f"Error: Invalid value for '--as-of': --as-of {shown}: a seq is a whole number from 1, written in plain "
+        "digits (or give an ISO 8601 time, e.g. 2026-11-30T12:00:00Z) (see `"
+    ), result.stderr
+    assert "not an ISO 8601 time" not in result.stderr and result.stderr.count("\n") == 1
 
 
 def test_replay_to_the_head_and_before_it(ws: Workspace, advanced: dict[str, int]) -> None:

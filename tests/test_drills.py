@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import stat
 import subprocess
 import sys
 import tempfile
@@ -15,7 +16,8 @@ import yaml
 from click.testing import Result
 from conftest import REPO, Workspace, count_events, invoke
 
-from lifecycle_fsm.errors import ScenarioError
+from lifecycle_fsm.errors import InputError, ScenarioError
+from lifecycle_fsm.ledger import Ledger
 from replay.drills import find_scenarios, load_scenario, run_scenario
 from replay.drills.faults import crash_during_append
 from replay.drills.schema import ACTIONS
@@ -221,6 +223,60 @@ def test_keep_leaves_an_inspectable_ledger(tmp_path: Path) -> None:
     assert [e["type"] for e in history] == ["CandidateReceived", "ChecksRecorded", "HandoffDecided"]
     assert {e["actor"] for e in history} == {"drill:handoff-ready"}
     assert json.loads(invoke(db, "verify", "--json").output)["ok"] is True
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--steps", "5"], "--steps applies only with --simulate"),
+        (["--candidates=3"], "--candidates applies only with --simulate"),
+        (["--runs", "1"], "--runs applies only with --simulate"),  # given, even at its default value
+        (["--simulate"], "--simulate takes no scenario paths"),
+    ],
+    ids=["steps", "candidates", "runs", "simulate-with-paths"],
+)
+def test_simulate_options_go_with_simulate_only(tmp_path: Path, args: list[str], message: str) -> None:
+    """A simulation's option without --simulate is a usage error (exit 2), not a drill that ignores it;
+    scenario paths with --simulate likewise. Nothing runs, nothing is written."""
+    report = tmp_path / "report"
+    result = _drill(tmp_path, str(SCENARIOS / "handoff-ready.yaml"), *args, "--report", str(report))
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr.startswith(f"Error: {message} (see `") and result.stderr.count("\n") == 1
+    assert not report.exists()
+
+
+def test_kept_ledgers_are_private_and_never_overwritten(tmp_path: Path) -> None:
+    """A kept ledger is made 0600 like every ledger file; a second --keep into the same folder is
+    refused (exit 3, one line, nothing run) and the kept file is left as it was."""
+    keep = tmp_path / "kept"
+    path = str(SCENARIOS / "handoff-ready.yaml")
+    assert _drill(tmp_path, path, "--keep", str(keep)).exit_code == 0
+    db = keep / "handoff-ready.db"
+    assert stat.S_IMODE(db.stat().st_mode) == 0o600
+    kept = db.read_bytes()
+    again = _drill(tmp_path, path, "--keep", str(keep), "--json")
+    assert (again.exit_code, again.stdout) == (3, "")
+    assert again.stderr == (
+        f"Error: {db} exists: --keep never overwrites a kept ledger (move it away, or --keep another folder)\n"
+    )
+    assert db.read_bytes() == kept
+
+
+def test_keep_refuses_a_file_that_appeared_while_the_drill_ran(tmp_path: Path) -> None:
+    """The copy goes into a file the keep itself creates (O_EXCL): one made meanwhile is refused, not replaced."""
+    from replay.drills.workspace import Workspace
+
+    (tmp_path / "ws").mkdir()
+    ws = Workspace(tmp_path / "ws", 1)
+    with Ledger.open(ws.db) as led:
+        led.init()
+    keep = tmp_path / "kept"
+    keep.mkdir()
+    (keep / "late.db").write_bytes(b"someone else's")
+    with pytest.raises(InputError, match=r"late\.db exists: --keep never overwrites"):
+        ws.keep(keep, "late")
+    assert (keep / "late.db").read_bytes() == b"someone else's"
+    assert ws.keep(keep, "fresh") == "fresh.db" and stat.S_IMODE((keep / "fresh.db").stat().st_mode) == 0o600
 
 
 def test_terminal_table_and_root_json_flag(tmp_path: Path) -> None:

@@ -11,6 +11,9 @@ from auditor_cases import auditor_ledger
 from conftest import Workspace, invoke
 
 from lifecycle_fsm.artifacts import hash_directory
+from lifecycle_fsm.errors import NotFoundError
+from replay.log import known_stream, log_filter, read_log
+from store.sqlite import SQLiteEventStore
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +128,62 @@ def test_bad_filters_are_refused(logged: Workspace, args: list[str], code: int, 
     result = invoke(logged.db, "log", *args)
     assert (result.exit_code, result.stdout) == (code, "")
     assert result.stderr.startswith("Error: ") and message in result.stderr
+
+
+@pytest.mark.parametrize("args", [["log", "--json", "--jsonl"], ["--json", "log", "--jsonl"]], ids=["after", "root"])
+def test_json_and_jsonl_together_are_a_usage_error(logged: Workspace, args: list[str]) -> None:
+    """Two output forms asked at once are refused, as `explain --json --format md` is (not one picked silently)."""
+    result = invoke(logged.db, *args)
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr.startswith(
+        "Error: --json asks for one JSON array and --jsonl for one object per line: give one of them (see `"
+    )
+    assert result.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("form", [["--json"], ["--jsonl"], []], ids=["json", "jsonl", "text"])
+@pytest.mark.parametrize("stream", ["nosuch", "candidate:nosuch", "dpo-GOOD"])
+def test_an_unknown_stream_is_not_found(logged: Workspace, stream: str, form: list[str]) -> None:
+    """A stream no event belongs to is exit 4 with nothing on stdout, as `history`/`explain` of an unknown
+    id are, not `[]`, which reads as "nothing happened to it"."""
+    result = invoke(logged.db, "log", "--stream", stream, *form)
+    assert (result.exit_code, result.stdout) == (4, "")
+    assert result.stderr == (
+        f"Error: unknown stream: {stream!r} (no candidate has that id; the ledger's own streams are 'ledger' "
+        "and 'seals')\n"
+    )
+
+
+def test_a_known_stream_with_nothing_in_range_is_empty(logged: Workspace) -> None:
+    """Known means any event at all: a candidate with no event in the asked range, or `seals` in a ledger
+    never sealed, answers `[]` (exit 0)."""
+    head = _rows(logged)[-1]["seq"]
+    assert _log(logged, "--stream", "dpo-good", "--after", str(head)) == []
+    assert _log(logged, "--stream", "dpo-good", "--type", "RecoveryPlanned") == []
+    assert _log(logged, "--stream", "seals") == [] and not [r for r in _rows(logged) if r["stream_id"] == "seals"]
+    assert invoke(logged.db, "log", "--stream", "dpo-good", "--after", str(head)).stdout == "no events match\n"
+
+
+def test_the_stream_is_judged_in_the_snapshot_the_query_reads(ws: Workspace) -> None:
+    """`known_stream` holds one read snapshot: an event another writer appends after the check is not
+    in the answer (so the check and the rows describe the same log)."""
+    with ws.ledger() as led:
+        led.init()
+        led.activate_baseline(ws.baseline())
+        led.receive(ws.dpo())
+    query = log_filter(stream="dpo-v5")
+    with SQLiteEventStore(ws.db) as store, known_stream(store, query, "dpo-v5"):
+        first = [e.seq for e, _ in read_log(store, query)]
+        with ws.ledger() as other:
+            other.check("dpo-v5")  # committed by another connection meanwhile
+        assert [e.seq for e, _ in read_log(store, query)] == first
+    assert len(_log(ws, "--stream", "dpo-v5")) == len(first) + 1
+    with (
+        SQLiteEventStore(ws.db) as store,
+        pytest.raises(NotFoundError, match="unknown stream: 'nosuch'"),
+        known_stream(store, log_filter(stream="nosuch"), "nosuch"),
+    ):
+        pytest.fail("the body of an unknown stream's read never runs")
 
 
 def test_a_tampered_row_is_refused(logged: Workspace, tmp_path: Any) -> None:

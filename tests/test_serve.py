@@ -76,7 +76,10 @@ class Server:
             with urllib.request.urlopen(self.url(path), timeout=10) as r:
                 return r.status, json.loads(r.read())
         except urllib.error.HTTPError as e:
-            return e.code, None
+            try:  # Datasette's query errors are JSON documents too
+                return e.code, json.loads(e.read())
+            except ValueError:
+                return e.code, None
 
     def post(self, path: str, data: dict[str, str]) -> int:
         request = urllib.request.Request(self.url(path), data=urllib.parse.urlencode(data).encode(), method="POST")
@@ -136,7 +139,13 @@ def test_each_canned_query_answers_from_the_snapshot(served: tuple[Workspace, di
         assert [r["id"] for r in server.query("ready_at", time="2099-01-01T00:00:00Z")] == ["dpo-good"]
         assert server.query("ready_at", time=events[0]["recorded_at"]) == []  # received, not yet ready
         assert [r["seq"] for r in server.query("ready_at", time=events[-1]["recorded_at"])] == [ready_seq]
-        assert server.query("ready_at", time="not a time") == []
+        for garbage in ("not a time", "garbage", "-1"):  # an error, never `[]` ("nothing was ready then")
+            status, doc = server.get("/ledger/ready_at.json?" + urllib.parse.urlencode({"_shape": "array",
+                                                                                       "time": garbage}))  # fmt: skip
+            assert status == 400 and doc["ok"] is False and doc["rows"] == [], (garbage, status, doc)
+            assert doc["error"] == "user-defined function raised exception"  # lifecycle_utc refused it
+        assert server.get("/ledger/ready_at?time=garbage")[0] == 400  # the HTML page shows the error too
+        assert server.query("ready_at", time="") == server.query("ready_at") == []  # the blank form: no time yet
         offset = dt.datetime.fromisoformat(events[-1]["recorded_at"]).astimezone(dt.timezone(dt.timedelta(hours=-5)))
         assert [r["seq"] for r in server.query("ready_at", time=offset.isoformat())] == [ready_seq]  # same instant
         head = verify(store)["head"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
@@ -54,6 +55,22 @@ def test_keep_leaves_the_simulated_ledger(tmp_path: Path) -> None:
     assert code == 0
     verify = invoke(tmp_path / "kept" / "simulated-seed-2.db", "verify", "--json")
     assert json.loads(verify.stdout)["head"] == doc["head"]
+
+
+def test_kept_simulated_ledgers_are_private_and_never_overwritten(tmp_path: Path) -> None:
+    """Each seed's kept ledger is 0600; a run that would keep one already there is refused before it runs."""
+    keep = tmp_path / "kept"
+    code, _ = _sim(tmp_path, "--seed", "3", "--runs", "2", "--steps", "20", "--keep", str(keep))
+    assert code == 0
+    kept = {p.name: p.read_bytes() for p in keep.iterdir()}
+    assert sorted(kept) == ["simulated-seed-3.db", "simulated-seed-4.db"]
+    assert {stat.S_IMODE((keep / name).stat().st_mode) for name in kept} == {0o600}
+    again = invoke(tmp_path / "unused.db", "drill", "--simulate", "--seed", "4", "--runs", "2", "--steps", "20",
+                   "--keep", str(keep))  # fmt: skip
+    assert (again.exit_code, again.stdout) == (3, "")
+    assert again.stderr == (f"Error: {keep / 'simulated-seed-4.db'} exists: --keep never overwrites a kept ledger "
+                            "(move it away, or --keep another folder)\n")  # fmt: skip
+    assert {p.name: p.read_bytes() for p in keep.iterdir()} == kept  # seed 5 was not run either
 
 
 def _faults_schedule() -> Schedule:

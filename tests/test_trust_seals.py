@@ -289,6 +289,63 @@ def test_a_bad_expect_head_is_an_input_error(ws: Workspace, pin: str) -> None:
     assert result.returncode == 3 and result.stderr.startswith("Error: ")
 
 
+def _head(db: Path) -> tuple[int, str]:
+    code, report = _verify(db)
+    head = report["head"]
+    assert code == 0 and isinstance(head, dict)
+    return int(head["seq"]), str(head["hash"])
+
+
+@pytest.mark.parametrize(
+    ("pin", "problem"),
+    [
+        ("{seq}:{upper}", "the hash is not 64 lowercase hex digits (it is in upper case)"),
+        ("{seq}:deadbeef", "the hash is not 64 lowercase hex digits (it has 8 hex digits)"),
+        ("{seq}:", "the hash is not 64 lowercase hex digits (it is empty)"),
+        ("{seq}:{hash}0", "the hash is not 64 lowercase hex digits (it has 65 hex digits)"),
+        ("{seq}:{hash_g}", "the hash is not 64 lowercase hex digits (it has a character that is not a hex digit)"),
+        ("0:{genesis}", "seq 0 is not an event (the chain starts at seq 1)"),
+        ("0:{hash}", "seq 0 is not an event (the chain starts at seq 1)"),
+        ("-1:{hash}", "the seq '-1' is not a whole number from 1"),
+        ("x:{hash}", "the seq 'x' is not a whole number from 1"),
+        ("99999999999999999999:{hash}", "no seq is that large"),  # was a traceback (OverflowError in sqlite3)
+    ],
+    ids=["upper", "short", "empty", "long", "not-hex", "genesis", "zero", "negative", "word", "huge"],
+)
+def test_a_malformed_pin_says_what_is_wrong_with_it(ws: Workspace, pin: str, problem: str) -> None:
+    """A value of SEQ:HASH's shape whose hash is not 64 lowercase hex, or whose seq is not a whole number
+    from 1, is refused naming that (exit 3), not as a missing file; `0:<genesis>` pinned no event and passed."""
+    db = _ready_ledger(ws)
+    seq, digest = _head(db)
+    value = pin.format(seq=seq, hash=digest, upper=digest.upper(), hash_g=digest[:-1] + "g", genesis=GENESIS_HASH)
+    result = run_cli(db, "verify", "--expect-head", value)
+    assert (result.returncode, result.stdout) == (3, "")
+    assert result.stderr == (
+        f"Error: --expect-head {value!r}: {problem}; give SEQ:HASH as `verify --json` prints the head\n"
+    )
+
+
+def test_a_pin_with_leading_zeros_is_its_seq(ws: Workspace) -> None:
+    """`0…07:HASH` is seq 7, however many zeros (int() alone refuses 4300+ digits: a traceback)."""
+    db = _ready_ledger(ws)
+    seq, digest = _head(db)
+    code, report = _verify(db, "--expect-head", f"{'0' * 5000}{seq}:{digest}")
+    assert code == 0 and report["ok"] is True
+
+
+def test_a_pin_shaped_file_is_still_a_file_and_a_file_pins_a_seq_from_1(ws: Workspace, keys: Path) -> None:
+    """A signed-head file whose name looks like a bad pin is read as the file; a file pinning seq 0 is refused."""
+    db = _ready_ledger(ws)
+    assert _signed(db, keys, "seal", "--out", str(ws.root / "7:abc"))[0] == 0
+    result = run_cli(db, "verify", "--json", "--expect-head", "7:abc", cwd=ws.root)
+    assert result.returncode == 0, result.stderr
+    doc = json.loads((ws.root / "7:abc").read_text()) | {"seq": 0, "hash": GENESIS_HASH}
+    (ws.root / "genesis.json").write_text(json.dumps(doc))
+    result = run_cli(db, "verify", "--expect-head", str(ws.root / "genesis.json"))
+    assert (result.returncode, result.stdout) == (3, "")
+    assert "needs an integer `seq` from 1 and a `hash` of 64 lowercase hex digits" in result.stderr
+
+
 def test_sealing_an_empty_ledger_is_refused(ws: Workspace, keys: Path) -> None:
     assert invoke(ws.db, "init").exit_code == 0
     with sqlite3.connect(ws.db) as conn:

@@ -25,7 +25,7 @@ from lifecycle_fsm.cli.guards import closed_output
 from lifecycle_fsm.cli.render import emit
 from lifecycle_fsm.errors import LifecycleError
 from lifecycle_fsm.limits import MAX_INT64
-from replay.log import event_json, event_reasons, log_filter, read_log
+from replay.log import event_json, event_reasons, known_stream, log_filter, read_log
 
 __all__ = ["log", "report"]
 
@@ -38,13 +38,15 @@ _TIME = TimeType()
 @click.option("--since", type=_TIME, help="Only events recorded at or after this ISO 8601 time.")
 @click.option("--until", type=_TIME, help="Only events recorded at or before this ISO 8601 time.")
 @click.option("--type", "types", multiple=True, metavar="TYPE", help="Only this event type (repeatable: any of them).")
-@click.option("--stream", metavar="ID", help="Only this candidate's events (or `ledger`, `seals`).")
+@click.option(
+    "--stream", metavar="ID", help="Only this candidate's events (or `ledger`, `seals`); an unknown id: exit 4."
+)
 @click.option("--actor", help="Only events recorded by this actor.")
 @click.option("--reason", metavar="CODE", help="Only events whose evidence carries this reason code.")
 @click.option(
     "--limit", type=click.IntRange(0, MAX_INT64), help="Only the first N (in seq order); page on with --after."
 )
-@click.option("--jsonl", is_flag=True, help="One JSON object per line.")
+@click.option("--jsonl", is_flag=True, help="One JSON object per line (instead of --json's array).")
 @json_option
 def log(
     after: int,
@@ -63,15 +65,19 @@ def log(
     Filters combine (all must hold). Page through a long log with `--limit N`, then
     `--after` the last seq shown.
     """
+    if jsonl and wants_json():
+        raise click.UsageError("--json asks for one JSON array and --jsonl for one object per line: give one of them")
     query = log_filter(after=after, before=before, since=since, until=until, types=types, stream=stream,
                        actor=actor, reason=reason, limit=limit)  # fmt: skip
-    rows = read_log(open_ledger(must_exist=True).store, query)
-    try:
-        _print_log(rows, jsonl)
-    except OSError as e:  # rows go to stdout as they come: a full disk is one line, as for `echo`
-        if e.errno == errno.EPIPE or e.filename is not None or isinstance(e, LifecycleError):
-            raise  # a StoreError is an OSError too: the rows are read as they are printed
-        raise closed_output(e.strerror or str(e)) from e
+    store = open_ledger(must_exist=True).store
+    with known_stream(store, query, stream):  # an unknown --stream is refused before the first byte
+        rows = read_log(store, query)
+        try:
+            _print_log(rows, jsonl)
+        except OSError as e:  # rows go to stdout as they come: a full disk is one line, as for `echo`
+            if e.errno == errno.EPIPE or e.filename is not None or isinstance(e, LifecycleError):
+                raise  # a StoreError is an OSError too: the rows are read as they are printed
+            raise closed_output(e.strerror or str(e)) from e
 
 
 def _print_log(rows: Iterable[tuple[Any, Any]], jsonl: bool) -> None:

@@ -13,11 +13,11 @@ from typing import Any
 
 import click
 import orjson
+from click.core import ParameterSource
 
 from lifecycle_fsm.cli.app import json_option, root_obj, wants_json
 from lifecycle_fsm.cli.exit_codes import ExitCode
 from lifecycle_fsm.cli.render import console, emit
-from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.limits import MAX_INT64
 
 __all__ = ["drill"]
@@ -51,6 +51,23 @@ def _default_scenarios() -> Path:
     return here if here.is_dir() or not _SHIPPED_SCENARIOS.is_dir() else _SHIPPED_SCENARIOS
 
 
+# The options that mean something only to a simulation (`--seed`, `--keep`, `--report` and
+# `--replace` serve both kinds of drill).
+_SIMULATE_ONLY = ("steps", "candidates", "runs")
+
+
+def _refuse_misplaced(paths: tuple[Path, ...], simulate: bool) -> None:
+    """Scenario paths with --simulate, or a simulation's option without it: a usage error
+    (exit 2), never a run that silently ignores what was asked."""
+    if simulate and paths:
+        raise click.UsageError("--simulate takes no scenario paths")
+    if not simulate:
+        ctx = click.get_current_context()
+        for name in _SIMULATE_ONLY:
+            if ctx.get_parameter_source(name) is not ParameterSource.DEFAULT:
+                raise click.UsageError(f"--{name} applies only with --simulate")
+
+
 @click.command()
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--report", "report_dir", type=click.Path(file_okay=False, path_type=Path),
@@ -59,7 +76,8 @@ def _default_scenarios() -> Path:
     "--keep",
     "keep_dir",
     type=click.Path(file_okay=False, path_type=Path),
-    help="Keep each scenario's ledger as DIR/<scenario-name>.db (inspect it with status, history, explain).",
+    help="Keep each scenario's ledger as DIR/<scenario-name>.db, 0600 (inspect it with status, history, "
+    "explain); an existing one is refused.",
 )
 @click.option("--seed", type=click.IntRange(0, MAX_INT64),
               help="Override every scenario's seed (with --simulate: the first seed).")  # fmt: skip
@@ -82,14 +100,16 @@ def drill(
     else the scenarios shipped with the project.
     Every scenario is validated before any runs. Exit 0 when every expectation held,
     8 when one did not or a fault could not be injected (inconclusive), 3 when a scenario
-    file is malformed or the report exists (unless --replace).
+    file is malformed, the report exists (unless --replace) or a ledger to --keep exists.
 
     With --simulate: seeded schedules of commands and faults against real ledgers, checked
     against a reference model after every step; a failure exits 8 and is shrunk to a scenario
-    written to --report DIR.
+    written to --report DIR. --simulate takes no PATHS, and --steps, --candidates and --runs
+    are refused without it (exit 2).
     """
     from replay.drills import build_report, load_scenarios, report_markdown, run_drills
     from replay.drills.report import write_report_files
+    from replay.drills.workspace import refuse_kept
 
     if root_obj().get("log_level", "warning") == "warning":
         # Faults are injected on purpose: the report says what each one caused, so the
@@ -97,15 +117,15 @@ def drill(
         from lifecycle_fsm.logs import configure_logging
 
         configure_logging("error")
+    _refuse_misplaced(paths, simulate)
     if simulate:
-        if paths:
-            raise InputError("--simulate takes no scenario paths")
         from lifecycle_fsm.cli.simulate import simulate_command
 
         simulate_command(seed=seed, steps=steps, candidates=candidates, runs=runs, keep_dir=keep_dir,
                          report_dir=report_dir, replace=replace)  # fmt: skip
         return
     scenarios = load_scenarios(list(paths) or [_default_scenarios()])
+    refuse_kept(keep_dir, (s.name for s in scenarios))  # before any runs: a kept ledger is never overwritten
     report = build_report(run_drills(scenarios, seed=seed, keep_dir=keep_dir))
     if report_dir is not None:
         text = orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n"

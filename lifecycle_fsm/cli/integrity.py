@@ -49,7 +49,8 @@ def checkpoint() -> None:
 
 @click.command()
 @click.option("--expect-head", "expect_heads", multiple=True, metavar="FILE|SEQ:HASH",
-              help="A head kept elsewhere (a `seal` file, or SEQ:HASH): the ledger must hold it.")  # fmt: skip
+              help="A head kept elsewhere (a `seal` file, or SEQ:HASH: a seq from 1, 64 lowercase hex): "
+                   "the ledger must hold it.")  # fmt: skip
 @click.option("--pubkey", "pubkeys", multiple=True, type=click.Path(), metavar="FILE",
               help="A trusted public key (repeatable): every seal must be signed by one of them.")  # fmt: skip
 @json_option

@@ -28,7 +28,9 @@ __all__ = ["diagram", "explain", "history", "replay", "status"]
 
 @click.command()
 @click.argument("candidate_id", metavar="[ID]", required=False)
-@click.option("--as-of", type=AS_OF, help="The state then: after this seq, or every event recorded by this time.")
+@click.option(
+    "--as-of", type=AS_OF, help="The state then: after this seq (from 1), or every event recorded by this time."
+)
 @json_option
 def status(candidate_id: str | None, as_of: AsOf | None) -> None:
     """Every candidate's state (from the latest checkpoint + tail), or one candidate's; --as-of: then."""
@@ -69,7 +71,9 @@ def history(candidate_id: str) -> None:
 @click.command()
 @click.argument("candidate_id", metavar="ID")
 @click.option(
-    "--as-of", type=AS_OF, help="Explain the state then: after this seq, or every event recorded by this time."
+    "--as-of",
+    type=AS_OF,
+    help="Explain the state then: after this seq (from 1), or every event recorded by this time.",
 )
 @click.option(
     "--format", "fmt", type=click.Choice(["text", "json", "md"]), help="Output format (default text; --json: json)."

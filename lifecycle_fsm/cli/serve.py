@@ -36,8 +36,9 @@ def _stop(signum: int, frame: FrameType | None) -> None:
 def serve(host: str, port: int) -> None:
     """Browse a snapshot of the ledger in Datasette: canned queries, no SQL, no writes, no downloads.
 
-    Queries: rejections, recoveries, candidate_events (?id=), ready_at (?time=ISO),
-    chain_head, seals. Needs the `ui` extra: pip install 'lifecycle-fsm[ui]'.
+    Queries: rejections, recoveries, candidate_events (?id=), ready_at (?time=ISO; a time
+    that does not parse is a query error, HTTP 400), chain_head, seals. Needs the `ui`
+    extra: pip install 'lifecycle-fsm[ui]'.
     """
     from replay.browse import metadata, snapshot
 

@@ -6,8 +6,12 @@ canned query with a 500 after running its SELECT.
 
 `ready_at` compares the stored UTC text with `:time`; SQLite's date functions round to
 the millisecond, so `:time` is brought to the stored form by `replay.asof.parse_time`,
-exactly as `status --as-of` does (NULL for text that is not a time). Imported and
-registered only when `serve` runs, so the CLI never imports Datasette otherwise.
+exactly as `status --as-of` does. Text that is not a time raises inside the function, so
+the query fails and Datasette answers its error (HTTP 400, `"ok": false`) instead of an
+empty list that reads as "nothing was ready then"; a blank `:time` (the query's form
+before a time is typed: Datasette binds a missing parameter as "") is NULL and matches
+nothing. Imported and registered only when `serve` runs, so the CLI never imports
+Datasette otherwise.
 """
 
 from __future__ import annotations
@@ -33,13 +37,17 @@ def _hookimpl(func: _F) -> _F:
 
 
 def lifecycle_utc(text: object) -> str | None:
-    """An ISO 8601 time as stored UTC text, or NULL."""
+    """An ISO 8601 time as stored UTC text; NULL for no time (NULL or blank).
+
+    Anything else raises (`InputError`): SQLite fails the query with "user-defined function
+    raised exception" (Python's sqlite3 lets a function choose no message of its own) and
+    Datasette answers that as a query error, HTTP 400.
+    """
+    if text is None or (isinstance(text, str) and not text.strip()):
+        return None
     if not isinstance(text, str):
-        return None
-    try:
-        return parse_time(text)
-    except InputError:
-        return None
+        raise InputError(f":time must be an ISO 8601 time, not {type(text).__name__}")
+    return parse_time(text)
 
 
 @_hookimpl

@@ -51,7 +51,7 @@ def simulate_command(
     from replay.drills.shrink import shrink, to_scenario
     from replay.drills.simulate import simulate
 
-    first = seed if seed is not None else int.from_bytes(os.urandom(4), "big")
+    first = _first_seed(seed, runs, keep_dir)
     as_json = wants_json()
     started = time.perf_counter()
     docs: list[_JSON] = []
@@ -101,6 +101,17 @@ def simulate_command(
         _print(doc, report_dir)
     if failed is not None:
         sys.exit(int(ExitCode.DRILL_FAILED))
+
+
+def _first_seed(seed: int | None, runs: int, keep_dir: Path | None) -> int:
+    """`--seed`, or a random one; a ledger one of the runs would keep that is already there is
+    refused now (exit 3), before anything runs."""
+    from replay.drills.simulate import kept_name
+    from replay.drills.workspace import refuse_kept
+
+    first = seed if seed is not None else int.from_bytes(os.urandom(4), "big")
+    refuse_kept(keep_dir, (kept_name(n) for n in range(first, first + runs)))
+    return first
 
 
 def _print_schedule(schedule: Any, candidates: int) -> None:

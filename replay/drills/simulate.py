@@ -43,7 +43,7 @@ from replay.drills.workspace import Workspace
 from replay.fold import snapshot_json
 from replay.verify import verify
 
-__all__ = ["FIXED_CLOCK", "SimFailure", "SimResult", "simulate"]
+__all__ = ["FIXED_CLOCK", "SimFailure", "SimResult", "kept_name", "simulate"]
 
 JSON = dict[str, Any]
 Problem = tuple[str, Any, Any]
@@ -249,6 +249,11 @@ def _expectations(sim: _Sim) -> JSON:
     }
 
 
+def kept_name(seed: int) -> str:
+    """The name `drill --simulate --keep DIR` keeps the ledger of `seed` under (DIR/<name>.db)."""
+    return f"simulated-seed-{seed}"
+
+
 def simulate(schedule: Schedule, *, keep: Path | None = None, check_every: int = 20) -> SimResult:
     """Run `schedule` against a fresh SQLite ledger; stop at the first step whose invariants fail."""
     started = time.perf_counter()
@@ -277,7 +282,7 @@ def simulate(schedule: Schedule, *, keep: Path | None = None, check_every: int =
         finally:
             ledger.close()
         if keep is not None:
-            ws.keep(keep, f"simulated-seed-{schedule.seed}")
+            ws.keep(keep, kept_name(schedule.seed))
     return result
 
 

@@ -8,10 +8,11 @@ artifact's name, so two runs of a scenario build identical workspaces.
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -19,10 +20,13 @@ from typing import Any
 import attrs
 
 from lifecycle_fsm.artifacts import hash_directory
+from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.fixtures import baseline_manifest, candidate_manifest, write_adapter, write_manifest
+from lifecycle_fsm.folders import make_folder
 from replay.drills.schema import ArtifactSpec, DrillConfig
+from store.sqlite import create_ledger_file
 
-__all__ = ["Workspace"]
+__all__ = ["Workspace", "kept_ledger", "refuse_kept"]
 
 JSON = dict[str, Any]
 
@@ -130,10 +134,35 @@ class Workspace:
         return True
 
     def keep(self, keep_dir: Path, name: str) -> str:
-        """Copy the ledger (a consistent copy via SQLite's backup API) to keep_dir/<name>.db."""
-        keep_dir.mkdir(parents=True, exist_ok=True)
-        target = keep_dir / f"{name}.db"
-        target.unlink(missing_ok=True)
+        """Copy the ledger (a consistent copy via SQLite's backup API) to keep_dir/<name>.db.
+
+        The copy goes into a file made as every ledger file is (0600, `create_ledger_file`),
+        and never over an existing one: that is refused (InputError, exit 3), as a report is.
+        """
+        target = kept_ledger(make_folder(keep_dir, "--keep folder"), name)
+        try:
+            create_ledger_file(target, exclusive=True)
+        except FileExistsError:
+            raise kept_exists(target) from None
         with closing(sqlite3.connect(self.db)) as src, closing(sqlite3.connect(target)) as dst:
             src.backup(dst)
         return target.name
+
+
+def kept_ledger(keep_dir: Path, name: str) -> Path:
+    """Where `drill --keep DIR` keeps the ledger of the scenario (or simulated seed) `name`."""
+    return keep_dir / f"{name}.db"
+
+
+def kept_exists(path: Path) -> InputError:
+    return InputError(f"{path} exists: --keep never overwrites a kept ledger (move it away, or --keep another folder)")
+
+
+def refuse_kept(keep_dir: Path | None, names: Iterable[str]) -> None:
+    """Before a drill runs: refuse (exit 3) when a ledger it would keep is already there."""
+    if keep_dir is None:
+        return
+    for name in names:
+        path = kept_ledger(keep_dir, name)
+        if os.path.lexists(path):
+            raise kept_exists(path)
