@@ -26,6 +26,7 @@ __all__ = ["MAX_PATH_MOVES", "build_report", "path_flowchart", "report_html", "r
 
 JSON = dict[str, Any]
 MAX_PATH_MOVES = 60  # a path diagram shows the last moves of a very long life
+PATHS = "Candidate paths"  # the section of one diagram per candidate: folded in the HTML, drawn when opened
 
 
 def build_report(store: EventStore) -> JSON:
@@ -159,7 +160,7 @@ def report_markdown(doc: JSON) -> str:
         ]
     else:
         out.append("No stage failed.")
-    out += ["", "## The machine", "", "```mermaid", doc["machine"], "```", "", "## Candidate paths", ""]
+    out += ["", "## The machine", "", "```mermaid", doc["machine"], "```", "", f"## {PATHS}", ""]
     for cid, d in doc["candidates"].items():
         out += [f"### {_md_cell(cid)}: {d['state']}", "", "```mermaid", path_flowchart(d["path"]), "```", ""]
     return "\n".join(out)
@@ -170,5 +171,10 @@ def _seq_of(item: JSON) -> str:
 
 
 def report_html(doc: JSON) -> str:
-    """The same report as one self-contained HTML file (Mermaid inlined, nothing fetched)."""
-    return markdown_to_html(report_markdown(doc), title=f"Ledger report at seq {doc['head']['seq']}")
+    """The same report as one self-contained HTML file (Mermaid inlined, nothing fetched).
+
+    The machine is drawn on load; each candidate's path is a closed block whose diagram is
+    drawn when it is opened, so the page is ready at once however many candidates there are.
+    """
+    title = f"Ledger report at seq {doc['head']['seq']}"
+    return markdown_to_html(report_markdown(doc), title=title, folded=(PATHS,))

@@ -5,17 +5,26 @@ Markdown, so the HTML can never say less than the Markdown. A ```mermaid fence
 becomes `<pre class="mermaid">` and the vendored Mermaid build (`assets/`, see its
 README) is inlined: the page fetches nothing, so it renders on an air-gapped machine
 and its bytes depend only on the Markdown.
+
+Drawing one diagram takes the browser a good part of a second, so a page cannot draw
+them all on load once a ledger holds hundreds of candidates. The level-3 sections of
+the `folded` level-2 sections (the report's candidate paths) become closed
+`<details>` blocks, their heading the summary: the page draws the diagrams outside
+them on load and a block's diagram when the reader opens it (one at a time, in
+order). Everything is in the file either way; only the drawing waits.
 """
 
 from __future__ import annotations
 
 import html
+from collections.abc import Collection, Sequence
 from functools import cache
 from importlib import resources
 from typing import Any
 
 from markdown_it import MarkdownIt
 from markdown_it.renderer import RendererHTML
+from markdown_it.token import Token
 
 __all__ = ["MERMAID_ASSET", "markdown_to_html", "mermaid_js"]
 
@@ -29,6 +38,28 @@ code { overflow-wrap: anywhere; }
 li { overflow-wrap: anywhere; }
 blockquote { border-left: .4rem solid #c00; background: #fff0f0; margin: 1rem 0; padding: .5rem 1rem; }
 pre.mermaid { background: #fafafa; padding: 1rem; }
+details.folded { margin: .3rem 0; }
+details.folded > summary { cursor: pointer; }
+details.folded > summary > h3 { display: inline; font-size: 1.05rem; overflow-wrap: anywhere; }
+"""
+
+# Diagrams outside a closed <details> are drawn now; a block's when it is opened. Each
+# mermaid.run waits for the one before (Mermaid names each diagram by the clock: two
+# runs at once could give two diagrams the same id) and an error does not stop the next.
+_DRAW = """
+mermaid.initialize({startOnLoad: false, securityLevel: 'strict'});
+(function () {
+  let drawing = Promise.resolve();
+  function draw(nodes) {
+    const todo = Array.from(nodes).filter((n) => !n.hasAttribute('data-processed'));
+    if (todo.length) drawing = drawing.then(() => mermaid.run({nodes: todo})).catch((e) => console.error(e));
+  }
+  document.addEventListener('toggle', (event) => {
+    const block = event.target;
+    if (block instanceof HTMLDetailsElement && block.open) draw(block.querySelectorAll('pre.mermaid'));
+  }, true);
+  draw(Array.from(document.querySelectorAll('pre.mermaid')).filter((n) => !n.closest('details:not([open])')));
+})();
 """
 
 
@@ -49,15 +80,46 @@ def _fence(renderer: RendererHTML, tokens: Any, idx: int, options: Any, env: Any
     return RendererHTML.fence(renderer, tokens, idx, options, env)
 
 
-def markdown_to_html(markdown: str, *, title: str) -> str:
-    """A complete HTML document for `markdown` (raw HTML in it is escaped, not passed through)."""
+def _raw(text: str) -> Token:
+    return Token("html_block", "", 0, content=text)
+
+
+def _fold(tokens: Sequence[Token], folded: Collection[str]) -> list[Token]:
+    """Each level-3 section under a level-2 heading named in `folded` as a closed <details>, its heading the summary."""
+    out: list[Token] = []
+    in_folded = block_open = False
+    for n, token in enumerate(tokens):
+        if token.type == "heading_open" and token.tag in ("h1", "h2", "h3"):
+            if block_open:
+                out.append(_raw("</details>\n"))
+                block_open = False
+            if token.tag != "h3":
+                in_folded = token.tag == "h2" and tokens[n + 1].content in folded
+            elif in_folded:
+                out.append(_raw('<details class="folded">\n<summary>'))
+                block_open = True
+        out.append(token)
+        if token.type == "heading_close" and token.tag == "h3" and block_open:
+            out.append(_raw("</summary>\n"))
+    if block_open:
+        out.append(_raw("</details>\n"))
+    return out
+
+
+def markdown_to_html(markdown: str, *, title: str, folded: Collection[str] = ()) -> str:
+    """A complete HTML document for `markdown` (raw HTML in it is escaped, not passed through).
+
+    The level-3 sections under a level-2 heading whose text is in `folded` are closed
+    `<details>` blocks whose diagrams are drawn when the reader opens them.
+    """
     md = MarkdownIt("commonmark", {"html": False}).enable("table")
     md.add_render_rule("fence", _fence)
-    body = md.render(markdown)
+    env: dict[str, Any] = {}
+    body = md.renderer.render(_fold(md.parse(markdown, env), folded), md.options, env)
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         f"<title>{html.escape(title)}</title>\n<style>{_STYLE}</style>\n</head>\n<body>\n{body}"
         f"<script>\n{mermaid_js()}\n</script>\n"
-        "<script>mermaid.initialize({startOnLoad: true, securityLevel: 'strict'});</script>\n"
+        f"<script>{_DRAW}</script>\n"
         "</body>\n</html>\n"
     )
