@@ -364,15 +364,21 @@ class Ledger:
     def record_trusted_state(
         self, candidate_id: str, kind: str, path: str | os.PathLike[str], *, event_id: str | None = None
     ) -> CandidateResult:
-        """Record a state a stage saved, hashed on disk now, for recovery to resume from."""
+        """Record a state a stage saved, hashed on disk now, for recovery to resume from.
+
+        Hashed under the Ledger's `artifact_root` like every other artifact (symlinks may lead
+        anywhere inside it, a Hugging Face snapshot into its `blobs`); a path outside it is an
+        `ArtifactError`. Without a root, the path is its own.
+        """
         require_kind(kind)
         absolute = os.path.abspath(path)
         if not os.path.lexists(absolute):
             raise InputError(f"no such trusted-state path: {absolute}")
+        root = self.artifact_root
         return self._on_candidate(
             stream_of(candidate_id),
             # Hashed only once the move was found legal: a refused command reads nothing.
-            lambda current, _: decisions.record_trusted_state(kind, absolute, hash_directory(absolute)),
+            lambda current, _: decisions.record_trusted_state(kind, absolute, hash_directory(absolute, root)),
             command="trusted", event_id=event_id, reads_settings=False, first_type=TrustedStateRecorded.TYPE,
             inputs={"kind": kind, "path": absolute},
         )  # fmt: skip
