@@ -218,8 +218,14 @@ class Ledger:
         return follow_events(self.store, after=after, poll=poll, stream=stream, stop=stop,
                              is_closed=lambda: self._closed)  # fmt: skip
 
-    def wait_for(self, candidate_id: str, states: Iterable[State | str], timeout: float, *, poll: float = 0.2) -> State:
-        """Block until the candidate is in one of `states`; `WaitTimeout` after `timeout` seconds."""
+    def wait_for(
+        self, candidate_id: str, states: State | str | Iterable[State | str], timeout: float, *, poll: float = 0.2
+    ) -> State:
+        """Block until the candidate is in one of `states`; `WaitTimeout` after `timeout` seconds.
+
+        `states`: one state (a `State` or its name, `"ready"`) or an iterable of them; a name
+        that is no state, an empty list or a bad `timeout` / `poll` is an `InputError`.
+        """
         return wait_for_state(lambda: self._reader.existing(candidate_id).state, candidate_id=candidate_id,
                               states=states, timeout=timeout, poll=poll)  # fmt: skip
 
