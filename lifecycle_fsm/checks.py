@@ -146,12 +146,15 @@ def handoff_reason_codes(evidence: CheckEvidence, upstream_decision: Any) -> tup
 
 
 def trusted_state_evidence(current: CandidateState, settings: LedgerSettings, stage: str, root: str | None) -> JSON:
-    """Re-hash each trusted state this stage could reuse; available only if it still matches."""
+    """Re-hash each trusted state this stage could reuse; available only if it still matches.
+
+    Under `root`, as it was recorded (`Ledger.record_trusted_state`) and as every artifact is checked.
+    """
     evidence: JSON = {}
     for kind in RECOVERY_STATES_BY_STAGE[stage]:
         recorded = current.trusted_states.get(kind)
         if recorded is not None:
-            check = verify_artifact(recorded["path"], recorded["sha256"], None)
+            check = verify_artifact(recorded["path"], recorded["sha256"], root)
             source = "recorded"
         elif kind == "verified_baseline" and settings.baseline is not None:
             baseline = settings.baseline

@@ -45,7 +45,7 @@ from lifecycle_fsm.events import (
 )
 from lifecycle_fsm.limits import check_event_id
 from lifecycle_fsm.logs import get_logger
-from lifecycle_fsm.machine import COMMAND_TRIGGERS, allowed_commands, command_allowed, next_state, sources_of
+from lifecycle_fsm.machine import COMMAND_TRIGGERS, State, allowed_commands, command_allowed, next_state, sources_of
 from lifecycle_fsm.retry import DEFAULT_RETRY, RetryPolicy
 from lifecycle_fsm.state import CandidateState, LedgerSettings, apply_candidate, apply_settings
 from lifecycle_fsm.streams import StreamReader
@@ -73,7 +73,7 @@ class Outcome:
     duplicate: bool = False
 
     @property
-    def state(self) -> str | None:
+    def state(self) -> State | None:
         return None if self.candidate is None else self.candidate.state
 
 
@@ -103,7 +103,7 @@ def state_after(current: CandidateState | None, events: Sequence[CandidateEvent]
 
     `payloads` are the events' own (`to_payload`, built once for the append): a trigger may read them.
     """
-    state = None if current is None else current.state
+    state: str | None = None if current is None else current.state
     for event, payload in zip(events, payloads, strict=True):
         trigger = type(event).trigger_for(payload)
         following = next_state(state, trigger)

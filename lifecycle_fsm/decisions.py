@@ -31,7 +31,7 @@ from lifecycle_fsm.events import (
     TrustedStateRecorded,
     WindowAdvanced,
 )
-from lifecycle_fsm.machine import live_machine
+from lifecycle_fsm.machine import command_allowed
 from lifecycle_fsm.manifests import CandidateManifest
 from lifecycle_fsm.rules import BLOCKING_ACTIONS, ONLINE_KINDS, choose_recovery_action
 from lifecycle_fsm.state import CandidateState, LedgerSettings
@@ -90,7 +90,7 @@ def receive(current: CandidateState | None, candidate_id: str, manifest: Candida
             manifest.fields
         ):
             return NOTHING  # the same file at the same place: a retry after a lost acknowledgement
-        if not live_machine().get_transitions("revise", source=current.state):
+        if not command_allowed(current.state, ("revise",)):
             raise IllegalCommandError(
                 f"candidate {candidate_id!r} already exists in state {current.state} with a different manifest; "
                 "only a candidate in tune can be revised",

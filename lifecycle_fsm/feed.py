@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 import attrs
 
-from lifecycle_fsm.errors import NotFoundError, WaitTimeout
+from lifecycle_fsm.errors import InputError, NotFoundError, WaitTimeout
 from lifecycle_fsm.events import LEDGER_STREAM, Event, stream_of
 from lifecycle_fsm.limits import check_int, check_seconds
 from lifecycle_fsm.machine import State
@@ -23,9 +23,19 @@ from lifecycle_fsm.upcasting import decoded_event
 from store.base import EventStore
 from store.records import EventFilter, StoredEvent
 
-__all__ = ["PAGE", "FeedEvent", "WaitTimeout", "follow_events", "read_events", "stream_filter", "wait_for_state"]
+__all__ = [
+    "PAGE",
+    "FeedEvent",
+    "WaitTimeout",
+    "follow_events",
+    "read_events",
+    "stream_filter",
+    "wait_for_state",
+    "wanted_states",
+]
 
 PAGE = 500
+_STATES = {s.value: s for s in State}
 SEALS_STREAM = "seals"
 
 
@@ -129,25 +139,51 @@ def _follow(
                 wait_for_new(head if stream_id is not None else after, poll)
 
 
+def wanted_states(states: object) -> tuple[State, ...]:
+    """`wait_for`'s `states` as members: one `State` or state name, or an iterable of them.
+
+    A single string is one state, never its characters; anything else (a name that is no
+    state, something not a string, nothing at all) is an InputError saying what was given.
+    """
+    if isinstance(states, str):
+        given: list[object] = [states]
+    else:
+        try:
+            given = list(states)  # type: ignore[call-overload]
+        except TypeError:
+            raise InputError(
+                f"wait_for: states must be a state or an iterable of states, not {type(states).__name__}"
+            ) from None
+    if not given:
+        raise InputError(f"wait_for needs at least one state (one of {', '.join(State)})")
+    wanted = []
+    for state in given:
+        member = _STATES.get(state) if isinstance(state, str) else None  # a member finds itself
+        if member is None:
+            raise InputError(f"wait_for: {state!r} is not a state (expected one of {', '.join(State)})")
+        wanted.append(member)
+    return tuple(wanted)
+
+
 def wait_for_state(
     current_state: Callable[[], str | None],
     *,
     candidate_id: str,
-    states: Iterable[State | str],
+    states: State | str | Iterable[State | str],
     timeout: float,
     poll: float,
 ) -> State:
     """Poll `current_state` until it is one of `states`; `WaitTimeout` after `timeout` seconds.
 
     An unknown candidate counts as not there yet: another process may receive it.
-    `timeout` is finite and at least 0 (0: look once), `poll` finite and above 0;
-    anything else is an InputError (a NaN timeout never passed, so the wait never ended).
+    `states` is one state (a `State` or its name) or an iterable of them, at least one
+    (`wanted_states`); `timeout` is finite and at least 0 (0: look once), `poll` finite
+    and above 0; anything else is an InputError (a NaN timeout never passed, so the wait
+    never ended).
     """
     seconds = check_seconds("timeout", timeout, zero_ok=True)
     poll = check_seconds("poll", poll, zero_ok=False)
-    wanted = tuple(State(s) for s in states)  # ValueError for a name that is no state
-    if not wanted:
-        raise ValueError("wait_for needs at least one state")
+    wanted = wanted_states(states)
     give_up = time.monotonic() + seconds
     last: str | None = None
     while True:

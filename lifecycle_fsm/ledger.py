@@ -59,7 +59,7 @@ from lifecycle_fsm.results import CandidateResult, CommandResult, RecoveryResult
 from lifecycle_fsm.retry import DEFAULT_RETRY, RetryPolicy
 from lifecycle_fsm.rules import STAGES
 from lifecycle_fsm.state import CandidateState, LedgerSettings
-from lifecycle_fsm.streams import StreamReader, fold_candidate, fold_settings
+from lifecycle_fsm.streams import CACHED_CANDIDATES, StreamReader, fold_candidate, fold_settings
 from lifecycle_fsm.upcasting import decoded_event, decoded_payload
 from store.base import EventStore
 from store.records import StoredEvent
@@ -94,6 +94,7 @@ class Ledger:
         retry: RetryPolicy = DEFAULT_RETRY,
         signing_key: SigningKey | None = None,
         new_id: Callable[[], str] | None = None,
+        cached_candidates: int = CACHED_CANDIDATES,
     ) -> None:
         if actor is not None and not isinstance(actor, str):
             raise InputError(f"actor must be a string, not {type(actor).__name__}")
@@ -104,7 +105,9 @@ class Ledger:
         self.artifact_root = None if artifact_root is None else os.path.abspath(artifact_root)
         self.signing_key = signing_key  # the key seals are signed with (SPEC §8), kept for the commands that sign
         self._clock = clock
-        self._reader = StreamReader(store)
+        # The folds of the candidates this Ledger last read or wrote (at most `cached_candidates`, least
+        # recently used evicted first): a command on one of them decides without reading its stream.
+        self._reader = StreamReader(store, max_candidates=cached_candidates)
         self._path = CommandPath(self._reader, actor=self.actor, clock=clock, retry=retry, new_id=new_id)
         # Artifact digests this Ledger read, re-used by `check`/`hand_off` while no file changed;
         # stamped with the wall clock (the event clock is not consumed by a read).
@@ -126,7 +129,8 @@ class Ledger:
 
         `busy_timeout` (seconds) is how long a write waits for another writer's lock
         (SQLite's busy timeout, PostgreSQL's lock_timeout) before `StoreError`;
-        `kwargs` go to the constructor (`clock`, `artifact_root`, `retry`).
+        `kwargs` go to the constructor (`clock`, `artifact_root`, `retry`, `cached_candidates`: how
+        many candidates' folds it keeps, default 1024, least recently used evicted first).
         """
         from store.open import open_store
 
@@ -214,8 +218,14 @@ class Ledger:
         return follow_events(self.store, after=after, poll=poll, stream=stream, stop=stop,
                              is_closed=lambda: self._closed)  # fmt: skip
 
-    def wait_for(self, candidate_id: str, states: Iterable[State | str], timeout: float, *, poll: float = 0.2) -> State:
-        """Block until the candidate is in one of `states`; `WaitTimeout` after `timeout` seconds."""
+    def wait_for(
+        self, candidate_id: str, states: State | str | Iterable[State | str], timeout: float, *, poll: float = 0.2
+    ) -> State:
+        """Block until the candidate is in one of `states`; `WaitTimeout` after `timeout` seconds.
+
+        `states`: one state (a `State` or its name, `"ready"`) or an iterable of them; a name
+        that is no state, an empty list or a bad `timeout` / `poll` is an `InputError`.
+        """
         return wait_for_state(lambda: self._reader.existing(candidate_id).state, candidate_id=candidate_id,
                               states=states, timeout=timeout, poll=poll)  # fmt: skip
 
@@ -360,15 +370,21 @@ class Ledger:
     def record_trusted_state(
         self, candidate_id: str, kind: str, path: str | os.PathLike[str], *, event_id: str | None = None
     ) -> CandidateResult:
-        """Record a state a stage saved, hashed on disk now, for recovery to resume from."""
+        """Record a state a stage saved, hashed on disk now, for recovery to resume from.
+
+        Hashed under the Ledger's `artifact_root` like every other artifact (symlinks may lead
+        anywhere inside it, a Hugging Face snapshot into its `blobs`); a path outside it is an
+        `ArtifactError`. Without a root, the path is its own.
+        """
         require_kind(kind)
         absolute = os.path.abspath(path)
         if not os.path.lexists(absolute):
             raise InputError(f"no such trusted-state path: {absolute}")
+        root = self.artifact_root
         return self._on_candidate(
             stream_of(candidate_id),
             # Hashed only once the move was found legal: a refused command reads nothing.
-            lambda current, _: decisions.record_trusted_state(kind, absolute, hash_directory(absolute)),
+            lambda current, _: decisions.record_trusted_state(kind, absolute, hash_directory(absolute, root)),
             command="trusted", event_id=event_id, reads_settings=False, first_type=TrustedStateRecorded.TYPE,
             inputs={"kind": kind, "path": absolute},
         )  # fmt: skip

@@ -188,10 +188,16 @@ def sources_of(*triggers: str) -> tuple[str, ...]:
     return tuple(s.value for s in State if s.value in found)
 
 
+def _machine_name(state: str) -> str:
+    """`state` as the machine's own name: `transitions` takes an Enum member for its *name* (`READY`)."""
+    return state.value if isinstance(state, State) else state
+
+
 def allowed_triggers(state: str | None) -> list[str]:
-    """The triggers the table allows from `state` (for error messages and explain)."""
+    """The triggers the table allows from `state` (a `State` or its value; for error messages and explain)."""
     if state is None:
         return [INITIAL_TRIGGER]
+    state = _machine_name(state)
     machine = live_machine()
     return sorted({t for t in machine.get_triggers(state) if machine.get_transitions(t, source=state)})
 
@@ -205,7 +211,10 @@ def allowed_commands(state: str | None) -> list[str]:
 
 def command_allowed(state: str | None, triggers: Iterable[str]) -> bool:
     """Whether the shared machine allows any of `triggers` from `state` (runs no callbacks)."""
-    return state is not None and any(live_machine().get_transitions(t, source=state) for t in triggers)
+    if state is None:
+        return False
+    source = _machine_name(state)
+    return any(live_machine().get_transitions(t, source=source) for t in triggers)
 
 
 def diagram(path: Sequence[tuple[str | None, str, str, int]] = ()) -> str:

@@ -31,7 +31,7 @@ class CandidateResult:
 
     @property
     def state(self) -> State:
-        return State(self.candidate.state)
+        return self.candidate.state
 
     @property
     def candidate_id(self) -> str:

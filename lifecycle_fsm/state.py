@@ -19,7 +19,7 @@ import orjson
 from lifecycle_fsm.deferred import Factory, field_names, frozen
 from lifecycle_fsm.errors import CorruptionError
 from lifecycle_fsm.events import CANDIDATE_EVENTS, LEDGER_EVENTS, LEDGER_STREAM, CandidateEvent, Event, candidate_id_of
-from lifecycle_fsm.machine import TABLE_BY_STATE, allowed_triggers
+from lifecycle_fsm.machine import TABLE_BY_STATE, State, allowed_triggers
 
 __all__ = [
     "CANDIDATE_STEPS",
@@ -31,6 +31,7 @@ __all__ = [
     "apply",
     "apply_candidate",
     "apply_settings",
+    "as_state",
     "candidate_from_dict",
     "kept_payload",
     "not_a_candidate_event",
@@ -87,12 +88,30 @@ class LedgerSettings:
         }
 
 
+# Each state's name (an exact `str` key: a look-up by a plain string takes dict's fast path) -> its member.
+_STATE_OF: dict[str, State] = {s.value: s for s in State}
+
+
+def as_state(value: str) -> State:
+    """The `State` member `value` names (a member is itself); ValueError for anything else."""
+    member = _STATE_OF.get(value) if isinstance(value, str) else None
+    if member is None:
+        raise ValueError(f"{value!r} is not a candidate state (expected one of {', '.join(_STATE_OF)})")
+    return member
+
+
 @frozen
 class CandidateState:
-    """One candidate as the log says it is now."""
+    """One candidate as the log says it is now; `state` is always a `State` member.
+
+    The fold keeps the machine table's plain strings in its working dicts (the cheapest
+    per-event look-ups: issue #13) and a state becomes the enum member once, when a
+    `CandidateState` is made (`__attrs_post_init__`): every one a caller can see, whether
+    folded, restored from a checkpoint's JSON or built by hand.
+    """
 
     candidate_id: str
-    state: str
+    state: State
     version: int
     last_seq: int
     kind: str | None
@@ -108,8 +127,11 @@ class CandidateState:
     decisive_type: str | None = None
     manifest_sha256: str | None = None  # the received manifest file's bytes
 
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "state", as_state(self.state))  # frozen: attrs' own way of setting a field
+
     def to_dict(self) -> JSON:
-        """JSON-ready fields (what checkpoints store)."""
+        """JSON-ready fields (what checkpoints store; a `State` serialises as its value)."""
         return self.to_work() | {"reason_codes": list(self.reason_codes)}
 
     def to_work(self) -> JSON:

@@ -11,13 +11,14 @@ trusted checkpoint's copy of a long-lived candidate and fold only the events aft
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 import orjson
 
 from lifecycle_fsm.deferred import field_names
-from lifecycle_fsm.errors import NotFoundError
+from lifecycle_fsm.errors import InputError, NotFoundError
 from lifecycle_fsm.events import LEDGER_STREAM, stream_of
 from lifecycle_fsm.logs import get_logger
 from lifecycle_fsm.state import CandidateState, LedgerSettings, apply_settings, candidate_from_dict, step_candidate_at
@@ -25,13 +26,24 @@ from lifecycle_fsm.upcasting import decoded_payload
 from store.base import EventStore
 from store.records import StoredEvent
 
-__all__ = ["StreamReader", "fold_candidate", "fold_settings", "query_work", "state_from_checkpoint"]
+__all__ = [
+    "CACHED_CANDIDATES",
+    "StreamReader",
+    "fold_candidate",
+    "fold_settings",
+    "query_work",
+    "state_from_checkpoint",
+]
 
 log = get_logger(__name__)
 
 JSON = dict[str, Any]
 _S = TypeVar("_S", CandidateState, JSON)
 _CANDIDATE_FIELDS = frozenset(field_names(CandidateState))
+# How many candidates' folds a `StreamReader` (a `Ledger`) keeps by default, least recently
+# used evicted first: a fold is a few KB, so a process that touches thousands of candidates
+# stays flat; a supervisor cycling over fewer never reads a stream it holds.
+CACHED_CANDIDATES = 1024
 
 
 class StreamSource(Protocol):
@@ -130,13 +142,35 @@ def query_work(store: EventStore, candidate_id: str) -> JSON:
 
 
 class StreamReader:
-    """The folds of the streams this process touched, kept current from the store."""
+    """The folds of the streams this process touched, kept current from the store.
 
-    def __init__(self, store: EventStore) -> None:
+    At most `max_candidates` candidates are held (an LRU: the one read or written longest
+    ago goes first). The log is the truth and the cache only saves reads: an evicted
+    candidate is folded again from its stream when next needed.
+    """
+
+    def __init__(self, store: EventStore, *, max_candidates: int = CACHED_CANDIDATES) -> None:
+        if isinstance(max_candidates, bool) or not isinstance(max_candidates, int) or max_candidates < 1:
+            raise InputError(f"the candidate cache's size (cached_candidates) must be an int of at least 1, "
+                             f"not {max_candidates!r}")  # fmt: skip
         self.store = store
         self._settings = LedgerSettings()
         self._settings_known = False  # whether `_settings` was read or written by this process
-        self._candidates: dict[str, CandidateState] = {}
+        self._candidates: OrderedDict[str, CandidateState] = OrderedDict()
+        self._max_candidates = max_candidates
+
+    @property
+    def held(self) -> int:
+        """How many candidates' folds are held now (at most `max_candidates`)."""
+        return len(self._candidates)
+
+    def _keep(self, stream_id: str, state: CandidateState) -> None:
+        """Hold `state` as the most recently used fold, evicting the least recently used past the bound."""
+        candidates = self._candidates
+        candidates[stream_id] = state
+        candidates.move_to_end(stream_id)
+        if len(candidates) > self._max_candidates:
+            candidates.popitem(last=False)
 
     def settings(self) -> LedgerSettings:
         """The ledger's settings now: the cached fold plus any events appended since."""
@@ -165,7 +199,7 @@ class StreamReader:
         new = reader.read_stream(stream_id, after_version=0 if cached is None else cached.version)
         state = fold_candidate(new, start=cached)
         if state is not None:
-            self._candidates[stream_id] = state
+            self._keep(stream_id, state)
         return state
 
     def existing(self, candidate_id: str) -> CandidateState:
@@ -195,4 +229,4 @@ class StreamReader:
                 self._settings = state
                 self._settings_known = True
         else:
-            self._candidates[stream_of(state.candidate_id)] = state
+            self._keep(stream_of(state.candidate_id), state)

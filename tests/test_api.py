@@ -12,7 +12,14 @@ import types
 from pathlib import Path
 
 import pytest
+from backends import DURABLE, backend_params
 
+from lifecycle_fsm import Ledger, State
+from lifecycle_fsm.events import stream_of
+from lifecycle_fsm.ledger import utc_now
+from replay import take_checkpoint
+from replay.checkpoints import load_state
+from store.chain import canonical_json
 from tests.conftest import REPO, Workspace
 
 PACKAGES = ["lifecycle_fsm", "store", "replay", "lifecycle_fsm.cli"]
@@ -156,3 +163,39 @@ def test_readme_opens_with_the_two_commands() -> None:
     assert "pip install" in second and "pytest" in second
     ci = (REPO / ".ci" / "run").read_text()
     assert "pytest -q" in ci
+
+
+@pytest.mark.parametrize("backend", backend_params(DURABLE))
+def test_every_candidate_state_a_caller_sees_is_a_state_member(
+    ws: Workspace, backend: str, request: pytest.FixtureRequest
+) -> None:
+    """SPEC §10: `candidate.state` is a `State` (so `is State.X` holds), from a command, a query,
+    a checkpoint's JSON copy after reopening, and a replay; the checkpoint's bytes say the plain value."""
+    target = str(ws.db) if backend == "sqlite" else str(request.getfixturevalue("pg_url"))
+    queue = ws.root / "queue.jsonl"
+    queue.write_text("{}\n")
+    with Ledger.open(target, synchronous="NORMAL") as ledger:
+        ledger.activate_baseline(ws.baseline())
+        received = ledger.receive(ws.dpo())
+        assert received.candidate.state is State.RECEIVED and received.state is State.RECEIVED
+        assert ledger.check("dpo-v5").candidate.state is State.VERIFIED
+        kept = ledger.record_trusted_state("dpo-v5", "prompt_queue", queue)  # keeps the cached fold's state
+        assert kept.candidate.state is State.VERIFIED
+        assert ledger.candidate("dpo-v5").state is State.VERIFIED
+        assert ledger.hand_off("dpo-v5").candidate.state is State.READY
+        assert ledger.wait_for("dpo-v5", [State.READY], timeout=0) is State.READY
+        take_checkpoint(ledger.store, clock=utc_now)
+        version = ledger.store.stream_version(stream_of("dpo-v5"))
+    with Ledger.open(target, synchronous="NORMAL") as reopened:
+        snap = reopened.store.latest_stream_snapshot(stream_of("dpo-v5"))
+        assert snap is not None and snap.version == version  # no tail: the state is the copy's JSON alone
+        from_copy = reopened.candidate("dpo-v5")
+        assert from_copy.state is State.READY
+        assert '"state":"ready"' in snap.state
+        restored = load_state(reopened.store)
+        assert restored.checkpoint is not None
+        assert restored.state.candidates["dpo-v5"].state is State.READY
+        replayed = load_state(reopened.store, use_checkpoints=False).state.candidates["dpo-v5"]
+        assert replayed.state is State.READY and replayed == from_copy
+        # Serialised, a member is its value: checkpoints, canonical JSON and their hashes are unchanged.
+        assert canonical_json(replayed.to_dict()) == canonical_json(replayed.to_dict() | {"state": "ready"})

@@ -20,7 +20,9 @@ from typing import Any
 import pytest
 import structlog
 
-from lifecycle_fsm import Ledger
+from lifecycle_fsm import InputError, Ledger, State
+from lifecycle_fsm.events import stream_of
+from lifecycle_fsm.ledger import fold_candidate
 from replay.checkpoints import load_state
 from replay.verify import verify
 from store.sqlite import SQLiteEventStore
@@ -196,3 +198,56 @@ def test_two_processes_taking_turns_lose_no_update(ws: Workspace, request: pytes
         assert report["ok"], report
         replayed = load_state(ledger.store, use_checkpoints=False).state
         assert replayed.candidates["grpo-v7"] == ledger.candidate("grpo-v7")
+
+
+def _stream_reads(statements: list[str]) -> list[str]:
+    """The reads of a stream's events (not the append's version check)."""
+    return [s for s in statements if "FROM events WHERE stream_id" in s and "version >" in s]
+
+
+def test_the_candidate_cache_stays_at_its_bound_and_an_evicted_candidate_is_answered_from_the_log(
+    ws: Workspace,
+) -> None:
+    """A Ledger holds at most `cached_candidates` folds, least recently used evicted first (it grew
+    without bound: ~7 KB per candidate ever touched). An evicted candidate is read again, and every
+    answer about it is the log's, even after another process moved it; a working set within the
+    bound is still decided without reading a stream."""
+    names = [f"dpo-{i}" for i in range(6)]
+    with ws.ledger(cached_candidates=3) as ledger, ws.ledger() as other:
+        ledger.activate_baseline(ws.baseline())
+        manifests = {name: ws.dpo(name) for name in names}
+        for name in names:
+            ledger.receive(manifests[name])
+        reader = ledger._reader
+        assert reader.held == 3
+        assert [n for n in names if reader.cached(stream_of(n)) is not None] == names[-3:]
+        assert ledger.candidate(names[0]).state is State.RECEIVED  # evicted: read from the log
+        assert ledger.check(names[0]).state is State.VERIFIED
+        assert reader.held == 3 and reader.cached(stream_of(names[1])) is None  # the least recent went
+        other.check(names[1])  # moved behind this Ledger's back while evicted
+        assert ledger.candidate(names[1]).state is State.VERIFIED
+        assert ledger.hand_off(names[1]).state is State.READY
+        again = ledger.receive(manifests[names[2]])  # evicted: a repeated receipt is still a no-op
+        assert not again.appended and again.candidate.version == 1 and again.state is State.RECEIVED
+        assert reader.held == 3
+        working = [names[1], names[2], names[0]]  # the three held now
+        assert {n for n in names if reader.cached(stream_of(n)) is not None} == set(working)
+        queue = ws.root / "queue.jsonl"
+        queue.write_text("{}\n")
+        with traced(ledger.store) as statements:
+            for _ in range(3):
+                for name in working:
+                    ledger.record_trusted_state(name, "prompt_queue", queue)
+        assert _stream_reads(statements) == []
+        assert reader.held == 3
+    with Ledger.open(ws.db) as fresh:
+        for name in names:
+            assert fresh.candidate(name) == fold_candidate(fresh.store.read_stream(stream_of(name)))
+
+
+def test_the_candidate_cache_size_is_checked() -> None:
+    from store import MemoryEventStore
+
+    for bad in (0, -1, 2.5, True, "10"):
+        with pytest.raises(InputError, match="cached_candidates"):
+            Ledger(MemoryEventStore(), cached_candidates=bad)  # type: ignore[arg-type]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from lifecycle_fsm import FeedEvent, Ledger, LifecycleError, State, WaitTimeout
+from lifecycle_fsm import FeedEvent, InputError, Ledger, LifecycleError, State, WaitTimeout
 from lifecycle_fsm.events import CandidateReceived, ChecksRecorded, LedgerInitialized
 from tests.conftest import REPO, Workspace
 
@@ -137,6 +137,42 @@ def test_wait_for_times_out_with_a_lifecycle_and_builtin_timeout_error(ws: Works
     assert ledger.wait_for("dpo-v5", ["received"], timeout=0) is State.RECEIVED  # already there: no wait
     with pytest.raises(ValueError, match="nowhere"):
         ledger.wait_for("dpo-v5", ["nowhere"], timeout=1)
+
+
+STATE_NAMES = "received, verified, recovering, tune, reject, ready"
+
+
+@pytest.mark.parametrize(
+    ("states", "message"),
+    [
+        (["readyy"], f"wait_for: 'readyy' is not a state (expected one of {STATE_NAMES})"),
+        ([], f"wait_for needs at least one state (one of {STATE_NAMES})"),
+        ([State.READY, 5], f"wait_for: 5 is not a state (expected one of {STATE_NAMES})"),
+        (["READY"], f"wait_for: 'READY' is not a state (expected one of {STATE_NAMES})"),
+        (5, "wait_for: states must be a state or an iterable of states, not int"),
+        (None, "wait_for: states must be a state or an iterable of states, not NoneType"),
+    ],
+)
+def test_bad_states_are_one_line_input_errors(ledger: Ledger, states: object, message: str) -> None:
+    """A name that is no state, no state at all or not states: an InputError in the LifecycleError tree
+    (was a bare ValueError, "'readyy' is not a valid State"), before any wait."""
+    started = time.monotonic()
+    with pytest.raises(InputError) as info:
+        ledger.wait_for("dpo-v5", states, timeout=30)  # type: ignore[arg-type]
+    assert isinstance(info.value, LifecycleError)
+    assert str(info.value) == message
+    assert time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize("one", ["received", State.RECEIVED])
+def test_one_state_given_alone_is_that_state_not_its_characters(ws: Workspace, ledger: Ledger, one: str) -> None:
+    """`wait_for(id, "ready", t)` waits for `ready` (it iterated the string: "'r' is not a valid State")."""
+    ledger.activate_baseline(ws.baseline())
+    ledger.receive(ws.dpo())
+    assert ledger.wait_for("dpo-v5", one, timeout=0) is State.RECEIVED
+    with pytest.raises(WaitTimeout) as info:
+        ledger.wait_for("dpo-v5", "ready", timeout=0.1, poll=0.05)
+    assert info.value.states == ("ready",)
 
 
 def test_follow_ends_when_the_ledger_is_closed(ws: Workspace) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 from pathlib import Path
 
@@ -9,13 +11,17 @@ import pytest
 import structlog
 from conftest import DROP, Workspace, count_events
 
+from lifecycle_fsm import RecoveryAction, State
+from lifecycle_fsm.artifacts import hash_directory
 from lifecycle_fsm.errors import (
+    ArtifactError,
     ConflictError,
     DuplicateEventError,
     IllegalCommandError,
     InputError,
     NotFoundError,
 )
+from lifecycle_fsm.fixtures import candidate_manifest
 from lifecycle_fsm.ledger import Ledger
 from replay import verify
 
@@ -415,3 +421,55 @@ def test_an_actor_that_is_not_a_string_is_refused(ws: Workspace) -> None:
     with pytest.raises(InputError, match=r"actor .* lone surrogate"):
         ws.ledger(actor="sup\ud800")
     assert ws.ledger(actor="supervisor-7").actor == "supervisor-7"
+
+
+def _hub_snapshot(repo: Path, revision: str, files: dict[str, bytes]) -> Path:
+    """A Hugging Face cache repo as the hub writes it: `snapshots/REV/NAME` links to `../../blobs/<sha256>`."""
+    snapshot = repo / "snapshots" / revision
+    snapshot.mkdir(parents=True)
+    (repo / "blobs").mkdir(exist_ok=True)
+    for name, data in files.items():
+        blob = hashlib.sha256(data).hexdigest()
+        (repo / "blobs" / blob).write_bytes(data)
+        (snapshot / name).symlink_to(os.path.join("..", "..", "blobs", blob))
+    return snapshot
+
+
+def test_trusted_states_are_hashed_under_the_ledgers_artifact_root_like_every_artifact(ws: Workspace) -> None:
+    """With `artifact_root`, a Hugging Face snapshot (links into `../../blobs`, all inside the root)
+    is received, checked, recorded as a trusted state and re-hashed by `fail_stage` alike: the
+    trusted state used to be hashed with the path as its own root ("symlink leads outside the
+    allowed root"). A path outside the root is refused like any artifact's."""
+    hub = ws.root / "hub"
+    adapter = _hub_snapshot(hub / "models--org--grpo", "abc", {"adapter_config.json": b'{"r": 8}',
+                                                                "adapter_model.safetensors": b"w" * 4096})  # fmt: skip
+    checkpoint = _hub_snapshot(hub / "models--org--ckpt", "def", {"model.safetensors": b"c" * 4096})
+    sft = ws.baseline()
+    sha = hash_directory(adapter, ws.root)
+    manifest = candidate_manifest(
+        "grpo",
+        source_policy_version=ws.sft_sha,
+        policy_version="grpo-hub",
+        adapter_sha256=sha,
+        adapter_path=str(adapter),
+    )
+    path = ws.write_manifest("grpo-hub", manifest)
+    with ws.ledger(artifact_root=ws.root) as ledger:
+        ledger.init()
+        ledger.activate_baseline(sft)
+        assert ledger.receive(path).state is State.RECEIVED
+        assert ledger.check("grpo-hub").state is State.VERIFIED
+        recorded = ledger.record_trusted_state("grpo-hub", "pre_update_checkpoint", checkpoint)
+        assert recorded.candidate.trusted_states["pre_update_checkpoint"]["sha256"] == hash_directory(
+            checkpoint, ws.root
+        )
+        plan = ledger.fail_stage("grpo-hub", "update").plan
+        assert (plan.action, plan.recovery_state, plan.path) == (
+            RecoveryAction.RESTORE_PRE_UPDATE_CHECKPOINT, "pre_update_checkpoint", str(checkpoint),
+        )  # fmt: skip
+        outside = ws.root.parent / f"{ws.root.name}-outside"
+        outside.mkdir()
+        (outside / "queue.jsonl").write_text("{}\n")
+        with pytest.raises(ArtifactError, match="escapes root"):
+            ledger.record_trusted_state("grpo-hub", "prompt_queue", outside / "queue.jsonl")
+        assert "prompt_queue" not in ledger.candidate("grpo-hub").trusted_states

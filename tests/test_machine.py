@@ -17,7 +17,9 @@ from lifecycle_fsm.machine import (
     TABLE_DIGEST,
     TRANSITIONS,
     State,
+    allowed_commands,
     allowed_triggers,
+    command_allowed,
     diagram,
     next_state,
 )
@@ -109,6 +111,15 @@ def test_allowed_triggers(state: str | None) -> None:
     """allowed_triggers lists, sorted, exactly the triggers the spec allows from a state."""
     expected = sorted(trigger for (source, trigger) in EXPECTED if source == state)
     assert allowed_triggers(state) == expected
+
+
+@pytest.mark.parametrize("state", list(State))
+def test_a_state_member_is_asked_as_its_value(state: State) -> None:
+    """`transitions` takes an Enum member for its *name* (READY), which no state has: a member
+    (what `CandidateState.state` holds) must be asked about as its value, or every move looks forbidden."""
+    assert allowed_triggers(state) == allowed_triggers(state.value)
+    assert allowed_commands(state) == allowed_commands(state.value)
+    assert command_allowed(state, ["revise"]) is (state is State.TUNE)
 
 
 def test_allowed_triggers_examples() -> None:
