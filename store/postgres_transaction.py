@@ -17,7 +17,7 @@ from store.base import AppendResult
 from store.chain import GENESIS_HASH, chain_rows, check_batch, match_retry
 from store.errors import ConcurrencyError, IntegrityError, LifecycleError, StoreError
 from store.postgres_append import chained_insert_sql, check_server_chain
-from store.postgres_pipeline import EVENT_ROW, decode_rows
+from store.postgres_pipeline import EVENT_ROW, NOTHING_COMMITTED, decode_rows
 from store.postgres_schema import EVENT_COLUMNS
 from store.records import Head, NewEvent, StoredEvent, StreamHead
 from store.threads import one_thread
@@ -126,7 +126,7 @@ class PostgresTransaction:
             self.started = True
             parts = [("BEGIN", None), (self._session.lock_sql, None), *parts]
             skip = 2
-        with self._session.mapped("write transaction failed"):
+        with self._session.mapped("write transaction failed", lost=NOTHING_COMMITTED):
             inline = self._session.inline
             cur = conn.execute("; ".join(sql if params is None else inline(sql, params) for sql, params in parts))
             cursors = []
