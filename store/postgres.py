@@ -56,9 +56,9 @@ from psycopg.pq import TransactionStatus
 
 from store.base import AppendResult
 from store.chain import GENESIS_HASH, verify_rows
-from store.errors import InputError, IntegrityError, write_in_read_snapshot
+from store.errors import InputError, IntegrityError, write_in_read_snapshot, write_in_transaction
 from store.faults import fault_from_env
-from store.postgres_pipeline import COMMIT_UNKNOWN
+from store.postgres_pipeline import COMMIT_UNKNOWN, NOTHING_COMMITTED
 from store.postgres_schema import EVENT_COLUMNS, PG_GUARD_SOURCE, PG_GUARDS, PgSession, filter_sql
 from store.postgres_transaction import VERSION_OF, PostgresTransaction
 from store.records import (
@@ -131,13 +131,12 @@ class PostgresEventStore:
         # Entered (not only created) by the owner: another thread's `with` would run the exit,
         # and its rollback, on the owner's connection (`one_thread` checks the call alone).
         self._owner.check()
-        if self._reading:
-            raise write_in_read_snapshot(self.where)
         session = self.session
+        self._refuse_nested_write()
         with session.mapped("cannot start a write transaction"):
             session.ready()  # before the transaction: never reconnect inside one
         tx = PostgresTransaction(self)
-        outer, session.held = session.held, True
+        session.held = True  # its BEGIN goes with its first statement, inside the block
         try:
             yield tx
             tx.finish()
@@ -150,11 +149,19 @@ class PostgresEventStore:
             self._rollback()
             raise
         finally:
-            session.held = outer
+            session.held = False
         if tx.head is not None:
             self.last_head = tx.head
         if self._fault is not None:
             self._fault.reached("after_commit")
+
+    def _refuse_nested_write(self) -> None:
+        """A write through the store inside its own open read snapshot or transaction is refused (it
+        would run inside that transaction: not committed by its own Sync, and lost with it)."""
+        if self._reading:
+            raise write_in_read_snapshot(self.where)
+        if self.session.held:
+            raise write_in_transaction(self.where)
 
     def _rollback(self) -> None:
         conn = self.session.conn
@@ -177,9 +184,11 @@ class PostgresEventStore:
             raise InputError(f"{self.where}: read_snapshot() inside a write transaction is refused")
         with session.mapped("cannot start a read snapshot"):
             session.ready()
-            session.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        self._reading = session.held = True
-        try:
+        session.held = True
+        try:  # BEGIN inside: an interrupt once it is answered still ends it
+            with session.mapped("cannot start a read snapshot"):
+                session.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            self._reading = True
             yield
         finally:
             self._reading = session.held = False
@@ -188,18 +197,22 @@ class PostgresEventStore:
     @contextmanager
     def _locked(self, what: str) -> Iterator[None]:
         """A maintenance transaction under the write lock (index rebuild, checkpoints)."""
-        if self._reading:
-            raise write_in_read_snapshot(self.where)
+        self._refuse_nested_write()
         session = self.session
         with session.mapped(what):
             session.ready()
-        outer, session.held = session.held, True
-        try:
-            with session.mapped(what, lost=COMMIT_UNKNOWN), session.conn.transaction():  # rolls back on any error
-                session.conn.execute("SELECT pg_advisory_xact_lock(%s)", (session.lock_key,))
+        session.held = True
+        try:  # BEGIN and the lock inside: an interrupt once they are answered still rolls back
+            with session.mapped(what, lost=NOTHING_COMMITTED):
+                session.conn.execute(f"BEGIN; {session.lock_sql}")
                 yield
+            with session.mapped(what, lost=COMMIT_UNKNOWN):
+                session.conn.execute("COMMIT")
+        except BaseException:
+            self._rollback()
+            raise
         finally:
-            session.held = outer
+            session.held = False
 
     def append(
         self,
@@ -212,9 +225,9 @@ class PostgresEventStore:
         fresh_ids: bool = False,
         expect: Sequence[tuple[str, int]] = (),
     ) -> AppendResult:
-        if self._reading:
-            raise write_in_read_snapshot(self.where)
         session = self.session
+        if self._reading or session.held:
+            self._refuse_nested_write()
         pg = session.conn.pgconn
         if pg.transaction_status or pg.pipeline_status:  # `session.ready()`, inlined on the hot path
             with session.mapped("write transaction failed"):

@@ -130,8 +130,8 @@ class Pipeline:
         bound = [[self.param(v) for v in params] for _, params in statements]
         fresh: list[str] = []
         with session.mapped("write transaction failed", lost=COMMIT_UNKNOWN):
-            pg.enter_pipeline_mode()
-            try:
+            try:  # pipeline mode is entered inside: an interrupt at any point leaves it (`_leave_pipeline`)
+                pg.enter_pipeline_mode()
                 for sql, _ in statements:
                     name = self._name(sql)
                     if name is not None:
@@ -168,8 +168,8 @@ class Pipeline:
         conn = session.conn
         with session.mapped("write transaction failed", lost=COMMIT_UNKNOWN):
             text = "; ".join(session.inline(*_percent(sql, params)) for sql, params in statements)
-            conn.pgconn.send_query(text.encode())
             try:
+                conn.pgconn.send_query(text.encode())
                 results: list[PGresult] = conn.wait(generators.execute(conn.pgconn))
             except BaseException:
                 if conn.pgconn.transaction_status == TransactionStatus.ACTIVE:

@@ -209,6 +209,9 @@ class PgSession:
             self.binder = psycopg.ClientCursor(self.conn)  # binds values client-side for multi-statement trips
             self._seen: set[str] = set()
             self._prepared: dict[str, str] = {}
+            # Names are never reused: a PREPARE interrupted (Ctrl-C) may or may not have run on the server,
+            # so the statement is prepared again under a new name (as `Pipeline` does).
+            self._serial = itertools.count()
             self.pipeline = Pipeline(self)
         except BaseException:
             self.conn.close()
@@ -287,11 +290,16 @@ class PgSession:
                 f"{self.where}: lost its connection to the server; a new session finds schema {row[3]!r}, not "
                 f"{self.schema!r}: open the ledger again"
             )
-        old, self.conn = self.conn, conn
-        self.binder = psycopg.ClientCursor(conn)
-        self._seen.clear()
-        self._prepared.clear()
-        self.pipeline.forget()
+        try:  # what the old session prepared is forgotten before the new one is put in its place
+            self._seen.clear()
+            self._prepared.clear()
+            self.pipeline.forget()
+            binder = psycopg.ClientCursor(conn)
+        except BaseException:  # interrupted: the old session stays (closed), the next call tries again
+            conn.close()
+            raise
+        old = self.conn
+        self.conn, self.binder = conn, binder  # one step: no interrupt lands between the two
         self.reconnects += 1
         old.close()  # closed already (psycopg's close is then a no-op)
 
@@ -327,7 +335,7 @@ class PgSession:
         if sql not in self._seen:
             self._seen.add(sql)
             return
-        name = f"lifecycle_stmt_{len(self._prepared)}"
+        name = f"lifecycle_stmt_{next(self._serial)}"
         numbers = itertools.count(1)
         with self.mapped("cannot prepare a statement"):
             self.conn.execute(f"PREPARE {name} AS " + re.sub("%s", lambda _: f"${next(numbers)}", sql))

@@ -120,7 +120,8 @@ class PostgresTransaction:
         conn = self._session.conn
         parts: list[tuple[str, Sequence[Any] | None]] = list(statements)
         skip = 0
-        if not self.started:
+        starting = not self.started
+        if starting:
             for sql, params in statements:  # outside any transaction: a PREPARE is never rolled back
                 self._session.prepare_if_repeated(sql, params)
             self.started = True
@@ -134,6 +135,8 @@ class PostgresTransaction:
                 if n >= skip and n < skip + len(statements):
                     cursors.append(_Result(cur))
                 cur.nextset()
+        if starting and self._store._fault is not None:  # BEGIN and the lock answered: the write lock is held
+            self._store._fault.reached("after_begin")
         return cursors
 
     def _run(self, sql: str, params: Sequence[Any] = ()) -> _Result:
