@@ -164,6 +164,8 @@ class PostgresEventStore:
             raise write_in_transaction(self.where)
 
     def _rollback(self) -> None:
+        if self._owner.forked:  # a forked child left inside the parent's transaction: nothing is sent
+            return
         conn = self.session.conn
         if conn.closed or conn.pgconn.transaction_status == TransactionStatus.IDLE:
             return

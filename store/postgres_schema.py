@@ -181,7 +181,9 @@ class PgSession:
     def __init__(self, url: str, *, synchronous: str, busy_timeout: float, idle_timeout: float) -> None:
         self.url = url
         self.where = redact_url(url)
-        self.owner = ThreadOwner(self.where)  # the thread that may use this connection (store/threads.py)
+        # The thread that may use this connection (store/threads.py); in a forked child, none may (and
+        # psycopg never closes, so never sends a Terminate for, a connection it frees in another process).
+        self.owner = ThreadOwner(self.where)
         self._secrets = _secrets(url)
         self.busy_timeout = busy_timeout
         self.idle_timeout = idle_timeout
@@ -500,6 +502,7 @@ class PgSession:
             return self.conn.execute(sql, params)
 
     def close(self) -> None:
+        self.owner.release()
         self._closed = True
         if self._listener is not None:
             self._listener.close()

@@ -30,7 +30,7 @@ import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from store.base import AppendResult
 from store.chain import GENESIS_HASH, verify_rows
@@ -88,6 +88,36 @@ def _create_private(path: Path) -> None:
         raise StoreError(f"{path}: cannot create the ledger file ({e.strerror})") from e
 
 
+class _Inherited:
+    """A store's connection in a forked child: every use is refused; closing it closes nothing."""
+
+    __slots__ = ("_owner",)
+
+    def __init__(self, owner: ThreadOwner) -> None:
+        self._owner = owner
+
+    def close(self) -> None:
+        return None
+
+    def __getattr__(self, name: str) -> Any:
+        raise self._owner.refusal()
+
+
+def keep_for_good(obj: object) -> None:
+    """Hold `obj` until the process ends, past interpreter shutdown, which frees what it can (freeing an
+    sqlite3 connection closes it): one reference never dropped."""
+    _KEPT.append(obj)
+    try:
+        import ctypes
+
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
+    except (ImportError, AttributeError, OSError):  # no ctypes here: the module-level reference still holds
+        pass
+
+
+_KEPT: list[object] = []
+
+
 # Nothing from sqlite3 leaves a public method (store/sqlite_errors.py); every one but the
 # writes first gives reads their busy timeout back.
 _WRITES = ("append", "append_checkpoint", "close", "rebuild_stream_index", "transaction")
@@ -111,7 +141,9 @@ class SQLiteEventStore:
         self.path = Path(path)
         self._fault = fault_from_env()
         self._busy_timeout = busy_timeout
-        self._owner = ThreadOwner(self.path)  # `sqlite3` checks the store's own calls; transactions check this
+        # `sqlite3` checks the store's own calls for the thread; transactions check this; in a forked child
+        # `_detach_in_child` leaves every call refused (store/threads.py).
+        self._owner = ThreadOwner(self.path, self._detach_in_child)
         self._busy_ms = max(0, int(busy_timeout * 1000))
         self._private = str(path) in ("", ":memory:")  # nobody else can reach it: never wait
         self._quick = self._private  # the busy timeout is 0 (a write set it; the next read gives it back)
@@ -214,11 +246,15 @@ class SQLiteEventStore:
         """COMMIT (a command's commit is where the fault hooks sit)."""
         if command and self._fault is not None:
             self._fault.reached("before_commit")
+        if conn is not self._conn:  # a forked child inside the parent's transaction: never its COMMIT
+            raise self._owner.refusal()
         conn.execute("COMMIT")
         if command and self._fault is not None:
             self._fault.reached("after_commit")
 
     def _rollback(self, conn: sqlite3.Connection) -> None:
+        if conn is not self._conn:  # a forked child (`_detach_in_child`): the parent's connection is left alone
+            return
         try:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
@@ -328,10 +364,7 @@ class SQLiteEventStore:
         cursor = self._conn.execute(
             f"SELECT {EVENT_COLUMNS} FROM events WHERE seq > ? AND seq <= ? ORDER BY seq", (after, upper)
         )
-        while True:
-            rows = cursor.fetchmany(2000)
-            if not rows:
-                return
+        for rows in self._batches(cursor, 2000):
             for row in rows:
                 yield StoredEvent(*row)
 
@@ -348,8 +381,7 @@ class SQLiteEventStore:
             "WHERE seq > ? AND seq <= ? ORDER BY seq",
             (after, upper),
         )
-        while rows := cursor.fetchmany(256):
-            yield rows
+        yield from self._batches(cursor, 256)
 
     def select_row_batches(self, *, after: int = 0, to: int | None = None) -> Iterator[list[tuple[Any, ...]]]:
         """Whole rows in batches, one SELECT (one read snapshot), for the checked folds.
@@ -362,14 +394,13 @@ class SQLiteEventStore:
         cursor = self._conn.execute(
             f"SELECT {EVENT_COLUMNS} FROM events WHERE seq > ? AND seq <= ? ORDER BY seq", (after, upper)
         )
-        while rows := cursor.fetchmany(256):
-            yield rows
+        yield from self._batches(cursor, 256)
 
     def select_matching(self, query: EventFilter) -> Iterator[StoredEvent]:
         sql, params = filter_sql(query)
         try:
             cursor = self._conn.execute(f"SELECT {EVENT_COLUMNS} FROM events WHERE {sql}", params)
-            while rows := cursor.fetchmany(2000):
+            for rows in self._batches(cursor, 2000):
                 yield from (StoredEvent(*row) for row in rows)
         except sqlite3.DatabaseError as e:
             raise StoreError(f"{self.path}: cannot read the log ({e})") from e
@@ -466,8 +497,8 @@ class SQLiteEventStore:
             "recorded_at FROM checkpoints WHERE position <= ? ORDER BY position DESC, checkpoint_id DESC",
             ((1 << 62) if at_or_before is None else at_or_before,),
         )
-        for row in cursor:
-            yield CheckpointRecord(*row)
+        for rows in self._batches(cursor, 1):
+            yield CheckpointRecord(*rows[0])
 
     def hash_at(self, seq: int) -> str | None:
         """The stored hash at a position (GENESIS for 0), or None when there is no such event."""
@@ -484,7 +515,25 @@ class SQLiteEventStore:
         (256 rows: ~15% faster than 8192, as `select_row_batches` says why)."""
         return verify_rows(self.select_row_batches(), count=self.count_events, head=self.head)
 
+    def _batches(self, cursor: sqlite3.Cursor, size: int) -> Iterator[list[Any]]:
+        """A read's rows in `fetchmany` batches; a read carried into a forked child stops there (its
+        cursor is the parent's connection's)."""
+        owner = self._owner
+        while not owner.forked and (rows := cursor.fetchmany(size)):
+            yield rows
+        if owner.forked:
+            raise owner.refusal()
+
+    def _detach_in_child(self) -> None:
+        """In a forked child (store/threads.py): every later call refused, the inherited connection never
+        used, closed or freed here. SQLite's close would roll back a transaction the parent may have open
+        through the shared WAL index, and a child must not carry a connection across fork at all."""
+        inherited = self._conn
+        self._conn = cast(sqlite3.Connection, _Inherited(self._owner))
+        keep_for_good(inherited)
+
     def close(self) -> None:
+        self._owner.release()
         self._conn.close()
 
     def __enter__(self) -> SQLiteEventStore:
