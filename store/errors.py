@@ -22,6 +22,7 @@ __all__ = [
     "NotFoundError",
     "StoreError",
     "write_in_read_snapshot",
+    "write_in_transaction",
 ]
 
 
@@ -106,3 +107,11 @@ class StoreError(LifecycleError, OSError):
 def write_in_read_snapshot(where: object) -> InputError:
     """What a write through a store handle inside its own `read_snapshot()` raises."""
     return InputError(f"{where}: a write inside read_snapshot() is refused (it holds one read transaction)")
+
+
+def write_in_transaction(where: object) -> InputError:
+    """What a write through a store handle inside its own open `transaction()` raises (write through
+    the transaction; a second transaction on the same connection cannot be had)."""
+    return InputError(
+        f"{where}: a write through the store inside its own open transaction is refused (use the transaction's methods)"
+    )

@@ -5,8 +5,13 @@ store kills itself at named points when `LIFECYCLE_FAULT` asks it to:
 
 - `kill@before_commit`   SIGKILL after a command's rows are inserted, before COMMIT;
 - `kill@after_commit`    SIGKILL after COMMIT, before the append returns;
-- `int@before_commit`, `int@after_commit`: SIGINT (Ctrl-C) there instead, which the
-  process may handle (the CLI's exit 130 is tested with it).
+- `kill@after_begin`     SIGKILL right after the write lock is taken (SQLite: `BEGIN
+  IMMEDIATE` returned; PostgreSQL: a transaction's first round trip, BEGIN and the lock,
+  answered), before anything is inserted;
+- `int@before_commit`, `int@after_commit`, `int@after_begin`: SIGINT (Ctrl-C) there
+  instead, which the process may handle (the CLI's exit 130 is tested with it; an
+  embedding supervisor that catches the KeyboardInterrupt must find its Ledger usable:
+  tests/test_store_interrupts.py).
 
 A `#N` suffix (`kill@before_commit#3`) fires on the Nth commit of the process
 instead of the first. The variable is read once when a store opens; unset, the
@@ -20,7 +25,7 @@ import os
 from store.errors import InputError
 
 ENV_VAR = "LIFECYCLE_FAULT"
-POINTS = ("before_commit", "after_commit")
+POINTS = ("before_commit", "after_commit", "after_begin")
 ACTIONS = ("kill", "int")
 
 

@@ -32,6 +32,10 @@ Why it is built this way:
   polling stays the truth.
 - Either way an event hashes the same here and in SQLite (the server's hash is re-checked
   by the client); `payload` and `recorded_at` are stored as the exact text that was hashed.
+- A connection the server dropped (restart, failover, an ended session) fails the call that met
+  it, once; the next call opens a new session before it starts, never inside a transaction
+  (`PgSession.recover`, checked with two attribute reads per call: a supervisor on many machines
+  keeps its Ledger across a failover).
 - `lock_timeout` (from `busy_timeout`) bounds the wait for the lock and
   `idle_in_transaction_session_timeout` ends a writer that stalls holding it; both
   surface as `StoreError` (README says what a user sees).
@@ -52,8 +56,9 @@ from psycopg.pq import TransactionStatus
 
 from store.base import AppendResult
 from store.chain import GENESIS_HASH, verify_rows
-from store.errors import InputError, IntegrityError, write_in_read_snapshot
+from store.errors import InputError, IntegrityError, write_in_read_snapshot, write_in_transaction
 from store.faults import fault_from_env
+from store.postgres_pipeline import COMMIT_UNKNOWN, NOTHING_COMMITTED
 from store.postgres_schema import EVENT_COLUMNS, PG_GUARD_SOURCE, PG_GUARDS, PgSession, filter_sql
 from store.postgres_transaction import VERSION_OF, PostgresTransaction
 from store.records import (
@@ -111,7 +116,6 @@ class PostgresEventStore:
         self.where = self.session.where
         self._owner = self.session.owner
         self.last_head = Head(0, GENESIS_HASH)  # a transaction's first guess, checked by its insert
-        self._listener: psycopg.Connection[Any] | None = None  # wait_for_new's LISTEN connection
         self._reading = False  # inside `read_snapshot()`
 
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
@@ -127,31 +131,46 @@ class PostgresEventStore:
         # Entered (not only created) by the owner: another thread's `with` would run the exit,
         # and its rollback, on the owner's connection (`one_thread` checks the call alone).
         self._owner.check()
-        if self._reading:
-            raise write_in_read_snapshot(self.where)
+        session = self.session
+        self._refuse_nested_write()
+        with session.mapped("cannot start a write transaction"):
+            session.ready()  # before the transaction: never reconnect inside one
         tx = PostgresTransaction(self)
-        conn = self.session.conn
+        session.held = True  # its BEGIN goes with its first statement, inside the block
         try:
             yield tx
             tx.finish()
             if self._fault is not None:
                 self._fault.reached("before_commit")
             if tx.started:
-                with self.session.mapped("commit failed"):
-                    conn.execute(f"{self.session.notify_sql}; COMMIT" if tx.head is not None else "COMMIT")
+                with session.mapped("commit failed", lost=COMMIT_UNKNOWN):
+                    session.conn.execute(f"{session.notify_sql}; COMMIT" if tx.head is not None else "COMMIT")
         except BaseException:
             self._rollback()
             raise
+        finally:
+            session.held = False
         if tx.head is not None:
             self.last_head = tx.head
         if self._fault is not None:
             self._fault.reached("after_commit")
 
+    def _refuse_nested_write(self) -> None:
+        """A write through the store inside its own open read snapshot or transaction is refused (it
+        would run inside that transaction: not committed by its own Sync, and lost with it)."""
+        if self._reading:
+            raise write_in_read_snapshot(self.where)
+        if self.session.held:
+            raise write_in_transaction(self.where)
+
     def _rollback(self) -> None:
-        if self.session.conn.closed or self.session.conn.info.transaction_status == TransactionStatus.IDLE:
+        if self._owner.forked:  # a forked child left inside the parent's transaction: nothing is sent
+            return
+        conn = self.session.conn
+        if conn.closed or conn.pgconn.transaction_status == TransactionStatus.IDLE:
             return
         with contextlib.suppress(psycopg.Error):  # the connection is gone: the server rolled back already
-            self.session.conn.execute("ROLLBACK")
+            conn.execute("ROLLBACK")
 
     @contextmanager
     def read_snapshot(self) -> Iterator[None]:
@@ -162,25 +181,40 @@ class PostgresEventStore:
         if self._reading:
             yield
             return
-        if self.session.conn.info.transaction_status != TransactionStatus.IDLE:
+        session = self.session
+        if session.held:
             raise InputError(f"{self.where}: read_snapshot() inside a write transaction is refused")
-        with self.session.mapped("cannot start a read snapshot"):
-            self.session.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        self._reading = True
-        try:
+        with session.mapped("cannot start a read snapshot"):
+            session.ready()
+        session.held = True
+        try:  # BEGIN inside: an interrupt once it is answered still ends it
+            with session.mapped("cannot start a read snapshot"):
+                session.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            self._reading = True
             yield
         finally:
-            self._reading = False
+            self._reading = session.held = False
             self._rollback()
 
     @contextmanager
     def _locked(self, what: str) -> Iterator[None]:
         """A maintenance transaction under the write lock (index rebuild, checkpoints)."""
-        if self._reading:
-            raise write_in_read_snapshot(self.where)
-        with self.session.mapped(what), self.session.conn.transaction():  # rolls back on any error
-            self.session.conn.execute("SELECT pg_advisory_xact_lock(%s)", (self.session.lock_key,))
-            yield
+        self._refuse_nested_write()
+        session = self.session
+        with session.mapped(what):
+            session.ready()
+        session.held = True
+        try:  # BEGIN and the lock inside: an interrupt once they are answered still rolls back
+            with session.mapped(what, lost=NOTHING_COMMITTED):
+                session.conn.execute(f"BEGIN; {session.lock_sql}")
+                yield
+            with session.mapped(what, lost=COMMIT_UNKNOWN):
+                session.conn.execute("COMMIT")
+        except BaseException:
+            self._rollback()
+            raise
+        finally:
+            session.held = False
 
     def append(
         self,
@@ -193,8 +227,13 @@ class PostgresEventStore:
         fresh_ids: bool = False,
         expect: Sequence[tuple[str, int]] = (),
     ) -> AppendResult:
-        if self._reading:
-            raise write_in_read_snapshot(self.where)
+        session = self.session
+        if self._reading or session.held:
+            self._refuse_nested_write()
+        pg = session.conn.pgconn
+        if pg.transaction_status or pg.pipeline_status:  # `session.ready()`, inlined on the hot path
+            with session.mapped("write transaction failed"):
+                session.recover()
         if events and self._fault is None and len(events) <= _ONE_TRIP_ROWS:
             # One round trip, the server chaining the rows to the head it finds under the
             # lock. A fault hook needs the slow path's separate COMMIT to strike before it.
@@ -438,23 +477,19 @@ class PostgresEventStore:
         worth of polling: callers keep polling by seq, this just makes the wait short.
         """
         deadline = time.monotonic() + max(0.0, timeout)
+        listener = self.session.listener()
         with self.session.mapped("cannot wait for new events"):
-            if self._listener is None:
-                self._listener = psycopg.connect(self.session.url, autocommit=True, connect_timeout=10)
-                self._listener.execute(f"LISTEN {self.session.channel}")
             while True:
-                row = self._listener.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()
+                row = listener.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()
                 if row is not None and row[0] > after:
                     return True
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
-                for _ in self._listener.notifies(timeout=left, stop_after=1):
+                for _ in listener.notifies(timeout=left, stop_after=1):
                     pass
 
     def close(self) -> None:
-        if self._listener is not None:
-            self._listener.close()
         self.session.close()
 
     def __enter__(self) -> PostgresEventStore:

@@ -43,7 +43,14 @@ if TYPE_CHECKING:
 
     from store.postgres_schema import PgSession
 
-__all__ = ["EVENT_ROW", "Pipeline", "decode_rows"]
+__all__ = ["COMMIT_UNKNOWN", "EVENT_ROW", "NOTHING_COMMITTED", "Pipeline", "decode_rows"]
+
+# What a connection lost during a write means (`PgSession.fail`): lost before COMMIT was sent, nothing
+# was committed; lost once it was (an explicit COMMIT, the pipeline's Sync), the outcome is unknown.
+NOTHING_COMMITTED = "nothing of this transaction was committed"
+COMMIT_UNKNOWN = (
+    "whether it committed is unknown: repeat the command with the same event_id (a retry appends nothing twice)"
+)
 
 _MAX_NAMED = 64  # statement shapes (rows per insert, checks) prepared per connection
 _TEXT = bytes.decode  # the session's client_encoding is UTF8 (`PgSession`)
@@ -75,6 +82,10 @@ class Pipeline:
         self._serial = itertools.count()
         self._numbered: dict[str, bytes] = {}  # statement text (with %s) -> the text with $1, $2, …
         self.supported = psycopg.Pipeline.is_supported()  # libpq >= 14 (psycopg's binary wheels bundle one)
+
+    def forget(self) -> None:
+        """A new connection (`PgSession.recover`) has none of this one's prepared statements."""
+        self._names.clear()
 
     def _text(self, sql: str) -> bytes:
         numbered = self._numbered.get(sql)
@@ -118,9 +129,9 @@ class Pipeline:
         pg = conn.pgconn
         bound = [[self.param(v) for v in params] for _, params in statements]
         fresh: list[str] = []
-        with session.mapped("write transaction failed"):
-            pg.enter_pipeline_mode()
-            try:
+        with session.mapped("write transaction failed", lost=COMMIT_UNKNOWN):
+            try:  # pipeline mode is entered inside: an interrupt at any point leaves it (`_leave_pipeline`)
+                pg.enter_pipeline_mode()
                 for sql, _ in statements:
                     name = self._name(sql)
                     if name is not None:
@@ -155,10 +166,10 @@ class Pipeline:
         rolled back whole if a statement fails. Still one round trip, each statement planned anew."""
         session = self._session
         conn = session.conn
-        with session.mapped("write transaction failed"):
+        with session.mapped("write transaction failed", lost=COMMIT_UNKNOWN):
             text = "; ".join(session.inline(*_percent(sql, params)) for sql, params in statements)
-            conn.pgconn.send_query(text.encode())
             try:
+                conn.pgconn.send_query(text.encode())
                 results: list[PGresult] = conn.wait(generators.execute(conn.pgconn))
             except BaseException:
                 if conn.pgconn.transaction_status == TransactionStatus.ACTIVE:

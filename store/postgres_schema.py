@@ -181,7 +181,9 @@ class PgSession:
     def __init__(self, url: str, *, synchronous: str, busy_timeout: float, idle_timeout: float) -> None:
         self.url = url
         self.where = redact_url(url)
-        self.owner = ThreadOwner(self.where)  # the thread that may use this connection (store/threads.py)
+        # The thread that may use this connection (store/threads.py); in a forked child, none may (and
+        # psycopg never closes, so never sends a Terminate for, a connection it frees in another process).
+        self.owner = ThreadOwner(self.where)
         self._secrets = _secrets(url)
         self.busy_timeout = busy_timeout
         self.idle_timeout = idle_timeout
@@ -190,26 +192,13 @@ class PgSession:
             raise InputError(f"synchronous must be one of {', '.join(SYNCHRONOUS_COMMIT)}, not {synchronous!r}")
         if busy_timeout < 0 or idle_timeout <= 0:
             raise InputError("busy_timeout must be >= 0 and idle_timeout > 0 (seconds)")
-        with self.mapped("cannot connect"):
-            self.conn = psycopg.connect(url, autocommit=True, connect_timeout=10, application_name="lifecycle-fsm")
-            # Statements are prepared by `prepare_if_repeated`, never by psycopg: psycopg sends
-            # DEALLOCATE ALL after a ROLLBACK when it has prepared any, which would drop ours too.
-            self.conn.prepare_threshold = None
+        self._setup = (f"{max(1, int(busy_timeout * 1000))}ms", f"{max(1, int(idle_timeout * 1000))}ms", mode)
+        self._closed = False  # `close()` was called: a closed session is never reconnected
+        self.held = False  # a transaction of the store's own is open on `conn`: never recovered under it
+        self.reconnects = 0  # sessions opened after the first one dropped
+        self._listener: psycopg.Connection[Any] | None = None  # `listener()`'s LISTEN connection
+        self.conn, row = self._connect("cannot connect")
         try:
-            with self.mapped("cannot configure the session"):
-                # lock_timeout bounds the wait for the write lock (SQLite's busy timeout);
-                # idle_in_transaction_session_timeout ends a writer that stalls holding it.
-                # Either one given in the URL (`options=-clock_timeout%3D5s`) wins. Never 0: that
-                # would mean "wait forever" here, not "fail at once" as in SQLite.
-                row = self.conn.execute(
-                    f"SELECT {_SET_UNLESS_IN_URL.format(name='lock_timeout')}, "
-                    f"{_SET_UNLESS_IN_URL.format(name='idle_in_transaction_session_timeout')}, "
-                    "set_config('synchronous_commit', %s, false), current_schema(), "
-                    "current_setting('search_path'), current_setting('standard_conforming_strings') = 'on', "
-                    "set_config('client_encoding', 'UTF8', false)",  # the pipeline sends and reads UTF-8 bytes
-                    (f"{max(1, int(busy_timeout * 1000))}ms", f"{max(1, int(idle_timeout * 1000))}ms", mode),
-                ).fetchone()
-            assert row is not None
             self.lock_timeout: str = row[0]  # as the server shows it ("30s", "500ms"): for messages
             self.idle_timeout_shown: str = row[1]
             self.schema: str | None = row[3]
@@ -222,10 +211,116 @@ class PgSession:
             self.binder = psycopg.ClientCursor(self.conn)  # binds values client-side for multi-statement trips
             self._seen: set[str] = set()
             self._prepared: dict[str, str] = {}
+            # Names are never reused: a PREPARE interrupted (Ctrl-C) may or may not have run on the server,
+            # so the statement is prepared again under a new name (as `Pipeline` does).
+            self._serial = itertools.count()
             self.pipeline = Pipeline(self)
         except BaseException:
             self.conn.close()
             raise
+
+    def _connect(self, what: str) -> tuple[psycopg.Connection[Any], tuple[Any, ...]]:
+        """A new connection, set up as every session of this store is; and what the setup read back."""
+        with self.mapped(what, lost=None):
+            conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10, application_name="lifecycle-fsm")
+            # Statements are prepared by `prepare_if_repeated`, never by psycopg: psycopg sends
+            # DEALLOCATE ALL after a ROLLBACK when it has prepared any, which would drop ours too.
+            conn.prepare_threshold = None
+        try:
+            with self.mapped("cannot configure the session", lost=None):
+                # lock_timeout bounds the wait for the write lock (SQLite's busy timeout);
+                # idle_in_transaction_session_timeout ends a writer that stalls holding it.
+                # Either one given in the URL (`options=-clock_timeout%3D5s`) wins. Never 0: that
+                # would mean "wait forever" here, not "fail at once" as in SQLite.
+                row = conn.execute(
+                    f"SELECT {_SET_UNLESS_IN_URL.format(name='lock_timeout')}, "
+                    f"{_SET_UNLESS_IN_URL.format(name='idle_in_transaction_session_timeout')}, "
+                    "set_config('synchronous_commit', %s, false), current_schema(), "
+                    "current_setting('search_path'), current_setting('standard_conforming_strings') = 'on', "
+                    "set_config('client_encoding', 'UTF8', false)",  # the pipeline sends and reads UTF-8 bytes
+                    self._setup,
+                ).fetchone()
+        except BaseException:
+            conn.close()
+            raise
+        assert row is not None
+        return conn, row
+
+    # --- a connection lost, or left unusable by an interrupted call ----------------------------
+
+    def ready(self) -> None:
+        """Before an operation of the store: a connection that cannot take it is made usable (`recover`).
+        Two attribute reads when it can (the common case)."""
+        pg = self.conn.pgconn
+        if pg.transaction_status or pg.pipeline_status:  # not IDLE (0), or libpq left in pipeline mode
+            self.recover()
+
+    def recover(self) -> None:
+        """Make the connection usable again before an operation starts, never under a transaction the
+        store has open (`held`: the operation then fails on its own, and the store rolls back):
+
+        - a transaction nobody holds (an interrupt cut its cleanup short) is rolled back;
+        - a connection left with answers unread or in pipeline mode (interrupted mid-exchange) is closed:
+          the server rolls back whatever it had not committed;
+        - a closed one (the server restarted, failed over or ended the session; psycopg or the pipeline
+          closed it after an interrupt) is replaced by a new session set up as at open: the same URL, so
+          the same search_path and schema, the session settings again, prepared statements forgotten
+          (they are prepared again on use) and the follower's LISTEN connection reopened on its next wait.
+
+        A session `close()` closed stays closed.
+        """
+        if self.held or self._closed:
+            return
+        conn = self.conn
+        pg = conn.pgconn
+        status = pg.transaction_status
+        if status in (TransactionStatus.INTRANS, TransactionStatus.INERROR) and not pg.pipeline_status:
+            try:
+                conn.execute("ROLLBACK")
+            except psycopg.Error:
+                conn.close()
+        elif not conn.closed:
+            conn.close()
+        if conn.closed:
+            self._reconnect()
+
+    def _reconnect(self) -> None:
+        conn, row = self._connect("lost its connection to the server and cannot connect again")
+        if (row[3], row[5]) != (self.schema, self._quotes_plainly):
+            conn.close()
+            raise StoreError(
+                f"{self.where}: lost its connection to the server; a new session finds schema {row[3]!r}, not "
+                f"{self.schema!r}: open the ledger again"
+            )
+        try:  # what the old session prepared is forgotten before the new one is put in its place
+            self._seen.clear()
+            self._prepared.clear()
+            self.pipeline.forget()
+            binder = psycopg.ClientCursor(conn)
+        except BaseException:  # interrupted: the old session stays (closed), the next call tries again
+            conn.close()
+            raise
+        old = self.conn
+        self.conn, self.binder = conn, binder  # one step: no interrupt lands between the two
+        self.reconnects += 1
+        old.close()  # closed already (psycopg's close is then a no-op)
+
+    def listener(self) -> psycopg.Connection[Any]:
+        """A connection listening on this ledger's channel (`wait_for_new`), opened on first use and again
+        after it was lost (notifications sent meanwhile are lost: the caller re-reads by seq after LISTEN)."""
+        listener = self._listener
+        if listener is not None and listener.closed:
+            self._listener = listener = None
+        if listener is None:
+            with self.mapped("cannot listen for new events"):
+                listener = psycopg.connect(self.url, autocommit=True, connect_timeout=10)
+                try:
+                    listener.execute(f"LISTEN {self.channel}")
+                except BaseException:
+                    listener.close()
+                    raise
+            self._listener = listener
+        return listener
 
     def _first_schema(self) -> str:
         first = self.search_path.split(",")[0].strip()
@@ -242,7 +337,7 @@ class PgSession:
         if sql not in self._seen:
             self._seen.add(sql)
             return
-        name = f"lifecycle_stmt_{len(self._prepared)}"
+        name = f"lifecycle_stmt_{next(self._serial)}"
         numbers = itertools.count(1)
         with self.mapped("cannot prepare a statement"):
             self.conn.execute(f"PREPARE {name} AS " + re.sub("%s", lambda _: f"${next(numbers)}", sql))
@@ -250,7 +345,11 @@ class PgSession:
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
         """A read outside any transaction, as EXECUTE of a prepared statement once its shape repeats."""
-        if self.conn.info.transaction_status == TransactionStatus.IDLE:
+        pg = self.conn.pgconn
+        if pg.transaction_status or pg.pipeline_status:  # `ready()`, inlined: every read passes here
+            self.recover()
+            pg = self.conn.pgconn
+        if pg.transaction_status == TransactionStatus.IDLE:
             self.prepare_if_repeated(sql, params)
         if sql in self._prepared:
             return self.conn.execute(self.inline(sql, params))
@@ -293,8 +392,9 @@ class PgSession:
             text = text.replace(secret, "***" if secret != self.url else self.where)
         return text
 
-    def fail(self, what: str, e: psycopg.Error) -> NoReturn:
-        """Raise `e` as the project error it means, from `e`, without any password in it."""
+    def fail(self, what: str, e: psycopg.Error, lost: str | None = "") -> NoReturn:
+        """Raise `e` as the project error it means, from `e`, without any password in it (`lost`: what a
+        connection lost during the call means for a write; None: a connection being opened, not lost)."""
         detail = self.scrub(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
         prefix = f"{self.where}: {what}"
         error: LifecycleError
@@ -314,6 +414,10 @@ class PgSession:
             error = InputError(f"{prefix}: the database cannot store this value ({detail})")
         elif isinstance(e, pg_errors.UndefinedTable):
             error = StoreError(f"{prefix}: not a ledger (no ledger tables in schema {self.schema!r}) ({detail})")
+        elif lost is not None and isinstance(e, psycopg.OperationalError) and self._lost():
+            note = f"; {lost}" if lost else ""
+            error = StoreError(f"{prefix}: the connection to the server was lost ({detail}){note}; the next call "
+                               "on this ledger connects again")  # fmt: skip
         else:
             error = StoreError(f"{prefix} ({detail})")
         raise error from e
@@ -337,15 +441,20 @@ class PgSession:
         pid, app, state, seconds = row
         return f"; held by server pid {pid} ({app or 'no application_name'}, {state}, transaction open {seconds} s)"
 
+    def _lost(self) -> bool:
+        """The session's connection is gone (not by `close()`): the next operation connects again."""
+        conn: psycopg.Connection[Any] | None = getattr(self, "conn", None)  # None: the first connect failed
+        return conn is not None and conn.closed and not self._closed
+
     @contextmanager
-    def mapped(self, what: str) -> Iterator[None]:
+    def mapped(self, what: str, *, lost: str | None = "") -> Iterator[None]:
         """Translate any psycopg exception raised inside into the project's error tree (and refuse
         a thread other than the session's own before anything is sent)."""
         self.owner.check()
         try:
             yield
         except psycopg.Error as e:
-            self.fail(what, e)
+            self.fail(what, e, lost)
 
     # --- schema ----------------------------------------------------------------------------
 
@@ -393,4 +502,8 @@ class PgSession:
             return self.conn.execute(sql, params)
 
     def close(self) -> None:
+        self.owner.release()
+        self._closed = True
+        if self._listener is not None:
+            self._listener.close()
         self.conn.close()

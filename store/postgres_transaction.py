@@ -17,7 +17,7 @@ from store.base import AppendResult
 from store.chain import GENESIS_HASH, chain_rows, check_batch, match_retry
 from store.errors import ConcurrencyError, IntegrityError, LifecycleError, StoreError
 from store.postgres_append import chained_insert_sql, check_server_chain
-from store.postgres_pipeline import EVENT_ROW, decode_rows
+from store.postgres_pipeline import EVENT_ROW, NOTHING_COMMITTED, decode_rows
 from store.postgres_schema import EVENT_COLUMNS
 from store.records import Head, NewEvent, StoredEvent, StreamHead
 from store.threads import one_thread
@@ -120,13 +120,14 @@ class PostgresTransaction:
         conn = self._session.conn
         parts: list[tuple[str, Sequence[Any] | None]] = list(statements)
         skip = 0
-        if not self.started:
+        starting = not self.started
+        if starting:
             for sql, params in statements:  # outside any transaction: a PREPARE is never rolled back
                 self._session.prepare_if_repeated(sql, params)
             self.started = True
             parts = [("BEGIN", None), (self._session.lock_sql, None), *parts]
             skip = 2
-        with self._session.mapped("write transaction failed"):
+        with self._session.mapped("write transaction failed", lost=NOTHING_COMMITTED):
             inline = self._session.inline
             cur = conn.execute("; ".join(sql if params is None else inline(sql, params) for sql, params in parts))
             cursors = []
@@ -134,6 +135,8 @@ class PostgresTransaction:
                 if n >= skip and n < skip + len(statements):
                     cursors.append(_Result(cur))
                 cur.nextset()
+        if starting and self._store._fault is not None:  # BEGIN and the lock answered: the write lock is held
+            self._store._fault.reached("after_begin")
         return cursors
 
     def _run(self, sql: str, params: Sequence[Any] = ()) -> _Result:

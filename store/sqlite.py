@@ -31,11 +31,11 @@ import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from store.base import AppendResult
 from store.chain import GENESIS_HASH, verify_rows
-from store.errors import InputError, IntegrityError, StoreError, write_in_read_snapshot
+from store.errors import InputError, IntegrityError, StoreError, write_in_read_snapshot, write_in_transaction
 from store.faults import fault_from_env
 from store.records import (
     ChainReport,
@@ -97,6 +97,36 @@ def create_ledger_file(path: Path, *, exclusive: bool = False) -> None:
         raise StoreError(f"{path}: cannot create the ledger file ({e.strerror})") from e
 
 
+class _Inherited:
+    """A store's connection in a forked child: every use is refused; closing it closes nothing."""
+
+    __slots__ = ("_owner",)
+
+    def __init__(self, owner: ThreadOwner) -> None:
+        self._owner = owner
+
+    def close(self) -> None:
+        return None
+
+    def __getattr__(self, name: str) -> Any:
+        raise self._owner.refusal()
+
+
+def keep_for_good(obj: object) -> None:
+    """Hold `obj` until the process ends, past interpreter shutdown, which frees what it can (freeing an
+    sqlite3 connection closes it): one reference never dropped."""
+    _KEPT.append(obj)
+    try:
+        import ctypes
+
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
+    except (ImportError, AttributeError, OSError):  # no ctypes here: the module-level reference still holds
+        pass
+
+
+_KEPT: list[object] = []
+
+
 # Nothing from sqlite3 leaves a public method (store/sqlite_errors.py); every one but the
 # writes first gives reads their busy timeout back.
 _WRITES = ("append", "append_checkpoint", "close", "rebuild_stream_index", "transaction")
@@ -120,11 +150,15 @@ class SQLiteEventStore:
         self.path = Path(path)
         self._fault = fault_from_env()
         self._busy_timeout = busy_timeout
-        self._owner = ThreadOwner(self.path)  # `sqlite3` checks the store's own calls; transactions check this
+        # `sqlite3` checks the store's own calls for the thread; transactions check this; in a forked child
+        # `_detach_in_child` leaves every call refused (store/threads.py).
+        self._owner = ThreadOwner(self.path, self._detach_in_child)
         self._busy_ms = max(0, int(busy_timeout * 1000))
         self._private = str(path) in ("", ":memory:")  # nobody else can reach it: never wait
         self._quick = self._private  # the busy timeout is 0 (a write set it; the next read gives it back)
-        self._reading = False  # inside `read_snapshot()`
+        # The block holding the connection's transaction: "write" (`_write`, `transaction()`), "snapshot"
+        # (`read_snapshot()`) or None. A transaction open while None holds it is a leftover (`_idle`).
+        self._held: str | None = None
         self._immutable: ImmutableRead | None = None  # a ledger in a folder we may not write
         if create:
             create_ledger_file(self.path)
@@ -172,18 +206,41 @@ class SQLiteEventStore:
 
     def _for_reads(self) -> None:
         """Give reads the store's busy timeout back (after a write set it to 0): run before each read.
-        A ledger read immutable is first checked to be the file it was."""
+        A ledger read immutable is first checked to be the file it was. A transaction no block holds
+        (`_idle` says how one is left) is rolled back first: a read inside it would see its snapshot."""
         if self._immutable is not None:
             self._immutable.check()
+        conn = self._conn
+        if self._held is None and conn.in_transaction:
+            self._owner.check()  # another thread's call is refused, never ends the owner's transaction
+            self._rollback(conn)
         if self._quick and not self._private:
-            self._conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+            conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
             self._quick = False
 
-    def _begin(self) -> sqlite3.Connection:
-        """The connection inside `BEGIN IMMEDIATE` (its busy timeout 0: `sqlite_lock` waits)."""
-        conn = self._conn
-        if self._reading:
+    def _idle(self, conn: sqlite3.Connection, *, snapshot: bool = False) -> None:
+        """Before a write or a read snapshot begins, when the connection is not idle (a caller checks
+        `_held` and `in_transaction` inline): what a block of this store holds is refused; a
+        transaction nothing holds is rolled back, releasing the write lock it kept.
+
+        Every path that takes a transaction does so inside its own `try`, whose handler rolls it back,
+        so an interrupt (Ctrl-C caught by an embedding supervisor) right after `BEGIN IMMEDIATE`
+        cannot keep the lock. What can still leave one open is that handler cut short (a second
+        interrupt before its ROLLBACK ran): the next call on this store ends it here.
+        """
+        self._owner.check()  # another thread's call is refused first, whatever the owner has open
+        held = self._held
+        if held == "snapshot" and not snapshot:
             raise write_in_read_snapshot(self.path)
+        if held is not None:
+            if snapshot:
+                raise InputError(f"{self.path}: read_snapshot() inside a write transaction is refused")
+            raise write_in_transaction(self.path)
+        self._rollback(conn)
+
+    def _begin(self, conn: sqlite3.Connection, *, command: bool) -> None:
+        """`BEGIN IMMEDIATE` (its busy timeout 0: `sqlite_lock` waits), called inside the caller's `try`,
+        whose handler rolls back: an interrupt right after the lock was taken cannot keep it."""
         try:
             if not self._quick:  # the lock is waited for by `sqlite_lock`, never by SQLite's sleeps
                 conn.execute("PRAGMA busy_timeout = 0")
@@ -191,34 +248,46 @@ class SQLiteEventStore:
             begin_immediate(conn, self._busy_timeout)
         except sqlite3.OperationalError as e:
             raise StoreError(f"{self.path}: could not take the write lock ({e})") from e
-        return conn
+        if command and self._fault is not None:
+            self._fault.reached("after_begin")
 
     def _commit(self, conn: sqlite3.Connection, *, command: bool) -> None:
         """COMMIT (a command's commit is where the fault hooks sit)."""
         if command and self._fault is not None:
             self._fault.reached("before_commit")
+        if conn is not self._conn:  # a forked child inside the parent's transaction: never its COMMIT
+            raise self._owner.refusal()
         conn.execute("COMMIT")
         if command and self._fault is not None:
             self._fault.reached("after_commit")
 
     def _rollback(self, conn: sqlite3.Connection) -> None:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
+        if conn is not self._conn:  # a forked child (`_detach_in_child`): the parent's connection is left alone
+            return
+        try:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+        except sqlite3.ProgrammingError:
+            # Closed meanwhile (closing rolled it back), or a block abandoned by an interrupt being cleaned
+            # up by the garbage collector in another thread: the owner's next call ends it (`_idle`).
+            pass
 
     @contextmanager
     def _write(self, *, command: bool = False) -> Iterator[sqlite3.Connection]:
         """BEGIN IMMEDIATE … COMMIT."""
-        conn = self._begin()
+        conn = self._conn
+        if self._held is not None or conn.in_transaction:
+            self._idle(conn)
         try:
+            self._begin(conn, command=command)
+            self._held = "write"
             yield conn
-        except BaseException:
-            self._rollback(conn)
-            raise
-        try:
             self._commit(conn, command=command)
         except BaseException:
             self._rollback(conn)
             raise
+        finally:
+            self._held = None
 
     @contextmanager
     def transaction(self) -> Iterator[SQLiteTransaction]:
@@ -234,24 +303,23 @@ class SQLiteEventStore:
     def read_snapshot(self) -> Iterator[None]:
         """One deferred read transaction: WAL keeps its snapshot (from the first read inside)
         while other connections commit, and never blocks them."""
-        if self._reading:
+        if self._held == "snapshot":
             yield
             return
         conn = self._conn
-        if conn.in_transaction:  # a write transaction of this handle is open: its reads are its own
-            raise InputError(f"{self.path}: read_snapshot() inside a write transaction is refused")
+        if self._held is not None or conn.in_transaction:  # a write transaction of this handle: its reads are its own
+            self._idle(conn, snapshot=True)
         try:
-            conn.execute("BEGIN")
-        except sqlite3.DatabaseError as e:
-            raise translate_sqlite_error(e, f"{self.path}: cannot start a read snapshot") from e
-        self._reading = True
-        try:
+            try:
+                conn.execute("BEGIN")
+            except sqlite3.DatabaseError as e:
+                raise translate_sqlite_error(e, f"{self.path}: cannot start a read snapshot") from e
+            self._held = "snapshot"
             yield
         finally:
-            self._reading = False
+            self._held = None
             try:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")  # nothing was written: ending it is all there is to do
+                self._rollback(conn)  # nothing was written: ending it is all there is to do
             except sqlite3.DatabaseError as e:
                 raise translate_sqlite_error(e, f"{self.path}: cannot end a read snapshot") from e
         if self._immutable is not None:  # what the snapshot read must still be the file's content
@@ -270,8 +338,11 @@ class SQLiteEventStore:
     ) -> AppendResult:
         # `transaction()` spelled out: a command's one append is the hot path, and two
         # generator-based context managers cost it a few microseconds.
-        conn = self._begin()
+        conn = self._conn
+        if self._held is not None or conn.in_transaction:
+            self._idle(conn)
         try:
+            self._begin(conn, command=True)  # inside the `try`: an interrupt once the lock is taken still rolls back
             tx = SQLiteTransaction(conn, self._owner)
             for other, version in expect:
                 tx.expect_version(other, version)
@@ -302,10 +373,7 @@ class SQLiteEventStore:
         cursor = self._conn.execute(
             f"SELECT {EVENT_COLUMNS} FROM events WHERE seq > ? AND seq <= ? ORDER BY seq", (after, upper)
         )
-        while True:
-            rows = cursor.fetchmany(2000)
-            if not rows:
-                return
+        for rows in self._batches(cursor, 2000):
             for row in rows:
                 yield StoredEvent(*row)
 
@@ -322,8 +390,7 @@ class SQLiteEventStore:
             "WHERE seq > ? AND seq <= ? ORDER BY seq",
             (after, upper),
         )
-        while rows := cursor.fetchmany(256):
-            yield rows
+        yield from self._batches(cursor, 256)
 
     def select_row_batches(self, *, after: int = 0, to: int | None = None) -> Iterator[list[tuple[Any, ...]]]:
         """Whole rows in batches, one SELECT (one read snapshot), for the checked folds.
@@ -336,14 +403,13 @@ class SQLiteEventStore:
         cursor = self._conn.execute(
             f"SELECT {EVENT_COLUMNS} FROM events WHERE seq > ? AND seq <= ? ORDER BY seq", (after, upper)
         )
-        while rows := cursor.fetchmany(256):
-            yield rows
+        yield from self._batches(cursor, 256)
 
     def select_matching(self, query: EventFilter) -> Iterator[StoredEvent]:
         sql, params = filter_sql(query)
         try:
             cursor = self._conn.execute(f"SELECT {EVENT_COLUMNS} FROM events WHERE {sql}", params)
-            while rows := cursor.fetchmany(2000):
+            for rows in self._batches(cursor, 2000):
                 yield from (StoredEvent(*row) for row in rows)
         except sqlite3.DatabaseError as e:
             raise StoreError(f"{self.path}: cannot read the log ({e})") from e
@@ -440,8 +506,8 @@ class SQLiteEventStore:
             "recorded_at FROM checkpoints WHERE position <= ? ORDER BY position DESC, checkpoint_id DESC",
             ((1 << 62) if at_or_before is None else at_or_before,),
         )
-        for row in cursor:
-            yield CheckpointRecord(*row)
+        for rows in self._batches(cursor, 1):
+            yield CheckpointRecord(*rows[0])
 
     def hash_at(self, seq: int) -> str | None:
         """The stored hash at a position (GENESIS for 0), or None when there is no such event."""
@@ -458,7 +524,25 @@ class SQLiteEventStore:
         (256 rows: ~15% faster than 8192, as `select_row_batches` says why)."""
         return verify_rows(self.select_row_batches(), count=self.count_events, head=self.head)
 
+    def _batches(self, cursor: sqlite3.Cursor, size: int) -> Iterator[list[Any]]:
+        """A read's rows in `fetchmany` batches; a read carried into a forked child stops there (its
+        cursor is the parent's connection's)."""
+        owner = self._owner
+        while not owner.forked and (rows := cursor.fetchmany(size)):
+            yield rows
+        if owner.forked:
+            raise owner.refusal()
+
+    def _detach_in_child(self) -> None:
+        """In a forked child (store/threads.py): every later call refused, the inherited connection never
+        used, closed or freed here. SQLite's close would roll back a transaction the parent may have open
+        through the shared WAL index, and a child must not carry a connection across fork at all."""
+        inherited = self._conn
+        self._conn = cast(sqlite3.Connection, _Inherited(self._owner))
+        keep_for_good(inherited)
+
     def close(self) -> None:
+        self._owner.release()
         self._conn.close()
 
     def __enter__(self) -> SQLiteEventStore:

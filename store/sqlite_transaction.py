@@ -35,7 +35,6 @@ class SQLiteTransaction:
     def __init__(self, conn: sqlite3.Connection, owner: ThreadOwner) -> None:
         self._conn = conn
         self._owner = owner
-        self._thread = owner.ident
         self._head: Head | None = None  # read with the first append's version check
         # `expect_version` calls not yet checked: folded into the next append's version read
         # (one statement fewer per command), or checked on their own before the commit.
@@ -57,13 +56,13 @@ class SQLiteTransaction:
         return int(row[0]) if row else 0
 
     def expect_version(self, stream_id: str, expected_version: int) -> None:
-        if _thread() != self._thread:
+        if _thread() != self._owner.ident:
             self._owner.check()
         self._expected.append((stream_id, expected_version))
 
     def check_expected(self) -> None:
         """Check the `expect_version` calls no append has checked yet (before a commit)."""
-        if _thread() != self._thread:
+        if _thread() != self._owner.ident:
             self._owner.check()
         if self._failed is not None:
             raise StoreError(f"{self._failed}; nothing in this transaction was committed")
@@ -99,7 +98,7 @@ class SQLiteTransaction:
         category: str | None = None,
         fresh_ids: bool = False,
     ) -> AppendResult:
-        if _thread() != self._thread:
+        if _thread() != self._owner.ident:
             self._owner.check()
         if not events:
             return AppendResult(())

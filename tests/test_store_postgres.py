@@ -14,7 +14,6 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
@@ -259,35 +258,7 @@ def test_bad_settings_and_unstorable_values_are_input_errors(store: PostgresEven
     assert store.count_events() == 3
 
 
-def test_every_method_maps_a_lost_connection_to_store_error(store: PostgresEventStore) -> None:
-    """After the server ends the session, every store call raises StoreError, never a psycopg exception."""
-    pid = store.session.conn.info.backend_pid
-    pg_execute(PG_BASE, "SELECT pg_terminate_backend(%s)", (pid,))
-    calls: dict[str, Any] = {
-        "head": store.head,
-        "count_events": store.count_events,
-        "read_stream": lambda: store.read_stream("a"),
-        "stream_version": lambda: store.stream_version("a"),
-        "select_events": lambda: list(store.select_events()),
-        "select_fold_batches": lambda: list(store.select_fold_batches()),
-        "event_by_id": lambda: store.event_by_id("a-0"),
-        "event_at": lambda: store.event_at(1),
-        "hash_at": lambda: store.hash_at(1),
-        "streams": store.streams,
-        "rebuild_stream_index": lambda: store.rebuild_stream_index(list),
-        "append_checkpoint": lambda: store.append_checkpoint(
-            position=1, schema_version=1, fingerprint="f", snapshot="{}", recorded_at="t"
-        ),
-        "stream_snapshots": lambda: store.stream_snapshots(1),
-        "latest_stream_snapshot": lambda: store.latest_stream_snapshot("a"),
-        "select_checkpoints": lambda: list(store.select_checkpoints()),
-        "verify_chain": store.verify_chain,
-        "append": lambda: store.append("a", 2, [new("a", 2)]),
-    }
-    for name, call in calls.items():
-        with pytest.raises(StoreError) as info:
-            call()
-        assert isinstance(info.value.__cause__, psycopg.Error), name
+# A lost connection on every method, and the new session after it: tests/test_store_postgres_reconnect.py.
 
 
 # --- the crash hooks ------------------------------------------------------------------------------
