@@ -4,6 +4,7 @@ audit, inconclusive faults, JSON-ish messages."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -182,10 +183,10 @@ def test_new_keys_are_validated(tmp_path: Path, steps: str, expected: str) -> No
     assert expected in str(e.value)
 
 
-def test_verify_names_no_seq_for_a_checkpoint_fault(tmp_path: Path) -> None:
-    """`verify` on a garbled checkpoint says what is broken, never `BROKEN at seq None`."""
+def test_verify_names_the_checkpoint_position_for_a_checkpoint_fault(tmp_path: Path) -> None:
+    """`verify` on a garbled checkpoint says what is broken and where (its position), never `BROKEN at seq None`."""
     path = _scenario(tmp_path, "  - checkpoint:\n  - corrupt_checkpoint:\n")
     run_scenario(load_scenario(path), keep_dir=tmp_path / "kept")
     result = invoke(tmp_path / "kept" / "t.db", "verify")
     assert result.exit_code == 6
-    assert result.output.startswith("BROKEN: checkpoint 1: ") and "None" not in result.output
+    assert re.match(r"BROKEN at seq \d+: checkpoint 1: ", result.output) and "None" not in result.output
