@@ -30,7 +30,7 @@ from lifecycle_fsm.command_inputs import (
 )
 from lifecycle_fsm.command_path import CommandPath, Decide
 from lifecycle_fsm.decisions import DEFAULT_ACTIVE_WINDOW, DEFAULT_MAX_WINDOW_AGE, Decision
-from lifecycle_fsm.errors import InputError
+from lifecycle_fsm.errors import InputError, StoreError
 from lifecycle_fsm.event_base import text_or_error
 from lifecycle_fsm.events import (
     LEDGER_STREAM,
@@ -123,18 +123,29 @@ class Ledger:
         synchronous: str = "FULL",
         busy_timeout: float = 30.0,
         signing_key: SigningKey | None = None,
+        create: bool = True,
         **kwargs: Any,
     ) -> Ledger:
-        """A ledger on a SQLite file or a `postgresql://` URL (created if missing).
+        """A ledger on a SQLite file or a `postgresql://` URL (created if missing, unless `create=False`).
 
         `busy_timeout` (seconds) is how long a write waits for another writer's lock
         (SQLite's busy timeout, PostgreSQL's lock_timeout) before `StoreError`;
-        `kwargs` go to the constructor (`clock`, `artifact_root`, `retry`, `cached_candidates`: how
-        many candidates' folds it keeps, default 1024, least recently used evicted first).
+        `create=False` opens only a ledger that exists (a missing file or schema is an
+        `InputError`, never a new empty ledger: a waiter with a mistyped path fails at once),
+        and reads a SQLite ledger in a folder this process may not write (its writes are
+        refused with `StoreError`); `kwargs` go to the constructor (`clock`, `artifact_root`,
+        `retry`, `cached_candidates`: how many candidates' folds it keeps, default 1024, least
+        recently used evicted first).
         """
         from store.open import open_store
 
-        store = open_store(path_or_url, synchronous=synchronous, busy_timeout=busy_timeout)
+        try:
+            store = open_store(path_or_url, synchronous=synchronous, busy_timeout=busy_timeout, create=create)
+        except StoreError as e:
+            read_only = _read_only_folder(path_or_url)
+            if read_only is None:
+                raise
+            raise read_only from e
         return cls(store, actor=actor, signing_key=signing_key, **kwargs)
 
     def seal(self) -> JSON:
@@ -451,6 +462,26 @@ class Ledger:
         return self._on_candidate(
             stream_of(candidate_id), decide, command="handoff", event_id=event_id, first_type=HandoffDecided.TYPE
         )
+
+
+def _read_only_folder(target: str | os.PathLike[str]) -> StoreError | None:
+    """Why an existing ledger file could not be opened to write, when its folder may not be
+    written (SQLite keeps the `-wal` and `-shm` beside the file); None for anything else."""
+    from store.open import is_postgres_url
+
+    if is_postgres_url(target):
+        return None
+    path = os.fspath(target)
+    real = os.path.realpath(path)
+    folder = os.path.dirname(real)
+    if not os.path.isfile(real) or os.access(folder, os.W_OK):
+        return None
+    return StoreError(
+        f"{path}: cannot open the ledger to write: its folder {folder} is read-only for this process (a Ledger "
+        "writes, and SQLite keeps the ledger's -wal and -shm files beside it); to read it, use "
+        "Ledger.open(path, create=False) (reads work, writes are refused) or the CLI's read commands "
+        "(status, log, explain, verify)"
+    )
 
 
 def _check_key(event_id: object) -> None:

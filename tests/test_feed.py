@@ -175,6 +175,35 @@ def test_one_state_given_alone_is_that_state_not_its_characters(ws: Workspace, l
     assert info.value.states == ("ready",)
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_waiter_that_needs_an_existing_ledger_fails_at_once_on_a_mistyped_one(
+    ws: Workspace, backend: str, request: pytest.FixtureRequest
+) -> None:
+    """`Ledger.open(..., create=False)`: a mistyped path (or an empty schema) is an InputError at
+    once, instead of a new empty ledger the waiter would watch for its whole timeout."""
+    if backend == "sqlite":
+        target = str(ws.root / "ledgr.db")
+    else:
+        target = str(request.getfixturevalue("pg_url"))
+    started = time.monotonic()
+    with pytest.raises(InputError, match="no ledger at"):
+        Ledger.open(target, create=False)
+    assert time.monotonic() - started < 30
+    if backend == "sqlite":
+        assert not (ws.root / "ledgr.db").exists()
+    else:
+        from tests.backends import pg_execute
+
+        assert pg_execute(target, "SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()") == [(0,)]
+    target = _target(ws, backend, request)
+    manifest = _setup(target, ws)  # once it exists, create=False opens it like any ledger
+    with Ledger.open(target, create=False) as waiter:
+        writer = _writer(target, manifest, 0, 0.2)
+        assert waiter.wait_for("dpo-v5", State.VERIFIED, timeout=60, poll=0.05) is State.VERIFIED
+    _, err = writer.communicate(timeout=60)
+    assert writer.returncode == 0, err
+
+
 def test_follow_ends_when_the_ledger_is_closed(ws: Workspace) -> None:
     ledger = ws.ledger()
     ledger.init()

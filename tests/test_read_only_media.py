@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import Workspace
 
+from lifecycle_fsm import InputError, State
 from lifecycle_fsm.ledger import Ledger
 from store import SQLiteEventStore, StoreError
 
@@ -180,3 +181,41 @@ def test_a_ledger_written_while_read_immutable_is_refused_not_answered(ws: Works
             pass
     finally:
         reader.close()
+
+
+def test_a_ledger_opened_to_write_in_a_read_only_folder_says_so_and_create_false_reads_it(
+    ws: Workspace, read_only: ReadOnly
+) -> None:
+    """`Ledger.open` said "not a usable ledger database (unable to open database file)" of a sound
+    ledger whose folder it may not write. It now says what is true and how to read it;
+    `create=False` opens it for reading (the store's immutable read), and its writes are refused."""
+    cid = _ledger(ws, read_only.src / "l.db")
+    read_only.seal()
+    db = read_only.ro / "l.db"
+    before = _digest(read_only.ro)
+    with pytest.raises(StoreError) as info:
+        Ledger.open(db)
+    folder = os.path.dirname(os.path.realpath(db))
+    assert str(info.value) == (
+        f"{db}: cannot open the ledger to write: its folder {folder} is read-only for this process (a Ledger "
+        "writes, and SQLite keeps the ledger's -wal and -shm files beside it); to read it, use "
+        "Ledger.open(path, create=False) (reads work, writes are refused) or the CLI's read commands "
+        "(status, log, explain, verify)"
+    )
+    with Ledger.open(db, create=False) as reader:
+        assert reader.candidate(cid).state is State.VERIFIED
+        assert [e.type for e in reader.events()][-1] == "ChecksRecorded"
+        assert reader.wait_for(cid, State.VERIFIED, timeout=0) is State.VERIFIED
+        with pytest.raises(StoreError, match="read-only"):
+            reader.hand_off(cid)
+    assert _digest(read_only.ro) == before
+
+
+def test_a_new_ledger_in_a_read_only_folder_is_refused_as_before(read_only_folder: Path) -> None:
+    """No ledger there: the store's own refusal (it cannot create the file), not the read-only-folder
+    advice; `create=False` says there is no ledger."""
+    with pytest.raises(StoreError, match="cannot create the ledger file"):
+        Ledger.open(read_only_folder / "new.db")
+    with pytest.raises(InputError, match="no ledger at"):
+        Ledger.open(read_only_folder / "new.db", create=False)
+    assert list(read_only_folder.iterdir()) == []
