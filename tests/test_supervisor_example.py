@@ -42,6 +42,16 @@ def test_the_readme_snippet_is_the_example_and_passes_mypy_strict(tmp_path: Path
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+def test_the_readme_says_how_mypy_finds_an_editable_install_outside_the_checkout() -> None:
+    """The test above runs mypy inside the checkout; outside it, setuptools' default editable
+    install (an import hook) is invisible to mypy. The section claiming `mypy --strict` says
+    which install mypy can read (checked by hand in a scratch venv: default fails, strict passes)."""
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## Embedding") : readme.index("**Results are typed.**")]
+    assert "mypy --strict" in section
+    assert "pip install -e . --config-settings editable_mode=strict" in " ".join(section.split())
+
+
 def _run(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(LOOP), str(workdir), *args], capture_output=True, text=True,
                           cwd=workdir.parent, check=False, timeout=300)  # fmt: skip
