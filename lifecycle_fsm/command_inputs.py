@@ -20,7 +20,15 @@ from lifecycle_fsm.limits import MAX_INT64, check_int
 from lifecycle_fsm.rules import TRUSTED_STATE_KINDS
 from lifecycle_fsm.state import LedgerSettings
 
-__all__ = ["default_actor", "default_id", "non_negative", "require_baseline", "require_kind", "utc_now"]
+__all__ = [
+    "default_actor",
+    "default_id",
+    "non_negative",
+    "path_argument",
+    "require_baseline",
+    "require_kind",
+    "utc_now",
+]
 
 JSON = dict[str, Any]
 
@@ -28,6 +36,16 @@ JSON = dict[str, Any]
 def utc_now() -> str:
     """The clock events are stamped with (UTC, microseconds); never read on replay."""
     return dt.datetime.now(dt.UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def path_argument(name: str, value: object) -> str:
+    """A path the caller passed, as a `str`: a `str` or an `os.PathLike` of one; anything else
+    (None, a number, bytes) is an InputError naming the argument, not `os.fspath`'s TypeError."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str):
+        raise InputError(f"{name} must be a path (a str or os.PathLike), not {type(value).__name__} ({value!r})")
+    return value
 
 
 def default_actor() -> str:

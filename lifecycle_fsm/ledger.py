@@ -24,6 +24,7 @@ from lifecycle_fsm.command_inputs import (
     default_actor,
     default_id,
     non_negative,
+    path_argument,
     require_baseline,
     require_kind,
     utc_now,
@@ -102,7 +103,9 @@ class Ledger:
             text_or_error("actor", actor)
         self.store = store
         self.actor = actor or default_actor()
-        self.artifact_root = None if artifact_root is None else os.path.abspath(artifact_root)
+        self.artifact_root = (
+            None if artifact_root is None else os.path.abspath(path_argument("artifact_root", artifact_root))
+        )
         self.signing_key = signing_key  # the key seals are signed with (SPEC §8), kept for the commands that sign
         self._clock = clock
         # The folds of the candidates this Ledger last read or wrote (at most `cached_candidates`, least
@@ -139,6 +142,7 @@ class Ledger:
         """
         from store.open import open_store
 
+        path_or_url = path_argument("the ledger's path or URL", path_or_url)
         try:
             store = open_store(path_or_url, synchronous=synchronous, busy_timeout=busy_timeout, create=create)
         except StoreError as e:
@@ -290,7 +294,7 @@ class Ledger:
         self, manifest_path: str | os.PathLike[str], *, event_id: str | None = None
     ) -> SettingsResult:
         """Make an SFT baseline active; decided candidates must be checked again."""
-        manifest = load_baseline_manifest(manifest_path)
+        manifest = load_baseline_manifest(path_argument("manifest path", manifest_path))
         actual = verify_artifact(manifest.adapter_path, manifest.adapter_sha256, self.artifact_root)
         event = BaselineActivated(
             policy_version=manifest.adapter_sha256,
@@ -334,6 +338,7 @@ class Ledger:
         self, manifest_path: str | os.PathLike[str], *, candidate_id: str | None = None, event_id: str | None = None
     ) -> CandidateResult:
         """Receive a candidate manifest; identical re-receipt is a no-op, `tune` may be revised."""
+        manifest_path = path_argument("manifest path", manifest_path)
         manifest = load_candidate_manifest(manifest_path)
         cid = candidate_id if candidate_id is not None else default_id(manifest.fields, manifest_path)
         try:
@@ -388,7 +393,7 @@ class Ledger:
         `ArtifactError`. Without a root, the path is its own.
         """
         require_kind(kind)
-        absolute = os.path.abspath(path)
+        absolute = os.path.abspath(path_argument("trusted-state path", path))
         if not os.path.lexists(absolute):
             raise InputError(f"no such trusted-state path: {absolute}")
         root = self.artifact_root

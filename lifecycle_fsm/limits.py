@@ -138,7 +138,9 @@ def check_candidate_id(candidate_id: str, *, hint: str = "give another id with -
     `candidate:` (the prefix of every candidate's stored stream id): such an id's events
     would be listed as another stream's, or not at all. `hint`: what the caller can do instead.
     """
-    if not isinstance(candidate_id, str) or not candidate_id.strip():
+    if not isinstance(candidate_id, str):
+        raise InputError(f"a candidate id is a string, not {type(candidate_id).__name__} ({candidate_id!r})")
+    if not candidate_id.strip():
         raise InputError(f"candidate id {candidate_id!r} is empty")
     if len(candidate_id) > MAX_CANDIDATE_ID_LENGTH:
         raise InputError(

@@ -414,6 +414,28 @@ def test_a_candidate_id_that_is_not_a_string_is_an_input_error(ledger: Ledger, c
     assert ledger.store.count_events() == 0
 
 
+@pytest.mark.parametrize("bad", [None, 5, b"/tmp/x.json"])
+def test_a_path_that_is_not_a_path_is_an_input_error(ws: Workspace, ledger: Ledger, bad: object) -> None:
+    """Each path argument, and a receive's candidate id: an InputError naming it, nothing appended
+    (was `os.fspath`'s bare TypeError: "expected str, bytes or os.PathLike object, not NoneType";
+    `receive(..., candidate_id=5)` said "candidate id 5 is empty")."""
+    manifest = ws.dpo()
+    calls = {
+        "manifest path": lambda: ledger.receive(bad),  # type: ignore[arg-type]
+        "manifest path ": lambda: ledger.activate_baseline(bad),  # type: ignore[arg-type]
+        "trusted-state path": lambda: ledger.record_trusted_state("dpo-v5", "prompt_queue", bad),  # type: ignore[arg-type]
+        "the ledger's path or URL": lambda: Ledger.open(bad),  # type: ignore[arg-type]
+    }
+    if bad is not None:  # None is no root / the manifest's own id
+        calls["artifact_root"] = lambda: Ledger.open(ws.db, artifact_root=bad)
+        calls["a candidate id is a string"] = lambda: ledger.receive(manifest, candidate_id=bad)  # type: ignore[arg-type]
+    for name, call in calls.items():
+        with pytest.raises(InputError) as info:
+            call()
+        assert str(info.value).startswith(name.strip()), str(info.value)
+    assert ledger.store.count_events() == 0
+
+
 def test_an_actor_that_is_not_a_string_is_refused(ws: Workspace) -> None:
     """An actor is stored on every event it writes: `actor=5` broke the chain as a key did."""
     with pytest.raises(InputError, match="actor must be a string"):
