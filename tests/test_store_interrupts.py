@@ -264,6 +264,19 @@ def test_pg_an_interrupted_prepare_is_prepared_again_under_a_new_name(pg_store: 
         assert pg_store.hash_at(1) == pg_store.event_at(1).hash  # type: ignore[union-attr]
 
 
+@pytest.mark.postgres
+def test_pg_a_session_left_with_answers_unread_is_replaced(pg_store: PostgresEventStore) -> None:
+    """A query sent and its answer never read (an interrupt between the two): every later call failed
+    "another command is already in progress". Now the next call closes that session (the server rolls back
+    what it had not committed) and opens a new one."""
+    pg_store.session.conn.pgconn.send_query(b"SELECT pg_sleep(0.05)")
+    assert pg_store.session.conn.pgconn.transaction_status == 1  # ACTIVE: an answer unread
+    assert pg_store.head().seq == 2
+    assert pg_store.session.reconnects == 1
+    pg_store.append("a", 2, [new("a", 2)])
+    assert pg_store.verify_chain().ok
+
+
 # --- real signals: a supervisor process that SIGINTs itself -------------------------------------------
 
 _SUPERVISOR = """
