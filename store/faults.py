@@ -13,8 +13,8 @@ store kills itself at named points when `LIFECYCLE_FAULT` asks it to:
   embedding supervisor that catches the KeyboardInterrupt must find its Ledger usable:
   tests/test_store_interrupts.py).
 
-A `#N` suffix (`kill@before_commit#3`) fires on the Nth commit of the process
-instead of the first. The variable is read once when a store opens; unset, the
+A `#N` suffix (`kill@before_commit#3`) fires the Nth time the process reaches that
+point in a command (its Nth commit, or begin) instead of the first. The variable is read once when a store opens; unset, the
 hook is a single `is None` test per commit.
 """
 

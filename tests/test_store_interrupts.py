@@ -264,6 +264,19 @@ def test_pg_an_interrupted_prepare_is_prepared_again_under_a_new_name(pg_store: 
         assert pg_store.hash_at(1) == pg_store.event_at(1).hash  # type: ignore[union-attr]
 
 
+@pytest.mark.postgres
+def test_pg_a_session_left_with_answers_unread_is_replaced(pg_store: PostgresEventStore) -> None:
+    """A query sent and its answer never read (an interrupt between the two): every later call failed
+    "another command is already in progress". Now the next call closes that session (the server rolls back
+    what it had not committed) and opens a new one."""
+    pg_store.session.conn.pgconn.send_query(b"SELECT pg_sleep(0.05)")
+    assert pg_store.session.conn.pgconn.transaction_status == 1  # ACTIVE: an answer unread
+    assert pg_store.head().seq == 2
+    assert pg_store.session.reconnects == 1
+    pg_store.append("a", 2, [new("a", 2)])
+    assert pg_store.verify_chain().ok
+
+
 # --- real signals: a supervisor process that SIGINTs itself -------------------------------------------
 
 _SUPERVISOR = """
@@ -386,7 +399,7 @@ def _storm(target: str, spec: dict[str, Any], low: float, high: float) -> dict[s
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("backend", "low", "high"),
-    [("sqlite", 0.002, 0.02), pytest.param("postgres", 0.01, 0.06, marks=pytest.mark.postgres)],
+    [("sqlite", 0.001, 0.01), pytest.param("postgres", 0.01, 0.06, marks=pytest.mark.postgres)],
 )
 def test_a_storm_of_sigints_inside_commands_loses_and_doubles_nothing(
     ws: Workspace, tmp_path: Path, request: pytest.FixtureRequest, backend: str, low: float, high: float
@@ -397,11 +410,11 @@ def test_a_storm_of_sigints_inside_commands_loses_and_doubles_nothing(
     saved = tmp_path / "saved" / "trajectories"
     saved.mkdir(parents=True)
     (saved / "state.bin").write_bytes(b"trajectories" * 100)
-    spec = {"sft": str(ws.baseline()), "candidates": [(str(ws.grpo(f"grpo-{n}")), str(saved)) for n in range(6)]}
+    spec = {"sft": str(ws.baseline()), "candidates": [(str(ws.grpo(f"grpo-{n}")), str(saved)) for n in range(8)]}
     quiet = _storm(str(tmp_path / "quiet.db"), spec, 0, 0)
     target = str(ws.db) if backend == "sqlite" else request.getfixturevalue("pg_url")
     stormy = _storm(target, spec, low, high)
-    assert stormy["interrupts"] >= 10, stormy  # the storm did land inside commands
+    assert stormy["interrupts"] >= 3, stormy  # the storm did land inside commands (how often: the machine's load)
     assert (stormy["states"], stormy["events"]) == (quiet["states"], quiet["events"])
     other_process_writes(target, ws.dpo("dpo-other"), "other/recv")
     sound(target, quiet["events"] + 1)
