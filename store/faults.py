@@ -14,8 +14,8 @@ store kills itself at named points when `LIFECYCLE_FAULT` asks it to:
   tests/test_store_interrupts.py).
 
 A `#N` suffix (`kill@before_commit#3`) fires the Nth time the process reaches that
-point in a command (its Nth commit, or begin) instead of the first. The variable is read once when a store opens; unset, the
-hook is a single `is None` test per commit.
+point in a command (its Nth commit, or begin) instead of the first. The variable is read
+once when a store opens; unset, the hook is a single `is None` test per commit.
 """
 
 from __future__ import annotations
