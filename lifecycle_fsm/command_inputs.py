@@ -41,6 +41,8 @@ def utc_now() -> str:
 def path_argument(name: str, value: object) -> str:
     """A path the caller passed, as a `str`: a `str` or an `os.PathLike` of one; anything else
     (None, a number, bytes) is an InputError naming the argument, not `os.fspath`'s TypeError."""
+    if type(value) is str:  # the common case first: no ABC check (issue #13)
+        return value
     if isinstance(value, os.PathLike):
         value = os.fspath(value)
     if not isinstance(value, str):

@@ -35,7 +35,7 @@ from _thread import RLock
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-__all__ = ["Factory", "build", "field_names", "frozen", "is_deferred"]
+__all__ = ["Factory", "build", "field_names", "frozen", "is_deferred", "waits_for_attrs"]
 
 _C = TypeVar("_C", bound=type)
 
@@ -131,6 +131,11 @@ def _install_stand_ins(cls: type) -> None:
 def is_deferred(cls: type) -> bool:
     """Whether `cls` or one of its bases is still waiting for attrs."""
     return any(klass in _PENDING for klass in cls.__mro__)
+
+
+def waits_for_attrs(cls: type) -> bool:
+    """Whether `cls` itself is still deferred (`is_deferred` without the walk: for a class with no deferred base)."""
+    return cls in _PENDING
 
 
 def build(cls: type) -> None:

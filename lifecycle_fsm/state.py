@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from lifecycle_fsm.deferred import Factory, field_names, frozen
+from lifecycle_fsm.deferred import Factory, field_names, frozen, waits_for_attrs
 from lifecycle_fsm.errors import CorruptionError
 from lifecycle_fsm.events import CANDIDATE_EVENTS, LEDGER_EVENTS, LEDGER_STREAM, CandidateEvent, Event, candidate_id_of
 from lifecycle_fsm.machine import TABLE_BY_STATE, State, allowed_triggers
@@ -140,10 +140,22 @@ class CandidateState:
 
     @classmethod
     def from_work(cls, work: Mapping[str, Any]) -> CandidateState:
-        return cls(**work)
+        """Freeze the fold's working dict. One with exactly the fields and a known state
+        (every fold's) fills the instance's `__dict__` directly: a third of attrs' `__init__`
+        with its per-field frozen `setattr` and `__attrs_post_init__` (issue #13: once per
+        command and per read). Anything else goes through `__init__` and its checks."""
+        state = _STATE_OF.get(work.get("state"))  # type: ignore[arg-type]
+        if state is None or work.keys() != _FIELD_SET or cls is not CandidateState or waits_for_attrs(cls):
+            return cls(**work)
+        made = object.__new__(cls)
+        fields = made.__dict__
+        fields.update(work)
+        fields["state"] = state
+        return made
 
 
 _CANDIDATE_FIELDS = field_names(CandidateState)
+_FIELD_SET = frozenset(_CANDIDATE_FIELDS)
 
 
 def candidate_from_dict(data: Mapping[str, Any]) -> CandidateState:

@@ -189,16 +189,20 @@ class StreamReader:
         """The candidate as this process last read or wrote it, without reading (None if not held)."""
         return self._candidates.get(stream_id)
 
-    def candidate(self, stream_id: str, *, source: StreamSource | None = None) -> CandidateState | None:
+    def candidate(
+        self, stream_id: str, *, source: StreamSource | None = None, keep: bool = True
+    ) -> CandidateState | None:
         """A candidate folded from the log alone (what commands decide from), None if unknown.
 
-        `source`: read through an open write transaction instead of the store.
+        `source`: read through an open write transaction instead of the store. `keep=False`:
+        use a held fold but do not hold this one (a settings change's sweep over every
+        candidate must not push the supervisor's working set out of the cache).
         """
         cached = self._candidates.get(stream_id)
         reader = self.store if source is None else source
         new = reader.read_stream(stream_id, after_version=0 if cached is None else cached.version)
         state = fold_candidate(new, start=cached)
-        if state is not None:
+        if state is not None and keep:
             self._keep(stream_id, state)
         return state
 

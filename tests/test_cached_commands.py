@@ -251,3 +251,26 @@ def test_the_candidate_cache_size_is_checked() -> None:
     for bad in (0, -1, 2.5, True, "10"):
         with pytest.raises(InputError, match="cached_candidates"):
             Ledger(MemoryEventStore(), cached_candidates=bad)  # type: ignore[arg-type]
+
+
+def test_a_settings_sweep_keeps_the_working_set_held(ws: Workspace) -> None:
+    """A settings change reads every candidate to find the decided ones; the ones it only read
+    must not push the supervisor's working set out of the cache (the sweep held every stream it
+    read: with 1,024 held and 20k candidates, the next commands all re-read their streams). The
+    candidates it invalidated are held (the next command on them is likely), the rest untouched."""
+    names = [f"dpo-{i}" for i in range(6)]
+    with ws.ledger(cached_candidates=3) as ledger:
+        ledger.activate_baseline(ws.baseline())
+        for name in names:
+            ledger.receive(ws.dpo(name))
+        ledger.check(names[0])  # decided (verified): the sweep invalidates it
+        working = [names[0], names[1], names[2]]
+        for name in reversed(working):
+            ledger.candidate(name)
+        reader = ledger._reader
+        assert {n for n in names if reader.cached(stream_of(n)) is not None} == set(working)
+        result = ledger.activate_evaluation("eval-v2")
+        assert result.invalidated == (names[0],)
+        assert {n for n in names if reader.cached(stream_of(n)) is not None} == set(working)
+        assert reader.cached(stream_of(names[0])) == ledger.candidate(names[0])
+        assert ledger.candidate(names[0]).state is State.RECEIVED

@@ -394,3 +394,25 @@ def test_fold_does_not_mutate_its_input() -> None:
     states = fold(steps)
     assert orjson.dumps(steps) == snapshot
     assert states[0].trusted_states == {} and states[0].state == "received"
+
+
+def test_a_frozen_fold_is_the_attrs_instance_init_would_make() -> None:
+    """`CandidateState.from_work` fills a fold's exact fields directly (issue #13); the result must be
+    indistinguishable from `__init__`'s: equal, printed and evolved alike, frozen, `state` a member.
+    Anything but a fold's exact working dict goes through `__init__` and its errors."""
+    from lifecycle_fsm.machine import State
+
+    work = fold([received()])[-1].to_work() | {"state": "received"}
+    fast = CandidateState.from_work(work)
+    made = CandidateState(**work)
+    assert fast == made and vars(fast) == vars(made) and repr(fast) == repr(made)
+    assert fast.state is State.RECEIVED and made.state is State.RECEIVED
+    assert attrs.evolve(fast, version=9) == attrs.evolve(made, version=9)
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        fast.version = 2  # type: ignore[misc]
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        CandidateState.from_work(work | {"extra": 1})
+    with pytest.raises(TypeError, match="missing"):
+        CandidateState.from_work({k: v for k, v in work.items() if k != "candidate_id"})
+    with pytest.raises(ValueError, match="not a candidate state"):
+        CandidateState.from_work(work | {"state": "nowhere"})
