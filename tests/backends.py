@@ -65,6 +65,19 @@ def pg_url() -> Iterator[str]:
             admin.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
+@pytest.fixture
+def pg_store(pg_url: str) -> Iterator[Any]:
+    """A PostgreSQL store in a fresh schema holding a0 a1 on stream a, then b0 (seq 1..3)."""
+    from test_store_contract import new
+
+    from store.postgres import PostgresEventStore
+
+    with PostgresEventStore(pg_url, synchronous="NORMAL") as s:
+        s.append("a", 0, [new("a", 0), new("a", 1)])
+        s.append("b", 0, [new("b", 0)])
+        yield s
+
+
 def pg_execute(url: str, sql: str, params: Any = None) -> list[tuple[Any, ...]]:
     """Run one statement on a plain psycopg connection (not our code), autocommit; its rows if any."""
     import psycopg

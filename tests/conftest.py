@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import structlog
-from backends import backend, pg_url  # noqa: F401 - fixtures: a fresh PostgreSQL schema, every backend in turn
+from backends import backend, pg_store, pg_url  # noqa: F401 - fixtures: a fresh PostgreSQL schema, every backend in turn
 from click.testing import CliRunner, Result
 
 from lifecycle_fsm.artifacts import hash_directory

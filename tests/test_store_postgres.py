@@ -29,11 +29,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
-def store(pg_url: str) -> Iterator[PostgresEventStore]:
-    with PostgresEventStore(pg_url, synchronous="NORMAL") as s:
-        s.append("a", 0, [new("a", 0), new("a", 1)])
-        s.append("b", 0, [new("b", 0)])
-        yield s
+def store(pg_store: PostgresEventStore) -> PostgresEventStore:
+    return pg_store
 
 
 def test_a_rolled_back_transaction_keeps_the_prepared_statements(store: PostgresEventStore) -> None:

@@ -10,7 +10,7 @@ prepared statements again on use, the follower's LISTEN); nothing reconnects ins
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -43,11 +43,8 @@ def lost(error: pytest.ExceptionInfo[StoreError]) -> None:
 
 
 @pytest.fixture
-def store(pg_url: str) -> Iterator[PostgresEventStore]:
-    with PostgresEventStore(pg_url, synchronous="NORMAL") as s:
-        s.append("a", 0, [new("a", 0), new("a", 1)])
-        s.append("b", 0, [new("b", 0)])
-        yield s
+def store(pg_store: PostgresEventStore) -> PostgresEventStore:
+    return pg_store
 
 
 def test_the_next_command_after_a_dropped_session_reconnects(ws: Workspace, pg_url: str) -> None:
