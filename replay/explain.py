@@ -14,6 +14,7 @@ candidate's own stream up to a position (pure, no clock) and says:
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from typing import Any
 
 from lifecycle_fsm.errors import NotFoundError
@@ -25,7 +26,7 @@ from replay.asof import AsOf, position_of
 from store.base import EventStore
 from store.records import StoredEvent
 
-__all__ = ["CLAIMED_FIELDS", "explain", "file_changes"]
+__all__ = ["CLAIMED_FIELDS", "baseline_activations", "explain", "file_changes"]
 
 JSON = dict[str, Any]
 # The manifest fields a candidate claims (CandidateReceived.candidate), in the order shown.
@@ -49,11 +50,23 @@ def _event_json(event: StoredEvent, payload: JSON) -> JSON:
     }
 
 
-def explain(store: EventStore, candidate_id: str, *, as_of: AsOf | None = None) -> JSON:
+# The ledger stream's BaselineActivated events, in seq order: (seq, payload).
+Activations = list[tuple[int, JSON]]
+
+
+def baseline_activations(store: EventStore) -> Activations:
+    """Every baseline activation, read once (a report explains thousands of candidates against them)."""
+    return [(e.seq, decoded_payload(e)) for e in store.read_stream(LEDGER_STREAM) if e.type == "BaselineActivated"]
+
+
+def explain(
+    store: EventStore, candidate_id: str, *, as_of: AsOf | None = None, activations: Activations | None = None
+) -> JSON:
     """The candidate's state, reason codes, decisive event and evidence as of a position or time.
 
-    Raises InputError for a seq past the head, NotFoundError when the candidate did not
-    exist yet at that position.
+    `activations`: `baseline_activations(store)` when the caller explains many candidates in one
+    snapshot (read here when needed otherwise). Raises InputError for a seq past the head,
+    NotFoundError when the candidate did not exist yet at that position.
     """
     position = position_of(store, as_of)
     events = [e for e in store.read_stream(stream_of(candidate_id)) if e.seq <= position]
@@ -93,7 +106,11 @@ def explain(store: EventStore, candidate_id: str, *, as_of: AsOf | None = None) 
         "settings": None if evidence is None else evidence.get("settings"),
         "checks": [] if evidence is None else _checks(claimed, evidence),
         "artifact": None if evidence is None else _artifact(evidence["artifact"], receipt),
-        "rollback": None if evidence is None else _rollback(store, evidence["rollback"], evidence_seq or 0),
+        "rollback": None
+        if evidence is None
+        else _rollback(
+            baseline_activations(store) if activations is None else activations, evidence["rollback"], evidence_seq or 0
+        ),
         "recovery": _recovery(state.last_recovery, path, by_seq),
         "invalidation": _invalidation(decisive, decisive_payload),
         "path": path,
@@ -195,14 +212,11 @@ def _artifact(check: JSON, receipt: JSON | None) -> JSON:
     }
 
 
-def _rollback(store: EventStore, check: JSON, upto: int) -> JSON:
-    """The baseline's adapter: the hashes, and which files differ from those recorded at its activation."""
-    activated: tuple[int, JSON] | None = None
-    for e in store.read_stream(LEDGER_STREAM):
-        if e.seq > upto:
-            break
-        if e.type == "BaselineActivated":
-            activated = (e.seq, decoded_payload(e))
+def _rollback(activations: Activations, check: JSON, upto: int) -> JSON:
+    """The baseline's adapter: the hashes, and which files differ from those recorded at its activation
+    (the last activation at or before `upto`)."""
+    found = bisect_right(activations, upto, key=lambda a: a[0])
+    activated = activations[found - 1] if found else None
     return {
         **{k: check.get(k) for k in ("path", "expected", "actual", "verified", "error")},
         "activated_seq": None if activated is None else activated[0],

@@ -15,7 +15,7 @@ from collections import defaultdict
 from typing import Any
 
 from lifecycle_fsm.machine import State, diagram
-from replay.explain import explain
+from replay.explain import baseline_activations, explain
 from replay.explain_text import explain_markdown, format_value
 from replay.report_html import markdown_to_html
 from replay.verify import verify_with_state
@@ -64,7 +64,8 @@ def _build_report(store: EventStore) -> JSON:
     if not trusted or full is None:
         return doc
     state = full  # verify's own full replay (never a checkpoint), read in this snapshot
-    explained = {cid: explain(store, cid) for cid in sorted(state.candidates)}
+    activations = baseline_activations(store)  # once, not once per candidate (it grew with candidates x settings)
+    explained = {cid: explain(store, cid, activations=activations) for cid in sorted(state.candidates)}
     doc["candidates"] = explained
     doc["by_state"] = {s.value: [cid for cid, d in explained.items() if d["state"] == s.value] for s in State}
     recoveries: dict[tuple[str, str], list[JSON]] = defaultdict(list)

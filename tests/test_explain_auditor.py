@@ -211,3 +211,25 @@ def test_json_and_another_format_conflict(ws: Workspace) -> None:
         assert result.stderr.count("\n") == 1 and "--json asks for JSON and --format" in result.stderr
     both = invoke(ws.db, "--json", "explain", cid, "--format", "json")
     assert both.exit_code == 0 and json.loads(both.stdout)["id"] == cid
+
+
+def test_rollback_evidence_is_the_activation_in_force_when_checked(ws: Workspace) -> None:
+    """Each check is compared with the baseline listing recorded by the last activation at or before
+    it, not a later one; a report (which reads the activations once for every candidate) says the same."""
+    from replay.report import build_report
+
+    with ws.ledger() as led:
+        first = led.activate_baseline(ws.baseline()).events[-1].seq
+        led.receive(ws.dpo("dpo-a"))
+        led.check("dpo-a")
+        second_sha = hash_directory(ws.adapter("sft2"))
+        activated = led.activate_baseline(ws.baseline("sft2")).events
+        second = next(e.seq for e in activated if e.type == "BaselineActivated")
+        led.receive(ws.dpo("dpo-b", source_policy_version=second_sha))
+        led.check("dpo-b")
+        report = build_report(led.store)["candidates"]
+    assert first < second
+    for cid, seq in (("dpo-a", first), ("dpo-b", second)):
+        doc, _, _ = _explain(ws, cid)
+        assert doc["rollback"]["activated_seq"] == seq
+        assert report[cid]["rollback"] == doc["rollback"]

@@ -256,3 +256,26 @@ def test_report_shows_the_seals_verify_checked(tmp_path: Path) -> None:
     assert _report(ws.db, tmp_path / "r") == (0, "")
     text = (tmp_path / "r" / "ledger-report.md").read_text()
     assert f"| seals | 1 seal(s), keys [{key['key_id']}], last at seq {seq + 1} (each sealed hash" in text
+
+
+def test_a_report_reads_the_ledger_stream_once_however_many_candidates(ws: Workspace) -> None:
+    """Each candidate's rollback evidence needs the baseline activations; a report read the whole
+    ledger stream once per candidate (1,000 candidates after 2,000 settings changes: 6 s instead of
+    0.4 s). It reads the activations once; the statements say so (SQLite's own trace)."""
+    from replay.report import build_report
+    from store.sqlite import SQLiteEventStore
+
+    with ws.ledger() as led:
+        led.activate_baseline(ws.baseline())
+        for n in range(5):
+            led.receive(ws.dpo(f"dpo-{n}"))
+            led.check(f"dpo-{n}")
+        store = led.store
+        assert isinstance(store, SQLiteEventStore)
+        statements: list[str] = []
+        store._conn.set_trace_callback(statements.append)
+        doc = build_report(store)
+        store._conn.set_trace_callback(None)
+    assert all(doc["candidates"][f"dpo-{n}"]["rollback"]["activated_seq"] is not None for n in range(5))
+    ledger_reads = [s for s in statements if "stream_id = 'ledger'" in s]
+    assert len(ledger_reads) == 1, ledger_reads
