@@ -346,7 +346,7 @@ class CommandPath:
             candidate_id = candidate_id_of(head.stream_id)
             if candidate_id is None:
                 continue
-            current = self.reader.candidate(head.stream_id, source=tx, keep=False)
+            current = self.reader.candidate(head.stream_id, source=tx, evict=False)
             if current is None or current.state not in INVALIDATED_STATES:
                 continue
             if invalidation.kinds is not None and current.kind not in invalidation.kinds:

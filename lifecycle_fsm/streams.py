@@ -190,20 +190,26 @@ class StreamReader:
         return self._candidates.get(stream_id)
 
     def candidate(
-        self, stream_id: str, *, source: StreamSource | None = None, keep: bool = True
+        self, stream_id: str, *, source: StreamSource | None = None, evict: bool = True
     ) -> CandidateState | None:
         """A candidate folded from the log alone (what commands decide from), None if unknown.
 
-        `source`: read through an open write transaction instead of the store. `keep=False`:
-        use a held fold but do not hold this one (a settings change's sweep over every
-        candidate must not push the supervisor's working set out of the cache).
+        `source`: read through an open write transaction instead of the store. `evict=False`:
+        hold the fold only where that evicts nothing and promotes nothing (a settings change's
+        sweep over every candidate must not push the supervisor's working set out of the cache,
+        yet a ledger within the bound keeps every fold for the next sweep).
         """
-        cached = self._candidates.get(stream_id)
+        candidates = self._candidates
+        cached = candidates.get(stream_id)
         reader = self.store if source is None else source
         new = reader.read_stream(stream_id, after_version=0 if cached is None else cached.version)
         state = fold_candidate(new, start=cached)
-        if state is not None and keep:
+        if state is None:
+            return None
+        if evict:
             self._keep(stream_id, state)
+        elif cached is not None or len(candidates) < self._max_candidates:
+            candidates[stream_id] = state  # a held one keeps its place in the LRU order
         return state
 
     def existing(self, candidate_id: str) -> CandidateState:

@@ -257,7 +257,8 @@ def test_a_settings_sweep_keeps_the_working_set_held(ws: Workspace) -> None:
     """A settings change reads every candidate to find the decided ones; the ones it only read
     must not push the supervisor's working set out of the cache (the sweep held every stream it
     read: with 1,024 held and 20k candidates, the next commands all re-read their streams). The
-    candidates it invalidated are held (the next command on them is likely), the rest untouched."""
+    candidates it invalidated are held (the next command on them is likely), the rest untouched;
+    with room in the cache, it holds what it read (the next sweep reads only what is new)."""
     names = [f"dpo-{i}" for i in range(6)]
     with ws.ledger(cached_candidates=3) as ledger:
         ledger.activate_baseline(ws.baseline())
@@ -274,3 +275,9 @@ def test_a_settings_sweep_keeps_the_working_set_held(ws: Workspace) -> None:
         assert {n for n in names if reader.cached(stream_of(n)) is not None} == set(working)
         assert reader.cached(stream_of(names[0])) == ledger.candidate(names[0])
         assert ledger.candidate(names[0]).state is State.RECEIVED
+    with ws.ledger(cached_candidates=10) as roomy:  # within the bound, a sweep holds what it read
+        roomy.activate_evaluation("eval-v3")
+        assert {n for n in names if roomy._reader.cached(stream_of(n)) is not None} == set(names)
+        with traced(roomy.store) as statements:
+            roomy.activate_evaluation("eval-v4")
+        assert [s for s in _stream_reads(statements) if "version > 0" in s] == []  # tails only
