@@ -367,7 +367,8 @@ stop = threading.Event()
 def storm():
     rnd = random.Random(7)
     while not stop.wait(rnd.uniform(low, high)):
-        os.kill(os.getpid(), signal.SIGINT)
+        if armed:  # aimed at a command (one landing between two is ignored): a loaded host still gets hits
+            os.kill(os.getpid(), signal.SIGINT)
 
 if high > 0:
     threading.Thread(target=storm, daemon=True).start()
@@ -399,7 +400,7 @@ def _storm(target: str, spec: dict[str, Any], low: float, high: float) -> dict[s
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("backend", "low", "high"),
-    [("sqlite", 0.001, 0.01), pytest.param("postgres", 0.01, 0.06, marks=pytest.mark.postgres)],
+    [("sqlite", 0.001, 0.01), pytest.param("postgres", 0.003, 0.02, marks=pytest.mark.postgres)],
 )
 def test_a_storm_of_sigints_inside_commands_loses_and_doubles_nothing(
     ws: Workspace, tmp_path: Path, request: pytest.FixtureRequest, backend: str, low: float, high: float
