@@ -408,8 +408,10 @@ class Ledger:
     def invalidate_trusted_state(
         self, candidate_id: str, kind: str, reason: str = "invalidated by operator", *, event_id: str | None = None
     ) -> CandidateResult:
-        """Stop trusting a recorded state (it stays in history)."""
+        """Stop trusting a recorded state (it stays in history); `reason` is recorded for the auditor."""
         require_kind(kind)
+        if not isinstance(reason, str):
+            raise InputError(f"the invalidation reason must be a string, not {type(reason).__name__} ({reason!r})")
 
         def decide(current: CandidateState | None, _: LedgerSettings) -> Decision:
             assert current is not None

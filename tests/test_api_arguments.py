@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from lifecycle_fsm import InputError, Ledger
+from lifecycle_fsm.events import TrustedStateInvalidated
+from tests.conftest import Workspace, count_events
 
 BAD_BUSY_TIMEOUTS = ["30", None, True, math.nan, math.inf, -math.inf, -1, -0.5, 10**30]
 
@@ -42,3 +44,22 @@ def test_good_busy_timeouts_still_open(tmp_path: Path, pg_url: str, ok: float) -
     for target in (tmp_path / "ledger.db", pg_url):
         with Ledger.open(target, busy_timeout=ok) as ledger:
             assert ledger.init().appended or True
+
+
+@pytest.mark.parametrize("bad", [5, None, b"stale", ["stale"]], ids=repr)
+def test_an_invalidation_reason_that_is_not_a_string_is_refused(ws: Workspace, bad: object) -> None:
+    """It was recorded as given (a number, null, a list) in the auditor's log, forever."""
+    with ws.ledger() as ledger:
+        ledger.activate_baseline(ws.baseline())
+        cid = ledger.receive(ws.grpo()).candidate_id
+        saved = ws.root / "trajectories.jsonl"
+        saved.write_text("{}\n")
+        ledger.record_trusted_state(cid, "trajectories", saved)
+        before = count_events(ws.db)
+        with pytest.raises(InputError, match="reason"):
+            ledger.invalidate_trusted_state(cid, "trajectories", bad)  # type: ignore[arg-type]
+        assert count_events(ws.db) == before
+        assert "trajectories" in ledger.candidate(cid).trusted_states
+        ledger.invalidate_trusted_state(cid, "trajectories", "reward model changed")
+        _, event = ledger.history(cid)[-1]
+        assert isinstance(event, TrustedStateInvalidated) and event.reason == "reward model changed"
