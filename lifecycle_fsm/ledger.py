@@ -101,6 +101,8 @@ class Ledger:
             raise InputError(f"actor must be a string, not {type(actor).__name__}")
         if actor is not None:
             text_or_error("actor", actor)
+        if not isinstance(retry, RetryPolicy):  # else every command would fail on `retry.deadline`
+            raise InputError(f"retry must be a RetryPolicy, not {type(retry).__name__} ({retry!r})")
         self.store = store
         self.actor = actor or default_actor()
         self.artifact_root = (

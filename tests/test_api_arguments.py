@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lifecycle_fsm import InputError, Ledger
+from lifecycle_fsm import InputError, Ledger, RetryPolicy
 from lifecycle_fsm.events import TrustedStateInvalidated
 from tests.conftest import Workspace, count_events
 
@@ -63,3 +63,18 @@ def test_an_invalidation_reason_that_is_not_a_string_is_refused(ws: Workspace, b
         ledger.invalidate_trusted_state(cid, "trajectories", "reward model changed")
         _, event = ledger.history(cid)[-1]
         assert isinstance(event, TrustedStateInvalidated) and event.reason == "reward model changed"
+
+
+@pytest.mark.parametrize("bad", [5, 30.0, None, {"deadline": 1}], ids=repr)
+def test_a_retry_that_is_not_a_retry_policy_is_refused_when_opened(tmp_path: Path, bad: object) -> None:
+    """It was accepted, and every later command failed with `'int' object has no attribute 'deadline'`."""
+    with pytest.raises(InputError, match="retry"):
+        Ledger.open(tmp_path / "ledger.db", retry=bad)
+
+
+@pytest.mark.parametrize("field", ["deadline", "base", "cap"])
+@pytest.mark.parametrize("bad", ["1", None, -1, math.nan], ids=repr)
+def test_a_bad_retry_policy_is_an_input_error(field: str, bad: object) -> None:
+    """A string or None was a TypeError from the comparison; a negative or NaN value a bare ValueError."""
+    with pytest.raises(InputError, match=field):
+        RetryPolicy(**{field: bad})  # type: ignore[arg-type]
