@@ -63,7 +63,7 @@ from lifecycle_fsm.state import CandidateState, LedgerSettings
 from lifecycle_fsm.streams import CACHED_CANDIDATES, StreamReader, fold_candidate, fold_settings
 from lifecycle_fsm.upcasting import decoded_event, decoded_payload
 from store.base import EventStore
-from store.records import StoredEvent
+from store.records import EventFilter, StoredEvent
 
 __all__ = [
     "DEFAULT_ACTIVE_WINDOW",
@@ -282,12 +282,25 @@ class Ledger:
         *,
         event_id: str | None = None,
     ) -> SettingsResult:
-        """Fix the freshness settings; re-running with the same values is a no-op."""
+        """Fix the freshness settings; re-running with the same values is a no-op.
+
+        The same values are today's or the ones the ledger was initialised with (so each
+        supervisor run may start with `init()`, however far the window advanced since).
+        """
         non_negative("max window age", max_window_age)
         non_negative("active window", active_window)
         ledger_id = self._path.new_id()  # kept only if this init is the ledger's first event
+
+        def decide(_: CandidateState | None, settings: LedgerSettings) -> Decision:
+            first = None
+            if settings.initialized and (settings.max_window_age, settings.active_window) != (
+                max_window_age, active_window,
+            ):  # fmt: skip
+                first = _initialized_with(self.store)  # only then: the window may have moved since
+            return decisions.init(settings, max_window_age, active_window, ledger_id, initialized_with=first)
+
         return self._on_settings(
-            LEDGER_STREAM, lambda _, settings: decisions.init(settings, max_window_age, active_window, ledger_id),
+            LEDGER_STREAM, decide,
             command="init", event_id=event_id, first_type=LedgerInitialized.TYPE,
             inputs={"max_window_age": max_window_age, "active_window": active_window},
         )  # fmt: skip
@@ -491,6 +504,15 @@ def _read_only_folder(target: str | os.PathLike[str]) -> StoreError | None:
         "Ledger.open(path, create=False) (reads work, writes are refused) or the CLI's read commands "
         "(status, log, explain, verify)"
     )
+
+
+def _initialized_with(store: EventStore) -> tuple[int, int] | None:
+    """The `(max_window_age, active_window)` the ledger's `LedgerInitialized` (its stream's first event) fixed."""
+    first = next(iter(store.select_matching(EventFilter(stream_id=LEDGER_STREAM, limit=1))), None)
+    if first is None or first.type != LedgerInitialized.TYPE:
+        return None
+    payload = decoded_payload(first)
+    return payload["max_window_age"], payload["active_window"]
 
 
 def _check_key(event_id: object) -> None:
