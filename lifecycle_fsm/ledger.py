@@ -116,7 +116,7 @@ class Ledger:
         self._path = CommandPath(self._reader, actor=self.actor, clock=clock, retry=retry, new_id=new_id)
         # Artifact digests this Ledger read, re-used by `check`/`hand_off` while no file changed;
         # stamped with the wall clock (the event clock is not consumed by a read).
-        self._digests = DigestCache(utc_now)
+        self._digests = DigestCache(utc_now, max_entries=2 * cached_candidates)  # bounded, as the folds are
         self._closed = False
 
     @classmethod
