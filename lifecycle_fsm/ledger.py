@@ -129,7 +129,11 @@ class Ledger:
         busy_timeout: float = 30.0,
         signing_key: SigningKey | None = None,
         create: bool = True,
-        **kwargs: Any,
+        clock: Callable[[], str] = utc_now,
+        artifact_root: str | os.PathLike[str] | None = None,
+        retry: RetryPolicy = DEFAULT_RETRY,
+        new_id: Callable[[], str] | None = None,
+        cached_candidates: int = CACHED_CANDIDATES,
     ) -> Ledger:
         """A ledger on a SQLite file or a `postgresql://` URL (created if missing, unless `create=False`).
 
@@ -138,9 +142,9 @@ class Ledger:
         `create=False` opens only a ledger that exists (a missing file or schema is an
         `InputError`, never a new empty ledger: a waiter with a mistyped path fails at once),
         and reads a SQLite ledger in a folder this process may not write (its writes are
-        refused with `StoreError`); `kwargs` go to the constructor (`clock`, `artifact_root`,
-        `retry`, `cached_candidates`: how many candidates' folds it keeps, default 1024, least
-        recently used evicted first).
+        refused with `StoreError`); the rest are the constructor's (`clock`, `artifact_root`,
+        `retry`, `new_id`, `cached_candidates`: how many candidates' folds it keeps, default 1024,
+        least recently used evicted first).
         """
         from store.open import open_store
 
@@ -152,7 +156,8 @@ class Ledger:
             if read_only is None:
                 raise
             raise read_only from e
-        return cls(store, actor=actor, signing_key=signing_key, **kwargs)
+        return cls(store, actor=actor, clock=clock, artifact_root=artifact_root, retry=retry,
+                   signing_key=signing_key, new_id=new_id, cached_candidates=cached_candidates)  # fmt: skip
 
     def seal(self) -> JSON:
         """Sign the head and append `HeadSealed` to the `seals` stream; the signed head (SPEC §8).

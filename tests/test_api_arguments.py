@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 from pathlib import Path
 
@@ -78,3 +79,18 @@ def test_a_bad_retry_policy_is_an_input_error(field: str, bad: object) -> None:
     """A string or None was a TypeError from the comparison; a negative or NaN value a bare ValueError."""
     with pytest.raises(InputError, match=field):
         RetryPolicy(**{field: bad})  # type: ignore[arg-type]
+
+
+def test_ledger_open_spells_out_every_keyword_the_constructor_takes() -> None:
+    """`Ledger.open(..., **kwargs: Any)` let mypy --strict pass a misspelt keyword (`cached_candiates=5`,
+    `artifact_rot=...`) or a wrong type (`cached_candidates="10"`), found only at run time as a bare
+    TypeError. `open` now names each one, typed as the constructor types it."""
+    opened = inspect.signature(Ledger.open).parameters
+    made = inspect.signature(Ledger.__init__).parameters
+    assert all(p.kind is not inspect.Parameter.VAR_KEYWORD for p in opened.values())
+    for name, param in made.items():
+        if name in ("self", "store"):
+            continue
+        assert name in opened, name
+        assert opened[name].kind is inspect.Parameter.KEYWORD_ONLY
+        assert (opened[name].annotation, opened[name].default) == (param.annotation, param.default), name
