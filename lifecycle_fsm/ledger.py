@@ -60,7 +60,7 @@ from lifecycle_fsm.results import CandidateResult, CommandResult, RecoveryResult
 from lifecycle_fsm.retry import DEFAULT_RETRY, RetryPolicy
 from lifecycle_fsm.rules import STAGES
 from lifecycle_fsm.state import CandidateState, LedgerSettings
-from lifecycle_fsm.streams import CACHED_CANDIDATES, StreamReader, fold_candidate, fold_settings
+from lifecycle_fsm.streams import CACHED_CANDIDATES, StreamReader, check_cache_size, fold_candidate, fold_settings
 from lifecycle_fsm.upcasting import decoded_event, decoded_payload
 from store.base import EventStore
 from store.records import EventFilter, StoredEvent
@@ -97,17 +97,10 @@ class Ledger:
         new_id: Callable[[], str] | None = None,
         cached_candidates: int = CACHED_CANDIDATES,
     ) -> None:
-        if actor is not None and not isinstance(actor, str):
-            raise InputError(f"actor must be a string, not {type(actor).__name__}")
-        if actor is not None:
-            text_or_error("actor", actor)
-        if not isinstance(retry, RetryPolicy):  # else every command would fail on `retry.deadline`
-            raise InputError(f"retry must be a RetryPolicy, not {type(retry).__name__} ({retry!r})")
+        root = _checked_options(actor, artifact_root, retry, cached_candidates)
         self.store = store
         self.actor = actor or default_actor()
-        self.artifact_root = (
-            None if artifact_root is None else os.path.abspath(path_argument("artifact_root", artifact_root))
-        )
+        self.artifact_root = root
         self.signing_key = signing_key  # the key seals are signed with (SPEC §8), kept for the commands that sign
         self._clock = clock
         # The folds of the candidates this Ledger last read or wrote (at most `cached_candidates`, least
@@ -149,6 +142,8 @@ class Ledger:
         from store.open import open_store
 
         path_or_url = path_argument("the ledger's path or URL", path_or_url)
+        # Before the store is opened: a refused call must not create a ledger or leave a connection open.
+        _checked_options(actor, artifact_root, retry, cached_candidates)
         try:
             store = open_store(path_or_url, synchronous=synchronous, busy_timeout=busy_timeout, create=create)
         except StoreError as e:
@@ -156,8 +151,12 @@ class Ledger:
             if read_only is None:
                 raise
             raise read_only from e
-        return cls(store, actor=actor, clock=clock, artifact_root=artifact_root, retry=retry,
-                   signing_key=signing_key, new_id=new_id, cached_candidates=cached_candidates)  # fmt: skip
+        try:
+            return cls(store, actor=actor, clock=clock, artifact_root=artifact_root, retry=retry,
+                       signing_key=signing_key, new_id=new_id, cached_candidates=cached_candidates)  # fmt: skip
+        except BaseException:
+            store.close()  # nobody else holds it: its connection is not left to the garbage collector
+            raise
 
     def seal(self) -> JSON:
         """Sign the head and append `HeadSealed` to the `seals` stream; the signed head (SPEC §8).
@@ -489,6 +488,18 @@ class Ledger:
         return self._on_candidate(
             stream_of(candidate_id), decide, command="handoff", event_id=event_id, first_type=HandoffDecided.TYPE
         )
+
+
+def _checked_options(actor: object, artifact_root: object, retry: object, cached_candidates: object) -> str | None:
+    """The constructor's argument checks (InputError); the artifact root made absolute."""
+    if actor is not None and not isinstance(actor, str):
+        raise InputError(f"actor must be a string, not {type(actor).__name__}")
+    if actor is not None:
+        text_or_error("actor", actor)
+    if not isinstance(retry, RetryPolicy):  # else every command would fail on `retry.deadline`
+        raise InputError(f"retry must be a RetryPolicy, not {type(retry).__name__} ({retry!r})")
+    check_cache_size(cached_candidates)
+    return None if artifact_root is None else os.path.abspath(path_argument("artifact_root", artifact_root))
 
 
 def _read_only_folder(target: str | os.PathLike[str]) -> StoreError | None:

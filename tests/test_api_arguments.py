@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
+import gc
 import inspect
 import math
+import warnings
 from pathlib import Path
 
 import pytest
+from backends import pg_execute
 
 from lifecycle_fsm import InputError, Ledger, RetryPolicy
 from lifecycle_fsm.events import TrustedStateInvalidated
@@ -94,3 +97,32 @@ def test_ledger_open_spells_out_every_keyword_the_constructor_takes() -> None:
         assert name in opened, name
         assert opened[name].kind is inspect.Parameter.KEYWORD_ONLY
         assert (opened[name].annotation, opened[name].default) == (param.annotation, param.default), name
+
+
+REFUSED_OPENS = [
+    {"actor": 5},
+    {"actor": "\ud800"},
+    {"retry": 5},
+    {"cached_candidates": 0},
+    {"artifact_root": 5},
+]
+
+
+@pytest.mark.parametrize("bad", REFUSED_OPENS, ids=repr)
+def test_a_refused_open_creates_no_ledger_and_leaves_no_connection_open(
+    tmp_path: Path, pg_url: str, bad: dict[str, object]
+) -> None:
+    """The constructor's arguments were checked after the store was opened: the refused call had
+    already created the ledger file (or the PostgreSQL tables) and left its connection open, to be
+    found by the garbage collector ("ResourceWarning: ... was deleted while still open")."""
+    db = tmp_path / "ledger.db"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResourceWarning)
+        for target in (db, pg_url):
+            with pytest.raises(InputError):
+                Ledger.open(target, **bad)  # type: ignore[arg-type]
+            gc.collect()
+    assert not db.exists()
+    assert pg_execute(
+        pg_url, "SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema()"
+    ) == [(0,)]
