@@ -413,13 +413,17 @@ class Ledger:
         """
         require_kind(kind)
         absolute = os.path.abspath(path_argument("trusted-state path", path))
-        if not os.path.lexists(absolute):
-            raise InputError(f"no such trusted-state path: {absolute}")
         root = self.artifact_root
+
+        def decide(current: CandidateState | None, _: LedgerSettings) -> Decision:
+            # Looked at only once the move was found legal and the key is no retry: a refused command
+            # reads nothing, and a retry answers even after the file was rotated away.
+            if not os.path.lexists(absolute):
+                raise InputError(f"no such trusted-state path: {absolute}")
+            return decisions.record_trusted_state(kind, absolute, hash_directory(absolute, root))
+
         return self._on_candidate(
-            stream_of(candidate_id),
-            # Hashed only once the move was found legal: a refused command reads nothing.
-            lambda current, _: decisions.record_trusted_state(kind, absolute, hash_directory(absolute, root)),
+            stream_of(candidate_id), decide,
             command="trusted", event_id=event_id, reads_settings=False, first_type=TrustedStateRecorded.TYPE,
             inputs={"kind": kind, "path": absolute},
         )  # fmt: skip

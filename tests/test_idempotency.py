@@ -18,6 +18,7 @@ import pytest
 from lifecycle_fsm import (
     CandidateResult,
     DuplicateEventError,
+    InputError,
     Ledger,
     LedgerClosedError,
     LifecycleError,
@@ -92,6 +93,28 @@ def test_a_retried_trusted_state_or_recovery_is_a_duplicate_not_a_row(ws: Worksp
     assert retried_recovery.duplicate and retried_recovery.state is State.RECEIVED
     types = [e.type for e in ledger.store.read_stream("candidate:grpo-v7")]
     assert types.count("TrustedStateRecorded") == 1 and types.count("RecoveryCompleted") == 1
+
+
+def test_a_retried_trusted_state_answers_after_the_file_was_rotated_away(ws: Workspace, ledger: Ledger) -> None:
+    """A training loop keeps a few checkpoints and deletes older ones: a supervisor that recorded one,
+    lost the reply and retried after the file was rotated away got "no such trusted-state path"
+    (InputError, the path checked before the key was looked up), never the answer it had committed.
+    The key is what a retry is matched by (with the kind and path): it answers; a new key still
+    needs the file."""
+    files = _files(ws)
+    ledger.activate_baseline(files["sft"])
+    ledger.receive(files["grpo"])
+    saved = ws.root / "pre_update.ckpt"
+    saved.write_bytes(b"optimizer state")
+    first = ledger.record_trusted_state("grpo-v7", "pre_update_checkpoint", saved, event_id="r/1/trusted")
+    saved.unlink()
+    with Ledger.open(ws.db) as restarted:  # the supervisor's next process
+        retried = restarted.record_trusted_state("grpo-v7", "pre_update_checkpoint", saved, event_id="r/1/trusted")
+        assert retried.duplicate and retried.events == first.events
+        before = count_events(ws.db)
+        with pytest.raises(InputError, match="no such trusted-state path"):
+            restarted.record_trusted_state("grpo-v7", "pre_update_checkpoint", saved, event_id="r/2/trusted")
+        assert count_events(ws.db) == before
 
 
 def test_keys_are_global_across_supervisors(ws: Workspace, ledger: Ledger) -> None:
