@@ -83,6 +83,8 @@ def create_ledger_file(path: Path, *, exclusive: bool = False) -> None:
         size = wal.stat().st_size
     except FileNotFoundError:
         size = 0
+    except OSError as e:  # a folder that is a file, a name too long for its -wal, a folder we may not search
+        raise StoreError(f"{path}: cannot create the ledger file ({e.strerror})") from e
     if size and not path.exists():  # again: another process may have just made the ledger and its WAL
         raise StoreError(
             f"{path}: no ledger file, but {wal.name} holds {size} bytes of its events; "
