@@ -31,7 +31,7 @@ from lifecycle_fsm.command_inputs import (
 )
 from lifecycle_fsm.command_path import CommandPath, Decide
 from lifecycle_fsm.decisions import DEFAULT_ACTIVE_WINDOW, DEFAULT_MAX_WINDOW_AGE, Decision
-from lifecycle_fsm.errors import InputError, StoreError
+from lifecycle_fsm.errors import InputError, LedgerClosedError, StoreError
 from lifecycle_fsm.event_base import text_or_error
 from lifecycle_fsm.events import (
     LEDGER_STREAM,
@@ -195,6 +195,8 @@ class Ledger:
         return self._closed
 
     def __enter__(self) -> Ledger:
+        if self._closed:  # as a closed file: refused here, not at the block's first read or write
+            raise LedgerClosedError("this ledger is closed: open it again to use it (with-statement)")
         return self
 
     def __exit__(self, *exc: object) -> None:

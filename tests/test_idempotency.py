@@ -221,6 +221,21 @@ def test_a_closed_ledger_raises_a_lifecycle_error(ws: Workspace) -> None:
         assert isinstance(info.value, LifecycleError)
 
 
+def test_entering_a_closed_ledger_is_refused_at_once(ws: Workspace) -> None:
+    """`with ledger:` on a ledger already closed (a supervisor re-using the object of a finished run)
+    returned it as if open, and the block failed later at its first read or write, wherever that was;
+    as with a closed file, entering it is refused (LedgerClosedError). A ledger closed inside its own
+    block leaves it cleanly."""
+    ledger = ws.ledger()
+    with ledger:
+        ledger.init()
+    with pytest.raises(LedgerClosedError, match="closed"), ledger:
+        pass
+    with ws.ledger() as again:
+        again.close()
+    assert again.closed
+
+
 def test_busy_timeout_reaches_sqlite(ws: Workspace) -> None:
     """A writer waits `busy_timeout` for another's lock: a short one gives up, a long one outlasts the holder."""
     with ws.ledger() as setup:
