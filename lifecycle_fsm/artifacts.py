@@ -52,6 +52,7 @@ import errno
 import hashlib
 import os
 import stat
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -441,22 +442,32 @@ class DigestCache:
     ctime, which only a privileged writer can make (setting the clock back, writing the
     block device), or a file system whose timestamps are coarser than the change
     interval, is not seen until a full read (`--rehash`, `audit`).
+
+    At most `max_entries` digests are kept (each holds its folder's per-file listing), the
+    least recently used evicted first: a long-lived Ledger stays flat. An evicted one is
+    simply read again when next checked.
     """
 
     clock: Callable[[], str]
-    _entries: dict[tuple[str, str | None], tuple[_Identity, TreeDigest, str]] = attrs.field(factory=dict)
+    max_entries: int = 2048
+    _entries: OrderedDict[tuple[str, str | None], tuple[_Identity, TreeDigest, str]] = attrs.field(factory=OrderedDict)
 
     def hash_tree(self, path: StrPath, root: StrPath | None = None) -> tuple[TreeDigest, str | None]:
         """`(digest, reused_from)`: `reused_from` is when the bytes were read (None: read now)."""
         key = (os.path.abspath(path), None if root is None else os.path.abspath(root))
         is_dir, files = _collect(path, root)
         identity = _identity(files)  # taken before reading: a change during the read shows next time
-        cached = self._entries.get(key)
+        entries = self._entries
+        cached = entries.get(key)
         if cached is not None and cached[0] == identity:
+            entries.move_to_end(key)
             return cached[1], cached[2]
         hashed_at = self.clock()
         digest = _hash_collected(is_dir, files, None, MAX_LISTED_FILES)
-        self._entries[key] = (identity, digest, hashed_at)
+        entries[key] = (identity, digest, hashed_at)
+        entries.move_to_end(key)
+        if len(entries) > self.max_entries:
+            entries.popitem(last=False)
         return digest, None
 
 

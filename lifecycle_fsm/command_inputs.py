@@ -40,13 +40,15 @@ def utc_now() -> str:
 
 def path_argument(name: str, value: object) -> str:
     """A path the caller passed, as a `str`: a `str` or an `os.PathLike` of one; anything else
-    (None, a number, bytes) is an InputError naming the argument, not `os.fspath`'s TypeError."""
-    if type(value) is str:  # the common case first: no ABC check (issue #13)
-        return value
-    if isinstance(value, os.PathLike):
-        value = os.fspath(value)
-    if not isinstance(value, str):
-        raise InputError(f"{name} must be a path (a str or os.PathLike), not {type(value).__name__} ({value!r})")
+    (None, a number, bytes) is an InputError naming the argument, not `os.fspath`'s TypeError,
+    and so is one holding a NUL (no file system path does: `os.stat`'s bare ValueError)."""
+    if type(value) is not str:  # the common case skips this: no ABC check (issue #13)
+        if isinstance(value, os.PathLike):
+            value = os.fspath(value)
+        if not isinstance(value, str):
+            raise InputError(f"{name} must be a path (a str or os.PathLike), not {type(value).__name__} ({value!r})")
+    if "\x00" in value:
+        raise InputError(f"{name} {value!r} holds a NUL character, which no file system path can")
     return value
 
 

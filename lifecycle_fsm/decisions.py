@@ -159,18 +159,31 @@ def _with_defaults(settings: LedgerSettings, decision: Decision) -> Decision:
     return attrs.evolve(decision, events=(defaults, *decision.events))
 
 
-def init(settings: LedgerSettings, max_window_age: int, active_window: int, ledger_id: str | None = None) -> Decision:
+def init(
+    settings: LedgerSettings,
+    max_window_age: int,
+    active_window: int,
+    ledger_id: str | None = None,
+    *,
+    initialized_with: tuple[int, int] | None = None,
+) -> Decision:
     """Fix the freshness settings; the same values again is a no-op, others a conflict.
 
+    "The same values" are today's, or the `(max_window_age, active_window)` its
+    `LedgerInitialized` fixed (`initialized_with`, read by the caller): every supervisor
+    run starts with `init`, and the window may have advanced since the first one.
     `ledger_id` (random, chosen by the caller: decisions stay pure) names the ledger in seals.
     """
     if not settings.initialized:
         return Decision((LedgerInitialized(max_window_age, active_window, ledger_id),))
     if (settings.max_window_age, settings.active_window) == (max_window_age, active_window):
         return NOTHING
+    if initialized_with == (max_window_age, active_window):
+        return NOTHING
+    since = "" if initialized_with is None else f"; initialized with {initialized_with[0]}, {initialized_with[1]}"
     raise ConflictError(
         f"ledger already initialized (max window age {settings.max_window_age}, active window "
-        f"{settings.active_window}); use `window N` to advance the window"
+        f"{settings.active_window}{since}); use `window N` to advance the window"
     )
 
 

@@ -109,7 +109,25 @@ def follow_events(
     """
     after = check_int("after", after)
     poll = check_seconds("poll", poll, zero_ok=False)
-    return _follow(store, after, poll, stream_filter(stream), stop or threading.Event(), is_closed)
+    return _follow(store, after, poll, stream_filter(stream), _stop_event(stop), is_closed)
+
+
+def _stop_event(stop: object) -> threading.Event:
+    """`follow`'s `stop`: None (a fresh event), or one with `is_set()` and a blocking `wait(timeout)`
+    (a `threading.Event`, a `multiprocessing` one); anything else is an InputError when called."""
+    if stop is None:
+        return threading.Event()
+    if isinstance(stop, threading.Event):
+        return stop
+    import inspect  # only for a duck-typed one: not on every start-up
+
+    wait = getattr(stop, "wait", None)
+    if not callable(getattr(stop, "is_set", None)) or not callable(wait) or inspect.iscoroutinefunction(wait):
+        raise InputError(
+            f"follow: stop must be a threading.Event (anything with is_set() and a blocking wait(timeout)), not "
+            f"{type(stop).__name__} ({stop!r}); an asyncio.Event cannot stop this blocking call"
+        )
+    return stop  # type: ignore[return-value]
 
 
 def _follow(

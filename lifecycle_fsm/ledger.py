@@ -31,7 +31,7 @@ from lifecycle_fsm.command_inputs import (
 )
 from lifecycle_fsm.command_path import CommandPath, Decide
 from lifecycle_fsm.decisions import DEFAULT_ACTIVE_WINDOW, DEFAULT_MAX_WINDOW_AGE, Decision
-from lifecycle_fsm.errors import InputError, StoreError
+from lifecycle_fsm.errors import InputError, LedgerClosedError, StoreError
 from lifecycle_fsm.event_base import text_or_error
 from lifecycle_fsm.events import (
     LEDGER_STREAM,
@@ -60,10 +60,10 @@ from lifecycle_fsm.results import CandidateResult, CommandResult, RecoveryResult
 from lifecycle_fsm.retry import DEFAULT_RETRY, RetryPolicy
 from lifecycle_fsm.rules import STAGES
 from lifecycle_fsm.state import CandidateState, LedgerSettings
-from lifecycle_fsm.streams import CACHED_CANDIDATES, StreamReader, fold_candidate, fold_settings
+from lifecycle_fsm.streams import CACHED_CANDIDATES, StreamReader, check_cache_size, fold_candidate, fold_settings
 from lifecycle_fsm.upcasting import decoded_event, decoded_payload
 from store.base import EventStore
-from store.records import StoredEvent
+from store.records import EventFilter, StoredEvent
 
 __all__ = [
     "DEFAULT_ACTIVE_WINDOW",
@@ -97,15 +97,10 @@ class Ledger:
         new_id: Callable[[], str] | None = None,
         cached_candidates: int = CACHED_CANDIDATES,
     ) -> None:
-        if actor is not None and not isinstance(actor, str):
-            raise InputError(f"actor must be a string, not {type(actor).__name__}")
-        if actor is not None:
-            text_or_error("actor", actor)
+        root = _checked_options(actor, artifact_root, retry, cached_candidates)
         self.store = store
         self.actor = actor or default_actor()
-        self.artifact_root = (
-            None if artifact_root is None else os.path.abspath(path_argument("artifact_root", artifact_root))
-        )
+        self.artifact_root = root
         self.signing_key = signing_key  # the key seals are signed with (SPEC §8), kept for the commands that sign
         self._clock = clock
         # The folds of the candidates this Ledger last read or wrote (at most `cached_candidates`, least
@@ -114,7 +109,7 @@ class Ledger:
         self._path = CommandPath(self._reader, actor=self.actor, clock=clock, retry=retry, new_id=new_id)
         # Artifact digests this Ledger read, re-used by `check`/`hand_off` while no file changed;
         # stamped with the wall clock (the event clock is not consumed by a read).
-        self._digests = DigestCache(utc_now)
+        self._digests = DigestCache(utc_now, max_entries=2 * cached_candidates)  # bounded, as the folds are
         self._closed = False
 
     @classmethod
@@ -127,7 +122,11 @@ class Ledger:
         busy_timeout: float = 30.0,
         signing_key: SigningKey | None = None,
         create: bool = True,
-        **kwargs: Any,
+        clock: Callable[[], str] = utc_now,
+        artifact_root: str | os.PathLike[str] | None = None,
+        retry: RetryPolicy = DEFAULT_RETRY,
+        new_id: Callable[[], str] | None = None,
+        cached_candidates: int = CACHED_CANDIDATES,
     ) -> Ledger:
         """A ledger on a SQLite file or a `postgresql://` URL (created if missing, unless `create=False`).
 
@@ -136,13 +135,15 @@ class Ledger:
         `create=False` opens only a ledger that exists (a missing file or schema is an
         `InputError`, never a new empty ledger: a waiter with a mistyped path fails at once),
         and reads a SQLite ledger in a folder this process may not write (its writes are
-        refused with `StoreError`); `kwargs` go to the constructor (`clock`, `artifact_root`,
-        `retry`, `cached_candidates`: how many candidates' folds it keeps, default 1024, least
-        recently used evicted first).
+        refused with `StoreError`); the rest are the constructor's (`clock`, `artifact_root`,
+        `retry`, `new_id`, `cached_candidates`: how many candidates' folds it keeps, default 1024,
+        least recently used evicted first).
         """
         from store.open import open_store
 
         path_or_url = path_argument("the ledger's path or URL", path_or_url)
+        # Before the store is opened: a refused call must not create a ledger or leave a connection open.
+        _checked_options(actor, artifact_root, retry, cached_candidates)
         try:
             store = open_store(path_or_url, synchronous=synchronous, busy_timeout=busy_timeout, create=create)
         except StoreError as e:
@@ -150,7 +151,12 @@ class Ledger:
             if read_only is None:
                 raise
             raise read_only from e
-        return cls(store, actor=actor, signing_key=signing_key, **kwargs)
+        try:
+            return cls(store, actor=actor, clock=clock, artifact_root=artifact_root, retry=retry,
+                       signing_key=signing_key, new_id=new_id, cached_candidates=cached_candidates)  # fmt: skip
+        except BaseException:
+            store.close()  # nobody else holds it: its connection is not left to the garbage collector
+            raise
 
     def seal(self) -> JSON:
         """Sign the head and append `HeadSealed` to the `seals` stream; the signed head (SPEC §8).
@@ -189,6 +195,8 @@ class Ledger:
         return self._closed
 
     def __enter__(self) -> Ledger:
+        if self._closed:  # as a closed file: refused here, not at the block's first read or write
+            raise LedgerClosedError("this ledger is closed: open it again to use it (with-statement)")
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -280,12 +288,25 @@ class Ledger:
         *,
         event_id: str | None = None,
     ) -> SettingsResult:
-        """Fix the freshness settings; re-running with the same values is a no-op."""
+        """Fix the freshness settings; re-running with the same values is a no-op.
+
+        The same values are today's or the ones the ledger was initialised with (so each
+        supervisor run may start with `init()`, however far the window advanced since).
+        """
         non_negative("max window age", max_window_age)
         non_negative("active window", active_window)
         ledger_id = self._path.new_id()  # kept only if this init is the ledger's first event
+
+        def decide(_: CandidateState | None, settings: LedgerSettings) -> Decision:
+            first = None
+            if settings.initialized and (settings.max_window_age, settings.active_window) != (
+                max_window_age, active_window,
+            ):  # fmt: skip
+                first = _initialized_with(self.store)  # only then: the window may have moved since
+            return decisions.init(settings, max_window_age, active_window, ledger_id, initialized_with=first)
+
         return self._on_settings(
-            LEDGER_STREAM, lambda _, settings: decisions.init(settings, max_window_age, active_window, ledger_id),
+            LEDGER_STREAM, decide,
             command="init", event_id=event_id, first_type=LedgerInitialized.TYPE,
             inputs={"max_window_age": max_window_age, "active_window": active_window},
         )  # fmt: skip
@@ -394,13 +415,17 @@ class Ledger:
         """
         require_kind(kind)
         absolute = os.path.abspath(path_argument("trusted-state path", path))
-        if not os.path.lexists(absolute):
-            raise InputError(f"no such trusted-state path: {absolute}")
         root = self.artifact_root
+
+        def decide(current: CandidateState | None, _: LedgerSettings) -> Decision:
+            # Looked at only once the move was found legal and the key is no retry: a refused command
+            # reads nothing, and a retry answers even after the file was rotated away.
+            if not os.path.lexists(absolute):
+                raise InputError(f"no such trusted-state path: {absolute}")
+            return decisions.record_trusted_state(kind, absolute, hash_directory(absolute, root))
+
         return self._on_candidate(
-            stream_of(candidate_id),
-            # Hashed only once the move was found legal: a refused command reads nothing.
-            lambda current, _: decisions.record_trusted_state(kind, absolute, hash_directory(absolute, root)),
+            stream_of(candidate_id), decide,
             command="trusted", event_id=event_id, reads_settings=False, first_type=TrustedStateRecorded.TYPE,
             inputs={"kind": kind, "path": absolute},
         )  # fmt: skip
@@ -408,8 +433,10 @@ class Ledger:
     def invalidate_trusted_state(
         self, candidate_id: str, kind: str, reason: str = "invalidated by operator", *, event_id: str | None = None
     ) -> CandidateResult:
-        """Stop trusting a recorded state (it stays in history)."""
+        """Stop trusting a recorded state (it stays in history); `reason` is recorded for the auditor."""
         require_kind(kind)
+        if not isinstance(reason, str):
+            raise InputError(f"the invalidation reason must be a string, not {type(reason).__name__} ({reason!r})")
 
         def decide(current: CandidateState | None, _: LedgerSettings) -> Decision:
             assert current is not None
@@ -469,6 +496,18 @@ class Ledger:
         )
 
 
+def _checked_options(actor: object, artifact_root: object, retry: object, cached_candidates: object) -> str | None:
+    """The constructor's argument checks (InputError); the artifact root made absolute."""
+    if actor is not None and not isinstance(actor, str):
+        raise InputError(f"actor must be a string, not {type(actor).__name__}")
+    if actor is not None:
+        text_or_error("actor", actor)
+    if not isinstance(retry, RetryPolicy):  # else every command would fail on `retry.deadline`
+        raise InputError(f"retry must be a RetryPolicy, not {type(retry).__name__} ({retry!r})")
+    check_cache_size(cached_candidates)
+    return None if artifact_root is None else os.path.abspath(path_argument("artifact_root", artifact_root))
+
+
 def _read_only_folder(target: str | os.PathLike[str]) -> StoreError | None:
     """Why an existing ledger file could not be opened to write, when its folder may not be
     written (SQLite keeps the `-wal` and `-shm` beside the file); None for anything else."""
@@ -487,6 +526,15 @@ def _read_only_folder(target: str | os.PathLike[str]) -> StoreError | None:
         "Ledger.open(path, create=False) (reads work, writes are refused) or the CLI's read commands "
         "(status, log, explain, verify)"
     )
+
+
+def _initialized_with(store: EventStore) -> tuple[int, int] | None:
+    """The `(max_window_age, active_window)` the ledger's `LedgerInitialized` (its stream's first event) fixed."""
+    first = next(iter(store.select_matching(EventFilter(stream_id=LEDGER_STREAM, limit=1))), None)
+    if first is None or first.type != LedgerInitialized.TYPE:
+        return None
+    payload = decoded_payload(first)
+    return payload["max_window_age"], payload["active_window"]
 
 
 def _check_key(event_id: object) -> None:

@@ -29,6 +29,7 @@ from store.records import StoredEvent
 __all__ = [
     "CACHED_CANDIDATES",
     "StreamReader",
+    "check_cache_size",
     "fold_candidate",
     "fold_settings",
     "query_work",
@@ -141,6 +142,14 @@ def query_work(store: EventStore, candidate_id: str) -> JSON:
     return work
 
 
+def check_cache_size(max_candidates: object) -> int:
+    """How many candidates' folds a reader keeps: an int of at least 1, else an InputError."""
+    if isinstance(max_candidates, bool) or not isinstance(max_candidates, int) or max_candidates < 1:
+        raise InputError(f"the candidate cache's size (cached_candidates) must be an int of at least 1, "
+                         f"not {max_candidates!r}")  # fmt: skip
+    return max_candidates
+
+
 class StreamReader:
     """The folds of the streams this process touched, kept current from the store.
 
@@ -150,9 +159,7 @@ class StreamReader:
     """
 
     def __init__(self, store: EventStore, *, max_candidates: int = CACHED_CANDIDATES) -> None:
-        if isinstance(max_candidates, bool) or not isinstance(max_candidates, int) or max_candidates < 1:
-            raise InputError(f"the candidate cache's size (cached_candidates) must be an int of at least 1, "
-                             f"not {max_candidates!r}")  # fmt: skip
+        check_cache_size(max_candidates)
         self.store = store
         self._settings = LedgerSettings()
         self._settings_known = False  # whether `_settings` was read or written by this process

@@ -33,6 +33,7 @@ from psycopg.pq import TransactionStatus
 
 from store.errors import InputError, IntegrityError, LifecycleError, StoreError
 from store.open import redact_url
+from store.options import busy_timeout_seconds, synchronous_mode
 from store.postgres_pipeline import Pipeline
 from store.records import EventFilter
 from store.threads import ThreadOwner
@@ -185,13 +186,12 @@ class PgSession:
         # psycopg never closes, so never sends a Terminate for, a connection it frees in another process).
         self.owner = ThreadOwner(self.where)
         self._secrets = _secrets(url)
+        mode = SYNCHRONOUS_COMMIT[synchronous_mode(synchronous, SYNCHRONOUS_COMMIT)]
+        busy_timeout = busy_timeout_seconds(busy_timeout)
+        if busy_timeout_seconds(idle_timeout, "idle_timeout") == 0:
+            raise InputError(f"idle_timeout must be above 0 seconds, not {idle_timeout!r}")
         self.busy_timeout = busy_timeout
         self.idle_timeout = idle_timeout
-        mode = SYNCHRONOUS_COMMIT.get(synchronous.upper())
-        if mode is None:
-            raise InputError(f"synchronous must be one of {', '.join(SYNCHRONOUS_COMMIT)}, not {synchronous!r}")
-        if busy_timeout < 0 or idle_timeout <= 0:
-            raise InputError("busy_timeout must be >= 0 and idle_timeout > 0 (seconds)")
         self._setup = (f"{max(1, int(busy_timeout * 1000))}ms", f"{max(1, int(idle_timeout * 1000))}ms", mode)
         self._closed = False  # `close()` was called: a closed session is never reconnected
         self.held = False  # a transaction of the store's own is open on `conn`: never recovered under it

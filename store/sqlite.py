@@ -37,6 +37,7 @@ from store.base import AppendResult
 from store.chain import GENESIS_HASH, verify_rows
 from store.errors import InputError, IntegrityError, StoreError, write_in_read_snapshot, write_in_transaction
 from store.faults import fault_from_env
+from store.options import busy_timeout_seconds, synchronous_mode
 from store.records import (
     ChainReport,
     CheckpointRecord,
@@ -82,6 +83,8 @@ def create_ledger_file(path: Path, *, exclusive: bool = False) -> None:
         size = wal.stat().st_size
     except FileNotFoundError:
         size = 0
+    except OSError as e:  # a folder that is a file, a name too long for its -wal, a folder we may not search
+        raise StoreError(f"{path}: cannot create the ledger file ({e.strerror})") from e
     if size and not path.exists():  # again: another process may have just made the ledger and its WAL
         raise StoreError(
             f"{path}: no ledger file, but {wal.name} holds {size} bytes of its events; "
@@ -144,9 +147,8 @@ class SQLiteEventStore:
         busy_timeout: float = 30.0,
         create: bool = True,
     ) -> None:
-        mode = synchronous.upper()
-        if mode not in SYNCHRONOUS_MODES:
-            raise InputError(f"synchronous must be one of {', '.join(SYNCHRONOUS_MODES)}, not {synchronous!r}")
+        mode = synchronous_mode(synchronous, SYNCHRONOUS_MODES)
+        busy_timeout = busy_timeout_seconds(busy_timeout)
         self.path = Path(path)
         self._fault = fault_from_env()
         self._busy_timeout = busy_timeout

@@ -281,3 +281,26 @@ def test_a_settings_sweep_keeps_the_working_set_held(ws: Workspace) -> None:
         with traced(roomy.store) as statements:
             roomy.activate_evaluation("eval-v4")
         assert [s for s in _stream_reads(statements) if "version > 0" in s] == []  # tails only
+
+
+def test_the_artifact_digests_a_ledger_keeps_stay_bounded_too(ws: Workspace) -> None:
+    """The digests `check` and `hand_off` re-use (one per adapter checked, with its per-file listing)
+    grew without bound: a supervisor that checked 3,000 candidates held 3,001 of them (~2 KB each for a
+    two-file adapter, far more for a folder of hundreds of files), though README "Memory" says a
+    long-lived Ledger stays flat. At most twice `cached_candidates` are kept, least recently used
+    evicted first; the baseline's, read by every check, is never the one evicted, and a working set
+    within the bound is still not read again."""
+    names = [f"dpo-{i}" for i in range(12)]
+    with ws.ledger(cached_candidates=3) as ledger:
+        ledger.activate_baseline(ws.baseline())
+        for name in names:
+            ledger.receive(ws.dpo(name))
+            ledger.check(name)
+        digests = ledger._digests._entries
+        assert len(digests) == 6  # the last five candidates' adapters and the baseline's
+        for name in names[-5:]:  # a working set within the bound: re-used, not read again
+            check = ledger.check(name).candidate.last_check
+            assert check is not None
+            assert check["artifact"]["reused_from"] is not None and check["rollback"]["reused_from"] is not None
+        assert len(digests) == 6
+        assert ledger.check(names[0]).candidate.last_check["artifact"]["reused_from"] is None  # type: ignore[index]

@@ -6,6 +6,8 @@ this one follows or waits, and what it sees must be every event, in seq order, o
 
 from __future__ import annotations
 
+import asyncio
+import multiprocessing
 import subprocess
 import sys
 import threading
@@ -288,3 +290,28 @@ def test_a_zero_timeout_still_looks_once_and_times_out(ws: Workspace, ledger: Le
     with pytest.raises(WaitTimeout, match="within 0 s"):
         ledger.wait_for("dpo-v5", ["ready"], 0, poll=1)
     assert ledger.wait_for("dpo-v5", ["received"], 5, poll=1) is State.RECEIVED
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+@pytest.mark.parametrize("stop", [True, "stop", 0, asyncio.Event()], ids=repr)
+def test_a_stop_that_is_no_event_is_an_input_error_when_follow_is_called(
+    ws: Workspace, backend: str, request: pytest.FixtureRequest, stop: object
+) -> None:
+    """It was `'bool' object has no attribute 'is_set'` at the first poll; an asyncio.Event (whose
+    `wait` takes no timeout and must be awaited) failed on SQLite at the first empty poll and was
+    polled on PostgreSQL: two backends, two behaviours."""
+    with Ledger.open(_target(ws, backend, request)) as ledger:
+        ledger.init()
+        with pytest.raises(InputError, match="stop"):
+            ledger.follow(after=0, poll=0.01, stop=stop)  # type: ignore[arg-type]
+
+
+def test_a_stop_with_is_set_and_wait_is_honoured(ws: Workspace, ledger: Ledger) -> None:
+    """Duck-typed events (a multiprocessing one) still work, as before."""
+    stop = multiprocessing.get_context("spawn").Event()
+    ledger.init()
+    seen = []
+    for event in ledger.follow(after=0, poll=0.01, stop=stop):
+        seen.append(event.seq)
+        stop.set()
+    assert seen == [1]

@@ -18,6 +18,7 @@ import pytest
 from lifecycle_fsm import (
     CandidateResult,
     DuplicateEventError,
+    InputError,
     Ledger,
     LedgerClosedError,
     LifecycleError,
@@ -92,6 +93,28 @@ def test_a_retried_trusted_state_or_recovery_is_a_duplicate_not_a_row(ws: Worksp
     assert retried_recovery.duplicate and retried_recovery.state is State.RECEIVED
     types = [e.type for e in ledger.store.read_stream("candidate:grpo-v7")]
     assert types.count("TrustedStateRecorded") == 1 and types.count("RecoveryCompleted") == 1
+
+
+def test_a_retried_trusted_state_answers_after_the_file_was_rotated_away(ws: Workspace, ledger: Ledger) -> None:
+    """A training loop keeps a few checkpoints and deletes older ones: a supervisor that recorded one,
+    lost the reply and retried after the file was rotated away got "no such trusted-state path"
+    (InputError, the path checked before the key was looked up), never the answer it had committed.
+    The key is what a retry is matched by (with the kind and path): it answers; a new key still
+    needs the file."""
+    files = _files(ws)
+    ledger.activate_baseline(files["sft"])
+    ledger.receive(files["grpo"])
+    saved = ws.root / "pre_update.ckpt"
+    saved.write_bytes(b"optimizer state")
+    first = ledger.record_trusted_state("grpo-v7", "pre_update_checkpoint", saved, event_id="r/1/trusted")
+    saved.unlink()
+    with Ledger.open(ws.db) as restarted:  # the supervisor's next process
+        retried = restarted.record_trusted_state("grpo-v7", "pre_update_checkpoint", saved, event_id="r/1/trusted")
+        assert retried.duplicate and retried.events == first.events
+        before = count_events(ws.db)
+        with pytest.raises(InputError, match="no such trusted-state path"):
+            restarted.record_trusted_state("grpo-v7", "pre_update_checkpoint", saved, event_id="r/2/trusted")
+        assert count_events(ws.db) == before
 
 
 def test_keys_are_global_across_supervisors(ws: Workspace, ledger: Ledger) -> None:
@@ -196,6 +219,21 @@ def test_a_closed_ledger_raises_a_lifecycle_error(ws: Workspace) -> None:
         with pytest.raises(LedgerClosedError) as info:
             call()
         assert isinstance(info.value, LifecycleError)
+
+
+def test_entering_a_closed_ledger_is_refused_at_once(ws: Workspace) -> None:
+    """`with ledger:` on a ledger already closed (a supervisor re-using the object of a finished run)
+    returned it as if open, and the block failed later at its first read or write, wherever that was;
+    as with a closed file, entering it is refused (LedgerClosedError). A ledger closed inside its own
+    block leaves it cleanly."""
+    ledger = ws.ledger()
+    with ledger:
+        ledger.init()
+    with pytest.raises(LedgerClosedError, match="closed"), ledger:
+        pass
+    with ws.ledger() as again:
+        again.close()
+    assert again.closed
 
 
 def test_busy_timeout_reaches_sqlite(ws: Workspace) -> None:

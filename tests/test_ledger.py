@@ -436,6 +436,28 @@ def test_a_path_that_is_not_a_path_is_an_input_error(ws: Workspace, ledger: Ledg
     assert ledger.store.count_events() == 0
 
 
+@pytest.mark.parametrize("bad", ["/tmp/x\x00.json", "x\x00"])
+def test_a_path_holding_a_nul_is_an_input_error(ws: Workspace, ledger: Ledger, bad: str) -> None:
+    """No file system path holds a NUL: each path argument was `os.stat`'s bare ValueError ("embedded
+    null byte"), or for a trusted state a misleading "no such trusted-state path: /tmp/x .json"; an
+    artifact root holding one was accepted, and every artifact under it failed to hash."""
+    ledger.activate_baseline(ws.baseline())
+    ledger.receive(ws.dpo())
+    before = ledger.store.count_events()
+    calls = {
+        "manifest path": lambda: ledger.receive(bad),
+        "manifest path ": lambda: ledger.activate_baseline(bad),
+        "trusted-state path": lambda: ledger.record_trusted_state("dpo-v5", "prompt_queue", bad),
+        "the ledger's path or URL": lambda: Ledger.open(bad),
+        "artifact_root": lambda: Ledger.open(ws.db, artifact_root=bad),
+    }
+    for name, call in calls.items():
+        with pytest.raises(InputError, match="NUL") as info:
+            call()
+        assert str(info.value).startswith(name.strip()), str(info.value)
+    assert ledger.store.count_events() == before
+
+
 def test_an_actor_that_is_not_a_string_is_refused(ws: Workspace) -> None:
     """An actor is stored on every event it writes: `actor=5` broke the chain as a key did."""
     with pytest.raises(InputError, match="actor must be a string"):

@@ -402,3 +402,16 @@ def test_no_new_ledger_over_an_orphaned_wal(tmp_path: Path) -> None:
     assert not db.exists() and (tmp_path / "l.db-wal").read_bytes() == wal
     (tmp_path / "l.db-wal").write_bytes(b"")  # an empty WAL holds nothing: a new ledger is fine
     SQLiteEventStore(db).close()
+
+
+def test_a_path_the_file_system_refuses_is_a_store_error_not_a_bare_os_error(tmp_path: Path) -> None:
+    """Looking for an orphaned `-wal` caught only FileNotFoundError: a folder that is a file
+    (`/etc/passwd/x.db`) was a bare NotADirectoryError, and a name whose `-wal` is too long (a
+    252-255 character file name) a bare `OSError: [Errno 36] File name too long` with the traceback
+    (`Ledger.open`, the CLI's writes)."""
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    for target in (afile / "ledger.db", tmp_path / ("l" * 253), tmp_path / ("l" * 300)):
+        with pytest.raises(StoreError, match="cannot create the ledger file"):
+            SQLiteEventStore(target)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]

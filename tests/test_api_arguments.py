@@ -1,0 +1,128 @@
+"""Arguments a supervisor passes to `Ledger.open` and the commands: a bad one is one clear
+`InputError` naming it, before anything is opened or appended, the same on every backend."""
+
+from __future__ import annotations
+
+import gc
+import inspect
+import math
+import warnings
+from pathlib import Path
+
+import pytest
+from backends import pg_execute
+
+from lifecycle_fsm import InputError, Ledger, RetryPolicy
+from lifecycle_fsm.events import TrustedStateInvalidated
+from tests.conftest import Workspace, count_events
+
+BAD_BUSY_TIMEOUTS = ["30", None, True, math.nan, math.inf, -math.inf, -1, -0.5, 10**30]
+
+
+@pytest.mark.parametrize("bad", BAD_BUSY_TIMEOUTS, ids=repr)
+def test_a_bad_busy_timeout_is_an_input_error_on_sqlite(tmp_path: Path, bad: object) -> None:
+    """It was int()'s ValueError, an OverflowError for infinity, or (negative) silently no wait at all."""
+    db = tmp_path / "ledger.db"
+    with pytest.raises(InputError, match="busy_timeout"):
+        Ledger.open(db, busy_timeout=bad)  # type: ignore[arg-type]
+    assert not db.exists()
+
+
+@pytest.mark.parametrize("bad", BAD_BUSY_TIMEOUTS, ids=repr)
+def test_a_bad_busy_timeout_is_an_input_error_on_postgres(pg_url: str, bad: object) -> None:
+    with pytest.raises(InputError, match="busy_timeout"):
+        Ledger.open(pg_url, busy_timeout=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", [1, None, b"FULL"], ids=repr)
+def test_a_synchronous_mode_that_is_not_a_string_is_an_input_error(tmp_path: Path, pg_url: str, bad: object) -> None:
+    """It was `'int' object has no attribute 'upper'`."""
+    for target in (tmp_path / "ledger.db", pg_url):
+        with pytest.raises(InputError, match="synchronous"):
+            Ledger.open(target, synchronous=bad)  # type: ignore[arg-type]
+    assert not (tmp_path / "ledger.db").exists()
+
+
+@pytest.mark.parametrize("ok", [0, 0.25, 30, 3600.0])
+def test_good_busy_timeouts_still_open(tmp_path: Path, pg_url: str, ok: float) -> None:
+    for target in (tmp_path / "ledger.db", pg_url):
+        with Ledger.open(target, busy_timeout=ok) as ledger:
+            assert ledger.init().appended or True
+
+
+@pytest.mark.parametrize("bad", [5, None, b"stale", ["stale"]], ids=repr)
+def test_an_invalidation_reason_that_is_not_a_string_is_refused(ws: Workspace, bad: object) -> None:
+    """It was recorded as given (a number, null, a list) in the auditor's log, forever."""
+    with ws.ledger() as ledger:
+        ledger.activate_baseline(ws.baseline())
+        cid = ledger.receive(ws.grpo()).candidate_id
+        saved = ws.root / "trajectories.jsonl"
+        saved.write_text("{}\n")
+        ledger.record_trusted_state(cid, "trajectories", saved)
+        before = count_events(ws.db)
+        with pytest.raises(InputError, match="reason"):
+            ledger.invalidate_trusted_state(cid, "trajectories", bad)  # type: ignore[arg-type]
+        assert count_events(ws.db) == before
+        assert "trajectories" in ledger.candidate(cid).trusted_states
+        ledger.invalidate_trusted_state(cid, "trajectories", "reward model changed")
+        _, event = ledger.history(cid)[-1]
+        assert isinstance(event, TrustedStateInvalidated) and event.reason == "reward model changed"
+
+
+@pytest.mark.parametrize("bad", [5, 30.0, None, {"deadline": 1}], ids=repr)
+def test_a_retry_that_is_not_a_retry_policy_is_refused_when_opened(tmp_path: Path, bad: object) -> None:
+    """It was accepted, and every later command failed with `'int' object has no attribute 'deadline'`."""
+    with pytest.raises(InputError, match="retry"):
+        Ledger.open(tmp_path / "ledger.db", retry=bad)
+
+
+@pytest.mark.parametrize("field", ["deadline", "base", "cap"])
+@pytest.mark.parametrize("bad", ["1", None, -1, math.nan], ids=repr)
+def test_a_bad_retry_policy_is_an_input_error(field: str, bad: object) -> None:
+    """A string or None was a TypeError from the comparison; a negative or NaN value a bare ValueError."""
+    with pytest.raises(InputError, match=field):
+        RetryPolicy(**{field: bad})  # type: ignore[arg-type]
+
+
+def test_ledger_open_spells_out_every_keyword_the_constructor_takes() -> None:
+    """`Ledger.open(..., **kwargs: Any)` let mypy --strict pass a misspelt keyword (`cached_candiates=5`,
+    `artifact_rot=...`) or a wrong type (`cached_candidates="10"`), found only at run time as a bare
+    TypeError. `open` now names each one, typed as the constructor types it."""
+    opened = inspect.signature(Ledger.open).parameters
+    made = inspect.signature(Ledger.__init__).parameters
+    assert all(p.kind is not inspect.Parameter.VAR_KEYWORD for p in opened.values())
+    for name, param in made.items():
+        if name in ("self", "store"):
+            continue
+        assert name in opened, name
+        assert opened[name].kind is inspect.Parameter.KEYWORD_ONLY
+        assert (opened[name].annotation, opened[name].default) == (param.annotation, param.default), name
+
+
+REFUSED_OPENS = [
+    {"actor": 5},
+    {"actor": "\ud800"},
+    {"retry": 5},
+    {"cached_candidates": 0},
+    {"artifact_root": 5},
+]
+
+
+@pytest.mark.parametrize("bad", REFUSED_OPENS, ids=repr)
+def test_a_refused_open_creates_no_ledger_and_leaves_no_connection_open(
+    tmp_path: Path, pg_url: str, bad: dict[str, object]
+) -> None:
+    """The constructor's arguments were checked after the store was opened: the refused call had
+    already created the ledger file (or the PostgreSQL tables) and left its connection open, to be
+    found by the garbage collector ("ResourceWarning: ... was deleted while still open")."""
+    db = tmp_path / "ledger.db"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResourceWarning)
+        for target in (db, pg_url):
+            with pytest.raises(InputError):
+                Ledger.open(target, **bad)  # type: ignore[arg-type]
+            gc.collect()
+    assert not db.exists()
+    assert pg_execute(
+        pg_url, "SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema()"
+    ) == [(0,)]
