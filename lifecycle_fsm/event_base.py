@@ -44,17 +44,20 @@ def stream_of(candidate_id: str) -> str:
     """The stream that holds one candidate's events (a candidate id is a string: InputError else)."""
     if not isinstance(candidate_id, str):
         raise InputError(f"a candidate id is a string, not {type(candidate_id).__name__} ({candidate_id!r})")
-    if not candidate_id.isascii():
+    if not candidate_id.isascii() or "\x00" in candidate_id:
         text_or_error("candidate id", candidate_id)
     return CANDIDATE_PREFIX + candidate_id
 
 
 def text_or_error(what: str, value: str) -> str:
-    """`value` when UTF-8 can carry it (what every store writes); InputError for a lone surrogate."""
+    """`value` when every store can carry it; InputError for a lone surrogate (not UTF-8) or a NUL
+    (PostgreSQL text cannot hold one: a look-up that is "not found" on SQLite failed there)."""
     try:
         value.encode()
     except UnicodeEncodeError:
         raise InputError(f"{what} {value!r} is not valid Unicode text (it holds a lone surrogate)") from None
+    if "\x00" in value:
+        raise InputError(f"{what} {value!r} holds a NUL character, which no {what} can")
     return value
 
 

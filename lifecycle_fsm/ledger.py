@@ -52,7 +52,7 @@ from lifecycle_fsm.events import (
     stream_of,
 )
 from lifecycle_fsm.feed import FeedEvent, follow_events, read_events, wait_for_state
-from lifecycle_fsm.limits import check_candidate_id
+from lifecycle_fsm.limits import check_candidate_id, check_version_text
 from lifecycle_fsm.machine import State
 from lifecycle_fsm.manifests import load_baseline_manifest, load_candidate_manifest
 from lifecycle_fsm.recovery import RecoveryPlan, invalidated_kinds, plan_from_payload
@@ -345,8 +345,7 @@ class Ledger:
 
     def activate_evaluation(self, evaluation_version: str, *, event_id: str | None = None) -> SettingsResult:
         """Require candidates to name this evaluation version from now on."""
-        if not isinstance(evaluation_version, str) or not evaluation_version.strip():
-            raise InputError("evaluation version must be a non-empty string")
+        check_version_text("evaluation version", evaluation_version)
         return self._on_settings(
             LEDGER_STREAM, lambda _, settings: decisions.activate_evaluation(settings, evaluation_version),
             command="evaluation activate", event_id=event_id, first_type=EvaluationActivated.TYPE,

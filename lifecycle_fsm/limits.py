@@ -33,6 +33,7 @@ __all__ = [
     "check_event_id",
     "check_int",
     "check_seconds",
+    "check_version_text",
     "display",
     "read_regular_file",
 ]
@@ -163,6 +164,21 @@ def check_candidate_id(candidate_id: str, *, hint: str = "give another id with -
             f"stream id: it would read as another candidate's stream ({hint})"
         )
     return candidate_id
+
+
+def check_version_text(what: str, value: object) -> str:
+    """A version an operator sets (the evaluation version) is 1..256 printable characters with no
+    leading or trailing whitespace: candidates must name it exactly, and `"eval-v1 "` would print
+    like the `eval-v1` every manifest names while failing every check against it."""
+    if not isinstance(value, str) or not value.strip():
+        raise InputError(f"{what} must be a non-empty string, not {value!r}")
+    if len(value) > MAX_CANDIDATE_ID_LENGTH:
+        raise InputError(f"{what} is {len(value)} characters, over the {MAX_CANDIDATE_ID_LENGTH}-character limit")
+    if not all(_is_printable(ch) for ch in value):
+        raise InputError(f"{what} {value!r} contains control or format characters")
+    if value != value.strip():
+        raise InputError(f"{what} {value!r} starts or ends with whitespace: no manifest could name it as it prints")
+    return value
 
 
 def check_event_id(event_id: str | None) -> str | None:

@@ -126,3 +126,43 @@ def test_a_refused_open_creates_no_ledger_and_leaves_no_connection_open(
     assert pg_execute(
         pg_url, "SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema()"
     ) == [(0,)]
+
+
+def test_a_nul_in_an_id_key_or_actor_is_the_same_input_error_on_every_backend(tmp_path: Path, pg_url: str) -> None:
+    """No candidate id, key or actor can hold a NUL (PostgreSQL text cannot): a look-up of one was
+    "unknown candidate" on SQLite and a long "read failed" error from the driver on PostgreSQL."""
+    for target in (str(tmp_path / "ledger.db"), pg_url):
+        with Ledger.open(target, synchronous="NORMAL") as ledger:
+            ledger.init()
+            for call in (
+                lambda: ledger.check("a\x00b"),
+                lambda: ledger.candidate("a\x00b"),
+                lambda: ledger.wait_for("a\x00b", "ready", timeout=0),
+                lambda: list(ledger.events(stream="a\x00b")),
+            ):
+                with pytest.raises(InputError, match=r"candidate id 'a\\x00b' holds a NUL character") as e:
+                    call()
+                assert "\n" not in str(e.value)
+            with pytest.raises(InputError, match="event_id 'k\\\\x00' holds a NUL"):
+                ledger.init(event_id="k\x00")
+            with pytest.raises(InputError, match="actor 'a\\\\x00' holds a NUL"):
+                Ledger.open(target, actor="a\x00")
+            assert ledger.store.count_events() == 1
+
+
+@pytest.mark.parametrize(
+    ("bad", "says"),
+    [("eval-v1 ", "starts or ends with whitespace"), (" eval-v1", "starts or ends with whitespace"),
+     ("eval\x00v1", "control or format"), ("eval\u200bv1", "control or format"), ("e" * 257, "257 characters"),
+     ("", "non-empty"), ("   ", "non-empty"), (5, "non-empty")],
+    ids=repr,
+)  # fmt: skip
+def test_an_evaluation_version_no_manifest_could_name_is_refused(ws: Workspace, bad: object, says: str) -> None:
+    """`activate_evaluation("eval-v1 ")` was stored: every later check then failed `evaluation_identity`
+    against manifests naming `eval-v1`, and the two print alike. Refused, nothing appended."""
+    with ws.ledger() as ledger:
+        ledger.init()
+        with pytest.raises(InputError, match=says):
+            ledger.activate_evaluation(bad)  # type: ignore[arg-type]
+        assert ledger.store.count_events() == 1
+        assert ledger.activate_evaluation("e" * 256).settings.evaluation_version == "e" * 256
