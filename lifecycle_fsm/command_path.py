@@ -391,6 +391,21 @@ class CommandPath:
             return Outcome(tuple(events), settings=self.reader.settings(), invalidated=invalidated, duplicate=True)
         return Outcome(tuple(events), candidate=self.reader.candidate(stream_id), duplicate=True)
 
+    def retried_unread(self, event_id: str | None, type_name: str, match: Mapping[str, Any]) -> Outcome | None:
+        """A keyed command whose input file is gone (a manifest removed once it was received): the
+        stored command of that key when it is of this type and its event's `match` fields agree,
+        else None (the caller reports the missing file). The answer a supervisor that lost the
+        reply needs, without the bytes it can no longer compare."""
+        if event_id is None:
+            return None
+        first = self.store.event_by_id(event_id)
+        if first is None or first.type != type_name:
+            return None
+        payload = orjson.loads(first.payload)
+        if any(payload.get(key) != value for key, value in match.items()):
+            return None
+        return self._replayed(event_id, first.stream_id, type_name, match)
+
     def _command_events(self, event_id: str, first: StoredEvent, then_types: Sequence[str]) -> list[StoredEvent]:
         """`first` and the events keyed `event_id/1`, `event_id/2`, … that its command appended with it.
 

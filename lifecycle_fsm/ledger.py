@@ -29,7 +29,7 @@ from lifecycle_fsm.command_inputs import (
     require_kind,
     utc_now,
 )
-from lifecycle_fsm.command_path import CommandPath, Decide
+from lifecycle_fsm.command_path import CommandPath, Decide, Outcome
 from lifecycle_fsm.decisions import DEFAULT_ACTIVE_WINDOW, DEFAULT_MAX_WINDOW_AGE, Decision
 from lifecycle_fsm.errors import InputError, LedgerClosedError, StoreError
 from lifecycle_fsm.event_base import text_or_error
@@ -266,6 +266,18 @@ class Ledger:
                    if e.type in ("TrustedStateRecorded", "TrustedStateInvalidated"))  # fmt: skip
         return plan_from_payload(payload, seq=seq, invalidated=invalidated_kinds(history, before=seq))
 
+    def _retried_unread(
+        self, event_id: str | None, type_name: str, manifest_path: str, candidate_id: str | None = None
+    ) -> Outcome | None:
+        """A keyed receive or baseline activation retried once its manifest is gone: the stored answer
+        when that key recorded this manifest path (and id), else None. Only a retry is helped."""
+        if event_id is None or not isinstance(event_id, str):
+            return None
+        match: dict[str, Any] = {"manifest_path": os.path.normpath(os.path.abspath(manifest_path))}
+        if candidate_id is not None:
+            match["candidate_id"] = candidate_id
+        return self._path.retried_unread(event_id, type_name, match)
+
     def _on_candidate(self, stream_id: str, decide: Decide, **how: Any) -> CandidateResult:
         _check_key(how["event_id"])
         outcome = self._path.run(stream_id, decide, **how)
@@ -315,7 +327,16 @@ class Ledger:
         self, manifest_path: str | os.PathLike[str], *, event_id: str | None = None
     ) -> SettingsResult:
         """Make an SFT baseline active; decided candidates must be checked again."""
-        manifest = load_baseline_manifest(path_argument("manifest path", manifest_path))
+        path = path_argument("manifest path", manifest_path)
+        try:
+            manifest = load_baseline_manifest(path)
+        except InputError:
+            retried = self._retried_unread(event_id, BaselineActivated.TYPE, path)
+            if retried is None:
+                raise
+            assert retried.settings is not None
+            return SettingsResult(settings=retried.settings, events=retried.events, duplicate=True,
+                                  invalidated=retried.invalidated)  # fmt: skip
         actual = verify_artifact(manifest.adapter_path, manifest.adapter_sha256, self.artifact_root)
         event = BaselineActivated(
             policy_version=manifest.adapter_sha256,
@@ -359,7 +380,14 @@ class Ledger:
     ) -> CandidateResult:
         """Receive a candidate manifest; identical re-receipt is a no-op, `tune` may be revised."""
         manifest_path = path_argument("manifest path", manifest_path)
-        manifest = load_candidate_manifest(manifest_path)
+        try:
+            manifest = load_candidate_manifest(manifest_path)
+        except InputError:
+            retried = self._retried_unread(event_id, CandidateReceived.TYPE, manifest_path, candidate_id)
+            if retried is None:
+                raise
+            assert retried.candidate is not None
+            return CandidateResult(candidate=retried.candidate, events=retried.events, duplicate=True)
         cid = candidate_id if candidate_id is not None else default_id(manifest.fields, manifest_path)
         try:
             check_candidate_id(cid)  # printable, at most 256 characters, no reserved name (lifecycle_fsm.limits)

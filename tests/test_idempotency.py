@@ -117,6 +117,41 @@ def test_a_retried_trusted_state_answers_after_the_file_was_rotated_away(ws: Wor
         assert count_events(ws.db) == before
 
 
+def test_a_retried_receive_or_baseline_answers_after_the_manifest_was_removed(ws: Workspace, ledger: Ledger) -> None:
+    """A supervisor that writes a manifest, receives it with a key, removes it and loses the reply got
+    "no such manifest" on the retry, never its committed answer. A keyed receive or activation whose
+    manifest is gone answers from the key when that key recorded this path (and id); another key, a
+    key of another path or command, or no key still reports the missing file, appending nothing."""
+    files = _files(ws)
+    sft = files["sft"].parent / "tmp-sft.json"  # beside the adapter its manifest names
+    sft.write_bytes(files["sft"].read_bytes())
+    manifest = files["grpo"].parent / "tmp-grpo.json"
+    manifest.write_bytes(files["grpo"].read_bytes())
+    base = ledger.activate_baseline(sft, event_id="r/1/baseline")
+    first = ledger.receive(manifest, candidate_id="grpo-a", event_id="r/1/receive")
+    sft.unlink()
+    manifest.unlink()
+    with Ledger.open(ws.db) as restarted:  # the supervisor's next process
+        again = restarted.activate_baseline(sft, event_id="r/1/baseline")
+        assert again.duplicate and again.settings == base.settings
+        assert again.events == tuple(e for e in base.events if e.event_id == "r/1/baseline")  # as any retry
+        retried = restarted.receive(manifest, candidate_id="grpo-a", event_id="r/1/receive")
+        assert retried.duplicate and retried.events == first.events and retried.candidate == first.candidate
+        assert restarted.receive(manifest.parent / "." / manifest.name, event_id="r/1/receive").duplicate
+        before = count_events(ws.db)
+        for refused in (
+            lambda: restarted.receive(manifest, candidate_id="grpo-a", event_id="r/2/receive"),  # a new key
+            lambda: restarted.receive(manifest, candidate_id="grpo-b", event_id="r/1/receive"),  # another id
+            lambda: restarted.receive(ws.root / "other.json", event_id="r/1/receive"),  # another path
+            lambda: restarted.receive(manifest, event_id="r/1/baseline"),  # another command's key
+            lambda: restarted.activate_baseline(sft, event_id="r/1/receive"),
+            lambda: restarted.receive(manifest),
+        ):
+            with pytest.raises(InputError, match="no such manifest"):
+                refused()
+        assert count_events(ws.db) == before
+
+
 def test_keys_are_global_across_supervisors(ws: Workspace, ledger: Ledger) -> None:
     """Two supervisors using one key for different commands: the second is refused, never silently merged."""
     files = _files(ws)
