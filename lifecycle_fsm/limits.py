@@ -133,8 +133,9 @@ def _is_printable(ch: str) -> bool:
 def check_candidate_id(candidate_id: str, *, hint: str = "give another id with --id") -> str:
     """A candidate id is 1..256 printable characters that name one stream unambiguously; else InputError.
 
-    Not only spaces, no leading or trailing whitespace (it would print like another id),
-    no control or format characters. Not `ledger` or `seals` (the names `log --stream` and
+    Not only spaces, no leading or trailing whitespace and nothing but Unicode NFC (each
+    would print like another id: `é` decomposed is two code points), no control or format
+    characters. Not `ledger` or `seals` (the names `log --stream` and
     `Ledger.events(stream=...)` give the ledger's own streams) and not starting with
     `candidate:` (the prefix of every candidate's stored stream id): such an id's events
     would be listed as another stream's, or not at all. `hint`: what the caller can do instead.
@@ -152,6 +153,12 @@ def check_candidate_id(candidate_id: str, *, hint: str = "give another id with -
     if candidate_id != candidate_id.strip():
         raise InputError(
             f"candidate id {candidate_id!r} starts or ends with whitespace: it would print like another id ({hint})"
+        )
+    if not candidate_id.isascii() and not unicodedata.is_normalized("NFC", candidate_id):
+        composed = unicodedata.normalize("NFC", candidate_id)
+        raise InputError(
+            f"candidate id {candidate_id!r} is not in Unicode NFC form: it prints like {composed!r}, another id "
+            f"({hint}, written in NFC)"
         )
     if candidate_id in RESERVED_STREAM_NAMES:
         raise InputError(

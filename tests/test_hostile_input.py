@@ -152,8 +152,23 @@ def test_an_escape_laden_policy_version_is_refused_as_an_id(ws: Workspace) -> No
 
 
 def test_printable_ids_are_accepted() -> None:
-    for good in ("dpo-v5", "候选 模型/v1", "x" * MAX_CANDIDATE_ID_LENGTH):
+    for good in ("dpo-v5", "候选 模型/v1", "x" * MAX_CANDIDATE_ID_LENGTH, "caf\u00e9", "한국어"):
         assert check_candidate_id(good) == good
+
+
+def test_an_id_not_in_nfc_is_refused_as_it_prints_like_another(ws: Workspace) -> None:
+    """`café` composed (NFC, what keyboards type) and decomposed (NFD: `e` + a combining accent, what
+    macOS file names hold) are different strings that print alike: both were received, as two
+    candidates an auditor could not tell apart. Only NFC is accepted; the error names the NFC form."""
+    with ws.ledger() as ledger:
+        ledger.activate_baseline(ws.baseline())
+        assert ledger.receive(ws.dpo("nfc"), candidate_id="caf\u00e9").candidate_id == "caf\u00e9"
+        before = count_events(ws.db)
+        with pytest.raises(InputError, match="not in Unicode NFC form: it prints like 'caf\u00e9'"):
+            ledger.receive(ws.dpo("nfd"), candidate_id="cafe\u0301")
+        result = run_cli(ws.db, "receive", str(ws.dpo("nfd2", policy_version="re\u0301sume\u0301")))
+        assert result.returncode == 3 and "NFC" in _one_error_line(result.stderr)
+    assert count_events(ws.db) == before
 
 
 def test_untrusted_text_is_escaped_in_text_output(ws: Workspace) -> None:
