@@ -36,6 +36,7 @@ from lifecycle_fsm.event_base import text_or_error
 from lifecycle_fsm.events import (
     LEDGER_STREAM,
     BaselineActivated,
+    CandidateEvent,
     CandidateReceived,
     ChecksRecorded,
     EvaluationActivated,
@@ -59,7 +60,7 @@ from lifecycle_fsm.recovery import RecoveryPlan, invalidated_kinds, plan_from_pa
 from lifecycle_fsm.results import CandidateResult, CommandResult, RecoveryResult, SettingsResult
 from lifecycle_fsm.retry import DEFAULT_RETRY, RetryPolicy
 from lifecycle_fsm.rules import STAGES
-from lifecycle_fsm.state import CandidateState, LedgerSettings
+from lifecycle_fsm.state import CandidateState, LedgerSettings, reading_stored
 from lifecycle_fsm.streams import CACHED_CANDIDATES, StreamReader, fold_candidate, fold_settings
 from lifecycle_fsm.upcasting import decoded_event, decoded_payload
 from store.base import EventStore
@@ -209,7 +210,12 @@ class Ledger:
         events = self.store.read_stream(stream_of(candidate_id))
         if not events:
             self._reader.existing(candidate_id)  # raises NotFoundError
-        return [(e, decoded_event(e)) for e in events]
+        decoded = [(e, decoded_event(e)) for e in events]
+        for e, event in decoded:  # each move read strictly: a re-hashed row of the wrong shape is corruption here
+            if isinstance(event, CandidateEvent):
+                with reading_stored(e.seq, e.type):
+                    type(event).trigger_for(event.to_payload())
+        return decoded
 
     def candidate_ids(self) -> list[str]:
         ids = (candidate_id_of(h.stream_id) for h in self.store.streams())

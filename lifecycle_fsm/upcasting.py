@@ -188,4 +188,5 @@ def event_from_payload(
     try:
         return EVENT_TYPES[type_name](**current)
     except TypeError as e:
-        raise CorruptionError(f"{type_name} payload does not match its schema: {e}", seq=seq) from e
+        where = "" if seq is None else f"seq {seq}: "
+        raise CorruptionError(f"{where}{type_name} payload does not match its schema: {e}", seq=seq) from e

@@ -17,6 +17,7 @@ from typing import Any
 from lifecycle_fsm.errors import InputError, IntegrityError, NotFoundError
 from lifecycle_fsm.events import CANDIDATE_EVENTS, CANDIDATE_PREFIX, EVENT_TYPES, LEDGER_STREAM, stream_of
 from lifecycle_fsm.rules import BLOCKING_ACTIONS, FRESHNESS_CHECKS
+from lifecycle_fsm.state import reading_stored
 from lifecycle_fsm.upcasting import decoded_payload
 from store.base import EventStore
 from store.chain import GENESIS_HASH
@@ -105,7 +106,10 @@ def known_stream(store: EventStore, query: EventFilter, given: str | None) -> It
 def event_reasons(event: StoredEvent, payload: dict[str, Any]) -> list[str]:
     """The reason codes an event carries (what `--reason` matches), by its class's own rule."""
     cls = CANDIDATE_EVENTS.get(event.type)
-    return [] if cls is None else list(cls.reasons(payload, ()))
+    if cls is None:
+        return []
+    with reading_stored(event.seq, event.type):  # reason_codes of the wrong type: that row's corruption
+        return list(cls.reasons(payload, ()))
 
 
 def event_json(event: StoredEvent, payload: dict[str, Any]) -> dict[str, Any]:
