@@ -192,9 +192,10 @@ def export_pool(store: EventStore, folder: Path) -> list[Path]:
     """One file per decision in `folder`, which must be new or empty (a pool is never merged into)."""
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         raise InputError(f"{folder} is not an empty folder: a decision pool is written into a new one")
+    decisions = sorted(decisions_of(store), key=lambda d: d.seq)  # read first: a log it cannot trust makes no folder
     make_folder(folder, "decision pool folder")
     written = []
-    for d in sorted(decisions_of(store), key=lambda d: d.seq):
+    for d in decisions:
         path = folder / f"{d.seq:08d}-{d.decision}.json"
         try:
             path.write_text(d.to_json())

@@ -253,3 +253,13 @@ def test_every_reader_fails_closed_on_a_payload_of_the_wrong_shape(
         if args[0] != "report":  # the report is still written; it says the ledger did not verify
             assert result.stderr.startswith("Error: ") and f"seq {bad_seq}" in result.stderr, (args, result.stderr)
             assert result.stderr.count("\n") == 1, (args, result.stderr)
+
+
+def test_a_decisions_export_that_fails_leaves_no_folder(ws: Workspace) -> None:
+    """`decisions export DIR` made DIR before it read the log: a ledger it could not trust (exit 6) left an
+    empty pool folder behind. The log is read first; a refused export creates nothing."""
+    bad_seq = _check_then_forged(ws, {"passed": "yes"})
+    pool = ws.root / "new" / "pool"
+    result = invoke(ws.db, "decisions", "export", str(pool))
+    assert result.exit_code == 6 and f"seq {bad_seq}" in result.stderr
+    assert not pool.exists() and not pool.parent.exists()
