@@ -332,6 +332,7 @@ class Ledger:
         """Require candidates to name this evaluation version from now on."""
         if not isinstance(evaluation_version, str) or not evaluation_version.strip():
             raise InputError("evaluation version must be a non-empty string")
+        text_or_error("evaluation version", evaluation_version)
         return self._on_settings(
             LEDGER_STREAM, lambda _, settings: decisions.activate_evaluation(settings, evaluation_version),
             command="evaluation activate", event_id=event_id, first_type=EvaluationActivated.TYPE,
@@ -416,6 +417,9 @@ class Ledger:
     ) -> CandidateResult:
         """Stop trusting a recorded state (it stays in history)."""
         require_kind(kind)
+        if not isinstance(reason, str):
+            raise InputError(f"reason must be a string, not {type(reason).__name__}")
+        text_or_error("reason", reason)
 
         def decide(current: CandidateState | None, _: LedgerSettings) -> Decision:
             assert current is not None

@@ -15,7 +15,14 @@ from contextlib import contextmanager
 from typing import Any
 
 from lifecycle_fsm.errors import InputError, IntegrityError, NotFoundError
-from lifecycle_fsm.events import CANDIDATE_EVENTS, CANDIDATE_PREFIX, EVENT_TYPES, LEDGER_STREAM, stream_of
+from lifecycle_fsm.event_base import text_or_error
+from lifecycle_fsm.events import (
+    CANDIDATE_EVENTS,
+    CANDIDATE_PREFIX,
+    EVENT_TYPES,
+    LEDGER_STREAM,
+    stream_of,
+)
 from lifecycle_fsm.rules import BLOCKING_ACTIONS, FRESHNESS_CHECKS
 from lifecycle_fsm.state import reading_stored
 from lifecycle_fsm.upcasting import decoded_payload
@@ -77,6 +84,9 @@ def log_filter(
     stream_id = None
     if stream is not None:
         stream_id = stream if stream in NAMED_STREAMS or stream.startswith(CANDIDATE_PREFIX) else stream_of(stream)
+        text_or_error("stream", stream_id)  # bytes that are not UTF-8 reach no driver (its encode error)
+    if actor is not None:
+        text_or_error("actor", actor)
     return EventFilter(after=after, before=before, since=since, until=until, types=types, stream_id=stream_id,
                        actor=actor, payload=() if reason is None else _reason_matches(reason), limit=limit)  # fmt: skip
 

@@ -257,3 +257,22 @@ def test_events_after_a_seq_past_64_bits_is_an_input_error(ws: Workspace, bad: o
             ledger.follow(after=bad)  # type: ignore[arg-type]
         assert [e.seq for e in ledger.events(after=0)] == [1]
         assert list(ledger.events(after=MAX_INT64)) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["evaluation", "activate", "eval-\udcff"], "evaluation version 'eval-\\udcff'"),
+        (["untrust", "dpo-v5", "prompt_queue", "--reason", "\udcff\udcfe"], "reason '\\udcff\\udcfe'"),
+    ],
+    ids=["evaluation", "untrust-reason"],
+)
+def test_text_that_is_not_utf8_names_the_argument(ws: Workspace, args: list[str], named: str) -> None:
+    """Bytes that are not UTF-8 (a shell's $'\\xff') as an evaluation version or an untrust reason were refused
+    as "payload is not JSON-serialisable: str is not valid UTF-8", naming neither the argument nor the value;
+    they are refused (exit 3) naming both, as an actor, an event id or a candidate id is."""
+    assert invoke(ws.db, "init").exit_code == 0
+    result = invoke(ws.db, *args)
+    assert (result.exit_code, result.stdout) == (3, "")
+    assert result.stderr == f"Error: {named} is not valid Unicode text (it holds a lone surrogate)\n"
+    assert count_events(ws.db) == 1
