@@ -204,3 +204,28 @@ def test_stopping_the_server_removes_its_snapshot(served: tuple[Workspace, dict[
     code, err = server.stop()
     assert code == 0, err
     assert not [p for p in server.tmpdir.iterdir() if p.name.startswith("lifecycle-serve-")]
+
+
+def test_the_printed_address_opens_for_a_ledger_whose_name_needs_encoding(tmp_path: Path) -> None:
+    """serve printed `http://HOST:PORT/<stem>` as the stem is written: for `audit ledger ü.v2.db` a space, an
+    `ü` and a dot Datasette reads as a format suffix. Opened in a browser (percent-encoded) it was redirected to
+    a 404. The address printed is Datasette's own path for the database, and it answers."""
+    try:
+        import datasette  # noqa: F401
+    except ImportError:
+        _need(False, "Datasette (pip install -e '.[ui]')")
+    ws = Workspace(tmp_path)
+    ws.db = tmp_path / "audit ledger ü.v2.db"
+    with Ledger.open(ws.db, actor="t") as ledger:
+        ledger.init()
+    server = Server(ws, tmp_path)
+    try:
+        assert server.proc.stderr is not None
+        line = server.proc.stderr.readline()
+        address = line.rsplit(" at ", 1)[1].strip()
+        assert address.startswith(f"http://127.0.0.1:{server.port}/") and " " not in address, line
+        path = urllib.parse.urlsplit(address).path
+        status, rows = server.get(f"{path}/chain_head.json?_shape=array")
+        assert status == 200 and rows[0]["seq"] == 1, (address, status, rows)
+    finally:
+        server.stop()

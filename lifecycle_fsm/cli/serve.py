@@ -45,6 +45,7 @@ def serve(host: str, port: int) -> None:
     try:
         from datasette.cli import cli as datasette_cli
         from datasette.plugins import pm
+        from datasette.utils import tilde_encode
     except ImportError:
         raise InputError("serve needs Datasette: pip install 'lifecycle-fsm[ui]'") from None
     from lifecycle_fsm.cli import serve_plugin
@@ -61,7 +62,11 @@ def serve(host: str, port: int) -> None:
         snap = snapshot(ledger, Path(folder))
         meta = Path(folder) / "metadata.json"
         meta.write_bytes(orjson.dumps(metadata(snap), option=orjson.OPT_INDENT_2))
-        click.echo(f"serving {ledger} as of seq {snap.head_seq} at http://{host}:{port}/{snap.name}", err=True)
+        # Datasette's own path for the database: a stem with a space, a dot or a non-ASCII letter is tilde-encoded
+        # (`a b.v2` -> `a+b~2Ev2`); printed as written, it was a 404. An IPv6 host goes in brackets.
+        where = f"[{host}]" if ":" in host else host
+        click.echo(f"serving {ledger} as of seq {snap.head_seq} at http://{where}:{port}/{tilde_encode(snap.name)}",
+                   err=True)  # fmt: skip
         args = [
             "serve", "-i", str(snap.path), "-m", str(meta), "--host", host, "--port", str(port),
             "--setting", "default_allow_sql", "off", "--setting", "allow_download", "off",
