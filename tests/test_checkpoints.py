@@ -283,3 +283,32 @@ def test_cli_replay_reports_checkpoint_position(ws: Workspace, busy: Ledger) -> 
         "dpo-v6": "verified",
         "grpo-v7": "received",
     }
+
+
+@pytest.mark.parametrize(
+    ("table", "column", "value"),
+    [
+        ("checkpoints", "snapshot", None),
+        ("checkpoints", "snapshot", b"\xff\x00"),
+        ("checkpoints", "snapshot_sha256", b"\x01"),
+        ("checkpoint_streams", "state", b"\xff\x00"),
+    ],
+    ids=["snapshot-null", "snapshot-blob", "sha-blob", "stream-state-blob"],
+)
+def test_a_snapshot_that_is_not_text_is_a_broken_checkpoint_not_a_traceback(
+    ws: Workspace, busy: Ledger, table: str, column: str, value: object
+) -> None:
+    """A checkpoint's snapshot (or a stream copy) set to NULL or a BLOB with the sqlite3 shell made `status`,
+    `status ID`, `replay`, `verify` and `checkpoint` die with "AttributeError: 'NoneType' / 'bytes' object has
+    no attribute 'encode'" (exit 1). The checkpoint is skipped as corrupt (verify: broken, exit 6) and every
+    read answers from the log."""
+    take_checkpoint(busy.store, clock=clock)
+    expected = full(busy)
+    sql(ws.db, f"UPDATE {table} SET {column} = ?", value)
+    assert snapshot_json(load_state(busy.store).state) == expected
+    for args in (["status"], ["status", "dpo-v5"], ["replay"], ["checkpoint"]):
+        result = invoke(ws.db, *args)
+        assert result.exit_code == 0, (args, result.output)
+    result = invoke(ws.db, "verify", "--json")
+    assert result.exit_code == 6, result.output
+    assert "broken" in {c["status"] for c in json.loads(result.stdout)["checkpoints"]}
