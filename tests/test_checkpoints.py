@@ -312,3 +312,17 @@ def test_a_snapshot_that_is_not_text_is_a_broken_checkpoint_not_a_traceback(
     result = invoke(ws.db, "verify", "--json")
     assert result.exit_code == 6, result.output
     assert "broken" in {c["status"] for c in json.loads(result.stdout)["checkpoints"]}
+
+
+@pytest.mark.parametrize("digest", ["0" * 64, b"\x01"], ids=["wrong", "blob"])
+def test_verify_reports_a_stream_copy_whose_digest_does_not_hold(ws: Workspace, busy: Ledger, digest: object) -> None:
+    """`status ID` skips a checkpoint's stream copy whose state_sha256 does not match its state (corrupt), but
+    `verify` compared only the states and called that checkpoint ok (exit 0). It is broken, naming the stream."""
+    record = take_checkpoint(busy.store, clock=clock)
+    sql(ws.db, "UPDATE checkpoint_streams SET state_sha256 = ? WHERE stream_id = 'candidate:dpo-v5'", digest)
+    report = verify(busy.store)
+    assert report["ok"] is False
+    [checkpoint] = report["checkpoints"]
+    assert checkpoint["checkpoint_id"] == record.checkpoint_id and checkpoint["status"] == "broken"
+    assert "candidate:dpo-v5" in checkpoint["reason"] and "sha256" in checkpoint["reason"]
+    assert invoke(ws.db, "verify").exit_code == 6
