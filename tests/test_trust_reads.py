@@ -127,6 +127,27 @@ def test_a_row_edited_in_place_is_refused_by_every_read(ws: Workspace, args: tup
     assert "reject" not in result.stdout
 
 
+@pytest.mark.parametrize("column", ["payload", "actor", "recorded_at", "type", "event_id"])
+def test_a_column_turned_into_a_blob_is_an_edited_row_not_a_traceback(ws: Workspace, column: str) -> None:
+    """`UPDATE events SET payload = CAST(payload AS BLOB)` (the same bytes, another storage class) made every read,
+    `verify`, `migrate` and the writes die with "AttributeError: 'bytes' object has no attribute 'encode'" or
+    "TypeError: Type is not JSON serializable: bytes" (exit 1). The row's hash cannot hold over a BLOB: it is an
+    edited row, exit 6 naming its seq (`verify --json`: `bad_seq`), and a write appends nothing."""
+    _ready_ledger(ws)
+    with sqlite3.connect(ws.db) as conn:
+        (seq,) = conn.execute("SELECT seq FROM events WHERE type = 'ChecksRecorded'").fetchone()
+    _tamper(ws.db, f"UPDATE events SET {column} = CAST({column} AS BLOB) WHERE seq = {seq}")
+    before = count_events(ws.db)
+    for args in [*READ_COMMANDS, ("check", "dpo-v5"), ("window", "9"), ("migrate", str(ws.db), str(ws.root / "c.db"))]:
+        result = invoke(ws.db, *args)
+        assert result.exit_code == 6, (args, result.output)
+        if args != ("verify",):
+            assert result.stderr.startswith("Error: ") and result.stderr.count("\n") == 1, (args, result.stderr)
+    doc = json.loads(invoke(ws.db, "verify", "--json").stdout)
+    assert (doc["ok"], doc["bad_seq"]) == (False, seq)
+    assert count_events(ws.db) == before and not (ws.root / "c.db").exists()
+
+
 def test_explain_refuses_an_edited_decisive_row(ws: Workspace) -> None:
     """The issue's case: a forged check reason printed with exit 0 before; now exit 6."""
     _ready_ledger(ws)
