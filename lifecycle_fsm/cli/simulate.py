@@ -24,7 +24,7 @@ from lifecycle_fsm.cli.render import emit
 __all__ = ["simulate_command"]
 
 _JSON = dict[str, Any]
-REPORT_FILE = "simulation-report.json"
+_REPORT_FILE = "simulation-report.json"
 
 
 def _shrunk_name(seed: int) -> str:
@@ -99,7 +99,7 @@ def simulate_command(
         doc["shrunk"] = {"file": name, "operations": len(shrunk.schedule.ops), "runs": shrunk.runs,
                          "seconds": round(shrunk.seconds, 3), "scenario": scenario}  # fmt: skip
     if report_dir is not None:
-        files[REPORT_FILE] = orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n"
+        files[_REPORT_FILE] = orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n"
         write_report_files(report_dir, files, replace=replace)
     if as_json:
         emit(doc)
@@ -119,7 +119,7 @@ def _first_seed(seed: int | None, runs: int, keep_dir: Path | None, report_dir: 
     first = seed if seed is not None else int.from_bytes(os.urandom(4), "big")
     refuse_kept(keep_dir, (kept_name(n) for n in range(first, first + runs)))
     if report_dir is not None:
-        names = [REPORT_FILE, *(_shrunk_name(n) for n in range(first, first + runs))]
+        names = [_REPORT_FILE, *(_shrunk_name(n) for n in range(first, first + runs))]
         refuse_report_files(report_dir, names, replace=replace)
     return first
 
