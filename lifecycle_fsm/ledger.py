@@ -62,7 +62,7 @@ from lifecycle_fsm.retry import DEFAULT_RETRY, RetryPolicy
 from lifecycle_fsm.rules import STAGES
 from lifecycle_fsm.state import CandidateState, LedgerSettings, reading_stored
 from lifecycle_fsm.streams import CACHED_CANDIDATES, StreamReader, fold_candidate, fold_settings
-from lifecycle_fsm.upcasting import decoded_event, decoded_payload
+from lifecycle_fsm.upcasting import decoded_event, decoded_payload, dense_versions
 from store.base import EventStore
 from store.records import StoredEvent
 
@@ -210,7 +210,7 @@ class Ledger:
         events = self.store.read_stream(stream_of(candidate_id))
         if not events:
             self._reader.existing(candidate_id)  # raises NotFoundError
-        decoded = [(e, decoded_event(e)) for e in events]
+        decoded = [(e, decoded_event(e)) for e in dense_versions(events)]  # a hole in the stream is refused
         for e, event in decoded:  # each move read strictly: a re-hashed row of the wrong shape is corruption here
             if isinstance(event, CandidateEvent):
                 with reading_stored(e.seq, e.type):

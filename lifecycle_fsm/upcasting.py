@@ -9,7 +9,7 @@ version newer than this code is a `CorruptionError`, never a guess.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import orjson
@@ -28,6 +28,7 @@ __all__ = [
     "edited_row_error",
     "decoded_event",
     "decoded_payload",
+    "dense_versions",
     "event_from_payload",
     "upcast",
     "upcast_baseline_activated_v1_v2",
@@ -162,6 +163,26 @@ def check_row(event: StoredEvent) -> None:
     if chain_hash(e.prev_hash, e.seq, e.stream_id, e.version, e.event_id, e.type, e.schema_version, e.payload,
                   e.recorded_at, e.actor) != e.hash:  # fmt: skip
         raise edited_row_error(e.seq)
+
+
+def dense_versions(events: Iterable[StoredEvent], *, after_version: int | None = 0) -> Iterator[StoredEvent]:
+    """One stream's events, passed on as they come, while its versions go on one by one.
+
+    A stream's versions are dense from 1, so a row deleted from it, or moved to another stream by
+    editing its `stream_id` (the row is then simply not read: no hash of it is ever checked), leaves
+    a hole that a stream read would otherwise print around. `after_version` is the version the first
+    row must follow (0: the stream from its start; None: a slice whose start is not known).
+    """
+    previous = after_version
+    for e in events:
+        if previous is not None and e.version != previous + 1:
+            raise CorruptionError(
+                f"seq {e.seq}: {e.stream_id} version {e.version} follows version {previous}: version "
+                f"{previous + 1} is missing or was moved to another stream; run `lifecycle verify`",
+                seq=e.seq,
+            )
+        previous = e.version
+        yield e
 
 
 def edited_row_error(seq: int) -> CorruptionError:

@@ -25,7 +25,7 @@ from lifecycle_fsm.events import (
 )
 from lifecycle_fsm.rules import BLOCKING_ACTIONS, FRESHNESS_CHECKS
 from lifecycle_fsm.state import reading_stored
-from lifecycle_fsm.upcasting import decoded_payload
+from lifecycle_fsm.upcasting import decoded_payload, dense_versions
 from store.base import EventStore
 from store.chain import GENESIS_HASH
 from store.records import EventFilter, PayloadMatch, StoredEvent
@@ -145,8 +145,12 @@ def read_log(store: EventStore, query: EventFilter) -> Iterator[tuple[StoredEven
     the one before it, and a slice bounded by `before` must reach it (or the head). So a row
     deleted from the log is an `IntegrityError` naming the seq, not a silent hole.
     """
-    contiguous = not (query.since or query.until or query.types or query.stream_id or query.actor or query.payload)
-    if not contiguous:
+    filtered = query.since or query.until or query.types or query.actor or query.payload
+    if query.stream_id is not None and not filtered:  # one stream's slice: its versions go on one by one
+        for event in dense_versions(store.select_matching(query), after_version=0 if query.after == 0 else None):
+            yield event, decoded_payload(event)
+        return
+    if filtered or query.stream_id is not None:
         for event in store.select_matching(query):
             yield event, decoded_payload(event)
         return

@@ -148,6 +148,35 @@ def test_a_column_turned_into_a_blob_is_an_edited_row_not_a_traceback(ws: Worksp
     assert count_events(ws.db) == before and not (ws.root / "c.db").exists()
 
 
+@pytest.mark.parametrize(
+    "edit",
+    [
+        "DELETE FROM events WHERE seq = {seq}",
+        "UPDATE events SET stream_id = 'candidate:elsewhere' WHERE seq = {seq}",
+        "UPDATE events SET stream_id = CAST(stream_id AS BLOB) WHERE seq = {seq}",
+    ],
+    ids=["deleted", "moved", "blob"],
+)
+def test_a_row_gone_from_a_candidates_stream_is_refused_not_skipped(ws: Workspace, edit: str) -> None:
+    """The rejecting check deleted, or moved to another stream by editing its stream_id (no re-hash needed: the
+    row is no longer read), and `history ID` and `log --stream ID` printed the candidate's events without it,
+    exit 0: the auditor's list of what happened to a candidate silently lost the decisive event. A stream's
+    versions are dense from 1, so the hole shows: exit 6 naming the row after it."""
+    _ready_ledger(ws)
+    with sqlite3.connect(ws.db) as conn:
+        (seq,) = conn.execute("SELECT seq FROM events WHERE type = 'ChecksRecorded'").fetchone()
+    _tamper(ws.db, edit.format(seq=seq))
+    for args in [("history", "dpo-v5"), ("--json", "history", "dpo-v5"), ("log", "--stream", "dpo-v5"),
+                 ("--json", "log", "--stream", "dpo-v5"), ("log", "--stream", "dpo-v5", "--before", "99")]:  # fmt: skip
+        result = invoke(ws.db, *args)
+        assert result.exit_code == 6, (args, result.output)
+        if args[0] == "--json" or args[0] == "history":  # text `log` streams: the rows before the hole are out
+            assert result.stdout == "", (args, result.stdout)
+        assert result.stderr.startswith("Error: ") and f"seq {seq + 1}" in result.stderr, (args, result.stderr)
+        assert "version 2 is missing" in result.stderr, result.stderr
+    assert invoke(ws.db, "log", "--stream", "dpo-v5", "--after", str(seq)).exit_code == 0  # a slice past the hole
+
+
 def test_explain_refuses_an_edited_decisive_row(ws: Workspace) -> None:
     """The issue's case: a forged check reason printed with exit 0 before; now exit 6."""
     _ready_ledger(ws)
