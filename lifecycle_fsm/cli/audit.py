@@ -93,12 +93,12 @@ def audit(
         doc = plan(prepared)
         emit(doc) if as_json else _print_plan(doc)
         return
-    check_runnable(prepared)  # before the ledger file is created
     obj = root_obj()
     if not obj.get("db"):
         raise InputError("no ledger path: pass --db or set LIFECYCLE_DB")
     refuse_memory_db(obj["db"])
-    key = signing_key()  # a bad key is refused before the ledger is touched
+    key = signing_key()  # a bad key is refused before anything is made: the --out folder, the ledger
+    check_runnable(prepared)  # before the ledger file is created
     with Ledger.open(obj["db"], synchronous=obj["synchronous"], actor=obj["actor"], artifact_root=root) as ledger:
         result = run(prepared, ledger, signing_key=key)
     emit(_summary(result)) if as_json else _print_summary(result)
