@@ -229,3 +229,25 @@ def test_the_printed_address_opens_for_a_ledger_whose_name_needs_encoding(tmp_pa
         assert status == 200 and rows[0]["seq"] == 1, (address, status, rows)
     finally:
         server.stop()
+
+
+def test_a_port_in_use_is_one_error_line_before_anything_is_served(tmp_path: Path) -> None:
+    """`serve --port P` with P taken printed "serving … at http://127.0.0.1:P/…", then Uvicorn's INFO lines and
+    "ERROR: [Errno 98] … address already in use", and exited 3 with no `Error:` line. It is refused first:
+    one line saying which address and what to do, nothing claimed to be served."""
+    try:
+        import datasette  # noqa: F401
+    except ImportError:
+        _need(False, "Datasette (pip install -e '.[ui]')")
+    ws = Workspace(tmp_path)
+    with Ledger.open(ws.db, actor="t") as ledger:
+        ledger.init()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "lifecycle_fsm", "--db", str(ws.db), "serve", "--port", str(port)],
+                              capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 3, done.stderr
+    assert done.stderr.startswith(f"Error: cannot listen on 127.0.0.1:{port}: ") and done.stderr.count("\n") == 1
+    assert "choose another --port" in done.stderr and "serving" not in done.stderr

@@ -30,6 +30,29 @@ def _stop(signum: int, frame: FrameType | None) -> None:
     raise _Stopped(signum)
 
 
+def _refuse_unusable_address(host: str, port: int) -> None:
+    """A port in use or a host that is not this machine's is one error line (exit 3) before anything is said.
+
+    Uvicorn found it only after "serving … at http://…" was printed, logged it among its INFO lines and
+    exited 3 without an `Error:` line. Port 0 (any free port) is left to the server.
+    """
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError) as e:
+        raise InputError(f"cannot listen on {host}:{port}: {getattr(e, 'strerror', None) or e}; check --host") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds: TIME_WAIT is no refusal
+        try:
+            probe.bind(address)
+        except OSError as e:
+            raise InputError(
+                f"cannot listen on {host}:{port}: {e.strerror or e}; choose another --port (or --host)"
+            ) from None
+
+
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (loopback by default).")
 @click.option("--port", type=click.IntRange(min=0, max=65535), default=8001, show_default=True)
@@ -58,6 +81,7 @@ def serve(host: str, port: int) -> None:
     ledger = Path(db)
     if not ledger.is_file():
         raise InputError(f"no ledger at {ledger} (serve browses an existing SQLite ledger file)")
+    _refuse_unusable_address(host, port)
     with tempfile.TemporaryDirectory(prefix="lifecycle-serve-") as folder:
         snap = snapshot(ledger, Path(folder))
         meta = Path(folder) / "metadata.json"
