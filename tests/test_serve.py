@@ -251,3 +251,33 @@ def test_a_port_in_use_is_one_error_line_before_anything_is_served(tmp_path: Pat
     assert done.returncode == 3, done.stderr
     assert done.stderr.startswith(f"Error: cannot listen on 127.0.0.1:{port}: ") and done.stderr.count("\n") == 1
     assert "choose another --port" in done.stderr and "serving" not in done.stderr
+
+
+def test_port_0_prints_the_port_it_serves_on(tmp_path: Path) -> None:
+    """`serve --port 0` printed `http://127.0.0.1:0/…` while Uvicorn listened on a port of its choosing."""
+    try:
+        import datasette  # noqa: F401
+    except ImportError:
+        _need(False, "Datasette (pip install -e '.[ui]')")
+    ws = Workspace(tmp_path)
+    with Ledger.open(ws.db, actor="t") as ledger:
+        ledger.init()
+    proc = subprocess.Popen([sys.executable, "-m", "lifecycle_fsm", "--db", str(ws.db), "serve", "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert proc.stderr is not None
+        address = proc.stderr.readline().rsplit(" at ", 1)[1].strip()
+        port = urllib.parse.urlsplit(address).port
+        assert port, address
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{address}/chain_head.json?_shape=array", timeout=10) as r:
+                    assert json.loads(r.read())[0]["seq"] == 1
+                break
+            except (urllib.error.URLError, ConnectionError):
+                assert proc.poll() is None and time.monotonic() < deadline, address
+                time.sleep(0.2)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)

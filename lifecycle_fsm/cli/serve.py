@@ -30,12 +30,11 @@ def _stop(signum: int, frame: FrameType | None) -> None:
     raise _Stopped(signum)
 
 
-def _refuse_unusable_address(host: str, port: int) -> None:
-    """A port in use or a host that is not this machine's is one error line (exit 3) before anything is said.
-
-    Uvicorn found it only after "serving … at http://…" was printed, logged it among its INFO lines and
-    exited 3 without an `Error:` line. Port 0 (any free port) is left to the server.
-    """
+def _usable_port(host: str, port: int) -> int:
+    """The port to serve on. A port in use or a host that is not this machine's is one error line (exit 3)
+    before anything is said: Uvicorn found it only after "serving … at http://…" was printed, logged it among
+    its INFO lines and exited 3 without an `Error:` line. Port 0 is a free port picked here, so the address
+    printed is the one served (it said `:0`)."""
     import socket
 
     try:
@@ -51,6 +50,7 @@ def _refuse_unusable_address(host: str, port: int) -> None:
             raise InputError(
                 f"cannot listen on {host}:{port}: {e.strerror or e}; choose another --port (or --host)"
             ) from None
+        return int(probe.getsockname()[1])
 
 
 @click.command()
@@ -81,7 +81,7 @@ def serve(host: str, port: int) -> None:
     ledger = Path(db)
     if not ledger.is_file():
         raise InputError(f"no ledger at {ledger} (serve browses an existing SQLite ledger file)")
-    _refuse_unusable_address(host, port)
+    port = _usable_port(host, port)
     with tempfile.TemporaryDirectory(prefix="lifecycle-serve-") as folder:
         snap = snapshot(ledger, Path(folder))
         meta = Path(folder) / "metadata.json"
