@@ -7,6 +7,7 @@ would (dropping the append-only triggers first), and the real CLI.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import stat
 from pathlib import Path
@@ -90,6 +91,38 @@ def test_a_write_refuses_an_empty_file(ws: Workspace, args: tuple[str, ...]) -> 
     assert result.returncode == 7, result.stderr
     assert result.stderr.startswith("Error: ") and "an empty file, not a ledger" in result.stderr
     assert ws.db.stat().st_size == 0
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo", "device"])
+@pytest.mark.parametrize(
+    "args",
+    [("init",), ("status",), ("status", "x"), ("window", "3"), ("log",), ("migrate", "DB", "COPY"),
+     ("migrate", "SOURCE", "DB")],
+    ids=" ".join,
+)  # fmt: skip
+def test_a_folder_a_fifo_or_a_device_is_no_ledger(ws: Workspace, kind: str, args: tuple[str, ...]) -> None:
+    """`--db` a FIFO or /dev/null was "an empty file, not a ledger …; `lifecycle init` creates one here", and
+    `init` there then failed "disk I/O error"; a folder was "unable to open database file". Each says what it is
+    (exit 7) and nothing is created beside it."""
+    if kind == "folder":
+        db = ws.root / "ledgers"
+        db.mkdir()
+    elif kind == "fifo":
+        db = ws.root / "ledger.fifo"
+        os.mkfifo(db)
+    else:
+        db = Path("/dev/null")
+    source = ws.root / "source.db"
+    if "SOURCE" in args:
+        assert invoke(source, "init").exit_code == 0
+    argv = [str(db) if a == "DB" else str(source) if a == "SOURCE" else str(ws.root / "copy.db") if a == "COPY"
+            else a for a in args]  # fmt: skip
+    before = sorted(p.name for p in ws.root.iterdir())
+    result = run_cli(db, *argv)
+    assert (result.returncode, result.stdout) == (7, ""), result.stderr
+    what = "a folder, not a ledger file" if kind == "folder" else "not a regular file"
+    assert result.stderr.startswith(f"Error: {db}: {what}") and result.stderr.count("\n") == 1, result.stderr
+    assert sorted(p.name for p in ws.root.iterdir()) == before
 
 
 @pytest.mark.parametrize("db", [":memory:", ""])

@@ -215,8 +215,7 @@ def open_ledger(*, must_exist: bool = False, initialising: bool = False) -> Ledg
 
     obj = root_obj()
     refuse_memory_db(obj["db"])
-    if not initialising:
-        refuse_empty_file(obj["db"])
+    refuse_empty_file(obj["db"], allow_empty=initialising)
     store = open_store(obj["db"], synchronous=obj["synchronous"], create=not must_exist)
     ledger = Ledger(store, actor=obj["actor"])
     click.get_current_context().call_on_close(ledger.close)
