@@ -76,6 +76,13 @@ def create_ledger_file(path: Path, *, exclusive: bool = False) -> None:
     if os.path.lexists(path):
         if exclusive:
             raise FileExistsError(errno.EEXIST, "File exists", str(path))
+        if os.path.islink(path) and not os.path.exists(path):
+            # A link to a ledger not made yet (kept on another disk): make its target 0600 here, or SQLite
+            # makes it with the umask's mode (0644: world-readable).
+            target = Path(os.path.realpath(path))
+            if os.path.lexists(target):  # still a link once resolved: a loop
+                raise StoreError(f"{path}: a symbolic link loop, not a ledger file")
+            create_ledger_file(target)
         return
     wal = Path(f"{path}-wal")
     try:

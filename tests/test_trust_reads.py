@@ -144,6 +144,25 @@ def test_new_ledger_files_are_private(ws: Workspace) -> None:
                 assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
 
 
+@pytest.mark.parametrize("args", [("init",), ("window", "3")], ids=" ".join)
+def test_a_new_ledger_made_through_a_dangling_link_is_private(ws: Workspace, args: tuple[str, ...]) -> None:
+    """`--db ledger.db` a symlink to a file not made yet (a ledger kept on another disk): the O_EXCL create saw
+    the link "exists" and left it to SQLite, which made the target 0644 (world-readable). The target is created
+    0600 like every new ledger file."""
+    target = ws.root / "disk" / "ledger.db"
+    target.parent.mkdir()
+    link = ws.root / "ledger.db"
+    link.symlink_to(target)
+    old = os.umask(0o022)
+    try:
+        result = run_cli(link, *args)
+    finally:
+        os.umask(old)
+    assert result.returncode == 0, result.stderr
+    assert link.is_symlink() and target.is_file()
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+
+
 # --- rows edited in place -----------------------------------------------------------------
 
 
