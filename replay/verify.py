@@ -39,8 +39,9 @@ def _checkpoint_report(store: EventStore, walk: ChainWalk) -> tuple[list[dict[st
             status = "ok"
         else:
             status = "stale" if problem.stale else "broken"  # stale: built by other code, not used, not corrupt
+        position = record.position if type(record.position) is int else None  # a seq, or none (edited by hand)
         reports[record.checkpoint_id] = {
-            "checkpoint_id": record.checkpoint_id, "position": record.position, "status": status,
+            "checkpoint_id": record.checkpoint_id, "position": position, "status": status,
             "reason": None if problem is None else problem.reason,
         }  # fmt: skip
     state = empty_state()
@@ -141,7 +142,8 @@ def _verify(store: EventStore) -> tuple[dict[str, Any], LedgerState | None]:
         report.update(ok=False, bad_seq=None, reason=index_problem)
         return report, None
     if not checkpoints_ok:  # the first bad position: the broken checkpoint's
-        first = min((c for c in checkpoints if c["status"] == "broken"), key=lambda c: c["position"])
+        broken = [c for c in checkpoints if c["status"] == "broken"]  # one with no position (null) last
+        first = min(broken, key=lambda c: (c["position"] is None, c["position"] or 0))
         reason = f"checkpoint {first['checkpoint_id']}: {first['reason']}"
         report.update(ok=False, bad_seq=first["position"], reason=reason)
     elif guards := store.guard_problems():  # the log holds: said last, what is left is the fence around it

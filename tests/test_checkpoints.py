@@ -326,3 +326,22 @@ def test_verify_reports_a_stream_copy_whose_digest_does_not_hold(ws: Workspace, 
     assert checkpoint["checkpoint_id"] == record.checkpoint_id and checkpoint["status"] == "broken"
     assert "candidate:dpo-v5" in checkpoint["reason"] and "sha256" in checkpoint["reason"]
     assert invoke(ws.db, "verify").exit_code == 6
+
+
+@pytest.mark.parametrize("position", ["abc", None, 1e20], ids=["text", "null", "huge"])
+def test_a_checkpoint_whose_position_is_no_seq_is_broken_not_hidden(
+    ws: Workspace, busy: Ledger, position: object
+) -> None:
+    """A checkpoint row whose `position` was set by hand to text, NULL or a number past any seq was left out of
+    every checkpoint query (`WHERE position <= …`): `verify` listed no checkpoint and said ok (exit 0) with a
+    damaged row in the file. It is listed, broken (exit 6), and loading skips it as before."""
+    record = take_checkpoint(busy.store, clock=clock)
+    sql(ws.db, "UPDATE checkpoints SET position = ? WHERE checkpoint_id = ?", position, record.checkpoint_id)
+    sound = take_checkpoint(busy.store, to=5, clock=clock)  # an older sound one beside it: mixed positions
+    report = verify(busy.store)
+    assert report["ok"] is False and report["bad_seq"] is None  # no seq to name: the row holds none
+    statuses = {c["checkpoint_id"]: (c["status"], c["position"]) for c in report["checkpoints"]}
+    assert statuses == {record.checkpoint_id: ("broken", None), sound.checkpoint_id: ("ok", 5)}
+    assert "is not a seq" in report["reason"]
+    assert snapshot_json(load_state(busy.store).state) == full(busy)
+    assert invoke(ws.db, "verify").exit_code == 6 and invoke(ws.db, "status").exit_code == 0
