@@ -106,9 +106,15 @@ def attest(store: EventStore, candidate_id: str, key: Ed25519PrivateKey) -> JSON
 def _envelope(doc: Any, source: str) -> Envelope:
     if not isinstance(doc, dict) or not {"payload", "payloadType", "signatures"} <= doc.keys():
         raise InputError(f"{source}: not a DSSE envelope (payload, payloadType, signatures)")
+    signatures = doc["signatures"]
+    if not isinstance(doc["payload"], str) or not isinstance(signatures, list):
+        raise InputError(f"{source}: not a DSSE envelope (payload is a base64 string, signatures a list)")
+    for sig in signatures:  # the library calls .encode on each: a number or null was an AttributeError
+        if not isinstance(sig, dict) or not all(isinstance(sig.get(k), str) for k in ("keyid", "sig")):
+            raise InputError(f"{source}: not a DSSE envelope (each signature is an object of keyid and sig strings)")
     try:
         return Envelope.from_dict(doc)
-    except (KeyError, TypeError, ValueError, binascii.Error) as e:
+    except (KeyError, TypeError, ValueError, AttributeError, binascii.Error) as e:
         raise InputError(f"{source}: not a DSSE envelope ({e})") from e
 
 

@@ -26,8 +26,8 @@ from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.events import candidate_id_of
 from lifecycle_fsm.folders import make_folder
 from lifecycle_fsm.limits import MAX_MANIFEST_BYTES, read_regular_file
-from lifecycle_fsm.rules import choose_recovery_action, decide_lifecycle_handoff
-from lifecycle_fsm.state import CandidateState, LedgerSettings, apply_candidate
+from lifecycle_fsm.rules import STAGES, choose_recovery_action, decide_lifecycle_handoff
+from lifecycle_fsm.state import CandidateState, LedgerSettings, apply_candidate, reading_stored
 from lifecycle_fsm.upcasting import decoded_payload
 from store.base import EventStore
 
@@ -92,6 +92,7 @@ class DecisionState:
                 _exact(source, f"inputs.{key}.", doc["inputs"][key], fields)
         if not isinstance(doc["seq"], int) or not isinstance(doc["candidate_id"], str):
             raise DecisionPoolError(f"{source}: keys 'seq' and 'candidate_id' must be an integer and a string")
+        _check_values(source, kind, doc["inputs"])
         return cls(kind, doc["candidate_id"], doc["seq"], doc["event_type"], doc["inputs"], doc["decided"])
 
 
@@ -104,6 +105,36 @@ def _exact(source: str, where: str, value: Any, keys: tuple[str, ...]) -> None:
     for key in keys:
         if key not in value:
             raise DecisionPoolError(f"{source}: missing key {where}{key!r}")
+
+
+def _check_values(source: str, kind: str, inputs: JSON) -> None:
+    """The values the deciders compute with have the types they take: a bad one is bad input, not a traceback.
+
+    Candidate fields and the upstream decision are what the rules judge (a wrong type there fails a check,
+    as it would have at the time), so only the inputs the rules compute with are checked here.
+    """
+
+    def bad(key: str, what: str) -> DecisionPoolError:
+        return DecisionPoolError(f"{source}: key inputs.{key}: {what}")
+
+    if kind == "recovery":
+        if not isinstance(inputs["stage"], str) or inputs["stage"] not in STAGES:
+            raise bad("stage", f"{inputs['stage']!r} is not one of {', '.join(STAGES)}")
+        available = inputs["available"]
+        if not isinstance(available, dict) or not all(isinstance(v, bool) for v in available.values()):
+            raise bad("available", "must be an object of trusted-state kinds to true or false")
+        return
+    settings = inputs["settings"]
+    for key in ("active_window", "max_window_age"):
+        value = settings[key]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise bad(f"settings.{key}", f"{value!r} is not an integer or null")
+    for key in ("active_policy_version", "evaluation_version"):
+        if settings[key] is not None and not isinstance(settings[key], str):
+            raise bad(f"settings.{key}", f"{settings[key]!r} is not a string or null")
+    for key in ("artifact_verified", "rollback_verified", "path_escapes_root"):
+        if not isinstance(inputs[key], bool):
+            raise bad(key, f"{inputs[key]!r} is not true or false")
 
 
 # -- export ---------------------------------------------------------------------------------------------------
@@ -148,18 +179,23 @@ def decisions_of(store: EventStore) -> Iterator[DecisionState]:
         state: CandidateState | None = None
         for e in store.read_stream(head.stream_id):
             payload = decoded_payload(e)
-            if (found := _decision(state, e.seq, e.type, payload)) is not None:
+            # The fold first (it judges the row); then the decision's inputs, read beyond what the fold reads.
+            after = apply_candidate(state, e.type, payload, seq=e.seq, stream_id=e.stream_id, version=e.version)
+            with reading_stored(e.seq, e.type):
+                found = _decision(state, e.seq, e.type, payload)
+            if found is not None:
                 yield found
-            state = apply_candidate(state, e.type, payload, seq=e.seq, stream_id=e.stream_id, version=e.version)
+            state = after
 
 
 def export_pool(store: EventStore, folder: Path) -> list[Path]:
     """One file per decision in `folder`, which must be new or empty (a pool is never merged into)."""
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         raise InputError(f"{folder} is not an empty folder: a decision pool is written into a new one")
+    decisions = sorted(decisions_of(store), key=lambda d: d.seq)  # read first: a log it cannot trust makes no folder
     make_folder(folder, "decision pool folder")
     written = []
-    for d in sorted(decisions_of(store), key=lambda d: d.seq):
+    for d in decisions:
         path = folder / f"{d.seq:08d}-{d.decision}.json"
         try:
             path.write_text(d.to_json())

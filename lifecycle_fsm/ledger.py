@@ -36,6 +36,7 @@ from lifecycle_fsm.event_base import text_or_error
 from lifecycle_fsm.events import (
     LEDGER_STREAM,
     BaselineActivated,
+    CandidateEvent,
     CandidateReceived,
     ChecksRecorded,
     EvaluationActivated,
@@ -59,9 +60,9 @@ from lifecycle_fsm.recovery import RecoveryPlan, invalidated_kinds, plan_from_pa
 from lifecycle_fsm.results import CandidateResult, CommandResult, RecoveryResult, SettingsResult
 from lifecycle_fsm.retry import DEFAULT_RETRY, RetryPolicy
 from lifecycle_fsm.rules import STAGES
-from lifecycle_fsm.state import CandidateState, LedgerSettings
+from lifecycle_fsm.state import CandidateState, LedgerSettings, reading_stored
 from lifecycle_fsm.streams import CACHED_CANDIDATES, StreamReader, check_cache_size, fold_candidate, fold_settings
-from lifecycle_fsm.upcasting import decoded_event, decoded_payload
+from lifecycle_fsm.upcasting import decoded_event, decoded_payload, dense_versions
 from store.base import EventStore
 from store.records import EventFilter, StoredEvent
 
@@ -217,7 +218,12 @@ class Ledger:
         events = self.store.read_stream(stream_of(candidate_id))
         if not events:
             self._reader.existing(candidate_id)  # raises NotFoundError
-        return [(e, decoded_event(e)) for e in events]
+        decoded = [(e, decoded_event(e)) for e in dense_versions(events)]  # a hole in the stream is refused
+        for e, event in decoded:  # each move read strictly: a re-hashed row of the wrong shape is corruption here
+            if isinstance(event, CandidateEvent):
+                with reading_stored(e.seq, e.type):
+                    type(event).trigger_for(event.to_payload())
+        return decoded
 
     def candidate_ids(self) -> list[str]:
         ids = (candidate_id_of(h.stream_id) for h in self.store.streams())
@@ -366,6 +372,8 @@ class Ledger:
 
     def activate_evaluation(self, evaluation_version: str, *, event_id: str | None = None) -> SettingsResult:
         """Require candidates to name this evaluation version from now on."""
+        if isinstance(evaluation_version, str):
+            text_or_error("evaluation version", evaluation_version)  # not UTF-8 (a CLI argument): said so
         check_version_text("evaluation version", evaluation_version)
         return self._on_settings(
             LEDGER_STREAM, lambda _, settings: decisions.activate_evaluation(settings, evaluation_version),
@@ -464,6 +472,7 @@ class Ledger:
         require_kind(kind)
         if not isinstance(reason, str):
             raise InputError(f"the invalidation reason must be a string, not {type(reason).__name__} ({reason!r})")
+        text_or_error("reason", reason)
 
         def decide(current: CandidateState | None, _: LedgerSettings) -> Decision:
             assert current is not None

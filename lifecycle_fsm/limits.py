@@ -214,6 +214,8 @@ def display(text: str, *, keep_newlines: bool = False) -> str:
 
     Newlines are escaped too unless `keep_newlines` (a multi-line report): one value is one line.
     """
+    if text.isprintable():  # the common case, in C: `str.isprintable` is `_is_printable` for every code point
+        return text
     kept = "\n" if keep_newlines else ""
     if all(ch in kept or _is_printable(ch) for ch in text):
         return text

@@ -84,6 +84,10 @@ def snapshot_problem(
         return SnapshotProblem(f"schema version {schema_version} is not {CHECKPOINT_SCHEMA_VERSION}", stale=True)
     if fingerprint != FINGERPRINT:
         return SnapshotProblem(f"built by a different {_changed_parts(fingerprint)} (fingerprint mismatch)", stale=True)
+    if type(position) is not int or position < 0:  # text, NULL or a float past any seq, written by hand
+        return SnapshotProblem(f"position {position!r} is not a seq (corrupt)", stale=False)
+    if not isinstance(text, str) or not isinstance(sha256, str):  # NULL or a BLOB, written with the sqlite3 shell
+        return SnapshotProblem("snapshot or its sha256 is not text (corrupt)", stale=False)
     if hashlib.sha256(text.encode()).hexdigest() != sha256:
         return SnapshotProblem("snapshot does not match its sha256 (corrupt)", stale=False)
     actual = store.hash_at(position)

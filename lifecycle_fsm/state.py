@@ -11,7 +11,8 @@ objects) and the typed `apply` is a thin wrapper over the same functions.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import orjson
@@ -35,6 +36,7 @@ __all__ = [
     "candidate_from_dict",
     "kept_payload",
     "not_a_candidate_event",
+    "reading_stored",
     "settings_from_dict",
     "step_candidate",
     "step_candidate_at",
@@ -198,6 +200,19 @@ def _wrong_fields(seq: int, type_name: str, payload: Mapping[str, Any], fields: 
 def _unreadable(seq: int, type_name: str, error: Exception) -> CorruptionError:
     """A stored payload the fold cannot read: corruption at that seq, never a crash."""
     return CorruptionError(f"seq {seq}: {type_name} payload is unreadable ({error!r})", seq=seq)
+
+
+@contextmanager
+def reading_stored(seq: int, type_name: str) -> Iterator[None]:
+    """Interpret a stored payload beside the fold (explain, history, log, the decision pool): a field
+    missing or of the wrong type is corruption at that seq (exit 6), as it is in the fold, never a crash.
+
+    The row's own hash holds (every read checks it), so only someone who re-hashed it wrote it.
+    """
+    try:
+        yield
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+        raise _unreadable(seq, type_name, e) from e
 
 
 def apply_settings(settings: LedgerSettings, type_name: str, payload: Mapping[str, Any], seq: int) -> LedgerSettings:

@@ -9,7 +9,7 @@ version newer than this code is a `CorruptionError`, never a guess.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import orjson
@@ -28,6 +28,7 @@ __all__ = [
     "edited_row_error",
     "decoded_event",
     "decoded_payload",
+    "dense_versions",
     "event_from_payload",
     "upcast",
     "upcast_baseline_activated_v1_v2",
@@ -164,6 +165,26 @@ def check_row(event: StoredEvent) -> None:
         raise edited_row_error(e.seq)
 
 
+def dense_versions(events: Iterable[StoredEvent], *, after_version: int | None = 0) -> Iterator[StoredEvent]:
+    """One stream's events, passed on as they come, while its versions go on one by one.
+
+    A stream's versions are dense from 1, so a row deleted from it, or moved to another stream by
+    editing its `stream_id` (the row is then simply not read: no hash of it is ever checked), leaves
+    a hole that a stream read would otherwise print around. `after_version` is the version the first
+    row must follow (0: the stream from its start; None: a slice whose start is not known).
+    """
+    previous = after_version
+    for e in events:
+        if previous is not None and e.version != previous + 1:
+            raise CorruptionError(
+                f"seq {e.seq}: {e.stream_id} version {e.version} follows version {previous}: version "
+                f"{previous + 1} is missing or was moved to another stream; run `lifecycle verify`",
+                seq=e.seq,
+            )
+        previous = e.version
+        yield e
+
+
 def edited_row_error(seq: int) -> CorruptionError:
     """What a read raises for a row whose own hash does not match its columns (exit 6)."""
     return CorruptionError(str(row_hash_error(seq)), seq=seq)
@@ -188,4 +209,5 @@ def event_from_payload(
     try:
         return EVENT_TYPES[type_name](**current)
     except TypeError as e:
-        raise CorruptionError(f"{type_name} payload does not match its schema: {e}", seq=seq) from e
+        where = "" if seq is None else f"seq {seq}: "
+        raise CorruptionError(f"{where}{type_name} payload does not match its schema: {e}", seq=seq) from e

@@ -20,7 +20,7 @@ from typing import Any
 from lifecycle_fsm.errors import NotFoundError
 from lifecycle_fsm.events import CANDIDATE_EVENTS, LEDGER_STREAM, stream_of
 from lifecycle_fsm.rules import CANDIDATE_KINDS, ONLINE_KINDS, RECOVERY_STATES_BY_STAGE, UPSTREAM_DECISIONS
-from lifecycle_fsm.state import CandidateState, step_candidate_at
+from lifecycle_fsm.state import CandidateState, reading_stored, step_candidate_at
 from lifecycle_fsm.upcasting import decoded_payload
 from replay.asof import AsOf, position_of
 from store.base import EventStore
@@ -78,9 +78,11 @@ def explain(
     path = []
     for e, payload in zip(events, payloads, strict=True):
         before = None if work is None else work["state"]
-        trigger = CANDIDATE_EVENTS[e.type].trigger_for(payload)
         # A copy: the fold keeps its payload (a check's `last_check`), the evidence below keeps this one.
+        # The fold first: it judges the row (fields, types, the move) before anything else reads it.
         work = step_candidate_at(work, e.type, dict(payload), e.seq, e.stream_id, e.version)
+        with reading_stored(e.seq, e.type):
+            trigger = CANDIDATE_EVENTS[e.type].trigger_for(payload)
         path.append({"seq": e.seq, "type": e.type, "trigger": trigger, "from": before, "to": work["state"],
                      "recorded_at": e.recorded_at, "actor": e.actor})  # fmt: skip
     assert work is not None
@@ -91,6 +93,22 @@ def explain(
     evidence = None if evidence_seq is None else by_seq[evidence_seq][1]
     receipt = _receipt(events, payloads, evidence_seq or decisive.seq)
     claimed = {name: state.candidate.get(name) for name in CLAIMED_FIELDS}
+    # The evidence is read beyond what the fold checked: a field of the wrong shape is that row's corruption.
+    shown = by_seq[evidence_seq][0] if evidence_seq is not None else decisive
+    with reading_stored(shown.seq, shown.type):
+        checks = [] if evidence is None else _checks(claimed, evidence)
+        artifact = None if evidence is None else _artifact(evidence["artifact"], receipt)
+        rollback = (
+            None
+            if evidence is None
+            else _rollback(
+                baseline_activations(store) if activations is None else activations,
+                evidence["rollback"],
+                evidence_seq or 0,
+            )
+        )
+        recovery = _recovery(state.last_recovery, path, by_seq)
+        invalidation = _invalidation(decisive, decisive_payload)
     doc: JSON = {
         "id": state.candidate_id,
         "kind": state.kind,
@@ -104,15 +122,11 @@ def explain(
         "manifest": {"path": state.manifest_path, "sha256": state.manifest_sha256},
         "evidence_seq": evidence_seq,
         "settings": None if evidence is None else evidence.get("settings"),
-        "checks": [] if evidence is None else _checks(claimed, evidence),
-        "artifact": None if evidence is None else _artifact(evidence["artifact"], receipt),
-        "rollback": None
-        if evidence is None
-        else _rollback(
-            baseline_activations(store) if activations is None else activations, evidence["rollback"], evidence_seq or 0
-        ),
-        "recovery": _recovery(state.last_recovery, path, by_seq),
-        "invalidation": _invalidation(decisive, decisive_payload),
+        "checks": checks,
+        "artifact": artifact,
+        "rollback": rollback,
+        "recovery": recovery,
+        "invalidation": invalidation,
         "path": path,
         "last_check_seq": None if state.last_check is None else state.last_check["seq"],
         "trusted_states": state.trusted_states,

@@ -13,6 +13,8 @@ from typing import Any
 
 import orjson
 
+from lifecycle_fsm.limits import display
+
 __all__ = ["explain_markdown", "explain_sections", "explain_text", "format_claim", "format_value", "path_line"]
 
 JSON = dict[str, Any]
@@ -134,7 +136,9 @@ def explain_sections(doc: JSON) -> list[Section]:
     steps = [f"seq {s['seq']} {s['type']} ({s['trigger']}): {s['from'] or 'new'} -> {s['to']}, "
              f"{s['recorded_at']} by {s['actor']}" for s in doc["path"]]  # fmt: skip
     sections.append(("Events", steps))
-    return sections
+    # Each line is one line: a value holding a newline (a manifest's version, an actor) would print a line of
+    # its own that reads as evidence. Control characters are spelled out (`\n`, `\x1b`), as in tables.
+    return [(heading, [display(line) for line in lines]) for heading, lines in sections]
 
 
 def explain_text(doc: JSON) -> str:

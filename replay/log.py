@@ -15,9 +15,17 @@ from contextlib import contextmanager
 from typing import Any
 
 from lifecycle_fsm.errors import InputError, IntegrityError, NotFoundError
-from lifecycle_fsm.events import CANDIDATE_EVENTS, CANDIDATE_PREFIX, EVENT_TYPES, LEDGER_STREAM, stream_of
+from lifecycle_fsm.event_base import text_or_error
+from lifecycle_fsm.events import (
+    CANDIDATE_EVENTS,
+    CANDIDATE_PREFIX,
+    EVENT_TYPES,
+    LEDGER_STREAM,
+    stream_of,
+)
 from lifecycle_fsm.rules import BLOCKING_ACTIONS, FRESHNESS_CHECKS
-from lifecycle_fsm.upcasting import decoded_payload
+from lifecycle_fsm.state import reading_stored
+from lifecycle_fsm.upcasting import decoded_payload, dense_versions
 from store.base import EventStore
 from store.chain import GENESIS_HASH
 from store.records import EventFilter, PayloadMatch, StoredEvent
@@ -76,6 +84,9 @@ def log_filter(
     stream_id = None
     if stream is not None:
         stream_id = stream if stream in NAMED_STREAMS or stream.startswith(CANDIDATE_PREFIX) else stream_of(stream)
+        text_or_error("stream", stream_id)  # bytes that are not UTF-8 reach no driver (its encode error)
+    if actor is not None:
+        text_or_error("actor", actor)
     return EventFilter(after=after, before=before, since=since, until=until, types=types, stream_id=stream_id,
                        actor=actor, payload=() if reason is None else _reason_matches(reason), limit=limit)  # fmt: skip
 
@@ -105,7 +116,10 @@ def known_stream(store: EventStore, query: EventFilter, given: str | None) -> It
 def event_reasons(event: StoredEvent, payload: dict[str, Any]) -> list[str]:
     """The reason codes an event carries (what `--reason` matches), by its class's own rule."""
     cls = CANDIDATE_EVENTS.get(event.type)
-    return [] if cls is None else list(cls.reasons(payload, ()))
+    if cls is None:
+        return []
+    with reading_stored(event.seq, event.type):  # reason_codes of the wrong type: that row's corruption
+        return list(cls.reasons(payload, ()))
 
 
 def event_json(event: StoredEvent, payload: dict[str, Any]) -> dict[str, Any]:
@@ -131,8 +145,12 @@ def read_log(store: EventStore, query: EventFilter) -> Iterator[tuple[StoredEven
     the one before it, and a slice bounded by `before` must reach it (or the head). So a row
     deleted from the log is an `IntegrityError` naming the seq, not a silent hole.
     """
-    contiguous = not (query.since or query.until or query.types or query.stream_id or query.actor or query.payload)
-    if not contiguous:
+    filtered = query.since or query.until or query.types or query.actor or query.payload
+    if query.stream_id is not None and not filtered:  # one stream's slice: its versions go on one by one
+        for event in dense_versions(store.select_matching(query), after_version=0 if query.after == 0 else None):
+            yield event, decoded_payload(event)
+        return
+    if filtered or query.stream_id is not None:
         for event in store.select_matching(query):
             yield event, decoded_payload(event)
         return

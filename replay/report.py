@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from lifecycle_fsm.limits import display
 from lifecycle_fsm.machine import State, diagram
 from replay.explain import baseline_activations, explain
 from replay.explain_text import explain_markdown, format_value
@@ -104,7 +105,7 @@ def path_flowchart(path: list[JSON]) -> str:
 
 
 def _md_cell(text: Any) -> str:
-    return format_value(text).replace("|", "\\|")
+    return display(format_value(text)).replace("|", "\\|")  # one line: a newline would end the table row
 
 
 def report_markdown(doc: JSON) -> str:

@@ -12,6 +12,7 @@ chain is the finding whatever the fold met first, as when the chain was walked a
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from lifecycle_fsm.errors import CorruptionError
@@ -38,8 +39,9 @@ def _checkpoint_report(store: EventStore, walk: ChainWalk) -> tuple[list[dict[st
             status = "ok"
         else:
             status = "stale" if problem.stale else "broken"  # stale: built by other code, not used, not corrupt
+        position = record.position if type(record.position) is int else None  # a seq, or none (edited by hand)
         reports[record.checkpoint_id] = {
-            "checkpoint_id": record.checkpoint_id, "position": record.position, "status": status,
+            "checkpoint_id": record.checkpoint_id, "position": position, "status": status,
             "reason": None if problem is None else problem.reason,
         }  # fmt: skip
     state = empty_state()
@@ -57,11 +59,20 @@ def _checkpoint_report(store: EventStore, walk: ChainWalk) -> tuple[list[dict[st
 def _stream_copy_problem(store: EventStore, checkpoint_id: int, state: LedgerState) -> str | None:
     """A checkpoint's per-stream copies must each equal that stream in the full replay."""
     expected = {stream_of(cid): canonical_json(c.to_dict()) for cid, c in state.candidates.items()}
-    copies = {snap.stream_id: snap.state for snap in store.stream_snapshots(checkpoint_id)}
+    snaps = store.stream_snapshots(checkpoint_id)
+    # A copy whose digest does not hold is one `status ID` skips as corrupt: broken here too, not "ok".
+    corrupt = [s.stream_id for s in snaps if not isinstance(s.state, str) or s.state_sha256 != _sha256(s.state)]
+    if corrupt:
+        return f"stream copy does not match its sha256 (corrupt): {', '.join(sorted(corrupt)[:5])}"
+    copies = {snap.stream_id: snap.state for snap in snaps}
     if copies != expected:
         differing = sorted(k for k in expected.keys() | copies.keys() if expected.get(k) != copies.get(k))
         return f"stream copies differ from a full replay: {', '.join(differing[:5])}"
     return None
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _index_problem(store: EventStore, state: LedgerState) -> str | None:
@@ -131,7 +142,8 @@ def _verify(store: EventStore) -> tuple[dict[str, Any], LedgerState | None]:
         report.update(ok=False, bad_seq=None, reason=index_problem)
         return report, None
     if not checkpoints_ok:  # the first bad position: the broken checkpoint's
-        first = min((c for c in checkpoints if c["status"] == "broken"), key=lambda c: c["position"])
+        broken = [c for c in checkpoints if c["status"] == "broken"]  # one with no position (null) last
+        first = min(broken, key=lambda c: (c["position"] is None, c["position"] or 0))
         reason = f"checkpoint {first['checkpoint_id']}: {first['reason']}"
         report.update(ok=False, bad_seq=first["position"], reason=reason)
     elif guards := store.guard_problems():  # the log holds: said last, what is left is the fence around it

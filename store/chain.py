@@ -26,6 +26,7 @@ from store.errors import DuplicateEventError, InputError, IntegrityError
 from store.records import ChainReport, Head, NewEvent, StoredEvent
 
 GENESIS_HASH = "0" * 64
+NOT_A_HASH = "not a hash: a column is not text"  # what `chain_hash` gives for a row no hash can match
 
 
 def canonical_json(value: Any) -> str:
@@ -101,20 +102,28 @@ def chain_hash(
     recorded_at: str,
     actor: str,
 ) -> str:
-    """`event_hash` with positional arguments, for the append and verify hot paths."""
-    header = orjson.dumps(
-        {
-            "actor": actor,
-            "event_id": event_id,
-            "recorded_at": recorded_at,
-            "schema_version": schema_version,
-            "seq": seq,
-            "stream_id": stream_id,
-            "type": type_name,
-            "version": version,
-        }
-    )  # keys are written in sorted order already: no sort option needed
-    return hashlib.sha256(b"\n".join((prev_hash.encode(), header, payload.encode()))).hexdigest()
+    """`event_hash` with positional arguments, for the append and verify hot paths.
+
+    A stored column that is not text (a BLOB written with the sqlite3 shell: the same bytes, another
+    storage class) cannot be what was hashed: the answer is `NOT_A_HASH`, which no stored hash equals,
+    so every caller reports that row as edited (exit 6 naming its seq), never a TypeError.
+    """
+    try:
+        header = orjson.dumps(
+            {
+                "actor": actor,
+                "event_id": event_id,
+                "recorded_at": recorded_at,
+                "schema_version": schema_version,
+                "seq": seq,
+                "stream_id": stream_id,
+                "type": type_name,
+                "version": version,
+            }
+        )  # keys are written in sorted order already: no sort option needed
+        return hashlib.sha256(b"\n".join((prev_hash.encode(), header, payload.encode()))).hexdigest()
+    except (TypeError, AttributeError):
+        return NOT_A_HASH
 
 
 def rehash(event: StoredEvent, prev_hash: str) -> str:

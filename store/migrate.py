@@ -96,6 +96,12 @@ def _resume_point(src: EventStore, dst: EventStore, target: Head) -> Head:
     head = dst.head()
     if head.seq == 0:
         return head
+    if head.seq > target.seq and dst.hash_at(target.seq) == target.hash:
+        raise ConflictError(
+            f"the destination is ahead of the source: it holds {head.seq} events, the source {target.seq}, and "
+            f"the source is a prefix of it; refusing to copy into it (to bring the source up to date, copy the "
+            f"other way: `lifecycle migrate DST SRC`)"
+        )
     if head.seq > target.seq or src.hash_at(head.seq) != head.hash:
         raise ConflictError(
             f"the destination already holds {head.seq} events that are not a prefix of the source "

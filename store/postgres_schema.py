@@ -323,8 +323,12 @@ class PgSession:
         return listener
 
     def _first_schema(self) -> str:
+        """The first schema of the search_path as PostgreSQL reads it: a quoted name as written, an unquoted one
+        folded to lower case (ASCII letters, as `downcase_identifier`): `MySchema` is the schema `myschema`."""
         first = self.search_path.split(",")[0].strip()
-        return first[1:-1].replace('""', '"') if first.startswith('"') else first
+        if first.startswith('"'):
+            return first[1:-1].replace('""', '"')
+        return "".join(chr(ord(c) + 32) if "A" <= c <= "Z" else c for c in first)
 
     # --- statements in a multi-statement round trip ------------------------------------------
 

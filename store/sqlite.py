@@ -77,6 +77,13 @@ def create_ledger_file(path: Path, *, exclusive: bool = False) -> None:
     if os.path.lexists(path):
         if exclusive:
             raise FileExistsError(errno.EEXIST, "File exists", str(path))
+        if os.path.islink(path) and not os.path.exists(path):
+            # A link to a ledger not made yet (kept on another disk): make its target 0600 here, or SQLite
+            # makes it with the umask's mode (0644: world-readable).
+            target = Path(os.path.realpath(path))
+            if os.path.lexists(target):  # still a link once resolved: a loop
+                raise StoreError(f"{path}: a symbolic link loop, not a ledger file")
+            create_ledger_file(target)
         return
     wal = Path(f"{path}-wal")
     try:
@@ -503,11 +510,17 @@ class SQLiteEventStore:
     def select_checkpoints(self, *, at_or_before: int | None = None) -> Iterator[CheckpointRecord]:
         # Lazily, one row at a time: a load stops at the first trusted checkpoint and
         # must not read every older snapshot to get there.
-        cursor = self._conn.execute(
-            "SELECT checkpoint_id, position, head_hash, schema_version, fingerprint, snapshot, snapshot_sha256, "
-            "recorded_at FROM checkpoints WHERE position <= ? ORDER BY position DESC, checkpoint_id DESC",
-            ((1 << 62) if at_or_before is None else at_or_before,),
+        columns = (
+            "checkpoint_id, position, head_hash, schema_version, fingerprint, snapshot, snapshot_sha256, recorded_at"
         )
+        if at_or_before is None:  # every row: one whose position is no seq (text, NULL, past any seq: edited by
+            # hand) is judged broken by its reader (`verify` lists it), never left out of the answer
+            cursor = self._conn.execute(f"SELECT {columns} FROM checkpoints ORDER BY position DESC, checkpoint_id DESC")
+        else:
+            cursor = self._conn.execute(
+                f"SELECT {columns} FROM checkpoints WHERE position <= ? ORDER BY position DESC, checkpoint_id DESC",
+                (at_or_before,),
+            )
         for rows in self._batches(cursor, 1):
             yield CheckpointRecord(*rows[0])
 

@@ -452,6 +452,24 @@ def test_records_carry_the_ledger_head_and_with_a_key_a_signed_head(ws: Workspac
     assert report["ok"] is True and report["seals"]["count"] == 1 and report["seals"]["last_seq"] == signed["seq"] + 1
 
 
+@pytest.mark.parametrize("key", ["public", "missing"])
+def test_a_bad_signing_key_is_refused_before_the_out_folder_is_made(
+    ws: Workspace, tree: tuple[Path, Path], key: str
+) -> None:
+    """A `real_artifact` audit with a key it cannot use (a public key, no file) was refused (exit 3) after it had
+    created `--out` to prove it writable: a refused command left an empty records folder. The key is read first."""
+    keys = ws.root / "keys"
+    assert CliRunner().invoke(main, ["key", "new", "--out", str(keys)]).exit_code == 0
+    given = keys / ("lifecycle-signing.pub" if key == "public" else "nope.key")
+    out = ws.root / "new" / "results"
+    args = ["--signing-key", str(given), "--db", str(ws.db), "audit", "--baseline",
+            str(ws.root / "sft" / "manifest.json"), "--candidates", *map(str, tree), "--label", "t3", "--mode",
+            "real_artifact", "--root", str(ws.root), "--out", str(out)]  # fmt: skip
+    result = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert result.exit_code == 3 and result.stderr.startswith("Error: "), result.output
+    assert not out.parent.exists() and not ws.db.exists()
+
+
 @pytest.mark.parametrize(
     ("args", "option"),
     [

@@ -283,3 +283,65 @@ def test_cli_replay_reports_checkpoint_position(ws: Workspace, busy: Ledger) -> 
         "dpo-v6": "verified",
         "grpo-v7": "received",
     }
+
+
+@pytest.mark.parametrize(
+    ("table", "column", "value"),
+    [
+        ("checkpoints", "snapshot", None),
+        ("checkpoints", "snapshot", b"\xff\x00"),
+        ("checkpoints", "snapshot_sha256", b"\x01"),
+        ("checkpoint_streams", "state", b"\xff\x00"),
+    ],
+    ids=["snapshot-null", "snapshot-blob", "sha-blob", "stream-state-blob"],
+)
+def test_a_snapshot_that_is_not_text_is_a_broken_checkpoint_not_a_traceback(
+    ws: Workspace, busy: Ledger, table: str, column: str, value: object
+) -> None:
+    """A checkpoint's snapshot (or a stream copy) set to NULL or a BLOB with the sqlite3 shell made `status`,
+    `status ID`, `replay`, `verify` and `checkpoint` die with "AttributeError: 'NoneType' / 'bytes' object has
+    no attribute 'encode'" (exit 1). The checkpoint is skipped as corrupt (verify: broken, exit 6) and every
+    read answers from the log."""
+    take_checkpoint(busy.store, clock=clock)
+    expected = full(busy)
+    sql(ws.db, f"UPDATE {table} SET {column} = ?", value)
+    assert snapshot_json(load_state(busy.store).state) == expected
+    for args in (["status"], ["status", "dpo-v5"], ["replay"], ["checkpoint"]):
+        result = invoke(ws.db, *args)
+        assert result.exit_code == 0, (args, result.output)
+    result = invoke(ws.db, "verify", "--json")
+    assert result.exit_code == 6, result.output
+    assert "broken" in {c["status"] for c in json.loads(result.stdout)["checkpoints"]}
+
+
+@pytest.mark.parametrize("digest", ["0" * 64, b"\x01"], ids=["wrong", "blob"])
+def test_verify_reports_a_stream_copy_whose_digest_does_not_hold(ws: Workspace, busy: Ledger, digest: object) -> None:
+    """`status ID` skips a checkpoint's stream copy whose state_sha256 does not match its state (corrupt), but
+    `verify` compared only the states and called that checkpoint ok (exit 0). It is broken, naming the stream."""
+    record = take_checkpoint(busy.store, clock=clock)
+    sql(ws.db, "UPDATE checkpoint_streams SET state_sha256 = ? WHERE stream_id = 'candidate:dpo-v5'", digest)
+    report = verify(busy.store)
+    assert report["ok"] is False
+    [checkpoint] = report["checkpoints"]
+    assert checkpoint["checkpoint_id"] == record.checkpoint_id and checkpoint["status"] == "broken"
+    assert "candidate:dpo-v5" in checkpoint["reason"] and "sha256" in checkpoint["reason"]
+    assert invoke(ws.db, "verify").exit_code == 6
+
+
+@pytest.mark.parametrize("position", ["abc", None, 1e20], ids=["text", "null", "huge"])
+def test_a_checkpoint_whose_position_is_no_seq_is_broken_not_hidden(
+    ws: Workspace, busy: Ledger, position: object
+) -> None:
+    """A checkpoint row whose `position` was set by hand to text, NULL or a number past any seq was left out of
+    every checkpoint query (`WHERE position <= …`): `verify` listed no checkpoint and said ok (exit 0) with a
+    damaged row in the file. It is listed, broken (exit 6), and loading skips it as before."""
+    record = take_checkpoint(busy.store, clock=clock)
+    sql(ws.db, "UPDATE checkpoints SET position = ? WHERE checkpoint_id = ?", position, record.checkpoint_id)
+    sound = take_checkpoint(busy.store, to=5, clock=clock)  # an older sound one beside it: mixed positions
+    report = verify(busy.store)
+    assert report["ok"] is False and report["bad_seq"] is None  # no seq to name: the row holds none
+    statuses = {c["checkpoint_id"]: (c["status"], c["position"]) for c in report["checkpoints"]}
+    assert statuses == {record.checkpoint_id: ("broken", None), sound.checkpoint_id: ("ok", 5)}
+    assert "is not a seq" in report["reason"]
+    assert snapshot_json(load_state(busy.store).state) == full(busy)
+    assert invoke(ws.db, "verify").exit_code == 6 and invoke(ws.db, "status").exit_code == 0

@@ -88,3 +88,30 @@ def test_cli_exits_with_the_mapped_code_and_one_error_line(raising: str, cls: ty
     result = CliRunner().invoke(main, [raising, cls.__name__], catch_exceptions=False)
     assert (result.exit_code, result.stdout) == (EXPECTED[cls], "")
     assert result.stderr == f"Error: {ERROR_EXAMPLES[cls]}\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "path", "commands"),
+    [
+        ([], "lifecycle", "attest, audit, baseline"),
+        (["decisions"], "lifecycle decisions", "export, replay"),
+        (["attest"], "lifecycle attest", "create, verify"),
+        (["key"], "lifecycle key", "new"),
+        (["baseline"], "lifecycle baseline", "activate"),
+        (["evaluation"], "lifecycle evaluation", "activate"),
+    ],
+    ids=["lifecycle", "decisions", "attest", "key", "baseline", "evaluation"],
+)
+def test_a_group_without_its_command_is_one_readable_error_line(args: list[str], path: str, commands: str) -> None:
+    """`lifecycle` or `lifecycle decisions` alone printed the whole help as one line, its newlines spelled `\\n`
+    ("Error: Usage: lifecycle [OPTIONS] COMMAND [ARGS]...\\n\\n  An event-sourced ledger ..."): unreadable. It is
+    one line naming the commands there are and where the help is, exit 2 (a usage error)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "lifecycle_fsm", *args], capture_output=True, text=True,
+                          timeout=60, check=False)  # fmt: skip
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.count("\n") == 1 and "\\n" not in done.stderr, done.stderr
+    assert done.stderr.startswith("Error: missing command: one of ") and commands in done.stderr
+    assert done.stderr.rstrip().endswith(f"(see `{path} --help`)")

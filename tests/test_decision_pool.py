@@ -135,3 +135,60 @@ def test_replay_of_a_pool_holding_a_special_file_is_refused_not_hung(kept: Path,
         bad.symlink_to("/dev/zero")
     done = run_cli(kept / "handoff-ready.db", "decisions", "replay", str(pool))  # run_cli times out at 120 s
     assert done.returncode == 3 and "zz.json" in done.stderr and done.stderr.count("\n") == 1, done.stderr
+
+
+def _decision_file(kind: str) -> dict[str, Any]:
+    """A well-formed pool file, written by hand (no ledger needed)."""
+    if kind == "recovery":
+        inputs: dict[str, Any] = {"stage": "reward", "available": {"trajectories": True, "prompt_queue": False}}
+        decided: dict[str, Any] = {
+            "action": "resume_reward_from_saved_trajectories",
+            "recovery_state": "trajectories",
+            "reused_state": True,
+        }
+    else:
+        candidate = {
+            "candidate_kind": "grpo", "source_policy_version": "p0", "policy_version": "g1",
+            "evaluation_version": "e1", "preference_evidence_version": None, "verifier_version": "v1",
+            "evidence_window_index": 1,
+        }  # fmt: skip
+        settings = {"active_policy_version": "p0", "active_window": 1, "max_window_age": 2, "evaluation_version": None}
+        inputs = {"candidate": candidate, "settings": settings, "artifact_verified": True,
+                  "rollback_verified": True, "path_escapes_root": False}  # fmt: skip
+        decided = {"passed": True, "reason_codes": []}
+    return {"schema": decision_pool.SCHEMA, "decision": kind, "candidate_id": "g1", "seq": 7,
+            "event_type": "RecoveryPlanned" if kind == "recovery" else "ChecksRecorded",
+            "inputs": inputs, "decided": decided}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("kind", "edit", "key"),
+    [
+        ("recovery", lambda i: i.update(stage="bogus"), "inputs.stage"),
+        ("recovery", lambda i: i.update(stage=["reward"]), "inputs.stage"),
+        ("recovery", lambda i: i.update(available=None), "inputs.available"),
+        ("recovery", lambda i: i.update(available=["trajectories"]), "inputs.available"),
+        ("recovery", lambda i: i["available"].update(trajectories="yes"), "inputs.available"),
+        ("check", lambda i: i["settings"].update(max_window_age="x"), "inputs.settings.max_window_age"),
+        ("check", lambda i: i["settings"].update(active_window="x"), "inputs.settings.active_window"),
+        ("check", lambda i: i["settings"].update(active_window=True), "inputs.settings.active_window"),
+        ("check", lambda i: i["settings"].update(active_policy_version=[1]), "inputs.settings.active_policy_version"),
+        ("check", lambda i: i.update(artifact_verified="no"), "inputs.artifact_verified"),
+    ],
+)
+def test_a_value_the_deciders_cannot_take_is_bad_input_not_a_traceback(
+    tmp_path: Path, kind: str, edit: Any, key: str
+) -> None:
+    """`decisions replay` of a file whose stage was not a stage, or whose window was a string, died with a
+    ValueError / AttributeError / TypeError traceback (exit 1); it is bad input naming the file and the key."""
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    good = _decision_file(kind)
+    (pool / "a.json").write_text(json.dumps(good))
+    assert run_cli(tmp_path / "none.db", "decisions", "replay", str(pool)).returncode == 0
+    edit(good["inputs"])
+    (pool / "a.json").write_text(json.dumps(good))
+    done = run_cli(tmp_path / "none.db", "decisions", "replay", str(pool))
+    assert (done.returncode, done.stdout) == (3, ""), done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert str(pool / "a.json") in done.stderr and key in done.stderr

@@ -272,3 +272,36 @@ def test_events_after_a_seq_past_64_bits_is_an_input_error(ws: Workspace, bad: o
             ledger.follow(after=bad)  # type: ignore[arg-type]
         assert [e.seq for e in ledger.events(after=0)] == [1]
         assert list(ledger.events(after=MAX_INT64)) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["evaluation", "activate", "eval-\udcff"], "evaluation version 'eval-\\udcff'"),
+        (["untrust", "dpo-v5", "prompt_queue", "--reason", "\udcff\udcfe"], "reason '\\udcff\\udcfe'"),
+    ],
+    ids=["evaluation", "untrust-reason"],
+)
+def test_text_that_is_not_utf8_names_the_argument(ws: Workspace, args: list[str], named: str) -> None:
+    """Bytes that are not UTF-8 (a shell's $'\\xff') as an evaluation version or an untrust reason were refused
+    as "payload is not JSON-serialisable: str is not valid UTF-8", naming neither the argument nor the value;
+    they are refused (exit 3) naming both, as an actor, an event id or a candidate id is."""
+    assert invoke(ws.db, "init").exit_code == 0
+    result = invoke(ws.db, *args)
+    assert (result.exit_code, result.stdout) == (3, "")
+    assert result.stderr == f"Error: {named} is not valid Unicode text (it holds a lone surrogate)\n"
+    assert count_events(ws.db) == 1
+
+
+def test_display_s_fast_path_is_its_per_character_rule() -> None:
+    """`display` returns a printable text as it is through `str.isprintable` (in C: a `log` line is ~0.2 µs, not
+    ~9 µs); that must be exactly the per-character rule for every code point, or a character would slip through."""
+    import sys
+
+    from lifecycle_fsm.limits import _is_printable
+
+    assert all(chr(c).isprintable() == _is_printable(chr(c)) for c in range(0, sys.maxunicode + 1, 7))
+    for text in ("plain", "ü ok", "a\nb", "esc\x1b[31m", "bidi\u202e", "nbsp\xa0", "zwj\u200d", ""):
+        escaped = "".join(ch if _is_printable(ch) else ch.encode("unicode_escape").decode() for ch in text)
+        assert display(text) == escaped
+    assert display("a\nb", keep_newlines=True) == "a\nb" and display("a\n\x1b", keep_newlines=True) == "a\n\\x1b"

@@ -121,6 +121,9 @@ def test_limit_pages_and_output_forms(logged: Workspace) -> None:
         (["--reason", "freshness"], 3, "unknown reason code 'freshness'"),
         (["--since", "last tuesday"], 2, "not an ISO 8601 time"),
         (["--limit", "-1"], 2, "--limit"),
+        # Bytes that are not UTF-8 (a shell's $'\xff'): a UnicodeEncodeError traceback from the driver, exit 1.
+        (["--actor", "\udcff\udcfe"], 3, "actor '\\udcff\\udcfe' is not valid Unicode text"),
+        (["--stream", "candidate:\udcff"], 3, "is not valid Unicode text"),
     ],
 )
 def test_bad_filters_are_refused(logged: Workspace, args: list[str], code: int, message: str) -> None:

@@ -86,6 +86,29 @@ def test_a_prefix_resumes_and_anything_else_is_refused(tmp_path: Path) -> None:
     src.close()
 
 
+def test_a_destination_ahead_of_its_source_is_told_apart_from_a_diverging_one(tmp_path: Path) -> None:
+    """A destination that grew after a copy (the source is *its* prefix) was refused as "not a prefix ... its
+    head hash is not the source's at seq N", a seq the source does not have: it now says the destination is
+    ahead and that copying the other way brings the source up to date; a diverging one still says it diverged."""
+    src = Backend("memory", None).open()
+    dst = Backend("memory", None).open()
+    src.append("a", 0, [new("a", i) for i in range(3)])
+    migrate(src, dst)
+    dst.append("a", 3, [new("a", 3)])
+    with pytest.raises(ConflictError) as info:
+        migrate(src, dst)
+    assert "the destination is ahead of the source" in str(info.value) and "4 events" in str(info.value)
+    assert "the source is a prefix of it" in str(info.value) and "copy the other way" in str(info.value)
+    assert "is not the source's at seq 4" not in str(info.value)
+    assert dst.count_events() == 4
+    other = Backend("memory", None).open()
+    other.append("a", 0, [new("a", 0), new("a", 9), new("a", 2), new("a", 3)])
+    with pytest.raises(ConflictError, match="not a prefix") as info:
+        migrate(src, other)
+    assert "ahead" not in str(info.value)
+    assert migrate(dst, src).copied == 1  # the way the message says
+
+
 def test_a_broken_source_stops_the_copy_at_the_break(tmp_path: Path) -> None:
     """An edited source row is an IntegrityError naming its seq; nothing from its batch on is copied."""
     backend = make_backend("sqlite", None, tmp_path)  # type: ignore[arg-type]

@@ -142,3 +142,28 @@ def test_default_timeouts_are_set_on_the_session(pg_url: str) -> None:
     assert shown == ("1ms", "1min")
     with PostgresEventStore(pg_url) as store:
         assert (store.session.lock_timeout, store.session.idle_timeout_shown) == ("30s", "1min")
+
+
+@pytest.mark.parametrize("written", ["CliMixed", "Cli-Dash"], ids=["mixed-case", "dash"])
+def test_a_new_schema_named_unquoted_in_mixed_case_is_created_as_postgres_reads_it(ws: Workspace, written: str) -> None:
+    """`?options=-csearch_path=CliMixed` is the schema `climixed` to PostgreSQL (an unquoted name is folded to
+    lower case), but `init` created `"CliMixed"` and then failed "cannot create the ledger schema (no schema has
+    been selected to create in)", exit 7. It creates the schema the search_path names, as PostgreSQL folds it."""
+    from backends import PG_BASE, require_postgres, with_schema
+
+    require_postgres()
+    suffix = os.urandom(4).hex()
+    written = f"{written}_{suffix}"
+    folded = written.lower()
+    url = with_schema(PG_BASE, written)
+    try:
+        done = run_cli(url, "init")
+        assert done.returncode == 0, done.stderr
+        assert pg_execute(PG_BASE, "SELECT nspname FROM pg_namespace WHERE lower(nspname) = %s", (folded,)) == [
+            (folded,)
+        ]
+        again = run_cli(url, "--json", "status")
+        assert again.returncode == 0 and again.stdout.strip() == "[]", again.stderr
+    finally:
+        for name in (written, folded):
+            pg_execute(PG_BASE, f'DROP SCHEMA IF EXISTS "{name}" CASCADE')

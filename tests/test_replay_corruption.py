@@ -191,3 +191,75 @@ def test_replay_judges_a_payload_by_its_fields_not_their_order(
         with pytest.raises(CorruptionError, match=re.escape(message)) as info:
             load_state(ledger.store, use_checkpoints=False)
         assert info.value.seq == bad_seq
+
+
+# --- the readers beside the fold: explain, history, log, decisions export, diagram, report ----------
+
+
+def _check_then_forged(ws: Workspace, edit: dict[str, object]) -> int:
+    """dpo-v5 received and checked (verified), then a self-consistent ChecksRecorded row: the real check's
+    payload with `edit` applied (None deletes the key). What a file writer who re-hashes can write."""
+    with ws.ledger() as ledger:
+        ledger.activate_baseline(ws.baseline())
+        ledger.receive(ws.dpo())
+        ledger.check("dpo-v5")
+        head = ledger.store.head()
+        checked = ledger.store.read_stream(stream_of("dpo-v5"))[-1]
+    payload = {k: v for k, v in ({**orjson.loads(checked.payload), **edit}).items() if v is not None}
+    values = {
+        "seq": head.seq + 1, "stream_id": stream_of("dpo-v5"), "version": 3, "event_id": "forged",
+        "type": "ChecksRecorded", "schema_version": checked.schema_version,
+        "payload": orjson.dumps(payload, option=orjson.OPT_SORT_KEYS).decode(),
+        "recorded_at": "2026-01-01T00:00:00.000000Z", "actor": "mallory", "prev_hash": head.hash,
+    }  # fmt: skip
+    values["hash"] = event_hash(**values)  # type: ignore[arg-type]
+    with sqlite3.connect(ws.db, isolation_level=None) as conn:
+        conn.execute(
+            f"INSERT INTO events ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})", list(values.values())
+        )
+    return int(values["seq"])  # type: ignore[call-overload]
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        {"passed": None, "reason_codes": None},  # keys missing: explain read `passed` before the fold judged it
+        {"passed": "yes"},
+        {"passed": False, "reason_codes": 5},
+        {"settings": 5},  # the fold never reads it: explain's checks and the decision pool did
+        {"artifact": 5},
+        {"freshness": [1]},
+    ],
+    ids=["missing", "passed", "reason_codes", "settings", "artifact", "freshness"],
+)
+def test_every_reader_fails_closed_on_a_payload_of_the_wrong_shape(
+    ws: Workspace, tmp_path: object, edit: dict[str, object]
+) -> None:
+    """A re-hashed ChecksRecorded row whose fields were missing or of the wrong type made `explain`, `history`,
+    `log`, `decisions export`, `diagram ID` and `report` die with a KeyError / TypeError / ValueError /
+    AttributeError traceback (exit 1). Each now exits 6 with one line naming the row's seq, as the fold does."""
+    bad_seq = _check_then_forged(ws, edit)
+    out = ws.root / "out"
+    commands = [
+        ["explain", "dpo-v5"], ["explain", "dpo-v5", "--format", "md"], ["--json", "explain", "dpo-v5"],
+        ["history", "dpo-v5"], ["log"], ["log", "--reason", "artifact"], ["--json", "log"],
+        ["decisions", "export", str(out / "pool")], ["diagram", "dpo-v5"], ["report", "--out", str(out / "r")],
+    ]  # fmt: skip
+    for args in commands:
+        result = invoke(ws.db, *args)
+        if result.exit_code == 0:  # a reader that never interprets the damaged field may show the row as stored
+            continue
+        assert result.exit_code == 6, (args, result.output)
+        if args[0] != "report":  # the report is still written; it says the ledger did not verify
+            assert result.stderr.startswith("Error: ") and f"seq {bad_seq}" in result.stderr, (args, result.stderr)
+            assert result.stderr.count("\n") == 1, (args, result.stderr)
+
+
+def test_a_decisions_export_that_fails_leaves_no_folder(ws: Workspace) -> None:
+    """`decisions export DIR` made DIR before it read the log: a ledger it could not trust (exit 6) left an
+    empty pool folder behind. The log is read first; a refused export creates nothing."""
+    bad_seq = _check_then_forged(ws, {"passed": "yes"})
+    pool = ws.root / "new" / "pool"
+    result = invoke(ws.db, "decisions", "export", str(pool))
+    assert result.exit_code == 6 and f"seq {bad_seq}" in result.stderr
+    assert not pool.exists() and not pool.parent.exists()

@@ -204,3 +204,80 @@ def test_stopping_the_server_removes_its_snapshot(served: tuple[Workspace, dict[
     code, err = server.stop()
     assert code == 0, err
     assert not [p for p in server.tmpdir.iterdir() if p.name.startswith("lifecycle-serve-")]
+
+
+def test_the_printed_address_opens_for_a_ledger_whose_name_needs_encoding(tmp_path: Path) -> None:
+    """serve printed `http://HOST:PORT/<stem>` as the stem is written: for `audit ledger ü.v2.db` a space, an
+    `ü` and a dot Datasette reads as a format suffix. Opened in a browser (percent-encoded) it was redirected to
+    a 404. The address printed is Datasette's own path for the database, and it answers."""
+    try:
+        import datasette  # noqa: F401
+    except ImportError:
+        _need(False, "Datasette (pip install -e '.[ui]')")
+    ws = Workspace(tmp_path)
+    ws.db = tmp_path / "audit ledger ü.v2.db"
+    with Ledger.open(ws.db, actor="t") as ledger:
+        ledger.init()
+    server = Server(ws, tmp_path)
+    try:
+        assert server.proc.stderr is not None
+        line = server.proc.stderr.readline()
+        address = line.rsplit(" at ", 1)[1].strip()
+        assert address.startswith(f"http://127.0.0.1:{server.port}/") and " " not in address, line
+        path = urllib.parse.urlsplit(address).path
+        status, rows = server.get(f"{path}/chain_head.json?_shape=array")
+        assert status == 200 and rows[0]["seq"] == 1, (address, status, rows)
+    finally:
+        server.stop()
+
+
+def test_a_port_in_use_is_one_error_line_before_anything_is_served(tmp_path: Path) -> None:
+    """`serve --port P` with P taken printed "serving … at http://127.0.0.1:P/…", then Uvicorn's INFO lines and
+    "ERROR: [Errno 98] … address already in use", and exited 3 with no `Error:` line. It is refused first:
+    one line saying which address and what to do, nothing claimed to be served."""
+    try:
+        import datasette  # noqa: F401
+    except ImportError:
+        _need(False, "Datasette (pip install -e '.[ui]')")
+    ws = Workspace(tmp_path)
+    with Ledger.open(ws.db, actor="t") as ledger:
+        ledger.init()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "lifecycle_fsm", "--db", str(ws.db), "serve", "--port", str(port)],
+                              capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 3, done.stderr
+    assert done.stderr.startswith(f"Error: cannot listen on 127.0.0.1:{port}: ") and done.stderr.count("\n") == 1
+    assert "choose another --port" in done.stderr and "serving" not in done.stderr
+
+
+def test_port_0_prints_the_port_it_serves_on(tmp_path: Path) -> None:
+    """`serve --port 0` printed `http://127.0.0.1:0/…` while Uvicorn listened on a port of its choosing."""
+    try:
+        import datasette  # noqa: F401
+    except ImportError:
+        _need(False, "Datasette (pip install -e '.[ui]')")
+    ws = Workspace(tmp_path)
+    with Ledger.open(ws.db, actor="t") as ledger:
+        ledger.init()
+    proc = subprocess.Popen([sys.executable, "-m", "lifecycle_fsm", "--db", str(ws.db), "serve", "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert proc.stderr is not None
+        address = proc.stderr.readline().rsplit(" at ", 1)[1].strip()
+        port = urllib.parse.urlsplit(address).port
+        assert port, address
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{address}/chain_head.json?_shape=array", timeout=10) as r:
+                    assert json.loads(r.read())[0]["seq"] == 1
+                break
+            except (urllib.error.URLError, ConnectionError):
+                assert proc.poll() is None and time.monotonic() < deadline, address
+                time.sleep(0.2)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)

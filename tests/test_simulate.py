@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from click.testing import Result
 from conftest import invoke
 
 from lifecycle_fsm import command_path, decisions
@@ -164,3 +165,32 @@ def test_reports_are_never_overwritten_silently(tmp_path: Path) -> None:
     assert drill("--replace") == 0
     assert (report / "drill-report.md.previous").read_text() == first
     assert drill("--replace") == 3  # one .previous generation only
+
+
+@pytest.mark.parametrize("simulated", [True, False], ids=["simulate", "scenarios"])
+def test_a_report_that_would_be_refused_is_refused_before_anything_runs(tmp_path: Path, simulated: bool) -> None:
+    """`drill --report DIR` over an existing report ran every scenario or seed first (minutes of `--simulate
+    --steps`), kept their ledgers in `--keep DIR`, printed the schedule, and only then refused (exit 3): the
+    refused command left kept ledgers behind that made its own retry with `--replace` fail too. It is now
+    refused before anything runs, as a kept ledger already there is; a `--replace` run then succeeds."""
+    report, keep = tmp_path / "r", tmp_path / "kept"
+    name = "simulation-report.json" if simulated else "drill-report.json"
+    report.mkdir()
+    (report / name).write_text("an earlier report\n")
+    (report / f"{name}.previous").write_text("the one before\n")
+    scenario = str(Path(__file__).resolve().parent.parent / "scenarios" / "handoff-ready.yaml")
+    what = ["--simulate", "--seed", "3", "--steps", "20"] if simulated else [scenario]
+
+    def drill(*extra: str) -> Result:
+        return invoke(tmp_path / "unused.db", "--log-level", "error", "drill", *what, "--report", str(report),
+                      "--keep", str(keep), *extra)  # fmt: skip
+
+    for extra in [(), ("--replace",)]:  # no --replace: it exists; --replace: its .previous exists
+        refused = drill(*extra)
+        assert (refused.exit_code, refused.stdout) == (3, ""), refused.output
+        assert refused.stderr.count("\n") == 1 and str(report / name) in refused.stderr
+        assert not keep.exists() or not any(keep.iterdir())  # nothing ran, nothing was kept
+    assert (report / name).read_text() == "an earlier report\n"
+    (report / f"{name}.previous").unlink()
+    assert drill("--replace").exit_code == 0
+    assert (report / f"{name}.previous").read_text() == "an earlier report\n" and any(keep.iterdir())

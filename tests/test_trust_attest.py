@@ -125,6 +125,34 @@ def test_not_an_envelope_is_an_input_error(ws: Workspace, keys: Path) -> None:
     assert _check(bad, keys)[0] == 3
 
 
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda d: d.update(payload=None),
+        lambda d: d.update(payload=5),
+        lambda d: d["signatures"][0].update(sig=5),
+        lambda d: d["signatures"][0].update(keyid=5),
+        lambda d: d.update(signatures=[5]),
+        lambda d: d.update(signatures="x"),
+    ],
+    ids=["payload-null", "payload-number", "sig-number", "keyid-number", "signature-number", "signatures-text"],
+)
+def test_an_envelope_field_of_the_wrong_type_is_an_input_error(
+    ws: Workspace, handed_off: Path, keys: Path, edit: object
+) -> None:
+    """`attest verify` of an envelope whose payload or signature was not a string (null, a number) died with
+    "AttributeError: 'NoneType' / 'int' object has no attribute 'encode'" (exit 1). It is not a DSSE envelope:
+    exit 3, one line naming the file."""
+    out = ws.root / "a.json"
+    assert _attest(handed_off, keys, "dpo-v5", out)[0] == 0
+    doc = json.loads(out.read_text())
+    edit(doc)  # type: ignore[operator]
+    out.write_text(json.dumps(doc))
+    code, stdout, err = _check(out, keys, "--db", str(handed_off))
+    assert (code, stdout) == (3, ""), err
+    assert err.startswith(f"Error: {out}: not a DSSE envelope") and err.count("\n") == 1, err
+
+
 def test_an_edited_decisive_event_is_caught_against_the_ledger(ws: Workspace, handed_off: Path, keys: Path) -> None:
     out = ws.root / "a.json"
     assert _attest(handed_off, keys, "dpo-v5", out)[0] == 0

@@ -7,6 +7,7 @@ would (dropping the append-only triggers first), and the real CLI.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import stat
 from pathlib import Path
@@ -92,6 +93,38 @@ def test_a_write_refuses_an_empty_file(ws: Workspace, args: tuple[str, ...]) -> 
     assert ws.db.stat().st_size == 0
 
 
+@pytest.mark.parametrize("kind", ["folder", "fifo", "device"])
+@pytest.mark.parametrize(
+    "args",
+    [("init",), ("status",), ("status", "x"), ("window", "3"), ("log",), ("migrate", "DB", "COPY"),
+     ("migrate", "SOURCE", "DB")],
+    ids=" ".join,
+)  # fmt: skip
+def test_a_folder_a_fifo_or_a_device_is_no_ledger(ws: Workspace, kind: str, args: tuple[str, ...]) -> None:
+    """`--db` a FIFO or /dev/null was "an empty file, not a ledger …; `lifecycle init` creates one here", and
+    `init` there then failed "disk I/O error"; a folder was "unable to open database file". Each says what it is
+    (exit 7) and nothing is created beside it."""
+    if kind == "folder":
+        db = ws.root / "ledgers"
+        db.mkdir()
+    elif kind == "fifo":
+        db = ws.root / "ledger.fifo"
+        os.mkfifo(db)
+    else:
+        db = Path("/dev/null")
+    source = ws.root / "source.db"
+    if "SOURCE" in args:
+        assert invoke(source, "init").exit_code == 0
+    argv = [str(db) if a == "DB" else str(source) if a == "SOURCE" else str(ws.root / "copy.db") if a == "COPY"
+            else a for a in args]  # fmt: skip
+    before = sorted(p.name for p in ws.root.iterdir())
+    result = run_cli(db, *argv)
+    assert (result.returncode, result.stdout) == (7, ""), result.stderr
+    what = "a folder, not a ledger file" if kind == "folder" else "not a regular file"
+    assert result.stderr.startswith(f"Error: {db}: {what}") and result.stderr.count("\n") == 1, result.stderr
+    assert sorted(p.name for p in ws.root.iterdir()) == before
+
+
 @pytest.mark.parametrize("db", [":memory:", ""])
 @pytest.mark.parametrize("args", [("init",), ("status",), ("verify",)], ids=lambda a: a[0])
 def test_an_in_memory_database_is_refused(tmp_path: Path, db: str, args: tuple[str, ...]) -> None:
@@ -111,6 +144,25 @@ def test_new_ledger_files_are_private(ws: Workspace) -> None:
                 assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
 
 
+@pytest.mark.parametrize("args", [("init",), ("window", "3")], ids=" ".join)
+def test_a_new_ledger_made_through_a_dangling_link_is_private(ws: Workspace, args: tuple[str, ...]) -> None:
+    """`--db ledger.db` a symlink to a file not made yet (a ledger kept on another disk): the O_EXCL create saw
+    the link "exists" and left it to SQLite, which made the target 0644 (world-readable). The target is created
+    0600 like every new ledger file."""
+    target = ws.root / "disk" / "ledger.db"
+    target.parent.mkdir()
+    link = ws.root / "ledger.db"
+    link.symlink_to(target)
+    old = os.umask(0o022)
+    try:
+        result = run_cli(link, *args)
+    finally:
+        os.umask(old)
+    assert result.returncode == 0, result.stderr
+    assert link.is_symlink() and target.is_file()
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+
+
 # --- rows edited in place -----------------------------------------------------------------
 
 
@@ -125,6 +177,56 @@ def test_a_row_edited_in_place_is_refused_by_every_read(ws: Workspace, args: tup
     assert result.returncode == 6, (args, result.stdout, result.stderr)
     assert f"seq {seq}" in result.stderr and result.stderr.startswith("Error: ")
     assert "reject" not in result.stdout
+
+
+@pytest.mark.parametrize("column", ["payload", "actor", "recorded_at", "type", "event_id"])
+def test_a_column_turned_into_a_blob_is_an_edited_row_not_a_traceback(ws: Workspace, column: str) -> None:
+    """`UPDATE events SET payload = CAST(payload AS BLOB)` (the same bytes, another storage class) made every read,
+    `verify`, `migrate` and the writes die with "AttributeError: 'bytes' object has no attribute 'encode'" or
+    "TypeError: Type is not JSON serializable: bytes" (exit 1). The row's hash cannot hold over a BLOB: it is an
+    edited row, exit 6 naming its seq (`verify --json`: `bad_seq`), and a write appends nothing."""
+    _ready_ledger(ws)
+    with sqlite3.connect(ws.db) as conn:
+        (seq,) = conn.execute("SELECT seq FROM events WHERE type = 'ChecksRecorded'").fetchone()
+    _tamper(ws.db, f"UPDATE events SET {column} = CAST({column} AS BLOB) WHERE seq = {seq}")
+    before = count_events(ws.db)
+    for args in [*READ_COMMANDS, ("check", "dpo-v5"), ("window", "9"), ("migrate", str(ws.db), str(ws.root / "c.db"))]:
+        result = invoke(ws.db, *args)
+        assert result.exit_code == 6, (args, result.output)
+        if args != ("verify",):
+            assert result.stderr.startswith("Error: ") and result.stderr.count("\n") == 1, (args, result.stderr)
+    doc = json.loads(invoke(ws.db, "verify", "--json").stdout)
+    assert (doc["ok"], doc["bad_seq"]) == (False, seq)
+    assert count_events(ws.db) == before and not (ws.root / "c.db").exists()
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        "DELETE FROM events WHERE seq = {seq}",
+        "UPDATE events SET stream_id = 'candidate:elsewhere' WHERE seq = {seq}",
+        "UPDATE events SET stream_id = CAST(stream_id AS BLOB) WHERE seq = {seq}",
+    ],
+    ids=["deleted", "moved", "blob"],
+)
+def test_a_row_gone_from_a_candidates_stream_is_refused_not_skipped(ws: Workspace, edit: str) -> None:
+    """The rejecting check deleted, or moved to another stream by editing its stream_id (no re-hash needed: the
+    row is no longer read), and `history ID` and `log --stream ID` printed the candidate's events without it,
+    exit 0: the auditor's list of what happened to a candidate silently lost the decisive event. A stream's
+    versions are dense from 1, so the hole shows: exit 6 naming the row after it."""
+    _ready_ledger(ws)
+    with sqlite3.connect(ws.db) as conn:
+        (seq,) = conn.execute("SELECT seq FROM events WHERE type = 'ChecksRecorded'").fetchone()
+    _tamper(ws.db, edit.format(seq=seq))
+    for args in [("history", "dpo-v5"), ("--json", "history", "dpo-v5"), ("log", "--stream", "dpo-v5"),
+                 ("--json", "log", "--stream", "dpo-v5"), ("log", "--stream", "dpo-v5", "--before", "99")]:  # fmt: skip
+        result = invoke(ws.db, *args)
+        assert result.exit_code == 6, (args, result.output)
+        if args[0] == "--json" or args[0] == "history":  # text `log` streams: the rows before the hole are out
+            assert result.stdout == "", (args, result.stdout)
+        assert result.stderr.startswith("Error: ") and f"seq {seq + 1}" in result.stderr, (args, result.stderr)
+        assert "version 2 is missing" in result.stderr, result.stderr
+    assert invoke(ws.db, "log", "--stream", "dpo-v5", "--after", str(seq)).exit_code == 0  # a slice past the hole
 
 
 def test_explain_refuses_an_edited_decisive_row(ws: Workspace) -> None:

@@ -72,6 +72,13 @@ class LifecycleGroup(click.Group):
         kwargs["standalone_mode"] = False
         try:
             result = super().main(*args, **kwargs)
+        except click.exceptions.NoArgsIsHelpError as e:
+            # A group without its command: its message is the whole help text, which as one `Error:` line (its
+            # newlines spelled out) nobody can read. Name the commands there are and where the help is.
+            group = e.ctx.command
+            names = ", ".join(group.list_commands(e.ctx)) if isinstance(group, click.Group) else ""
+            click.echo(f"Error: missing command: one of {names} (see `{e.ctx.command_path} --help`)", err=True)
+            sys.exit(e.exit_code)
         except click.UsageError as e:
             hint = f" (see `{e.ctx.command_path} --help`)" if e.ctx is not None else ""
             click.echo(f"Error: {display(e.format_message())}{hint}", err=True)
@@ -208,8 +215,7 @@ def open_ledger(*, must_exist: bool = False, initialising: bool = False) -> Ledg
 
     obj = root_obj()
     refuse_memory_db(obj["db"])
-    if not initialising:
-        refuse_empty_file(obj["db"])
+    refuse_empty_file(obj["db"], allow_empty=initialising)
     store = open_store(obj["db"], synchronous=obj["synchronous"], create=not must_exist)
     ledger = Ledger(store, actor=obj["actor"])
     click.get_current_context().call_on_close(ledger.close)

@@ -15,6 +15,7 @@ import click
 from lifecycle_fsm.attestation import attest as build_attestation
 from lifecycle_fsm.attestation import verify_attestation
 from lifecycle_fsm.cli.app import json_option, open_ledger, refuse_memory_db, require_signing_key, wants_json
+from lifecycle_fsm.cli.guards import refuse_empty_file
 from lifecycle_fsm.cli.render import emit
 from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.keys import load_public_key
@@ -81,6 +82,7 @@ def attest_verify(file: Path, pubkeys: tuple[str, ...], db: str | None) -> None:
     store = None
     if db is not None:
         refuse_memory_db(db)
+        refuse_empty_file(db)
         store = open_store(db, create=False)
         click.get_current_context().call_on_close(store.close)
     report = verify_attestation(text, keys, source=str(file), store=store)

@@ -16,7 +16,7 @@ from lifecycle_fsm.cli.app import json_option, refuse_memory_db, root_obj, signi
 from lifecycle_fsm.cli.render import cells, console, emit
 from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.ledger import DEFAULT_ACTIVE_WINDOW, DEFAULT_MAX_WINDOW_AGE, Ledger
-from lifecycle_fsm.limits import MAX_INT64
+from lifecycle_fsm.limits import MAX_INT64, display
 
 __all__ = ["audit"]
 
@@ -93,12 +93,12 @@ def audit(
         doc = plan(prepared)
         emit(doc) if as_json else _print_plan(doc)
         return
-    check_runnable(prepared)  # before the ledger file is created
     obj = root_obj()
     if not obj.get("db"):
         raise InputError("no ledger path: pass --db or set LIFECYCLE_DB")
     refuse_memory_db(obj["db"])
-    key = signing_key()  # a bad key is refused before the ledger is touched
+    key = signing_key()  # a bad key is refused before anything is made: the --out folder, the ledger
+    check_runnable(prepared)  # before the ledger file is created
     with Ledger.open(obj["db"], synchronous=obj["synchronous"], actor=obj["actor"], artifact_root=root) as ledger:
         result = run(prepared, ledger, signing_key=key)
     emit(_summary(result)) if as_json else _print_summary(result)
@@ -136,34 +136,39 @@ def _print_summary(result: AuditResult) -> None:
                               str(r["handoff_status"]), ", ".join(r["reason_codes"]) or "-", seqs))  # fmt: skip
     console().print(table)
     for missing in result.evidence["missing_candidate_manifests"]:
-        click.echo(f"missing candidate manifest (not audited): {missing}")
+        _echo(f"missing candidate manifest (not audited): {missing}")
     for previous in result.replaced:
-        click.echo(f"previous record kept as {previous}")
-    click.echo(f"evidence: {result.evidence_path}")
-    click.echo(f"hand-off: {result.handoff_path} ({result.handoff_status})")
+        _echo(f"previous record kept as {previous}")
+    _echo(f"evidence: {result.evidence_path}")
+    _echo(f"hand-off: {result.handoff_path} ({result.handoff_status})")
 
 
 def _print_plan(doc: dict[str, Any]) -> None:
-    click.echo(f"dry run for label {doc['run_label']}: nothing is written")
-    click.echo(f"baseline {doc['baseline_manifest']}: policy {doc['active_policy_version']}")
+    _echo(f"dry run for label {doc['run_label']}: nothing is written")
+    _echo(f"baseline {doc['baseline_manifest']}: policy {doc['active_policy_version']}")
     rollback = doc["rollback"]
-    click.echo(f"  rollback adapter {rollback['path']}: {_where(rollback)}")
+    _echo(f"  rollback adapter {rollback['path']}: {_where(rollback)}")
     for c in doc["candidates"]:
         failed = c["freshness_preview"]["failed_checks"]
-        click.echo(f"candidate {c['candidate_id']} ({c['candidate_kind']}, upstream {c['upstream_decision']}) "
+        _echo(f"candidate {c['candidate_id']} ({c['candidate_kind']}, upstream {c['upstream_decision']}) "
                    f"from {c['manifest_path']}")  # fmt: skip
-        click.echo(f"  adapter {c['artifact']['path']}: {_where(c['artifact'])}")
+        _echo(f"  adapter {c['artifact']['path']}: {_where(c['artifact'])}")
         if c["missing_fields"]:
-            click.echo(f"  missing fields: {', '.join(c['missing_fields'])}")
+            _echo(f"  missing fields: {', '.join(c['missing_fields'])}")
         if failed:
-            click.echo(f"  would fail freshness: {', '.join(failed)}")
+            _echo(f"  would fail freshness: {', '.join(failed)}")
     for missing in doc["missing_candidate_manifests"]:
-        click.echo(f"missing candidate manifest (would be listed, not audited): {missing}")
-    click.echo("real_artifact would:")
+        _echo(f"missing candidate manifest (would be listed, not audited): {missing}")
+    _echo("real_artifact would:")
     for step in doc["steps"]:
-        click.echo(f"  - {step}")
+        _echo(f"  - {step}")
     for blocker in doc["blockers"]:
-        click.echo(f"real_artifact would be refused: {blocker}")
+        _echo(f"real_artifact would be refused: {blocker}")
+
+
+def _echo(line: str) -> None:
+    """One line of the summary or the plan: a manifest's value holding a newline or an escape stays on it."""
+    click.echo(display(line))
 
 
 def _where(path_plan: dict[str, Any]) -> str:

@@ -24,7 +24,7 @@ from lifecycle_fsm.cli.exit_codes import ExitCode
 from lifecycle_fsm.cli.guards import closed_output
 from lifecycle_fsm.cli.render import emit
 from lifecycle_fsm.errors import LifecycleError
-from lifecycle_fsm.limits import MAX_INT64
+from lifecycle_fsm.limits import MAX_INT64, display
 from replay.log import event_json, event_reasons, known_stream, log_filter, read_log
 
 __all__ = ["log", "report"]
@@ -92,8 +92,9 @@ def _print_log(rows: Iterable[tuple[Any, Any]], jsonl: bool) -> None:
         shown = 0
         for event, payload in rows:
             reasons = ",".join(event_reasons(event, payload))
-            out.write(f"{event.seq:>8}  {event.recorded_at}  {event.stream_id}  {event.type}"
-                      f"{'  [' + reasons + ']' if reasons else ''}  by {event.actor}\n")  # fmt: skip
+            line = (f"{event.seq:>8}  {event.recorded_at}  {event.stream_id}  {event.type}"
+                    f"{'  [' + reasons + ']' if reasons else ''}  by {event.actor}")  # fmt: skip
+            out.write(display(line) + "\n")  # one event, one line: an actor's newline or escape is spelled out
             shown += 1
         if shown == 0:
             click.echo("no events match")

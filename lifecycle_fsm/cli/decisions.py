@@ -16,6 +16,7 @@ import click
 from lifecycle_fsm.cli.app import json_option, open_ledger, wants_json
 from lifecycle_fsm.cli.exit_codes import ExitCode
 from lifecycle_fsm.cli.render import emit
+from lifecycle_fsm.limits import display
 
 __all__ = ["decisions", "export", "replay"]
 
@@ -58,7 +59,7 @@ def replay(folder: Path) -> None:
         })  # fmt: skip
     else:
         for c in changed:
-            click.echo(f"changed: {c.line()}")
+            click.echo(display(f"changed: {c.line()}"))  # a pool file's id is one line, whatever it holds
         click.echo(f"{total} decisions re-decided, {len(changed)} would change")
     if changed:
         sys.exit(int(ExitCode.DRILL_FAILED))

@@ -24,6 +24,7 @@ __all__ = ["drill"]
 
 # Where the project's own scenarios are, from a source checkout or an editable install.
 _SHIPPED_SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
+_REPORT_FILES = ("drill-report.json", "drill-report.md")
 
 
 def _print_table(report: dict[str, Any]) -> None:
@@ -108,7 +109,7 @@ def drill(
     are refused without it (exit 2).
     """
     from replay.drills import build_report, load_scenarios, report_markdown, run_drills
-    from replay.drills.report import write_report_files
+    from replay.drills.report import refuse_report_files, write_report_files
     from replay.drills.workspace import refuse_kept
 
     if root_obj().get("log_level", "warning") == "warning":
@@ -126,10 +127,12 @@ def drill(
         return
     scenarios = load_scenarios(list(paths) or [_default_scenarios()])
     refuse_kept(keep_dir, (s.name for s in scenarios))  # before any runs: a kept ledger is never overwritten
+    if report_dir is not None:  # and a report that would be refused is refused now, not after every run
+        refuse_report_files(report_dir, _REPORT_FILES, replace=replace)
     report = build_report(run_drills(scenarios, seed=seed, keep_dir=keep_dir))
     if report_dir is not None:
         text = orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n"
-        files = {"drill-report.json": text, "drill-report.md": report_markdown(report)}
+        files = dict(zip(_REPORT_FILES, (text, report_markdown(report)), strict=True))
         write_report_files(report_dir, files, replace=replace)
     if wants_json():
         emit(report)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 
 from lifecycle_fsm.errors import InputError, StoreError
 from store.open import is_postgres_url
@@ -21,15 +22,23 @@ def refuse_memory_db(db: str, what: str = "--db") -> None:
         raise InputError(f"{what} {db!r} is an in-memory database: every write would vanish when the command ends")
 
 
-def refuse_empty_file(db: str) -> None:
-    """An existing empty file is not a ledger: only `init` may make one there."""
+def refuse_empty_file(db: str, *, allow_empty: bool = False) -> None:
+    """An existing empty file is not a ledger: only `init` (`allow_empty`) may make one there. A folder, a
+    FIFO or a device is never one: said so, not "an empty file … `lifecycle init` creates one here" (a FIFO
+    or /dev/null reads as empty; init then failed with "disk I/O error") or "unable to open database file"."""
     if is_postgres_url(db):
         return
     try:
-        empty = os.stat(db).st_size == 0
+        found = os.stat(db)
     except OSError:  # missing (created by a write command) or unreadable (the store says why)
         return
-    if empty:
+    if stat.S_ISDIR(found.st_mode):
+        raise StoreError(
+            f"{db}: a folder, not a ledger file; name the ledger file itself (e.g. {os.path.join(db, 'lifecycle.db')})"
+        )
+    if not stat.S_ISREG(found.st_mode):
+        raise StoreError(f"{db}: not a regular file (a FIFO, device or socket); a ledger is a regular file")
+    if found.st_size == 0 and not allow_empty:
         raise StoreError(f"{db}: an empty file, not a ledger (was it truncated?); `lifecycle init` creates one here")
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from lifecycle_fsm.cli.app import json_option, root_obj, wants_json
-from lifecycle_fsm.cli.guards import refuse_memory_db
+from lifecycle_fsm.cli.guards import refuse_empty_file, refuse_memory_db
 from lifecycle_fsm.cli.render import emit
 from lifecycle_fsm.errors import InputError, LifecycleError
 from replay.checkpoints import load_state
@@ -72,6 +72,8 @@ def migrate(src: str, dst: str) -> None:
     if _same(src, dst):
         raise InputError("SRC and DST are the same ledger")
     refuse_memory_db(dst, "DST")  # a copy into memory would vanish with the command
+    refuse_empty_file(src, allow_empty=True)  # a folder, a FIFO or a device is no ledger: said before any driver error
+    refuse_empty_file(dst, allow_empty=True)  # DST may be an empty file (an empty database)
     synchronous = root_obj()["synchronous"]
     source = open_store(src, synchronous=synchronous, create=False)
     click.get_current_context().call_on_close(source.close)

@@ -30,6 +30,29 @@ def _stop(signum: int, frame: FrameType | None) -> None:
     raise _Stopped(signum)
 
 
+def _usable_port(host: str, port: int) -> int:
+    """The port to serve on. A port in use or a host that is not this machine's is one error line (exit 3)
+    before anything is said: Uvicorn found it only after "serving … at http://…" was printed, logged it among
+    its INFO lines and exited 3 without an `Error:` line. Port 0 is a free port picked here, so the address
+    printed is the one served (it said `:0`)."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError) as e:
+        raise InputError(f"cannot listen on {host}:{port}: {getattr(e, 'strerror', None) or e}; check --host") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds: TIME_WAIT is no refusal
+        try:
+            probe.bind(address)
+        except OSError as e:
+            raise InputError(
+                f"cannot listen on {host}:{port}: {e.strerror or e}; choose another --port (or --host)"
+            ) from None
+        return int(probe.getsockname()[1])
+
+
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (loopback by default).")
 @click.option("--port", type=click.IntRange(min=0, max=65535), default=8001, show_default=True)
@@ -45,6 +68,7 @@ def serve(host: str, port: int) -> None:
     try:
         from datasette.cli import cli as datasette_cli
         from datasette.plugins import pm
+        from datasette.utils import tilde_encode
     except ImportError:
         raise InputError("serve needs Datasette: pip install 'lifecycle-fsm[ui]'") from None
     from lifecycle_fsm.cli import serve_plugin
@@ -57,11 +81,16 @@ def serve(host: str, port: int) -> None:
     ledger = Path(db)
     if not ledger.is_file():
         raise InputError(f"no ledger at {ledger} (serve browses an existing SQLite ledger file)")
+    port = _usable_port(host, port)
     with tempfile.TemporaryDirectory(prefix="lifecycle-serve-") as folder:
         snap = snapshot(ledger, Path(folder))
         meta = Path(folder) / "metadata.json"
         meta.write_bytes(orjson.dumps(metadata(snap), option=orjson.OPT_INDENT_2))
-        click.echo(f"serving {ledger} as of seq {snap.head_seq} at http://{host}:{port}/{snap.name}", err=True)
+        # Datasette's own path for the database: a stem with a space, a dot or a non-ASCII letter is tilde-encoded
+        # (`a b.v2` -> `a+b~2Ev2`); printed as written, it was a 404. An IPv6 host goes in brackets.
+        where = f"[{host}]" if ":" in host else host
+        click.echo(f"serving {ledger} as of seq {snap.head_seq} at http://{where}:{port}/{tilde_encode(snap.name)}",
+                   err=True)  # fmt: skip
         args = [
             "serve", "-i", str(snap.path), "-m", str(meta), "--host", host, "--port", str(port),
             "--setting", "default_allow_sql", "off", "--setting", "allow_download", "off",

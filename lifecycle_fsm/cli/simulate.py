@@ -24,6 +24,12 @@ from lifecycle_fsm.cli.render import emit
 __all__ = ["simulate_command"]
 
 _JSON = dict[str, Any]
+_REPORT_FILE = "simulation-report.json"
+
+
+def _shrunk_name(seed: int) -> str:
+    """The scenario a failing seed is shrunk to, in --report DIR."""
+    return f"simulated-seed-{seed}.yaml"
 
 
 def _run_json(result: Any, schedule: Any, steps: int, with_schedule: bool) -> _JSON:
@@ -51,7 +57,7 @@ def simulate_command(
     from replay.drills.shrink import shrink, to_scenario
     from replay.drills.simulate import simulate
 
-    first = _first_seed(seed, runs, keep_dir)
+    first = _first_seed(seed, runs, keep_dir, report_dir, replace)
     as_json = wants_json()
     started = time.perf_counter()
     docs: list[_JSON] = []
@@ -88,12 +94,12 @@ def simulate_command(
         schedule, result = failed
         shrunk = shrink(schedule, result)
         scenario = to_scenario(shrunk)
-        name = f"simulated-seed-{schedule.seed}.yaml"
+        name = _shrunk_name(schedule.seed)
         files[name] = yaml.safe_dump(scenario, sort_keys=False, width=110)
         doc["shrunk"] = {"file": name, "operations": len(shrunk.schedule.ops), "runs": shrunk.runs,
                          "seconds": round(shrunk.seconds, 3), "scenario": scenario}  # fmt: skip
     if report_dir is not None:
-        files["simulation-report.json"] = orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n"
+        files[_REPORT_FILE] = orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n"
         write_report_files(report_dir, files, replace=replace)
     if as_json:
         emit(doc)
@@ -103,14 +109,18 @@ def simulate_command(
         sys.exit(int(ExitCode.DRILL_FAILED))
 
 
-def _first_seed(seed: int | None, runs: int, keep_dir: Path | None) -> int:
-    """`--seed`, or a random one; a ledger one of the runs would keep that is already there is
-    refused now (exit 3), before anything runs."""
+def _first_seed(seed: int | None, runs: int, keep_dir: Path | None, report_dir: Path | None, replace: bool) -> int:
+    """`--seed`, or a random one; a ledger one of the runs would keep that is already there, and a
+    report that would be refused, are refused now (exit 3), before anything runs."""
+    from replay.drills.report import refuse_report_files
     from replay.drills.simulate import kept_name
     from replay.drills.workspace import refuse_kept
 
     first = seed if seed is not None else int.from_bytes(os.urandom(4), "big")
     refuse_kept(keep_dir, (kept_name(n) for n in range(first, first + runs)))
+    if report_dir is not None:
+        names = [_REPORT_FILE, *(_shrunk_name(n) for n in range(first, first + runs))]
+        refuse_report_files(report_dir, names, replace=replace)
     return first
 
 

@@ -8,7 +8,7 @@ section).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,15 @@ import attrs
 from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.folders import make_folder
 
-__all__ = ["DrillResult", "Failure", "StepResult", "build_report", "report_markdown", "write_report_files"]
+__all__ = [
+    "DrillResult",
+    "Failure",
+    "StepResult",
+    "build_report",
+    "refuse_report_files",
+    "report_markdown",
+    "write_report_files",
+]
 
 JSON = dict[str, Any]
 
@@ -135,21 +143,33 @@ def report_markdown(report: JSON) -> str:
     return "\n".join(lines) + "\n"
 
 
+def refuse_report_files(folder: Path, names: Iterable[str], *, replace: bool) -> list[Path]:
+    """The report files already in `folder` that `replace` may move aside; refused (InputError, exit 3)
+    when there is one and not `replace`, or its `.previous` is already there. `folder` is created if
+    missing. Writes nothing else: a drill calls it before it runs anything, so a report that would be
+    refused costs no run and leaves no kept ledger behind."""
+    make_folder(folder, "report folder")
+    try:
+        existing = [folder / name for name in names if (folder / name).exists()]
+    except OSError as e:
+        raise InputError(f"cannot read the report folder {folder}: {e.strerror}") from None
+    if existing and not replace:
+        raise InputError(f"{existing[0]} exists: use --replace to keep it as {existing[0].name}.previous")
+    for path in existing:
+        previous = path.with_name(path.name + ".previous")
+        if previous.exists():
+            raise InputError(f"{previous} exists: move it away first (one .previous generation is kept)")
+    return existing
+
+
 def write_report_files(folder: Path, files: Mapping[str, str], *, replace: bool) -> list[Path]:
     """Write report files into `folder` (created if missing), never silently over an old report.
 
     An existing file is refused (InputError, exit 3) unless `replace`, which first moves it
     to `<file>.previous` — one generation, refused if a `.previous` is already there (SPEC §7).
     """
-    make_folder(folder, "report folder")
+    existing = refuse_report_files(folder, files, replace=replace)
     try:
-        existing = [folder / name for name in files if (folder / name).exists()]
-        if existing and not replace:
-            raise InputError(f"{existing[0]} exists: use --replace to keep it as {existing[0].name}.previous")
-        for path in existing:
-            previous = path.with_name(path.name + ".previous")
-            if previous.exists():
-                raise InputError(f"{previous} exists: move it away first (one .previous generation is kept)")
         for path in existing:
             path.rename(path.with_name(path.name + ".previous"))
         written = []
