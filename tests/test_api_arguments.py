@@ -153,7 +153,8 @@ def test_a_nul_in_an_id_key_or_actor_is_the_same_input_error_on_every_backend(tm
 @pytest.mark.parametrize(
     ("bad", "says"),
     [("eval-v1 ", "starts or ends with whitespace"), (" eval-v1", "starts or ends with whitespace"),
-     ("eval\x00v1", "NUL character"), ("eval\x1bv1", "control or format"), ("eval\u200bv1", "control or format"), ("e" * 257, "257 characters"),
+     ("eval\x00v1", "NUL character"), ("eval\x1bv1", "control or format"), ("eval\u200bv1", "control or format"),
+     ("e" * 257, "257 characters"),
      ("", "non-empty"), ("   ", "non-empty"), (5, "non-empty")],
     ids=repr,
 )  # fmt: skip
