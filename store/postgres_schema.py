@@ -474,6 +474,9 @@ class PgSession:
                     raise StoreError(f"{self.where}: schema {self.schema!r} has an `events` table but is not a ledger")
                 return None
             value = self.conn.execute("SELECT value FROM meta WHERE key = 'store_schema_version'").fetchone()
+        if value is None and has_events:  # the version went in with the tables: removed by hand since
+            raise StoreError(f"{self.where}: schema {self.schema!r} has an `events` table but no store schema version "
+                             "(emptied by hand): not a ledger; refusing to write to it")  # fmt: skip
         return None if value is None else str(value[0])
 
     def ensure_schema(self, *, create: bool) -> None:

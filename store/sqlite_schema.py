@@ -210,6 +210,12 @@ def create_schema(conn: sqlite3.Connection, db: sqlite_utils.Database, path: Pat
     found = schema_version(conn)
     if found not in (None, "1", *OPENED_AS_IS):
         raise StoreError(f"{path}: store schema version {found} is not {STORE_SCHEMA_VERSION}; refusing to guess")
+    if found is None and conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'events'").fetchone():
+        # Every release wrote its version with its first table: a log without one lost it by hand.
+        raise StoreError(
+            f"{path}: not a ledger (an events table but no store schema version: its meta table was dropped or "
+            "emptied by hand); refusing to write to it"
+        )
     for statement in SCHEMA:
         conn.execute(statement)
     db.table("streams").create(

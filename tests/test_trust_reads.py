@@ -70,6 +70,44 @@ def test_a_non_ledger_sqlite_file_is_refused_and_left_alone(ws: Workspace) -> No
         assert [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")] == ["notes"]
 
 
+@pytest.mark.parametrize("damage", ["DROP TABLE meta", "DELETE FROM meta"])
+def test_a_ledger_whose_schema_version_was_removed_is_not_written_to(ws: Workspace, damage: str) -> None:
+    """Reads said "not a ledger" (exit 7), but the next write re-created `meta`, stamped the file with
+    today's schema and appended (exit 0) on a log nobody could vouch for. Every release wrote the
+    version with its first table, so a log without one lost it by hand: exit 7, nothing appended."""
+    _ready_ledger(ws)
+    before = count_events(ws.db)
+    with sqlite3.connect(ws.db) as conn:
+        conn.execute(damage)
+    for args in (("window", "3"), ("receive", str(ws.dpo("dpo-v6"))), ("status",), ("init",)):
+        result = run_cli(ws.db, *args)
+        assert result.returncode == 7, (args, result.stderr)
+        assert "not a ledger" in result.stderr and result.stderr.count("\n") == 1
+    assert count_events(ws.db) == before
+    with sqlite3.connect(ws.db) as conn:
+        assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'meta'").fetchone()[0] == (
+            damage.startswith("DELETE")
+        )
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("damage", ["DROP TABLE meta", "DELETE FROM meta"])
+def test_a_postgres_ledger_whose_schema_version_was_removed_is_not_written_to(
+    ws: Workspace, pg_url: str, damage: str
+) -> None:
+    """The same on PostgreSQL: a dropped `meta` was refused already, an emptied one was re-stamped
+    by the next write, which appended."""
+    from backends import pg_execute
+
+    assert run_cli(pg_url, "init").returncode == 0
+    pg_execute(pg_url, damage)
+    for args in (("window", "3"), ("init",)):
+        result = run_cli(pg_url, *args)
+        assert result.returncode == 7, (args, result.stderr)
+        assert "not a ledger" in result.stderr and result.stderr.count("\n") == 1
+    assert pg_execute(pg_url, "SELECT count(*) FROM events") == [(1,)]
+
+
 def test_a_text_file_is_not_a_ledger(ws: Workspace) -> None:
     ws.db.write_text("hello, this is not SQLite\n" * 100)
     result = run_cli(ws.db, "verify")
