@@ -190,3 +190,19 @@ def test_another_ledger_does_not_hold_the_attestation(ws: Workspace, handed_off:
     assert invoke(other, "init").exit_code == 0
     assert _check(out, keys, "--db", str(other))[0] == 6
     assert _check(out, keys, "--db", str(ws.root / "missing.db"))[0] == 3
+
+
+def test_attest_out_dash_prints_the_envelope(ws: Workspace, handed_off: Path, keys: Path) -> None:
+    """`--out -` wrote a file named `-` in the working folder; it prints the envelope (what `attest verify`
+    takes), no file is made, and with --json (a second document on the same stdout) it is a usage error."""
+    key = str(keys / "lifecycle-signing.key")
+    result = run_cli(handed_off, "--signing-key", key, "attest", "dpo-v5", "--out", "-", cwd=ws.root)
+    assert result.returncode == 0, result.stderr
+    assert not (ws.root / "-").exists()
+    printed = ws.root / "printed.intoto.json"
+    printed.write_text(result.stdout)
+    code, out, err = _check(printed, keys, "--db", str(handed_off))
+    assert code == 0, err
+    assert json.loads(out)["candidate"] == "dpo-v5"
+    both = run_cli(handed_off, "--signing-key", key, "attest", "dpo-v5", "--out", "-", "--json", cwd=ws.root)
+    assert both.returncode == 2 and "--json has nothing to add" in both.stderr and both.stdout == ""

@@ -200,6 +200,15 @@ def test_seal_out_writes_the_signed_head_file_once(ws: Workspace, keys: Path) ->
     assert code == 3 and "already exists" in err and count_events(db) == before
 
 
+def test_seal_out_dash_prints_the_signed_head(ws: Workspace, keys: Path) -> None:
+    """`--out -` wrote a file named `-`; it prints the signed head, as `seal` without `--out` does."""
+    db = _ready_ledger(ws)
+    result = run_cli(db, "--signing-key", str(keys / "lifecycle-signing.key"), "seal", "--out", "-", cwd=ws.root)
+    assert result.returncode == 0, result.stderr
+    assert not (ws.root / "-").exists()
+    assert json.loads(result.stdout)["seq"] == 5
+
+
 def test_seal_out_to_a_path_it_cannot_write_appends_nothing(ws: Workspace, keys: Path) -> None:
     """The output file is claimed before the seal is appended: a missing folder is exit 3, no HeadSealed."""
     db = _ready_ledger(ws)

@@ -42,11 +42,16 @@ def attest() -> None:
 @attest.command("create")
 @click.argument("candidate_id", metavar="ID")
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="Where to write the envelope (refused if it exists).")  # fmt: skip
+              help="Where to write the envelope (refused if it exists); `-`: print it.")  # fmt: skip
 @json_option
 def attest_create(candidate_id: str, out: Path) -> None:
     """Write ID's hand-off decision as a signed DSSE envelope. Needs a signing key; appends nothing."""
     key = require_signing_key("attest")
+    if str(out) == "-":  # stdout, as `-` means to every other tool (a file named `-` was written)
+        if wants_json():
+            raise click.UsageError("--out - prints the envelope itself (JSON): --json has nothing to add")
+        click.echo(_envelope_text(build_attestation(open_ledger(must_exist=True).store, candidate_id, key)), nl=False)
+        return
     if out.exists():
         raise InputError(f"{out} already exists: an attestation is never overwritten")
     envelope = build_attestation(open_ledger(must_exist=True).store, candidate_id, key)

@@ -41,10 +41,12 @@ def key_new(out: Path) -> None:
 
 @click.command("seal")
 @click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path),
-              help="Write the signed head to FILE (refused if it exists) instead of printing it.")  # fmt: skip
+              help="Write the signed head to FILE (refused if it exists; `-` prints) instead of printing.")  # fmt: skip
 @json_option
 def seal_command(out: Path | None) -> None:
     """Sign the head and append the seal to the `seals` stream; print (or write) the signed head."""
+    if out is not None and str(out) == "-":  # stdout, as `-` means to every other tool
+        out = None
     private = require_signing_key("seal")
     ledger = open_ledger(must_exist=True)
     fd = None
