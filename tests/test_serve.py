@@ -40,6 +40,20 @@ def _need(available: bool, what: str) -> None:
         pytest.skip(f"{what} is not installed")
 
 
+def _one_event_ledger(tmp_path: Path, name: str | None = None) -> Workspace:
+    """A workspace whose ledger (`name` in `tmp_path`, else the default) holds its `init`; Datasette required."""
+    try:
+        import datasette  # noqa: F401
+    except ImportError:
+        _need(False, "Datasette (pip install -e '.[ui]')")
+    ws = Workspace(tmp_path)
+    if name is not None:
+        ws.db = tmp_path / name
+    with Ledger.open(ws.db, actor="t") as ledger:
+        ledger.init()
+    return ws
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -210,14 +224,7 @@ def test_the_printed_address_opens_for_a_ledger_whose_name_needs_encoding(tmp_pa
     """serve printed `http://HOST:PORT/<stem>` as the stem is written: for `audit ledger ü.v2.db` a space, an
     `ü` and a dot Datasette reads as a format suffix. Opened in a browser (percent-encoded) it was redirected to
     a 404. The address printed is Datasette's own path for the database, and it answers."""
-    try:
-        import datasette  # noqa: F401
-    except ImportError:
-        _need(False, "Datasette (pip install -e '.[ui]')")
-    ws = Workspace(tmp_path)
-    ws.db = tmp_path / "audit ledger ü.v2.db"
-    with Ledger.open(ws.db, actor="t") as ledger:
-        ledger.init()
+    ws = _one_event_ledger(tmp_path, "audit ledger ü.v2.db")
     server = Server(ws, tmp_path)
     try:
         assert server.proc.stderr is not None
@@ -235,13 +242,7 @@ def test_a_port_in_use_is_one_error_line_before_anything_is_served(tmp_path: Pat
     """`serve --port P` with P taken printed "serving … at http://127.0.0.1:P/…", then Uvicorn's INFO lines and
     "ERROR: [Errno 98] … address already in use", and exited 3 with no `Error:` line. It is refused first:
     one line saying which address and what to do, nothing claimed to be served."""
-    try:
-        import datasette  # noqa: F401
-    except ImportError:
-        _need(False, "Datasette (pip install -e '.[ui]')")
-    ws = Workspace(tmp_path)
-    with Ledger.open(ws.db, actor="t") as ledger:
-        ledger.init()
+    ws = _one_event_ledger(tmp_path)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -255,13 +256,7 @@ def test_a_port_in_use_is_one_error_line_before_anything_is_served(tmp_path: Pat
 
 def test_port_0_prints_the_port_it_serves_on(tmp_path: Path) -> None:
     """`serve --port 0` printed `http://127.0.0.1:0/…` while Uvicorn listened on a port of its choosing."""
-    try:
-        import datasette  # noqa: F401
-    except ImportError:
-        _need(False, "Datasette (pip install -e '.[ui]')")
-    ws = Workspace(tmp_path)
-    with Ledger.open(ws.db, actor="t") as ledger:
-        ledger.init()
+    ws = _one_event_ledger(tmp_path)
     proc = subprocess.Popen([sys.executable, "-m", "lifecycle_fsm", "--db", str(ws.db), "serve", "--port", "0"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
