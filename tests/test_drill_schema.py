@@ -188,3 +188,19 @@ def test_any_document_loads_or_says_why_in_one_line(doc: dict[str, Any]) -> None
         except ScenarioError as e:
             message = str(e)
         assert not message or ("\n" not in message and message.startswith(f"{path}: "))
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (_steps("receive: dpo-v5", "expect: {candidate: dpo-v5, state: reject, state: received}"),
+         "key 'state': given twice (line 8)"),
+        ("name: s\nseed: 1\nseed: 2\nsteps: [checkpoint: null]\n", "key 'seed': given twice (line 3)"),
+        (HEAD + "  dpo-v5: {type: grpo}\nsteps: [checkpoint: null]\n", "key 'dpo-v5': given twice (line 6)"),
+    ],
+)  # fmt: skip
+def test_a_key_given_twice_is_refused_not_overwritten(tmp_path: Path, text: str, expected: str) -> None:
+    """YAML keeps the last of two equal keys: `state: reject, state: received` checked only one of them."""
+    message = _message(tmp_path, text)
+    assert expected in message
+    assert "\n" not in message

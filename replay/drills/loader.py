@@ -61,6 +61,24 @@ class _NoAliasLoader(yaml.SafeLoader):
             raise yaml.composer.ComposerError(None, None, "aliases (*name) are not allowed in a scenario", mark)
         return super().compose_node(parent, index)
 
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        """A key given twice is refused: YAML would keep the last one and silently drop the first."""
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                key = self.construct_object(key_node, deep=True)
+                if key in seen:
+                    raise _DuplicateKey(key, key_node.start_mark.line + 1)
+                seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: Any, line: int) -> None:
+        super().__init__(key, line)
+        self.key = key
+        self.line = line
+
 
 def _read(path: Path) -> Any:
     try:
@@ -73,6 +91,8 @@ def _read(path: Path) -> Any:
         raise ScenarioError(f"{path}: cannot read the scenario ({e})") from None
     except RecursionError:
         raise ScenarioError(f"{path}: not valid YAML (nested too deeply)") from None
+    except _DuplicateKey as e:
+        raise ScenarioError(f"{path}: key {str(e.key)!r}: given twice (line {e.line})") from None
     except yaml.YAMLError as e:
         raise ScenarioError(f"{path}: not valid YAML ({' '.join(str(e).split())})") from None
 
