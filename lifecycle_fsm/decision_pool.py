@@ -79,6 +79,8 @@ class DecisionState:
             doc = json.loads(text)
         except ValueError as e:
             raise DecisionPoolError(f"{source}: not JSON ({e})") from None
+        except RecursionError:  # `[[[…]]]` 100,000 deep fits the size limit; json recurses per level
+            raise DecisionPoolError(f"{source}: not JSON (nested too deeply)") from None
         _exact(source, "", doc, TOP_KEYS)
         if doc["schema"] != SCHEMA:
             raise DecisionPoolError(f"{source}: key 'schema': {doc['schema']!r} is not {SCHEMA!r}")

@@ -192,3 +192,21 @@ def test_a_value_the_deciders_cannot_take_is_bad_input_not_a_traceback(
     assert (done.returncode, done.stdout) == (3, ""), done.stderr
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert str(pool / "a.json") in done.stderr and key in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        ('{"a": ' * 50_000 + "1" + "}" * 50_000, "nested too deeply"),
+    ],
+)
+def test_a_deeply_nested_decision_file_is_bad_input_not_a_traceback(tmp_path: Path, text: str, key: str) -> None:
+    """A file of 100,000 nested brackets (well under the size limit) died in json's RecursionError (exit 1)."""
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    (pool / "a.json").write_text(text)
+    done = run_cli(tmp_path / "none.db", "decisions", "replay", str(pool))
+    assert (done.returncode, done.stdout) == (3, ""), done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert str(pool / "a.json") in done.stderr and key in done.stderr
