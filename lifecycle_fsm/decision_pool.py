@@ -92,8 +92,10 @@ class DecisionState:
         for key, fields in NESTED.items():
             if key in doc["inputs"]:
                 _exact(source, f"inputs.{key}.", doc["inputs"][key], fields)
-        if not isinstance(doc["seq"], int) or not isinstance(doc["candidate_id"], str):
+        if isinstance(doc["seq"], bool) or not isinstance(doc["seq"], int) or not isinstance(doc["candidate_id"], str):
             raise DecisionPoolError(f"{source}: keys 'seq' and 'candidate_id' must be an integer and a string")
+        if not isinstance(doc["event_type"], str):
+            raise DecisionPoolError(f"{source}: key 'event_type': {doc['event_type']!r} is not a string")
         _check_values(source, kind, doc["inputs"])
         return cls(kind, doc["candidate_id"], doc["seq"], doc["event_type"], doc["inputs"], doc["decided"])
 
