@@ -76,7 +76,9 @@ class DecisionState:
     @classmethod
     def from_json(cls, text: str, *, source: str = "<text>") -> DecisionState:
         try:
-            doc = json.loads(text)
+            doc = json.loads(text, object_pairs_hook=_unique_keys)
+        except _KeyTwice as e:
+            raise DecisionPoolError(f"{source}: key {e.key!r}: given twice") from None
         except ValueError as e:
             raise DecisionPoolError(f"{source}: not JSON ({e})") from None
         except RecursionError:  # `[[[…]]]` 100,000 deep fits the size limit; json recurses per level
@@ -98,6 +100,22 @@ class DecisionState:
             raise DecisionPoolError(f"{source}: key 'event_type': {doc['event_type']!r} is not a string")
         _check_values(source, kind, doc["inputs"])
         return cls(kind, doc["candidate_id"], doc["seq"], doc["event_type"], doc["inputs"], doc["decided"])
+
+
+class _KeyTwice(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object with a key given twice says two things: json would keep the last one silently."""
+    doc: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in doc:
+            raise _KeyTwice(key)
+        doc[key] = value
+    return doc
 
 
 def _exact(source: str, where: str, value: Any, keys: tuple[str, ...]) -> None:

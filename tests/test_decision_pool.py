@@ -231,3 +231,15 @@ def test_a_top_level_value_of_the_wrong_type_is_bad_input(tmp_path: Path, edit: 
     done = run_cli(tmp_path / "none.db", "decisions", "replay", str(pool))
     assert (done.returncode, done.stdout) == (3, ""), done.stderr
     assert done.stderr.count("\n") == 1 and str(pool / "a.json") in done.stderr and key in done.stderr
+
+
+def test_a_key_given_twice_is_bad_input_not_the_last_one_wins(tmp_path: Path) -> None:
+    """`"passed": false, "passed": true` kept the last value silently: the file said two things."""
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    text = json.dumps(_decision_file("check")).replace('"passed": true', '"passed": false, "passed": true')
+    assert '"passed": false, "passed": true' in text
+    (pool / "a.json").write_text(text)
+    done = run_cli(tmp_path / "none.db", "decisions", "replay", str(pool))
+    assert (done.returncode, done.stdout) == (3, ""), done.stderr
+    assert done.stderr.count("\n") == 1 and str(pool / "a.json") in done.stderr and "'passed'" in done.stderr
