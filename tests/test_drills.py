@@ -306,3 +306,19 @@ def test_drills_package_surface() -> None:
     code = "import sys, replay; print(any(m.startswith(('replay.drills', 'cattrs', 'yaml')) for m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize(
+    ("to", "actual"),
+    [(99, "--to 99 is past the head of the log (seq 4)"), (0, "--to 0: a seq starts at 1"),
+     (-1, "--to -1: a seq starts at 1")],
+)  # fmt: skip
+def test_a_replay_step_to_a_seq_that_does_not_exist_fails(tmp_path: Path, to: int, actual: str) -> None:
+    """`replay: {to: 99}` on a 4-event log replayed to the head and passed (`lifecycle replay --to 99`
+    exits 3): the step proved nothing about seq 99. It fails naming the seq, as `expect: {as_of: 99}` does."""
+    text = SMALL.replace("  - expect: {candidate: dpo-v5, state: STATE}\n", f"  - replay: {{to: {to}}}\n")
+    result = run_scenario(load_scenario(_write(tmp_path, "replay", text)))
+    [failure] = result.failures
+    assert (failure.step, failure.key, failure.actual) == (4, "to", actual)
+    good = text.replace(f"to: {to}", "to: 4")
+    assert run_scenario(load_scenario(_write(tmp_path / "good", "replay", good))).ok

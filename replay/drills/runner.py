@@ -169,6 +169,10 @@ def _expect(run: Run, step: Step) -> JSON:
 
 
 def _replay(run: Run, to: int | None) -> JSON:
+    head = run.ledger.store.head().seq
+    if to is not None and not 1 <= to <= head:  # `lifecycle replay --to` refuses it: never "replayed to the head"
+        why = f"--to {to}: a seq starts at 1" if to < 1 else f"--to {to} is past the head of the log (seq {head})"
+        raise StepFailed([("to", f"a seq from 1 to the head ({head})", why)])
     loaded = load_state(run.ledger.store, to=to)
     full = load_state(run.ledger.store, to=to, use_checkpoints=False)
     detail = {
