@@ -322,3 +322,33 @@ def test_a_replay_step_to_a_seq_that_does_not_exist_fails(tmp_path: Path, to: in
     assert (failure.step, failure.key, failure.actual) == (4, "to", actual)
     good = text.replace(f"to: {to}", "to: 4")
     assert run_scenario(load_scenario(_write(tmp_path / "good", "replay", good))).ok
+
+
+TAMPER_AGAIN = """\
+name: tamper-again
+seed: SEED
+artifacts:
+  sft: {type: baseline}
+  grpo-v7: {type: grpo}
+  trajectories: {type: trusted_state, size: SIZE}
+steps:
+  - activate_baseline: sft
+  - receive: grpo-v7
+  - tamper_artifact: trajectories
+  - record_trusted_state: {candidate: grpo-v7, kind: trajectories, artifact: trajectories}
+  - restore_artifact: trajectories
+  - tamper_artifact: trajectories
+  - fail_stage: {candidate: grpo-v7, stage: reward}
+  - expect: {candidate: grpo-v7, recovery: {reused_state: false}}
+"""
+
+
+@pytest.mark.parametrize(("size", "seed"), [(1, 1), (2, 1), (2, 2), (2, 3), (2, 4), (256, 1)])
+def test_a_second_tamper_never_writes_bytes_the_file_already_had(tmp_path: Path, size: int, seed: int) -> None:
+    """Tamper, record, restore, tamper: the second flip could hit the same offset (always, for a 1-byte
+    file; 1 in 256 for the simulator's trusted states) and write the recorded bytes back, so the ledger
+    rightly reused a state the drill had just "damaged" (`drill --simulate --seed 44 --steps 250
+    --candidates 8` failed on correct code). A tamper now always leaves bytes the file never had."""
+    text = TAMPER_AGAIN.replace("SEED", str(seed)).replace("SIZE", str(size))
+    result = run_scenario(load_scenario(_write(tmp_path, "tamper-again", text)))
+    assert result.ok, [f.message() for f in result.failures]

@@ -231,7 +231,8 @@ def _fault(run: Run, step: Step) -> JSON:
             ws.backup(name)
             trusted = run.scenario.artifacts[name].type == "trusted_state"
             file = ws.folders[name] / ("state.bin" if trusted else "adapter_model.safetensors")
-            outcome = faults.tamper_artifact(file, rng=run.rng, shown=str(file.relative_to(ws.root)))
+            had = ws.tampered.setdefault(name, set())
+            outcome = faults.tamper_artifact(file, rng=run.rng, shown=str(file.relative_to(ws.root)), had=had)
         case schema.RestoreArtifact(artifact=name):
             if not ws.restore(name):
                 raise StepFailed([("restore", f"{name} tampered with or deleted before", "never damaged")])
