@@ -11,7 +11,7 @@ import cattrs
 import pytest
 import yaml
 from cattrs.errors import ClassValidationError
-from conftest import REPO
+from conftest import REPO, run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -204,3 +204,33 @@ def test_a_key_given_twice_is_refused_not_overwritten(tmp_path: Path, text: str,
     message = _message(tmp_path, text)
     assert expected in message
     assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        ("{active_window: 99999999999999999999999}",
+         "config: key 'active_window': must be between 0 and 9223372036854775807"),
+        ("{max_window_age: 9223372036854775808}",
+         "config: key 'max_window_age': must be between 0 and 9223372036854775807"),
+        ("{evaluation_version: ''}", "config: key 'evaluation_version': evaluation version must be a non-empty string"),
+        ('{evaluation_version: "a\\nb"}', "config: key 'evaluation_version': evaluation version 'a\\nb' contains"),
+        ("{evaluation_version: ' eval-v1'}", "config: key 'evaluation_version': evaluation version ' eval-v1' starts"),
+    ],
+)  # fmt: skip
+def test_a_config_the_ledger_cannot_take_is_a_file_error_before_anything_runs(
+    tmp_path: Path, config: str, expected: str
+) -> None:
+    """`config: {active_window: 10**23}` loaded, then `init` refused it while the drill ran: after the
+    scenarios before it had run (and their ledgers were kept), as `Error: active window must be between
+    …`, naming neither the file nor the key. A config is no step a drill can expect refused."""
+    message = _message(tmp_path, f"name: s\nseed: 1\nconfig: {config}\nsteps: [checkpoint: null]\n")
+    assert message.startswith(expected), message
+    first = tmp_path / "a" / "a.yaml"
+    first.parent.mkdir()
+    first.write_text("name: a\nseed: 1\nsteps: [checkpoint: null]\n")
+    bad = tmp_path / "a" / "b.yaml"
+    bad.write_text(f"name: b\nseed: 1\nconfig: {config}\nsteps: [checkpoint: null]\n")
+    done = run_cli(tmp_path / "unused.db", "drill", str(first.parent), "--keep", str(tmp_path / "kept"))
+    assert done.returncode == 3 and done.stderr.startswith(f"Error: {bad}: config: "), done.stderr
+    assert not (tmp_path / "kept").exists() or not any((tmp_path / "kept").iterdir())
