@@ -234,3 +234,15 @@ def test_a_config_the_ledger_cannot_take_is_a_file_error_before_anything_runs(
     done = run_cli(tmp_path / "unused.db", "drill", str(first.parent), "--keep", str(tmp_path / "kept"))
     assert done.returncode == 3 and done.stderr.startswith(f"Error: {bad}: config: "), done.stderr
     assert not (tmp_path / "kept").exists() or not any((tmp_path / "kept").iterdir())
+
+
+def test_the_artifacts_a_scenario_writes_are_bounded_in_total(tmp_path: Path) -> None:
+    """Each artifact may be 16 MiB, but nothing bounded their sum: a 1 MB file declaring 30,000 of them
+    made the drill write ~500 GB into its temporary folder. Their total is capped (256 MiB), the
+    artifact that passes the cap is named, and nothing is written."""
+    many = "".join(f"  a{i}: {{type: dpo, size: 16777216}}\n" for i in range(17))
+    message = _message(tmp_path, f"name: s\nseed: 1\nartifacts:\n  sft: {{type: baseline, size: 1}}\n{many}"
+                                 "steps: [checkpoint: null]\n")  # fmt: skip
+    assert message.startswith("artifacts.a15: key 'size': the artifacts total 268435457 bytes"), message
+    fits = "".join(f"  a{i}: {{type: dpo, size: 16777216}}\n" for i in range(15))
+    _load(tmp_path, f"name: s\nseed: 1\nartifacts:\n  sft: {{type: baseline}}\n{fits}steps: [checkpoint: null]\n")

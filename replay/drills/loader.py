@@ -50,6 +50,7 @@ __all__ = ["find_scenarios", "load_scenario", "load_scenarios", "parse_artifacts
 
 
 MAX_SEED = 2**63 - 1  # seeds are reported in JSON, whose integers stop at 64 bits
+MAX_ARTIFACT_BYTES = 256 * 1024 * 1024  # all of a scenario's artifacts: 16 MiB each, but never 30,000 of them
 
 
 class _NoAliasLoader(yaml.SafeLoader):
@@ -102,6 +103,7 @@ def _artifacts(where: Where, raw: Any) -> dict[str, ArtifactSpec]:
     section = where.at("artifacts")
     declared = structure(section, raw if raw is not None else {}, dict[str, Any])
     artifacts: dict[str, ArtifactSpec] = {}
+    total = 0
     for name, body in declared.items():
         here = where.at(f"artifacts.{name}")
         if not NAME.match(name):
@@ -113,6 +115,9 @@ def _artifacts(where: Where, raw: Any) -> dict[str, ArtifactSpec]:
         if (spec.type in CANDIDATE_KINDS and spec.source is None and not baselines
                 and "source_policy_version" not in spec.manifest):  # fmt: skip
             raise here.error("source", "a candidate needs a baseline declared before it, or source_policy_version")
+        total += spec.size
+        if total > MAX_ARTIFACT_BYTES:
+            raise here.error("size", f"the artifacts total {total} bytes, over the {MAX_ARTIFACT_BYTES}-byte limit")
         artifacts[name] = spec
     return artifacts
 
