@@ -246,3 +246,14 @@ def test_the_artifacts_a_scenario_writes_are_bounded_in_total(tmp_path: Path) ->
     assert message.startswith("artifacts.a15: key 'size': the artifacts total 268435457 bytes"), message
     fits = "".join(f"  a{i}: {{type: dpo, size: 16777216}}\n" for i in range(15))
     _load(tmp_path, f"name: s\nseed: 1\nartifacts:\n  sft: {{type: baseline}}\n{fits}steps: [checkpoint: null]\n")
+
+
+def test_concurrent_writers_are_bounded(tmp_path: Path) -> None:
+    """`writers` had no upper bound: each writer is a Python process started at once (~40 MB each), so a
+    list of 20,000 (well inside the file size limit) exhausted memory. At most 32 writers."""
+    many = "[" + ", ".join(["{check: dpo-v5}"] * 33) + "]"
+    assert _message(tmp_path, _steps(f"concurrently: {{writers: {many}}}")) == (
+        "step 1 (concurrently): key 'writers': must be a list of 2 to 32 command steps, not 33"
+    )
+    fits = "[" + ", ".join(["{check: dpo-v5}"] * 32) + "]"
+    _load(tmp_path, _steps(f"concurrently: {{writers: {fits}}}"))

@@ -50,6 +50,7 @@ __all__ = ["find_scenarios", "load_scenario", "load_scenarios", "parse_artifacts
 
 
 MAX_SEED = 2**63 - 1  # seeds are reported in JSON, whose integers stop at 64 bits
+MAX_WRITERS = 32  # `concurrently`: each writer is a Python process, all started together
 MAX_ARTIFACT_BYTES = 256 * 1024 * 1024  # all of a scenario's artifacts: 16 MiB each, but never 30,000 of them
 
 
@@ -159,6 +160,8 @@ def _step(where: Where, number: int, raw: Any, artifacts: Mapping[str, ArtifactS
         writers = args["writers"]
         if not isinstance(writers, list) or len(writers) < 2:
             raise here.error("writers", "must be a list of at least two command steps")
+        if len(writers) > MAX_WRITERS:  # each one a process started at once
+            raise here.error("writers", f"must be a list of 2 to {MAX_WRITERS} command steps, not {len(writers)}")
         inner = tuple(_inner(where, number, f"writers[{i}]", w, artifacts) for i, w in enumerate(writers))
     return Step(number, action, spec, args, _refusal(here, extras.refused), extras.note, inner)
 
