@@ -352,3 +352,22 @@ def test_a_second_tamper_never_writes_bytes_the_file_already_had(tmp_path: Path,
     text = TAMPER_AGAIN.replace("SEED", str(seed)).replace("SIZE", str(size))
     result = run_scenario(load_scenario(_write(tmp_path, "tamper-again", text)))
     assert result.ok, [f.message() for f in result.failures]
+
+
+def test_a_dangling_link_in_the_report_folder_is_an_existing_report_not_a_way_out(tmp_path: Path) -> None:
+    """`drill-report.json -> elsewhere` (dangling) did not "exist", so the report was written through the
+    link into a file outside the report folder, and no `--replace` was asked for. It is an existing
+    report: refused without `--replace`, moved aside with it; the link's target is never written."""
+    scenario = _write(tmp_path, "small", SMALL.replace("STATE", "verified"))
+    report = tmp_path / "report"
+    report.mkdir()
+    victim = tmp_path / "victim.json"
+    (report / "drill-report.json").symlink_to(victim)
+    refused = _drill(tmp_path, str(scenario), "--report", str(report))
+    assert refused.exit_code == 3 and "drill-report.json exists" in refused.output
+    assert not victim.exists() and not (report / "drill-report.md").exists()
+    replaced = _drill(tmp_path, str(scenario), "--report", str(report), "--replace")
+    assert replaced.exit_code == 0, replaced.output
+    assert not victim.exists()
+    assert (report / "drill-report.json.previous").is_symlink()
+    assert not (report / "drill-report.json").is_symlink() and json.loads((report / "drill-report.json").read_text())
