@@ -257,3 +257,18 @@ def test_concurrent_writers_are_bounded(tmp_path: Path) -> None:
     )
     fits = "[" + ", ".join(["{check: dpo-v5}"] * 32) + "]"
     _load(tmp_path, _steps(f"concurrently: {{writers: {fits}}}"))
+
+
+@pytest.mark.parametrize("written", ["010", "0o10", "0x10", "1_0", "1:30", "0b10"])
+def test_an_integer_yaml_11_would_reread_is_refused_not_converted(tmp_path: Path, written: str) -> None:
+    """YAML 1.1 read `advance_window: 010` as 8, `1:30` as 90 (base 60), `1_0` as 10 and `0x10` as 16:
+    a window the author never wrote, silently. Only plain decimal digits are an integer; the rest is
+    text, which a key wanting an integer refuses naming the key."""
+    assert _message(tmp_path, _steps(f"advance_window: {written}")) == (
+        f"step 1 (advance_window): key 'window': must be an integer, not '{written}'"
+    )
+
+
+def test_plain_integers_still_load(tmp_path: Path) -> None:
+    scenario = _load(tmp_path, _steps("advance_window: 10", "advance_window: 0", "advance_window: -3"))
+    assert [s.spec.window for s in scenario.steps] == [10, 0, -3]

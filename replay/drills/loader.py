@@ -75,6 +75,17 @@ class _NoAliasLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
+# YAML 1.1 reads `010` as 8, `0x10` as 16, `1_0` as 10 and `1:30` as 90 (base 60): a window or seed the author
+# never wrote. Only plain decimal digits are an integer here; anything else stays text (and a key wanting an
+# integer refuses it, naming the key).
+_INT = "tag:yaml.org,2002:int"
+_NoAliasLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != _INT]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_NoAliasLoader.add_implicit_resolver(_INT, re.compile(r"^[-+]?(?:0|[1-9][0-9]*)$"), list("-+0123456789"))
+
+
 class _DuplicateKey(Exception):
     def __init__(self, key: Any, line: int) -> None:
         super().__init__(key, line)
