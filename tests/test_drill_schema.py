@@ -272,3 +272,22 @@ def test_an_integer_yaml_11_would_reread_is_refused_not_converted(tmp_path: Path
 def test_plain_integers_still_load(tmp_path: Path) -> None:
     scenario = _load(tmp_path, _steps("advance_window: 10", "advance_window: 0", "advance_window: -3"))
     assert [s.spec.window for s in scenario.steps] == [10, 0, -3]
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [("2026-01-01", "datetime.date(2026, 1, 1)"), ("!!binary aGVsbG8=", "b'hello'"), ("!!set {a, b}", "set"),
+     (".nan", "nan"), ("-.inf", "-inf"), ("{when: 2026-01-01T00:00:00Z}", "datetime")],
+)  # fmt: skip
+def test_a_manifest_value_that_is_not_json_is_a_file_error(tmp_path: Path, value: str, shown: str) -> None:
+    """A manifest override is written into a JSON manifest: a YAML date, binary or set made `lifecycle drill`
+    die with json's TypeError traceback (exit 1) while writing the artifacts, `.nan` wrote a manifest no
+    JSON reader takes. Each is now a file error naming the artifact (or step) and the key."""
+    artifact = f"dpo-v5: {{type: dpo, manifest: {{source_evidence: {value}}}}}"
+    declared = _message(tmp_path, HEAD.replace("dpo-v5: {type: dpo}", artifact) + "steps: [checkpoint: null]\n")
+    assert declared.startswith("artifacts.dpo-v5: manifest: key 'source_evidence': must be a JSON value"), declared
+    assert shown in declared
+    edited = _message(tmp_path, _steps(f"edit_manifest: {{artifact: dpo-v5, set: {{source_evidence: {value}}}}}"))
+    assert edited.startswith("step 1 (edit_manifest): set: key 'source_evidence': must be a JSON value"), edited
+    result = run_cli(tmp_path / "unused.db", "drill", str(tmp_path / "s.yaml"))
+    assert result.returncode == 3 and "Traceback" not in result.stderr and result.stderr.count("\n") == 1

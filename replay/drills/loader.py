@@ -16,8 +16,10 @@ refusing them is the ledger's job, and a drill may want to prove exactly that
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +129,7 @@ def _artifacts(where: Where, raw: Any) -> dict[str, ArtifactSpec]:
         if (spec.type in CANDIDATE_KINDS and spec.source is None and not baselines
                 and "source_policy_version" not in spec.manifest):  # fmt: skip
             raise here.error("source", "a candidate needs a baseline declared before it, or source_policy_version")
+        _json_values(here, "manifest", spec.manifest)
         total += spec.size
         if total > MAX_ARTIFACT_BYTES:
             raise here.error("size", f"the artifacts total {total} bytes, over the {MAX_ARTIFACT_BYTES}-byte limit")
@@ -224,6 +227,34 @@ def _check_references(here: Where, action: str, args: Mapping[str, Any], artifac
         for key in [*args.get("set", {}), *args.get("drop", ())]:
             if key not in MANIFEST_FIELDS:
                 raise here.error(key, f"not a manifest field (expected one of {', '.join(MANIFEST_FIELDS)})")
+        _json_values(here, "set", args.get("set", {}))
+
+
+def _not_json(value: Any) -> tuple[Any] | None:
+    """The first part of `value` JSON cannot hold (a YAML date, binary, set, NaN), or None."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (value,)
+    if isinstance(value, list):
+        return next((bad for v in value if (bad := _not_json(v)) is not None), None)
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            return (value,)
+        return next((bad for v in value.values() if (bad := _not_json(v)) is not None), None)
+    return (value,)
+
+
+def _json_values(here: Where, section: str, values: Mapping[Any, Any]) -> None:
+    """Manifest fields are written into a JSON manifest: each must be a JSON value."""
+    for key, value in values.items():
+        if (bad := _not_json(value)) is not None:
+            shown = repr(bad[0]) if isinstance(bad[0], (float, bytes, date)) else type(bad[0]).__name__
+            shown = shown if len(shown) <= 60 else type(bad[0]).__name__
+            raise here.at(f"{here.place}: {section}").error(
+                key,
+                f"must be a JSON value (null, true or false, a finite number, text, a list or a mapping), not {shown}",
+            )
 
 
 def _check_expect(here: Where, args: Mapping[str, Any]) -> None:
