@@ -76,9 +76,13 @@ class DecisionState:
     @classmethod
     def from_json(cls, text: str, *, source: str = "<text>") -> DecisionState:
         try:
-            doc = json.loads(text)
+            doc = json.loads(text, object_pairs_hook=_unique_keys)
+        except _KeyTwice as e:
+            raise DecisionPoolError(f"{source}: key {e.key!r}: given twice") from None
         except ValueError as e:
             raise DecisionPoolError(f"{source}: not JSON ({e})") from None
+        except RecursionError:  # `[[[…]]]` 100,000 deep fits the size limit; json recurses per level
+            raise DecisionPoolError(f"{source}: not JSON (nested too deeply)") from None
         _exact(source, "", doc, TOP_KEYS)
         if doc["schema"] != SCHEMA:
             raise DecisionPoolError(f"{source}: key 'schema': {doc['schema']!r} is not {SCHEMA!r}")
@@ -90,10 +94,28 @@ class DecisionState:
         for key, fields in NESTED.items():
             if key in doc["inputs"]:
                 _exact(source, f"inputs.{key}.", doc["inputs"][key], fields)
-        if not isinstance(doc["seq"], int) or not isinstance(doc["candidate_id"], str):
+        if isinstance(doc["seq"], bool) or not isinstance(doc["seq"], int) or not isinstance(doc["candidate_id"], str):
             raise DecisionPoolError(f"{source}: keys 'seq' and 'candidate_id' must be an integer and a string")
+        if not isinstance(doc["event_type"], str):
+            raise DecisionPoolError(f"{source}: key 'event_type': {doc['event_type']!r} is not a string")
         _check_values(source, kind, doc["inputs"])
         return cls(kind, doc["candidate_id"], doc["seq"], doc["event_type"], doc["inputs"], doc["decided"])
+
+
+class _KeyTwice(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object with a key given twice says two things: json would keep the last one silently."""
+    doc: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in doc:
+            raise _KeyTwice(key)
+        doc[key] = value
+    return doc
 
 
 def _exact(source: str, where: str, value: Any, keys: tuple[str, ...]) -> None:

@@ -192,3 +192,54 @@ def test_a_value_the_deciders_cannot_take_is_bad_input_not_a_traceback(
     assert (done.returncode, done.stdout) == (3, ""), done.stderr
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert str(pool / "a.json") in done.stderr and key in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        ('{"a": ' * 50_000 + "1" + "}" * 50_000, "nested too deeply"),
+    ],
+)
+def test_a_deeply_nested_decision_file_is_bad_input_not_a_traceback(tmp_path: Path, text: str, key: str) -> None:
+    """A file of 100,000 nested brackets (well under the size limit) died in json's RecursionError (exit 1)."""
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    (pool / "a.json").write_text(text)
+    done = run_cli(tmp_path / "none.db", "decisions", "replay", str(pool))
+    assert (done.returncode, done.stdout) == (3, ""), done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert str(pool / "a.json") in done.stderr and key in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("edit", "key"),
+    [
+        (lambda d: d.update(seq=True), "'seq'"),
+        (lambda d: d.update(seq=False), "'seq'"),
+        (lambda d: d.update(event_type=5), "'event_type'"),
+        (lambda d: d.update(event_type=None), "'event_type'"),
+    ],
+)
+def test_a_top_level_value_of_the_wrong_type_is_bad_input(tmp_path: Path, edit: Any, key: str) -> None:
+    """`"seq": true` was taken for seq 1 (a bool is an int in Python) and `event_type` was never checked."""
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    doc = _decision_file("check")
+    edit(doc)
+    (pool / "a.json").write_text(json.dumps(doc))
+    done = run_cli(tmp_path / "none.db", "decisions", "replay", str(pool))
+    assert (done.returncode, done.stdout) == (3, ""), done.stderr
+    assert done.stderr.count("\n") == 1 and str(pool / "a.json") in done.stderr and key in done.stderr
+
+
+def test_a_key_given_twice_is_bad_input_not_the_last_one_wins(tmp_path: Path) -> None:
+    """`"passed": false, "passed": true` kept the last value silently: the file said two things."""
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    text = json.dumps(_decision_file("check")).replace('"passed": true', '"passed": false, "passed": true')
+    assert '"passed": false, "passed": true' in text
+    (pool / "a.json").write_text(text)
+    done = run_cli(tmp_path / "none.db", "decisions", "replay", str(pool))
+    assert (done.returncode, done.stdout) == (3, ""), done.stderr
+    assert done.stderr.count("\n") == 1 and str(pool / "a.json") in done.stderr and "'passed'" in done.stderr

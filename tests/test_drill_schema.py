@@ -11,7 +11,7 @@ import cattrs
 import pytest
 import yaml
 from cattrs.errors import ClassValidationError
-from conftest import REPO
+from conftest import REPO, run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -188,3 +188,106 @@ def test_any_document_loads_or_says_why_in_one_line(doc: dict[str, Any]) -> None
         except ScenarioError as e:
             message = str(e)
         assert not message or ("\n" not in message and message.startswith(f"{path}: "))
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (_steps("receive: dpo-v5", "expect: {candidate: dpo-v5, state: reject, state: received}"),
+         "key 'state': given twice (line 8)"),
+        ("name: s\nseed: 1\nseed: 2\nsteps: [checkpoint: null]\n", "key 'seed': given twice (line 3)"),
+        (HEAD + "  dpo-v5: {type: grpo}\nsteps: [checkpoint: null]\n", "key 'dpo-v5': given twice (line 6)"),
+    ],
+)  # fmt: skip
+def test_a_key_given_twice_is_refused_not_overwritten(tmp_path: Path, text: str, expected: str) -> None:
+    """YAML keeps the last of two equal keys: `state: reject, state: received` checked only one of them."""
+    message = _message(tmp_path, text)
+    assert expected in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        ("{active_window: 99999999999999999999999}",
+         "config: key 'active_window': must be between 0 and 9223372036854775807"),
+        ("{max_window_age: 9223372036854775808}",
+         "config: key 'max_window_age': must be between 0 and 9223372036854775807"),
+        ("{evaluation_version: ''}", "config: key 'evaluation_version': evaluation version must be a non-empty string"),
+        ('{evaluation_version: "a\\nb"}', "config: key 'evaluation_version': evaluation version 'a\\nb' contains"),
+        ("{evaluation_version: ' eval-v1'}", "config: key 'evaluation_version': evaluation version ' eval-v1' starts"),
+    ],
+)  # fmt: skip
+def test_a_config_the_ledger_cannot_take_is_a_file_error_before_anything_runs(
+    tmp_path: Path, config: str, expected: str
+) -> None:
+    """`config: {active_window: 10**23}` loaded, then `init` refused it while the drill ran: after the
+    scenarios before it had run (and their ledgers were kept), as `Error: active window must be between
+    …`, naming neither the file nor the key. A config is no step a drill can expect refused."""
+    message = _message(tmp_path, f"name: s\nseed: 1\nconfig: {config}\nsteps: [checkpoint: null]\n")
+    assert message.startswith(expected), message
+    first = tmp_path / "a" / "a.yaml"
+    first.parent.mkdir()
+    first.write_text("name: a\nseed: 1\nsteps: [checkpoint: null]\n")
+    bad = tmp_path / "a" / "b.yaml"
+    bad.write_text(f"name: b\nseed: 1\nconfig: {config}\nsteps: [checkpoint: null]\n")
+    done = run_cli(tmp_path / "unused.db", "drill", str(first.parent), "--keep", str(tmp_path / "kept"))
+    assert done.returncode == 3 and done.stderr.startswith(f"Error: {bad}: config: "), done.stderr
+    assert not (tmp_path / "kept").exists() or not any((tmp_path / "kept").iterdir())
+
+
+def test_the_artifacts_a_scenario_writes_are_bounded_in_total(tmp_path: Path) -> None:
+    """Each artifact may be 16 MiB, but nothing bounded their sum: a 1 MB file declaring 30,000 of them
+    made the drill write ~500 GB into its temporary folder. Their total is capped (256 MiB), the
+    artifact that passes the cap is named, and nothing is written."""
+    many = "".join(f"  a{i}: {{type: dpo, size: 16777216}}\n" for i in range(17))
+    message = _message(tmp_path, f"name: s\nseed: 1\nartifacts:\n  sft: {{type: baseline, size: 1}}\n{many}"
+                                 "steps: [checkpoint: null]\n")  # fmt: skip
+    assert message.startswith("artifacts.a15: key 'size': the artifacts total 268435457 bytes"), message
+    fits = "".join(f"  a{i}: {{type: dpo, size: 16777216}}\n" for i in range(15))
+    _load(tmp_path, f"name: s\nseed: 1\nartifacts:\n  sft: {{type: baseline}}\n{fits}steps: [checkpoint: null]\n")
+
+
+def test_concurrent_writers_are_bounded(tmp_path: Path) -> None:
+    """`writers` had no upper bound: each writer is a Python process started at once (~40 MB each), so a
+    list of 20,000 (well inside the file size limit) exhausted memory. At most 32 writers."""
+    many = "[" + ", ".join(["{check: dpo-v5}"] * 33) + "]"
+    assert _message(tmp_path, _steps(f"concurrently: {{writers: {many}}}")) == (
+        "step 1 (concurrently): key 'writers': must be a list of 2 to 32 command steps, not 33"
+    )
+    fits = "[" + ", ".join(["{check: dpo-v5}"] * 32) + "]"
+    _load(tmp_path, _steps(f"concurrently: {{writers: {fits}}}"))
+
+
+@pytest.mark.parametrize("written", ["010", "0o10", "0x10", "1_0", "1:30", "0b10"])
+def test_an_integer_yaml_11_would_reread_is_refused_not_converted(tmp_path: Path, written: str) -> None:
+    """YAML 1.1 read `advance_window: 010` as 8, `1:30` as 90 (base 60), `1_0` as 10 and `0x10` as 16:
+    a window the author never wrote, silently. Only plain decimal digits are an integer; the rest is
+    text, which a key wanting an integer refuses naming the key."""
+    assert _message(tmp_path, _steps(f"advance_window: {written}")) == (
+        f"step 1 (advance_window): key 'window': must be an integer, not '{written}'"
+    )
+
+
+def test_plain_integers_still_load(tmp_path: Path) -> None:
+    scenario = _load(tmp_path, _steps("advance_window: 10", "advance_window: 0", "advance_window: -3"))
+    assert [s.spec.window for s in scenario.steps] == [10, 0, -3]
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [("2026-01-01", "datetime.date(2026, 1, 1)"), ("!!binary aGVsbG8=", "b'hello'"), ("!!set {a, b}", "set"),
+     (".nan", "nan"), ("-.inf", "-inf"), ("{when: 2026-01-01T00:00:00Z}", "datetime")],
+)  # fmt: skip
+def test_a_manifest_value_that_is_not_json_is_a_file_error(tmp_path: Path, value: str, shown: str) -> None:
+    """A manifest override is written into a JSON manifest: a YAML date, binary or set made `lifecycle drill`
+    die with json's TypeError traceback (exit 1) while writing the artifacts, `.nan` wrote a manifest no
+    JSON reader takes. Each is now a file error naming the artifact (or step) and the key."""
+    artifact = f"dpo-v5: {{type: dpo, manifest: {{source_evidence: {value}}}}}"
+    declared = _message(tmp_path, HEAD.replace("dpo-v5: {type: dpo}", artifact) + "steps: [checkpoint: null]\n")
+    assert declared.startswith("artifacts.dpo-v5: manifest: key 'source_evidence': must be a JSON value"), declared
+    assert shown in declared
+    edited = _message(tmp_path, _steps(f"edit_manifest: {{artifact: dpo-v5, set: {{source_evidence: {value}}}}}"))
+    assert edited.startswith("step 1 (edit_manifest): set: key 'source_evidence': must be a JSON value"), edited
+    result = run_cli(tmp_path / "unused.db", "drill", str(tmp_path / "s.yaml"))
+    assert result.returncode == 3 and "Traceback" not in result.stderr and result.stderr.count("\n") == 1

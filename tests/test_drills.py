@@ -306,3 +306,68 @@ def test_drills_package_surface() -> None:
     code = "import sys, replay; print(any(m.startswith(('replay.drills', 'cattrs', 'yaml')) for m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize(
+    ("to", "actual"),
+    [(99, "--to 99 is past the head of the log (seq 4)"), (0, "--to 0: a seq starts at 1"),
+     (-1, "--to -1: a seq starts at 1")],
+)  # fmt: skip
+def test_a_replay_step_to_a_seq_that_does_not_exist_fails(tmp_path: Path, to: int, actual: str) -> None:
+    """`replay: {to: 99}` on a 4-event log replayed to the head and passed (`lifecycle replay --to 99`
+    exits 3): the step proved nothing about seq 99. It fails naming the seq, as `expect: {as_of: 99}` does."""
+    text = SMALL.replace("  - expect: {candidate: dpo-v5, state: STATE}\n", f"  - replay: {{to: {to}}}\n")
+    result = run_scenario(load_scenario(_write(tmp_path, "replay", text)))
+    [failure] = result.failures
+    assert (failure.step, failure.key, failure.actual) == (4, "to", actual)
+    good = text.replace(f"to: {to}", "to: 4")
+    assert run_scenario(load_scenario(_write(tmp_path / "good", "replay", good))).ok
+
+
+TAMPER_AGAIN = """\
+name: tamper-again
+seed: SEED
+artifacts:
+  sft: {type: baseline}
+  grpo-v7: {type: grpo}
+  trajectories: {type: trusted_state, size: SIZE}
+steps:
+  - activate_baseline: sft
+  - receive: grpo-v7
+  - tamper_artifact: trajectories
+  - record_trusted_state: {candidate: grpo-v7, kind: trajectories, artifact: trajectories}
+  - restore_artifact: trajectories
+  - tamper_artifact: trajectories
+  - fail_stage: {candidate: grpo-v7, stage: reward}
+  - expect: {candidate: grpo-v7, recovery: {reused_state: false}}
+"""
+
+
+@pytest.mark.parametrize(("size", "seed"), [(1, 1), (2, 1), (2, 2), (2, 3), (2, 4), (256, 1)])
+def test_a_second_tamper_never_writes_bytes_the_file_already_had(tmp_path: Path, size: int, seed: int) -> None:
+    """Tamper, record, restore, tamper: the second flip could hit the same offset (always, for a 1-byte
+    file; 1 in 256 for the simulator's trusted states) and write the recorded bytes back, so the ledger
+    rightly reused a state the drill had just "damaged" (`drill --simulate --seed 44 --steps 250
+    --candidates 8` failed on correct code). A tamper now always leaves bytes the file never had."""
+    text = TAMPER_AGAIN.replace("SEED", str(seed)).replace("SIZE", str(size))
+    result = run_scenario(load_scenario(_write(tmp_path, "tamper-again", text)))
+    assert result.ok, [f.message() for f in result.failures]
+
+
+def test_a_dangling_link_in_the_report_folder_is_an_existing_report_not_a_way_out(tmp_path: Path) -> None:
+    """`drill-report.json -> elsewhere` (dangling) did not "exist", so the report was written through the
+    link into a file outside the report folder, and no `--replace` was asked for. It is an existing
+    report: refused without `--replace`, moved aside with it; the link's target is never written."""
+    scenario = _write(tmp_path, "small", SMALL.replace("STATE", "verified"))
+    report = tmp_path / "report"
+    report.mkdir()
+    victim = tmp_path / "victim.json"
+    (report / "drill-report.json").symlink_to(victim)
+    refused = _drill(tmp_path, str(scenario), "--report", str(report))
+    assert refused.exit_code == 3 and "drill-report.json exists" in refused.output
+    assert not victim.exists() and not (report / "drill-report.md").exists()
+    replaced = _drill(tmp_path, str(scenario), "--report", str(report), "--replace")
+    assert replaced.exit_code == 0, replaced.output
+    assert not victim.exists()
+    assert (report / "drill-report.json.previous").is_symlink()
+    assert not (report / "drill-report.json").is_symlink() and json.loads((report / "drill-report.json").read_text())

@@ -194,3 +194,11 @@ def test_a_report_that_would_be_refused_is_refused_before_anything_runs(tmp_path
     (report / f"{name}.previous").unlink()
     assert drill("--replace").exit_code == 0
     assert (report / f"{name}.previous").read_text() == "an earlier report\n" and any(keep.iterdir())
+
+
+def test_a_trusted_state_for_a_rejected_candidate_from_a_deleted_folder_is_refused_by_state() -> None:
+    """`drill --simulate --seed 6` failed on correct code: the model expected an unusable folder to be
+    refused first, but the ledger looks at the path only once the move is legal (a refused command
+    reads nothing), so a candidate in `reject` answers IllegalCommandError whatever the folder."""
+    result = simulate(generate(6, 200, 6))
+    assert result.ok, result.failure

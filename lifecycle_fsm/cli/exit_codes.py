@@ -40,7 +40,10 @@ class ExitCode(IntEnum):
 
 EXIT_CODES: dict[int, str] = {
     ExitCode.OK: "success (`verify`: the chain and every checkpoint hold)",
-    ExitCode.INTERNAL: "unexpected internal error (a bug: please report it with the traceback)",
+    ExitCode.INTERNAL: (
+        "unexpected internal error (a bug: please report it with the traceback); also, silently, when the "
+        "reader of stdout went away (`lifecycle log | head -1`), as click does"
+    ),
     ExitCode.USAGE: "usage error: unknown command or option, missing argument",
     ExitCode.INPUT: "bad input: missing file, bad JSON, malformed manifest, unknown stage or kind",
     ExitCode.NOT_FOUND: "not found: unknown candidate id",

@@ -11,6 +11,7 @@ for the report) and any problem with the consequence the ledger promises, as
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 import shutil
@@ -230,13 +231,28 @@ def tamper_event(store: EventStore, db: Path | str, *, seq: int | None, rng: ran
     return FaultOutcome(detail, tuple(problems))
 
 
-def tamper_artifact(file: Path, *, rng: random.Random, shown: str) -> FaultOutcome:
-    """Flip one byte (chosen by the seed) of an artifact's file."""
+def tamper_artifact(file: Path, *, rng: random.Random, shown: str, had: set[str]) -> FaultOutcome:
+    """Flip one byte (chosen by the seed) of an artifact's file, into bytes the file never had.
+
+    `had` holds the sha256 of every state the file has had (its original included) and gains the new
+    one. Flipping the byte a restored file was first tampered at would write the tampered bytes back
+    (a 1-byte file always; a 256-byte one 1 time in 256): a state recorded then would rightly be
+    reused, and "tampered" would be a lie. The next offset, then other bit patterns, are tried instead.
+    """
     data = bytearray(file.read_bytes())
-    offset = rng.randrange(len(data))
-    data[offset] ^= 0xFF
-    file.write_bytes(bytes(data))
-    return FaultOutcome({"file": shown, "offset": offset})
+    had.add(hashlib.sha256(data).hexdigest())
+    start = rng.randrange(len(data))
+    for mask in (0xFF, *range(1, 0xFF)):
+        for step in range(len(data)):
+            offset = (start + step) % len(data)
+            data[offset] ^= mask
+            digest = hashlib.sha256(data).hexdigest()
+            if digest not in had:
+                had.add(digest)
+                file.write_bytes(bytes(data))
+                return FaultOutcome({"file": shown, "offset": offset})
+            data[offset] ^= mask
+    return FaultOutcome({"file": shown}, (("tampered", "bytes the file never had", "every one-byte change was tried"),))
 
 
 def delete_artifact(folder: Path, *, shown: str) -> FaultOutcome:

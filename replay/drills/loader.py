@@ -16,8 +16,10 @@ refusing them is the ledger's job, and a drill may want to prove exactly that
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +52,8 @@ __all__ = ["find_scenarios", "load_scenario", "load_scenarios", "parse_artifacts
 
 
 MAX_SEED = 2**63 - 1  # seeds are reported in JSON, whose integers stop at 64 bits
+MAX_WRITERS = 32  # `concurrently`: each writer is a Python process, all started together
+MAX_ARTIFACT_BYTES = 256 * 1024 * 1024  # all of a scenario's artifacts: 16 MiB each, but never 30,000 of them
 
 
 class _NoAliasLoader(yaml.SafeLoader):
@@ -60,6 +64,35 @@ class _NoAliasLoader(yaml.SafeLoader):
             mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
             raise yaml.composer.ComposerError(None, None, "aliases (*name) are not allowed in a scenario", mark)
         return super().compose_node(parent, index)
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        """A key given twice is refused: YAML would keep the last one and silently drop the first."""
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                key = self.construct_object(key_node, deep=True)
+                if key in seen:
+                    raise _DuplicateKey(key, key_node.start_mark.line + 1)
+                seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+# YAML 1.1 reads `010` as 8, `0x10` as 16, `1_0` as 10 and `1:30` as 90 (base 60): a window or seed the author
+# never wrote. Only plain decimal digits are an integer here; anything else stays text (and a key wanting an
+# integer refuses it, naming the key).
+_INT = "tag:yaml.org,2002:int"
+_NoAliasLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != _INT]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_NoAliasLoader.add_implicit_resolver(_INT, re.compile(r"^[-+]?(?:0|[1-9][0-9]*)$"), list("-+0123456789"))
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: Any, line: int) -> None:
+        super().__init__(key, line)
+        self.key = key
+        self.line = line
 
 
 def _read(path: Path) -> Any:
@@ -73,6 +106,8 @@ def _read(path: Path) -> Any:
         raise ScenarioError(f"{path}: cannot read the scenario ({e})") from None
     except RecursionError:
         raise ScenarioError(f"{path}: not valid YAML (nested too deeply)") from None
+    except _DuplicateKey as e:
+        raise ScenarioError(f"{path}: key {str(e.key)!r}: given twice (line {e.line})") from None
     except yaml.YAMLError as e:
         raise ScenarioError(f"{path}: not valid YAML ({' '.join(str(e).split())})") from None
 
@@ -82,6 +117,7 @@ def _artifacts(where: Where, raw: Any) -> dict[str, ArtifactSpec]:
     section = where.at("artifacts")
     declared = structure(section, raw if raw is not None else {}, dict[str, Any])
     artifacts: dict[str, ArtifactSpec] = {}
+    total = 0
     for name, body in declared.items():
         here = where.at(f"artifacts.{name}")
         if not NAME.match(name):
@@ -93,6 +129,10 @@ def _artifacts(where: Where, raw: Any) -> dict[str, ArtifactSpec]:
         if (spec.type in CANDIDATE_KINDS and spec.source is None and not baselines
                 and "source_policy_version" not in spec.manifest):  # fmt: skip
             raise here.error("source", "a candidate needs a baseline declared before it, or source_policy_version")
+        _json_values(here, "manifest", spec.manifest)
+        total += spec.size
+        if total > MAX_ARTIFACT_BYTES:
+            raise here.error("size", f"the artifacts total {total} bytes, over the {MAX_ARTIFACT_BYTES}-byte limit")
         artifacts[name] = spec
     return artifacts
 
@@ -134,6 +174,8 @@ def _step(where: Where, number: int, raw: Any, artifacts: Mapping[str, ArtifactS
         writers = args["writers"]
         if not isinstance(writers, list) or len(writers) < 2:
             raise here.error("writers", "must be a list of at least two command steps")
+        if len(writers) > MAX_WRITERS:  # each one a process started at once
+            raise here.error("writers", f"must be a list of 2 to {MAX_WRITERS} command steps, not {len(writers)}")
         inner = tuple(_inner(where, number, f"writers[{i}]", w, artifacts) for i, w in enumerate(writers))
     return Step(number, action, spec, args, _refusal(here, extras.refused), extras.note, inner)
 
@@ -185,6 +227,34 @@ def _check_references(here: Where, action: str, args: Mapping[str, Any], artifac
         for key in [*args.get("set", {}), *args.get("drop", ())]:
             if key not in MANIFEST_FIELDS:
                 raise here.error(key, f"not a manifest field (expected one of {', '.join(MANIFEST_FIELDS)})")
+        _json_values(here, "set", args.get("set", {}))
+
+
+def _not_json(value: Any) -> tuple[Any] | None:
+    """The first part of `value` JSON cannot hold (a YAML date, binary, set, NaN), or None."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (value,)
+    if isinstance(value, list):
+        return next((bad for v in value if (bad := _not_json(v)) is not None), None)
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            return (value,)
+        return next((bad for v in value.values() if (bad := _not_json(v)) is not None), None)
+    return (value,)
+
+
+def _json_values(here: Where, section: str, values: Mapping[Any, Any]) -> None:
+    """Manifest fields are written into a JSON manifest: each must be a JSON value."""
+    for key, value in values.items():
+        if (bad := _not_json(value)) is not None:
+            shown = repr(bad[0]) if isinstance(bad[0], (float, bytes, date)) else type(bad[0]).__name__
+            shown = shown if len(shown) <= 60 else type(bad[0]).__name__
+            raise here.at(f"{here.place}: {section}").error(
+                key,
+                f"must be a JSON value (null, true or false, a finite number, text, a list or a mapping), not {shown}",
+            )
 
 
 def _check_expect(here: Where, args: Mapping[str, Any]) -> None:

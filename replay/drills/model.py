@@ -218,10 +218,10 @@ class LedgerModel:
         cid, kind, folder = args["candidate"], args["kind"], args["artifact"]
         if kind not in KINDS:
             return Prediction(errors=("InputError", "NotFoundError"))
-        if self.content.get(folder, 0) is None:
-            return Prediction(errors=("InputError", "ArtifactError", "NotFoundError"))
         if (refused := self._existing(cid, ("received", "verified", "recovering", "ready", "tune"))) is not None:
-            return refused
+            return refused  # the state first: the ledger reads the folder only once the move is legal
+        if self.content.get(folder, 0) is None:
+            return Prediction(errors=("InputError", "ArtifactError"))
         c = self.candidates[cid]
         prediction = self._move(cid, c.state)
         content = self.content.get(folder, 0)

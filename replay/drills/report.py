@@ -8,6 +8,7 @@ section).
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -150,14 +151,14 @@ def refuse_report_files(folder: Path, names: Iterable[str], *, replace: bool) ->
     refused costs no run and leaves no kept ledger behind."""
     make_folder(folder, "report folder")
     try:
-        existing = [folder / name for name in names if (folder / name).exists()]
+        existing = [folder / name for name in names if os.path.lexists(folder / name)]  # a dangling link too
     except OSError as e:
         raise InputError(f"cannot read the report folder {folder}: {e.strerror}") from None
     if existing and not replace:
         raise InputError(f"{existing[0]} exists: use --replace to keep it as {existing[0].name}.previous")
     for path in existing:
         previous = path.with_name(path.name + ".previous")
-        if previous.exists():
+        if os.path.lexists(previous):
             raise InputError(f"{previous} exists: move it away first (one .previous generation is kept)")
     return existing
 
@@ -174,8 +175,11 @@ def write_report_files(folder: Path, files: Mapping[str, str], *, replace: bool)
             path.rename(path.with_name(path.name + ".previous"))
         written = []
         for name, text in files.items():
-            (folder / name).write_text(text)
+            with (folder / name).open("x", encoding="utf-8") as f:  # never through a link that appeared since
+                f.write(text)
             written.append(folder / name)
         return written
+    except FileExistsError as e:
+        raise InputError(f"{e.filename} appeared while the drill ran: use --replace to keep it as .previous") from None
     except OSError as e:
         raise InputError(f"cannot write the report to {folder}: {e.strerror}") from None

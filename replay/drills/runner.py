@@ -169,6 +169,10 @@ def _expect(run: Run, step: Step) -> JSON:
 
 
 def _replay(run: Run, to: int | None) -> JSON:
+    head = run.ledger.store.head().seq
+    if to is not None and not 1 <= to <= head:  # `lifecycle replay --to` refuses it: never "replayed to the head"
+        why = f"--to {to}: a seq starts at 1" if to < 1 else f"--to {to} is past the head of the log (seq {head})"
+        raise StepFailed([("to", f"a seq from 1 to the head ({head})", why)])
     loaded = load_state(run.ledger.store, to=to)
     full = load_state(run.ledger.store, to=to, use_checkpoints=False)
     detail = {
@@ -227,7 +231,8 @@ def _fault(run: Run, step: Step) -> JSON:
             ws.backup(name)
             trusted = run.scenario.artifacts[name].type == "trusted_state"
             file = ws.folders[name] / ("state.bin" if trusted else "adapter_model.safetensors")
-            outcome = faults.tamper_artifact(file, rng=run.rng, shown=str(file.relative_to(ws.root)))
+            had = ws.tampered.setdefault(name, set())
+            outcome = faults.tamper_artifact(file, rng=run.rng, shown=str(file.relative_to(ws.root)), had=had)
         case schema.RestoreArtifact(artifact=name):
             if not ws.restore(name):
                 raise StepFailed([("restore", f"{name} tampered with or deleted before", "never damaged")])

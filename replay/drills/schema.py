@@ -22,7 +22,8 @@ from typing import Any, Literal, get_args
 import attrs
 
 from lifecycle_fsm import errors as errors_module
-from lifecycle_fsm.errors import LifecycleError
+from lifecycle_fsm.errors import InputError, LifecycleError
+from lifecycle_fsm.limits import MAX_INT64, check_version_text
 from replay.drills.action import Action, between, not_negative
 from replay.drills.convert import FROM_KEY, NULLABLE, Problem, from_file
 from replay.drills.steps import (
@@ -104,6 +105,19 @@ def _scenario_name(_instance: Any, attribute: attrs.Attribute[str], value: str) 
 # -- the file's sections ----------------------------------------------------------------------------------------
 
 
+def _settings_int(_instance: Any, attribute: attrs.Attribute[int], value: int) -> None:
+    """What `init` takes: checked with the file, not when the ledger refuses it mid-run (a config is no step)."""
+    if value > MAX_INT64:
+        raise Problem(f"must be between 0 and {MAX_INT64}, not {value}", key=attribute.name)
+
+
+def _version_text(_instance: Any, attribute: attrs.Attribute[str], value: str) -> None:
+    try:
+        check_version_text("evaluation version", value)
+    except InputError as e:
+        raise Problem(str(e), key=attribute.name) from None
+
+
 @attrs.frozen(kw_only=True)
 class ScenarioFile:
     """The top level of a file. `config`, `artifacts` and each step are structured on their own,
@@ -121,9 +135,9 @@ class ScenarioFile:
 class DrillConfig:
     """How the fresh ledger is initialised before the first step."""
 
-    max_window_age: int = attrs.field(default=2, validator=not_negative)
-    active_window: int = attrs.field(default=1, validator=not_negative)
-    evaluation_version: str | None = None
+    max_window_age: int = attrs.field(default=2, validator=[not_negative, _settings_int])
+    active_window: int = attrs.field(default=1, validator=[not_negative, _settings_int])
+    evaluation_version: str | None = attrs.field(default=None, validator=attrs.validators.optional(_version_text))
 
 
 @attrs.frozen(kw_only=True)

@@ -43,6 +43,7 @@ class Workspace:
     shas: dict[str, str] = attrs.Factory(dict)  # baseline -> its adapter's real sha256
     written: dict[str, str] = attrs.Factory(dict)  # adapter -> the sha256 it was written with
     config: DrillConfig = attrs.Factory(DrillConfig)
+    tampered: dict[str, set[str]] = attrs.Factory(dict)  # artifact -> sha256 of every state its tampered file had
 
     @property
     def db(self) -> Path:
