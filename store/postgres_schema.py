@@ -201,8 +201,8 @@ class PgSession:
         try:
             self.lock_timeout: str = row[0]  # as the server shows it ("30s", "500ms"): for messages
             self.idle_timeout_shown: str = row[1]
-            self.schema: str | None = row[3]
             self.search_path: str = row[4]
+            self.schema: str | None = self._url_schema(row[3])
             self._quotes_plainly: bool = row[5]  # a backslash in a '…' literal is a backslash (see `literal`)
             self.lock_key = _lock_key(self.schema or self._first_schema())
             self.lock_sql = f"SELECT pg_advisory_xact_lock({self.lock_key})"
@@ -286,7 +286,7 @@ class PgSession:
 
     def _reconnect(self) -> None:
         conn, row = self._connect("lost its connection to the server and cannot connect again")
-        if (row[3], row[5]) != (self.schema, self._quotes_plainly):
+        if (self._url_schema(row[3]), row[5]) != (self.schema, self._quotes_plainly):
             conn.close()
             raise StoreError(
                 f"{self.where}: lost its connection to the server; a new session finds schema {row[3]!r}, not "
@@ -321,6 +321,13 @@ class PgSession:
                     raise
             self._listener = listener
         return listener
+
+    def _url_schema(self, current: str | None) -> str | None:
+        """The URL's schema if it exists, else None. PostgreSQL's current_schema() skips a missing first
+        schema (`search_path=mine,public` without `mine` is `public`): that would be another ledger."""
+        if self.search_path.split(",")[0].strip() in ("$user", '"$user"'):
+            return current  # the default path: whichever schema it resolves to
+        return current if current == self._first_schema() else None
 
     def _first_schema(self) -> str:
         """The first schema of the search_path as PostgreSQL reads it: a quoted name as written, an unquoted one
@@ -464,8 +471,14 @@ class PgSession:
 
     def schema_version(self) -> str | None:
         """The store schema version this schema records; None when it holds no ledger yet."""
+        if self.schema is None:
+            return None  # the URL's schema does not exist: no ledger (a table later in the path is another's)
         with self.mapped("cannot read the ledger schema"):
-            found = self.conn.execute("SELECT to_regclass('meta') IS NOT NULL, to_regclass('events') IS NOT NULL")
+            found = self.conn.execute(
+                "SELECT to_regclass(format('%%I.meta', %s::text)) IS NOT NULL, "
+                "to_regclass(format('%%I.events', %s::text)) IS NOT NULL",
+                (self.schema, self.schema),
+            )
             row = found.fetchone()
             assert row is not None
             has_meta, has_events = row

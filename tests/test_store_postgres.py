@@ -234,6 +234,31 @@ def test_missing_schema_is_created_or_refused(pg_url: str) -> None:
         pg_execute(url, "DROP SCHEMA IF EXISTS " + url.rsplit("%3D", 1)[1] + " CASCADE")
 
 
+def test_ledger_lives_in_the_first_schema_of_the_search_path(pg_url: str) -> None:
+    """`search_path=mine,shared`: the ledger is `mine`'s, never the one in `shared` that PostgreSQL would fall
+    through to when `mine` is missing or holds no ledger (a reader is refused, a writer makes `mine`'s)."""
+    shared = pg_url.rsplit("%3D", 1)[1]
+    with PostgresEventStore(pg_url) as other:
+        other.append("a", 0, [new("a", 0)])
+    mine = f"n_{uuid.uuid4().hex[:12]}"
+    url = with_schema(PG_BASE, f"{mine},{shared}")
+    try:
+        with pytest.raises(InputError, match="no ledger"):
+            PostgresEventStore(url, create=False)
+        pg_execute(pg_url, f"CREATE SCHEMA {mine}")  # there, but empty: still not the shared ledger
+        with pytest.raises(InputError, match="no ledger"):
+            PostgresEventStore(url, create=False)
+        pg_execute(pg_url, f"DROP SCHEMA {mine}")
+        with PostgresEventStore(url) as made:
+            assert made.session.schema == mine
+            assert made.count_events() == 0
+            assert made.append("b", 0, [new("b", 0)]).events[0].seq == 1
+        assert pg_execute(pg_url, f"SELECT count(*) FROM {mine}.events") == [(1,)]
+        assert pg_execute(pg_url, "SELECT stream_id FROM events") == [("a",)]
+    finally:
+        pg_execute(pg_url, f"DROP SCHEMA IF EXISTS {mine} CASCADE")
+
+
 def test_foreign_events_table_and_other_schema_version_are_refused(pg_url: str) -> None:
     """An `events` table that is not ours, or another store schema version, is refused, never written to."""
     pg_execute(pg_url, "CREATE TABLE events (id int)")
