@@ -471,8 +471,9 @@ class PgSession:
 
     def schema_version(self) -> str | None:
         """The store schema version this schema records; None when it holds no ledger yet."""
-        if self.schema is None:
-            return None  # the URL's schema does not exist: no ledger (a table later in the path is another's)
+        if self.schema is None:  # the URL's schema does not exist, or this role may not use it
+            self._refuse_unusable_schema()
+            return None  # no ledger (a table later in the path is another's)
         with self.mapped("cannot read the ledger schema"):
             found = self.conn.execute(
                 "SELECT to_regclass(format('%%I.meta', %s::text)) IS NOT NULL, "
@@ -491,6 +492,20 @@ class PgSession:
             raise StoreError(f"{self.where}: schema {self.schema!r} has an `events` table but no store schema version "
                              "(emptied by hand): not a ledger; refusing to write to it")  # fmt: skip
         return None if value is None else str(value[0])
+
+    def _refuse_unusable_schema(self) -> None:
+        """A schema that exists but that this role lacks USAGE on is left out of the search path by PostgreSQL,
+        so it looks missing: say which grant is missing instead of "no ledger, create one"."""
+        name = self._first_schema()
+        with self.mapped("cannot read the ledger schema"):
+            row = self.conn.execute(
+                "SELECT NOT has_schema_privilege(oid, 'USAGE') FROM pg_namespace WHERE nspname = %s", (name,)
+            ).fetchone()
+        if row is not None and row[0]:
+            raise StoreError(
+                f"{self.where}: this role may not use schema {name!r} (permission denied; the owner must "
+                f'GRANT USAGE ON SCHEMA and the table privileges to it: README, "PostgreSQL")'
+            )
 
     def ensure_schema(self, *, create: bool) -> None:
         """Check (and with `create`, make) the ledger's tables; refuse another schema version."""

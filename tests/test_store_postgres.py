@@ -259,6 +259,19 @@ def test_ledger_lives_in_the_first_schema_of_the_search_path(pg_url: str) -> Non
         pg_execute(pg_url, f"DROP SCHEMA IF EXISTS {mine} CASCADE")
 
 
+def test_a_role_without_usage_on_the_schema_is_told_so(app_role: str, pg_url: str) -> None:
+    """A role not granted USAGE on the ledger's schema was told there is no ledger and to `lifecycle init`
+    one (PostgreSQL leaves a schema it may not use out of its search path): it is told the grant is missing."""
+    schema = app_role.rsplit("%3D", 1)[1]
+    role = app_role.split("://", 1)[1].split("@", 1)[0]
+    pg_execute(pg_url, f"REVOKE USAGE ON SCHEMA {schema} FROM {role}")
+    for create in (False, True):
+        with pytest.raises(StoreError, match=f"may not use schema '{schema}'.*GRANT USAGE") as info:
+            PostgresEventStore(app_role, create=create)
+        assert "\n" not in str(info.value) and "lifecycle init" not in str(info.value)
+    assert pg_execute(pg_url, "SELECT count(*) FROM events") == [(3,)]
+
+
 def test_foreign_events_table_and_other_schema_version_are_refused(pg_url: str) -> None:
     """An `events` table that is not ours, or another store schema version, is refused, never written to."""
     pg_execute(pg_url, "CREATE TABLE events (id int)")
