@@ -21,6 +21,7 @@ from backends import PG_BASE, pg_execute, with_schema
 from test_store_contract import new
 
 from store import ConcurrencyError, InputError, IntegrityError, StoreError, StreamHead
+from store.open import is_postgres_url, redact_url
 from store.postgres import PostgresEventStore
 from store.postgres_schema import STORE_SCHEMA_VERSION
 
@@ -218,6 +219,21 @@ def test_unusable_url_is_store_error_without_the_password(url: str, expected: st
         PostgresEventStore(url)
     assert "s3cret-pw" not in str(info.value) and "s3cret-pw" not in repr(info.value.args)
     assert not isinstance(info.value.__cause__, StoreError)
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql:///ledgers?host=/var/run/postgresql&password=s3cret-pw",
+         "postgresql:///ledgers?host=%2Fvar%2Frun%2Fpostgresql&password=***"),
+        ("postgres://", "postgres://"),
+        ("postgresql://u:s3cret-pw@db/ledgers", "postgresql://u:***@db/ledgers"),
+    ],
+)  # fmt: skip
+def test_a_url_without_a_host_is_named_as_a_url(url: str, shown: str) -> None:
+    """A URL with no host part (a Unix socket: `postgresql:///db?host=/run/postgresql`) was named in messages
+    and `migrate --json` as `postgresql:/db?…`, which is not a URL but a file name: the `//` is kept."""
+    assert redact_url(url) == shown and is_postgres_url(redact_url(url))
 
 
 def test_missing_schema_is_created_or_refused(pg_url: str) -> None:
