@@ -410,9 +410,13 @@ class PgSession:
         prefix = f"{self.where}: {what}"
         error: LifecycleError
         if isinstance(e, pg_errors.LockNotAvailable):
+            holder, table = self._lock_holder(), ""
+            if not holder:  # not a writer: a session holding a table lock (`LOCK TABLE`, `ALTER TABLE`, …)?
+                table, holder = self._table_lock_holder()
+            held = f"a lock on the ledger's table `{table}`" if table else "the ledger's write lock"
             error = StoreError(
-                f"{prefix}: another writer held the ledger's write lock for more than {self.lock_timeout} "
-                f"(lock_timeout{self._lock_holder()}); nothing was appended, retry later"
+                f"{prefix}: another {'session' if table else 'writer'} held {held} for more than "
+                f"{self.lock_timeout} (lock_timeout{holder}); nothing was appended, retry later"
             )
         elif isinstance(e, pg_errors.IdleInTransactionSessionTimeout) or "idle-in-transaction" in detail:
             error = StoreError(
@@ -451,6 +455,31 @@ class PgSession:
             return ""
         pid, app, state, seconds = row
         return f"; held by server pid {pid} ({app or 'no application_name'}, {state}, transaction open {seconds} s)"
+
+    def _table_lock_holder(self) -> tuple[str, str]:
+        """A session holding a lock on a ledger table that blocks reads or appends: (table, `; held by …`),
+        or ("", "") when there is none (any more), asked on a connection of its own."""
+        try:
+            with psycopg.connect(self.url, autocommit=True, connect_timeout=5) as conn:
+                row = conn.execute(
+                    "SELECT c.relname, a.pid, a.application_name, a.state, "
+                    "round(extract(epoch FROM now() - a.xact_start))::int FROM pg_locks l "
+                    "JOIN pg_class c ON c.oid = l.relation JOIN pg_stat_activity a ON a.pid = l.pid "
+                    "WHERE l.locktype = 'relation' AND l.granted AND c.relnamespace = "
+                    "(SELECT oid FROM pg_namespace WHERE nspname = %s) AND c.relname = ANY(%s) AND l.mode IN "
+                    "('ShareLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock') "
+                    "ORDER BY l.mode = 'AccessExclusiveLock' DESC, a.xact_start LIMIT 1",
+                    (self.schema, ["events", "streams", "checkpoints", "checkpoint_streams", "meta"]),
+                ).fetchone()
+        except psycopg.Error:
+            return "", ""  # the message stays useful without it
+        if row is None:
+            return "", ""
+        table, pid, app, state, seconds = row
+        return (
+            table,
+            f"; held by server pid {pid} ({app or 'no application_name'}, {state}, transaction open {seconds} s)",
+        )
 
     def _lost(self) -> bool:
         """The session's connection is gone (not by `close()`): the next operation connects again."""

@@ -180,6 +180,25 @@ def test_lock_held_past_lock_timeout_is_store_error(store: PostgresEventStore, p
     assert store.append("a", 2, [new("a", 2)]).events[0].seq == 4  # the session is usable afterwards
 
 
+def test_a_table_lock_past_lock_timeout_names_its_holder_not_the_write_lock(pg_url: str) -> None:
+    """A session holding a lock on `events` (someone's `LOCK TABLE` or `ALTER TABLE … DISABLE TRIGGER` left
+    open in psql) made reads and writes fail with "another writer held the ledger's write lock", naming no
+    holder, though no writer held it: the message now names the table lock and the session holding it."""
+    with PostgresEventStore(pg_url) as store:
+        store.append("a", 0, [new("a", 0)])
+    with psycopg.connect(pg_url, application_name="psql-left-open") as holder:
+        holder.execute("LOCK TABLE events IN ACCESS EXCLUSIVE MODE")
+        with PostgresEventStore(pg_url, busy_timeout=0.1) as impatient:
+            for call in (impatient.head, lambda: impatient.append("a", 1, [new("a", 1)])):
+                with pytest.raises(StoreError) as info:
+                    call()
+                text = str(info.value)
+                assert "a lock on the ledger's table `events`" in text and "write lock" not in text, text
+                assert f"held by server pid {holder.info.backend_pid} (psql-left-open" in text and "\n" not in text
+        holder.rollback()
+    assert pg_execute(pg_url, "SELECT count(*) FROM events") == [(1,)]
+
+
 def test_a_writer_stalled_inside_its_transaction_is_ended(store: PostgresEventStore, pg_url: str) -> None:
     """idle_in_transaction_session_timeout ends a writer that stalls holding the lock: StoreError, nothing kept."""
     stalled = PostgresEventStore(pg_url, idle_timeout=0.3)
