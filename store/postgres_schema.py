@@ -180,7 +180,8 @@ class PgSession:
     """One connection to a ledger's schema, with the error boundary every call goes through."""
 
     def __init__(self, url: str, *, synchronous: str, busy_timeout: float, idle_timeout: float) -> None:
-        self.url = url
+        scheme, sep, rest = url.partition("://")
+        url = self.url = scheme.lower() + sep + rest  # `POSTGRESQL://` is a URL to `is_postgres_url`, not to libpq
         self.where = redact_url(url)
         # The thread that may use this connection (store/threads.py); in a forked child, none may (and
         # psycopg never closes, so never sends a Terminate for, a connection it frees in another process).

@@ -255,6 +255,16 @@ def test_a_url_without_a_host_is_named_as_a_url(url: str, shown: str) -> None:
     assert redact_url(url) == shown and is_postgres_url(redact_url(url))
 
 
+def test_an_upper_case_scheme_connects(pg_url: str) -> None:
+    """`POSTGRESQL://…` is taken for a URL (not a file name), but libpq refused it with "missing "=" after
+    …in connection info string": the scheme is matched and passed on in lower case."""
+    with PostgresEventStore(pg_url) as store:
+        store.append("a", 0, [new("a", 0)])
+    scheme, rest = pg_url.split("://", 1)
+    with PostgresEventStore(f"{scheme.upper()}://{rest}", create=False) as upper:
+        assert upper.count_events() == 1
+
+
 def test_missing_schema_is_created_or_refused(pg_url: str) -> None:
     """A URL whose schema does not exist: a writer creates it, a reader (create=False) is told there is no ledger."""
     url = with_schema(PG_BASE, f"n_{uuid.uuid4().hex[:12]}")
