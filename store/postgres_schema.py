@@ -168,6 +168,7 @@ _SET_UNLESS_IN_URL = (
 )
 
 
+_MAX_IDENTIFIER_BYTES = 63  # NAMEDATALEN - 1: longer names are cut
 _MAX_PREPARED = 64  # statement shapes (rows per insert, checks) prepared per connection
 
 
@@ -332,11 +333,14 @@ class PgSession:
 
     def _first_schema(self) -> str:
         """The first schema of the search_path as PostgreSQL reads it: a quoted name as written, an unquoted one
-        folded to lower case (ASCII letters, as `downcase_identifier`): `MySchema` is the schema `myschema`."""
+        folded to lower case (ASCII letters, as `downcase_identifier`): `MySchema` is the schema `myschema`;
+        either cut to 63 bytes (a whole character), as the server cuts every identifier."""
         first = self.search_path.split(",")[0].strip()
         if first.startswith('"'):
-            return first[1:-1].replace('""', '"')
-        return "".join(chr(ord(c) + 32) if "A" <= c <= "Z" else c for c in first)
+            name = first[1:-1].replace('""', '"')
+        else:
+            name = "".join(chr(ord(c) + 32) if "A" <= c <= "Z" else c for c in first)
+        return name.encode()[:_MAX_IDENTIFIER_BYTES].decode(errors="ignore")
 
     # --- statements in a multi-statement round trip ------------------------------------------
 

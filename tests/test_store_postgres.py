@@ -304,6 +304,22 @@ def test_ledger_lives_in_the_first_schema_of_the_search_path(pg_url: str) -> Non
         pg_execute(pg_url, f"DROP SCHEMA IF EXISTS {mine} CASCADE")
 
 
+@pytest.mark.parametrize("tail", ["x" * 70, "é" * 40], ids=["ascii", "two-byte"])
+def test_a_schema_name_past_63_bytes_is_the_one_the_server_cut(tail: str) -> None:
+    """The server cuts a longer name to 63 bytes: the URL's long name still opens the ledger it created."""
+    name = f"n_{uuid.uuid4().hex[:8]}_{tail}"
+    url = with_schema(PG_BASE, f'"{name}"')
+    try:
+        with PostgresEventStore(url) as made:
+            made.append("a", 0, [new("a", 0)])
+        with PostgresEventStore(url, create=False) as again:
+            assert again.count_events() == 1 and again.session.schema is not None
+            assert len(again.session.schema.encode()) <= 63 and name.startswith(again.session.schema)
+    finally:
+        cut = name.encode()[:63].decode(errors="ignore").replace('"', '""')
+        pg_execute(PG_BASE, f'DROP SCHEMA IF EXISTS "{cut}" CASCADE')
+
+
 def test_a_role_without_usage_on_the_schema_is_told_so(app_role: str, pg_url: str) -> None:
     """A role not granted USAGE on the ledger's schema was told there is no ledger and to `lifecycle init`
     one (PostgreSQL leaves a schema it may not use out of its search path): it is told the grant is missing."""
