@@ -172,6 +172,18 @@ _MAX_IDENTIFIER_BYTES = 63  # NAMEDATALEN - 1: longer names are cut
 _MAX_PREPARED = 64  # statement shapes (rows per insert, checks) prepared per connection
 
 
+def _first_entry(search_path: str) -> str:
+    """The first entry of a search_path as written: a quoted name may hold commas (`"a,b", public`)."""
+    path = search_path.strip()
+    if path.startswith('"'):
+        end = 1
+        while (end := path.find('"', end)) != -1:
+            if path[end + 1 : end + 2] != '"':
+                return path[: end + 1]
+            end += 2
+    return path.split(",")[0].strip()
+
+
 def _lock_key(schema: str) -> int:
     """The advisory-lock key for one ledger: its schema name, hashed to a signed 64-bit int."""
     return int.from_bytes(hashlib.sha256(b"lifecycle-fsm:" + schema.encode()).digest()[:8], "big", signed=True)
@@ -327,7 +339,7 @@ class PgSession:
     def _url_schema(self, current: str | None) -> str | None:
         """The URL's schema if it exists, else None. PostgreSQL's current_schema() skips a missing first
         schema (`search_path=mine,public` without `mine` is `public`): that would be another ledger."""
-        if self.search_path.split(",")[0].strip() in ("$user", '"$user"'):
+        if _first_entry(self.search_path) in ("$user", '"$user"'):
             return current  # the default path: whichever schema it resolves to
         return current if current == self._first_schema() else None
 
@@ -335,7 +347,7 @@ class PgSession:
         """The first schema of the search_path as PostgreSQL reads it: a quoted name as written, an unquoted one
         folded to lower case (ASCII letters, as `downcase_identifier`): `MySchema` is the schema `myschema`;
         either cut to 63 bytes (a whole character), as the server cuts every identifier."""
-        first = self.search_path.split(",")[0].strip()
+        first = _first_entry(self.search_path)
         if first.startswith('"'):
             name = first[1:-1].replace('""', '"')
         else:

@@ -304,11 +304,12 @@ def test_ledger_lives_in_the_first_schema_of_the_search_path(pg_url: str) -> Non
         pg_execute(pg_url, f"DROP SCHEMA IF EXISTS {mine} CASCADE")
 
 
-@pytest.mark.parametrize("tail", ["x" * 70, "é" * 40], ids=["ascii", "two-byte"])
+@pytest.mark.parametrize("tail", ["x" * 70, "é" * 40, 'a,b""q""'], ids=["ascii", "two-byte", "comma-quote"])
 def test_a_schema_name_past_63_bytes_is_the_one_the_server_cut(tail: str) -> None:
-    """The server cuts a longer name to 63 bytes: the URL's long name still opens the ledger it created."""
-    name = f"n_{uuid.uuid4().hex[:8]}_{tail}"
-    url = with_schema(PG_BASE, f'"{name}"')
+    """The server cuts a longer name to 63 bytes, and a quoted one may hold a comma: the URL's name still opens
+    the ledger it created."""
+    name = f"n_{uuid.uuid4().hex[:8]}_{tail}".replace('""', '"')
+    url = with_schema(PG_BASE, '"' + name.replace('"', '""') + '",public')
     try:
         with PostgresEventStore(url) as made:
             made.append("a", 0, [new("a", 0)])
