@@ -25,7 +25,7 @@ import orjson
 
 from store.base import EventStore
 from store.chain import GENESIS_HASH, rehash
-from store.errors import ConflictError, IntegrityError
+from store.errors import ConflictError, IntegrityError, StoreError
 from store.records import CheckpointRecord, Head, NewEvent, StoredEvent, StreamHead
 
 __all__ = ["MigrationReport", "migrate"]
@@ -61,8 +61,26 @@ def migrate(
     """
     target = src.head()
     start = _resume_point(src, dst, target)
+    kept = [start.seq]  # the destination holds every event up to here
+    try:
+        return _copy(src, dst, start, target, kept, index, progress, batch)
+    except StoreError as e:  # a connection lost, a server gone: the batches committed before it stay
+        raise StoreError(f"{e}; {_copied(start.seq, kept[0])}; the same copy again resumes it") from e
+
+
+def _copy(
+    src: EventStore,
+    dst: EventStore,
+    start: Head,
+    target: Head,
+    kept: list[int],
+    index: Callable[[EventStore], Iterable[StreamHead]] | None,
+    progress: Progress | None,
+    batch: int,
+) -> MigrationReport:
+    """`migrate` after its resume point; `kept[0]` follows the last seq committed in the destination."""
     prev = Head(0, GENESIS_HASH)
-    written = start.seq  # the destination holds every event up to here
+    written = start.seq
     pending: list[StoredEvent] = []
     for event in src.select_events(to=target.seq):
         reason = _link_problem(event, prev)
@@ -75,10 +93,11 @@ def migrate(
             if len(pending) >= batch:
                 _write(dst, pending)
                 written, pending = event.seq, []
+                kept[0] = written
         if progress is not None:
             progress(event.seq, target.seq)
     _write(dst, pending)
-    written = max(written, prev.seq)
+    written = kept[0] = max(written, prev.seq)
     if prev != target:
         raise IntegrityError(f"the source ended at seq {prev.seq}, not at its head {target.seq}; "
                              f"{_copied(start.seq, written)}", seq=prev.seq)  # fmt: skip

@@ -36,8 +36,12 @@ def redact_url(url: str) -> str:
             user = userinfo.split(":", 1)[0]
             netloc = f"{user}:***@{hostinfo}" if ":" in userinfo else f"{user}@{hostinfo}"
         pairs = parse_qsl(parts.query, keep_blank_values=True)
-        query = urlencode([(k, "***" if k.lower() == "password" else v) for k, v in pairs], safe="=%-")
-        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+        query = urlencode([(k, "***" if k.lower() == "password" else v) for k, v in pairs], safe="=%-*")
+        shown = urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+        if not netloc:  # `postgresql:///db?host=/run/postgresql`: urlunsplit drops the `//`, leaving a file name
+            rest = shown[len(parts.scheme) + 1 :]
+            shown = shown if rest.startswith("//") else f"{parts.scheme}://{rest}"
+        return shown
     except ValueError:
         return "the PostgreSQL URL (unparsable)"
 

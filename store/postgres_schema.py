@@ -168,7 +168,20 @@ _SET_UNLESS_IN_URL = (
 )
 
 
+_MAX_IDENTIFIER_BYTES = 63  # NAMEDATALEN - 1: longer names are cut
 _MAX_PREPARED = 64  # statement shapes (rows per insert, checks) prepared per connection
+
+
+def _first_entry(search_path: str) -> str:
+    """The first entry of a search_path as written: a quoted name may hold commas (`"a,b", public`)."""
+    path = search_path.strip()
+    if path.startswith('"'):
+        end = 1
+        while (end := path.find('"', end)) != -1:
+            if path[end + 1 : end + 2] != '"':
+                return path[: end + 1]
+            end += 2
+    return path.split(",")[0].strip()
 
 
 def _lock_key(schema: str) -> int:
@@ -180,7 +193,8 @@ class PgSession:
     """One connection to a ledger's schema, with the error boundary every call goes through."""
 
     def __init__(self, url: str, *, synchronous: str, busy_timeout: float, idle_timeout: float) -> None:
-        self.url = url
+        scheme, sep, rest = url.partition("://")
+        url = self.url = scheme.lower() + sep + rest  # `POSTGRESQL://` is a URL to `is_postgres_url`, not to libpq
         self.where = redact_url(url)
         # The thread that may use this connection (store/threads.py); in a forked child, none may (and
         # psycopg never closes, so never sends a Terminate for, a connection it frees in another process).
@@ -201,8 +215,8 @@ class PgSession:
         try:
             self.lock_timeout: str = row[0]  # as the server shows it ("30s", "500ms"): for messages
             self.idle_timeout_shown: str = row[1]
-            self.schema: str | None = row[3]
             self.search_path: str = row[4]
+            self.schema: str | None = self._url_schema(row[3])
             self._quotes_plainly: bool = row[5]  # a backslash in a '…' literal is a backslash (see `literal`)
             self.lock_key = _lock_key(self.schema or self._first_schema())
             self.lock_sql = f"SELECT pg_advisory_xact_lock({self.lock_key})"
@@ -286,7 +300,7 @@ class PgSession:
 
     def _reconnect(self) -> None:
         conn, row = self._connect("lost its connection to the server and cannot connect again")
-        if (row[3], row[5]) != (self.schema, self._quotes_plainly):
+        if (self._url_schema(row[3]), row[5]) != (self.schema, self._quotes_plainly):
             conn.close()
             raise StoreError(
                 f"{self.where}: lost its connection to the server; a new session finds schema {row[3]!r}, not "
@@ -322,13 +336,23 @@ class PgSession:
             self._listener = listener
         return listener
 
+    def _url_schema(self, current: str | None) -> str | None:
+        """The URL's schema if it exists, else None. PostgreSQL's current_schema() skips a missing first
+        schema (`search_path=mine,public` without `mine` is `public`): that would be another ledger."""
+        if _first_entry(self.search_path) in ("$user", '"$user"'):
+            return current  # the default path: whichever schema it resolves to
+        return current if current == self._first_schema() else None
+
     def _first_schema(self) -> str:
         """The first schema of the search_path as PostgreSQL reads it: a quoted name as written, an unquoted one
-        folded to lower case (ASCII letters, as `downcase_identifier`): `MySchema` is the schema `myschema`."""
-        first = self.search_path.split(",")[0].strip()
+        folded to lower case (ASCII letters, as `downcase_identifier`): `MySchema` is the schema `myschema`;
+        either cut to 63 bytes (a whole character), as the server cuts every identifier."""
+        first = _first_entry(self.search_path)
         if first.startswith('"'):
-            return first[1:-1].replace('""', '"')
-        return "".join(chr(ord(c) + 32) if "A" <= c <= "Z" else c for c in first)
+            name = first[1:-1].replace('""', '"')
+        else:
+            name = "".join(chr(ord(c) + 32) if "A" <= c <= "Z" else c for c in first)
+        return name.encode()[:_MAX_IDENTIFIER_BYTES].decode(errors="ignore")
 
     # --- statements in a multi-statement round trip ------------------------------------------
 
@@ -403,9 +427,13 @@ class PgSession:
         prefix = f"{self.where}: {what}"
         error: LifecycleError
         if isinstance(e, pg_errors.LockNotAvailable):
+            holder, table = self._lock_holder(), ""
+            if not holder:  # not a writer: a session holding a table lock (`LOCK TABLE`, `ALTER TABLE`, …)?
+                table, holder = self._table_lock_holder()
+            held = f"a lock on the ledger's table `{table}`" if table else "the ledger's write lock"
             error = StoreError(
-                f"{prefix}: another writer held the ledger's write lock for more than {self.lock_timeout} "
-                f"(lock_timeout{self._lock_holder()}); nothing was appended, retry later"
+                f"{prefix}: another {'session' if table else 'writer'} held {held} for more than "
+                f"{self.lock_timeout} (lock_timeout{holder}); nothing was appended, retry later"
             )
         elif isinstance(e, pg_errors.IdleInTransactionSessionTimeout) or "idle-in-transaction" in detail:
             error = StoreError(
@@ -445,6 +473,31 @@ class PgSession:
         pid, app, state, seconds = row
         return f"; held by server pid {pid} ({app or 'no application_name'}, {state}, transaction open {seconds} s)"
 
+    def _table_lock_holder(self) -> tuple[str, str]:
+        """A session holding a lock on a ledger table that blocks reads or appends: (table, `; held by …`),
+        or ("", "") when there is none (any more), asked on a connection of its own."""
+        try:
+            with psycopg.connect(self.url, autocommit=True, connect_timeout=5) as conn:
+                row = conn.execute(
+                    "SELECT c.relname, a.pid, a.application_name, a.state, "
+                    "round(extract(epoch FROM now() - a.xact_start))::int FROM pg_locks l "
+                    "JOIN pg_class c ON c.oid = l.relation JOIN pg_stat_activity a ON a.pid = l.pid "
+                    "WHERE l.locktype = 'relation' AND l.granted AND c.relnamespace = "
+                    "(SELECT oid FROM pg_namespace WHERE nspname = %s) AND c.relname = ANY(%s) AND l.mode IN "
+                    "('ShareLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock') "
+                    "ORDER BY l.mode = 'AccessExclusiveLock' DESC, a.xact_start LIMIT 1",
+                    (self.schema, ["events", "streams", "checkpoints", "checkpoint_streams", "meta"]),
+                ).fetchone()
+        except psycopg.Error:
+            return "", ""  # the message stays useful without it
+        if row is None:
+            return "", ""
+        table, pid, app, state, seconds = row
+        return (
+            table,
+            f"; held by server pid {pid} ({app or 'no application_name'}, {state}, transaction open {seconds} s)",
+        )
+
     def _lost(self) -> bool:
         """The session's connection is gone (not by `close()`): the next operation connects again."""
         conn: psycopg.Connection[Any] | None = getattr(self, "conn", None)  # None: the first connect failed
@@ -464,8 +517,15 @@ class PgSession:
 
     def schema_version(self) -> str | None:
         """The store schema version this schema records; None when it holds no ledger yet."""
+        if self.schema is None:  # the URL's schema does not exist, or this role may not use it
+            self._refuse_unusable_schema()
+            return None  # no ledger (a table later in the path is another's)
         with self.mapped("cannot read the ledger schema"):
-            found = self.conn.execute("SELECT to_regclass('meta') IS NOT NULL, to_regclass('events') IS NOT NULL")
+            found = self.conn.execute(
+                "SELECT to_regclass(format('%%I.meta', %s::text)) IS NOT NULL, "
+                "to_regclass(format('%%I.events', %s::text)) IS NOT NULL",
+                (self.schema, self.schema),
+            )
             row = found.fetchone()
             assert row is not None
             has_meta, has_events = row
@@ -478,6 +538,20 @@ class PgSession:
             raise StoreError(f"{self.where}: schema {self.schema!r} has an `events` table but no store schema version "
                              "(emptied by hand): not a ledger; refusing to write to it")  # fmt: skip
         return None if value is None else str(value[0])
+
+    def _refuse_unusable_schema(self) -> None:
+        """A schema that exists but that this role lacks USAGE on is left out of the search path by PostgreSQL,
+        so it looks missing: say which grant is missing instead of "no ledger, create one"."""
+        name = self._first_schema()
+        with self.mapped("cannot read the ledger schema"):
+            row = self.conn.execute(
+                "SELECT NOT has_schema_privilege(oid, 'USAGE') FROM pg_namespace WHERE nspname = %s", (name,)
+            ).fetchone()
+        if row is not None and row[0]:
+            raise StoreError(
+                f"{self.where}: this role may not use schema {name!r} (permission denied; the owner must "
+                f'GRANT USAGE ON SCHEMA and the table privileges to it: README, "PostgreSQL")'
+            )
 
     def ensure_schema(self, *, create: bool) -> None:
         """Check (and with `create`, make) the ledger's tables; refuse another schema version."""

@@ -130,6 +130,35 @@ def test_a_broken_source_stops_the_copy_at_the_break(tmp_path: Path) -> None:
     src.close()
 
 
+@pytest.mark.postgres
+def test_a_connection_lost_mid_copy_says_what_was_kept(pg_url: str) -> None:
+    """A destination whose server session ends mid-copy kept its committed batches, but the error said only
+    "nothing of this transaction was committed": it now also says which seqs were copied, and the same
+    copy again resumes after them."""
+    from backends import PG_BASE, pg_execute
+
+    from store import StoreError
+    from store.postgres import PostgresEventStore
+
+    src = Backend("memory", None).open()
+    src.append("a", 0, [new("a", i) for i in range(6)])
+    with PostgresEventStore(pg_url) as dst:
+
+        def cut(done: int, _total: int) -> None:
+            if done == 3:  # seq 1-2 are committed; the next batch meets a dead session
+                pid = dst.session.conn.info.backend_pid
+                pg_execute(PG_BASE, "SELECT pg_terminate_backend(%s)", (pid,))
+
+        with pytest.raises(StoreError) as info:
+            migrate(src, dst, batch=2, progress=cut)
+        assert "\n" not in str(info.value)
+        assert str(info.value).endswith(
+            "; copied seq 1 to 2 (2 events, each verified), nothing after seq 2; the same copy again resumes it"
+        )
+        assert dst.head().seq == 2
+        assert migrate(src, dst).copied == 4
+
+
 def test_migrate_command_from_a_broken_source_says_what_it_copied(ws: Workspace, tmp_path: Path) -> None:
     """Broken at seq 4: exit 6, "nothing was copied" (it said "nothing after it copied"), and no empty DST left.
 

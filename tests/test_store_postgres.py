@@ -21,6 +21,7 @@ from backends import PG_BASE, pg_execute, with_schema
 from test_store_contract import new
 
 from store import ConcurrencyError, InputError, IntegrityError, StoreError, StreamHead
+from store.open import is_postgres_url, redact_url
 from store.postgres import PostgresEventStore
 from store.postgres_schema import STORE_SCHEMA_VERSION
 
@@ -179,6 +180,25 @@ def test_lock_held_past_lock_timeout_is_store_error(store: PostgresEventStore, p
     assert store.append("a", 2, [new("a", 2)]).events[0].seq == 4  # the session is usable afterwards
 
 
+def test_a_table_lock_past_lock_timeout_names_its_holder_not_the_write_lock(pg_url: str) -> None:
+    """A session holding a lock on `events` (someone's `LOCK TABLE` or `ALTER TABLE … DISABLE TRIGGER` left
+    open in psql) made reads and writes fail with "another writer held the ledger's write lock", naming no
+    holder, though no writer held it: the message now names the table lock and the session holding it."""
+    with PostgresEventStore(pg_url) as store:
+        store.append("a", 0, [new("a", 0)])
+    with psycopg.connect(pg_url, application_name="psql-left-open") as holder:
+        holder.execute("LOCK TABLE events IN ACCESS EXCLUSIVE MODE")
+        with PostgresEventStore(pg_url, busy_timeout=0.1) as impatient:
+            for call in (impatient.head, lambda: impatient.append("a", 1, [new("a", 1)])):
+                with pytest.raises(StoreError) as info:
+                    call()
+                text = str(info.value)
+                assert "a lock on the ledger's table `events`" in text and "write lock" not in text, text
+                assert f"held by server pid {holder.info.backend_pid} (psql-left-open" in text and "\n" not in text
+        holder.rollback()
+    assert pg_execute(pg_url, "SELECT count(*) FROM events") == [(1,)]
+
+
 def test_a_writer_stalled_inside_its_transaction_is_ended(store: PostgresEventStore, pg_url: str) -> None:
     """idle_in_transaction_session_timeout ends a writer that stalls holding the lock: StoreError, nothing kept."""
     stalled = PostgresEventStore(pg_url, idle_timeout=0.3)
@@ -220,6 +240,31 @@ def test_unusable_url_is_store_error_without_the_password(url: str, expected: st
     assert not isinstance(info.value.__cause__, StoreError)
 
 
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql:///ledgers?host=/var/run/postgresql&password=s3cret-pw",
+         "postgresql:///ledgers?host=%2Fvar%2Frun%2Fpostgresql&password=***"),
+        ("postgres://", "postgres://"),
+        ("postgresql://u:s3cret-pw@db/ledgers", "postgresql://u:***@db/ledgers"),
+    ],
+)  # fmt: skip
+def test_a_url_without_a_host_is_named_as_a_url(url: str, shown: str) -> None:
+    """A URL with no host part (a Unix socket: `postgresql:///db?host=/run/postgresql`) was named in messages
+    and `migrate --json` as `postgresql:/db?…`, which is not a URL but a file name: the `//` is kept."""
+    assert redact_url(url) == shown and is_postgres_url(redact_url(url))
+
+
+def test_an_upper_case_scheme_connects(pg_url: str) -> None:
+    """`POSTGRESQL://…` is taken for a URL (not a file name), but libpq refused it with "missing "=" after
+    …in connection info string": the scheme is matched and passed on in lower case."""
+    with PostgresEventStore(pg_url) as store:
+        store.append("a", 0, [new("a", 0)])
+    scheme, rest = pg_url.split("://", 1)
+    with PostgresEventStore(f"{scheme.upper()}://{rest}", create=False) as upper:
+        assert upper.count_events() == 1
+
+
 def test_missing_schema_is_created_or_refused(pg_url: str) -> None:
     """A URL whose schema does not exist: a writer creates it, a reader (create=False) is told there is no ledger."""
     url = with_schema(PG_BASE, f"n_{uuid.uuid4().hex[:12]}")
@@ -232,6 +277,61 @@ def test_missing_schema_is_created_or_refused(pg_url: str) -> None:
             assert again.count_events() == 1
     finally:
         pg_execute(url, "DROP SCHEMA IF EXISTS " + url.rsplit("%3D", 1)[1] + " CASCADE")
+
+
+def test_ledger_lives_in_the_first_schema_of_the_search_path(pg_url: str) -> None:
+    """`search_path=mine,shared`: the ledger is `mine`'s, never the one in `shared` that PostgreSQL would fall
+    through to when `mine` is missing or holds no ledger (a reader is refused, a writer makes `mine`'s)."""
+    shared = pg_url.rsplit("%3D", 1)[1]
+    with PostgresEventStore(pg_url) as other:
+        other.append("a", 0, [new("a", 0)])
+    mine = f"n_{uuid.uuid4().hex[:12]}"
+    url = with_schema(PG_BASE, f"{mine},{shared}")
+    try:
+        with pytest.raises(InputError, match="no ledger"):
+            PostgresEventStore(url, create=False)
+        pg_execute(pg_url, f"CREATE SCHEMA {mine}")  # there, but empty: still not the shared ledger
+        with pytest.raises(InputError, match="no ledger"):
+            PostgresEventStore(url, create=False)
+        pg_execute(pg_url, f"DROP SCHEMA {mine}")
+        with PostgresEventStore(url) as made:
+            assert made.session.schema == mine
+            assert made.count_events() == 0
+            assert made.append("b", 0, [new("b", 0)]).events[0].seq == 1
+        assert pg_execute(pg_url, f"SELECT count(*) FROM {mine}.events") == [(1,)]
+        assert pg_execute(pg_url, "SELECT stream_id FROM events") == [("a",)]
+    finally:
+        pg_execute(pg_url, f"DROP SCHEMA IF EXISTS {mine} CASCADE")
+
+
+@pytest.mark.parametrize("tail", ["x" * 70, "é" * 40, 'a,b""q""'], ids=["ascii", "two-byte", "comma-quote"])
+def test_a_schema_name_past_63_bytes_is_the_one_the_server_cut(tail: str) -> None:
+    """The server cuts a longer name to 63 bytes, and a quoted one may hold a comma: the URL's name still opens
+    the ledger it created."""
+    name = f"n_{uuid.uuid4().hex[:8]}_{tail}".replace('""', '"')
+    url = with_schema(PG_BASE, '"' + name.replace('"', '""') + '",public')
+    try:
+        with PostgresEventStore(url) as made:
+            made.append("a", 0, [new("a", 0)])
+        with PostgresEventStore(url, create=False) as again:
+            assert again.count_events() == 1 and again.session.schema is not None
+            assert len(again.session.schema.encode()) <= 63 and name.startswith(again.session.schema)
+    finally:
+        cut = name.encode()[:63].decode(errors="ignore").replace('"', '""')
+        pg_execute(PG_BASE, f'DROP SCHEMA IF EXISTS "{cut}" CASCADE')
+
+
+def test_a_role_without_usage_on_the_schema_is_told_so(app_role: str, pg_url: str) -> None:
+    """A role not granted USAGE on the ledger's schema was told there is no ledger and to `lifecycle init`
+    one (PostgreSQL leaves a schema it may not use out of its search path): it is told the grant is missing."""
+    schema = app_role.rsplit("%3D", 1)[1]
+    role = app_role.split("://", 1)[1].split("@", 1)[0]
+    pg_execute(pg_url, f"REVOKE USAGE ON SCHEMA {schema} FROM {role}")
+    for create in (False, True):
+        with pytest.raises(StoreError, match=f"may not use schema '{schema}'.*GRANT USAGE") as info:
+            PostgresEventStore(app_role, create=create)
+        assert "\n" not in str(info.value) and "lifecycle init" not in str(info.value)
+    assert pg_execute(pg_url, "SELECT count(*) FROM events") == [(3,)]
 
 
 def test_foreign_events_table_and_other_schema_version_are_refused(pg_url: str) -> None:
