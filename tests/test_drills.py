@@ -371,3 +371,41 @@ def test_a_dangling_link_in_the_report_folder_is_an_existing_report_not_a_way_ou
     assert not victim.exists()
     assert (report / "drill-report.json.previous").is_symlink()
     assert not (report / "drill-report.json").is_symlink() and json.loads((report / "drill-report.json").read_text())
+
+
+def test_threaded_writers_do_not_hang_when_one_cannot_open_its_ledger(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`concurrently` in threads mode starts its writers at a barrier: one whose `Ledger.open` failed never
+    reached it, and every other waited there for ever. A failed writer breaks the barrier and its error
+    is the step's (an injected open failure: the others open the real ledger)."""
+    import threading
+
+    from lifecycle_fsm import Ledger, StoreError
+    from replay.drills import writers
+
+    real_open = Ledger.open
+
+    class OneFails(Ledger):
+        @classmethod
+        def open(cls, target: object, **kwargs: object) -> Ledger:  # type: ignore[override]
+            if str(kwargs.get("actor", "")).endswith(":w1"):
+                raise StoreError("injected: writer 1 cannot open its ledger")
+            return real_open(target, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(writers, "Ledger", OneFails)
+    with Ledger.open(tmp_path / "l.db", synchronous="NORMAL") as ledger:
+        ledger.init()
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            writers._threads(str(tmp_path / "l.db"), [[], [], []], "drill")
+        except BaseException as e:
+            raised.append(e)
+
+    runner = threading.Thread(target=run, daemon=True)
+    runner.start()
+    runner.join(timeout=60)
+    assert not runner.is_alive(), "the other writers still wait at the barrier"
+    assert len(raised) == 1 and "injected: writer 1" in str(raised[0])

@@ -169,30 +169,44 @@ def _processes(target: str, plans: list[list[Call]], actor: str, go: Path) -> li
         p.stdout.readline()
     go.touch()
     results = []
-    for p in procs:
-        out, _ = p.communicate(timeout=120)
-        results.append(_parse(out))
+    try:
+        for p in procs:
+            out, _ = p.communicate(timeout=120)
+            results.append(_parse(out))
+    except BaseException:  # a writer that hangs (or Ctrl-C): none of the others is left running
+        for p in procs:
+            p.kill()
+            p.wait()
+        raise
     return results
 
 
 def _threads(target: str, plans: list[list[Call]], actor: str) -> list[list[Outcome]]:
     barrier = threading.Barrier(len(plans))
     results: list[list[Outcome]] = [[] for _ in plans]
+    failed: list[BaseException] = []
 
     def write(i: int) -> None:
-        with Ledger.open(target, synchronous="NORMAL", actor=f"{actor}:w{i}") as ledger:
-            barrier.wait()
-            for method, args, kwargs in plans[i]:
-                try:
-                    result = getattr(ledger, method)(*args, **kwargs)
-                except LifecycleError as e:
-                    results[i].append(("refused", type(e).__name__, str(e)))
-                    continue
-                results[i].append(("done", [] if result.duplicate else [e.seq for e in result.events], None))
+        try:
+            with Ledger.open(target, synchronous="NORMAL", actor=f"{actor}:w{i}") as ledger:
+                barrier.wait()
+                for method, args, kwargs in plans[i]:
+                    try:
+                        result = getattr(ledger, method)(*args, **kwargs)
+                    except LifecycleError as e:
+                        results[i].append(("refused", type(e).__name__, str(e)))
+                        continue
+                    results[i].append(("done", [] if result.duplicate else [e.seq for e in result.events], None))
+        except BaseException as e:  # one writer that cannot start must not leave the others at the barrier
+            barrier.abort()
+            failed.append(e)
 
     threads = [threading.Thread(target=write, args=(i,)) for i in range(len(plans))]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    cause = next((e for e in failed if not isinstance(e, threading.BrokenBarrierError)), None)
+    if cause is not None:
+        raise cause
     return results
