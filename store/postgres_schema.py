@@ -457,46 +457,39 @@ class PgSession:
     def _lock_holder(self) -> str:
         """Who holds the write lock (`; held by pid … (app, state, for N s)`), asked on a connection of its own."""
         key = self.lock_key & 0xFFFF_FFFF_FFFF_FFFF  # pg_locks shows a bigint key as two oids
-        try:
-            with psycopg.connect(self.url, autocommit=True, connect_timeout=5) as conn:
-                row = conn.execute(
-                    "SELECT a.pid, a.application_name, a.state, "
-                    "round(extract(epoch FROM now() - a.xact_start))::int FROM pg_locks l "
-                    "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted "
-                    "AND l.classid = %s::bigint::oid AND l.objid = %s::bigint::oid AND l.objsubid = 1",
-                    (key >> 32, key & 0xFFFF_FFFF),
-                ).fetchone()
-        except psycopg.Error:
-            return ""  # the message stays useful without it
-        if row is None:
-            return ""
-        pid, app, state, seconds = row
-        return f"; held by server pid {pid} ({app or 'no application_name'}, {state}, transaction open {seconds} s)"
+        row = self._ask_aside(
+            "SELECT a.pid, a.application_name, a.state, "
+            "round(extract(epoch FROM now() - a.xact_start))::int FROM pg_locks l "
+            "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted "
+            "AND l.classid = %s::bigint::oid AND l.objid = %s::bigint::oid AND l.objsubid = 1",
+            (key >> 32, key & 0xFFFF_FFFF),
+        )
+        return "" if row is None else _held_by(*row)
 
     def _table_lock_holder(self) -> tuple[str, str]:
         """A session holding a lock on a ledger table that blocks reads or appends: (table, `; held by …`),
         or ("", "") when there is none (any more), asked on a connection of its own."""
+        row = self._ask_aside(
+            "SELECT c.relname, a.pid, a.application_name, a.state, "
+            "round(extract(epoch FROM now() - a.xact_start))::int FROM pg_locks l "
+            "JOIN pg_class c ON c.oid = l.relation JOIN pg_stat_activity a ON a.pid = l.pid "
+            "WHERE l.locktype = 'relation' AND l.granted AND c.relnamespace = "
+            "(SELECT oid FROM pg_namespace WHERE nspname = %s) AND c.relname = ANY(%s) AND l.mode IN "
+            "('ShareLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock') "
+            "ORDER BY l.mode = 'AccessExclusiveLock' DESC, a.xact_start LIMIT 1",
+            (self.schema, ["events", "streams", "checkpoints", "checkpoint_streams", "meta"]),
+        )
+        return ("", "") if row is None else (row[0], _held_by(*row[1:]))
+
+    def _ask_aside(self, query: str, params: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        """One row from a connection of its own (this session's may be the one waiting); None when the
+        server cannot say (the error message stays useful without it)."""
         try:
             with psycopg.connect(self.url, autocommit=True, connect_timeout=5) as conn:
-                row = conn.execute(
-                    "SELECT c.relname, a.pid, a.application_name, a.state, "
-                    "round(extract(epoch FROM now() - a.xact_start))::int FROM pg_locks l "
-                    "JOIN pg_class c ON c.oid = l.relation JOIN pg_stat_activity a ON a.pid = l.pid "
-                    "WHERE l.locktype = 'relation' AND l.granted AND c.relnamespace = "
-                    "(SELECT oid FROM pg_namespace WHERE nspname = %s) AND c.relname = ANY(%s) AND l.mode IN "
-                    "('ShareLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock') "
-                    "ORDER BY l.mode = 'AccessExclusiveLock' DESC, a.xact_start LIMIT 1",
-                    (self.schema, ["events", "streams", "checkpoints", "checkpoint_streams", "meta"]),
-                ).fetchone()
+                row: tuple[Any, ...] | None = conn.execute(query, params).fetchone()
         except psycopg.Error:
-            return "", ""  # the message stays useful without it
-        if row is None:
-            return "", ""
-        table, pid, app, state, seconds = row
-        return (
-            table,
-            f"; held by server pid {pid} ({app or 'no application_name'}, {state}, transaction open {seconds} s)",
-        )
+            return None
+        return row
 
     def _lost(self) -> bool:
         """The session's connection is gone (not by `close()`): the next operation connects again."""
@@ -588,3 +581,7 @@ class PgSession:
         if self._listener is not None:
             self._listener.close()
         self.conn.close()
+
+
+def _held_by(pid: int, app: str | None, state: str, seconds: int) -> str:
+    return f"; held by server pid {pid} ({app or 'no application_name'}, {state}, transaction open {seconds} s)"
