@@ -42,7 +42,7 @@ from bench_common import median  # noqa: E402
 
 CHILD_VERIFY = """
 import sys, time
-from store.sqlite import SQLiteEventStore
+from lifecycle_fsm.store.sqlite import SQLiteEventStore
 s = SQLiteEventStore(sys.argv[1], synchronous="NORMAL")
 t = time.process_time(); r = s.verify_chain(); d = time.process_time() - t
 assert r.ok

@@ -34,8 +34,8 @@ CHILD = """
 import json, sqlite3, sys, time
 import orjson
 from lifecycle_fsm.streams import StreamReader
-from replay import load_state
-from store.sqlite import SQLiteEventStore
+from lifecycle_fsm.replay import load_state
+from lifecycle_fsm.store.sqlite import SQLiteEventStore
 
 db, reps, long_id = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 

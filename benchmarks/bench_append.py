@@ -38,9 +38,9 @@ from bench_common import (
 
 from lifecycle_fsm.events import TrustedStateRecorded, stream_of
 from lifecycle_fsm.ledger import Ledger
-from store.chain import canonical_json
-from store.records import NewEvent
-from store.sqlite import SQLiteEventStore
+from lifecycle_fsm.store.chain import canonical_json
+from lifecycle_fsm.store.records import NewEvent
+from lifecycle_fsm.store.sqlite import SQLiteEventStore
 
 N_CANDIDATES = 100
 KIND = "prompt_queue"

@@ -39,8 +39,8 @@ from lifecycle_fsm.events import (
     WindowAdvanced,
     stream_of,
 )
-from store.records import NewEvent
-from store.sqlite import SQLiteEventStore
+from lifecycle_fsm.store.records import NewEvent
+from lifecycle_fsm.store.sqlite import SQLiteEventStore
 
 clock = time.perf_counter
 ACTOR = "trainer@gpu-node-07:41237"

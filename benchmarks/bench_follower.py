@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 from bench_common import Row
 
-from store.open import open_store
+from lifecycle_fsm.store.open import open_store
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -37,8 +37,8 @@ with psycopg.connect(url) as conn:
 
 _OURS = """
 import random, sys, time
-from store import NewEvent
-from store.open import open_store
+from lifecycle_fsm.store import NewEvent
+from lifecycle_fsm.store.open import open_store
 url, me, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 rng = random.Random(me)
 store = open_store(url, synchronous="NORMAL")

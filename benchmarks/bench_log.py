@@ -20,10 +20,10 @@ from typing import Any
 from bench_common import Row, Streams, extend_ledger, fmt_spread, interleaved, median, per_round_ratio
 
 from lifecycle_fsm.events import ChecksRecorded, stream_of
-from replay.log import log_filter
-from store.records import EventFilter, NewEvent
-from store.sqlite import SQLiteEventStore
-from store.sqlite_schema import FILTER_INDEXES
+from lifecycle_fsm.replay.log import log_filter
+from lifecycle_fsm.store.records import EventFilter, NewEvent
+from lifecycle_fsm.store.sqlite import SQLiteEventStore
+from lifecycle_fsm.store.sqlite_schema import FILTER_INDEXES
 
 REJECTED = 1000
 AUDITOR = "auditor@ci"

@@ -50,11 +50,11 @@ from bench_writers import writers_bench
 
 from lifecycle_fsm.events import TrustedStateRecorded, stream_of
 from lifecycle_fsm.ledger import Ledger
-from replay import load_state
-from store.chain import canonical_json
-from store.open import open_store
-from store.postgres_schema import DDL
-from store.records import NewEvent
+from lifecycle_fsm.replay import load_state
+from lifecycle_fsm.store.chain import canonical_json
+from lifecycle_fsm.store.open import open_store
+from lifecycle_fsm.store.postgres_schema import DDL
+from lifecycle_fsm.store.records import NewEvent
 
 BASE = os.environ.get("LIFECYCLE_BENCH_PG") or os.environ.get(
     "LIFECYCLE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test"

@@ -46,8 +46,8 @@ from bench_common import (
 
 from lifecycle_fsm.cli.render import candidate_json
 from lifecycle_fsm.ledger import Ledger, utc_now
-from replay import explain, load_state, take_checkpoint
-from store.sqlite import SQLiteEventStore
+from lifecycle_fsm.replay import explain, load_state, take_checkpoint
+from lifecycle_fsm.store.sqlite import SQLiteEventStore
 
 POPULATION = 500  # 20 events each by 10k: every candidate has completed a full cycle (14 events)
 TAIL = 200

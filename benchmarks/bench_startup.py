@@ -40,7 +40,7 @@ from bench_append import cid_of, seed_candidates
 from bench_common import Row, fmt_spread, interleaved, median, per_round_ratio, remove_db, summary
 
 from lifecycle_fsm.ledger import Ledger, utc_now
-from replay import take_checkpoint
+from lifecycle_fsm.replay import take_checkpoint
 
 
 def _cli() -> list[str]:

@@ -24,7 +24,7 @@ from bench_append import N_CANDIDATES, cid_of, seed_candidates, tiny_files
 from bench_common import ACTOR, Row, fmt_spread, interleaved, median, per_round_ratio, remove_db, summary
 
 from lifecycle_fsm.ledger import Ledger
-from store.open import open_store
+from lifecycle_fsm.store.open import open_store
 
 WRITERS = 4
 SHARED = 10  # candidates every writer works on in the contention rows

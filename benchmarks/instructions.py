@@ -54,7 +54,7 @@ elif what == "mix":
 elif what == "batch":
     from bench_common import Streams
     from lifecycle_fsm.events import stream_of
-    from store.sqlite import SQLiteEventStore
+    from lifecycle_fsm.store.sqlite import SQLiteEventStore
     store = SQLiteEventStore(tmp / "b.db", synchronous=sync)
     streams = Streams(root=str(tmp))
     for _ in range(1 + n):

@@ -82,7 +82,7 @@ class _Contenders:
         from bench_common import Clock
 
         from lifecycle_fsm.events import TrustedStateRecorded
-        from store.open import open_store
+        from lifecycle_fsm.store.open import open_store
 
         self.bench = bench_postgres
         mode = {"on": "FULL", "off": "NORMAL"}[sync]
@@ -107,7 +107,7 @@ class _Contenders:
         from bench_common import ACTOR
 
         from lifecycle_fsm.events import TrustedStateRecorded, stream_of
-        from store.records import NewEvent
+        from lifecycle_fsm.store.records import NewEvent
 
         events = []
         for i in range(k):
@@ -175,7 +175,7 @@ def child(sync: str, n: int, rounds: int) -> dict[str, dict[str, list[float]]]:
             run(n)
     finally:
         c.close()
-    import store as store_package
+    import lifecycle_fsm.store as store_package
 
     c.results["store"]["tree"] = [str(Path(store_package.__file__).parent)]  # type: ignore[list-item]
     return c.results

@@ -27,12 +27,12 @@ from bench_common import ACTOR, Streams, clock, extend_ledger, remove_db
 from lifecycle_fsm.artifacts import hash_directory
 from lifecycle_fsm.events import CANDIDATE_PREFIX, stream_of
 from lifecycle_fsm.ledger import Ledger
+from lifecycle_fsm.replay import load_state
 from lifecycle_fsm.state import apply_candidate
-from replay import load_state
-from store.chain import canonical_json, event_hash
-from store.sqlite import EVENT_COLUMNS, SQLiteEventStore
-from store.sqlite_schema import SCHEMA
-from store.sqlite_transaction import _UPSERT_STREAM, _insert_sql, _versions_sql
+from lifecycle_fsm.store.chain import canonical_json, event_hash
+from lifecycle_fsm.store.sqlite import EVENT_COLUMNS, SQLiteEventStore
+from lifecycle_fsm.store.sqlite_schema import SCHEMA
+from lifecycle_fsm.store.sqlite_transaction import _UPSERT_STREAM, _insert_sql, _versions_sql
 
 _INSERT = f"INSERT INTO events ({EVENT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
 

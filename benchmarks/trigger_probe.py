@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from store.sqlite_schema import EVENTS_TABLE, FILTER_INDEXES, SCHEMA
+from lifecycle_fsm.store.sqlite_schema import EVENTS_TABLE, FILTER_INDEXES, SCHEMA
 
 _V2_TABLE = """CREATE TABLE events (
     seq INTEGER PRIMARY KEY, stream_id TEXT NOT NULL, version INTEGER NOT NULL CHECK (version >= 1),

@@ -24,8 +24,8 @@ from lifecycle_fsm.errors import ConflictError, InputError, IntegrityError, NotF
 from lifecycle_fsm.events import HandoffDecided, stream_of
 from lifecycle_fsm.keys import key_id
 from lifecycle_fsm.seals import ledger_id_of
+from lifecycle_fsm.store.base import EventStore
 from lifecycle_fsm.streams import fold_candidate
-from store.base import EventStore
 
 __all__ = ["PAYLOAD_TYPE", "PREDICATE_TYPE", "STATEMENT_TYPE", "attest", "verify_attestation"]
 

@@ -45,7 +45,7 @@ from lifecycle_fsm.manifests import BaselineManifest, CandidateManifest, load_ba
 from lifecycle_fsm.rules import ONLINE_KINDS, check_candidate_freshness
 from lifecycle_fsm.seals import seal
 from lifecycle_fsm.state import LedgerSettings
-from store.chain import canonical_json
+from lifecycle_fsm.store.chain import canonical_json
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey

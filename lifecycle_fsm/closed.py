@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import NoReturn, cast
 
 from lifecycle_fsm.errors import LedgerClosedError
-from store.base import EventStore
+from lifecycle_fsm.store.base import EventStore
 
 __all__ = ["ClosedStore", "closed_store"]
 

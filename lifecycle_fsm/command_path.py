@@ -48,9 +48,9 @@ from lifecycle_fsm.logs import get_logger
 from lifecycle_fsm.machine import COMMAND_TRIGGERS, State, allowed_commands, command_allowed, next_state, sources_of
 from lifecycle_fsm.retry import DEFAULT_RETRY, RetryPolicy
 from lifecycle_fsm.state import CandidateState, LedgerSettings, apply_candidate, apply_settings
+from lifecycle_fsm.store.base import StoreTransaction
+from lifecycle_fsm.store.records import NewEvent, StoredEvent
 from lifecycle_fsm.streams import StreamReader
-from store.base import StoreTransaction
-from store.records import NewEvent, StoredEvent
 
 __all__ = ["CommandPath", "Decide", "Outcome"]
 

@@ -28,8 +28,8 @@ from lifecycle_fsm.folders import make_folder
 from lifecycle_fsm.limits import MAX_MANIFEST_BYTES, read_regular_file
 from lifecycle_fsm.rules import STAGES, choose_recovery_action, decide_lifecycle_handoff
 from lifecycle_fsm.state import CandidateState, LedgerSettings, apply_candidate, reading_stored
+from lifecycle_fsm.store.base import EventStore
 from lifecycle_fsm.upcasting import decoded_payload
-from store.base import EventStore
 
 __all__ = ["SCHEMA", "Changed", "DecisionState", "export_pool", "read_pool", "redecide", "replay_pool"]
 

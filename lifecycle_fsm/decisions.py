@@ -35,7 +35,7 @@ from lifecycle_fsm.machine import command_allowed
 from lifecycle_fsm.manifests import CandidateManifest
 from lifecycle_fsm.rules import BLOCKING_ACTIONS, ONLINE_KINDS, choose_recovery_action
 from lifecycle_fsm.state import CandidateState, LedgerSettings
-from store.chain import canonical_json
+from lifecycle_fsm.store.chain import canonical_json
 
 __all__ = [
     "DEFAULT_ACTIVE_WINDOW",

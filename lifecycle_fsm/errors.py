@@ -31,7 +31,7 @@ nothing from `sqlite3`, `sqlite_utils` or `transitions` crosses the public API.
 
 from __future__ import annotations
 
-from store.errors import (
+from lifecycle_fsm.store.errors import (
     ConcurrencyError,
     ConflictError,
     DuplicateEventError,

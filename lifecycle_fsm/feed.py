@@ -19,9 +19,9 @@ from lifecycle_fsm.errors import InputError, NotFoundError, WaitTimeout
 from lifecycle_fsm.events import LEDGER_STREAM, Event, stream_of
 from lifecycle_fsm.limits import check_int, check_seconds
 from lifecycle_fsm.machine import State
+from lifecycle_fsm.store.base import EventStore
+from lifecycle_fsm.store.records import EventFilter, StoredEvent
 from lifecycle_fsm.upcasting import decoded_event
-from store.base import EventStore
-from store.records import EventFilter, StoredEvent
 
 __all__ = [
     "PAGE",

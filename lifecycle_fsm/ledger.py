@@ -61,10 +61,10 @@ from lifecycle_fsm.results import CandidateResult, CommandResult, RecoveryResult
 from lifecycle_fsm.retry import DEFAULT_RETRY, RetryPolicy
 from lifecycle_fsm.rules import STAGES
 from lifecycle_fsm.state import CandidateState, LedgerSettings, reading_stored
+from lifecycle_fsm.store.base import EventStore
+from lifecycle_fsm.store.records import EventFilter, StoredEvent
 from lifecycle_fsm.streams import CACHED_CANDIDATES, StreamReader, check_cache_size, fold_candidate, fold_settings
 from lifecycle_fsm.upcasting import decoded_event, decoded_payload, dense_versions
-from store.base import EventStore
-from store.records import EventFilter, StoredEvent
 
 __all__ = [
     "DEFAULT_ACTIVE_WINDOW",
@@ -140,7 +140,7 @@ class Ledger:
         `retry`, `new_id`, `cached_candidates`: how many candidates' folds it keeps, default 1024,
         least recently used evicted first).
         """
-        from store.open import open_store
+        from lifecycle_fsm.store.open import open_store
 
         path_or_url = path_argument("the ledger's path or URL", path_or_url)
         # Before the store is opened: a refused call must not create a ledger or leave a connection open.
@@ -547,7 +547,7 @@ def _checked_options(actor: object, artifact_root: object, retry: object, cached
 def _read_only_folder(target: str | os.PathLike[str]) -> StoreError | None:
     """Why an existing ledger file could not be opened to write, when its folder may not be
     written (SQLite keeps the `-wal` and `-shm` beside the file); None for anything else."""
-    from store.open import is_postgres_url
+    from lifecycle_fsm.store.open import is_postgres_url
 
     if is_postgres_url(target):
         return None

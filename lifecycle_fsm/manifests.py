@@ -23,7 +23,7 @@ import orjson
 
 from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.limits import MAX_MANIFEST_BYTES, read_regular_file
-from store.chain import canonical_json
+from lifecycle_fsm.store.chain import canonical_json
 
 __all__ = [
     "KIND_BY_SEMANTIC_ID",

@@ -16,7 +16,7 @@ import attrs
 from lifecycle_fsm.machine import State
 from lifecycle_fsm.recovery import RecoveryPlan
 from lifecycle_fsm.state import CandidateState, LedgerSettings
-from store.records import StoredEvent
+from lifecycle_fsm.store.records import StoredEvent
 
 __all__ = ["CandidateResult", "CommandResult", "RecoveryResult", "SettingsResult"]
 

@@ -29,10 +29,10 @@ from lifecycle_fsm.errors import ConcurrencyError, ConflictError, CorruptionErro
 from lifecycle_fsm.events import SEALS_STREAM, HeadSealed, LedgerInitialized
 from lifecycle_fsm.keys import PublicKeys, key_id, sign
 from lifecycle_fsm.limits import MAX_INT64, MAX_SIGNED_HEAD_BYTES, read_regular_file
+from lifecycle_fsm.store.base import EventStore
+from lifecycle_fsm.store.chain import canonical_json
+from lifecycle_fsm.store.records import Head, NewEvent, StoredEvent
 from lifecycle_fsm.upcasting import decoded_payload, derived_ledger_id
-from store.base import EventStore
-from store.chain import canonical_json
-from store.records import Head, NewEvent, StoredEvent
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey

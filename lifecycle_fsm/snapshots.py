@@ -25,8 +25,8 @@ from lifecycle_fsm.deferred import field_names, frozen
 from lifecycle_fsm.events import EVENT_TYPES
 from lifecycle_fsm.machine import TABLE_DIGEST
 from lifecycle_fsm.state import CandidateState, LedgerSettings
-from store.base import EventStore
-from store.chain import canonical_json
+from lifecycle_fsm.store.base import EventStore
+from lifecycle_fsm.store.chain import canonical_json
 
 __all__ = [
     "CHECKPOINT_SCHEMA_VERSION",

@@ -22,9 +22,9 @@ from lifecycle_fsm.errors import InputError, NotFoundError
 from lifecycle_fsm.events import LEDGER_STREAM, stream_of
 from lifecycle_fsm.logs import get_logger
 from lifecycle_fsm.state import CandidateState, LedgerSettings, apply_settings, candidate_from_dict, step_candidate_at
+from lifecycle_fsm.store.base import EventStore
+from lifecycle_fsm.store.records import StoredEvent
 from lifecycle_fsm.upcasting import decoded_payload
-from store.base import EventStore
-from store.records import StoredEvent
 
 __all__ = [
     "CACHED_CANDIDATES",

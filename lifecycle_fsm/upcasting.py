@@ -16,8 +16,8 @@ import orjson
 
 from lifecycle_fsm.errors import CorruptionError
 from lifecycle_fsm.events import EVENT_TYPES, Event
-from store.chain import chain_hash, row_hash_error
-from store.records import StoredEvent
+from lifecycle_fsm.store.chain import chain_hash, row_hash_error
+from lifecycle_fsm.store.records import StoredEvent
 
 __all__ = [
     "CURRENT_VERSIONS",

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-from replay.checkpoints import CHECKPOINT_SCHEMA_VERSION, FINGERPRINT, LoadResult, load_state, take_checkpoint
-from replay.explain import explain
-from replay.fold import LedgerState, fold_rows, index_of, snapshot_json
-from replay.verify import verify
+from lifecycle_fsm.replay.checkpoints import (
+    CHECKPOINT_SCHEMA_VERSION,
+    FINGERPRINT,
+    LoadResult,
+    load_state,
+    take_checkpoint,
+)
+from lifecycle_fsm.replay.explain import explain
+from lifecycle_fsm.replay.fold import LedgerState, fold_rows, index_of, snapshot_json
+from lifecycle_fsm.replay.verify import verify
 
 __all__ = [
     "CHECKPOINT_SCHEMA_VERSION",

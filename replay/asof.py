@@ -14,7 +14,7 @@ import datetime as dt
 
 from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.limits import MAX_INT64
-from store.base import EventStore
+from lifecycle_fsm.store.base import EventStore
 
 __all__ = ["AsOf", "parse_as_of", "parse_seq", "parse_time", "position_of"]
 

@@ -20,8 +20,8 @@ import orjson
 from lifecycle_fsm.errors import CorruptionError, StoreError
 from lifecycle_fsm.events import CANDIDATE_EVENTS, candidate_id_of
 from lifecycle_fsm.state import step_candidate_at
+from lifecycle_fsm.store.sqlite import SQLiteEventStore
 from lifecycle_fsm.upcasting import decoded_payload
-from store.sqlite import SQLiteEventStore
 
 __all__ = ["CANNED_QUERIES", "Snapshot", "metadata", "snapshot"]
 

@@ -18,6 +18,7 @@ import orjson
 
 from lifecycle_fsm.events import stream_of
 from lifecycle_fsm.logs import get_logger
+from lifecycle_fsm.replay.fold import LedgerState, empty_state, fold_rows, snapshot_json
 from lifecycle_fsm.snapshots import (
     CHECKPOINT_SCHEMA_VERSION,
     FINGERPRINT,
@@ -26,10 +27,9 @@ from lifecycle_fsm.snapshots import (
     snapshot_problem,
 )
 from lifecycle_fsm.state import candidate_from_dict, settings_from_dict
-from replay.fold import LedgerState, empty_state, fold_rows, snapshot_json
-from store.base import EventStore
-from store.chain import canonical_json
-from store.records import CheckpointRecord
+from lifecycle_fsm.store.base import EventStore
+from lifecycle_fsm.store.chain import canonical_json
+from lifecycle_fsm.store.records import CheckpointRecord
 
 __all__ = [
     "CHECKPOINT_SCHEMA_VERSION",

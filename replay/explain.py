@@ -19,12 +19,12 @@ from typing import Any
 
 from lifecycle_fsm.errors import NotFoundError
 from lifecycle_fsm.events import CANDIDATE_EVENTS, LEDGER_STREAM, stream_of
+from lifecycle_fsm.replay.asof import AsOf, position_of
 from lifecycle_fsm.rules import CANDIDATE_KINDS, ONLINE_KINDS, RECOVERY_STATES_BY_STAGE, UPSTREAM_DECISIONS
 from lifecycle_fsm.state import CandidateState, reading_stored, step_candidate_at
+from lifecycle_fsm.store.base import EventStore
+from lifecycle_fsm.store.records import StoredEvent
 from lifecycle_fsm.upcasting import decoded_payload
-from replay.asof import AsOf, position_of
-from store.base import EventStore
-from store.records import StoredEvent
 
 __all__ = ["CLAIMED_FIELDS", "baseline_activations", "explain", "file_changes"]
 

@@ -28,10 +28,10 @@ from lifecycle_fsm.state import (
     kept_payload,
     not_a_candidate_event,
 )
+from lifecycle_fsm.store.base import EventStore
+from lifecycle_fsm.store.chain import canonical_json, check_rows
+from lifecycle_fsm.store.records import StreamHead
 from lifecycle_fsm.upcasting import CURRENT_VERSIONS, edited_row_error, upcast
-from store.base import EventStore
-from store.chain import canonical_json, check_rows
-from store.records import StreamHead
 
 __all__ = ["LedgerState", "fold_rows", "index_of", "snapshot_json"]
 

@@ -25,10 +25,10 @@ from lifecycle_fsm.events import (
 )
 from lifecycle_fsm.rules import BLOCKING_ACTIONS, FRESHNESS_CHECKS
 from lifecycle_fsm.state import reading_stored
+from lifecycle_fsm.store.base import EventStore
+from lifecycle_fsm.store.chain import GENESIS_HASH
+from lifecycle_fsm.store.records import EventFilter, PayloadMatch, StoredEvent
 from lifecycle_fsm.upcasting import decoded_payload, dense_versions
-from store.base import EventStore
-from store.chain import GENESIS_HASH
-from store.records import EventFilter, PayloadMatch, StoredEvent
 
 __all__ = [
     "CHECK_CODES",

@@ -16,12 +16,12 @@ from typing import Any
 
 from lifecycle_fsm.limits import display
 from lifecycle_fsm.machine import State, diagram
-from replay.explain import baseline_activations, explain
-from replay.explain_text import explain_markdown, format_value
-from replay.report_html import markdown_to_html
-from replay.verify import verify_with_state
-from store.base import EventStore
-from store.records import EventFilter
+from lifecycle_fsm.replay.explain import baseline_activations, explain
+from lifecycle_fsm.replay.explain_text import explain_markdown, format_value
+from lifecycle_fsm.replay.report_html import markdown_to_html
+from lifecycle_fsm.replay.verify import verify_with_state
+from lifecycle_fsm.store.base import EventStore
+from lifecycle_fsm.store.records import EventFilter
 
 __all__ = ["MAX_PATH_MOVES", "build_report", "path_flowchart", "report_html", "report_markdown"]
 

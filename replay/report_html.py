@@ -66,7 +66,7 @@ mermaid.initialize({startOnLoad: false, securityLevel: 'strict'});
 @cache
 def mermaid_js() -> str:
     """The vendored Mermaid build; refused if it could end the inline script early."""
-    text = resources.files("replay").joinpath("assets", MERMAID_ASSET).read_text(encoding="utf-8")
+    text = resources.files("lifecycle_fsm.replay").joinpath("assets", MERMAID_ASSET).read_text(encoding="utf-8")
     if "</script" in text.lower() or "<script" in text.lower():
         raise ValueError(f"{MERMAID_ASSET} contains a script tag: it cannot be inlined safely")
     return text

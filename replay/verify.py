@@ -17,11 +17,11 @@ from typing import Any
 
 from lifecycle_fsm.errors import CorruptionError
 from lifecycle_fsm.events import stream_of
-from replay.checkpoints import checkpoint_problem
-from replay.fold import LedgerState, empty_state, fold_rows, index_of, snapshot_json
-from store.base import EventStore
-from store.chain import ChainWalk, canonical_json
-from store.records import StreamHead
+from lifecycle_fsm.replay.checkpoints import checkpoint_problem
+from lifecycle_fsm.replay.fold import LedgerState, empty_state, fold_rows, index_of, snapshot_json
+from lifecycle_fsm.store.base import EventStore
+from lifecycle_fsm.store.chain import ChainWalk, canonical_json
+from lifecycle_fsm.store.records import StreamHead
 
 __all__ = ["verify", "verify_with_state"]
 

@@ -13,9 +13,9 @@ import sys
 import typing
 
 if typing.TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__getattr__` below loads these
-    from store.base import AppendResult, EventStore, StoreTransaction
-    from store.chain import GENESIS_HASH, canonical_json, event_hash
-    from store.errors import (
+    from lifecycle_fsm.store.base import AppendResult, EventStore, StoreTransaction
+    from lifecycle_fsm.store.chain import GENESIS_HASH, canonical_json, event_hash
+    from lifecycle_fsm.store.errors import (
         ConcurrencyError,
         ConflictError,
         DuplicateEventError,
@@ -25,8 +25,8 @@ if typing.TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__geta
         NotFoundError,
         StoreError,
     )
-    from store.memory import MemoryEventStore
-    from store.records import (
+    from lifecycle_fsm.store.memory import MemoryEventStore
+    from lifecycle_fsm.store.records import (
         ChainReport,
         CheckpointRecord,
         EventFilter,
@@ -37,7 +37,7 @@ if typing.TYPE_CHECKING:  # what type checkers and IDEs see; at run time `__geta
         StreamHead,
         StreamSnapshot,
     )
-    from store.sqlite import SQLiteEventStore
+    from lifecycle_fsm.store.sqlite import SQLiteEventStore
 
 # public name -> the submodule that defines it (keep in step with the TYPE_CHECKING block)
 _WHERE = {

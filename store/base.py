@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-from store.records import (
+from lifecycle_fsm.store.records import (
     ChainReport,
     CheckpointRecord,
     EventFilter,

@@ -22,8 +22,8 @@ from typing import Any
 
 import orjson
 
-from store.errors import DuplicateEventError, InputError, IntegrityError
-from store.records import ChainReport, Head, NewEvent, StoredEvent
+from lifecycle_fsm.store.errors import DuplicateEventError, InputError, IntegrityError
+from lifecycle_fsm.store.records import ChainReport, Head, NewEvent, StoredEvent
 
 GENESIS_HASH = "0" * 64
 NOT_A_HASH = "not a hash: a column is not text"  # what `chain_hash` gives for a row no hash can match

@@ -17,10 +17,10 @@ from typing import Any
 
 import orjson
 
-from store.base import AppendResult
-from store.chain import GENESIS_HASH, chain_rows, check_batch, match_retry, verify_events
-from store.errors import ConcurrencyError, InputError, IntegrityError, write_in_read_snapshot
-from store.records import (
+from lifecycle_fsm.store.base import AppendResult
+from lifecycle_fsm.store.chain import GENESIS_HASH, chain_rows, check_batch, match_retry, verify_events
+from lifecycle_fsm.store.errors import ConcurrencyError, InputError, IntegrityError, write_in_read_snapshot
+from lifecycle_fsm.store.records import (
     ChainReport,
     CheckpointRecord,
     EventFilter,

@@ -23,10 +23,10 @@ from collections.abc import Callable, Iterable, Sequence
 import attrs
 import orjson
 
-from store.base import EventStore
-from store.chain import GENESIS_HASH, rehash
-from store.errors import ConflictError, IntegrityError, StoreError
-from store.records import CheckpointRecord, Head, NewEvent, StoredEvent, StreamHead
+from lifecycle_fsm.store.base import EventStore
+from lifecycle_fsm.store.chain import GENESIS_HASH, rehash
+from lifecycle_fsm.store.errors import ConflictError, IntegrityError, StoreError
+from lifecycle_fsm.store.records import CheckpointRecord, Head, NewEvent, StoredEvent, StreamHead
 
 __all__ = ["MigrationReport", "migrate"]
 

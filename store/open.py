@@ -11,10 +11,10 @@ import os
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from store.errors import InputError, StoreError
+from lifecycle_fsm.store.errors import InputError, StoreError
 
 if TYPE_CHECKING:
-    from store.base import EventStore
+    from lifecycle_fsm.store.base import EventStore
 
 __all__ = ["URL_SCHEMES", "describe_target", "is_postgres_url", "open_store", "redact_url"]
 
@@ -65,13 +65,13 @@ def open_store(
     """
     if is_postgres_url(target):
         try:
-            from store.postgres import PostgresEventStore
+            from lifecycle_fsm.store.postgres import PostgresEventStore
         except ImportError as e:
             raise StoreError(
                 f"{redact_url(str(target))}: PostgreSQL needs psycopg: pip install 'lifecycle-fsm[postgres]' ({e})"
             ) from e
         return PostgresEventStore(str(target), synchronous=synchronous, busy_timeout=busy_timeout, create=create)
-    from store.sqlite import SQLiteEventStore
+    from lifecycle_fsm.store.sqlite import SQLiteEventStore
 
     path = os.fspath(target)
     if not create and path != ":memory:" and not os.path.exists(path):

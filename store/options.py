@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection
 
-from store.errors import InputError
+from lifecycle_fsm.store.errors import InputError
 
 __all__ = ["MAX_BUSY_TIMEOUT", "busy_timeout_seconds", "synchronous_mode"]
 

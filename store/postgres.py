@@ -54,14 +54,14 @@ from typing import Any
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from store.base import AppendResult
-from store.chain import GENESIS_HASH, verify_rows
-from store.errors import InputError, IntegrityError, write_in_read_snapshot, write_in_transaction
-from store.faults import fault_from_env
-from store.postgres_pipeline import COMMIT_UNKNOWN, NOTHING_COMMITTED
-from store.postgres_schema import EVENT_COLUMNS, PG_GUARD_SOURCE, PG_GUARDS, PgSession, filter_sql
-from store.postgres_transaction import VERSION_OF, PostgresTransaction
-from store.records import (
+from lifecycle_fsm.store.base import AppendResult
+from lifecycle_fsm.store.chain import GENESIS_HASH, verify_rows
+from lifecycle_fsm.store.errors import InputError, IntegrityError, write_in_read_snapshot, write_in_transaction
+from lifecycle_fsm.store.faults import fault_from_env
+from lifecycle_fsm.store.postgres_pipeline import COMMIT_UNKNOWN, NOTHING_COMMITTED
+from lifecycle_fsm.store.postgres_schema import EVENT_COLUMNS, PG_GUARD_SOURCE, PG_GUARDS, PgSession, filter_sql
+from lifecycle_fsm.store.postgres_transaction import VERSION_OF, PostgresTransaction
+from lifecycle_fsm.store.records import (
     ChainReport,
     CheckpointRecord,
     EventFilter,
@@ -71,7 +71,7 @@ from store.records import (
     StreamHead,
     StreamSnapshot,
 )
-from store.threads import one_thread
+from lifecycle_fsm.store.threads import one_thread
 
 __all__ = ["PostgresEventStore", "PostgresTransaction"]
 

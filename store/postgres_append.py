@@ -31,9 +31,9 @@ from typing import Any
 
 import orjson
 
-from store.chain import GENESIS_HASH, chain_hash
-from store.errors import IntegrityError
-from store.records import Head, StoredEvent
+from lifecycle_fsm.store.chain import GENESIS_HASH, chain_hash
+from lifecycle_fsm.store.errors import IntegrityError
+from lifecycle_fsm.store.records import Head, StoredEvent
 
 __all__ = ["chained_insert_sql", "check_server_chain", "header_parts"]
 

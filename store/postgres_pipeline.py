@@ -36,12 +36,12 @@ from psycopg import errors as pg_errors
 from psycopg import generators
 from psycopg.pq import ExecStatus, TransactionStatus
 
-from store.errors import InputError
+from lifecycle_fsm.store.errors import InputError
 
 if TYPE_CHECKING:
     from psycopg.pq.abc import PGresult
 
-    from store.postgres_schema import PgSession
+    from lifecycle_fsm.store.postgres_schema import PgSession
 
 __all__ = ["COMMIT_UNKNOWN", "EVENT_ROW", "NOTHING_COMMITTED", "Pipeline", "decode_rows"]
 

@@ -31,12 +31,12 @@ from psycopg import errors as pg_errors
 from psycopg import sql
 from psycopg.pq import TransactionStatus
 
-from store.errors import InputError, IntegrityError, LifecycleError, StoreError
-from store.open import redact_url
-from store.options import busy_timeout_seconds, synchronous_mode
-from store.postgres_pipeline import Pipeline
-from store.records import EventFilter
-from store.threads import ThreadOwner
+from lifecycle_fsm.store.errors import InputError, IntegrityError, LifecycleError, StoreError
+from lifecycle_fsm.store.open import redact_url
+from lifecycle_fsm.store.options import busy_timeout_seconds, synchronous_mode
+from lifecycle_fsm.store.postgres_pipeline import Pipeline
+from lifecycle_fsm.store.records import EventFilter
+from lifecycle_fsm.store.threads import ThreadOwner
 
 __all__ = [
     "DDL",

@@ -13,17 +13,17 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.pq import ExecStatus
 
-from store.base import AppendResult
-from store.chain import GENESIS_HASH, chain_rows, check_batch, match_retry
-from store.errors import ConcurrencyError, IntegrityError, LifecycleError, StoreError
-from store.postgres_append import chained_insert_sql, check_server_chain
-from store.postgres_pipeline import EVENT_ROW, NOTHING_COMMITTED, decode_rows
-from store.postgres_schema import EVENT_COLUMNS
-from store.records import Head, NewEvent, StoredEvent, StreamHead
-from store.threads import one_thread
+from lifecycle_fsm.store.base import AppendResult
+from lifecycle_fsm.store.chain import GENESIS_HASH, chain_rows, check_batch, match_retry
+from lifecycle_fsm.store.errors import ConcurrencyError, IntegrityError, LifecycleError, StoreError
+from lifecycle_fsm.store.postgres_append import chained_insert_sql, check_server_chain
+from lifecycle_fsm.store.postgres_pipeline import EVENT_ROW, NOTHING_COMMITTED, decode_rows
+from lifecycle_fsm.store.postgres_schema import EVENT_COLUMNS
+from lifecycle_fsm.store.records import Head, NewEvent, StoredEvent, StreamHead
+from lifecycle_fsm.store.threads import one_thread
 
 if TYPE_CHECKING:
-    from store.postgres import PostgresEventStore
+    from lifecycle_fsm.store.postgres import PostgresEventStore
 
 __all__ = ["VERSION_OF", "PostgresTransaction"]
 

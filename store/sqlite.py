@@ -33,12 +33,18 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
 
-from store.base import AppendResult
-from store.chain import GENESIS_HASH, verify_rows
-from store.errors import InputError, IntegrityError, StoreError, write_in_read_snapshot, write_in_transaction
-from store.faults import fault_from_env
-from store.options import busy_timeout_seconds, synchronous_mode
-from store.records import (
+from lifecycle_fsm.store.base import AppendResult
+from lifecycle_fsm.store.chain import GENESIS_HASH, verify_rows
+from lifecycle_fsm.store.errors import (
+    InputError,
+    IntegrityError,
+    StoreError,
+    write_in_read_snapshot,
+    write_in_transaction,
+)
+from lifecycle_fsm.store.faults import fault_from_env
+from lifecycle_fsm.store.options import busy_timeout_seconds, synchronous_mode
+from lifecycle_fsm.store.records import (
     ChainReport,
     CheckpointRecord,
     EventFilter,
@@ -48,10 +54,10 @@ from store.records import (
     StreamHead,
     StreamSnapshot,
 )
-from store.sqlite_errors import translate_sqlite_error, translating_sqlite_errors
-from store.sqlite_lock import begin_immediate
-from store.sqlite_readonly import ImmutableRead, on_read_only_media
-from store.sqlite_schema import (
+from lifecycle_fsm.store.sqlite_errors import translate_sqlite_error, translating_sqlite_errors
+from lifecycle_fsm.store.sqlite_lock import begin_immediate
+from lifecycle_fsm.store.sqlite_readonly import ImmutableRead, on_read_only_media
+from lifecycle_fsm.store.sqlite_schema import (
     EVENT_COLUMNS,
     OPENED_AS_IS,
     SYNCHRONOUS_MODES,
@@ -60,8 +66,13 @@ from store.sqlite_schema import (
     guard_problems,
     schema_version,
 )
-from store.sqlite_transaction import SQLiteTransaction, read_stream_rows, row_to_event, select_stream_heads
-from store.threads import ThreadOwner
+from lifecycle_fsm.store.sqlite_transaction import (
+    SQLiteTransaction,
+    read_stream_rows,
+    row_to_event,
+    select_stream_heads,
+)
+from lifecycle_fsm.store.threads import ThreadOwner
 
 
 def create_ledger_file(path: Path, *, exclusive: bool = False) -> None:

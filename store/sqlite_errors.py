@@ -23,8 +23,8 @@ import sqlite3
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
-from store.errors import IntegrityError, LifecycleError, StoreError
-from store.threads import wrong_thread
+from lifecycle_fsm.store.errors import IntegrityError, LifecycleError, StoreError
+from lifecycle_fsm.store.threads import wrong_thread
 
 __all__ = ["SQLITE_FAILURES", "translate_sqlite_error", "translating_sqlite_errors"]
 

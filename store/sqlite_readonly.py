@@ -19,7 +19,7 @@ import sqlite3
 from pathlib import Path
 from urllib.parse import quote
 
-from store.errors import StoreError
+from lifecycle_fsm.store.errors import StoreError
 
 __all__ = ["ImmutableRead", "on_read_only_media"]
 

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from store.errors import StoreError
-from store.records import EventFilter
+from lifecycle_fsm.store.errors import StoreError
+from lifecycle_fsm.store.records import EventFilter
 
 if TYPE_CHECKING:  # imported by the caller only when a schema is created (its import is slow)
     import sqlite_utils

@@ -15,12 +15,12 @@ from itertools import chain as concat
 from itertools import starmap
 from typing import Any
 
-from store.base import AppendResult
-from store.chain import GENESIS_HASH, chain_rows, check_batch, match_retry
-from store.errors import ConcurrencyError, StoreError
-from store.records import Head, NewEvent, StoredEvent, StreamHead
-from store.sqlite_schema import EVENT_COLUMNS
-from store.threads import ThreadOwner
+from lifecycle_fsm.store.base import AppendResult
+from lifecycle_fsm.store.chain import GENESIS_HASH, chain_rows, check_batch, match_retry
+from lifecycle_fsm.store.errors import ConcurrencyError, StoreError
+from lifecycle_fsm.store.records import Head, NewEvent, StoredEvent, StreamHead
+from lifecycle_fsm.store.sqlite_schema import EVENT_COLUMNS
+from lifecycle_fsm.store.threads import ThreadOwner
 
 __all__ = ["SQLiteTransaction", "read_stream_rows", "row_to_event", "select_stream_heads"]
 

@@ -38,7 +38,7 @@ from _thread import get_ident  # `threading.get_ident` itself, without importing
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from store.errors import InputError
+from lifecycle_fsm.store.errors import InputError
 
 __all__ = ["ThreadOwner", "one_thread", "wrong_process", "wrong_thread"]
 

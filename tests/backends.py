@@ -17,7 +17,7 @@ from urllib.parse import quote
 import attrs
 import pytest
 
-from store import EventStore, MemoryEventStore
+from lifecycle_fsm.store import EventStore, MemoryEventStore
 
 PG_BASE = os.environ.get("LIFECYCLE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 BACKEND_NAMES = ("memory", "sqlite", "postgres")
@@ -70,7 +70,7 @@ def pg_store(pg_url: str) -> Iterator[Any]:
     """A PostgreSQL store in a fresh schema holding a0 a1 on stream a, then b0 (seq 1..3)."""
     from test_store_contract import new
 
-    from store.postgres import PostgresEventStore
+    from lifecycle_fsm.store.postgres import PostgresEventStore
 
     with PostgresEventStore(pg_url, synchronous="NORMAL") as s:
         s.append("a", 0, [new("a", 0), new("a", 1)])
@@ -100,7 +100,7 @@ class Backend:
             if self._memory is None:
                 self._memory = MemoryEventStore()
             return self._memory
-        from store.open import open_store
+        from lifecycle_fsm.store.open import open_store
 
         assert self.target is not None
         return open_store(self.target, synchronous=kwargs.pop("synchronous", "NORMAL"), **kwargs)
@@ -152,7 +152,7 @@ class Backend:
 def _restore_triggers(conn: Any) -> None:
     """Put the append-only triggers back after the edit, as a careful attacker would (`verify`
     reports missing ones; these edits are for the chain's own checks to catch)."""
-    from store.sqlite_schema import SCHEMA
+    from lifecycle_fsm.store.sqlite_schema import SCHEMA
 
     for statement in SCHEMA:
         conn.execute(statement)

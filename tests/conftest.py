@@ -163,7 +163,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def restore_triggers(conn: Any) -> None:
     """What a careful file writer does after editing: put the append-only triggers back, so
     `verify` does not report them missing (the pins and seals must catch the edit instead)."""
-    from store.sqlite_schema import SCHEMA
+    from lifecycle_fsm.store.sqlite_schema import SCHEMA
 
     for statement in SCHEMA:  # CREATE … IF NOT EXISTS: the table is there, the triggers come back
         conn.execute(statement)

@@ -17,9 +17,9 @@ from backends import DURABLE, backend_params
 from lifecycle_fsm import Ledger, State
 from lifecycle_fsm.events import stream_of
 from lifecycle_fsm.ledger import utc_now
-from replay import take_checkpoint
-from replay.checkpoints import load_state
-from store.chain import canonical_json
+from lifecycle_fsm.replay import take_checkpoint
+from lifecycle_fsm.replay.checkpoints import load_state
+from lifecycle_fsm.store.chain import canonical_json
 from tests.conftest import REPO, Workspace
 
 PACKAGES = ["lifecycle_fsm", "store", "replay", "lifecycle_fsm.cli"]
@@ -82,19 +82,23 @@ def _imports_after(statement: str) -> set[str]:
 
 def test_store_knows_nothing_of_the_domain() -> None:
     """Importing the store loads neither the domain nor replay (dependencies point one way)."""
-    loaded = _imports_after("import store, store.sqlite")
-    assert not {m for m in loaded if m.startswith(("lifecycle_fsm", "replay"))}
+    loaded = _imports_after("import lifecycle_fsm.store, lifecycle_fsm.store.sqlite")
+    assert {m for m in loaded if m.startswith("lifecycle_fsm")} - {"lifecycle_fsm"} == {
+        m for m in loaded if m.startswith("lifecycle_fsm.store")
+    }
 
 
 def test_domain_does_not_import_replay() -> None:
     """The Ledger folds only the streams it touches; whole-ledger replay is not its business."""
     loaded = _imports_after("import lifecycle_fsm, lifecycle_fsm.ledger")
-    assert not {m for m in loaded if m == "replay" or m.startswith("replay.")}
+    assert not {m for m in loaded if m.startswith("lifecycle_fsm.replay")}
 
 
 def test_library_does_not_import_the_cli() -> None:
     """`import lifecycle_fsm` (and store, replay) leaves the CLI package unloaded: screen code is not the domain's."""
-    loaded = _imports_after("import lifecycle_fsm, lifecycle_fsm.ledger, lifecycle_fsm.audit, store, replay")
+    loaded = _imports_after(
+        "import lifecycle_fsm, lifecycle_fsm.ledger, lifecycle_fsm.audit, lifecycle_fsm.store, lifecycle_fsm.replay"
+    )
     assert {m for m in loaded if m.startswith("lifecycle_fsm.cli")} == set()
 
 

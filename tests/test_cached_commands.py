@@ -23,9 +23,9 @@ import structlog
 from lifecycle_fsm import InputError, Ledger, State
 from lifecycle_fsm.events import stream_of
 from lifecycle_fsm.ledger import fold_candidate
-from replay.checkpoints import load_state
-from replay.verify import verify
-from store.sqlite import SQLiteEventStore
+from lifecycle_fsm.replay.checkpoints import load_state
+from lifecycle_fsm.replay.verify import verify
+from lifecycle_fsm.store.sqlite import SQLiteEventStore
 from tests.conftest import REPO, Workspace
 
 WORKER = REPO / "tests" / "alternate_worker.py"
@@ -246,7 +246,7 @@ def test_the_candidate_cache_stays_at_its_bound_and_an_evicted_candidate_is_answ
 
 
 def test_the_candidate_cache_size_is_checked() -> None:
-    from store import MemoryEventStore
+    from lifecycle_fsm.store import MemoryEventStore
 
     for bad in (0, -1, 2.5, True, "10"):
         with pytest.raises(InputError, match="cached_candidates"):

@@ -14,10 +14,10 @@ import structlog
 from conftest import Workspace, invoke
 
 from lifecycle_fsm.ledger import Ledger
-from replay import load_state, snapshot_json, take_checkpoint, verify
-from replay.checkpoints import FINGERPRINT_PARTS
-from store.chain import canonical_json
-from store.records import CheckpointRecord
+from lifecycle_fsm.replay import load_state, snapshot_json, take_checkpoint, verify
+from lifecycle_fsm.replay.checkpoints import FINGERPRINT_PARTS
+from lifecycle_fsm.store.chain import canonical_json
+from lifecycle_fsm.store.records import CheckpointRecord
 
 
 def clock() -> str:

@@ -24,8 +24,8 @@ from lifecycle_fsm import RetryPolicy, SettingsResult
 from lifecycle_fsm.artifacts import hash_directory
 from lifecycle_fsm.errors import ConcurrencyError, ConflictError, IllegalCommandError
 from lifecycle_fsm.ledger import Ledger
-from store.base import AppendResult, StoreTransaction
-from store.sqlite import SQLiteEventStore
+from lifecycle_fsm.store.base import AppendResult, StoreTransaction
+from lifecycle_fsm.store.sqlite import SQLiteEventStore
 
 
 class Interleaved(SQLiteEventStore):

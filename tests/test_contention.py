@@ -18,8 +18,8 @@ from collections import defaultdict
 import pytest
 
 from lifecycle_fsm import Ledger
-from replay.checkpoints import load_state
-from replay.verify import verify
+from lifecycle_fsm.replay.checkpoints import load_state
+from lifecycle_fsm.replay.verify import verify
 from tests.conftest import REPO, Workspace
 
 WORKER = REPO / "tests" / "contention_worker.py"

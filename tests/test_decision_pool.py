@@ -14,7 +14,7 @@ from conftest import REPO, invoke, run_cli
 
 from lifecycle_fsm import decision_pool
 from lifecycle_fsm.decision_pool import DecisionPoolError, DecisionState, read_pool
-from replay.drills import load_scenarios, run_drills
+from lifecycle_fsm.replay.drills import load_scenarios, run_drills
 
 
 @pytest.fixture(scope="module")

@@ -21,9 +21,9 @@ from conftest import Workspace, invoke
 
 from lifecycle_fsm.artifacts import DigestCache, hash_tree
 from lifecycle_fsm.ledger import Ledger, utc_now
+from lifecycle_fsm.store.records import NewEvent
+from lifecycle_fsm.store.sqlite import SQLiteEventStore
 from lifecycle_fsm.upcasting import upcast, upcast_checks_v2_v3
-from store.records import NewEvent
-from store.sqlite import SQLiteEventStore
 
 
 def ticking() -> Callable[[], str]:

@@ -11,7 +11,7 @@ import pytest
 from conftest import invoke
 
 from lifecycle_fsm.errors import ScenarioError
-from replay.drills import load_scenario, run_scenario
+from lifecycle_fsm.replay.drills import load_scenario, run_scenario
 
 HEAD = """\
 name: t

@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lifecycle_fsm.errors import ScenarioError
-from replay.drills import load_scenario
-from replay.drills.convert import Where, structure
-from replay.drills.schema import (
+from lifecycle_fsm.replay.drills import load_scenario
+from lifecycle_fsm.replay.drills.convert import Where, structure
+from lifecycle_fsm.replay.drills.schema import (
     ACTIONS,
     COMMAND_ACTIONS,
     AdvanceWindow,

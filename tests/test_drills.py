@@ -18,9 +18,9 @@ from conftest import REPO, Workspace, count_events, invoke
 
 from lifecycle_fsm.errors import InputError, ScenarioError
 from lifecycle_fsm.ledger import Ledger
-from replay.drills import find_scenarios, load_scenario, run_scenario
-from replay.drills.faults import crash_during_append
-from replay.drills.schema import ACTIONS
+from lifecycle_fsm.replay.drills import find_scenarios, load_scenario, run_scenario
+from lifecycle_fsm.replay.drills.faults import crash_during_append
+from lifecycle_fsm.replay.drills.schema import ACTIONS
 
 SCENARIOS = REPO / "scenarios"
 SHIPPED = sorted(SCENARIOS.glob("*.yaml"))
@@ -264,7 +264,7 @@ def test_kept_ledgers_are_private_and_never_overwritten(tmp_path: Path) -> None:
 
 def test_keep_refuses_a_file_that_appeared_while_the_drill_ran(tmp_path: Path) -> None:
     """The copy goes into a file the keep itself creates (O_EXCL): one made meanwhile is refused, not replaced."""
-    from replay.drills.workspace import Workspace
+    from lifecycle_fsm.replay.drills.workspace import Workspace
 
     (tmp_path / "ws").mkdir()
     ws = Workspace(tmp_path / "ws", 1)
@@ -298,7 +298,7 @@ def test_scenario_yaml_files_are_plain_yaml() -> None:
 
 def test_drills_package_surface() -> None:
     """`replay.drills` re-exports what the CLI and tests import (sorted __all__); `import replay` does not load it."""
-    from replay import drills
+    from lifecycle_fsm.replay import drills
 
     assert list(drills.__all__) == sorted(drills.__all__)
     assert [n for n in drills.__all__ if not hasattr(drills, n)] == []
@@ -382,7 +382,7 @@ def test_threaded_writers_do_not_hang_when_one_cannot_open_its_ledger(
     import threading
 
     from lifecycle_fsm import Ledger, StoreError
-    from replay.drills import writers
+    from lifecycle_fsm.replay.drills import writers
 
     real_open = Ledger.open
 

@@ -15,8 +15,8 @@ import pytest
 from backends import pg_execute
 from conftest import REPO
 
-from replay.drills import load_scenario, run_scenario
-from store.open import describe_target, open_store
+from lifecycle_fsm.replay.drills import load_scenario, run_scenario
+from lifecycle_fsm.store.open import describe_target, open_store
 
 pytestmark = pytest.mark.postgres
 

@@ -67,7 +67,7 @@ def _expected_values(name: str, ws: Workspace) -> tuple[Any, Any]:
 
 
 def _shown(value: Any) -> str:
-    from replay.explain_text import format_value
+    from lifecycle_fsm.replay.explain_text import format_value
 
     return format_value(value)
 
@@ -216,7 +216,7 @@ def test_json_and_another_format_conflict(ws: Workspace) -> None:
 def test_rollback_evidence_is_the_activation_in_force_when_checked(ws: Workspace) -> None:
     """Each check is compared with the baseline listing recorded by the last activation at or before
     it, not a later one; a report (which reads the activations once for every candidate) says the same."""
-    from replay.report import build_report
+    from lifecycle_fsm.replay.report import build_report
 
     with ws.ledger() as led:
         first = led.activate_baseline(ws.baseline()).events[-1].seq

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import Workspace, count_events, run_cli
 
-from store import InputError, NewEvent, SQLiteEventStore
-from store.faults import ENV_VAR
+from lifecycle_fsm.store import InputError, NewEvent, SQLiteEventStore
+from lifecycle_fsm.store.faults import ENV_VAR
 
 REPO = Path(__file__).resolve().parent.parent
 KILLED = -signal.SIGKILL
@@ -22,7 +22,7 @@ KILLED = -signal.SIGKILL
 # Opens the store, says so, then appends `n` batches of two events, saying so after each.
 _CHILD = """
 import os, sys
-from store import NewEvent, SQLiteEventStore
+from lifecycle_fsm.store import NewEvent, SQLiteEventStore
 db, n = sys.argv[1], int(sys.argv[2])
 store = SQLiteEventStore(db)
 print("opened", flush=True)

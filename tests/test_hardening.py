@@ -13,8 +13,8 @@ from conftest import Workspace, count_events, invoke, run_cli
 from lifecycle_fsm.errors import CorruptionError, IllegalCommandError
 from lifecycle_fsm.events import ChecksRecorded, stream_of
 from lifecycle_fsm.ledger import utc_now
-from replay import take_checkpoint
-from store.records import NewEvent
+from lifecycle_fsm.replay import take_checkpoint
+from lifecycle_fsm.store.records import NewEvent
 
 
 def test_non_string_kind_is_received_and_rejected_not_a_crash(ws: Workspace) -> None:

@@ -14,7 +14,7 @@ from conftest import Workspace, count_events, invoke, run_cli
 from lifecycle_fsm.cli import main
 from lifecycle_fsm.errors import InputError, ScenarioError
 from lifecycle_fsm.limits import MAX_CANDIDATE_ID_LENGTH, MAX_INT64, check_candidate_id, display, read_regular_file
-from replay.drills.loader import load_scenario
+from lifecycle_fsm.replay.drills.loader import load_scenario
 
 SCENARIO = """\
 name: hostile

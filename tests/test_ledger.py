@@ -23,7 +23,7 @@ from lifecycle_fsm.errors import (
 )
 from lifecycle_fsm.fixtures import candidate_manifest
 from lifecycle_fsm.ledger import Ledger
-from replay import verify
+from lifecycle_fsm.replay import verify
 
 HEX64 = re.compile(r"[0-9a-f]{64}")
 

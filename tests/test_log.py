@@ -12,8 +12,8 @@ from conftest import Workspace, invoke
 
 from lifecycle_fsm.artifacts import hash_directory
 from lifecycle_fsm.errors import NotFoundError
-from replay.log import known_stream, log_filter, read_log
-from store.sqlite import SQLiteEventStore
+from lifecycle_fsm.replay.log import known_stream, log_filter, read_log
+from lifecycle_fsm.store.sqlite import SQLiteEventStore
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from lifecycle_fsm.manifests import (
     load_baseline_manifest,
     load_candidate_manifest,
 )
-from store.chain import canonical_json
+from lifecycle_fsm.store.chain import canonical_json
 
 SHA = "ab" * 32
 ADAPTER = {"path": "adapter", "sha256": SHA}

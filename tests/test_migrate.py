@@ -12,9 +12,9 @@ from conftest import Workspace, run_cli
 from test_store_contract import new
 
 from lifecycle_fsm.ledger import Ledger, utc_now
-from replay import take_checkpoint
-from store import ConflictError, EventStore, IntegrityError
-from store.migrate import migrate
+from lifecycle_fsm.replay import take_checkpoint
+from lifecycle_fsm.store import ConflictError, EventStore, IntegrityError
+from lifecycle_fsm.store.migrate import migrate
 
 PAIRS = [(a, b) for a in BACKEND_NAMES for b in BACKEND_NAMES if a != b]
 
@@ -137,8 +137,8 @@ def test_a_connection_lost_mid_copy_says_what_was_kept(pg_url: str) -> None:
     copy again resumes after them."""
     from backends import PG_BASE, pg_execute
 
-    from store import StoreError
-    from store.postgres import PostgresEventStore
+    from lifecycle_fsm.store import StoreError
+    from lifecycle_fsm.store.postgres import PostgresEventStore
 
     src = Backend("memory", None).open()
     src.append("a", 0, [new("a", i) for i in range(6)])

@@ -20,8 +20,8 @@ import pytest
 from backends import pg_execute
 from conftest import Workspace, run_cli
 
-from store.postgres import PostgresEventStore
-from store.postgres_schema import STORE_SCHEMA_VERSION
+from lifecycle_fsm.store.postgres import PostgresEventStore
+from lifecycle_fsm.store.postgres_schema import STORE_SCHEMA_VERSION
 
 pytestmark = pytest.mark.postgres
 

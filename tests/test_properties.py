@@ -32,10 +32,10 @@ from lifecycle_fsm.events import EVENT_TYPES, stream_of
 from lifecycle_fsm.ledger import CandidateResult, CommandResult, Ledger
 from lifecycle_fsm.machine import TABLE
 from lifecycle_fsm.manifests import load_candidate_manifest
+from lifecycle_fsm.replay import load_state, snapshot_json, take_checkpoint, verify
 from lifecycle_fsm.rules import ONLINE_KINDS, STAGES, TRUSTED_STATE_KINDS
-from replay import load_state, snapshot_json, take_checkpoint, verify
-from store.chain import canonical_json
-from store.sqlite import SQLiteEventStore
+from lifecycle_fsm.store.chain import canonical_json
+from lifecycle_fsm.store.sqlite import SQLiteEventStore
 
 CIDS = ("dpo-v5", "grpo-v7", "rlvr-v1")
 DECIDED = ("verified", "ready", "tune")

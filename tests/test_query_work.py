@@ -20,14 +20,14 @@ from lifecycle_fsm.cli.render import candidate_json, work_json
 from lifecycle_fsm.errors import CorruptionError, NotFoundError
 from lifecycle_fsm.events import stream_of
 from lifecycle_fsm.ledger import utc_now
+from lifecycle_fsm.replay import take_checkpoint
+from lifecycle_fsm.replay.drills.schedule import generate
+from lifecycle_fsm.replay.drills.simulate import simulate
 from lifecycle_fsm.state import CandidateState
+from lifecycle_fsm.store.base import EventStore
+from lifecycle_fsm.store.open import open_store
+from lifecycle_fsm.store.sqlite import SQLiteEventStore
 from lifecycle_fsm.streams import StreamReader, query_work
-from replay import take_checkpoint
-from replay.drills.schedule import generate
-from replay.drills.simulate import simulate
-from store.base import EventStore
-from store.open import open_store
-from store.sqlite import SQLiteEventStore
 
 
 def _same_everywhere(store: SQLiteEventStore) -> int:

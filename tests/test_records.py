@@ -14,8 +14,8 @@ import weakref
 
 import pytest
 
-from store.base import AppendResult
-from store.records import (
+from lifecycle_fsm.store.base import AppendResult
+from lifecycle_fsm.store.records import (
     ChainReport,
     CheckpointRecord,
     EventFilter,

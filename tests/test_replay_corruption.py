@@ -13,10 +13,10 @@ from conftest import Workspace, invoke
 
 from lifecycle_fsm.errors import CorruptionError
 from lifecycle_fsm.events import BaselineActivated, HandoffDecided, StageFailed, stream_of
+from lifecycle_fsm.replay import load_state, verify
+from lifecycle_fsm.store.chain import event_hash
+from lifecycle_fsm.store.records import NewEvent
 from lifecycle_fsm.upcasting import CURRENT_VERSIONS, UPCASTERS
-from replay import load_state, verify
-from store.chain import event_hash
-from store.records import NewEvent
 
 
 def _forge(ledger_store: object, stream_id: str, version: int, event: HandoffDecided) -> None:

@@ -15,7 +15,7 @@ from auditor_cases import auditor_ledger
 from browser import CHROMIUM, Chromium, Page
 from conftest import REPO, Workspace, invoke
 
-from replay.report_html import MERMAID_ASSET, mermaid_js
+from lifecycle_fsm.replay.report_html import MERMAID_ASSET, mermaid_js
 
 MERMAID_SHA256 = "9f2807e402479d2864bfd9a95052076fc69d0ff45a0b25148b84b70fc33425b9"
 
@@ -262,8 +262,8 @@ def test_a_report_reads_the_ledger_stream_once_however_many_candidates(ws: Works
     """Each candidate's rollback evidence needs the baseline activations; a report read the whole
     ledger stream once per candidate (1,000 candidates after 2,000 settings changes: 6 s instead of
     0.4 s). It reads the activations once; the statements say so (SQLite's own trace)."""
-    from replay.report import build_report
-    from store.sqlite import SQLiteEventStore
+    from lifecycle_fsm.replay.report import build_report
+    from lifecycle_fsm.store.sqlite import SQLiteEventStore
 
     with ws.ledger() as led:
         led.activate_baseline(ws.baseline())

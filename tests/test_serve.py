@@ -26,8 +26,8 @@ from auditor_cases import auditor_ledger
 from conftest import REPO, Workspace
 
 from lifecycle_fsm.ledger import Ledger
-from replay import explain, verify
-from store.sqlite import SQLiteEventStore
+from lifecycle_fsm.replay import explain, verify
+from lifecycle_fsm.store.sqlite import SQLiteEventStore
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = REPO / "test-artifacts"

@@ -18,10 +18,10 @@ from click.testing import Result
 from conftest import invoke
 
 from lifecycle_fsm import command_path, decisions
-from replay.drills import load_scenario, run_scenario
-from replay.drills.schedule import Schedule, generate
-from replay.drills.shrink import shrink, write_scenario
-from replay.drills.simulate import SimResult, simulate
+from lifecycle_fsm.replay.drills import load_scenario, run_scenario
+from lifecycle_fsm.replay.drills.schedule import Schedule, generate
+from lifecycle_fsm.replay.drills.shrink import shrink, write_scenario
+from lifecycle_fsm.replay.drills.simulate import SimResult, simulate
 
 SEEDS = int(os.environ.get("LIFECYCLE_SIM_SEEDS", "3"))
 STEPS = int(os.environ.get("LIFECYCLE_SIM_STEPS", "150"))

@@ -10,8 +10,8 @@ import pytest
 from backends import BACKEND_NAMES, Backend, make_backend
 from test_store_contract import new
 
-from store import EventStore, IntegrityError
-from store.chain import ChainWalk, check_rows
+from lifecycle_fsm.store import EventStore, IntegrityError
+from lifecycle_fsm.store.chain import ChainWalk, check_rows
 
 
 @pytest.fixture
@@ -191,7 +191,7 @@ def test_verify_reports_an_append_only_guard_removed_behind_its_back(backend: Ba
     """The chain is the proof, the triggers the fence: a file writer can take the fence down, and
     `verify` now says so (before, it answered ok and writes went on unguarded)."""
     from lifecycle_fsm.ledger import Ledger
-    from replay import verify
+    from lifecycle_fsm.replay import verify
 
     with Ledger(backend.open(), actor="t") as ledger:
         ledger.init()

@@ -18,9 +18,9 @@ from backends import DURABLE, Backend, backend_params, make_backend
 from conftest import Workspace
 
 from lifecycle_fsm.ledger import Ledger
-from replay import verify
-from replay.report import build_report
-from store import StoredEvent
+from lifecycle_fsm.replay import verify
+from lifecycle_fsm.replay.report import build_report
+from lifecycle_fsm.store import StoredEvent
 
 REPO = Path(__file__).resolve().parent.parent
 WRITERS = 8
@@ -40,8 +40,8 @@ def _spawn(script: str, *args: str) -> subprocess.Popen[str]:
 
 _RACER = """
 import json, pathlib, sys, time
-from store import ConcurrencyError, NewEvent
-from store.open import open_store
+from lifecycle_fsm.store import ConcurrencyError, NewEvent
+from lifecycle_fsm.store.open import open_store
 target, me, sync = sys.argv[1], sys.argv[2], pathlib.Path(sys.argv[3])
 store = open_store(target, synchronous="NORMAL")
 seen = store.stream_version("race")
@@ -84,8 +84,8 @@ def test_two_processes_race_for_one_version(backend: Backend, tmp_path: Path) ->
 
 _WRITER = """
 import pathlib, random, sys, time
-from store import NewEvent
-from store.open import open_store
+from lifecycle_fsm.store import NewEvent
+from lifecycle_fsm.store.open import open_store
 target, me, n, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), pathlib.Path(sys.argv[4])
 store = open_store(target, synchronous="NORMAL")
 rng = random.Random(me)

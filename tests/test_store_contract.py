@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lifecycle_fsm.ledger import Ledger, utc_now
-from replay import load_state, snapshot_json, take_checkpoint, verify
-from store import (
+from lifecycle_fsm.replay import load_state, snapshot_json, take_checkpoint, verify
+from lifecycle_fsm.store import (
     GENESIS_HASH,
     ConcurrencyError,
     ConflictError,

@@ -25,9 +25,9 @@ from conftest import Workspace
 from test_store_contract import new
 
 from lifecycle_fsm import Ledger, State
-from replay.verify import verify
-from store import InputError
-from store.open import open_store
+from lifecycle_fsm.replay.verify import verify
+from lifecycle_fsm.store import InputError
+from lifecycle_fsm.store.open import open_store
 
 
 def in_child(body: Callable[[], dict[str, Any]]) -> dict[str, Any]:

@@ -31,12 +31,12 @@ from conftest import REPO, Workspace
 from test_store_contract import new
 
 from lifecycle_fsm import Ledger, State
-from replay import take_checkpoint
-from replay.verify import verify
-from store import InputError
-from store.faults import ENV_VAR
-from store.postgres import PostgresEventStore
-from store.sqlite import SQLiteEventStore
+from lifecycle_fsm.replay import take_checkpoint
+from lifecycle_fsm.replay.verify import verify
+from lifecycle_fsm.store import InputError
+from lifecycle_fsm.store.faults import ENV_VAR
+from lifecycle_fsm.store.postgres import PostgresEventStore
+from lifecycle_fsm.store.sqlite import SQLiteEventStore
 
 
 @pytest.fixture(autouse=True)

@@ -20,10 +20,10 @@ import pytest
 from backends import PG_BASE, pg_execute, with_schema
 from test_store_contract import new
 
-from store import ConcurrencyError, InputError, IntegrityError, StoreError, StreamHead
-from store.open import is_postgres_url, redact_url
-from store.postgres import PostgresEventStore
-from store.postgres_schema import STORE_SCHEMA_VERSION
+from lifecycle_fsm.store import ConcurrencyError, InputError, IntegrityError, StoreError, StreamHead
+from lifecycle_fsm.store.open import is_postgres_url, redact_url
+from lifecycle_fsm.store.postgres import PostgresEventStore
+from lifecycle_fsm.store.postgres_schema import STORE_SCHEMA_VERSION
 
 pytestmark = pytest.mark.postgres
 REPO = Path(__file__).resolve().parent.parent
@@ -41,7 +41,7 @@ def test_a_rolled_back_transaction_keeps_the_prepared_statements(store: Postgres
     its own, which dropped the store's and failed the next append ("prepared statement
     lifecycle_stmt_N does not exist"); the store now leaves preparing to itself.
     """
-    from store import ConcurrencyError
+    from lifecycle_fsm.store import ConcurrencyError
 
     def one_append() -> None:
         with store.transaction() as tx:
@@ -362,8 +362,8 @@ def test_bad_settings_and_unstorable_values_are_input_errors(store: PostgresEven
 
 _FAULTY = """
 import sys
-from store import NewEvent
-from store.postgres import PostgresEventStore
+from lifecycle_fsm.store import NewEvent
+from lifecycle_fsm.store.postgres import PostgresEventStore
 store = PostgresEventStore(sys.argv[1], synchronous="FULL")
 store.append("crash", 0, [NewEvent("crash", "T", 1, {}, "crash-1", "2024-01-01T00:00:00Z", "t")])
 print("returned")
@@ -503,8 +503,8 @@ def test_notify_is_sent_by_commits_only(store: PostgresEventStore, pg_url: str) 
 
 _LATE_WRITER = """
 import sys, time
-from store.postgres import PostgresEventStore
-from store.records import NewEvent
+from lifecycle_fsm.store.postgres import PostgresEventStore
+from lifecycle_fsm.store.records import NewEvent
 time.sleep(0.5)
 with PostgresEventStore(sys.argv[1]) as s:
     s.append("a", 2, [NewEvent("a", "Happened", 1, {"n": 2}, "a-2", "2024-01-01T00:00:02Z", "t")])

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from store import ConcurrencyError, Head, IntegrityError, NewEvent, StoredEvent
-from store.chain import GENESIS_HASH, canonical_json, chain_rows
-from store.postgres import PostgresEventStore
-from store.postgres_append import check_server_chain
-from store.sqlite import SQLiteEventStore
+from lifecycle_fsm.store import ConcurrencyError, Head, IntegrityError, NewEvent, StoredEvent
+from lifecycle_fsm.store.chain import GENESIS_HASH, canonical_json, chain_rows
+from lifecycle_fsm.store.postgres import PostgresEventStore
+from lifecycle_fsm.store.postgres_append import check_server_chain
+from lifecycle_fsm.store.sqlite import SQLiteEventStore
 
 pytestmark = pytest.mark.postgres
 

@@ -20,9 +20,9 @@ import pytest
 from backends import pg_execute
 from test_store_contract import new
 
-from store import InputError, StoreError
-from store.postgres import PostgresEventStore
-from store.records import NewEvent
+from lifecycle_fsm.store import InputError, StoreError
+from lifecycle_fsm.store.postgres import PostgresEventStore
+from lifecycle_fsm.store.records import NewEvent
 
 pytestmark = pytest.mark.postgres
 

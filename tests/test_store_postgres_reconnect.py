@@ -20,9 +20,9 @@ from conftest import Workspace
 from test_store_contract import new
 
 from lifecycle_fsm import Ledger, State
-from replay.verify import verify
-from store import StoreError
-from store.postgres import PostgresEventStore
+from lifecycle_fsm.replay.verify import verify
+from lifecycle_fsm.store import StoreError
+from lifecycle_fsm.store.postgres import PostgresEventStore
 
 pytestmark = pytest.mark.postgres
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from store import (
+from lifecycle_fsm.store import (
     ConcurrencyError,
     DuplicateEventError,
     InputError,
@@ -23,7 +23,7 @@ from store import (
     SQLiteEventStore,
     StoreError,
 )
-from store.sqlite_schema import STORE_SCHEMA_VERSION
+from lifecycle_fsm.store.sqlite_schema import STORE_SCHEMA_VERSION
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -285,7 +285,7 @@ def test_a_version_2_file_keeps_its_events_table_and_its_guarantees(filled: SQLi
 
 def test_migrate_copies_a_version_2_file_into_schema_3(filled: SQLiteEventStore, db: Path, tmp_path: Path) -> None:
     """The way to schema 3's cheaper inserts for an older file: `migrate` into a new one (same head)."""
-    from store.migrate import migrate
+    from lifecycle_fsm.store.migrate import migrate
 
     _schema_2_file(filled, db)
     copy = tmp_path / "copy.sqlite"

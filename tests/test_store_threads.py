@@ -17,7 +17,7 @@ import pytest
 from backends import DURABLE, Backend, backend_params, make_backend
 
 from lifecycle_fsm import Ledger
-from store import ConcurrencyError, EventStore, InputError, NewEvent
+from lifecycle_fsm.store import ConcurrencyError, EventStore, InputError, NewEvent
 
 
 @pytest.fixture(params=backend_params(DURABLE))
@@ -135,7 +135,7 @@ _TX_CALLS: dict[str, Callable[[Any], object]] = {
 def test_every_transaction_method_is_checked(backend: Backend) -> None:
     """Each method of the `StoreTransaction` protocol refuses another thread with the same error
     (on SQLite several are plain reads `sqlite3` would refuse in its own words)."""
-    from store.base import StoreTransaction
+    from lifecycle_fsm.store.base import StoreTransaction
 
     protocol = {n for n in vars(StoreTransaction) if not n.startswith("_")}
     assert protocol == set(_TX_CALLS)

@@ -10,7 +10,7 @@ from conftest import Workspace, run_cli
 
 from lifecycle_fsm.events import stream_of
 from lifecycle_fsm.ledger import Ledger, fold_candidate, utc_now
-from replay import take_checkpoint
+from lifecycle_fsm.replay import take_checkpoint
 
 
 def _history(ws: Workspace) -> None:
@@ -81,7 +81,7 @@ def test_verify_compares_stream_copies_with_a_full_replay(ws: Workspace) -> None
     """A stream copy forged together with its digest passes the read-time checks but not `verify`."""
     import hashlib
 
-    from replay import verify
+    from lifecycle_fsm.replay import verify
 
     _history(ws)
     with sqlite3.connect(ws.db) as conn:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from lifecycle_fsm import Ledger, State
-from replay.verify import verify
+from lifecycle_fsm.replay.verify import verify
 from tests.conftest import REPO
 
 LOOP = REPO / "examples" / "supervisor_loop.py"

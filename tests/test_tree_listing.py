@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lifecycle_fsm.artifacts import MAX_LISTED_FILES, hash_directory, hash_tree
-from replay.explain import file_changes
+from lifecycle_fsm.replay.explain import file_changes
 
 
 def _tree(root: Path, files: dict[str, bytes]) -> Path:

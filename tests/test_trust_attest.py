@@ -12,7 +12,7 @@ from conftest import Workspace, count_events, invoke, run_cli
 from securesystemslib.dsse import Envelope
 
 from lifecycle_fsm.artifacts import hash_directory
-from store.chain import GENESIS_HASH, event_hash
+from lifecycle_fsm.store.chain import GENESIS_HASH, event_hash
 
 
 @pytest.fixture

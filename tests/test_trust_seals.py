@@ -19,9 +19,9 @@ from conftest import Workspace, count_events, invoke, restore_triggers, run_cli
 from cryptography.hazmat.primitives import serialization
 
 from lifecycle_fsm.seals import ledger_id_of
+from lifecycle_fsm.store.chain import GENESIS_HASH, event_hash
+from lifecycle_fsm.store.sqlite import SQLiteEventStore
 from lifecycle_fsm.upcasting import decoded_payload, derived_ledger_id, upcast
-from store.chain import GENESIS_HASH, event_hash
-from store.sqlite import SQLiteEventStore
 
 FIXTURE = Path(__file__).parent / "fixtures" / "ledger-0.1.0.sqlite"
 FIXTURE_HEAD = "1adba2fc75c8a50f57d9dfe8da7359c93d090995f3566221c8aed5b2b0118735"

@@ -9,15 +9,15 @@ from typing import Any
 import pytest
 from conftest import Workspace, invoke
 
+from lifecycle_fsm.replay import load_state
+from lifecycle_fsm.store.records import NewEvent
+from lifecycle_fsm.store.sqlite import SQLiteEventStore
 from lifecycle_fsm.upcasting import (
     UPCASTERS,
     upcast_baseline_activated_v1_v2,
     upcast_candidate_received_v1_v2,
     upcast_checks_v1_v2,
 )
-from replay import load_state
-from store.records import NewEvent
-from store.sqlite import SQLiteEventStore
 
 
 def _v1(ws: Workspace) -> None:

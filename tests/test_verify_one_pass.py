@@ -12,9 +12,9 @@ import pytest
 from backends import Backend
 
 from lifecycle_fsm.ledger import Ledger
-from replay import take_checkpoint, verify
-from store.base import EventStore
-from store.chain import event_hash
+from lifecycle_fsm.replay import take_checkpoint, verify
+from lifecycle_fsm.store.base import EventStore
+from lifecycle_fsm.store.chain import event_hash
 
 CLOCK = "2026-12-01T00:00:00.000000Z"
 EVENTS = 300  # past one SQLite batch (256 rows): checkpoints fall inside batches

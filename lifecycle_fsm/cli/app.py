@@ -20,8 +20,8 @@ from lifecycle_fsm.cli.lazy import LazyCommands
 from lifecycle_fsm.errors import InputError, LifecycleError
 from lifecycle_fsm.limits import display
 from lifecycle_fsm.logs import configure_logging
-from store.open import open_store
-from store.sqlite_errors import translate_sqlite_error
+from lifecycle_fsm.store.open import open_store
+from lifecycle_fsm.store.sqlite_errors import translate_sqlite_error
 
 __all__ = [
     "AS_OF",
@@ -128,7 +128,7 @@ if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     from lifecycle_fsm.ledger import Ledger
-    from store.base import EventStore
+    from lifecycle_fsm.store.base import EventStore
 
     _ParamType = click.ParamType[Any]  # generic in click's stubs
 else:
@@ -141,7 +141,7 @@ class AsOfType(_ParamType):
     name = "SEQ|ISO-TIME"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        from replay.asof import parse_as_of
+        from lifecycle_fsm.replay.asof import parse_as_of
 
         if isinstance(value, int):
             return value
@@ -157,7 +157,7 @@ class TimeType(_ParamType):
     name = "ISO-TIME"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        from replay.asof import parse_time
+        from lifecycle_fsm.replay.asof import parse_time
 
         try:
             return parse_time(str(value))
@@ -171,7 +171,7 @@ class SeqType(_ParamType):
     name = "SEQ"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        from replay.asof import parse_seq
+        from lifecycle_fsm.replay.asof import parse_seq
 
         option = param.opts[0] if param is not None and param.opts else "SEQ"
         try:

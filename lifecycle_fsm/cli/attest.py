@@ -20,7 +20,7 @@ from lifecycle_fsm.cli.render import emit
 from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.keys import load_public_key
 from lifecycle_fsm.limits import MAX_ATTESTATION_BYTES, read_regular_file
-from store.open import open_store
+from lifecycle_fsm.store.open import open_store
 
 __all__ = ["AttestGroup", "attest", "attest_create", "attest_verify"]
 

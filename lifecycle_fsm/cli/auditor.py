@@ -25,7 +25,7 @@ from lifecycle_fsm.cli.guards import closed_output
 from lifecycle_fsm.cli.render import emit
 from lifecycle_fsm.errors import LifecycleError
 from lifecycle_fsm.limits import MAX_INT64, display
-from replay.log import event_json, event_reasons, known_stream, log_filter, read_log
+from lifecycle_fsm.replay.log import event_json, event_reasons, known_stream, log_filter, read_log
 
 __all__ = ["log", "report"]
 
@@ -117,7 +117,7 @@ def report(out: Path, fmt: str, replace: bool) -> None:
     An existing report is refused (exit 3) unless --replace. If verify fails, the report
     is still written, says so at the top, and the command exits 6.
     """
-    from replay.report import build_report, report_html, report_markdown
+    from lifecycle_fsm.replay.report import build_report, report_html, report_markdown
 
     target = out / _REPORT_FORMATS[fmt]
     refuse_existing(

@@ -108,9 +108,9 @@ def drill(
     written to --report DIR. --simulate takes no PATHS, and --steps, --candidates and --runs
     are refused without it (exit 2).
     """
-    from replay.drills import build_report, load_scenarios, report_markdown, run_drills
-    from replay.drills.report import refuse_report_files, write_report_files
-    from replay.drills.workspace import refuse_kept
+    from lifecycle_fsm.replay.drills import build_report, load_scenarios, report_markdown, run_drills
+    from lifecycle_fsm.replay.drills.report import refuse_report_files, write_report_files
+    from lifecycle_fsm.replay.drills.workspace import refuse_kept
 
     if root_obj().get("log_level", "warning") == "warning":
         # Faults are injected on purpose: the report says what each one caused, so the

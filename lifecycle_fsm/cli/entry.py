@@ -116,9 +116,9 @@ def _status(request: StatusRequest) -> int:
     from lifecycle_fsm.errors import LifecycleError
     from lifecycle_fsm.limits import display
     from lifecycle_fsm.logs import configure_logging
+    from lifecycle_fsm.store.open import open_store
+    from lifecycle_fsm.store.sqlite_errors import translate_sqlite_error
     from lifecycle_fsm.streams import query_work
-    from store.open import open_store
-    from store.sqlite_errors import translate_sqlite_error
 
     try:
         try:

@@ -11,7 +11,7 @@ import sqlite3
 import stat
 
 from lifecycle_fsm.errors import InputError, StoreError
-from store.open import is_postgres_url
+from lifecycle_fsm.store.open import is_postgres_url
 
 __all__ = ["closed_output", "is_driver_error", "output_error", "refuse_empty_file", "refuse_memory_db"]
 

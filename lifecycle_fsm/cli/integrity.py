@@ -18,9 +18,9 @@ from lifecycle_fsm.cli.exit_codes import ExitCode
 from lifecycle_fsm.cli.render import emit
 from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.keys import PublicKeys
+from lifecycle_fsm.replay import take_checkpoint
+from lifecycle_fsm.replay import verify as verify_ledger
 from lifecycle_fsm.seals import add_trust_findings, parse_expected_head, seal
-from replay import take_checkpoint
-from replay import verify as verify_ledger
 
 __all__ = ["checkpoint", "hash_command", "verify"]
 

@@ -21,13 +21,13 @@ from lifecycle_fsm.cli.app import json_option, root_obj, wants_json
 from lifecycle_fsm.cli.guards import refuse_empty_file, refuse_memory_db
 from lifecycle_fsm.cli.render import emit
 from lifecycle_fsm.errors import InputError, LifecycleError
-from replay.checkpoints import load_state
-from replay.fold import index_of
-from store.base import EventStore
-from store.migrate import MigrationReport, Progress
-from store.migrate import migrate as copy_ledger
-from store.open import describe_target, is_postgres_url, open_store
-from store.records import StreamHead
+from lifecycle_fsm.replay.checkpoints import load_state
+from lifecycle_fsm.replay.fold import index_of
+from lifecycle_fsm.store.base import EventStore
+from lifecycle_fsm.store.migrate import MigrationReport, Progress
+from lifecycle_fsm.store.migrate import migrate as copy_ledger
+from lifecycle_fsm.store.open import describe_target, is_postgres_url, open_store
+from lifecycle_fsm.store.records import StreamHead
 
 __all__ = ["migrate"]
 

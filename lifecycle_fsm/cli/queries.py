@@ -16,12 +16,12 @@ from lifecycle_fsm.errors import NotFoundError
 from lifecycle_fsm.events import stream_of
 from lifecycle_fsm.limits import display
 from lifecycle_fsm.machine import diagram as mermaid_diagram
+from lifecycle_fsm.store.records import StreamHead
 from lifecycle_fsm.streams import fold_candidate, query_work
-from store.records import StreamHead
 
 if TYPE_CHECKING:  # replay is imported by the commands that use it: `status ID` does not (start-up)
-    from replay import LoadResult
-    from replay.asof import AsOf
+    from lifecycle_fsm.replay import LoadResult
+    from lifecycle_fsm.replay.asof import AsOf
 
 __all__ = ["diagram", "explain", "history", "replay", "status"]
 
@@ -37,7 +37,7 @@ def status(candidate_id: str | None, as_of: AsOf | None) -> None:
     store = open_read_store()  # a read: no Ledger, so none of its command path is imported (start-up)
     position = None
     if as_of is not None:
-        from replay.asof import position_of
+        from lifecycle_fsm.replay.asof import position_of
 
         position = position_of(store, as_of)
     if candidate_id is not None:
@@ -51,7 +51,7 @@ def status(candidate_id: str | None, as_of: AsOf | None) -> None:
             doc = candidate_json(state)
         emit(doc) if wants_json() else print_status([doc])
         return
-    from replay import load_state
+    from lifecycle_fsm.replay import load_state
 
     states = load_state(store, to=position, checked=True).state.candidates
     docs = [candidate_json(c) for _, c in sorted(states.items())]
@@ -86,8 +86,8 @@ def explain(candidate_id: str, as_of: AsOf | None, fmt: str | None) -> None:
     """
     if fmt not in (None, "json") and wants_json():
         raise click.UsageError(f"--json asks for JSON and --format {fmt} for {fmt}: give one of them")
-    from replay import explain as explain_candidate
-    from replay.explain_text import explain_markdown, explain_text
+    from lifecycle_fsm.replay import explain as explain_candidate
+    from lifecycle_fsm.replay.explain_text import explain_markdown, explain_text
 
     doc = explain_candidate(open_read_store(), candidate_id, as_of=as_of)
     fmt = fmt or ("json" if wants_json() else "text")
@@ -104,8 +104,8 @@ def explain(candidate_id: str, as_of: AsOf | None, fmt: str | None) -> None:
 @json_option
 def replay(to: int | None, full: bool) -> None:
     """Rebuild every candidate's state from the log (latest checkpoint + tail)."""
-    from replay import index_of, load_state
-    from replay.asof import position_of
+    from lifecycle_fsm.replay import index_of, load_state
+    from lifecycle_fsm.replay.asof import position_of
 
     ledger = open_ledger(must_exist=True)
     if to is not None:
@@ -146,7 +146,7 @@ def diagram(candidate_id: str | None) -> None:
     """The state machine as Mermaid text; with ID, that candidate's path marked on it."""
     path: list[tuple[str | None, str, str, int]] = []
     if candidate_id is not None:
-        from replay import explain as explain_candidate
+        from lifecycle_fsm.replay import explain as explain_candidate
 
         steps = explain_candidate(open_read_store(), candidate_id)["path"]
         path = [(s["from"], s["trigger"], s["to"], s["seq"]) for s in steps]

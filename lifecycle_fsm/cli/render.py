@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # rich is imported when a table is printed, not at start-up (
     from lifecycle_fsm.events import Event
     from lifecycle_fsm.results import CommandResult
     from lifecycle_fsm.state import CandidateState
-    from store.records import StoredEvent
+    from lifecycle_fsm.store.records import StoredEvent
 
 __all__ = [
     "NO_CHANGE",

@@ -63,7 +63,7 @@ def serve(host: str, port: int) -> None:
     that does not parse is a query error, HTTP 400), chain_head, seals. Needs the `ui`
     extra: pip install 'lifecycle-fsm[ui]'.
     """
-    from replay.browse import metadata, snapshot
+    from lifecycle_fsm.replay.browse import metadata, snapshot
 
     try:
         from datasette.cli import cli as datasette_cli

@@ -23,7 +23,7 @@ from typing import Any, TypeVar, cast
 from datasette import hookimpl as datasette_hookimpl
 
 from lifecycle_fsm.errors import InputError
-from replay.asof import parse_time
+from lifecycle_fsm.replay.asof import parse_time
 
 __all__ = ["asgi_wrapper", "lifecycle_utc", "prepare_connection"]
 

@@ -33,7 +33,7 @@ def _shrunk_name(seed: int) -> str:
 
 
 def _run_json(result: Any, schedule: Any, steps: int, with_schedule: bool) -> _JSON:
-    from replay.drills.schedule import describe
+    from lifecycle_fsm.replay.drills.schedule import describe
 
     failure = result.failure
     return {
@@ -52,10 +52,10 @@ def simulate_command(
     replace: bool,
 ) -> None:  # fmt: skip
     """Run `runs` seeds from `seed`; on the first failure shrink it, write the report, exit 8."""
-    from replay.drills.report import write_report_files
-    from replay.drills.schedule import generate
-    from replay.drills.shrink import shrink, to_scenario
-    from replay.drills.simulate import simulate
+    from lifecycle_fsm.replay.drills.report import write_report_files
+    from lifecycle_fsm.replay.drills.schedule import generate
+    from lifecycle_fsm.replay.drills.shrink import shrink, to_scenario
+    from lifecycle_fsm.replay.drills.simulate import simulate
 
     first = _first_seed(seed, runs, keep_dir, report_dir, replace)
     as_json = wants_json()
@@ -112,9 +112,9 @@ def simulate_command(
 def _first_seed(seed: int | None, runs: int, keep_dir: Path | None, report_dir: Path | None, replace: bool) -> int:
     """`--seed`, or a random one; a ledger one of the runs would keep that is already there, and a
     report that would be refused, are refused now (exit 3), before anything runs."""
-    from replay.drills.report import refuse_report_files
-    from replay.drills.simulate import kept_name
-    from replay.drills.workspace import refuse_kept
+    from lifecycle_fsm.replay.drills.report import refuse_report_files
+    from lifecycle_fsm.replay.drills.simulate import kept_name
+    from lifecycle_fsm.replay.drills.workspace import refuse_kept
 
     first = seed if seed is not None else int.from_bytes(os.urandom(4), "big")
     refuse_kept(keep_dir, (kept_name(n) for n in range(first, first + runs)))
@@ -125,7 +125,7 @@ def _first_seed(seed: int | None, runs: int, keep_dir: Path | None, report_dir: 
 
 
 def _print_schedule(schedule: Any, candidates: int) -> None:
-    from replay.drills.schedule import describe
+    from lifecycle_fsm.replay.drills.schedule import describe
 
     click.echo(f"seed {schedule.seed}: {len(schedule.ops)} operations over {candidates} candidate artifacts")
     for i, op in enumerate(schedule.ops, 1):

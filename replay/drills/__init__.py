@@ -17,10 +17,10 @@ exists; a drill *writes* one: it builds a scenario's artifacts, runs its steps a
 from __future__ import annotations
 
 from lifecycle_fsm.errors import ScenarioError
-from replay.drills.loader import find_scenarios, load_scenario, load_scenarios
-from replay.drills.report import DrillResult, Failure, StepResult, build_report, report_markdown
-from replay.drills.runner import run_drills, run_scenario
-from replay.drills.schema import Scenario
+from lifecycle_fsm.replay.drills.loader import find_scenarios, load_scenario, load_scenarios
+from lifecycle_fsm.replay.drills.report import DrillResult, Failure, StepResult, build_report, report_markdown
+from lifecycle_fsm.replay.drills.runner import run_drills, run_scenario
+from lifecycle_fsm.replay.drills.schema import Scenario
 
 __all__ = [
     "DrillResult",

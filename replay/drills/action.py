@@ -6,7 +6,7 @@ from typing import Any, ClassVar
 
 import attrs
 
-from replay.drills.convert import Problem
+from lifecycle_fsm.replay.drills.convert import Problem
 
 __all__ = ["Action", "between", "not_negative"]
 

@@ -29,13 +29,13 @@ import orjson
 
 import lifecycle_fsm
 from lifecycle_fsm.errors import CorruptionError
-from replay.checkpoints import load_state
-from replay.fold import snapshot_json
-from replay.verify import verify
-from store.base import EventStore
-from store.chain import canonical_json
-from store.faults import ENV_VAR
-from store.open import is_postgres_url
+from lifecycle_fsm.replay.checkpoints import load_state
+from lifecycle_fsm.replay.fold import snapshot_json
+from lifecycle_fsm.replay.verify import verify
+from lifecycle_fsm.store.base import EventStore
+from lifecycle_fsm.store.chain import canonical_json
+from lifecycle_fsm.store.faults import ENV_VAR
+from lifecycle_fsm.store.open import is_postgres_url
 
 __all__ = [
     "FaultOutcome",

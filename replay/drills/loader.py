@@ -28,9 +28,8 @@ import yaml
 
 from lifecycle_fsm.errors import InputError, ScenarioError
 from lifecycle_fsm.limits import MAX_SCENARIO_BYTES, read_regular_file
-from lifecycle_fsm.rules import CANDIDATE_KINDS
-from replay.drills.convert import Where, from_file, structure
-from replay.drills.schema import (
+from lifecycle_fsm.replay.drills.convert import Where, from_file, structure
+from lifecycle_fsm.replay.drills.schema import (
     ACTIONS,
     CANDIDATE_EXPECTATIONS,
     COMMAND_ACTIONS,
@@ -47,6 +46,7 @@ from replay.drills.schema import (
     Step,
     StepExtras,
 )
+from lifecycle_fsm.rules import CANDIDATE_KINDS
 
 __all__ = ["find_scenarios", "load_scenario", "load_scenarios", "parse_artifacts", "parse_step"]
 

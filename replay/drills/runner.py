@@ -24,15 +24,15 @@ import attrs
 
 from lifecycle_fsm.errors import LifecycleError, NotFoundError
 from lifecycle_fsm.ledger import CandidateResult, Ledger, utc_now
-from replay.checkpoints import load_state, take_checkpoint
-from replay.drills import faults, schema, writers
-from replay.drills.report import DrillResult, Failure, StepResult
-from replay.drills.schema import Scenario, Step
-from replay.drills.workspace import Workspace
-from replay.explain import explain
-from replay.fold import snapshot_json
-from replay.verify import verify
-from store.open import describe_target, is_postgres_url
+from lifecycle_fsm.replay.checkpoints import load_state, take_checkpoint
+from lifecycle_fsm.replay.drills import faults, schema, writers
+from lifecycle_fsm.replay.drills.report import DrillResult, Failure, StepResult
+from lifecycle_fsm.replay.drills.schema import Scenario, Step
+from lifecycle_fsm.replay.drills.workspace import Workspace
+from lifecycle_fsm.replay.explain import explain
+from lifecycle_fsm.replay.fold import snapshot_json
+from lifecycle_fsm.replay.verify import verify
+from lifecycle_fsm.store.open import describe_target, is_postgres_url
 
 __all__ = ["Run", "StepFailed", "run_drills", "run_scenario", "run_step"]
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import attrs
 
-from replay.drills.model import LedgerModel
+from lifecycle_fsm.replay.drills.model import LedgerModel
 
 __all__ = ["Schedule", "describe", "generate"]
 

@@ -24,9 +24,9 @@ import attrs
 from lifecycle_fsm import errors as errors_module
 from lifecycle_fsm.errors import InputError, LifecycleError
 from lifecycle_fsm.limits import MAX_INT64, check_version_text
-from replay.drills.action import Action, between, not_negative
-from replay.drills.convert import FROM_KEY, NULLABLE, Problem, from_file
-from replay.drills.steps import (
+from lifecycle_fsm.replay.drills.action import Action, between, not_negative
+from lifecycle_fsm.replay.drills.convert import FROM_KEY, NULLABLE, Problem, from_file
+from lifecycle_fsm.replay.drills.steps import (
     Audit,
     Concurrently,
     Crash,

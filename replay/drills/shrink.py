@@ -17,8 +17,8 @@ from typing import Any
 import attrs
 import yaml
 
-from replay.drills.schedule import Op, Schedule, describe, split
-from replay.drills.simulate import SimResult, simulate
+from lifecycle_fsm.replay.drills.schedule import Op, Schedule, describe, split
+from lifecycle_fsm.replay.drills.simulate import SimResult, simulate
 
 __all__ = ["Shrunk", "shrink", "to_scenario"]
 

@@ -32,16 +32,16 @@ import attrs
 
 from lifecycle_fsm.errors import LifecycleError
 from lifecycle_fsm.ledger import Ledger
-from replay.checkpoints import load_state
-from replay.drills import writers
-from replay.drills.loader import parse_artifacts, parse_step
-from replay.drills.model import LedgerModel, Prediction
-from replay.drills.runner import Run, StepFailed, run_step
-from replay.drills.schedule import Op, Schedule, split
-from replay.drills.schema import COMMAND_ACTIONS, DrillConfig, Scenario, Step
-from replay.drills.workspace import Workspace
-from replay.fold import snapshot_json
-from replay.verify import verify
+from lifecycle_fsm.replay.checkpoints import load_state
+from lifecycle_fsm.replay.drills import writers
+from lifecycle_fsm.replay.drills.loader import parse_artifacts, parse_step
+from lifecycle_fsm.replay.drills.model import LedgerModel, Prediction
+from lifecycle_fsm.replay.drills.runner import Run, StepFailed, run_step
+from lifecycle_fsm.replay.drills.schedule import Op, Schedule, split
+from lifecycle_fsm.replay.drills.schema import COMMAND_ACTIONS, DrillConfig, Scenario, Step
+from lifecycle_fsm.replay.drills.workspace import Workspace
+from lifecycle_fsm.replay.fold import snapshot_json
+from lifecycle_fsm.replay.verify import verify
 
 __all__ = ["FIXED_CLOCK", "SimFailure", "SimResult", "kept_name", "simulate"]
 

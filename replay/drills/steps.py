@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 import attrs
 
-from replay.drills.action import Action, between
+from lifecycle_fsm.replay.drills.action import Action, between
 
 __all__ = ["Audit", "Concurrently", "Crash", "EditManifest", "ExplainExpectation", "RestoreArtifact"]
 

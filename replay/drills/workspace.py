@@ -23,8 +23,8 @@ from lifecycle_fsm.artifacts import hash_directory
 from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.fixtures import baseline_manifest, candidate_manifest, write_adapter, write_manifest
 from lifecycle_fsm.folders import make_folder
-from replay.drills.schema import ArtifactSpec, DrillConfig
-from store.sqlite import create_ledger_file
+from lifecycle_fsm.replay.drills.schema import ArtifactSpec, DrillConfig
+from lifecycle_fsm.store.sqlite import create_ledger_file
 
 __all__ = ["Workspace", "kept_ledger", "refuse_kept"]
 

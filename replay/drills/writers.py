@@ -21,11 +21,11 @@ import orjson
 
 from lifecycle_fsm.errors import LifecycleError
 from lifecycle_fsm.ledger import Ledger
-from replay.drills import schema
-from replay.drills.faults import FaultOutcome, Problem, child_env, integrity
-from replay.drills.schema import Refusal, Step
-from replay.drills.workspace import Workspace
-from store.base import EventStore
+from lifecycle_fsm.replay.drills import schema
+from lifecycle_fsm.replay.drills.faults import FaultOutcome, Problem, child_env, integrity
+from lifecycle_fsm.replay.drills.schema import Refusal, Step
+from lifecycle_fsm.replay.drills.workspace import Workspace
+from lifecycle_fsm.store.base import EventStore
 
 __all__ = ["Call", "Inconclusive", "command_call", "concurrently", "crash", "refusal_problem"]
 
@@ -76,7 +76,7 @@ def _run_child(
 ) -> subprocess.CompletedProcess[str]:
     plan = orjson.dumps({"actor": actor, "calls": calls, "go": None} | extra).decode()
     return subprocess.run(
-        [sys.executable, "-m", "replay.drills.child", target, plan],
+        [sys.executable, "-m", "lifecycle_fsm.replay.drills.child", target, plan],
         env=child_env(fault), capture_output=True, text=True, check=False, timeout=120,
     )  # fmt: skip
 
@@ -161,7 +161,7 @@ def _processes(target: str, plans: list[list[Call]], actor: str, go: Path) -> li
     for i, calls in enumerate(plans):
         plan = orjson.dumps({"actor": f"{actor}:w{i}", "calls": calls, "go": str(go)}).decode()
         procs.append(subprocess.Popen(
-            [sys.executable, "-m", "replay.drills.child", target, plan], env=child_env(None),
+            [sys.executable, "-m", "lifecycle_fsm.replay.drills.child", target, plan], env=child_env(None),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         ))  # fmt: skip
     for p in procs:  # every writer has opened its ledger before any starts

@@ -22,10 +22,10 @@ from typing import Any
 from conftest import REPO
 
 from lifecycle_fsm.ledger import Ledger
+from lifecycle_fsm.replay import load_state, snapshot_json, take_checkpoint
+from lifecycle_fsm.replay.fold import LedgerState
 from reliability.test_crash_consistency import CHILD
 from reliability.workload import make_artifacts, own_candidates, writer_plan
-from replay import load_state, snapshot_json, take_checkpoint
-from replay.fold import LedgerState
 
 SHARED = ("dpo-a", "grpo-a")
 

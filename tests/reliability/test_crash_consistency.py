@@ -28,8 +28,8 @@ from typing import Any
 from conftest import REPO
 
 from lifecycle_fsm.ledger import Ledger
+from lifecycle_fsm.replay import load_state, snapshot_json
 from reliability.workload import make_artifacts, plan_commands, run_command
-from replay import load_state, snapshot_json
 
 CHILD = Path(__file__).with_name("child.py")
 

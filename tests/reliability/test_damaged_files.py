@@ -23,10 +23,10 @@ from conftest import REPO
 
 from lifecycle_fsm.errors import LifecycleError
 from lifecycle_fsm.ledger import Ledger, utc_now
+from lifecycle_fsm.replay import load_state, take_checkpoint
+from lifecycle_fsm.replay import verify as verify_ledger
 from reliability.damage import drop_triggers, invoke, judge, read_only, reset, run
 from reliability.workload import make_artifacts
-from replay import load_state, take_checkpoint
-from replay import verify as verify_ledger
 
 
 class Original:

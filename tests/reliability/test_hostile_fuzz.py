@@ -22,9 +22,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lifecycle_fsm.errors import ScenarioError
+from lifecycle_fsm.replay.drills.loader import load_scenario
 from reliability.damage import invoke, run
 from reliability.workload import make_artifacts
-from replay.drills.loader import load_scenario
 
 DOCUMENTED = {0, 2, 3, 4, 5}  # a hostile input may be refused in any of these ways, never 1, 6 or 7
 
