@@ -24,7 +24,7 @@ from lifecycle_fsm.errors import ConflictError, InputError, IntegrityError, NotF
 from lifecycle_fsm.events import HandoffDecided, stream_of
 from lifecycle_fsm.keys import key_id
 from lifecycle_fsm.seals import ledger_id_of
-from lifecycle_fsm.store.base import EventStore
+from lifecycle_fsm.store.base import EventStore, event_at, verify_chain
 from lifecycle_fsm.streams import fold_candidate
 
 __all__ = ["PAYLOAD_TYPE", "PREDICATE_TYPE", "STATEMENT_TYPE", "attest", "verify_attestation"]
@@ -167,16 +167,16 @@ def _check_in_ledger(store: EventStore, predicate: JSON, source: str) -> None:
     proves the row (and everything before it, the ledger id's first event included)
     is what was attested: an edited row breaks the chain, a re-hashed one the hash.
     """
-    chain = store.verify_chain()
+    chain = verify_chain(store)
     if not chain.ok:
         raise IntegrityError(f"the ledger's chain is broken at seq {chain.bad_seq}: {chain.reason}", seq=chain.bad_seq)
     for name in ("decisive_event", "ledger_head"):
         pin = predicate.get(name)
         seq = pin.get("seq") if isinstance(pin, dict) else None
-        event = store.event_at(seq) if isinstance(seq, int) else None
+        event = event_at(store, seq) if isinstance(seq, int) else None
         if event is None or not isinstance(pin, dict) or event.hash != pin.get("hash"):
             raise IntegrityError(f"{source}: the attested {name} {pin} is not in this ledger's chain", seq=seq)
-    decisive = store.event_at(predicate["decisive_event"]["seq"])
+    decisive = event_at(store, predicate["decisive_event"]["seq"])
     candidate = predicate.get("candidate", {}).get("id")
     if decisive is None or decisive.type != HandoffDecided.TYPE or decisive.stream_id != stream_of(str(candidate)):
         raise IntegrityError(f"{source}: the decisive event is not {candidate!r}'s hand-off in this ledger")

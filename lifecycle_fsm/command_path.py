@@ -353,7 +353,7 @@ class CommandPath:
                 continue
             new = self._new_events(head.stream_id, [invalidation.event], None)
             if event_id is not None:
-                new = [new[0].replace(event_id=f"{event_id}/{keyed + len(done)}")]
+                new = [attrs.evolve(new[0], event_id=f"{event_id}/{keyed + len(done)}")]
             stored = tx.append(head.stream_id, current.version, new, status="received").events
             after = apply_candidate(current, stored[0].type, new[0].payload, seq=stored[0].seq,
                                     stream_id=head.stream_id, version=stored[0].version)  # fmt: skip

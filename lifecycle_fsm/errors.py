@@ -1,7 +1,7 @@
 """The exceptions lifecycle-fsm raises, one shallow tree under `LifecycleError`.
 
-The root and the store's errors are defined in `store/errors.py` (the bottom of the
-dependency graph) and re-exported here with the domain's own leaves.
+This module imports nothing of ours: it is the vocabulary the store, the domain and
+replay share (the store may import it and nothing else outside its package).
 
 An error that resembles a builtin also inherits it, so callers who only know the
 standard library can still catch it; IntegrityError alone has none, on purpose (its
@@ -25,22 +25,13 @@ each one ends in is the CLI's business (`lifecycle_fsm.cli.exit_codes`), not the
     │   └── LedgerClosedError            a Ledger used after `close()`
     └── WaitTimeout (TimeoutError)       `Ledger.wait_for` gave up (re-exported by lifecycle_fsm.feed)
 
-The store translates `sqlite3` errors into these at its boundary (`raise … from e`);
-nothing from `sqlite3`, `sqlite_utils` or `transitions` crosses the public API.
+The store translates `sqlite3` and psycopg errors into these at its boundary (`raise … from e`);
+nothing from `sqlite3`, `sqlite_utils`, psycopg or `transitions` crosses the public API.
 """
 
 from __future__ import annotations
 
-from lifecycle_fsm.store.errors import (
-    ConcurrencyError,
-    ConflictError,
-    DuplicateEventError,
-    InputError,
-    IntegrityError,
-    LifecycleError,
-    NotFoundError,
-    StoreError,
-)
+from typing import Any
 
 __all__ = [
     "ArtifactError",
@@ -58,6 +49,82 @@ __all__ = [
     "StoreError",
     "WaitTimeout",
 ]
+
+
+def _rebuild(cls: type[LifecycleError], args: tuple[Any, ...]) -> LifecycleError:
+    """Unpickle an error without calling `__init__` (its fields come back from its `__dict__`)."""
+    error = cls.__new__(cls, *args)
+    error.args = args  # OSError.__new__ leaves args empty when a subclass defines __init__
+    return error
+
+
+class LifecycleError(Exception):
+    """Root of every error the library raises on purpose."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The default re-calls `cls(*args)`, which fails for leaves with keyword-only fields: an error
+        # raised in a worker process (multiprocessing, concurrent.futures) would not reach its parent.
+        return _rebuild, (type(self), self.args), self.__dict__
+
+
+class InputError(LifecycleError, ValueError):
+    """The input cannot be used: a missing file, bad JSON, a malformed manifest."""
+
+
+class NotFoundError(LifecycleError, LookupError):
+    """No such candidate (or event) in the ledger."""
+
+
+class ConflictError(LifecycleError, RuntimeError):
+    """The command is well-formed but not allowed in the ledger's current state.
+
+    A `RuntimeError`, as the standard library's own refusals of a call in the wrong
+    state are (starting a thread twice, running a closed event loop).
+    """
+
+
+class ConcurrencyError(ConflictError):
+    """Another writer appended to a stream this command read; retry the command."""
+
+    def __init__(self, message: str, *, stream_id: str, expected_version: int, actual_version: int) -> None:
+        super().__init__(message)
+        self.stream_id = stream_id
+        self.expected_version = expected_version
+        self.actual_version = actual_version
+
+
+class DuplicateEventError(ConflictError):
+    """An event_id was reused for different content."""
+
+    def __init__(self, message: str, *, event_id: str, seq: int) -> None:
+        super().__init__(message)
+        self.event_id = event_id
+        self.seq = seq
+
+
+class IntegrityError(LifecycleError):
+    """The log, its hash chain or a checkpoint does not hold together.
+
+    Deliberately no builtin base: corrupt history is neither a bad argument
+    (`ValueError`) nor a failing device (`OSError`), and the fold's own
+    `except ValueError` around payload parsing must never catch and re-label it.
+    """
+
+    def __init__(self, message: str, *, seq: int | None = None, **details: Any) -> None:
+        super().__init__(message)
+        self.seq = seq
+        self.details = details
+
+
+class StoreError(LifecycleError, OSError):
+    """The database itself failed (locked too long, disk full, not a ledger file).
+
+    An `OSError`, as a failing file or disk is. Always built from one message, so
+    `str(e)` is that message (OSError's two-argument form would print "[Errno …] …").
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
 
 
 class ArtifactError(InputError):

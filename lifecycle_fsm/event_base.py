@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from lifecycle_fsm.deferred import field_names, frozen
-from lifecycle_fsm.store.errors import InputError
+from lifecycle_fsm.errors import InputError
 
 __all__ = [
     "CANDIDATE_PREFIX",

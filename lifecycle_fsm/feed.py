@@ -19,7 +19,7 @@ from lifecycle_fsm.errors import InputError, NotFoundError, WaitTimeout
 from lifecycle_fsm.events import LEDGER_STREAM, Event, stream_of
 from lifecycle_fsm.limits import check_int, check_seconds
 from lifecycle_fsm.machine import State
-from lifecycle_fsm.store.base import EventStore
+from lifecycle_fsm.store.base import EventStore, select_events
 from lifecycle_fsm.store.records import EventFilter, StoredEvent
 from lifecycle_fsm.upcasting import decoded_event
 
@@ -70,7 +70,7 @@ def stream_filter(stream: str | None) -> str | None:
 
 
 def _page(store: EventStore, after: int, stream_id: str | None) -> list[StoredEvent]:
-    return list(store.select_matching(EventFilter(after=after, stream_id=stream_id, limit=PAGE)))
+    return list(select_events(store, EventFilter(after=after, stream_id=stream_id, limit=PAGE)))
 
 
 def read_events(store: EventStore, *, after: int = 0, stream: str | None = None) -> Iterator[FeedEvent]:

@@ -61,7 +61,7 @@ from lifecycle_fsm.results import CandidateResult, CommandResult, RecoveryResult
 from lifecycle_fsm.retry import DEFAULT_RETRY, RetryPolicy
 from lifecycle_fsm.rules import STAGES
 from lifecycle_fsm.state import CandidateState, LedgerSettings, reading_stored
-from lifecycle_fsm.store.base import EventStore
+from lifecycle_fsm.store.base import EventStore, select_events
 from lifecycle_fsm.store.records import EventFilter, StoredEvent
 from lifecycle_fsm.streams import CACHED_CANDIDATES, StreamReader, check_cache_size, fold_candidate, fold_settings
 from lifecycle_fsm.upcasting import decoded_event, decoded_payload, dense_versions
@@ -566,7 +566,7 @@ def _read_only_folder(target: str | os.PathLike[str]) -> StoreError | None:
 
 def _initialized_with(store: EventStore) -> tuple[int, int] | None:
     """The `(max_window_age, active_window)` the ledger's `LedgerInitialized` (its stream's first event) fixed."""
-    first = next(iter(store.select_matching(EventFilter(stream_id=LEDGER_STREAM, limit=1))), None)
+    first = next(iter(select_events(store, EventFilter(stream_id=LEDGER_STREAM, limit=1))), None)
     if first is None or first.type != LedgerInitialized.TYPE:
         return None
     payload = decoded_payload(first)

@@ -29,7 +29,7 @@ from lifecycle_fsm.errors import ConcurrencyError, ConflictError, CorruptionErro
 from lifecycle_fsm.events import SEALS_STREAM, HeadSealed, LedgerInitialized
 from lifecycle_fsm.keys import PublicKeys, key_id, sign
 from lifecycle_fsm.limits import MAX_INT64, MAX_SIGNED_HEAD_BYTES, read_regular_file
-from lifecycle_fsm.store.base import EventStore
+from lifecycle_fsm.store.base import EventStore, event_at, hash_at
 from lifecycle_fsm.store.chain import canonical_json
 from lifecycle_fsm.store.records import Head, NewEvent, StoredEvent
 from lifecycle_fsm.upcasting import decoded_payload, derived_ledger_id
@@ -59,7 +59,7 @@ _PIN_SHAPE = re.compile(r"([+-]?[0-9]+):(\S*)|([^\s/:]*):([0-9A-Fa-f]+)", re.ASC
 
 def ledger_id_of(store: EventStore) -> str | None:
     """The ledger's id (None for an empty ledger): fixed by its first event."""
-    first = store.event_at(1)
+    first = event_at(store, 1)
     if first is None:
         return None
     if first.type == LedgerInitialized.TYPE:
@@ -212,7 +212,7 @@ def check_expected_heads(
 ) -> SealFailure | None:
     """Each pinned head must be in the chain exactly; a signed-head file's signature must hold too."""
     for pin in heads:
-        found = store.hash_at(pin.seq)
+        found = hash_at(store, pin.seq)
         if found != pin.hash:
             what = "no event" if found is None else f"hash {found}"
             message = f"expected head {pin.seq}:{pin.hash} ({pin.source}), the ledger has {what} there"
@@ -249,7 +249,7 @@ def check_seals(store: EventStore, keys: PublicKeys, ledger_id: str | None) -> t
         if (
             not isinstance(sealed_seq, int)
             or sealed_seq >= event.seq
-            or store.hash_at(sealed_seq) != digest
+            or hash_at(store, sealed_seq) != digest
             or payload.get("ledger_id") != ledger_id
         ):
             message = f"seq {event.seq}: the sealed head {sealed_seq}:{digest} is not this ledger's chain"

@@ -25,7 +25,7 @@ from lifecycle_fsm.deferred import field_names, frozen
 from lifecycle_fsm.events import EVENT_TYPES
 from lifecycle_fsm.machine import TABLE_DIGEST
 from lifecycle_fsm.state import CandidateState, LedgerSettings
-from lifecycle_fsm.store.base import EventStore
+from lifecycle_fsm.store.base import EventStore, hash_at
 from lifecycle_fsm.store.chain import canonical_json
 
 __all__ = [
@@ -90,7 +90,7 @@ def snapshot_problem(
         return SnapshotProblem("snapshot or its sha256 is not text (corrupt)", stale=False)
     if hashlib.sha256(text.encode()).hexdigest() != sha256:
         return SnapshotProblem("snapshot does not match its sha256 (corrupt)", stale=False)
-    actual = store.hash_at(position)
+    actual = hash_at(store, position)
     if actual is None:
         return SnapshotProblem(f"position {position} is past the log's head", stale=False)
     if actual != head_hash:

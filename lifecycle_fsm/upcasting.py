@@ -16,7 +16,7 @@ import orjson
 
 from lifecycle_fsm.errors import CorruptionError
 from lifecycle_fsm.events import EVENT_TYPES, Event
-from lifecycle_fsm.store.chain import chain_hash, row_hash_error
+from lifecycle_fsm.store.chain import event_hash, row_hash_error
 from lifecycle_fsm.store.records import StoredEvent
 
 __all__ = [
@@ -160,7 +160,7 @@ def check_row(event: StoredEvent) -> None:
     whole chain) and a sealed or pinned head catch that.
     """
     e = event
-    if chain_hash(e.prev_hash, e.seq, e.stream_id, e.version, e.event_id, e.type, e.schema_version, e.payload,
+    if event_hash(e.prev_hash, e.seq, e.stream_id, e.version, e.event_id, e.type, e.schema_version, e.payload,
                   e.recorded_at, e.actor) != e.hash:  # fmt: skip
         raise edited_row_error(e.seq)
 

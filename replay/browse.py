@@ -20,6 +20,7 @@ import orjson
 from lifecycle_fsm.errors import CorruptionError, StoreError
 from lifecycle_fsm.events import CANDIDATE_EVENTS, candidate_id_of
 from lifecycle_fsm.state import step_candidate_at
+from lifecycle_fsm.store.base import select_events, verify_chain
 from lifecycle_fsm.store.sqlite import SQLiteEventStore
 from lifecycle_fsm.upcasting import decoded_payload
 
@@ -103,7 +104,7 @@ def snapshot(ledger: Path, folder: Path) -> Snapshot:
     except sqlite3.DatabaseError as e:
         raise StoreError(f"{ledger}: cannot take a snapshot ({e})") from e
     with SQLiteEventStore(target, synchronous="OFF") as store:
-        chain = store.verify_chain()
+        chain = verify_chain(store)
         if not chain.ok:
             raise CorruptionError(f"the ledger's chain is broken at seq {chain.bad_seq}: {chain.reason}; "
                                   "see `lifecycle verify`", seq=chain.bad_seq)  # fmt: skip
@@ -126,7 +127,7 @@ def _states(store: SQLiteEventStore) -> list[tuple[Any, ...]]:
     """Each candidate event with the candidate's state and reason codes after it (the replay fold)."""
     works: dict[str, JSON | None] = {}
     rows = []
-    for event in store.select_events():
+    for event in select_events(store):
         cid = candidate_id_of(event.stream_id)
         if cid is None:
             continue

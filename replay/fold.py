@@ -29,8 +29,8 @@ from lifecycle_fsm.state import (
     not_a_candidate_event,
 )
 from lifecycle_fsm.store.base import EventStore
-from lifecycle_fsm.store.chain import canonical_json, check_rows
-from lifecycle_fsm.store.records import StreamHead
+from lifecycle_fsm.store.chain import canonical_json, check_rows, fold_columns
+from lifecycle_fsm.store.records import EventFilter, StreamHead
 from lifecycle_fsm.upcasting import CURRENT_VERSIONS, edited_row_error, upcast
 
 __all__ = ["LedgerState", "fold_rows", "index_of", "snapshot_json"]
@@ -77,9 +77,10 @@ def snapshot_json(state: LedgerState) -> str:
 
 def fold_batches(store: EventStore, *, after: int, to: int | None, checked: bool) -> Iterable[Sequence[Sequence[Any]]]:
     """The fold's input: plain rows, or whole rows each re-hashed first (`chain.check_rows`)."""
+    rows = store.select_rows(EventFilter(after=after, before=None if to is None else to + 1))
     if checked:
-        return check_rows(store.select_row_batches(after=after, to=to), error=edited_row_error)
-    return store.select_fold_batches(after=after, to=to)
+        return check_rows(rows, error=edited_row_error)
+    return (list(map(fold_columns, batch)) for batch in rows)
 
 
 def fold_rows(

@@ -25,7 +25,7 @@ from lifecycle_fsm.events import (
 )
 from lifecycle_fsm.rules import BLOCKING_ACTIONS, FRESHNESS_CHECKS
 from lifecycle_fsm.state import reading_stored
-from lifecycle_fsm.store.base import EventStore
+from lifecycle_fsm.store.base import EventStore, hash_at, select_events
 from lifecycle_fsm.store.chain import GENESIS_HASH
 from lifecycle_fsm.store.records import EventFilter, PayloadMatch, StoredEvent
 from lifecycle_fsm.upcasting import decoded_payload, dense_versions
@@ -147,19 +147,19 @@ def read_log(store: EventStore, query: EventFilter) -> Iterator[tuple[StoredEven
     """
     filtered = query.since or query.until or query.types or query.actor or query.payload
     if query.stream_id is not None and not filtered:  # one stream's slice: its versions go on one by one
-        for event in dense_versions(store.select_matching(query), after_version=0 if query.after == 0 else None):
+        for event in dense_versions(select_events(store, query), after_version=0 if query.after == 0 else None):
             yield event, decoded_payload(event)
         return
     if filtered or query.stream_id is not None:
-        for event in store.select_matching(query):
+        for event in select_events(store, query):
             yield event, decoded_payload(event)
         return
     # (seq, hash) the next row must follow. No row at `after` (past the head, or itself the missing
     # one): the first row is not judged against it, every later one is.
-    anchor = GENESIS_HASH if query.after == 0 else store.hash_at(query.after)
+    anchor = GENESIS_HASH if query.after == 0 else hash_at(store, query.after)
     follows: tuple[int, str | None] = (query.after, anchor)
     shown = 0
-    for event in store.select_matching(query):
+    for event in select_events(store, query):
         if follows[1] is not None and (event.seq != follows[0] + 1 or event.prev_hash != follows[1]):
             raise _hole(follows[0], event.seq)
         follows = (event.seq, event.hash)

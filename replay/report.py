@@ -20,7 +20,7 @@ from lifecycle_fsm.replay.explain import baseline_activations, explain
 from lifecycle_fsm.replay.explain_text import explain_markdown, format_value
 from lifecycle_fsm.replay.report_html import markdown_to_html
 from lifecycle_fsm.replay.verify import verify_with_state
-from lifecycle_fsm.store.base import EventStore
+from lifecycle_fsm.store.base import EventStore, select_events
 from lifecycle_fsm.store.records import EventFilter
 
 __all__ = ["MAX_PATH_MOVES", "build_report", "path_flowchart", "report_html", "report_markdown"]
@@ -70,7 +70,7 @@ def _build_report(store: EventStore) -> JSON:
     doc["candidates"] = explained
     doc["by_state"] = {s.value: [cid for cid, d in explained.items() if d["state"] == s.value] for s in State}
     recoveries: dict[tuple[str, str], list[JSON]] = defaultdict(list)
-    for event in store.select_matching(EventFilter(types=("RecoveryPlanned",))):
+    for event in select_events(store, EventFilter(types=("RecoveryPlanned",))):
         plan = explained[event.stream_id.removeprefix("candidate:")]
         recoveries[(_payload_field(event.payload, "stage"), _payload_field(event.payload, "action"))].append(
             {"id": plan["id"], "seq": event.seq}

@@ -116,7 +116,7 @@ def verify_with_state(store: EventStore) -> tuple[dict[str, Any], LedgerState | 
 
 
 def _verify(store: EventStore) -> tuple[dict[str, Any], LedgerState | None]:
-    walk = ChainWalk(store.select_row_batches())
+    walk = ChainWalk(store.select_rows())
     full: LedgerState | None = None
     corrupt: CorruptionError | None = None
     try:  # one fold of the whole log as the chain walk checks it, every checkpoint on its way

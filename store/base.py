@@ -1,58 +1,48 @@
-"""The small interface every event store implements (memory, SQLite, PostgreSQL).
+"""The small interface every event store implements (memory, SQLite, PostgreSQL), and the reads built on it.
 
-These are Protocols: a backend implements the methods (no base class to inherit)
-and passes the one contract suite that runs against every backend
-(tests/test_store_contract.py).
+Each need has one way in: a command appends (with the versions it expects, its own
+stream's and others') and reads its stream or looks an event up by id; replay and
+auditors read the log through one filtered iterator in seq order (`select_rows`);
+checkpoints and verify have their own few methods. Backends implement the Protocol
+(no base class to inherit) and pass one contract suite (tests/test_store_contract.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import Protocol
 
+from lifecycle_fsm.errors import InputError
+from lifecycle_fsm.store.chain import GENESIS_HASH, verify_rows
 from lifecycle_fsm.store.records import (
+    ALL_EVENTS,
+    AppendResult,
     ChainReport,
     CheckpointRecord,
     EventFilter,
     Head,
     NewEvent,
-    Record,
+    Row,
     StoredEvent,
     StreamHead,
     StreamSnapshot,
 )
 
-
-class AppendResult(Record):
-    """What an append wrote; `duplicate` when it was a retry of an identical append."""
-
-    __slots__ = ("events", "duplicate")  # noqa: RUF023 - the fields, in order
-    events: tuple[StoredEvent, ...]
-    duplicate: bool
-
-    def __init__(self, events: tuple[StoredEvent, ...], duplicate: bool = False) -> None:
-        self._fill(events, duplicate)
+__all__ = [
+    "EventStore",
+    "StoreTransaction",
+    "event_at",
+    "hash_at",
+    "select_events",
+    "verify_chain",
+    "write_in_read_snapshot",
+    "write_in_transaction",
+]
 
 
 class StoreTransaction(Protocol):
     """Reads and appends under the store's write lock; all or nothing on exit."""
-
-    def stream_version(self, stream_id: str) -> int:
-        """The stream's current version (0 when it has no events)."""
-        ...
-
-    def expect_version(self, stream_id: str, expected_version: int) -> None:
-        """Raise ConcurrencyError unless the stream is exactly at `expected_version`."""
-        ...
-
-    def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[StoredEvent]:
-        """The events of one stream after `after_version`, oldest first."""
-        ...
-
-    def streams(self, *, statuses: Iterable[str] | None = None) -> list[StreamHead]:
-        """The stream index (a rebuildable cache), filtered by status label."""
-        ...
 
     def append(
         self,
@@ -63,32 +53,31 @@ class StoreTransaction(Protocol):
         status: str | None = None,
         category: str | None = None,
         fresh_ids: bool = False,
+        expect: Sequence[tuple[str, int]] = (),
     ) -> AppendResult:
-        """Append events to one stream at `expected_version`; label the stream in the index.
+        """Append to one stream at `expected_version` (`store.writes.WriteTransaction.append`)."""
+        ...
 
-        An append whose event ids were all appended before with the same content is a
-        retry: it returns the stored events (`duplicate=True`). `fresh_ids=True` says
-        the ids were just generated at random, so that look-up can be skipped.
-        """
+    def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[StoredEvent]:
+        """The events of one stream after `after_version`, oldest first, this transaction's own included."""
+        ...
+
+    def stream_version(self, stream_id: str) -> int:
+        """The stream's current version (0 when it has no events)."""
+        ...
+
+    def streams(self, *, statuses: Iterable[str] | None = None) -> list[StreamHead]:
+        """The stream index (a rebuildable cache), filtered by status label."""
         ...
 
 
 class EventStore(Protocol):
     """An append-only, hash-chained event log with checkpoints."""
 
+    # --- what a command needs
+
     def transaction(self) -> AbstractContextManager[StoreTransaction]:
         """Take the write lock, yield a transaction, commit on success, roll back on error."""
-        ...
-
-    def read_snapshot(self) -> AbstractContextManager[None]:
-        """Inside, every read of this handle sees the ledger as of one moment (its first read),
-        whatever other writers commit meanwhile: one read transaction.
-
-        For reads that put several queries side by side (`verify`'s fold against the state
-        index, a report, an attestation's state and head): without it a commit between two
-        of them makes a sound ledger look inconsistent. Reads only: a write through this
-        handle inside one is refused (`InputError`). A nested one is the outer one.
-        """
         ...
 
     def append(
@@ -102,12 +91,7 @@ class EventStore(Protocol):
         fresh_ids: bool = False,
         expect: Sequence[tuple[str, int]] = (),
     ) -> AppendResult:
-        """Append to one stream in its own transaction (see `StoreTransaction.append`).
-
-        `expect`: `(stream_id, version)` of other streams the caller's decision read;
-        ConcurrencyError, nothing written, unless each is still at that version (as
-        `StoreTransaction.expect_version`, checked in the same transaction).
-        """
+        """One append in its own transaction (`StoreTransaction.append`)."""
         ...
 
     def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[StoredEvent]:
@@ -118,56 +102,8 @@ class EventStore(Protocol):
         """The stream's current version (0 when it has no events)."""
         ...
 
-    def select_events(self, *, after: int = 0, to: int | None = None) -> Iterator[StoredEvent]:
-        """Events with `after < seq <= to`, in order, streamed in constant memory."""
-        ...
-
-    def select_fold_batches(self, *, after: int = 0, to: int | None = None) -> Iterator[list[tuple[Any, ...]]]:
-        """Batches of `(seq, stream_id, version, type, schema_version, payload)` tuples, in order."""
-        ...
-
-    def select_row_batches(self, *, after: int = 0, to: int | None = None) -> Iterator[list[tuple[Any, ...]]]:
-        """Batches of whole rows (`StoredEvent` field order, hash columns too), in order.
-
-        For the reads that check every row's hash on the way to a fold (`chain.check_rows`,
-        `chain.ChainWalk`) without a record object per row.
-        """
-        ...
-
-    def select_matching(self, query: EventFilter) -> Iterator[StoredEvent]:
-        """The events `query` selects, in seq order, streamed (the auditor's `log`).
-
-        Every condition is pushed into the backend's query, served by indexes on
-        `type`, `actor`, `recorded_at` and `stream_id`; payload matches are checked
-        there too, on the rows the other conditions leave.
-        """
-        ...
-
-    def position_at(self, recorded_at: str) -> int:
-        """The last seq whose `recorded_at` is at or before this UTC text (0 if none).
-
-        As-of a time: the log up to there holds every event recorded by then.
-        """
-        ...
-
     def event_by_id(self, event_id: str) -> StoredEvent | None:
-        """The event with this id, if any."""
-        ...
-
-    def event_at(self, seq: int) -> StoredEvent | None:
-        """The event at this global position, if any."""
-        ...
-
-    def head(self) -> Head:
-        """The last position and its hash."""
-        ...
-
-    def hash_at(self, seq: int) -> str | None:
-        """The stored hash at a position (the genesis hash at 0), None past the head."""
-        ...
-
-    def count_events(self) -> int:
-        """How many events the log holds."""
+        """The event with this id, if any (a retried command's idempotency look-up)."""
         ...
 
     def streams(self, *, statuses: Iterable[str] | None = None) -> list[StreamHead]:
@@ -175,12 +111,28 @@ class EventStore(Protocol):
         ...
 
     def rebuild_stream_index(self, derive: Callable[[], Iterable[StreamHead]]) -> None:
-        """Replace the stream index with `derive()`, called under the write lock.
-
-        The caller folds the log inside the lock, so no append can land between the
-        fold and the new index (a stale label would hide a candidate from invalidation).
-        """
+        """Replace the stream index with `derive()`, called under the write lock (no append lands
+        between the caller's fold and the new index)."""
         ...
+
+    # --- what replay and auditors need
+
+    def select_rows(self, query: EventFilter = ALL_EVENTS) -> Iterator[list[Row]]:
+        """The events `query` selects, in seq order, as batches of whole rows (`StoredEvent` field
+        order), streamed in constant memory. Every condition is pushed into the backend's query."""
+        ...
+
+    def position_at(self, recorded_at: str) -> int:
+        """The last seq whose `recorded_at` is at or before this UTC text (0 if none): as-of a time."""
+        ...
+
+    def read_snapshot(self) -> AbstractContextManager[None]:
+        """Inside, every read of this handle sees the ledger as of one moment (its first read),
+        whatever other writers commit meanwhile. Reads only: a write through this handle inside
+        one is refused (`InputError`). A nested one is the outer one."""
+        ...
+
+    # --- what checkpoints need
 
     def append_checkpoint(
         self,
@@ -192,11 +144,12 @@ class EventStore(Protocol):
         recorded_at: str,
         streams: Sequence[tuple[str, int, str]] = (),
     ) -> CheckpointRecord:
-        """Store a snapshot taken at `position` (its head hash is read from the log).
+        """Store a snapshot taken at `position` (its head hash is read from the log), with
+        `(stream_id, version, state)` copies of each stream's own folded state."""
+        ...
 
-        `streams` are `(stream_id, version, state)` copies of each stream's own folded
-        state, so one stream can be read from the checkpoint without the others.
-        """
+    def select_checkpoints(self, *, at_or_before: int | None = None) -> Iterator[CheckpointRecord]:
+        """Checkpoints at or before a position (default: all), newest first, read lazily."""
         ...
 
     def stream_snapshots(self, checkpoint_id: int) -> list[StreamSnapshot]:
@@ -207,20 +160,57 @@ class EventStore(Protocol):
         """The newest checkpoint's copy of one stream's state, if any."""
         ...
 
-    def select_checkpoints(self, *, at_or_before: int | None = None) -> Iterator[CheckpointRecord]:
-        """Checkpoints at or before a position (default: all), newest first, read lazily."""
+    # --- what verify needs
+
+    def head(self) -> Head:
+        """The last position and its hash."""
+        ...
+
+    def count_events(self) -> int:
+        """How many rows the log holds (the head's seq, unless rows were removed behind its back)."""
         ...
 
     def guard_problems(self) -> list[str]:
-        """What is missing or altered of the database's own append-only guards (the triggers
-        refusing UPDATE, DELETE, REPLACE or TRUNCATE on `events`): empty when all are in place.
-        `verify` reports any as a failure; a file writer can drop them (README, threat model)."""
-        ...
-
-    def verify_chain(self) -> ChainReport:
-        """Re-hash the whole log; report the first broken position."""
+        """What is missing or altered of the database's own append-only guards: empty when all hold."""
         ...
 
     def close(self) -> None:
         """Release the connection."""
         ...
+
+
+def select_events(store: EventStore, query: EventFilter = ALL_EVENTS) -> Iterator[StoredEvent]:
+    """`store.select_rows(query)` as records."""
+    for rows in store.select_rows(query):
+        for row in rows:
+            yield StoredEvent(*row)
+
+
+def event_at(store: EventStore, seq: int) -> StoredEvent | None:
+    """The event at this global position, if any."""
+    return next(select_events(store, EventFilter(after=seq - 1, before=seq + 1)), None)
+
+
+def hash_at(store: EventStore, seq: int) -> str | None:
+    """The stored hash at a position (the genesis hash at 0), None past the head."""
+    if seq == 0:
+        return GENESIS_HASH
+    event = event_at(store, seq)
+    return None if event is None else event.hash
+
+
+def verify_chain(store: EventStore) -> ChainReport:
+    """Re-hash the whole log in one pass; report the first broken position."""
+    return verify_rows(store.select_rows(), count=store.count_events, head=store.head)
+
+
+def write_in_read_snapshot(where: object) -> InputError:
+    """What a write through a store handle inside its own `read_snapshot()` raises."""
+    return InputError(f"{where}: a write inside read_snapshot() is refused (it holds one read transaction)")
+
+
+def write_in_transaction(where: object) -> InputError:
+    """What a write through a store handle inside its own open `transaction()` raises."""
+    return InputError(
+        f"{where}: a write through the store inside its own open transaction is refused (use the transaction's methods)"
+    )

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 
-from lifecycle_fsm.store.errors import InputError
+from lifecycle_fsm.errors import InputError
 
 ENV_VAR = "LIFECYCLE_FAULT"
 POINTS = ("before_commit", "after_commit", "after_begin")

@@ -23,10 +23,10 @@ from collections.abc import Callable, Iterable, Sequence
 import attrs
 import orjson
 
-from lifecycle_fsm.store.base import EventStore
-from lifecycle_fsm.store.chain import GENESIS_HASH, rehash
-from lifecycle_fsm.store.errors import ConflictError, IntegrityError, StoreError
-from lifecycle_fsm.store.records import CheckpointRecord, Head, NewEvent, StoredEvent, StreamHead
+from lifecycle_fsm.errors import ConflictError, IntegrityError, StoreError
+from lifecycle_fsm.store.base import EventStore, hash_at, verify_chain
+from lifecycle_fsm.store.chain import ChainWalk
+from lifecycle_fsm.store.records import CheckpointRecord, EventFilter, Head, NewEvent, Row, StoredEvent, StreamHead
 
 __all__ = ["MigrationReport", "migrate"]
 
@@ -79,28 +79,30 @@ def _copy(
     batch: int,
 ) -> MigrationReport:
     """`migrate` after its resume point; `kept[0]` follows the last seq committed in the destination."""
-    prev = Head(0, GENESIS_HASH)
-    written = start.seq
-    pending: list[StoredEvent] = []
-    for event in src.select_events(to=target.seq):
-        reason = _link_problem(event, prev)
-        if reason is not None:
-            raise IntegrityError(f"the source's chain is broken at seq {event.seq}: {reason}; "
-                                 f"{_copied(start.seq, written)}", seq=event.seq)  # fmt: skip
-        prev = Head(event.seq, event.hash)
-        if event.seq > start.seq:
-            pending.append(event)
+    walk = ChainWalk(src.select_rows(EventFilter(before=target.seq + 1)))
+    pending: list[Row] = []
+    last = 0
+    for rows in walk.rows():
+        for row in rows:
+            last = row[0]
+            if last > start.seq:
+                pending.append(row)
             if len(pending) >= batch:
                 _write(dst, pending)
-                written, pending = event.seq, []
-                kept[0] = written
-        if progress is not None:
-            progress(event.seq, target.seq)
+                kept[0], pending = last, []
+            if progress is not None:
+                progress(last, target.seq)
+    if walk.bad_seq is not None:
+        raise IntegrityError(
+            f"the source's chain is broken at seq {walk.bad_seq}: {walk.reason}; {_copied(start.seq, kept[0])}",
+            seq=walk.bad_seq,
+        )
     _write(dst, pending)
-    written = kept[0] = max(written, prev.seq)
-    if prev != target:
-        raise IntegrityError(f"the source ended at seq {prev.seq}, not at its head {target.seq}; "
-                             f"{_copied(start.seq, written)}", seq=prev.seq)  # fmt: skip
+    kept[0] = max(kept[0], last)
+    if last != target.seq:
+        raise IntegrityError(
+            f"the source ended at seq {last}, not at its head {target.seq}; {_copied(start.seq, kept[0])}", seq=last
+        )
     copied, present, skipped = _copy_checkpoints(src, dst, target.seq)
     if index is not None:
         dst.rebuild_stream_index(lambda: index(dst))
@@ -115,33 +117,23 @@ def _resume_point(src: EventStore, dst: EventStore, target: Head) -> Head:
     head = dst.head()
     if head.seq == 0:
         return head
-    if head.seq > target.seq and dst.hash_at(target.seq) == target.hash:
+    if head.seq > target.seq and hash_at(dst, target.seq) == target.hash:
         raise ConflictError(
             f"the destination is ahead of the source: it holds {head.seq} events, the source {target.seq}, and "
             f"the source is a prefix of it; refusing to copy into it (to bring the source up to date, copy the "
             f"other way: `lifecycle migrate DST SRC`)"
         )
-    if head.seq > target.seq or src.hash_at(head.seq) != head.hash:
+    if head.seq > target.seq or hash_at(src, head.seq) != head.hash:
         raise ConflictError(
             f"the destination already holds {head.seq} events that are not a prefix of the source "
             f"(its head hash {head.hash[:12]}… is not the source's at seq {head.seq}); refusing to copy into it"
         )
-    report = dst.verify_chain()
+    report = verify_chain(dst)
     if not report.ok:
-        raise IntegrityError(f"the destination's chain is broken at seq {report.bad_seq}: {report.reason}",
-                             seq=report.bad_seq)  # fmt: skip
+        raise IntegrityError(
+            f"the destination's chain is broken at seq {report.bad_seq}: {report.reason}", seq=report.bad_seq
+        )
     return head
-
-
-def _link_problem(event: StoredEvent, prev: Head) -> str | None:
-    """Why `event` does not follow `prev` in a sound chain, or None when it does."""
-    if event.seq != prev.seq + 1:
-        return f"gap in positions: seq {event.seq} follows seq {prev.seq}"
-    if event.prev_hash != prev.hash:
-        return "prev_hash does not match the previous event's hash"
-    if rehash(event, prev.hash) != event.hash:
-        return "stored hash does not match the event's content"
-    return None
 
 
 def _copied(start: int, written: int) -> str:
@@ -152,33 +144,32 @@ def _copied(start: int, written: int) -> str:
     return f"copied seq {start + 1} to {written} ({written - start} events, each verified), nothing after seq {written}"
 
 
-def _runs(events: Sequence[StoredEvent]) -> Iterable[list[StoredEvent]]:
-    """Consecutive events of one stream: one append each."""
-    run: list[StoredEvent] = []
-    for event in events:
-        if run and event.stream_id != run[0].stream_id:
+def _runs(rows: Sequence[Row]) -> Iterable[list[Row]]:
+    """Consecutive rows of one stream: one append each."""
+    run: list[Row] = []
+    for row in rows:
+        if run and row[1] != run[0][1]:
             yield run
             run = []
-        run.append(event)
+        run.append(row)
     if run:
         yield run
 
 
-def _write(dst: EventStore, events: Sequence[StoredEvent]) -> None:
-    """Append `events` to `dst` in one transaction; every copy must equal its source row."""
-    if not events:
+def _write(dst: EventStore, rows: Sequence[Row]) -> None:
+    """Append `rows` to `dst` in one transaction; every copy must equal its source row."""
+    if not rows:
         return
     with dst.transaction() as tx:
-        for run in _runs(events):
-            new = [NewEvent(e.stream_id, e.type, e.schema_version, orjson.loads(e.payload), e.event_id,
-                            e.recorded_at, e.actor) for e in run]  # fmt: skip
-            stored = tx.append(run[0].stream_id, run[0].version - 1, new, fresh_ids=True).events
+        for run in _runs(rows):
+            new = [NewEvent(r[1], r[4], r[5], orjson.loads(r[6]), r[3], r[7], r[8]) for r in run]
+            stored = tx.append(run[0][1], run[0][2] - 1, new, fresh_ids=True).events
             for copy, original in zip(stored, run, strict=True):
-                if copy != original:
+                if copy != StoredEvent(*original):
                     raise IntegrityError(
-                        f"the copy of seq {original.seq} differs from the source (payload not in canonical form?); "
+                        f"the copy of seq {original[0]} differs from the source (payload not in canonical form?); "
                         "this batch was rolled back",
-                        seq=original.seq,
+                        seq=original[0],
                     )
 
 
@@ -191,7 +182,7 @@ def _copy_checkpoints(src: EventStore, dst: EventStore, upto: int) -> tuple[int,
     copied = present = 0
     skipped: list[tuple[int, str]] = []
     for record in reversed(list(src.select_checkpoints(at_or_before=upto))):
-        if record.head_hash != src.hash_at(record.position):
+        if record.head_hash != hash_at(src, record.position):
             skipped.append((record.checkpoint_id, "its head hash is not the log's at its position"))
         elif record.snapshot_sha256 != hashlib.sha256(record.snapshot.encode()).hexdigest():
             skipped.append((record.checkpoint_id, "its snapshot does not match its sha256"))
@@ -199,8 +190,13 @@ def _copy_checkpoints(src: EventStore, dst: EventStore, upto: int) -> tuple[int,
             present += 1
         else:
             copies = [(s.stream_id, s.version, s.state) for s in src.stream_snapshots(record.checkpoint_id)]
-            dst.append_checkpoint(position=record.position, schema_version=record.schema_version,
-                                  fingerprint=record.fingerprint, snapshot=record.snapshot,
-                                  recorded_at=record.recorded_at, streams=copies)  # fmt: skip
+            dst.append_checkpoint(
+                position=record.position,
+                schema_version=record.schema_version,
+                fingerprint=record.fingerprint,
+                snapshot=record.snapshot,
+                recorded_at=record.recorded_at,
+                streams=copies,
+            )
             copied += 1
     return copied, present, skipped

@@ -7,18 +7,48 @@ driver: psycopg is the optional `postgres` extra, loaded only for a URL.
 
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Collection
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from lifecycle_fsm.store.errors import InputError, StoreError
+from lifecycle_fsm.errors import InputError, StoreError
 
 if TYPE_CHECKING:
     from lifecycle_fsm.store.base import EventStore
 
-__all__ = ["URL_SCHEMES", "describe_target", "is_postgres_url", "open_store", "redact_url"]
+__all__ = [
+    "MAX_BUSY_TIMEOUT",
+    "URL_SCHEMES",
+    "busy_timeout_seconds",
+    "describe_target",
+    "is_postgres_url",
+    "open_store",
+    "redact_url",
+    "synchronous_mode",
+]
 
 URL_SCHEMES = ("postgresql://", "postgres://")
+# Both backends keep the wait in milliseconds in a C int (SQLite's busy_timeout, PostgreSQL's lock_timeout).
+MAX_BUSY_TIMEOUT = (2**31 - 1) / 1000
+
+
+def busy_timeout_seconds(value: object, name: str = "busy_timeout") -> float:
+    """A finite number of seconds from 0 to `MAX_BUSY_TIMEOUT`; else an InputError naming the option."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise InputError(f"{name} must be a number of seconds, not {value!r}")
+    if not (0 <= value <= MAX_BUSY_TIMEOUT) or (isinstance(value, float) and not math.isfinite(value)):
+        raise InputError(f"{name} must be a finite number of seconds from 0 to {MAX_BUSY_TIMEOUT}, not {value!r}")
+    return float(value)
+
+
+def synchronous_mode(value: object, modes: Collection[str]) -> str:
+    """`value` upper-cased when it is one of `modes` (case-insensitive); else an InputError."""
+    mode = value.upper() if isinstance(value, str) else None
+    if mode is None or mode not in modes:
+        raise InputError(f"synchronous must be one of {', '.join(modes)}, not {value!r}")
+    return mode
 
 
 def is_postgres_url(target: object) -> bool:

@@ -2,43 +2,21 @@
 
 Why it is built this way:
 - Appends are serialised by a transaction-level advisory lock (one key per ledger
-  schema) taken before `seq` is assigned, so `seq` is dense and in commit order: a
+  schema) taken before the head is read, so `seq` is dense and in commit order: a
   writer cannot take the lock until the previous one has committed and become
   visible, so a reader polling `seq > last` never skips an event that commits late
-  (a bare sequence does: LIBRARY_NOTES measured 32% skipped). The chain needs a total
-  order anyway. An advisory lock, not `LOCK TABLE … EXCLUSIVE`, because a role with
-  only SELECT and INSERT may not take that table lock.
+  (a bare sequence does). The chain needs a total order anyway. An advisory lock, not
+  `LOCK TABLE … EXCLUSIVE`, because a role with only SELECT and INSERT may not take that.
 - Read committed, never repeatable read: every statement after the lock sees the
   newest committed head (under repeatable read the snapshot predates the lock).
-- One round trip per append, the lock held only while the server runs it:
-  `store.append` (what a one-append command calls) sends the lock and one INSERT that
-  reads the head itself, computes `seq` and the chain hash in SQL, upserts the stream
-  index and notifies followers (data-modifying CTEs, `store/postgres_append.py`), as
-  prepared statements in libpq's pipeline mode, committed by the one Sync that ends
-  them (`store/postgres_pipeline.py`: no statement text to parse, values sent as text
-  parameters; without pipeline mode, an older libpq, the same statements go as one
-  simple-query message). It lands only if the stream version (and the `expect=`
-  versions of streams the command read but does not write) still hold; if not,
-  nothing was written and the slow path below says which stream moved. The client's
-  hashes (chained after the last head it saw) are stored when that head is still the
-  head; otherwise the server hashes, so another writer's append costs nothing extra (a
-  guess that had to be retried went stale at once with 8 writers, and the retry held
-  the lock across a round trip).
-- Transactions (`store.transaction()`, several appends, fault hooks) chain rows in
-  Python (`store.chain.chain_rows`) against a guessed head checked by their first
-  INSERT, re-read under the lock when stale; they pay one more trip (the COMMIT).
-- Followers: every appending commit notifies the ledger's channel (delivered at
-  COMMIT, never for a rollback or a refused append); `wait_for_new` blocks on it,
-  polling stays the truth.
-- Either way an event hashes the same here and in SQLite (the server's hash is re-checked
-  by the client); `payload` and `recorded_at` are stored as the exact text that was hashed.
-- A connection the server dropped (restart, failover, an ended session) fails the call that met
-  it, once; the next call opens a new session before it starts, never inside a transaction
-  (`PgSession.recover`, checked with two attribute reads per call: a supervisor on many machines
-  keeps its Ledger across a failover).
-- `lock_timeout` (from `busy_timeout`) bounds the wait for the lock and
-  `idle_in_transaction_session_timeout` ends a writer that stalls holding it; both
-  surface as `StoreError` (README says what a user sees).
+- The rows are chained in Python under the lock (`store.chain.chain_rows`, as on every
+  backend), so an event hashes the same here and in SQLite. A one-append command costs
+  two round trips: BEGIN, the lock and the reads of the head, the versions and the ids
+  in one message; the inserts, the stream index, NOTIFY and COMMIT in the next. Several
+  statements go in one message with their values bound client-side (psycopg's
+  `ClientCursor`); `payload` and `recorded_at` are stored as the exact text that was hashed.
+- Followers: every appending commit notifies the ledger's channel (delivered at COMMIT,
+  never for a rollback); `wait_for_new` blocks on it, polling stays the truth.
 """
 
 from __future__ import annotations
@@ -52,45 +30,156 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
-from psycopg.pq import TransactionStatus
+from psycopg import errors as pg_errors
+from psycopg.pq import ExecStatus, TransactionStatus
 
-from lifecycle_fsm.store.base import AppendResult
-from lifecycle_fsm.store.chain import GENESIS_HASH, verify_rows
-from lifecycle_fsm.store.errors import InputError, IntegrityError, write_in_read_snapshot, write_in_transaction
+from lifecycle_fsm.errors import InputError, IntegrityError, StoreError
+from lifecycle_fsm.store.base import write_in_read_snapshot, write_in_transaction
+from lifecycle_fsm.store.chain import GENESIS_HASH, canonical_json, event_hash
 from lifecycle_fsm.store.faults import fault_from_env
-from lifecycle_fsm.store.postgres_pipeline import COMMIT_UNKNOWN, NOTHING_COMMITTED
-from lifecycle_fsm.store.postgres_schema import EVENT_COLUMNS, PG_GUARD_SOURCE, PG_GUARDS, PgSession, filter_sql
-from lifecycle_fsm.store.postgres_transaction import VERSION_OF, PostgresTransaction
+from lifecycle_fsm.store.postgres_schema import (
+    APPEND_ONE,
+    EVENT_COLUMNS,
+    PG_GUARD_SOURCE,
+    PG_GUARDS,
+    append_one,
+    ensure_schema,
+    filter_sql,
+)
+from lifecycle_fsm.store.postgres_session import COMMIT_UNKNOWN, NOTHING_COMMITTED, PgSession
 from lifecycle_fsm.store.records import (
-    ChainReport,
+    ALL_EVENTS,
+    AppendResult,
     CheckpointRecord,
     EventFilter,
     Head,
     NewEvent,
+    Row,
     StoredEvent,
     StreamHead,
     StreamSnapshot,
 )
 from lifecycle_fsm.store.threads import one_thread
+from lifecycle_fsm.store.writes import WriteTransaction, check_batch, id_taken
 
 __all__ = ["PostgresEventStore", "PostgresTransaction"]
 
-
-_SNAPSHOT_COLUMNS = (
-    "c.checkpoint_id, c.position, c.head_hash, c.schema_version, c.fingerprint, "
-    "s.stream_id, s.version, s.state, s.state_sha256"
-)
 _NO_UPPER = 1 << 62
-_ONE_TRIP_ROWS = 1000  # store.append's one-round-trip path: one INSERT statement (see postgres_transaction)
+_PAGE = 2000
+_ROWS_PER_INSERT = 1000
+_STREAM = f"SELECT {EVENT_COLUMNS} FROM events WHERE stream_id = %s AND version > %s ORDER BY version"
+_VERSION = "coalesce((SELECT max(version) FROM events WHERE stream_id = %s), 0)"
+_HEAD = "(SELECT seq FROM events ORDER BY seq DESC LIMIT 1), (SELECT hash FROM events ORDER BY seq DESC LIMIT 1)"
+_STREAMS = "SELECT stream_id, version, status, category FROM streams"
+_UPSERT_STREAM = (
+    "INSERT INTO streams (stream_id, version, status, category) VALUES (%s, %s, %s, %s) "
+    "ON CONFLICT (stream_id) DO UPDATE SET version = excluded.version, "
+    "status = coalesce(excluded.status, streams.status), category = coalesce(excluded.category, streams.category)"
+)
+_SNAPSHOTS = (
+    "SELECT c.checkpoint_id, c.position, c.head_hash, c.schema_version, c.fingerprint, "
+    "s.stream_id, s.version, s.state, s.state_sha256 FROM checkpoint_streams s JOIN checkpoints c "
+    "ON c.checkpoint_id = s.checkpoint_id"
+)
 
 
-def _unqualified(definition: str) -> str:
-    """A trigger's definition with its table's schema left out (the ledger's schema varies)."""
-    return re.sub(r" ON [^ ]+\.events ", " ON events ", definition)
+def _streams_sql(statuses: Iterable[str] | None) -> tuple[str, tuple[Any, ...]]:
+    if statuses is None:
+        return f"{_STREAMS} ORDER BY stream_id", ()
+    return f"{_STREAMS} WHERE status = ANY(%s::text[]) ORDER BY stream_id", (list(statuses),)
 
 
-def _sha256(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
+class PostgresTransaction(WriteTransaction):
+    """A write transaction (`WriteTransaction` holds the rules): BEGIN and the lock go with its first
+    message; its inserts go with the next message, or with the COMMIT."""
+
+    def __init__(self, store: PostgresEventStore) -> None:
+        self._session = store.session
+        self._owner = store.session.owner
+        self._fault = store._fault
+        self.started = False
+        self.wrote = False
+        self._pending: list[tuple[str, Sequence[Any]]] = []  # statements sent ahead of the next message
+        self._inserting: tuple[str, int] | None = None  # the stream and version the pending rows follow
+
+    def _send(self, statements: Sequence[tuple[str, Sequence[Any]]], *, lost: str = NOTHING_COMMITTED) -> list[Any]:
+        """`statements` in one message after what is pending (and, first, BEGIN and the lock); each one's rows.
+
+        The message is one statement text (psycopg caches its parsing by the text: the values are
+        bound client-side, not written into it) with every statement's values in order.
+        """
+        session, first = self._session, not self.started
+        parts = ([("BEGIN", ()), (session.lock_sql, ())] if first else []) + self._pending
+        skip = len(parts)
+        parts += statements
+        self.started, self._pending, inserting, self._inserting = True, [], self._inserting, None
+        with session.mapped("write transaction failed", lost=lost):
+            cursor = session.batch
+            try:
+                cursor.execute("; ".join(sql for sql, _ in parts), [v for _, params in parts for v in params])
+            except pg_errors.UniqueViolation as e:
+                if inserting is None:
+                    raise
+                self.failed = f"an append to {inserting[0]!r} failed part-way"
+                raise id_taken(*inserting, session.scrub(str(e).splitlines()[0])) from e
+            results: list[Any] = []
+            for n in range(len(parts)):
+                if n >= skip:
+                    result = cursor.pgresult
+                    ok = result is not None and result.status == ExecStatus.TUPLES_OK
+                    results.append(cursor.fetchall() if ok else [])
+                cursor.nextset()
+        if first and self._fault is not None:  # BEGIN and the lock answered: the write lock is held
+            self._fault.reached("after_begin")
+        return results
+
+    def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[StoredEvent]:
+        self._owner.check()
+        return [StoredEvent(*row) for row in self._send([(_STREAM, (stream_id, after_version))])[0]]
+
+    def stream_version(self, stream_id: str) -> int:
+        self._owner.check()
+        return int(self._send([(f"SELECT {_VERSION}", (stream_id,))])[0][0][0])
+
+    def streams(self, *, statuses: Iterable[str] | None = None) -> list[StreamHead]:
+        self._owner.check()
+        return [StreamHead(*row) for row in self._send([_streams_sql(statuses)])[0]]
+
+    def _read(self, streams: Sequence[str], ids: Sequence[str]) -> tuple[Head, list[int], dict[str, StoredEvent]]:
+        self._owner.check()
+        statements: list[tuple[str, Sequence[Any]]] = [
+            (f"SELECT {', '.join([_HEAD] + [_VERSION] * len(streams))}", streams)
+        ]
+        if ids:
+            statements.append((f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id = ANY(%s::text[])", (list(ids),)))
+        results = self._send(statements)
+        seq, digest, *versions = results[0][0]
+        head = Head(seq, digest) if seq is not None else Head(0, GENESIS_HASH)
+        stored = {row[3]: StoredEvent(*row) for row in (results[1] if ids else [])}
+        return head, [int(v) for v in versions], stored
+
+    def _insert(self, rows: list[Row], status: str | None, category: str | None) -> None:
+        for at in range(0, len(rows), _ROWS_PER_INSERT):
+            chunk = rows[at : at + _ROWS_PER_INSERT]
+            values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(chunk))
+            self._pending.append(
+                (f"INSERT INTO events ({EVENT_COLUMNS}) VALUES {values}", [v for r in chunk for v in r])
+            )
+        self._pending.append((_UPSERT_STREAM, (rows[0][1], rows[-1][2], status, category)))
+        self._inserting, self.wrote = (rows[0][1], rows[0][2] - 1), True
+
+    def flush(self) -> None:
+        """Send what is pending now (the fault hooks strike with the rows inserted)."""
+        if self._pending:
+            self._send([])
+
+    def commit(self) -> None:
+        """What is pending, NOTIFY if anything was appended, and COMMIT, in one message."""
+        if self.failed is not None:
+            raise StoreError(f"{self.failed}; nothing in this transaction was committed")
+        if self.started or self._pending:
+            notify = [(self._session.notify_sql, ())] if self.wrote else []
+            self._send([*notify, ("COMMIT", ())], lost=COMMIT_UNKNOWN)
 
 
 @one_thread
@@ -109,55 +198,18 @@ class PostgresEventStore:
         self._fault = fault_from_env()
         self.session = PgSession(url, synchronous=synchronous, busy_timeout=busy_timeout, idle_timeout=idle_timeout)
         try:
-            self.session.ensure_schema(create=create)
+            ensure_schema(self.session, create=create)
         except BaseException:
             self.session.close()
             raise
         self.where = self.session.where
         self._owner = self.session.owner
-        self.last_head = Head(0, GENESIS_HASH)  # a transaction's first guess, checked by its insert
         self._reading = False  # inside `read_snapshot()`
 
-    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        with self.session.mapped("read failed"):
-            return self.session.query(sql, params).fetchall()
-
-    def _one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
-        with self.session.mapped("read failed"):
-            return self.session.query(sql, params).fetchone()
-
-    @contextmanager
-    def transaction(self) -> Iterator[PostgresTransaction]:
-        # Entered (not only created) by the owner: another thread's `with` would run the exit,
-        # and its rollback, on the owner's connection (`one_thread` checks the call alone).
-        self._owner.check()
-        session = self.session
-        self._refuse_nested_write()
-        with session.mapped("cannot start a write transaction"):
-            session.ready()  # before the transaction: never reconnect inside one
-        tx = PostgresTransaction(self)
-        session.held = True  # its BEGIN goes with its first statement, inside the block
-        try:
-            yield tx
-            tx.finish()
-            if self._fault is not None:
-                self._fault.reached("before_commit")
-            if tx.started:
-                with session.mapped("commit failed", lost=COMMIT_UNKNOWN):
-                    session.conn.execute(f"{session.notify_sql}; COMMIT" if tx.head is not None else "COMMIT")
-        except BaseException:
-            self._rollback()
-            raise
-        finally:
-            session.held = False
-        if tx.head is not None:
-            self.last_head = tx.head
-        if self._fault is not None:
-            self._fault.reached("after_commit")
+    # --- transactions ---------------------------------------------------------------------
 
     def _refuse_nested_write(self) -> None:
-        """A write through the store inside its own open read snapshot or transaction is refused (it
-        would run inside that transaction: not committed by its own Sync, and lost with it)."""
+        """A write inside this handle's own read snapshot or transaction would run inside that one."""
         if self._reading:
             raise write_in_read_snapshot(self.where)
         if self.session.held:
@@ -173,48 +225,62 @@ class PostgresEventStore:
             conn.execute("ROLLBACK")
 
     @contextmanager
-    def read_snapshot(self) -> Iterator[None]:
-        """One REPEATABLE READ, READ ONLY transaction: every statement inside sees the snapshot
-        its first one took. The pages keep coming one statement at a time, so the session is
-        idle in it only while the caller works on a page (`idle_timeout` ends a longer pause)."""
-        self._owner.check()  # entered by the owner: the exit's rollback runs on its connection
-        if self._reading:
-            yield
-            return
-        session = self.session
-        if session.held:
-            raise InputError(f"{self.where}: read_snapshot() inside a write transaction is refused")
-        with session.mapped("cannot start a read snapshot"):
-            session.ready()
-        session.held = True
-        try:  # BEGIN inside: an interrupt once it is answered still ends it
-            with session.mapped("cannot start a read snapshot"):
-                session.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            self._reading = True
-            yield
-        finally:
-            self._reading = session.held = False
-            self._rollback()
-
-    @contextmanager
-    def _locked(self, what: str) -> Iterator[None]:
-        """A maintenance transaction under the write lock (index rebuild, checkpoints)."""
+    def _held(self, what: str) -> Iterator[None]:
+        """The session made usable (never reconnected inside), then held by one block of this store."""
         self._refuse_nested_write()
-        session = self.session
-        with session.mapped(what):
-            session.ready()
-        session.held = True
-        try:  # BEGIN and the lock inside: an interrupt once they are answered still rolls back
-            with session.mapped(what, lost=NOTHING_COMMITTED):
-                session.conn.execute(f"BEGIN; {session.lock_sql}")
-                yield
-            with session.mapped(what, lost=COMMIT_UNKNOWN):
-                session.conn.execute("COMMIT")
+        with self.session.mapped(what):
+            self.session.ready()
+        self.session.held = True
+        try:
+            yield
         except BaseException:
             self._rollback()
             raise
         finally:
-            session.held = False
+            self.session.held = False
+
+    @contextmanager
+    def transaction(self) -> Iterator[PostgresTransaction]:
+        with self._held("cannot start a write transaction"):
+            tx = PostgresTransaction(self)
+            yield tx
+            if self._fault is not None:
+                tx.flush()
+                self._fault.reached("before_commit")
+            tx.commit()
+        if self._fault is not None:
+            self._fault.reached("after_commit")
+
+    @contextmanager
+    def _locked(self, what: str) -> Iterator[psycopg.Connection[Any]]:
+        """A maintenance transaction under the write lock (index rebuild, checkpoints)."""
+        with self._held(what):
+            conn = self.session.conn
+            with self.session.mapped(what, lost=NOTHING_COMMITTED):
+                conn.execute(f"BEGIN; {self.session.lock_sql}")
+                yield conn
+            with self.session.mapped(what, lost=COMMIT_UNKNOWN):
+                conn.execute("COMMIT")
+
+    @contextmanager
+    def read_snapshot(self) -> Iterator[None]:
+        """One REPEATABLE READ, READ ONLY transaction: every statement inside sees the snapshot its
+        first one took. The session is idle in it only while the caller works on a page
+        (`idle_timeout` ends a longer pause)."""
+        if self._reading:
+            yield
+            return
+        if self.session.held:
+            raise InputError(f"{self.where}: read_snapshot() inside a write transaction is refused")
+        with self._held("cannot start a read snapshot"):
+            with self.session.mapped("cannot start a read snapshot"):
+                self.session.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            self._reading = True
+            try:
+                yield
+            finally:
+                self._reading = False
+                self._rollback()
 
     def append(
         self,
@@ -227,154 +293,180 @@ class PostgresEventStore:
         fresh_ids: bool = False,
         expect: Sequence[tuple[str, int]] = (),
     ) -> AppendResult:
-        session = self.session
-        if self._reading or session.held:
-            self._refuse_nested_write()
-        pg = session.conn.pgconn
-        if pg.transaction_status or pg.pipeline_status:  # `session.ready()`, inlined on the hot path
-            with session.mapped("write transaction failed"):
-                session.recover()
-        if events and self._fault is None and len(events) <= _ONE_TRIP_ROWS:
-            # One round trip, the server chaining the rows to the head it finds under the
-            # lock. A fault hook needs the slow path's separate COMMIT to strike before it.
-            tx = PostgresTransaction(self)
-            for other, version in expect:  # checked by the chained insert, in the same round trip
-                tx.expect_version(other, version)
-            try:
-                done = tx.append_and_commit(stream_id, expected_version, events, status=status, category=category,
-                                            fresh_ids=fresh_ids)  # fmt: skip
-            except BaseException:
-                self._rollback()
-                raise
+        """One event (what a command appends) goes in one message; when a check fails there, nothing
+        was written and the transaction's path, under the lock, says why (or returns the retried event).
+        A fault plan takes that path too: its hooks strike between the statements."""
+        if len(events) == 1 and self._fault is None:
+            done = self._append_one(stream_id, expected_version, events[0], (status, category), fresh_ids, expect)
             if done is not None:
-                if tx.head is not None:
-                    self.last_head = tx.head
                 return done
-            # A version moved (nothing was written): the slow path says which, under the lock.
         with self.transaction() as tx:
-            for other, version in expect:
-                tx.expect_version(other, version)
-            return tx.append(stream_id, expected_version, events, status=status, category=category, fresh_ids=fresh_ids)
+            return tx.append(
+                stream_id,
+                expected_version,
+                events,
+                status=status,
+                category=category,
+                fresh_ids=fresh_ids,
+                expect=expect,
+            )
+
+    def _append_one(
+        self,
+        stream_id: str,
+        expected_version: int,
+        event: NewEvent,
+        index: tuple[str | None, str | None],
+        fresh_ids: bool,
+        expect: Sequence[tuple[str, int]],
+    ) -> AppendResult | None:
+        check_batch(stream_id, [event])
+        payload, version = canonical_json(event.payload), expected_version + 1
+        session = self.session
+        params = append_one(
+            event,
+            payload,
+            version,
+            [(stream_id, expected_version), *expect],
+            lock_key=session.lock_key,
+            check_id=not fresh_ids,
+            index=index,
+            channel=session.channel,
+        )
+        with self._held("write transaction failed"), session.mapped("write transaction failed", lost=COMMIT_UNKNOWN):
+            try:
+                row = session.cursor.execute(APPEND_ONE, params).fetchone()
+            except pg_errors.UniqueViolation as e:
+                raise id_taken(stream_id, expected_version, session.scrub(str(e).splitlines()[0])) from e
+        if row is None:
+            return None
+        seq, prev_hash, digest = row
+        stored = StoredEvent(
+            seq,
+            stream_id,
+            version,
+            event.event_id,
+            event.type,
+            event.schema_version,
+            payload,
+            event.recorded_at,
+            event.actor,
+            prev_hash,
+            digest,
+        )
+        mine = event_hash(
+            prev_hash,
+            seq,
+            stream_id,
+            version,
+            event.event_id,
+            event.type,
+            event.schema_version,
+            payload,
+            event.recorded_at,
+            event.actor,
+        )
+        if digest != mine:
+            raise IntegrityError(
+                f"the server chained seq {seq} to hash {digest}, which this client does not compute: the ledger's "
+                "chain does not verify from there (report this, with the server's encoding)",
+                seq=seq,
+            )
+        return AppendResult((stored,))
+
+    # --- reads ----------------------------------------------------------------------------
+
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        session = self.session
+        with session.mapped("read failed"):
+            if not session.held:
+                session.ready()
+            return session.conn.execute(sql, params).fetchall()
 
     def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[StoredEvent]:
-        rows = self._rows(
-            f"SELECT {EVENT_COLUMNS} FROM events WHERE stream_id = %s AND version > %s ORDER BY version",
-            (stream_id, after_version),
-        )
-        return [StoredEvent(*row) for row in rows]
+        return [StoredEvent(*row) for row in self._rows(_STREAM, (stream_id, after_version))]
 
     def stream_version(self, stream_id: str) -> int:
-        row = self._one(f"SELECT {VERSION_OF}", (stream_id,))
-        return int(row[0]) if row else 0
-
-    def _pages(self, columns: str, after: int, to: int | None, size: int) -> Iterator[list[tuple[Any, ...]]]:
-        """The rows after `after` (up to `to`) in pages of at most `size` consecutive seqs.
-
-        Pages in autocommit, no transaction held open while the caller works (an idle
-        transaction would hit idle_in_transaction_session_timeout). `seq` is dense and in
-        commit order, so consecutive pages form one prefix of the log. A page is a range of
-        seqs, not `seq > x ORDER BY seq LIMIT n`: with statistics the server has not caught
-        up with (a freshly loaded table) the planner answered that LIMIT by sorting every row
-        after `x`, on disk, for every page — a replay quadratic in the log's length (measured:
-        55 ms a page of 5,000 on a 50k-event table). A range bounds each page's work whatever
-        the plan. A range that holds fewer rows than seqs ends at a gap (a damaged log, which
-        the reader's walk reports) or at the head: the next stored seq after the last row read
-        (a row committed meanwhile, or the far side of a gap), if any, goes on.
-        """
-        upper = _NO_UPPER if to is None else to
-        last = after
-        while last < upper:
-            end = min(last + size, upper)
-            rows = self._rows(f"SELECT {columns} FROM events WHERE seq > %s AND seq <= %s ORDER BY seq", (last, end))
-            if rows:
-                yield rows
-            if len(rows) < end - last:
-                # From the last row read, not from `end`: rows committed while the caller held this
-                # page (after it, up to `end`) are the log's next rows, not a gap.
-                seen = rows[-1][0] if rows else last
-                found = self._one("SELECT min(seq) FROM events WHERE seq > %s AND seq <= %s", (seen, upper))
-                if found is None or found[0] is None:
-                    return
-                end = int(found[0]) - 1
-            last = end
-
-    def select_events(self, *, after: int = 0, to: int | None = None) -> Iterator[StoredEvent]:
-        for rows in self._pages(EVENT_COLUMNS, after, to, 2000):
-            for row in rows:
-                yield StoredEvent(*row)
-
-    def select_fold_batches(self, *, after: int = 0, to: int | None = None) -> Iterator[list[tuple[Any, ...]]]:
-        """Batches of `(seq, stream_id, version, type, schema_version, payload)` rows in order."""
-        yield from self._pages("seq, stream_id, version, type, schema_version, payload", after, to, 4096)
-
-    def select_row_batches(self, *, after: int = 0, to: int | None = None) -> Iterator[list[tuple[Any, ...]]]:
-        """Whole rows (`StoredEvent` field order) in pages of seqs, for the checked folds."""
-        yield from self._pages(EVENT_COLUMNS, after, to, 4096)
-
-    def select_matching(self, query: EventFilter) -> Iterator[StoredEvent]:
-        # Keyset pages by seq (LIMIT, not `_pages`' ranges: matches may be sparse); no transaction
-        # stays open while the caller reads.
-        where, params = filter_sql(query)
-        last, left = query.after, query.limit
-        while left is None or left > 0:
-            size = 2000 if left is None else min(2000, left)
-            sql = f"SELECT {EVENT_COLUMNS} FROM events WHERE {where} AND seq > %s ORDER BY seq LIMIT {size}"
-            rows = self._rows(sql, (*params, last))
-            yield from (StoredEvent(*row) for row in rows)
-            if len(rows) < size:
-                return
-            last = rows[-1][0]
-            left = None if left is None else left - len(rows)
-
-    def position_at(self, recorded_at: str) -> int:
-        row = self._one("SELECT coalesce(max(seq), 0) FROM events WHERE recorded_at <= %s", (recorded_at,))
-        return int(row[0]) if row else 0
+        return int(self._rows(f"SELECT {_VERSION}", (stream_id,))[0][0])
 
     def event_by_id(self, event_id: str) -> StoredEvent | None:
-        row = self._one(f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id = %s", (event_id,))
-        return None if row is None else StoredEvent(*row)
+        rows = self._rows(f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id = %s", (event_id,))
+        return StoredEvent(*rows[0]) if rows else None
 
-    def event_at(self, seq: int) -> StoredEvent | None:
-        row = self._one(f"SELECT {EVENT_COLUMNS} FROM events WHERE seq = %s", (seq,))
-        return None if row is None else StoredEvent(*row)
+    def select_rows(self, query: EventFilter = ALL_EVENTS) -> Iterator[list[Row]]:
+        """Pages of rows, each its own statement (no transaction held open while the caller works).
+
+        A slice of the log pages by ranges of seqs, not `seq > x ORDER BY seq LIMIT n`: with
+        statistics the server has not caught up with, the planner answered that LIMIT by sorting
+        every row after `x`, for every page. A filtered read pages by keyset (`LIMIT`): its matches
+        may be sparse.
+        """
+        left = query.limit
+        pages = self._ranges(query) if query.positions_only() else self._keyset(query)
+        for page in pages:
+            rows = page if left is None else page[:left]
+            if rows:
+                yield rows
+            if left is not None:
+                left -= len(rows)
+                if left <= 0:
+                    return
+
+    def _ranges(self, query: EventFilter) -> Iterator[list[Row]]:
+        """Ranges of `_PAGE` seqs; a range holding fewer rows than seqs ends at a gap (a damaged log,
+        which the reader's walk reports) or at the head: the next stored seq, if any, goes on."""
+        upper = _NO_UPPER if query.before is None else query.before - 1
+        last = query.after
+        while last < upper:
+            end = min(last + _PAGE, upper)
+            rows = self._rows(
+                f"SELECT {EVENT_COLUMNS} FROM events WHERE seq > %s AND seq <= %s ORDER BY seq", (last, end)
+            )
+            yield rows
+            if len(rows) < end - last:
+                # From the last row read: rows committed while the caller held this page are the next rows.
+                seen = rows[-1][0] if rows else last
+                found = self._rows("SELECT min(seq) FROM events WHERE seq > %s AND seq <= %s", (seen, upper))[0][0]
+                if found is None:
+                    return
+                end = int(found) - 1
+            last = end
+
+    def _keyset(self, query: EventFilter) -> Iterator[list[Row]]:
+        where, params = filter_sql(query)
+        last = query.after
+        while True:
+            sql = f"SELECT {EVENT_COLUMNS} FROM events WHERE {where} AND seq > %s ORDER BY seq LIMIT {_PAGE}"
+            rows = self._rows(sql, (*params, last))
+            yield rows
+            if len(rows) < _PAGE:
+                return
+            last = rows[-1][0]
+
+    def position_at(self, recorded_at: str) -> int:
+        return int(self._rows("SELECT coalesce(max(seq), 0) FROM events WHERE recorded_at <= %s", (recorded_at,))[0][0])
 
     def head(self) -> Head:
-        row = self._one("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1")
-        head = Head(row[0], row[1]) if row else Head(0, GENESIS_HASH)
-        self.last_head = head  # a committed row: a good guess for the next append
-        return head
-
-    def hash_at(self, seq: int) -> str | None:
-        if seq == 0:
-            return GENESIS_HASH
-        row = self._one("SELECT hash FROM events WHERE seq = %s", (seq,))
-        return None if row is None else str(row[0])
+        rows = self._rows("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1")
+        return Head(*rows[0]) if rows else Head(0, GENESIS_HASH)
 
     def count_events(self) -> int:
-        row = self._one("SELECT count(*) FROM events")
-        return int(row[0]) if row else 0
+        return int(self._rows("SELECT count(*) FROM events")[0][0])
 
     def streams(self, *, statuses: Iterable[str] | None = None) -> list[StreamHead]:
-        if statuses is None:
-            rows = self._rows("SELECT stream_id, version, status, category FROM streams ORDER BY stream_id")
-        else:
-            rows = self._rows(
-                "SELECT stream_id, version, status, category FROM streams WHERE status = ANY(%s::text[]) "
-                "ORDER BY stream_id",
-                (list(statuses),),
-            )
-        return [StreamHead(*row) for row in rows]
+        return [StreamHead(*row) for row in self._rows(*_streams_sql(statuses))]
 
     def rebuild_stream_index(self, derive: Callable[[], Iterable[StreamHead]]) -> None:
-        with self._locked("cannot rebuild the stream index"):
+        with self._locked("cannot rebuild the stream index") as conn:
             heads = list(derive())
-            conn = self.session.conn
             conn.execute("DELETE FROM streams")
             with conn.cursor() as cur:
                 cur.executemany(
                     "INSERT INTO streams (stream_id, version, status, category) VALUES (%s, %s, %s, %s)",
                     [(h.stream_id, h.version, h.status, h.category) for h in heads],
                 )
+
+    # --- checkpoints ----------------------------------------------------------------------
 
     def append_checkpoint(
         self,
@@ -386,9 +478,8 @@ class PostgresEventStore:
         recorded_at: str,
         streams: Sequence[tuple[str, int, str]] = (),
     ) -> CheckpointRecord:
-        digest = hashlib.sha256(snapshot.encode()).hexdigest()
-        with self._locked("cannot store the checkpoint"):
-            conn = self.session.conn
+        digest = _sha256(snapshot)
+        with self._locked("cannot store the checkpoint") as conn:
             row = conn.execute("SELECT hash FROM events WHERE seq = %s", (position,)).fetchone()
             if row is None and position != 0:
                 raise IntegrityError(f"no event at position {position} to checkpoint", seq=position)
@@ -398,8 +489,7 @@ class PostgresEventStore:
                 "snapshot_sha256, recorded_at) VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING checkpoint_id",
                 (position, head_hash, schema_version, fingerprint, snapshot, digest, recorded_at),
             ).fetchone()
-            assert made is not None
-            checkpoint_id = int(made[0])
+            checkpoint_id = int(made[0]) if made else 0
             with conn.cursor() as cur:
                 cur.executemany(
                     "INSERT INTO checkpoint_streams (checkpoint_id, stream_id, version, state, state_sha256) "
@@ -411,21 +501,13 @@ class PostgresEventStore:
         )
 
     def stream_snapshots(self, checkpoint_id: int) -> list[StreamSnapshot]:
-        rows = self._rows(
-            f"SELECT {_SNAPSHOT_COLUMNS} FROM checkpoint_streams s JOIN checkpoints c "
-            "ON c.checkpoint_id = s.checkpoint_id WHERE s.checkpoint_id = %s ORDER BY s.stream_id",
-            (checkpoint_id,),
-        )
+        rows = self._rows(f"{_SNAPSHOTS} WHERE s.checkpoint_id = %s ORDER BY s.stream_id", (checkpoint_id,))
         return [StreamSnapshot(*row) for row in rows]
 
     def latest_stream_snapshot(self, stream_id: str) -> StreamSnapshot | None:
-        row = self._one(
-            f"SELECT {_SNAPSHOT_COLUMNS} FROM checkpoint_streams s JOIN checkpoints c "
-            "ON c.checkpoint_id = s.checkpoint_id WHERE s.stream_id = %s "
-            "ORDER BY c.position DESC, c.checkpoint_id DESC LIMIT 1",
-            (stream_id,),
-        )
-        return None if row is None else StreamSnapshot(*row)
+        sql = f"{_SNAPSHOTS} WHERE s.stream_id = %s ORDER BY c.position DESC, c.checkpoint_id DESC LIMIT 1"
+        rows = self._rows(sql, (stream_id,))
+        return StreamSnapshot(*rows[0]) if rows else None
 
     def select_checkpoints(self, *, at_or_before: int | None = None) -> Iterator[CheckpointRecord]:
         # Two at a time, newest first: a load stops at the first trusted one and must not
@@ -444,6 +526,8 @@ class PostgresEventStore:
                 return
             key = (rows[-1][1], rows[-1][0])
 
+    # --- verify, followers, the handle ----------------------------------------------------
+
     def guard_problems(self) -> list[str]:
         """Each append-only trigger on `events` that is missing, not enabled for every session
         (`DISABLE`, or `ENABLE REPLICA`: it then fires only for replication), or not exactly as
@@ -452,29 +536,26 @@ class PostgresEventStore:
             "SELECT t.tgname, t.tgenabled, pg_get_triggerdef(t.oid), p.prosrc FROM pg_trigger t "
             "JOIN pg_proc p ON p.oid = t.tgfoid WHERE t.tgrelid = 'events'::regclass AND NOT t.tgisinternal"
         )
-        found = {name: (enabled, _unqualified(definition), " ".join(source.split())) for name, enabled, definition,
-                 source in rows}  # fmt: skip
+        found = {
+            name: (enabled, re.sub(r" ON [^ ]+\.events ", " ON events ", definition), " ".join(source.split()))
+            for name, enabled, definition, source in rows
+        }
         problems = []
         for name, definition in PG_GUARDS.items():
             if name not in found:
                 problems.append(f"trigger {name} is missing")
             elif found[name][0] not in ("O", "A"):
                 problems.append(f"trigger {name} is disabled")
-            elif found[name][1] != definition or found[name][2] != PG_GUARD_SOURCE:
+            elif found[name][1:] != (definition, PG_GUARD_SOURCE):
                 problems.append(f"trigger {name} was altered")
         return problems
-
-    def verify_chain(self) -> ChainReport:
-        return verify_rows(self.select_row_batches(), count=self.count_events, head=self.head)
 
     def wait_for_new(self, after: int, timeout: float) -> bool:
         """Block until an event past `after` is committed (True) or `timeout` seconds pass (False).
 
-        Every commit that appends sends `NOTIFY` on this ledger's channel; a follower's
-        listening connection (opened on first use) wakes on it instead of polling. The
-        head is checked after LISTEN and after each wake-up, so a commit that raced the
-        LISTEN, or a notification lost while disconnected, only costs the timeout's
-        worth of polling: callers keep polling by seq, this just makes the wait short.
+        The head is checked after LISTEN and after each wake-up, so a commit that raced the
+        LISTEN, or a notification lost while disconnected, only costs the timeout's worth of
+        polling: callers keep polling by seq, this just makes the wait short.
         """
         deadline = time.monotonic() + max(0.0, timeout)
         listener = self.session.listener()
@@ -497,3 +578,7 @@ class PostgresEventStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()

@@ -1,159 +1,139 @@
-"""The SQLite event store: one append-only, hash-chained table of events.
+"""The SQLite event store: one append-only, hash-chained table of events in one file.
 
 Why it is built this way:
-- WAL lets readers run while one writer appends; a second writer waits for the lock
-  (`busy_timeout`) instead of failing at once, in short jittered steps (`sqlite_lock.py`
-  says why not SQLite's own).
-- Every write takes the lock up front (`BEGIN IMMEDIATE`): a transaction that
-  reads a stream version and then appends never sees the version change under it,
-  and the chain's head is read under the same lock.
-- A write runs with the connection's busy timeout at 0 (the lock is waited for as
-  above; once it is held nothing in the transaction waits) and leaves it there; the
-  next read puts the store's busy timeout back first (a read can meet a lock too, e.g.
-  while another process recovers the WAL). So commands in a row run no `PRAGMA
-  busy_timeout` (two per command, set and restored, were ~6% of its instructions), and
-  reads and writes share one connection and its page cache.
-- `UNIQUE(stream_id, version)` and `UNIQUE(event_id)` are the concurrency and
-  idempotency guarantees; the database enforces them, not an in-process lock.
-- Triggers refuse UPDATE and DELETE on `events`, and an INSERT that clashes with an
-  existing row (`sqlite_schema.py` holds the DDL and says why).
-- The append path uses plain `INSERT` on the raw connection (sqlite-utils'
-  `table.insert` inspects the schema on every call, ~5x slower); sqlite-utils
-  creates the schema and serves the reads.
+- WAL lets readers run while one writer appends. Every write takes the lock up front
+  (`BEGIN IMMEDIATE`), so the stream versions it checks and the chain's head it extends
+  cannot move under it.
+- The lock is waited for in short jittered steps (`_begin_immediate`), not by SQLite's
+  busy handler, which sleeps 1, 2, 5, 10 ms… while a command holds the lock for a
+  fraction of a millisecond. So a write runs with the connection's busy timeout at 0 and
+  leaves it there; the next read puts the store's busy timeout back first (a read can meet
+  a lock too, e.g. while another process recovers the WAL).
+- sqlite-utils opens the database and creates the schema (`sqlite_schema.py`); the
+  append is a plain `INSERT OR FAIL` on the same connection (sqlite-utils' `insert`
+  inspects the schema on every call).
+- Every statement runs inside a block that translates `sqlite3` errors
+  (`sqlite_errors.py`); a store is used by the thread that opened it (`threads.py`).
 """
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
+import random
 import sqlite3
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from itertools import chain
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-from lifecycle_fsm.store.base import AppendResult
-from lifecycle_fsm.store.chain import GENESIS_HASH, verify_rows
-from lifecycle_fsm.store.errors import (
-    InputError,
-    IntegrityError,
-    StoreError,
-    write_in_read_snapshot,
-    write_in_transaction,
-)
+from lifecycle_fsm.errors import InputError, IntegrityError, StoreError
+from lifecycle_fsm.store.base import write_in_read_snapshot, write_in_transaction
+from lifecycle_fsm.store.chain import GENESIS_HASH
 from lifecycle_fsm.store.faults import fault_from_env
-from lifecycle_fsm.store.options import busy_timeout_seconds, synchronous_mode
+from lifecycle_fsm.store.open import busy_timeout_seconds, synchronous_mode
 from lifecycle_fsm.store.records import (
-    ChainReport,
+    ALL_EVENTS,
+    AppendResult,
     CheckpointRecord,
     EventFilter,
     Head,
     NewEvent,
+    Row,
     StoredEvent,
     StreamHead,
     StreamSnapshot,
 )
-from lifecycle_fsm.store.sqlite_errors import translate_sqlite_error, translating_sqlite_errors
-from lifecycle_fsm.store.sqlite_lock import begin_immediate
-from lifecycle_fsm.store.sqlite_readonly import ImmutableRead, on_read_only_media
+from lifecycle_fsm.store.sqlite_errors import SQLITE_FAILURES, translate_sqlite_error
+from lifecycle_fsm.store.sqlite_files import ImmutableRead, create_ledger_file, keep_for_good, on_read_only_media
 from lifecycle_fsm.store.sqlite_schema import (
     EVENT_COLUMNS,
-    OPENED_AS_IS,
+    STORE_SCHEMA_VERSION,
     SYNCHRONOUS_MODES,
     create_schema,
     filter_sql,
     guard_problems,
+    has_events_table,
     schema_version,
 )
-from lifecycle_fsm.store.sqlite_transaction import (
-    SQLiteTransaction,
-    read_stream_rows,
-    row_to_event,
-    select_stream_heads,
+from lifecycle_fsm.store.threads import ThreadOwner, one_thread
+from lifecycle_fsm.store.writes import WriteTransaction, id_taken
+
+__all__ = ["SQLiteEventStore", "SQLiteTransaction", "create_ledger_file"]
+
+_NO_UPPER = 1 << 62
+_HEAD = "SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1"
+_HEAD_SEQ = "(SELECT seq FROM events ORDER BY seq DESC LIMIT 1)"
+_HEAD_HASH = "(SELECT hash FROM events ORDER BY seq DESC LIMIT 1)"
+_STREAM = f"SELECT {EVENT_COLUMNS} FROM events WHERE stream_id = ? AND version > ? ORDER BY version"
+_VERSION = "SELECT version FROM events WHERE stream_id = ? ORDER BY version DESC LIMIT 1"
+_SNAPSHOTS = (
+    "SELECT c.checkpoint_id, c.position, c.head_hash, c.schema_version, c.fingerprint, "
+    "s.stream_id, s.version, s.state, s.state_sha256 "
+    "FROM checkpoint_streams s JOIN checkpoints c ON c.checkpoint_id = s.checkpoint_id"
 )
-from lifecycle_fsm.store.threads import ThreadOwner
+_CHECKPOINTS = (
+    "SELECT checkpoint_id, position, head_hash, schema_version, fingerprint, snapshot, snapshot_sha256, recorded_at "
+    "FROM checkpoints"
+)
+_UPSERT_STREAM = (
+    "INSERT INTO streams (stream_id, version, status, category) VALUES (?,?,?,?) "
+    "ON CONFLICT(stream_id) DO UPDATE SET version = excluded.version, "
+    "status = coalesce(excluded.status, streams.status), category = coalesce(excluded.category, streams.category)"
+)
+_ROWS_PER_INSERT = 64  # multi-row INSERTs of up to 64 rows: fewer statements than one per row
 
 
-def create_ledger_file(path: Path, *, exclusive: bool = False) -> None:
-    """Create a new ledger file 0600 (SQLite then gives its -wal and -shm the same mode).
-
-    Not beside a `-wal` that holds events: its ledger file was deleted or moved, and a new
-    one here would silently start over (SQLite discards a WAL that is not its file's).
-    An existing file is left as it is, or with `exclusive` refused (`FileExistsError`): a
-    copy of a ledger (`drill --keep`) is made into a file this call created, never over one.
-    """
-    if str(path) in ("", ":memory:"):
-        return
-    if os.path.lexists(path):
-        if exclusive:
-            raise FileExistsError(errno.EEXIST, "File exists", str(path))
-        if os.path.islink(path) and not os.path.exists(path):
-            # A link to a ledger not made yet (kept on another disk): make its target 0600 here, or SQLite
-            # makes it with the umask's mode (0644: world-readable).
-            target = Path(os.path.realpath(path))
-            if os.path.lexists(target):  # still a link once resolved: a loop
-                raise StoreError(f"{path}: a symbolic link loop, not a ledger file")
-            create_ledger_file(target)
-        return
-    wal = Path(f"{path}-wal")
-    try:
-        size = wal.stat().st_size
-    except FileNotFoundError:
-        size = 0
-    except OSError as e:  # a folder that is a file, a name too long for its -wal, a folder we may not search
-        raise StoreError(f"{path}: cannot create the ledger file ({e.strerror})") from e
-    if size and not path.exists():  # again: another process may have just made the ledger and its WAL
-        raise StoreError(
-            f"{path}: no ledger file, but {wal.name} holds {size} bytes of its events; "
-            "restore the ledger file (or move the -wal away) instead of starting a new ledger over them"
-        )
-    try:
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-    except FileExistsError:
-        if exclusive:
-            raise
-        return  # another process created it first
-    except OSError as e:
-        raise StoreError(f"{path}: cannot create the ledger file ({e.strerror})") from e
+def _insert_sql(rows: int) -> str:
+    return f"INSERT OR FAIL INTO events ({EVENT_COLUMNS}) VALUES " + ",".join(["(?,?,?,?,?,?,?,?,?,?,?)"] * rows)
 
 
-class _Inherited:
-    """A store's connection in a forked child: every use is refused; closing it closes nothing."""
+class SQLiteTransaction(WriteTransaction):
+    """A write transaction on the SQLite store, under `BEGIN IMMEDIATE` (`WriteTransaction` holds the rules)."""
 
-    __slots__ = ("_owner",)
-
-    def __init__(self, owner: ThreadOwner) -> None:
+    def __init__(self, conn: sqlite3.Connection, owner: ThreadOwner) -> None:
+        self._conn = conn
         self._owner = owner
 
-    def close(self) -> None:
-        return None
+    def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[StoredEvent]:
+        self._owner.check()
+        return [StoredEvent(*row) for row in self._conn.execute(_STREAM, (stream_id, after_version))]
 
-    def __getattr__(self, name: str) -> Any:
-        raise self._owner.refusal()
+    def stream_version(self, stream_id: str) -> int:
+        self._owner.check()
+        row = self._conn.execute(_VERSION, (stream_id,)).fetchone()
+        return int(row[0]) if row else 0
+
+    def streams(self, *, statuses: Iterable[str] | None = None) -> list[StreamHead]:
+        self._owner.check()
+        return _stream_heads(self._conn, statuses)
+
+    def _read(self, streams: Sequence[str], ids: Sequence[str]) -> tuple[Head, list[int], dict[str, StoredEvent]]:
+        self._owner.check()
+        columns = [_HEAD_SEQ, _HEAD_HASH] + [f"({_VERSION})"] * len(streams)
+        row = self._conn.execute("SELECT " + ", ".join(columns), streams).fetchone()
+        stored: dict[str, StoredEvent] = {}
+        for at in range(0, len(ids), 500):
+            chunk = ids[at : at + 500]
+            sql = f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id IN ({','.join('?' * len(chunk))})"
+            stored.update((r[3], StoredEvent(*r)) for r in self._conn.execute(sql, chunk))
+        head = Head(row[0], row[1]) if row[0] is not None else Head(0, GENESIS_HASH)
+        return head, [v or 0 for v in row[2:]], stored
+
+    def _insert(self, rows: list[Row], status: str | None, category: str | None) -> None:
+        execute = self._conn.execute
+        try:
+            for at in range(0, len(rows), _ROWS_PER_INSERT):
+                chunk = rows[at : at + _ROWS_PER_INSERT]
+                execute(_insert_sql(len(chunk)), list(chain.from_iterable(chunk)))
+        except sqlite3.IntegrityError as e:
+            raise id_taken(rows[0][1], rows[0][2] - 1, e) from e
+        execute(_UPSERT_STREAM, (rows[0][1], rows[-1][2], status, category))
 
 
-def keep_for_good(obj: object) -> None:
-    """Hold `obj` until the process ends, past interpreter shutdown, which frees what it can (freeing an
-    sqlite3 connection closes it): one reference never dropped."""
-    _KEPT.append(obj)
-    try:
-        import ctypes
-
-        ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
-    except (ImportError, AttributeError, OSError):  # no ctypes here: the module-level reference still holds
-        pass
-
-
-_KEPT: list[object] = []
-
-
-# Nothing from sqlite3 leaves a public method (store/sqlite_errors.py); every one but the
-# writes first gives reads their busy timeout back.
-_WRITES = ("append", "append_checkpoint", "close", "rebuild_stream_index", "transaction")
-
-
-@translating_sqlite_errors(before_reads="_for_reads", writes=_WRITES)
+@one_thread
 class SQLiteEventStore:
     """An `EventStore` in one SQLite file (see the module docstring for why)."""
 
@@ -166,54 +146,61 @@ class SQLiteEventStore:
         create: bool = True,
     ) -> None:
         mode = synchronous_mode(synchronous, SYNCHRONOUS_MODES)
-        busy_timeout = busy_timeout_seconds(busy_timeout)
+        self._busy_timeout = busy_timeout_seconds(busy_timeout)
         self.path = Path(path)
         self._fault = fault_from_env()
-        self._busy_timeout = busy_timeout
-        # `sqlite3` checks the store's own calls for the thread; transactions check this; in a forked child
-        # `_detach_in_child` leaves every call refused (store/threads.py).
-        self._owner = ThreadOwner(self.path, self._detach_in_child)
-        self._busy_ms = max(0, int(busy_timeout * 1000))
+        self._owner = ThreadOwner(self.path, self._keep_in_child)
         self._private = str(path) in ("", ":memory:")  # nobody else can reach it: never wait
         self._quick = self._private  # the busy timeout is 0 (a write set it; the next read gives it back)
-        # The block holding the connection's transaction: "write" (`_write`, `transaction()`), "snapshot"
-        # (`read_snapshot()`) or None. A transaction open while None holds it is a leftover (`_idle`).
-        self._held: str | None = None
+        self._held: str | None = None  # "write" or "snapshot": the block holding the connection's transaction
         self._immutable: ImmutableRead | None = None  # a ledger in a folder we may not write
         if create:
             create_ledger_file(self.path)
         try:
-            self._conn = sqlite3.connect(str(self.path), timeout=0 if self._private else busy_timeout,
-                                         isolation_level=None)  # fmt: skip
+            self._conn = sqlite3.connect(
+                str(self.path), timeout=0 if self._private else busy_timeout, isolation_level=None
+            )
         except sqlite3.Error as e:
             raise StoreError(f"{self.path}: cannot open the ledger database ({e})") from e
         try:
-            if not create and self._first_read() is None:
-                # Before any PRAGMA: WAL mode alone would write a header into an empty file.
-                raise StoreError(f"{self.path}: not a ledger (no lifecycle schema); a read never creates one")
-            # Makes `INSERT OR REPLACE` fire the delete trigger that refuses it (LIBRARY_NOTES).
-            self._conn.execute("PRAGMA recursive_triggers=ON")
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute(f"PRAGMA synchronous={mode}")
-            if schema_version(self._conn) not in OPENED_AS_IS:  # an existing ledger opens lock-free
-                # Only to create the schema: importing sqlite-utils (pluggy, click, dateutil) costs
-                # ~65 ms, which every CLI start on an existing ledger would pay.
-                import sqlite_utils
-
-                with self._write():
-                    create_schema(self._conn, sqlite_utils.Database(self._conn, recursive_triggers=True), self.path)
-        except sqlite3.DatabaseError as e:
-            self.close()
+            self._open(mode, create=create)
+        except SQLITE_FAILURES as e:
+            self._conn.close()
             raise StoreError(f"{self.path}: not a usable ledger database ({e})") from e
-        except UnicodeDecodeError as e:  # a flipped byte in the schema's own text
-            self.close()
-            raise translate_sqlite_error(e, self.path) from e
         except BaseException:
-            self.close()
+            self._conn.close()
             raise
 
+    def _open(self, mode: str, *, create: bool) -> None:
+        found = self._first_read()
+        if found is None and not create:
+            # Before any PRAGMA: WAL mode alone would write a header into an empty file.
+            raise StoreError(f"{self.path}: not a ledger (no lifecycle schema); a read never creates one")
+        import sqlite_utils  # only here: importing it costs every CLI start that opens no ledger
+
+        # sqlite-utils turns recursive_triggers on: `INSERT OR REPLACE` then fires the delete trigger that refuses it.
+        self._db = sqlite_utils.Database(self._conn, execute_plugins=False)
+        if self._immutable is None:
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute(f"PRAGMA synchronous={mode}")
+        if found is None:
+            with self._write():
+                found = schema_version(self._conn)  # another process may have created it meanwhile
+                if found is None:
+                    if has_events_table(self._conn):  # the version went in with the tables: removed by hand since
+                        raise StoreError(
+                            f"{self.path}: not a ledger (an events table but no store schema version: its meta "
+                            "table was dropped or emptied by hand); refusing to write to it"
+                        )
+                    create_schema(self._db)
+                    found = STORE_SCHEMA_VERSION
+        if found != STORE_SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path}: store schema version {found} is not {STORE_SCHEMA_VERSION}; refusing to guess"
+            )
+
     def _first_read(self) -> str | None:
-        """The schema version of a ledger that must exist; one on read-only media is read immutable."""
+        """The schema version of the file; a ledger on read-only media is read immutable."""
         try:
             return schema_version(self._conn)
         except sqlite3.OperationalError as e:
@@ -224,100 +211,89 @@ class SQLiteEventStore:
         self._conn = self._immutable.conn
         return schema_version(self._conn)
 
-    def _for_reads(self) -> None:
-        """Give reads the store's busy timeout back (after a write set it to 0): run before each read.
-        A ledger read immutable is first checked to be the file it was. A transaction no block holds
-        (`_idle` says how one is left) is rolled back first: a read inside it would see its snapshot."""
+    # --- the connection's transaction -----------------------------------------------------
+
+    def _ready_to_read(self) -> None:
+        """Before each read: a file read immutable must still be the one opened; a transaction no block
+        holds (an interrupt cut its cleanup short) is ended; the busy timeout a write set to 0 is put back."""
         if self._immutable is not None:
             self._immutable.check()
-        conn = self._conn
-        if self._held is None and conn.in_transaction:
-            self._owner.check()  # another thread's call is refused, never ends the owner's transaction
-            self._rollback(conn)
+        if self._held is None and self._conn.in_transaction:
+            self._rollback()
         if self._quick and not self._private:
-            conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+            self._conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
             self._quick = False
 
-    def _idle(self, conn: sqlite3.Connection, *, snapshot: bool = False) -> None:
-        """Before a write or a read snapshot begins, when the connection is not idle (a caller checks
-        `_held` and `in_transaction` inline): what a block of this store holds is refused; a
-        transaction nothing holds is rolled back, releasing the write lock it kept.
-
-        Every path that takes a transaction does so inside its own `try`, whose handler rolls it back,
-        so an interrupt (Ctrl-C caught by an embedding supervisor) right after `BEGIN IMMEDIATE`
-        cannot keep the lock. What can still leave one open is that handler cut short (a second
-        interrupt before its ROLLBACK ran): the next call on this store ends it here.
-        """
-        self._owner.check()  # another thread's call is refused first, whatever the owner has open
-        held = self._held
-        if held == "snapshot" and not snapshot:
+    def _refuse_nested(self, *, snapshot: bool = False) -> None:
+        if self._held == "snapshot" and not snapshot:
             raise write_in_read_snapshot(self.path)
-        if held is not None:
+        if self._held == "write":
             if snapshot:
                 raise InputError(f"{self.path}: read_snapshot() inside a write transaction is refused")
             raise write_in_transaction(self.path)
-        self._rollback(conn)
 
-    def _begin(self, conn: sqlite3.Connection, *, command: bool) -> None:
-        """`BEGIN IMMEDIATE` (its busy timeout 0: `sqlite_lock` waits), called inside the caller's `try`,
-        whose handler rolls back: an interrupt right after the lock was taken cannot keep it."""
-        try:
-            if not self._quick:  # the lock is waited for by `sqlite_lock`, never by SQLite's sleeps
-                conn.execute("PRAGMA busy_timeout = 0")
-                self._quick = True
-            begin_immediate(conn, self._busy_timeout)
-        except sqlite3.OperationalError as e:
-            raise StoreError(f"{self.path}: could not take the write lock ({e})") from e
-        if command and self._fault is not None:
-            self._fault.reached("after_begin")
-
-    def _commit(self, conn: sqlite3.Connection, *, command: bool) -> None:
-        """COMMIT (a command's commit is where the fault hooks sit)."""
-        if command and self._fault is not None:
-            self._fault.reached("before_commit")
-        if conn is not self._conn:  # a forked child inside the parent's transaction: never its COMMIT
-            raise self._owner.refusal()
-        conn.execute("COMMIT")
-        if command and self._fault is not None:
-            self._fault.reached("after_commit")
-
-    def _rollback(self, conn: sqlite3.Connection) -> None:
-        if conn is not self._conn:  # a forked child (`_detach_in_child`): the parent's connection is left alone
+    def _rollback(self) -> None:
+        if self._owner.forked:  # the parent's transaction: never ended from a forked child
             return
         try:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-        except sqlite3.ProgrammingError:
-            # Closed meanwhile (closing rolled it back), or a block abandoned by an interrupt being cleaned
-            # up by the garbage collector in another thread: the owner's next call ends it (`_idle`).
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+        except sqlite3.ProgrammingError:  # closed meanwhile: closing rolled it back
             pass
 
     @contextmanager
     def _write(self, *, command: bool = False) -> Iterator[sqlite3.Connection]:
-        """BEGIN IMMEDIATE … COMMIT."""
-        conn = self._conn
-        if self._held is not None or conn.in_transaction:
-            self._idle(conn)
+        """BEGIN IMMEDIATE … COMMIT; a command's commit is where the fault hooks sit."""
+        self._refuse_nested()
+        conn, fault = self._conn, self._fault if command else None
         try:
-            self._begin(conn, command=command)
-            self._held = "write"
-            yield conn
-            self._commit(conn, command=command)
-        except BaseException:
-            self._rollback(conn)
-            raise
-        finally:
-            self._held = None
+            try:
+                if self._conn.in_transaction:  # left open by an interrupted cleanup
+                    self._rollback()
+                self._begin_immediate()
+                self._held = "write"
+                if fault is not None:
+                    fault.reached("after_begin")
+                yield conn
+                if fault is not None:
+                    fault.reached("before_commit")
+                self._owner.check()  # a forked child inside the parent's transaction: never its COMMIT
+                conn.execute("COMMIT")
+            except BaseException:
+                self._rollback()
+                raise
+            finally:
+                self._held = None
+        except SQLITE_FAILURES as e:
+            raise translate_sqlite_error(e, f"{self.path}: write failed") from e
+        if fault is not None:
+            fault.reached("after_commit")
+
+    def _begin_immediate(self) -> None:
+        """`BEGIN IMMEDIATE` retried after short random waits (from a window growing from 50 µs to
+        2 ms, full jitter so waiters do not retry in step) until the busy timeout has passed."""
+        if not self._quick:
+            self._conn.execute("PRAGMA busy_timeout = 0")
+            self._quick = True
+        deadline, window = time.monotonic() + self._busy_timeout, 0.00005
+        while True:
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as e:
+                now = time.monotonic()
+                if getattr(e, "sqlite_errorcode", 0) & 0xFF != sqlite3.SQLITE_BUSY or now >= deadline:
+                    raise StoreError(f"{self.path}: could not take the write lock ({e})") from e
+            time.sleep(min(random.uniform(0.0, window), deadline - now))
+            window = min(window * 2, 0.002)
 
     @contextmanager
     def transaction(self) -> Iterator[SQLiteTransaction]:
-        try:
-            with self._write(command=True) as conn:
-                tx = SQLiteTransaction(conn, self._owner)
-                yield tx
-                tx.check_expected()
-        except sqlite3.DatabaseError as e:
-            raise translate_sqlite_error(e, f"{self.path}: write failed") from e
+        with self._write(command=True) as conn:
+            tx = SQLiteTransaction(conn, self._owner)
+            yield tx
+            if tx.failed is not None:
+                raise StoreError(f"{tx.failed}; nothing in this transaction was committed")
 
     @contextmanager
     def read_snapshot(self) -> Iterator[None]:
@@ -326,22 +302,18 @@ class SQLiteEventStore:
         if self._held == "snapshot":
             yield
             return
-        conn = self._conn
-        if self._held is not None or conn.in_transaction:  # a write transaction of this handle: its reads are its own
-            self._idle(conn, snapshot=True)
+        self._refuse_nested(snapshot=True)
         try:
             try:
-                conn.execute("BEGIN")
-            except sqlite3.DatabaseError as e:
-                raise translate_sqlite_error(e, f"{self.path}: cannot start a read snapshot") from e
-            self._held = "snapshot"
-            yield
-        finally:
-            self._held = None
-            try:
-                self._rollback(conn)  # nothing was written: ending it is all there is to do
-            except sqlite3.DatabaseError as e:
-                raise translate_sqlite_error(e, f"{self.path}: cannot end a read snapshot") from e
+                self._ready_to_read()
+                self._conn.execute("BEGIN")
+                self._held = "snapshot"
+                yield
+            finally:
+                self._held = None
+                self._rollback()  # nothing was written: ending it is all there is to do
+        except SQLITE_FAILURES as e:
+            raise translate_sqlite_error(e, f"{self.path}: read snapshot failed") from e
         if self._immutable is not None:  # what the snapshot read must still be the file's content
             self._immutable.check()
 
@@ -356,105 +328,72 @@ class SQLiteEventStore:
         fresh_ids: bool = False,
         expect: Sequence[tuple[str, int]] = (),
     ) -> AppendResult:
-        # `transaction()` spelled out: a command's one append is the hot path, and two
-        # generator-based context managers cost it a few microseconds.
-        conn = self._conn
-        if self._held is not None or conn.in_transaction:
-            self._idle(conn)
+        with self.transaction() as tx:
+            return tx.append(
+                stream_id,
+                expected_version,
+                events,
+                status=status,
+                category=category,
+                fresh_ids=fresh_ids,
+                expect=expect,
+            )
+
+    # --- reads ----------------------------------------------------------------------------
+
+    @contextmanager
+    def _reading(self) -> Iterator[sqlite3.Connection]:
         try:
-            self._begin(conn, command=True)  # inside the `try`: an interrupt once the lock is taken still rolls back
-            tx = SQLiteTransaction(conn, self._owner)
-            for other, version in expect:
-                tx.expect_version(other, version)
-            result = tx.append(stream_id, expected_version, events, status=status, category=category,
-                               fresh_ids=fresh_ids)  # fmt: skip
-            tx.check_expected()
-            self._commit(conn, command=True)
-        except BaseException as e:
-            self._rollback(conn)
-            if isinstance(e, sqlite3.DatabaseError):
-                raise translate_sqlite_error(e, f"{self.path}: write failed") from e
-            raise
-        return result
+            self._ready_to_read()
+            yield self._conn
+        except SQLITE_FAILURES as e:
+            raise translate_sqlite_error(e, self.path) from e
+
+    def _all(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        with self._reading() as conn:
+            return conn.execute(sql, params).fetchall()
+
+    def _batches(self, sql: str, params: Sequence[Any], size: int) -> Iterator[list[Any]]:
+        """A read's rows in `fetchmany` batches, one SELECT (one read snapshot), memory flat as the log grows."""
+        with self._reading() as conn:
+            cursor = conn.execute(sql, params)
+            while True:
+                self._owner.check()  # a read carried into another thread or a forked child stops there
+                rows = cursor.fetchmany(size)
+                if not rows:
+                    return
+                yield rows
 
     def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[StoredEvent]:
-        return read_stream_rows(self._conn, stream_id, after_version)
+        return [StoredEvent(*row) for row in self._all(_STREAM, (stream_id, after_version))]
 
     def stream_version(self, stream_id: str) -> int:
-        row = self._conn.execute(
-            "SELECT version FROM events WHERE stream_id = ? ORDER BY version DESC LIMIT 1", (stream_id,)
-        ).fetchone()
-        return int(row[0]) if row else 0
-
-    def select_events(self, *, after: int = 0, to: int | None = None) -> Iterator[StoredEvent]:
-        # One read transaction for the whole scan, so the rows form one consistent
-        # snapshot; fetched in batches so memory stays flat as the log grows.
-        upper = to if to is not None else (1 << 62)
-        cursor = self._conn.execute(
-            f"SELECT {EVENT_COLUMNS} FROM events WHERE seq > ? AND seq <= ? ORDER BY seq", (after, upper)
-        )
-        for rows in self._batches(cursor, 2000):
-            for row in rows:
-                yield StoredEvent(*row)
-
-    def select_fold_batches(self, *, after: int = 0, to: int | None = None) -> Iterator[list[tuple[Any, ...]]]:
-        """Batches of `(seq, stream_id, version, type, schema_version, payload)` rows in order.
-
-        The replay hot path: only the columns a fold reads (the chain columns cost a
-        Python string each and are verified elsewhere), in lists so the caller's loop
-        is the only per-row work; small batches, as `select_row_batches` says why.
-        """
-        upper = to if to is not None else (1 << 62)
-        cursor = self._conn.execute(
-            "SELECT seq, stream_id, version, type, schema_version, payload FROM events "
-            "WHERE seq > ? AND seq <= ? ORDER BY seq",
-            (after, upper),
-        )
-        yield from self._batches(cursor, 256)
-
-    def select_row_batches(self, *, after: int = 0, to: int | None = None) -> Iterator[list[tuple[Any, ...]]]:
-        """Whole rows in batches, one SELECT (one read snapshot), for the checked folds.
-
-        Small batches on purpose: a row is hashed and then folded while its payload is
-        still in the CPU cache, and fewer rows alive at once make the collector's passes
-        cheaper (~20% of a checked fold at 4096 rows a batch).
-        """
-        upper = to if to is not None else (1 << 62)
-        cursor = self._conn.execute(
-            f"SELECT {EVENT_COLUMNS} FROM events WHERE seq > ? AND seq <= ? ORDER BY seq", (after, upper)
-        )
-        yield from self._batches(cursor, 256)
-
-    def select_matching(self, query: EventFilter) -> Iterator[StoredEvent]:
-        sql, params = filter_sql(query)
-        try:
-            cursor = self._conn.execute(f"SELECT {EVENT_COLUMNS} FROM events WHERE {sql}", params)
-            for rows in self._batches(cursor, 2000):
-                yield from (StoredEvent(*row) for row in rows)
-        except sqlite3.DatabaseError as e:
-            raise StoreError(f"{self.path}: cannot read the log ({e})") from e
-
-    def position_at(self, recorded_at: str) -> int:
-        row = self._conn.execute("SELECT max(seq) FROM events WHERE recorded_at <= ?", (recorded_at,)).fetchone()
-        return int(row[0] or 0)
+        rows = self._all(_VERSION, (stream_id,))
+        return int(rows[0][0]) if rows else 0
 
     def event_by_id(self, event_id: str) -> StoredEvent | None:
-        row = self._conn.execute(f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id = ?", (event_id,)).fetchone()
-        return row_to_event(row) if row else None
+        rows = self._all(f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id = ?", (event_id,))
+        return StoredEvent(*rows[0]) if rows else None
 
-    def event_at(self, seq: int) -> StoredEvent | None:
-        row = self._conn.execute(f"SELECT {EVENT_COLUMNS} FROM events WHERE seq = ?", (seq,)).fetchone()
-        return row_to_event(row) if row else None
+    def select_rows(self, query: EventFilter = ALL_EVENTS) -> Iterator[list[Row]]:
+        """Small batches on purpose: a row is hashed and folded while its payload is still in the CPU
+        cache, and fewer rows alive at once make the garbage collector's passes cheaper."""
+        where, params = filter_sql(query)
+        return self._batches(f"SELECT {EVENT_COLUMNS} FROM events WHERE {where}", params, 256)
+
+    def position_at(self, recorded_at: str) -> int:
+        return int(self._all("SELECT max(seq) FROM events WHERE recorded_at <= ?", (recorded_at,))[0][0] or 0)
 
     def head(self) -> Head:
-        row = self._conn.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
-        return Head(row[0], row[1]) if row else Head(0, GENESIS_HASH)
+        rows = self._all(_HEAD)
+        return _head(rows[0]) if rows else Head(0, GENESIS_HASH)
 
     def count_events(self) -> int:
-        return int(self._conn.execute("SELECT count(*) FROM events").fetchone()[0])
+        return int(self._all("SELECT count(*) FROM events")[0][0])
 
     def streams(self, *, statuses: Iterable[str] | None = None) -> list[StreamHead]:
-        return select_stream_heads(self._conn, statuses)
+        with self._reading() as conn:
+            return _stream_heads(conn, statuses)
 
     def rebuild_stream_index(self, derive: Callable[[], Iterable[StreamHead]]) -> None:
         with self._write() as conn:
@@ -464,6 +403,8 @@ class SQLiteEventStore:
                 "INSERT INTO streams (stream_id, version, status, category) VALUES (?,?,?,?)",
                 [(h.stream_id, h.version, h.status, h.category) for h in heads],
             )
+
+    # --- checkpoints ----------------------------------------------------------------------
 
     def append_checkpoint(
         self,
@@ -480,7 +421,7 @@ class SQLiteEventStore:
             if row is None and position != 0:
                 raise IntegrityError(f"no event at position {position} to checkpoint", seq=position)
             head_hash = row[0] if row else GENESIS_HASH
-            digest = hashlib.sha256(snapshot.encode()).hexdigest()
+            digest = _sha256(snapshot)
             cur = conn.execute(
                 "INSERT INTO checkpoints (position, head_hash, schema_version, fingerprint, snapshot, "
                 "snapshot_sha256, recorded_at) VALUES (?,?,?,?,?,?,?)",
@@ -490,82 +431,39 @@ class SQLiteEventStore:
             conn.executemany(
                 "INSERT INTO checkpoint_streams (checkpoint_id, stream_id, version, state, state_sha256) "
                 "VALUES (?,?,?,?,?)",
-                [(checkpoint_id, sid, v, text, hashlib.sha256(text.encode()).hexdigest()) for sid, v, text in streams],
+                [(checkpoint_id, sid, v, text, _sha256(text)) for sid, v, text in streams],
             )
         return CheckpointRecord(
             checkpoint_id, position, head_hash, schema_version, fingerprint, snapshot, digest, recorded_at
         )
 
     def stream_snapshots(self, checkpoint_id: int) -> list[StreamSnapshot]:
-        """Every stream copy a checkpoint holds (for `verify`)."""
-        rows = self._conn.execute(
-            "SELECT c.checkpoint_id, c.position, c.head_hash, c.schema_version, c.fingerprint, "
-            "s.stream_id, s.version, s.state, s.state_sha256 "
-            "FROM checkpoint_streams s JOIN checkpoints c ON c.checkpoint_id = s.checkpoint_id "
-            "WHERE s.checkpoint_id = ? ORDER BY s.stream_id",
-            (checkpoint_id,),
-        ).fetchall()
+        rows = self._all(f"{_SNAPSHOTS} WHERE s.checkpoint_id = ? ORDER BY s.stream_id", (checkpoint_id,))
         return [StreamSnapshot(*r) for r in rows]
 
     def latest_stream_snapshot(self, stream_id: str) -> StreamSnapshot | None:
-        """The newest checkpoint's copy of one stream's state, if any checkpoint holds it."""
-        row = self._conn.execute(
-            "SELECT c.checkpoint_id, c.position, c.head_hash, c.schema_version, c.fingerprint, "
-            "s.stream_id, s.version, s.state, s.state_sha256 "
-            "FROM checkpoint_streams s JOIN checkpoints c ON c.checkpoint_id = s.checkpoint_id "
-            "WHERE s.stream_id = ? ORDER BY c.position DESC, c.checkpoint_id DESC LIMIT 1",
-            (stream_id,),
-        ).fetchone()
-        return None if row is None else StreamSnapshot(*row)
+        sql = f"{_SNAPSHOTS} WHERE s.stream_id = ? ORDER BY c.position DESC, c.checkpoint_id DESC LIMIT 1"
+        rows = self._all(sql, (stream_id,))
+        return StreamSnapshot(*rows[0]) if rows else None
 
     def select_checkpoints(self, *, at_or_before: int | None = None) -> Iterator[CheckpointRecord]:
-        # Lazily, one row at a time: a load stops at the first trusted checkpoint and
-        # must not read every older snapshot to get there.
-        columns = (
-            "checkpoint_id, position, head_hash, schema_version, fingerprint, snapshot, snapshot_sha256, recorded_at"
-        )
-        if at_or_before is None:  # every row: one whose position is no seq (text, NULL, past any seq: edited by
-            # hand) is judged broken by its reader (`verify` lists it), never left out of the answer
-            cursor = self._conn.execute(f"SELECT {columns} FROM checkpoints ORDER BY position DESC, checkpoint_id DESC")
-        else:
-            cursor = self._conn.execute(
-                f"SELECT {columns} FROM checkpoints WHERE position <= ? ORDER BY position DESC, checkpoint_id DESC",
-                (at_or_before,),
-            )
-        for rows in self._batches(cursor, 1):
+        # One row at a time: a load stops at the first trusted checkpoint and must not read every
+        # older snapshot to get there. Without a bound every row, also one whose position was edited
+        # into no seq at all (its reader judges it broken).
+        where, params = ("", ()) if at_or_before is None else (" WHERE position <= ?", (at_or_before,))
+        sql = f"{_CHECKPOINTS}{where} ORDER BY position DESC, checkpoint_id DESC"
+        for rows in self._batches(sql, params, 1):
             yield CheckpointRecord(*rows[0])
 
-    def hash_at(self, seq: int) -> str | None:
-        """The stored hash at a position (GENESIS for 0), or None when there is no such event."""
-        if seq == 0:
-            return GENESIS_HASH
-        row = self._conn.execute("SELECT hash FROM events WHERE seq = ?", (seq,)).fetchone()
-        return str(row[0]) if row else None
-
     def guard_problems(self) -> list[str]:
-        return guard_problems(self._conn)
+        with self._reading() as conn:
+            return guard_problems(conn)
 
-    def verify_chain(self) -> ChainReport:
-        """One SELECT in seq order (one read snapshot), rows hashed in small batches as plain tuples
-        (256 rows: ~15% faster than 8192, as `select_row_batches` says why)."""
-        return verify_rows(self.select_row_batches(), count=self.count_events, head=self.head)
+    # --- the handle -----------------------------------------------------------------------
 
-    def _batches(self, cursor: sqlite3.Cursor, size: int) -> Iterator[list[Any]]:
-        """A read's rows in `fetchmany` batches; a read carried into a forked child stops there (its
-        cursor is the parent's connection's)."""
-        owner = self._owner
-        while not owner.forked and (rows := cursor.fetchmany(size)):
-            yield rows
-        if owner.forked:
-            raise owner.refusal()
-
-    def _detach_in_child(self) -> None:
-        """In a forked child (store/threads.py): every later call refused, the inherited connection never
-        used, closed or freed here. SQLite's close would roll back a transaction the parent may have open
-        through the shared WAL index, and a child must not carry a connection across fork at all."""
-        inherited = self._conn
-        self._conn = cast(sqlite3.Connection, _Inherited(self._owner))
-        keep_for_good(inherited)
+    def _keep_in_child(self) -> None:
+        """In a forked child: the inherited connection is never used, closed or freed there."""
+        keep_for_good(self._conn)
 
     def close(self) -> None:
         self._owner.release()
@@ -576,3 +474,18 @@ class SQLiteEventStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _head(row: Sequence[Any]) -> Head:
+    return Head(row[0], row[1])
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _stream_heads(conn: sqlite3.Connection, statuses: Iterable[str] | None) -> list[StreamHead]:
+    sql, params = "SELECT stream_id, version, status, category FROM streams", list(statuses or ())
+    if statuses is not None:
+        sql += f" WHERE status IN ({','.join('?' * len(params))})"
+    return [StreamHead(*r) for r in conn.execute(sql + " ORDER BY stream_id", params)]

@@ -32,7 +32,7 @@ from lifecycle_fsm.errors import CorruptionError
 from lifecycle_fsm.replay.checkpoints import load_state
 from lifecycle_fsm.replay.fold import snapshot_json
 from lifecycle_fsm.replay.verify import verify
-from lifecycle_fsm.store.base import EventStore
+from lifecycle_fsm.store.base import EventStore, event_at, verify_chain
 from lifecycle_fsm.store.chain import canonical_json
 from lifecycle_fsm.store.faults import ENV_VAR
 from lifecycle_fsm.store.open import is_postgres_url
@@ -150,7 +150,7 @@ def crash_during_append(
         problems.append(("returncode", -signal.SIGKILL, f"{proc.returncode} ({tail[0]})"))
     if in_flight != planned:
         problems.append(("killed_in_command", planned, in_flight))
-    present = sum(1 for seq in acknowledged if store.event_at(seq) is not None)
+    present = sum(1 for seq in acknowledged if event_at(store, seq) is not None)
     if present != len(acknowledged):
         problems.append(("acknowledged_events_kept", len(acknowledged), present))
     if after != before + len(acknowledged):
@@ -165,7 +165,7 @@ def crash_during_append(
 def integrity(store: EventStore) -> list[Problem]:
     """The chain re-hashes and a full replay folds every event."""
     problems: list[Problem] = []
-    chain = store.verify_chain()
+    chain = verify_chain(store)
     if not chain.ok:
         problems.append(("chain_valid", True, f"broken at seq {chain.bad_seq}: {chain.reason}"))
     try:
@@ -206,7 +206,7 @@ def tamper_event(store: EventStore, db: Path | str, *, seq: int | None, rng: ran
     """Edit one stored event's payload behind the triggers: verify must name that seq."""
     count = store.count_events()
     target = seq if seq is not None else rng.randint(1, max(count, 1))
-    event = store.event_at(target)
+    event = event_at(store, target)
     if event is None:
         return FaultOutcome({"seq": target}, (("seq", "an event at that seq", f"{count} events"),))
     payload = orjson.loads(event.payload)

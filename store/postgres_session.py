@@ -1,0 +1,341 @@
+"""One connection to a PostgreSQL ledger: its settings, the error boundary, and a new session after a lost one.
+
+Why it is built this way:
+- `lock_timeout` (from `busy_timeout`) bounds the wait for the write lock and
+  `idle_in_transaction_session_timeout` ends a writer that stalls holding it; either one
+  given in the URL (`options=-clock_timeout%3D5s`) wins. Both surface as `StoreError`
+  naming who held the lock.
+- Every psycopg exception is translated here into the project's error tree (`mapped`),
+  and no message ever carries the URL's password.
+- A connection the server dropped (restart, failover, an ended session) fails the call
+  that met it, once; the next call opens a new session before it starts, never inside a
+  transaction (`recover`): a supervisor on many machines keeps its Ledger across a failover.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, NoReturn
+from urllib.parse import parse_qsl, urlsplit
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.pq import TransactionStatus
+
+from lifecycle_fsm.errors import InputError, IntegrityError, LifecycleError, StoreError
+from lifecycle_fsm.store.open import busy_timeout_seconds, redact_url, synchronous_mode
+from lifecycle_fsm.store.threads import ThreadOwner
+
+__all__ = ["COMMIT_UNKNOWN", "NOTHING_COMMITTED", "SYNCHRONOUS_COMMIT", "PgSession"]
+
+# SQLite's synchronous modes map onto synchronous_commit: FULL/EXTRA wait for the WAL
+# flush (survives a server crash or power loss); NORMAL/OFF do not wait (a server crash
+# may lose the last commits, never corrupt the ledger; the writer's own crash loses nothing).
+SYNCHRONOUS_COMMIT = {"OFF": "off", "NORMAL": "off", "FULL": "on", "EXTRA": "on"}
+# What a connection lost during a write means: lost before COMMIT was sent, nothing was
+# committed; lost once it was, the outcome is unknown.
+NOTHING_COMMITTED = "nothing of this transaction was committed"
+COMMIT_UNKNOWN = (
+    "whether it committed is unknown: repeat the command with the same event_id (a retry appends nothing twice)"
+)
+
+
+def _secrets(url: str) -> list[str]:
+    """Every spelling of the URL's password a driver message might echo."""
+    found = []
+    try:
+        parts = urlsplit(url)
+        if parts.password:
+            found.append(parts.password)
+        found += [v for k, v in parse_qsl(parts.query) if k.lower() == "password" and v]
+    except ValueError:
+        pass
+    match = re.search(r"://[^:/@]*:([^@]*)@", url)  # a raw, possibly unparsable user:password@
+    if match and match.group(1):
+        found.append(match.group(1))
+    return sorted({s for s in found if s} | {url}, key=len, reverse=True)
+
+
+# A timeout the URL's `options` set (pg_settings.source 'client') is kept; otherwise ours.
+_SET_UNLESS_IN_URL = (
+    "set_config('{name}', CASE WHEN (SELECT source FROM pg_settings WHERE name = '{name}') = 'client' "
+    "THEN current_setting('{name}') ELSE %s END, false)"
+)
+
+
+_MAX_IDENTIFIER_BYTES = 63  # NAMEDATALEN - 1: longer names are cut
+
+
+def _first_entry(search_path: str) -> str:
+    """The first entry of a search_path as written: a quoted name may hold commas (`"a,b", public`)."""
+    path = search_path.strip()
+    if path.startswith('"'):
+        end = 1
+        while (end := path.find('"', end)) != -1:
+            if path[end + 1 : end + 2] != '"':
+                return path[: end + 1]
+            end += 2
+    return path.split(",")[0].strip()
+
+
+def _lock_key(schema: str) -> int:
+    """The advisory-lock key for one ledger: its schema name, hashed to a signed 64-bit int."""
+    return int.from_bytes(hashlib.sha256(b"lifecycle-fsm:" + schema.encode()).digest()[:8], "big", signed=True)
+
+
+class PgSession:
+    """One connection to a ledger's schema, with the error boundary every call goes through."""
+
+    def __init__(self, url: str, *, synchronous: str, busy_timeout: float, idle_timeout: float) -> None:
+        scheme, sep, rest = url.partition("://")
+        url = self.url = scheme.lower() + sep + rest  # `POSTGRESQL://` is a URL to `is_postgres_url`, not to libpq
+        self.where = redact_url(url)
+        # The thread that may use this connection (store/threads.py); in a forked child, none may (and
+        # psycopg never closes, so never sends a Terminate for, a connection it frees in another process).
+        self.owner = ThreadOwner(self.where)
+        self._secrets = _secrets(url)
+        mode = SYNCHRONOUS_COMMIT[synchronous_mode(synchronous, SYNCHRONOUS_COMMIT)]
+        busy_timeout = busy_timeout_seconds(busy_timeout)
+        if busy_timeout_seconds(idle_timeout, "idle_timeout") == 0:
+            raise InputError(f"idle_timeout must be above 0 seconds, not {idle_timeout!r}")
+        self.busy_timeout = busy_timeout
+        self.idle_timeout = idle_timeout
+        self._setup = (f"{max(1, int(busy_timeout * 1000))}ms", f"{max(1, int(idle_timeout * 1000))}ms", mode)
+        self._closed = False  # `close()` was called: a closed session is never reconnected
+        self.held = False  # a transaction of the store's own is open on `conn`: never recovered under it
+        self.reconnects = 0  # sessions opened after the first one dropped
+        self._listener: psycopg.Connection[Any] | None = None  # `listener()`'s LISTEN connection
+        self.conn, row = self._connect("cannot connect")
+        try:
+            self.lock_timeout: str = row[0]  # as the server shows it ("30s", "500ms"): for messages
+            self.idle_timeout_shown: str = row[1]
+            self.search_path: str = row[4]
+            self.schema: str | None = self._url_schema(row[3])
+            self.lock_key = _lock_key(self.schema or self.first_schema())
+            self.lock_sql = f"SELECT pg_advisory_xact_lock({self.lock_key})"
+            self.channel = f"lifecycle_{self.lock_key & 0xFFFF_FFFF_FFFF_FFFF:x}"  # one per ledger schema
+            self.notify_sql = f"NOTIFY {self.channel}"
+            self.cursor = self.conn.cursor()
+            self.batch = psycopg.ClientCursor(self.conn)  # several statements in one message, values bound here
+        except BaseException:
+            self.conn.close()
+            raise
+
+    def _connect(self, what: str) -> tuple[psycopg.Connection[Any], tuple[Any, ...]]:
+        """A new connection, set up as every session of this store is; and what the setup read back."""
+        with self.mapped(what, lost=None):
+            conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10, application_name="lifecycle-fsm")
+        try:
+            with self.mapped("cannot configure the session", lost=None):
+                # Timeouts never 0: that would mean "wait forever" here, not "fail at once" as in SQLite.
+                row = conn.execute(
+                    f"SELECT {_SET_UNLESS_IN_URL.format(name='lock_timeout')}, "
+                    f"{_SET_UNLESS_IN_URL.format(name='idle_in_transaction_session_timeout')}, "
+                    "set_config('synchronous_commit', %s, false), current_schema(), "
+                    "current_setting('search_path'), set_config('client_encoding', 'UTF8', false)",
+                    self._setup,
+                ).fetchone()
+        except BaseException:
+            conn.close()
+            raise
+        assert row is not None
+        return conn, row
+
+    # --- a connection lost, or left unusable by an interrupted call ----------------------------
+
+    def ready(self) -> None:
+        """Before an operation of the store: a connection that cannot take it is made usable (`recover`).
+        Two attribute reads when it can (the common case)."""
+        if self.conn.pgconn.transaction_status:  # not IDLE (0)
+            self.recover()
+
+    def recover(self) -> None:
+        """Make the connection usable again before an operation starts, never under a transaction the
+        store has open (`held`: the operation then fails on its own, and the store rolls back):
+
+        - a transaction nobody holds (an interrupt cut its cleanup short) is rolled back;
+        - a connection left with answers unread (interrupted mid-exchange) is closed: the server rolls
+          back whatever it had not committed;
+        - a closed one (the server restarted, failed over or ended the session; psycopg closed it after
+          an interrupt) is replaced by a new session set up as at open: the same URL, so the same
+          search_path and schema, the session settings again, and the follower's LISTEN connection
+          reopened on its next wait.
+
+        A session `close()` closed stays closed.
+        """
+        if self.held or self._closed:
+            return
+        conn = self.conn
+        pg = conn.pgconn
+        status = pg.transaction_status
+        if status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
+            try:
+                conn.execute("ROLLBACK")
+            except psycopg.Error:
+                conn.close()
+        elif not conn.closed:
+            conn.close()
+        if conn.closed:
+            self._reconnect()
+
+    def _reconnect(self) -> None:
+        conn, row = self._connect("lost its connection to the server and cannot connect again")
+        if self._url_schema(row[3]) != self.schema:
+            conn.close()
+            raise StoreError(
+                f"{self.where}: lost its connection to the server; a new session finds schema {row[3]!r}, not "
+                f"{self.schema!r}: open the ledger again"
+            )
+        try:
+            cursors = conn.cursor(), psycopg.ClientCursor(conn)
+        except BaseException:  # interrupted: the old session stays (closed), the next call tries again
+            conn.close()
+            raise
+        old = self.conn
+        self.conn, (self.cursor, self.batch) = conn, cursors  # one step: no interrupt lands between the two
+        self.reconnects += 1
+        old.close()  # closed already (psycopg's close is then a no-op)
+
+    def listener(self) -> psycopg.Connection[Any]:
+        """A connection listening on this ledger's channel (`wait_for_new`), opened on first use and again
+        after it was lost (notifications sent meanwhile are lost: the caller re-reads by seq after LISTEN)."""
+        listener = self._listener
+        if listener is not None and listener.closed:
+            self._listener = listener = None
+        if listener is None:
+            with self.mapped("cannot listen for new events"):
+                listener = psycopg.connect(self.url, autocommit=True, connect_timeout=10)
+                try:
+                    listener.execute(f"LISTEN {self.channel}")
+                except BaseException:
+                    listener.close()
+                    raise
+            self._listener = listener
+        return listener
+
+    def _url_schema(self, current: str | None) -> str | None:
+        """The URL's schema if it exists, else None. PostgreSQL's current_schema() skips a missing first
+        schema (`search_path=mine,public` without `mine` is `public`): that would be another ledger."""
+        if _first_entry(self.search_path) in ("$user", '"$user"'):
+            return current  # the default path: whichever schema it resolves to
+        return current if current == self.first_schema() else None
+
+    def first_schema(self) -> str:
+        """The first schema of the search_path as PostgreSQL reads it: a quoted name as written, an unquoted one
+        folded to lower case (ASCII letters, as `downcase_identifier`): `MySchema` is the schema `myschema`;
+        either cut to 63 bytes (a whole character), as the server cuts every identifier."""
+        first = _first_entry(self.search_path)
+        if first.startswith('"'):
+            name = first[1:-1].replace('""', '"')
+        else:
+            name = "".join(chr(ord(c) + 32) if "A" <= c <= "Z" else c for c in first)
+        return name.encode()[:_MAX_IDENTIFIER_BYTES].decode(errors="ignore")
+
+    # --- the error boundary --------------------------------------------------------------
+
+    def scrub(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, "***" if secret != self.url else self.where)
+        return text
+
+    def fail(self, what: str, e: psycopg.Error, lost: str | None = "") -> NoReturn:
+        """Raise `e` as the project error it means, from `e`, without any password in it (`lost`: what a
+        connection lost during the call means for a write; None: a connection being opened, not lost)."""
+        detail = self.scrub(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
+        prefix = f"{self.where}: {what}"
+        error: LifecycleError
+        if isinstance(e, pg_errors.LockNotAvailable):
+            holder, table = self._lock_holder(), ""
+            if not holder:  # not a writer: a session holding a table lock (`LOCK TABLE`, `ALTER TABLE`, …)?
+                table, holder = self._table_lock_holder()
+            held = f"a lock on the ledger's table `{table}`" if table else "the ledger's write lock"
+            error = StoreError(
+                f"{prefix}: another {'session' if table else 'writer'} held {held} for more than "
+                f"{self.lock_timeout} (lock_timeout{holder}); nothing was appended, retry later"
+            )
+        elif isinstance(e, pg_errors.IdleInTransactionSessionTimeout) or "idle-in-transaction" in detail:
+            error = StoreError(
+                f"{prefix}: the server ended this session after it sat idle inside a write transaction for more "
+                f"than {self.idle_timeout_shown} (idle_in_transaction_session_timeout); nothing it was writing was kept"
+            )
+        elif isinstance(e, pg_errors.RestrictViolation):
+            error = IntegrityError(f"{prefix}: {detail}")
+        elif isinstance(e, psycopg.DataError):
+            error = InputError(f"{prefix}: the database cannot store this value ({detail})")
+        elif isinstance(e, pg_errors.UndefinedTable):
+            error = StoreError(f"{prefix}: not a ledger (no ledger tables in schema {self.schema!r}) ({detail})")
+        elif lost is not None and isinstance(e, psycopg.OperationalError) and self._lost():
+            note = f"; {lost}" if lost else ""
+            error = StoreError(
+                f"{prefix}: the connection to the server was lost ({detail}){note}; the next call "
+                "on this ledger connects again"
+            )
+        else:
+            error = StoreError(f"{prefix} ({detail})")
+        raise error from e
+
+    def _lock_holder(self) -> str:
+        """Who holds the write lock (`; held by pid … (app, state, for N s)`), asked on a connection of its own."""
+        key = self.lock_key & 0xFFFF_FFFF_FFFF_FFFF  # pg_locks shows a bigint key as two oids
+        row = self._ask_aside(
+            "SELECT a.pid, a.application_name, a.state, "
+            "round(extract(epoch FROM now() - a.xact_start))::int FROM pg_locks l "
+            "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted "
+            "AND l.classid = %s::bigint::oid AND l.objid = %s::bigint::oid AND l.objsubid = 1",
+            (key >> 32, key & 0xFFFF_FFFF),
+        )
+        return "" if row is None else _held_by(*row)
+
+    def _table_lock_holder(self) -> tuple[str, str]:
+        """A session holding a lock on a ledger table that blocks reads or appends: (table, `; held by …`),
+        or ("", "") when there is none (any more), asked on a connection of its own."""
+        row = self._ask_aside(
+            "SELECT c.relname, a.pid, a.application_name, a.state, "
+            "round(extract(epoch FROM now() - a.xact_start))::int FROM pg_locks l "
+            "JOIN pg_class c ON c.oid = l.relation JOIN pg_stat_activity a ON a.pid = l.pid "
+            "WHERE l.locktype = 'relation' AND l.granted AND c.relnamespace = "
+            "(SELECT oid FROM pg_namespace WHERE nspname = %s) AND c.relname = ANY(%s) AND l.mode IN "
+            "('ShareLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock') "
+            "ORDER BY l.mode = 'AccessExclusiveLock' DESC, a.xact_start LIMIT 1",
+            (self.schema, ["events", "streams", "checkpoints", "checkpoint_streams", "meta"]),
+        )
+        return ("", "") if row is None else (row[0], _held_by(*row[1:]))
+
+    def _ask_aside(self, query: str, params: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        """One row from a connection of its own (this session's may be the one waiting); None when the
+        server cannot say (the error message stays useful without it)."""
+        try:
+            with psycopg.connect(self.url, autocommit=True, connect_timeout=5) as conn:
+                row: tuple[Any, ...] | None = conn.execute(query, params).fetchone()
+        except psycopg.Error:
+            return None
+        return row
+
+    def _lost(self) -> bool:
+        """The session's connection is gone (not by `close()`): the next operation connects again."""
+        conn: psycopg.Connection[Any] | None = getattr(self, "conn", None)  # None: the first connect failed
+        return conn is not None and conn.closed and not self._closed
+
+    @contextmanager
+    def mapped(self, what: str, *, lost: str | None = "") -> Iterator[None]:
+        """Translate any psycopg exception raised inside into the project's error tree (and refuse
+        a thread other than the session's own before anything is sent)."""
+        self.owner.check()
+        try:
+            yield
+        except psycopg.Error as e:
+            self.fail(what, e, lost)
+
+    def close(self) -> None:
+        self.owner.release()
+        self._closed = True
+        if self._listener is not None:
+            self._listener.close()
+        self.conn.close()
+
+
+def _held_by(pid: int, app: str | None, state: str, seconds: int) -> str:
+    return f"; held by server pid {pid} ({app or 'no application_name'}, {state}, transaction open {seconds} s)"

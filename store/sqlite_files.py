@@ -1,0 +1,134 @@
+"""The ledger's file on disk: created 0600, never over an orphaned WAL, read immutable on read-only media.
+
+A WAL ledger is read through its `-shm` index, which SQLite creates beside the file
+on first open; where it cannot (a read-only mount, a reader's account without write
+access), every read failed. There the store opens the file `immutable` instead: no
+`-shm`, no locks, no WAL. That is only the truth when no connection has the ledger
+open and the WAL holds nothing, so it is taken only when the folder is not writable and
+there is no `-shm` (a writer holding the ledger open keeps one, and then SQLite reads
+through it by itself), and a non-empty `-wal` (committed events not yet in the main
+file, which an immutable read would silently leave out) is refused instead.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sqlite3
+from pathlib import Path
+from urllib.parse import quote
+
+from lifecycle_fsm.errors import StoreError
+
+__all__ = ["ImmutableRead", "create_ledger_file", "keep_for_good", "on_read_only_media"]
+
+
+def create_ledger_file(path: Path, *, exclusive: bool = False) -> None:
+    """Create a new ledger file 0600 (SQLite then gives its -wal and -shm the same mode).
+
+    Not beside a `-wal` that holds events: its ledger file was deleted or moved, and a new
+    one here would silently start over (SQLite discards a WAL that is not its file's).
+    An existing file is left as it is, or with `exclusive` refused (`FileExistsError`).
+    """
+    if str(path) in ("", ":memory:"):
+        return
+    if os.path.lexists(path):
+        if exclusive:
+            raise FileExistsError(errno.EEXIST, "File exists", str(path))
+        if os.path.islink(path) and not os.path.exists(path):
+            # A link to a ledger not made yet: make its target 0600 here, or SQLite makes it with the umask's mode.
+            target = Path(os.path.realpath(path))
+            if os.path.lexists(target):  # still a link once resolved: a loop
+                raise StoreError(f"{path}: a symbolic link loop, not a ledger file")
+            create_ledger_file(target)
+        return
+    try:
+        size = Path(f"{path}-wal").stat().st_size
+    except FileNotFoundError:
+        size = 0
+    except OSError as e:  # a folder that is a file, a name too long for its -wal, a folder we may not search
+        raise StoreError(f"{path}: cannot create the ledger file ({e.strerror})") from e
+    if size and not path.exists():  # again: another process may have just made the ledger and its WAL
+        raise StoreError(
+            f"{path}: no ledger file, but {path.name}-wal holds {size} bytes of its events; "
+            "restore the ledger file (or move the -wal away) instead of starting a new ledger over them"
+        )
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        if exclusive:
+            raise
+    except OSError as e:
+        raise StoreError(f"{path}: cannot create the ledger file ({e.strerror})") from e
+
+
+_KEPT: list[object] = []
+
+
+def keep_for_good(obj: object) -> None:
+    """Hold `obj` until the process ends, past interpreter shutdown (which frees what it can, and
+    freeing an sqlite3 connection closes it): how a forked child leaves the parent's connection alone."""
+    _KEPT.append(obj)
+    try:
+        import ctypes
+
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
+    except (ImportError, AttributeError, OSError):  # no ctypes: the module-level reference still holds
+        pass
+
+
+def on_read_only_media(path: Path, error: sqlite3.Error) -> bool:
+    """SQLite could not create the ledger's `-shm`: its folder may not be written, and no
+    connection has the ledger open (none keeps a `-shm` there). Judged at the file a link
+    leads to, where SQLite keeps its `-wal` and `-shm`."""
+    message = str(error)
+    real = Path(os.path.realpath(path))
+    return (
+        ("unable to open database file" in message or "readonly database" in message)
+        and not os.access(real.parent, os.W_OK)
+        and not Path(f"{real}-shm").exists()
+    )
+
+
+class ImmutableRead:
+    """The ledger file opened immutable, and what it was when opened.
+
+    Immutable means SQLite takes no lock and trusts the file not to change. Another
+    account may still write it through a writable path: `check` (before every read, and
+    when a read snapshot ends) refuses to answer once the file, or its `-wal`, moved.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.real = Path(os.path.realpath(path))
+        self.shown = path
+        size = self._wal_size()
+        if size:
+            raise StoreError(
+                f"{path}: its folder is read-only and {self.real.name}-wal holds {size} bytes of events not yet "
+                f"in the ledger file, which SQLite cannot read without creating {self.real.name}-shm; copy the "
+                "ledger with its -wal file to a writable folder to read it"
+            )
+        self.identity = self._identity()
+        self.conn = sqlite3.connect(f"file:{quote(str(self.real))}?immutable=1", uri=True, isolation_level=None)
+
+    def _wal_size(self) -> int:
+        try:
+            return Path(f"{self.real}-wal").stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def _identity(self) -> tuple[int, int, int, int]:
+        st = self.real.stat()
+        return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+    def check(self) -> None:
+        """StoreError once the file is not the one opened, or a writer's `-wal` holds events."""
+        try:
+            moved = self._identity() != self.identity or self._wal_size() > 0
+        except OSError:
+            moved = True
+        if moved:
+            raise StoreError(
+                f"{self.shown}: the ledger changed while it was read as an immutable file (a writer with access to "
+                "its folder appended); read it again"
+            )

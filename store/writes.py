@@ -1,0 +1,172 @@
+"""The append, written once: every backend's write transaction runs it under its write lock.
+
+A backend supplies three primitives (read the head and stream versions, look up event
+ids, insert rows and label the stream in the index); the rules are here: one stream
+per append, columns of the right type, a retry of an identical append returns what it
+stored, an event id reused for other content is refused, every expected version must
+hold, and the rows are chained after the head read under the same lock.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping, Sequence
+
+from lifecycle_fsm.errors import ConcurrencyError, DuplicateEventError, InputError, StoreError
+from lifecycle_fsm.store.chain import canonical_json, chain_rows
+from lifecycle_fsm.store.records import AppendResult, Head, NewEvent, Row, StoredEvent, StreamHead
+
+__all__ = ["WriteTransaction", "check_batch", "conflict", "match_retry"]
+
+# PostgreSQL stores schema_version as an integer: every backend keeps the same range.
+_MAX_SCHEMA_VERSION = 2**31
+
+
+class WriteTransaction(ABC):
+    """A write transaction (the `StoreTransaction` protocol): the append rules over a backend's primitives."""
+
+    failed: str | None = None  # an append that failed part-way: this transaction must not commit
+
+    @abstractmethod
+    def _read(self, streams: Sequence[str], ids: Sequence[str]) -> tuple[Head, list[int], dict[str, StoredEvent]]:
+        """Under the lock: the log's head, each stream's version, and the stored events with these ids."""
+
+    @abstractmethod
+    def _insert(self, rows: list[Row], status: str | None, category: str | None) -> None:
+        """Insert `rows` (one stream's) and upsert its index entry; ConcurrencyError if the database refuses one."""
+
+    @abstractmethod
+    def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[StoredEvent]:
+        """The events of one stream after `after_version`, oldest first, this transaction's own included."""
+
+    @abstractmethod
+    def stream_version(self, stream_id: str) -> int:
+        """The stream's current version (0 when it has no events)."""
+
+    @abstractmethod
+    def streams(self, *, statuses: Iterable[str] | None = None) -> list[StreamHead]:
+        """The stream index (a rebuildable cache), filtered by status label."""
+
+    def append(
+        self,
+        stream_id: str,
+        expected_version: int,
+        events: Sequence[NewEvent],
+        *,
+        status: str | None = None,
+        category: str | None = None,
+        fresh_ids: bool = False,
+        expect: Sequence[tuple[str, int]] = (),
+    ) -> AppendResult:
+        """Append `events` to one stream at `expected_version`; label the stream in the index.
+
+        `expect`: `(stream_id, version)` of other streams the caller's decision read;
+        ConcurrencyError, nothing written, unless each still holds. An append whose event
+        ids were all appended before with the same content is a retry: it returns the
+        stored events (`duplicate=True`), whatever moved since. `fresh_ids=True` says the
+        ids were just generated at random, so that look-up is skipped.
+        """
+        if self.failed is not None:
+            raise StoreError(f"{self.failed}; this transaction can only be rolled back")
+        check_batch(stream_id, events)
+        if not events and not expect:
+            return AppendResult(())
+        ids = [] if fresh_ids else [e.event_id for e in events]
+        checks = [*expect, (stream_id, expected_version)] if events else list(expect)
+        head, versions, stored = self._read([s for s, _ in checks], ids)
+        retried = match_retry(events, stored)
+        if retried is not None:
+            return AppendResult(retried, duplicate=True)
+        for (checked, want), found in zip(checks, versions, strict=True):
+            if found != want:
+                raise conflict(checked, want, found)
+        if not events:
+            return AppendResult(())
+        rows = chain_rows(head, stream_id, expected_version, events)
+        try:
+            self._insert(rows, status, category)
+        except BaseException as e:
+            self.failed = f"an append to {stream_id!r} failed part-way ({e})"
+            raise
+        return AppendResult(tuple(StoredEvent(*row) for row in rows))
+
+
+def conflict(stream_id: str, expected: int, actual: int) -> ConcurrencyError:
+    """A stream that is not at the version the writer expected."""
+    return ConcurrencyError(
+        f"stream {stream_id!r} is at version {actual}, expected {expected}: "
+        "another writer appended first; retry the command",
+        stream_id=stream_id,
+        expected_version=expected,
+        actual_version=actual,
+    )
+
+
+def id_taken(stream_id: str, expected: int, detail: object) -> ConcurrencyError:
+    """The database refused a row under the lock: an event id promised fresh was taken."""
+    return ConcurrencyError(
+        f"stream {stream_id!r}: version or event id already taken ({detail})",
+        stream_id=stream_id,
+        expected_version=expected,
+        actual_version=expected,
+    )
+
+
+def match_retry(events: Sequence[NewEvent], stored: Mapping[str, StoredEvent]) -> tuple[StoredEvent, ...] | None:
+    """The stored copies when `events` were appended before (a retry), None when none were.
+
+    Some ids taken, or the same ids with other content, is `DuplicateEventError`: not
+    a retry, and not a conflict worth retrying either.
+    """
+    if not stored:
+        return None
+    found = [stored.get(e.event_id) for e in events]
+    for new, old in zip(events, found, strict=True):
+        if old is None or (old.stream_id, old.type, old.schema_version, old.payload) != (
+            new.stream_id,
+            new.type,
+            new.schema_version,
+            canonical_json(new.payload),
+        ):
+            taken = min(stored.values(), key=lambda e: e.seq)
+            raise DuplicateEventError(
+                f"event id {taken.event_id!r} is already at seq {taken.seq}; this batch differs from that append",
+                event_id=taken.event_id,
+                seq=taken.seq,
+            )
+    return tuple(old for old in found if old is not None)
+
+
+def check_batch(stream_id: str, events: Sequence[NewEvent]) -> None:
+    """One stream per append, and every column of the type it is stored as.
+
+    A column is hashed as the value given but stored as text, so an event id of `5` would be
+    stored as `"5"` under a hash of `5`: a sound append that breaks the chain for good.
+    """
+    for e in events:
+        if e.stream_id != stream_id:
+            raise InputError("every event of one append must belong to its stream")
+        problem = _wrong_column(e)
+        if problem is not None:
+            raise InputError(f"event {e.event_id!r}: {problem}")
+
+
+def _wrong_column(e: NewEvent) -> str | None:
+    for name in ("stream_id", "type", "event_id", "recorded_at", "actor"):
+        value = getattr(e, name)
+        if not isinstance(value, str):
+            return f"{name} must be a string, not {type(value).__name__}"
+        if "\0" in value:
+            return f"{name} holds a NUL character, which PostgreSQL text cannot store"
+        if not value.isascii():
+            try:
+                value.encode()
+            except UnicodeEncodeError:
+                return f"{name} is not valid Unicode text (it holds a lone surrogate)"
+    if type(e.schema_version) is not int:
+        return f"schema_version must be an int, not {type(e.schema_version).__name__}"
+    if not 0 < e.schema_version < _MAX_SCHEMA_VERSION:
+        return f"schema_version must be 1 to {_MAX_SCHEMA_VERSION - 1}, not {e.schema_version}"
+    if not isinstance(e.payload, dict):
+        return f"payload must be a JSON object (a dict), not {type(e.payload).__name__}"
+    return None
