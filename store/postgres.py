@@ -227,6 +227,7 @@ class PostgresEventStore:
     @contextmanager
     def _held(self, what: str) -> Iterator[None]:
         """The session made usable (never reconnected inside), then held by one block of this store."""
+        self._owner.check()  # entered (not only made) by the owner: another thread must not end its transaction
         self._refuse_nested_write()
         with self.session.mapped(what):
             self.session.ready()
@@ -267,6 +268,7 @@ class PostgresEventStore:
         """One REPEATABLE READ, READ ONLY transaction: every statement inside sees the snapshot its
         first one took. The session is idle in it only while the caller works on a page
         (`idle_timeout` ends a longer pause)."""
+        self._owner.check()
         if self._reading:
             yield
             return

@@ -9,9 +9,9 @@ Why it is built this way:
   fraction of a millisecond. So a write runs with the connection's busy timeout at 0 and
   leaves it there; the next read puts the store's busy timeout back first (a read can meet
   a lock too, e.g. while another process recovers the WAL).
-- sqlite-utils opens the database and creates the schema (`sqlite_schema.py`); the
-  append is a plain `INSERT OR FAIL` on the same connection (sqlite-utils' `insert`
-  inspects the schema on every call).
+- sqlite-utils creates the schema (`sqlite_schema.py`) on the store's connection; an
+  existing ledger is read and appended to with plain statements (sqlite-utils' `insert`
+  inspects the schema on every call, and importing it doubles a read command's start-up).
 - Every statement runs inside a block that translates `sqlite3` errors
   (`sqlite_errors.py`); a store is used by the thread that opened it (`threads.py`).
 """
@@ -164,9 +164,12 @@ class SQLiteEventStore:
             raise StoreError(f"{self.path}: cannot open the ledger database ({e})") from e
         try:
             self._open(mode, create=create)
-        except SQLITE_FAILURES as e:
+        except sqlite3.DatabaseError as e:
             self._conn.close()
             raise StoreError(f"{self.path}: not a usable ledger database ({e})") from e
+        except UnicodeDecodeError as e:  # a flipped byte in the schema's own text
+            self._conn.close()
+            raise translate_sqlite_error(e, self.path) from e
         except BaseException:
             self._conn.close()
             raise
@@ -176,10 +179,8 @@ class SQLiteEventStore:
         if found is None and not create:
             # Before any PRAGMA: WAL mode alone would write a header into an empty file.
             raise StoreError(f"{self.path}: not a ledger (no lifecycle schema); a read never creates one")
-        import sqlite_utils  # only here: importing it costs every CLI start that opens no ledger
-
-        # sqlite-utils turns recursive_triggers on: `INSERT OR REPLACE` then fires the delete trigger that refuses it.
-        self._db = sqlite_utils.Database(self._conn, execute_plugins=False)
+        # Makes `INSERT OR REPLACE` fire the delete trigger that refuses it (sqlite-utils sets it too).
+        self._conn.execute("PRAGMA recursive_triggers=ON")
         if self._immutable is None:
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute(f"PRAGMA synchronous={mode}")
@@ -192,7 +193,10 @@ class SQLiteEventStore:
                             f"{self.path}: not a ledger (an events table but no store schema version: its meta "
                             "table was dropped or emptied by hand); refusing to write to it"
                         )
-                    create_schema(self._db)
+                    # Imported only here: it costs a read command's start-up as much again (click, pluggy).
+                    import sqlite_utils
+
+                    create_schema(sqlite_utils.Database(self._conn, execute_plugins=False))
                     found = STORE_SCHEMA_VERSION
         if found != STORE_SCHEMA_VERSION:
             raise StoreError(
@@ -244,6 +248,7 @@ class SQLiteEventStore:
     @contextmanager
     def _write(self, *, command: bool = False) -> Iterator[sqlite3.Connection]:
         """BEGIN IMMEDIATE … COMMIT; a command's commit is where the fault hooks sit."""
+        self._owner.check()  # entered (not only made) by the owner: another thread must not end its transaction
         self._refuse_nested()
         conn, fault = self._conn, self._fault if command else None
         try:
@@ -299,6 +304,7 @@ class SQLiteEventStore:
     def read_snapshot(self) -> Iterator[None]:
         """One deferred read transaction: WAL keeps its snapshot (from the first read inside)
         while other connections commit, and never blocks them."""
+        self._owner.check()
         if self._held == "snapshot":
             yield
             return

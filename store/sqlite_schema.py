@@ -71,8 +71,12 @@ GUARDS = {
       SELECT RAISE(FAIL, 'events are append-only: REPLACE refused');
     END""",
 }
-# The triggers, as statements (what a test puts back after editing a file behind the store's back).
-SCHEMA = tuple(sql for name, sql in GUARDS.items() if name.startswith("events_refuse"))
+# The triggers as statements that leave one in place (SQLite stores them without `IF NOT EXISTS`).
+SCHEMA = tuple(
+    sql.replace("CREATE TRIGGER", "CREATE TRIGGER IF NOT EXISTS", 1)
+    for name, sql in GUARDS.items()
+    if name.startswith("events_refuse")
+)
 
 
 def schema_version(conn: sqlite3.Connection) -> str | None:

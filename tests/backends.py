@@ -17,7 +17,7 @@ from urllib.parse import quote
 import attrs
 import pytest
 
-from lifecycle_fsm.store import EventStore, MemoryEventStore
+from lifecycle_fsm.store import EventStore, MemoryEventStore, StoredEvent
 
 PG_BASE = os.environ.get("LIFECYCLE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 BACKEND_NAMES = ("memory", "sqlite", "postgres")
@@ -110,8 +110,7 @@ class Backend:
         if self.name == "memory":
             assert self._memory is not None
             log = self._memory._log
-            old = log[seq - 1]
-            log[seq - 1] = type(old)(**{**{n: getattr(old, n) for n in type(old)._fields}, column: value})
+            log[seq - 1] = attrs.astuple(attrs.evolve(StoredEvent(*log[seq - 1]), **{column: value}))
         elif self.name == "sqlite":
             import sqlite3
 

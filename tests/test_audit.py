@@ -19,6 +19,7 @@ from conftest import DROP, REPO, Workspace, count_events, run_cli
 
 from lifecycle_fsm.audit_records import canonical_bytes
 from lifecycle_fsm.cli import main
+from lifecycle_fsm.store.base import event_at
 
 
 def run_audit(
@@ -83,7 +84,7 @@ def test_all_ready(ws: Workspace, tree: tuple[Path, Path]) -> None:
     assert raw == canonical_bytes(evidence) and raw.endswith(b"}\n")
     with ws.ledger() as ledger:
         assert ledger.candidate("grpo-v7").state == "ready"
-        assert ledger.store.event_at(dpo["evidence_seq"]).type == "HandoffDecided"  # type: ignore[union-attr]
+        assert event_at(ledger.store, dpo["evidence_seq"]).type == "HandoffDecided"  # type: ignore[union-attr]
 
 
 def test_grpo_window_expired(ws: Workspace, tree: tuple[Path, Path]) -> None:

@@ -21,6 +21,7 @@ from conftest import Workspace, invoke
 
 from lifecycle_fsm.artifacts import DigestCache, hash_tree
 from lifecycle_fsm.ledger import Ledger, utc_now
+from lifecycle_fsm.store.base import select_events
 from lifecycle_fsm.store.records import NewEvent
 from lifecycle_fsm.store.sqlite import SQLiteEventStore
 from lifecycle_fsm.upcasting import upcast, upcast_checks_v2_v3
@@ -136,7 +137,7 @@ def test_an_old_v2_check_row_reads_as_read_now(ws: Workspace) -> None:
     with _ready(ws, ticking()) as led:
         led.check("dpo-v5")
         rows = [(e.stream_id, e.type, e.schema_version, json.loads(e.payload), e.recorded_at)
-                for e in led.store.select_events()]  # fmt: skip
+                for e in select_events(led.store)]  # fmt: skip
     old = ws.root / "v2.db"
     store = SQLiteEventStore(old, synchronous="OFF")
     versions: dict[str, int] = {}

@@ -14,6 +14,7 @@ import pytest
 from conftest import Workspace, count_events, run_cli
 
 from lifecycle_fsm.store import InputError, NewEvent, SQLiteEventStore
+from lifecycle_fsm.store.base import verify_chain
 from lifecycle_fsm.store.faults import ENV_VAR
 
 REPO = Path(__file__).resolve().parent.parent
@@ -75,7 +76,7 @@ def assert_sound(db: Path) -> None:
     with closing(sqlite3.connect(db)) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     with SQLiteEventStore(db) as store:
-        report = store.verify_chain()
+        report = verify_chain(store)
         assert report.ok, report
         assert report.events == store.count_events()
 

@@ -18,6 +18,7 @@ import pytest
 
 from lifecycle_fsm import FeedEvent, InputError, Ledger, LifecycleError, State, WaitTimeout
 from lifecycle_fsm.events import CandidateReceived, ChecksRecorded, LedgerInitialized
+from lifecycle_fsm.store.base import event_at
 from tests.conftest import REPO, Workspace
 
 WRITER = """
@@ -61,7 +62,7 @@ def test_events_catch_up_in_seq_order_with_decoded_events(ws: Workspace, ledger:
     first = events[0]
     assert isinstance(first, FeedEvent) and isinstance(first.event, LedgerInitialized)
     assert (first.stream_id, first.version, first.type) == ("ledger", 1, "LedgerInitialized")
-    assert first.hash == ledger.store.event_at(1).hash and first.actor == ledger.actor  # type: ignore[union-attr]
+    assert first.hash == event_at(ledger.store, 1).hash and first.actor == ledger.actor  # type: ignore[union-attr]
     assert first.recorded_at.endswith("Z")
     assert [type(e.event) for e in ledger.events(after=2)] == [CandidateReceived, ChecksRecorded]
     assert [e.seq for e in ledger.events(stream="dpo-v5")] == [3, 4]

@@ -27,6 +27,7 @@ from conftest import REPO, Workspace
 
 from lifecycle_fsm.ledger import Ledger
 from lifecycle_fsm.replay import explain, verify
+from lifecycle_fsm.store.base import event_at
 from lifecycle_fsm.store.sqlite import SQLiteEventStore
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -163,7 +164,7 @@ def test_each_canned_query_answers_from_the_snapshot(served: tuple[Workspace, di
         offset = dt.datetime.fromisoformat(events[-1]["recorded_at"]).astimezone(dt.timezone(dt.timedelta(hours=-5)))
         assert [r["seq"] for r in server.query("ready_at", time=offset.isoformat())] == [ready_seq]  # same instant
         head = verify(store)["head"]
-        assert server.query("chain_head") == [{**head, "recorded_at": store.event_at(head["seq"]).recorded_at,  # type: ignore[union-attr]
+        assert server.query("chain_head") == [{**head, "recorded_at": event_at(store, head["seq"]).recorded_at,  # type: ignore[union-attr]
                                                "events": head["seq"]}]  # fmt: skip
         assert server.query("seals") == []
         status, meta = server.get("/-/metadata.json")

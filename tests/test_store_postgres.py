@@ -20,7 +20,8 @@ import pytest
 from backends import PG_BASE, pg_execute, with_schema
 from test_store_contract import new
 
-from lifecycle_fsm.store import ConcurrencyError, InputError, IntegrityError, StoreError, StreamHead
+from lifecycle_fsm.store import ConcurrencyError, EventFilter, InputError, IntegrityError, StoreError, StreamHead
+from lifecycle_fsm.store.base import event_at, select_events, verify_chain
 from lifecycle_fsm.store.open import is_postgres_url, redact_url
 from lifecycle_fsm.store.postgres import PostgresEventStore
 from lifecycle_fsm.store.postgres_schema import STORE_SCHEMA_VERSION
@@ -35,19 +36,13 @@ def store(pg_store: PostgresEventStore) -> PostgresEventStore:
 
 
 def test_a_rolled_back_transaction_keeps_the_prepared_statements(store: PostgresEventStore) -> None:
-    """Lost races (a ROLLBACK each) between repeated appends: later appends still find their statements.
-
-    psycopg answers a ROLLBACK with DEALLOCATE ALL once it has prepared statements of
-    its own, which dropped the store's and failed the next append ("prepared statement
-    lifecycle_stmt_N does not exist"); the store now leaves preparing to itself.
-    """
-    from lifecycle_fsm.store import ConcurrencyError
+    """Lost races (a ROLLBACK each) between repeated appends: later appends still work (psycopg
+    prepares statements it sees repeated, and may DEALLOCATE them after a ROLLBACK)."""
 
     def one_append() -> None:
         with store.transaction() as tx:
-            tx.expect_version("b", 1)
             version = tx.stream_version("a")
-            tx.append("a", version, [new("a", version)])
+            tx.append("a", version, [new("a", version)], expect=[("b", 1)])
 
     for _ in range(8):  # repeated shapes: the store prepares its statements (and psycopg would its own)
         one_append()
@@ -55,14 +50,13 @@ def test_a_rolled_back_transaction_keeps_the_prepared_statements(store: Postgres
 
     def lose_a_race() -> None:
         with store.transaction() as tx:
-            tx.expect_version("b", 0)  # stale: the transaction rolls back
-            tx.append("a", version, [new("a", 100)])
+            tx.append("a", version, [new("a", 100)], expect=[("b", 0)])  # stale: the transaction rolls back
 
     with pytest.raises(ConcurrencyError):
         lose_a_race()
     for _ in range(3):
         one_append()
-    assert store.stream_version("a") == 13 and store.verify_chain().ok
+    assert store.stream_version("a") == 13 and verify_chain(store).ok
 
 
 # --- the database refuses to rewrite history ----------------------------------------------------
@@ -82,7 +76,7 @@ def test_history_cannot_be_rewritten_even_by_the_owner(store: PostgresEventStore
     """A plain psycopg connection (superuser, table owner) is refused by the triggers; the chain still verifies."""
     with pytest.raises(psycopg.errors.RestrictViolation, match="append-only"):
         pg_execute(pg_url, statement)
-    assert store.count_events() == 3 and store.verify_chain().ok
+    assert store.count_events() == 3 and verify_chain(store).ok
 
 
 @pytest.fixture
@@ -126,10 +120,10 @@ def test_the_insert_select_role_runs_the_ledger_and_cannot_rewrite_it(
         app.append_checkpoint(position=4, schema_version=1, fingerprint="f", snapshot="{}", recorded_at="t",
                               streams=[("a", 3, "{}")])  # fmt: skip
         app.rebuild_stream_index(lambda: [StreamHead("a", 3, "received", None)])
-        assert app.verify_chain().ok and app.count_events() == 4
+        assert verify_chain(app).ok and app.count_events() == 4
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         pg_execute(app_role, f"BEGIN; {statement}; COMMIT" if statement.startswith("LOCK") else statement)
-    assert store.count_events() == 4 and store.verify_chain().ok
+    assert store.count_events() == 4 and verify_chain(store).ok
 
 
 def test_payload_and_time_are_text_not_jsonb(store: PostgresEventStore, pg_url: str) -> None:
@@ -378,7 +372,7 @@ def test_fault_hooks_kill_around_the_commit(store: PostgresEventStore, pg_url: s
                           cwd=REPO, timeout=60, check=False)  # fmt: skip
     assert done.returncode == -9 and "returned" not in done.stdout, done.stderr
     assert store.stream_version("crash") == kept
-    assert store.verify_chain().ok
+    assert verify_chain(store).ok
     if not kept:  # the dead writer's lock died with it: the next append gets the seq it never committed
         assert store.append("crash", 0, [new("crash", 0)]).events[0].seq == 4
     with pytest.raises(IntegrityError):
@@ -405,7 +399,7 @@ def test_cli_on_a_url_reads_and_refuses_like_on_a_file(pg_url: str) -> None:
     assert "s3cret-pw" not in dead.stderr + dead.stdout and "***" in dead.stderr
 
 
-# --- the one-round-trip append path --------------------------------------------------------------
+# --- the one-statement append ---------------------------------------------------------------------
 
 
 def test_prepared_statements_survive_a_rollback(store: PostgresEventStore) -> None:
@@ -420,21 +414,13 @@ def test_prepared_statements_survive_a_rollback(store: PostgresEventStore) -> No
     for n in range(10, 13):
         assert store.append("a", n, [new("a", n)]).events[0].seq == n + 2
         assert store.read_stream("a")[-1].version == n + 1
-    assert store.verify_chain().ok
-
-
-def _executions(store: PostgresEventStore) -> dict[str, int]:
-    """The session's prepared statements: text -> how many times they were executed (PostgreSQL 14+)."""
-    rows = store.session.conn.execute(
-        "SELECT statement, generic_plans + custom_plans FROM pg_prepared_statements"
-    ).fetchall()
-    return {row[0]: row[1] for row in rows}
+    assert verify_chain(store).ok
 
 
 def test_two_handles_taking_turns_stay_chained_and_dense(store: PostgresEventStore, pg_url: str) -> None:
-    """Two stores on one schema append in turn, so each one's head guess is always stale: every append
-    still lands (the guarded insert writes nothing on a stale guess, the head is re-read under the lock),
-    seq stays dense, the chain verifies, and retries of both handles' appends are duplicates."""
+    """Two stores on one schema append in turn: every append chains to the other's (the head is read
+    under the lock), seq stays dense, the chain verifies, and retries of both handles' appends are
+    duplicates."""
     with PostgresEventStore(pg_url, synchronous="NORMAL") as other:
         handles = (store, other)
         for n in range(2, 14):
@@ -445,18 +431,9 @@ def test_two_handles_taking_turns_stay_chained_and_dense(store: PostgresEventSto
             again = handles[(n + 1) % 2].append("a", n, [new("a", n)])
             assert again.duplicate and again.events[0].seq == n + 2
         assert store.append("a", 14, [new("a", 14)]).events[0].seq == 16
-    assert [e.seq for e in store.select_events()] == list(range(1, 17))
-    assert store.verify_chain().ok
+    assert [e.seq for e in select_events(store)] == list(range(1, 17))
+    assert verify_chain(store).ok
     assert [h.version for h in store.streams() if h.stream_id == "a"] == [15]
-
-
-def test_repeated_appends_use_a_prepared_statement(store: PostgresEventStore) -> None:
-    """The second append of a shape prepares the guarded insert; later ones EXECUTE it (no planning)."""
-    for n in range(2, 6):
-        store.append("a", n, [new("a", n)])
-    executed = [n for text, n in _executions(store).items() if "INSERT INTO events" in text]
-    assert executed and max(executed) >= 2
-    assert store.verify_chain().ok and store.count_events() == 7
 
 
 # --- LISTEN/NOTIFY wake-up for followers ---------------------------------------------------------
@@ -477,7 +454,7 @@ def test_wait_for_new_wakes_on_a_commit_from_another_process(store: PostgresEven
     finally:
         assert writer.wait(60) == 0
     assert 0.4 <= waited < 10, waited  # woke on the commit (the writer sleeps 0.5 s first), not on the timeout
-    assert store.event_at(4) is not None
+    assert event_at(store, 4) is not None
 
 
 def _fail_after_appending(store: PostgresEventStore, version: int = 2) -> None:
@@ -488,7 +465,7 @@ def _fail_after_appending(store: PostgresEventStore, version: int = 2) -> None:
 
 def test_notify_is_sent_by_commits_only(store: PostgresEventStore, pg_url: str) -> None:
     """A plain LISTEN connection hears nothing from an append that rolls back, and one notification per
-    committed append, whether by store.append (one round trip) or a transaction."""
+    committed append, whether by store.append (one statement) or a transaction."""
     with psycopg.connect(pg_url, autocommit=True) as listener:
         listener.execute(f"LISTEN {store.session.channel}")
         with pytest.raises(RuntimeError):
@@ -512,7 +489,7 @@ with PostgresEventStore(sys.argv[1]) as s:
 
 
 def test_reads_page_by_ranges_of_seqs_and_step_over_a_gap_wider_than_a_page(pg_url: str) -> None:
-    """Pages are ranges of at most 4,096 consecutive seqs (each page's work bounded whatever plan the
+    """Pages are ranges of at most 2,000 consecutive seqs (each page's work bounded whatever plan the
     server picks: with stale statistics `ORDER BY seq LIMIT n` sorted every later row, per page). A
     range short of rows is a gap or the head: a 5,000-seq hole, cut behind the store's back, is stepped
     over to the rows after it, so the walk sees the gap and names the seq after it."""
@@ -522,12 +499,12 @@ def test_reads_page_by_ranges_of_seqs_and_step_over_a_gap_wider_than_a_page(pg_u
                 tx.append(f"s{k}", 0, [new(f"s{k}", n, event_id=f"s{k}-{n}") for n in range(1000)])
         cut = "DELETE FROM events WHERE seq BETWEEN 3000 AND 7999"
         pg_execute(pg_url, f"ALTER TABLE events DISABLE TRIGGER USER; {cut}; ALTER TABLE events ENABLE TRIGGER USER")
-        batches = list(s.select_row_batches())
+        batches = list(s.select_rows())
         assert [r[0] for b in batches for r in b] == [*range(1, 3000), *range(8000, 10001)]
-        assert all(0 < len(b) <= 4096 for b in batches)
-        folded = [r[0] for b in s.select_fold_batches(after=8500, to=9000) for r in b]
+        assert all(0 < len(b) <= 2000 for b in batches)
+        folded = [r[0] for b in s.select_rows(EventFilter(after=8500, before=9001)) for r in b]
         assert folded == list(range(8501, 9001))
-        report = s.verify_chain()
+        report = verify_chain(s)
         assert (report.ok, report.bad_seq) == (False, 8000)
 
 
@@ -537,10 +514,10 @@ def test_a_reader_goes_on_with_rows_committed_while_it_held_a_page(pg_url: str) 
     skips (review: resuming from the range's end skipped seqs 101..2000 and verify reported a gap)."""
     with PostgresEventStore(pg_url, synchronous="NORMAL") as reader, PostgresEventStore(pg_url) as writer:
         writer.append("s", 0, [new("s", n, event_id=f"a-{n}") for n in range(100)])
-        pages = reader.select_row_batches()
-        first = next(pages)  # rows 1..100 of the range (0, 4096]
+        pages = reader.select_rows()
+        first = next(pages)  # rows 1..100 of the range (0, 2000]
         with writer.transaction() as tx:
             tx.append("s", 100, [new("s", n, event_id=f"b-{n}") for n in range(100, 2600)])
         seqs = [r[0] for r in first] + [r[0] for b in pages for r in b]
         assert seqs == list(range(1, 2601))
-        assert reader.verify_chain().ok
+        assert verify_chain(reader).ok

@@ -1,140 +1,210 @@
-"""The one-round-trip append on PostgreSQL: the server chains the rows under the lock.
+"""The one-statement append on PostgreSQL: the server chains the row under the lock.
 
-The server computes `seq` and the sha256 chain hash from the header the client split
-around `seq` (store/postgres_append.py); these tests pin that it hashes exactly what
-SQLite hashes, that a hash the client disagrees with is reported, and that a stale
-head (another writer appended) costs no extra round trip.
+`lifecycle_append()` (store/postgres_schema.py) assigns `seq` and computes the sha256
+chain hash from the header the client split around `seq` (`chain.header_parts`); these
+tests pin that the server hashes exactly what `chain.event_hash` hashes (random rows),
+that a hash the client disagrees with is reported, that the head is read after the lock
+is granted, and that a transaction (chained by the client) agrees with it.
 """
 
 from __future__ import annotations
 
+import enum
+import signal
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
+from backends import pg_execute
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_store_contract import new
 
-from lifecycle_fsm.store import ConcurrencyError, Head, IntegrityError, NewEvent, StoredEvent
-from lifecycle_fsm.store.chain import GENESIS_HASH, canonical_json, chain_rows
+from lifecycle_fsm.store import ConcurrencyError, IntegrityError, NewEvent, StoreError
+from lifecycle_fsm.store.base import event_at, select_events, verify_chain
+from lifecycle_fsm.store.chain import canonical_json, event_hash
 from lifecycle_fsm.store.postgres import PostgresEventStore
-from lifecycle_fsm.store.postgres_append import check_server_chain
 from lifecycle_fsm.store.sqlite import SQLiteEventStore
 
 pytestmark = pytest.mark.postgres
 
-# Everything orjson escapes or passes through as UTF-8: quotes, backslashes, control
-# characters, U+2028, non-BMP characters, a would-be header fragment, and what client-side
-# binding must quote (single quotes, a backslash before one, a placeholder, a comment).
+# Everything orjson escapes or passes through as UTF-8: quotes, backslashes, control characters,
+# U+2028, non-BMP characters, a would-be header fragment, and what client-side binding must quote.
 _TRICKY = "q\"uote ' '' \\' \\back\tslash\n\u0001 \u2028 é 😀 ,\"seq\":9, $$ %s %% ); --"
 
 
 def _event(stream: str, n: int, **extra: Any) -> NewEvent:
     payload = {"n": n, "text": _TRICKY, "nested": {"é": [1, 2.5, None, True, _TRICKY]}, **extra}
-    return NewEvent(stream, f"Type{_TRICKY}", 1 + n % 2, payload, f"id-{n}-{_TRICKY}",
-                    f"2024-01-01T00:00:{n:02d}.5Z", f"actor {_TRICKY}")  # fmt: skip
+    return NewEvent(
+        stream, f"Type{_TRICKY}", 1 + n % 2, payload, f"id-{n}-{_TRICKY}", f"2024-01-01T00:00:{n:02d}.5Z", _TRICKY
+    )
 
 
-@pytest.fixture(params=["pipeline", "one message"])
-def pg(pg_url: str, request: pytest.FixtureRequest) -> Iterator[PostgresEventStore]:
-    """A store sending its appends pipelined, or (as with a libpq older than 14) as one simple-query message."""
+@pytest.fixture
+def pg(pg_url: str) -> Iterator[PostgresEventStore]:
     with PostgresEventStore(pg_url, synchronous="NORMAL") as store:
-        store.session.pipeline.supported = request.param == "pipeline"
         yield store
 
 
-@pytest.mark.parametrize("guess", ["right", "stale"])
-def test_the_server_chains_every_character_as_sqlite_does(pg: PostgresEventStore, tmp_path: Path, guess: str) -> None:
-    """One-event and many-event appends (the two statement shapes), by store.append and in a transaction,
-    with the store's head guess right (the client's hashes are stored) or stale (the server hashes):
-    every (seq, prev_hash, hash) is the same on both backends and both chains verify."""
+_text = st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\0"), max_size=12)
+_events = st.lists(
+    st.tuples(_text, _text, _text, _text, st.integers(1, 2**31 - 1), st.dictionaries(_text, _text, max_size=3)),
+    min_size=1,
+    max_size=4,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=_events)
+def test_the_server_hashes_what_event_hash_hashes(pg: PostgresEventStore, rows: list[tuple[Any, ...]]) -> None:
+    """Random rows through the one-statement append: every stored hash is `chain.event_hash` of its row."""
+    for kind, event_id, recorded_at, actor, schema, payload in rows:
+        stream = f"s{kind}"
+        unique = f"{pg.count_events()}-{event_id}"
+        event = NewEvent(stream, kind, schema, payload, unique, recorded_at, actor)
+        stored = pg.append(stream, pg.stream_version(stream), [event], fresh_ids=True).events[0]
+        assert stored.payload == canonical_json(payload)
+        assert stored.hash == event_hash(
+            stored.prev_hash,
+            stored.seq,
+            stream,
+            stored.version,
+            unique,
+            kind,
+            schema,
+            stored.payload,
+            recorded_at,
+            actor,
+        )
+    assert verify_chain(pg).ok
+
+
+def test_one_statement_and_transactions_chain_as_sqlite_does(pg: PostgresEventStore, tmp_path: Path) -> None:
+    """One-event appends (one statement, hashed by the server) and batches and transactions (chained by
+    the client under the lock): every (seq, prev_hash, hash) is the same as on SQLite."""
     stream = f"candidate:{_TRICKY}"
-
-    def appending(store: Any) -> Any:
-        if guess == "stale" and store is pg:
-            pg.last_head = Head(0, GENESIS_HASH)  # as if another writer had appended since
-        return store
-
     with SQLiteEventStore(tmp_path / "l.db", synchronous="OFF") as lite:
         for store in (lite, pg):
-            appending(store).append(stream, 0, [_event(stream, 0)])
-            appending(store).append(stream, 1, [_event(stream, n) for n in (1, 2, 3)])
-            appending(store).append("other", 0, [_event("other", 4)], expect=[(stream, 4)])
-            with appending(store).transaction() as tx:
+            store.append(stream, 0, [_event(stream, 0)])
+            store.append(stream, 1, [_event(stream, n) for n in (1, 2, 3)])
+            store.append("other", 0, [_event("other", 4)], expect=[(stream, 4)])
+            with store.transaction() as tx:
                 tx.append(stream, 4, [_event(stream, 5)])
-            events = [_event(stream, n) for n in range(6, 6 + 40)]
-            appending(store).append(stream, 5, events, status="s", category="c")
-        rows = [[(e.seq, e.prev_hash, e.hash, e.payload) for e in s.select_events()] for s in (lite, pg)]
+            store.append(stream, 5, [_event(stream, n) for n in range(6, 46)], status="s", category="c")
+        rows = [[(e.seq, e.prev_hash, e.hash, e.payload) for e in select_events(s)] for s in (lite, pg)]
         assert rows[0] == rows[1] and len(rows[0]) == 46
-        assert lite.verify_chain().ok and pg.verify_chain().ok
+        assert verify_chain(lite).ok and verify_chain(pg).ok
         assert pg.streams() == lite.streams()
 
 
-def test_a_stale_head_costs_no_extra_round_trip(pg: PostgresEventStore, pg_url: str) -> None:
-    """Another handle appends between every two of ours: each append is still one round trip
-    (with a guessed head it was a refused trip, then the head read under the lock, then the insert).
-    Every exchange with the server, psycopg's or the store's pipeline, goes through `conn.wait`."""
-    trips: list[Any] = []
-    wait = pg.session.conn.wait
-
-    def counted(gen: Any, *args: Any, **kwargs: Any) -> Any:
-        trips.append(gen)
-        return wait(gen, *args, **kwargs)
-
-    pg.session.conn.wait = counted  # type: ignore[method-assign]
-    with PostgresEventStore(pg_url, synchronous="NORMAL") as other:
-        for n in range(6):
-            other.append("b", n, [_event("b", n)])
-            before = len(trips)
-            result = pg.append("a", n, [_event("a", 10 + n)], fresh_ids=n % 2 == 0)
-            assert len(trips) - before == 1, trips[before:]
-            assert result.events[0].seq == 2 * n + 2 and not result.duplicate
-    assert pg.verify_chain().ok
-
-
-def test_a_moved_version_is_still_refused_in_one_message(pg: PostgresEventStore) -> None:
+def test_a_server_hash_the_client_disagrees_with_is_an_integrity_error(pg: PostgresEventStore, pg_url: str) -> None:
+    """The client re-hashes the row the server chained: a function changed behind the store's back
+    (here: it hashes without the newline after the header) is reported, not trusted."""
     pg.append("a", 0, [_event("a", 0)])
+    function = pg_execute(pg_url, "SELECT pg_get_functiondef('lifecycle_append'::regproc)")[0][0]
+    changed = function.replace("|| p_header_after || E'\\n' ||", "|| p_header_after ||")
+    assert changed != function
+    pg_execute(pg_url, changed)
+    with pytest.raises(IntegrityError, match="does not compute") as info:
+        pg.append("a", 1, [_event("a", 1)])
+    assert info.value.seq == 2 and not verify_chain(pg).ok
+
+
+def test_a_moved_version_is_refused_and_a_retry_returns_what_was_stored(pg: PostgresEventStore) -> None:
+    """A check that fails in the statement writes nothing; the transaction's path then names the stream."""
+    first = pg.append("a", 0, [_event("a", 0)])
     with pytest.raises(ConcurrencyError, match="at version 1, expected 0"):
         pg.append("a", 0, [_event("a", 1)])
     with pytest.raises(ConcurrencyError, match="'ledger' is at version 0, expected 3"):
         pg.append("a", 1, [_event("a", 1)], expect=[("ledger", 3)])
-    assert pg.count_events() == 1 and pg.verify_chain().ok
+    again = pg.append("a", 0, [_event("a", 0)])
+    assert again.duplicate and again.events == first.events
+    assert pg.count_events() == 1 and verify_chain(pg).ok
 
 
-def test_a_server_hash_the_client_disagrees_with_is_an_integrity_error(tmp_path: Path) -> None:
-    """The client keeps its own rows when the server found the guessed head, and re-hashes any
-    other answer: rows chained after another head pass, a different hash or a broken link is reported."""
-    events = [_event("a", 0), _event("a", 1)]
-    with SQLiteEventStore(tmp_path / "l.db", synchronous="OFF") as lite:
-        lite.append("b", 0, [_event("b", 9)])
-        good = lite.append("a", 0, events).events  # chained after seq 1
-    mine = chain_rows(Head(0, GENESIS_HASH), "a", 0, events)  # the client guessed an empty ledger
-    assert check_server_chain([(r[0], r[9], r[10]) for r in mine], mine) == tuple(StoredEvent(*r) for r in mine)
-    returned = [(e.seq, e.prev_hash, e.hash) for e in good]
-    assert check_server_chain(returned, mine) == good
-    for bad in (
-        [returned[0], (3, returned[1][1], "f" * 64)],  # another hash
-        [returned[0], (3, "0" * 64, returned[1][2])],  # not linked to the row before
-        [returned[0], (4, returned[1][1], returned[1][2])],  # a gap in seq
-    ):
-        with pytest.raises(IntegrityError, match="this client computes"):
-            check_server_chain(bad, mine)
+def test_an_append_that_waited_for_the_lock_chains_to_what_the_holder_committed(pg_url: str) -> None:
+    """Another writer appends and holds the lock; ours waits, then lands right after that row.
+
+    The function reads the head in a statement of its own after taking the lock, so its snapshot
+    is taken once the lock is granted (read committed): in one statement with the lock it would
+    read the head from before the wait and collide on seq."""
+    appended = threading.Event()
+
+    def hold() -> None:  # its own store: a store is used by the thread that opened it
+        with PostgresEventStore(pg_url, synchronous="NORMAL") as other, other.transaction() as tx:
+            tx.append("b", 1, [new("b", 1)])
+            appended.set()
+            time.sleep(0.5)
+
+    with PostgresEventStore(pg_url, synchronous="NORMAL") as store:
+        store.append("a", 0, [new("a", 0), new("a", 1)])
+        store.append("b", 0, [new("b", 0)])
+        holder = threading.Thread(target=hold)
+        holder.start()
+        try:
+            assert appended.wait(30)
+            result = store.append("a", 2, [new("a", 2)])
+        finally:
+            holder.join()
+        held = event_at(store, 4)
+        assert held is not None and held.stream_id == "b"
+        assert (result.events[0].seq, result.events[0].prev_hash) == (5, held.hash)
+        assert verify_chain(store).ok
 
 
-@pytest.mark.parametrize("pipelined", [True, False])
-@pytest.mark.parametrize("conforming", ["on", "off"])
-def test_values_bound_client_side_arrive_exactly(pg_url: str, conforming: str, pipelined: bool) -> None:
-    """The store quotes values itself only where a backslash is plain (standard_conforming_strings on);
-    with it off it leaves quoting to psycopg. Either way every column reads back as written."""
-    url = pg_url.replace("options=", f"options=-cstandard_conforming_strings%3D{conforming}%20")
-    with PostgresEventStore(url, synchronous="NORMAL") as store:
-        store.session.pipeline.supported = pipelined
-        assert store.session.conn.execute("SHOW standard_conforming_strings").fetchone() == (conforming,)
-        events = [_event(_TRICKY, n) for n in range(3)]
-        for n in range(3):  # the second use of a shape is an EXECUTE with the values as arguments
-            store.append(_TRICKY, n, events[n : n + 1], expect=[(_TRICKY, n)])
-        got = store.read_stream(_TRICKY)
-        assert [(e.event_id, e.type, e.actor, e.recorded_at, e.payload) for e in got] == [
-            (e.event_id, e.type, e.actor, e.recorded_at, canonical_json(e.payload)) for e in events
-        ]
-        assert store.verify_chain().ok
-        assert store.streams()[0].stream_id == _TRICKY
+def test_an_append_works_again_once_its_table_is_back(pg: PostgresEventStore, pg_url: str) -> None:
+    """With the events table gone the append fails (StoreError, not a psycopg error); once it is back,
+    the next appends go through (nothing the failure left behind is reused)."""
+    for n in range(6):  # past psycopg's prepare threshold
+        pg.append("a", n, [new("a", n)], fresh_ids=True)
+    pg_execute(pg_url, "ALTER TABLE events RENAME TO events_away")
+    with pytest.raises(StoreError, match="not a ledger"):
+        pg.append("a", 6, [new("a", 6)], fresh_ids=True)
+    pg_execute(pg_url, "ALTER TABLE events_away RENAME TO events")
+    for n in (6, 7):
+        assert pg.append("a", n, [new("a", n)], fresh_ids=True).events[0].seq == n + 1
+    assert verify_chain(pg).ok
+
+
+class _Key(enum.StrEnum):
+    ID = "key-1"
+
+
+def test_a_str_subclass_goes_as_its_text(pg: PostgresEventStore) -> None:
+    """An id or actor given as a StrEnum (a `str` subclass) is stored as its text."""
+    event = new("a", 0, event_id=_Key.ID)
+    event = NewEvent("a", event.type, event.schema_version, event.payload, _Key.ID, event.recorded_at, _Key.ID)
+    stored = pg.append("a", 0, [event]).events[0]
+    back = event_at(pg, stored.seq)
+    assert back is not None and (back.event_id, back.actor) == ("key-1", "key-1")
+    assert type(back.event_id) is str and back.hash == stored.hash and verify_chain(pg).ok
+
+
+def test_a_real_interrupt_while_waiting_leaves_the_session_able_to_append(pg_url: str) -> None:
+    """Ctrl-C while an append waits for the ledger's lock (another session holds it): psycopg cancels
+    the query, nothing was written, and the next append after the lock is free goes through."""
+    holder = psycopg.connect(pg_url)
+
+    def interrupt(*_: Any) -> None:
+        raise KeyboardInterrupt
+
+    with PostgresEventStore(pg_url, synchronous="NORMAL") as store:
+        store.append("a", 0, [new("a", 0)])
+        holder.execute(f"SELECT pg_advisory_xact_lock({store.session.lock_key})")
+        previous = signal.signal(signal.SIGALRM, interrupt)
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0.3)
+            with pytest.raises(KeyboardInterrupt):
+                store.append("a", 1, [new("a", 1)])
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+            holder.rollback()
+            holder.close()
+        for n in (1, 2):
+            assert store.append("a", n, [new("a", n)]).events[0].seq == n + 1
+        assert store.count_events() == 3 and verify_chain(store).ok

@@ -23,7 +23,7 @@ from lifecycle_fsm.store import (
     SQLiteEventStore,
     StoreError,
 )
-from lifecycle_fsm.store.sqlite_schema import STORE_SCHEMA_VERSION
+from lifecycle_fsm.store.base import event_at, select_events, verify_chain
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -111,7 +111,7 @@ def test_a_taken_id_is_reported_before_a_stale_version(filled: SQLiteEventStore)
     with pytest.raises(DuplicateEventError) as info:  # right version: the insert meets it
         filled.append("a", 3, [new("a", 9), new("a", 10, event_id="b-1")])
     assert (info.value.event_id, info.value.seq) == ("b-1", 5)
-    assert filled.count_events() == 5 and filled.verify_chain().ok
+    assert filled.count_events() == 5 and verify_chain(filled).ok
 
 
 def test_update_and_delete_refused_by_database(filled: SQLiteEventStore, db: Path) -> None:
@@ -122,20 +122,20 @@ def test_update_and_delete_refused_by_database(filled: SQLiteEventStore, db: Pat
         with pytest.raises(sqlite3.DatabaseError, match="DELETE refused"):
             conn.execute("DELETE FROM events WHERE seq = 2")
         assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 5
-    assert filled.verify_chain().ok
+    assert verify_chain(filled).ok
 
 
 @pytest.mark.parametrize("verb", ["INSERT OR REPLACE", "REPLACE"])
 def test_replace_over_existing_row_refused(filled: SQLiteEventStore, db: Path, verb: str) -> None:
     """INSERT OR REPLACE of an existing seq cannot delete the row behind the triggers' back."""
-    before = filled.event_at(2)
+    before = event_at(filled, 2)
     with plain(db) as conn, pytest.raises(sqlite3.DatabaseError, match="REPLACE refused"):
         conn.execute(
             f"{verb} INTO events SELECT seq, stream_id, version, event_id, type, schema_version, "
             "'{\"n\":99}', recorded_at, actor, prev_hash, hash FROM events WHERE seq = 2"
         )
-    assert filled.event_at(2) == before
-    assert filled.verify_chain().ok
+    assert event_at(filled, 2) == before
+    assert verify_chain(filled).ok
 
 
 def test_wal_mode_is_on(store: SQLiteEventStore, db: Path) -> None:
@@ -195,120 +195,45 @@ def test_store_schema_version_mismatch_is_store_error(filled: SQLiteEventStore, 
     """A file written by another store schema version is refused, not guessed at."""
     filled.close()
     with plain(db) as conn:
-        conn.execute("UPDATE meta SET value = ? WHERE key = 'store_schema_version'", (str(STORE_SCHEMA_VERSION + 1),))
+        conn.execute("UPDATE meta SET value = '2' WHERE key = 'store_schema_version'")
     with pytest.raises(StoreError, match="schema version"):
         SQLiteEventStore(db)
 
 
-def test_a_version_1_file_gains_the_filter_indexes_when_opened(filled: SQLiteEventStore, db: Path) -> None:
-    """A ledger written before the filter indexes gets them (and version 2) on first open; its log is untouched."""
-    head = filled.head()
+def test_a_file_of_another_store_schema_is_refused(filled: SQLiteEventStore, db: Path) -> None:
+    """Version 1 is the only store schema there is: any other (older, newer) is refused whole."""
     filled.close()
-    with plain(db) as conn:
-        for name in ("events_type", "events_actor", "events_recorded_at"):
-            conn.execute(f"DROP INDEX {name}")
-        conn.execute("UPDATE meta SET value = '1' WHERE key = 'store_schema_version'")
-    with SQLiteEventStore(db) as reopened:
-        assert reopened.head() == head and reopened.verify_chain().ok
-    with plain(db) as conn:
-        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
-        version = conn.execute("SELECT value FROM meta WHERE key = 'store_schema_version'").fetchone()[0]
-        plan = " ".join(r[3] for r in conn.execute("EXPLAIN QUERY PLAN SELECT seq FROM events WHERE actor = 'x'"))
-    assert {"events_type", "events_actor", "events_recorded_at"} <= names and version == "2"
-    assert "INDEX events_actor (actor=?)" in plan
+    for other in ("0", "2", "x"):
+        with plain(db) as conn:
+            conn.execute("UPDATE meta SET value = ? WHERE key = 'store_schema_version'", (other,))
+        with pytest.raises(StoreError, match=f"store schema version {other} is not 1"):
+            SQLiteEventStore(db)
 
 
-# The events table as store schema 1 and 2 wrote it (release 0.1.0's file has it too).
-_OLD_EVENTS_TABLE = """CREATE TABLE events (
-        seq INTEGER PRIMARY KEY, stream_id TEXT NOT NULL, version INTEGER NOT NULL CHECK (version >= 1),
-        event_id TEXT NOT NULL, type TEXT NOT NULL, schema_version INTEGER NOT NULL, payload TEXT NOT NULL,
-        recorded_at TEXT NOT NULL, actor TEXT NOT NULL, prev_hash TEXT NOT NULL, hash TEXT NOT NULL,
-        UNIQUE (stream_id, version), UNIQUE (event_id))"""
-# ... and its triggers and indexes, as store schema 2 wrote them.
-_OLD_SCHEMA_2 = (
-    """CREATE TRIGGER events_refuse_update BEFORE UPDATE ON events
-    BEGIN SELECT RAISE(ABORT, 'events are append-only: UPDATE refused'); END""",
-    """CREATE TRIGGER events_refuse_delete BEFORE DELETE ON events
-    BEGIN SELECT RAISE(ABORT, 'events are append-only: DELETE refused'); END""",
-    """CREATE TRIGGER events_refuse_replace BEFORE INSERT ON events
-    WHEN EXISTS (SELECT 1 FROM events WHERE seq = NEW.seq)
-      OR EXISTS (SELECT 1 FROM events WHERE event_id = NEW.event_id)
-      OR EXISTS (SELECT 1 FROM events WHERE stream_id = NEW.stream_id AND version = NEW.version)
-    BEGIN SELECT RAISE(ABORT, 'events are append-only: REPLACE refused'); END""",
-    "CREATE INDEX events_type ON events (type)",
-    "CREATE INDEX events_actor ON events (actor)",
-    "CREATE INDEX events_recorded_at ON events (recorded_at)",
-)
+def test_the_schema_is_made_by_sqlite_utils(filled: SQLiteEventStore, db: Path) -> None:
+    """Every table, index and trigger, as sqlite-utils sees them: the unique keys the guarantees rest
+    on, the auditor's filter indexes, and the append-only triggers."""
+    import sqlite_utils
 
-
-def _events_sql(db: Path) -> str:
-    with plain(db) as conn:
-        return str(conn.execute("SELECT sql FROM sqlite_master WHERE name = 'events'").fetchone()[0])
-
-
-def _schema_2_file(filled: SQLiteEventStore, db: Path) -> list[tuple[object, ...]]:
-    """Turn `filled` back into what store schema 2 wrote (its events table, rows and triggers)."""
-    filled.close()
-    with plain(db) as conn:
-        rows = conn.execute("SELECT * FROM events ORDER BY seq").fetchall()
-        conn.execute("BEGIN")
-        conn.execute("DROP TABLE events")
-        conn.execute(_OLD_EVENTS_TABLE)
-        conn.executemany("INSERT INTO events VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows)
-        for statement in _OLD_SCHEMA_2:
-            conn.execute(statement)
-        conn.execute("UPDATE meta SET value = '2' WHERE key = 'store_schema_version'")
-        conn.execute("COMMIT")
-    return rows
-
-
-def test_a_version_2_file_keeps_its_events_table_and_its_guarantees(filled: SQLiteEventStore, db: Path) -> None:
-    """An open never rewrites an older file's events table: schema 2's table is used as written
-    (same rows, same file), appends extend its chain, and REPLACE and version 0 are still refused."""
-    rows = _schema_2_file(filled, db)
-    before = _events_sql(db)
-    with SQLiteEventStore(db) as reopened:
-        assert reopened.verify_chain().ok and reopened.head().seq == 5
-        reopened.append("s-new", 0, [NewEvent("s-new", "T", 1, {"n": 1}, "e-new", "2026-12-01T00:00:00Z", "a")])
-        assert reopened.verify_chain().ok and reopened.head().seq == 6
-    assert _events_sql(db) == before and "ON CONFLICT FAIL" not in before
-    with plain(db) as conn:
-        assert conn.execute("SELECT * FROM events WHERE seq <= 5 ORDER BY seq").fetchall() == rows
-        version = conn.execute("SELECT value FROM meta WHERE key = 'store_schema_version'").fetchone()[0]
-        assert version == "2"
-        with pytest.raises(sqlite3.IntegrityError):
-            conn.execute("INSERT OR REPLACE INTO events SELECT * FROM events WHERE seq = 1")
-        with pytest.raises(sqlite3.IntegrityError):
-            conn.execute("INSERT INTO events VALUES (7, 'z', 0, 'z-0', 'T', 1, '{}', 'r', 'a', 'p', 'h')")
-        assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 6
-
-
-def test_migrate_copies_a_version_2_file_into_schema_3(filled: SQLiteEventStore, db: Path, tmp_path: Path) -> None:
-    """The way to schema 3's cheaper inserts for an older file: `migrate` into a new one (same head)."""
-    from lifecycle_fsm.store.migrate import migrate
-
-    _schema_2_file(filled, db)
-    copy = tmp_path / "copy.sqlite"
-    with SQLiteEventStore(db) as src, SQLiteEventStore(copy, create=True) as dst:
-        migrate(src, dst)
-        assert dst.head() == src.head() and dst.verify_chain().ok
-    assert "ON CONFLICT FAIL" in _events_sql(copy) and "ON CONFLICT FAIL" not in _events_sql(db)
-
-
-def test_the_release_0_1_0_file_opens_with_its_chain_intact(tmp_path: Path) -> None:
-    """The file release 0.1.0 wrote (schema 1's events table) gains the filter indexes, keeps its table and head."""
-    db = tmp_path / "old.sqlite"
-    db.write_bytes((REPO / "tests" / "fixtures" / "ledger-0.1.0.sqlite").read_bytes())
-    before = _events_sql(db)
-    with SQLiteEventStore(db) as store:
-        assert store.verify_chain().ok
-        assert store.head().hash == "1adba2fc75c8a50f57d9dfe8da7359c93d090995f3566221c8aed5b2b0118735"
-        assert store.count_events() == 7
-    assert _events_sql(db) == before
+    database = sqlite_utils.Database(db)
+    try:
+        assert set(database.table_names()) == {"events", "streams", "checkpoints", "checkpoint_streams", "meta"}
+        events = database["events"]
+        unique = {tuple(i.columns) for i in events.indexes if i.unique}
+        assert unique == {("stream_id", "version"), ("event_id",)}
+        assert {tuple(i.columns) for i in events.indexes if not i.unique} == {("type",), ("actor",), ("recorded_at",)}
+        assert {t.name for t in events.triggers} == {
+            "events_refuse_update",
+            "events_refuse_delete",
+            "events_refuse_replace",
+        }
+        assert events.pks == ["seq"] and database["meta"].get("store_schema_version")["value"] == "1"
+    finally:
+        database.close()
 
 
 def test_a_plain_insert_of_version_0_is_refused(filled: SQLiteEventStore, db: Path) -> None:
-    """The version check moved from a CHECK constraint into the insert trigger: still refused."""
+    """The insert trigger refuses a version below 1 (a CHECK constraint would ABORT)."""
     with plain(db) as conn, pytest.raises(sqlite3.DatabaseError, match="version must be >= 1"):
         conn.execute("INSERT INTO events VALUES (6, 'z', 0, 'z-0', 'T', 1, '{}', 'r', 'a', 'p', 'h')")
     assert filled.count_events() == 5
@@ -318,7 +243,7 @@ def test_a_plain_insert_of_version_0_is_refused(filled: SQLiteEventStore, db: Pa
 def test_replace_clashing_on_any_unique_key_removes_nothing(filled: SQLiteEventStore, db: Path, clash: str) -> None:
     """INSERT OR REPLACE of a new row that clashes on one key only (seq, event id, or stream and
     version), from a plain connection with recursive_triggers off: refused, every row still there."""
-    before = list(filled.select_events())
+    before = list(select_events(filled))
     row: dict[str, Any] = {"seq": 6, "stream_id": "z", "version": 1, "event_id": "z-0"}
     taken: dict[str, dict[str, Any]] = {
         "seq": {"seq": 3},
@@ -333,7 +258,7 @@ def test_replace_clashing_on_any_unique_key_removes_nothing(filled: SQLiteEventS
                 "INSERT OR REPLACE INTO events VALUES (?, ?, ?, ?, 'T', 1, '{}', 'r', 'a', 'p', 'h')",
                 (row["seq"], row["stream_id"], row["version"], row["event_id"]),
             )
-    assert list(filled.select_events()) == before and filled.verify_chain().ok
+    assert list(select_events(filled)) == before and verify_chain(filled).ok
 
 
 def test_bad_synchronous_mode_is_input_error(db: Path) -> None:
@@ -344,13 +269,14 @@ def test_bad_synchronous_mode_is_input_error(db: Path) -> None:
 
 
 def test_an_insert_into_events_can_only_fail_not_abort(store: SQLiteEventStore, db: Path) -> None:
-    """Every constraint of `events` and every RAISE an INSERT can reach says FAIL, and there is no
-    CHECK (whose conflict action is always ABORT): one ABORT would make every row's INSERT run under
-    a statement journal again (store/sqlite_schema.py says why that costs ~10 µs a row)."""
-    table = _events_sql(db)
-    constraints = [line.strip() for line in table.splitlines()[1:-1]]
-    assert constraints and all(c.rstrip(",").endswith("ON CONFLICT FAIL") for c in constraints)
-    assert "CHECK" not in table.upper()
+    """The store inserts with `INSERT OR FAIL` and the insert trigger raises FAIL, never ABORT: one ABORT
+    would make every row's INSERT run under a statement journal (store/sqlite_schema.py says why)."""
+    statements: list[str] = []
+    store._conn.set_trace_callback(statements.append)
+    store.append("a", 0, [new("a", 0), new("a", 1)])
+    store._conn.set_trace_callback(None)
+    inserts = [s for s in statements if "INTO events " in s]
+    assert inserts and all(s.startswith("INSERT OR FAIL INTO events ") for s in inserts)
     with plain(db) as conn:
         triggers = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'trigger' AND sql LIKE '%BEFORE INSERT%'")
         bodies = [r[0] for r in triggers]
@@ -370,7 +296,7 @@ def test_writes_wait_in_our_own_steps_and_reads_get_the_full_busy_timeout_back(d
         assert busy_timeout(store) == 0
         assert store.stream_version("a") == 1 and busy_timeout(store) == 12500
         store.append("a", 1, [new("a", 1)])
-        assert [e.seq for e in store.select_events()] == [1, 2] and busy_timeout(store) == 12500
+        assert [e.seq for e in select_events(store)] == [1, 2] and busy_timeout(store) == 12500
     with SQLiteEventStore(db, busy_timeout=0.05) as impatient, plain(db) as conn:
         conn.execute("BEGIN IMMEDIATE")
         try:

@@ -1,9 +1,8 @@
 """One store, one thread (store/threads.py), on both durable backends, with real threads.
 
-Before this guard four threads appending through one PostgreSQL store read each other's
-pipeline answers: raw `IndexError`s, then a closed connection. Now a store refuses any
+Threads sharing one PostgreSQL connection read each other's answers. A store refuses any
 thread but the one that opened it, before it sends anything, with the same `InputError`
-on SQLite (where `sqlite3` refused already, said as a damaged file) and on PostgreSQL.
+on SQLite and on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ from backends import DURABLE, Backend, backend_params, make_backend
 
 from lifecycle_fsm import Ledger
 from lifecycle_fsm.store import ConcurrencyError, EventStore, InputError, NewEvent
+from lifecycle_fsm.store.base import verify_chain
 
 
 @pytest.fixture(params=backend_params(DURABLE))
@@ -57,12 +57,12 @@ def test_a_store_refuses_another_thread_and_stays_whole(backend: Backend) -> Non
         store.append("s", 0, [_event("s", 0)])
         _refused(_in_thread(lambda: store.append("s", 1, [_event("s", 1)])))
         _refused(_in_thread(store.head))
-        batches = store.select_row_batches()  # a row generator handed to another thread
+        batches = store.select_rows()  # a row generator handed to another thread
         _refused(_in_thread(lambda: next(iter(batches))))
         # The owner's store still works, nothing was appended by the refused calls.
         store.append("s", 1, [_event("s", 1)])
         assert store.head().seq == 2
-        assert store.verify_chain().ok
+        assert verify_chain(store).ok
     finally:
         store.close()
 
@@ -83,22 +83,24 @@ def test_a_refused_thread_cannot_roll_back_the_owners_transaction(backend: Backe
 
 
 def test_a_transaction_object_refuses_another_thread_before_it_changes(backend: Backend) -> None:
-    """A refused `tx.append` / `tx.expect_version` from another thread neither starts the owner's
-    transaction (PostgreSQL: its next statement would go without BEGIN and the lock) nor drops
-    the owner's version expectation (the block must still fail and roll back whole)."""
+    """A refused `tx.append` from another thread neither starts nor ends the owner's transaction
+    (PostgreSQL: its next statement would go without BEGIN and the lock, or its pending rows would
+    be sent), and leaves its rules whole: the block still fails and rolls back whole."""
     store = backend.open()
 
-    def block() -> None:
+    def block(expected: int) -> None:
         with store.transaction() as tx:
-            tx.expect_version("s", 99)  # wrong: the stream is empty
-            _refused(_in_thread(lambda: tx.append("s", 0, [_event("s", 0)])))
-            _refused(_in_thread(lambda: tx.expect_version("s", 0)))
             tx.append("t", 0, [_event("t", 0)])
+            _refused(_in_thread(lambda: tx.append("s", 0, [_event("s", 0)])))
+            _refused(_in_thread(lambda: tx.stream_version("t")))
+            tx.append("t", 1, [_event("t", 1)], expect=[("s", expected)])
 
     try:
         with pytest.raises(ConcurrencyError):
-            block()
+            block(99)  # wrong: the stream is empty
         assert store.count_events() == 0  # rolled back whole
+        block(0)
+        assert [e.version for e in store.read_stream("t")] == [1, 2]
     finally:
         store.close()
 
@@ -125,7 +127,6 @@ def test_a_transaction_entered_by_another_thread_leaves_the_owners_alone(backend
 
 _TX_CALLS: dict[str, Callable[[Any], object]] = {
     "stream_version": lambda tx: tx.stream_version("s"),
-    "expect_version": lambda tx: tx.expect_version("s", 0),
     "read_stream": lambda tx: tx.read_stream("s"),
     "streams": lambda tx: tx.streams(),
     "append": lambda tx: tx.append("s", 0, [_event("s", 0)]),
@@ -188,7 +189,7 @@ def test_threads_with_a_store_each_all_write(backend: Backend) -> None:
     assert sorted(done) == [0, 1, 2, 3]
     store = backend.open()
     try:
-        assert store.count_events() == 100 and store.verify_chain().ok
+        assert store.count_events() == 100 and verify_chain(store).ok
     finally:
         store.close()
 

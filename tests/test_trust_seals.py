@@ -19,6 +19,7 @@ from conftest import Workspace, count_events, invoke, restore_triggers, run_cli
 from cryptography.hazmat.primitives import serialization
 
 from lifecycle_fsm.seals import ledger_id_of
+from lifecycle_fsm.store.base import event_at
 from lifecycle_fsm.store.chain import GENESIS_HASH, event_hash
 from lifecycle_fsm.store.sqlite import SQLiteEventStore
 from lifecycle_fsm.upcasting import decoded_payload, derived_ledger_id, upcast
@@ -122,7 +123,7 @@ def test_init_gives_each_ledger_a_random_id_that_never_changes(tmp_path: Path) -
         assert invoke(tmp_path / name, "init").exit_code == 0
         with SQLiteEventStore(tmp_path / name) as store:
             ids.append(ledger_id_of(store))
-            assert decoded_payload(store.event_at(1))["ledger_id"] == ids[-1]  # type: ignore[arg-type]
+            assert decoded_payload(event_at(store, 1))["ledger_id"] == ids[-1]  # type: ignore[arg-type]
     assert ids[0] != ids[1] and all(isinstance(i, str) and len(i) == 32 for i in ids)
     assert invoke(tmp_path / "a.db", "window", "2").exit_code == 0
     with SQLiteEventStore(tmp_path / "a.db") as store:
@@ -134,7 +135,7 @@ def test_a_ledger_written_by_release_0_1_0_gets_an_id_from_its_first_event(tmp_p
     db = tmp_path / "old.db"
     shutil.copy(FIXTURE, db)
     with SQLiteEventStore(db, create=False) as store:
-        first = store.event_at(1)
+        first = event_at(store, 1)
         assert first is not None and first.type == "LedgerInitialized" and first.schema_version == 1
         derived = derived_ledger_id(first.hash)
         assert ledger_id_of(store) == derived
@@ -146,7 +147,7 @@ def test_a_ledger_written_by_release_0_1_0_gets_an_id_from_its_first_event(tmp_p
     assert [(c["id"], c["state"]) for c in status] == [("dpo-v5", "ready"), ("grpo-v7", "reject")]
     with SQLiteEventStore(db) as store:
         assert ledger_id_of(store) == derived
-        assert store.event_at(1).schema_version == 1  # type: ignore[union-attr]
+        assert event_at(store, 1).schema_version == 1  # type: ignore[union-attr]
 
 
 def test_the_upcaster_without_a_stored_hash_adds_none(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import pytest
 from conftest import Workspace, invoke
 
 from lifecycle_fsm.replay import load_state
+from lifecycle_fsm.store.base import select_events
 from lifecycle_fsm.store.records import NewEvent
 from lifecycle_fsm.store.sqlite import SQLiteEventStore
 from lifecycle_fsm.upcasting import (
@@ -28,7 +29,7 @@ def _v1(ws: Workspace) -> None:
         led.receive(ws.dpo())
         led.check("dpo-v5")
         led.hand_off("dpo-v5")
-        rows = led.store.select_events()
+        rows = select_events(led.store)
         events = [(e.stream_id, e.type, json.loads(e.payload), e.recorded_at) for e in rows]
     old = ws.root / "old.db"
     store = SQLiteEventStore(old, synchronous="OFF")
@@ -70,7 +71,7 @@ def test_a_version_1_ledger_replays_to_the_state_its_commands_fold(ws: Workspace
     with ws.ledger() as led:
         replayed = load_state(led.store, use_checkpoints=False).state.candidates["dpo-v5"]
         live = led.candidate("dpo-v5")
-        seqs = {e.type: e.seq for e in led.store.select_events()}
+        seqs = {e.type: e.seq for e in select_events(led.store)}
     assert replayed == live
     assert replayed.last_check is not None and replayed.last_handoff is not None
     assert replayed.last_check["seq"] == seqs["ChecksRecorded"]

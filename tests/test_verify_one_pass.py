@@ -13,7 +13,7 @@ from backends import Backend
 
 from lifecycle_fsm.ledger import Ledger
 from lifecycle_fsm.replay import take_checkpoint, verify
-from lifecycle_fsm.store.base import EventStore
+from lifecycle_fsm.store.base import EventStore, event_at
 from lifecycle_fsm.store.chain import event_hash
 
 CLOCK = "2026-12-01T00:00:00.000000Z"
@@ -44,7 +44,7 @@ def test_a_broken_chain_is_the_finding_even_where_the_fold_fails_first(backend: 
     """Seq 200 rewritten with a payload the fold refuses and its own hash recomputed: the
     fold fails at 200, but the chain breaks at 201, and that is what verify reports (as when
     the chain was walked before folding)."""
-    row = store.event_at(200)
+    row = event_at(store, 200)
     assert row is not None
     forged = event_hash(
         prev_hash=row.prev_hash, seq=row.seq, stream_id=row.stream_id, version=row.version, event_id=row.event_id,

@@ -29,6 +29,7 @@ from conftest import REPO
 
 from lifecycle_fsm.ledger import Ledger
 from lifecycle_fsm.replay import load_state, snapshot_json
+from lifecycle_fsm.store.base import select_events, verify_chain
 from reliability.workload import make_artifacts, plan_commands, run_command
 
 CHILD = Path(__file__).with_name("child.py")
@@ -41,7 +42,7 @@ def _oracle(db: Path, plan: list[dict[str, Any]]) -> tuple[list[tuple[str, str, 
         for cmd in plan:
             run_command(ledger, cmd)
             log_len[cmd["event_id"]] = ledger.store.count_events()
-        log = [_shape(e.stream_id, e.type, e.event_id) for e in ledger.store.select_events()]
+        log = [_shape(e.stream_id, e.type, e.event_id) for e in select_events(ledger.store)]
     return log, log_len
 
 
@@ -102,7 +103,7 @@ def _check(
         return {"acked": len(acks), "events": 0, "lost": 0, "torn": 0}
     with Ledger.open(db, actor="checker") as ledger:
         store = ledger.store
-        events = list(store.select_events())
+        events = list(select_events(store))
         by_seq = {e.seq: e for e in events}
         lost = 0
         for a in acks:
@@ -117,7 +118,7 @@ def _check(
         assert torn == 0, f"the log ({len(log)} events) is not the oracle's log after any whole command"
         if acks:
             assert len(log) >= oracle_len[acks[-1]["n"]], "the log is shorter than what was acknowledged"
-        chain = store.verify_chain()
+        chain = verify_chain(store)
         assert chain.ok, chain
         full = load_state(store, use_checkpoints=False).state
         through_checkpoint = load_state(store).state

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from lifecycle_fsm.ledger import Ledger
+from lifecycle_fsm.store.base import select_events
 from reliability.damage import invoke, judge, run
 
 
@@ -66,7 +67,7 @@ def test_a_full_disk_fails_one_append_cleanly(tmp_path: Path, tally: list[dict[s
         verify = run(db, "verify")
         assert verify.returncode == 0, verify.stdout + verify.stderr
         with Ledger.open(db) as ledger:
-            windows = [e for e in ledger.store.select_events() if e.type == "WindowAdvanced"]
+            windows = [e for e in select_events(ledger.store) if e.type == "WindowAdvanced"]
             assert len(windows) == len(succeeded), "a succeeded append is missing, or the failed one landed"
             assert ledger.settings().active_window == (succeeded[-1] if succeeded else 1)
         assert run(db, "window", str(1000)).returncode == 0, "the ledger takes writes again once space is freed"
