@@ -22,10 +22,9 @@ Why it is built this way:
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -33,13 +32,12 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.pq import ExecStatus, TransactionStatus
 
-from lifecycle_fsm.errors import InputError, IntegrityError, StoreError
+from lifecycle_fsm.errors import InputError, IntegrityError
 from lifecycle_fsm.store.base import write_in_read_snapshot, write_in_transaction
-from lifecycle_fsm.store.chain import GENESIS_HASH, canonical_json, event_hash
+from lifecycle_fsm.store.chain import canonical_json, event_hash
 from lifecycle_fsm.store.faults import fault_from_env
 from lifecycle_fsm.store.postgres_schema import (
     APPEND_ONE,
-    EVENT_COLUMNS,
     PG_GUARD_SOURCE,
     PG_GUARDS,
     append_one,
@@ -47,143 +45,28 @@ from lifecycle_fsm.store.postgres_schema import (
     filter_sql,
 )
 from lifecycle_fsm.store.postgres_session import COMMIT_UNKNOWN, NOTHING_COMMITTED, PgSession
+from lifecycle_fsm.store.postgres_transaction import PostgresTransaction
 from lifecycle_fsm.store.records import (
     ALL_EVENTS,
     AppendResult,
     CheckpointRecord,
     EventFilter,
-    Head,
     NewEvent,
     Row,
     StoredEvent,
-    StreamHead,
-    StreamSnapshot,
 )
+from lifecycle_fsm.store.sql import EVENT_COLUMNS, Run, SQLStore
 from lifecycle_fsm.store.threads import one_thread
-from lifecycle_fsm.store.writes import WriteTransaction, check_batch, id_taken
+from lifecycle_fsm.store.writes import check_batch, id_taken
 
 __all__ = ["PostgresEventStore", "PostgresTransaction"]
 
 _NO_UPPER = 1 << 62
 _PAGE = 2000
-_ROWS_PER_INSERT = 1000
-_STREAM = f"SELECT {EVENT_COLUMNS} FROM events WHERE stream_id = %s AND version > %s ORDER BY version"
-_VERSION = "coalesce((SELECT max(version) FROM events WHERE stream_id = %s), 0)"
-_HEAD = "(SELECT seq FROM events ORDER BY seq DESC LIMIT 1), (SELECT hash FROM events ORDER BY seq DESC LIMIT 1)"
-_STREAMS = "SELECT stream_id, version, status, category FROM streams"
-_UPSERT_STREAM = (
-    "INSERT INTO streams (stream_id, version, status, category) VALUES (%s, %s, %s, %s) "
-    "ON CONFLICT (stream_id) DO UPDATE SET version = excluded.version, "
-    "status = coalesce(excluded.status, streams.status), category = coalesce(excluded.category, streams.category)"
-)
-_SNAPSHOTS = (
-    "SELECT c.checkpoint_id, c.position, c.head_hash, c.schema_version, c.fingerprint, "
-    "s.stream_id, s.version, s.state, s.state_sha256 FROM checkpoint_streams s JOIN checkpoints c "
-    "ON c.checkpoint_id = s.checkpoint_id"
-)
-
-
-def _streams_sql(statuses: Iterable[str] | None) -> tuple[str, tuple[Any, ...]]:
-    if statuses is None:
-        return f"{_STREAMS} ORDER BY stream_id", ()
-    return f"{_STREAMS} WHERE status = ANY(%s::text[]) ORDER BY stream_id", (list(statuses),)
-
-
-class PostgresTransaction(WriteTransaction):
-    """A write transaction (`WriteTransaction` holds the rules): BEGIN and the lock go with its first
-    message; its inserts go with the next message, or with the COMMIT."""
-
-    def __init__(self, store: PostgresEventStore) -> None:
-        self._session = store.session
-        self._owner = store.session.owner
-        self._fault = store._fault
-        self.started = False
-        self.wrote = False
-        self._pending: list[tuple[str, Sequence[Any]]] = []  # statements sent ahead of the next message
-        self._inserting: tuple[str, int] | None = None  # the stream and version the pending rows follow
-
-    def _send(self, statements: Sequence[tuple[str, Sequence[Any]]], *, lost: str = NOTHING_COMMITTED) -> list[Any]:
-        """`statements` in one message after what is pending (and, first, BEGIN and the lock); each one's rows.
-
-        The message is one statement text (psycopg caches its parsing by the text: the values are
-        bound client-side, not written into it) with every statement's values in order.
-        """
-        session, first = self._session, not self.started
-        parts = ([("BEGIN", ()), (session.lock_sql, ())] if first else []) + self._pending
-        skip = len(parts)
-        parts += statements
-        self.started, self._pending, inserting, self._inserting = True, [], self._inserting, None
-        with session.mapped("write transaction failed", lost=lost):
-            cursor = session.batch
-            try:
-                cursor.execute("; ".join(sql for sql, _ in parts), [v for _, params in parts for v in params])
-            except pg_errors.UniqueViolation as e:
-                if inserting is None:
-                    raise
-                self.failed = f"an append to {inserting[0]!r} failed part-way"
-                raise id_taken(*inserting, session.scrub(str(e).splitlines()[0])) from e
-            results: list[Any] = []
-            for n in range(len(parts)):
-                if n >= skip:
-                    result = cursor.pgresult
-                    ok = result is not None and result.status == ExecStatus.TUPLES_OK
-                    results.append(cursor.fetchall() if ok else [])
-                cursor.nextset()
-        if first and self._fault is not None:  # BEGIN and the lock answered: the write lock is held
-            self._fault.reached("after_begin")
-        return results
-
-    def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[StoredEvent]:
-        self._owner.check()
-        return [StoredEvent(*row) for row in self._send([(_STREAM, (stream_id, after_version))])[0]]
-
-    def stream_version(self, stream_id: str) -> int:
-        self._owner.check()
-        return int(self._send([(f"SELECT {_VERSION}", (stream_id,))])[0][0][0])
-
-    def streams(self, *, statuses: Iterable[str] | None = None) -> list[StreamHead]:
-        self._owner.check()
-        return [StreamHead(*row) for row in self._send([_streams_sql(statuses)])[0]]
-
-    def _read(self, streams: Sequence[str], ids: Sequence[str]) -> tuple[Head, list[int], dict[str, StoredEvent]]:
-        self._owner.check()
-        statements: list[tuple[str, Sequence[Any]]] = [
-            (f"SELECT {', '.join([_HEAD] + [_VERSION] * len(streams))}", streams)
-        ]
-        if ids:
-            statements.append((f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id = ANY(%s::text[])", (list(ids),)))
-        results = self._send(statements)
-        seq, digest, *versions = results[0][0]
-        head = Head(seq, digest) if seq is not None else Head(0, GENESIS_HASH)
-        stored = {row[3]: StoredEvent(*row) for row in (results[1] if ids else [])}
-        return head, [int(v) for v in versions], stored
-
-    def _insert(self, rows: list[Row], status: str | None, category: str | None) -> None:
-        for at in range(0, len(rows), _ROWS_PER_INSERT):
-            chunk = rows[at : at + _ROWS_PER_INSERT]
-            values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(chunk))
-            self._pending.append(
-                (f"INSERT INTO events ({EVENT_COLUMNS}) VALUES {values}", [v for r in chunk for v in r])
-            )
-        self._pending.append((_UPSERT_STREAM, (rows[0][1], rows[-1][2], status, category)))
-        self._inserting, self.wrote = (rows[0][1], rows[0][2] - 1), True
-
-    def flush(self) -> None:
-        """Send what is pending now (the fault hooks strike with the rows inserted)."""
-        if self._pending:
-            self._send([])
-
-    def commit(self) -> None:
-        """What is pending, NOTIFY if anything was appended, and COMMIT, in one message."""
-        if self.failed is not None:
-            raise StoreError(f"{self.failed}; nothing in this transaction was committed")
-        if self.started or self._pending:
-            notify = [(self._session.notify_sql, ())] if self.wrote else []
-            self._send([*notify, ("COMMIT", ())], lost=COMMIT_UNKNOWN)
 
 
 @one_thread
-class PostgresEventStore:
+class PostgresEventStore(SQLStore):
     """An `EventStore` in a PostgreSQL schema (see the module docstring for why)."""
 
     def __init__(
@@ -253,13 +136,21 @@ class PostgresEventStore:
             self._fault.reached("after_commit")
 
     @contextmanager
-    def _locked(self, what: str) -> Iterator[psycopg.Connection[Any]]:
-        """A maintenance transaction under the write lock (index rebuild, checkpoints)."""
+    def _locked(self, what: str) -> Iterator[Run]:
         with self._held(what):
             conn = self.session.conn
+
+            def run(sql: str, params: Sequence[Any], many: bool) -> list[Any]:
+                if many:
+                    with conn.cursor() as cur:
+                        cur.executemany(sql, params)
+                    return []
+                cur = conn.execute(sql, params)
+                return cur.fetchall() if cur.pgresult and cur.pgresult.status == ExecStatus.TUPLES_OK else []
+
             with self.session.mapped(what, lost=NOTHING_COMMITTED):
                 conn.execute(f"BEGIN; {self.session.lock_sql}")
-                yield conn
+                yield run
             with self.session.mapped(what, lost=COMMIT_UNKNOWN):
                 conn.execute("COMMIT")
 
@@ -385,16 +276,6 @@ class PostgresEventStore:
                 session.ready()
             return session.conn.execute(sql, params).fetchall()
 
-    def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[StoredEvent]:
-        return [StoredEvent(*row) for row in self._rows(_STREAM, (stream_id, after_version))]
-
-    def stream_version(self, stream_id: str) -> int:
-        return int(self._rows(f"SELECT {_VERSION}", (stream_id,))[0][0])
-
-    def event_by_id(self, event_id: str) -> StoredEvent | None:
-        rows = self._rows(f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id = %s", (event_id,))
-        return StoredEvent(*rows[0]) if rows else None
-
     def select_rows(self, query: EventFilter = ALL_EVENTS) -> Iterator[list[Row]]:
         """Pages of rows, each its own statement (no transaction held open while the caller works).
 
@@ -445,71 +326,7 @@ class PostgresEventStore:
                 return
             last = rows[-1][0]
 
-    def position_at(self, recorded_at: str) -> int:
-        return int(self._rows("SELECT coalesce(max(seq), 0) FROM events WHERE recorded_at <= %s", (recorded_at,))[0][0])
-
-    def head(self) -> Head:
-        rows = self._rows("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1")
-        return Head(*rows[0]) if rows else Head(0, GENESIS_HASH)
-
-    def count_events(self) -> int:
-        return int(self._rows("SELECT count(*) FROM events")[0][0])
-
-    def streams(self, *, statuses: Iterable[str] | None = None) -> list[StreamHead]:
-        return [StreamHead(*row) for row in self._rows(*_streams_sql(statuses))]
-
-    def rebuild_stream_index(self, derive: Callable[[], Iterable[StreamHead]]) -> None:
-        with self._locked("cannot rebuild the stream index") as conn:
-            heads = list(derive())
-            conn.execute("DELETE FROM streams")
-            with conn.cursor() as cur:
-                cur.executemany(
-                    "INSERT INTO streams (stream_id, version, status, category) VALUES (%s, %s, %s, %s)",
-                    [(h.stream_id, h.version, h.status, h.category) for h in heads],
-                )
-
     # --- checkpoints ----------------------------------------------------------------------
-
-    def append_checkpoint(
-        self,
-        *,
-        position: int,
-        schema_version: int,
-        fingerprint: str,
-        snapshot: str,
-        recorded_at: str,
-        streams: Sequence[tuple[str, int, str]] = (),
-    ) -> CheckpointRecord:
-        digest = _sha256(snapshot)
-        with self._locked("cannot store the checkpoint") as conn:
-            row = conn.execute("SELECT hash FROM events WHERE seq = %s", (position,)).fetchone()
-            if row is None and position != 0:
-                raise IntegrityError(f"no event at position {position} to checkpoint", seq=position)
-            head_hash = row[0] if row else GENESIS_HASH
-            made = conn.execute(
-                "INSERT INTO checkpoints (position, head_hash, schema_version, fingerprint, snapshot, "
-                "snapshot_sha256, recorded_at) VALUES (%s, %s, %s, %s, %s, %s, %s) RETURNING checkpoint_id",
-                (position, head_hash, schema_version, fingerprint, snapshot, digest, recorded_at),
-            ).fetchone()
-            checkpoint_id = int(made[0]) if made else 0
-            with conn.cursor() as cur:
-                cur.executemany(
-                    "INSERT INTO checkpoint_streams (checkpoint_id, stream_id, version, state, state_sha256) "
-                    "VALUES (%s, %s, %s, %s, %s)",
-                    [(checkpoint_id, sid, v, text, _sha256(text)) for sid, v, text in streams],
-                )
-        return CheckpointRecord(
-            checkpoint_id, position, head_hash, schema_version, fingerprint, snapshot, digest, recorded_at
-        )
-
-    def stream_snapshots(self, checkpoint_id: int) -> list[StreamSnapshot]:
-        rows = self._rows(f"{_SNAPSHOTS} WHERE s.checkpoint_id = %s ORDER BY s.stream_id", (checkpoint_id,))
-        return [StreamSnapshot(*row) for row in rows]
-
-    def latest_stream_snapshot(self, stream_id: str) -> StreamSnapshot | None:
-        sql = f"{_SNAPSHOTS} WHERE s.stream_id = %s ORDER BY c.position DESC, c.checkpoint_id DESC LIMIT 1"
-        rows = self._rows(sql, (stream_id,))
-        return StreamSnapshot(*rows[0]) if rows else None
 
     def select_checkpoints(self, *, at_or_before: int | None = None) -> Iterator[CheckpointRecord]:
         # Two at a time, newest first: a load stops at the first trusted one and must not
@@ -580,7 +397,3 @@ class PostgresEventStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _sha256(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()

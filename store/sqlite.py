@@ -4,11 +4,10 @@ Why it is built this way:
 - WAL lets readers run while one writer appends. Every write takes the lock up front
   (`BEGIN IMMEDIATE`), so the stream versions it checks and the chain's head it extends
   cannot move under it.
-- The lock is waited for in short jittered steps (`_begin_immediate`), not by SQLite's
-  busy handler, which sleeps 1, 2, 5, 10 ms… while a command holds the lock for a
-  fraction of a millisecond. So a write runs with the connection's busy timeout at 0 and
-  leaves it there; the next read puts the store's busy timeout back first (a read can meet
-  a lock too, e.g. while another process recovers the WAL).
+- The lock is waited for in short jittered steps (`sqlite_files.begin_immediate`), not by
+  SQLite's busy handler. So a write runs with the connection's busy timeout at 0 and leaves
+  it there; the next read puts the store's busy timeout back first (a read can meet a lock
+  too, e.g. while another process recovers the WAL).
 - sqlite-utils creates the schema (`sqlite_schema.py`) on the store's connection; an
   existing ledger is read and appended to with plain statements (sqlite-utils' `insert`
   inspects the schema on every call, and importing it doubles a read command's start-up).
@@ -18,18 +17,15 @@ Why it is built this way:
 
 from __future__ import annotations
 
-import hashlib
 import os
-import random
 import sqlite3
-import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from itertools import chain
 from pathlib import Path
 from typing import Any
 
-from lifecycle_fsm.errors import InputError, IntegrityError, StoreError
+from lifecycle_fsm.errors import InputError, StoreError
 from lifecycle_fsm.store.base import write_in_read_snapshot, write_in_transaction
 from lifecycle_fsm.store.chain import GENESIS_HASH
 from lifecycle_fsm.store.faults import fault_from_env
@@ -44,18 +40,30 @@ from lifecycle_fsm.store.records import (
     Row,
     StoredEvent,
     StreamHead,
-    StreamSnapshot,
+)
+from lifecycle_fsm.store.sql import (
+    CHECKPOINTS,
+    EVENT_COLUMNS,
+    STREAM,
+    UPSERT_STREAM,
+    VERSION,
+    Run,
+    SQLStore,
+    streams_sql,
 )
 from lifecycle_fsm.store.sqlite_errors import SQLITE_FAILURES, translate_sqlite_error
-from lifecycle_fsm.store.sqlite_files import ImmutableRead, create_ledger_file, keep_for_good, on_read_only_media
+from lifecycle_fsm.store.sqlite_files import (
+    ImmutableRead,
+    begin_immediate,
+    create_ledger_file,
+    keep_for_good,
+    on_read_only_media,
+)
 from lifecycle_fsm.store.sqlite_schema import (
-    EVENT_COLUMNS,
-    STORE_SCHEMA_VERSION,
     SYNCHRONOUS_MODES,
-    create_schema,
+    ensure_schema,
     filter_sql,
     guard_problems,
-    has_events_table,
     schema_version,
 )
 from lifecycle_fsm.store.threads import ThreadOwner, one_thread
@@ -63,27 +71,13 @@ from lifecycle_fsm.store.writes import WriteTransaction, id_taken
 
 __all__ = ["SQLiteEventStore", "SQLiteTransaction", "create_ledger_file"]
 
-_NO_UPPER = 1 << 62
-_HEAD = "SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1"
-_HEAD_SEQ = "(SELECT seq FROM events ORDER BY seq DESC LIMIT 1)"
-_HEAD_HASH = "(SELECT hash FROM events ORDER BY seq DESC LIMIT 1)"
-_STREAM = f"SELECT {EVENT_COLUMNS} FROM events WHERE stream_id = ? AND version > ? ORDER BY version"
-_VERSION = "SELECT version FROM events WHERE stream_id = ? ORDER BY version DESC LIMIT 1"
-_SNAPSHOTS = (
-    "SELECT c.checkpoint_id, c.position, c.head_hash, c.schema_version, c.fingerprint, "
-    "s.stream_id, s.version, s.state, s.state_sha256 "
-    "FROM checkpoint_streams s JOIN checkpoints c ON c.checkpoint_id = s.checkpoint_id"
-)
-_CHECKPOINTS = (
-    "SELECT checkpoint_id, position, head_hash, schema_version, fingerprint, snapshot, snapshot_sha256, recorded_at "
-    "FROM checkpoints"
-)
-_UPSERT_STREAM = (
-    "INSERT INTO streams (stream_id, version, status, category) VALUES (?,?,?,?) "
-    "ON CONFLICT(stream_id) DO UPDATE SET version = excluded.version, "
-    "status = coalesce(excluded.status, streams.status), category = coalesce(excluded.category, streams.category)"
-)
+_HEAD = "SELECT (SELECT seq FROM events ORDER BY seq DESC LIMIT 1), (SELECT hash FROM events ORDER BY seq DESC LIMIT 1)"
 _ROWS_PER_INSERT = 64  # multi-row INSERTs of up to 64 rows: fewer statements than one per row
+
+
+def _sqlite(sql: str) -> str:
+    """A shared statement (`store.sql`, `%s` placeholders) in SQLite's placeholders."""
+    return sql.replace("%s", "?")
 
 
 def _insert_sql(rows: int) -> str:
@@ -97,30 +91,28 @@ class SQLiteTransaction(WriteTransaction):
         self._conn = conn
         self._owner = owner
 
+    def _all(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        self._owner.check()  # before `sqlite3` would: the refusal is said as on PostgreSQL
+        return self._conn.execute(_sqlite(sql), params).fetchall()
+
     def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[StoredEvent]:
-        self._owner.check()
-        return [StoredEvent(*row) for row in self._conn.execute(_STREAM, (stream_id, after_version))]
+        return [StoredEvent(*row) for row in self._all(STREAM, (stream_id, after_version))]
 
     def stream_version(self, stream_id: str) -> int:
-        self._owner.check()
-        row = self._conn.execute(_VERSION, (stream_id,)).fetchone()
-        return int(row[0]) if row else 0
+        return int(self._all(VERSION, (stream_id,))[0][0])
 
     def streams(self, *, statuses: Iterable[str] | None = None) -> list[StreamHead]:
-        self._owner.check()
-        return _stream_heads(self._conn, statuses)
+        return [StreamHead(*row) for row in self._all(*streams_sql(statuses))]
 
     def _read(self, streams: Sequence[str], ids: Sequence[str]) -> tuple[Head, list[int], dict[str, StoredEvent]]:
-        self._owner.check()
-        columns = [_HEAD_SEQ, _HEAD_HASH] + [f"({_VERSION})"] * len(streams)
-        row = self._conn.execute("SELECT " + ", ".join(columns), streams).fetchone()
+        versions = "".join(f", ({VERSION})" for _ in streams)
+        seq, digest, *found = self._all(_HEAD + versions, streams)[0]
         stored: dict[str, StoredEvent] = {}
         for at in range(0, len(ids), 500):
             chunk = ids[at : at + 500]
-            sql = f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id IN ({','.join('?' * len(chunk))})"
-            stored.update((r[3], StoredEvent(*r)) for r in self._conn.execute(sql, chunk))
-        head = Head(row[0], row[1]) if row[0] is not None else Head(0, GENESIS_HASH)
-        return head, [v or 0 for v in row[2:]], stored
+            sql = f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id IN ({', '.join(['%s'] * len(chunk))})"
+            stored.update((row[3], StoredEvent(*row)) for row in self._all(sql, chunk))
+        return Head(seq, digest) if seq is not None else Head(0, GENESIS_HASH), found, stored
 
     def _insert(self, rows: list[Row], status: str | None, category: str | None) -> None:
         execute = self._conn.execute
@@ -130,11 +122,11 @@ class SQLiteTransaction(WriteTransaction):
                 execute(_insert_sql(len(chunk)), list(chain.from_iterable(chunk)))
         except sqlite3.IntegrityError as e:
             raise id_taken(rows[0][1], rows[0][2] - 1, e) from e
-        execute(_UPSERT_STREAM, (rows[0][1], rows[-1][2], status, category))
+        execute(_sqlite(UPSERT_STREAM), (rows[0][1], rows[-1][2], status, category))
 
 
 @one_thread
-class SQLiteEventStore:
+class SQLiteEventStore(SQLStore):
     """An `EventStore` in one SQLite file (see the module docstring for why)."""
 
     def __init__(
@@ -157,13 +149,20 @@ class SQLiteEventStore:
         if create:
             create_ledger_file(self.path)
         try:
-            self._conn = sqlite3.connect(
-                str(self.path), timeout=0 if self._private else busy_timeout, isolation_level=None
-            )
+            timeout = 0 if self._private else busy_timeout
+            self._conn = sqlite3.connect(str(self.path), timeout=timeout, isolation_level=None)
         except sqlite3.Error as e:
             raise StoreError(f"{self.path}: cannot open the ledger database ({e})") from e
         try:
-            self._open(mode, create=create)
+            found = self._first_read()
+            if found is None and not create:  # before any PRAGMA: WAL mode would write into an empty file
+                raise StoreError(f"{self.path}: not a ledger (no lifecycle schema); a read never creates one")
+            # Makes `INSERT OR REPLACE` fire the delete trigger that refuses it.
+            self._conn.execute("PRAGMA recursive_triggers=ON")
+            if self._immutable is None:
+                self._conn.execute("PRAGMA journal_mode=WAL")
+                self._conn.execute(f"PRAGMA synchronous={mode}")
+            ensure_schema(self._conn, self.path, found, self._write)
         except sqlite3.DatabaseError as e:
             self._conn.close()
             raise StoreError(f"{self.path}: not a usable ledger database ({e})") from e
@@ -173,35 +172,6 @@ class SQLiteEventStore:
         except BaseException:
             self._conn.close()
             raise
-
-    def _open(self, mode: str, *, create: bool) -> None:
-        found = self._first_read()
-        if found is None and not create:
-            # Before any PRAGMA: WAL mode alone would write a header into an empty file.
-            raise StoreError(f"{self.path}: not a ledger (no lifecycle schema); a read never creates one")
-        # Makes `INSERT OR REPLACE` fire the delete trigger that refuses it (sqlite-utils sets it too).
-        self._conn.execute("PRAGMA recursive_triggers=ON")
-        if self._immutable is None:
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute(f"PRAGMA synchronous={mode}")
-        if found is None:
-            with self._write():
-                found = schema_version(self._conn)  # another process may have created it meanwhile
-                if found is None:
-                    if has_events_table(self._conn):  # the version went in with the tables: removed by hand since
-                        raise StoreError(
-                            f"{self.path}: not a ledger (an events table but no store schema version: its meta "
-                            "table was dropped or emptied by hand); refusing to write to it"
-                        )
-                    # Imported only here: it costs a read command's start-up as much again (click, pluggy).
-                    import sqlite_utils
-
-                    create_schema(sqlite_utils.Database(self._conn, execute_plugins=False))
-                    found = STORE_SCHEMA_VERSION
-        if found != STORE_SCHEMA_VERSION:
-            raise StoreError(
-                f"{self.path}: store schema version {found} is not {STORE_SCHEMA_VERSION}; refusing to guess"
-            )
 
     def _first_read(self) -> str | None:
         """The schema version of the file; a ledger on read-only media is read immutable."""
@@ -228,14 +198,6 @@ class SQLiteEventStore:
             self._conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
             self._quick = False
 
-    def _refuse_nested(self, *, snapshot: bool = False) -> None:
-        if self._held == "snapshot" and not snapshot:
-            raise write_in_read_snapshot(self.path)
-        if self._held == "write":
-            if snapshot:
-                raise InputError(f"{self.path}: read_snapshot() inside a write transaction is refused")
-            raise write_in_transaction(self.path)
-
     def _rollback(self) -> None:
         if self._owner.forked:  # the parent's transaction: never ended from a forked child
             return
@@ -249,13 +211,16 @@ class SQLiteEventStore:
     def _write(self, *, command: bool = False) -> Iterator[sqlite3.Connection]:
         """BEGIN IMMEDIATE … COMMIT; a command's commit is where the fault hooks sit."""
         self._owner.check()  # entered (not only made) by the owner: another thread must not end its transaction
-        self._refuse_nested()
+        if self._held is not None:
+            raise write_in_read_snapshot(self.path) if self._held == "snapshot" else write_in_transaction(self.path)
         conn, fault = self._conn, self._fault if command else None
         try:
             try:
-                if self._conn.in_transaction:  # left open by an interrupted cleanup
-                    self._rollback()
-                self._begin_immediate()
+                self._rollback()  # one an interrupted cleanup left open
+                if not self._quick:  # the lock is waited for in our own steps, never by SQLite's sleeps
+                    conn.execute("PRAGMA busy_timeout = 0")
+                    self._quick = True
+                begin_immediate(conn, self._busy_timeout, self.path)
                 self._held = "write"
                 if fault is not None:
                     fault.reached("after_begin")
@@ -274,23 +239,17 @@ class SQLiteEventStore:
         if fault is not None:
             fault.reached("after_commit")
 
-    def _begin_immediate(self) -> None:
-        """`BEGIN IMMEDIATE` retried after short random waits (from a window growing from 50 µs to
-        2 ms, full jitter so waiters do not retry in step) until the busy timeout has passed."""
-        if not self._quick:
-            self._conn.execute("PRAGMA busy_timeout = 0")
-            self._quick = True
-        deadline, window = time.monotonic() + self._busy_timeout, 0.00005
-        while True:
-            try:
-                self._conn.execute("BEGIN IMMEDIATE")
-                return
-            except sqlite3.OperationalError as e:
-                now = time.monotonic()
-                if getattr(e, "sqlite_errorcode", 0) & 0xFF != sqlite3.SQLITE_BUSY or now >= deadline:
-                    raise StoreError(f"{self.path}: could not take the write lock ({e})") from e
-            time.sleep(min(random.uniform(0.0, window), deadline - now))
-            window = min(window * 2, 0.002)
+    @contextmanager
+    def _locked(self, what: str) -> Iterator[Run]:
+        with self._write() as conn:
+
+            def run(sql: str, params: Sequence[Any], many: bool) -> list[Any]:
+                if many:
+                    conn.executemany(_sqlite(sql), params)
+                    return []
+                return conn.execute(_sqlite(sql), params).fetchall()
+
+            yield run
 
     @contextmanager
     def transaction(self) -> Iterator[SQLiteTransaction]:
@@ -308,7 +267,8 @@ class SQLiteEventStore:
         if self._held == "snapshot":
             yield
             return
-        self._refuse_nested(snapshot=True)
+        if self._held == "write":
+            raise InputError(f"{self.path}: read_snapshot() inside a write transaction is refused")
         try:
             try:
                 self._ready_to_read()
@@ -355,9 +315,9 @@ class SQLiteEventStore:
         except SQLITE_FAILURES as e:
             raise translate_sqlite_error(e, self.path) from e
 
-    def _all(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         with self._reading() as conn:
-            return conn.execute(sql, params).fetchall()
+            return conn.execute(_sqlite(sql), params).fetchall()
 
     def _batches(self, sql: str, params: Sequence[Any], size: int) -> Iterator[list[Any]]:
         """A read's rows in `fetchmany` batches, one SELECT (one read snapshot), memory flat as the log grows."""
@@ -370,95 +330,17 @@ class SQLiteEventStore:
                     return
                 yield rows
 
-    def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[StoredEvent]:
-        return [StoredEvent(*row) for row in self._all(_STREAM, (stream_id, after_version))]
-
-    def stream_version(self, stream_id: str) -> int:
-        rows = self._all(_VERSION, (stream_id,))
-        return int(rows[0][0]) if rows else 0
-
-    def event_by_id(self, event_id: str) -> StoredEvent | None:
-        rows = self._all(f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id = ?", (event_id,))
-        return StoredEvent(*rows[0]) if rows else None
-
     def select_rows(self, query: EventFilter = ALL_EVENTS) -> Iterator[list[Row]]:
         """Small batches on purpose: a row is hashed and folded while its payload is still in the CPU
         cache, and fewer rows alive at once make the garbage collector's passes cheaper."""
         where, params = filter_sql(query)
         return self._batches(f"SELECT {EVENT_COLUMNS} FROM events WHERE {where}", params, 256)
 
-    def position_at(self, recorded_at: str) -> int:
-        return int(self._all("SELECT max(seq) FROM events WHERE recorded_at <= ?", (recorded_at,))[0][0] or 0)
-
-    def head(self) -> Head:
-        rows = self._all(_HEAD)
-        return _head(rows[0]) if rows else Head(0, GENESIS_HASH)
-
-    def count_events(self) -> int:
-        return int(self._all("SELECT count(*) FROM events")[0][0])
-
-    def streams(self, *, statuses: Iterable[str] | None = None) -> list[StreamHead]:
-        with self._reading() as conn:
-            return _stream_heads(conn, statuses)
-
-    def rebuild_stream_index(self, derive: Callable[[], Iterable[StreamHead]]) -> None:
-        with self._write() as conn:
-            heads = list(derive())
-            conn.execute("DELETE FROM streams")
-            conn.executemany(
-                "INSERT INTO streams (stream_id, version, status, category) VALUES (?,?,?,?)",
-                [(h.stream_id, h.version, h.status, h.category) for h in heads],
-            )
-
-    # --- checkpoints ----------------------------------------------------------------------
-
-    def append_checkpoint(
-        self,
-        *,
-        position: int,
-        schema_version: int,
-        fingerprint: str,
-        snapshot: str,
-        recorded_at: str,
-        streams: Sequence[tuple[str, int, str]] = (),
-    ) -> CheckpointRecord:
-        with self._write() as conn:
-            row = conn.execute("SELECT hash FROM events WHERE seq = ?", (position,)).fetchone()
-            if row is None and position != 0:
-                raise IntegrityError(f"no event at position {position} to checkpoint", seq=position)
-            head_hash = row[0] if row else GENESIS_HASH
-            digest = _sha256(snapshot)
-            cur = conn.execute(
-                "INSERT INTO checkpoints (position, head_hash, schema_version, fingerprint, snapshot, "
-                "snapshot_sha256, recorded_at) VALUES (?,?,?,?,?,?,?)",
-                (position, head_hash, schema_version, fingerprint, snapshot, digest, recorded_at),
-            )
-            checkpoint_id = int(cur.lastrowid or 0)
-            conn.executemany(
-                "INSERT INTO checkpoint_streams (checkpoint_id, stream_id, version, state, state_sha256) "
-                "VALUES (?,?,?,?,?)",
-                [(checkpoint_id, sid, v, text, _sha256(text)) for sid, v, text in streams],
-            )
-        return CheckpointRecord(
-            checkpoint_id, position, head_hash, schema_version, fingerprint, snapshot, digest, recorded_at
-        )
-
-    def stream_snapshots(self, checkpoint_id: int) -> list[StreamSnapshot]:
-        rows = self._all(f"{_SNAPSHOTS} WHERE s.checkpoint_id = ? ORDER BY s.stream_id", (checkpoint_id,))
-        return [StreamSnapshot(*r) for r in rows]
-
-    def latest_stream_snapshot(self, stream_id: str) -> StreamSnapshot | None:
-        sql = f"{_SNAPSHOTS} WHERE s.stream_id = ? ORDER BY c.position DESC, c.checkpoint_id DESC LIMIT 1"
-        rows = self._all(sql, (stream_id,))
-        return StreamSnapshot(*rows[0]) if rows else None
-
     def select_checkpoints(self, *, at_or_before: int | None = None) -> Iterator[CheckpointRecord]:
-        # One row at a time: a load stops at the first trusted checkpoint and must not read every
-        # older snapshot to get there. Without a bound every row, also one whose position was edited
-        # into no seq at all (its reader judges it broken).
+        """One row at a time, newest first: a load stops at the first trusted checkpoint. Without a bound
+        every row, also one whose position was edited into no seq at all (its reader judges it broken)."""
         where, params = ("", ()) if at_or_before is None else (" WHERE position <= ?", (at_or_before,))
-        sql = f"{_CHECKPOINTS}{where} ORDER BY position DESC, checkpoint_id DESC"
-        for rows in self._batches(sql, params, 1):
+        for rows in self._batches(f"{CHECKPOINTS}{where} ORDER BY position DESC, checkpoint_id DESC", params, 1):
             yield CheckpointRecord(*rows[0])
 
     def guard_problems(self) -> list[str]:
@@ -480,18 +362,3 @@ class SQLiteEventStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _head(row: Sequence[Any]) -> Head:
-    return Head(row[0], row[1])
-
-
-def _sha256(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _stream_heads(conn: sqlite3.Connection, statuses: Iterable[str] | None) -> list[StreamHead]:
-    sql, params = "SELECT stream_id, version, status, category FROM streams", list(statuses or ())
-    if statuses is not None:
-        sql += f" WHERE status IN ({','.join('?' * len(params))})"
-    return [StreamHead(*r) for r in conn.execute(sql + " ORDER BY stream_id", params)]

@@ -14,13 +14,37 @@ from __future__ import annotations
 
 import errno
 import os
+import random
 import sqlite3
+import time
 from pathlib import Path
 from urllib.parse import quote
 
 from lifecycle_fsm.errors import StoreError
 
-__all__ = ["ImmutableRead", "create_ledger_file", "keep_for_good", "on_read_only_media"]
+__all__ = ["ImmutableRead", "begin_immediate", "create_ledger_file", "keep_for_good", "on_read_only_media"]
+
+
+def begin_immediate(conn: sqlite3.Connection, timeout: float, where: object) -> None:
+    """`BEGIN IMMEDIATE` on a connection whose busy timeout is 0, retried after short random waits.
+
+    SQLite's own busy handler sleeps 1, 2, 5, 10 ms… between tries while a command holds the
+    lock for a fraction of a millisecond, so with several writers the lock sat free while every
+    waiter slept. Here the wait is drawn from a window growing from 50 µs to 2 ms (full jitter,
+    so waiters do not retry in step) until `timeout` seconds have passed. It is still the
+    database's lock, taken by the database.
+    """
+    deadline, window = time.monotonic() + timeout, 0.00005
+    while True:
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            return
+        except sqlite3.OperationalError as e:
+            now = time.monotonic()
+            if getattr(e, "sqlite_errorcode", 0) & 0xFF != sqlite3.SQLITE_BUSY or now >= deadline:
+                raise StoreError(f"{where}: could not take the write lock ({e})") from e
+        time.sleep(min(random.uniform(0.0, window), deadline - now))
+        window = min(window * 2, 0.002)
 
 
 def create_ledger_file(path: Path, *, exclusive: bool = False) -> None:

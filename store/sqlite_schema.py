@@ -17,10 +17,14 @@ Why it is built this way:
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from lifecycle_fsm.errors import StoreError
 from lifecycle_fsm.store.records import EventFilter
 
 if TYPE_CHECKING:
@@ -32,6 +36,7 @@ __all__ = [
     "STORE_SCHEMA_VERSION",
     "SYNCHRONOUS_MODES",
     "create_schema",
+    "ensure_schema",
     "filter_sql",
     "guard_problems",
     "schema_version",
@@ -87,8 +92,26 @@ def schema_version(conn: sqlite3.Connection) -> str | None:
     return None if row is None else str(row[0])
 
 
-def has_events_table(conn: sqlite3.Connection) -> bool:
-    return conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'events'").fetchone() is not None
+def ensure_schema(
+    conn: sqlite3.Connection, path: Path, found: str | None, locked: Callable[[], AbstractContextManager[object]]
+) -> None:
+    """Create the schema a new file lacks (`found` None) under the write lock; refuse any other version."""
+    if found is None:
+        with locked():
+            found = schema_version(conn)  # another process may have created it meanwhile
+            if found is None:
+                if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'events'").fetchone():
+                    raise StoreError(
+                        f"{path}: not a ledger (an events table but no store schema version: its meta table was "
+                        "dropped or emptied by hand); refusing to write to it"
+                    )
+                # Imported only here: it costs a read command's start-up as much again (click, pluggy).
+                import sqlite_utils
+
+                create_schema(sqlite_utils.Database(conn, execute_plugins=False))
+                found = STORE_SCHEMA_VERSION
+    if found != STORE_SCHEMA_VERSION:
+        raise StoreError(f"{path}: store schema version {found} is not {STORE_SCHEMA_VERSION}; refusing to guess")
 
 
 def create_schema(db: sqlite_utils.Database) -> None:

@@ -93,9 +93,10 @@ if hasattr(os, "register_at_fork"):  # POSIX
 
 
 def one_thread(cls: _C) -> _C:
-    """Check the instance's `_owner` on entry to every public method. In a forked child every call
-    is refused but `close`, which closes nothing there (the connection is the parent's)."""
-    for name, method in list(vars(cls).items()):
+    """Check the instance's `_owner` on entry to every public method (its bases' too). In a forked
+    child every call is refused but `close`, which closes nothing there (the connection is the parent's)."""
+    for name in dir(cls):
+        method = getattr(cls, name)
         if not name.startswith("_") and inspect.isfunction(method):
             setattr(cls, name, _checked(method, closing=name == "close"))
     return cls

@@ -1,0 +1,122 @@
+"""A write transaction on the PostgreSQL store: BEGIN and the lock with its first message.
+
+Several statements go in one message with their values bound client-side (psycopg's
+`ClientCursor`), and an append's inserts wait to go with the next message or the COMMIT:
+a one-append command's transaction is two round trips (store/postgres.py says why the
+lock and the head read are statements of their own).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from psycopg import errors as pg_errors
+from psycopg.pq import ExecStatus
+
+from lifecycle_fsm.errors import StoreError
+from lifecycle_fsm.store.chain import GENESIS_HASH
+from lifecycle_fsm.store.postgres_session import COMMIT_UNKNOWN, NOTHING_COMMITTED
+from lifecycle_fsm.store.records import Head, Row, StoredEvent, StreamHead
+from lifecycle_fsm.store.sql import EVENT_COLUMNS, STREAM, UPSERT_STREAM, VERSION, streams_sql
+from lifecycle_fsm.store.writes import WriteTransaction, id_taken
+
+if TYPE_CHECKING:
+    from lifecycle_fsm.store.postgres import PostgresEventStore
+
+__all__ = ["PostgresTransaction"]
+
+_HEAD = "SELECT (SELECT seq FROM events ORDER BY seq DESC LIMIT 1), (SELECT hash FROM events ORDER BY seq DESC LIMIT 1)"
+_ROWS_PER_INSERT = 1000
+
+
+class PostgresTransaction(WriteTransaction):
+    """A write transaction (`WriteTransaction` holds the rules): BEGIN and the lock go with its first
+    message; its inserts go with the next message, or with the COMMIT."""
+
+    def __init__(self, store: PostgresEventStore) -> None:
+        self._session = store.session
+        self._owner = store.session.owner
+        self._fault = store._fault
+        self.started = False
+        self.wrote = False
+        self._pending: list[tuple[str, Sequence[Any]]] = []  # statements sent ahead of the next message
+        self._inserting: tuple[str, int] | None = None  # the stream and version the pending rows follow
+
+    def _send(self, statements: Sequence[tuple[str, Sequence[Any]]], *, lost: str = NOTHING_COMMITTED) -> list[Any]:
+        """`statements` in one message after what is pending (and, first, BEGIN and the lock); each one's rows.
+
+        The message is one statement text (psycopg caches its parsing by the text: the values are
+        bound client-side, not written into it) with every statement's values in order.
+        """
+        session, first = self._session, not self.started
+        parts = ([("BEGIN", ()), (session.lock_sql, ())] if first else []) + self._pending
+        skip = len(parts)
+        parts += statements
+        self.started, self._pending, inserting, self._inserting = True, [], self._inserting, None
+        with session.mapped("write transaction failed", lost=lost):
+            cursor = session.batch
+            try:
+                cursor.execute("; ".join(sql for sql, _ in parts), [v for _, params in parts for v in params])
+            except pg_errors.UniqueViolation as e:
+                if inserting is None:
+                    raise
+                self.failed = f"an append to {inserting[0]!r} failed part-way"
+                raise id_taken(*inserting, session.scrub(str(e).splitlines()[0])) from e
+            results: list[Any] = []
+            for n in range(len(parts)):
+                if n >= skip:
+                    result = cursor.pgresult
+                    ok = result is not None and result.status == ExecStatus.TUPLES_OK
+                    results.append(cursor.fetchall() if ok else [])
+                cursor.nextset()
+        if first and self._fault is not None:  # BEGIN and the lock answered: the write lock is held
+            self._fault.reached("after_begin")
+        return results
+
+    def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[StoredEvent]:
+        self._owner.check()
+        return [StoredEvent(*row) for row in self._send([(STREAM, (stream_id, after_version))])[0]]
+
+    def stream_version(self, stream_id: str) -> int:
+        self._owner.check()
+        return int(self._send([(VERSION, (stream_id,))])[0][0][0])
+
+    def streams(self, *, statuses: Iterable[str] | None = None) -> list[StreamHead]:
+        self._owner.check()
+        return [StreamHead(*row) for row in self._send([streams_sql(statuses)])[0]]
+
+    def _read(self, streams: Sequence[str], ids: Sequence[str]) -> tuple[Head, list[int], dict[str, StoredEvent]]:
+        self._owner.check()
+        versions = "".join(f", ({VERSION})" for _ in streams)
+        statements: list[tuple[str, Sequence[Any]]] = [(_HEAD + versions, streams)]
+        if ids:
+            statements.append((f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id = ANY(%s::text[])", (list(ids),)))
+        results = self._send(statements)
+        seq, digest, *found = results[0][0]
+        head = Head(seq, digest) if seq is not None else Head(0, GENESIS_HASH)
+        stored = {row[3]: StoredEvent(*row) for row in (results[1] if ids else [])}
+        return head, [int(v) for v in found], stored
+
+    def _insert(self, rows: list[Row], status: str | None, category: str | None) -> None:
+        for at in range(0, len(rows), _ROWS_PER_INSERT):
+            chunk = rows[at : at + _ROWS_PER_INSERT]
+            values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(chunk))
+            self._pending.append(
+                (f"INSERT INTO events ({EVENT_COLUMNS}) VALUES {values}", [v for r in chunk for v in r])
+            )
+        self._pending.append((UPSERT_STREAM, (rows[0][1], rows[-1][2], status, category)))
+        self._inserting, self.wrote = (rows[0][1], rows[0][2] - 1), True
+
+    def flush(self) -> None:
+        """Send what is pending now (the fault hooks strike with the rows inserted)."""
+        if self._pending:
+            self._send([])
+
+    def commit(self) -> None:
+        """What is pending, NOTIFY if anything was appended, and COMMIT, in one message."""
+        if self.failed is not None:
+            raise StoreError(f"{self.failed}; nothing in this transaction was committed")
+        if self.started or self._pending:
+            notify = [(self._session.notify_sql, ())] if self.wrote else []
+            self._send([*notify, ("COMMIT", ())], lost=COMMIT_UNKNOWN)

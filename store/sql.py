@@ -1,0 +1,135 @@
+"""The reads and the maintenance writes SQLite and PostgreSQL say the same way, in one place.
+
+Each backend supplies `_rows` (one read through its error boundary) and `_locked` (a
+maintenance transaction under its write lock); the statements are written once, with
+`%s` placeholders (SQLite's `_rows` reads them as its `?`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+from lifecycle_fsm.errors import IntegrityError
+from lifecycle_fsm.store.chain import GENESIS_HASH
+from lifecycle_fsm.store.records import CheckpointRecord, Head, StoredEvent, StreamHead, StreamSnapshot
+
+__all__ = ["CHECKPOINTS", "EVENT_COLUMNS", "STREAM", "UPSERT_STREAM", "VERSION", "Run", "SQLStore", "streams_sql"]
+
+EVENT_COLUMNS = "seq, stream_id, version, event_id, type, schema_version, payload, recorded_at, actor, prev_hash, hash"
+STREAM = f"SELECT {EVENT_COLUMNS} FROM events WHERE stream_id = %s AND version > %s ORDER BY version"
+VERSION = "SELECT coalesce(max(version), 0) FROM events WHERE stream_id = %s"
+UPSERT_STREAM = (
+    "INSERT INTO streams (stream_id, version, status, category) VALUES (%s, %s, %s, %s) "
+    "ON CONFLICT (stream_id) DO UPDATE SET version = excluded.version, "
+    "status = coalesce(excluded.status, streams.status), category = coalesce(excluded.category, streams.category)"
+)
+CHECKPOINTS = (
+    "SELECT checkpoint_id, position, head_hash, schema_version, fingerprint, snapshot, snapshot_sha256, recorded_at "
+    "FROM checkpoints"
+)
+_SNAPSHOTS = (
+    "SELECT c.checkpoint_id, c.position, c.head_hash, c.schema_version, c.fingerprint, "
+    "s.stream_id, s.version, s.state, s.state_sha256 "
+    "FROM checkpoint_streams s JOIN checkpoints c ON c.checkpoint_id = s.checkpoint_id"
+)
+
+# A statement run inside `_locked`: (sql, params, many) -> its rows (none for a write).
+Run = Callable[[str, Sequence[Any], bool], list[Any]]
+
+
+def streams_sql(statuses: Iterable[str] | None) -> tuple[str, list[str]]:
+    """The stream index, filtered by status label."""
+    sql, params = "SELECT stream_id, version, status, category FROM streams", list(statuses or ())
+    if statuses is not None:
+        sql += f" WHERE status IN ({', '.join(['%s'] * len(params))})" if params else " WHERE false"
+    return sql + " ORDER BY stream_id", params
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class SQLStore(ABC):
+    """What an SQL backend's store shares (see the module docstring)."""
+
+    @abstractmethod
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        """The rows of one read, outside any write transaction of this handle's."""
+
+    @abstractmethod
+    def _locked(self, what: str) -> AbstractContextManager[Run]:
+        """A maintenance transaction under the write lock; `what` names it in a failure."""
+
+    def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[StoredEvent]:
+        return [StoredEvent(*row) for row in self._rows(STREAM, (stream_id, after_version))]
+
+    def stream_version(self, stream_id: str) -> int:
+        return int(self._rows(VERSION, (stream_id,))[0][0])
+
+    def event_by_id(self, event_id: str) -> StoredEvent | None:
+        rows = self._rows(f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id = %s", (event_id,))
+        return StoredEvent(*rows[0]) if rows else None
+
+    def position_at(self, recorded_at: str) -> int:
+        return int(self._rows("SELECT coalesce(max(seq), 0) FROM events WHERE recorded_at <= %s", (recorded_at,))[0][0])
+
+    def head(self) -> Head:
+        rows = self._rows("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1")
+        return Head(rows[0][0], rows[0][1]) if rows else Head(0, GENESIS_HASH)
+
+    def count_events(self) -> int:
+        return int(self._rows("SELECT count(*) FROM events")[0][0])
+
+    def streams(self, *, statuses: Iterable[str] | None = None) -> list[StreamHead]:
+        return [StreamHead(*row) for row in self._rows(*streams_sql(statuses))]
+
+    def rebuild_stream_index(self, derive: Callable[[], Iterable[StreamHead]]) -> None:
+        with self._locked("cannot rebuild the stream index") as run:
+            heads = [(h.stream_id, h.version, h.status, h.category) for h in derive()]
+            run("DELETE FROM streams", (), False)
+            run("INSERT INTO streams (stream_id, version, status, category) VALUES (%s, %s, %s, %s)", heads, True)
+
+    def append_checkpoint(
+        self,
+        *,
+        position: int,
+        schema_version: int,
+        fingerprint: str,
+        snapshot: str,
+        recorded_at: str,
+        streams: Sequence[tuple[str, int, str]] = (),
+    ) -> CheckpointRecord:
+        digest = _sha256(snapshot)
+        with self._locked("cannot store the checkpoint") as run:
+            found = run("SELECT hash FROM events WHERE seq = %s", (position,), False)
+            if not found and position != 0:
+                raise IntegrityError(f"no event at position {position} to checkpoint", seq=position)
+            head_hash = found[0][0] if found else GENESIS_HASH
+            record = (position, head_hash, schema_version, fingerprint, snapshot, digest, recorded_at)
+            run(
+                "INSERT INTO checkpoints (position, head_hash, schema_version, fingerprint, snapshot, "
+                "snapshot_sha256, recorded_at) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                record,
+                False,
+            )
+            checkpoint_id = int(run("SELECT max(checkpoint_id) FROM checkpoints", (), False)[0][0])  # ours: locked
+            run(
+                "INSERT INTO checkpoint_streams (checkpoint_id, stream_id, version, state, state_sha256) "
+                "VALUES (%s, %s, %s, %s, %s)",
+                [(checkpoint_id, stream, version, text, _sha256(text)) for stream, version, text in streams],
+                True,
+            )
+        return CheckpointRecord(checkpoint_id, *record)
+
+    def stream_snapshots(self, checkpoint_id: int) -> list[StreamSnapshot]:
+        rows = self._rows(f"{_SNAPSHOTS} WHERE s.checkpoint_id = %s ORDER BY s.stream_id", (checkpoint_id,))
+        return [StreamSnapshot(*row) for row in rows]
+
+    def latest_stream_snapshot(self, stream_id: str) -> StreamSnapshot | None:
+        sql = f"{_SNAPSHOTS} WHERE s.stream_id = %s ORDER BY c.position DESC, c.checkpoint_id DESC LIMIT 1"
+        rows = self._rows(sql, (stream_id,))
+        return StreamSnapshot(*rows[0]) if rows else None
