@@ -63,20 +63,21 @@ def _refuse_non_finite(value: Any) -> None:
             raise InputError(f"payload holds a non-finite number ({item}); JSON cannot carry it")
 
 
-def header_parts(
-    actor: str, event_id: str, recorded_at: str, schema_version: int, stream_id: str, type: str, version: int
-) -> tuple[str, str]:
-    """The canonical header's text before and after its `seq` value.
-
-    Keys sort as actor, event_id, recorded_at, schema_version | seq | stream_id, type,
-    version, so the halves are two compact orjson objects with a brace cut off. PostgreSQL's
-    one-message append joins the same parts around the `seq` it assigns (`postgres_schema`).
-    """
-    before = orjson.dumps(
-        {"actor": actor, "event_id": event_id, "recorded_at": recorded_at, "schema_version": schema_version}
-    )
-    after = orjson.dumps({"stream_id": stream_id, "type": type, "version": version})
-    return before[:-1].decode() + ',"seq":', "," + after[1:].decode()
+def _header(
+    actor: str, event_id: str, recorded_at: str, schema_version: int, seq: int, stream_id: str, type: str, version: int
+) -> bytes:
+    return orjson.dumps(
+        {
+            "actor": actor,
+            "event_id": event_id,
+            "recorded_at": recorded_at,
+            "schema_version": schema_version,
+            "seq": seq,
+            "stream_id": stream_id,
+            "type": type,
+            "version": version,
+        }
+    )  # written in sorted key order already
 
 
 def event_hash(
@@ -96,14 +97,22 @@ def event_hash(
     A stored column that is not text (a BLOB written with the sqlite3 shell) cannot be what was
     hashed: the answer is `NOT_A_HASH`, which no stored hash equals, so the row reads as edited.
     """
-    if isinstance(seq, bool) or not isinstance(seq, int):
-        return NOT_A_HASH
     try:
-        before, after = header_parts(actor, event_id, recorded_at, schema_version, stream_id, type, version)
-        data = "\n".join((prev_hash, f"{before}{seq}{after}", payload)).encode()
-    except (TypeError, UnicodeEncodeError):
+        header = _header(actor, event_id, recorded_at, schema_version, seq, stream_id, type, version)
+        return hashlib.sha256(b"\n".join((prev_hash.encode(), header, payload.encode()))).hexdigest()
+    except (TypeError, AttributeError):
         return NOT_A_HASH
-    return hashlib.sha256(data).hexdigest()
+
+
+def header_parts(
+    actor: str, event_id: str, recorded_at: str, schema_version: int, stream_id: str, type: str, version: int
+) -> tuple[str, str]:
+    """`event_hash`'s header as the text before and after its `seq` value, for PostgreSQL's one-statement
+    append, which joins them around the seq it assigns. (A string value cannot hold `,"seq":0,`:
+    its quote would be escaped.)"""
+    header = _header(actor, event_id, recorded_at, schema_version, 0, stream_id, type, version).decode()
+    before, after = header.split(',"seq":0,', 1)
+    return before + ',"seq":', "," + after
 
 
 def chain_rows(head: Head, stream_id: str, expected_version: int, events: Sequence[NewEvent]) -> list[Row]:
@@ -193,26 +202,13 @@ class ChainWalk:
         if not rows:
             return []
         links, last, prev = self._links, self._seq, self._hash
-        for n, (
-            seq,
-            stream_id,
-            version,
-            event_id,
-            kind,
-            schema,
-            payload,
-            recorded_at,
-            actor,
-            link,
-            digest,
-        ) in enumerate(rows):
+        for n, row in enumerate(rows):
+            seq, link, digest = row[0], row[9], row[10]
             if links and seq != last + 1:
                 reason = f"gap in positions: seq {seq} follows seq {last}"
             elif links and link != prev:
                 reason = "prev_hash does not match the previous event's hash"
-            elif (
-                event_hash(link, seq, stream_id, version, event_id, kind, schema, payload, recorded_at, actor) != digest
-            ):
+            elif event_hash(link, *row[:9]) != digest:
                 reason = "stored hash does not match the event's content"
             else:
                 last, prev = seq, digest

@@ -9,12 +9,13 @@ Why it is built this way:
   `LOCK TABLE … EXCLUSIVE`, because a role with only SELECT and INSERT may not take that.
 - Read committed, never repeatable read: every statement after the lock sees the
   newest committed head (under repeatable read the snapshot predates the lock).
-- The rows are chained in Python under the lock (`store.chain.chain_rows`, as on every
-  backend), so an event hashes the same here and in SQLite. A one-append command costs
-  two round trips: BEGIN, the lock and the reads of the head, the versions and the ids
-  in one message; the inserts, the stream index, NOTIFY and COMMIT in the next. Several
-  statements go in one message with their values bound client-side (psycopg's
-  `ClientCursor`); `payload` and `recorded_at` are stored as the exact text that was hashed.
+- One event (what a command appends) is one statement, `lifecycle_append()`: the lock,
+  then the head and the expected versions read after it, the row chained by the server
+  from `chain.header_parts` and re-hashed by the client, the stream index and NOTIFY. A
+  check that fails there writes nothing, and the transaction's path says why.
+- Batches and transactions (`postgres_transaction.py`) chain their rows in Python under
+  the lock (`chain.chain_rows`, as every backend does). Either way an event hashes the
+  same as in SQLite; `payload` and `recorded_at` are stored as the exact text hashed.
 - Followers: every appending commit notifies the ledger's channel (delivered at COMMIT,
   never for a rollback); `wait_for_new` blocks on it, polling stays the truth.
 """

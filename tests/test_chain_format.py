@@ -33,7 +33,8 @@ def test_every_stored_hash_matches_the_documented_byte_stream(ws: Workspace) -> 
         assert row["prev_hash"] == previous
         assert row["hash"] == _documented_hash(row)
         assert json.loads(row["payload"]) is not None
-        assert row["payload"] == json.dumps(json.loads(row["payload"]), sort_keys=True, separators=(",", ":"),
-                                            ensure_ascii=False)  # fmt: skip
+        assert row["payload"] == json.dumps(
+            json.loads(row["payload"]), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        )
         previous = row["hash"]
     conn.close()

@@ -1,4 +1,4 @@
-"""The error tree (`lifecycle_fsm/errors.py`, `store/errors.py`): builtin bases, fields, pickling, no exit codes."""
+"""The error tree (`lifecycle_fsm/errors.py`): builtin bases, fields, pickling, no exit codes."""
 
 from __future__ import annotations
 

@@ -130,7 +130,7 @@ def test_the_immutable_read_is_taken_only_where_sqlite_cannot_make_its_index(rea
     """Either message SQLite gives (root on a read-only mount; a user without write access to the
     folder), only for a folder this process may not write, and never while a `-shm` says a
     connection has the ledger open (SQLite then reads through it by itself)."""
-    from lifecycle_fsm.store.sqlite_readonly import on_read_only_media
+    from lifecycle_fsm.store.sqlite_files import on_read_only_media
 
     cannot_open = sqlite3.OperationalError("unable to open database file")
     read_only_file = sqlite3.OperationalError("attempt to write a readonly database")

@@ -163,34 +163,59 @@ def test_chain_walk_finish_finds_a_break_after_the_fold_stopped(backend: Backend
 _GUARD_EDITS = {
     "sqlite": [
         (["DROP TRIGGER events_refuse_update"], "trigger events_refuse_update is missing"),
-        (["DROP TRIGGER events_refuse_delete",
-          "CREATE TRIGGER events_refuse_delete BEFORE DELETE ON events BEGIN SELECT 1; END"],
-         "trigger events_refuse_delete was altered"),
+        (
+            [
+                "DROP TRIGGER events_refuse_delete",
+                "CREATE TRIGGER events_refuse_delete BEFORE DELETE ON events BEGIN SELECT 1; END",
+            ],
+            "trigger events_refuse_delete was altered",
+        ),
         (["DROP TRIGGER events_refuse_replace"], "trigger events_refuse_replace is missing"),
-        (["DROP TRIGGER events_refuse_delete",  # the same refusal, which never fires
-          "CREATE TRIGGER events_refuse_delete BEFORE DELETE ON events WHEN 0 "
-          "BEGIN SELECT RAISE(ABORT, 'events are append-only: DELETE refused'); END"],
-         "trigger events_refuse_delete was altered"),
-        (["DROP TRIGGER events_refuse_update",
-          "CREATE TRIGGER events_refuse_update BEFORE UPDATE ON events "
-          "BEGIN SELECT 1 WHERE 0 AND RAISE(ABORT, 'events are append-only: UPDATE refused'); END"],
-         "trigger events_refuse_update was altered"),
+        (
+            [
+                "DROP TRIGGER events_refuse_delete",  # the same refusal, which never fires
+                "CREATE TRIGGER events_refuse_delete BEFORE DELETE ON events WHEN 0 "
+                "BEGIN SELECT RAISE(ABORT, 'events are append-only: DELETE refused'); END",
+            ],
+            "trigger events_refuse_delete was altered",
+        ),
+        (
+            [
+                "DROP TRIGGER events_refuse_update",
+                "CREATE TRIGGER events_refuse_update BEFORE UPDATE ON events "
+                "BEGIN SELECT 1 WHERE 0 AND RAISE(ABORT, 'events are append-only: UPDATE refused'); END",
+            ],
+            "trigger events_refuse_update was altered",
+        ),
         (["DROP INDEX events_event_id"], "unique index events_event_id is missing"),
     ],
     "postgres": [
         (["DROP TRIGGER events_refuse_truncate ON events"], "trigger events_refuse_truncate is missing"),
-        (["ALTER TABLE events DISABLE TRIGGER events_refuse_update_delete"],
-         "trigger events_refuse_update_delete is disabled"),
-        (["CREATE OR REPLACE FUNCTION lifecycle_refuse_change() RETURNS trigger LANGUAGE plpgsql AS "
-          "$$ BEGIN RETURN OLD; END $$"], "was altered"),
-        (["ALTER TABLE events ENABLE REPLICA TRIGGER events_refuse_update_delete"],
-         "trigger events_refuse_update_delete is disabled"),
-        (["CREATE OR REPLACE TRIGGER events_refuse_update_delete BEFORE UPDATE OR DELETE ON events FOR EACH ROW "
-          "WHEN (false) EXECUTE FUNCTION lifecycle_refuse_change()"],
-         "trigger events_refuse_update_delete was altered"),
+        (
+            ["ALTER TABLE events DISABLE TRIGGER events_refuse_update_delete"],
+            "trigger events_refuse_update_delete is disabled",
+        ),
+        (
+            [
+                "CREATE OR REPLACE FUNCTION lifecycle_refuse_change() RETURNS trigger LANGUAGE plpgsql AS "
+                "$$ BEGIN RETURN OLD; END $$"
+            ],
+            "was altered",
+        ),
+        (
+            ["ALTER TABLE events ENABLE REPLICA TRIGGER events_refuse_update_delete"],
+            "trigger events_refuse_update_delete is disabled",
+        ),
+        (
+            [
+                "CREATE OR REPLACE TRIGGER events_refuse_update_delete BEFORE UPDATE OR DELETE ON events FOR EACH ROW "
+                "WHEN (false) EXECUTE FUNCTION lifecycle_refuse_change()"
+            ],
+            "trigger events_refuse_update_delete was altered",
+        ),
         (["DROP TRIGGER events_refuse_update_delete ON events"], "trigger events_refuse_update_delete is missing"),
     ],
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("edit", range(6))

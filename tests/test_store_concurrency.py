@@ -184,8 +184,12 @@ def test_verify_and_report_hold_while_another_process_writes(backend: Backend, w
             heads.add(doc["head"]["seq"])
         cli = subprocess.run(
             [sys.executable, "-m", "lifecycle_fsm", "--db", str(backend.target), "--json", "verify"],
-            check=False, capture_output=True, text=True, cwd=REPO, timeout=120,
-        )  # fmt: skip
+            check=False,
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=120,
+        )
         assert cli.returncode == 0, cli.stdout + cli.stderr
         assert len(heads) > 5  # the ledger really moved under the reads
     finally:

@@ -82,9 +82,15 @@ with Ledger.open(sys.argv[1], busy_timeout=3, synchronous="NORMAL") as ledger:
 
 def other_process_writes(target: str, manifest: Path, key: str) -> None:
     """Another process appends within 3 s (its busy/lock timeout): nothing holds the write lock."""
-    done = subprocess.run([sys.executable, "-c", _WRITER, target, str(manifest), key], capture_output=True,
-                          text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, check=False,
-                          timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", _WRITER, target, str(manifest), key],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        check=False,
+        timeout=120,
+    )
     assert done.returncode == 0 and done.stdout.strip() == "received", done.stderr
 
 
@@ -126,10 +132,14 @@ def _snapshot(ledger: Ledger, ws: Workspace) -> None:
 
 @pytest.mark.parametrize(
     ("run", "after", "appended"),
-    [(_receive, "BEGIN IMMEDIATE", 1), (_settings, "BEGIN IMMEDIATE", 1), (_checkpoint, "BEGIN IMMEDIATE", 0),
-     (_snapshot, "BEGIN", 0)],
+    [
+        (_receive, "BEGIN IMMEDIATE", 1),
+        (_settings, "BEGIN IMMEDIATE", 1),
+        (_checkpoint, "BEGIN IMMEDIATE", 0),
+        (_snapshot, "BEGIN", 0),
+    ],
     ids=["append", "transaction", "maintenance", "read-snapshot"],
-)  # fmt: skip
+)
 def test_an_interrupt_right_after_begin_leaves_the_ledger_usable(
     ledger: Ledger, ws: Workspace, run: Callable[[Ledger, Workspace], None], after: str, appended: int
 ) -> None:
@@ -297,9 +307,13 @@ def test_a_real_sigint_caught_by_the_supervisor_leaves_its_ledger_usable(
     sft, first, second = ws.baseline(), ws.dpo("dpo-first"), ws.dpo("dpo-second")
     with subprocess.Popen(
         [sys.executable, "-c", _SUPERVISOR, target, str(sft), str(first), str(second)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO), ENV_VAR: f"int@{point}#3"},
-    ) as child:  # fmt: skip
+    ) as child:
         assert child.stdout is not None and child.stdin is not None and child.stderr is not None
         try:
             base = int(child.stdout.readline())
@@ -375,9 +389,15 @@ ledger.close()
 
 
 def _storm(target: str, spec: dict[str, Any], low: float, high: float) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, "-c", _STORM, target, json.dumps(spec), str(low), str(high)],
-                          capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
-                          check=False, timeout=600)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", _STORM, target, json.dumps(spec), str(low), str(high)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        check=False,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result: dict[str, Any] = json.loads(done.stdout)
     return result

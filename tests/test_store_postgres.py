@@ -117,8 +117,9 @@ def test_the_insert_select_role_runs_the_ledger_and_cannot_rewrite_it(
     """The README's role appends, checkpoints and rebuilds the index, but is refused every way around the triggers."""
     with PostgresEventStore(app_role, synchronous="NORMAL") as app:
         app.append("a", 2, [new("a", 2)], status="received")
-        app.append_checkpoint(position=4, schema_version=1, fingerprint="f", snapshot="{}", recorded_at="t",
-                              streams=[("a", 3, "{}")])  # fmt: skip
+        app.append_checkpoint(
+            position=4, schema_version=1, fingerprint="f", snapshot="{}", recorded_at="t", streams=[("a", 3, "{}")]
+        )
         app.rebuild_stream_index(lambda: [StreamHead("a", 3, "received", None)])
         assert verify_chain(app).ok and app.count_events() == 4
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
@@ -237,12 +238,14 @@ def test_unusable_url_is_store_error_without_the_password(url: str, expected: st
 @pytest.mark.parametrize(
     ("url", "shown"),
     [
-        ("postgresql:///ledgers?host=/var/run/postgresql&password=s3cret-pw",
-         "postgresql:///ledgers?host=%2Fvar%2Frun%2Fpostgresql&password=***"),
+        (
+            "postgresql:///ledgers?host=/var/run/postgresql&password=s3cret-pw",
+            "postgresql:///ledgers?host=%2Fvar%2Frun%2Fpostgresql&password=***",
+        ),
         ("postgres://", "postgres://"),
         ("postgresql://u:s3cret-pw@db/ledgers", "postgresql://u:***@db/ledgers"),
     ],
-)  # fmt: skip
+)
 def test_a_url_without_a_host_is_named_as_a_url(url: str, shown: str) -> None:
     """A URL with no host part (a Unix socket: `postgresql:///db?host=/run/postgresql`) was named in messages
     and `migrate --json` as `postgresql:/db?…`, which is not a URL but a file name: the `//` is kept."""
@@ -368,8 +371,15 @@ print("returned")
 def test_fault_hooks_kill_around_the_commit(store: PostgresEventStore, pg_url: str, point: str, kept: int) -> None:
     """kill@before_commit: the server rolls the rows back; kill@after_commit: the row is there, no reply."""
     env = {**os.environ, "LIFECYCLE_FAULT": f"kill@{point}"}
-    done = subprocess.run([sys.executable, "-c", _FAULTY, pg_url], capture_output=True, text=True, env=env,
-                          cwd=REPO, timeout=60, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", _FAULTY, pg_url],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == -9 and "returned" not in done.stdout, done.stderr
     assert store.stream_version("crash") == kept
     assert verify_chain(store).ok
@@ -390,8 +400,15 @@ def test_cli_on_a_url_reads_and_refuses_like_on_a_file(pg_url: str) -> None:
     empty = run_cli(pg_url, "status")
     assert (empty.returncode, empty.stdout) == (3, "") and "no ledger" in empty.stderr
     assert pg_execute(pg_url, "SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()") == [(0,)]
-    init = subprocess.run([sys.executable, "-m", "lifecycle_fsm", "init"], capture_output=True, text=True, cwd=REPO,
-                          env={**os.environ, "LIFECYCLE_DB": pg_url}, timeout=60, check=False)  # fmt: skip
+    init = subprocess.run(
+        [sys.executable, "-m", "lifecycle_fsm", "init"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "LIFECYCLE_DB": pg_url},
+        timeout=60,
+        check=False,
+    )
     assert init.returncode == 0, init.stderr
     assert run_cli(pg_url, "--json", "verify").returncode == 0
     dead = run_cli("postgresql://postgres:s3cret-pw@127.0.0.1:1/test", "--log-level", "debug", "init")
