@@ -12,7 +12,7 @@ import hashlib
 import itertools
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import orjson
@@ -132,8 +132,11 @@ class MemoryEventStore:
             finally:
                 self._held = None
 
+    def transaction(self) -> AbstractContextManager[MemoryTransaction]:
+        return self._transaction()
+
     @contextmanager
-    def transaction(self) -> Iterator[MemoryTransaction]:
+    def _transaction(self) -> Iterator[MemoryTransaction]:
         with self._writing():
             tx = MemoryTransaction(self)
             yield tx
@@ -150,7 +153,7 @@ class MemoryEventStore:
         fresh_ids: bool = False,
         expect: Sequence[tuple[str, int]] = (),
     ) -> AppendResult:
-        with self.transaction() as tx:
+        with self._transaction() as tx:  # not `transaction()`: a subclass may wrap that one
             return tx.append(
                 stream_id,
                 expected_version,

@@ -26,7 +26,7 @@ import contextlib
 import re
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import psycopg
@@ -124,8 +124,11 @@ class PostgresEventStore(SQLStore):
         finally:
             self.session.held = False
 
+    def transaction(self) -> AbstractContextManager[PostgresTransaction]:
+        return self._transaction()
+
     @contextmanager
-    def transaction(self) -> Iterator[PostgresTransaction]:
+    def _transaction(self) -> Iterator[PostgresTransaction]:
         with self._held("cannot start a write transaction"):
             tx = PostgresTransaction(self)
             yield tx
@@ -194,7 +197,7 @@ class PostgresEventStore(SQLStore):
             done = self._append_one(stream_id, expected_version, events[0], (status, category), fresh_ids, expect)
             if done is not None:
                 return done
-        with self.transaction() as tx:
+        with self._transaction() as tx:  # not `transaction()`: a subclass may wrap that one
             return tx.append(
                 stream_id,
                 expected_version,

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from itertools import chain
 from pathlib import Path
 from typing import Any
@@ -154,7 +154,7 @@ class SQLiteEventStore(SQLStore):
         except sqlite3.Error as e:
             raise StoreError(f"{self.path}: cannot open the ledger database ({e})") from e
         try:
-            found = self._first_read()
+            found = schema_version(self._conn) if create else self._first_read()
             if found is None and not create:  # before any PRAGMA: WAL mode would write into an empty file
                 raise StoreError(f"{self.path}: not a ledger (no lifecycle schema); a read never creates one")
             # Makes `INSERT OR REPLACE` fire the delete trigger that refuses it.
@@ -174,7 +174,7 @@ class SQLiteEventStore(SQLStore):
             raise
 
     def _first_read(self) -> str | None:
-        """The schema version of the file; a ledger on read-only media is read immutable."""
+        """The schema version of a ledger that must exist; one on read-only media is read immutable."""
         try:
             return schema_version(self._conn)
         except sqlite3.OperationalError as e:
@@ -251,8 +251,11 @@ class SQLiteEventStore(SQLStore):
 
             yield run
 
+    def transaction(self) -> AbstractContextManager[SQLiteTransaction]:
+        return self._transaction()
+
     @contextmanager
-    def transaction(self) -> Iterator[SQLiteTransaction]:
+    def _transaction(self) -> Iterator[SQLiteTransaction]:
         with self._write(command=True) as conn:
             tx = SQLiteTransaction(conn, self._owner)
             yield tx
@@ -294,7 +297,7 @@ class SQLiteEventStore(SQLStore):
         fresh_ids: bool = False,
         expect: Sequence[tuple[str, int]] = (),
     ) -> AppendResult:
-        with self.transaction() as tx:
+        with self._transaction() as tx:  # not `transaction()`: a subclass may wrap that one
             return tx.append(
                 stream_id,
                 expected_version,

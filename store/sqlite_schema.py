@@ -126,11 +126,18 @@ def create_schema(db: sqlite_utils.Database) -> None:
     db.table("streams").create(
         {"stream_id": str, "version": int, "status": str, "category": str}, pk="stream_id", not_null={"version"}
     )
-    checkpoint = {"position": int, "head_hash": str, "schema_version": int, "fingerprint": str, "snapshot": str}
     db.table("checkpoints").create(
-        {"checkpoint_id": int, **checkpoint, "snapshot_sha256": str, "recorded_at": str},
+        {
+            "checkpoint_id": int,
+            "position": int,
+            "head_hash": str,
+            "schema_version": int,
+            "fingerprint": str,
+            "snapshot": str,
+            "snapshot_sha256": str,
+            "recorded_at": str,
+        },
         pk="checkpoint_id",
-        not_null=set(checkpoint),
     )
     db.table("checkpoint_streams").create(
         {"checkpoint_id": int, "stream_id": str, "version": int, "state": str, "state_sha256": str},

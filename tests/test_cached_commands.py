@@ -61,7 +61,7 @@ def test_a_command_on_a_cached_candidate_reads_no_stream(ws: Workspace, two: tup
         assert one.check("dpo-v5").state == "verified"
     reads = [s for s in statements if "FROM events WHERE stream_id" in s and "version >" in s]
     assert reads == [], reads
-    assert any(s.startswith("INSERT INTO events") for s in statements)
+    assert any("INTO events (" in s for s in statements)
 
 
 def test_a_candidate_invalidated_by_a_fan_out_stays_cached(ws: Workspace, two: tuple[Ledger, Ledger]) -> None:

@@ -38,13 +38,13 @@ def run(code: str) -> str:
     return done.stdout
 
 
-def test_importing_the_domain_builds_no_class_and_imports_no_attrs() -> None:
-    """The event, state and snapshot modules declare ~20 classes; none is built, attrs is not imported."""
+def test_importing_the_domain_builds_no_class() -> None:
+    """The event, state and snapshot modules declare ~20 classes; none is built (attrs itself is
+    imported: the store's records are attrs classes)."""
     out = run(
         "import sys, importlib\n"
         f"for m in {DEFERRED_MODULES!r}: importlib.import_module(m)\n"
         "from lifecycle_fsm import deferred\n"
-        "assert 'attr' not in sys.modules and 'attrs' not in sys.modules, 'attrs imported'\n"
         "print(sorted(c.__name__ for c in deferred._PENDING))\n"
     )
     pending = set(eval(out))
