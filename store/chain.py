@@ -52,15 +52,18 @@ def canonical_json(value: Any) -> str:
 
 
 def _refuse_non_finite(value: Any) -> None:
-    stack = [value]
+    """Walk the containers; scalars are judged where they stand (this runs per event)."""
+    stack: list[Any] = [[value]]
     while stack:
         item = stack.pop()
-        if isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, list | tuple):
-            stack.extend(item)
-        elif isinstance(item, float) and not math.isfinite(item):
-            raise InputError(f"payload holds a non-finite number ({item}); JSON cannot carry it")
+        for child in item.values() if type(item) is dict else item:
+            kind = type(child)
+            if kind is str or kind is int or kind is bool or child is None:
+                continue
+            if kind is dict or kind is list or kind is tuple:
+                stack.append(child)
+            elif isinstance(child, float) and not math.isfinite(child):
+                raise InputError(f"payload holds a non-finite number ({child}); JSON cannot carry it")
 
 
 def _header(
