@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from lifecycle_fsm import decisions
+from lifecycle_fsm import decisions, idempotency
 from lifecycle_fsm.artifacts import DigestCache, hash_directory
 from lifecycle_fsm.checks import gather_checks, trusted_state_evidence, verify_artifact
 from lifecycle_fsm.closed import closed_store
@@ -29,7 +29,7 @@ from lifecycle_fsm.command_inputs import (
     require_kind,
     utc_now,
 )
-from lifecycle_fsm.command_path import CommandPath, Decide, Outcome
+from lifecycle_fsm.command_path import Command, CommandPath, Decide, Outcome
 from lifecycle_fsm.decisions import DEFAULT_ACTIVE_WINDOW, DEFAULT_MAX_WINDOW_AGE, Decision
 from lifecycle_fsm.errors import DuplicateEventError, InputError, LedgerClosedError, StoreError
 from lifecycle_fsm.event_base import text_or_error
@@ -65,7 +65,7 @@ from lifecycle_fsm.state import CandidateState, LedgerSettings, reading_stored
 from lifecycle_fsm.store.base import EventStore
 from lifecycle_fsm.store.chain import canonical_json
 from lifecycle_fsm.store.records import EventFilter, StoredEvent
-from lifecycle_fsm.streams import CACHED_CANDIDATES, StreamReader, check_cache_size, fold_candidate, fold_settings
+from lifecycle_fsm.streams import CACHED_CANDIDATES, StreamReader, check_cache_size, fold_candidate
 from lifecycle_fsm.upcasting import decoded_event, decoded_payload, dense_versions
 
 __all__ = [
@@ -77,7 +77,6 @@ __all__ = [
     "RecoveryResult",
     "SettingsResult",
     "fold_candidate",
-    "fold_settings",
     "utc_now",
 ]
 
@@ -287,17 +286,17 @@ class Ledger:
         match: dict[str, Any] = {"manifest_path": os.path.normpath(os.path.abspath(manifest_path))}
         if candidate_id is not None:
             match["candidate_id"] = candidate_id
-        return self._path.retried_unread(event_id, type_name, match)
+        return idempotency.retried_unread(self._path, event_id, type_name, match)
 
     def _on_candidate(self, stream_id: str, decide: Decide, **how: Any) -> CandidateResult:
         _check_key(how["event_id"])
-        outcome = self._path.run(stream_id, decide, **how)
+        outcome = self._path.run(Command(stream_id, decide, **how))
         assert outcome.candidate is not None  # a candidate command always leaves (or finds) a candidate
         return CandidateResult(candidate=outcome.candidate, events=outcome.events, duplicate=outcome.duplicate)
 
     def _on_settings(self, stream_id: str, decide: Decide, **how: Any) -> SettingsResult:
         _check_key(how["event_id"])
-        outcome = self._path.run(stream_id, decide, **how)
+        outcome = self._path.run(Command(stream_id, decide, **how))
         assert outcome.settings is not None
         return SettingsResult(settings=outcome.settings, events=outcome.events, duplicate=outcome.duplicate,
                               invalidated=outcome.invalidated)  # fmt: skip
@@ -402,12 +401,7 @@ class Ledger:
             assert retried.candidate is not None
             return CandidateResult(candidate=retried.candidate, events=retried.events, duplicate=True)
         cid = candidate_id if candidate_id is not None else default_id(manifest.fields, manifest_path)
-        try:
-            check_candidate_id(cid)  # printable, at most 256 characters, no reserved name (lifecycle_fsm.limits)
-        except InputError:
-            # An id an older release let in keeps working for its own candidate (a retry, a revision).
-            if not isinstance(cid, str) or not cid or self.store.stream_version(stream_of(cid)) == 0:
-                raise
+        check_candidate_id(cid)  # printable, at most 256 characters, no reserved name (lifecycle_fsm.limits)
 
         def decide(current: CandidateState | None, _: LedgerSettings) -> Decision:
             decision = decisions.receive(current, cid, manifest)
