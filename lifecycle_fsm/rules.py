@@ -131,7 +131,7 @@ def choose_recovery_action(failure: dict[str, Any]) -> dict[str, Any]:
         "stage": stage,
         "recovery_state": recovery_state,
         "reused_state": recovery_state is not None,
-        "action": action,
+        "action": action.value,  # a plain string, as the seed returns it
     }
 
 
