@@ -8,20 +8,23 @@ no-op (an identical re-receipt, a setting that is already so).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
-from lifecycle_fsm.checks import CheckEvidence, handoff_reason_codes
+from lifecycle_fsm.checks import CheckEvidence, TrustedStateCheck
 from lifecycle_fsm.errors import ConflictError, IllegalCommandError, InputError
 from lifecycle_fsm.events import (
     BaselineActivated,
     CandidateEvent,
     CandidateReceived,
+    CandidateRegistered,
     ChecksRecorded,
     EvaluationActivated,
     EvidenceInvalidated,
     HandoffDecided,
+    InconclusiveCheckRecorded,
     LedgerEvent,
     LedgerInitialized,
     RecoveryCompleted,
@@ -31,9 +34,9 @@ from lifecycle_fsm.events import (
     TrustedStateRecorded,
     WindowAdvanced,
 )
-from lifecycle_fsm.machine import command_allowed
+from lifecycle_fsm.machine import State, command_allowed
 from lifecycle_fsm.manifests import CandidateManifest
-from lifecycle_fsm.rules import BLOCKING_ACTIONS, ONLINE_KINDS, choose_recovery_action
+from lifecycle_fsm.rules import BLOCKING_ACTIONS, ONLINE_KINDS, RULES, choose_recovery_action
 from lifecycle_fsm.state import CandidateState, LedgerSettings
 from lifecycle_fsm.store.chain import canonical_json
 
@@ -53,6 +56,8 @@ __all__ = [
     "invalidate_trusted_state",
     "receive",
     "record_trusted_state",
+    "register",
+    "require_adapter",
 ]
 
 DEFAULT_MAX_WINDOW_AGE = 2
@@ -83,8 +88,47 @@ NOTHING = Decision()
 # --- candidate commands ---------------------------------------------------------------
 
 
+def register(
+    current: CandidateState | None, candidate_id: str, kind: str, source_policy_version: str, provenance: JSON
+) -> Decision:
+    """A candidate that exists before its adapter; the same registration again is a no-op."""
+    event = CandidateRegistered(candidate_id, kind, source_policy_version, provenance)
+    if current is None:
+        return Decision((event,))
+    if (current.kind, current.candidate.get("source_policy_version"), current.provenance) == (
+        kind,
+        source_policy_version,
+        provenance,
+    ):
+        return NOTHING
+    raise ConflictError(f"candidate {candidate_id!r} already exists (state {current.state}) with another identity")
+
+
+def _completes(current: CandidateState, manifest: CandidateManifest) -> Decision:
+    """The finished adapter's manifest completes a registered candidate whose identity it repeats."""
+    if current.state != State.RECEIVED:
+        raise IllegalCommandError(
+            f"candidate {current.candidate_id!r} is in state {current.state}: its adapter can be received "
+            "once it is back in received (complete its recovery first)",
+            state=current.state,
+            trigger="complete_registration",
+        )
+    registered = {"candidate_kind": current.kind, **current.candidate}
+    for field in ("candidate_kind", "source_policy_version"):
+        if manifest.fields.get(field) != registered.get(field):
+            raise InputError(
+                f"manifest {manifest.path} does not complete candidate {current.candidate_id!r}: its {field} is "
+                f"{manifest.fields.get(field)!r}, the registration says {registered.get(field)!r}"
+            )
+    return Decision(
+        (CandidateReceived(current.candidate_id, 0, manifest.path, manifest.sha256, manifest.fields, None, True),)
+    )
+
+
 def receive(current: CandidateState | None, candidate_id: str, manifest: CandidateManifest) -> Decision:
-    """A new candidate, a revision of a `tune` one, or nothing for an identical re-receipt."""
+    """A new candidate, a registered one completed, a revision of a `tune` one, or nothing for a re-receipt."""
+    if current is not None and current.pending:
+        return _completes(current, manifest)
     if current is not None:
         if current.manifest_sha256 == manifest.sha256 and canonical_json(current.candidate) == canonical_json(
             manifest.fields
@@ -98,17 +142,26 @@ def receive(current: CandidateState | None, candidate_id: str, manifest: Candida
                 trigger="revise",
             )
     revision = 0 if current is None else current.revision + 1
-    return Decision((CandidateReceived(candidate_id, revision, manifest.path, manifest.sha256, manifest.fields),))
+    return Decision((CandidateReceived(candidate_id, revision, manifest.path, manifest.sha256, manifest.fields, None),))
 
 
 def check(evidence: CheckEvidence) -> Decision:
-    """Record every check's evidence: it passes (verified, or unchanged) or names what failed."""
-    return Decision((ChecksRecorded(**evidence),))
+    """Record every check's evidence: it passes (verified, or unchanged) or names what failed.
+
+    An artifact the environment kept from being read decides nothing (inconclusive), unless
+    another check already failed for good.
+    """
+    reasons = evidence.reason_codes
+    if evidence.inconclusive and not _decided_without(evidence, reasons):
+        return Decision((_inconclusive("check", evidence),))
+    return Decision((ChecksRecorded(not reasons, reasons, **evidence.payload(), rules=RULES),))
 
 
 def hand_off(current: CandidateState, evidence: CheckEvidence) -> Decision:
-    """The seed's hand-off decision over checks re-run at this moment."""
-    decision, reasons = handoff_reason_codes(evidence, current.candidate.get("decision"))
+    """The seed's hand-off decision over checks re-run at this moment, under today's rules."""
+    decision, reasons = evidence.decide(current.candidate.get("decision"))
+    if evidence.inconclusive and not _decided_without(evidence, reasons):
+        return Decision((_inconclusive("handoff", evidence),))
     return Decision(
         (
             HandoffDecided(
@@ -116,13 +169,20 @@ def hand_off(current: CandidateState, evidence: CheckEvidence) -> Decision:
                 upstream_decision=decision["upstream_decision"],
                 hard_failures=decision["hard_failures"],
                 reason_codes=reasons,
-                freshness=evidence["freshness"],
-                artifact=evidence["artifact"],
-                rollback=evidence["rollback"],
-                settings=evidence["settings"],
+                **evidence.payload(),
+                rules=RULES,
             ),
         )
     )
+
+
+def _decided_without(evidence: CheckEvidence, reasons: list[str]) -> bool:
+    """Whether something other than the unreadable checks already fails: then the verdict stands."""
+    return bool(set(reasons) - set(evidence.inconclusive) - {"path_escapes_root"})
+
+
+def _inconclusive(command: str, evidence: CheckEvidence) -> InconclusiveCheckRecorded:
+    return InconclusiveCheckRecorded(command, list(evidence.inconclusive), **evidence.payload(), rules=RULES)
 
 
 def record_trusted_state(kind: str, path: str, sha256: str) -> Decision:
@@ -135,12 +195,31 @@ def invalidate_trusted_state(current: CandidateState, kind: str, reason: str) ->
     return Decision((TrustedStateInvalidated(kind, reason),))
 
 
-def fail_stage(stage: str, trusted_states: JSON) -> Decision:
+def require_adapter(current: CandidateState, command: str) -> None:
+    """A registered candidate is judged only once its adapter was received: refused, never rejected."""
+    if current.pending:
+        raise IllegalCommandError(
+            f"candidate {current.candidate_id!r} is registered but its adapter was not received yet: "
+            f"`{command}` needs it (receive the finished adapter's manifest first)",
+            state=current.state,
+            trigger=command,
+        )
+
+
+def fail_stage(current: CandidateState, stage: str, trusted_states: Mapping[str, TrustedStateCheck]) -> Decision:
     """The recovery plan from the trusted states the log proves intact (re-hashed by the caller)."""
-    available = {kind: bool(e["available"]) for kind, e in trusted_states.items()}
+    if current.state == State.READY and stage != "artifact_validation":
+        raise IllegalCommandError(
+            f"candidate {current.candidate_id!r} is ready: after hand-off only stage artifact_validation can fail "
+            f"(an export or merge), not {stage}",
+            state=current.state,
+            trigger="fail_stage",
+        )
+    available = {kind: check.available for kind, check in trusted_states.items()}
     plan = choose_recovery_action({"stage": stage, "available": available})
     blocking = plan["action"] in BLOCKING_ACTIONS
-    return Decision((StageFailed(stage), RecoveryPlanned(**plan, blocking=blocking, trusted_states=trusted_states)))
+    seen = {kind: check.to_json() for kind, check in trusted_states.items()}
+    return Decision((StageFailed(stage), RecoveryPlanned(**plan, blocking=blocking, trusted_states=seen)))
 
 
 def complete_recovery(current: CandidateState) -> Decision:

@@ -12,6 +12,7 @@ each one ends in is the CLI's business (`lifecycle_fsm.cli.exit_codes`), not the
     LifecycleError
     ├── InputError (ValueError)          bad file, bad JSON, bad manifest, unknown stage/kind
     │   ├── ArtifactError                an artifact cannot be hashed (missing, escapes, loop)
+    │   │   └── ArtifactUnreadable       … for a reason of the environment (permission, I/O)
     │   └── ScenarioError                a drill file is malformed
     ├── NotFoundError (LookupError)      unknown candidate id
     ├── ConflictError (RuntimeError)     the command is not allowed now
@@ -35,6 +36,7 @@ from typing import Any
 
 __all__ = [
     "ArtifactError",
+    "ArtifactUnreadable",
     "ConcurrencyError",
     "ConflictError",
     "CorruptionError",
@@ -129,6 +131,11 @@ class StoreError(LifecycleError, OSError):
 
 class ArtifactError(InputError):
     """An artifact cannot be hashed: missing, outside the root, a link loop, changing."""
+
+
+class ArtifactUnreadable(ArtifactError):
+    """An artifact could not be read for a reason of the environment (permission denied, an I/O
+    error, its root absent as an unmounted volume's is): a check that meets it is inconclusive."""
 
 
 class ScenarioError(InputError):

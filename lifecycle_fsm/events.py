@@ -27,19 +27,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+import attrs
+
 from lifecycle_fsm.candidate_events import (
     CandidateEvent,
     CandidateReceived,
+    CandidateRegistered,
     ChecksRecorded,
     EvidenceInvalidated,
     HandoffDecided,
+    InconclusiveCheckRecorded,
     RecoveryCompleted,
     RecoveryPlanned,
     StageFailed,
     TrustedStateInvalidated,
     TrustedStateRecorded,
 )
-from lifecycle_fsm.deferred import frozen
 from lifecycle_fsm.event_base import (
     CANDIDATE_PREFIX,
     JSON,
@@ -59,6 +62,8 @@ __all__ = [
     "BaselineActivated",
     "CandidateEvent",
     "CandidateReceived",
+    "CandidateRegistered",
+    "InconclusiveCheckRecorded",
     "ChecksRecorded",
     "EvaluationActivated",
     "Event",
@@ -81,17 +86,17 @@ __all__ = [
 # --- the ledger's own stream: settings every decision reads -----------------------
 
 
-@frozen
+@attrs.frozen
 class LedgerEvent(Event):
     """An event of the ledger's own stream; `settle` says which settings it changes."""
 
     @classmethod
-    def settle(cls, payload: Mapping[str, Any]) -> JSON:
-        """The `LedgerSettings` fields this event sets (every concrete class says)."""
+    def settle(cls, settings: Any, payload: Mapping[str, Any]) -> JSON:
+        """The `LedgerSettings` fields this event sets, given the settings before it (every concrete class says)."""
         raise TypeError(f"{cls.__name__} does not say which settings it changes")  # pragma: no cover
 
 
-@frozen
+@attrs.frozen
 class LedgerInitialized(LedgerEvent):
     """The ledger's freshness settings were fixed (seed defaults: max age 2, window 1).
 
@@ -107,17 +112,16 @@ class LedgerInitialized(LedgerEvent):
     ledger_id: str | None = None  # None: derived from this event's hash (`seals.ledger_id_of`)
 
     @classmethod
-    def settle(cls, payload: Mapping[str, Any]) -> JSON:
+    def settle(cls, settings: Any, payload: Mapping[str, Any]) -> JSON:
         return {"initialized": True, "max_window_age": payload["max_window_age"],
                 "active_window": payload["active_window"]}  # fmt: skip
 
 
-@frozen
+@attrs.frozen
 class BaselineActivated(LedgerEvent):
     """An SFT baseline became the active policy; its adapter sha256 is the policy version."""
 
     TYPE: ClassVar[str] = "BaselineActivated"
-    SCHEMA_VERSION: ClassVar[int] = 2  # v2: adapter_tree
     policy_version: str
     previous_policy_version: str | None
     manifest_path: str
@@ -129,13 +133,14 @@ class BaselineActivated(LedgerEvent):
     adapter_tree: JSON | None = None  # the adapter folder's per-file listing at activation (None: a file)
 
     @classmethod
-    def settle(cls, payload: Mapping[str, Any]) -> JSON:
+    def settle(cls, settings: Any, payload: Mapping[str, Any]) -> JSON:
         if not isinstance(payload["policy_version"], str):
             raise ValueError("policy_version must be a string")
-        return {"baseline": dict(payload)}
+        baseline = dict(payload)
+        return {"baseline": baseline, "baselines": settings.baselines | {baseline["policy_version"]: baseline}}
 
 
-@frozen
+@attrs.frozen
 class WindowAdvanced(LedgerEvent):
     """The active rollout window moved on; online evidence ages by the difference."""
 
@@ -144,11 +149,11 @@ class WindowAdvanced(LedgerEvent):
     previous_window: int
 
     @classmethod
-    def settle(cls, payload: Mapping[str, Any]) -> JSON:
+    def settle(cls, settings: Any, payload: Mapping[str, Any]) -> JSON:
         return {"active_window": payload["active_window"]}
 
 
-@frozen
+@attrs.frozen
 class EvaluationActivated(LedgerEvent):
     """A new evaluation version became the one candidates must name."""
 
@@ -157,14 +162,14 @@ class EvaluationActivated(LedgerEvent):
     previous_evaluation_version: str | None
 
     @classmethod
-    def settle(cls, payload: Mapping[str, Any]) -> JSON:
+    def settle(cls, settings: Any, payload: Mapping[str, Any]) -> JSON:
         return {"evaluation_version": payload["evaluation_version"]}
 
 
 # --- the seals stream: signed heads, deciding nothing --------------------------------
 
 
-@frozen
+@attrs.frozen
 class HeadSealed(Event):
     """A key holder signed the head before this event (`lifecycle seal`, SPEC §8).
 
@@ -186,8 +191,10 @@ LEDGER_EVENTS: dict[str, type[LedgerEvent]] = {
 CANDIDATE_EVENTS: dict[str, type[CandidateEvent]] = {
     cls.TYPE: cls
     for cls in (
+        CandidateRegistered,
         CandidateReceived,
         ChecksRecorded,
+        InconclusiveCheckRecorded,
         TrustedStateRecorded,
         TrustedStateInvalidated,
         StageFailed,

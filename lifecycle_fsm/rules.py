@@ -6,14 +6,17 @@ No I/O, no clock: the ledger gathers the evidence and records what these return.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
 
 __all__ = [
     "BLOCKING_ACTIONS",
+    "RULES",
     "CANDIDATE_KINDS",
     "FRESHNESS_CHECKS",
     "ONLINE_KINDS",
     "RECOVERY_STATES_BY_STAGE",
+    "RecoveryAction",
     "STAGES",
     "TRUSTED_STATE_KINDS",
     "UPSTREAM_DECISIONS",
@@ -21,6 +24,12 @@ __all__ = [
     "choose_recovery_action",
     "decide_lifecycle_handoff",
 ]
+
+# The decision rules' declared version, and a digest of what they decide over a fixed set of inputs
+# (tests/test_rules_version.py recomputes it): change a rule, and the test says to bump the version.
+# Every check and hand-off records them; a decision made under other rules is history, and a
+# hand-off always decides again under today's.
+RULES = {"version": 1, "digest": "1187c1e0045be64b469123fbb4d3662f1c40da60d09d9c588b1baa1adf3fa16f"}
 
 CANDIDATE_KINDS = ("dpo", "grpo", "rlvr")
 ONLINE_KINDS = ("grpo", "rlvr")
@@ -37,22 +46,39 @@ RECOVERY_STATES_BY_STAGE: dict[str, tuple[str, ...]] = {
 STAGES = tuple(RECOVERY_STATES_BY_STAGE)
 TRUSTED_STATE_KINDS = ("prompt_queue", "trajectories", "pre_update_checkpoint", "verified_baseline")
 
+
+class RecoveryAction(StrEnum):
+    """What the supervisor does next after a stage failed (the seed's actions)."""
+
+    RETRY_SAMPLING_FROM_PROMPT_QUEUE = "retry_sampling_from_prompt_queue"
+    REBUILD_PROMPT_QUEUE = "rebuild_prompt_queue"
+    RESUME_REWARD_FROM_SAVED_TRAJECTORIES = "resume_reward_from_saved_trajectories"
+    RESTART_SAMPLING_FROM_PROMPT_QUEUE = "restart_sampling_from_prompt_queue"
+    RESTART_SAMPLING = "restart_sampling"
+    RESTORE_PRE_UPDATE_CHECKPOINT = "restore_pre_update_checkpoint"
+    ROLLBACK_TO_VERIFIED_BASELINE = "rollback_to_verified_baseline"
+    BLOCK_UPDATE = "block_update"
+    BLOCK_RELEASE = "block_release"
+
+
+A = RecoveryAction
 _ACTION_BY_STAGE_AND_STATE = {
-    ("sampling", "prompt_queue"): "retry_sampling_from_prompt_queue",
-    ("reward", "trajectories"): "resume_reward_from_saved_trajectories",
-    ("reward", "prompt_queue"): "restart_sampling_from_prompt_queue",
-    ("update", "pre_update_checkpoint"): "restore_pre_update_checkpoint",
-    ("update", "verified_baseline"): "rollback_to_verified_baseline",
-    ("artifact_validation", "verified_baseline"): "rollback_to_verified_baseline",
+    ("sampling", "prompt_queue"): A.RETRY_SAMPLING_FROM_PROMPT_QUEUE,
+    ("reward", "trajectories"): A.RESUME_REWARD_FROM_SAVED_TRAJECTORIES,
+    ("reward", "prompt_queue"): A.RESTART_SAMPLING_FROM_PROMPT_QUEUE,
+    ("update", "pre_update_checkpoint"): A.RESTORE_PRE_UPDATE_CHECKPOINT,
+    ("update", "verified_baseline"): A.ROLLBACK_TO_VERIFIED_BASELINE,
+    ("artifact_validation", "verified_baseline"): A.ROLLBACK_TO_VERIFIED_BASELINE,
 }
 _FALLBACK_BY_STAGE = {
-    "sampling": "rebuild_prompt_queue",
-    "reward": "restart_sampling",
-    "update": "block_update",
-    "artifact_validation": "block_release",
+    "sampling": A.REBUILD_PROMPT_QUEUE,
+    "reward": A.RESTART_SAMPLING,
+    "update": A.BLOCK_UPDATE,
+    "artifact_validation": A.BLOCK_RELEASE,
 }
 # Fallbacks that stop the candidate instead of redoing work: they end in `reject`.
-BLOCKING_ACTIONS = frozenset({"block_update", "block_release"})
+BLOCKING_ACTIONS = frozenset({A.BLOCK_UPDATE, A.BLOCK_RELEASE})
+del A
 
 
 def _age_within(value: Any, maximum: int) -> bool:
@@ -112,7 +138,7 @@ def choose_recovery_action(failure: dict[str, Any]) -> dict[str, Any]:
         "stage": stage,
         "recovery_state": recovery_state,
         "reused_state": recovery_state is not None,
-        "action": action,
+        "action": action.value,  # a plain string, as the seed returns it
     }
 
 

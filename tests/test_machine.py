@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from lifecycle_fsm.machine import (
-    INITIAL_TRIGGER,
-    MACHINE,
+    INITIAL_TRIGGERS,
     TABLE,
     TABLE_DIGEST,
     TRANSITIONS,
@@ -21,8 +20,11 @@ from lifecycle_fsm.machine import (
     allowed_triggers,
     command_allowed,
     diagram,
+    new_machine,
     next_state,
 )
+
+MACHINE = new_machine()
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -35,13 +37,19 @@ CAN_FAIL = ["received", "verified", "recovering"]
 def _expected_table() -> dict[tuple[str | None, str], str]:
     """SPEC §4 transcribed by hand, one row per (state, trigger)."""
     table: dict[tuple[str | None, str], str] = {(None, "receive"): "received", ("tune", "revise"): "received"}
+    table[(None, "register")] = "received"  # a candidate that exists before its adapter
+    table[("received", "complete_registration")] = "received"  # ... until its adapter is received
     table[("received", "pass_checks")] = "verified"
     for state in DECIDED:
         table[(state, "pass_checks")] = state
     for state in ["received", *DECIDED]:
         table[(state, "fail_checks")] = "reject"
+        table[(state, "check_inconclusive")] = state  # the environment kept an artifact from being read
+    table[("verified", "hand_off_inconclusive")] = "verified"
     for state in CAN_FAIL:
         table[(state, "fail_stage")] = state
+    for state in [*CAN_FAIL, "ready"]:  # after hand-off, only artifact validation (export, merge) fails
+        table[(state, "fail_artifact_validation")] = state
         table[(state, "plan_recovery")] = "recovering"
         table[(state, "block_recovery")] = "reject"
     table[("recovering", "complete_recovery")] = "received"
@@ -80,9 +88,9 @@ def test_table_has_nothing_extra() -> None:
 
 
 def test_triggers_in_transitions_are_the_spec_triggers() -> None:
-    """The declarative list names exactly the spec's triggers besides the initial `receive`."""
-    assert INITIAL_TRIGGER == "receive"
-    assert {t["trigger"] for t in TRANSITIONS} == set(TRIGGERS) - {"receive"}
+    """The declarative list names exactly the spec's triggers besides the initial `receive` and `register`."""
+    assert set(INITIAL_TRIGGERS) == {"receive", "register"}
+    assert {t["trigger"] for t in TRANSITIONS} == set(TRIGGERS) - {"receive", "register"}
 
 
 @pytest.mark.parametrize("trigger", TRIGGERS)
@@ -125,10 +133,11 @@ def test_a_state_member_is_asked_as_its_value(state: State) -> None:
 def test_allowed_triggers_examples() -> None:
     """Spot checks: nothing from reject, only `receive` before the first event."""
     assert allowed_triggers("reject") == []
-    assert allowed_triggers(None) == ["receive"]
-    assert allowed_triggers("recovering") == [
+    assert allowed_triggers(None) == ["receive", "register"]
+    assert allowed_triggers("recovering") == [  # no check from recovering: nothing inconclusive either
         "block_recovery",
         "complete_recovery",
+        "fail_artifact_validation",
         "fail_stage",
         "invalidate_trusted_state",
         "plan_recovery",
@@ -181,7 +190,7 @@ def test_diagram_names_every_state_and_trigger() -> None:
     for state in STATES:
         assert re.search(rf"\b{state}\b", text), state
     labelled = {trigger for (_src, trigger) in _diagram_edges(text)}
-    assert labelled == set(TRIGGERS) - {"receive"}
+    assert labelled == set(TRIGGERS) - {"receive", "register"}
     assert re.search(r"\[\*\] --> received\b", text)
 
 
