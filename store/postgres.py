@@ -23,7 +23,6 @@ Why it is built this way:
 from __future__ import annotations
 
 import contextlib
-import re
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -39,11 +38,11 @@ from lifecycle_fsm.store.chain import canonical_json, event_hash
 from lifecycle_fsm.store.faults import fault_from_env
 from lifecycle_fsm.store.postgres_schema import (
     APPEND_ONE,
-    PG_GUARD_SOURCE,
-    PG_GUARDS,
+    GUARD_ROWS,
     append_one,
     ensure_schema,
     filter_sql,
+    guard_problems,
 )
 from lifecycle_fsm.store.postgres_session import COMMIT_UNKNOWN, NOTHING_COMMITTED, PgSession
 from lifecycle_fsm.store.postgres_transaction import PostgresTransaction
@@ -352,26 +351,7 @@ class PostgresEventStore(SQLStore):
     # --- verify, followers, the handle ----------------------------------------------------
 
     def guard_problems(self) -> list[str]:
-        """Each append-only trigger on `events` that is missing, not enabled for every session
-        (`DISABLE`, or `ENABLE REPLICA`: it then fires only for replication), or not exactly as
-        `postgres_schema.DDL` made it (a `WHEN`, another timing, another function or body)."""
-        rows = self._rows(
-            "SELECT t.tgname, t.tgenabled, pg_get_triggerdef(t.oid), p.prosrc FROM pg_trigger t "
-            "JOIN pg_proc p ON p.oid = t.tgfoid WHERE t.tgrelid = 'events'::regclass AND NOT t.tgisinternal"
-        )
-        found = {
-            name: (enabled, re.sub(r" ON [^ ]+\.events ", " ON events ", definition), " ".join(source.split()))
-            for name, enabled, definition, source in rows
-        }
-        problems = []
-        for name, definition in PG_GUARDS.items():
-            if name not in found:
-                problems.append(f"trigger {name} is missing")
-            elif found[name][0] not in ("O", "A"):
-                problems.append(f"trigger {name} is disabled")
-            elif found[name][1:] != (definition, PG_GUARD_SOURCE):
-                problems.append(f"trigger {name} was altered")
-        return problems
+        return guard_problems(self._rows(GUARD_ROWS))
 
     def wait_for_new(self, after: int, timeout: float) -> bool:
         """Block until an event past `after` is committed (True) or `timeout` seconds pass (False).

@@ -16,6 +16,7 @@ Why it is built this way:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -33,11 +34,13 @@ __all__ = [
     "APPEND_ONE",
     "DDL",
     "EVENT_COLUMNS",
+    "GUARD_ROWS",
     "PG_GUARDS",
     "PG_GUARD_SOURCE",
     "STORE_SCHEMA_VERSION",
     "ensure_schema",
     "filter_sql",
+    "guard_problems",
 ]
 
 STORE_SCHEMA_VERSION = 1
@@ -125,6 +128,29 @@ PG_GUARDS = {
     "FOR EACH STATEMENT EXECUTE FUNCTION lifecycle_refuse_change()",
 }
 PG_GUARD_SOURCE = " ".join(next(d for d in DDL if "FUNCTION lifecycle_refuse_change()" in d).split("$$")[1].split())
+GUARD_ROWS = (
+    "SELECT t.tgname, t.tgenabled, pg_get_triggerdef(t.oid), p.prosrc FROM pg_trigger t "
+    "JOIN pg_proc p ON p.oid = t.tgfoid WHERE t.tgrelid = 'events'::regclass AND NOT t.tgisinternal"
+)
+
+
+def guard_problems(rows: Sequence[tuple[Any, ...]]) -> list[str]:
+    """Each append-only trigger on `events` (`GUARD_ROWS`) that is missing, not enabled for every session
+    (`DISABLE`, or `ENABLE REPLICA`: it then fires only for replication), or not exactly as `DDL` made
+    it (a `WHEN`, another timing, another function or body)."""
+    found = {
+        name: (enabled, re.sub(r" ON [^ ]+\.events ", " ON events ", definition), " ".join(source.split()))
+        for name, enabled, definition, source in rows
+    }
+    problems = []
+    for name, definition in PG_GUARDS.items():
+        if name not in found:
+            problems.append(f"trigger {name} is missing")
+        elif found[name][0] not in ("O", "A"):
+            problems.append(f"trigger {name} is disabled")
+        elif found[name][1:] != (definition, PG_GUARD_SOURCE):
+            problems.append(f"trigger {name} was altered")
+    return problems
 
 
 def append_one(
