@@ -1,13 +1,10 @@
 """A Ledger is not carried across `fork()` (store/threads.py): real forks, on SQLite and PostgreSQL.
 
-Before: parent and child shared the PostgreSQL connection and read each other's answers
-("prepared statement … already exists", "unexpected answer to the pipeline's Sync", a false
-`IntegrityError` about the server's chain), commands reported failed were committed, and a child
-closing or freeing the connection would have ended the parent's session (libpq's Terminate);
-SQLite happened to work, though SQLite says a connection must not cross a fork. Now the child's
-every call is refused with one line naming the process that opened the ledger, the child sends and
-closes nothing on the inherited connection, the parent goes on with the same session, and a ledger
-opened in the child works.
+A parent and a child sharing a PostgreSQL connection read each other's answers, and a child closing
+or freeing it would end the parent's session (libpq's Terminate); SQLite says a connection must not
+cross a fork. The child's every call is refused with one line naming the process that opened the
+ledger, the child sends and closes nothing on the inherited connection, the parent goes on with the
+same session, and a ledger opened in the child works.
 """
 
 from __future__ import annotations

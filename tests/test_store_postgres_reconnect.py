@@ -1,10 +1,10 @@
 """A PostgreSQL ledger whose connection drops (a server restart, a failover, a session ended by an
-administrator) connects again at the start of its next call (store/postgres_schema.py, `PgSession.recover`).
+administrator) connects again at the start of its next call (store/postgres_session.py, `PgSession.recover`).
 
 The drop is real: `pg_terminate_backend` on the ledger's own backend pid, and only that pid (the
 test server is shared). The call that meets the drop fails with one StoreError saying so; the next
 call, outside any transaction, opens a new session set up as at open (schema, timeouts, durability,
-prepared statements again on use, the follower's LISTEN); nothing reconnects inside a transaction.
+the follower's LISTEN); nothing reconnects inside a transaction.
 """
 
 from __future__ import annotations
