@@ -198,8 +198,9 @@ def handoff_decision(evidence: CheckEvidence, upstream_decision: Any) -> tuple[J
 
 
 def source_baseline(candidate: CandidateState, settings: LedgerSettings) -> JSON | None:
-    """The baseline the candidate branched from (its `source_policy_version`), if this ledger activated it."""
-    return settings.baselines.get(str(candidate.candidate.get("source_policy_version")))
+    """The baseline to roll the candidate back to: the one it branched from (its `source_policy_version`)
+    when this ledger activated it, else the active one."""
+    return settings.baselines.get(str(candidate.candidate.get("source_policy_version")), settings.baseline)
 
 
 def trusted_state_evidence(
