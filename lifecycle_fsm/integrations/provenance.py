@@ -20,6 +20,7 @@ inputs record the same card wherever their output folders are.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -80,12 +81,18 @@ def _dataset(dataset: object) -> JSON:
     }
 
 
+def _as_json(value: object, method: str, **options: Any) -> JSON | None:
+    """The library's own JSON of `value` (`to_json_string`), read back as a dict; None without one."""
+    to_json = getattr(value, method, None)
+    return json.loads(to_json(**options)) if callable(to_json) else None
+
+
 def _base_model(model: object) -> JSON:
     config = getattr(model, "config", None)
-    to_dict = getattr(config, "to_dict", None)
-    if not callable(to_dict):
+    described = _as_json(config, "to_json_string", use_diff=False)
+    if described is None:
         return {"name": None, "config_sha256": None}
-    described = {k: v for k, v in to_dict().items() if k not in _CONFIG_LOCAL_KEYS}
+    described = {k: v for k, v in described.items() if k not in _CONFIG_LOCAL_KEYS}
     name = getattr(config, "_name_or_path", None)
     return {"name": name or None, "config_sha256": _digest(described)}
 
@@ -96,11 +103,10 @@ def _tokenizer(tokenizer: object) -> JSON:
 
 
 def _trainer(trainer_class: type | None, arguments: object) -> JSON:
-    to_dict = getattr(arguments, "to_dict", None)
+    described = _as_json(arguments, "to_json_string")
     digest = None
-    if callable(to_dict):
-        kept = {k: v for k, v in to_dict().items() if k not in RUN_LOCAL_ARGUMENTS}
-        digest = _digest(kept)
+    if described is not None:
+        digest = _digest({k: v for k, v in described.items() if k not in RUN_LOCAL_ARGUMENTS})
     name = None if trainer_class is None else f"{trainer_class.__module__}.{trainer_class.__qualname__}"
     return {"class": name, "arguments_sha256": digest}
 

@@ -48,7 +48,7 @@ class TrustedStateRecorder:
     """Records trusted states in order on a thread of its own; `wait()` raises the first that failed."""
 
     def __init__(self, location: str | os.PathLike[str], *, actor: str, artifact_root: str | None) -> None:
-        self._open = lambda: Ledger.open(location, actor=actor, artifact_root=artifact_root)
+        self._location, self._actor, self._artifact_root = location, actor, artifact_root
         self._queue: queue.Queue[PendingRecord | None] = queue.Queue()
         self._failures: list[tuple[PendingRecord, BaseException]] = []
         self._thread: threading.Thread | None = None
@@ -82,7 +82,7 @@ class TrustedStateRecorder:
         ledger: Ledger | None = None
         opening_error: BaseException | None = None
         try:
-            ledger = self._open()
+            ledger = Ledger.open(self._location, actor=self._actor, artifact_root=self._artifact_root)
         except Exception as e:  # every record then fails with it: raised by the next wait()
             opening_error = e
         try:

@@ -69,7 +69,7 @@ class TrainingStopped(RuntimeError):
         self.point = point
 
 
-class LedgerCallback(TrainerCallback):  # type: ignore[misc]  # transformers' classes are untyped
+class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # Any where transformers is absent
     """Records a training run's candidate, checkpoints, failures and hand-off in `ledger`.
 
     `kind` is dpo, grpo or rlvr; `run_id` names the run in every idempotency key (a
@@ -149,7 +149,7 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc]  # transformers' cl
         generate = getattr(trainer, "_generate", None)
         if not callable(generate):
             raise InputError(f"{type(trainer).__name__} has no generation step (_generate) to watch")
-        trainer._generate = self._staged("sampling", generate)
+        setattr(trainer, "_generate", self._staged("sampling", generate))  # noqa: B010 - TRL's own attribute
 
     # --- collective steps -----------------------------------------------------------
 
@@ -244,7 +244,7 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc]  # transformers' cl
 
     def _record_checkpoint(self, args: TrainingArguments, step: int) -> None:
         self._raise_deferred()
-        folder = os.path.abspath(os.path.join(args.output_dir, f"checkpoint-{step}"))
+        folder = os.path.abspath(os.path.join(_output_dir(args), f"checkpoint-{step}"))
         if not os.path.isdir(folder):
             raise InputError(f"the trainer saved step {step} but there is no checkpoint folder {folder}")
         assert self._recorder is not None  # registered at train begin
@@ -278,6 +278,10 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc]  # transformers' cl
             self._failed_stage, self._began, self._hook_failed = None, False, False
             try:
                 return trainer.train(resume_from_checkpoint=resume, **train_kwargs)
+            except (KeyboardInterrupt, SystemExit):
+                if is_main:
+                    self._drain()  # the checkpoints saved before the interrupt are still recorded
+                raise
             except Exception as error:
                 if self._hook_failed or not self._began or isinstance(error, LifecycleError | MainProcessError):
                     raise  # the ledger refused, or training never started: not a training stage failure
@@ -301,7 +305,7 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc]  # transformers' cl
         fields (`evaluation_version`, `verifier_version`, `source_evidence_version`, ...) override
         the defaults. Returns the hand-off's result, or the check's when the check rejected it.
         """
-        adapter = os.path.abspath(os.path.join(trainer.args.output_dir, ADAPTER_FOLDER))
+        adapter = os.path.abspath(os.path.join(_output_dir(trainer.args), ADAPTER_FOLDER))
         trainer.save_model(adapter)  # every rank: the Trainer writes from the main process
         barrier()
         is_main = trainer.is_world_process_zero()
@@ -341,3 +345,9 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc]  # transformers' cl
         if checked.state is not State.VERIFIED:
             return checked
         return self.ledger.hand_off(cid, event_id=f"{self.run_id}/handoff")
+
+
+def _output_dir(args: TrainingArguments) -> str:
+    if not args.output_dir:
+        raise InputError("the trainer's arguments name no output_dir: checkpoints and the adapter are written there")
+    return str(args.output_dir)

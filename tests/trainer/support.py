@@ -56,3 +56,35 @@ def baseline_ledger(root: Path, sft: Path, **open_options: Any) -> Ledger:
 
 def events_of(ledger: Ledger, candidate_id: str, type_name: str) -> list[Any]:
     return [e for e in ledger.events(stream=candidate_id) if e.type == type_name]
+
+
+def fail_at(*steps: int, always: bool = False) -> Any:
+    """A callback raising at the end of each given step (once, unless `always`): a fault in the update."""
+    from transformers import TrainerCallback
+
+    class FailAt(TrainerCallback):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.pending = list(steps)
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if state.global_step in self.pending:
+                if not always:
+                    self.pending.remove(state.global_step)
+                raise RuntimeError(f"injected fault at step {state.global_step}")
+
+    return FailAt()
+
+
+def dpo_trainer(tiny: Tiny, output: Path, callbacks: list[Any], sft: Path | None = None, **config: Any) -> Any:
+    """A DPO trainer of the tiny policy (SFT adapter loaded, trainable) writing to `output`."""
+    from trl import DPOTrainer
+
+    from examples.tiny_model import dpo_config, policy, preference_data, tokenizer
+
+    return DPOTrainer(
+        model=policy(tiny.base, sft or tiny.sft),
+        args=dpo_config(output, **config),
+        train_dataset=preference_data(),
+        processing_class=tokenizer(tiny.base),
+        callbacks=callbacks,
+    )
