@@ -33,10 +33,9 @@ def test_a_fault_is_planned_resumed_and_the_candidate_handed_off(tiny: Tiny, tmp
         ("dpo-1/attempt-1/step-2/checkpoint", str(out / "checkpoint-2"), hash_directory(out / "checkpoint-2")),
         ("dpo-1/attempt-2/step-4/checkpoint", str(out / "checkpoint-4"), hash_directory(out / "checkpoint-4")),
     ]
-    plan = ledger.recovery_plan("dpo-1")
-    assert plan is not None
-    assert (plan.stage, plan.action, plan.path) == ("update", RecoveryAction.RESTORE_PRE_UPDATE_CHECKPOINT,
-                                                    str(out / "checkpoint-2"))  # fmt: skip
+    (planned,) = events_of(ledger, "dpo-1", "RecoveryPlanned")
+    assert (planned.event.stage, planned.event.action) == ("update", RecoveryAction.RESTORE_PRE_UPDATE_CHECKPOINT)
+    assert planned.event.trusted_states["pre_update_checkpoint"]["path"] == str(out / "checkpoint-2")
     adapter = result.candidate.candidate
     assert adapter["adapter_sha256"] == hash_directory(out / "candidate-adapter")
     assert adapter["source_policy_version"] == hash_directory(tiny.sft)
@@ -76,8 +75,8 @@ def test_a_fault_before_any_checkpoint_restarts_from_the_sft_adapter(tiny: Tiny,
     cb = LedgerCallback(ledger, kind="dpo", run_id="dpo-3")
     trainer = dpo_trainer(tiny, tmp_path / "out", [fail_at(1), cb])
     assert cb.train(trainer).global_step == 4
-    plan = ledger.recovery_plan("dpo-3")
-    assert plan is not None and plan.action is RecoveryAction.ROLLBACK_TO_VERIFIED_BASELINE
+    (planned,) = events_of(ledger, "dpo-3", "RecoveryPlanned")
+    assert planned.event.action == RecoveryAction.ROLLBACK_TO_VERIFIED_BASELINE
     assert [key for key, _, _ in _recorded(ledger, "dpo-3")] == [
         "dpo-3/attempt-2/step-2/checkpoint",
         "dpo-3/attempt-2/step-4/checkpoint",
