@@ -60,9 +60,8 @@ def main(workdir: Path) -> int:
 
         for event in ledger.events(stream=cb.candidate_id):
             print(f"{event.seq:>3}  {event.type:<22} {event.event_id}")
-        plan = ledger.recovery_plan(cb.candidate_id)
-        if plan is not None:
-            print(f"recovery plan: {plan.action} from {plan.path}")
+        for point in cb.resumed:
+            print(f"recovery plan: {point.plan.action} from {point.plan.path}; the trainer: {point.action}")
         print(f"candidate {cb.candidate_id}: {result.state}")
         return 0 if result.state is State.READY else 1
 

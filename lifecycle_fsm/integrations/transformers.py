@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from lifecycle_fsm.artifacts import hash_directory
-from lifecycle_fsm.errors import InputError, LifecycleError
+from lifecycle_fsm.errors import InputError, LifecycleError, NotFoundError
 from lifecycle_fsm.integrations.provenance import provenance_card
 from lifecycle_fsm.integrations.recorder import (
     MainProcessError,
@@ -50,6 +50,7 @@ from lifecycle_fsm.machine import State
 from lifecycle_fsm.manifests import candidate_manifest, write_manifest
 from lifecycle_fsm.results import CandidateResult
 from lifecycle_fsm.rules import CANDIDATE_KINDS
+from lifecycle_fsm.state import CandidateState
 
 __all__ = ["LedgerCallback", "TrainingStopped"]
 
@@ -101,6 +102,7 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
         self.code_folder = code_folder
         self.attempt = 0  # this run's attempt, counted in the ledger (main process)
         self.card: JSON | None = None  # the provenance card recorded at registration (main process)
+        self.resumed: list[ResumePoint] = []  # each failure's plan and where training went on from (every rank)
         self._trainer: Trainer | None = None
         self._registered: JSON | None = None  # what the candidate was registered against (main process)
         self._recorder: TrustedStateRecorder | None = None
@@ -222,16 +224,30 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
         )
         settings = self.ledger.settings()
         source = settings.active_policy_version
-        if source is None:
+        existing = self._existing()
+        if existing is not None:  # a restarted run goes on with its candidate
+            if existing.kind != self.kind:
+                raise InputError(
+                    f"candidate {self.candidate_id!r} exists as a {existing.kind} candidate, not {self.kind}"
+                )
+            source = existing.candidate.get("source_policy_version", source)
+        elif source is None:
             raise InputError("no active baseline: activate the SFT baseline's manifest before training a candidate")
-        self.ledger.register(
-            self.candidate_id, kind=self.kind, source_policy_version=source, provenance=self.card,
-            event_id=f"{self.run_id}/register",
-        )  # fmt: skip
+        else:
+            self.ledger.register(
+                self.candidate_id, kind=self.kind, source_policy_version=source, provenance=self.card,
+                event_id=f"{self.run_id}/register",
+            )  # fmt: skip
         self._registered = {"source_policy_version": source, "active_window": settings.active_window}
         self._recorder = TrustedStateRecorder(
             self.ledger.location, actor=self.ledger.actor, artifact_root=self.ledger.artifact_root
         )
+
+    def _existing(self) -> CandidateState | None:
+        try:
+            return self.ledger.candidate(self.candidate_id)
+        except NotFoundError:
+            return None
 
     def _next_attempt(self) -> int:
         """One more than the highest attempt any key of this run names (a restarted process counts on)."""
@@ -270,10 +286,16 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
     # --- the two calls a training script makes -------------------------------------------
 
     def train(self, trainer: Trainer, **train_kwargs: Any) -> Any:
-        """`trainer.train(**train_kwargs)`, recovering from failures as the ledger plans, up to `max_attempts`."""
+        """`trainer.train(**train_kwargs)`, recovering from failures as the ledger plans, up to `max_attempts`.
+
+        A run restarted while its candidate is still recovering first follows the plan left in the ledger.
+        """
         self._trainer = trainer
         is_main = trainer.is_world_process_zero()
         resume = train_kwargs.pop("resume_from_checkpoint", None)
+        left: ResumePoint | None = self._collective(is_main, self._left_by_earlier_run)
+        if left is not None:
+            resume = self._follow(trainer, left, None, resume)
         for attempt in range(1, self.max_attempts + 1):
             self._failed_stage, self._began, self._hook_failed = None, False, False
             try:
@@ -287,16 +309,34 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
                     raise  # the ledger refused, or training never started: not a training stage failure
                 final = attempt == self.max_attempts
                 point: ResumePoint = self._collective(is_main, functools.partial(self._recover, error, final))
-                if point.action is TrainerAction.STOP:
-                    raise TrainingStopped(f"training stopped: {point.why}", point) from error
-                if final:
+                if final and point.action is not TrainerAction.STOP:
                     raise TrainingStopped(f"training failed {attempt} times; the last plan was {point.plan.action}",
                                           point) from error  # fmt: skip
-                if point.action is TrainerAction.RESTART_FROM_BASELINE:
-                    assert point.baseline_adapter is not None
-                    load_baseline_adapter(trainer, point.baseline_adapter)
-                resume = point.checkpoint
+                resume = self._follow(trainer, point, error, resume)
         raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _follow(self, trainer: Trainer, point: ResumePoint, error: BaseException | None, resume: Any) -> Any:
+        """Act on a resume point (every rank); the checkpoint to resume from next."""
+        self.resumed.append(point)
+        if point.action is TrainerAction.STOP:
+            raise TrainingStopped(f"training stopped: {point.why}", point) from error
+        if point.action is TrainerAction.RESTART_FROM_BASELINE:
+            assert point.baseline_adapter is not None
+            load_baseline_adapter(trainer, point.baseline_adapter)
+        return point.checkpoint
+
+    def _left_by_earlier_run(self) -> ResumePoint | None:
+        """The plan an earlier process left unfinished (its candidate still recovering), completed now."""
+        current = self._existing()
+        plan = None if current is None else self.ledger.recovery_plan(self.candidate_id)
+        if current is None or current.state is not State.RECOVERING or plan is None:
+            return None
+        point = resume_point(plan, current, self.ledger.settings(), self.ledger.artifact_root)
+        if point.action is not TrainerAction.STOP:
+            self.ledger.complete_recovery(
+                self.candidate_id, event_id=f"{self.run_id}/recovered-after-restart/{plan.seq}"
+            )
+        return point
 
     def finish(self, trainer: Trainer, decision: str = "accept", **manifest_fields: Any) -> CandidateResult:
         """Save the adapter, write its manifest, complete the candidate, check it and hand it off.

@@ -96,12 +96,21 @@ def test_a_blocking_plan_stops_training_and_rejects(tiny: Tiny, tmp_path: Path) 
     assert ledger.candidate("dpo-4").state is State.REJECT
 
 
-def test_attempts_are_bounded(tiny: Tiny, tmp_path: Path) -> None:
-    """Failing every time: each failure is recorded, the last plan is left for whoever restarts the run."""
+def test_attempts_are_bounded_and_a_restart_follows_the_plan_left(tiny: Tiny, tmp_path: Path) -> None:
+    """Failing every time: each failure is recorded and the last plan is left in the ledger; the run
+    restarted under the same run id follows it before training."""
     ledger = baseline_ledger(tmp_path, tiny.sft)
     cb = LedgerCallback(ledger, kind="dpo", run_id="dpo-5", max_attempts=2)
     with pytest.raises(TrainingStopped, match="failed 2 times"):
-        cb.train(dpo_trainer(tiny, tmp_path / "out", [fail_at(1, always=True), cb], max_steps=2))
+        cb.train(dpo_trainer(tiny, tmp_path / "out", [fail_at(3, always=True), cb]))
     assert len(events_of(ledger, "dpo-5", "StageFailed")) == 2
     assert len(events_of(ledger, "dpo-5", "RecoveryCompleted")) == 1
     assert ledger.candidate("dpo-5").state is State.RECOVERING
+
+    again = LedgerCallback(ledger, kind="dpo", run_id="dpo-5")
+    trainer = dpo_trainer(tiny, tmp_path / "out", [again])
+    assert again.train(trainer).global_step == 4
+    (left,) = again.resumed
+    assert (left.plan.action, left.checkpoint) == (RecoveryAction.RESTORE_PRE_UPDATE_CHECKPOINT,
+                                                   str(tmp_path / "out" / "checkpoint-2"))  # fmt: skip
+    assert again.finish(trainer, decision="accept").state is State.READY

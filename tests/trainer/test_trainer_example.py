@@ -20,7 +20,7 @@ def test_the_dpo_example_hands_its_candidate_off(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-4000:]
     lines = done.stdout.splitlines()
     assert lines[-1] == "candidate dpo-example-1: ready"
-    assert (
-        "recovery plan: restore_pre_update_checkpoint from " + str(tmp_path / "work" / "run" / "checkpoint-2") in lines
-    )
+    checkpoint = tmp_path / "work" / "run" / "checkpoint-2"
+    plan = f"recovery plan: restore_pre_update_checkpoint from {checkpoint}; the trainer: resume_from_plan_checkpoint"
+    assert plan in lines
     assert any("StageFailed" in line for line in lines)

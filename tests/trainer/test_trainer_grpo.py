@@ -22,7 +22,8 @@ def test_reward_and_generation_faults_are_their_stages_and_resume(tiny: Tiny, tm
     faults = {"reward": 2, "sampling": 3}  # the global step at which each stage fails once
 
     def length_reward(completions: list[Any], trainer_state: Any, **kwargs: Any) -> list[float]:
-        if faults.pop("reward", None) == trainer_state.global_step:
+        if faults.get("reward") == trainer_state.global_step:
+            del faults["reward"]
             raise ValueError("injected fault in the reward function")
         return [float(len(str(c).split())) for c in completions]
 
