@@ -334,7 +334,7 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
         point = resume_point(plan, current, self.ledger.settings(), self.ledger.artifact_root)
         if point.action is not TrainerAction.STOP:
             self.ledger.complete_recovery(
-                self.candidate_id, event_id=f"{self.run_id}/recovered-after-restart/{plan.seq}"
+                self.candidate_id, event_id=f"{self.run_id}/plan-{plan.seq}/recovered"
             )
         return point
 
