@@ -239,6 +239,9 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
                 event_id=f"{self.run_id}/register",
             )  # fmt: skip
         self._registered = {"source_policy_version": source, "active_window": settings.active_window}
+        if self.ledger.location is None:
+            raise InputError("LedgerCallback needs a ledger opened by path or URL (Ledger.open): its records are "
+                             "made on a thread of its own, which opens the same ledger")  # fmt: skip
         self._recorder = TrustedStateRecorder(
             self.ledger.location, actor=self.ledger.actor, artifact_root=self.ledger.artifact_root
         )
@@ -333,9 +336,7 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
             return None
         point = resume_point(plan, current, self.ledger.settings(), self.ledger.artifact_root)
         if point.action is not TrainerAction.STOP:
-            self.ledger.complete_recovery(
-                self.candidate_id, event_id=f"{self.run_id}/plan-{plan.seq}/recovered"
-            )
+            self.ledger.complete_recovery(self.candidate_id, event_id=f"{self.run_id}/plan-{plan.seq}/recovered")
         return point
 
     def finish(self, trainer: Trainer, decision: str = "accept", **manifest_fields: Any) -> CandidateResult:
