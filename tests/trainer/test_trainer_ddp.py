@@ -17,9 +17,10 @@ require_training_stack()
 
 
 def test_two_ranks_record_each_checkpoint_once_resume_together_and_share_the_result(tiny: Tiny, tmp_path: Path) -> None:
-    """Rank 1 reaches on_save while rank 0 still writes (often seeing only its rng_state_1.pth): only the main
-    process records, after the barrier, so each record holds the complete folder's hash, exactly once.
-    Both ranks fail at step 3, resume from the same checkpoint, and both get the hand-off result."""
+    """Each rank reaches on_save when its own files are written (rank 1 sees only its rng_state_1.pth; here it
+    also writes late): only the main process records, after the barrier, so each record holds the complete
+    folder's hash, exactly once. Both ranks fail at step 3, resume from the same checkpoint, and both get
+    the hand-off result."""
     with baseline_ledger(tmp_path, tiny.sft):
         pass
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")]), "OMP_NUM_THREADS": "1"}

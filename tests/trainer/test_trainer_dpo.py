@@ -39,7 +39,10 @@ def test_a_fault_is_planned_resumed_and_the_candidate_handed_off(tiny: Tiny, tmp
     adapter = result.candidate.candidate
     assert adapter["adapter_sha256"] == hash_directory(out / "candidate-adapter")
     assert adapter["source_policy_version"] == hash_directory(tiny.sft)
-    assert cb.card is not None and cb.card["dataset"]["fingerprint"] is not None
+    card = result.candidate.provenance  # recorded at registration, nothing written by hand
+    assert card is not None and card == cb.card
+    assert card["trainer"]["class"] == "trl.trainer.dpo_trainer.DPOTrainer"
+    assert card["base_model"]["name"] == str(tiny.base) and card["dataset"]["fingerprint"]
 
 
 def test_a_restarted_run_records_its_re_saved_checkpoint_anew(tiny: Tiny, tmp_path: Path) -> None:
