@@ -14,7 +14,7 @@
   the next save, failure or end, never lost.
 - `cb.train` turns an exception into `fail_stage` for the stage it came from (update,
   unless a function wrapped by `cb.reward_function` or the generation hook raised it),
-  follows the plan (the table in `lifecycle_fsm.integrations.resume`), completes the
+  follows the plan (the table in `lifecycle_fsm.integrations.recovery`), completes the
   recovery and trains again on the same trainer.
 - Under DDP every rank calls `cb.train` and `cb.finish`; only the main process writes
   to the ledger and every rank gets its answer (the resume point, the result). A
@@ -25,7 +25,6 @@
 from __future__ import annotations
 
 import functools
-import inspect
 import os
 import re
 from collections.abc import Callable
@@ -43,7 +42,13 @@ from lifecycle_fsm.integrations.recorder import (
     barrier,
     on_main,
 )
-from lifecycle_fsm.integrations.resume import ResumePoint, TrainerAction, load_baseline_adapter, resume_point
+from lifecycle_fsm.integrations.recovery import (
+    ResumePoint,
+    StageTracker,
+    TrainerAction,
+    load_baseline_adapter,
+    resume_point,
+)
 from lifecycle_fsm.ledger import Ledger
 from lifecycle_fsm.logs import get_logger
 from lifecycle_fsm.machine import State
@@ -107,51 +112,22 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
         self._registered: JSON | None = None  # what the candidate was registered against (main process)
         self._recorder: TrustedStateRecorder | None = None
         self._deferred: BaseException | None = None  # a record failure kept for the next collective boundary
-        self._failed_stage: str | None = None
+        self._stages = StageTracker()
         self._began = False
         self._hook_failed = False
 
     # --- stages ------------------------------------------------------------------
 
-    def _staged(self, stage: str, fn: F) -> F:
-        """`fn`, marking a failure raised from it as a failure of `stage`."""
-
-        def mark() -> None:
-            if self._failed_stage is None:
-                self._failed_stage = stage
-
-        if inspect.iscoroutinefunction(fn):
-
-            @functools.wraps(fn)
-            async def staged_async(*args: Any, **kwargs: Any) -> Any:
-                try:
-                    return await fn(*args, **kwargs)
-                except Exception:
-                    mark()
-                    raise
-
-            return staged_async  # type: ignore[return-value]
-
-        @functools.wraps(fn)
-        def staged(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return fn(*args, **kwargs)
-            except Exception:
-                mark()
-                raise
-
-        return staged  # type: ignore[return-value]
-
     def reward_function(self, fn: F) -> F:
         """Wrap a GRPO reward function: its failures are `reward` stage failures (its name is kept)."""
-        return self._staged("reward", fn)
+        return self._stages.wrap("reward", fn)
 
     def generation_hook(self, trainer: Trainer) -> None:
         """Make failures in TRL's generation step (`_generate` of GRPO/RLOO trainers) `sampling` failures."""
         generate = getattr(trainer, "_generate", None)
         if not callable(generate):
             raise InputError(f"{type(trainer).__name__} has no generation step (_generate) to watch")
-        setattr(trainer, "_generate", self._staged("sampling", generate))  # noqa: B010 - TRL's own attribute
+        setattr(trainer, "_generate", self._stages.wrap("sampling", generate))  # noqa: B010 - TRL's own attribute
 
     # --- collective steps -----------------------------------------------------------
 
@@ -275,7 +251,7 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
         """Record the failure and its plan; complete the recovery unless training stops here."""
         self._drain()
         self._raise_deferred()
-        stage = self._failed_stage or "update"
+        stage = self._stages.failed or "update"
         failed = self.ledger.fail_stage(self.candidate_id, stage, event_id=self._key(f"fail/{stage}"))
         point = resume_point(failed.plan, failed.candidate, self.ledger.settings(), self.ledger.artifact_root)
         log.warning(
@@ -300,7 +276,7 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
         if left is not None:
             resume = self._follow(trainer, left, None, resume)
         for attempt in range(1, self.max_attempts + 1):
-            self._failed_stage, self._began, self._hook_failed = None, False, False
+            self._stages.failed, self._began, self._hook_failed = None, False, False
             try:
                 return trainer.train(resume_from_checkpoint=resume, **train_kwargs)
             except (KeyboardInterrupt, SystemExit):

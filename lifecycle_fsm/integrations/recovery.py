@@ -1,4 +1,8 @@
-"""From a recovery plan to what a `transformers.Trainer` does next.
+"""How a `transformers.Trainer` recovers: which stage failed, and what the ledger's plan means for it.
+
+TRL has no sampling / reward / update boundaries of its own: a failure is an update
+failure unless it was raised from a function wrapped by a `StageTracker` (a GRPO reward
+function: reward; TRL's generation step: sampling).
 
 The ledger plans recovery in the seed's terms (prompt queues, trajectories, a
 pre-update checkpoint, the verified baseline); a `Trainer` can resume from a
@@ -23,8 +27,11 @@ SFT adapter, as after a rollback.
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
@@ -32,7 +39,45 @@ from lifecycle_fsm.checks import verify_artifact
 from lifecycle_fsm.recovery import RecoveryAction, RecoveryPlan
 from lifecycle_fsm.state import CandidateState, LedgerSettings
 
-__all__ = ["TRAINER_ACTIONS", "ResumePoint", "TrainerAction", "load_baseline_adapter", "resume_point"]
+__all__ = ["ResumePoint", "StageTracker", "TRAINER_ACTIONS", "TrainerAction", "load_baseline_adapter", "resume_point"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class StageTracker:
+    """Which stage the last failure came from: `failed` is set by the first wrapped function that raised."""
+
+    def __init__(self) -> None:
+        self.failed: str | None = None
+
+    def wrap(self, stage: str, fn: F) -> F:
+        """`fn`, marking a failure raised from it as a failure of `stage` (name and async-ness kept)."""
+
+        def mark() -> None:
+            if self.failed is None:
+                self.failed = stage
+
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def staged_async(*args: Any, **kwargs: Any) -> Any:
+                try:
+                    return await fn(*args, **kwargs)
+                except Exception:
+                    mark()
+                    raise
+
+            return staged_async  # type: ignore[return-value]
+
+        @functools.wraps(fn)
+        def staged(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except Exception:
+                mark()
+                raise
+
+        return staged  # type: ignore[return-value]
 
 
 class TrainerAction(StrEnum):

@@ -1,4 +1,4 @@
-"""From a recorded recovery plan to a trainer action: every plan action has one, each resume point is checked."""
+"""Which stage failed, and from a recorded recovery plan to a trainer action (each resume point checked)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from lifecycle_fsm import Ledger, RecoveryAction
-from lifecycle_fsm.integrations.resume import TRAINER_ACTIONS, TrainerAction, resume_point
+from lifecycle_fsm.integrations.recovery import TRAINER_ACTIONS, StageTracker, TrainerAction, resume_point
 from tests.conftest import Workspace
 from trainer.support import require_training_stack
 
@@ -25,9 +25,9 @@ def test_every_recovery_action_has_a_trainer_action() -> None:
 
 def test_the_docstring_table_is_the_code() -> None:
     """The plan -> trainer action table users read is the one `resume_point` follows."""
-    from lifecycle_fsm.integrations import resume
+    from lifecycle_fsm.integrations import recovery
 
-    assert resume.__doc__ is not None
+    assert recovery.__doc__ is not None
     wording = {
         TrainerAction.RESUME_FROM_PLAN: "resume from the checkpoint the plan names",
         TrainerAction.RESUME_FROM_LATEST: "resume from the latest trusted checkpoint",
@@ -35,7 +35,7 @@ def test_the_docstring_table_is_the_code() -> None:
         TrainerAction.STOP: "stop",
     }
     for action, trainer_action in TRAINER_ACTIONS.items():
-        row = next(line for line in resume.__doc__.splitlines() if f"`{action}`" in line)
+        row = next(line for line in recovery.__doc__.splitlines() if f"`{action}`" in line)
         assert wording[trainer_action] in row.split("|")[2], row
 
 
@@ -110,3 +110,43 @@ def test_callback_arguments_are_checked(ledger: Ledger, arguments: dict[str, obj
 
     with pytest.raises(InputError, match=named):
         LedgerCallback(ledger, **arguments)  # type: ignore[arg-type]
+
+
+def test_a_wrapped_function_names_the_stage_of_its_failure() -> None:
+    """The first wrapped function that raised names the stage; plain and async functions keep their names."""
+    import asyncio
+
+    stages = StageTracker()
+
+    def score(x: int) -> int:
+        return 10 // x
+
+    async def generate(x: int) -> int:
+        return 10 // x
+
+    staged_score, staged_generate = stages.wrap("reward", score), stages.wrap("sampling", generate)
+    assert (staged_score.__name__, staged_generate.__name__) == ("score", "generate")
+    assert staged_score(2) == 5 and asyncio.run(staged_generate(5)) == 2 and stages.failed is None
+    with pytest.raises(ZeroDivisionError):
+        asyncio.run(staged_generate(0))
+    with pytest.raises(ZeroDivisionError):
+        staged_score(0)
+    assert stages.failed == "sampling"
+
+
+def test_the_integrations_package_alone_loads_no_training_library() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, lifecycle_fsm.integrations; print([m for m in ('transformers', 'torch') if m in sys.modules])"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("name", ["provenance", "recorder", "recovery", "transformers"])
+def test_each_integration_module_exports_a_sorted_all(name: str) -> None:
+    import importlib
+
+    module = importlib.import_module(f"lifecycle_fsm.integrations.{name}")
+    assert list(module.__all__) == sorted(module.__all__)
+    assert [n for n in module.__all__ if not hasattr(module, n)] == []
