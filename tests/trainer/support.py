@@ -14,7 +14,7 @@ from lifecycle_fsm.artifacts import hash_directory
 from lifecycle_fsm.fixtures import baseline_manifest
 from lifecycle_fsm.manifests import write_manifest
 
-INSTALL = "pip install torch==2.13.0 && pip install -e '.[trainer]'"
+INSTALL = "pip install -e '.[trainer]' 'torch==2.13.0'"
 
 
 def require_training_stack() -> None:

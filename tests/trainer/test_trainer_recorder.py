@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from lifecycle_fsm import ArtifactError, Ledger
+from lifecycle_fsm import ArtifactError, Ledger, LifecycleError
 from lifecycle_fsm.artifacts import hash_directory
 from lifecycle_fsm.integrations.recorder import on_main
 from trainer.support import Tiny, baseline_ledger, events_of, require_training_stack
@@ -91,6 +91,17 @@ def test_a_missing_checkpoint_folder_is_an_error(tiny: Tiny, tmp_path: Path) -> 
     state.global_step = 6
     with pytest.raises(InputError, match="no checkpoint folder"):
         cb.on_save(args, state, control)
+
+
+def test_a_ledger_the_recorder_cannot_open_fails_every_record_it_was_given(tmp_path: Path) -> None:
+    from lifecycle_fsm.integrations.recorder import PendingRecord, TrustedStateRecorder
+
+    recorder = TrustedStateRecorder(tmp_path / "no-such-folder" / "ledger.db", actor="t", artifact_root=None)
+    recorder.submit(PendingRecord("c", "pre_update_checkpoint", str(tmp_path), "r/attempt-1/step-2/checkpoint"))
+    with pytest.raises(LifecycleError) as raised:
+        recorder.close()
+    assert "r/attempt-1/step-2/checkpoint" in raised.value.__notes__[-1]
+    recorder.close()  # raised once; closing again is quiet
 
 
 def test_on_main_in_one_process_runs_the_step() -> None:
