@@ -139,7 +139,7 @@ def resume_point(
     if latest is None:
         return _baseline(plan, settings, "no checkpoint was recorded yet")
     check = verify_artifact(latest["path"], latest["sha256"], root)
-    if not check["verified"]:
+    if not check.verified:
         return _baseline(plan, settings, f"the latest checkpoint {latest['path']} no longer matches its record")
     return ResumePoint(plan, action, checkpoint=str(latest["path"]), why="the latest trusted checkpoint")
 
