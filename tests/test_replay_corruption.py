@@ -69,7 +69,15 @@ def test_cli_verify_and_replay_fail_closed_on_illegal_sequence(ws: Workspace) ->
 
 
 BASELINE_FIELDS = [a.name for a in attrs.fields(BaselineActivated)]
-CHECKS = {"passed": False, "reason_codes": [], "freshness": {}, "artifact": {}, "rollback": {}, "settings": {}, "rules": {}}
+CHECKS = {
+    "passed": False,
+    "reason_codes": [],
+    "freshness": {},
+    "artifact": {},
+    "rollback": {},
+    "settings": {},
+    "rules": {},
+}
 
 
 def _with_row(ws: Workspace, **row: object) -> int:
