@@ -20,9 +20,9 @@ checkpoint folder or start over. This is how one becomes the other:
 | `block_update`, `block_release` | stop: the candidate is rejected, training is not retried |
 
 A sampling or reward failure happens before the step's update, so the weights to go
-on from are the latest checkpoint the ledger trusts (its `pre_update_checkpoint`,
-re-hashed now). Without one, or when its bytes changed, training starts over from the
-SFT adapter, as after a rollback.
+on from are the latest checkpoint the ledger trusts: the plan names it (`plan.checkpoint`,
+its `pre_update_checkpoint` re-hashed when the plan was made). Without one, or when its
+bytes changed, training starts over from the SFT adapter, as after a rollback.
 """
 
 from __future__ import annotations
@@ -35,9 +35,8 @@ from typing import Any, TypeVar
 
 import attrs
 
-from lifecycle_fsm.checks import verify_artifact
 from lifecycle_fsm.recovery import RecoveryAction, RecoveryPlan
-from lifecycle_fsm.state import CandidateState, LedgerSettings
+from lifecycle_fsm.state import LedgerSettings
 
 __all__ = ["ResumePoint", "StageTracker", "TRAINER_ACTIONS", "TrainerAction", "load_baseline_adapter", "resume_point"]
 
@@ -124,10 +123,8 @@ def _baseline(plan: RecoveryPlan, settings: LedgerSettings, why: str) -> ResumeP
     return ResumePoint(plan, TrainerAction.RESTART_FROM_BASELINE, baseline_adapter=adapter, why=why)
 
 
-def resume_point(
-    plan: RecoveryPlan, candidate: CandidateState, settings: LedgerSettings, root: str | None
-) -> ResumePoint:
-    """The trainer action for `plan` (the module docstring's table), its checkpoint found and re-hashed."""
+def resume_point(plan: RecoveryPlan, settings: LedgerSettings) -> ResumePoint:
+    """The trainer action for `plan` (the module docstring's table), from what the plan recorded."""
     action = TRAINER_ACTIONS[plan.action]
     if action is TrainerAction.STOP:
         return ResumePoint(plan, action, why=f"the plan {plan.action} blocks the candidate")
@@ -135,13 +132,9 @@ def resume_point(
         return ResumePoint(plan, action, checkpoint=plan.path, why="the plan names the checkpoint")
     if action is TrainerAction.RESTART_FROM_BASELINE:
         return _baseline(plan, settings, "the plan rolls back to the verified baseline")
-    latest = candidate.trusted_states.get("pre_update_checkpoint")
-    if latest is None:
-        return _baseline(plan, settings, "no checkpoint was recorded yet")
-    check = verify_artifact(latest["path"], latest["sha256"], root)
-    if not check.verified:
-        return _baseline(plan, settings, f"the latest checkpoint {latest['path']} no longer matches its record")
-    return ResumePoint(plan, action, checkpoint=str(latest["path"]), why="the latest trusted checkpoint")
+    if plan.checkpoint is None:
+        return _baseline(plan, settings, "no trusted checkpoint to resume from (none recorded, or its bytes changed)")
+    return ResumePoint(plan, action, checkpoint=plan.checkpoint, why="the latest trusted checkpoint")
 
 
 def load_baseline_adapter(trainer: Any, adapter: str) -> None:

@@ -253,13 +253,20 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
         self._raise_deferred()
         stage = self._stages.failed or "update"
         failed = self.ledger.fail_stage(self.candidate_id, stage, event_id=self._key(f"fail/{stage}"))
-        point = resume_point(failed.plan, failed.candidate, self.ledger.settings(), self.ledger.artifact_root)
+        point = resume_point(failed.plan, self.ledger.settings())
         log.warning(
-            "training_failed", candidate_id=self.candidate_id, attempt=self.attempt, stage=stage, error=repr(error),
-            plan=str(failed.plan.action), trainer_action=str(point.action), why=point.why,
-        )  # fmt: skip
+            "training_failed",
+            candidate_id=self.candidate_id,
+            attempt=self.attempt,
+            stage=stage,
+            error=repr(error),
+            plan=str(failed.plan.action),
+            trainer_action=str(point.action),
+            why=point.why,
+        )
         if point.action is not TrainerAction.STOP and not final:
-            self.ledger.complete_recovery(self.candidate_id, event_id=self._key("recovered"))
+            resumed_from = point.checkpoint or point.baseline_adapter
+            self.ledger.complete_recovery(self.candidate_id, resumed_from=resumed_from, event_id=self._key("recovered"))
         return point
 
     # --- the two calls a training script makes -------------------------------------------
@@ -310,9 +317,11 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
         plan = None if current is None else self.ledger.recovery_plan(self.candidate_id)
         if current is None or current.state is not State.RECOVERING or plan is None:
             return None
-        point = resume_point(plan, current, self.ledger.settings(), self.ledger.artifact_root)
+        point = resume_point(plan, self.ledger.settings())
         if point.action is not TrainerAction.STOP:
-            self.ledger.complete_recovery(self.candidate_id, event_id=f"{self.run_id}/plan-{plan.seq}/recovered")
+            key = f"{self.run_id}/plan-{plan.seq}/recovered"
+            resumed_from = point.checkpoint or point.baseline_adapter
+            self.ledger.complete_recovery(self.candidate_id, resumed_from=resumed_from, event_id=key)
         return point
 
     def finish(self, trainer: Trainer, decision: str = "accept", **manifest_fields: Any) -> CandidateResult:

@@ -55,7 +55,7 @@ def test_update_failure_resumes_from_the_checkpoint_the_plan_names(ws: Workspace
     cid = _candidate(ws, ledger)
     folder = _checkpoint(ws, ledger, cid)
     failed = ledger.fail_stage(cid, "update")
-    point = resume_point(failed.plan, failed.candidate, ledger.settings(), None)
+    point = resume_point(failed.plan, ledger.settings())
     assert (point.action, point.checkpoint) == (TrainerAction.RESUME_FROM_PLAN, str(folder))
 
 
@@ -65,7 +65,7 @@ def test_reward_failure_resumes_from_the_latest_trusted_checkpoint(ws: Workspace
     folder = _checkpoint(ws, ledger, cid)
     failed = ledger.fail_stage(cid, "reward")
     assert failed.plan.action is RecoveryAction.RESTART_SAMPLING
-    point = resume_point(failed.plan, failed.candidate, ledger.settings(), None)
+    point = resume_point(failed.plan, ledger.settings())
     assert (point.action, point.checkpoint) == (TrainerAction.RESUME_FROM_LATEST, str(folder))
 
 
@@ -75,17 +75,17 @@ def test_a_changed_latest_checkpoint_is_not_resumed_from(ws: Workspace, ledger: 
     folder = _checkpoint(ws, ledger, cid)
     (folder / "adapter_model.safetensors").write_bytes(b"other bytes")
     failed = ledger.fail_stage(cid, "sampling")
-    point = resume_point(failed.plan, failed.candidate, ledger.settings(), None)
+    point = resume_point(failed.plan, ledger.settings())
     assert point.action is TrainerAction.RESTART_FROM_BASELINE
     assert point.baseline_adapter == str(ws.root / "sft" / "adapter")
-    assert "no longer matches" in point.why
+    assert "its bytes changed" in point.why
 
 
 def test_no_checkpoint_yet_restarts_from_the_baseline(ws: Workspace, ledger: Ledger) -> None:
     cid = _candidate(ws, ledger)
     failed = ledger.fail_stage(cid, "update")
     assert failed.plan.action is RecoveryAction.ROLLBACK_TO_VERIFIED_BASELINE
-    point = resume_point(failed.plan, failed.candidate, ledger.settings(), None)
+    point = resume_point(failed.plan, ledger.settings())
     assert (point.action, point.baseline_adapter) == (TrainerAction.RESTART_FROM_BASELINE, failed.plan.path)
 
 
@@ -94,7 +94,7 @@ def test_a_blocking_plan_stops(ws: Workspace, ledger: Ledger) -> None:
     (ws.root / "sft" / "adapter" / "adapter_model.safetensors").write_bytes(b"tampered")
     failed = ledger.fail_stage(cid, "update")
     assert failed.plan.action is RecoveryAction.BLOCK_UPDATE
-    assert resume_point(failed.plan, failed.candidate, ledger.settings(), None).action is TrainerAction.STOP
+    assert resume_point(failed.plan, ledger.settings()).action is TrainerAction.STOP
 
 
 @pytest.mark.parametrize(
