@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import statistics
+import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -106,6 +108,15 @@ def spread(values: Sequence[float], unit: str = "us", scale: float = 1e6) -> str
 
 def sized(n: int, settings: Settings, least: int = 2) -> int:
     return max(least, round(n * settings.scale))
+
+
+def script(name: str) -> str:
+    """A console script installed beside this interpreter (else on PATH)."""
+    beside = Path(sys.executable).with_name(name)
+    found = str(beside) if beside.exists() else shutil.which(name)
+    if found is None:
+        raise RuntimeError(f"{name} is not installed beside {sys.executable} nor on PATH")
+    return found
 
 
 def not_measured(row_id: str, what: str, why: str, target: tuple[str, float] | None = None) -> Row:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import orjson
@@ -28,6 +27,7 @@ from bench_common import (
     new_ledger,
     not_measured,
     per_round,
+    script,
     sized,
     spread,
 )
@@ -72,11 +72,6 @@ def grow(ledger: Ledger, ws: Workspace, population: int, events: int, prefix: st
     return added
 
 
-def cli() -> list[str]:
-    script = Path(sys.executable).with_name("lifecycle")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "lifecycle_fsm"]
-
-
 def run(s: Settings) -> list[Row]:
     folder = s.workdir / "replay"
     folder.mkdir(parents=True, exist_ok=True)
@@ -87,7 +82,7 @@ def run(s: Settings) -> list[Row]:
         grow(ledger, s.ws, population, events, "r")
     snap = folder / "checkpointed.db"
     snap.write_bytes(path.read_bytes())  # the same log; this copy gets a checkpoint and a tail
-    subprocess.run([*cli(), "--db", str(snap), "checkpoint"], check=True, capture_output=True)
+    subprocess.run([script("lifecycle"), "--db", str(snap), "checkpoint"], check=True, capture_output=True)
     with Ledger.open(snap, synchronous="OFF") as ledger:
         grow(ledger, s.ws, population, events // 100, "tail")
     full = Ledger.open(path, synchronous="NORMAL")

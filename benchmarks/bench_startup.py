@@ -10,26 +10,15 @@ from __future__ import annotations
 
 import os
 import resource
-import shutil
 import subprocess
-import sys
 import time
-from pathlib import Path
 
-from bench_common import Row, Settings, interleaved, new_ledger, per_round, sized, spread
+from bench_common import Row, Settings, interleaved, new_ledger, per_round, script, sized, spread
 
 
 def _children_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
-
-
-def _script(name: str) -> str:
-    beside = Path(sys.executable).with_name(name)
-    found = str(beside) if beside.exists() else shutil.which(name)
-    if found is None:
-        raise RuntimeError(f"{name} is not installed beside {sys.executable} nor on PATH")
-    return found
 
 
 def run(s: Settings) -> list[Row]:
@@ -40,8 +29,8 @@ def run(s: Settings) -> list[Row]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPYCACHEPREFIX"] = str(folder / "pycache")
     argv = {
-        "status": [_script("lifecycle"), "--db", str(db), "status"],
-        "sqlite_utils": [_script("sqlite-utils"), "tables", str(db)],
+        "status": [script("lifecycle"), "--db", str(db), "status"],
+        "sqlite_utils": [script("sqlite-utils"), "tables", str(db)],
     }
     for args in argv.values():  # bytecode written, page cache warm; a broken command fails here
         subprocess.run(args, check=True, capture_output=True, env=env)

@@ -122,17 +122,11 @@ class Writers:
             for k in COUNTS[1:]
         ]
         ok = self.lost == self.gaps == 0 and not self.failures and report["ok"]
-        rows.append(
-            Row(
-                f"writers.{key}.lost",
-                f"every event stored, seqs gap-free, chain verifies, {label}",
-                "-",
-                ok=ok,
-                figures=f"{self.appended:,} appended, {self.lost} lost, {self.gaps} gaps, {len(self.failures)} failed "
-                f"{self.failures[:2]}, chain {'ok' if report['ok'] else 'BROKEN'} ({report['events']:,} events)",
-            )
-        )
-        return rows
+        failed = f"{len(self.failures)} failed" + (f" {self.failures[:2]}" if self.failures else "")
+        chain = f"chain {'ok' if report['ok'] else 'BROKEN'} ({report['events']:,} events)"
+        figures = f"{self.appended:,} appended, {self.lost} lost, {self.gaps} gaps, {failed}, {chain}"
+        what = f"every event stored, seqs gap-free, chain verifies, {label}"
+        return [*rows, Row(f"writers.{key}.lost", what, "-", ok=ok, figures=figures)]
 
 
 def run(s: Settings) -> list[Row]:
