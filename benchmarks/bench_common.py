@@ -247,7 +247,7 @@ def postgres_problem(url: str) -> str | None:
 
         psycopg.connect(url, connect_timeout=5).close()
     except Exception as e:  # any reason at all: said in one line
-        return f"PostgreSQL at {url} cannot be used: {type(e).__name__}: {str(e).strip()}"
+        return f"PostgreSQL at {url} cannot be used: {type(e).__name__}: {' '.join(str(e).split())}"
     return None
 
 

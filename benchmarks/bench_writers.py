@@ -13,6 +13,7 @@ after the last, the chain must verify. SQLite at `synchronous=NORMAL`; PostgreSQ
 from __future__ import annotations
 
 import multiprocessing
+import threading
 import time
 from functools import partial
 from typing import Any
@@ -50,7 +51,7 @@ def _writer(target: str, sync: str, index: int, writers: int, n: int, files: lis
     except BaseException as e:
         barrier.abort()  # the others and the parent stop waiting at once
         out.put({"error": f"writer {index} could not start: {e!r}"})
-        raise
+        raise SystemExit(1) from e  # said through the queue: no traceback from the child
     start, used = time.monotonic(), cpu()
     seqs: list[int] = []
     failures: list[str] = []
@@ -77,22 +78,28 @@ class Writers:
         self.failures: list[str] = []
         self.cpu: dict[int, list[float]] = {k: [] for k in COUNTS}
 
-    def round(self, writers: int) -> float:
+    def _run(self, writers: int, n: int) -> list[dict[str, Any]]:
+        """Start `writers` processes, let them go together, and collect what each reports."""
         barrier, out = ctx.Barrier(writers + 1), ctx.Queue()
-        n = self.commands // writers
-        procs = [
-            ctx.Process(target=_writer, args=(self.target, self.sync, i, writers, n, self.files, barrier, out))
-            for i in range(writers)
-        ]
+        args = [(self.target, self.sync, i, writers, n, self.files, barrier, out) for i in range(writers)]
+        procs = [ctx.Process(target=_writer, args=a) for a in args]
         for p in procs:
             p.start()
-        barrier.wait(timeout=120)
-        docs = [out.get(timeout=600) for _ in procs]
+        try:
+            barrier.wait(timeout=120)
+            docs = [out.get(timeout=600) for _ in procs]
+        except threading.BrokenBarrierError:
+            docs = [out.get(timeout=5)]  # the writer that broke it says why
         for p in procs:
             p.join()
-        errors = [d["error"] for d in docs if "error" in d]
-        if errors or any(p.exitcode for p in procs):
-            raise RuntimeError(f"writers failed: {errors or [p.exitcode for p in procs]}")
+        errors = [d["error"] for d in docs if "error" in d] + [f"exit {p.exitcode}" for p in procs if p.exitcode]
+        if errors:
+            raise RuntimeError(f"writers failed: {errors}")
+        return docs
+
+    def round(self, writers: int) -> float:
+        n = self.commands // writers
+        docs = self._run(writers, n)
         seqs = [s for d in docs for s in d["seqs"]]
         failed = [f for d in docs for f in d["failures"]]
         with Ledger.open(self.target, synchronous=self.sync, create=False) as ledger:
