@@ -51,8 +51,6 @@ class RawTable:
     """A plain sqlite3 connection inserting copies of our rows, one transaction per command."""
 
     def __init__(self, path: Path, sync: str, columns: Sequence[tuple[str, str]], *, plain: bool) -> None:
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{path}{suffix}").unlink(missing_ok=True)
         if not plain:  # the store's own schema, as a new ledger gets it
             Ledger.open(path, synchronous=sync, actor=ACTOR).close()
         self.conn = sqlite3.connect(path, isolation_level=None)

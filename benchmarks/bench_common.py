@@ -166,9 +166,6 @@ class Workspace:
 
 def new_ledger(target: str | Path, ws: Workspace, sync: str, candidates: int = 0, prefix: str = "c") -> Ledger:
     """A ledger with its settings and baseline, and `candidates` received (`{prefix}00000`, ...)."""
-    if not str(target).startswith("postgresql://"):
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{target}{suffix}").unlink(missing_ok=True)
     ledger = Ledger.open(target, synchronous=sync, actor=ACTOR)
     ledger.init()
     ledger.activate_baseline(ws.baseline)
@@ -328,8 +325,6 @@ def es_app(env: dict[str, str]) -> Any:
 def es_sqlite(path: Path, sync: str) -> Any:
     """eventsourcing on SQLite, WAL (its default), every connection at `synchronous=sync`
     (it leaves SQLite's default, FULL: the connection factory is wrapped to set it)."""
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{path}{suffix}").unlink(missing_ok=True)
     app = es_app({"PERSISTENCE_MODULE": "eventsourcing.sqlite", "SQLITE_DBNAME": str(path)})
     pool = app.recorder.datastore.pool
     make = pool._create_connection
