@@ -105,8 +105,10 @@ def snapshot(ledger: Path, folder: Path) -> Snapshot:
     with SQLiteEventStore(target, synchronous="OFF") as store:
         chain = store.verify_chain()
         if not chain.ok:
-            raise CorruptionError(f"the ledger's chain is broken at seq {chain.bad_seq}: {chain.reason}; "
-                                  "see `lifecycle verify`", seq=chain.bad_seq)  # fmt: skip
+            raise CorruptionError(
+                f"the ledger's chain is broken at seq {chain.bad_seq}: {chain.reason}; see `lifecycle verify`",
+                seq=chain.bad_seq,
+            )
         rows = _states(store)
     conn = sqlite3.connect(target)
     with conn:
@@ -132,11 +134,22 @@ def _states(store: SQLiteEventStore) -> list[tuple[Any, ...]]:
             continue
         payload = decoded_payload(event)
         trigger = CANDIDATE_EVENTS[event.type].trigger_for(payload)
-        work = step_candidate_at(works.get(event.stream_id), event.type, payload, event.seq, event.stream_id,
-                                 event.version)  # fmt: skip
+        work = step_candidate_at(
+            works.get(event.stream_id), event.type, payload, event.seq, event.stream_id, event.version
+        )
         works[event.stream_id] = work
-        rows.append((cid, event.seq, event.type, trigger, work["state"],
-                     orjson.dumps(list(work["reason_codes"])).decode(), event.recorded_at, event.actor))  # fmt: skip
+        rows.append(
+            (
+                cid,
+                event.seq,
+                event.type,
+                trigger,
+                work["state"],
+                orjson.dumps(list(work["reason_codes"])).decode(),
+                event.recorded_at,
+                event.actor,
+            )
+        )
     return rows
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from lifecycle_fsm.cli.app import json_option, open_ledger, wants_json
+from lifecycle_fsm.cli.app import SuggestingGroup, json_option, open_ledger, wants_json
 from lifecycle_fsm.cli.exit_codes import ExitCode
 from lifecycle_fsm.cli.render import emit
 from lifecycle_fsm.limits import display
@@ -21,7 +21,7 @@ from lifecycle_fsm.limits import display
 __all__ = ["decisions", "export", "replay"]
 
 
-@click.group()
+@click.group(cls=SuggestingGroup)
 def decisions() -> None:
     """The decision pool: every check, hand-off and recovery plan as a file, re-decidable without a ledger."""
 
@@ -52,11 +52,23 @@ def replay(folder: Path) -> None:
 
     total, changed = replay_pool(folder)
     if wants_json():
-        emit({
-            "ok": not changed, "decisions": total,
-            "changed": [{"file": c.file, "candidate_id": c.state.candidate_id, "seq": c.state.seq,
-                         "decision": c.state.decision, "recorded": c.state.decided, "now": c.now} for c in changed],
-        })  # fmt: skip
+        emit(
+            {
+                "ok": not changed,
+                "decisions": total,
+                "changed": [
+                    {
+                        "file": c.file,
+                        "candidate_id": c.state.candidate_id,
+                        "seq": c.state.seq,
+                        "decision": c.state.decision,
+                        "recorded": c.state.decided,
+                        "now": c.now,
+                    }
+                    for c in changed
+                ],
+            }
+        )
     else:
         for c in changed:
             click.echo(display(f"changed: {c.line()}"))  # a pool file's id is one line, whatever it holds

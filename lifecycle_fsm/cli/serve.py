@@ -89,13 +89,29 @@ def serve(host: str, port: int) -> None:
         # Datasette's own path for the database: a stem with a space, a dot or a non-ASCII letter is tilde-encoded
         # (`a b.v2` -> `a+b~2Ev2`); printed as written, it was a 404. An IPv6 host goes in brackets.
         where = f"[{host}]" if ":" in host else host
-        click.echo(f"serving {ledger} as of seq {snap.head_seq} at http://{where}:{port}/{tilde_encode(snap.name)}",
-                   err=True)  # fmt: skip
+        click.echo(
+            f"serving {ledger} as of seq {snap.head_seq} at http://{where}:{port}/{tilde_encode(snap.name)}", err=True
+        )
         args = [
-            "serve", "-i", str(snap.path), "-m", str(meta), "--host", host, "--port", str(port),
-            "--setting", "default_allow_sql", "off", "--setting", "allow_download", "off",
-            "--setting", "allow_csv_stream", "off",
-        ]  # fmt: skip
+            "serve",
+            "-i",
+            str(snap.path),
+            "-m",
+            str(meta),
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--setting",
+            "default_allow_sql",
+            "off",
+            "--setting",
+            "allow_download",
+            "off",
+            "--setting",
+            "allow_csv_stream",
+            "off",
+        ]
         previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             datasette_cli.main(args=args, prog_name="lifecycle serve", standalone_mode=False)

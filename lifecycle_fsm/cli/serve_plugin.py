@@ -60,8 +60,13 @@ def asgi_wrapper() -> Callable[[_ASGIApp], _ASGIApp]:
     def wrap(app: _ASGIApp) -> _ASGIApp:
         async def read_only(scope: dict[str, Any], receive: Any, send: Any) -> None:
             if scope["type"] == "http" and scope["method"] not in ("GET", "HEAD"):
-                await send({"type": "http.response.start", "status": 405,
-                            "headers": [(b"allow", b"GET, HEAD"), (b"content-type", b"text/plain")]})  # fmt: skip
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 405,
+                        "headers": [(b"allow", b"GET, HEAD"), (b"content-type", b"text/plain")],
+                    }
+                )
                 await send({"type": "http.response.body", "body": b"read-only: only GET and HEAD are served\n"})
                 return
             await app(scope, receive, send)
