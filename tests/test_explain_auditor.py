@@ -227,7 +227,7 @@ def test_rollback_evidence_is_the_activation_in_force_when_checked(ws: Workspace
         second = next(e.seq for e in activated if e.type == "BaselineActivated")
         led.receive(ws.dpo("dpo-b", source_policy_version=second_sha))
         led.check("dpo-b")
-        report = build_report(led.store)["candidates"]
+        report = build_report(led.store).to_json()["candidates"]
     assert first < second
     for cid, seq in (("dpo-a", first), ("dpo-b", second)):
         doc, _, _ = _explain(ws, cid)

@@ -10,6 +10,7 @@ import difflib
 import functools
 import sys
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
@@ -41,6 +42,7 @@ __all__ = [
     "SeqType",
     "SuggestingGroup",
     "TimeType",
+    "install_hint",
     "json_option",
     "main",
     "open_ledger",
@@ -216,6 +218,15 @@ class SeqType(_ParamType):
 
 AS_OF = AsOfType()
 SEQ = SeqType()
+
+
+def install_hint(extra: str) -> str:
+    """How to install an extra: from this checkout when running from one, else from the package index."""
+    checkout = Path(__file__).resolve().parents[2]
+    if not (checkout / "pyproject.toml").is_file() or not (checkout / "lifecycle_fsm").is_dir():
+        return f"pip install 'lifecycle-fsm[{extra}]'"
+    here = Path.cwd().resolve() == checkout
+    return f"pip install -e '{'.' if here else checkout}[{extra}]'" + ("" if here else " (this checkout)")
 
 
 def signing_key() -> Ed25519PrivateKey | None:

@@ -8,6 +8,8 @@ change: the gate for a rules change).
 from __future__ import annotations
 
 import collections
+import hashlib
+import re
 import sys
 from pathlib import Path
 
@@ -30,45 +32,58 @@ def decisions() -> None:
 @click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
 @json_option
 def export(folder: Path) -> None:
-    """Write one JSON file per recorded decision into FOLDER (new or empty)."""
-    from lifecycle_fsm.decision_pool import export_pool
+    """Write one JSON file per recorded decision into FOLDER/ledger-<ledger id>/.
 
-    written = export_pool(open_ledger(must_exist=True).store, folder)
+    Each ledger writes into its own sub-folder, named by its id, so several ledgers
+    export into one pool without a name colliding; FOLDER may hold other ledgers'
+    sub-folders, this ledger's must be new or empty. `decisions replay FOLDER` reads
+    them all.
+    """
+    from lifecycle_fsm.decision_pool import export_pool
+    from lifecycle_fsm.seals import ledger_id_of
+
+    store = open_ledger(must_exist=True).store
+    target = folder / _subfolder(ledger_id_of(store))
+    written = export_pool(store, target)
     kinds = collections.Counter(p.stem.split("-", 1)[1] for p in written)
     counted = dict(sorted(kinds.items()))
     if wants_json():
-        emit({"folder": str(folder), "files": len(written), "decisions": counted})
+        emit({"folder": str(target), "files": len(written), "decisions": counted})
     else:
         counts = ", ".join(f"{n} {k}" for k, n in counted.items()) or "no decisions"
-        click.echo(f"{len(written)} decision files in {folder} ({counts})")
+        click.echo(display(f"{len(written)} decision files in {target} ({counts})"))
+
+
+def _subfolder(ledger_id: str | None) -> str:
+    """A ledger's folder in a pool: its id when that is a plain name, else a digest of it (never a path)."""
+    if ledger_id is None:
+        return "ledger-empty"
+    if re.fullmatch(r"[A-Za-z0-9_-]{1,64}", ledger_id):
+        return f"ledger-{ledger_id}"
+    return f"ledger-{hashlib.sha256(ledger_id.encode()).hexdigest()[:32]}"
 
 
 @decisions.command("replay")
 @click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
 @json_option
 def replay(folder: Path) -> None:
-    """Re-decide every file in FOLDER with today's rules; exit 8 if any decision would change."""
+    """Re-decide every *.json under FOLDER (sub-folders too) with today's rules; exit 8 if any would change."""
     from lifecycle_fsm.decision_pool import replay_pool
 
     total, changed = replay_pool(folder)
     if wants_json():
-        emit(
+        changes = [
             {
-                "ok": not changed,
-                "decisions": total,
-                "changed": [
-                    {
-                        "file": c.file,
-                        "candidate_id": c.state.candidate_id,
-                        "seq": c.state.seq,
-                        "decision": c.state.decision,
-                        "recorded": c.state.decided,
-                        "now": c.now,
-                    }
-                    for c in changed
-                ],
+                "file": c.file,
+                "candidate_id": c.state.candidate_id,
+                "seq": c.state.seq,
+                "decision": c.state.decision,
+                "recorded": c.state.decided,
+                "now": c.now,
             }
-        )
+            for c in changed
+        ]
+        emit({"ok": not changed, "decisions": total, "changed": changes})
     else:
         for c in changed:
             click.echo(display(f"changed: {c.line()}"))  # a pool file's id is one line, whatever it holds
