@@ -162,10 +162,9 @@ def _branch(claimed: JSON, settings: JSON) -> tuple[Any, Any]:
     if kind == "dpo":
         return {"preference_evidence_version": claimed["preference_evidence_version"]}, NON_EMPTY
     if kind in ONLINE_KINDS:
-        fields = ("verifier_version", "evidence_window_index")
-        against = {"verifier_version": NON_EMPTY}
+        against: JSON = {"verifier_version": NON_EMPTY}
         against |= {k: settings.get(k) for k in ("active_window", "window_age", "max_window_age")}
-        return {k: claimed[k] for k in fields}, against
+        return {k: claimed[k] for k in ("verifier_version", "evidence_window_index")}, against
     fields = ("preference_evidence_version", "verifier_version", "evidence_window_index")
     return {k: claimed[k] for k in fields}, f"a known candidate kind ({', '.join(CANDIDATE_KINDS)})"
 

@@ -313,7 +313,9 @@ def test_report_as_of_a_seq_or_a_time_shows_the_candidates_then(
     events = json.loads(invoke(ws.db, "history", "dpo-good", "--json").stdout)
     checked, handed_off = events[-2], events[-1]
     assert (checked["type"], handed_off["type"], handed_off["seq"] - checked["seq"]) == (
-        "ChecksRecorded", "HandoffDecided", 1
+        "ChecksRecorded",
+        "HandoffDecided",
+        1,
     )
     assert _report(ws.db, tmp_path / "seq", "--as-of", str(checked["seq"])) == (0, "")
     assert _report(ws.db, tmp_path / "time", "--as-of", checked["recorded_at"]) == (0, "")
