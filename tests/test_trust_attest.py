@@ -8,7 +8,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from conftest import Workspace, count_events, invoke, run_cli
+from conftest import Workspace, cli, count_events, invoke
 from securesystemslib.dsse import Envelope
 
 from lifecycle_fsm.artifacts import hash_directory
@@ -26,12 +26,12 @@ def handed_off(ws: Workspace) -> Path:
 
 
 def _attest(db: Path, keys: Path, candidate: str, out: Path) -> tuple[int, str]:
-    result = run_cli(db, "--signing-key", str(keys / "lifecycle-signing.key"), "attest", candidate, "--out", str(out))
+    result = cli(db, "--signing-key", str(keys / "lifecycle-signing.key"), "attest", candidate, "--out", str(out))
     return result.returncode, result.stderr
 
 
 def _check(file: Path, keys: Path, *extra: str) -> tuple[int, str, str]:
-    result = run_cli("unused.db", "attest", "verify", str(file), "--pubkey", str(keys / "lifecycle-signing.pub"),
+    result = cli("unused.db", "attest", "verify", str(file), "--pubkey", str(keys / "lifecycle-signing.pub"),
                      "--json", *extra)  # fmt: skip
     return result.returncode, result.stdout, result.stderr
 
@@ -46,7 +46,7 @@ def test_an_attestation_is_a_signed_in_toto_statement_about_the_adapters(
     assert count_events(handed_off) == before  # appends nothing
     doc = json.loads(out.read_text())
     assert doc["payloadType"] == "application/vnd.in-toto+json"
-    key_id = json.loads(run_cli(ws.db, "key", "new", "--out", str(ws.root / "k2"), "--json").stdout)["key_id"]
+    key_id = json.loads(cli(ws.db, "key", "new", "--out", str(ws.root / "k2"), "--json").stdout)["key_id"]
     assert doc["signatures"][0]["keyid"] != key_id  # the signer's own id, not any key's
     statement = json.loads(base64.b64decode(doc["payload"]))
     assert statement["_type"] == "https://in-toto.io/Statement/v1"
@@ -76,7 +76,7 @@ def test_an_attestation_is_a_signed_in_toto_statement_about_the_adapters(
 
 def test_attest_needs_a_key_a_decision_and_a_new_file(ws: Workspace, handed_off: Path, keys: Path) -> None:
     out = ws.root / "a.json"
-    result = run_cli(handed_off, "attest", "dpo-v5", "--out", str(out))
+    result = cli(handed_off, "attest", "dpo-v5", "--out", str(out))
     assert result.returncode == 3 and "signing key" in result.stderr and not out.exists()
     assert _attest(handed_off, keys, "grpo-v7", out)[0] == 5 and not out.exists()  # received, not handed off
     assert _attest(handed_off, keys, "nobody", out)[0] == 4
@@ -196,7 +196,7 @@ def test_attest_out_dash_prints_the_envelope(ws: Workspace, handed_off: Path, ke
     """`--out -` wrote a file named `-` in the working folder; it prints the envelope (what `attest verify`
     takes), no file is made, and with --json (a second document on the same stdout) it is a usage error."""
     key = str(keys / "lifecycle-signing.key")
-    result = run_cli(handed_off, "--signing-key", key, "attest", "dpo-v5", "--out", "-", cwd=ws.root)
+    result = cli(handed_off, "--signing-key", key, "attest", "dpo-v5", "--out", "-", cwd=ws.root)
     assert result.returncode == 0, result.stderr
     assert not (ws.root / "-").exists()
     printed = ws.root / "printed.intoto.json"
@@ -204,5 +204,5 @@ def test_attest_out_dash_prints_the_envelope(ws: Workspace, handed_off: Path, ke
     code, out, err = _check(printed, keys, "--db", str(handed_off))
     assert code == 0, err
     assert json.loads(out)["candidate"] == "dpo-v5"
-    both = run_cli(handed_off, "--signing-key", key, "attest", "dpo-v5", "--out", "-", "--json", cwd=ws.root)
+    both = cli(handed_off, "--signing-key", key, "attest", "dpo-v5", "--out", "-", "--json", cwd=ws.root)
     assert both.returncode == 2 and "--json has nothing to add" in both.stderr and both.stdout == ""
