@@ -46,7 +46,8 @@ from bench_common import (
 
 from lifecycle_fsm.cli.render import candidate_json
 from lifecycle_fsm.ledger import Ledger, utc_now
-from lifecycle_fsm.replay import explain, load_state, take_checkpoint
+from lifecycle_fsm.replay import load_state, take_checkpoint
+from lifecycle_fsm.replay.explain import explain
 from lifecycle_fsm.store.sqlite import SQLiteEventStore
 
 POPULATION = 500  # 20 events each by 10k: every candidate has completed a full cycle (14 events)

@@ -36,8 +36,9 @@ from lifecycle_fsm import upcasting
 from lifecycle_fsm.cli.render import candidate_json
 from lifecycle_fsm.keys import PublicKeys
 from lifecycle_fsm.ledger import Ledger, utc_now
-from lifecycle_fsm.replay import explain, load_state
+from lifecycle_fsm.replay import load_state
 from lifecycle_fsm.replay import verify as verify_ledger
+from lifecycle_fsm.replay.explain import explain
 from lifecycle_fsm.seals import add_trust_findings, seal
 from lifecycle_fsm.store.sqlite import SQLiteEventStore
 

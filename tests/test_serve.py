@@ -30,8 +30,9 @@ from browser import Chromium
 from conftest import REPO, Workspace
 
 from lifecycle_fsm.ledger import Ledger
-from lifecycle_fsm.replay import explain, verify
+from lifecycle_fsm.replay import verify
 from lifecycle_fsm.replay.browse import CANNED_QUERIES
+from lifecycle_fsm.replay.explain import explain
 from lifecycle_fsm.store.sqlite import SQLiteEventStore
 
 CHROMIUM = Path("/usr/bin/chromium")

@@ -6,7 +6,6 @@ this module imports none of them, so any of them can import it.
 
 from __future__ import annotations
 
-import difflib
 import functools
 import sys
 from collections.abc import Callable, Iterable
@@ -72,6 +71,8 @@ API_NAMES = {
 
 def unknown_command(name: str, commands: Iterable[str], *, api_names: bool = False) -> str:
     """The refusal of an unknown command, naming the nearest ones there are."""
+    import difflib
+
     known = API_NAMES.get(name.replace("-", "_")) if api_names else None
     guesses = [known] if known else difflib.get_close_matches(name, list(commands), n=3, cutoff=0.6)
     if not guesses:

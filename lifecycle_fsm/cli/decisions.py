@@ -8,7 +8,6 @@ change: the gate for a rules change).
 from __future__ import annotations
 
 import collections
-import hashlib
 import re
 import sys
 from pathlib import Path
@@ -56,6 +55,8 @@ def export(folder: Path) -> None:
 
 def _subfolder(ledger_id: str | None) -> str:
     """A ledger's folder in a pool: its id when that is a plain name, else a digest of it (never a path)."""
+    import hashlib
+
     if ledger_id is None:
         return "ledger-empty"
     if re.fullmatch(r"[A-Za-z0-9_-]{1,64}", ledger_id):

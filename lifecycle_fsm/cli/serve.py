@@ -8,17 +8,17 @@ folder is always removed. Datasette is imported only here, when the command runs
 
 from __future__ import annotations
 
-import signal
-import tempfile
-from importlib import resources
 from pathlib import Path
-from types import FrameType
+from typing import TYPE_CHECKING
 
 import click
 import orjson
 
 from lifecycle_fsm.cli.app import install_hint, root_obj
 from lifecycle_fsm.errors import InputError
+
+if TYPE_CHECKING:
+    from types import FrameType
 
 __all__ = ["serve"]
 
@@ -73,6 +73,10 @@ def serve(host: str, port: int, allow_hosts: tuple[str, ...]) -> None:
     for the address served (and, on loopback, localhost) are answered, against DNS
     rebinding; on 0.0.0.0 or ::, requests for any IP address. Needs the `ui` extra.
     """
+    import signal
+    import tempfile
+    from importlib import resources
+
     from lifecycle_fsm.replay.browse import metadata, snapshot
 
     try:
