@@ -129,8 +129,16 @@ def test_command_on_missing_ledger_is_input_error(tmp_path: Path) -> None:
     assert result.exit_code == 3 and result.stderr.startswith("Error: no ledger") and not db.exists()
 
 
-READ_ONLY = [["status"], ["status", "dpo-v5"], ["history", "dpo-v5"], ["explain", "dpo-x"], ["replay"], ["verify"],
-             ["diagram"], ["hash", "{adapter}"]]  # fmt: skip
+READ_ONLY = [
+    ["status"],
+    ["status", "dpo-v5"],
+    ["history", "dpo-v5"],
+    ["explain", "dpo-x"],
+    ["replay"],
+    ["verify"],
+    ["diagram"],
+    ["hash", "{adapter}"],
+]
 
 
 @pytest.mark.parametrize("args", READ_ONLY, ids=[" ".join(a) for a in READ_ONLY])
@@ -148,11 +156,19 @@ def test_every_mutating_command_prints_one_json_document(ws: Workspace) -> None:
     state.mkdir()
     (state / "q").write_text("queue")
     steps = [
-        ["init"], ["baseline", "activate", str(ws.baseline())], ["window", "2"], ["evaluation", "activate", "eval-v1"],
-        ["receive", str(ws.grpo(evidence_window_index=2))], ["trusted", "grpo-v7", "prompt_queue", str(state)],
-        ["untrust", "grpo-v7", "prompt_queue"], ["fail", "grpo-v7", "--stage", "reward"], ["recovered", "grpo-v7"],
-        ["check", "grpo-v7"], ["handoff", "grpo-v7"], ["checkpoint"],
-    ]  # fmt: skip
+        ["init"],
+        ["baseline", "activate", str(ws.baseline())],
+        ["window", "2"],
+        ["evaluation", "activate", "eval-v1"],
+        ["receive", str(ws.grpo(evidence_window_index=2))],
+        ["trusted", "grpo-v7", "prompt_queue", str(state)],
+        ["untrust", "grpo-v7", "prompt_queue"],
+        ["fail", "grpo-v7", "--stage", "reward"],
+        ["recovered", "grpo-v7"],
+        ["check", "grpo-v7"],
+        ["handoff", "grpo-v7"],
+        ["checkpoint"],
+    ]
     for i, step in enumerate(steps):
         argv = ["--json", *step] if i % 2 else [*step, "--json"]
         doc = as_json(invoke(ws.db, *argv))
@@ -177,9 +193,12 @@ def test_fail_json_is_the_recovery_plan(populated: Workspace) -> None:
     assert invoke(populated.db, "trusted", "dpo-v5", "prompt_queue", state).exit_code == 0
     doc = as_json(invoke(populated.db, "fail", "dpo-v5", "--stage", "reward", "--json"))
     assert {k: doc[k] for k in ("stage", "recovery_state", "reused_state", "action", "state")} == {
-        "stage": "reward", "recovery_state": "prompt_queue", "reused_state": True,
-        "action": "restart_sampling_from_prompt_queue", "state": "recovering",
-    }  # fmt: skip
+        "stage": "reward",
+        "recovery_state": "prompt_queue",
+        "reused_state": True,
+        "action": "restart_sampling_from_prompt_queue",
+        "state": "recovering",
+    }
 
 
 def test_hash_json(populated: Workspace) -> None:

@@ -32,14 +32,23 @@ from lifecycle_fsm.state import IllegalTransition
 
 # Transcribed by hand from the documented exit codes: an oracle independent of ERROR_EXIT_CODES.
 EXPECTED = {
-    InputError: 3, ArtifactError: 3, ScenarioError: 3,
+    InputError: 3,
+    ArtifactError: 3,
+    ScenarioError: 3,
     NotFoundError: 4,
-    ConflictError: 5, IllegalCommandError: 5, ConcurrencyError: 5, DuplicateEventError: 5,
-    IntegrityError: 6, CorruptionError: 6, IllegalTransition: 6,
-    StoreError: 7, LedgerClosedError: 7,
-    WaitTimeout: 9, DecisionPoolError: 3,
+    ConflictError: 5,
+    IllegalCommandError: 5,
+    ConcurrencyError: 5,
+    DuplicateEventError: 5,
+    IntegrityError: 6,
+    CorruptionError: 6,
+    IllegalTransition: 6,
+    StoreError: 7,
+    LedgerClosedError: 7,
+    WaitTimeout: 9,
+    DecisionPoolError: 3,
     LifecycleError: 1,
-}  # fmt: skip
+}
 
 
 def test_the_documented_codes_are_the_contract() -> None:
@@ -109,8 +118,9 @@ def test_a_group_without_its_command_is_one_readable_error_line(args: list[str],
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-m", "lifecycle_fsm", *args], capture_output=True, text=True,
-                          timeout=60, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "lifecycle_fsm", *args], capture_output=True, text=True, timeout=60, check=False
+    )
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr.count("\n") == 1 and "\\n" not in done.stderr, done.stderr
     assert done.stderr.startswith("Error: missing command: one of ") and commands in done.stderr

@@ -151,17 +151,32 @@ def _decision_file(kind: str) -> dict[str, Any]:
         }
     else:
         candidate = {
-            "candidate_kind": "grpo", "source_policy_version": "p0", "policy_version": "g1",
-            "evaluation_version": "e1", "preference_evidence_version": None, "verifier_version": "v1",
+            "candidate_kind": "grpo",
+            "source_policy_version": "p0",
+            "policy_version": "g1",
+            "evaluation_version": "e1",
+            "preference_evidence_version": None,
+            "verifier_version": "v1",
             "evidence_window_index": 1,
-        }  # fmt: skip
+        }
         settings = {"active_policy_version": "p0", "active_window": 1, "max_window_age": 2, "evaluation_version": None}
-        inputs = {"candidate": candidate, "settings": settings, "artifact_verified": True,
-                  "rollback_verified": True, "path_escapes_root": False}  # fmt: skip
+        inputs = {
+            "candidate": candidate,
+            "settings": settings,
+            "artifact_verified": True,
+            "rollback_verified": True,
+            "path_escapes_root": False,
+        }
         decided = {"passed": True, "reason_codes": []}
-    return {"schema": decision_pool.SCHEMA, "decision": kind, "candidate_id": "g1", "seq": 7,
-            "event_type": "RecoveryPlanned" if kind == "recovery" else "ChecksRecorded",
-            "inputs": inputs, "decided": decided}  # fmt: skip
+    return {
+        "schema": decision_pool.SCHEMA,
+        "decision": kind,
+        "candidate_id": "g1",
+        "seq": 7,
+        "event_type": "RecoveryPlanned" if kind == "recovery" else "ChecksRecorded",
+        "inputs": inputs,
+        "decided": decided,
+    }
 
 
 @pytest.mark.parametrize(

@@ -18,9 +18,13 @@ from lifecycle_fsm.store.chain import GENESIS_HASH, event_hash
 @pytest.fixture
 def handed_off(ws: Workspace) -> Path:
     for args in (
-        ("init",), ("baseline", "activate", str(ws.baseline())), ("receive", str(ws.dpo())),
-        ("check", "dpo-v5"), ("handoff", "dpo-v5"), ("receive", str(ws.grpo())),
-    ):  # fmt: skip
+        ("init",),
+        ("baseline", "activate", str(ws.baseline())),
+        ("receive", str(ws.dpo())),
+        ("check", "dpo-v5"),
+        ("handoff", "dpo-v5"),
+        ("receive", str(ws.grpo())),
+    ):
         assert invoke(ws.db, *args).exit_code == 0, args
     return ws.db
 
@@ -31,8 +35,9 @@ def _attest(db: Path, keys: Path, candidate: str, out: Path) -> tuple[int, str]:
 
 
 def _check(file: Path, keys: Path, *extra: str) -> tuple[int, str, str]:
-    result = cli("unused.db", "attest", "verify", str(file), "--pubkey", str(keys / "lifecycle-signing.pub"),
-                     "--json", *extra)  # fmt: skip
+    result = cli(
+        "unused.db", "attest", "verify", str(file), "--pubkey", str(keys / "lifecycle-signing.pub"), "--json", *extra
+    )
     return result.returncode, result.stdout, result.stderr
 
 
@@ -158,8 +163,9 @@ def test_an_edited_decisive_event_is_caught_against_the_ledger(ws: Workspace, ha
     assert _attest(handed_off, keys, "dpo-v5", out)[0] == 0
     with sqlite3.connect(handed_off, isolation_level=None) as conn:
         conn.execute("DROP TRIGGER events_refuse_update")
-        conn.execute("UPDATE events SET payload = replace(payload, 'ready_for_evaluation', 'tune') "
-                     "WHERE type = 'HandoffDecided'")  # fmt: skip
+        conn.execute(
+            "UPDATE events SET payload = replace(payload, 'ready_for_evaluation', 'tune') WHERE type = 'HandoffDecided'"
+        )
     assert _check(out, keys)[0] == 0  # offline, the envelope itself is intact
     code, _, err = _check(out, keys, "--db", str(handed_off))
     assert code == 6 and err.startswith("Error: ")
@@ -171,8 +177,9 @@ def test_a_rehashed_ledger_does_not_hold_the_attested_events(ws: Workspace, hand
     assert _attest(handed_off, keys, "dpo-v5", out)[0] == 0
     with sqlite3.connect(handed_off, isolation_level=None) as conn:
         conn.execute("DROP TRIGGER events_refuse_update")
-        conn.execute("UPDATE events SET payload = replace(payload, 'ready_for_evaluation', 'tune') "
-                     "WHERE type = 'HandoffDecided'")  # fmt: skip
+        conn.execute(
+            "UPDATE events SET payload = replace(payload, 'ready_for_evaluation', 'tune') WHERE type = 'HandoffDecided'"
+        )
         cols = "seq, stream_id, version, event_id, type, schema_version, payload, recorded_at, actor"
         prev = GENESIS_HASH
         for row in conn.execute(f"SELECT {cols} FROM events ORDER BY seq").fetchall():

@@ -29,9 +29,12 @@ READ_COMMANDS = [
 def _ready_ledger(ws: Workspace) -> Path:
     """A ledger with one candidate handed off (ready) and one more received."""
     for args in (
-        ("init",), ("baseline", "activate", str(ws.baseline())), ("receive", str(ws.dpo())),
-        ("check", "dpo-v5"), ("handoff", "dpo-v5"),
-    ):  # fmt: skip
+        ("init",),
+        ("baseline", "activate", str(ws.baseline())),
+        ("receive", str(ws.dpo())),
+        ("check", "dpo-v5"),
+        ("handoff", "dpo-v5"),
+    ):
         assert invoke(ws.db, *args).exit_code == 0, args
     return ws.db
 
@@ -134,10 +137,17 @@ def test_a_write_refuses_an_empty_file(ws: Workspace, args: tuple[str, ...]) -> 
 @pytest.mark.parametrize("kind", ["folder", "fifo", "device"])
 @pytest.mark.parametrize(
     "args",
-    [("init",), ("status",), ("status", "x"), ("window", "3"), ("log",), ("migrate", "DB", "COPY"),
-     ("migrate", "SOURCE", "DB")],
+    [
+        ("init",),
+        ("status",),
+        ("status", "x"),
+        ("window", "3"),
+        ("log",),
+        ("migrate", "DB", "COPY"),
+        ("migrate", "SOURCE", "DB"),
+    ],
     ids=" ".join,
-)  # fmt: skip
+)
 def test_a_folder_a_fifo_or_a_device_is_no_ledger(ws: Workspace, kind: str, args: tuple[str, ...]) -> None:
     """`--db` a FIFO or /dev/null was "an empty file, not a ledger …; `lifecycle init` creates one here", and
     `init` there then failed "disk I/O error"; a folder was "unable to open database file". Each says what it is
@@ -153,8 +163,10 @@ def test_a_folder_a_fifo_or_a_device_is_no_ledger(ws: Workspace, kind: str, args
     source = ws.root / "source.db"
     if "SOURCE" in args:
         assert invoke(source, "init").exit_code == 0
-    argv = [str(db) if a == "DB" else str(source) if a == "SOURCE" else str(ws.root / "copy.db") if a == "COPY"
-            else a for a in args]  # fmt: skip
+    argv = [
+        str(db) if a == "DB" else str(source) if a == "SOURCE" else str(ws.root / "copy.db") if a == "COPY" else a
+        for a in args
+    ]
     before = sorted(p.name for p in ws.root.iterdir())
     result = cli(db, *argv)
     assert (result.returncode, result.stdout) == (7, ""), result.stderr
@@ -256,8 +268,13 @@ def test_a_row_gone_from_a_candidates_stream_is_refused_not_skipped(ws: Workspac
     with sqlite3.connect(ws.db) as conn:
         (seq,) = conn.execute("SELECT seq FROM events WHERE type = 'ChecksRecorded'").fetchone()
     _tamper(ws.db, edit.format(seq=seq))
-    for args in [("history", "dpo-v5"), ("--json", "history", "dpo-v5"), ("log", "--stream", "dpo-v5"),
-                 ("--json", "log", "--stream", "dpo-v5"), ("log", "--stream", "dpo-v5", "--before", "99")]:  # fmt: skip
+    for args in [
+        ("history", "dpo-v5"),
+        ("--json", "history", "dpo-v5"),
+        ("log", "--stream", "dpo-v5"),
+        ("--json", "log", "--stream", "dpo-v5"),
+        ("log", "--stream", "dpo-v5", "--before", "99"),
+    ]:
         result = invoke(ws.db, *args)
         assert result.exit_code == 6, (args, result.output)
         if args[0] == "--json" or args[0] == "history":  # text `log` streams: the rows before the hole are out

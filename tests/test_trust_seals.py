@@ -30,9 +30,12 @@ FIXTURE_HEAD = "1adba2fc75c8a50f57d9dfe8da7359c93d090995f3566221c8aed5b2b0118735
 
 def _ready_ledger(ws: Workspace) -> Path:
     for args in (
-        ("init",), ("baseline", "activate", str(ws.baseline())), ("receive", str(ws.dpo())),
-        ("check", "dpo-v5"), ("handoff", "dpo-v5"),
-    ):  # fmt: skip
+        ("init",),
+        ("baseline", "activate", str(ws.baseline())),
+        ("receive", str(ws.dpo())),
+        ("check", "dpo-v5"),
+        ("handoff", "dpo-v5"),
+    ):
         assert invoke(ws.db, *args).exit_code == 0, args
     return ws.db
 
@@ -276,8 +279,9 @@ def test_a_seal_under_a_key_not_given_is_refused(ws: Workspace, keys: Path, tmp_
     assert invoke(db, "key", "new", "--out", str(other)).exit_code == 0
     code, report = _verify(db, "--pubkey", str(other / "lifecycle-signing.pub"))
     assert code == 6 and report["reason"] == "seal_signature" and report["bad_seq"] == count_events(db)
-    code, report = _verify(db, "--pubkey", str(other / "lifecycle-signing.pub"), "--pubkey",
-                           str(keys / "lifecycle-signing.pub"))  # fmt: skip
+    code, report = _verify(
+        db, "--pubkey", str(other / "lifecycle-signing.pub"), "--pubkey", str(keys / "lifecycle-signing.pub")
+    )
     assert code == 0 and report["seals"]["count"] == 1
 
 

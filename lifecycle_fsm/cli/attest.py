@@ -1,4 +1,4 @@
-"""`attest ID --out FILE` and `attest verify FILE --pubkey PUB [--db DB]` (SPEC §8).
+"""`attest ID --out FILE` and `attest verify FILE --pubkey PUB [--db DB]`.
 
 `attest ID` is the group's default: any first argument that is not a subcommand is a
 candidate id (`attest create ID` says the same explicitly).

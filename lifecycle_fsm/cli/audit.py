@@ -1,4 +1,4 @@
-"""`lifecycle audit`: the CLI edge of `lifecycle_fsm.audit` (SPEC §7).
+"""`lifecycle audit`: the CLI edge of `lifecycle_fsm.audit`.
 
 The audit's steps and records are `lifecycle_fsm.audit`'s; this module parses the
 options, opens the ledger with the artifact root and prints the plan or the summary.

@@ -1,4 +1,4 @@
-"""`lifecycle decisions export DIR` / `decisions replay DIR`: the decision pool (SPEC §12).
+"""`lifecycle decisions export DIR` / `decisions replay DIR`: the decision pool.
 
 Holds no logic: `lifecycle_fsm.decision_pool` reads decisions out of the ledger and
 re-decides them; this module prints and picks the exit code (8 when a decision would

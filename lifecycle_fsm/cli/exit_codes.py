@@ -57,7 +57,7 @@ EXIT_CODES: dict[int, str] = {
         "`drill --simulate`: an invariant failed; `decisions replay`: a decision would change"
     ),
     ExitCode.TIMED_OUT: "`wait`: the candidate did not reach a wanted state before the timeout",
-    ExitCode.TUNE: "`handoff --exit-status`, `wait`: the hand-off decided tune",
+    ExitCode.TUNE: "`handoff --exit-status`: the hand-off decided tune",
     ExitCode.REJECT: (
         "`check --exit-status`, `handoff --exit-status`: the candidate was rejected; "
         "`wait`: it reached reject (terminal) instead of a wanted state"

@@ -1,4 +1,4 @@
-"""Keys and seals (SPEC §8): `key new`, `seal`.
+"""Keys and seals: `key new`, `seal`.
 
 `verify --expect-head/--pubkey` lives with `verify` (`integrity.py`), `attest` in
 `attest.py`. A command that needs a key and has none exits 3 with nothing appended.
