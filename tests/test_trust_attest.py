@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import sqlite3
 from pathlib import Path
 
@@ -191,11 +192,14 @@ def test_a_rehashed_ledger_does_not_hold_the_attested_events(ws: Workspace, hand
 
 
 def test_another_ledger_does_not_hold_the_attestation(ws: Workspace, handed_off: Path, keys: Path) -> None:
+    """Exit 6, and the refusal is a sentence naming the event by seq and hash (no Python dict printed)."""
     out = ws.root / "a.json"
     assert _attest(handed_off, keys, "dpo-v5", out)[0] == 0
     other = ws.root / "other.db"
     assert invoke(other, "init").exit_code == 0
-    assert _check(out, keys, "--db", str(other))[0] == 6
+    code, _, err = _check(out, keys, "--db", str(other))
+    assert code == 6 and "{" not in err
+    assert re.search(r"the attested decisive event, seq \d+ \(hash [0-9a-f]{64}\), is not in this ledger's chain", err)
     assert _check(out, keys, "--db", str(ws.root / "missing.db"))[0] == 3
 
 
