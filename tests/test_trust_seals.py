@@ -175,7 +175,7 @@ def test_the_upcaster_without_a_stored_hash_adds_none(tmp_path: Path) -> None:
 
 def test_a_ledger_without_an_id_can_be_sealed_and_verified(ws: Workspace, keys: Path) -> None:
     db = _ledger_without_id(ws)
-    head = json.loads(run_cli(db, "verify", "--json").stdout)["head"]
+    head = json.loads(cli(db, "verify", "--json").stdout)["head"]
     code, out, err = _signed(db, keys, "seal", "--json")
     assert code == 0, err
     doc = json.loads(out)
