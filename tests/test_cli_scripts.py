@@ -166,6 +166,24 @@ def test_log_follow_prints_new_events_until_ctrl_c(ws: Workspace, backend: str, 
     assert results == [(0, ""), (0, "")]
 
 
+def test_log_follow_of_one_candidate_sees_its_new_events(ws: Workspace) -> None:
+    """`--stream ID` follows that candidate alone, and sees what is appended after it started."""
+    with ws.ledger() as led:
+        led.init()
+        led.activate_baseline(ws.baseline())
+        led.receive(ws.dpo())
+        follower = _follow(str(ws.db), "--stream", "dpo-v5", "--jsonl")
+        try:
+            assert [json.loads(line)["type"] for line in _lines(follower.stdout, 1)] == ["CandidateReceived"]
+            led.receive(ws.grpo())
+            led.check("dpo-v5")
+            assert [json.loads(line)["type"] for line in _lines(follower.stdout, 1)] == ["ChecksRecorded"]
+        finally:
+            assert _stop(follower) == (0, "")
+    unknown = invoke(ws.db, "log", "--follow", "--stream", "nobody")
+    assert unknown.exit_code == 4 and unknown.stdout == ""
+
+
 def test_log_follow_ends_at_its_limit_and_refuses_a_json_array(ws: Workspace) -> None:
     """`--limit N` counts the catch-up and what follows; `--follow --json` cannot be one document (usage, exit 2)."""
     with ws.ledger() as led:

@@ -76,20 +76,18 @@ def log(follow: bool, poll: float, jsonl: bool, **filters: Any) -> None:
         raise click.UsageError("--follow prints events as they come, which one JSON array cannot: use --jsonl")
     query = log_filter(**filters)
     ledger = open_ledger(must_exist=True)
-    store = ledger.store
-    start = store.head().seq if follow else None
-    with known_stream(store, query, filters["stream"]), _output_errors():  # an unknown --stream: before any byte
-        if wants_json():
-            _print_array(read_log(store, query))
-            return
-        if start is not None:  # the catch-up ends at the head seen now; following starts after it
-            query = log_filter(**(filters | {"before": min(filters["before"] or MAX_INT64, start + 1)}))
-        shown = _print_rows(read_log(store, query), jsonl)
-        if start is None:
-            if shown == 0:
+    if not follow:
+        with known_stream(ledger.store, query, filters["stream"]), _output_errors():  # an unknown --stream: exit 4
+            if wants_json():
+                _print_array(read_log(ledger.store, query))
+            elif _print_rows(read_log(ledger.store, query), jsonl) == 0 and not jsonl:
                 click.echo("no events match")
-            return
-        _follow(ledger, filters, after=max(start, filters["after"]), shown=shown, poll=poll, jsonl=jsonl)
+        return
+    try:
+        with _output_errors():
+            _follow(ledger, filters, poll=poll, jsonl=jsonl)
+    except KeyboardInterrupt:
+        return  # Ctrl-C is how a follow ends, whenever it comes: not an interruption to report
 
 
 @contextmanager
@@ -103,27 +101,31 @@ def _output_errors() -> Iterator[None]:
         raise closed_output(e.strerror or str(e)) from e
 
 
-def _follow(ledger: Ledger, filters: dict[str, Any], *, after: int, shown: int, poll: float, jsonl: bool) -> None:
-    """Print each new stretch of the log that matches, until Ctrl-C, `--before` or `--limit`."""
+def _follow(ledger: Ledger, filters: dict[str, Any], *, poll: float, jsonl: bool) -> None:
+    """The log up to the head seen now, then each new stretch of it that matches, until `--before` or
+    `--limit` (or Ctrl-C). Each stretch is read in its own snapshot: a follower never holds one open."""
     from lifecycle_fsm.events import candidate_id_of
-    from lifecycle_fsm.replay.log import log_filter, read_log
+    from lifecycle_fsm.replay.log import known_stream, log_filter, read_log
 
     limit, before = filters["limit"], filters["before"] or MAX_INT64
+    after = filters["after"]
+    head = ledger.store.head().seq
+    shown = 0
+    with known_stream(ledger.store, log_filter(**filters), filters["stream"]):
+        pass  # an unknown --stream is refused (exit 4) before the first byte
     stream = filters["stream"]
     woken_by = candidate_id_of(stream) or stream if stream else None  # what `Ledger.follow` calls a stream
-    try:
-        for event in ledger.follow(after, poll, stream=woken_by):
-            if (limit is not None and shown >= limit) or after >= before - 1:
-                return
-            if event.seq <= after:
-                continue  # already printed with the stretch it belonged to
-            head = min(ledger.store.head().seq, before - 1)
-            remaining = None if limit is None else limit - shown
-            query = log_filter(**(filters | {"after": after, "before": head + 1, "limit": remaining}))
-            shown += _print_rows(read_log(ledger.store, query), jsonl)
-            after = head
-    except KeyboardInterrupt:
-        return  # Ctrl-C is how a follow ends: not an interruption to report
+    stretches = ledger.follow(head, poll, stream=woken_by)
+    while (limit is None or shown < limit) and after < before - 1:
+        end = min(head, before - 1)
+        if end > after:
+            stretch = filters | {"after": after, "before": end + 1, "limit": None if limit is None else limit - shown}
+            shown += _print_rows(read_log(ledger.store, log_filter(**stretch)), jsonl)
+            after = end
+        event = next(stretches, None)  # the next event: then read on to the head
+        if event is None:  # the ledger was closed
+            return
+        head = max(event.seq, ledger.store.head().seq)
 
 
 def _print_rows(rows: Iterable[Row], jsonl: bool) -> int:
