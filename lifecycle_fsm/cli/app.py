@@ -35,12 +35,11 @@ else:
 __all__ = [
     "AS_OF",
     "API_NAMES",
-    "AsOfType",
     "LifecycleGroup",
+    "ParsedType",
     "SEQ",
-    "SeqType",
     "SuggestingGroup",
-    "TimeType",
+    "TIME",
     "install_hint",
     "json_option",
     "main",
@@ -172,53 +171,29 @@ def json_option(func: _F) -> _F:
     return wrapper  # type: ignore[return-value]
 
 
-class AsOfType(_ParamType):
-    """A seq (digits) or an ISO 8601 time; anything else is a usage error."""
+class ParsedType(_ParamType):
+    """A value `replay.asof` parses (a seq, a time, or either); what it refuses is a usage error."""
 
-    name = "SEQ|ISO-TIME"
+    def __init__(self, name: str, parser: str) -> None:
+        self.name = name
+        self.parser = parser  # the name of the `replay.asof` function that reads it
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        from lifecycle_fsm.replay.asof import parse_as_of
+        from lifecycle_fsm.replay import asof
 
-        if isinstance(value, int):
+        if isinstance(value, int):  # a default, or a value already converted
             return value
         try:
-            return parse_as_of(str(value))
+            if self.parser == "parse_seq":
+                return asof.parse_seq(str(value), param.opts[0] if param is not None and param.opts else "SEQ")
+            return getattr(asof, self.parser)(str(value))
         except InputError as e:
             self.fail(str(e), param, ctx)
 
 
-class TimeType(_ParamType):
-    """An ISO 8601 time (Z or an offset; naive = UTC), as the stored UTC text."""
-
-    name = "ISO-TIME"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        from lifecycle_fsm.replay.asof import parse_time
-
-        try:
-            return parse_time(str(value))
-        except InputError as e:
-            self.fail(str(e), param, ctx)
-
-
-class SeqType(_ParamType):
-    """A seq, as `--as-of` takes one (ASCII digits, from 1); anything else is a usage error."""
-
-    name = "SEQ"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        from lifecycle_fsm.replay.asof import parse_seq
-
-        option = param.opts[0] if param is not None and param.opts else "SEQ"
-        try:
-            return parse_seq(str(value), option)
-        except InputError as e:
-            self.fail(str(e), param, ctx)
-
-
-AS_OF = AsOfType()
-SEQ = SeqType()
+AS_OF = ParsedType("SEQ|ISO-TIME", "parse_as_of")  # a seq (digits) or an ISO 8601 time
+SEQ = ParsedType("SEQ", "parse_seq")  # ASCII digits, from 1
+TIME = ParsedType("ISO-TIME", "parse_time")  # Z or an offset (naive = UTC), as the stored UTC text
 
 
 def install_hint(extra: str) -> str:

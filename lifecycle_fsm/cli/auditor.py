@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import orjson
 
-from lifecycle_fsm.cli.app import AS_OF, TimeType, json_option, open_ledger, wants_json
+from lifecycle_fsm.cli.app import AS_OF, TIME, json_option, open_ledger, wants_json
 from lifecycle_fsm.cli.exit_codes import ExitCode
 from lifecycle_fsm.cli.guards import closed_output
 from lifecycle_fsm.cli.render import emit
@@ -33,15 +33,14 @@ if TYPE_CHECKING:
 
 __all__ = ["log", "report"]
 
-_TIME = TimeType()
 Row = tuple[Any, dict[str, Any]]  # a stored event and its decoded payload
 
 
 @click.command()
 @click.option("--after", type=click.IntRange(0, MAX_INT64), default=0, help="Only events after this seq (exclusive).")
 @click.option("--before", type=click.IntRange(1, MAX_INT64), help="Only events before this seq (exclusive).")
-@click.option("--since", type=_TIME, help="Only events recorded at or after this ISO 8601 time.")
-@click.option("--until", type=_TIME, help="Only events recorded at or before this ISO 8601 time.")
+@click.option("--since", type=TIME, help="Only events recorded at or after this ISO 8601 time.")
+@click.option("--until", type=TIME, help="Only events recorded at or before this ISO 8601 time.")
 @click.option("--type", "types", multiple=True, metavar="TYPE", help="Only this event type (repeatable: any of them).")
 @click.option(
     "--stream", metavar="ID", help="Only this candidate's events (or `ledger`, `seals`); an unknown id: exit 4."
