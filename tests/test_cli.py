@@ -12,7 +12,7 @@ import click
 import pytest
 from backends import DURABLE, backend_params
 from click.testing import CliRunner, Result
-from conftest import Workspace, count_events, invoke, run_cli
+from conftest import Workspace, cli, count_events, invoke, run_cli
 
 from lifecycle_fsm.artifacts import hash_directory
 from lifecycle_fsm.cli import EXIT_CODES, main
@@ -335,3 +335,32 @@ def test_end_to_end_through_real_subprocesses(ws: Workspace, backend: str, reque
     assert json.loads(ok("status", "grpo-v7", "--json"))["state"] == "ready"
     ok("verify")
     assert "Usage:" in ok("--help")
+
+
+@pytest.mark.parametrize("level", ["info", "debug"])
+def test_log_level_writes_json_lines_on_stderr(tmp_path: Path, level: str) -> None:
+    """`--log-level info` (or debug) writes structlog's JSON lines to stderr; the default writes nothing."""
+    done = cli(tmp_path / "l.db", "--log-level", level, "init")
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
+    assert [e["event"] for e in events if e["event"] == "event_appended"] == ["event_appended"]
+    assert {e["level"] for e in events} <= {"info", "debug"}
+    quiet = cli(tmp_path / "l.db", "window", "2")
+    assert (quiet.returncode, quiet.stderr) == (0, "")
+
+
+def test_init_creates_the_ledger_with_its_guards(tmp_path: Path) -> None:
+    """A new ledger file has its tables and the triggers that refuse UPDATE, DELETE and REPLACE."""
+    import sqlite3
+
+    assert cli(tmp_path / "new.db", "--json", "init").returncode == 0
+    with sqlite3.connect(tmp_path / "new.db") as conn:
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'trigger')")}
+    assert {
+        "events",
+        "streams",
+        "meta",
+        "events_refuse_update",
+        "events_refuse_delete",
+        "events_refuse_replace",
+    } <= names

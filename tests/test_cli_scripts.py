@@ -200,14 +200,14 @@ def test_log_follow_ends_at_its_limit_and_refuses_a_json_array(ws: Workspace) ->
 
 def test_an_unknown_command_names_the_ones_meant() -> None:
     """A typo or the Python API's name for a command: the command meant (exit 2, one line); else no guess."""
-    assert unknown_command("handof", ["handoff", "history"]) == "no such command 'handof'; did you mean 'handoff'?"
-    assert "did you mean 'handoff'" in unknown_command("hand_off", ["handoff"], api_names=True)
-    assert "did you mean 'baseline activate'" in unknown_command("activate-baseline", ["baseline"], api_names=True)
-    assert unknown_command("xyzzy", ["handoff"]) == "no such command 'xyzzy'"
+    assert unknown_command("handof", ["handoff", "history"]) == "No such command 'handof'. Did you mean 'handoff'?"
+    assert "Did you mean 'handoff'" in unknown_command("hand_off", ["handoff"], api_names=True)
+    assert "Did you mean 'baseline activate'" in unknown_command("activate-baseline", ["baseline"], api_names=True)
+    assert unknown_command("xyzzy", ["handoff"]) == "No such command 'xyzzy'."
     for argv, meant in ((["fail_stage", "x"], "'fail'"), (["baseline", "activte"], "'activate'")):
         result = CliRunner().invoke(main, argv)
         assert (result.exit_code, result.stdout) == (2, "")
-        assert result.stderr.count("\n") == 1 and f"did you mean {meant}?" in result.stderr
+        assert result.stderr.count("\n") == 1 and f"Did you mean {meant}?" in result.stderr
 
 
 def test_key_new_says_where_the_files_went_and_what_to_export(tmp_path: Path) -> None:

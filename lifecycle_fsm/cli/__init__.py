@@ -13,36 +13,30 @@ heavy modules inside its function, so `lifecycle status` does not pay for `audit
 
 from __future__ import annotations
 
-from lifecycle_fsm.cli.app import main
-from lifecycle_fsm.cli.attest import attest
-from lifecycle_fsm.cli.audit import audit
-from lifecycle_fsm.cli.auditor import log, report
-from lifecycle_fsm.cli.decisions import decisions
-from lifecycle_fsm.cli.drill import drill
-from lifecycle_fsm.cli.exit_codes import EXIT_CODES
-from lifecycle_fsm.cli.integrity import checkpoint, hash_command, verify
-from lifecycle_fsm.cli.migrate import migrate
-from lifecycle_fsm.cli.queries import diagram, explain, history, replay, status, wait
-from lifecycle_fsm.cli.serve import serve
-from lifecycle_fsm.cli.trust import key, seal_command
-from lifecycle_fsm.cli.writes import (
-    baseline,
-    check,
-    evaluation,
-    fail,
-    handoff,
-    init,
-    receive,
-    recovered,
-    trusted,
-    untrust,
-    window,
+from lifecycle_fsm.cli import (
+    attest,
+    audit,
+    auditor,
+    decisions,
+    drill,
+    integrity,
+    migrate,
+    queries,
+    serve,
+    trust,
+    writes,
 )
+from lifecycle_fsm.cli.app import main
+from lifecycle_fsm.cli.exit_codes import EXIT_CODES
 
 __all__ = ["EXIT_CODES", "main"]
 
-_WRITES = [init, baseline, window, evaluation, receive, check, trusted, untrust, fail, recovered, handoff]
-_READS = [status, wait, history, explain, replay, diagram, checkpoint, verify, hash_command]
-_OTHERS = [audit, drill, decisions, log, report, serve, migrate, key, seal_command, attest]
-for _command in [*_WRITES, *_READS, *_OTHERS]:
+for _command in (
+    *(writes.init, writes.baseline, writes.window, writes.evaluation, writes.receive, writes.check),
+    *(writes.trusted, writes.untrust, writes.fail, writes.recovered, writes.handoff),
+    *(queries.status, queries.wait, queries.history, queries.explain, queries.replay, queries.diagram),
+    *(integrity.checkpoint, integrity.verify, integrity.hash_command, audit.audit, drill.drill),
+    *(decisions.decisions, auditor.log, auditor.report, serve.serve, migrate.migrate),
+    *(trust.key, trust.seal_command, attest.attest),
+):
     main.add_command(_command)

@@ -33,8 +33,8 @@ else:
     _ParamType = click.ParamType
 
 __all__ = [
-    "AS_OF",
     "API_NAMES",
+    "AS_OF",
     "LifecycleGroup",
     "ParsedType",
     "SEQ",
@@ -75,8 +75,8 @@ def unknown_command(name: str, commands: Iterable[str], *, api_names: bool = Fal
     known = API_NAMES.get(name.replace("-", "_")) if api_names else None
     guesses = [known] if known else difflib.get_close_matches(name, list(commands), n=3, cutoff=0.6)
     if not guesses:
-        return f"no such command {name!r}"
-    return f"no such command {name!r}; did you mean {' or '.join(repr(g) for g in guesses)}?"
+        return f"No such command {name!r}."
+    return f"No such command {name!r}. Did you mean {' or '.join(repr(g) for g in guesses)}?"
 
 
 class SuggestingGroup(click.Group):

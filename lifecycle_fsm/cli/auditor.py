@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = ["log", "report"]
 
-Row = tuple[Any, dict[str, Any]]  # a stored event and its decoded payload
+_Row = tuple[Any, dict[str, Any]]  # a stored event and its decoded payload
 
 
 @click.command()
@@ -127,7 +127,7 @@ def _follow(ledger: Ledger, filters: dict[str, Any], *, poll: float, jsonl: bool
         head = max(event.seq, ledger.store.head().seq)
 
 
-def _print_rows(rows: Iterable[Row], jsonl: bool) -> int:
+def _print_rows(rows: Iterable[_Row], jsonl: bool) -> int:
     """Each row on its own line (text or JSON), flushed as it comes; how many were printed."""
     from lifecycle_fsm.replay.log import event_json, event_reasons
 
@@ -146,7 +146,7 @@ def _print_rows(rows: Iterable[Row], jsonl: bool) -> int:
     return shown
 
 
-def _print_array(rows: Iterable[Row]) -> None:
+def _print_array(rows: Iterable[_Row]) -> None:
     """One JSON array, read whole first: a row refused midway leaves stdout empty."""
     from lifecycle_fsm.replay.log import event_json
 

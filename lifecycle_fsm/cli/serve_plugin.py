@@ -32,10 +32,10 @@ from lifecycle_fsm.replay.asof import parse_time
 
 __all__ = ["HIDDEN_PATHS", "ServePlugin", "allowed_hosts", "lifecycle_utc", "time_problem"]
 
-ASGIApp = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
+_ASGIApp = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
 HIDDEN_PATHS = ("/-/threads", "/-/databases")
-SQLITE_UDF_ERROR = "user-defined function raised exception"
-LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+_SQLITE_UDF_ERROR = "user-defined function raised exception"
+_LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
@@ -74,7 +74,7 @@ def allowed_hosts(host: str, extra: Collection[str] = ()) -> frozenset[str] | No
     if address.is_unspecified:
         return None
     names = {str(address), *(name.lower() for name in extra)}
-    return frozenset(names | set(LOOPBACK_NAMES)) if address.is_loopback else frozenset(names)
+    return frozenset(names | set(_LOOPBACK_NAMES)) if address.is_loopback else frozenset(names)
 
 
 def _host_of(scope: dict[str, Any]) -> str:
@@ -116,7 +116,7 @@ def _rewriting(send: Any, problem: str, as_json: bool) -> Callable[[dict[str, An
         parts.append(message.get("body", b""))
         if message.get("more_body"):
             return
-        body = b"".join(parts).replace(SQLITE_UDF_ERROR.encode(), escaped.encode())
+        body = b"".join(parts).replace(_SQLITE_UDF_ERROR.encode(), escaped.encode())
         headers = [(k, v) for k, v in started.get("headers", ()) if k.lower() != b"content-length"]
         await send({**started, "headers": [*headers, (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
@@ -137,10 +137,10 @@ class ServePlugin:
         conn.create_function("lifecycle_utc", 1, lifecycle_utc, deterministic=True)
 
     @_hookimpl
-    def asgi_wrapper(self) -> Callable[[ASGIApp], ASGIApp]:
+    def asgi_wrapper(self) -> Callable[[_ASGIApp], _ASGIApp]:
         return self._wrap
 
-    def _wrap(self, app: ASGIApp) -> ASGIApp:
+    def _wrap(self, app: _ASGIApp) -> _ASGIApp:
         async def guarded(scope: dict[str, Any], receive: Any, send: Any) -> None:
             if scope["type"] != "http":
                 await app(scope, receive, send)
