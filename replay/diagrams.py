@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from lifecycle_fsm.machine import INITIAL_TRIGGER, MOVES, State
+from lifecycle_fsm.machine import INITIAL_TRIGGERS, MOVES, State
 from lifecycle_fsm.replay.explanation_parts import PathStep
 
 __all__ = ["MAX_PATH_MOVES", "STATE_STYLES", "machine_flowchart", "path_flowchart"]
@@ -43,7 +43,7 @@ def machine_flowchart() -> str:
     for state in State:
         kept = f"<br/><small>stays on: {', '.join(dict.fromkeys(stays[state]))}</small>" if stays[state] else ""
         lines.append(f'  {state.value}["<b>{state.value}</b>{kept}"]')
-    lines.append(f'  start -->|"{INITIAL_TRIGGER}"| {State.RECEIVED.value}')
+    lines.append(f'  start -->|"{"<br/>".join(INITIAL_TRIGGERS)}"| {State.RECEIVED.value}')
     for (source, dest), triggers in edges.items():
         lines.append(f'  {source.value} -->|"{"<br/>".join(triggers)}"| {dest.value}')
     lines += _styles()

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from lifecycle_fsm.errors import NotFoundError
-from lifecycle_fsm.events import CANDIDATE_EVENTS, LEDGER_STREAM, stream_of
+from lifecycle_fsm.events import CANDIDATE_EVENTS, LEDGER_STREAM, candidate_id_of, stream_of
 from lifecycle_fsm.replay.asof import AsOf, position_of
 from lifecycle_fsm.replay.explanation_parts import (
     ArtifactCheck,
@@ -35,7 +35,7 @@ from lifecycle_fsm.replay.explanation_parts import (
     RollbackCheck,
 )
 from lifecycle_fsm.rules import CANDIDATE_KINDS, ONLINE_KINDS, RECOVERY_STATES_BY_STAGE, UPSTREAM_DECISIONS
-from lifecycle_fsm.state import CandidateState, reading_stored, step_candidate_at
+from lifecycle_fsm.state import CandidateState, Fold, reading_stored
 from lifecycle_fsm.store.base import EventStore
 from lifecycle_fsm.store.records import StoredEvent
 from lifecycle_fsm.upcasting import decoded_payload
@@ -123,19 +123,20 @@ def explanation(
 
 
 def _fold_path(rows: Sequence[Row]) -> tuple[CandidateState, list[PathStep]]:
-    """The candidate after its events, and the state each event moved it from and to."""
-    work: JSON | None = None
+    """The candidate after its events (the one fold), and the state each event moved it from and to."""
+    folding = Fold()
     path = []
     for e, payload in rows:
-        before = None if work is None else work["state"]
-        # A copy: the fold keeps its payload (a check's `last_check`), the evidence keeps this one.
+        work = folding.work(e.stream_id)
+        before = None if work is None else str(work["state"])
         # The fold first: it judges the row (fields, types, the move) before anything else reads it.
-        work = step_candidate_at(work, e.type, dict(payload), e.seq, e.stream_id, e.version)
+        folding.add((e.seq, e.stream_id, e.version, e.type, e.schema_version, e.payload))
         with reading_stored(e.seq, e.type):
             trigger = CANDIDATE_EVENTS[e.type].trigger_for(payload)
-        path.append(PathStep(e.seq, e.type, trigger, before, work["state"], e.recorded_at, e.actor))
-    assert work is not None
-    return CandidateState.from_work(work), path
+        after = folding.work(e.stream_id)
+        assert after is not None
+        path.append(PathStep(e.seq, e.type, trigger, before, str(after["state"]), e.recorded_at, e.actor))
+    return folding.result().candidates[candidate_id_of(rows[0][0].stream_id) or ""], path
 
 
 def _evidence_seq(state: CandidateState, decisive: StoredEvent) -> int | None:

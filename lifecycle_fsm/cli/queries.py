@@ -38,7 +38,9 @@ def status(candidate_id: str | None, as_of: AsOf | None) -> None:
     """Every candidate's state (from the latest checkpoint + tail), or one candidate's; --as-of: then."""
     if candidate_id is not None:
         if as_of is None:
-            one = open_ledger(must_exist=True).candidate(candidate_id)
+            from lifecycle_fsm.streams import StreamReader
+
+            one = StreamReader(open_read_store()).query(candidate_id)
         else:
             one = _candidate_then(open_read_store(), candidate_id, as_of)
         emit(candidate_json(one)) if wants_json() else print_status([candidate_json(one)])
