@@ -111,7 +111,7 @@ class CandidateCommands:
             at_receipt = verify_artifact(fields["adapter_resolved_path"], fields["adapter_sha256"], self.artifact_root)
             first = decision.events[0]
             assert isinstance(first, CandidateReceived)
-            return Decision((attrs.evolve(first, artifact_at_receipt=at_receipt),))
+            return Decision((attrs.evolve(first, artifact_at_receipt=at_receipt.to_json(with_reuse=False)),))
 
         return self._on_candidate(
             stream_of(cid), decide,

@@ -26,7 +26,8 @@ class RecoveryPlan:
     """A recorded recovery plan: resume from `path` (digest `sha256`) with `action`, or block.
 
     `skipped` lists, nearest first, each trusted state the plan passed over and why.
-    `seq` is the `RecoveryPlanned` event that recorded it.
+    `note` says what else the supervisor must know (e.g. the baseline it rolls back to is no
+    longer the active one). `seq` is the `RecoveryPlanned` event that recorded it.
     """
 
     stage: str
@@ -37,6 +38,7 @@ class RecoveryPlan:
     sha256: str | None
     blocking: bool
     skipped: tuple[tuple[str, SkipReason], ...]
+    note: str | None = None
     seq: int | None = None
 
 
@@ -71,6 +73,7 @@ def plan_from_payload(
         sha256=used.get("actual"),
         blocking=bool(payload["blocking"]),
         skipped=tuple(skipped),
+        note=used.get("note"),
         seq=seq,
     )
 
