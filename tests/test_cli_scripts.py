@@ -62,6 +62,25 @@ def test_exit_status_gates_on_the_decision(decided: Workspace) -> None:
     assert decision_exit_code("check", "verified", inconclusive=True) == ExitCode.INCONCLUSIVE == 12
 
 
+def test_exit_status_of_an_unreadable_artifact_is_inconclusive(ws: Workspace) -> None:
+    """The artifact root gone (an unmounted volume): `check --exit-status` exits 12, says nothing was decided,
+    and the candidate stays verified; mounted again, the hand-off is ready (0)."""
+    volume = Workspace(ws.root / "volume")
+    volume.root.mkdir()
+    root = ["--artifact-root", str(volume.root)]
+    for argv in (["init"], ["baseline", "activate", str(volume.baseline())], ["receive", str(volume.dpo())]):
+        assert invoke(ws.db, *root, *argv).exit_code == 0, argv
+    assert invoke(ws.db, *root, "check", "dpo-v5", "--exit-status").exit_code == 0
+    volume.root.rename(ws.root / "unmounted")
+    checked = invoke(ws.db, *root, "--json", "check", "dpo-v5", "--exit-status")
+    assert checked.exit_code == ExitCode.INCONCLUSIVE == 12
+    assert json.loads(checked.stdout)["state"] == "verified" and json.loads(checked.stdout)["inconclusive"] is True
+    text = invoke(ws.db, *root, "handoff", "dpo-v5", "--exit-status")
+    assert text.exit_code == 12 and "inconclusive" in text.stdout and "state verified" in text.stdout
+    (ws.root / "unmounted").rename(volume.root)
+    assert invoke(ws.db, *root, "handoff", "dpo-v5", "--exit-status").exit_code == 0
+
+
 def test_wait_returns_at_once_when_the_state_is_there(decided: Workspace) -> None:
     """Reached: exit 0; rejected while waiting for ready: 11 at once; not reached in time: 9, one line."""
     ws = decided

@@ -234,7 +234,7 @@ def open_ledger(*, must_exist: bool = False, initialising: bool = False) -> Ledg
 
     obj = root_obj()
     store = _open_store(obj, create=not must_exist, initialising=initialising)
-    ledger = Ledger(store, actor=obj["actor"])
+    ledger = Ledger(store, actor=obj["actor"], artifact_root=obj["artifact_root"])
     click.get_current_context().call_on_close(ledger.close)
     return ledger
 
@@ -285,6 +285,13 @@ def _open_store(obj: dict[str, Any], *, create: bool, initialising: bool = False
     metavar="FILE",
     help="Ed25519 private key (PKCS#8 PEM) that seals and attestations are signed with.",
 )
+@click.option(
+    "--artifact-root",
+    envvar="LIFECYCLE_ARTIFACT_ROOT",
+    type=click.Path(file_okay=False),
+    metavar="DIR",
+    help="Read manifests' relative artifact paths inside DIR (default: each manifest's own folder).",
+)
 @click.version_option(package_name="lifecycle-fsm")
 @click.pass_context
 def main(
@@ -295,6 +302,7 @@ def main(
     synchronous: str,
     log_level: str,
     signing_key: str | None,
+    artifact_root: str | None,
 ) -> None:
     """An event-sourced ledger for post-training candidates (DPO, GRPO/RLVR).
 
@@ -309,4 +317,5 @@ def main(
         "synchronous": synchronous.upper(),
         "log_level": log_level,
         "signing_key": signing_key,
+        "artifact_root": artifact_root,
     }

@@ -71,10 +71,12 @@ def print_result(result: CommandResult, as_json: bool, verb: str) -> None:
 
     doc: _JSON = {"appended": result.appended, "events": [e.seq for e in result.events]}
     if isinstance(result, CandidateResult):
-        doc |= candidate_json(result.candidate)
+        doc |= candidate_json(result.candidate) | {"inconclusive": result.inconclusive}
         what = f"{display(result.candidate_id)}: {verb}, state {result.state}"
         if result.candidate.reason_codes:
             what += f" ({', '.join(result.candidate.reason_codes)})"
+        if result.inconclusive:
+            what += "; inconclusive: an artifact could not be read (see `explain`), nothing was decided"
         invalidated: tuple[str, ...] = ()
     else:
         doc["settings"] = result.settings.summary()

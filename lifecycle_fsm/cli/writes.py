@@ -141,7 +141,7 @@ _EXIT_STATUS = click.option(
 
 def _decided(command: str, result: CandidateResult, exit_status: bool) -> None:
     """With `--exit-status`, end with the code of the decision just printed."""
-    if exit_status and (code := decision_exit_code(command, result.state)):
+    if exit_status and (code := decision_exit_code(command, result.state, inconclusive=result.inconclusive)):
         sys.exit(int(code))
 
 
