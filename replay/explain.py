@@ -34,13 +34,21 @@ from lifecycle_fsm.replay.explanation_parts import (
     Recovery,
     RollbackCheck,
 )
-from lifecycle_fsm.rules import CANDIDATE_KINDS, ONLINE_KINDS, RECOVERY_STATES_BY_STAGE, UPSTREAM_DECISIONS
+from lifecycle_fsm.rules import CANDIDATE_KINDS, ONLINE_KINDS, RECOVERY_STATES_BY_STAGE, RULES, UPSTREAM_DECISIONS
 from lifecycle_fsm.state import CandidateState, Fold, reading_stored
 from lifecycle_fsm.store.base import EventStore
 from lifecycle_fsm.store.records import StoredEvent
 from lifecycle_fsm.upcasting import decoded_payload
 
-__all__ = ["CLAIMED_FIELDS", "Activations", "baseline_activations", "explain", "explanation", "file_changes"]
+__all__ = [
+    "CLAIMED_FIELDS",
+    "Activations",
+    "baseline_activations",
+    "explain",
+    "explanation",
+    "file_changes",
+    "stale_rules",
+]
 
 JSON = dict[str, Any]
 # The manifest fields a candidate claims (CandidateReceived.candidate), in the order shown.
@@ -119,7 +127,18 @@ def explanation(
         recovery=recovery,
         invalidation=invalidation,
         path=path,
+        stale_rules=stale_rules(state),
     )
+
+
+def stale_rules(state: CandidateState) -> JSON | None:
+    """The rules the candidate's latest check or hand-off recorded, when they are not today's (else None).
+
+    A decision made under other rules may not be the one today's would make: `check` makes it again.
+    """
+    decided = [d for d in (state.last_check, state.last_handoff) if d is not None]
+    recorded = max(decided, key=lambda d: int(d["seq"])).get("rules") if decided else None
+    return recorded if recorded is not None and recorded != RULES else None
 
 
 def _fold_path(rows: Sequence[Row]) -> tuple[CandidateState, list[PathStep]]:

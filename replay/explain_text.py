@@ -23,8 +23,17 @@ from lifecycle_fsm.replay.explanation_parts import (
     Recovery,
     RollbackCheck,
 )
+from lifecycle_fsm.rules import RULES
 
-__all__ = ["explain_markdown", "explain_sections", "explain_text", "format_claim", "format_value", "path_line"]
+__all__ = [
+    "explain_markdown",
+    "explain_sections",
+    "explain_text",
+    "format_claim",
+    "format_value",
+    "path_line",
+    "rules_warning",
+]
 
 JSON = dict[str, Any]
 Section = tuple[str, list[str]]  # a heading and its lines (Markdown-safe inline text)
@@ -56,6 +65,14 @@ def format_claim(value: Any) -> str:
 def path_line(moves: Iterable[tuple[str, int, str]]) -> str:
     """The states a candidate went through, from its moves `(to, seq, trigger)`: `received (seq 3 receive) -> …`."""
     return " -> ".join(f"{to} (seq {seq} {trigger})" for to, seq, trigger in moves)
+
+
+def rules_warning(candidate_id: str, recorded: JSON) -> str:
+    """The line that says a decision was made under rules that are not today's."""
+    return (
+        f"decided under rules version {format_value(recorded.get('version'))}, not today's "
+        f"(version {RULES['version']}): `lifecycle check {candidate_id}` decides it under today's"
+    )
 
 
 def _files_lines(files: FileChanges, what: str) -> list[str]:
@@ -94,6 +111,7 @@ def _summary(x: Explanation) -> Section:
         f"reason codes: {', '.join(c.reason_codes) or 'none'}",
         f"decided by seq {event.seq} {event.type}, recorded {event.recorded_at} by {event.actor} (hash {event.hash})",
         "no check recorded" if x.last_check_seq is None else f"last check at seq {x.last_check_seq}",
+        *([] if x.stale_rules is None else [rules_warning(c.candidate_id, x.stale_rules)]),
     ]
 
 

@@ -208,6 +208,7 @@ class Explanation:
     recovery: Recovery | None
     invalidation: Invalidation | None
     path: list[PathStep]
+    stale_rules: JSON | None = None  # the rules the decision was made under, when they are not today's
 
     @property
     def last_check_seq(self) -> int | None:
@@ -239,6 +240,7 @@ class Explanation:
             "path": [step.to_json() for step in self.path],
             "last_check_seq": self.last_check_seq,
             "trusted_states": c.trusted_states,
+            "stale_rules": self.stale_rules,
             "history": [
                 {"seq": s.seq, "type": s.type, "recorded_at": s.recorded_at, "actor": s.actor} for s in self.path
             ],

@@ -43,6 +43,7 @@ def status(candidate_id: str | None, as_of: AsOf | None) -> None:
             one = StreamReader(open_read_store()).query(candidate_id)
         else:
             one = _candidate_then(open_read_store(), candidate_id, as_of)
+        _warn_stale_rules([one])
         emit(candidate_json(one)) if wants_json() else print_status([candidate_json(one)])
         return
     from lifecycle_fsm.replay import load_state
@@ -51,6 +52,7 @@ def status(candidate_id: str | None, as_of: AsOf | None) -> None:
     store = open_read_store()
     position = None if as_of is None else position_of(store, as_of)
     states = load_state(store, to=position, checked=True).state.candidates
+    _warn_stale_rules([c for _, c in sorted(states.items())])
     docs = [candidate_json(c) for _, c in sorted(states.items())]
     if wants_json():
         emit(docs)
@@ -58,6 +60,16 @@ def status(candidate_id: str | None, as_of: AsOf | None) -> None:
     if position is not None:
         click.echo(f"as of seq {position}")
     print_status(docs)
+
+
+def _warn_stale_rules(candidates: list[CandidateState]) -> None:
+    """A warning on stderr for each candidate decided under rules that are not today's."""
+    from lifecycle_fsm.replay.explain import stale_rules
+    from lifecycle_fsm.replay.explain_text import rules_warning
+
+    for c in candidates:
+        if (recorded := stale_rules(c)) is not None:
+            click.echo(display(f"warning: {c.candidate_id}: {rules_warning(c.candidate_id, recorded)}"), err=True)
 
 
 def _candidate_then(store: EventStore, candidate_id: str, as_of: AsOf) -> CandidateState:
