@@ -286,7 +286,12 @@ class StageFailed(CandidateEvent):
 
 @attrs.frozen
 class RecoveryPlanned(CandidateEvent):
-    """The recovery plan for a failed stage, with the trusted states it re-hashed."""
+    """The recovery plan for a failed stage, with the trusted states it re-hashed.
+
+    `checkpoint`: for a sampling or reward plan, the candidate's trusted `pre_update_checkpoint`
+    re-hashed, the model weights a trainer resumes from while it reuses trajectories or a prompt
+    queue (None when none was recorded).
+    """
 
     TYPE: ClassVar[str] = "RecoveryPlanned"
     DECISIVE_WHEN_KEPT: ClassVar[bool] = True  # a re-plan is the new reason it is recovering
@@ -297,6 +302,7 @@ class RecoveryPlanned(CandidateEvent):
     action: str
     blocking: bool
     trusted_states: JSON  # kind -> {path, expected, actual, available, source, error}
+    checkpoint: JSON | None = None
 
     @classmethod
     def trigger_for(cls, payload: Mapping[str, Any]) -> str:
@@ -315,6 +321,7 @@ class RecoveryCompleted(CandidateEvent):
     FIXED_TRIGGER: ClassVar[str | None] = "complete_recovery"
     stage: str
     action: str
+    resumed_from: str | None = None  # what the trainer says it resumed from (a checkpoint, the SFT adapter)
 
     @staticmethod
     def reasons(payload: Mapping[str, Any], previous: tuple[str, ...]) -> tuple[str, ...]:

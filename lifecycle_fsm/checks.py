@@ -25,6 +25,7 @@ __all__ = [
     "TrustedStateCheck",
     "freshness",
     "gather_checks",
+    "resume_checkpoint",
     "handoff_decision",
     "source_baseline",
     "trusted_state_evidence",
@@ -198,8 +199,9 @@ def handoff_decision(evidence: CheckEvidence, upstream_decision: Any) -> tuple[J
 
 
 def source_baseline(candidate: CandidateState, settings: LedgerSettings) -> JSON | None:
-    """The baseline the candidate branched from (its `source_policy_version`), if this ledger activated it."""
-    return settings.baselines.get(str(candidate.candidate.get("source_policy_version")))
+    """The baseline to roll the candidate back to: the one it branched from (its `source_policy_version`)
+    when this ledger activated it, else the active one."""
+    return settings.baselines.get(str(candidate.candidate.get("source_policy_version")), settings.baseline)
 
 
 def trusted_state_evidence(
@@ -234,3 +236,12 @@ def trusted_state_evidence(
             check.verified, source, check.path, check.expected, check.actual, check.error, note
         )
     return evidence
+
+
+def resume_checkpoint(current: CandidateState, stage: str, root: str | None) -> TrustedStateCheck | None:
+    """For a sampling or reward failure, the trusted model checkpoint a trainer resumes from (re-hashed)."""
+    recorded = current.trusted_states.get("pre_update_checkpoint")
+    if stage not in ("sampling", "reward") or recorded is None:
+        return None
+    check = verify_artifact(recorded["path"], recorded["sha256"], root)
+    return TrustedStateCheck(check.verified, "recorded", check.path, check.expected, check.actual, check.error)

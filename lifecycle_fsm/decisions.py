@@ -206,7 +206,12 @@ def require_adapter(current: CandidateState, command: str) -> None:
         )
 
 
-def fail_stage(current: CandidateState, stage: str, trusted_states: Mapping[str, TrustedStateCheck]) -> Decision:
+def fail_stage(
+    current: CandidateState,
+    stage: str,
+    trusted_states: Mapping[str, TrustedStateCheck],
+    checkpoint: TrustedStateCheck | None = None,
+) -> Decision:
     """The recovery plan from the trusted states the log proves intact (re-hashed by the caller)."""
     if current.state == State.READY and stage != "artifact_validation":
         raise IllegalCommandError(
@@ -219,12 +224,14 @@ def fail_stage(current: CandidateState, stage: str, trusted_states: Mapping[str,
     plan = choose_recovery_action({"stage": stage, "available": available})
     blocking = plan["action"] in BLOCKING_ACTIONS
     seen = {kind: check.to_json() for kind, check in trusted_states.items()}
-    return Decision((StageFailed(stage), RecoveryPlanned(**plan, blocking=blocking, trusted_states=seen)))
+    resume = None if checkpoint is None else checkpoint.to_json()
+    planned = RecoveryPlanned(**plan, blocking=blocking, trusted_states=seen, checkpoint=resume)
+    return Decision((StageFailed(stage), planned))
 
 
-def complete_recovery(current: CandidateState) -> Decision:
+def complete_recovery(current: CandidateState, resumed_from: str | None = None) -> Decision:
     plan = current.last_recovery or {}
-    return Decision((RecoveryCompleted(str(plan.get("stage")), str(plan.get("action"))),))
+    return Decision((RecoveryCompleted(str(plan.get("stage")), str(plan.get("action")), resumed_from),))
 
 
 # --- ledger settings --------------------------------------------------------------------

@@ -178,3 +178,18 @@ def test_os_errors_the_environment_causes_are_told_apart() -> None:
     assert isinstance(os_error("read", "x", OSError(errno.EACCES, "Permission denied")), ArtifactUnreadable)
     assert isinstance(os_error("read", "x", OSError(errno.EIO, "Input/output error")), ArtifactUnreadable)
     assert not isinstance(os_error("read", "x", OSError(errno.ELOOP, "loop")), ArtifactUnreadable)
+
+
+def test_a_reward_plan_names_the_checkpoint_to_resume_from_and_the_recovery_what_was_done(ws: Workspace) -> None:
+    ledger = _ready_ledger(ws)
+    ledger.register("grpo-v7", kind="grpo")
+    folder = _checkpoint(ws)
+    ledger.record_trusted_state("grpo-v7", "pre_update_checkpoint", folder)
+    plan = ledger.fail_stage("grpo-v7", "reward").plan
+    assert plan.action is RecoveryAction.RESTART_SAMPLING
+    assert plan.checkpoint == str(folder) and plan.checkpoint_sha256 is not None
+    done = ledger.complete_recovery("grpo-v7", resumed_from=str(folder))
+    assert [e.type for e in done.events] == ["RecoveryCompleted"]
+    assert ledger.history("grpo-v7")[-1][1].resumed_from == str(folder)  # type: ignore[attr-defined]
+    (folder / "model.safetensors").write_bytes(b"changed")
+    assert ledger.fail_stage("grpo-v7", "sampling").plan.checkpoint is None  # bytes changed: nothing to resume

@@ -387,3 +387,18 @@ def test_sealing_an_empty_ledger_is_refused(ws: Workspace, keys: Path) -> None:
     SQLiteEventStore(empty).close()
     code, _, err = _signed(empty, keys, "seal")
     assert code == 5 and "empty" in err
+
+
+def test_a_seal_signs_exactly_these_bytes() -> None:
+    """The signed message is pinned byte for byte: the ledger id is in it (a seal cannot be moved to another
+    ledger), keys sorted, no spaces; anyone can rebuild it with the standard library."""
+    from lifecycle_fsm.seals import seal_message
+
+    message = seal_message("0123abcd" * 4, 42, "ab" * 32)
+    assert message == (b'{"hash":"' + b"ab" * 32 + b'","ledger_id":"0123abcd0123abcd0123abcd0123abcd","seq":42}')
+    assert (
+        message
+        == json.dumps(
+            {"ledger_id": "0123abcd" * 4, "seq": 42, "hash": "ab" * 32}, sort_keys=True, separators=(",", ":")
+        ).encode()
+    )

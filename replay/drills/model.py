@@ -69,6 +69,7 @@ class LedgerModel:
     max_window_age: int = 2
     active_window: int = 1
     active_baseline: str | None = None
+    activated: set[str] = attrs.Factory(set)  # every baseline ever activated
     evaluation: str | None = None
     events: int = 1  # LedgerInitialized
     candidates: dict[str, CandidateModel] = attrs.Factory(dict)
@@ -125,8 +126,11 @@ class LedgerModel:
         # SPEC §5: "also available, without being recorded" — read as: only when none was recorded. A
         # recorded verified_baseline that no longer re-hashes is not replaced by the active baseline
         # (the simulator's first finding: the SPEC is ambiguous here; the ledger blocks, so does this).
+        # The rollback target is the baseline the candidate branched from when it was ever activated
+        # (a plan must not roll back to a baseline the candidate does not descend from), else the active one.
         if "verified_baseline" not in c.trusted and self.active_baseline is not None:
-            out["verified_baseline"] = self.intact(self.active_baseline)
+            own = c.fields["source"]
+            out["verified_baseline"] = self.intact(own if own in self.activated else self.active_baseline)
         return out
 
     # -- commands ------------------------------------------------------------------------------------------
@@ -267,6 +271,7 @@ class LedgerModel:
         name = args["artifact"]
         if name == self.active_baseline:
             return Prediction(apply=lambda: None)
+        self.activated.add(name)
         return self._settings_change(lambda: setattr(self, "active_baseline", name), online_only=False)
 
     def _advance_window(self, args: JSON) -> Prediction:
