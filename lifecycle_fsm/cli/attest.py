@@ -50,7 +50,7 @@ def attest_create(candidate_id: str, out: Path) -> None:
     from lifecycle_fsm.attestation import attest as build_attestation
 
     key = require_signing_key("attest")
-    if str(out) == "-":  # stdout, as `-` means to every other tool (a file named `-` was written)
+    if str(out) == "-":  # stdout, as `-` means to every other tool
         if wants_json():
             raise click.UsageError("--out - prints the envelope itself (JSON): --json has nothing to add")
         click.echo(_envelope_text(build_attestation(open_ledger(must_exist=True).store, candidate_id, key)), nl=False)
