@@ -14,6 +14,7 @@ from lifecycle_fsm.cli.exit_codes import ERROR_EXIT_CODES, ExitCode, exit_code_f
 from lifecycle_fsm.decision_pool import DecisionPoolError
 from lifecycle_fsm.errors import (
     ArtifactError,
+    ArtifactUnreadable,
     ConcurrencyError,
     ConflictError,
     CorruptionError,
@@ -34,6 +35,7 @@ from lifecycle_fsm.state import IllegalTransition
 EXPECTED = {
     InputError: 3,
     ArtifactError: 3,
+    ArtifactUnreadable: 3,
     ScenarioError: 3,
     NotFoundError: 4,
     ConflictError: 5,
