@@ -229,12 +229,17 @@ class PostgresEventStore(SQLStore):
             index=index,
             channel=session.channel,
         )
-        with self._held("write transaction failed"), session.mapped("write transaction failed", lost=COMMIT_UNKNOWN):
-            try:
-                row = session.cursor.execute(APPEND_ONE, params).fetchone()
-            except pg_errors.UniqueViolation as e:
-                raise id_taken(stream_id, expected_version, session.scrub(str(e).splitlines()[0])) from e
-        if row is None:
+        if self._reading or session.held:
+            self._refuse_nested_write()
+        try:  # one statement, its own transaction: nothing is left open if it fails
+            if session.conn.pgconn.transaction_status:  # not idle: an interrupted call left it so
+                session.recover()
+            row = session.cursor.execute(APPEND_ONE, params).fetchone()
+        except pg_errors.UniqueViolation as e:
+            raise id_taken(stream_id, expected_version, session.scrub(str(e).splitlines()[0])) from e
+        except psycopg.Error as e:
+            session.fail("write transaction failed", e, COMMIT_UNKNOWN)
+        if row is None or row[0] is None:
             return None
         seq, prev_hash, digest = row
         stored = StoredEvent(

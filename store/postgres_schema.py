@@ -90,32 +90,32 @@ DDL = (
     # function taking a new snapshot in read committed) the head and every expected version read
     # after it, the chain hash computed from `chain.header_parts` (the bytes of `chain.event_hash`,
     # joined around the seq assigned here), the stream index and the followers' notification.
-    # Nothing is written, and no row returned, when a check fails.
+    # Nothing is written, and the row returned is NULLs, when a check fails.
     f"""CREATE OR REPLACE FUNCTION lifecycle_append(lock_key bigint, p_stream text, p_version bigint,
         p_event_id text, p_type text, p_schema_version integer, p_payload text, p_recorded_at text, p_actor text,
         p_header_before text, p_header_after text, p_checks text, p_check_id boolean,
-        p_status text, p_category text, p_channel text)
-    RETURNS TABLE (r_seq bigint, r_prev_hash text, r_hash text) LANGUAGE plpgsql AS $$
+        p_status text, p_category text, p_channel text, OUT r_seq bigint, OUT r_prev_hash text, OUT r_hash text)
+    LANGUAGE plpgsql AS $$
     BEGIN
         PERFORM pg_advisory_xact_lock(lock_key);
-        SELECT e.seq + 1, e.hash INTO r_seq, r_prev_hash FROM events e ORDER BY e.seq DESC LIMIT 1;
-        r_seq := coalesce(r_seq, 1);
-        r_prev_hash := coalesce(r_prev_hash, '{GENESIS_HASH}');
-        IF EXISTS (SELECT FROM jsonb_array_elements(p_checks::jsonb) c WHERE (c->>1)::bigint
-                   <> coalesce((SELECT max(e.version) FROM events e WHERE e.stream_id = c->>0), 0)) THEN
+        SELECT coalesce(last.seq, 0) + 1, coalesce(last.hash, '{GENESIS_HASH}') INTO r_seq, r_prev_hash
+        FROM (SELECT) AS one LEFT JOIN (SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1) AS last ON true
+        WHERE NOT EXISTS (SELECT FROM jsonb_array_elements(p_checks::jsonb) AS c WHERE (c->>1)::bigint
+                          <> coalesce((SELECT max(e.version) FROM events e WHERE e.stream_id = c->>0), 0))
+          AND NOT (p_check_id AND EXISTS (SELECT FROM events e WHERE e.event_id = p_event_id));
+        IF NOT FOUND THEN
             RETURN;
         END IF;
-        IF p_check_id AND EXISTS (SELECT FROM events e WHERE e.event_id = p_event_id) THEN RETURN; END IF;
         r_hash := encode(sha256(convert_to(r_prev_hash || E'\\n' || p_header_before || r_seq::text
             || p_header_after || E'\\n' || p_payload, 'UTF8')), 'hex');
-        INSERT INTO events ({EVENT_COLUMNS}) VALUES (r_seq, p_stream, p_version, p_event_id, p_type,
-            p_schema_version, p_payload, p_recorded_at, p_actor, r_prev_hash, r_hash);
+        WITH appended AS (
+            INSERT INTO events ({EVENT_COLUMNS}) VALUES (r_seq, p_stream, p_version, p_event_id, p_type,
+                p_schema_version, p_payload, p_recorded_at, p_actor, r_prev_hash, r_hash))
         INSERT INTO streams AS s (stream_id, version, status, category)
             VALUES (p_stream, p_version, p_status, p_category)
             ON CONFLICT (stream_id) DO UPDATE SET version = excluded.version,
             status = coalesce(excluded.status, s.status), category = coalesce(excluded.category, s.category);
         PERFORM pg_notify(p_channel, NULL);
-        RETURN NEXT;
     END $$""",
 )
 APPEND_ONE = "SELECT r_seq, r_prev_hash, r_hash FROM lifecycle_append(" + ", ".join(["%s"] * 16) + ")"
