@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from lifecycle_fsm.errors import ScenarioError
 from lifecycle_fsm.replay.drills import load_scenario
 from lifecycle_fsm.replay.drills.convert import Where, structure
-from lifecycle_fsm.replay.drills.schema import (
+from lifecycle_fsm.replay.drills.steps import (
     ACTIONS,
     COMMAND_ACTIONS,
     AdvanceWindow,
@@ -68,8 +68,8 @@ def _steps(*lines: str) -> str:
          "step 1 (expect): key 'recovery.reused_state': must be true or false, not 1"),
         (_steps("expect: {candidate: d, recovery: 5}"), "step 1 (expect): key 'recovery': must be a mapping, not 5"),
         (_steps("check: a\n    refused: [InputError]"),
-         "step 1 (check): key 'refused': must be an error class name or a mapping of error, message, contains, "
-         "not ['InputError']"),
+         "step 1 (check): key 'refused': must be an error class name or a mapping of error, exact, message, "
+         "contains, count, not ['InputError']"),
         ("name: s\nseed: '7'\nsteps: [checkpoint: null]\n", "key 'seed': must be an integer, not '7'"),
         ("name: s\nseed: 1\nconfig: {active_window: '1'}\nsteps: [checkpoint: null]\n",
          "config: key 'active_window': must be an integer, not '1'"),
@@ -100,8 +100,9 @@ def test_default_cattrs_would_have_converted() -> None:
 @pytest.mark.parametrize(
     ("raw", "expected"),
     [
-        ({"stage": "x", "reused": False}, "f.yaml: step 2: recovery: key 'reused': unknown key "
-                                          "(expected one of stage, recovery_state, reused_state, action)"),
+        ({"stage": "x", "reused": False}, "f.yaml: step 2: recovery: key 'reused': unknown key, did you mean "
+                                          "'reused_state'? (expected one of stage, recovery_state, reused_state, "
+                                          "action)"),
         ({1: True}, "f.yaml: step 2: recovery: key '1': keys must be strings"),
     ],
 )  # fmt: skip

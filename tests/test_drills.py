@@ -19,8 +19,8 @@ from conftest import REPO, Workspace, count_events, invoke
 from lifecycle_fsm.errors import InputError, ScenarioError
 from lifecycle_fsm.ledger import Ledger
 from lifecycle_fsm.replay.drills import find_scenarios, load_scenario, run_scenario
-from lifecycle_fsm.replay.drills.faults import crash_during_append
-from lifecycle_fsm.replay.drills.schema import ACTIONS
+from lifecycle_fsm.replay.drills.steps import ACTIONS
+from lifecycle_fsm.replay.drills.writers import crash_during_append
 
 SCENARIOS = REPO / "scenarios"
 SHIPPED = sorted(SCENARIOS.glob("*.yaml"))

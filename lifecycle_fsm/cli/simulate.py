@@ -37,20 +37,34 @@ def _run_json(result: Any, schedule: Any, steps: int, with_schedule: bool) -> _J
 
     failure = result.failure
     return {
-        "seed": result.seed, "steps": steps, "steps_run": result.steps_run, "events": result.events,
-        "head": result.head, "ok": result.ok, "seconds": round(result.seconds, 3),
-        "failure": None if failure is None else {
-            "step": failure.step, "op": describe(failure.op),
+        "seed": result.seed,
+        "steps": steps,
+        "steps_run": result.steps_run,
+        "events": result.events,
+        "head": result.head,
+        "ok": result.ok,
+        "seconds": round(result.seconds, 3),
+        "failure": None
+        if failure is None
+        else {
+            "step": failure.step,
+            "op": describe(failure.op),
             "problems": [{"key": k, "expected": e, "actual": a} for k, e, a in failure.problems],
         },
         "schedule": [describe(op) for op in schedule.ops] if with_schedule else None,
-    }  # fmt: skip
+    }
 
 
 def simulate_command(
-    *, seed: int | None, steps: int, candidates: int, runs: int, keep_dir: Path | None, report_dir: Path | None,
+    *,
+    seed: int | None,
+    steps: int,
+    candidates: int,
+    runs: int,
+    keep_dir: Path | None,
+    report_dir: Path | None,
     replace: bool,
-) -> None:  # fmt: skip
+) -> None:
     """Run `runs` seeds from `seed`; on the first failure shrink it, write the report, exit 8."""
     from lifecycle_fsm.replay.drills.report import write_report_files
     from lifecycle_fsm.replay.drills.schedule import generate
@@ -86,9 +100,14 @@ def simulate_command(
         if progress is not None:
             progress.stop()
     doc: _JSON = {
-        "ok": failed is None, "seed": first, "runs": docs, "steps_run": sum(d["steps_run"] for d in docs),
-        "head": docs[-1]["head"], "seconds": round(time.perf_counter() - started, 3), "shrunk": None,
-    }  # fmt: skip
+        "ok": failed is None,
+        "seed": first,
+        "runs": docs,
+        "steps_run": sum(d["steps_run"] for d in docs),
+        "head": docs[-1]["head"],
+        "seconds": round(time.perf_counter() - started, 3),
+        "shrunk": None,
+    }
     files: dict[str, str] = {}
     if failed is not None:
         schedule, result = failed
@@ -96,8 +115,13 @@ def simulate_command(
         scenario = to_scenario(shrunk)
         name = _shrunk_name(schedule.seed)
         files[name] = yaml.safe_dump(scenario, sort_keys=False, width=110)
-        doc["shrunk"] = {"file": name, "operations": len(shrunk.schedule.ops), "runs": shrunk.runs,
-                         "seconds": round(shrunk.seconds, 3), "scenario": scenario}  # fmt: skip
+        doc["shrunk"] = {
+            "file": name,
+            "operations": len(shrunk.schedule.ops),
+            "runs": shrunk.runs,
+            "seconds": round(shrunk.seconds, 3),
+            "scenario": scenario,
+        }
     if report_dir is not None:
         files[_REPORT_FILE] = orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n"
         write_report_files(report_dir, files, replace=replace)
@@ -140,8 +164,10 @@ def _print(doc: _JSON, report_dir: Path | None) -> None:
             for p in f["problems"]:
                 click.echo(f"  {p['key']}: expected {p['expected']!s}, actual {p['actual']!s}")
     head = doc["head"]
-    click.echo(f"{len(doc['runs'])} seed(s) from {doc['seed']}, {doc['steps_run']} steps in {doc['seconds']:.1f}s; "
-               f"head seq {head['seq']} {head['hash']}")  # fmt: skip
+    click.echo(
+        f"{len(doc['runs'])} seed(s) from {doc['seed']}, {doc['steps_run']} steps in {doc['seconds']:.1f}s; "
+        f"head seq {head['seq']} {head['hash']}"
+    )
     if doc["shrunk"] is not None:
         s = doc["shrunk"]
         where = f" written to {report_dir / s['file']}" if report_dir is not None else " (give --report DIR to keep it)"

@@ -90,6 +90,11 @@ class LedgerModel:
     def restore(self, artifact: str) -> None:
         self.content[artifact] = 0
 
+    def edit(self, artifact: str, manifest: Mapping[str, Any]) -> None:
+        """A manifest rewritten in place: what the model reads from it changes."""
+        keys = {"evidence_window_index": "window_index", "evaluation_version": "evaluation"}
+        self.specs[artifact] = self.specs[artifact] | {keys.get(k, k): v for k, v in manifest.items()}
+
     # -- evidence ------------------------------------------------------------------------------------------
 
     def _freshness(self, c: CandidateModel) -> JSON:
@@ -116,6 +121,13 @@ class LedgerModel:
         artifact_ok = self.intact(c.artifact) and c.fields["sha_ok"]
         rollback_ok = self.active_baseline is not None and self.intact(self.active_baseline)
         return self._freshness(c), artifact_ok, rollback_ok
+
+    def would_pass(self, artifact: str) -> bool:
+        """Whether a candidate received from `artifact` now would pass its check."""
+        freshness, artifact_ok, rollback_ok = self._hard(
+            CandidateModel(artifact, self.specs[artifact]["kind"], fields=self.specs[artifact])
+        )
+        return bool(freshness["fresh"]) and artifact_ok and rollback_ok
 
     def _available(self, c: CandidateModel) -> dict[str, bool]:
         out = {}
@@ -250,8 +262,11 @@ class LedgerModel:
         return attrs.evolve(prediction, apply=forget)
 
     def _settings_change(self, change: Any, online_only: bool) -> Prediction:
-        hit = [cid for cid, c in self.candidates.items()
-               if c.state in DECIDED and (not online_only or c.kind in ("grpo", "rlvr"))]  # fmt: skip
+        hit = [
+            cid
+            for cid, c in self.candidates.items()
+            if c.state in DECIDED and (not online_only or c.kind in ("grpo", "rlvr"))
+        ]
         states = {cid: ("received", self.candidates[cid].version + 1) for cid in hit}
 
         def commit() -> None:

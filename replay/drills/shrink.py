@@ -95,8 +95,12 @@ def to_scenario(shrunk: Shrunk) -> JSON:
         steps.append(step)
     want = result.expectations
     for cid, c in want["candidates"].items():
-        expect: JSON = {"candidate": cid, "state": c["state"], "trusted_states": c["trusted_states"],
-                        "explain": {"evidence": {"version": c["version"]}}}  # fmt: skip
+        expect: JSON = {
+            "candidate": cid,
+            "state": c["state"],
+            "trusted_states": c["trusted_states"],
+            "explain": {"evidence": {"version": c["version"]}},
+        }
         if c["plan"] is not None:
             expect["recovery"] = {k: c["plan"][k] for k in ("action", "recovery_state", "reused_state")}
         steps.append({"expect": expect})
