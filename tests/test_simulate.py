@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -202,3 +204,45 @@ def test_a_trusted_state_for_a_rejected_candidate_from_a_deleted_folder_is_refus
     reads nothing), so a candidate in `reject` answers IllegalCommandError whatever the folder."""
     result = simulate(generate(6, 200, 6))
     assert result.ok, result.failure
+
+
+# -- one row of the transition table changed (the real table, mutated in a child process) -----------------
+
+
+def _table_mutants() -> list[dict[str, object]]:
+    """Every one-row change of `MOVES`: a source state dropped from a row, or a row leading elsewhere."""
+    from lifecycle_fsm.machine import MOVES, State
+
+    changes: list[dict[str, object]] = []
+    for i, row in enumerate(MOVES):
+        changes += [{"row": i, "drop": s.value} for s in row.sources]
+        changes += [{"row": i, "dest": d} for d in [None, *(s.value for s in State)] if d != (row.dest and row.dest.value)]
+    return changes
+
+
+TABLE_MUTANTS = _table_mutants()
+# The evidence invalidation skipping each state it must reach, and one change of every other kind of row.
+QUICK = [m for m in TABLE_MUTANTS if m["row"] == 11 and "drop" in m] + [TABLE_MUTANTS[i] for i in (0, 9, 30, 61, 100)]
+
+
+def _caught(change: dict[str, object]) -> dict[str, object] | None:
+    out = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("table_mutant.py")), json.dumps(change), "5", "300", "6"],
+        capture_output=True, text=True, check=True, timeout=600,
+    )  # fmt: skip
+    found: dict[str, object] | None = json.loads(out.stdout.splitlines()[-1])
+    return found
+
+
+@pytest.mark.parametrize("change", QUICK, ids=lambda c: json.dumps(c))
+def test_a_changed_table_row_is_caught(change: dict[str, object]) -> None:
+    """The simulator, run against a ledger whose transition table has one row changed, fails within
+    5 seeds x 300 steps: schedules bring every state to every command and settings change."""
+    assert _caught(change) is not None, f"no seed of 5 x 300 steps noticed {change}"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("LIFECYCLE_TABLE_MUTANTS"), reason="LIFECYCLE_TABLE_MUTANTS=1 runs all")
+def test_every_changed_table_row_is_caught() -> None:
+    missed = [change for change in TABLE_MUTANTS if _caught(change) is None]
+    assert missed == []

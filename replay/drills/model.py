@@ -18,6 +18,7 @@ from typing import Any
 import attrs
 
 from lifecycle_fsm.rules import (
+    ONLINE_KINDS,
     RECOVERY_STATES_BY_STAGE,
     check_candidate_freshness,
     choose_recovery_action,
@@ -38,11 +39,18 @@ class CandidateModel:
 
     artifact: str
     kind: str
-    state: str = "received"
-    version: int = 1
     fields: JSON = attrs.Factory(dict)  # what the manifest said when it was (last) received
+    path: list[str] = attrs.Factory(lambda: ["received"])  # its state after each of its events
     trusted: dict[str, tuple[str, int]] = attrs.Factory(dict)  # kind -> (folder artifact, its content then)
     plan: JSON | None = None
+
+    @property
+    def state(self) -> str:
+        return self.path[-1]
+
+    @property
+    def version(self) -> int:
+        return len(self.path)
 
 
 @attrs.frozen
@@ -151,7 +159,7 @@ class LedgerModel:
         c = self.candidates[cid]
 
         def commit() -> None:
-            c.state, c.version = state, c.version + events
+            c.path += [c.state] * (events - 1) + [state]  # a failed stage: kept, then planned
             if plan is not None:
                 c.plan = plan
             self.events += events
@@ -265,15 +273,14 @@ class LedgerModel:
         hit = [
             cid
             for cid, c in self.candidates.items()
-            if c.state in DECIDED and (not online_only or c.kind in ("grpo", "rlvr"))
+            if c.state in DECIDED and (not online_only or c.kind in ONLINE_KINDS)
         ]
         states = {cid: ("received", self.candidates[cid].version + 1) for cid in hit}
 
         def commit() -> None:
             change()
             for cid in hit:
-                c = self.candidates[cid]
-                c.state, c.version = "received", c.version + 1
+                self.candidates[cid].path.append("received")
             self.events += 1 + len(hit)
 
         return Prediction(events=1 + len(hit), states=states, apply=commit)

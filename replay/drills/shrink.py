@@ -95,12 +95,10 @@ def to_scenario(shrunk: Shrunk) -> JSON:
         steps.append(step)
     want = result.expectations
     for cid, c in want["candidates"].items():
-        expect: JSON = {
-            "candidate": cid,
-            "state": c["state"],
-            "trusted_states": c["trusted_states"],
-            "explain": {"evidence": {"version": c["version"]}},
-        }
+        path = {f"path.{i}.to": state for i, state in enumerate(c["path"])}
+        evidence = {"version": len(c["path"]), **path}
+        expect: JSON = {"candidate": cid, "state": c["path"][-1], "trusted_states": c["trusted_states"]}
+        expect["explain"] = {"evidence": evidence}
         if c["plan"] is not None:
             expect["recovery"] = {k: c["plan"][k] for k in ("action", "recovery_state", "reused_state")}
         steps.append({"expect": expect})

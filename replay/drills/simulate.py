@@ -41,6 +41,7 @@ from lifecycle_fsm.replay.drills.schedule import Op, Schedule, advance, split
 from lifecycle_fsm.replay.drills.schema import DrillConfig, Scenario, Step
 from lifecycle_fsm.replay.drills.steps import ACTIONS
 from lifecycle_fsm.replay.drills.workspace import Workspace
+from lifecycle_fsm.replay.explain import explain
 from lifecycle_fsm.replay.fold import snapshot_json
 from lifecycle_fsm.replay.verify import verify
 
@@ -194,15 +195,25 @@ def _candidates(sim: _Sim) -> list[Problem]:
     return problems
 
 
+def _paths(sim: _Sim) -> list[Problem]:
+    """Every candidate's state after each of its events (`explain`'s path), as the model says."""
+    problems: list[Problem] = []
+    for cid, want in sim.model.candidates.items():
+        path = [step["to"] for step in explain(sim.ledger.store, cid)["path"]]
+        if path != want.path:
+            problems.append((f"{cid} path", want.path, path))
+    return problems
+
+
 def _whole(sim: _Sim) -> list[Problem]:
-    """Replay = checkpoint + tail, and `verify` as the faults so far say it must be."""
+    """Replay = checkpoint + tail, every candidate's path, and `verify` as the faults so far say it must be."""
     store = sim.ledger.store
     report = verify(store)
     found = {k: report.get(k) for k in ("ok", "bad_seq", "reason")}
     if sim.tampered_seq is not None:
         named = not report["ok"] and report.get("bad_seq") == sim.tampered_seq
         return [] if named else [("bad_seq", sim.tampered_seq, report.get("bad_seq"))]
-    problems: list[Problem] = []
+    problems = _paths(sim)
     if snapshot_json(load_state(store).state) != snapshot_json(load_state(store, use_checkpoints=False).state):
         problems.append(("replay", "latest checkpoint + tail equal to a full replay", "differs"))
     if sim.broken_checkpoint:
@@ -216,7 +227,7 @@ def _whole(sim: _Sim) -> list[Problem]:
 
 def _expectations(sim: _Sim) -> JSON:
     candidates = {
-        cid: {"state": c.state, "version": c.version, "trusted_states": sorted(c.trusted), "plan": c.plan}
+        cid: {"path": c.path, "trusted_states": sorted(c.trusted), "plan": c.plan}
         for cid, c in sim.model.candidates.items()
     }
     verify_ok = sim.tampered_seq is None and not sim.broken_checkpoint
@@ -270,12 +281,18 @@ def _loop(sim: _Sim, ops: list[Op], check_every: int) -> tuple[SimFailure | None
     for number, op in enumerate(ops, start=1):
         action, args = split(op)
         sim.run.child = {"clock": FIXED_CLOCK, "id_prefix": f"crash{number}", "actor": ACTOR}
-        if ACTIONS[action].command:
-            problems = _command(sim, number, op, sim.model.predict(action, args))
-        elif sim.meaningless(op):
+        if not ACTIONS[action].command and sim.meaningless(op):
             continue
-        else:
-            problems = _fault(sim, number, op)
+        try:
+            if ACTIONS[action].command:
+                problems = _command(sim, number, op, sim.model.predict(action, args))
+            else:
+                problems = _fault(sim, number, op)
+        except Exception as e:  # a ledger bug: reported (and shrunk) like any broken invariant
+            ran.append(number)
+            return SimFailure(
+                number, op, (("outcome", "a result or a ledger refusal", f"{type(e).__name__}: {e}"),)
+            ), ran
         ran.append(number)
         if action == "tamper_event":  # the log is no longer trusted: reads fail closed, only verify is asked
             problems += _whole(sim)
