@@ -85,8 +85,8 @@ class LedgerModel:
 
     # -- the disk ------------------------------------------------------------------------------------------
 
-    def intact(self, artifact: str) -> bool:
-        return self.content.get(artifact, 0) == 0
+    def intact(self, artifact: str | None) -> bool:
+        return self.content.get(artifact or "", 0) == 0
 
     def tamper(self, artifact: str) -> None:
         self.tampers += 1

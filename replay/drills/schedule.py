@@ -251,14 +251,12 @@ class _Generator:
     def toward(self, state: str, decision: str) -> Op:
         """The next move of some candidate on its way to `state` (a hand-off to ready or tune needs a
         candidate of that upstream `decision`); a fresh candidate when no one is on the way."""
-        model, rng = self.model, self.rng
+        model = self.model
         source, action = ROUTE.get(state, ("", ""))
-        holders = [cid for cid, c in model.candidates.items() if c.state == source]
-        for cid in rng.sample(holders, len(holders)):
+        holders = [cid for cid, c in model.candidates.items() if c.state == source and c.fields["decision"] == decision]
+        for cid in self.rng.sample(holders, len(holders)):
             op = self.about(cid, action)
-            if model.predict(*split(op)).states.get(cid, ("",))[0] == state and model.candidates[cid].fields[
-                "decision"
-            ] in (decision, "accept" if decision != "tune" else "tune"):
+            if model.predict(*split(op)).states.get(cid, ("",))[0] == state:
                 return op
         if source and source != "received":
             return self.toward(source, decision)
@@ -279,37 +277,37 @@ class _Generator:
         return self.edit(decision, name)
 
     def goal(self) -> Op:
-        """A step toward the least-met goal (kept until met, or given up): a candidate in some state
-        meeting some command or settings change."""
-        model, rng = self.model, self.rng
+        """A step toward the least-met goal, kept until met or given up."""
         if self.target is None or self.seen[self.target] > self.target_seen or self.tries > GIVE_UP:
+            if self.target is not None and self.tries > GIVE_UP:
+                self.seen[self.target] += 1  # try the others first
             least = min(self.seen[g] for g in GOALS)
-            self.target = rng.choice([g for g in GOALS if self.seen[g] == least])
+            self.target = self.rng.choice([g for g in GOALS if self.seen[g] == least])
             self.target_seen, self.tries = self.seen[self.target], 0
-            self.seen[self.target] += self.tries > GIVE_UP  # given up: try the others first
         self.tries += 1
         state, what = self.target
-        holders = [cid for cid, c in model.candidates.items() if c.state == state]
+        holders = [cid for cid, c in self.model.candidates.items() if c.state == state]
         if not holders:
             return self.toward(state, "tune" if state == "tune" else "accept")
-        cid = rng.choice(holders)
-        c = model.candidates[cid]
+        return self.meet(self.rng.choice(holders), what)
+
+    def meet(self, cid: str, what: str) -> Op:
+        """`what` done to candidate `cid`, or the step that makes it possible."""
+        model, c = self.model, self.model.candidates[cid]
+        damaged = not model.intact(c.artifact)
         if what in SETTINGS:
             return self.change(what)
         if what in ("check_damaged", "hand_off_damaged"):
-            command = what.removesuffix("_damaged")
-            return {command: cid} if not model.intact(c.artifact) else {"tamper_artifact": c.artifact}
+            return {what.removesuffix("_damaged"): cid} if damaged else {"tamper_artifact": c.artifact}
         if what == "receive" and model.specs[c.artifact] == c.fields:
             return self.edit(None, c.artifact)
+        if what == "fail_blocked" and model.active_baseline is not None and model.intact(model.active_baseline):
+            return {"tamper_artifact": model.active_baseline}
         if what == "fail_blocked":
-            if model.active_baseline is not None and model.intact(model.active_baseline):
-                return {"tamper_artifact": model.active_baseline}
             return {"fail_stage": {"candidate": cid, "stage": "artifact_validation"}}
-        if what == "invalidate_trusted_state":
-            if not c.trusted:
-                return self.about(cid, "record_trusted_state")
-            return {what: {"candidate": cid, "kind": rng.choice(sorted(c.trusted))}}
-        return self.about(cid, what)
+        if what == "invalidate_trusted_state" and c.trusted:
+            return {what: {"candidate": cid, "kind": self.rng.choice(sorted(c.trusted))}}
+        return self.about(cid, "record_trusted_state" if what == "invalidate_trusted_state" else what)
 
     def met(self, op: Op) -> None:
         """Count the goals `op` meets (before the model moves past it)."""
@@ -326,12 +324,9 @@ class _Generator:
         if c is None or prediction.refused or not prediction.events:
             return
         self.seen[(c.state, action)] += 1
-        if action in ("check", "hand_off") and not (
-            model.intact(c.artifact) and model.intact(model.active_baseline or "")
-        ):
+        if action in ("check", "hand_off") and not (model.intact(c.artifact) and model.intact(model.active_baseline)):
             self.seen[(c.state, f"{action}_damaged")] += 1
-        plan = model.predict(action, args).plan if action == "fail_stage" else None
-        if plan is not None and plan["action"] in ("block_update", "block_release"):
+        if (prediction.plan or {}).get("action") in ("block_update", "block_release"):
             self.seen[(c.state, "fail_blocked")] += 1
 
     def next(self) -> Op | None:
