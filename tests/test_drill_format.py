@@ -131,8 +131,12 @@ def test_crash_before_and_after_commit_of_baseline_activate(tmp_path: Path) -> N
         )
     )
     assert result.ok, [f.message() for f in result.failures]
-    assert result.steps[3].detail == {"command": "activate_baseline", "fault": "kill@before_commit#1",
-                                      "returncode": -9, "events_appended": 0}  # fmt: skip
+    assert result.steps[3].detail == {
+        "command": "activate_baseline",
+        "fault": "kill@before_commit#1",
+        "returncode": -9,
+        "events_appended": 0,
+    }
     assert result.steps[5].detail["events_appended"] == 2
 
 
@@ -217,22 +221,28 @@ def test_exactly_n_of_the_writers_are_refused(tmp_path: Path) -> None:
         'the others succeeding", actual "1 refused with IllegalCommandError"'
     )
     [message] = _failures(tmp_path, race.replace("REFUSED", "InputError"))
-    assert message.startswith('step 4 (concurrently): refused: expected "exactly 1 of the 2 commands refused with '
-                              'InputError, the others succeeding", actual "0 refused with InputError; '
-                              'IllegalCommandError: candidate ')  # fmt: skip
+    assert message.startswith(
+        'step 4 (concurrently): refused: expected "exactly 1 of the 2 commands refused with '
+        'InputError, the others succeeding", actual "0 refused with InputError; '
+        "IllegalCommandError: candidate "
+    )
 
 
 @pytest.mark.parametrize(
     ("steps", "expected"),
     [
-        ("  - check: dpo-v5\n    refused: {error: InputError, count: 1}\n",
-         "step 4 (check): key 'refused': `count` is for a concurrently step"),
-        ("  - concurrently: {writers: [{check: dpo-v5, refused: InputError}, {check: dpo-v5}]}\n"
-         "    refused: InputError\n",
-         "step 4 (concurrently): key 'refused': give it on the step or on its writers, not both"),
+        (
+            "  - check: dpo-v5\n    refused: {error: InputError, count: 1}\n",
+            "step 4 (check): key 'refused': `count` is for a concurrently step",
+        ),
+        (
+            "  - concurrently: {writers: [{check: dpo-v5, refused: InputError}, {check: dpo-v5}]}\n"
+            "    refused: InputError\n",
+            "step 4 (concurrently): key 'refused': give it on the step or on its writers, not both",
+        ),
         ("  - checkpoint:\n    refused: InputError\n", "step 4 (checkpoint): key 'refused': only ledger commands"),
     ],
-)  # fmt: skip
+)
 def test_refused_counts_belong_to_concurrent_steps(tmp_path: Path, steps: str, expected: str) -> None:
     with pytest.raises(ScenarioError) as e:
         load_scenario(_scenario(tmp_path, steps))
@@ -260,14 +270,28 @@ def test_cli_command_names_are_step_names(tmp_path: Path) -> None:
     the file used for it."""
     scenario = load_scenario(_scenario(tmp_path, CLI_WORDS))
     assert [s.action for s in scenario.steps[3:]] == [
-        "record_trusted_state", "invalidate_trusted_state", "fail_stage", "complete_recovery", "check", "hand_off",
-        "advance_window", "activate_evaluation", "activate_baseline", "expect", "hand_off",
-    ]  # fmt: skip
+        "record_trusted_state",
+        "invalidate_trusted_state",
+        "fail_stage",
+        "complete_recovery",
+        "check",
+        "hand_off",
+        "advance_window",
+        "activate_evaluation",
+        "activate_baseline",
+        "expect",
+        "hand_off",
+    ]
     result = run_scenario(scenario)
     assert result.ok, [f.message() for f in result.failures]
     assert [s.action for s in result.steps[-6:]] == [
-        "handoff", "window", "evaluation activate", "baseline activate", "expect", "hand_off",
-    ]  # fmt: skip
+        "handoff",
+        "window",
+        "evaluation activate",
+        "baseline activate",
+        "expect",
+        "hand_off",
+    ]
     wrong = CLI_WORDS.replace("  - hand_off: dpo-v5\n    refused: IllegalCommandError\n", "  - handoff: nobody\n")
     assert _failures(tmp_path, wrong)[0].startswith('step 14 (handoff): outcome: expected "success"')
     for word in ("handoff", "hand_off"):

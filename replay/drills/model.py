@@ -1,41 +1,41 @@
-"""The simulator's reference model: what the ledger must do, written from the SPEC's prose.
+"""The simulator's reference model: what the ledger must do, written from the documented rules.
 
 Independent of the implementation on purpose: it never imports the machine's table, the
-fold or the decisions module. It may call the seed's pure rules (§3), which the SPEC
-fixes by name. The model also knows the disk: which artifact bytes are intact, tampered
-or deleted (the simulator only tampers intact files, so "changed" is certain, never a
-coin flip that restored a byte).
+fold or the decisions module; it may call the pure rules (`lifecycle_fsm.rules`). It also
+knows the disk: which artifact bytes are intact, tampered or deleted (the simulator only
+tampers intact files, so "changed" is certain).
 
-`predict(op)` says what one command must do — refused (with which error classes) or
-accepted, the events it appends, the candidate states after — and `apply` commits it.
+`predict(op, args)` says what one command must do — refused (with which error classes) or
+accepted, the events it appends, the candidate states after — and its `apply` commits it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 
 from lifecycle_fsm.rules import (
+    BLOCKING_ACTIONS,
     ONLINE_KINDS,
     RECOVERY_STATES_BY_STAGE,
     check_candidate_freshness,
     choose_recovery_action,
     decide_lifecycle_handoff,
 )
+from lifecycle_fsm.rules import TRUSTED_STATE_KINDS as KINDS
 
 __all__ = ["CandidateModel", "LedgerModel", "Prediction"]
 
 JSON = dict[str, Any]
 DECIDED = ("verified", "ready", "tune")  # what a settings change invalidates
-BLOCKING = ("block_update", "block_release")
-KINDS = ("prompt_queue", "trajectories", "pre_update_checkpoint", "verified_baseline")
+ALIVE = ("received", "verified", "recovering", "ready", "tune")
 
 
 @attrs.define
 class CandidateModel:
-    """One candidate as the SPEC says it must be."""
+    """One candidate as it must be."""
 
     artifact: str
     kind: str
@@ -142,9 +142,8 @@ class LedgerModel:
         for kind in KINDS:
             recorded = c.trusted.get(kind)
             out[kind] = recorded is not None and self.content.get(recorded[0], 0) == recorded[1]
-        # SPEC §5: "also available, without being recorded" — read as: only when none was recorded. A
-        # recorded verified_baseline that no longer re-hashes is not replaced by the active baseline
-        # (the simulator's first finding: the SPEC is ambiguous here; the ledger blocks, so does this).
+        # The active baseline is available without being recorded only when none was recorded: a recorded
+        # verified_baseline that no longer re-hashes is not replaced by it.
         if "verified_baseline" not in c.trusted and self.active_baseline is not None:
             out["verified_baseline"] = self.intact(self.active_baseline)
         return out
@@ -155,7 +154,9 @@ class LedgerModel:
         """What `op` (a scenario step name) with `args` must do now."""
         return getattr(self, f"_{op}")(args)  # type: ignore[no-any-return]
 
-    def _move(self, cid: str, state: str, events: int = 1, plan: JSON | None = None) -> Prediction:
+    def _move(
+        self, cid: str, state: str, events: int = 1, plan: JSON | None = None, then: Callable[[], Any] = lambda: None
+    ) -> Prediction:
         c = self.candidates[cid]
 
         def commit() -> None:
@@ -163,6 +164,7 @@ class LedgerModel:
             if plan is not None:
                 c.plan = plan
             self.events += events
+            then()
 
         return Prediction(events=events, states={cid: (state, c.version + events)}, plan=plan, apply=commit)
 
@@ -189,14 +191,11 @@ class LedgerModel:
             return Prediction(states={cid: (c.state, c.version)}, apply=lambda: None)  # a retry: nothing new
         if c.state != "tune":
             return Prediction(errors=("IllegalCommandError",))
-        prediction = self._move(cid, "received")
 
-        def revise() -> None:
-            prediction.apply()
-            c.fields, c.artifact, c.kind = fields, artifact, fields["kind"]
-            c.plan = None  # a revision starts a new life: its trusted states stay, its last plan does not
+        def revise() -> None:  # a new life: its trusted states stay, its last plan does not
+            c.fields, c.artifact, c.kind, c.plan = fields, artifact, fields["kind"], None
 
-        return attrs.evolve(prediction, apply=revise)
+        return self._move(cid, "received", then=revise)
 
     def _check(self, args: JSON) -> Prediction:
         cid = args["candidate"]
@@ -228,7 +227,7 @@ class LedgerModel:
         if (refused := self._existing(cid, ("received", "verified", "recovering"))) is not None:
             return refused
         plan = choose_recovery_action({"stage": stage, "available": self._available(self.candidates[cid])})
-        return self._move(cid, "reject" if plan["action"] in BLOCKING else "recovering", events=2, plan=plan)
+        return self._move(cid, "reject" if plan["action"] in BLOCKING_ACTIONS else "recovering", events=2, plan=plan)
 
     def _complete_recovery(self, args: JSON) -> Prediction:
         cid = args["candidate"]
@@ -238,36 +237,23 @@ class LedgerModel:
         cid, kind, folder = args["candidate"], args["kind"], args["artifact"]
         if kind not in KINDS:
             return Prediction(errors=("InputError", "NotFoundError"))
-        if (refused := self._existing(cid, ("received", "verified", "recovering", "ready", "tune"))) is not None:
+        if (refused := self._existing(cid, ALIVE)) is not None:
             return refused  # the state first: the ledger reads the folder only once the move is legal
         if self.content.get(folder, 0) is None:
             return Prediction(errors=("InputError", "ArtifactError"))
-        c = self.candidates[cid]
-        prediction = self._move(cid, c.state)
-        content = self.content.get(folder, 0)
-
-        def record() -> None:
-            prediction.apply()
-            c.trusted[kind] = (folder, content or 0)
-
-        return attrs.evolve(prediction, apply=record)
+        c, content = self.candidates[cid], self.content.get(folder, 0) or 0
+        return self._move(cid, c.state, then=lambda: c.trusted.__setitem__(kind, (folder, content)))
 
     def _invalidate_trusted_state(self, args: JSON) -> Prediction:
         cid, kind = args["candidate"], args["kind"]
         if kind not in KINDS:
             return Prediction(errors=("InputError", "NotFoundError"))
-        if (refused := self._existing(cid, ("received", "verified", "recovering", "ready", "tune"))) is not None:
+        if (refused := self._existing(cid, ALIVE)) is not None:
             return refused
         c = self.candidates[cid]
         if kind not in c.trusted:
             return Prediction(errors=("ConflictError",))
-        prediction = self._move(cid, c.state)
-
-        def forget() -> None:
-            prediction.apply()
-            del c.trusted[kind]
-
-        return attrs.evolve(prediction, apply=forget)
+        return self._move(cid, c.state, then=lambda: c.trusted.pop(kind))
 
     def _settings_change(self, change: Any, online_only: bool) -> Prediction:
         hit = [
