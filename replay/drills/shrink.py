@@ -20,7 +20,7 @@ import yaml
 from lifecycle_fsm.replay.drills.schedule import Op, Schedule, describe, split
 from lifecycle_fsm.replay.drills.simulate import SimResult, simulate
 
-__all__ = ["Shrunk", "shrink", "to_scenario"]
+__all__ = ["Shrunk", "scenario_yaml", "shrink", "to_scenario", "write_scenario"]
 
 JSON = dict[str, Any]
 
@@ -120,7 +120,11 @@ def to_scenario(shrunk: Shrunk) -> JSON:
     }
 
 
+def scenario_yaml(scenario: JSON) -> str:
+    return yaml.safe_dump(scenario, sort_keys=False, width=110)
+
+
 def write_scenario(shrunk: Shrunk, folder: Path) -> Path:
     path = folder / f"simulated-seed-{shrunk.schedule.seed}.yaml"
-    path.write_text(yaml.safe_dump(to_scenario(shrunk), sort_keys=False, width=110))
+    path.write_text(scenario_yaml(to_scenario(shrunk)))
     return path
