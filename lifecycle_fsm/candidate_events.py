@@ -16,6 +16,7 @@ from lifecycle_fsm.event_base import JSON, Event, flag, stream_of
 __all__ = [
     "CandidateEvent",
     "CandidateReceived",
+    "CandidateRegistered",
     "ChecksRecorded",
     "EvidenceInvalidated",
     "HandoffDecided",
@@ -66,33 +67,80 @@ class CandidateEvent(Event):
 
 
 @frozen
+class CandidateRegistered(CandidateEvent):
+    """A candidate exists before its adapter does (a training run): its identity and provenance.
+
+    Trusted states, failures and recovery plans can be recorded from now on; the finished
+    adapter's manifest completes it (`CandidateReceived` with `registered`), and until then
+    it cannot be checked or handed off.
+    """
+
+    TYPE: ClassVar[str] = "CandidateRegistered"
+    FIXED_TRIGGER: ClassVar[str | None] = "register"
+    candidate_id: str
+    kind: str
+    source_policy_version: str
+    provenance: JSON  # what produced it: data, code, base model, trainer, library versions
+
+    @staticmethod
+    def evolve(work: JSON | None, payload: JSON, seq: int, stream_id: str) -> JSON:
+        if stream_id != stream_of(payload["candidate_id"]):
+            raise CorruptionError(
+                f"seq {seq}: CandidateRegistered for {payload['candidate_id']!r} is on stream {stream_id}", seq=seq
+            )
+        return {
+            "candidate_id": payload["candidate_id"],
+            "kind": payload["kind"],
+            "candidate": {"candidate_kind": payload["kind"], "source_policy_version": payload["source_policy_version"]},
+            "manifest_path": None,
+            "revision": 0,
+            "trusted_states": {},
+            "last_check": None,
+            "last_recovery": None,
+            "last_handoff": None,
+            "reason_codes": (),
+            "manifest_sha256": None,
+            "pending": True,
+            "provenance": payload["provenance"],
+        }
+
+
+@frozen
 class CandidateReceived(CandidateEvent):
-    """A candidate manifest was received (revision 0) or revised after `tune`.
+    """A candidate manifest was received (revision 0), completed a registration, or revised after `tune`.
 
     `artifact_at_receipt` is the adapter as it was on disk then (`checks.verify_artifact`:
     its hash and, for a folder, each file's), so a later failed check can name the files
-    that changed since; None in events recorded before schema version 2.
+    that changed since. `registered`: it completes a `CandidateRegistered` candidate.
     """
 
     TYPE: ClassVar[str] = "CandidateReceived"
-    SCHEMA_VERSION: ClassVar[int] = 2  # v2: artifact_at_receipt
     candidate_id: str
     revision: int
     manifest_path: str
     manifest_sha256: str
     candidate: JSON  # the fields the checks read, parsed from the manifest (manifests.py)
     artifact_at_receipt: JSON | None = None
+    registered: bool = False
 
     @classmethod
     def trigger_for(cls, payload: Mapping[str, Any]) -> str:
         revision = payload["revision"]
         if not isinstance(revision, int) or isinstance(revision, bool) or revision < 0:
             raise ValueError(f"revision must be a non-negative integer, not {revision!r}")
+        if flag(payload, "registered"):
+            return "complete_registration"
         return "receive" if revision == 0 else "revise"
 
     @staticmethod
     def evolve(work: JSON | None, payload: JSON, seq: int, stream_id: str) -> JSON:
-        expected_revision = 0 if work is None else work["revision"] + 1
+        registered = payload["registered"]
+        if registered:
+            expected_revision = 0
+            if work is None or not work["pending"]:
+                raise CorruptionError(f"seq {seq}: CandidateReceived completes no registration", seq=seq)
+        else:
+            expected_revision = 0 if work is None else work["revision"] + 1
         if payload["revision"] != expected_revision or stream_id != stream_of(payload["candidate_id"]):
             raise CorruptionError(
                 f"seq {seq}: CandidateReceived for {payload['candidate_id']!r} revision {payload['revision']} "
@@ -100,7 +148,8 @@ class CandidateReceived(CandidateEvent):
                 seq=seq,
             )
         candidate = payload["candidate"]
-        return {
+        kept = {} if work is None else {k: work[k] for k in ("state", "decisive_seq", "decisive_type")}
+        return kept | {
             "candidate_id": payload["candidate_id"],
             "kind": candidate.get("candidate_kind"),
             "candidate": dict(candidate),
@@ -112,6 +161,8 @@ class CandidateReceived(CandidateEvent):
             "last_handoff": None,
             "reason_codes": (),
             "manifest_sha256": payload["manifest_sha256"],
+            "pending": False,
+            "provenance": None if work is None else work["provenance"],
         }
 
     @staticmethod
@@ -123,14 +174,12 @@ class CandidateReceived(CandidateEvent):
 class ChecksRecorded(CandidateEvent):
     """Every lifecycle check ran; `reason_codes` names each failed one (empty: passed).
 
-    `artifact` and `rollback` are `checks.verify_artifact` results; since schema version
-    2 they carry `tree`, the folder's per-file listing (None when not recorded); since 3,
-    `reused_from`: None when the bytes were read for this check, else when they were read
-    (the digest was re-used because no file's device, inode, size, mtime or ctime changed).
+    `artifact` and `rollback` are `checks.verify_artifact` results: expected and actual hash,
+    `tree` (a folder's per-file listing) and `reused_from` (None when the bytes were read for
+    this check, else when they were read: no file's device, inode, size, mtime or ctime changed).
     """
 
     TYPE: ClassVar[str] = "ChecksRecorded"
-    SCHEMA_VERSION: ClassVar[int] = 3  # v2: artifact.tree, rollback.tree; v3: their reused_from
     KEPT_AS: ClassVar[str | None] = "last_check"
     passed: bool
     reason_codes: list[str]
@@ -197,8 +246,14 @@ class StageFailed(CandidateEvent):
     """A training stage failed for this candidate."""
 
     TYPE: ClassVar[str] = "StageFailed"
-    FIXED_TRIGGER: ClassVar[str | None] = "fail_stage"
     stage: str
+
+    @classmethod
+    def trigger_for(cls, payload: Mapping[str, Any]) -> str:
+        stage = payload["stage"]
+        if not isinstance(stage, str):
+            raise ValueError(f"stage must be a string, not {stage!r}")
+        return "fail_artifact_validation" if stage == "artifact_validation" else "fail_stage"
 
 
 @frozen
@@ -246,7 +301,6 @@ class HandoffDecided(CandidateEvent):
     """The hand-off decision, with the checks re-run at that moment as its evidence (as `ChecksRecorded`)."""
 
     TYPE: ClassVar[str] = "HandoffDecided"
-    SCHEMA_VERSION: ClassVar[int] = 3  # v2: artifact.tree, rollback.tree; v3: their reused_from
     KEPT_AS: ClassVar[str | None] = "last_handoff"
     handoff_status: str
     upstream_decision: Any

@@ -38,6 +38,7 @@ from lifecycle_fsm.events import (
     LEDGER_STREAM,
     CandidateEvent,
     CandidateReceived,
+    CandidateRegistered,
     Event,
     EvidenceInvalidated,
     LedgerInitialized,
@@ -173,7 +174,7 @@ class CommandPath:
             current, settings, unread = self._fold(stream_id, command, needs_settings, from_cache=from_cache)
             from_cache = False  # any later attempt reads first
             try:
-                if current is not None and command != "receive":
+                if current is not None and command not in ("receive", "register"):
                     require_command(current, command)
                 decision = decide(current, settings)
             except LifecycleError as e:
@@ -248,9 +249,9 @@ class CommandPath:
         candidate_id = candidate_id_of(stream_id)
         if candidate_id is not None:
             current = self.reader.cached(stream_id) if from_cache else None
-            if from_cache and (current is not None or command == "receive"):
+            if from_cache and (current is not None or command in ("receive", "register")):
                 unread = True  # an uncached stream on receive: assumed new, its append asserts version 0
-            elif command == "receive":  # a new stream, a retry or a revision: the decision tells
+            elif command in ("receive", "register"):  # a new stream, a retry or a revision: the decision tells
                 current = self.reader.candidate(stream_id)
             else:
                 current = self.reader.existing(candidate_id)
@@ -452,6 +453,8 @@ def _category(current: CandidateState | None, events: Sequence[Event]) -> str | 
     for event in events:
         if isinstance(event, CandidateReceived):
             kind = event.candidate.get("candidate_kind")
+        elif isinstance(event, CandidateRegistered):
+            kind = event.kind
     return kind if isinstance(kind, str) else None
 
 

@@ -18,6 +18,7 @@ from lifecycle_fsm.events import (
     BaselineActivated,
     CandidateEvent,
     CandidateReceived,
+    CandidateRegistered,
     ChecksRecorded,
     EvaluationActivated,
     EvidenceInvalidated,
@@ -31,7 +32,7 @@ from lifecycle_fsm.events import (
     TrustedStateRecorded,
     WindowAdvanced,
 )
-from lifecycle_fsm.machine import command_allowed
+from lifecycle_fsm.machine import State, command_allowed
 from lifecycle_fsm.manifests import CandidateManifest
 from lifecycle_fsm.rules import BLOCKING_ACTIONS, ONLINE_KINDS, choose_recovery_action
 from lifecycle_fsm.state import CandidateState, LedgerSettings
@@ -53,6 +54,8 @@ __all__ = [
     "invalidate_trusted_state",
     "receive",
     "record_trusted_state",
+    "register",
+    "require_adapter",
 ]
 
 DEFAULT_MAX_WINDOW_AGE = 2
@@ -83,8 +86,47 @@ NOTHING = Decision()
 # --- candidate commands ---------------------------------------------------------------
 
 
+def register(
+    current: CandidateState | None, candidate_id: str, kind: str, source_policy_version: str, provenance: JSON
+) -> Decision:
+    """A candidate that exists before its adapter; the same registration again is a no-op."""
+    event = CandidateRegistered(candidate_id, kind, source_policy_version, provenance)
+    if current is None:
+        return Decision((event,))
+    if (current.kind, current.candidate.get("source_policy_version"), current.provenance) == (
+        kind,
+        source_policy_version,
+        provenance,
+    ):
+        return NOTHING
+    raise ConflictError(f"candidate {candidate_id!r} already exists (state {current.state}) with another identity")
+
+
+def _completes(current: CandidateState, manifest: CandidateManifest) -> Decision:
+    """The finished adapter's manifest completes a registered candidate whose identity it repeats."""
+    if current.state != State.RECEIVED:
+        raise IllegalCommandError(
+            f"candidate {current.candidate_id!r} is in state {current.state}: its adapter can be received "
+            "once it is back in received (complete its recovery first)",
+            state=current.state,
+            trigger="complete_registration",
+        )
+    registered = {"candidate_kind": current.kind, **current.candidate}
+    for field in ("candidate_kind", "source_policy_version"):
+        if manifest.fields.get(field) != registered.get(field):
+            raise InputError(
+                f"manifest {manifest.path} does not complete candidate {current.candidate_id!r}: its {field} is "
+                f"{manifest.fields.get(field)!r}, the registration says {registered.get(field)!r}"
+            )
+    return Decision(
+        (CandidateReceived(current.candidate_id, 0, manifest.path, manifest.sha256, manifest.fields, None, True),)
+    )
+
+
 def receive(current: CandidateState | None, candidate_id: str, manifest: CandidateManifest) -> Decision:
-    """A new candidate, a revision of a `tune` one, or nothing for an identical re-receipt."""
+    """A new candidate, a registered one completed, a revision of a `tune` one, or nothing for a re-receipt."""
+    if current is not None and current.pending:
+        return _completes(current, manifest)
     if current is not None:
         if current.manifest_sha256 == manifest.sha256 and canonical_json(current.candidate) == canonical_json(
             manifest.fields
@@ -98,7 +140,7 @@ def receive(current: CandidateState | None, candidate_id: str, manifest: Candida
                 trigger="revise",
             )
     revision = 0 if current is None else current.revision + 1
-    return Decision((CandidateReceived(candidate_id, revision, manifest.path, manifest.sha256, manifest.fields),))
+    return Decision((CandidateReceived(candidate_id, revision, manifest.path, manifest.sha256, manifest.fields, None),))
 
 
 def check(evidence: CheckEvidence) -> Decision:
@@ -135,8 +177,26 @@ def invalidate_trusted_state(current: CandidateState, kind: str, reason: str) ->
     return Decision((TrustedStateInvalidated(kind, reason),))
 
 
-def fail_stage(stage: str, trusted_states: JSON) -> Decision:
+def require_adapter(current: CandidateState, command: str) -> None:
+    """A registered candidate is judged only once its adapter was received: refused, never rejected."""
+    if current.pending:
+        raise IllegalCommandError(
+            f"candidate {current.candidate_id!r} is registered but its adapter was not received yet: "
+            f"`{command}` needs it (receive the finished adapter's manifest first)",
+            state=current.state,
+            trigger=command,
+        )
+
+
+def fail_stage(current: CandidateState, stage: str, trusted_states: JSON) -> Decision:
     """The recovery plan from the trusted states the log proves intact (re-hashed by the caller)."""
+    if current.state == State.READY and stage != "artifact_validation":
+        raise IllegalCommandError(
+            f"candidate {current.candidate_id!r} is ready: after hand-off only stage artifact_validation can fail "
+            f"(an export or merge), not {stage}",
+            state=current.state,
+            trigger="fail_stage",
+        )
     available = {kind: bool(e["available"]) for kind, e in trusted_states.items()}
     plan = choose_recovery_action({"stage": stage, "available": available})
     blocking = plan["action"] in BLOCKING_ACTIONS

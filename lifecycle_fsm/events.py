@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 from lifecycle_fsm.candidate_events import (
     CandidateEvent,
     CandidateReceived,
+    CandidateRegistered,
     ChecksRecorded,
     EvidenceInvalidated,
     HandoffDecided,
@@ -59,6 +60,7 @@ __all__ = [
     "BaselineActivated",
     "CandidateEvent",
     "CandidateReceived",
+    "CandidateRegistered",
     "ChecksRecorded",
     "EvaluationActivated",
     "Event",
@@ -117,7 +119,6 @@ class BaselineActivated(LedgerEvent):
     """An SFT baseline became the active policy; its adapter sha256 is the policy version."""
 
     TYPE: ClassVar[str] = "BaselineActivated"
-    SCHEMA_VERSION: ClassVar[int] = 2  # v2: adapter_tree
     policy_version: str
     previous_policy_version: str | None
     manifest_path: str
@@ -186,6 +187,7 @@ LEDGER_EVENTS: dict[str, type[LedgerEvent]] = {
 CANDIDATE_EVENTS: dict[str, type[CandidateEvent]] = {
     cls.TYPE: cls
     for cls in (
+        CandidateRegistered,
         CandidateReceived,
         ChecksRecorded,
         TrustedStateRecorded,

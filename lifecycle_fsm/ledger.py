@@ -31,13 +31,14 @@ from lifecycle_fsm.command_inputs import (
 )
 from lifecycle_fsm.command_path import CommandPath, Decide, Outcome
 from lifecycle_fsm.decisions import DEFAULT_ACTIVE_WINDOW, DEFAULT_MAX_WINDOW_AGE, Decision
-from lifecycle_fsm.errors import InputError, LedgerClosedError, StoreError
+from lifecycle_fsm.errors import DuplicateEventError, InputError, LedgerClosedError, StoreError
 from lifecycle_fsm.event_base import text_or_error
 from lifecycle_fsm.events import (
     LEDGER_STREAM,
     BaselineActivated,
     CandidateEvent,
     CandidateReceived,
+    CandidateRegistered,
     ChecksRecorded,
     EvaluationActivated,
     Event,
@@ -59,9 +60,10 @@ from lifecycle_fsm.manifests import load_baseline_manifest, load_candidate_manif
 from lifecycle_fsm.recovery import RecoveryPlan, invalidated_kinds, plan_from_payload
 from lifecycle_fsm.results import CandidateResult, CommandResult, RecoveryResult, SettingsResult
 from lifecycle_fsm.retry import DEFAULT_RETRY, RetryPolicy
-from lifecycle_fsm.rules import STAGES
+from lifecycle_fsm.rules import CANDIDATE_KINDS, STAGES
 from lifecycle_fsm.state import CandidateState, LedgerSettings, reading_stored
 from lifecycle_fsm.store.base import EventStore
+from lifecycle_fsm.store.chain import canonical_json
 from lifecycle_fsm.store.records import EventFilter, StoredEvent
 from lifecycle_fsm.streams import CACHED_CANDIDATES, StreamReader, check_cache_size, fold_candidate, fold_settings
 from lifecycle_fsm.upcasting import decoded_event, decoded_payload, dense_versions
@@ -112,6 +114,7 @@ class Ledger:
         # stamped with the wall clock (the event clock is not consumed by a read).
         self._digests = DigestCache(utc_now, max_entries=2 * cached_candidates)  # bounded, as the folds are
         self._closed = False
+        self.location: str | None = None  # the path or URL `open` was given (None for a store passed in)
 
     @classmethod
     def open(
@@ -153,11 +156,13 @@ class Ledger:
                 raise
             raise read_only from e
         try:
-            return cls(store, actor=actor, clock=clock, artifact_root=artifact_root, retry=retry,
-                       signing_key=signing_key, new_id=new_id, cached_candidates=cached_candidates)  # fmt: skip
+            ledger = cls(store, actor=actor, clock=clock, artifact_root=artifact_root, retry=retry,
+                         signing_key=signing_key, new_id=new_id, cached_candidates=cached_candidates)  # fmt: skip
         except BaseException:
             store.close()  # nobody else holds it: its connection is not left to the garbage collector
             raise
+        ledger.location = os.fspath(path_or_url)
+        return ledger
 
     def seal(self) -> JSON:
         """Sign the head and append `HeadSealed` to the `seals` stream; the signed head (SPEC §8).
@@ -421,6 +426,43 @@ class Ledger:
             inputs={"candidate": manifest.fields},
         )  # fmt: skip
 
+    def register(
+        self,
+        candidate_id: str,
+        *,
+        kind: str,
+        source_policy_version: str | None = None,
+        provenance: dict[str, Any] | None = None,
+        event_id: str | None = None,
+    ) -> CandidateResult:
+        """A candidate that exists before its adapter (a training run), so its trusted states, failures
+        and recovery plans can be recorded while it trains; `receive` of the finished adapter's
+        manifest completes it. Until then `check` and `hand_off` are refused.
+
+        `source_policy_version` defaults to the active baseline's; `provenance` (JSON) records what
+        produced the candidate (data, code, base model, trainer, library versions).
+        """
+        check_candidate_id(candidate_id)
+        if kind not in CANDIDATE_KINDS:
+            raise InputError(f"unknown candidate kind {kind!r} (expected one of {', '.join(CANDIDATE_KINDS)})")
+        if source_policy_version is not None:
+            check_version_text("source policy version", source_policy_version)
+        card: dict[str, Any] = {} if provenance is None else provenance
+        if not isinstance(card, dict):
+            raise InputError(f"provenance must be a dict, not {type(card).__name__}")
+        canonical_json(card)  # JSON or InputError, before anything is decided
+
+        def decide(current: CandidateState | None, settings: LedgerSettings) -> Decision:
+            source = source_policy_version or settings.active_policy_version
+            if source is None:
+                raise InputError("no active baseline to register against: activate one, or pass source_policy_version")
+            return decisions.register(current, candidate_id, kind, source, card)
+
+        return self._on_candidate(
+            stream_of(candidate_id), decide, command="register", event_id=event_id,
+            first_type=CandidateRegistered.TYPE, inputs={"candidate_id": candidate_id, "kind": kind},
+        )  # fmt: skip
+
     def check(self, candidate_id: str, *, event_id: str | None = None, rehash: bool = False) -> CandidateResult:
         """Run every check now: verified (or unchanged on a re-check) or reject.
 
@@ -432,6 +474,7 @@ class Ledger:
 
         def decide(current: CandidateState | None, settings: LedgerSettings) -> Decision:
             assert current is not None
+            decisions.require_adapter(current, "check")
             require_baseline(settings)
             return decisions.check(gather_checks(current.candidate, settings, root=self.artifact_root, cache=cache))
 
@@ -451,6 +494,7 @@ class Ledger:
         require_kind(kind)
         absolute = os.path.abspath(path_argument("trusted-state path", path))
         root = self.artifact_root
+        self._refuse_rewritten(event_id, kind, absolute)
 
         def decide(current: CandidateState | None, _: LedgerSettings) -> Decision:
             # Looked at only once the move was found legal and the key is no retry: a refused command
@@ -464,6 +508,27 @@ class Ledger:
             command="trusted", event_id=event_id, reads_settings=False, first_type=TrustedStateRecorded.TYPE,
             inputs={"kind": kind, "path": absolute},
         )  # fmt: skip
+
+    def _refuse_rewritten(self, event_id: str | None, kind: str, path: str) -> None:
+        """A key already used to record this state, while the file now holds other bytes, is refused: a
+        re-saved checkpoint (a restarted run) answered as a duplicate would leave the old hash recorded.
+        A retry whose file is gone still answers with what was recorded."""
+        if event_id is None or not isinstance(event_id, str):
+            return
+        stored = self.store.event_by_id(event_id)
+        if stored is None or stored.type != TrustedStateRecorded.TYPE or not os.path.lexists(path):
+            return
+        recorded = decoded_payload(stored)
+        if (recorded["kind"], recorded["path"]) != (kind, path):
+            return  # another command's key: the command path says so
+        now = hash_directory(path, self.artifact_root)
+        if now != recorded["sha256"]:
+            raise DuplicateEventError(
+                f"event id {event_id!r} already recorded {kind} {path} with sha256 {recorded['sha256']} "
+                f"(seq {stored.seq}); the file now hashes to {now}: record the new bytes under a new key",
+                event_id=event_id,
+                seq=stored.seq,
+            )
 
     def invalidate_trusted_state(
         self, candidate_id: str, kind: str, reason: str = "invalidated by operator", *, event_id: str | None = None
@@ -490,7 +555,8 @@ class Ledger:
 
         def decide(current: CandidateState | None, settings: LedgerSettings) -> Decision:
             assert current is not None
-            return decisions.fail_stage(stage, trusted_state_evidence(current, settings, stage, self.artifact_root))
+            evidence = trusted_state_evidence(current, settings, stage, self.artifact_root)
+            return decisions.fail_stage(current, stage, evidence)
 
         done = self._on_candidate(
             stream_of(candidate_id), decide, command="fail", event_id=event_id, first_type=StageFailed.TYPE,
@@ -523,6 +589,7 @@ class Ledger:
 
         def decide(current: CandidateState | None, settings: LedgerSettings) -> Decision:
             assert current is not None
+            decisions.require_adapter(current, "handoff")
             require_baseline(settings)
             evidence = gather_checks(current.candidate, settings, root=self.artifact_root, cache=cache)
             return decisions.hand_off(current, evidence)

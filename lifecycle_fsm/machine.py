@@ -35,6 +35,7 @@ __all__ = [
     "COMMAND_BY_TRIGGER",
     "COMMAND_TRIGGERS",
     "INITIAL_TRIGGER",
+    "REGISTER_TRIGGER",
     "MACHINE",
     "MOVES",
     "TABLE",
@@ -84,15 +85,19 @@ _CAN_FAIL = (S.RECEIVED, S.VERIFIED, S.RECOVERING)
 _SETTING_CHANGE = "baseline/evaluation/window change"
 
 INITIAL_TRIGGER = "receive"
+REGISTER_TRIGGER = "register"  # a candidate that exists before its adapter (a training run)
 
 MOVES: tuple[Move, ...] = (
+    Move("receive", "complete_registration", (S.RECEIVED,), None),  # the finished adapter of a registered one
     Move("receive", "revise", (S.TUNE,), S.RECEIVED),
     Move("check", "pass_checks", (S.RECEIVED,), S.VERIFIED),
     Move("check", "pass_checks", _DECIDED, None),  # a re-check: artifacts can change after a decision
     Move("check", "fail_checks", (S.RECEIVED, *_DECIDED), S.REJECT),
     Move("fail", "fail_stage", _CAN_FAIL, None),
-    Move("fail", "plan_recovery", _CAN_FAIL, S.RECOVERING),
-    Move("fail", "block_recovery", _CAN_FAIL, S.REJECT),
+    # After hand-off only artifact validation can fail (an export or merge): roll back or block the release.
+    Move("fail", "fail_artifact_validation", (*_CAN_FAIL, S.READY), None),
+    Move("fail", "plan_recovery", (*_CAN_FAIL, S.READY), S.RECOVERING),
+    Move("fail", "block_recovery", (*_CAN_FAIL, S.READY), S.REJECT),
     Move("recovered", "complete_recovery", (S.RECOVERING,), S.RECEIVED),
     Move("handoff", "hand_off_ready", (S.VERIFIED,), S.READY),
     Move("handoff", "hand_off_tune", (S.VERIFIED,), S.TUNE),
@@ -110,7 +115,11 @@ TRANSITIONS: list[dict[str, Any]] = [
 ]
 
 # The CLI command behind each trigger, so refusals speak the user's language.
-COMMAND_BY_TRIGGER: dict[str, str] = {INITIAL_TRIGGER: "receive", **{m.trigger: m.command for m in MOVES}}
+COMMAND_BY_TRIGGER: dict[str, str] = {
+    INITIAL_TRIGGER: "receive",
+    REGISTER_TRIGGER: "register",
+    **{m.trigger: m.command for m in MOVES},
+}
 # Every trigger a command may fire: the command is allowed where any of them is.
 COMMAND_TRIGGERS: dict[str, frozenset[str]] = {
     command: frozenset(t for t, c in COMMAND_BY_TRIGGER.items() if c == command)
@@ -119,7 +128,10 @@ COMMAND_TRIGGERS: dict[str, frozenset[str]] = {
 
 
 def _build_table() -> dict[tuple[str | None, str], str]:
-    table: dict[tuple[str | None, str], str] = {(None, INITIAL_TRIGGER): State.RECEIVED.value}
+    table: dict[tuple[str | None, str], str] = {
+        (None, INITIAL_TRIGGER): State.RECEIVED.value,
+        (None, REGISTER_TRIGGER): State.RECEIVED.value,
+    }
     for move in MOVES:
         for source in move.sources:
             key = (source.value, move.trigger)
@@ -196,7 +208,7 @@ def _machine_name(state: str) -> str:
 def allowed_triggers(state: str | None) -> list[str]:
     """The triggers the table allows from `state` (a `State` or its value; for error messages and explain)."""
     if state is None:
-        return [INITIAL_TRIGGER]
+        return [INITIAL_TRIGGER, REGISTER_TRIGGER]
     state = _machine_name(state)
     machine = live_machine()
     return sorted({t for t in machine.get_triggers(state) if machine.get_transitions(t, source=state)})

@@ -118,7 +118,7 @@ class CandidateState:
     last_seq: int
     kind: str | None
     candidate: JSON  # parsed manifest fields (CandidateReceived.candidate)
-    manifest_path: str
+    manifest_path: str | None  # None while a registered candidate waits for its adapter
     revision: int = 0
     trusted_states: JSON = Factory(dict)  # kind -> {path, sha256, seq}
     last_check: JSON | None = None  # ChecksRecorded payload + seq
@@ -128,6 +128,8 @@ class CandidateState:
     decisive_seq: int | None = None  # the event that moved it into its current state
     decisive_type: str | None = None
     manifest_sha256: str | None = None  # the received manifest file's bytes
+    pending: bool = False  # registered, its adapter not received yet: cannot be checked or handed off
+    provenance: JSON | None = None  # what produced it (CandidateRegistered), None when never registered
 
     def __attrs_post_init__(self) -> None:
         object.__setattr__(self, "state", as_state(self.state))  # frozen: attrs' own way of setting a field

@@ -31,47 +31,12 @@ __all__ = [
     "dense_versions",
     "event_from_payload",
     "upcast",
-    "upcast_baseline_activated_v1_v2",
-    "upcast_candidate_received_v1_v2",
     "derived_ledger_id",
-    "upcast_checks_v1_v2",
-    "upcast_checks_v2_v3",
     "upcast_ledger_initialized_v1_v2",
 ]
 
 JSON = dict[str, Any]
 Upcaster = Callable[[JSON], JSON]
-
-
-def upcast_baseline_activated_v1_v2(payload: JSON) -> JSON:
-    """v2 records the adapter folder's per-file listing; a v1 event did not (None: not recorded)."""
-    return {**payload, "adapter_tree": None}
-
-
-def upcast_candidate_received_v1_v2(payload: JSON) -> JSON:
-    """v2 records the adapter as it was at receipt; a v1 event did not (None: not recorded)."""
-    return {**payload, "artifact_at_receipt": None}
-
-
-def upcast_checks_v1_v2(payload: JSON) -> JSON:
-    """v2 artifact and rollback checks carry `tree` (per-file digests); v1 ones did not (None)."""
-    out = dict(payload)
-    for name in ("artifact", "rollback"):
-        check = payload.get(name)
-        if isinstance(check, dict):
-            out[name] = {**check, "tree": None}
-    return out
-
-
-def upcast_checks_v2_v3(payload: JSON) -> JSON:
-    """v3 artifact and rollback checks say whether their digest was re-used (`reused_from`);
-    a v2 check always read every byte (None: read for this check)."""
-    out = dict(payload)
-    for name in ("artifact", "rollback"):
-        check = payload.get(name)
-        if isinstance(check, dict):
-            out[name] = {**check, "reused_from": None}
-    return out
 
 
 def derived_ledger_id(first_event_hash: str) -> str:
@@ -94,14 +59,7 @@ def upcast_ledger_initialized_v1_v2(payload: JSON, event_hash: str | None = None
 
 
 # (type, from_version) -> function returning the payload at from_version + 1.
-UPCASTERS: dict[tuple[str, int], Upcaster] = {
-    ("BaselineActivated", 1): upcast_baseline_activated_v1_v2,
-    ("CandidateReceived", 1): upcast_candidate_received_v1_v2,
-    ("ChecksRecorded", 1): upcast_checks_v1_v2,
-    ("HandoffDecided", 1): upcast_checks_v1_v2,
-    ("ChecksRecorded", 2): upcast_checks_v2_v3,
-    ("HandoffDecided", 2): upcast_checks_v2_v3,
-}
+UPCASTERS: dict[tuple[str, int], Upcaster] = {}
 # Upcasters that also read the stored event's hash (the row, not only its payload).
 ROW_UPCASTERS: dict[tuple[str, int], Callable[[JSON, str | None], JSON]] = {
     ("LedgerInitialized", 1): upcast_ledger_initialized_v1_v2,

@@ -109,13 +109,13 @@ def test_fail_stage_plans_from_the_available_states() -> None:
         "trajectories": {"available": False, "error": "hash changed"},
         "prompt_queue": {"available": True, "error": None},
     }
-    failed, planned = decisions.fail_stage("reward", evidence).events
+    failed, planned = decisions.fail_stage(candidate(), "reward", evidence).events
     assert failed == StageFailed("reward")
     assert isinstance(planned, RecoveryPlanned)
     assert (planned.recovery_state, planned.action, planned.blocking) == (
         "prompt_queue", "restart_sampling_from_prompt_queue", False,
     )  # fmt: skip
-    _, blocked = decisions.fail_stage("update", {"pre_update_checkpoint": {"available": False},
+    _, blocked = decisions.fail_stage(candidate(), "update", {"pre_update_checkpoint": {"available": False},
                                                   "verified_baseline": {"available": False}}).events  # fmt: skip
     assert isinstance(blocked, RecoveryPlanned) and (blocked.action, blocked.blocking) == ("block_update", True)
 

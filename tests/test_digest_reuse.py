@@ -11,19 +11,14 @@ import itertools
 import json
 import os
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 from conftest import Workspace, invoke
 
 from lifecycle_fsm.artifacts import DigestCache, hash_tree
 from lifecycle_fsm.ledger import Ledger, utc_now
-from lifecycle_fsm.store.records import NewEvent
-from lifecycle_fsm.store.sqlite import SQLiteEventStore
-from lifecycle_fsm.upcasting import upcast, upcast_checks_v2_v3
 
 
 def ticking() -> Callable[[], str]:
@@ -42,7 +37,7 @@ def _ready(ws: Workspace, clock: Callable[[], str]) -> Ledger:
 def _last_check(led: Ledger) -> dict[str, Any]:
     """The newest ChecksRecorded payload, with its event's `recorded_at` added."""
     stored = [e for e in led.store.read_stream("candidate:dpo-v5") if e.type == "ChecksRecorded"][-1]
-    assert stored.schema_version == 3
+    assert stored.schema_version == 1
     return {**json.loads(stored.payload), "recorded_at": stored.recorded_at}
 
 
@@ -121,39 +116,3 @@ def test_cache_sees_a_new_file_in_a_folder(tmp_path: Path) -> None:
     (folder / "b.bin").write_bytes(b"b")
     third, when = cache.hash_tree(folder)
     assert when is None and third == hash_tree(folder) and third.sha256 != first.sha256
-
-
-@pytest.mark.parametrize("type_name", ["ChecksRecorded", "HandoffDecided"])
-def test_v2_to_v3_adds_reused_from_none(type_name: str) -> None:
-    payload = {"artifact": {"actual": "a", "tree": None}, "rollback": "junk"}
-    assert upcast(type_name, 2, payload) == {"artifact": {"actual": "a", "tree": None, "reused_from": None},
-                                             "rollback": "junk"}  # fmt: skip
-    assert upcast_checks_v2_v3(payload) is not payload and "reused_from" not in payload["artifact"]
-
-
-def test_an_old_v2_check_row_reads_as_read_now(ws: Workspace) -> None:
-    """A ChecksRecorded row stored at schema version 2 (no reused_from) folds, verifies and reads back as None."""
-    with _ready(ws, ticking()) as led:
-        led.check("dpo-v5")
-        rows = [(e.stream_id, e.type, e.schema_version, json.loads(e.payload), e.recorded_at)
-                for e in led.store.select_events()]  # fmt: skip
-    old = ws.root / "v2.db"
-    store = SQLiteEventStore(old, synchronous="OFF")
-    versions: dict[str, int] = {}
-    for stream, type_name, stored_schema, payload, at in rows:
-        schema = stored_schema
-        if type_name == "ChecksRecorded":
-            schema = 2
-            for name in ("artifact", "rollback"):
-                payload[name].pop("reused_from")
-        v = versions.get(stream, 0)
-        store.append(stream, v, [NewEvent(stream, type_name, schema, payload, uuid.uuid4().hex, at, "old")])
-        versions[stream] = v + 1
-    store.close()
-    invoke(old, "replay", "--full")  # rows appended bypassing the command path: rebuild the state index
-    assert json.loads(invoke(old, "verify", "--json").stdout)["ok"] is True
-    assert json.loads(invoke(old, "status", "dpo-v5", "--json").stdout)["state"] == "verified"
-    history = json.loads(invoke(old, "history", "dpo-v5", "--json").stdout)
-    check = next(h for h in history if h["type"] == "ChecksRecorded")
-    assert check["payload"]["artifact"]["reused_from"] is None
-    assert check["payload"]["rollback"]["reused_from"] is None

@@ -35,6 +35,8 @@ CAN_FAIL = ["received", "verified", "recovering"]
 def _expected_table() -> dict[tuple[str | None, str], str]:
     """SPEC §4 transcribed by hand, one row per (state, trigger)."""
     table: dict[tuple[str | None, str], str] = {(None, "receive"): "received", ("tune", "revise"): "received"}
+    table[(None, "register")] = "received"  # a candidate that exists before its adapter
+    table[("received", "complete_registration")] = "received"  # ... until its adapter is received
     table[("received", "pass_checks")] = "verified"
     for state in DECIDED:
         table[(state, "pass_checks")] = state
@@ -42,6 +44,8 @@ def _expected_table() -> dict[tuple[str | None, str], str]:
         table[(state, "fail_checks")] = "reject"
     for state in CAN_FAIL:
         table[(state, "fail_stage")] = state
+    for state in [*CAN_FAIL, "ready"]:  # after hand-off, only artifact validation (export, merge) fails
+        table[(state, "fail_artifact_validation")] = state
         table[(state, "plan_recovery")] = "recovering"
         table[(state, "block_recovery")] = "reject"
     table[("recovering", "complete_recovery")] = "received"
@@ -80,9 +84,9 @@ def test_table_has_nothing_extra() -> None:
 
 
 def test_triggers_in_transitions_are_the_spec_triggers() -> None:
-    """The declarative list names exactly the spec's triggers besides the initial `receive`."""
+    """The declarative list names exactly the spec's triggers besides the initial `receive` and `register`."""
     assert INITIAL_TRIGGER == "receive"
-    assert {t["trigger"] for t in TRANSITIONS} == set(TRIGGERS) - {"receive"}
+    assert {t["trigger"] for t in TRANSITIONS} == set(TRIGGERS) - {"receive", "register"}
 
 
 @pytest.mark.parametrize("trigger", TRIGGERS)
@@ -125,10 +129,11 @@ def test_a_state_member_is_asked_as_its_value(state: State) -> None:
 def test_allowed_triggers_examples() -> None:
     """Spot checks: nothing from reject, only `receive` before the first event."""
     assert allowed_triggers("reject") == []
-    assert allowed_triggers(None) == ["receive"]
+    assert allowed_triggers(None) == ["receive", "register"]
     assert allowed_triggers("recovering") == [
         "block_recovery",
         "complete_recovery",
+        "fail_artifact_validation",
         "fail_stage",
         "invalidate_trusted_state",
         "plan_recovery",
@@ -181,7 +186,7 @@ def test_diagram_names_every_state_and_trigger() -> None:
     for state in STATES:
         assert re.search(rf"\b{state}\b", text), state
     labelled = {trigger for (_src, trigger) in _diagram_edges(text)}
-    assert labelled == set(TRIGGERS) - {"receive"}
+    assert labelled == set(TRIGGERS) - {"receive", "register"}
     assert re.search(r"\[\*\] --> received\b", text)
 
 

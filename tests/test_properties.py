@@ -252,7 +252,13 @@ def probes(cid: str, kinds: list[str]) -> list[tuple[Command, tuple[str, ...]]]:
     return [
         (("check", cid), ("pass_checks", "fail_checks")),
         (("hand_off", cid), ("hand_off_ready", "hand_off_tune", "hand_off_reject")),
-        *((("fail_stage", cid, stage), ("fail_stage",)) for stage in STAGES),
+        *(
+            (
+                ("fail_stage", cid, stage),
+                ("fail_artifact_validation" if stage == "artifact_validation" else "fail_stage",),
+            )
+            for stage in STAGES
+        ),
         (("complete_recovery", cid), ("complete_recovery",)),
         (("record_trusted_state", cid, "prompt_queue", 1), ("record_trusted_state",)),
         (("invalidate_trusted_state", cid, kind), ("invalidate_trusted_state",)),

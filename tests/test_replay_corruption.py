@@ -130,6 +130,8 @@ def _with_row(ws: Workspace, **row: object) -> int:
                         "manifest_path": "m",
                         "manifest_sha256": "x",
                         "candidate": "not an object",
+                        "artifact_at_receipt": None,
+                        "registered": False,
                     }
                 ).decode(),
             },

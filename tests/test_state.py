@@ -45,6 +45,7 @@ def received(revision: int = 0, **fields: Any) -> Step:
         "manifest_sha256": SHA,
         "candidate": {**FIELDS, **fields},
         "artifact_at_receipt": None,
+        "registered": False,
     }
 
 
@@ -247,7 +248,7 @@ def test_illegal_sequence_is_reported_structurally(steps: list[Step], state: str
     assert (err.seq, err.state, err.trigger) == (bad_seq, state, trigger)
     assert err.details["stream_id"] == STREAM
     assert f"seq {bad_seq}" in str(err)
-    expected_allowed = {None: ["receive"], "reject": []}.get(state)
+    expected_allowed = {None: ["receive", "register"], "reject": []}.get(state)
     if expected_allowed is not None:
         assert err.allowed == expected_allowed
     assert trigger not in err.allowed
@@ -260,6 +261,8 @@ def test_illegal_move_from_received_lists_allowed_triggers() -> None:
         apply_candidate(current, *handoff("ready_for_evaluation"), seq=2, stream_id=STREAM)
     assert info.value.allowed == [
         "block_recovery",
+        "complete_registration",
+        "fail_artifact_validation",
         "fail_checks",
         "fail_stage",
         "invalidate_trusted_state",

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import sqlite3
 import stat
 from pathlib import Path
@@ -20,11 +19,9 @@ from cryptography.hazmat.primitives import serialization
 
 from lifecycle_fsm.seals import ledger_id_of
 from lifecycle_fsm.store.chain import GENESIS_HASH, event_hash
+from lifecycle_fsm.store.records import NewEvent
 from lifecycle_fsm.store.sqlite import SQLiteEventStore
 from lifecycle_fsm.upcasting import decoded_payload, derived_ledger_id, upcast
-
-FIXTURE = Path(__file__).parent / "fixtures" / "ledger-0.1.0.sqlite"
-FIXTURE_HEAD = "1adba2fc75c8a50f57d9dfe8da7359c93d090995f3566221c8aed5b2b0118735"
 
 
 def _ready_ledger(ws: Workspace) -> Path:
@@ -129,19 +126,34 @@ def test_init_gives_each_ledger_a_random_id_that_never_changes(tmp_path: Path) -
         assert ledger_id_of(store) == ids[0]
 
 
-def test_a_ledger_written_by_release_0_1_0_gets_an_id_from_its_first_event(tmp_path: Path) -> None:
-    """The first real upcaster: LedgerInitialized v1 -> v2 derives the id from the stored hash."""
-    db = tmp_path / "old.db"
-    shutil.copy(FIXTURE, db)
+def _ledger_without_id(ws: Workspace) -> Path:
+    """A ledger whose first event is a `LedgerInitialized` at schema version 1 (no `ledger_id` field),
+    then a baseline and two decided candidates, written through the store as a writer of that version did."""
+    with SQLiteEventStore(ws.db) as store:
+        store.append(
+            "ledger", 0, [NewEvent("ledger", "LedgerInitialized", 1, {"max_window_age": 2, "active_window": 1},
+                                   "first", "2026-01-01T00:00:00.000000Z", "old-writer")],
+        )  # fmt: skip
+    for args in (
+        ("baseline", "activate", str(ws.baseline())), ("receive", str(ws.dpo())), ("check", "dpo-v5"),
+        ("handoff", "dpo-v5"), ("receive", str(ws.grpo(evidence_window_index=None))), ("check", "grpo-v7"),
+    ):  # fmt: skip
+        assert invoke(ws.db, *args).exit_code == 0, args
+    return ws.db
+
+
+def test_a_ledger_without_an_id_gets_one_from_its_first_event(ws: Workspace) -> None:
+    """The upcaster LedgerInitialized v1 -> v2 derives the id from the stored hash, the same on every read."""
+    db = _ledger_without_id(ws)
     with SQLiteEventStore(db, create=False) as store:
         first = store.event_at(1)
         assert first is not None and first.type == "LedgerInitialized" and first.schema_version == 1
         derived = derived_ledger_id(first.hash)
         assert ledger_id_of(store) == derived
         assert decoded_payload(first)["ledger_id"] == derived
-    # Every read derives the same id; reading never rewrote the stored row.
-    code, report = _verify(db)
-    assert code == 0 and report["head"] == {"seq": 7, "hash": FIXTURE_HEAD}
+        head = store.head()
+    code, report = _verify(db)  # every read derives the same id; reading never rewrote the stored row
+    assert code == 0 and report["head"] == {"seq": head.seq, "hash": head.hash}
     status = json.loads(run_cli(db, "status", "--json").stdout)
     assert [(c["id"], c["state"]) for c in status] == [("dpo-v5", "ready"), ("grpo-v7", "reject")]
     with SQLiteEventStore(db) as store:
@@ -157,16 +169,17 @@ def test_the_upcaster_without_a_stored_hash_adds_none(tmp_path: Path) -> None:
     assert upcast("LedgerInitialized", 1, payload, event_hash="ab" * 32)["ledger_id"] == derived_ledger_id("ab" * 32)
 
 
-def test_a_release_0_1_0_ledger_can_be_sealed_and_verified(tmp_path: Path, keys: Path) -> None:
-    db = tmp_path / "old.db"
-    shutil.copy(FIXTURE, db)
+def test_a_ledger_without_an_id_can_be_sealed_and_verified(ws: Workspace, keys: Path) -> None:
+    db = _ledger_without_id(ws)
+    head = json.loads(run_cli(db, "verify", "--json").stdout)["head"]
     code, out, err = _signed(db, keys, "seal", "--json")
     assert code == 0, err
     doc = json.loads(out)
-    assert (doc["seq"], doc["hash"]) == (7, FIXTURE_HEAD)
-    code, report = _verify(db, "--pubkey", str(keys / "lifecycle-signing.pub"), "--expect-head", f"7:{FIXTURE_HEAD}")
+    assert (doc["seq"], doc["hash"]) == (head["seq"], head["hash"])
+    pin = f"{head['seq']}:{head['hash']}"
+    code, report = _verify(db, "--pubkey", str(keys / "lifecycle-signing.pub"), "--expect-head", pin)
     assert code == 0, report
-    assert report["seals"] == {"count": 1, "keys": [doc["key_id"]], "last_seq": 8}
+    assert report["seals"] == {"count": 1, "keys": [doc["key_id"]], "last_seq": head["seq"] + 1}
 
 
 # --- seals and pinned heads -----------------------------------------------------------------------
