@@ -256,8 +256,23 @@ def _table_mutants() -> list[dict[str, object]]:
 
 
 TABLE_MUTANTS = _table_mutants()
-# The evidence invalidation skipping each state it must reach, and one change of every other kind of row.
-QUICK = [m for m in TABLE_MUTANTS if m["row"] == 11 and "drop" in m] + [TABLE_MUTANTS[i] for i in (0, 9, 30, 61, 100)]
+
+
+def _row(trigger: str) -> int:
+    from lifecycle_fsm.machine import MOVES
+
+    return next(i for i, m in enumerate(MOVES) if m.trigger == trigger)
+
+
+# The evidence invalidation skipping each state it must reach, and a change of a few other kinds of row.
+QUICK = [m for m in TABLE_MUTANTS if m["row"] == _row("invalidate_evidence") and "drop" in m] + [
+    {"row": _row("revise"), "drop": "tune"},
+    {"row": _row("complete_registration"), "dest": "verified"},
+    {"row": _row("fail_checks"), "dest": "recovering"},
+    {"row": _row("plan_recovery"), "drop": "ready"},
+    {"row": _row("complete_recovery"), "dest": None},
+    {"row": _row("record_trusted_state"), "drop": "tune"},
+]
 
 
 def _caught(change: dict[str, object]) -> dict[str, object] | None:

@@ -43,6 +43,7 @@ class CandidateModel:
     path: list[str] = attrs.Factory(lambda: ["received"])  # its state after each of its events
     trusted: dict[str, tuple[str, int]] = attrs.Factory(dict)  # kind -> (folder artifact, its content then)
     plan: JSON | None = None
+    pending: bool = False  # registered, its adapter not received yet
 
     @property
     def state(self) -> str:
@@ -180,6 +181,8 @@ class LedgerModel:
         cid = args.get("id") or artifact  # the default id is the manifest's policy_version: the artifact's name
         fields = dict(self.specs[artifact])
         c = self.candidates.get(cid)
+        if c is not None and c.pending:
+            return self._complete(cid, artifact, fields)
         if c is None:
 
             def create() -> None:
@@ -197,10 +200,41 @@ class LedgerModel:
 
         return self._move(cid, "received", then=revise)
 
+    def _register(self, args: JSON) -> Prediction:
+        cid, kind, source = args["candidate"], args["kind"], self.active_baseline
+        if kind not in ("dpo", "grpo", "rlvr"):
+            return Prediction(errors=("InputError",))
+        if cid not in self.candidates:
+
+            def create() -> None:
+                self.candidates[cid] = CandidateModel("", kind, {"kind": kind, "source": source}, pending=True)
+                self.events += 1
+
+            return Prediction(events=1, states={cid: ("received", 1)}, apply=create)
+        c = self.candidates[cid]
+        if c.pending and c.fields == {"kind": kind, "source": source}:
+            return Prediction(states={cid: (c.state, c.version)}, apply=lambda: None)  # the same registration
+        return Prediction(errors=("ConflictError",))
+
+    def _complete(self, cid: str, artifact: str, fields: JSON) -> Prediction:
+        """The finished adapter's manifest completes a registered candidate of its kind and source."""
+        c = self.candidates[cid]
+        if c.state != "received":
+            return Prediction(errors=("IllegalCommandError",))
+        if (fields["kind"], fields["source"]) != (c.fields["kind"], c.fields["source"]):
+            return Prediction(errors=("InputError",))
+
+        def complete() -> None:
+            c.fields, c.artifact, c.pending, c.plan = fields, artifact, False, None  # as a revision: no last plan
+
+        return self._move(cid, "received", then=complete)
+
     def _check(self, args: JSON) -> Prediction:
         cid = args["candidate"]
         if (refused := self._existing(cid, ("received", *DECIDED))) is not None:
             return refused
+        if self.candidates[cid].pending:  # judged only once its adapter was received
+            return Prediction(errors=("IllegalCommandError",))
         if self.active_baseline is None:  # nothing to check lineage against
             return Prediction(errors=("ConflictError",))
         c = self.candidates[cid]
@@ -224,8 +258,10 @@ class LedgerModel:
         cid, stage = args["candidate"], args["stage"]
         if stage not in RECOVERY_STATES_BY_STAGE:
             return Prediction(errors=("InputError",) if cid in self.candidates else ("InputError", "NotFoundError"))
-        if (refused := self._existing(cid, ("received", "verified", "recovering"))) is not None:
+        if (refused := self._existing(cid, ("received", "verified", "recovering", "ready"))) is not None:
             return refused
+        if self.candidates[cid].state == "ready" and stage != "artifact_validation":  # after hand-off: an export
+            return Prediction(errors=("IllegalCommandError",))
         plan = choose_recovery_action({"stage": stage, "available": self._available(self.candidates[cid])})
         return self._move(cid, "reject" if plan["action"] in BLOCKING_ACTIONS else "recovering", events=2, plan=plan)
 

@@ -44,13 +44,14 @@ DECIDED = ("verified", "ready", "tune")
 GOALS = [
     *((s, g) for s in ALIVE for g in ("record_trusted_state", "invalidate_trusted_state", *SETTINGS)),
     *((s, "check") for s in ("received", *DECIDED)),
-    *((s, "fail_stage") for s in ("received", "verified", "recovering")),
+    *((s, "fail_stage") for s in ("received", "verified", "recovering", "ready")),
     ("verified", "hand_off"),
     ("recovering", "complete_recovery"),
     ("tune", "receive"),
+    ("registered", "receive"),
     *((s, "check_damaged") for s in DECIDED),
     ("verified", "hand_off_damaged"),
-    *((s, "fail_blocked") for s in ("received", "verified", "recovering")),
+    *((s, "fail_blocked") for s in ("received", "verified", "recovering", "ready")),
 ]
 # How a candidate gets to a state: from which state, by which command.
 ROUTE = {
@@ -67,7 +68,7 @@ USUAL: dict[str, dict[str, int]] = {
     "received": {"check": 6, "fail_stage": 3, "record_trusted_state": 3, "invalidate_trusted_state": 1},
     "verified": {"hand_off": 6, "check": 2, "fail_stage": 2, "record_trusted_state": 1},
     "recovering": {"complete_recovery": 6, "fail_stage": 2, "record_trusted_state": 1},
-    "ready": {"check": 2, "record_trusted_state": 1, "invalidate_trusted_state": 1},
+    "ready": {"check": 2, "fail_stage": 1, "record_trusted_state": 1, "invalidate_trusted_state": 1},
     "tune": {"check": 2, "receive": 2, "record_trusted_state": 1},
     "reject": {},
 }
@@ -163,9 +164,25 @@ class _Generator:
         if action == "invalidate_trusted_state":
             return {action: {"candidate": cid, "kind": kind}}
         if action == "receive":
-            c = self.model.candidates.get(cid)
-            return {action: {"artifact": c.artifact if c else rng.choice(self.names), "id": cid}}
+            return {action: {"artifact": self.adapter_of(cid), "id": cid}}
         return {action: cid}
+
+    def adapter_of(self, cid: str) -> str:
+        """The artifact a candidate is (re)received from: its own, or for a registered one an artifact of its
+        kind and source (now and then another)."""
+        c, specs = self.model.candidates.get(cid), self.model.specs
+        if c is not None and not c.pending:
+            return c.artifact
+        fits = [
+            a
+            for a in self.names
+            if c is not None and (specs[a]["kind"], specs[a]["source"]) == tuple(c.fields.values())
+        ]
+        return self.rng.choice(fits if fits and self.rng.random() > 0.1 else self.names)
+
+    def register(self) -> Op:
+        kind = self.rng.choice(("dpo", "grpo", "rlvr")) if self.rng.random() > 0.03 else "bogus"
+        return {"register": {"candidate": f"r{next(self.spawned)}", "kind": kind}}
 
     def for_candidate(self) -> Op:
         rng, ids = self.rng, list(self.model.candidates)
@@ -184,6 +201,7 @@ class _Generator:
             [
                 (4, lambda: {"receive": rng.choice(self.names)}),
                 (4, lambda: {"receive": {"artifact": rng.choice(self.names), "id": f"n{next(self.spawned)}"}}),
+                (2, self.register),
                 (60, self.for_candidate),
                 (2, lambda: {"activate_baseline": self.detour(self.model.active_baseline, BASELINES)}),
                 (3, lambda: {"advance_window": max(0, window + rng.choice((-1, 0, 1, 1, 1)))}),
@@ -253,7 +271,9 @@ class _Generator:
         candidate of that upstream `decision`); a fresh candidate when no one is on the way."""
         model = self.model
         source, action = ROUTE.get(state, ("", ""))
-        holders = [cid for cid, c in model.candidates.items() if c.state == source and c.fields["decision"] == decision]
+        holders = [
+            cid for cid, c in model.candidates.items() if c.state == source and c.fields.get("decision") == decision
+        ]
         for cid in self.rng.sample(holders, len(holders)):
             op = self.about(cid, action)
             if model.predict(*split(op)).states.get(cid, ("",))[0] == state:
@@ -286,7 +306,11 @@ class _Generator:
             self.target_seen, self.tries = self.seen[self.target], 0
         self.tries += 1
         state, what = self.target
-        holders = [cid for cid, c in self.model.candidates.items() if c.state == state]
+        holders = [
+            cid for cid, c in self.model.candidates.items() if c.state == state or (c.pending and state == "registered")
+        ]
+        if state == "registered" and not holders:
+            return self.register()
         if not holders:
             return self.toward(state, "tune" if state == "tune" else "accept")
         return self.meet(self.rng.choice(holders), what)
@@ -299,7 +323,7 @@ class _Generator:
             return self.change(what)
         if what in ("check_damaged", "hand_off_damaged"):
             return {what.removesuffix("_damaged"): cid} if damaged else {"tamper_artifact": c.artifact}
-        if what == "receive" and model.specs[c.artifact] == c.fields:
+        if what == "receive" and not c.pending and model.specs[c.artifact] == c.fields:
             return self.edit(None, c.artifact)
         if what == "fail_blocked" and model.active_baseline is not None and model.intact(model.active_baseline):
             return {"tamper_artifact": model.active_baseline}
@@ -307,6 +331,8 @@ class _Generator:
             return {"fail_stage": {"candidate": cid, "stage": "artifact_validation"}}
         if what == "invalidate_trusted_state" and c.trusted:
             return {what: {"candidate": cid, "kind": self.rng.choice(sorted(c.trusted))}}
+        if what == "fail_stage" and c.state == "ready":  # after hand-off only artifact validation fails
+            return {what: {"candidate": cid, "stage": "artifact_validation"}}
         return self.about(cid, "record_trusted_state" if what == "invalidate_trusted_state" else what)
 
     def met(self, op: Op) -> None:
@@ -319,11 +345,11 @@ class _Generator:
             if model.predict(action, args).events:
                 self.seen.update((c.state, action) for c in model.candidates.values())
             return
-        c = model.candidates.get(args.get("candidate", ""))
+        c = model.candidates.get(str(args.get("candidate", args.get("id"))))
         prediction = model.predict(action, args)
         if c is None or prediction.refused or not prediction.events:
             return
-        self.seen[(c.state, action)] += 1
+        self.seen[("registered" if c.pending else c.state, action)] += 1
         if action in ("check", "hand_off") and not (model.intact(c.artifact) and model.intact(model.active_baseline)):
             self.seen[(c.state, f"{action}_damaged")] += 1
         if (prediction.plan or {}).get("action") in ("block_update", "block_release"):

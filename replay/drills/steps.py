@@ -53,6 +53,13 @@ class Receive(Action):
 
 
 @attrs.frozen(kw_only=True)
+class Register(Action):
+    name, command = "register", True
+    candidate: str
+    kind: str
+
+
+@attrs.frozen(kw_only=True)
 class Check(Action):
     name, shorthand, command = "check", "candidate", True
     candidate: str
@@ -231,6 +238,7 @@ ACTIONS: dict[str, type[Action]] = {
     for cls in (
         ActivateBaseline,
         Receive,
+        Register,
         Check,
         RecordTrustedState,
         InvalidateTrustedState,

@@ -89,6 +89,8 @@ def command_call(ws: Workspace, spec: Action) -> Call:
     """`Ledger.<step name>` with the step's fields in order, an artifact as its manifest or folder."""
     values = attrs.asdict(spec, recurse=False)
     kwargs = {"candidate_id": values.pop("id")} if "id" in values else {}
+    if spec.name == "register":
+        kwargs = {"kind": values.pop("kind")}
     if "artifact" in values:
         name = values["artifact"]
         values["artifact"] = str(
