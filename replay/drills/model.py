@@ -202,7 +202,7 @@ class LedgerModel:
 
     def _register(self, args: JSON) -> Prediction:
         cid, kind, source = args["candidate"], args["kind"], self.active_baseline
-        if kind not in ("dpo", "grpo", "rlvr"):
+        if kind not in ("dpo", "grpo", "rlvr") or source is None:  # its source: the active baseline
             return Prediction(errors=("InputError",))
         if cid not in self.candidates:
 
