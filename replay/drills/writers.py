@@ -198,15 +198,7 @@ def concurrently(store: EventStore, ws: Workspace, target: str, step: Step, acto
     else:
         results = _threads(target, plans, actor)
     after = store.count_events()
-    problems: list[Problem] = []
-    for i, (writer, outcomes) in enumerate(zip(step.inner, results, strict=True)):
-        if len(outcomes) != repeat:
-            problems.append((f"writers[{i}]", f"{repeat} commands run", f"{len(outcomes)} run"))
-        for o in outcomes if step.refused is None else ():
-            if (why := o.judge(writer.refused, ws)) is not None:
-                problems.append((f"writers[{i}]", writer.refused.describe() if writer.refused else "success", why))
-    if step.refused is not None:
-        problems.extend(_count_refused(step.refused, [o for outcomes in results for o in outcomes], ws))
+    problems = _judge(step, results, ws)
     appended = sum(len(o.seqs) for outcomes in results for o in outcomes)
     if after - before != appended:
         problems.append(("events", f"{before} + {appended} acknowledged", after))
@@ -214,6 +206,21 @@ def concurrently(store: EventStore, ws: Workspace, target: str, step: Step, acto
     detail: dict[str, Any] = {"mode": mode, "writers": len(plans), "repeat": repeat, "events_appended": after - before}
     detail["outcomes"] = summary if step.refused is None else sorted(summary)  # which writer wins is a race
     return FaultOutcome(detail, (*problems, *integrity(store)))
+
+
+def _judge(step: Step, results: list[list[Outcome]], ws: Workspace) -> list[Problem]:
+    """Each writer ran its commands, each as its `refused:` says (or as the step's count says)."""
+    assert isinstance(step.spec, Concurrently)
+    problems: list[Problem] = []
+    for i, (writer, outcomes) in enumerate(zip(step.inner, results, strict=True)):
+        if len(outcomes) != step.spec.repeat:
+            problems.append((f"writers[{i}]", f"{step.spec.repeat} commands run", f"{len(outcomes)} run"))
+        expected = writer.refused.describe() if writer.refused else "success"
+        whys = [] if step.refused else [why for o in outcomes if (why := o.judge(writer.refused, ws))]
+        problems.extend((f"writers[{i}]", expected, why) for why in whys)
+    if step.refused is not None:
+        problems.extend(_count_refused(step.refused, [o for outcomes in results for o in outcomes], ws))
+    return problems
 
 
 def _count_refused(refusal: Refusal, outcomes: list[Outcome], ws: Workspace) -> list[Problem]:
