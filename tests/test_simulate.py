@@ -249,9 +249,10 @@ def _table_mutants() -> list[dict[str, object]]:
     changes: list[dict[str, object]] = []
     for i, row in enumerate(MOVES):
         changes += [{"row": i, "drop": s.value} for s in row.sources]
-        changes += [
-            {"row": i, "dest": d} for d in [None, *(s.value for s in State)] if d != (row.dest and row.dest.value)
-        ]
+        lands = {s: s if row.dest is None else row.dest for s in row.sources}
+        for dest in [None, *State]:  # a change that lands every source where it landed is no change
+            if any((s if dest is None else dest) != lands[s] for s in row.sources):
+                changes.append({"row": i, "dest": dest and dest.value})
     return changes
 
 
