@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from lifecycle_fsm.deferred import frozen
+import attrs
+
 from lifecycle_fsm.errors import CorruptionError
 from lifecycle_fsm.event_base import JSON, Event, flag, stream_of
 
@@ -28,7 +29,7 @@ __all__ = [
 ]
 
 
-@frozen
+@attrs.frozen
 class CandidateEvent(Event):
     """An event of a candidate's stream: a move in the machine's table plus its effect."""
 
@@ -66,7 +67,7 @@ class CandidateEvent(Event):
         return previous
 
 
-@frozen
+@attrs.frozen
 class CandidateRegistered(CandidateEvent):
     """A candidate exists before its adapter does (a training run): its identity and provenance.
 
@@ -105,7 +106,7 @@ class CandidateRegistered(CandidateEvent):
         }
 
 
-@frozen
+@attrs.frozen
 class CandidateReceived(CandidateEvent):
     """A candidate manifest was received (revision 0), completed a registration, or revised after `tune`.
 
@@ -170,7 +171,7 @@ class CandidateReceived(CandidateEvent):
         return ()
 
 
-@frozen
+@attrs.frozen
 class ChecksRecorded(CandidateEvent):
     """Every lifecycle check ran; `reason_codes` names each failed one (empty: passed).
 
@@ -204,7 +205,7 @@ class ChecksRecorded(CandidateEvent):
         return tuple(payload["reason_codes"])
 
 
-@frozen
+@attrs.frozen
 class TrustedStateRecorded(CandidateEvent):
     """A training stage saved a state that recovery may resume from (hashed on disk)."""
 
@@ -224,7 +225,7 @@ class TrustedStateRecorded(CandidateEvent):
         return work
 
 
-@frozen
+@attrs.frozen
 class TrustedStateInvalidated(CandidateEvent):
     """A trusted state may no longer be resumed from."""
 
@@ -241,7 +242,7 @@ class TrustedStateInvalidated(CandidateEvent):
         return work
 
 
-@frozen
+@attrs.frozen
 class StageFailed(CandidateEvent):
     """A training stage failed for this candidate."""
 
@@ -256,7 +257,7 @@ class StageFailed(CandidateEvent):
         return "fail_artifact_validation" if stage == "artifact_validation" else "fail_stage"
 
 
-@frozen
+@attrs.frozen
 class RecoveryPlanned(CandidateEvent):
     """The recovery plan for a failed stage, with the trusted states it re-hashed."""
 
@@ -279,7 +280,7 @@ class RecoveryPlanned(CandidateEvent):
         return (payload["action"],) if payload["blocking"] else ()
 
 
-@frozen
+@attrs.frozen
 class RecoveryCompleted(CandidateEvent):
     """The planned recovery finished; every check must run again."""
 
@@ -296,7 +297,7 @@ class RecoveryCompleted(CandidateEvent):
 _HANDOFF_TRIGGERS = {"ready_for_evaluation": "hand_off_ready", "tune": "hand_off_tune", "reject": "hand_off_reject"}
 
 
-@frozen
+@attrs.frozen
 class HandoffDecided(CandidateEvent):
     """The hand-off decision, with the checks re-run at that moment as its evidence (as `ChecksRecorded`)."""
 
@@ -323,7 +324,7 @@ class HandoffDecided(CandidateEvent):
         return tuple(payload["reason_codes"])
 
 
-@frozen
+@attrs.frozen
 class EvidenceInvalidated(CandidateEvent):
     """A ledger setting changed under a decided candidate; it must be checked again."""
 

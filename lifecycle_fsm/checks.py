@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from lifecycle_fsm.artifacts import DigestCache, hash_tree, path_escapes_root
+from lifecycle_fsm.artifacts import hash_tree, path_escapes_root
+from lifecycle_fsm.digest_cache import DigestCache
 from lifecycle_fsm.errors import ArtifactError
 from lifecycle_fsm.rules import (
     FRESHNESS_CHECKS,
@@ -31,6 +32,7 @@ __all__ = [
 
 JSON = dict[str, Any]
 CheckEvidence = dict[str, Any]
+_UPSTREAM = ("upstream_reject", "upstream_state")  # the hand-off's own codes: not an evidence check
 
 
 def window_age(candidate: JSON, settings: LedgerSettings) -> int | None:
@@ -116,33 +118,35 @@ def gather_checks(
     rollback = verify_artifact(
         baseline.get("adapter_path"), baseline.get("adapter_sha256"), root, cache=cache, note_reuse=True
     )
-    reasons = list(fresh["failed_checks"])
-    if not rollback["verified"]:
-        reasons.append("rollback")
-    if not artifact["verified"]:
-        reasons.append("artifact")
-    if "path_escapes_root" in (artifact["error"], rollback["error"]):
-        reasons.append("path_escapes_root")
-    return {
-        "passed": not reasons,
-        "reason_codes": reasons,
+    evidence: CheckEvidence = {
         "freshness": fresh,
         "artifact": artifact,
         "rollback": rollback,
         "settings": settings.summary()
         | {"window_age": window_age(candidate, settings), "ledger_version": settings.version},
     }
+    _, reasons = handoff_reason_codes(evidence, "accept")  # a check is the hand-off's hard checks alone
+    return {"passed": not reasons, "reason_codes": reasons, **evidence}
 
 
 def handoff_reason_codes(evidence: CheckEvidence, upstream_decision: Any) -> tuple[JSON, list[str]]:
-    """The seed's hand-off decision over fresh evidence, and its specific reason codes."""
+    """The seed's hand-off decision over the evidence, and its reason codes: each failed hard check by
+    name (a freshness failure as its specific checks), `path_escapes_root` when a path left the root.
+
+    The order is the rule's: freshness checks, rollback, artifact, then the upstream codes.
+    """
     decision = decide_lifecycle_handoff(
         upstream_decision,
         evidence["freshness"],
         {"rollback_ready": evidence["rollback"]["verified"], "artifact_verified": evidence["artifact"]["verified"]},
     )
-    upstream = [code for code in decision["hard_failures"] if code in ("upstream_reject", "upstream_state")]
-    return decision, [*evidence["reason_codes"], *upstream]
+    hard = decision["hard_failures"]
+    failed = evidence["freshness"]["failed_checks"]
+    reasons = [code for f in hard if f not in _UPSTREAM for code in (failed if f == "freshness" else [f])]
+    if "path_escapes_root" in (evidence["artifact"]["error"], evidence["rollback"]["error"]):
+        reasons.append("path_escapes_root")
+    reasons += [f for f in hard if f in _UPSTREAM]
+    return decision, reasons
 
 
 def trusted_state_evidence(current: CandidateState, settings: LedgerSettings, stage: str, root: str | None) -> JSON:

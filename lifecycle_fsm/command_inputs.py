@@ -15,16 +15,22 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from lifecycle_fsm.errors import ConflictError, InputError
+from lifecycle_fsm.errors import ConflictError, InputError, StoreError
+from lifecycle_fsm.event_base import text_or_error
 from lifecycle_fsm.limits import MAX_INT64, check_int
+from lifecycle_fsm.retry import RetryPolicy
 from lifecycle_fsm.rules import TRUSTED_STATE_KINDS
 from lifecycle_fsm.state import LedgerSettings
+from lifecycle_fsm.streams import check_cache_size
 
 __all__ = [
+    "check_key",
+    "checked_options",
     "default_actor",
     "default_id",
     "non_negative",
     "path_argument",
+    "read_only_folder",
     "require_baseline",
     "require_kind",
     "utc_now",
@@ -85,3 +91,43 @@ def require_kind(kind: str) -> None:
 def require_baseline(settings: LedgerSettings) -> None:
     if settings.baseline is None:
         raise ConflictError("no active baseline: run `lifecycle baseline activate SFT_MANIFEST` first")
+
+
+def checked_options(actor: object, artifact_root: object, retry: object, cached_candidates: object) -> str | None:
+    """The constructor's argument checks (InputError); the artifact root made absolute."""
+    if actor is not None and not isinstance(actor, str):
+        raise InputError(f"actor must be a string, not {type(actor).__name__}")
+    if actor is not None:
+        text_or_error("actor", actor)
+    if not isinstance(retry, RetryPolicy):  # else every command would fail on `retry.deadline`
+        raise InputError(f"retry must be a RetryPolicy, not {type(retry).__name__} ({retry!r})")
+    check_cache_size(cached_candidates)
+    return None if artifact_root is None else os.path.abspath(path_argument("artifact_root", artifact_root))
+
+
+def read_only_folder(target: str | os.PathLike[str]) -> StoreError | None:
+    """Why an existing ledger file could not be opened to write, when its folder may not be
+    written (SQLite keeps the `-wal` and `-shm` beside the file); None for anything else."""
+    from lifecycle_fsm.store.open import is_postgres_url
+
+    if is_postgres_url(target):
+        return None
+    path = os.fspath(target)
+    real = os.path.realpath(path)
+    folder = os.path.dirname(real)
+    if not os.path.isfile(real) or os.access(folder, os.W_OK):
+        return None
+    return StoreError(
+        f"{path}: cannot open the ledger to write: its folder {folder} is read-only for this process (a Ledger "
+        "writes, and SQLite keeps the ledger's -wal and -shm files beside it); to read it, use "
+        "Ledger.open(path, create=False) (reads work, writes are refused) or the CLI's read commands "
+        "(status, log, explain, verify)"
+    )
+
+
+def check_key(event_id: object) -> None:
+    """An idempotency key is a string (or None): anything else is refused before it is looked up."""
+    if event_id is not None and not isinstance(event_id, str):
+        raise InputError(f"event_id must be a string, not {type(event_id).__name__} ({event_id!r})")
+    if event_id is not None:
+        text_or_error("event_id", event_id)

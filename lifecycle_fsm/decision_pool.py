@@ -27,8 +27,9 @@ from lifecycle_fsm.events import candidate_id_of
 from lifecycle_fsm.folders import make_folder
 from lifecycle_fsm.limits import MAX_MANIFEST_BYTES, read_regular_file
 from lifecycle_fsm.rules import STAGES, choose_recovery_action, decide_lifecycle_handoff
-from lifecycle_fsm.state import CandidateState, LedgerSettings, apply_candidate, reading_stored
+from lifecycle_fsm.state import CandidateState, LedgerSettings, reading_stored
 from lifecycle_fsm.store.base import EventStore
+from lifecycle_fsm.streams import fold_candidate
 from lifecycle_fsm.upcasting import decoded_payload
 
 __all__ = ["SCHEMA", "Changed", "DecisionState", "export_pool", "read_pool", "redecide", "replay_pool"]
@@ -202,7 +203,7 @@ def decisions_of(store: EventStore) -> Iterator[DecisionState]:
         for e in store.read_stream(head.stream_id):
             payload = decoded_payload(e)
             # The fold first (it judges the row); then the decision's inputs, read beyond what the fold reads.
-            after = apply_candidate(state, e.type, payload, seq=e.seq, stream_id=e.stream_id, version=e.version)
+            after = fold_candidate([e], start=state)
             with reading_stored(e.seq, e.type):
                 found = _decision(state, e.seq, e.type, payload)
             if found is not None:

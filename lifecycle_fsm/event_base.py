@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from lifecycle_fsm.deferred import field_names, frozen
+import attrs
+
 from lifecycle_fsm.store.errors import InputError
 
 __all__ = [
@@ -68,7 +69,7 @@ def candidate_id_of(stream_id: str) -> str | None:
     return None
 
 
-@frozen
+@attrs.frozen
 class Event:
     """Base of every domain event."""
 
@@ -76,13 +77,5 @@ class Event:
     SCHEMA_VERSION: ClassVar[int] = 1
 
     def to_payload(self) -> JSON:
-        """The fields as a shallow dict (what `attrs.asdict(recurse=False)` gives, without its per-call setup)."""
-        cls = type(self)
-        names = _FIELD_NAMES.get(cls)
-        if names is None:
-            names = _FIELD_NAMES[cls] = field_names(cls)
-        return {name: getattr(self, name) for name in names}
-
-
-# Each event class's field names, in definition order: every command builds a payload.
-_FIELD_NAMES: dict[type[Event], tuple[str, ...]] = {}
+        """The fields as a shallow dict: what the store canonicalises and chains."""
+        return attrs.asdict(self, recurse=False)

@@ -27,6 +27,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+import attrs
+
 from lifecycle_fsm.candidate_events import (
     CandidateEvent,
     CandidateReceived,
@@ -40,7 +42,6 @@ from lifecycle_fsm.candidate_events import (
     TrustedStateInvalidated,
     TrustedStateRecorded,
 )
-from lifecycle_fsm.deferred import frozen
 from lifecycle_fsm.event_base import (
     CANDIDATE_PREFIX,
     JSON,
@@ -83,7 +84,7 @@ __all__ = [
 # --- the ledger's own stream: settings every decision reads -----------------------
 
 
-@frozen
+@attrs.frozen
 class LedgerEvent(Event):
     """An event of the ledger's own stream; `settle` says which settings it changes."""
 
@@ -93,7 +94,7 @@ class LedgerEvent(Event):
         raise TypeError(f"{cls.__name__} does not say which settings it changes")  # pragma: no cover
 
 
-@frozen
+@attrs.frozen
 class LedgerInitialized(LedgerEvent):
     """The ledger's freshness settings were fixed (seed defaults: max age 2, window 1).
 
@@ -114,7 +115,7 @@ class LedgerInitialized(LedgerEvent):
                 "active_window": payload["active_window"]}  # fmt: skip
 
 
-@frozen
+@attrs.frozen
 class BaselineActivated(LedgerEvent):
     """An SFT baseline became the active policy; its adapter sha256 is the policy version."""
 
@@ -136,7 +137,7 @@ class BaselineActivated(LedgerEvent):
         return {"baseline": dict(payload)}
 
 
-@frozen
+@attrs.frozen
 class WindowAdvanced(LedgerEvent):
     """The active rollout window moved on; online evidence ages by the difference."""
 
@@ -149,7 +150,7 @@ class WindowAdvanced(LedgerEvent):
         return {"active_window": payload["active_window"]}
 
 
-@frozen
+@attrs.frozen
 class EvaluationActivated(LedgerEvent):
     """A new evaluation version became the one candidates must name."""
 
@@ -165,7 +166,7 @@ class EvaluationActivated(LedgerEvent):
 # --- the seals stream: signed heads, deciding nothing --------------------------------
 
 
-@frozen
+@attrs.frozen
 class HeadSealed(Event):
     """A key holder signed the head before this event (`lifecycle seal`, SPEC §8).
 

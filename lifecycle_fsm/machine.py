@@ -1,54 +1,44 @@
 """The candidate state machine: one declarative table, used live and on replay.
 
-`MOVES` is the contract (SPEC §4): each row names the command a user types, the
-trigger it fires, the states it may start from and where it leads. Everything else
-is derived from it, never copied:
-- `MACHINE`, one shared `transitions.Machine` (candidates are never added to it:
-  a machine per candidate costs ~1 ms and ~39 KB) used to check live commands with
-  `get_transitions`, which runs no callbacks; built on first use (`live_machine`), so
-  a process that only reads and folds never imports `transitions`;
-- `TABLE` / `TABLE_BY_STATE`, plain dicts for replay, ~50x cheaper than firing
-  triggers and free of side effects;
-- `COMMAND_TRIGGERS` (what a command may fire) and `sources_of` (e.g. the states an
-  evidence invalidation reaches);
-- `TABLE_DIGEST`, part of the checkpoint fingerprint (`snapshots.py`);
-- `diagram()`, the Mermaid text of the same table.
+`MOVES` is the contract: each row names the command a user types, the trigger it fires,
+the states it may start from and where it leads. Everything else is derived from it:
+- the live machine: each candidate a `Ledger` holds is a model (`CandidateModel`) of its
+  `transitions.Machine`, and a command fires its events' triggers on it;
+- `TABLE`, the same moves as a dict for replay, which never fires triggers (no callbacks,
+  no side effects, and far cheaper per event);
+- `COMMAND_TRIGGERS`, `sources_of`, `TABLE_DIGEST` (part of a checkpoint's fingerprint)
+  and `diagram()`, the table as Mermaid text.
 
-A new stream starts with `receive` (no source state); `=` keeps the state.
+A new stream starts with `receive` or `register` (no source state); `=` keeps the state.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Iterable, Sequence
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import orjson
-
-if TYPE_CHECKING:
-    from transitions import Machine
-
-    MACHINE: Machine  # see `__getattr__` below
+from transitions import Machine, MachineError
 
 __all__ = [
     "COMMAND_BY_TRIGGER",
     "COMMAND_TRIGGERS",
-    "INITIAL_TRIGGER",
-    "REGISTER_TRIGGER",
-    "MACHINE",
+    "INITIAL_TRIGGERS",
     "MOVES",
     "TABLE",
-    "TABLE_BY_STATE",
     "TABLE_DIGEST",
     "TRANSITIONS",
+    "CandidateModel",
     "Move",
     "State",
     "allowed_commands",
     "allowed_triggers",
     "command_allowed",
     "diagram",
-    "live_machine",
+    "new_machine",
     "next_state",
     "sources_of",
 ]
@@ -66,16 +56,12 @@ class State(StrEnum):
 
 
 class Move(NamedTuple):
-    """One row of the table: `command` fires `trigger` from any of `sources` into `dest`.
-
-    A named tuple, not an attrs class: a row of a constant table, read at import by every
-    process (a read imports no attrs, issue #13).
-    """
+    """One row of the table: `command` fires `trigger` from any of `sources` into `dest` (None: stays)."""
 
     command: str
     trigger: str
     sources: tuple[State, ...]
-    dest: State | None  # None: the state is kept ("=")
+    dest: State | None
 
 
 S = State
@@ -84,8 +70,8 @@ _DECIDED = (S.VERIFIED, S.READY, S.TUNE)
 _CAN_FAIL = (S.RECEIVED, S.VERIFIED, S.RECOVERING)
 _SETTING_CHANGE = "baseline/evaluation/window change"
 
-INITIAL_TRIGGER = "receive"
-REGISTER_TRIGGER = "register"  # a candidate that exists before its adapter (a training run)
+# The triggers that start a stream: a candidate received whole, or registered before its adapter exists.
+INITIAL_TRIGGERS = {"receive": "receive", "register": "register"}
 
 MOVES: tuple[Move, ...] = (
     Move("receive", "complete_registration", (S.RECEIVED,), None),  # the finished adapter of a registered one
@@ -94,7 +80,7 @@ MOVES: tuple[Move, ...] = (
     Move("check", "pass_checks", _DECIDED, None),  # a re-check: artifacts can change after a decision
     Move("check", "fail_checks", (S.RECEIVED, *_DECIDED), S.REJECT),
     Move("fail", "fail_stage", _CAN_FAIL, None),
-    # After hand-off only artifact validation can fail (an export or merge): roll back or block the release.
+    # After hand-off only artifact validation can fail (an export, a merge): roll back or block the release.
     Move("fail", "fail_artifact_validation", (*_CAN_FAIL, S.READY), None),
     Move("fail", "plan_recovery", (*_CAN_FAIL, S.READY), S.RECOVERING),
     Move("fail", "block_recovery", (*_CAN_FAIL, S.READY), S.REJECT),
@@ -108,18 +94,13 @@ MOVES: tuple[Move, ...] = (
 )
 del S
 
-# The same rows in the form `transitions` takes (plain strings).
+# The same rows in the form `transitions` takes.
 TRANSITIONS: list[dict[str, Any]] = [
     {"trigger": m.trigger, "source": [s.value for s in m.sources], "dest": "=" if m.dest is None else m.dest.value}
     for m in MOVES
 ]
-
-# The CLI command behind each trigger, so refusals speak the user's language.
-COMMAND_BY_TRIGGER: dict[str, str] = {
-    INITIAL_TRIGGER: "receive",
-    REGISTER_TRIGGER: "register",
-    **{m.trigger: m.command for m in MOVES},
-}
+# The command behind each trigger, so refusals speak the user's language.
+COMMAND_BY_TRIGGER: dict[str, str] = {**INITIAL_TRIGGERS, **{m.trigger: m.command for m in MOVES}}
 # Every trigger a command may fire: the command is allowed where any of them is.
 COMMAND_TRIGGERS: dict[str, frozenset[str]] = {
     command: frozenset(t for t, c in COMMAND_BY_TRIGGER.items() if c == command)
@@ -128,10 +109,7 @@ COMMAND_TRIGGERS: dict[str, frozenset[str]] = {
 
 
 def _build_table() -> dict[tuple[str | None, str], str]:
-    table: dict[tuple[str | None, str], str] = {
-        (None, INITIAL_TRIGGER): State.RECEIVED.value,
-        (None, REGISTER_TRIGGER): State.RECEIVED.value,
-    }
+    table: dict[tuple[str | None, str], str] = {(None, trigger): State.RECEIVED.value for trigger in INITIAL_TRIGGERS}
     for move in MOVES:
         for source in move.sources:
             key = (source.value, move.trigger)
@@ -142,51 +120,37 @@ def _build_table() -> dict[tuple[str | None, str], str]:
 
 
 TABLE = _build_table()
-# The same table as state -> {trigger -> next state}: replay's per-event look-up
-# without building a tuple key.
-TABLE_BY_STATE: dict[str | None, dict[str, str]] = {None: {}, **{s.value: {} for s in State}}
-for (_source, _trigger), _dest in TABLE.items():
-    TABLE_BY_STATE[_source][_trigger] = _dest
-del _source, _trigger, _dest
 TABLE_DIGEST = hashlib.sha256(
     orjson.dumps({"states": [s.value for s in State], "transitions": TRANSITIONS}, option=orjson.OPT_SORT_KEYS)
 ).hexdigest()
 
-_MACHINE: list[Machine] = []  # the shared machine, once built
+
+class CandidateModel:
+    """One candidate as a model of the live machine: `transitions` sets `state` and adds its triggers."""
+
+    state: str
+
+    def fire(self, trigger: str) -> str:
+        """Fire `trigger` (MachineError when the table forbids it); the state it lands in."""
+        try:
+            getattr(self, trigger)()
+        except AttributeError:
+            raise MachineError(f"{trigger} is no trigger of the lifecycle machine") from None
+        return self.state
 
 
-def live_machine() -> Machine:
-    """The shared `transitions.Machine` of the table (also `machine.MACHINE`), built on first use.
-
-    A read (`status ID`: fold and print) never needs it; importing `transitions` (and
-    `logging`, `six`) was a tenth of that process.
-    """
-    if not _MACHINE:
-        import logging
-
-        from transitions import Machine
-
-        # transitions logs every callback at INFO (~6x the cost of a trigger); we fire none,
-        # but keep it quiet for embedders who log at INFO.
-        logging.getLogger("transitions").setLevel(logging.WARNING)
-        _MACHINE.append(
-            Machine(
-                model=None,
-                states=[s.value for s in State],
-                transitions=TRANSITIONS,
-                initial=State.RECEIVED.value,
-                auto_transitions=False,
-                send_event=False,
-            )
-        )
-    return _MACHINE[0]
-
-
-def __getattr__(name: str) -> Any:
-    """`MACHINE` is `live_machine()` (PEP 562: built when first named, not at import)."""
-    if name == "MACHINE":
-        return live_machine()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def new_machine() -> Machine:
+    """A `transitions.Machine` of the table, without models: a `Ledger` adds the candidates it holds."""
+    # transitions logs every callback at INFO; we fire none, so keep it quiet for embedders logging at INFO.
+    logging.getLogger("transitions").setLevel(logging.WARNING)
+    return Machine(
+        model=None,
+        states=[s.value for s in State],
+        transitions=TRANSITIONS,
+        initial=State.RECEIVED.value,
+        auto_transitions=False,
+        send_event=False,
+    )
 
 
 def next_state(state: str | None, trigger: str) -> str | None:
@@ -200,77 +164,55 @@ def sources_of(*triggers: str) -> tuple[str, ...]:
     return tuple(s.value for s in State if s.value in found)
 
 
-def _machine_name(state: str) -> str:
-    """`state` as the machine's own name: `transitions` takes an Enum member for its *name* (`READY`)."""
-    return state.value if isinstance(state, State) else state
-
-
 def allowed_triggers(state: str | None) -> list[str]:
-    """The triggers the table allows from `state` (a `State` or its value; for error messages and explain)."""
-    if state is None:
-        return [INITIAL_TRIGGER, REGISTER_TRIGGER]
-    state = _machine_name(state)
-    machine = live_machine()
-    return sorted({t for t in machine.get_triggers(state) if machine.get_transitions(t, source=state)})
+    """The triggers the table allows from `state` (for error messages and explain)."""
+    return sorted(trigger for (source, trigger) in TABLE if source == state)
 
 
 def allowed_commands(state: str | None) -> list[str]:
-    """The CLI commands a candidate in `state` accepts (for error messages)."""
+    """The commands a candidate in `state` accepts (for error messages)."""
     commands = {COMMAND_BY_TRIGGER[t] for t in allowed_triggers(state)}
     commands.discard(_SETTING_CHANGE)
     return sorted(commands)
 
 
 def command_allowed(state: str | None, triggers: Iterable[str]) -> bool:
-    """Whether the shared machine allows any of `triggers` from `state` (runs no callbacks)."""
-    if state is None:
-        return False
-    source = _machine_name(state)
-    return any(live_machine().get_transitions(t, source=source) for t in triggers)
+    """Whether the table allows any of `triggers` from `state`."""
+    return state is not None and any((state, t) in TABLE for t in triggers)
 
 
 def diagram(path: Sequence[tuple[str | None, str, str, int]] = ()) -> str:
-    """The table as Mermaid `stateDiagram-v2` text, drawn by transitions itself.
+    """The table as Mermaid `stateDiagram-v2` text.
 
-    `path` marks one candidate's moves, `(from, trigger, to, seq)` in order: each edge
-    it took is labelled with the seqs that took it, the states it visited are shaded
-    and the state it ended in is outlined.
+    `path` marks one candidate's moves, `(from, trigger, to, seq)` in order: each edge it
+    took is labelled with the seqs that took it, the states it visited are shaded and the
+    state it ended in is outlined.
     """
-    from transitions.extensions import GraphMachine
-
-    # A throw-away machine that is its own model: GraphMachine with model=None
-    # raises IndexError (LIBRARY_NOTES).
-    graph = GraphMachine(
-        states=[s.value for s in State],
-        transitions=TRANSITIONS,
-        initial=State.RECEIVED.value,
-        auto_transitions=False,
-        graph_engine="mermaid",
-        title="candidate lifecycle",
-    )
-    text = str(graph.get_graph().draw(None))
-    # Drop the styling of the throw-away model's "current" state: the table has none.
-    lines = [line for line in text.splitlines() if not line.strip().startswith(("classDef ", "Class "))]
-    return "\n".join(_marked(lines, path) if path else lines)
-
-
-def _marked(lines: list[str], path: Sequence[tuple[str | None, str, str, int]]) -> list[str]:
-    """The diagram's lines with one candidate's path marked (see `diagram`)."""
+    edges: dict[tuple[str, str], list[str]] = {}
+    for (source, trigger), dest in TABLE.items():
+        if source is not None:
+            edges.setdefault((source, dest), []).append(trigger)
     taken: dict[tuple[str, str], list[int]] = {}
     for source, _trigger, dest, seq in path:
         taken.setdefault((source or "[*]", dest), []).append(seq)
-    out = []
-    for line in lines:
-        edge, _, label = line.strip().partition(": ")
-        source, arrow, dest = edge.partition(" --> ")
-        seqs = taken.get((source, dest)) if arrow else None
-        if seqs:
-            shown = ", ".join(str(s) for s in seqs[:3]) + (f" +{len(seqs) - 3} more" if len(seqs) > 3 else "")
-            out.append(f"  {source} --> {dest}: {label or INITIAL_TRIGGER} (taken: seq {shown})")
-        else:
-            out.append(line)
-    visited = sorted({dest for _, _, dest, _ in path})
-    out += ["  classDef visited fill:#dbe9ff,stroke:#1f4e99",
+    lines = ["stateDiagram-v2", "  direction LR", *(f"  {s.value}" for s in State)]
+    lines.append(f"  [*] --> {State.RECEIVED.value}: {' | '.join(INITIAL_TRIGGERS)}{_taken(taken, '[*]', 'received')}")
+    for (source, dest), triggers in edges.items():
+        lines.append(f"  {source} --> {dest}: {' | '.join(triggers)}{_taken(taken, source, dest)}")
+    if path:
+        visited = sorted({dest for _, _, dest, _ in path})
+        lines += [
+            "  classDef visited fill:#dbe9ff,stroke:#1f4e99",
             "  classDef current fill:#ffd966,stroke:#7f6000,stroke-width:3px",
-            f"  class {','.join(visited)} visited", f"  class {path[-1][2]} current"]  # fmt: skip
-    return out
+            f"  class {','.join(visited)} visited",
+            f"  class {path[-1][2]} current",
+        ]
+    return "\n".join(lines)
+
+
+def _taken(taken: dict[tuple[str, str], list[int]], source: str, dest: str) -> str:
+    seqs = taken.get((source, dest))
+    if not seqs:
+        return ""
+    shown = ", ".join(str(s) for s in seqs[:3]) + (f" +{len(seqs) - 3} more" if len(seqs) > 3 else "")
+    return f" (taken: seq {shown})"

@@ -10,30 +10,15 @@ from a months-old event looks the same as one just decided.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
-from enum import StrEnum
 from typing import Any, Literal
 
 import attrs
 
-from lifecycle_fsm.rules import RECOVERY_STATES_BY_STAGE
+from lifecycle_fsm.rules import RECOVERY_STATES_BY_STAGE, RecoveryAction
 
 __all__ = ["RecoveryAction", "RecoveryPlan", "SkipReason", "invalidated_kinds", "plan_from_payload"]
 
 SkipReason = Literal["not_recorded", "invalidated", "hash_changed", "missing"]
-
-
-class RecoveryAction(StrEnum):
-    """What the supervisor does next (the seed's actions, SPEC §3)."""
-
-    RETRY_SAMPLING_FROM_PROMPT_QUEUE = "retry_sampling_from_prompt_queue"
-    REBUILD_PROMPT_QUEUE = "rebuild_prompt_queue"
-    RESUME_REWARD_FROM_SAVED_TRAJECTORIES = "resume_reward_from_saved_trajectories"
-    RESTART_SAMPLING_FROM_PROMPT_QUEUE = "restart_sampling_from_prompt_queue"
-    RESTART_SAMPLING = "restart_sampling"
-    RESTORE_PRE_UPDATE_CHECKPOINT = "restore_pre_update_checkpoint"
-    ROLLBACK_TO_VERIFIED_BASELINE = "rollback_to_verified_baseline"
-    BLOCK_UPDATE = "block_update"
-    BLOCK_RELEASE = "block_release"
 
 
 @attrs.frozen(kw_only=True)

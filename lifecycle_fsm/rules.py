@@ -6,6 +6,7 @@ No I/O, no clock: the ledger gathers the evidence and records what these return.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
 
 __all__ = [
@@ -14,6 +15,7 @@ __all__ = [
     "FRESHNESS_CHECKS",
     "ONLINE_KINDS",
     "RECOVERY_STATES_BY_STAGE",
+    "RecoveryAction",
     "STAGES",
     "TRUSTED_STATE_KINDS",
     "UPSTREAM_DECISIONS",
@@ -37,22 +39,39 @@ RECOVERY_STATES_BY_STAGE: dict[str, tuple[str, ...]] = {
 STAGES = tuple(RECOVERY_STATES_BY_STAGE)
 TRUSTED_STATE_KINDS = ("prompt_queue", "trajectories", "pre_update_checkpoint", "verified_baseline")
 
+
+class RecoveryAction(StrEnum):
+    """What the supervisor does next after a stage failed (the seed's actions)."""
+
+    RETRY_SAMPLING_FROM_PROMPT_QUEUE = "retry_sampling_from_prompt_queue"
+    REBUILD_PROMPT_QUEUE = "rebuild_prompt_queue"
+    RESUME_REWARD_FROM_SAVED_TRAJECTORIES = "resume_reward_from_saved_trajectories"
+    RESTART_SAMPLING_FROM_PROMPT_QUEUE = "restart_sampling_from_prompt_queue"
+    RESTART_SAMPLING = "restart_sampling"
+    RESTORE_PRE_UPDATE_CHECKPOINT = "restore_pre_update_checkpoint"
+    ROLLBACK_TO_VERIFIED_BASELINE = "rollback_to_verified_baseline"
+    BLOCK_UPDATE = "block_update"
+    BLOCK_RELEASE = "block_release"
+
+
+A = RecoveryAction
 _ACTION_BY_STAGE_AND_STATE = {
-    ("sampling", "prompt_queue"): "retry_sampling_from_prompt_queue",
-    ("reward", "trajectories"): "resume_reward_from_saved_trajectories",
-    ("reward", "prompt_queue"): "restart_sampling_from_prompt_queue",
-    ("update", "pre_update_checkpoint"): "restore_pre_update_checkpoint",
-    ("update", "verified_baseline"): "rollback_to_verified_baseline",
-    ("artifact_validation", "verified_baseline"): "rollback_to_verified_baseline",
+    ("sampling", "prompt_queue"): A.RETRY_SAMPLING_FROM_PROMPT_QUEUE,
+    ("reward", "trajectories"): A.RESUME_REWARD_FROM_SAVED_TRAJECTORIES,
+    ("reward", "prompt_queue"): A.RESTART_SAMPLING_FROM_PROMPT_QUEUE,
+    ("update", "pre_update_checkpoint"): A.RESTORE_PRE_UPDATE_CHECKPOINT,
+    ("update", "verified_baseline"): A.ROLLBACK_TO_VERIFIED_BASELINE,
+    ("artifact_validation", "verified_baseline"): A.ROLLBACK_TO_VERIFIED_BASELINE,
 }
 _FALLBACK_BY_STAGE = {
-    "sampling": "rebuild_prompt_queue",
-    "reward": "restart_sampling",
-    "update": "block_update",
-    "artifact_validation": "block_release",
+    "sampling": A.REBUILD_PROMPT_QUEUE,
+    "reward": A.RESTART_SAMPLING,
+    "update": A.BLOCK_UPDATE,
+    "artifact_validation": A.BLOCK_RELEASE,
 }
 # Fallbacks that stop the candidate instead of redoing work: they end in `reject`.
-BLOCKING_ACTIONS = frozenset({"block_update", "block_release"})
+BLOCKING_ACTIONS = frozenset({A.BLOCK_UPDATE, A.BLOCK_RELEASE})
+del A
 
 
 def _age_within(value: Any, maximum: int) -> bool:

@@ -19,9 +19,9 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+import attrs
 import orjson
 
-from lifecycle_fsm.deferred import field_names, frozen
 from lifecycle_fsm.events import EVENT_TYPES
 from lifecycle_fsm.machine import TABLE_DIGEST
 from lifecycle_fsm.state import CandidateState, LedgerSettings
@@ -45,14 +45,14 @@ FINGERPRINT_PARTS: dict[str, Any] = {
     "events": {name: cls.SCHEMA_VERSION for name, cls in sorted(EVENT_TYPES.items())},
     "fold": {
         "version": FOLD_VERSION,
-        "candidate_fields": list(field_names(CandidateState)),
-        "settings_fields": list(field_names(LedgerSettings)),
+        "candidate_fields": [a.name for a in attrs.fields(CandidateState)],
+        "settings_fields": [a.name for a in attrs.fields(LedgerSettings)],
     },
 }
 FINGERPRINT = canonical_json(FINGERPRINT_PARTS)
 
 
-@frozen
+@attrs.frozen
 class SnapshotProblem:
     """Why a snapshot is not used; `stale` when other code built it (not a corruption)."""
 

@@ -1,48 +1,58 @@
-"""State as a fold of events: `apply(state, event) -> state`, pure and total.
+"""State as a fold of stored events: pure, no I/O, no clock, the same result on any machine.
 
-No callbacks, no I/O, no clock: the same events give the same state on any machine.
-Every candidate event is checked against the machine's table; an illegal move is an
-`IllegalTransition` naming the seq, what the table allows there, and what was found.
-What an event does to state is said by its class (`events.py`); this module builds one
-step per candidate event type from its class and the table (`_candidate_step`) and
-dispatches on the type. The fold works on payload dicts (replay never builds event
-objects) and the typed `apply` is a thin wrapper over the same functions.
+`Fold` is the one place state changes. Commands fold the events they append, reads fold
+one candidate's stream, replay folds the whole log, explain folds event by event: all of
+them feed stored rows to a `Fold`. Every candidate event is checked against the machine's
+table; an illegal move is an `IllegalTransition` naming the seq, what the table allows
+there and what was found. What an event does to a candidate is said by its class
+(`evolve`, `reasons`, `KEPT_AS` in `candidate_events.py`); what a ledger event sets, by
+its `settle`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+import attrs
 import orjson
 
-from lifecycle_fsm.deferred import Factory, field_names, frozen, waits_for_attrs
 from lifecycle_fsm.errors import CorruptionError
-from lifecycle_fsm.events import CANDIDATE_EVENTS, LEDGER_EVENTS, LEDGER_STREAM, CandidateEvent, Event, candidate_id_of
-from lifecycle_fsm.machine import TABLE_BY_STATE, State, allowed_triggers
+from lifecycle_fsm.event_base import JSON
+from lifecycle_fsm.events import (
+    CANDIDATE_EVENTS,
+    CANDIDATE_PREFIX,
+    EVENT_TYPES,
+    LEDGER_EVENTS,
+    LEDGER_STREAM,
+    SEALS_STREAM,
+    CandidateEvent,
+    Event,
+    candidate_id_of,
+)
+from lifecycle_fsm.machine import TABLE, State, allowed_triggers
+from lifecycle_fsm.store.chain import canonical_json
+from lifecycle_fsm.store.records import StoredEvent
+from lifecycle_fsm.upcasting import CURRENT_VERSIONS, check_row, upcast
 
 __all__ = [
-    "CANDIDATE_STEPS",
-    "KEPT_FIELDS",
-    "REPLAY_STEPS",
+    "EMPTY",
     "CandidateState",
+    "Fold",
     "IllegalTransition",
     "LedgerSettings",
+    "LedgerState",
+    "Row",
     "apply",
-    "apply_candidate",
-    "apply_settings",
-    "as_state",
-    "candidate_from_dict",
-    "kept_payload",
-    "not_a_candidate_event",
+    "fold",
     "reading_stored",
-    "settings_from_dict",
-    "step_candidate",
-    "step_candidate_at",
+    "rows_of",
+    "stream_start",
 ]
 
-JSON = dict[str, Any]
+# A stored event as the fold reads it: seq, stream_id, version, type, schema_version, payload text.
+Row = tuple[int, str, int, str, int, str]
 
 
 class IllegalTransition(CorruptionError):
@@ -64,7 +74,7 @@ class IllegalTransition(CorruptionError):
         self.allowed = allowed
 
 
-@frozen
+@attrs.frozen
 class LedgerSettings:
     """What every check reads: the active baseline, window and evaluation version."""
 
@@ -90,37 +100,19 @@ class LedgerSettings:
         }
 
 
-# Each state's name (an exact `str` key: a look-up by a plain string takes dict's fast path) -> its member.
-_STATE_OF: dict[str, State] = {s.value: s for s in State}
-
-
-def as_state(value: str) -> State:
-    """The `State` member `value` names (a member is itself); ValueError for anything else."""
-    member = _STATE_OF.get(value) if isinstance(value, str) else None
-    if member is None:
-        raise ValueError(f"{value!r} is not a candidate state (expected one of {', '.join(_STATE_OF)})")
-    return member
-
-
-@frozen
+@attrs.frozen
 class CandidateState:
-    """One candidate as the log says it is now; `state` is always a `State` member.
-
-    The fold keeps the machine table's plain strings in its working dicts (the cheapest
-    per-event look-ups: issue #13) and a state becomes the enum member once, when a
-    `CandidateState` is made (`__attrs_post_init__`): every one a caller can see, whether
-    folded, restored from a checkpoint's JSON or built by hand.
-    """
+    """One candidate as the log says it is now."""
 
     candidate_id: str
-    state: State
+    state: State = attrs.field(converter=State)
     version: int
     last_seq: int
     kind: str | None
     candidate: JSON  # parsed manifest fields (CandidateReceived.candidate)
     manifest_path: str | None  # None while a registered candidate waits for its adapter
     revision: int = 0
-    trusted_states: JSON = Factory(dict)  # kind -> {path, sha256, seq}
+    trusted_states: JSON = attrs.Factory(dict)  # kind -> {path, sha256, seq}
     last_check: JSON | None = None  # ChecksRecorded payload + seq
     last_recovery: JSON | None = None  # RecoveryPlanned payload + seq
     last_handoff: JSON | None = None  # HandoffDecided payload + seq
@@ -131,259 +123,224 @@ class CandidateState:
     pending: bool = False  # registered, its adapter not received yet: cannot be checked or handed off
     provenance: JSON | None = None  # what produced it (CandidateRegistered), None when never registered
 
-    def __attrs_post_init__(self) -> None:
-        object.__setattr__(self, "state", as_state(self.state))  # frozen: attrs' own way of setting a field
-
     def to_dict(self) -> JSON:
-        """JSON-ready fields (what checkpoints store; a `State` serialises as its value)."""
-        return self.to_work() | {"reason_codes": list(self.reason_codes)}
-
-    def to_work(self) -> JSON:
-        """The fields as a working dict for `step_candidate` (shallow: nested values shared)."""
-        return {name: getattr(self, name) for name in _CANDIDATE_FIELDS}
+        """JSON-ready fields (what checkpoints store)."""
+        return attrs.asdict(self, recurse=False) | {"state": self.state.value, "reason_codes": list(self.reason_codes)}
 
     @classmethod
-    def from_work(cls, work: Mapping[str, Any]) -> CandidateState:
-        """Freeze the fold's working dict. One with exactly the fields and a known state
-        (every fold's) fills the instance's `__dict__` directly: a third of attrs' `__init__`
-        with its per-field frozen `setattr` and `__attrs_post_init__` (issue #13: once per
-        command and per read). Anything else goes through `__init__` and its checks."""
-        state = _STATE_OF.get(work.get("state"))  # type: ignore[arg-type]
-        if state is None or work.keys() != _FIELD_SET or cls is not CandidateState or waits_for_attrs(cls):
-            return cls(**work)
-        made = object.__new__(cls)
-        fields = made.__dict__
-        fields.update(work)
-        fields["state"] = state
-        return made
+    def from_dict(cls, data: Mapping[str, Any]) -> CandidateState:
+        """Rebuild a candidate from `to_dict` output; every field, nothing else."""
+        fields = dict(data)
+        if fields.keys() != _CANDIDATE_FIELDS:
+            raise KeyError(f"fields {sorted(fields.keys() ^ _CANDIDATE_FIELDS)} differ from CandidateState's")
+        fields["reason_codes"] = tuple(fields["reason_codes"])
+        return cls(**fields)
 
 
-_CANDIDATE_FIELDS = field_names(CandidateState)
-_FIELD_SET = frozenset(_CANDIDATE_FIELDS)
+_CANDIDATE_FIELDS = frozenset(a.name for a in attrs.fields(CandidateState))
 
 
-def candidate_from_dict(data: Mapping[str, Any]) -> CandidateState:
-    """Rebuild a candidate from `to_dict` output (a checkpoint); strict about fields."""
-    fields = dict(data)
-    fields["reason_codes"] = tuple(fields["reason_codes"])
-    return CandidateState(**fields)
+@attrs.frozen
+class LedgerState:
+    """Every candidate and the ledger settings as of `position`."""
+
+    settings: LedgerSettings
+    candidates: dict[str, CandidateState]
+    position: int
+    streams: dict[str, int] = attrs.Factory(dict)  # versions of streams that change no state (`seals`)
+
+    def to_json(self) -> JSON:
+        return {
+            "position": self.position,
+            "settings": attrs.asdict(self.settings, recurse=False),
+            "candidates": {cid: c.to_dict() for cid, c in sorted(self.candidates.items())},
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> LedgerState:
+        return cls(
+            settings=LedgerSettings(**data["settings"]),
+            candidates={cid: CandidateState.from_dict(c) for cid, c in data["candidates"].items()},
+            position=data["position"],
+        )
+
+    def snapshot(self) -> str:
+        """The canonical text of this state: what checkpoints store and replays are compared by."""
+        return canonical_json(self.to_json())
 
 
-def settings_from_dict(data: Mapping[str, Any]) -> LedgerSettings:
-    """Rebuild settings from `attrs.asdict` output (a checkpoint)."""
-    return LedgerSettings(**data)
+EMPTY = LedgerState(LedgerSettings(), {}, 0)
+_FIELDS = {
+    name: frozenset(a.name for a in attrs.fields(cls)) for name, cls in {**LEDGER_EVENTS, **CANDIDATE_EVENTS}.items()
+}
 
 
-def _fields(cls: type[Event]) -> frozenset[str]:
-    return frozenset(field_names(cls))
+def rows_of(events: Iterable[StoredEvent]) -> Iterator[Row]:
+    """Stored events as the rows a `Fold` reads, each row's own hash checked first (fail closed:
+    no state is built from a row edited in place)."""
+    for e in events:
+        check_row(e)
+        yield (e.seq, e.stream_id, e.version, e.type, e.schema_version, e.payload)
 
 
-def _stored_keys(fields: frozenset[str]) -> tuple[str, ...]:
-    """A payload's keys in the order the store writes them (sorted), as the parser's own strings.
+class Fold:
+    """Folds stored rows, in seq order, onto a starting state.
 
-    `orjson` hands out one cached string object per short key, so a parsed payload's keys
-    compared with these are identity hits, not character compares: the fast check of
-    `_candidate_step`, for the payloads every append writes (canonical JSON: sorted keys).
+    A candidate is a working dict while the fold runs and a frozen `CandidateState` at
+    the end, so a long stream costs dict updates, not a frozen copy per event.
+    `whole_log`: the rows are the whole log after `start.position`, so a gap is corruption.
     """
-    keys: tuple[str, ...] = tuple(orjson.loads(orjson.dumps(dict.fromkeys(sorted(fields), 0))))
-    return keys
+
+    def __init__(self, start: LedgerState = EMPTY, *, whole_log: bool = False) -> None:
+        self._start = start
+        self._works: dict[str, JSON] = {}
+        self.settings = start.settings
+        self.position = start.position
+        self._streams = dict(start.streams)
+        self._whole_log = whole_log
+
+    def add(self, row: Row) -> None:
+        """Fold one stored event; CorruptionError names its seq when the log is not what it must be."""
+        seq, stream_id, version, type_name, schema_version, text = row
+        if self._whole_log and seq != self.position + 1:
+            raise CorruptionError(f"seq {seq} follows seq {self.position}: a gap in the log", seq=seq)
+        if seq <= self.position:
+            raise CorruptionError(f"seq {seq} is not after seq {self.position}", seq=seq)
+        self.position = seq
+        if stream_id.startswith(CANDIDATE_PREFIX):
+            cls = CANDIDATE_EVENTS.get(type_name)
+            if cls is None:
+                if type_name not in EVENT_TYPES:
+                    raise CorruptionError(f"unknown event type {type_name!r}", seq=seq, found=type_name)
+                raise CorruptionError(f"seq {seq}: {type_name} does not belong on a candidate stream", seq=seq)
+            payload = _parsed(seq, type_name, schema_version, text)
+            self._works[stream_id] = _step(self.work(stream_id), cls, payload, seq, stream_id, version)
+        elif stream_id == LEDGER_STREAM:
+            if type_name not in LEDGER_EVENTS:
+                message = f"seq {seq}: {type_name} does not belong on the ledger stream"
+                raise CorruptionError(message, seq=seq, found=type_name)
+            self.settings = _settle(self.settings, type_name, _parsed(seq, type_name, schema_version, text), seq)
+        elif stream_id == SEALS_STREAM:
+            _parsed(seq, type_name, schema_version, text)
+            self._streams[stream_id] = version  # a seal decides nothing: only its stream's version is kept
+        else:
+            raise CorruptionError(f"seq {seq}: unknown stream {stream_id!r}", seq=seq)
+
+    def work(self, stream_id: str) -> JSON | None:
+        """A candidate's working dict as folded so far (None before its first event)."""
+        work = self._works.get(stream_id)
+        if work is None:
+            held = self._start.candidates.get(candidate_id_of(stream_id) or "")
+            if held is not None:
+                work = self._works[stream_id] = attrs.asdict(held, recurse=False)
+        return work
+
+    def result(self) -> LedgerState:
+        candidates = dict(self._start.candidates)
+        for work in self._works.values():
+            candidates[work["candidate_id"]] = CandidateState(**work)
+        return LedgerState(self.settings, candidates, self.position, self._streams)
 
 
-_LEDGER_FIELDS = {name: _fields(cls) for name, cls in LEDGER_EVENTS.items()}
+def fold(rows: Iterable[Row], start: LedgerState = EMPTY, *, whole_log: bool = False) -> LedgerState:
+    """`start` with `rows` folded on: the fold every command, read, replay and checkpoint uses."""
+    folding = Fold(start, whole_log=whole_log)
+    for row in rows:
+        folding.add(row)
+    return folding.result()
 
 
-def _wrong_fields(seq: int, type_name: str, payload: Mapping[str, Any], fields: frozenset[str]) -> CorruptionError:
-    missing, extra = sorted(fields - payload.keys()), sorted(payload.keys() - fields)
-    return CorruptionError(
-        f"seq {seq}: {type_name} payload does not match its schema (missing {missing}, unexpected {extra})", seq=seq
-    )
-
-
-def _unreadable(seq: int, type_name: str, error: Exception) -> CorruptionError:
-    """A stored payload the fold cannot read: corruption at that seq, never a crash."""
-    return CorruptionError(f"seq {seq}: {type_name} payload is unreadable ({error!r})", seq=seq)
+def apply(
+    state: CandidateState | LedgerSettings | None, event: Event, *, seq: int, stream_id: str
+) -> CandidateState | LedgerSettings:
+    """The typed fold of one event: the state of `stream_id` after `event` recorded at `seq`."""
+    version = 1 if state is None else state.version + 1
+    row: Row = (seq, stream_id, version, event.TYPE, event.SCHEMA_VERSION, canonical_json(event.to_payload()))
+    if stream_id == LEDGER_STREAM:
+        settings = state if isinstance(state, LedgerSettings) else LedgerSettings()
+        return fold([row], LedgerState(settings, {}, settings.last_seq)).settings
+    cid = candidate_id_of(stream_id)
+    if cid is None:
+        raise CorruptionError(f"seq {seq}: unknown stream {stream_id!r}", seq=seq)
+    return fold([row], stream_start(state if isinstance(state, CandidateState) else None)).candidates[cid]
 
 
 @contextmanager
 def reading_stored(seq: int, type_name: str) -> Iterator[None]:
-    """Interpret a stored payload beside the fold (explain, history, log, the decision pool): a field
-    missing or of the wrong type is corruption at that seq (exit 6), as it is in the fold, never a crash.
-
-    The row's own hash holds (every read checks it), so only someone who re-hashed it wrote it.
-    """
+    """Interpret a stored payload beside the fold (explain, history, log): a field missing or of the
+    wrong type is corruption at that seq, as it is in the fold, never a crash."""
     try:
         yield
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
         raise _unreadable(seq, type_name, e) from e
 
 
-def apply_settings(settings: LedgerSettings, type_name: str, payload: Mapping[str, Any], seq: int) -> LedgerSettings:
-    """Fold one event of the ledger's own stream (the event class says what it sets)."""
-    cls = LEDGER_EVENTS.get(type_name)
-    if cls is None:
-        raise CorruptionError(f"seq {seq}: {type_name} does not belong on the ledger stream", seq=seq, found=type_name)
-    if payload.keys() != _LEDGER_FIELDS[type_name]:
-        raise _wrong_fields(seq, type_name, payload, _LEDGER_FIELDS[type_name])
+def _unreadable(seq: int, type_name: str, error: Exception) -> CorruptionError:
+    return CorruptionError(f"seq {seq}: {type_name} payload is unreadable ({error!r})", seq=seq)
+
+
+def _parsed(seq: int, type_name: str, schema_version: int, text: str) -> JSON:
+    """A stored payload as a dict at this code's schema version, or the error naming its row."""
     try:
-        changes = cls.settle(payload)
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise _unreadable(seq, type_name, e) from e
-    import attrs  # imported already: `settings` is an instance
-
-    return attrs.evolve(settings, **changes, version=settings.version + 1, last_seq=seq)
-
-
-def apply_candidate(
-    current: CandidateState | None,
-    type_name: str,
-    payload: Mapping[str, Any],
-    *,
-    seq: int,
-    stream_id: str,
-    version: int | None = None,
-) -> CandidateState:
-    """Fold one event of a candidate's stream, validating the move against the table."""
-    work = None if current is None else current.to_work()
-    owned = dict(payload)  # the fold keeps the payload it is given; the caller keeps theirs
-    return CandidateState.from_work(step_candidate_at(work, type_name, owned, seq, stream_id, version))
-
-
-def step_candidate(
-    work: JSON | None,
-    type_name: str,
-    payload: JSON,
-    *,
-    seq: int,
-    stream_id: str,
-    version: int | None = None,
-) -> JSON:
-    """`step_candidate_at` with keyword arguments."""
-    return step_candidate_at(work, type_name, payload, seq, stream_id, version)
-
-
-def step_candidate_at(
-    work: JSON | None, type_name: str, payload: JSON, seq: int, stream_id: str, version: int | None
-) -> JSON:
-    """The fold's one rule, on a working dict (`CandidateState.to_work`), updated in place.
-
-    Dispatches to the type's step in `CANDIDATE_STEPS` (replay calls those directly) and
-    keeps the payload in the type's `KEPT_AS` field. `version` None: the stream's next.
-    `payload` must be the caller's own fresh dict: handlers may keep it.
-    """
-    entry = REPLAY_STEPS.get(type_name)
-    if entry is None:
-        raise not_a_candidate_event(seq, type_name)
-    step, kept_as = entry
-    if version is None:
-        version = 1 if work is None else work["version"] + 1
-    work = step(work, payload, seq, stream_id, version)
-    if kept_as is not None:
-        work[kept_as] = kept_payload(payload, seq)
-    return work
-
-
-def not_a_candidate_event(seq: int, type_name: str) -> CorruptionError:
-    return CorruptionError(f"seq {seq}: {type_name} does not belong on a candidate stream", seq=seq, found=type_name)
-
-
-def kept_payload(payload: JSON, seq: int) -> JSON:
-    """What an event's `KEPT_AS` field holds: its payload and the seq it was recorded at."""
-    payload["seq"] = seq
+        payload: JSON = orjson.loads(text)
+    except (orjson.JSONDecodeError, TypeError) as e:
+        raise CorruptionError(f"seq {seq}: {type_name} payload is not JSON ({e})", seq=seq) from e
+    if type(payload) is not dict:
+        raise CorruptionError(f"seq {seq}: {type_name} payload is not an object", seq=seq)
+    if CURRENT_VERSIONS.get(type_name) != schema_version:
+        payload = upcast(type_name, schema_version, payload, seq=seq)
     return payload
 
 
-CandidateStep = Callable[[JSON | None, JSON, int, str, int], JSON]
+def _check_fields(seq: int, type_name: str, payload: Mapping[str, Any]) -> None:
+    """Every field of the event's class, nothing else: a stored payload is never guessed at."""
+    fields = _FIELDS[type_name]
+    if payload.keys() != fields:
+        missing, extra = sorted(fields - payload.keys()), sorted(payload.keys() - fields)
+        raise CorruptionError(
+            f"seq {seq}: {type_name} payload does not match its schema (missing {missing}, unexpected {extra})",
+            seq=seq,
+        )
 
 
-def _candidate_step(cls: type[CandidateEvent]) -> CandidateStep:
-    """One event type's fold step: the machine's table decides the move, the class its effect.
+def _settle(settings: LedgerSettings, type_name: str, payload: JSON, seq: int) -> LedgerSettings:
+    """Fold one event of the ledger's own stream (the event class says what it sets)."""
+    cls = LEDGER_EVENTS[type_name]
+    _check_fields(seq, type_name, payload)
+    with reading_stored(seq, type_name):
+        changes = cls.settle(payload)
+    return attrs.evolve(settings, **changes, version=settings.version + 1, last_seq=seq)
 
-    Everything the type fixes is looked up once here, not per event: its fields, the
-    table row of a fixed trigger, and whether it overrides `evolve` / `reasons` at all.
-    Replay keeps one working dict per candidate and freezes them at the end, so a
-    million events cost a million dict updates, not a million frozen copies; it calls
-    the step positionally (keyword calls cost measurably on that path) and keeps
-    `KEPT_AS` itself (the stored row, parsed once at the end: `replay/fold.py`), so the
-    step leaves that field to its caller. A step writes only what the event changes:
-    `version` and `last_seq` always, the state and its reason only on a decisive event
-    (issue #13: every dict write is on the replay bill).
-    """
+
+def _step(work: JSON | None, cls: type[CandidateEvent], payload: JSON, seq: int, stream_id: str, version: int) -> JSON:
+    """One candidate event: the table decides the move, the event's class its effect."""
     type_name = cls.TYPE
-    fields = _fields(cls)
-    stored_keys = _stored_keys(fields)
-    fixed = cls.FIXED_TRIGGER
-    trigger_for = cls.trigger_for
-    # A fixed trigger's move from each state, straight from the table (None: not allowed).
-    fixed_dest = {state: row.get(fixed) for state, row in TABLE_BY_STATE.items()} if fixed else {}
-    table = TABLE_BY_STATE
-    evolve = None if cls.evolve is CandidateEvent.evolve else cls.evolve
-    reasons = None if cls.reasons is CandidateEvent.reasons else cls.reasons
-    decisive_when_kept = cls.DECISIVE_WHEN_KEPT
-
-    def step(work: JSON | None, payload: JSON, seq: int, stream_id: str, version: int) -> JSON:
-        # Every field, nothing else: a stored payload is never guessed at (the key tuple first:
-        # cheaper, and what a canonical payload holds; any other order is compared as a set).
-        if tuple(payload) != stored_keys and payload.keys() != fields:
-            raise _wrong_fields(seq, type_name, payload, fields)
-        if work is None:
-            state = None
-            expected_version = 1
-        else:
-            state = work["state"]
-            expected_version = work["version"] + 1
-        if fixed is None:
-            try:
-                trigger = trigger_for(payload)
-            except (KeyError, TypeError, ValueError) as e:
-                raise _unreadable(seq, type_name, e) from e
-            dest = table[state].get(trigger)
-        else:
-            trigger = fixed
-            dest = fixed_dest[state]
-        if dest is None:
-            raise IllegalTransition(seq=seq, stream_id=stream_id, state=state, trigger=trigger, type_name=type_name)
-        if version != expected_version:
-            raise CorruptionError(
-                f"seq {seq}: stream {stream_id} jumps to version {version}, expected {expected_version}", seq=seq
-            )
-        try:
-            if evolve is not None:
-                work = evolve(work, payload, seq, stream_id)
-            assert work is not None
-            if dest != state or decisive_when_kept:  # else the state, its reasons and decisive event stay
-                work["state"] = dest
-                work["decisive_seq"] = seq
-                work["decisive_type"] = type_name
-                if reasons is not None:
-                    work["reason_codes"] = reasons(payload, work["reason_codes"])
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise _unreadable(seq, type_name, e) from e
-        work["version"] = version
-        work["last_seq"] = seq
-        return work
-
-    return step
+    _check_fields(seq, type_name, payload)
+    state = None if work is None else work["state"]
+    with reading_stored(seq, type_name):
+        trigger = cls.trigger_for(payload)
+    dest = TABLE.get((state, trigger))
+    if dest is None:
+        raise IllegalTransition(seq=seq, stream_id=stream_id, state=state, trigger=trigger, type_name=type_name)
+    expected = 1 if work is None else work["version"] + 1
+    if version != expected:
+        raise CorruptionError(f"seq {seq}: stream {stream_id} jumps to version {version}, expected {expected}", seq=seq)
+    with reading_stored(seq, type_name):
+        work = cls.evolve(work, payload, seq, stream_id)
+        if dest != state or cls.DECISIVE_WHEN_KEPT:  # else the state, its reasons and decisive event stay
+            work["state"] = dest
+            work["decisive_seq"] = seq
+            work["decisive_type"] = type_name
+            work["reason_codes"] = cls.reasons(payload, work["reason_codes"])
+    if cls.KEPT_AS is not None:
+        work[cls.KEPT_AS] = payload | {"seq": seq}
+    work["version"] = version
+    work["last_seq"] = seq
+    return work
 
 
-# type -> (its fold step, the field that keeps its payload): what replay looks up once per
-# candidate event, and `step_candidate_at` too.
-REPLAY_STEPS: dict[str, tuple[CandidateStep, str | None]] = {
-    name: (_candidate_step(cls), cls.KEPT_AS) for name, cls in CANDIDATE_EVENTS.items()
-}
-# type -> its fold step alone.
-CANDIDATE_STEPS: dict[str, CandidateStep] = {name: step for name, (step, _) in REPLAY_STEPS.items()}
-KEPT_FIELDS = tuple(sorted({cls.KEPT_AS for cls in CANDIDATE_EVENTS.values() if cls.KEPT_AS}))
-
-
-def apply(
-    state: CandidateState | LedgerSettings | None, event: Event, *, seq: int, stream_id: str
-) -> CandidateState | LedgerSettings:
-    """The typed fold: the state of `stream_id` after `event` recorded at `seq`."""
-    payload = event.to_payload()
-    if stream_id == LEDGER_STREAM:
-        settings = state if isinstance(state, LedgerSettings) else LedgerSettings()
-        return apply_settings(settings, event.TYPE, payload, seq)
-    if candidate_id_of(stream_id) is None:
-        raise CorruptionError(f"seq {seq}: unknown stream {stream_id!r}", seq=seq)
-    current = state if isinstance(state, CandidateState) else None
-    return apply_candidate(current, event.TYPE, payload, seq=seq, stream_id=stream_id)
+def stream_start(candidate: CandidateState | None) -> LedgerState:
+    """A state holding one candidate, to fold its stream's later events onto."""
+    if candidate is None:
+        return EMPTY
+    return LedgerState(EMPTY.settings, {candidate.candidate_id: candidate}, candidate.last_seq)

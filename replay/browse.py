@@ -19,7 +19,7 @@ import orjson
 
 from lifecycle_fsm.errors import CorruptionError, StoreError
 from lifecycle_fsm.events import CANDIDATE_EVENTS, candidate_id_of
-from lifecycle_fsm.state import step_candidate_at
+from lifecycle_fsm.state import Fold
 from lifecycle_fsm.store.sqlite import SQLiteEventStore
 from lifecycle_fsm.upcasting import decoded_payload
 
@@ -124,18 +124,18 @@ def snapshot(ledger: Path, folder: Path) -> Snapshot:
 
 def _states(store: SQLiteEventStore) -> list[tuple[Any, ...]]:
     """Each candidate event with the candidate's state and reason codes after it (the replay fold)."""
-    works: dict[str, JSON | None] = {}
+    folding = Fold()
     rows = []
     for event in store.select_events():
+        folding.add((event.seq, event.stream_id, event.version, event.type, event.schema_version, event.payload))
         cid = candidate_id_of(event.stream_id)
         if cid is None:
             continue
         payload = decoded_payload(event)
         trigger = CANDIDATE_EVENTS[event.type].trigger_for(payload)
-        work = step_candidate_at(works.get(event.stream_id), event.type, payload, event.seq, event.stream_id,
-                                 event.version)  # fmt: skip
-        works[event.stream_id] = work
-        rows.append((cid, event.seq, event.type, trigger, work["state"],
+        work = folding.work(event.stream_id)
+        assert work is not None
+        rows.append((cid, event.seq, event.type, trigger, str(work["state"]),
                      orjson.dumps(list(work["reason_codes"])).decode(), event.recorded_at, event.actor))  # fmt: skip
     return rows
 

@@ -18,7 +18,7 @@ import orjson
 
 from lifecycle_fsm.events import stream_of
 from lifecycle_fsm.logs import get_logger
-from lifecycle_fsm.replay.fold import LedgerState, empty_state, fold_rows, snapshot_json
+from lifecycle_fsm.replay.fold import EMPTY, LedgerState, fold_rows
 from lifecycle_fsm.snapshots import (
     CHECKPOINT_SCHEMA_VERSION,
     FINGERPRINT,
@@ -26,7 +26,6 @@ from lifecycle_fsm.snapshots import (
     SnapshotProblem,
     snapshot_problem,
 )
-from lifecycle_fsm.state import candidate_from_dict, settings_from_dict
 from lifecycle_fsm.store.base import EventStore
 from lifecycle_fsm.store.chain import canonical_json
 from lifecycle_fsm.store.records import CheckpointRecord
@@ -64,7 +63,7 @@ def take_checkpoint(store: EventStore, *, clock: Callable[[], str], to: int | No
         position=loaded.state.position,
         schema_version=CHECKPOINT_SCHEMA_VERSION,
         fingerprint=FINGERPRINT,
-        snapshot=snapshot_json(loaded.state),
+        snapshot=loaded.state.snapshot(),
         recorded_at=clock(),
         streams=streams,
     )
@@ -82,11 +81,7 @@ def _restore(record: CheckpointRecord) -> LedgerState:
     data = orjson.loads(record.snapshot)
     if data["position"] != record.position:
         raise ValueError("snapshot position differs from its row")
-    return LedgerState(
-        settings=settings_from_dict(data["settings"]),
-        candidates={cid: candidate_from_dict(c) for cid, c in data["candidates"].items()},
-        position=record.position,
-    )
+    return LedgerState.from_json(data)
 
 
 def load_state(
@@ -113,4 +108,4 @@ def load_state(
                 "checkpoint_skipped", checkpoint_id=record.checkpoint_id, position=record.position, reason=reason
             )
             skipped.append((record.checkpoint_id, str(reason)))
-    return LoadResult(fold_rows(store, empty_state(), to=to, checked=checked), None, tuple(skipped))
+    return LoadResult(fold_rows(store, EMPTY, to=to, checked=checked), None, tuple(skipped))

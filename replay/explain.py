@@ -21,7 +21,7 @@ from lifecycle_fsm.errors import NotFoundError
 from lifecycle_fsm.events import CANDIDATE_EVENTS, LEDGER_STREAM, stream_of
 from lifecycle_fsm.replay.asof import AsOf, position_of
 from lifecycle_fsm.rules import CANDIDATE_KINDS, ONLINE_KINDS, RECOVERY_STATES_BY_STAGE, UPSTREAM_DECISIONS
-from lifecycle_fsm.state import CandidateState, reading_stored, step_candidate_at
+from lifecycle_fsm.state import CandidateState, Fold, reading_stored
 from lifecycle_fsm.store.base import EventStore
 from lifecycle_fsm.store.records import StoredEvent
 from lifecycle_fsm.upcasting import decoded_payload
@@ -74,19 +74,20 @@ def explain(
         where = "" if as_of is None else f" at or before seq {position}"
         raise NotFoundError(f"unknown candidate: {candidate_id!r}{where}")
     payloads = [decoded_payload(e) for e in events]
-    work: dict[str, Any] | None = None  # one working dict for the stream, frozen at the end (as `fold_candidate`)
+    folding = Fold()
     path = []
     for e, payload in zip(events, payloads, strict=True):
-        before = None if work is None else work["state"]
-        # A copy: the fold keeps its payload (a check's `last_check`), the evidence below keeps this one.
+        work = folding.work(e.stream_id)
+        before = None if work is None else str(work["state"])
         # The fold first: it judges the row (fields, types, the move) before anything else reads it.
-        work = step_candidate_at(work, e.type, dict(payload), e.seq, e.stream_id, e.version)
+        folding.add((e.seq, e.stream_id, e.version, e.type, e.schema_version, e.payload))
         with reading_stored(e.seq, e.type):
             trigger = CANDIDATE_EVENTS[e.type].trigger_for(payload)
-        path.append({"seq": e.seq, "type": e.type, "trigger": trigger, "from": before, "to": work["state"],
+        after = folding.work(e.stream_id)
+        assert after is not None
+        path.append({"seq": e.seq, "type": e.type, "trigger": trigger, "from": before, "to": str(after["state"]),
                      "recorded_at": e.recorded_at, "actor": e.actor})  # fmt: skip
-    assert work is not None
-    state = CandidateState.from_work(work)
+    state = folding.result().candidates[candidate_id]
     by_seq = {e.seq: (e, p) for e, p in zip(events, payloads, strict=True)}
     decisive, decisive_payload = by_seq[state.decisive_seq if state.decisive_seq is not None else events[-1].seq]
     evidence_seq = _evidence_seq(state, decisive)

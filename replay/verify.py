@@ -18,7 +18,7 @@ from typing import Any
 from lifecycle_fsm.errors import CorruptionError
 from lifecycle_fsm.events import stream_of
 from lifecycle_fsm.replay.checkpoints import checkpoint_problem
-from lifecycle_fsm.replay.fold import LedgerState, empty_state, fold_rows, index_of, snapshot_json
+from lifecycle_fsm.replay.fold import EMPTY, LedgerState, fold_rows, index_of, snapshot_json
 from lifecycle_fsm.store.base import EventStore
 from lifecycle_fsm.store.chain import ChainWalk, canonical_json
 from lifecycle_fsm.store.records import StreamHead
@@ -44,7 +44,7 @@ def _checkpoint_report(store: EventStore, walk: ChainWalk) -> tuple[list[dict[st
             "checkpoint_id": record.checkpoint_id, "position": position, "status": status,
             "reason": None if problem is None else problem.reason,
         }  # fmt: skip
-    state = empty_state()
+    state = EMPTY
     for record in sorted(sound, key=lambda r: r.position):
         state = fold_rows(store, state, batches=walk.fold_batches(to=record.position))
         if snapshot_json(state) != record.snapshot:

@@ -290,17 +290,19 @@ def test_a_noop_settings_command_still_reports_the_settings(ws: Workspace, activ
 
 def test_a_decision_the_table_forbids_is_refused_as_internal(ws: Workspace, active_pair: Ledger) -> None:
     """A (buggy) decision that makes an illegal move is refused before anything is written."""
+    from lifecycle_fsm.command_path import Command
     from lifecycle_fsm.decisions import Decision
     from lifecycle_fsm.events import RecoveryCompleted, stream_of
 
     ledger = active_pair
     ledger.receive(ws.dpo())
     head = ledger.store.head().seq
-    with pytest.raises(IllegalCommandError, match="internal: RecoveryCompleted is not allowed after state received"):
-        ledger._path.run(
-            stream_of("dpo-v5"), lambda current, settings: Decision((RecoveryCompleted("x", "y"),)),
-            command="check", event_id=None, first_type="RecoveryCompleted",
-        )  # fmt: skip
+
+    def decide(current: object, settings: object) -> Decision:
+        return Decision((RecoveryCompleted("x", "y"),))
+
+    with pytest.raises(IllegalCommandError, match="internal: complete_recovery is not allowed from state received"):
+        ledger._path.run(Command(stream_of("dpo-v5"), decide, "check", None, "RecoveryCompleted"))
     assert ledger.store.head().seq == head
 
 

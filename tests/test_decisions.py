@@ -129,3 +129,26 @@ def test_untrust_needs_a_recorded_state_and_recovered_names_the_plan() -> None:
     )
     planned = candidate("recovering", last_recovery={"stage": "reward", "action": "restart_sampling"})
     assert decisions.complete_recovery(planned).events == (RecoveryCompleted("reward", "restart_sampling"),)
+
+
+def test_reason_codes_come_in_the_rules_order() -> None:
+    """Freshness checks in their own order, then rollback, artifact, path_escapes_root, then upstream codes."""
+    from lifecycle_fsm.checks import handoff_reason_codes
+
+    evidence = {
+        "freshness": {"fresh": False, "failed_checks": ["source_policy", "branch_evidence"]},
+        "artifact": {"verified": False, "error": "path_escapes_root"},
+        "rollback": {"verified": False, "error": None},
+    }
+    decision, reasons = handoff_reason_codes(evidence, "reject")
+    assert reasons == [
+        "source_policy",
+        "branch_evidence",
+        "rollback",
+        "artifact",
+        "path_escapes_root",
+        "upstream_reject",
+    ]
+    assert decision["hard_failures"] == ["freshness", "rollback", "artifact", "upstream_reject"]
+    _, reasons = handoff_reason_codes(evidence | {"rollback": {"verified": True, "error": None}}, "maybe")
+    assert reasons == ["source_policy", "branch_evidence", "artifact", "path_escapes_root", "upstream_state"]

@@ -178,7 +178,7 @@ def test_diagram_marks_one_candidates_path(ws: Workspace) -> None:
     doc, _, _ = _explain(ws, cid)
     received, rejected = (step["seq"] for step in doc["path"])
     text = invoke(ws.db, "diagram", cid).stdout
-    assert f"[*] --> received: receive (taken: seq {received})" in text
+    assert f"[*] --> received: receive | register (taken: seq {received})" in text
     assert f"received --> reject: fail_checks | block_recovery (taken: seq {rejected})" in text
     assert "class received,reject visited" in text and "class reject current" in text
     assert text.count("(taken:") == 2

@@ -96,24 +96,3 @@ def test_an_audit_refuses_a_reserved_policy_version_before_appending_anything(ws
     assert len(lines) == 1 and "'ledger' is reserved" in lines[0] and "grpo-x/manifest.json" in lines[0], lines
     assert count_events(ws.db) == 0
     assert not (ws.root / "out").exists()
-
-
-def test_a_candidate_an_older_release_let_in_still_answers_its_retry(
-    ws: Workspace, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """An id now refused (trailing space) that an older release stored keeps working for its own
-    candidate: a retried receive returns the first one; a new such id is still refused."""
-    import lifecycle_fsm.ledger as ledger_module
-
-    monkeypatch.setattr(ledger_module, "check_candidate_id", lambda cid, **_: cid)  # the older release
-    baseline, manifest = ws.baseline(), ws.grpo()
-    with ws.ledger() as ledger:
-        ledger.activate_baseline(baseline)
-        first = ledger.receive(manifest, candidate_id="grpo-v7 ", event_id="recv-g")
-    monkeypatch.undo()  # the upgrade
-    with ws.ledger() as ledger:
-        again = ledger.receive(manifest, candidate_id="grpo-v7 ", event_id="recv-g")
-        assert again.duplicate and again.events == first.events
-        assert ledger.check("grpo-v7 ").candidate.state == "verified"
-        with pytest.raises(InputError, match="whitespace"):
-            ledger.receive(ws.dpo(), candidate_id="dpo-v5 ")

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 import pytest
 
-from lifecycle_fsm import DuplicateEventError, InputError, Ledger
+from lifecycle_fsm import InputError, Ledger
 from lifecycle_fsm import command_path as command_path_module
 from tests.conftest import Workspace, count_events, run_cli
 
@@ -209,18 +209,6 @@ def test_a_settings_retry_still_returns_its_fan_out(ws: Workspace, cli_ledger: d
     assert sorted(again.invalidated) == sorted(first.invalidated)
 
 
-def test_a_key_whose_sub_key_an_older_release_took_is_refused_clearly(ws: Workspace, cli_ledger: dict[str, Path],
-                                                                      older_release: None) -> None:  # fmt: skip
-    """The older release stored `run-7/1` on a check; `fail --event-id run-7` needs that id for its
-    plan: refused (nothing appended) with a message that says why, not "this batch differs"."""
-    with ws.ledger() as ledger:
-        ledger.check("grpo-v7", event_id="run-7/1")
-    before = count_events(ws.db)
-    with ws.ledger() as ledger, pytest.raises(DuplicateEventError, match=r"'run-7/1'.*further events.*another key"):
-        ledger.fail_stage("grpo-v7", "reward", event_id="run-7")
-    assert count_events(ws.db) == before
-
-
 def test_keys_stored_by_an_older_release_still_read(ws: Workspace, cli_ledger: dict[str, Path],
                                                     older_release: None) -> None:  # fmt: skip
     with ws.ledger() as ledger:
@@ -231,21 +219,3 @@ def test_keys_stored_by_an_older_release_still_read(ws: Workspace, cli_ledger: d
     assert run_cli(ws.db, "verify").returncode == 0
     with ws.ledger() as ledger:
         assert [e.event_id for e in ledger.events(stream="grpo-v7") if e.seq == stored.seq] == ["old/3"]
-
-
-def test_a_key_an_older_release_stored_is_still_retried_after_the_upgrade(
-    ws: Workspace, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """README: a supervisor that crashed simply runs its steps again. A key ending in /<number>
-    that an older release stored must keep answering its retry; only a new one is refused."""
-    _seeded(ws)
-    monkeypatch.setattr(command_path_module, "check_event_id", lambda event_id: event_id)  # the older release
-    with ws.ledger() as ledger:
-        first = ledger.check("grpo-v7", event_id="run-42/0017")
-    monkeypatch.undo()  # the upgrade
-    again = run_cli(ws.db, "--json", "check", "grpo-v7", "--event-id", "run-42/0017")
-    assert again.returncode == 0, again.stderr
-    doc = orjson.loads(again.stdout)
-    assert doc["appended"] is False and doc["events"] == [e.seq for e in first.events]
-    new = run_cli(ws.db, "check", "grpo-v7", "--event-id", "run-42/0018")
-    assert new.returncode == 3 and "ends with '/<number>'" in new.stderr

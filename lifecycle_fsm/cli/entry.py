@@ -112,13 +112,13 @@ def _status(request: StatusRequest) -> int:
     """What `queries.status` does for one candidate, under the group's error handling."""
     from lifecycle_fsm.cli.exit_codes import exit_code_for
     from lifecycle_fsm.cli.guards import is_driver_error, refuse_empty_file, refuse_memory_db
-    from lifecycle_fsm.cli.render import json_text, print_status, status_text, work_json
+    from lifecycle_fsm.cli.render import candidate_json, json_text, print_status, status_text
     from lifecycle_fsm.errors import LifecycleError
     from lifecycle_fsm.limits import display
     from lifecycle_fsm.logs import configure_logging
     from lifecycle_fsm.store.open import open_store
     from lifecycle_fsm.store.sqlite_errors import translate_sqlite_error
-    from lifecycle_fsm.streams import query_work
+    from lifecycle_fsm.streams import StreamReader
 
     try:
         try:
@@ -127,7 +127,7 @@ def _status(request: StatusRequest) -> int:
             refuse_empty_file(request.db)
             store = open_store(request.db, synchronous="FULL", create=False)
             try:
-                doc = work_json(query_work(store, request.candidate_id))
+                doc = candidate_json(StreamReader(store).query(request.candidate_id))
                 if request.as_json:
                     _write(json_text(doc))
                 elif (text := status_text([doc])) is not None:

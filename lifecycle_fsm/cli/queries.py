@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING
 import click
 
 from lifecycle_fsm.cli.app import AS_OF, SEQ, json_option, open_ledger, open_read_store, root_obj, wants_json
-from lifecycle_fsm.cli.render import candidate_json, emit, print_history, print_status, work_json
+from lifecycle_fsm.cli.render import candidate_json, emit, print_history, print_status
 from lifecycle_fsm.errors import NotFoundError
 from lifecycle_fsm.events import stream_of
 from lifecycle_fsm.limits import display
 from lifecycle_fsm.machine import diagram as mermaid_diagram
 from lifecycle_fsm.store.records import StreamHead
-from lifecycle_fsm.streams import fold_candidate, query_work
+from lifecycle_fsm.streams import StreamReader, fold_candidate
 
 if TYPE_CHECKING:  # replay is imported by the commands that use it: `status ID` does not (start-up)
     from lifecycle_fsm.replay import LoadResult
@@ -42,7 +42,7 @@ def status(candidate_id: str | None, as_of: AsOf | None) -> None:
         position = position_of(store, as_of)
     if candidate_id is not None:
         if position is None:
-            doc = work_json(query_work(store, candidate_id))  # `Ledger.candidate`'s read, building no attrs class
+            doc = candidate_json(StreamReader(store).query(candidate_id))
         else:
             events = [e for e in store.read_stream(stream_of(candidate_id)) if e.seq <= position]
             state = fold_candidate(events)

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import orjson
 
 from lifecycle_fsm.limits import display
@@ -67,7 +68,7 @@ def emit(doc: Any) -> None:
 
 def candidate_json(c: CandidateState) -> _JSON:
     """The public shape of a candidate's state (`status`, `replay`)."""
-    return work_json(c.to_work())
+    return work_json({**attrs.asdict(c, recurse=False), "state": c.state.value})
 
 
 def work_json(work: Mapping[str, Any]) -> _JSON:

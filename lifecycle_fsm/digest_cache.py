@@ -1,0 +1,73 @@
+"""Re-using an artifact's digest while none of its files changed on disk.
+
+A check re-hashes the candidate's adapter and the baseline's; a supervisor checking the
+same candidates again and again would read the same gigabytes each time. A digest is
+re-used only while every file's (device, inode, size, mtime_ns, ctime_ns) is what it was
+when its bytes were read; the check records when that was (`reused_from`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from collections.abc import Callable
+
+import attrs
+
+from lifecycle_fsm.artifact_walk import Entry, StrPath, collect
+from lifecycle_fsm.artifacts import MAX_LISTED_FILES, TreeDigest, hash_collected
+
+__all__ = ["DigestCache"]
+
+
+# Per file: (relative path, device, inode, size, mtime_ns, ctime_ns). A rewrite changes
+# ctime even when size and mtime are put back (only the kernel sets ctime).
+_Identity = tuple[tuple[bytes, int, int, int, int, int], ...]
+
+
+def _identity(files: list[Entry]) -> _Identity:
+    """From the stats the walk took (before any byte is read: a change during the read shows next time)."""
+    return tuple((rel, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) for rel, _, _, st in files)
+
+
+@attrs.define
+class DigestCache:
+    """Digests this process computed, re-used while every file's identity is unchanged.
+
+    `hash_tree` walks the path with the same rules as the module's `hash_tree` (realpath,
+    symlinks inside the root, no special files) and stats every file; when each file's
+    (device, inode, size, mtime_ns, ctime_ns) equals what it was when its bytes were last
+    read, the earlier digest is returned with the time of that read, without reading a
+    byte. Anything else (a new, removed or touched file) reads every byte again.
+
+    Residual risk (README "Artifact digests"): a change that keeps size, mtime *and*
+    ctime, which only a privileged writer can make (setting the clock back, writing the
+    block device), or a file system whose timestamps are coarser than the change
+    interval, is not seen until a full read (`--rehash`, `audit`).
+
+    At most `max_entries` digests are kept (each holds its folder's per-file listing), the
+    least recently used evicted first: a long-lived Ledger stays flat. An evicted one is
+    simply read again when next checked.
+    """
+
+    clock: Callable[[], str]
+    max_entries: int = 2048
+    _entries: OrderedDict[tuple[str, str | None], tuple[_Identity, TreeDigest, str]] = attrs.field(factory=OrderedDict)
+
+    def hash_tree(self, path: StrPath, root: StrPath | None = None) -> tuple[TreeDigest, str | None]:
+        """`(digest, reused_from)`: `reused_from` is when the bytes were read (None: read now)."""
+        key = (os.path.abspath(path), None if root is None else os.path.abspath(root))
+        is_dir, files = collect(path, root)
+        identity = _identity(files)  # taken before reading: a change during the read shows next time
+        entries = self._entries
+        cached = entries.get(key)
+        if cached is not None and cached[0] == identity:
+            entries.move_to_end(key)
+            return cached[1], cached[2]
+        hashed_at = self.clock()
+        digest = hash_collected(is_dir, files, None, MAX_LISTED_FILES)
+        entries[key] = (identity, digest, hashed_at)
+        entries.move_to_end(key)
+        if len(entries) > self.max_entries:
+            entries.popitem(last=False)
+        return digest, None

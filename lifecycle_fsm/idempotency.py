@@ -1,0 +1,113 @@
+"""Idempotency keys: a retried command answers what it did the first time and appends nothing.
+
+A command keyed `KEY` stores its events as `KEY`, `KEY/1`, `KEY/2`, … in one transaction
+(a settings change's fan-out continues the numbering), so a retry finds all of them. The
+same key with another stream, event type or inputs is a `DuplicateEventError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from lifecycle_fsm.errors import DuplicateEventError
+from lifecycle_fsm.events import LEDGER_STREAM, EvidenceInvalidated, candidate_id_of
+from lifecycle_fsm.store.records import StoredEvent
+
+if TYPE_CHECKING:
+    from lifecycle_fsm.command_path import Command, CommandPath, Outcome
+
+__all__ = ["raced", "replayed", "retried_unread", "stored_field"]
+
+
+def stored_field(event: StoredEvent, key: str) -> Any:
+    """One field of a stored payload (None when absent or unreadable): for logs and look-ups, never a fold."""
+    try:
+        payload = orjson.loads(event.payload)
+    except orjson.JSONDecodeError:
+        return None
+    return payload.get(key) if isinstance(payload, dict) else None
+
+
+def replayed(
+    path: CommandPath,
+    event_id: str | None,
+    stream_id: str,
+    type_name: str,
+    inputs: Mapping[str, Any],
+    then_types: Sequence[str] = (),
+) -> Outcome | None:
+    """What the command keyed `event_id` did, when it is this same command; None when the key is new."""
+    from lifecycle_fsm.command_path import Outcome
+
+    if event_id is None:
+        return None
+    first = path.store.event_by_id(event_id)
+    if first is None:
+        return None
+    payload = orjson.loads(first.payload)
+    same_inputs = all(payload.get(key) == value for key, value in inputs.items())
+    if first.stream_id != stream_id or first.type != type_name or not same_inputs:
+        raise DuplicateEventError(
+            f"event id {event_id!r} is already used at seq {first.seq} by {first.type} on {first.stream_id}",
+            event_id=event_id,
+            seq=first.seq,
+        )
+    events = tuple(_command_events(path, event_id, first, then_types))
+    if stream_id == LEDGER_STREAM:
+        invalidated = tuple(cid for e in events if (cid := candidate_id_of(e.stream_id)) is not None)
+        return Outcome(events, settings=path.reader.settings(), invalidated=invalidated, duplicate=True)
+    return Outcome(events, candidate=path.reader.candidate(stream_id), duplicate=True)
+
+
+def raced(path: CommandPath, cmd: Command, error: DuplicateEventError) -> Outcome:
+    """An append refused because its key was taken meanwhile: the same command committed first
+    (answer as a retry), or another command holds the key (the error says which)."""
+    if cmd.event_id is None or error.event_id != cmd.event_id:
+        raise error
+    answer = replayed(path, cmd.event_id, cmd.stream_id, cmd.first_type, cmd.inputs, cmd.then_types)
+    if answer is None:
+        raise error
+    return answer
+
+
+def retried_unread(path: CommandPath, event_id: str | None, type_name: str, match: Mapping[str, Any]) -> Outcome | None:
+    """A keyed command whose input file is gone (a manifest removed once received): the stored
+    command of that key when it is of this type and its `match` fields agree, else None."""
+    if event_id is None:
+        return None
+    first = path.store.event_by_id(event_id)
+    if first is None or first.type != type_name:
+        return None
+    payload = orjson.loads(first.payload)
+    if any(payload.get(key) != value for key, value in match.items()):
+        return None
+    return replayed(path, event_id, first.stream_id, type_name, match)
+
+
+def _command_events(
+    path: CommandPath, event_id: str, first: StoredEvent, then_types: Sequence[str]
+) -> list[StoredEvent]:
+    """`first` and the events keyed `event_id/1`, `event_id/2`, … its command appended with it.
+
+    A command appends all its events in one transaction, so its n-th further event is at seq
+    `first.seq + n`, of the kind that command appends there: a candidate command's next event
+    on its own stream (`then_types`), a settings command's fan-out (`EvidenceInvalidated`).
+    """
+    events = [first]
+    on_ledger = first.stream_id == LEDGER_STREAM
+    while on_ledger or len(events) <= len(then_types):
+        n = len(events)
+        nxt = path.store.event_by_id(f"{event_id}/{n}")
+        if nxt is None or nxt.seq != first.seq + n:
+            break
+        if on_ledger:
+            own = nxt.type == EvidenceInvalidated.TYPE and candidate_id_of(nxt.stream_id) is not None
+        else:
+            own = (nxt.stream_id, nxt.version, nxt.type) == (first.stream_id, first.version + n, then_types[n - 1])
+        if not own:
+            break
+        events.append(nxt)
+    return events
