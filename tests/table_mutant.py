@@ -4,9 +4,9 @@
     python tests/table_mutant.py '{"row": 4, "dest": null}'
 
 The child executes `lifecycle_fsm/machine.py` itself with `MOVES` replaced right after it is
-defined, before anything else imports the module, so every table derived from it (the live
-machine, the replay table, the command checks) is the mutant's: the real simulator runs
-against the real ledger. It prints one JSON line: the first failure (seed and step) or none.
+defined, before the package (or anything else) imports the module, so every table derived from
+it (the live machine, the replay table, the command checks) is the mutant's: the real simulator
+runs against the real ledger. It prints one JSON line: the first failure (seed and step) or none.
 """
 
 from __future__ import annotations
@@ -38,21 +38,23 @@ def _assigned(node: ast.stmt) -> list[str]:
 
 
 def install(change: dict[str, Any]) -> None:
-    """Load the machine module with its table mutated (fails loudly if it was imported already)."""
-    import lifecycle_fsm
-
+    """Load the machine module with its table mutated, before the package (which imports it) is loaded."""
+    spec = importlib.util.find_spec("lifecycle_fsm")  # finds the package without running it
+    assert spec is not None and spec.submodule_search_locations
     if MODULE in sys.modules:
-        raise SystemExit(f"{MODULE} was imported with the package: cannot mutate its table first")
-    path = Path(lifecycle_fsm.__file__).parent / "machine.py"
+        raise SystemExit(f"{MODULE} is imported already: cannot mutate its table first")
+    path = Path(spec.submodule_search_locations[0]) / "machine.py"
     tree = ast.parse(path.read_text(), str(path))
     at = next(i for i, node in enumerate(tree.body) if "MOVES" in _assigned(node))
     tree.body.insert(at + 1, ast.parse("MOVES = __mutated__(MOVES, State, __change__)").body[0])
-    spec = importlib.util.spec_from_file_location(MODULE, path)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
+    machine = importlib.util.spec_from_file_location(MODULE, path)
+    assert machine is not None
+    module = importlib.util.module_from_spec(machine)
     module.__dict__.update(__mutated__=mutated, __change__=change)
     sys.modules[MODULE] = module
     exec(compile(ast.fix_missing_locations(tree), str(path), "exec"), module.__dict__)
+    import lifecycle_fsm
+
     lifecycle_fsm.machine = module  # type: ignore[attr-defined]
 
 

@@ -77,6 +77,11 @@ def _referenced(value: Any, names: set[str]) -> set[str]:
     return {value} if isinstance(value, str) and value in names else set()
 
 
+def plain(value: Any) -> Any:
+    """A string as a plain `str` (an action is a `StrEnum`, which YAML cannot write)."""
+    return str(value) if isinstance(value, str) else value
+
+
 def to_scenario(shrunk: Shrunk) -> JSON:
     """The shrunk schedule as a scenario document (dump it with `yaml.safe_dump`)."""
     schedule, result = shrunk.schedule, shrunk.result
@@ -100,7 +105,7 @@ def to_scenario(shrunk: Shrunk) -> JSON:
         expect: JSON = {"candidate": cid, "state": c["path"][-1], "trusted_states": c["trusted_states"]}
         expect["explain"] = {"evidence": evidence}
         if c["plan"] is not None:
-            expect["recovery"] = {k: c["plan"][k] for k in ("action", "recovery_state", "reused_state")}
+            expect["recovery"] = {k: plain(c["plan"][k]) for k in ("action", "recovery_state", "reused_state")}
         steps.append({"expect": expect})
     action, _ = split(result.failure.op)
     if action != "tamper_event":
