@@ -349,7 +349,8 @@ class _Generator:
         prediction = model.predict(action, args)
         if c is None or prediction.refused or not prediction.events:
             return
-        self.seen[("registered" if c.pending else c.state, action)] += 1
+        passed = action != "check" or prediction.states[str(args["candidate"])][0] != "reject"
+        self.seen[("registered" if c.pending else c.state, action)] += passed  # a failed check: `check_damaged`
         if action in ("check", "hand_off") and not (model.intact(c.artifact) and model.intact(model.active_baseline)):
             self.seen[(c.state, f"{action}_damaged")] += 1
         if (prediction.plan or {}).get("action") in ("block_update", "block_release"):
