@@ -15,9 +15,9 @@ import os
 import stat
 
 from lifecycle_fsm.artifact_paths import fd_path, folder_problem, inside, open_path, path_escapes_root, real_path
-from lifecycle_fsm.errors import ArtifactError
+from lifecycle_fsm.errors import ArtifactError, ArtifactUnreadable
 
-__all__ = ["NOFOLLOW_ERRNOS", "Entry", "StrPath", "collect", "same_file"]
+__all__ = ["NOFOLLOW_ERRNOS", "Entry", "StrPath", "collect", "os_error", "same_file"]
 
 StrPath = str | os.PathLike[str]
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
@@ -25,6 +25,20 @@ _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLL
 _FD_WALK = os.scandir in os.supports_fd and os.open in os.supports_dir_fd
 # What open(2) says when O_NOFOLLOW met a link (Linux ELOOP, FreeBSD EMLINK, NetBSD EFTYPE).
 NOFOLLOW_ERRNOS = {errno.ELOOP, errno.EMLINK, getattr(errno, "EFTYPE", errno.ELOOP)}
+
+
+# What the environment, not the artifact, is to blame for: the check that meets it is inconclusive.
+_ENVIRONMENT_ERRNOS = {
+    getattr(errno, name)
+    for name in ("EACCES", "EPERM", "EIO", "ENXIO", "ENODEV", "ESTALE", "ENOTCONN", "ETIMEDOUT", "ENOMEDIUM")
+    if hasattr(errno, name)
+}
+
+
+def os_error(what: str, shown: str, exc: OSError) -> ArtifactError:
+    """`cannot <what> <shown>: <why>`, an `ArtifactUnreadable` when the environment is to blame."""
+    cls = ArtifactUnreadable if exc.errno in _ENVIRONMENT_ERRNOS else ArtifactError
+    return cls(f"cannot {what} {shown}: {exc.strerror}")
 
 
 def same_file(a: os.stat_result, b: os.stat_result) -> bool:
@@ -41,7 +55,7 @@ def _link_error(exc: OSError, shown: str) -> ArtifactError:
         return ArtifactError(f"symlink loop: {shown}")
     if exc.errno in (errno.ENOENT, errno.ENOTDIR):
         return ArtifactError(f"dangling symlink: {shown}")
-    return ArtifactError(f"cannot resolve symlink {shown}: {exc.strerror}")
+    return os_error("resolve symlink", shown, exc)
 
 
 def _check_inside(target: str, allowed: str, shown: str) -> None:
@@ -105,12 +119,12 @@ def _open_dir(
     except OSError as exc:
         if exc.errno in NOFOLLOW_ERRNOS | {errno.ENOTDIR, errno.ENOENT}:
             raise ArtifactError(f"replaced since it was checked (not the directory the walk saw): {shown}") from None
-        raise ArtifactError(f"cannot list {shown}: {exc.strerror}") from exc
+        raise os_error("list", shown, exc) from exc
     try:
         same = same_file(os.fstat(fd), st)
     except OSError as exc:
         os.close(fd)
-        raise ArtifactError(f"cannot list {shown}: {exc.strerror}") from exc
+        raise os_error("list", shown, exc) from exc
     if not same:
         os.close(fd)
         raise ArtifactError(f"replaced since it was checked (not the directory the walk saw): {shown}")
@@ -143,7 +157,7 @@ def _walk(
         with os.scandir(where) as it:
             entries = list(it)
     except OSError as exc:
-        raise ArtifactError(f"cannot list {shown_dir}: {exc.strerror}") from exc
+        raise os_error("list", shown_dir, exc) from exc
     for entry in entries:
         name = entry.name
         shown = os.path.join(shown_dir, name)
@@ -159,7 +173,7 @@ def _walk(
                     real = path
                     st = entry.stat(follow_symlinks=False)
             except OSError as exc:
-                raise ArtifactError(f"cannot stat {shown}: {exc.strerror}") from exc
+                raise os_error("stat", shown, exc) from exc
             if stat.S_ISDIR(st.st_mode):
                 if real in stack:
                     raise ArtifactError(f"symlink loop: {shown}")
@@ -187,11 +201,17 @@ def collect(path: StrPath, root: StrPath | None) -> tuple[bool, list[Entry]]:
     if root is not None and path_escapes_root(shown, root):
         # Asked only here, so a sound root costs no stat: every path "escapes" a root that is not there.
         problem = folder_problem(root)
-        raise ArtifactError(f"root {os.fspath(root)} {problem}" if problem else f"path escapes root: {shown}")
+        if problem:  # an absent root is an unmounted volume as often as a typo: not the artifact's fault
+            raise ArtifactUnreadable(f"root {os.fspath(root)} {problem}")
+        raise ArtifactError(f"path escapes root: {shown}")
     try:
         own = os.lstat(shown)  # one call says: there, a link or not, and (not a link) what it is
-    except OSError:
+    except (FileNotFoundError, NotADirectoryError):
+        if root is not None and (problem := folder_problem(root)):  # the volume, not the file, is missing
+            raise ArtifactUnreadable(f"root {os.fspath(root)} {problem}") from None
         raise ArtifactError(f"no such file or directory: {shown}") from None
+    except OSError as exc:
+        raise os_error("stat", shown, exc) from exc
     is_link = stat.S_ISLNK(own.st_mode)
     handle = None
     if root is None and not is_link:
@@ -206,7 +226,7 @@ def collect(path: StrPath, root: StrPath | None) -> tuple[bool, list[Entry]]:
         try:  # a link, or an intermediate directory that links out, is refused naming the path
             real, st, handle = _follow(shown, shown, allowed)
         except OSError as exc:
-            raise ArtifactError(f"cannot stat {shown}: {exc.strerror}") from exc
+            raise os_error("stat", shown, exc) from exc
     try:
         if stat.S_ISREG(st.st_mode):
             return False, [(b"", real, shown, st)]

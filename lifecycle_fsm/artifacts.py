@@ -52,7 +52,7 @@ from typing import Any
 import attrs
 
 from lifecycle_fsm.artifact_paths import path_escapes_root
-from lifecycle_fsm.artifact_walk import NOFOLLOW_ERRNOS, Entry, StrPath, collect, same_file
+from lifecycle_fsm.artifact_walk import NOFOLLOW_ERRNOS, Entry, StrPath, collect, os_error, same_file
 from lifecycle_fsm.errors import ArtifactError
 
 __all__ = [
@@ -113,7 +113,7 @@ def _hash_regular(
     except OSError as exc:
         if walked is not None and exc.errno in NOFOLLOW_ERRNOS | {errno.ENOTDIR}:
             raise _replaced(shown) from None
-        raise ArtifactError(f"cannot read {shown}: {exc.strerror}") from exc
+        raise os_error("read", shown, exc) from exc
     digest = hashlib.sha256()
     read = 0
     try:
@@ -136,7 +136,7 @@ def _hash_regular(
     except FileNotFoundError:
         raise ArtifactError(f"file changed while hashing: {shown}") from None
     except OSError as exc:
-        raise ArtifactError(f"cannot read {shown}: {exc.strerror}") from exc
+        raise os_error("read", shown, exc) from exc
     if read != opened.st_size or _file_id(after) != _file_id(opened):
         raise ArtifactError(f"file changed while hashing: {shown}")
     return digest.hexdigest(), read

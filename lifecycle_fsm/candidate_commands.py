@@ -14,7 +14,7 @@ import attrs
 
 from lifecycle_fsm import decisions, idempotency
 from lifecycle_fsm.artifacts import hash_directory
-from lifecycle_fsm.checks import gather_checks, trusted_state_evidence, verify_artifact
+from lifecycle_fsm.checks import gather_checks, resume_checkpoint, trusted_state_evidence, verify_artifact
 from lifecycle_fsm.command_inputs import check_key, default_id, path_argument, require_baseline, require_kind
 from lifecycle_fsm.command_path import Command, CommandPath, Decide, Outcome
 from lifecycle_fsm.decisions import Decision
@@ -111,7 +111,7 @@ class CandidateCommands:
             at_receipt = verify_artifact(fields["adapter_resolved_path"], fields["adapter_sha256"], self.artifact_root)
             first = decision.events[0]
             assert isinstance(first, CandidateReceived)
-            return Decision((attrs.evolve(first, artifact_at_receipt=at_receipt),))
+            return Decision((attrs.evolve(first, artifact_at_receipt=at_receipt.to_json(with_reuse=False)),))
 
         return self._on_candidate(
             stream_of(cid), decide,
@@ -249,7 +249,8 @@ class CandidateCommands:
         def decide(current: CandidateState | None, settings: LedgerSettings) -> Decision:
             assert current is not None
             evidence = trusted_state_evidence(current, settings, stage, self.artifact_root)
-            return decisions.fail_stage(current, stage, evidence)
+            checkpoint = resume_checkpoint(current, stage, self.artifact_root)
+            return decisions.fail_stage(current, stage, evidence, checkpoint)
 
         done = self._on_candidate(
             stream_of(candidate_id), decide, command="fail", event_id=event_id, first_type=StageFailed.TYPE,
@@ -264,12 +265,19 @@ class CandidateCommands:
         plan = self._plan(planned.stream_id, recorded, planned.seq)
         return RecoveryResult(candidate=done.candidate, events=done.events, duplicate=done.duplicate, plan=plan)
 
-    def complete_recovery(self, candidate_id: str, *, event_id: str | None = None) -> CandidateResult:
-        """The planned recovery is done; the candidate goes back to be checked again."""
+    def complete_recovery(
+        self, candidate_id: str, *, resumed_from: str | None = None, event_id: str | None = None
+    ) -> CandidateResult:
+        """The planned recovery is done; the candidate goes back to be checked again.
+
+        `resumed_from` records what the trainer resumed from (a checkpoint, the SFT adapter).
+        """
+        if resumed_from is not None:
+            text_or_error("resumed_from", path_argument("resumed_from", resumed_from))
 
         def decide(current: CandidateState | None, _: LedgerSettings) -> Decision:
             assert current is not None
-            return decisions.complete_recovery(current)
+            return decisions.complete_recovery(current, resumed_from)
 
         return self._on_candidate(
             stream_of(candidate_id), decide, command="recovered", event_id=event_id, reads_settings=False,

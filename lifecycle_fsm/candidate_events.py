@@ -18,6 +18,7 @@ __all__ = [
     "CandidateEvent",
     "CandidateReceived",
     "CandidateRegistered",
+    "InconclusiveCheckRecorded",
     "ChecksRecorded",
     "EvidenceInvalidated",
     "HandoffDecided",
@@ -188,6 +189,7 @@ class ChecksRecorded(CandidateEvent):
     artifact: JSON
     rollback: JSON
     settings: JSON
+    rules: JSON  # `rules.RULES` when it was decided
 
     @classmethod
     def trigger_for(cls, payload: Mapping[str, Any]) -> str:
@@ -203,6 +205,31 @@ class ChecksRecorded(CandidateEvent):
     @staticmethod
     def reasons(payload: Mapping[str, Any], previous: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(payload["reason_codes"])
+
+
+@attrs.frozen
+class InconclusiveCheckRecorded(CandidateEvent):
+    """A check (or a hand-off's re-check) could not read an artifact for a reason of the environment
+    (permission denied, an I/O error, an absent root): nothing was decided, the state stays.
+
+    `inconclusive` names the checks that could not be read; the evidence is as `ChecksRecorded`'s.
+    """
+
+    TYPE: ClassVar[str] = "InconclusiveCheckRecorded"
+    command: str  # check | handoff
+    inconclusive: list[str]
+    freshness: JSON
+    artifact: JSON
+    rollback: JSON
+    settings: JSON
+    rules: JSON
+
+    @classmethod
+    def trigger_for(cls, payload: Mapping[str, Any]) -> str:
+        command = payload["command"]
+        if command not in ("check", "handoff"):
+            raise ValueError(f"command must be check or handoff, not {command!r}")
+        return "check_inconclusive" if command == "check" else "hand_off_inconclusive"
 
 
 @attrs.frozen
@@ -259,7 +286,12 @@ class StageFailed(CandidateEvent):
 
 @attrs.frozen
 class RecoveryPlanned(CandidateEvent):
-    """The recovery plan for a failed stage, with the trusted states it re-hashed."""
+    """The recovery plan for a failed stage, with the trusted states it re-hashed.
+
+    `checkpoint`: for a sampling or reward plan, the candidate's trusted `pre_update_checkpoint`
+    re-hashed, the model weights a trainer resumes from while it reuses trajectories or a prompt
+    queue (None when none was recorded).
+    """
 
     TYPE: ClassVar[str] = "RecoveryPlanned"
     DECISIVE_WHEN_KEPT: ClassVar[bool] = True  # a re-plan is the new reason it is recovering
@@ -270,6 +302,7 @@ class RecoveryPlanned(CandidateEvent):
     action: str
     blocking: bool
     trusted_states: JSON  # kind -> {path, expected, actual, available, source, error}
+    checkpoint: JSON | None = None
 
     @classmethod
     def trigger_for(cls, payload: Mapping[str, Any]) -> str:
@@ -288,6 +321,7 @@ class RecoveryCompleted(CandidateEvent):
     FIXED_TRIGGER: ClassVar[str | None] = "complete_recovery"
     stage: str
     action: str
+    resumed_from: str | None = None  # what the trainer says it resumed from (a checkpoint, the SFT adapter)
 
     @staticmethod
     def reasons(payload: Mapping[str, Any], previous: tuple[str, ...]) -> tuple[str, ...]:
@@ -311,6 +345,7 @@ class HandoffDecided(CandidateEvent):
     artifact: JSON
     rollback: JSON
     settings: JSON
+    rules: JSON  # `rules.RULES` when it was decided
 
     @classmethod
     def trigger_for(cls, payload: Mapping[str, Any]) -> str:

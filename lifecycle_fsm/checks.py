@@ -1,38 +1,128 @@
-"""Gathering a check's evidence: freshness, artifact re-hash, rollback re-hash.
+"""Gathering a check's evidence: freshness, the artifact re-hashed, the rollback baseline re-hashed.
 
-The rules are pure (rules.py); this module is the part that touches the disk, and
-turns what it saw into the evidence dicts events carry: expected vs actual hash,
-the settings read, and `reason_codes` naming each specific failed check.
+The rules are pure (`rules.py`); this module is the part that touches the disk. What it saw
+is typed here (`ArtifactCheck`, `CheckEvidence`, `TrustedStateCheck`) and becomes JSON only
+in the events that record it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import attrs
+
 from lifecycle_fsm.artifacts import hash_tree, path_escapes_root
 from lifecycle_fsm.digest_cache import DigestCache
-from lifecycle_fsm.errors import ArtifactError
-from lifecycle_fsm.rules import (
-    FRESHNESS_CHECKS,
-    RECOVERY_STATES_BY_STAGE,
-    check_candidate_freshness,
-    decide_lifecycle_handoff,
-)
+from lifecycle_fsm.errors import ArtifactError, ArtifactUnreadable
+from lifecycle_fsm.event_base import JSON
+from lifecycle_fsm.rules import FRESHNESS_CHECKS, RECOVERY_STATES_BY_STAGE, check_candidate_freshness
+from lifecycle_fsm.rules import decide_lifecycle_handoff as _decide
 from lifecycle_fsm.state import CandidateState, LedgerSettings
 
 __all__ = [
+    "ArtifactCheck",
     "CheckEvidence",
+    "TrustedStateCheck",
     "freshness",
     "gather_checks",
-    "handoff_reason_codes",
+    "resume_checkpoint",
+    "handoff_decision",
+    "source_baseline",
     "trusted_state_evidence",
     "verify_artifact",
     "window_age",
 ]
 
-JSON = dict[str, Any]
-CheckEvidence = dict[str, Any]
 _UPSTREAM = ("upstream_reject", "upstream_state")  # the hand-off's own codes: not an evidence check
+
+
+@attrs.frozen
+class ArtifactCheck:
+    """An artifact re-hashed on disk against the hash a manifest recorded.
+
+    `tree`: a folder's per-file listing, so a later reader can name the files that differ.
+    `reused_from`: when the bytes were read, for a digest re-used unchanged (None: read now).
+    `inconclusive`: it could not be read for a reason of the environment (`error` says which).
+    """
+
+    path: str | None
+    expected: Any
+    actual: str | None = None
+    verified: bool = False
+    error: str | None = None
+    tree: JSON | None = None
+    reused_from: str | None = None
+    inconclusive: bool = False
+
+    def to_json(self, *, with_reuse: bool = True) -> JSON:
+        data = attrs.asdict(self, recurse=False)
+        if not with_reuse:
+            del data["reused_from"]
+        return data
+
+
+@attrs.frozen
+class CheckEvidence:
+    """Every lifecycle check, run now: what a check or a hand-off records and decides on."""
+
+    freshness: JSON  # the seed's `check_candidate_freshness` result
+    artifact: ArtifactCheck
+    rollback: ArtifactCheck
+    settings: JSON  # what it was judged against
+
+    @property
+    def inconclusive(self) -> tuple[str, ...]:
+        """The checks that could not be read (the environment, not the artifact): empty when none."""
+        return tuple(name for name, c in (("artifact", self.artifact), ("rollback", self.rollback)) if c.inconclusive)
+
+    def decide(self, upstream_decision: Any) -> tuple[JSON, list[str]]:
+        """The seed's hand-off decision over this evidence and its reason codes, in the rule's order:
+        each failed hard check by name (a freshness failure as its specific checks), `path_escapes_root`
+        when a path left the root, then the upstream codes."""
+        decision = _decide(
+            upstream_decision,
+            self.freshness,
+            {"rollback_ready": self.rollback.verified, "artifact_verified": self.artifact.verified},
+        )
+        hard = decision["hard_failures"]
+        failed = self.freshness["failed_checks"]
+        reasons = [code for f in hard if f not in _UPSTREAM for code in (failed if f == "freshness" else [f])]
+        if "path_escapes_root" in (self.artifact.error, self.rollback.error):
+            reasons.append("path_escapes_root")
+        reasons += [f for f in hard if f in _UPSTREAM]
+        return decision, reasons
+
+    @property
+    def reason_codes(self) -> list[str]:
+        """A check's reason codes: the hand-off's hard checks alone, upstream aside."""
+        return self.decide("accept")[1]
+
+    def payload(self) -> JSON:
+        return {
+            "freshness": self.freshness,
+            "artifact": self.artifact.to_json(),
+            "rollback": self.rollback.to_json(),
+            "settings": self.settings,
+        }
+
+
+@attrs.frozen
+class TrustedStateCheck:
+    """A trusted state a failed stage could resume from, re-hashed now; `available` when it still matches."""
+
+    available: bool
+    source: str | None  # recorded | active_baseline | source_baseline (no longer active) | None: nothing to re-hash
+    path: str | None
+    expected: str | None
+    actual: str | None
+    error: str | None
+    note: str | None = None
+
+    def to_json(self) -> JSON:
+        data = attrs.asdict(self, recurse=False)
+        if data["note"] is None:
+            del data["note"]
+        return data
 
 
 def window_age(candidate: JSON, settings: LedgerSettings) -> int | None:
@@ -44,38 +134,23 @@ def window_age(candidate: JSON, settings: LedgerSettings) -> int | None:
 
 
 def verify_artifact(
-    path: str | None, expected: Any, root: str | None, *, cache: DigestCache | None = None, note_reuse: bool = False
-) -> JSON:
-    """Re-hash an artifact on disk and compare it with the hash a manifest recorded.
-
-    `tree` is the per-file listing of a directory (`TreeDigest.to_json`), so a later
-    reader can name the files that differ; None for a single file or an unreadable path.
-    With `cache`, a digest whose files are all unchanged since it was read is re-used;
-    `note_reuse` adds `reused_from`: when those bytes were read, or None (read now).
-    """
-    result: JSON = {"path": path, "expected": expected, "actual": None, "verified": False, "error": None, "tree": None}
-    if note_reuse:
-        result["reused_from"] = None
+    path: str | None, expected: Any, root: str | None, *, cache: DigestCache | None = None
+) -> ArtifactCheck:
+    """Re-hash an artifact on disk (re-using `cache`'s digest while no file changed) and compare."""
     if not path:
-        result["error"] = "no artifact path"
-        return result
+        return ArtifactCheck(path, expected, error="no artifact path")
     if root is not None and path_escapes_root(path, root):
-        result["error"] = "path_escapes_root"
-        return result
+        return ArtifactCheck(path, expected, error="path_escapes_root")
+    reused_from = None
     try:
         if cache is None:
             digest = hash_tree(path, root)
         else:
             digest, reused_from = cache.hash_tree(path, root)
-            if note_reuse:
-                result["reused_from"] = reused_from
     except ArtifactError as e:
-        result["error"] = str(e)
-        return result
-    result["actual"] = digest.sha256
-    result["tree"] = digest.to_json()
-    result["verified"] = isinstance(expected, str) and bool(expected) and result["actual"] == expected
-    return result
+        return ArtifactCheck(path, expected, error=str(e), inconclusive=isinstance(e, ArtifactUnreadable))
+    verified = isinstance(expected, str) and bool(expected) and digest.sha256 == expected
+    return ArtifactCheck(path, expected, digest.sha256, verified, None, digest.to_json(), reused_from)
 
 
 def freshness(candidate: JSON, settings: LedgerSettings) -> JSON:
@@ -105,71 +180,68 @@ def freshness(candidate: JSON, settings: LedgerSettings) -> JSON:
 def gather_checks(
     candidate: JSON, settings: LedgerSettings, *, root: str | None = None, cache: DigestCache | None = None
 ) -> CheckEvidence:
-    """Run every lifecycle check now; the evidence and the specific reason codes.
-
-    With `cache` (the Ledger's, unless `rehash`), an artifact unchanged on disk since this
-    process read it is not read again; its check says so in `reused_from`.
-    """
-    fresh = freshness(candidate, settings)
-    artifact = verify_artifact(
-        candidate.get("adapter_resolved_path"), candidate.get("adapter_sha256"), root, cache=cache, note_reuse=True
-    )
+    """Run every lifecycle check now (an unchanged artifact's digest re-used from `cache`)."""
     baseline = settings.baseline or {}
-    rollback = verify_artifact(
-        baseline.get("adapter_path"), baseline.get("adapter_sha256"), root, cache=cache, note_reuse=True
-    )
-    evidence: CheckEvidence = {
-        "freshness": fresh,
-        "artifact": artifact,
-        "rollback": rollback,
-        "settings": settings.summary()
+    return CheckEvidence(
+        freshness=freshness(candidate, settings),
+        artifact=verify_artifact(
+            candidate.get("adapter_resolved_path"), candidate.get("adapter_sha256"), root, cache=cache
+        ),
+        rollback=verify_artifact(baseline.get("adapter_path"), baseline.get("adapter_sha256"), root, cache=cache),
+        settings=settings.summary()
         | {"window_age": window_age(candidate, settings), "ledger_version": settings.version},
-    }
-    _, reasons = handoff_reason_codes(evidence, "accept")  # a check is the hand-off's hard checks alone
-    return {"passed": not reasons, "reason_codes": reasons, **evidence}
-
-
-def handoff_reason_codes(evidence: CheckEvidence, upstream_decision: Any) -> tuple[JSON, list[str]]:
-    """The seed's hand-off decision over the evidence, and its reason codes: each failed hard check by
-    name (a freshness failure as its specific checks), `path_escapes_root` when a path left the root.
-
-    The order is the rule's: freshness checks, rollback, artifact, then the upstream codes.
-    """
-    decision = decide_lifecycle_handoff(
-        upstream_decision,
-        evidence["freshness"],
-        {"rollback_ready": evidence["rollback"]["verified"], "artifact_verified": evidence["artifact"]["verified"]},
     )
-    hard = decision["hard_failures"]
-    failed = evidence["freshness"]["failed_checks"]
-    reasons = [code for f in hard if f not in _UPSTREAM for code in (failed if f == "freshness" else [f])]
-    if "path_escapes_root" in (evidence["artifact"]["error"], evidence["rollback"]["error"]):
-        reasons.append("path_escapes_root")
-    reasons += [f for f in hard if f in _UPSTREAM]
-    return decision, reasons
 
 
-def trusted_state_evidence(current: CandidateState, settings: LedgerSettings, stage: str, root: str | None) -> JSON:
+def handoff_decision(evidence: CheckEvidence, upstream_decision: Any) -> tuple[JSON, list[str]]:
+    """`CheckEvidence.decide`: the seed's hand-off decision and its reason codes."""
+    return evidence.decide(upstream_decision)
+
+
+def source_baseline(candidate: CandidateState, settings: LedgerSettings) -> JSON | None:
+    """The baseline to roll the candidate back to: the one it branched from (its `source_policy_version`)
+    when this ledger activated it, else the active one."""
+    return settings.baselines.get(str(candidate.candidate.get("source_policy_version")), settings.baseline)
+
+
+def trusted_state_evidence(
+    current: CandidateState, settings: LedgerSettings, stage: str, root: str | None
+) -> dict[str, TrustedStateCheck]:
     """Re-hash each trusted state this stage could reuse; available only if it still matches.
 
-    Under `root`, as it was recorded (`Ledger.record_trusted_state`) and as every artifact is checked.
+    `verified_baseline` is, unless one was recorded, the baseline the candidate branched from:
+    rolling back to another would give a candidate its next check rejects for `source_policy`.
     """
-    evidence: JSON = {}
+    evidence: dict[str, TrustedStateCheck] = {}
     for kind in RECOVERY_STATES_BY_STAGE[stage]:
         recorded = current.trusted_states.get(kind)
+        note = None
         if recorded is not None:
             check = verify_artifact(recorded["path"], recorded["sha256"], root)
             source = "recorded"
-        elif kind == "verified_baseline" and settings.baseline is not None:
-            baseline = settings.baseline
+        elif kind == "verified_baseline" and (baseline := source_baseline(current, settings)) is not None:
             check = verify_artifact(baseline["adapter_path"], baseline["adapter_sha256"], root)
             source = "active_baseline"
+            if baseline["policy_version"] != settings.active_policy_version:
+                source = "source_baseline"
+                note = (
+                    f"the baseline this candidate branched from ({baseline['policy_version']}) is no longer the "
+                    f"active one ({settings.active_policy_version}): after the rollback its checks fail "
+                    "source_policy until it is trained again from the active baseline"
+                )
         else:
-            evidence[kind] = {"available": False, "source": None, "path": None, "expected": None, "actual": None,
-                              "error": "not recorded"}  # fmt: skip
+            evidence[kind] = TrustedStateCheck(False, None, None, None, None, "not recorded")
             continue
-        evidence[kind] = {
-            "available": check["verified"], "source": source, "path": check["path"],
-            "expected": check["expected"], "actual": check["actual"], "error": check["error"],
-        }  # fmt: skip
+        evidence[kind] = TrustedStateCheck(
+            check.verified, source, check.path, check.expected, check.actual, check.error, note
+        )
     return evidence
+
+
+def resume_checkpoint(current: CandidateState, stage: str, root: str | None) -> TrustedStateCheck | None:
+    """For a sampling or reward failure, the trusted model checkpoint a trainer resumes from (re-hashed)."""
+    recorded = current.trusted_states.get("pre_update_checkpoint")
+    if stage not in ("sampling", "reward") or recorded is None:
+        return None
+    check = verify_artifact(recorded["path"], recorded["sha256"], root)
+    return TrustedStateCheck(check.verified, "recorded", check.path, check.expected, check.actual, check.error)

@@ -8,11 +8,12 @@ no-op (an identical re-receipt, a setting that is already so).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
-from lifecycle_fsm.checks import CheckEvidence, handoff_reason_codes
+from lifecycle_fsm.checks import CheckEvidence, TrustedStateCheck
 from lifecycle_fsm.errors import ConflictError, IllegalCommandError, InputError
 from lifecycle_fsm.events import (
     BaselineActivated,
@@ -23,6 +24,7 @@ from lifecycle_fsm.events import (
     EvaluationActivated,
     EvidenceInvalidated,
     HandoffDecided,
+    InconclusiveCheckRecorded,
     LedgerEvent,
     LedgerInitialized,
     RecoveryCompleted,
@@ -34,7 +36,7 @@ from lifecycle_fsm.events import (
 )
 from lifecycle_fsm.machine import State, command_allowed
 from lifecycle_fsm.manifests import CandidateManifest
-from lifecycle_fsm.rules import BLOCKING_ACTIONS, ONLINE_KINDS, choose_recovery_action
+from lifecycle_fsm.rules import BLOCKING_ACTIONS, ONLINE_KINDS, RULES, choose_recovery_action
 from lifecycle_fsm.state import CandidateState, LedgerSettings
 from lifecycle_fsm.store.chain import canonical_json
 
@@ -144,13 +146,22 @@ def receive(current: CandidateState | None, candidate_id: str, manifest: Candida
 
 
 def check(evidence: CheckEvidence) -> Decision:
-    """Record every check's evidence: it passes (verified, or unchanged) or names what failed."""
-    return Decision((ChecksRecorded(**evidence),))
+    """Record every check's evidence: it passes (verified, or unchanged) or names what failed.
+
+    An artifact the environment kept from being read decides nothing (inconclusive), unless
+    another check already failed for good.
+    """
+    reasons = evidence.reason_codes
+    if evidence.inconclusive and not _decided_without(evidence, reasons):
+        return Decision((_inconclusive("check", evidence),))
+    return Decision((ChecksRecorded(not reasons, reasons, **evidence.payload(), rules=RULES),))
 
 
 def hand_off(current: CandidateState, evidence: CheckEvidence) -> Decision:
-    """The seed's hand-off decision over checks re-run at this moment."""
-    decision, reasons = handoff_reason_codes(evidence, current.candidate.get("decision"))
+    """The seed's hand-off decision over checks re-run at this moment, under today's rules."""
+    decision, reasons = evidence.decide(current.candidate.get("decision"))
+    if evidence.inconclusive and not _decided_without(evidence, reasons):
+        return Decision((_inconclusive("handoff", evidence),))
     return Decision(
         (
             HandoffDecided(
@@ -158,13 +169,20 @@ def hand_off(current: CandidateState, evidence: CheckEvidence) -> Decision:
                 upstream_decision=decision["upstream_decision"],
                 hard_failures=decision["hard_failures"],
                 reason_codes=reasons,
-                freshness=evidence["freshness"],
-                artifact=evidence["artifact"],
-                rollback=evidence["rollback"],
-                settings=evidence["settings"],
+                **evidence.payload(),
+                rules=RULES,
             ),
         )
     )
+
+
+def _decided_without(evidence: CheckEvidence, reasons: list[str]) -> bool:
+    """Whether something other than the unreadable checks already fails: then the verdict stands."""
+    return bool(set(reasons) - set(evidence.inconclusive) - {"path_escapes_root"})
+
+
+def _inconclusive(command: str, evidence: CheckEvidence) -> InconclusiveCheckRecorded:
+    return InconclusiveCheckRecorded(command, list(evidence.inconclusive), **evidence.payload(), rules=RULES)
 
 
 def record_trusted_state(kind: str, path: str, sha256: str) -> Decision:
@@ -188,7 +206,12 @@ def require_adapter(current: CandidateState, command: str) -> None:
         )
 
 
-def fail_stage(current: CandidateState, stage: str, trusted_states: JSON) -> Decision:
+def fail_stage(
+    current: CandidateState,
+    stage: str,
+    trusted_states: Mapping[str, TrustedStateCheck],
+    checkpoint: TrustedStateCheck | None = None,
+) -> Decision:
     """The recovery plan from the trusted states the log proves intact (re-hashed by the caller)."""
     if current.state == State.READY and stage != "artifact_validation":
         raise IllegalCommandError(
@@ -197,15 +220,18 @@ def fail_stage(current: CandidateState, stage: str, trusted_states: JSON) -> Dec
             state=current.state,
             trigger="fail_stage",
         )
-    available = {kind: bool(e["available"]) for kind, e in trusted_states.items()}
+    available = {kind: check.available for kind, check in trusted_states.items()}
     plan = choose_recovery_action({"stage": stage, "available": available})
     blocking = plan["action"] in BLOCKING_ACTIONS
-    return Decision((StageFailed(stage), RecoveryPlanned(**plan, blocking=blocking, trusted_states=trusted_states)))
+    seen = {kind: check.to_json() for kind, check in trusted_states.items()}
+    resume = None if checkpoint is None else checkpoint.to_json()
+    planned = RecoveryPlanned(**plan, blocking=blocking, trusted_states=seen, checkpoint=resume)
+    return Decision((StageFailed(stage), planned))
 
 
-def complete_recovery(current: CandidateState) -> Decision:
+def complete_recovery(current: CandidateState, resumed_from: str | None = None) -> Decision:
     plan = current.last_recovery or {}
-    return Decision((RecoveryCompleted(str(plan.get("stage")), str(plan.get("action"))),))
+    return Decision((RecoveryCompleted(str(plan.get("stage")), str(plan.get("action")), resumed_from),))
 
 
 # --- ledger settings --------------------------------------------------------------------

@@ -44,6 +44,7 @@ from lifecycle_fsm.store.errors import (
 
 __all__ = [
     "ArtifactError",
+    "ArtifactUnreadable",
     "ConcurrencyError",
     "ConflictError",
     "CorruptionError",
@@ -62,6 +63,11 @@ __all__ = [
 
 class ArtifactError(InputError):
     """An artifact cannot be hashed: missing, outside the root, a link loop, changing."""
+
+
+class ArtifactUnreadable(ArtifactError):
+    """An artifact could not be read for a reason of the environment (permission denied, an I/O
+    error, its root absent as an unmounted volume's is): a check that meets it is inconclusive."""
 
 
 class ScenarioError(InputError):

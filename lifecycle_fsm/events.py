@@ -36,6 +36,7 @@ from lifecycle_fsm.candidate_events import (
     ChecksRecorded,
     EvidenceInvalidated,
     HandoffDecided,
+    InconclusiveCheckRecorded,
     RecoveryCompleted,
     RecoveryPlanned,
     StageFailed,
@@ -62,6 +63,7 @@ __all__ = [
     "CandidateEvent",
     "CandidateReceived",
     "CandidateRegistered",
+    "InconclusiveCheckRecorded",
     "ChecksRecorded",
     "EvaluationActivated",
     "Event",
@@ -89,8 +91,8 @@ class LedgerEvent(Event):
     """An event of the ledger's own stream; `settle` says which settings it changes."""
 
     @classmethod
-    def settle(cls, payload: Mapping[str, Any]) -> JSON:
-        """The `LedgerSettings` fields this event sets (every concrete class says)."""
+    def settle(cls, settings: Any, payload: Mapping[str, Any]) -> JSON:
+        """The `LedgerSettings` fields this event sets, given the settings before it (every concrete class says)."""
         raise TypeError(f"{cls.__name__} does not say which settings it changes")  # pragma: no cover
 
 
@@ -110,7 +112,7 @@ class LedgerInitialized(LedgerEvent):
     ledger_id: str | None = None  # None: derived from this event's hash (`seals.ledger_id_of`)
 
     @classmethod
-    def settle(cls, payload: Mapping[str, Any]) -> JSON:
+    def settle(cls, settings: Any, payload: Mapping[str, Any]) -> JSON:
         return {"initialized": True, "max_window_age": payload["max_window_age"],
                 "active_window": payload["active_window"]}  # fmt: skip
 
@@ -131,10 +133,11 @@ class BaselineActivated(LedgerEvent):
     adapter_tree: JSON | None = None  # the adapter folder's per-file listing at activation (None: a file)
 
     @classmethod
-    def settle(cls, payload: Mapping[str, Any]) -> JSON:
+    def settle(cls, settings: Any, payload: Mapping[str, Any]) -> JSON:
         if not isinstance(payload["policy_version"], str):
             raise ValueError("policy_version must be a string")
-        return {"baseline": dict(payload)}
+        baseline = dict(payload)
+        return {"baseline": baseline, "baselines": settings.baselines | {baseline["policy_version"]: baseline}}
 
 
 @attrs.frozen
@@ -146,7 +149,7 @@ class WindowAdvanced(LedgerEvent):
     previous_window: int
 
     @classmethod
-    def settle(cls, payload: Mapping[str, Any]) -> JSON:
+    def settle(cls, settings: Any, payload: Mapping[str, Any]) -> JSON:
         return {"active_window": payload["active_window"]}
 
 
@@ -159,7 +162,7 @@ class EvaluationActivated(LedgerEvent):
     previous_evaluation_version: str | None
 
     @classmethod
-    def settle(cls, payload: Mapping[str, Any]) -> JSON:
+    def settle(cls, settings: Any, payload: Mapping[str, Any]) -> JSON:
         return {"evaluation_version": payload["evaluation_version"]}
 
 
@@ -191,6 +194,7 @@ CANDIDATE_EVENTS: dict[str, type[CandidateEvent]] = {
         CandidateRegistered,
         CandidateReceived,
         ChecksRecorded,
+        InconclusiveCheckRecorded,
         TrustedStateRecorded,
         TrustedStateInvalidated,
         StageFailed,

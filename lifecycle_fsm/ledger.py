@@ -313,9 +313,9 @@ class Ledger(CandidateCommands):
             manifest_sha256=manifest.sha256,
             adapter_path=manifest.adapter_path,
             adapter_sha256=manifest.adapter_sha256,
-            adapter_actual_sha256=actual["actual"],
-            adapter_error=actual["error"],
-            adapter_tree=actual["tree"],
+            adapter_actual_sha256=actual.actual,
+            adapter_error=actual.error,
+            adapter_tree=actual.tree,
         )
         return self._on_settings(
             LEDGER_STREAM, lambda _, settings: decisions.activate_baseline(settings, event),

@@ -79,6 +79,9 @@ MOVES: tuple[Move, ...] = (
     Move("check", "pass_checks", (S.RECEIVED,), S.VERIFIED),
     Move("check", "pass_checks", _DECIDED, None),  # a re-check: artifacts can change after a decision
     Move("check", "fail_checks", (S.RECEIVED, *_DECIDED), S.REJECT),
+    # An artifact the environment kept from being read (permission, I/O, an absent root): nothing decided.
+    Move("check", "check_inconclusive", (S.RECEIVED, *_DECIDED), None),
+    Move("handoff", "hand_off_inconclusive", (S.VERIFIED,), None),
     Move("fail", "fail_stage", _CAN_FAIL, None),
     # After hand-off only artifact validation can fail (an export, a merge): roll back or block the release.
     Move("fail", "fail_artifact_validation", (*_CAN_FAIL, S.READY), None),

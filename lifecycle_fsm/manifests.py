@@ -9,12 +9,31 @@ non-empty string, and the check fails the field's identity (SPEC §6, §7 treat 
 non-integer window index the same way), never an input error that hides it.
 A relative path in a manifest is relative to the manifest file's folder. A manifest
 is read only from a regular file of at most 16 MiB (`lifecycle_fsm.limits`).
+
+`candidate_manifest` and `write_manifest` build and write the candidate manifest a
+trainer hands over (`LedgerCallback.finish` uses them). The fields this module reads:
+
+| field | kinds | what it is |
+|---|---|---|
+| `semantic_id` | all | `PT-DPO-OFFLINE` (dpo) or `PT-GRPO-GROUPWISE` (grpo, rlvr): gives the kind |
+| `candidate_kind` | rlvr | the kind, when the semantic id does not tell it (`rlvr`) |
+| `source_policy_version` | all | the SFT baseline's adapter sha256 it branched from (the active policy version) |
+| `policy_version` | all | the candidate's own identity; the default candidate id |
+| `evaluation_version` | all | the evaluation it goes to; equals the ledger's once one is activated |
+| `source_evidence.version` | dpo | the preference data's version (`preference_evidence_version` also read) |
+| `trajectory_identity.verifier_version` | grpo, rlvr | the verifier that scored its trajectories |
+| `evidence_window_index` | grpo, rlvr | the rollout window its evidence came from (an integer) |
+| `decision` | all | the upstream decision: `accept`, `tune` or `reject` |
+| `artifacts.adapter.path` | all | the adapter folder or file, relative to the manifest's folder (or artifact root) |
+| `artifacts.adapter.sha256` | all | `lifecycle hash` of the adapter (`lifecycle_fsm.artifacts.hash_directory`) |
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -23,18 +42,23 @@ import orjson
 
 from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.limits import MAX_MANIFEST_BYTES, read_regular_file
+from lifecycle_fsm.rules import CANDIDATE_KINDS
 from lifecycle_fsm.store.chain import canonical_json
 
 __all__ = [
     "KIND_BY_SEMANTIC_ID",
     "BaselineManifest",
     "CandidateManifest",
+    "candidate_manifest",
     "load_baseline_manifest",
     "load_candidate_manifest",
     "read_manifest",
+    "write_manifest",
 ]
 
 KIND_BY_SEMANTIC_ID = {"PT-DPO-OFFLINE": "dpo", "PT-GRPO-GROUPWISE": "grpo"}
+_SEMANTIC_ID_BY_KIND = {kind: semantic_id for semantic_id, kind in KIND_BY_SEMANTIC_ID.items()}
+_SEMANTIC_ID_BY_KIND["rlvr"] = _SEMANTIC_ID_BY_KIND["grpo"]
 
 JSON = dict[str, Any]
 
@@ -142,3 +166,77 @@ def load_candidate_manifest(path: str | os.PathLike[str]) -> CandidateManifest:
     """Parse a candidate manifest; semantic gaps are kept for the checks to judge."""
     obj, abs_path, digest = read_manifest(path)
     return CandidateManifest(path=abs_path, sha256=digest, fields=_candidate_fields(obj, abs_path))
+
+
+def _branch_evidence(
+    kind: str, source_evidence_version: str | None, verifier_version: str | None, evidence_window_index: int | None
+) -> JSON:
+    """The evidence fields `kind`'s freshness check reads; a missing one is refused here, not rejected later."""
+    if kind == "dpo":
+        if not source_evidence_version:
+            raise InputError("a dpo candidate manifest needs source_evidence_version (its preference data's version)")
+        return {"source_evidence": {"version": source_evidence_version}}
+    if not verifier_version:
+        raise InputError(f"a {kind} candidate manifest needs verifier_version (the verifier that scored it)")
+    if not isinstance(evidence_window_index, int) or isinstance(evidence_window_index, bool):
+        raise InputError(
+            f"a {kind} candidate manifest needs evidence_window_index as an integer, not {evidence_window_index!r}"
+        )
+    return {
+        "trajectory_identity": {"verifier_version": verifier_version},
+        "evidence_window_index": evidence_window_index,
+    }
+
+
+def candidate_manifest(
+    *,
+    candidate_id: str,
+    kind: str,
+    source_policy_version: str,
+    adapter_path: str,
+    adapter_sha256: str,
+    evaluation_version: str,
+    decision: str,
+    source_evidence_version: str | None = None,
+    verifier_version: str | None = None,
+    evidence_window_index: int | None = None,
+    **extra: Any,
+) -> JSON:
+    """A candidate manifest with every field the checks read for `kind` (the table above).
+
+    `candidate_id` becomes `policy_version`, so receiving the manifest without an id
+    finds the same candidate. `extra` fields are added, or replace built ones.
+    """
+    if kind not in CANDIDATE_KINDS:
+        raise InputError(f"unknown candidate kind {kind!r} (expected one of {', '.join(CANDIDATE_KINDS)})")
+    identity = {"semantic_id": _SEMANTIC_ID_BY_KIND[kind]}
+    if kind not in KIND_BY_SEMANTIC_ID.values():
+        identity["candidate_kind"] = kind  # rlvr: the semantic id alone would read as grpo
+    manifest: JSON = {
+        **identity,
+        "source_policy_version": source_policy_version,
+        "policy_version": candidate_id,
+        "evaluation_version": evaluation_version,
+        **_branch_evidence(kind, source_evidence_version, verifier_version, evidence_window_index),
+        "decision": decision,
+        "artifacts": {"adapter": {"path": adapter_path, "sha256": adapter_sha256}},
+    }
+    return manifest | extra
+
+
+def write_manifest(path: str | os.PathLike[str], manifest: JSON) -> Path:
+    """Write `manifest` as JSON atomically: a reader sees the old file or the whole new one, never a part."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o644)  # a deliverable others read (mkstemp makes 0600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(manifest, handle, indent=2)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return target

@@ -26,7 +26,10 @@ class RecoveryPlan:
     """A recorded recovery plan: resume from `path` (digest `sha256`) with `action`, or block.
 
     `skipped` lists, nearest first, each trusted state the plan passed over and why.
-    `seq` is the `RecoveryPlanned` event that recorded it.
+    `checkpoint` / `checkpoint_sha256`: for a sampling or reward plan, the trusted model
+    checkpoint to resume from while trajectories or a prompt queue are reused (None when there is
+    none intact). `note` says what else the supervisor must know (e.g. the baseline it rolls back
+    to is no longer the active one). `seq` is the `RecoveryPlanned` event that recorded it.
     """
 
     stage: str
@@ -37,6 +40,9 @@ class RecoveryPlan:
     sha256: str | None
     blocking: bool
     skipped: tuple[tuple[str, SkipReason], ...]
+    note: str | None = None
+    checkpoint: str | None = None
+    checkpoint_sha256: str | None = None
     seq: int | None = None
 
 
@@ -62,6 +68,7 @@ def plan_from_payload(
         seen = seen_by_kind.get(kind, {"source": None})
         skipped.append((kind, _skip_reason(seen, kind in invalidated)))
     used = seen_by_kind.get(chosen, {}) if chosen is not None else {}
+    resume = payload.get("checkpoint") or {}
     return RecoveryPlan(
         stage=stage,
         action=RecoveryAction(payload["action"]),
@@ -71,6 +78,9 @@ def plan_from_payload(
         sha256=used.get("actual"),
         blocking=bool(payload["blocking"]),
         skipped=tuple(skipped),
+        note=used.get("note"),
+        checkpoint=resume.get("path") if resume.get("available") else None,
+        checkpoint_sha256=resume.get("actual") if resume.get("available") else None,
         seq=seq,
     )
 

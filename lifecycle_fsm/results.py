@@ -42,6 +42,11 @@ class CandidateResult:
         """Whether this call appended events (False for a no-op or a retried `event_id`)."""
         return bool(self.events) and not self.duplicate
 
+    @property
+    def inconclusive(self) -> bool:
+        """Whether a check or hand-off could not read an artifact (the environment's fault): nothing decided."""
+        return any(e.type == "InconclusiveCheckRecorded" for e in self.events)
+
 
 @attrs.frozen(kw_only=True)
 class RecoveryResult(CandidateResult):

@@ -11,6 +11,7 @@ from typing import Any
 
 __all__ = [
     "BLOCKING_ACTIONS",
+    "RULES",
     "CANDIDATE_KINDS",
     "FRESHNESS_CHECKS",
     "ONLINE_KINDS",
@@ -23,6 +24,12 @@ __all__ = [
     "choose_recovery_action",
     "decide_lifecycle_handoff",
 ]
+
+# The decision rules' declared version, and a digest of what they decide over a fixed set of inputs
+# (tests/test_rules_version.py recomputes it): change a rule, and the test says to bump the version.
+# Every check and hand-off records them; a decision made under other rules is history, and a
+# hand-off always decides again under today's.
+RULES = {"version": 1, "digest": "1187c1e0045be64b469123fbb4d3662f1c40da60d09d9c588b1baa1adf3fa16f"}
 
 CANDIDATE_KINDS = ("dpo", "grpo", "rlvr")
 ONLINE_KINDS = ("grpo", "rlvr")
@@ -131,7 +138,7 @@ def choose_recovery_action(failure: dict[str, Any]) -> dict[str, Any]:
         "stage": stage,
         "recovery_state": recovery_state,
         "reused_state": recovery_state is not None,
-        "action": action,
+        "action": action.value,  # a plain string, as the seed returns it
     }
 
 

@@ -81,7 +81,8 @@ class LedgerSettings:
     initialized: bool = False
     max_window_age: int | None = None
     active_window: int | None = None
-    baseline: JSON | None = None  # the BaselineActivated payload
+    baseline: JSON | None = None  # the active BaselineActivated payload
+    baselines: dict[str, JSON] = attrs.Factory(dict)  # every baseline activated, by policy version
     evaluation_version: str | None = None
     version: int = 0  # the ledger stream's version these settings were folded from
     last_seq: int = 0
@@ -308,7 +309,7 @@ def _settle(settings: LedgerSettings, type_name: str, payload: JSON, seq: int) -
     cls = LEDGER_EVENTS[type_name]
     _check_fields(seq, type_name, payload)
     with reading_stored(seq, type_name):
-        changes = cls.settle(payload)
+        changes = cls.settle(settings, payload)
     return attrs.evolve(settings, **changes, version=settings.version + 1, last_seq=seq)
 
 

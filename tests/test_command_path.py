@@ -110,7 +110,8 @@ def test_handoff_is_redecided_against_a_window_advanced_meanwhile(ws: Workspace,
 def test_recovery_plan_is_redecided_against_a_baseline_activated_meanwhile(
     ws: Workspace, pair: tuple[Ledger, Ledger]
 ) -> None:
-    """The verified baseline a plan falls back to is the one active when the plan is appended."""
+    """A plan is decided on the settings as they are when it is appended: the candidate's own baseline,
+    now no longer the active one, and it says so."""
     racer, other = pair
     racer.receive(ws.dpo())
     path, new_policy = second_baseline(ws)
@@ -119,7 +120,9 @@ def test_recovery_plan_is_redecided_against_a_baseline_activated_meanwhile(
         racer.fail_stage("dpo-v5", "artifact_validation")
     assert retried(logs) == 1
     (plan,) = payloads(racer, "dpo-v5", "RecoveryPlanned")
-    assert plan["trusted_states"]["verified_baseline"]["expected"] == new_policy
+    baseline = plan["trusted_states"]["verified_baseline"]
+    assert baseline["expected"] == ws.sft_sha != new_policy
+    assert new_policy in baseline["note"] and "no longer the active one" in baseline["note"]
     assert plan["action"] == "rollback_to_verified_baseline"
 
 

@@ -8,6 +8,7 @@ import attrs
 import pytest
 
 from lifecycle_fsm import decisions
+from lifecycle_fsm.checks import ArtifactCheck, CheckEvidence, TrustedStateCheck
 from lifecycle_fsm.errors import ConflictError, IllegalCommandError, InputError
 from lifecycle_fsm.events import (
     BaselineActivated,
@@ -106,8 +107,8 @@ def test_evaluation_change_invalidates_everyone() -> None:
 
 def test_fail_stage_plans_from_the_available_states() -> None:
     evidence = {
-        "trajectories": {"available": False, "error": "hash changed"},
-        "prompt_queue": {"available": True, "error": None},
+        "trajectories": TrustedStateCheck(False, "recorded", "t", "a", "b", None),
+        "prompt_queue": TrustedStateCheck(True, "recorded", "q", "a", "a", None),
     }
     failed, planned = decisions.fail_stage(candidate(), "reward", evidence).events
     assert failed == StageFailed("reward")
@@ -115,8 +116,10 @@ def test_fail_stage_plans_from_the_available_states() -> None:
     assert (planned.recovery_state, planned.action, planned.blocking) == (
         "prompt_queue", "restart_sampling_from_prompt_queue", False,
     )  # fmt: skip
-    _, blocked = decisions.fail_stage(candidate(), "update", {"pre_update_checkpoint": {"available": False},
-                                                  "verified_baseline": {"available": False}}).events  # fmt: skip
+    gone = TrustedStateCheck(False, None, None, None, None, "not recorded")
+    _, blocked = decisions.fail_stage(
+        candidate(), "update", {"pre_update_checkpoint": gone, "verified_baseline": gone}
+    ).events
     assert isinstance(blocked, RecoveryPlanned) and (blocked.action, blocked.blocking) == ("block_update", True)
 
 
@@ -133,14 +136,13 @@ def test_untrust_needs_a_recorded_state_and_recovered_names_the_plan() -> None:
 
 def test_reason_codes_come_in_the_rules_order() -> None:
     """Freshness checks in their own order, then rollback, artifact, path_escapes_root, then upstream codes."""
-    from lifecycle_fsm.checks import handoff_reason_codes
-
-    evidence = {
-        "freshness": {"fresh": False, "failed_checks": ["source_policy", "branch_evidence"]},
-        "artifact": {"verified": False, "error": "path_escapes_root"},
-        "rollback": {"verified": False, "error": None},
-    }
-    decision, reasons = handoff_reason_codes(evidence, "reject")
+    evidence = CheckEvidence(
+        freshness={"fresh": False, "failed_checks": ["source_policy", "branch_evidence"]},
+        artifact=ArtifactCheck("a", "x", error="path_escapes_root"),
+        rollback=ArtifactCheck("b", "y", "z"),
+        settings={},
+    )
+    decision, reasons = evidence.decide("reject")
     assert reasons == [
         "source_policy",
         "branch_evidence",
@@ -150,5 +152,5 @@ def test_reason_codes_come_in_the_rules_order() -> None:
         "upstream_reject",
     ]
     assert decision["hard_failures"] == ["freshness", "rollback", "artifact", "upstream_reject"]
-    _, reasons = handoff_reason_codes(evidence | {"rollback": {"verified": True, "error": None}}, "maybe")
+    _, reasons = attrs.evolve(evidence, rollback=ArtifactCheck("b", "y", "y", verified=True)).decide("maybe")
     assert reasons == ["source_policy", "branch_evidence", "artifact", "path_escapes_root", "upstream_state"]

@@ -14,6 +14,7 @@ from lifecycle_fsm import errors
 from lifecycle_fsm.decision_pool import DecisionPoolError
 from lifecycle_fsm.errors import (
     ArtifactError,
+    ArtifactUnreadable,
     ConcurrencyError,
     ConflictError,
     CorruptionError,
@@ -35,6 +36,7 @@ ERROR_EXAMPLES: dict[type[LifecycleError], LifecycleError] = {
     LifecycleError: LifecycleError("something the library refused"),
     InputError: InputError("no such manifest: m.json"),
     ArtifactError: ArtifactError("adapter: a symlink leads outside the root"),
+    ArtifactUnreadable: ArtifactUnreadable("cannot read adapter: Permission denied"),
     ScenarioError: ScenarioError("s.yaml: step 2: key 'candidate': required"),
     NotFoundError: NotFoundError("unknown candidate: 'nope'"),
     ConflictError: ConflictError("no active baseline"),

@@ -26,6 +26,7 @@ from lifecycle_fsm.events import (
     EvidenceInvalidated,
     HandoffDecided,
     HeadSealed,
+    InconclusiveCheckRecorded,
     LedgerInitialized,
     RecoveryCompleted,
     RecoveryPlanned,
@@ -44,6 +45,7 @@ CHECKS: dict[str, Any] = {
     "artifact": {"expected": SHA, "actual": "cd" * 32},
     "rollback": {"expected": SHA, "actual": SHA},
     "settings": {"active_policy_version": SHA, "active_window": 1, "max_window_age": 2},
+    "rules": {"version": 1, "digest": "ab" * 32},
 }
 
 SAMPLES: list[Event] = [
@@ -69,6 +71,7 @@ SAMPLES: list[Event] = [
         candidate={"candidate_kind": "dpo", "policy_version": "dpo-v5", "evidence_window_index": None},
     ),
     ChecksRecorded(passed=False, reason_codes=["source_policy", "artifact"], **CHECKS),
+    InconclusiveCheckRecorded(command="check", inconclusive=["artifact"], **CHECKS),
     TrustedStateRecorded(kind="trajectories", path="run/trajectories.jsonl", sha256=SHA),
     TrustedStateInvalidated(kind="trajectories", reason="rewritten on disk"),
     StageFailed(stage="reward"),

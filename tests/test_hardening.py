@@ -33,7 +33,7 @@ def test_corrupt_payload_on_the_live_path_is_an_integrity_error(ws: Workspace) -
     with ws.ledger() as ledger:
         ledger.activate_baseline(ws.baseline())
         ledger.receive(ws.dpo())
-        payload = ChecksRecorded(True, [], {}, {}, {}, {}).to_payload()
+        payload = ChecksRecorded(True, [], {}, {}, {}, {}, {}).to_payload()
         del payload["reason_codes"]
         bad = NewEvent(stream_of("dpo-v5"), "ChecksRecorded", 1, payload, "bad-1", utc_now(), "x")
         ledger.store.append(stream_of("dpo-v5"), 1, [bad])

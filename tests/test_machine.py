@@ -44,6 +44,8 @@ def _expected_table() -> dict[tuple[str | None, str], str]:
         table[(state, "pass_checks")] = state
     for state in ["received", *DECIDED]:
         table[(state, "fail_checks")] = "reject"
+        table[(state, "check_inconclusive")] = state  # the environment kept an artifact from being read
+    table[("verified", "hand_off_inconclusive")] = "verified"
     for state in CAN_FAIL:
         table[(state, "fail_stage")] = state
     for state in [*CAN_FAIL, "ready"]:  # after hand-off, only artifact validation (export, merge) fails
@@ -132,7 +134,7 @@ def test_allowed_triggers_examples() -> None:
     """Spot checks: nothing from reject, only `receive` before the first event."""
     assert allowed_triggers("reject") == []
     assert allowed_triggers(None) == ["receive", "register"]
-    assert allowed_triggers("recovering") == [
+    assert allowed_triggers("recovering") == [  # no check from recovering: nothing inconclusive either
         "block_recovery",
         "complete_recovery",
         "fail_artifact_validation",

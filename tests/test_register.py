@@ -123,3 +123,73 @@ def test_artifact_validation_can_fail_after_hand_off(ws: Workspace) -> None:
     assert blocked.plan.action is RecoveryAction.BLOCK_RELEASE
     assert blocked.candidate.state is State.REJECT
     assert load_state(ledger.store, use_checkpoints=False).state.candidates["dpo-v5"].state is State.REJECT
+
+
+def test_a_rollback_names_the_baseline_the_candidate_came_from(ws: Workspace) -> None:
+    """After a baseline change, a failed update rolls back to the candidate's own baseline and says it is not active."""
+    ledger = _ready_ledger(ws)
+    first_baseline = ledger.settings().baseline
+    assert first_baseline is not None
+    ledger.receive(ws.grpo())
+    plan = ledger.fail_stage("grpo-v7", "update").plan
+    assert plan.action is RecoveryAction.ROLLBACK_TO_VERIFIED_BASELINE and plan.note is None
+    ledger.complete_recovery("grpo-v7")
+    ledger.activate_baseline(ws.baseline("sft-v2"))
+    plan = ledger.fail_stage("grpo-v7", "update").plan
+    assert plan.action is RecoveryAction.ROLLBACK_TO_VERIFIED_BASELINE
+    assert plan.sha256 == first_baseline["adapter_sha256"] == ws.sft_sha
+    assert plan.path == first_baseline["adapter_path"]
+    assert plan.note is not None and "no longer the active one" in plan.note
+
+
+def test_an_unreadable_artifact_is_inconclusive_not_a_reject(ws: Workspace) -> None:
+    """The artifact root gone (an unmounted volume): nothing is decided, the state stays, and it says why."""
+    volume = Workspace(ws.root / "volume")
+    volume.root.mkdir()
+    ledger = Ledger.open(ws.db, synchronous="NORMAL", artifact_root=volume.root)
+    ledger.init()
+    ledger.activate_baseline(volume.baseline())
+    ledger.receive(volume.dpo())
+    assert ledger.check("dpo-v5").state is State.VERIFIED
+    volume.root.rename(ws.root / "unmounted")
+    checked = ledger.check("dpo-v5", rehash=True)
+    assert checked.inconclusive and checked.state is State.VERIFIED
+    handed = ledger.hand_off("dpo-v5", rehash=True)
+    assert handed.inconclusive and handed.state is State.VERIFIED
+    assert [e.type for e in handed.events] == ["InconclusiveCheckRecorded"]
+    (ws.root / "unmounted").rename(volume.root)  # mounted again: a good candidate was never lost
+    assert ledger.hand_off("dpo-v5", rehash=True).state is State.READY
+
+
+def test_a_missing_file_in_a_readable_folder_still_rejects(ws: Workspace) -> None:
+    ledger = _ready_ledger(ws)
+    ledger.receive(ws.dpo())
+    (ws.root / "dpo-v5" / "adapter" / "adapter_model.safetensors").unlink()
+    checked = ledger.check("dpo-v5")
+    assert not checked.inconclusive and checked.state is State.REJECT
+
+
+def test_os_errors_the_environment_causes_are_told_apart() -> None:
+    import errno
+
+    from lifecycle_fsm.artifact_walk import os_error
+    from lifecycle_fsm.errors import ArtifactUnreadable
+
+    assert isinstance(os_error("read", "x", OSError(errno.EACCES, "Permission denied")), ArtifactUnreadable)
+    assert isinstance(os_error("read", "x", OSError(errno.EIO, "Input/output error")), ArtifactUnreadable)
+    assert not isinstance(os_error("read", "x", OSError(errno.ELOOP, "loop")), ArtifactUnreadable)
+
+
+def test_a_reward_plan_names_the_checkpoint_to_resume_from_and_the_recovery_what_was_done(ws: Workspace) -> None:
+    ledger = _ready_ledger(ws)
+    ledger.register("grpo-v7", kind="grpo")
+    folder = _checkpoint(ws)
+    ledger.record_trusted_state("grpo-v7", "pre_update_checkpoint", folder)
+    plan = ledger.fail_stage("grpo-v7", "reward").plan
+    assert plan.action is RecoveryAction.RESTART_SAMPLING
+    assert plan.checkpoint == str(folder) and plan.checkpoint_sha256 is not None
+    done = ledger.complete_recovery("grpo-v7", resumed_from=str(folder))
+    assert [e.type for e in done.events] == ["RecoveryCompleted"]
+    assert ledger.history("grpo-v7")[-1][1].resumed_from == str(folder)  # type: ignore[attr-defined]
+    (folder / "model.safetensors").write_bytes(b"changed")
+    assert ledger.fail_stage("grpo-v7", "sampling").plan.checkpoint is None  # bytes changed: nothing to resume

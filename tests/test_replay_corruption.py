@@ -32,7 +32,7 @@ def _rejected(ws: Workspace) -> int:
         ledger.activate_baseline(ws.baseline())
         ledger.receive(ws.dpo(source_policy_version="an-old-baseline"))
         assert ledger.check("dpo-v5").state == "reject"
-        ready = HandoffDecided("ready_for_evaluation", "accept", [], [], {}, {}, {}, {})
+        ready = HandoffDecided("ready_for_evaluation", "accept", [], [], {}, {}, {}, {}, {})
         _forge(ledger.store, stream_of("dpo-v5"), ledger.candidate("dpo-v5").version, ready)
         return ledger.store.head().seq
 
@@ -69,7 +69,15 @@ def test_cli_verify_and_replay_fail_closed_on_illegal_sequence(ws: Workspace) ->
 
 
 BASELINE_FIELDS = [a.name for a in attrs.fields(BaselineActivated)]
-CHECKS = {"passed": False, "reason_codes": [], "freshness": {}, "artifact": {}, "rollback": {}, "settings": {}}
+CHECKS = {
+    "passed": False,
+    "reason_codes": [],
+    "freshness": {},
+    "artifact": {},
+    "rollback": {},
+    "settings": {},
+    "rules": {},
+}
 
 
 def _with_row(ws: Workspace, **row: object) -> int:

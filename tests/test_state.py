@@ -91,6 +91,7 @@ def checks(*reasons: str) -> Step:
         "artifact": {"expected": SHA, "actual": SHA},
         "rollback": {"expected": SHA, "actual": SHA},
         "settings": {"active_window": 1},
+        "rules": {"version": 1, "digest": "x"},
     }
 
 
@@ -131,6 +132,7 @@ def handoff(status: str, *reasons: str) -> Step:
         "artifact": {},
         "rollback": {},
         "settings": {},
+        "rules": {"version": 1, "digest": "x"},
     }
 
 
@@ -295,6 +297,7 @@ def test_illegal_move_from_received_lists_allowed_triggers() -> None:
         apply_candidate(current, *handoff("ready_for_evaluation"), seq=2, stream_id=STREAM)
     assert info.value.allowed == [
         "block_recovery",
+        "check_inconclusive",
         "complete_registration",
         "fail_artifact_validation",
         "fail_checks",

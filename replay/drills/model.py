@@ -78,6 +78,7 @@ class LedgerModel:
     max_window_age: int = 2
     active_window: int = 1
     active_baseline: str | None = None
+    activated: set[str] = attrs.Factory(set)  # every baseline ever activated
     evaluation: str | None = None
     events: int = 1  # LedgerInitialized
     candidates: dict[str, CandidateModel] = attrs.Factory(dict)
@@ -144,9 +145,11 @@ class LedgerModel:
             recorded = c.trusted.get(kind)
             out[kind] = recorded is not None and self.content.get(recorded[0], 0) == recorded[1]
         # The active baseline is available without being recorded only when none was recorded: a recorded
-        # verified_baseline that no longer re-hashes is not replaced by it.
+        # verified_baseline that no longer re-hashes is not replaced by it. The rollback target is the baseline
+        # the candidate branched from when it was ever activated (it must descend from it), else the active one.
         if "verified_baseline" not in c.trusted and self.active_baseline is not None:
-            out["verified_baseline"] = self.intact(self.active_baseline)
+            own = c.fields["source"]
+            out["verified_baseline"] = self.intact(own if own in self.activated else self.active_baseline)
         return out
 
     # -- commands ------------------------------------------------------------------------------------------
@@ -311,7 +314,12 @@ class LedgerModel:
         name = args["artifact"]
         if name == self.active_baseline:
             return Prediction(apply=lambda: None)
-        return self._settings_change(lambda: setattr(self, "active_baseline", name), online_only=False)
+
+        def activate() -> None:
+            self.active_baseline = name
+            self.activated.add(name)
+
+        return self._settings_change(activate, online_only=False)
 
     def _advance_window(self, args: JSON) -> Prediction:
         window = args["window"]

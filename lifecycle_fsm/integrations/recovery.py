@@ -1,0 +1,153 @@
+"""How a `transformers.Trainer` recovers: which stage failed, and what the ledger's plan means for it.
+
+TRL has no sampling / reward / update boundaries of its own: a failure is an update
+failure unless it was raised from a function wrapped by a `StageTracker` (a GRPO reward
+function: reward; TRL's generation step: sampling).
+
+The ledger plans recovery in the seed's terms (prompt queues, trajectories, a
+pre-update checkpoint, the verified baseline); a `Trainer` can resume from a
+checkpoint folder or start over. This is how one becomes the other:
+
+| plan action | trainer action |
+|---|---|
+| `restore_pre_update_checkpoint` | resume from the checkpoint the plan names (`plan.path`) |
+| `retry_sampling_from_prompt_queue` | resume from the latest trusted checkpoint |
+| `rebuild_prompt_queue` | resume from the latest trusted checkpoint |
+| `resume_reward_from_saved_trajectories` | resume from the latest trusted checkpoint |
+| `restart_sampling_from_prompt_queue` | resume from the latest trusted checkpoint |
+| `restart_sampling` | resume from the latest trusted checkpoint |
+| `rollback_to_verified_baseline` | load the SFT baseline's adapter into the model and train from step 0 |
+| `block_update`, `block_release` | stop: the candidate is rejected, training is not retried |
+
+A sampling or reward failure happens before the step's update, so the weights to go
+on from are the latest checkpoint the ledger trusts: the plan names it (`plan.checkpoint`,
+its `pre_update_checkpoint` re-hashed when the plan was made). Without one, or when its
+bytes changed, training starts over from the SFT adapter, as after a rollback.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from enum import StrEnum
+from typing import Any, TypeVar
+
+import attrs
+
+from lifecycle_fsm.recovery import RecoveryAction, RecoveryPlan
+from lifecycle_fsm.state import LedgerSettings
+
+__all__ = ["ResumePoint", "StageTracker", "TRAINER_ACTIONS", "TrainerAction", "load_baseline_adapter", "resume_point"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class StageTracker:
+    """Which stage the last failure came from: `failed` is set by the first wrapped function that raised."""
+
+    def __init__(self) -> None:
+        self.failed: str | None = None
+
+    def wrap(self, stage: str, fn: F) -> F:
+        """`fn`, marking a failure raised from it as a failure of `stage` (name and async-ness kept)."""
+
+        def mark() -> None:
+            if self.failed is None:
+                self.failed = stage
+
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def staged_async(*args: Any, **kwargs: Any) -> Any:
+                try:
+                    return await fn(*args, **kwargs)
+                except Exception:
+                    mark()
+                    raise
+
+            return staged_async  # type: ignore[return-value]
+
+        @functools.wraps(fn)
+        def staged(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except Exception:
+                mark()
+                raise
+
+        return staged  # type: ignore[return-value]
+
+
+class TrainerAction(StrEnum):
+    """What the trainer does after a failure (the module docstring's table)."""
+
+    RESUME_FROM_PLAN = "resume_from_plan_checkpoint"
+    RESUME_FROM_LATEST = "resume_from_latest_checkpoint"
+    RESTART_FROM_BASELINE = "restart_from_baseline"
+    STOP = "stop"
+
+
+TRAINER_ACTIONS: dict[RecoveryAction, TrainerAction] = {
+    RecoveryAction.RESTORE_PRE_UPDATE_CHECKPOINT: TrainerAction.RESUME_FROM_PLAN,
+    RecoveryAction.RETRY_SAMPLING_FROM_PROMPT_QUEUE: TrainerAction.RESUME_FROM_LATEST,
+    RecoveryAction.REBUILD_PROMPT_QUEUE: TrainerAction.RESUME_FROM_LATEST,
+    RecoveryAction.RESUME_REWARD_FROM_SAVED_TRAJECTORIES: TrainerAction.RESUME_FROM_LATEST,
+    RecoveryAction.RESTART_SAMPLING_FROM_PROMPT_QUEUE: TrainerAction.RESUME_FROM_LATEST,
+    RecoveryAction.RESTART_SAMPLING: TrainerAction.RESUME_FROM_LATEST,
+    RecoveryAction.ROLLBACK_TO_VERIFIED_BASELINE: TrainerAction.RESTART_FROM_BASELINE,
+    RecoveryAction.BLOCK_UPDATE: TrainerAction.STOP,
+    RecoveryAction.BLOCK_RELEASE: TrainerAction.STOP,
+}
+
+
+@attrs.frozen
+class ResumePoint:
+    """Where every rank goes on from: `checkpoint` for `trainer.train(resume_from_checkpoint=...)`,
+    or `baseline_adapter` to load before training from step 0; `why` says how it was chosen."""
+
+    plan: RecoveryPlan
+    action: TrainerAction
+    checkpoint: str | None = None
+    baseline_adapter: str | None = None
+    why: str = ""
+
+
+def _baseline(plan: RecoveryPlan, settings: LedgerSettings, why: str) -> ResumePoint:
+    if plan.recovery_state == "verified_baseline" and plan.path is not None:
+        adapter = plan.path  # the plan re-hashed it just now
+    elif settings.baseline is not None:
+        adapter = str(settings.baseline["adapter_path"])
+    else:
+        return ResumePoint(plan, TrainerAction.STOP, why=f"{why}, and the ledger has no active baseline")
+    return ResumePoint(plan, TrainerAction.RESTART_FROM_BASELINE, baseline_adapter=adapter, why=why)
+
+
+def resume_point(plan: RecoveryPlan, settings: LedgerSettings) -> ResumePoint:
+    """The trainer action for `plan` (the module docstring's table), from what the plan recorded."""
+    action = TRAINER_ACTIONS[plan.action]
+    if action is TrainerAction.STOP:
+        return ResumePoint(plan, action, why=f"the plan {plan.action} blocks the candidate")
+    if action is TrainerAction.RESUME_FROM_PLAN:
+        return ResumePoint(plan, action, checkpoint=plan.path, why="the plan names the checkpoint")
+    if action is TrainerAction.RESTART_FROM_BASELINE:
+        return _baseline(plan, settings, "the plan rolls back to the verified baseline")
+    if plan.checkpoint is None:
+        return _baseline(plan, settings, "no trusted checkpoint to resume from (none recorded, or its bytes changed)")
+    return ResumePoint(plan, action, checkpoint=plan.checkpoint, why="the latest trusted checkpoint")
+
+
+def load_baseline_adapter(trainer: Any, adapter: str) -> None:
+    """Put the SFT adapter's weights back into the trainer's PEFT model and drop its optimizer state."""
+    from peft import PeftModel, set_peft_model_state_dict
+    from peft.utils import load_peft_weights
+
+    model = trainer.model
+    if not isinstance(model, PeftModel):
+        raise TypeError(
+            f"rolling back to the SFT adapter needs a PEFT model to load it into; the trainer holds a "
+            f"{type(model).__name__}"
+        )
+    set_peft_model_state_dict(model, load_peft_weights(adapter, device="cpu"))
+    trainer.optimizer = None  # a fresh optimizer and schedule for the new start (the Trainer creates them)
+    trainer.lr_scheduler = None

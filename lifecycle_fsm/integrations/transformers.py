@@ -1,0 +1,379 @@
+"""`LedgerCallback`: a `transformers` / TRL trainer that records its candidate in the ledger as it trains.
+
+    cb = LedgerCallback(ledger, kind="dpo", run_id="dpo-run-7")
+    trainer = DPOTrainer(..., callbacks=[cb])
+    cb.train(trainer)                       # failure -> recovery plan -> resume, at most max_attempts times
+    result = cb.finish(trainer, decision="accept")   # save, manifest, receive, check, hand off
+
+- At train begin the candidate is registered (before its adapter exists) with a
+  provenance card (`lifecycle_fsm.integrations.provenance`): data, code, base model,
+  chat template, trainer arguments, library versions.
+- At each save, once every rank finished writing, the main process records
+  `output_dir/checkpoint-<step>` as `pre_update_checkpoint`, keyed by run, attempt and
+  step, hashed on a thread of its own (`recorder.py`); a record that failed is raised at
+  the next save, failure or end, never lost.
+- `cb.train` turns an exception into `fail_stage` for the stage it came from (update,
+  unless a function wrapped by `cb.reward_function` or the generation hook raised it),
+  follows the plan (the table in `lifecycle_fsm.integrations.recovery`), completes the
+  recovery and trains again on the same trainer.
+- Under DDP every rank calls `cb.train` and `cb.finish`; only the main process writes
+  to the ledger and every rank gets its answer (the resume point, the result). A
+  failure raised on one rank only is not seen by the others: they wait in their next
+  collective, as torch.distributed does without this callback.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+
+from lifecycle_fsm.artifacts import hash_directory
+from lifecycle_fsm.errors import InputError, LifecycleError, NotFoundError
+from lifecycle_fsm.integrations.provenance import provenance_card
+from lifecycle_fsm.integrations.recorder import (
+    MainProcessError,
+    PendingRecord,
+    TrustedStateRecorder,
+    barrier,
+    on_main,
+)
+from lifecycle_fsm.integrations.recovery import (
+    ResumePoint,
+    StageTracker,
+    TrainerAction,
+    load_baseline_adapter,
+    resume_point,
+)
+from lifecycle_fsm.ledger import Ledger
+from lifecycle_fsm.logs import get_logger
+from lifecycle_fsm.machine import State
+from lifecycle_fsm.manifests import candidate_manifest, write_manifest
+from lifecycle_fsm.results import CandidateResult
+from lifecycle_fsm.rules import CANDIDATE_KINDS
+from lifecycle_fsm.state import CandidateState
+
+__all__ = ["LedgerCallback", "TrainingStopped"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+JSON = dict[str, Any]
+log = get_logger(__name__)
+
+ADAPTER_FOLDER = "candidate-adapter"
+MANIFEST_FILE = "candidate-manifest.json"
+
+
+class TrainingStopped(RuntimeError):
+    """Training was not resumed: the plan blocks the candidate, or the attempts ran out."""
+
+    def __init__(self, message: str, point: ResumePoint | None = None) -> None:
+        super().__init__(message)
+        self.point = point
+
+
+class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # Any where transformers is absent
+    """Records a training run's candidate, checkpoints, failures and hand-off in `ledger`.
+
+    `kind` is dpo, grpo or rlvr; `run_id` names the run in every idempotency key (a
+    restarted run is a new attempt, so its re-saved checkpoints are new records);
+    `candidate_id` defaults to `run_id`; `max_attempts` bounds `train`'s retries.
+    """
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        *,
+        kind: str,
+        run_id: str,
+        candidate_id: str | None = None,
+        max_attempts: int = 3,
+        code_folder: str | os.PathLike[str] | None = None,
+    ) -> None:
+        if kind not in CANDIDATE_KINDS:
+            raise InputError(f"unknown candidate kind {kind!r} (expected one of {', '.join(CANDIDATE_KINDS)})")
+        if not isinstance(run_id, str) or not run_id.strip():
+            raise InputError(f"run_id must be a non-empty string, not {run_id!r}")
+        if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1:
+            raise InputError(f"max_attempts must be a positive integer, not {max_attempts!r}")
+        self.ledger = ledger
+        self.kind = kind
+        self.run_id = run_id
+        self.candidate_id = candidate_id if candidate_id is not None else run_id
+        self.max_attempts = max_attempts
+        self.code_folder = code_folder
+        self.attempt = 0  # this run's attempt, counted in the ledger (main process)
+        self.card: JSON | None = None  # the provenance card recorded at registration (main process)
+        self.resumed: list[ResumePoint] = []  # each failure's plan and where training went on from (every rank)
+        self._trainer: Trainer | None = None
+        self._registered: JSON | None = None  # what the candidate was registered against (main process)
+        self._recorder: TrustedStateRecorder | None = None
+        self._deferred: BaseException | None = None  # a record failure kept for the next collective boundary
+        self._stages = StageTracker()
+        self._began = False
+        self._hook_failed = False
+
+    # --- stages ------------------------------------------------------------------
+
+    def reward_function(self, fn: F) -> F:
+        """Wrap a GRPO reward function: its failures are `reward` stage failures (its name is kept)."""
+        return self._stages.wrap("reward", fn)
+
+    def generation_hook(self, trainer: Trainer) -> None:
+        """Make failures in TRL's generation step (`_generate` of GRPO/RLOO trainers) `sampling` failures."""
+        generate = getattr(trainer, "_generate", None)
+        if not callable(generate):
+            raise InputError(f"{type(trainer).__name__} has no generation step (_generate) to watch")
+        setattr(trainer, "_generate", self._stages.wrap("sampling", generate))  # noqa: B010 - TRL's own attribute
+
+    # --- collective steps -----------------------------------------------------------
+
+    def _collective(self, is_main: bool, step: Callable[[], Any]) -> Any:
+        """`on_main`, remembering that a failure came from this callback, not from training."""
+        try:
+            return on_main(is_main, step)
+        except BaseException:
+            self._hook_failed = True
+            raise
+
+    def _drain(self) -> None:
+        """Wait for queued records; keep a failure for the next collective boundary."""
+        if self._recorder is not None:
+            try:
+                self._recorder.wait()
+            except Exception as e:
+                self._deferred = self._deferred or e
+
+    def _raise_deferred(self) -> None:
+        error, self._deferred = self._deferred, None
+        if error is not None:
+            raise error
+
+    # --- TrainerCallback events -----------------------------------------------------------
+
+    def on_train_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        self._began = True
+        self._collective(state.is_world_process_zero, lambda: self._begin(args, kwargs))
+
+    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        if control.should_save and state.is_world_process_zero:
+            self._drain()  # before the save rotates old checkpoints away under a record still hashing
+
+    def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        barrier()  # every rank calls on_save once its own files are written
+        self._collective(state.is_world_process_zero, lambda: self._record_checkpoint(args, state.global_step))
+
+    def on_train_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        def finish_records() -> None:
+            self._drain()
+            self._raise_deferred()
+
+        self._collective(state.is_world_process_zero, finish_records)
+
+    # --- what the main process does ----------------------------------------------------
+
+    def _begin(self, args: TrainingArguments, objects: JSON) -> None:
+        if self._registered is None:
+            self._register(args, objects)
+        self.attempt = self._next_attempt()
+        log.info("training_attempt_started", candidate_id=self.candidate_id, run_id=self.run_id, attempt=self.attempt)
+
+    def _register(self, args: TrainingArguments, objects: JSON) -> None:
+        trainer = self._trainer
+        dataset = (
+            trainer.train_dataset if trainer is not None else getattr(objects.get("train_dataloader"), "dataset", None)
+        )
+        self.card = provenance_card(
+            dataset=dataset,
+            model=objects.get("model"),
+            tokenizer=objects.get("processing_class"),
+            arguments=args,
+            trainer_class=None if trainer is None else type(trainer),
+            code_folder=self.code_folder,
+        )
+        settings = self.ledger.settings()
+        source = settings.active_policy_version
+        existing = self._existing()
+        if existing is not None:  # a restarted run goes on with its candidate
+            if existing.kind != self.kind:
+                raise InputError(
+                    f"candidate {self.candidate_id!r} exists as a {existing.kind} candidate, not {self.kind}"
+                )
+            source = existing.candidate.get("source_policy_version", source)
+        elif source is None:
+            raise InputError("no active baseline: activate the SFT baseline's manifest before training a candidate")
+        else:
+            self.ledger.register(
+                self.candidate_id, kind=self.kind, source_policy_version=source, provenance=self.card,
+                event_id=f"{self.run_id}/register",
+            )  # fmt: skip
+        self._registered = {"source_policy_version": source, "active_window": settings.active_window}
+        if self.ledger.location is None:
+            raise InputError("LedgerCallback needs a ledger opened by path or URL (Ledger.open): its records are "
+                             "made on a thread of its own, which opens the same ledger")  # fmt: skip
+        self._recorder = TrustedStateRecorder(
+            self.ledger.location, actor=self.ledger.actor, artifact_root=self.ledger.artifact_root
+        )
+
+    def _existing(self) -> CandidateState | None:
+        try:
+            return self.ledger.candidate(self.candidate_id)
+        except NotFoundError:
+            return None
+
+    def _next_attempt(self) -> int:
+        """One more than the highest attempt any key of this run names (a restarted process counts on)."""
+        pattern = re.compile(re.escape(self.run_id) + r"/attempt-(\d+)/")
+        used = (pattern.match(e.event_id or "") for e in self.ledger.events(stream=self.candidate_id))
+        return max((int(m.group(1)) for m in used if m), default=0) + 1
+
+    def _key(self, what: str) -> str:
+        return f"{self.run_id}/attempt-{self.attempt}/{what}"
+
+    def _record_checkpoint(self, args: TrainingArguments, step: int) -> None:
+        self._raise_deferred()
+        folder = os.path.abspath(os.path.join(_output_dir(args), f"checkpoint-{step}"))
+        if not os.path.isdir(folder):
+            raise InputError(f"the trainer saved step {step} but there is no checkpoint folder {folder}")
+        assert self._recorder is not None  # registered at train begin
+        self._recorder.submit(
+            PendingRecord(self.candidate_id, "pre_update_checkpoint", folder, self._key(f"step-{step}/checkpoint"))
+        )
+
+    def _recover(self, error: BaseException, final: bool) -> ResumePoint:
+        """Record the failure and its plan; complete the recovery unless training stops here."""
+        self._drain()
+        self._raise_deferred()
+        stage = self._stages.failed or "update"
+        failed = self.ledger.fail_stage(self.candidate_id, stage, event_id=self._key(f"fail/{stage}"))
+        point = resume_point(failed.plan, self.ledger.settings())
+        log.warning(
+            "training_failed",
+            candidate_id=self.candidate_id,
+            attempt=self.attempt,
+            stage=stage,
+            error=repr(error),
+            plan=str(failed.plan.action),
+            trainer_action=str(point.action),
+            why=point.why,
+        )
+        if point.action is not TrainerAction.STOP and not final:
+            resumed_from = point.checkpoint or point.baseline_adapter
+            self.ledger.complete_recovery(self.candidate_id, resumed_from=resumed_from, event_id=self._key("recovered"))
+        return point
+
+    # --- the two calls a training script makes -------------------------------------------
+
+    def train(self, trainer: Trainer, **train_kwargs: Any) -> Any:
+        """`trainer.train(**train_kwargs)`, recovering from failures as the ledger plans, up to `max_attempts`.
+
+        A run restarted while its candidate is still recovering first follows the plan left in the ledger.
+        """
+        self._trainer = trainer
+        is_main = trainer.is_world_process_zero()
+        resume = train_kwargs.pop("resume_from_checkpoint", None)
+        left: ResumePoint | None = self._collective(is_main, self._left_by_earlier_run)
+        if left is not None:
+            resume = self._follow(trainer, left, None, resume)
+        for attempt in range(1, self.max_attempts + 1):
+            self._stages.failed, self._began, self._hook_failed = None, False, False
+            try:
+                return trainer.train(resume_from_checkpoint=resume, **train_kwargs)
+            except (KeyboardInterrupt, SystemExit):
+                if is_main:
+                    self._drain()  # the checkpoints saved before the interrupt are still recorded
+                raise
+            except Exception as error:
+                if self._hook_failed or not self._began or isinstance(error, LifecycleError | MainProcessError):
+                    raise  # the ledger refused, or training never started: not a training stage failure
+                final = attempt == self.max_attempts
+                point: ResumePoint = self._collective(is_main, functools.partial(self._recover, error, final))
+                if final and point.action is not TrainerAction.STOP:
+                    raise TrainingStopped(f"training failed {attempt} times; the last plan was {point.plan.action}",
+                                          point) from error  # fmt: skip
+                resume = self._follow(trainer, point, error, resume)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _follow(self, trainer: Trainer, point: ResumePoint, error: BaseException | None, resume: Any) -> Any:
+        """Act on a resume point (every rank); the checkpoint to resume from next."""
+        self.resumed.append(point)
+        if point.action is TrainerAction.STOP:
+            raise TrainingStopped(f"training stopped: {point.why}", point) from error
+        if point.action is TrainerAction.RESTART_FROM_BASELINE:
+            assert point.baseline_adapter is not None
+            load_baseline_adapter(trainer, point.baseline_adapter)
+        return point.checkpoint
+
+    def _left_by_earlier_run(self) -> ResumePoint | None:
+        """The plan an earlier process left unfinished (its candidate still recovering), completed now."""
+        current = self._existing()
+        plan = None if current is None else self.ledger.recovery_plan(self.candidate_id)
+        if current is None or current.state is not State.RECOVERING or plan is None:
+            return None
+        point = resume_point(plan, self.ledger.settings())
+        if point.action is not TrainerAction.STOP:
+            key = f"{self.run_id}/plan-{plan.seq}/recovered"
+            resumed_from = point.checkpoint or point.baseline_adapter
+            self.ledger.complete_recovery(self.candidate_id, resumed_from=resumed_from, event_id=key)
+        return point
+
+    def finish(self, trainer: Trainer, decision: str = "accept", **manifest_fields: Any) -> CandidateResult:
+        """Save the adapter, write its manifest, complete the candidate, check it and hand it off.
+
+        The adapter goes to `<output_dir>/candidate-adapter`, the manifest beside it; keyword
+        fields (`evaluation_version`, `verifier_version`, `source_evidence_version`, ...) override
+        the defaults. Returns the hand-off's result, or the check's when the check rejected it.
+        """
+        adapter = os.path.abspath(os.path.join(_output_dir(trainer.args), ADAPTER_FOLDER))
+        trainer.save_model(adapter)  # every rank: the Trainer writes from the main process
+        barrier()
+        is_main = trainer.is_world_process_zero()
+        result: CandidateResult = self._collective(is_main, lambda: self._hand_off(adapter, decision, manifest_fields))
+        return result
+
+    def _manifest_defaults(self) -> JSON:
+        assert self._registered is not None
+        defaults: JSON = {"evaluation_version": self.ledger.settings().evaluation_version}
+        if self.kind == "dpo":
+            fingerprint = (self.card or {}).get("dataset", {}).get("fingerprint")
+            defaults["source_evidence_version"] = None if fingerprint is None else f"datasets:{fingerprint}"
+        else:
+            defaults["evidence_window_index"] = self._registered["active_window"]
+        return defaults
+
+    def _hand_off(self, adapter: str, decision: str, fields: JSON) -> CandidateResult:
+        if self._recorder is not None:
+            self._recorder.close()
+        if self._registered is None:
+            raise InputError("finish() before training: cb.train(trainer) registers the candidate first")
+        root = self.ledger.artifact_root
+        manifest_path = os.path.join(os.path.dirname(adapter), MANIFEST_FILE)
+        chosen = self._manifest_defaults() | fields
+        if not chosen.get("evaluation_version"):
+            raise InputError("finish() needs evaluation_version: the ledger has no active evaluation version")
+        manifest = candidate_manifest(
+            candidate_id=self.candidate_id, kind=self.kind,
+            source_policy_version=self._registered["source_policy_version"],
+            adapter_path=os.path.relpath(adapter, root or os.path.dirname(manifest_path)),
+            adapter_sha256=hash_directory(adapter, root), decision=decision, **chosen,
+        )  # fmt: skip
+        write_manifest(manifest_path, manifest)
+        cid = self.candidate_id
+        self.ledger.receive(manifest_path, candidate_id=cid, event_id=f"{self.run_id}/receive")
+        checked = self.ledger.check(cid, event_id=f"{self.run_id}/check")
+        if checked.state is not State.VERIFIED:
+            return checked
+        return self.ledger.hand_off(cid, event_id=f"{self.run_id}/handoff")
+
+
+def _output_dir(args: TrainingArguments) -> str:
+    if not args.output_dir:
+        raise InputError("the trainer's arguments name no output_dir: checkpoints and the adapter are written there")
+    return str(args.output_dir)

@@ -1,0 +1,64 @@
+"""The decision rules' declared version stays honest: a digest of what they decide, recomputed here."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from typing import Any
+
+import orjson
+
+from lifecycle_fsm.rules import (
+    CANDIDATE_KINDS,
+    RECOVERY_STATES_BY_STAGE,
+    RULES,
+    UPSTREAM_DECISIONS,
+    check_candidate_freshness,
+    choose_recovery_action,
+    decide_lifecycle_handoff,
+)
+
+ACTIVE = "a" * 64
+
+
+def behaviour() -> list[Any]:
+    """What the three rules decide over a fixed grid of inputs, valid and not."""
+    out: list[Any] = []
+    for kind, source, version, evaluation, preference, verifier, age in itertools.product(
+        (*CANDIDATE_KINDS, "ppo", None),
+        (ACTIVE, "b" * 64, None),
+        ("v1", " ", None, 3),
+        ("e1", "", None),
+        ("p1", None),
+        ("m1", None),
+        (-1, 0, 2, 3, None, True),
+    ):
+        candidate = {
+            "candidate_kind": kind,
+            "source_policy_version": source,
+            "policy_version": version,
+            "evaluation_version": evaluation,
+            "preference_evidence_version": preference,
+            "verifier_version": verifier,
+            "window_age": age,
+        }
+        out.append(check_candidate_freshness(candidate, ACTIVE, 2))
+    for stage, kinds in RECOVERY_STATES_BY_STAGE.items():
+        for present in itertools.product((True, False), repeat=len(kinds)):
+            out.append(choose_recovery_action({"stage": stage, "available": dict(zip(kinds, present, strict=True))}))
+    for upstream, fresh, rollback, artifact in itertools.product(
+        (*UPSTREAM_DECISIONS, "maybe", None), (True, False), (True, False), (True, False)
+    ):
+        freshness = {"fresh": fresh, "failed_checks": [] if fresh else ["source_policy"]}
+        out.append(
+            decide_lifecycle_handoff(upstream, freshness, {"rollback_ready": rollback, "artifact_verified": artifact})
+        )
+    return out
+
+
+def test_the_declared_rules_version_matches_what_the_rules_decide() -> None:
+    digest = hashlib.sha256(orjson.dumps(behaviour(), option=orjson.OPT_SORT_KEYS)).hexdigest()
+    assert RULES["digest"] == digest, (
+        "the decision rules decide differently now: bump RULES['version'] in lifecycle_fsm/rules.py and set "
+        f"RULES['digest'] to {digest!r} (decisions recorded under the old rules will be flagged)"
+    )

@@ -1,0 +1,118 @@
+"""DPO with LedgerCallback on a real (tiny) model: fault -> plan -> resume -> hand-off, and every other plan."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from lifecycle_fsm import RecoveryAction, State
+from lifecycle_fsm.artifacts import hash_directory
+from trainer.support import Tiny, baseline_ledger, dpo_trainer, events_of, fail_at, require_training_stack
+
+require_training_stack()
+from lifecycle_fsm.integrations.transformers import LedgerCallback, TrainingStopped  # noqa: E402
+
+
+def _recorded(ledger: object, cid: str) -> list[tuple[str, str, str]]:
+    """(event id, path, sha256) of each trusted state recorded, in order."""
+    return [(e.event_id, e.event.path, e.event.sha256) for e in events_of(ledger, cid, "TrustedStateRecorded")]
+
+
+def test_a_fault_is_planned_resumed_and_the_candidate_handed_off(tiny: Tiny, tmp_path: Path) -> None:
+    ledger = baseline_ledger(tmp_path, tiny.sft)
+    cb = LedgerCallback(ledger, kind="dpo", run_id="dpo-1")
+    trainer = dpo_trainer(tiny, tmp_path / "out", [fail_at(3), cb])
+    assert cb.train(trainer).global_step == 4
+    result = cb.finish(trainer, decision="accept")
+    assert result.state is State.READY, result.candidate.reason_codes
+
+    out = tmp_path / "out"
+    assert _recorded(ledger, "dpo-1") == [
+        ("dpo-1/attempt-1/step-2/checkpoint", str(out / "checkpoint-2"), hash_directory(out / "checkpoint-2")),
+        ("dpo-1/attempt-2/step-4/checkpoint", str(out / "checkpoint-4"), hash_directory(out / "checkpoint-4")),
+    ]
+    (planned,) = events_of(ledger, "dpo-1", "RecoveryPlanned")
+    assert (planned.event.stage, planned.event.action) == ("update", RecoveryAction.RESTORE_PRE_UPDATE_CHECKPOINT)
+    assert planned.event.trusted_states["pre_update_checkpoint"]["path"] == str(out / "checkpoint-2")
+    adapter = result.candidate.candidate
+    assert adapter["adapter_sha256"] == hash_directory(out / "candidate-adapter")
+    assert adapter["source_policy_version"] == hash_directory(tiny.sft)
+    card = result.candidate.provenance  # recorded at registration, nothing written by hand
+    assert card is not None and card == cb.card
+    assert card["trainer"]["class"] == "trl.trainer.dpo_trainer.DPOTrainer"
+    assert card["base_model"]["name"] == str(tiny.base) and card["dataset"]["fingerprint"]
+
+
+def test_a_restarted_run_records_its_re_saved_checkpoint_anew(tiny: Tiny, tmp_path: Path) -> None:
+    """A killed run restarted under the same run id re-saves checkpoint-2 with other bytes: a new record
+    (the next attempt's key), which the ledger now trusts; never the old hash kept as a silent duplicate."""
+    ledger = baseline_ledger(tmp_path, tiny.sft)
+    first = LedgerCallback(ledger, kind="dpo", run_id="dpo-2")
+    with pytest.raises(KeyboardInterrupt):  # not a training failure: nothing recorded, as a killed process
+        first.train(dpo_trainer(tiny, tmp_path / "out", [_interrupt_at(3), first]))
+    again = LedgerCallback(ledger, kind="dpo", run_id="dpo-2")
+    again.train(dpo_trainer(tiny, tmp_path / "out", [again], learning_rate=1e-3))
+
+    checkpoint = str(tmp_path / "out" / "checkpoint-2")
+    records = [(key, sha) for key, path, sha in _recorded(ledger, "dpo-2") if path == checkpoint]
+    assert [key for key, _ in records] == ["dpo-2/attempt-1/step-2/checkpoint", "dpo-2/attempt-2/step-2/checkpoint"]
+    assert records[0][1] != records[1][1] == hash_directory(checkpoint)
+
+
+def _interrupt_at(step: int) -> object:
+    from transformers import TrainerCallback
+
+    class Interrupt(TrainerCallback):  # type: ignore[misc]
+        def on_step_end(self, args: object, state: object, control: object, **kwargs: object) -> None:
+            if state.global_step == step:  # type: ignore[attr-defined]
+                raise KeyboardInterrupt
+
+    return Interrupt()
+
+
+def test_a_fault_before_any_checkpoint_restarts_from_the_sft_adapter(tiny: Tiny, tmp_path: Path) -> None:
+    ledger = baseline_ledger(tmp_path, tiny.sft)
+    cb = LedgerCallback(ledger, kind="dpo", run_id="dpo-3")
+    trainer = dpo_trainer(tiny, tmp_path / "out", [fail_at(1), cb])
+    assert cb.train(trainer).global_step == 4
+    (planned,) = events_of(ledger, "dpo-3", "RecoveryPlanned")
+    assert planned.event.action == RecoveryAction.ROLLBACK_TO_VERIFIED_BASELINE
+    assert [key for key, _, _ in _recorded(ledger, "dpo-3")] == [
+        "dpo-3/attempt-2/step-2/checkpoint",
+        "dpo-3/attempt-2/step-4/checkpoint",
+    ]
+
+
+def test_a_blocking_plan_stops_training_and_rejects(tiny: Tiny, tmp_path: Path) -> None:
+    """No checkpoint yet and the baseline's bytes changed: block_update, the candidate is rejected."""
+    sft = Path(shutil.copytree(tiny.sft, tmp_path / "sft"))
+    ledger = baseline_ledger(tmp_path, sft)
+    cb = LedgerCallback(ledger, kind="dpo", run_id="dpo-4")
+    trainer = dpo_trainer(tiny, tmp_path / "out", [fail_at(1), cb], sft=sft)
+    (sft / "adapter_config.json").write_text("{}")
+    with pytest.raises(TrainingStopped, match="block_update") as stopped:
+        cb.train(trainer)
+    assert isinstance(stopped.value.__cause__, RuntimeError)
+    assert ledger.candidate("dpo-4").state is State.REJECT
+
+
+def test_attempts_are_bounded_and_a_restart_follows_the_plan_left(tiny: Tiny, tmp_path: Path) -> None:
+    """Failing every time: each failure is recorded and the last plan is left in the ledger; the run
+    restarted under the same run id follows it before training."""
+    ledger = baseline_ledger(tmp_path, tiny.sft)
+    cb = LedgerCallback(ledger, kind="dpo", run_id="dpo-5", max_attempts=2)
+    with pytest.raises(TrainingStopped, match="failed 2 times"):
+        cb.train(dpo_trainer(tiny, tmp_path / "out", [fail_at(3, always=True), cb]))
+    assert len(events_of(ledger, "dpo-5", "StageFailed")) == 2
+    assert len(events_of(ledger, "dpo-5", "RecoveryCompleted")) == 1
+    assert ledger.candidate("dpo-5").state is State.RECOVERING
+
+    again = LedgerCallback(ledger, kind="dpo", run_id="dpo-5")
+    trainer = dpo_trainer(tiny, tmp_path / "out", [again])
+    assert again.train(trainer).global_step == 4
+    (left,) = again.resumed
+    assert (left.plan.action, left.checkpoint) == (RecoveryAction.RESTORE_PRE_UPDATE_CHECKPOINT,
+                                                   str(tmp_path / "out" / "checkpoint-2"))  # fmt: skip
+    assert again.finish(trainer, decision="accept").state is State.READY

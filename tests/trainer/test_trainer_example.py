@@ -1,0 +1,26 @@
+"""`examples/trl_dpo.py WORKDIR` runs as a user runs it: a fault, a resume, a hand-off, exit 0."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import REPO
+from trainer.support import require_training_stack
+
+require_training_stack()
+
+
+def test_the_dpo_example_hands_its_candidate_off(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "trl_dpo.py"), str(tmp_path / "work")],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    lines = done.stdout.splitlines()
+    assert lines[-1] == "candidate dpo-example-1: ready"
+    checkpoint = tmp_path / "work" / "run" / "checkpoint-2"
+    plan = f"recovery plan: restore_pre_update_checkpoint from {checkpoint}; the trainer: resume_from_plan_checkpoint"
+    assert plan in lines
+    assert any("StageFailed" in line for line in lines)
