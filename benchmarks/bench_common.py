@@ -1,356 +1,366 @@
-"""Shared pieces of the benchmarks: timing rounds, result rows, realistic events, ledger building.
+"""What every suite shares: result rows, interleaved rounds, clocks, a workspace, peers.
 
-Figures are ratios measured in the same run: every contender runs once per round, the
-order rotates between rounds, and we report the median of the per-round figures and
-their spread (min..max). Nothing here is a timed assertion.
+Every figure is a ratio against a baseline doing the same work in the same run. Each
+round runs every contender once, in an order that rotates from round to round; the
+first round is a warm-up and is thrown away. A row reports the median of the
+per-round ratios and their spread [min..max].
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import hashlib
-import importlib.metadata
+import json
 import os
-import platform
+import shutil
 import sqlite3
 import statistics
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
-from lifecycle_fsm.events import (
-    LEDGER_STREAM,
-    BaselineActivated,
-    CandidateReceived,
-    ChecksRecorded,
-    Event,
-    EvidenceInvalidated,
-    HandoffDecided,
-    LedgerInitialized,
-    RecoveryCompleted,
-    RecoveryPlanned,
-    StageFailed,
-    TrustedStateInvalidated,
-    TrustedStateRecorded,
-    WindowAdvanced,
-    stream_of,
-)
-from lifecycle_fsm.store.records import NewEvent
-from lifecycle_fsm.store.sqlite import SQLiteEventStore
+import orjson
 
-clock = time.perf_counter
+from lifecycle_fsm import Ledger, hash_directory
+
 ACTOR = "trainer@gpu-node-07:41237"
-
-
-# --- results ---------------------------------------------------------------------------------
+KIND = "prompt_queue"
+cpu = time.process_time  # this process's CPU (user + system): the host's flush waits are not in it
 
 
 @dataclass
 class Row:
-    """One line of the results table; `met` is None for figures without a target."""
+    """One line of the table. `target` is (operator, value) or None for a row given for information."""
 
-    section: str
-    name: str
-    target: str
-    measured: str
-    ratio: float | None = None
-    met: bool | None = None
-    detail: dict[str, Any] = field(default_factory=dict)
+    id: str
+    what: str
+    clock: str
+    ratios: list[float] = field(default_factory=list)
+    target: tuple[str, float] | None = None
+    figures: str = ""
+    ok: bool | None = None  # for rows without a ratio (lost events): the check's outcome
 
+    @property
+    def ratio(self) -> float | None:
+        return statistics.median(self.ratios) if self.ratios else None
 
-def median(values: Iterable[float]) -> float:
-    return float(statistics.median(list(values)))
+    @property
+    def met(self) -> bool | None:
+        if self.ok is not None or self.target is None or self.ratio is None:
+            return self.ok
+        op, value = self.target
+        return self.ratio <= value if op == "<=" else self.ratio >= value
 
+    def cells(self) -> list[str]:
+        ratio = "-" if self.ratio is None else f"{self.ratio:.2f} [{min(self.ratios):.2f}..{max(self.ratios):.2f}]"
+        target = "-" if self.target is None else f"{self.target[0]} {self.target[1]:g}x"
+        met = {None: "-", True: "yes", False: "NO"}[self.met]
+        return [self.id, self.what, self.clock, ratio, target, met, self.figures]
 
-def spread(values: Iterable[float]) -> tuple[float, float]:
-    vals = list(values)
-    return (min(vals), max(vals))
-
-
-def summary(values: list[float], scale: float = 1.0, digits: int = 3) -> dict[str, Any]:
-    """Median, min, max and every round's value (scaled), for the JSON report."""
-    scaled = [v * scale for v in values]
-    return {
-        "median": round(median(scaled), digits),
-        "min": round(min(scaled), digits),
-        "max": round(max(scaled), digits),
-        "rounds": [round(v, digits) for v in scaled],
-    }
-
-
-def fmt_spread(values: list[float], digits: int = 2) -> str:
-    lo, hi = spread(values)
-    return f"{median(values):.{digits}f} [{lo:.{digits}f}..{hi:.{digits}f}]"
-
-
-def interleaved(contenders: dict[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
-    """Run every contender once per round, rotating the order; each returns its own figure."""
-    names = list(contenders)
-    results: dict[str, list[float]] = {name: [] for name in names}
-    for r in range(rounds):
-        k = r % len(names)
-        for name in names[k:] + names[:k]:
-            results[name].append(contenders[name]())
-    return results
-
-
-def per_round_ratio(num: list[float], den: list[float]) -> list[float]:
-    return [a / b for a, b in zip(num, den, strict=True)]
-
-
-def machine_line(workdir: Path) -> dict[str, Any]:
-    """Where the figures come from: platform, Python, SQLite, cores, file system."""
-    try:
-        es_version: str | None = importlib.metadata.version("eventsourcing")
-    except importlib.metadata.PackageNotFoundError:
-        es_version = None
-    return {
-        "platform": platform.platform(),
-        "python": sys.version.split()[0],
-        "implementation": platform.python_implementation(),
-        "sqlite": sqlite3.sqlite_version,
-        "cpu_count": os.cpu_count(),
-        "filesystem": _filesystem(workdir),
-        "eventsourcing": es_version,
-        "loadavg_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-    }
-
-
-def _filesystem(path: Path) -> str | None:
-    """The mount (device, type) holding `path`, from /proc/mounts when there is one."""
-    try:
-        mounts = Path("/proc/mounts").read_text().splitlines()
-    except OSError:
-        return None
-    best: tuple[str, str, str] | None = None
-    target = str(path.resolve())
-    for line in mounts:
-        parts = line.split()
-        inside = len(parts) >= 3 and (target == parts[1] or target.startswith(parts[1].rstrip("/") + "/"))
-        if inside and (best is None or len(parts[1]) > len(best[1])):
-            best = (parts[0], parts[1], parts[2])
-    return None if best is None else f"{best[2]} on {best[1]} ({best[0]})"
-
-
-def remove_db(path: Path) -> None:
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{path}{suffix}").unlink(missing_ok=True)
-
-
-# --- realistic events ----------------------------------------------------------------------
-
-
-def sha_of(*parts: object) -> str:
-    return hashlib.sha256(":".join(map(str, parts)).encode()).hexdigest()
-
-
-class Clock:
-    """Deterministic event timestamps, 1 ms apart (the store never reads them)."""
-
-    def __init__(self) -> None:
-        self._t = dt.datetime(2025, 6, 1, tzinfo=dt.UTC)
-        self._step = dt.timedelta(milliseconds=1)
-
-    def __call__(self) -> str:
-        self._t += self._step
-        return self._t.isoformat(timespec="microseconds").replace("+00:00", "Z")
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "what": self.what,
+            "clock": self.clock,
+            "ratio": self.ratio,
+            "ratios": self.ratios,
+            "target": None if self.target is None else f"{self.target[0]} {self.target[1]:g}",
+            "met": self.met,
+            "figures": self.figures,
+        }
 
 
 @dataclass
-class _Candidate:
-    cid: str
-    version: int = 0
-    step: int = -1  # -1: not yet received
-    revision: int = 0
+class Settings:
+    rounds: int
+    warmup: int
+    scale: float  # 1.0 for a full run; --quick and --smoke shrink every suite's work by it
+    workdir: Path
+    pg_url: str
+    ws: Workspace
 
 
-# Each candidate cycles through these legal moves after its CandidateReceived (rev 0):
-# trusted states recorded, a failed reward stage and its recovery, a passing check, a
-# `tune` hand-off and revision, another check, `ready`, then a window change invalidates
-# the evidence and the cycle starts again. (state after each step)
-CYCLE = (
-    ("trusted:prompt_queue", "received"),
-    ("trusted:trajectories", "received"),
-    ("stage_failed", "received"),
-    ("recovery_planned", "recovering"),
-    ("recovery_completed", "received"),
-    ("trusted:pre_update_checkpoint", "received"),
-    ("checks", "verified"),
-    ("handoff:tune", "tune"),
-    ("revise", "received"),
-    ("untrust:trajectories", "received"),
-    ("checks", "verified"),
-    ("handoff:ready_for_evaluation", "ready"),
-    ("invalidated", "received"),
-)
+def interleaved(contenders: dict[str, Callable[[], float]], settings: Settings) -> dict[str, list[float]]:
+    """Each contender once per round, the order rotating; the warm-up rounds' figures are dropped."""
+    names = list(contenders)
+    out: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(settings.warmup + settings.rounds):
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
+            value = contenders[name]()
+            if r >= settings.warmup:
+                out[name].append(value)
+    return out
 
 
-class Streams:
-    """Realistic candidate streams built from the real event classes' `to_payload()`."""
-
-    def __init__(self, root: str = "/data/lifecycle", sft: str | None = None) -> None:
-        self.root = root
-        self.sft = sft or sha_of("sft-adapter")
-        self.window = 1
-        self.ledger_version = 0
-        self.candidates: dict[str, _Candidate] = {}
-        self.clock = Clock()
-
-    def _new(self, stream_id: str, event: Event) -> NewEvent:
-        return NewEvent(
-            stream_id, event.TYPE, event.SCHEMA_VERSION, event.to_payload(), uuid.uuid4().hex, self.clock(), ACTOR
-        )
-
-    def ledger_events(self) -> tuple[int, list[NewEvent]]:
-        """Events for the ledger stream: init + baseline first, then one window advance per call."""
-        expected = self.ledger_version
-        if expected == 0:
-            events: list[Event] = [
-                LedgerInitialized(2, 1),
-                BaselineActivated(
-                    policy_version=self.sft, previous_policy_version=None,
-                    manifest_path=f"{self.root}/sft/manifest.json", manifest_sha256=sha_of("sft-manifest"),
-                    adapter_path=f"{self.root}/sft/adapter", adapter_sha256=self.sft, adapter_actual_sha256=self.sft,
-                    adapter_error=None,
-                ),
-            ]  # fmt: skip
-        else:
-            events = [WindowAdvanced(self.window + 1, self.window)]
-            self.window += 1
-        self.ledger_version += len(events)
-        return expected, [self._new(LEDGER_STREAM, e) for e in events]
-
-    def candidate_fields(self, cid: str, revision: int) -> dict[str, Any]:
-        base = f"{self.root}/candidates/{cid}/r{revision}"
-        return {
-            "candidate_kind": "grpo", "semantic_id": "PT-GRPO-GROUPWISE", "source_policy_version": self.sft,
-            "policy_version": f"{cid}-r{revision}", "evaluation_version": "eval-v1",
-            "preference_evidence_version": None, "verifier_version": "math-v1", "evidence_window_index": self.window,
-            "decision": "accept", "adapter_path": "adapter", "adapter_resolved_path": f"{base}/adapter",
-            "adapter_sha256": sha_of(cid, revision, "adapter"),
-        }  # fmt: skip
-
-    def _artifact(self, cid: str, revision: int) -> dict[str, Any]:
-        sha = sha_of(cid, revision, "adapter")
-        path = f"{self.root}/candidates/{cid}/r{revision}/adapter"
-        return {"path": path, "expected": sha, "actual": sha, "verified": True, "error": None}
-
-    def _evidence(self, cid: str, revision: int) -> dict[str, Any]:
-        return {
-            "freshness": {"fresh": True, "failed_checks": []},
-            "artifact": self._artifact(cid, revision),
-            "rollback": {"path": f"{self.root}/sft/adapter", "expected": self.sft, "actual": self.sft,
-                         "verified": True, "error": None},
-            "settings": {"active_policy_version": self.sft, "active_window": self.window, "max_window_age": 2,
-                         "evaluation_version": None, "window_age": 0, "ledger_version": self.ledger_version},
-        }  # fmt: skip
-
-    def trusted_path(self, cid: str, kind: str, revision: int) -> str:
-        return f"{self.root}/runs/{cid}/r{revision}/{kind}"
-
-    def _event(self, c: _Candidate, move: str) -> Event:
-        cid, rev = c.cid, c.revision
-        name, _, arg = move.partition(":")
-        if name == "trusted":
-            return TrustedStateRecorded(arg, self.trusted_path(cid, arg, rev), sha_of(cid, rev, arg))
-        if name == "untrust":
-            return TrustedStateInvalidated(arg, "superseded by a newer trusted state")
-        if name == "stage_failed":
-            return StageFailed("reward")
-        if name == "recovery_planned":
-            path = self.trusted_path(cid, "trajectories", rev)
-            sha = sha_of(cid, rev, "trajectories")
-            states = {"trajectories": {"available": True, "source": "recorded", "path": path, "expected": sha,
-                                       "actual": sha, "error": None}}  # fmt: skip
-            action = "resume_reward_from_saved_trajectories"
-            return RecoveryPlanned("reward", "trajectories", True, action, False, states)
-        if name == "recovery_completed":
-            return RecoveryCompleted("reward", "resume_reward_from_saved_trajectories")
-        if name == "checks":
-            return ChecksRecorded(passed=True, reason_codes=[], **self._evidence(cid, rev))
-        if name == "handoff":
-            return HandoffDecided(
-                handoff_status=arg, upstream_decision="accept", hard_failures=[], reason_codes=[],
-                **self._evidence(cid, rev),
-            )  # fmt: skip
-        if name == "revise":
-            c.revision += 1
-            return self._received(cid, c.revision)
-        if name == "invalidated":
-            return EvidenceInvalidated("window", self.window - 1, self.window)
-        raise AssertionError(move)
-
-    def _received(self, cid: str, revision: int) -> CandidateReceived:
-        manifest = f"{self.root}/candidates/{cid}/r{revision}/manifest.json"
-        return CandidateReceived(cid, revision, manifest, sha_of(cid, revision, "manifest"),
-                                 self.candidate_fields(cid, revision))  # fmt: skip
-
-    def take(self, cid: str, k: int) -> tuple[int, list[NewEvent], str]:
-        """The next `k` legal events of one candidate: (expected version, events, state after)."""
-        c = self.candidates.get(cid)
-        if c is None:
-            c = self.candidates[cid] = _Candidate(cid)
-        expected = c.version
-        stream = stream_of(cid)
-        events: list[NewEvent] = []
-        state = "received"
-        for _ in range(k):
-            if c.step < 0:
-                event: Event = self._received(cid, 0)
-                c.step = 0
-            else:
-                move, state = CYCLE[c.step]
-                event = self._event(c, move)
-                c.step = (c.step + 1) % len(CYCLE)
-            events.append(self._new(stream, event))
-        c.version += k
-        return expected, events, state
+def per_round(num: Sequence[float], den: Sequence[float]) -> list[float]:
+    return [a / b for a, b in zip(num, den, strict=True)]
 
 
-def extend_ledger(
-    store: SQLiteEventStore,
-    streams: Streams,
-    candidate_ids: list[str],
-    add: int,
-    *,
-    per_append: int = 5,
-    per_tx: int = 5000,
-    start: int = 0,
-) -> int:
-    """Append `add` events: round-robin over candidates, `per_append` events per stream and
-    about `per_tx` per transaction, with one ledger-stream event per transaction.
-    Returns the next round-robin position."""
-    done = 0
-    i = start
-    while done < add:
-        with store.transaction() as tx:
-            in_tx = 0
-            if streams.ledger_version == 0 or add - done > per_tx:
-                expected, events = streams.ledger_events()
-                tx.append(LEDGER_STREAM, expected, events)
-                in_tx += len(events)
-            while in_tx < per_tx and done + in_tx < add:
-                cid = candidate_ids[i % len(candidate_ids)]
-                i += 1
-                k = min(per_append, add - done - in_tx)
-                expected, events, state = streams.take(cid, k)
-                tx.append(stream_of(cid), expected, events, status=state, category="grpo")
-                in_tx += k
-        done += in_tx
-    return i
+def spread(values: Sequence[float], unit: str = "us", scale: float = 1e6) -> str:
+    """Absolute figures for a row's last column: median [min..max] unit."""
+    scaled = [v * scale for v in values]
+    return f"{statistics.median(scaled):,.0f} [{min(scaled):,.0f}..{max(scaled):,.0f}] {unit}"
 
 
-def payload_bytes(db: Path, limit: int = 20000) -> float:
-    """Mean stored payload length over the first `limit` events of a ledger file."""
-    conn = sqlite3.connect(db)
+def sized(n: int, settings: Settings, least: int = 2) -> int:
+    return max(least, round(n * settings.scale))
+
+
+def script(name: str) -> str:
+    """A console script installed beside this interpreter (else on PATH)."""
+    beside = Path(sys.executable).with_name(name)
+    found = str(beside) if beside.exists() else shutil.which(name)
+    if found is None:
+        raise RuntimeError(f"{name} is not installed beside {sys.executable} nor on PATH")
+    return found
+
+
+def not_measured(row_id: str, what: str, why: str, target: tuple[str, float] | None = None) -> Row:
+    return Row(row_id, what, "-", target=target, figures=f"not measured: {why}")
+
+
+# --- a workspace: an SFT baseline, candidate manifests, trusted-state files ---------------------
+
+
+def _adapter(folder: Path, fill: int) -> str:
+    """A small LoRA adapter folder as PEFT saves one; returns its digest as `lifecycle hash` gives it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "adapter_config.json").write_text(json.dumps({"r": 8, "lora_alpha": 16}))
+    (folder / "adapter_model.safetensors").write_bytes(bytes([fill % 251]) * 4096)
+    return hash_directory(str(folder))
+
+
+class Workspace:
+    """Files the commands read: a baseline, `count` candidate manifests, two trusted states each."""
+
+    def __init__(self, root: Path, count: int) -> None:
+        sft = _adapter(root / "sft" / "adapter", 0)
+        self.baseline = root / "sft" / "manifest.json"
+        baseline = {"semantic_id": "PT-SFT-DELIVERY", "artifacts": {"adapter": {"path": "adapter", "sha256": sft}}}
+        self.baseline.write_text(json.dumps(baseline))
+        self.manifests: list[Path] = []
+        self.trusted: list[dict[str, str]] = []
+        for i in range(count):
+            home = root / f"c{i:05d}"
+            manifest = {
+                "semantic_id": "PT-GRPO-GROUPWISE",
+                "source_policy_version": sft,
+                "policy_version": f"grpo-v7-c{i:05d}",
+                "evaluation_version": "eval-v1",
+                "trajectory_identity": {"verifier_version": "math-v1"},
+                "evidence_window_index": 1,
+                "decision": "accept",
+                "artifacts": {"adapter": {"path": "adapter", "sha256": _adapter(home / "adapter", i + 1)}},
+            }
+            (home / "manifest.json").write_text(json.dumps(manifest, indent=2))
+            self.manifests.append(home / "manifest.json")
+            files = {kind: home / f"{kind}-step-000120.jsonl" for kind in ("prompt_queue", "trajectories")}
+            for f in files.values():
+                f.write_text('{"prompt_id": "p-0001", "seed": 7}\n')
+            self.trusted.append({kind: str(f) for kind, f in files.items()})
+
+
+def new_ledger(target: str | Path, ws: Workspace, sync: str, candidates: int = 0, prefix: str = "c") -> Ledger:
+    """A ledger with its settings and baseline, and `candidates` received (`{prefix}00000`, ...)."""
+    ledger = Ledger.open(target, synchronous=sync, actor=ACTOR)
+    ledger.init()
+    ledger.activate_baseline(ws.baseline)
+    for i in range(candidates):
+        ledger.receive(ws.manifests[i], candidate_id=f"{prefix}{i:05d}")
+    return ledger
+
+
+def mix_commands(ledger: Ledger, ws: Workspace, i: int, cid: str) -> list[Callable[[], Any]]:
+    """A candidate's commands as a training run drives them: receive, two trusted states,
+    check, a failed reward stage (recovery planned), recovered, check again."""
+    files = ws.trusted[i]
+    return [
+        lambda: ledger.receive(ws.manifests[i], candidate_id=cid),
+        lambda: ledger.record_trusted_state(cid, "prompt_queue", files["prompt_queue"]),
+        lambda: ledger.record_trusted_state(cid, "trajectories", files["trajectories"]),
+        lambda: ledger.check(cid),
+        lambda: ledger.fail_stage(cid, "reward"),
+        lambda: ledger.complete_recovery(cid),
+        lambda: ledger.check(cid),
+    ]
+
+
+# --- the store's rows, read back: the one place a suite reads the events table itself ------------
+
+
+def sqlite_rows(path: Path, after: int) -> tuple[list[tuple[str, str]], list[tuple[Any, ...]]]:
+    """The columns (name, declared type) of the ledger's `events` table and its rows after `after`.
+
+    The baselines insert copies of exactly what our store wrote; the table's name and its
+    `seq`, `stream_id`, `version` and `event_id` columns are the documented log format.
+    """
+    conn = sqlite3.connect(path)
     try:
-        row = conn.execute(
-            "SELECT avg(length(payload)) FROM (SELECT payload FROM events ORDER BY seq LIMIT ?)", (limit,)
-        ).fetchone()
+        columns = [(r[1], r[2]) for r in conn.execute("PRAGMA table_info(events)")]
+        rows = conn.execute("SELECT * FROM events WHERE seq > ? ORDER BY seq", (after,)).fetchall()
     finally:
         conn.close()
-    return float(row[0] or 0.0)
+    return columns, rows
+
+
+class Copies:
+    """Copies of stored rows for a baseline table: new seq, a later version, a fresh event id.
+
+    Every copy keeps the original's sizes, so a baseline writes the same bytes our store did.
+    """
+
+    def __init__(self, columns: Sequence[str], start_seq: int) -> None:
+        self.seq_at, self.version_at, self.id_at = (list(columns).index(c) for c in ("seq", "version", "event_id"))
+        self.seq = start_seq
+        self.shift = 0
+
+    def next_batch(self, groups: Sequence[Sequence[tuple[Any, ...]]]) -> list[list[tuple[Any, ...]]]:
+        self.shift += 1_000_000
+        return [[self._copy(row) for row in group] for group in groups]
+
+    def _copy(self, row: tuple[Any, ...]) -> tuple[Any, ...]:
+        self.seq += 1
+        out = list(row)
+        out[self.seq_at] = self.seq
+        out[self.version_at] = row[self.version_at] + self.shift
+        old = row[self.id_at]
+        out[self.id_at] = os.urandom(len(old)) if isinstance(old, bytes) else (uuid.uuid4().hex * 4)[: len(old)]
+        return tuple(out)
+
+
+# --- PostgreSQL: a fresh schema per contender --------------------------------------------------
+
+_SCHEMAS: list[tuple[str, str]] = []
+
+
+def postgres_problem(url: str) -> str | None:
+    """Why PostgreSQL cannot be measured at `url`, or None when it can."""
+    try:
+        import psycopg
+
+        psycopg.connect(url, connect_timeout=5).close()
+    except Exception as e:  # any reason at all: said in one line
+        return f"PostgreSQL at {url} cannot be used: {type(e).__name__}: {' '.join(str(e).split())}"
+    return None
+
+
+def pg_schema(base: str, tag: str) -> tuple[str, str]:
+    """A new empty schema and a URL whose search_path is it."""
+    import psycopg
+
+    schema = f"bench_{tag}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    _SCHEMAS.append((base, schema))
+    return schema, f"{base}{'&' if '?' in base else '?'}options={quote(f'-csearch_path={schema}', safe='')}"
+
+
+def drop_schemas() -> None:
+    """Drop the schemas this run made (never another's: the server may be shared)."""
+    import psycopg
+
+    for base in {base for base, _ in _SCHEMAS}:
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {', '.join(s for b, s in _SCHEMAS if b == base)} CASCADE")
+    _SCHEMAS.clear()
+
+
+# --- eventsourcing, the peer ---------------------------------------------------------------------
+
+
+def eventsourcing_missing() -> str | None:
+    """Why the eventsourcing rows cannot be measured here, or None when they can."""
+    try:
+        import eventsourcing  # noqa: F401
+    except ImportError:
+        return "eventsourcing is not installed (pip install -e '.[bench]')"
+    return None
+
+
+_APP: type | None = None
+
+
+def es_app(env: dict[str, str]) -> Any:
+    """An eventsourcing Application whose aggregate records what our commands record.
+
+    Its command is the library's documented pattern: `repository.get` (aggregate cache on),
+    a command method that triggers one event, `save`.
+    """
+    global _APP  # noqa: PLW0603 - one set of classes per process: eventsourcing registers their topics
+    if _APP is None:
+        from eventsourcing.application import Application
+        from eventsourcing.domain import Aggregate, event
+
+        class Candidate(Aggregate):  # type: ignore[misc]
+            @event("Received")  # type: ignore[misc]
+            def __init__(self, name: str, payload: dict[str, Any] | None) -> None:
+                self.name = name
+
+            @event("Recorded")  # type: ignore[misc]
+            def record(self, type_name: str, payload: dict[str, Any]) -> None:
+                self.last = type_name
+
+        class CandidateApp(Application):  # type: ignore[misc]
+            def receive(self, name: str, events: Sequence[tuple[str, dict[str, Any]]] = ()) -> Any:
+                candidate = Candidate(name, events[0][1] if events else None)
+                for type_name, payload in events[1:]:
+                    candidate.record(type_name, payload)
+                self.save(candidate)
+                return candidate.id
+
+            def record(self, cid: Any, events: Sequence[tuple[str, dict[str, Any]]]) -> None:
+                candidate = self.repository.get(cid)
+                for type_name, payload in events:
+                    candidate.record(type_name, payload)
+                self.save(candidate)
+
+        _APP = CandidateApp
+    return _APP(env={"AGGREGATE_CACHE_MAXSIZE": "10000", **env})
+
+
+def es_sqlite(path: Path, sync: str) -> Any:
+    """eventsourcing on SQLite, WAL (its default), every connection at `synchronous=sync`
+    (it leaves SQLite's default, FULL: the connection factory is wrapped to set it)."""
+    app = es_app({"PERSISTENCE_MODULE": "eventsourcing.sqlite", "SQLITE_DBNAME": str(path)})
+    pool = app.recorder.datastore.pool
+    make = pool._create_connection
+
+    def create() -> Any:
+        conn = make()
+        conn._sqlite_conn.execute(f"PRAGMA synchronous={sync}")
+        return conn
+
+    pool._create_connection = create
+    for conn in list(pool._pool):
+        conn._sqlite_conn.execute(f"PRAGMA synchronous={sync}")
+    return app
+
+
+def es_contender(app: Any, columns: Sequence[str], groups: Sequence[Sequence[tuple[Any, ...]]]) -> Callable[[], float]:
+    """eventsourcing recording what each of our commands recorded (the event content given, not
+    computed): a stream our round created is a new aggregate, one that existed is got and saved."""
+    stream, version, kind, payload = (list(columns).index(c) for c in ("stream_id", "version", "type", "payload"))
+    recorded = [(rows[0][stream], [(r[kind], orjson.loads(r[payload])) for r in rows]) for rows in groups if rows]
+    existing = {rows[0][stream]: app.receive(rows[0][stream]) for rows in groups if rows and rows[0][version] > 1}
+
+    def es() -> float:
+        ids = dict(existing)
+        t0 = cpu()
+        for name, events in recorded:
+            if name in ids:
+                app.record(ids[name], events)
+            else:
+                ids[name] = app.receive(name, events)
+        return (cpu() - t0) / len(groups)
+
+    return es
+
+
+def es_row(row_id: str, what: str, clock: str, t: dict[str, list[float]], missing: str | None) -> Row:
+    if missing is not None:
+        return not_measured(row_id, what, missing, (">=", 3.0))
+    return Row(row_id, what, clock, per_round(t["es"], t["ours"]), (">=", 3.0), f"es {spread(t['es'])}")

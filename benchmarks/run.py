@@ -1,11 +1,9 @@
-"""Benchmarks: append, replay and checkpoint cost against raw SQLite, raw psycopg and eventsourcing.
+"""Benchmarks: lifecycle-fsm against a raw baseline doing the same work, and against eventsourcing.
 
-    python benchmarks/run.py [--quick] [--json FILE] [--rounds N] [--only SECTION ...] [--profile]
+    python benchmarks/run.py [--quick] [--only SUITE ...] [--rounds N] [--json FILE]
 
-Everything is measured side by side in one run, on one machine and one file system,
-with WAL and both `synchronous=NORMAL` and `FULL` where durability matters. Figures are
-medians of interleaved rounds with their spread [min..max]; targets are ratios taken in
-the same run. See benchmarks/README.md for what each line measures.
+Every row is a ratio measured in one run, in interleaved rounds, with its spread;
+benchmarks/README.md says what each row measures and which clock it reads.
 """
 
 from __future__ import annotations
@@ -13,124 +11,124 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
+import platform
 import shutil
+import sqlite3
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+
+import bench_append
+import bench_replay
+import bench_startup
+import bench_writers
+from bench_common import Row, Settings, Workspace, drop_schemas, postgres_problem
 
 HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:  # the sibling modules, when run from elsewhere
-    sys.path.insert(0, str(HERE))
+PG_URL = os.environ.get("LIFECYCLE_BENCH_PG") or os.environ.get(
+    "LIFECYCLE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test"
+)
 
-import bench_append  # noqa: E402
-import bench_log  # noqa: E402
-import bench_mix  # noqa: E402
-import bench_postgres  # noqa: E402
-import bench_replay  # noqa: E402
-import bench_startup  # noqa: E402
-import bench_writers  # noqa: E402
-from bench_common import Row, machine_line  # noqa: E402
 
-SECTIONS = {
-    "startup": bench_startup.run,
-    "mix": bench_mix.run,
+def _postgres(s: Settings) -> list[Row]:
+    import bench_postgres  # psycopg is imported only when PostgreSQL is measured
+
+    return bench_postgres.run(s)
+
+
+SUITES: dict[str, Callable[[Settings], list[Row]]] = {
     "append": bench_append.run,
     "replay": bench_replay.run,
     "writers": bench_writers.run,
-    "postgres": bench_postgres.run,
-    "log": bench_log.run,
+    "postgres": _postgres,
+    "startup": bench_startup.run,
 }
+HEADER = ["id", "measure", "clock", "ratio: median [min..max]", "target", "met", "figures"]
 
 
-def _parse(argv: list[str] | None) -> argparse.Namespace:
+def table(rows: list[Row]) -> str:
+    """A Markdown table, as the README shows it."""
+    lines = [HEADER, ["---"] * len(HEADER), *(row.cells() for row in rows)]
+    return "\n".join("| " + " | ".join(cells) + " |" for cells in lines)
+
+
+def machine() -> dict[str, object]:
+    try:
+        from importlib.metadata import version
+
+        peer = version("eventsourcing")
+    except Exception:  # not installed: its rows say so
+        peer = None
+    return {
+        "python": platform.python_version(),
+        "sqlite": sqlite3.sqlite_version,
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
+        "eventsourcing": peer,
+    }
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="100k-event ledger instead of 1M, fewer ops per round")
-    p.add_argument("--json", dest="json_path", type=Path, help="where to write results (default: results/<date>.json)")
-    p.add_argument("--rounds", type=int, help="interleaved rounds per figure (default 5; 7 without --quick)")
-    p.add_argument("--only", nargs="+", choices=sorted(SECTIONS), help="run only these sections")
-    p.add_argument("--workdir", type=Path, help="folder for the ledger files (default: a temporary folder)")
-    p.add_argument("--keep", action="store_true", help="keep the ledger files after the run")
-    p.add_argument("--profile", action="store_true", help="also cProfile each hot path and print where time goes")
+    p.add_argument("--quick", action="store_true", help="a quarter of the work per round, 5 rounds")
+    p.add_argument("--smoke", action="store_true", help="a tiny run that only proves every suite runs (no figures)")
+    p.add_argument("--only", nargs="+", choices=list(SUITES), metavar="SUITE", help=f"among {', '.join(SUITES)}")
+    p.add_argument("--rounds", type=int, help="measured rounds per row, after one warm-up (default 7; --quick 5)")
+    p.add_argument("--json", type=Path, help="where to write the results (default: results/latest.json)")
     args = p.parse_args(argv)
-    if args.rounds is not None and args.rounds < 5:
-        p.error("--rounds must be at least 5 (medians of >= 5 interleaved rounds)")
+    if args.rounds is not None and args.rounds < 1:
+        p.error("--rounds must be at least 1")
     return args
 
 
-def _table(rows: list[Row]) -> str:
-    header = ("section", "measure", "target", "measured: median [min..max]", "ratio", "met")
-    lines = [
-        (
-            r.section, r.name, r.target, r.measured, "" if r.ratio is None else f"{r.ratio:.2f}",
-            "-" if r.met is None else ("yes" if r.met else "NO"),
-        )
-        for r in rows
-    ]  # fmt: skip
-    widths = [max(len(str(x[i])) for x in [header, *lines]) for i in range(len(header))]
-    out = []
-    for i, line in enumerate([header, *lines]):
-        out.append("  ".join(str(cell).ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip())
-        if i == 0:
-            out.append("  ".join("-" * w for w in widths))
-    return "\n".join(out)
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = _parse(argv)
-    rounds = args.rounds or (5 if args.quick else 7)
-    sections = args.only or list(SECTIONS)
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="lifecycle-bench-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    machine = machine_line(workdir)
-    settings = {
-        "quick": args.quick,
-        "rounds": rounds,
-        "journal_mode": "WAL",
-        "synchronous": ["NORMAL", "FULL"],
-        "workdir": str(workdir),
-        "sections": sections,
-    }
-    print("machine: " + ", ".join(f"{k}={v}" for k, v in machine.items()), flush=True)
-    print(f"settings: {settings}", flush=True)
+    args = parse(argv)
+    suites = args.only or list(SUITES)
+    rounds = args.rounds or (1 if args.smoke else 5 if args.quick else 7)
+    scale = 0.01 if args.smoke else 0.25 if args.quick else 1.0
+    workdir = Path(tempfile.mkdtemp(prefix="lifecycle-bench-"))
+    if {"postgres", "writers"} & set(suites):
+        problem = postgres_problem(PG_URL)
+        if problem:
+            print(f"error: {problem} (set LIFECYCLE_BENCH_PG, or leave out --only postgres writers)", file=sys.stderr)
+            return 2
+    info = machine()
+    print("machine: " + ", ".join(f"{k}={v}" for k, v in info.items()), flush=True)
     rows: list[Row] = []
-    details: dict[str, Any] = {}
+    elapsed: dict[str, float] = {}
     started = time.perf_counter()
     try:
-        for name in sections:
+        ws = Workspace(workdir / "ws", 100 if scale < 1 else 200)  # the files every suite's commands read
+        s = Settings(rounds=rounds, warmup=0 if args.smoke else 1, scale=scale, workdir=workdir, pg_url=PG_URL, ws=ws)
+        for name in suites:
             t0 = time.perf_counter()
             print(f"[{name}]", flush=True)
-            section_rows, details[name] = SECTIONS[name](workdir, rounds, args.quick)
-            rows += section_rows
-            details[name]["elapsed_s"] = round(time.perf_counter() - t0, 1)
-        if args.profile:
-            from profiles import breakdown, print_breakdown, print_profiles, profile_all
-
-            details["breakdown"] = breakdown(workdir, workdir / "big.db")
-            details["profiles"] = profile_all(workdir, workdir / "big.db")
+            rows += SUITES[name](s)
+            elapsed[name] = round(time.perf_counter() - t0, 1)
     finally:
-        if not args.keep and args.workdir is None:
-            shutil.rmtree(workdir, ignore_errors=True)
-    elapsed = round(time.perf_counter() - started, 1)
-    print()
-    print(_table(rows))
-    if args.profile:
-        print_breakdown(details["breakdown"])
-        print_profiles(details["profiles"])
-    met = [r.met for r in rows if r.met is not None]
-    print(f"\n{sum(met)}/{len(met)} targets met; {elapsed} s; figures are noisy on a shared machine: compare ratios.")
-    path = args.json_path or HERE / "results" / f"{dt.date.today().isoformat()}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(workdir, ignore_errors=True)
+        if {"postgres", "writers"} & set(suites):
+            drop_schemas()
+    total = round(time.perf_counter() - started, 1)
+    text = table(rows)
+    met = [row.met for row in rows if row.met is not None]
+    print(f"\n{text}\n\n{sum(met)} of {len(met)} targets met; {total} s ({rounds} rounds, scale {scale})")
     doc = {
-        "machine": machine,
-        "settings": settings,
-        "elapsed_s": elapsed,
-        "results": [r.__dict__ for r in rows],
-        "details": details,
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": info,
+        "settings": {"rounds": rounds, "warmup": s.warmup, "scale": scale, "suites": suites},
+        "elapsed_s": {**elapsed, "total": total},
+        "rows": [row.as_json() for row in rows],
     }
-    path.write_text(json.dumps(doc, indent=2, default=str) + "\n")
-    print(f"results written to {path}")
+    path = args.json or HERE / "results" / "latest.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+    path.with_suffix(".md").write_text(text + "\n")
+    print(f"results written to {path} and {path.with_suffix('.md')}")
     return 0
 
 

@@ -1,5 +1,5 @@
 """`python -m lifecycle_fsm` runs the CLI (as the `lifecycle` script does)."""
 
-from lifecycle_fsm.cli.entry import run
+from lifecycle_fsm.cli import main
 
-run(prog_name="lifecycle")
+main(prog_name="lifecycle")

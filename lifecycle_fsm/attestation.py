@@ -175,7 +175,9 @@ def _check_in_ledger(store: EventStore, predicate: JSON, source: str) -> None:
         seq = pin.get("seq") if isinstance(pin, dict) else None
         event = store.event_at(seq) if isinstance(seq, int) else None
         if event is None or not isinstance(pin, dict) or event.hash != pin.get("hash"):
-            raise IntegrityError(f"{source}: the attested {name} {pin} is not in this ledger's chain", seq=seq)
+            shown = f"seq {seq} (hash {pin.get('hash')})" if isinstance(pin, dict) else "(none given)"
+            what = name.replace("_", " ")
+            raise IntegrityError(f"{source}: the attested {what}, {shown}, is not in this ledger's chain", seq=seq)
     decisive = store.event_at(predicate["decisive_event"]["seq"])
     candidate = predicate.get("candidate", {}).get("id")
     if decisive is None or decisive.type != HandoffDecided.TYPE or decisive.stream_id != stream_of(str(candidate)):

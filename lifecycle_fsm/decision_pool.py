@@ -268,10 +268,11 @@ def redecide(d: DecisionState) -> JSON:
 
 
 def read_pool(folder: Path) -> list[tuple[str, DecisionState]]:
-    """Every `*.json` in the folder, strictly parsed (the first bad file raises, naming file and key)."""
+    """Every `*.json` under the folder (sub-folders too: one per ledger), strictly parsed (the first bad
+    file raises, naming file and key); each named by its path in the folder."""
     if not folder.is_dir():
         raise InputError(f"{folder}: no such decision pool folder")
-    files = sorted(folder.glob("*.json"))
+    files = sorted(folder.rglob("*.json"))
     if not files:
         raise InputError(f"{folder}: no decision files (*.json)")
     out = []
@@ -280,7 +281,7 @@ def read_pool(folder: Path) -> list[tuple[str, DecisionState]]:
             text = read_regular_file(f, what="decision file", limit=MAX_MANIFEST_BYTES).decode("utf-8")
         except (InputError, UnicodeDecodeError) as e:
             raise DecisionPoolError(f"{f}: cannot read ({e})") from None
-        out.append((f.name, DecisionState.from_json(text, source=str(f))))
+        out.append((f.relative_to(folder).as_posix(), DecisionState.from_json(text, source=str(f))))
     return out
 
 

@@ -1,4 +1,8 @@
-"""Rebuilding whole-ledger state from the store: replay, checkpoints, explain, verify."""
+"""Rebuilding whole-ledger state from the store: replay, checkpoints, verify.
+
+The auditor's views of it (`explain`, `log`, `report`, `browse`) are modules of this package,
+imported by the commands that show them.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,6 @@ from lifecycle_fsm.replay.checkpoints import (
     load_state,
     take_checkpoint,
 )
-from lifecycle_fsm.replay.explain import explain
 from lifecycle_fsm.replay.fold import LedgerState, fold_rows, index_of, snapshot_json
 from lifecycle_fsm.replay.verify import verify
 
@@ -18,7 +21,6 @@ __all__ = [
     "FINGERPRINT",
     "LedgerState",
     "LoadResult",
-    "explain",
     "fold_rows",
     "index_of",
     "load_state",

@@ -11,10 +11,14 @@ CSV streams off: only the canned queries below and read-only table pages are ser
 
 from __future__ import annotations
 
+import contextlib
+import html
+import os
 import sqlite3
 from pathlib import Path
 from typing import Any
 
+import attrs
 import orjson
 
 from lifecycle_fsm.errors import CorruptionError, StoreError
@@ -53,7 +57,7 @@ CANNED_QUERIES: dict[str, JSON] = {
         "title": "Ready at a time",
         "description": "The candidates that were ready at :time (ISO 8601 with Z or an offset, naive = UTC), "
         "i.e. after every event recorded at or before it, as `lifecycle status --as-of` says. A time that does "
-        "not parse is an error (user-defined function raised exception), not an empty answer.",
+        "not parse is refused, saying what is wrong with it, never answered with an empty list.",
         "sql": "WITH at AS (SELECT coalesce(max(seq), 0) AS pos FROM events "
         "WHERE recorded_at <= lifecycle_utc(:time)) "
         "SELECT s.id, s.state, s.seq, s.recorded_at FROM candidate_states s, at "
@@ -78,47 +82,51 @@ CANNED_QUERIES: dict[str, JSON] = {
 }
 
 
+@attrs.frozen
 class Snapshot:
-    """A verified copy of a ledger in `folder`, named after the ledger file's stem."""
+    """A verified copy of a ledger, named after the ledger file's stem."""
 
-    def __init__(self, path: Path, head_seq: int, head_hash: str) -> None:
-        self.path = path
-        self.name = path.stem
-        self.head_seq = head_seq
-        self.head_hash = head_hash
+    path: Path
+    head_seq: int
+    head_hash: str
+
+    @property
+    def name(self) -> str:
+        return self.path.stem
 
 
 def snapshot(ledger: Path, folder: Path) -> Snapshot:
-    """Copy the ledger (backup API), verify the copy's chain and fold, add `candidate_states`."""
+    """Copy the ledger (backup API) into `folder`, verify the copy's chain and fold, add `candidate_states`.
+
+    The copy is created 0600, as ledger files are: a server killed before it cleans up leaves
+    nothing another user can read.
+    """
     target = folder / f"{ledger.stem}.db"
+    os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     try:
-        source = sqlite3.connect(f"file:{ledger}?mode=ro", uri=True)
-        try:
-            copy = sqlite3.connect(target)
-            with copy:
-                source.backup(copy)
-            copy.close()
-        finally:
-            source.close()
+        source = contextlib.closing(sqlite3.connect(f"file:{ledger}?mode=ro", uri=True))
+        with source as reader, contextlib.closing(sqlite3.connect(target)) as copy:
+            reader.backup(copy)
     except sqlite3.DatabaseError as e:
         raise StoreError(f"{ledger}: cannot take a snapshot ({e})") from e
     with SQLiteEventStore(target, synchronous="OFF") as store:
         chain = store.verify_chain()
         if not chain.ok:
-            raise CorruptionError(f"the ledger's chain is broken at seq {chain.bad_seq}: {chain.reason}; "
-                                  "see `lifecycle verify`", seq=chain.bad_seq)  # fmt: skip
+            raise CorruptionError(
+                f"the ledger's chain is broken at seq {chain.bad_seq}: {chain.reason}; see `lifecycle verify`",
+                seq=chain.bad_seq,
+            )
         rows = _states(store)
-    conn = sqlite3.connect(target)
-    with conn:
-        conn.execute(
-            "CREATE TABLE candidate_states (id TEXT NOT NULL, seq INTEGER PRIMARY KEY, type TEXT NOT NULL, "
-            "trigger TEXT NOT NULL, state TEXT NOT NULL, reason_codes TEXT NOT NULL, recorded_at TEXT NOT NULL, "
-            "actor TEXT NOT NULL)"
-        )
-        conn.executemany("INSERT INTO candidate_states VALUES (?,?,?,?,?,?,?,?)", rows)
-        conn.execute("CREATE INDEX candidate_states_id ON candidate_states (id, seq)")
-    conn.execute("PRAGMA journal_mode=DELETE")  # immutable readers expect no WAL beside the file
-    conn.close()
+    with contextlib.closing(sqlite3.connect(target)) as conn:
+        with conn:
+            conn.execute(
+                "CREATE TABLE candidate_states (id TEXT NOT NULL, seq INTEGER PRIMARY KEY, type TEXT NOT NULL, "
+                "trigger TEXT NOT NULL, state TEXT NOT NULL, reason_codes TEXT NOT NULL, recorded_at TEXT NOT NULL, "
+                "actor TEXT NOT NULL)"
+            )
+            conn.executemany("INSERT INTO candidate_states VALUES (?,?,?,?,?,?,?,?)", rows)
+            conn.execute("CREATE INDEX candidate_states_id ON candidate_states (id, seq)")
+        conn.execute("PRAGMA journal_mode=DELETE")  # immutable readers expect no WAL beside the file
     return Snapshot(target, chain.head.seq, chain.head.hash)
 
 
@@ -135,20 +143,29 @@ def _states(store: SQLiteEventStore) -> list[tuple[Any, ...]]:
         trigger = CANDIDATE_EVENTS[event.type].trigger_for(payload)
         work = folding.work(event.stream_id)
         assert work is not None
-        rows.append((cid, event.seq, event.type, trigger, str(work["state"]),
-                     orjson.dumps(list(work["reason_codes"])).decode(), event.recorded_at, event.actor))  # fmt: skip
+        reasons = orjson.dumps(list(work["reason_codes"])).decode()
+        rows.append((cid, event.seq, event.type, trigger, str(work["state"]), reasons, event.recorded_at, event.actor))
     return rows
 
 
-def metadata(snap: Snapshot) -> JSON:
-    """Datasette metadata: title naming the head, descriptions, the canned queries, no arbitrary SQL."""
+def metadata(snap: Snapshot, database_path: str) -> JSON:
+    """Datasette metadata: the title naming the head, the canned queries (listed on the home page too), no SQL.
+
+    `database_path`: the database's URL path (`/<stem>`, as Datasette encodes it).
+    """
+    listed = "".join(
+        f'<li><a href="{html.escape(database_path)}/{name}">{html.escape(q["title"])}</a>: '
+        f"{html.escape(q['description'])}</li>"
+        for name, q in CANNED_QUERIES.items()
+    )
+    about = (
+        f"A read-only snapshot of the ledger taken when the server started: head seq {snap.head_seq}, "
+        f"hash {snap.head_hash} (chain verified). Writers keep using the live file; restart to see newer events. "
+        "candidate_states is derived by the replay fold for this view; it is not part of the ledger."
+    )
     return {
         "title": f"Ledger {snap.name}: snapshot at seq {snap.head_seq}",
-        "description": (
-            f"A read-only snapshot of the ledger taken when the server started: head seq {snap.head_seq}, "
-            f"hash {snap.head_hash} (chain verified). Writers keep using the live file; restart to see newer events. "
-            "candidate_states is derived by the replay fold for this view; it is not part of the ledger."
-        ),
+        "description_html": f"<p>{html.escape(about)}</p><h2>Queries</h2><ul>{listed}</ul>",
         "allow_sql": False,
         "databases": {
             snap.name: {

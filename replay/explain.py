@@ -9,49 +9,67 @@ candidate's own stream up to a position (pure, no clock) and says:
   since the digests recorded at receipt (or at the baseline's activation);
 - for a recovery, each trusted state it considered and why it was passed over;
 - the settings the decision read, and the path of states that led here.
-`explain_text.py` renders the same document as text or Markdown.
+The parts are typed (`explanation_parts`); `Explanation.to_json` is the `explain --json`
+document and `explain_text.py` renders the same parts as text or Markdown.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Sequence
 from typing import Any
 
 from lifecycle_fsm.errors import NotFoundError
-from lifecycle_fsm.events import CANDIDATE_EVENTS, LEDGER_STREAM, stream_of
+from lifecycle_fsm.events import CANDIDATE_EVENTS, LEDGER_STREAM, candidate_id_of, stream_of
 from lifecycle_fsm.replay.asof import AsOf, position_of
-from lifecycle_fsm.rules import CANDIDATE_KINDS, ONLINE_KINDS, RECOVERY_STATES_BY_STAGE, UPSTREAM_DECISIONS
+from lifecycle_fsm.replay.explanation_parts import (
+    ArtifactCheck,
+    CheckRow,
+    Considered,
+    DecisiveEvent,
+    Explanation,
+    FileChanges,
+    Invalidation,
+    PathStep,
+    Recovery,
+    RollbackCheck,
+)
+from lifecycle_fsm.rules import CANDIDATE_KINDS, ONLINE_KINDS, RECOVERY_STATES_BY_STAGE, RULES, UPSTREAM_DECISIONS
 from lifecycle_fsm.state import CandidateState, Fold, reading_stored
 from lifecycle_fsm.store.base import EventStore
 from lifecycle_fsm.store.records import StoredEvent
 from lifecycle_fsm.upcasting import decoded_payload
 
-__all__ = ["CLAIMED_FIELDS", "baseline_activations", "explain", "file_changes"]
+__all__ = [
+    "CLAIMED_FIELDS",
+    "Activations",
+    "baseline_activations",
+    "explain",
+    "explanation",
+    "file_changes",
+    "stale_rules",
+]
 
 JSON = dict[str, Any]
 # The manifest fields a candidate claims (CandidateReceived.candidate), in the order shown.
 CLAIMED_FIELDS = (
-    "candidate_kind", "semantic_id", "source_policy_version", "policy_version", "evaluation_version",
-    "preference_evidence_version", "verifier_version", "evidence_window_index", "decision", "adapter_path",
+    "candidate_kind",
+    "semantic_id",
+    "source_policy_version",
+    "policy_version",
+    "evaluation_version",
+    "preference_evidence_version",
+    "verifier_version",
+    "evidence_window_index",
+    "decision",
+    "adapter_path",
     "adapter_sha256",
-)  # fmt: skip
+)
 NON_EMPTY = "a non-empty version string"
-
-
-def _event_json(event: StoredEvent, payload: JSON) -> JSON:
-    return {
-        "seq": event.seq,
-        "type": event.type,
-        "version": event.version,
-        "recorded_at": event.recorded_at,
-        "actor": event.actor,
-        "hash": event.hash,
-        "evidence": payload,
-    }
-
 
 # The ledger stream's BaselineActivated events, in seq order: (seq, payload).
 Activations = list[tuple[int, JSON]]
+Row = tuple[StoredEvent, JSON]  # a stored event and its decoded payload
 
 
 def baseline_activations(store: EventStore) -> Activations:
@@ -59,9 +77,14 @@ def baseline_activations(store: EventStore) -> Activations:
     return [(e.seq, decoded_payload(e)) for e in store.read_stream(LEDGER_STREAM) if e.type == "BaselineActivated"]
 
 
-def explain(
+def explain(store: EventStore, candidate_id: str, *, as_of: AsOf | None = None) -> JSON:
+    """`explanation(...)` as the `explain --json` document."""
+    return explanation(store, candidate_id, as_of=as_of).to_json()
+
+
+def explanation(
     store: EventStore, candidate_id: str, *, as_of: AsOf | None = None, activations: Activations | None = None
-) -> JSON:
+) -> Explanation:
     """The candidate's state, reason codes, decisive event and evidence as of a position or time.
 
     `activations`: `baseline_activations(store)` when the caller explains many candidates in one
@@ -73,10 +96,56 @@ def explain(
     if not events:
         where = "" if as_of is None else f" at or before seq {position}"
         raise NotFoundError(f"unknown candidate: {candidate_id!r}{where}")
-    payloads = [decoded_payload(e) for e in events]
+    rows = [(e, decoded_payload(e)) for e in events]
+    state, path = _fold_path(rows)
+    by_seq = {e.seq: (e, p) for e, p in rows}
+    decisive = by_seq[state.decisive_seq if state.decisive_seq is not None else events[-1].seq]
+    evidence_seq = _evidence_seq(state, decisive[0])
+    shown = by_seq[evidence_seq] if evidence_seq is not None else decisive
+    claimed = {name: state.candidate.get(name) for name in CLAIMED_FIELDS}
+    # The evidence is read beyond what the fold checked: a field of the wrong shape is that row's corruption.
+    with reading_stored(shown[0].seq, shown[0].type):
+        evidence = None if evidence_seq is None else shown[1]
+        checks = [] if evidence is None else _checks(claimed, evidence)
+        artifact = rollback = None
+        if evidence is not None:
+            artifact = _artifact(evidence["artifact"], _receipt(rows, evidence_seq or decisive[0].seq))
+            found = activations if activations is not None else baseline_activations(store)
+            rollback = _rollback(found, evidence["rollback"], evidence_seq or 0)
+        recovery = _recovery(state.last_recovery, path, by_seq)
+        invalidation = _invalidation(*decisive)
+    return Explanation(
+        candidate=state,
+        as_of=position,
+        decisive_event=DecisiveEvent.of(*decisive),
+        claimed=claimed,
+        evidence_seq=evidence_seq,
+        settings=None if evidence is None else evidence.get("settings"),
+        checks=checks,
+        artifact=artifact,
+        rollback=rollback,
+        recovery=recovery,
+        invalidation=invalidation,
+        path=path,
+        stale_rules=stale_rules(state),
+    )
+
+
+def stale_rules(state: CandidateState) -> JSON | None:
+    """The rules the candidate's latest check or hand-off recorded, when they are not today's (else None).
+
+    A decision made under other rules may not be the one today's would make: `check` makes it again.
+    """
+    decided = [d for d in (state.last_check, state.last_handoff) if d is not None]
+    recorded = max(decided, key=lambda d: int(d["seq"])).get("rules") if decided else None
+    return recorded if recorded is not None and recorded != RULES else None
+
+
+def _fold_path(rows: Sequence[Row]) -> tuple[CandidateState, list[PathStep]]:
+    """The candidate after its events (the one fold), and the state each event moved it from and to."""
     folding = Fold()
     path = []
-    for e, payload in zip(events, payloads, strict=True):
+    for e, payload in rows:
         work = folding.work(e.stream_id)
         before = None if work is None else str(work["state"])
         # The fold first: it judges the row (fields, types, the move) before anything else reads it.
@@ -85,55 +154,8 @@ def explain(
             trigger = CANDIDATE_EVENTS[e.type].trigger_for(payload)
         after = folding.work(e.stream_id)
         assert after is not None
-        path.append({"seq": e.seq, "type": e.type, "trigger": trigger, "from": before, "to": str(after["state"]),
-                     "recorded_at": e.recorded_at, "actor": e.actor})  # fmt: skip
-    state = folding.result().candidates[candidate_id]
-    by_seq = {e.seq: (e, p) for e, p in zip(events, payloads, strict=True)}
-    decisive, decisive_payload = by_seq[state.decisive_seq if state.decisive_seq is not None else events[-1].seq]
-    evidence_seq = _evidence_seq(state, decisive)
-    evidence = None if evidence_seq is None else by_seq[evidence_seq][1]
-    receipt = _receipt(events, payloads, evidence_seq or decisive.seq)
-    claimed = {name: state.candidate.get(name) for name in CLAIMED_FIELDS}
-    # The evidence is read beyond what the fold checked: a field of the wrong shape is that row's corruption.
-    shown = by_seq[evidence_seq][0] if evidence_seq is not None else decisive
-    with reading_stored(shown.seq, shown.type):
-        checks = [] if evidence is None else _checks(claimed, evidence)
-        artifact = None if evidence is None else _artifact(evidence["artifact"], receipt)
-        rollback = (
-            None
-            if evidence is None
-            else _rollback(
-                baseline_activations(store) if activations is None else activations,
-                evidence["rollback"],
-                evidence_seq or 0,
-            )
-        )
-        recovery = _recovery(state.last_recovery, path, by_seq)
-        invalidation = _invalidation(decisive, decisive_payload)
-    doc: JSON = {
-        "id": state.candidate_id,
-        "kind": state.kind,
-        "state": state.state,
-        "version": state.version,
-        "revision": state.revision,
-        "as_of": position,
-        "reason_codes": list(state.reason_codes),
-        "decisive_event": _event_json(decisive, decisive_payload),
-        "claimed": claimed,
-        "manifest": {"path": state.manifest_path, "sha256": state.manifest_sha256},
-        "evidence_seq": evidence_seq,
-        "settings": None if evidence is None else evidence.get("settings"),
-        "checks": checks,
-        "artifact": artifact,
-        "rollback": rollback,
-        "recovery": recovery,
-        "invalidation": invalidation,
-        "path": path,
-        "last_check_seq": None if state.last_check is None else state.last_check["seq"],
-        "trusted_states": state.trusted_states,
-        "history": [{"seq": e.seq, "type": e.type, "recorded_at": e.recorded_at, "actor": e.actor} for e in events],
-    }
-    return doc
+        path.append(PathStep(e.seq, e.type, trigger, before, str(after["state"]), e.recorded_at, e.actor))
+    return folding.result().candidates[candidate_id_of(rows[0][0].stream_id) or ""], path
 
 
 def _evidence_seq(state: CandidateState, decisive: StoredEvent) -> int | None:
@@ -144,9 +166,9 @@ def _evidence_seq(state: CandidateState, decisive: StoredEvent) -> int | None:
     return max(seqs, default=None)
 
 
-def _receipt(events: list[StoredEvent], payloads: list[JSON], upto: int) -> JSON | None:
+def _receipt(rows: Sequence[Row], upto: int) -> JSON | None:
     """The artifact as it was at the latest receipt before `upto` (None: not recorded then)."""
-    received = [p for e, p in zip(events, payloads, strict=True) if e.type == "CandidateReceived" and e.seq <= upto]
+    received = [p for e, p in rows if e.type == "CandidateReceived" and e.seq <= upto]
     return received[-1]["artifact_at_receipt"] if received else None
 
 
@@ -154,92 +176,92 @@ def _passed(name: str, evidence: JSON) -> bool:
     return name not in evidence.get("reason_codes", ()) and name not in evidence["freshness"].get("failed_checks", ())
 
 
-def _checks(claimed: JSON, evidence: JSON) -> list[JSON]:
-    """Each check: what the candidate claimed beside what it was checked against (the recorded settings)."""
-    s = evidence.get("settings") or {}
+def _branch(claimed: JSON, settings: JSON) -> tuple[Any, Any]:
+    """What `branch_evidence` read of the candidate, and what it held it to: it depends on the kind."""
     kind = claimed["candidate_kind"]
-    active_eval = s.get("evaluation_version")
     if kind == "dpo":
-        branch_claimed: Any = {"preference_evidence_version": claimed["preference_evidence_version"]}
-        branch_against: Any = NON_EMPTY
-    elif kind in ONLINE_KINDS:
-        branch_claimed = {"verifier_version": claimed["verifier_version"],
-                          "evidence_window_index": claimed["evidence_window_index"]}  # fmt: skip
-        branch_against = {"verifier_version": NON_EMPTY, "active_window": s.get("active_window"),
-                          "window_age": s.get("window_age"), "max_window_age": s.get("max_window_age")}  # fmt: skip
-    else:
-        branch_claimed = {k: claimed[k] for k in ("preference_evidence_version", "verifier_version",
-                                                  "evidence_window_index")}  # fmt: skip
-        branch_against = f"a known candidate kind ({', '.join(CANDIDATE_KINDS)})"
+        return {"preference_evidence_version": claimed["preference_evidence_version"]}, NON_EMPTY
+    if kind in ONLINE_KINDS:
+        against: JSON = {"verifier_version": NON_EMPTY}
+        against |= {k: settings.get(k) for k in ("active_window", "window_age", "max_window_age")}
+        return {k: claimed[k] for k in ("verifier_version", "evidence_window_index")}, against
+    fields = ("preference_evidence_version", "verifier_version", "evidence_window_index")
+    return {k: claimed[k] for k in fields}, f"a known candidate kind ({', '.join(CANDIDATE_KINDS)})"
+
+
+def _checks(claimed: JSON, evidence: JSON) -> list[CheckRow]:
+    """Each check: what the candidate claimed beside what it was checked against (the recorded settings)."""
+    settings = evidence.get("settings") or {}
+    active_eval = settings.get("evaluation_version")
     rows = [
-        ("candidate_kind", kind, f"one of {', '.join(CANDIDATE_KINDS)}"),
-        ("source_policy", claimed["source_policy_version"], s.get("active_policy_version")),
+        ("candidate_kind", claimed["candidate_kind"], f"one of {', '.join(CANDIDATE_KINDS)}"),
+        ("source_policy", claimed["source_policy_version"], settings.get("active_policy_version")),
         ("candidate_identity", claimed["policy_version"], NON_EMPTY),
-        ("evaluation_identity", claimed["evaluation_version"], active_eval if active_eval is not None else NON_EMPTY),
-        ("branch_evidence", branch_claimed, branch_against),
+        ("evaluation_identity", claimed["evaluation_version"], NON_EMPTY if active_eval is None else active_eval),
+        ("branch_evidence", *_branch(claimed, settings)),
     ]
-    out = [{"check": n, "passed": _passed(n, evidence), "claimed": c, "checked_against": a} for n, c, a in rows]
+    out = [CheckRow(name, _passed(name, evidence), claim, against) for name, claim, against in rows]
     for name in ("artifact", "rollback"):
         check = evidence[name]
-        out.append({"check": name, "passed": bool(check.get("verified")), "claimed": check.get("expected"),
-                    "checked_against": check.get("actual"), "error": check.get("error")})  # fmt: skip
+        detail = {"error": check.get("error")}
+        out.append(CheckRow(name, bool(check.get("verified")), check.get("expected"), check.get("actual"), detail))
     if "upstream_decision" in evidence:  # a hand-off: the upstream decision is checked too
-        upstream = evidence["upstream_decision"]
         failed = [c for c in evidence.get("hard_failures", ()) if c in ("upstream_reject", "upstream_state")]
-        out.append({"check": "upstream", "passed": not failed, "claimed": upstream,
-                    "checked_against": f"one of {', '.join(UPSTREAM_DECISIONS)}; reject fails",
-                    "reason_codes": failed})  # fmt: skip
+        against = f"one of {', '.join(UPSTREAM_DECISIONS)}; reject fails"
+        out.append(CheckRow("upstream", not failed, evidence["upstream_decision"], against, {"reason_codes": failed}))
     return out
 
 
-def file_changes(before: JSON | None, after: JSON | None) -> JSON:
+def file_changes(before: JSON | None, after: JSON | None) -> FileChanges:
     """Files added, removed or changed between two per-file listings (`TreeDigest.to_json`).
 
     `compared` is False (with `note`) when either side has no listing to compare.
     """
     for side, tree in (("recorded", before), ("checked", after)):
         if tree is None:
-            return {"compared": False, "note": f"no per-file digests {side} (a single file, unreadable, or "
-                    "recorded before per-file digests)", "added": [], "removed": [], "changed": []}  # fmt: skip
+            why = "a single file, unreadable, or recorded before per-file digests"
+            return FileChanges.uncompared(f"no per-file digests {side} ({why})")
         if tree.get("files") is None:
-            return {"compared": False, "note": f"{tree.get('count')} files: above the listing cap, only the tree "
-                    "hashes are compared", "added": [], "removed": [], "changed": []}  # fmt: skip
+            return FileChanges.uncompared(
+                f"{tree.get('count')} files: above the listing cap, only the tree hashes are compared"
+            )
     assert before is not None
     assert after is not None
-    old = {f["path"]: f for f in before["files"]}
-    new = {f["path"]: f for f in after["files"]}
+    old = {f["path"]: (f["size"], f["sha256"]) for f in before["files"]}
+    new = {f["path"]: (f["size"], f["sha256"]) for f in after["files"]}
     changed = [
-        {"path": p, "recorded": {"size": old[p]["size"], "sha256": old[p]["sha256"]},
-         "checked": {"size": new[p]["size"], "sha256": new[p]["sha256"]}}
+        {
+            "path": p,
+            "recorded": {"size": old[p][0], "sha256": old[p][1]},
+            "checked": {"size": new[p][0], "sha256": new[p][1]},
+        }
         for p in sorted(old.keys() & new.keys())
-        if (old[p]["size"], old[p]["sha256"]) != (new[p]["size"], new[p]["sha256"])
-    ]  # fmt: skip
-    return {"compared": True, "note": None, "added": sorted(new.keys() - old.keys()),
-            "removed": sorted(old.keys() - new.keys()), "changed": changed}  # fmt: skip
+        if old[p] != new[p]
+    ]
+    return FileChanges(True, None, sorted(new.keys() - old.keys()), sorted(old.keys() - new.keys()), changed)
 
 
-def _artifact(check: JSON, receipt: JSON | None) -> JSON:
+def _hashes(check: JSON) -> JSON:
+    return {k: check.get(k) for k in ("path", "expected", "actual", "verified", "error")}
+
+
+def _artifact(check: JSON, receipt: JSON | None) -> ArtifactCheck:
     """The candidate's adapter: the hashes, and which files differ from those recorded at receipt."""
-    return {
-        **{k: check.get(k) for k in ("path", "expected", "actual", "verified", "error")},
-        "at_receipt": None if receipt is None else {k: receipt.get(k) for k in ("actual", "error")},
-        "files": file_changes(None if receipt is None else receipt.get("tree"), check.get("tree")),
-    }
+    at_receipt = None if receipt is None else {k: receipt.get(k) for k in ("actual", "error")}
+    files = file_changes(None if receipt is None else receipt.get("tree"), check.get("tree"))
+    return ArtifactCheck(**_hashes(check), at_receipt=at_receipt, files=files)
 
 
-def _rollback(activations: Activations, check: JSON, upto: int) -> JSON:
+def _rollback(activations: Activations, check: JSON, upto: int) -> RollbackCheck:
     """The baseline's adapter: the hashes, and which files differ from those recorded at its activation
     (the last activation at or before `upto`)."""
     found = bisect_right(activations, upto, key=lambda a: a[0])
     activated = activations[found - 1] if found else None
-    return {
-        **{k: check.get(k) for k in ("path", "expected", "actual", "verified", "error")},
-        "activated_seq": None if activated is None else activated[0],
-        "files": file_changes(None if activated is None else activated[1]["adapter_tree"], check.get("tree")),
-    }
+    files = file_changes(None if activated is None else activated[1]["adapter_tree"], check.get("tree"))
+    return RollbackCheck(**_hashes(check), activated_seq=None if activated is None else activated[0], files=files)
 
 
-def _recovery(plan: JSON | None, path: list[JSON], by_seq: dict[int, tuple[StoredEvent, JSON]]) -> JSON | None:
+def _recovery(plan: JSON | None, path: list[PathStep], by_seq: dict[int, Row]) -> Recovery | None:
     """The latest recovery plan and every trusted state it considered, nearest first, with why it was passed over."""
     if plan is None:
         return None
@@ -247,36 +269,37 @@ def _recovery(plan: JSON | None, path: list[JSON], by_seq: dict[int, tuple[Store
     considered = []
     for kind in order:
         seen = plan["trusted_states"].get(kind)
-        if seen is None:
-            continue
-        outcome, detail = _outcome(kind, seen, plan, path, by_seq)
-        considered.append({"kind": kind, **seen, "outcome": outcome, "detail": detail})
-    return {**{k: plan[k] for k in ("seq", "stage", "action", "recovery_state", "reused_state", "blocking")},
-            "considered": considered}  # fmt: skip
+        if seen is not None:
+            considered.append(Considered(kind, seen, *_outcome(kind, seen, plan, path, by_seq)))
+    fields = ("seq", "stage", "action", "recovery_state", "reused_state", "blocking")
+    return Recovery(**{k: plan[k] for k in fields}, considered=considered)
 
 
-def _outcome(
-    kind: str, seen: JSON, plan: JSON, path: list[JSON], by_seq: dict[int, tuple[StoredEvent, JSON]]
-) -> tuple[str, str]:
-    """used, not_needed (a nearer state was used), or why it was passed over (SPEC §10's reasons), with a detail."""
+def _outcome(kind: str, seen: JSON, plan: JSON, path: list[PathStep], by_seq: dict[int, Row]) -> tuple[str, str]:
+    """used, not_needed (a nearer state was used), or why it was passed over, with a detail."""
     if kind == plan["recovery_state"]:
         return "used", f"re-hashed {seen.get('actual')}, as recorded"
     if seen.get("available"):
         return "not_needed", f"intact, but {plan['recovery_state']} comes first"
     if seen.get("source") is None:  # nothing recorded at plan time: never recorded, or invalidated since
-        for step in reversed([s for s in path if s["seq"] < plan["seq"]]):
-            payload = by_seq[step["seq"]][1]
-            if step["type"] == "TrustedStateInvalidated" and payload["kind"] == kind:
-                return "invalidated", f"invalidated at seq {step['seq']} ({payload['reason']})"
-            if step["type"] == "TrustedStateRecorded" and payload["kind"] == kind:
-                break
-        return "not_recorded", "never recorded for this candidate"
+        return _unrecorded(kind, plan["seq"], path, by_seq)
     if seen.get("actual") is None:
         return "missing", str(seen.get("error"))
     return "hash_changed", f"recorded {seen.get('expected')}, now {seen.get('actual')}"
 
 
-def _invalidation(decisive: StoredEvent, payload: JSON) -> JSON | None:
+def _unrecorded(kind: str, before: int, path: list[PathStep], by_seq: dict[int, Row]) -> tuple[str, str]:
+    """A state the plan did not find: invalidated (and when), or never recorded."""
+    for step in reversed([s for s in path if s.seq < before]):
+        payload = by_seq[step.seq][1]
+        if step.type == "TrustedStateInvalidated" and payload["kind"] == kind:
+            return "invalidated", f"invalidated at seq {step.seq} ({payload['reason']})"
+        if step.type == "TrustedStateRecorded" and payload["kind"] == kind:
+            break
+    return "not_recorded", "never recorded for this candidate"
+
+
+def _invalidation(decisive: StoredEvent, payload: JSON) -> Invalidation | None:
     if decisive.type != "EvidenceInvalidated":
         return None
-    return {"seq": decisive.seq, **{k: payload[k] for k in ("cause", "previous", "current")}}
+    return Invalidation(decisive.seq, payload["cause"], payload["previous"], payload["current"])

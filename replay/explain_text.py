@@ -14,8 +14,26 @@ from typing import Any
 import orjson
 
 from lifecycle_fsm.limits import display
+from lifecycle_fsm.replay.explanation_parts import (
+    ArtifactCheck,
+    CheckRow,
+    Explanation,
+    FileChanges,
+    HashCheck,
+    Recovery,
+    RollbackCheck,
+)
+from lifecycle_fsm.rules import RULES
 
-__all__ = ["explain_markdown", "explain_sections", "explain_text", "format_claim", "format_value", "path_line"]
+__all__ = [
+    "explain_markdown",
+    "explain_sections",
+    "explain_text",
+    "format_claim",
+    "format_value",
+    "path_line",
+    "rules_warning",
+]
 
 JSON = dict[str, Any]
 Section = tuple[str, list[str]]  # a heading and its lines (Markdown-safe inline text)
@@ -44,106 +62,144 @@ def format_claim(value: Any) -> str:
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
 
 
-def path_line(path: Iterable[JSON]) -> str:
-    """The states a candidate went through: `received (seq 3) -> verified (seq 5) -> …` (moves only)."""
-    moves = [f"{step['to']} (seq {step['seq']} {step['trigger']})" for step in path if step["from"] != step["to"]]
-    return " -> ".join(moves)
+def path_line(moves: Iterable[tuple[str, int, str]]) -> str:
+    """The states a candidate went through, from its moves `(to, seq, trigger)`: `received (seq 3 receive) -> …`."""
+    return " -> ".join(f"{to} (seq {seq} {trigger})" for to, seq, trigger in moves)
 
 
-def _files_lines(files: JSON, what: str) -> list[str]:
-    if not files["compared"]:
-        return [f"files: not compared ({files['note']})"]
-    if not (files["added"] or files["removed"] or files["changed"]):
+def rules_warning(candidate_id: str, recorded: JSON) -> str:
+    """The line that says a decision was made under rules that are not today's."""
+    return (
+        f"decided under rules version {format_value(recorded.get('version'))}, not today's "
+        f"(version {RULES['version']}): `lifecycle check {candidate_id}` decides it under today's"
+    )
+
+
+def _files_lines(files: FileChanges, what: str) -> list[str]:
+    if not files.compared:
+        return [f"files: not compared ({files.note})"]
+    if not (files.added or files.removed or files.changed):
         return [f"files: none differ from those recorded {what}"]
-    lines = [f"file changed: {c['path']} (size {c['recorded']['size']} -> {c['checked']['size']}, "
-             f"sha256 {c['recorded']['sha256']} -> {c['checked']['sha256']})" for c in files["changed"]]  # fmt: skip
-    lines += [f"file added: {p}" for p in files["added"]]
-    lines += [f"file removed: {p}" for p in files["removed"]]
+    lines = [
+        f"file changed: {c['path']} (size {c['recorded']['size']} -> {c['checked']['size']}, "
+        f"sha256 {c['recorded']['sha256']} -> {c['checked']['sha256']})"
+        for c in files.changed
+    ]
+    lines += [f"file added: {p}" for p in files.added]
+    lines += [f"file removed: {p}" for p in files.removed]
     return lines
 
 
-def _check_line(check: JSON) -> str:
-    mark = "ok" if check["passed"] else "FAILED"
-    claim = check["claimed"]
-    if check["check"] == "branch_evidence" and isinstance(claim, dict):  # the fields the check read, by name
+def _check_line(check: CheckRow) -> str:
+    mark = "ok" if check.passed else "FAILED"
+    claim = check.claimed
+    if check.check == "branch_evidence" and isinstance(claim, dict):  # the fields the check read, by name
         shown = ", ".join(f"{k}={format_claim(v)}" for k, v in claim.items())
     else:
         shown = format_claim(claim)
-    line = f"{check['check']}: {mark}; claimed {shown}; "
-    line += f"checked against {format_value(check['checked_against'])}"
-    if check.get("error"):
-        line += f" (error: {check['error']})"
+    line = f"{check.check}: {mark}; claimed {shown}; checked against {format_value(check.checked_against)}"
+    if check.detail.get("error"):
+        line += f" (error: {check.detail['error']})"
     return line
 
 
-def explain_sections(doc: JSON) -> list[Section]:
-    """The document as ordered sections; the renderers only format them."""
-    event = doc["decisive_event"]
-    head = [
-        f"{doc['id']} ({format_value(doc['kind'])}) is {doc['state']} as of seq {doc['as_of']} "
-        f"(revision {doc['revision']}, stream version {doc['version']})",
-        f"reason codes: {', '.join(doc['reason_codes']) or 'none'}",
-        f"decided by seq {event['seq']} {event['type']}, recorded {event['recorded_at']} by {event['actor']} "
-        f"(hash {event['hash']})",
-        "no check recorded" if doc["last_check_seq"] is None else f"last check at seq {doc['last_check_seq']}",
+def _summary(x: Explanation) -> Section:
+    c, event = x.candidate, x.decisive_event
+    return "Summary", [
+        f"{c.candidate_id} ({format_value(c.kind)}) is {c.state} as of seq {x.as_of} "
+        f"(revision {c.revision}, stream version {c.version})",
+        f"reason codes: {', '.join(c.reason_codes) or 'none'}",
+        f"decided by seq {event.seq} {event.type}, recorded {event.recorded_at} by {event.actor} (hash {event.hash})",
+        "no check recorded" if x.last_check_seq is None else f"last check at seq {x.last_check_seq}",
+        *([] if x.stale_rules is None else [rules_warning(c.candidate_id, x.stale_rules)]),
     ]
-    sections: list[Section] = [("Summary", head)]
-    manifest = doc["manifest"]
-    claimed = [f"manifest: {manifest['path']} (sha256 {manifest['sha256']})"]
-    claimed += [f"{k}: {format_claim(v)}" for k, v in doc["claimed"].items()]
-    sections.append(("What the candidate claimed", claimed))
-    if doc["checks"]:
-        sections.append((f"Checks at seq {doc['evidence_seq']} (claimed vs checked against)",
-                         [_check_line(c) for c in doc["checks"]]))  # fmt: skip
-        settings = doc["settings"] or {}
-        sections.append(("Settings read", [f"{k}: {format_value(v)}" for k, v in sorted(settings.items())]))
+
+
+def _claims(x: Explanation) -> list[Section]:
+    c = x.candidate
+    claimed = [f"manifest: {c.manifest_path} (sha256 {c.manifest_sha256})"]
+    claimed += [f"{k}: {format_claim(v)}" for k, v in x.claimed.items()]
+    sections = [("What the candidate claimed", claimed)]
+    if not x.checks:
+        return [*sections, ("Checks", ["no check recorded yet"])]
+    sections.append(
+        (f"Checks at seq {x.evidence_seq} (claimed vs checked against)", [_check_line(k) for k in x.checks])
+    )
+    sections.append(("Settings read", [f"{k}: {format_value(v)}" for k, v in sorted((x.settings or {}).items())]))
+    return sections
+
+
+def _hash_section(name: str, check: HashCheck) -> Section:
+    lines = [f"path: {check.path}", f"expected (recorded): {check.expected}", f"actual (re-hashed): {check.actual}"]
+    if check.error:
+        lines.append(f"error: {check.error}")
+    if isinstance(check, ArtifactCheck):
+        what = "at receipt"
+        if check.at_receipt is not None:
+            lines.append(f"at receipt: {format_value(check.at_receipt)}")
     else:
-        sections.append(("Checks", ["no check recorded yet"]))
-    for name, what in (("artifact", "at receipt"), ("rollback", "when the baseline was activated")):
-        a = doc[name]
-        if a is None:
-            continue
-        lines = [f"path: {a['path']}", f"expected (recorded): {a['expected']}", f"actual (re-hashed): {a['actual']}"]
-        if a.get("error"):
-            lines.append(f"error: {a['error']}")
-        if name == "artifact" and a["at_receipt"] is not None:
-            lines.append(f"at receipt: {format_value(a['at_receipt'])}")
-        elif name == "rollback" and a.get("activated_seq") is not None:
-            lines.append(f"baseline activated at seq {a['activated_seq']}")
-        lines += _files_lines(a["files"], what)
-        sections.append((f"{name.capitalize()} ({'ok' if a['verified'] else 'FAILED'})", lines))
-    recovery = doc["recovery"]
-    if recovery is not None:
-        lines = [
-            f"recovery: {recovery['stage']} -> {recovery['action']} (seq {recovery['seq']}"
-            f"{', blocking' if recovery['blocking'] else ''}; reuses {format_value(recovery['recovery_state'])})"
-        ]
-        for c in recovery["considered"]:
-            lines.append(f"considered {c['kind']}: {c['outcome']} ({c['detail']}); source {format_value(c['source'])}, "
-                         f"path {format_value(c['path'])}")  # fmt: skip
-        if not recovery["considered"]:
-            lines.append("no trusted state could serve this stage")
-        sections.append(("Recovery", lines))
-    if doc["invalidation"] is not None:
-        inv = doc["invalidation"]
-        sections.append(("Evidence invalidated", [
-            f"{inv['cause']} changed: {format_value(inv['previous'])} -> {format_value(inv['current'])} "
-            f"(seq {inv['seq']}); the candidate must be checked again"]))  # fmt: skip
-    trusted = [f"{kind}: {t['path']} (sha256 {t['sha256']}, recorded at seq {t['seq']})"
-               for kind, t in sorted(doc["trusted_states"].items())]  # fmt: skip
-    sections.append(("Trusted states recorded now", trusted or ["none"]))
-    sections.append(("Path of states", [path_line(doc["path"])]))
-    steps = [f"seq {s['seq']} {s['type']} ({s['trigger']}): {s['from'] or 'new'} -> {s['to']}, "
-             f"{s['recorded_at']} by {s['actor']}" for s in doc["path"]]  # fmt: skip
-    sections.append(("Events", steps))
+        what = "when the baseline was activated"
+        if isinstance(check, RollbackCheck) and check.activated_seq is not None:
+            lines.append(f"baseline activated at seq {check.activated_seq}")
+    lines += _files_lines(check.files, what)
+    return f"{name} ({'ok' if check.verified else 'FAILED'})", lines
+
+
+def _recovery_section(r: Recovery) -> Section:
+    blocking = ", blocking" if r.blocking else ""
+    lines = [f"recovery: {r.stage} -> {r.action} (seq {r.seq}{blocking}; reuses {format_value(r.recovery_state)})"]
+    for c in r.considered:
+        where = f"source {format_value(c.seen.get('source'))}, path {format_value(c.seen.get('path'))}"
+        lines.append(f"considered {c.kind}: {c.outcome} ({c.detail}); {where}")
+    if not r.considered:
+        lines.append("no trusted state could serve this stage")
+    return "Recovery", lines
+
+
+def _history(x: Explanation) -> list[Section]:
+    trusted = [
+        f"{kind}: {t['path']} (sha256 {t['sha256']}, recorded at seq {t['seq']})"
+        for kind, t in sorted(x.candidate.trusted_states.items())
+    ]
+    steps = [
+        f"seq {s.seq} {s.type} ({s.trigger}): {s.from_state or 'new'} -> {s.to}, {s.recorded_at} by {s.actor}"
+        for s in x.path
+    ]
+    moves = [(step.to, step.seq, step.trigger) for step in x.path if step.from_state != step.to]
+    return [
+        ("Trusted states recorded now", trusted or ["none"]),
+        ("Path of states", [path_line(moves)]),
+        ("Events", steps),
+    ]
+
+
+def explain_sections(x: Explanation) -> list[Section]:
+    """The explanation as ordered sections; the renderers only format them."""
+    sections = [_summary(x), *_claims(x)]
+    sections += [
+        _hash_section(name, check)
+        for name, check in (("Artifact", x.artifact), ("Rollback", x.rollback))
+        if check is not None
+    ]
+    if x.recovery is not None:
+        sections.append(_recovery_section(x.recovery))
+    if (inv := x.invalidation) is not None:
+        change = f"{format_value(inv.previous)} -> {format_value(inv.current)}"
+        sections.append(
+            (
+                "Evidence invalidated",
+                [f"{inv.cause} changed: {change} (seq {inv.seq}); the candidate must be checked again"],
+            )
+        )
+    sections += _history(x)
     # Each line is one line: a value holding a newline (a manifest's version, an actor) would print a line of
     # its own that reads as evidence. Control characters are spelled out (`\n`, `\x1b`), as in tables.
     return [(heading, [display(line) for line in lines]) for heading, lines in sections]
 
 
-def explain_text(doc: JSON) -> str:
+def explain_text(x: Explanation) -> str:
     """Plain text: the summary lines, then each section as a heading and indented lines."""
-    sections = explain_sections(doc)
+    sections = explain_sections(x)
     out = list(sections[0][1])
     for heading, lines in sections[1:]:
         out.append(f"{heading}:")
@@ -162,11 +218,11 @@ def _md(text: str) -> str:
     return text
 
 
-def explain_markdown(doc: JSON, *, level: int = 2) -> str:
+def explain_markdown(x: Explanation, *, level: int = 2) -> str:
     """Markdown for a ticket: a heading per candidate, a bullet per line."""
-    sections = explain_sections(doc)
+    sections = explain_sections(x)
     hashes = "#" * level
-    out = [f"{hashes} {_md(doc['id'])}: {doc['state']}", ""]
+    out = [f"{hashes} {_md(x.candidate.candidate_id)}: {x.candidate.state}", ""]
     for heading, lines in sections:
         out += [f"{hashes}# {heading}", ""] + [f"- {_md(line)}" for line in lines] + [""]
     return "\n".join(out)

@@ -10,7 +10,7 @@ match). Each row's own hash is recomputed before it is shown (fail closed).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -55,8 +55,10 @@ NAMED_STREAMS = (LEDGER_STREAM, "seals")
 
 def _reason_matches(code: str) -> tuple[PayloadMatch, ...]:
     if code in CHECK_CODES:
-        return (PayloadMatch("ChecksRecorded", "$.reason_codes", code),
-                PayloadMatch("HandoffDecided", "$.reason_codes", code))  # fmt: skip
+        return (
+            PayloadMatch("ChecksRecorded", "$.reason_codes", code),
+            PayloadMatch("HandoffDecided", "$.reason_codes", code),
+        )
     if code in BLOCKING_ACTIONS:
         return (PayloadMatch("RecoveryPlanned", "$.action", code),)
     cause = code.removesuffix("_changed")
@@ -87,8 +89,17 @@ def log_filter(
         text_or_error("stream", stream_id)  # bytes that are not UTF-8 reach no driver (its encode error)
     if actor is not None:
         text_or_error("actor", actor)
-    return EventFilter(after=after, before=before, since=since, until=until, types=types, stream_id=stream_id,
-                       actor=actor, payload=() if reason is None else _reason_matches(reason), limit=limit)  # fmt: skip
+    return EventFilter(
+        after=after,
+        before=before,
+        since=since,
+        until=until,
+        types=types,
+        stream_id=stream_id,
+        actor=actor,
+        payload=() if reason is None else _reason_matches(reason),
+        limit=limit,
+    )
 
 
 @contextmanager
@@ -146,29 +157,31 @@ def read_log(store: EventStore, query: EventFilter) -> Iterator[tuple[StoredEven
     deleted from the log is an `IntegrityError` naming the seq, not a silent hole.
     """
     filtered = query.since or query.until or query.types or query.actor or query.payload
-    if query.stream_id is not None and not filtered:  # one stream's slice: its versions go on one by one
-        for event in dense_versions(store.select_matching(query), after_version=0 if query.after == 0 else None):
-            yield event, decoded_payload(event)
-        return
-    if filtered or query.stream_id is not None:
-        for event in store.select_matching(query):
-            yield event, decoded_payload(event)
-        return
+    if filtered:
+        rows: Iterable[StoredEvent] = store.select_matching(query)
+    elif query.stream_id is not None:  # one stream's slice: its versions go on one by one
+        rows = dense_versions(store.select_matching(query), after_version=0 if query.after == 0 else None)
+    else:
+        rows = _chained(store, query)
+    for event in rows:
+        yield event, decoded_payload(event)
+
+
+def _chained(store: EventStore, query: EventFilter) -> Iterator[StoredEvent]:
+    """A slice of the whole log, each row checked to follow the one before it."""
     # (seq, hash) the next row must follow. No row at `after` (past the head, or itself the missing
     # one): the first row is not judged against it, every later one is.
-    anchor = GENESIS_HASH if query.after == 0 else store.hash_at(query.after)
-    follows: tuple[int, str | None] = (query.after, anchor)
+    follows: tuple[int, str | None] = (query.after, GENESIS_HASH if query.after == 0 else store.hash_at(query.after))
     shown = 0
     for event in store.select_matching(query):
         if follows[1] is not None and (event.seq != follows[0] + 1 or event.prev_hash != follows[1]):
             raise _hole(follows[0], event.seq)
         follows = (event.seq, event.hash)
         shown += 1
-        yield event, decoded_payload(event)
-    if query.before is not None and (query.limit is None or shown < query.limit):
-        end = min(query.before - 1, store.head().seq)
-        if follows[0] < end:
-            raise _hole(follows[0], None)
+        yield event
+    end = None if query.before is None else min(query.before - 1, store.head().seq)  # where the slice must reach
+    if end is not None and follows[0] < end and (query.limit is None or shown < query.limit):
+        raise _hole(follows[0], None)
 
 
 def _hole(after: int, found: int | None) -> IntegrityError:

@@ -12,17 +12,23 @@ the `folded` level-2 sections (the report's candidate paths) become closed
 `<details>` blocks, their heading the summary: the page draws the diagrams outside
 them on load and a block's diagram when the reader opens it (one at a time, in
 order). Everything is in the file either way; only the drawing waits.
+
+Every heading gets an anchor (`id`), the level-2 and level-3 ones (but the folded) a
+line in the table of contents after the title, and the words FAILED / failed are
+set in red wherever they occur.
 """
 
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Collection, Sequence
 from functools import cache
 from importlib import resources
 from typing import Any
 
 from markdown_it import MarkdownIt
+from markdown_it.common.utils import escapeHtml
 from markdown_it.renderer import RendererHTML
 from markdown_it.token import Token
 
@@ -37,6 +43,9 @@ th, td { border: 1px solid #c8c8c8; padding: .3rem .6rem; text-align: left; vert
 code { overflow-wrap: anywhere; }
 li { overflow-wrap: anywhere; }
 blockquote { border-left: .4rem solid #c00; background: #fff0f0; margin: 1rem 0; padding: .5rem 1rem; }
+.failed { color: #c00; font-weight: 600; }
+nav.toc { border: 1px solid #c8c8c8; background: #fafafa; padding: .3rem 1rem; margin: 1rem 0; }
+nav.toc ul { margin: .2rem 0; padding-left: 1.2rem; }
 pre.mermaid { background: #fafafa; padding: 1rem; }
 details.folded { margin: .3rem 0; }
 details.folded > summary { cursor: pointer; }
@@ -80,6 +89,45 @@ def _fence(renderer: RendererHTML, tokens: Any, idx: int, options: Any, env: Any
     return RendererHTML.fence(renderer, tokens, idx, options, env)
 
 
+_FAILED = re.compile(r"\b(FAILED|failed)\b")
+
+
+def _text(renderer: RendererHTML, tokens: Any, idx: int, options: Any, env: Any) -> str:
+    """Plain text, escaped, with FAILED / failed marked for colour."""
+    return _FAILED.sub(r'<span class="failed">\1</span>', escapeHtml(tokens[idx].content))
+
+
+def _anchor(tokens: Sequence[Token]) -> list[tuple[int, str, str]]:
+    """Give every heading a unique `id`; return (level, id, text) of each, in order."""
+    found: list[tuple[int, str, str]] = []
+    used: dict[str, int] = {}
+    for n, token in enumerate(tokens):
+        if token.type != "heading_open":
+            continue
+        text = "".join(c.content for c in tokens[n + 1].children or () if c.type in ("text", "code_inline"))
+        slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "section"
+        used[slug] = used.get(slug, 0) + 1
+        anchor = slug if used[slug] == 1 else f"{slug}-{used[slug]}"
+        token.attrSet("id", anchor)
+        found.append((int(token.tag[1]), anchor, text))
+    return found
+
+
+def _contents(headings: list[tuple[int, str, str]], folded: Collection[str]) -> str:
+    """A table of contents: the level-2 sections, each with its level-3 ones unless it is folded."""
+    sections: list[tuple[str, list[str]]] = []
+    in_folded = False
+    for level, anchor, text in headings:
+        link = f'<a href="#{anchor}">{escapeHtml(text)}</a>'
+        if level == 2:
+            sections.append((link, []))
+            in_folded = text in folded
+        elif level == 3 and sections and not in_folded:
+            sections[-1][1].append(f"<li>{link}</li>")
+    items = [f"<li>{link}" + (f"<ul>{''.join(subs)}</ul>" if subs else "") + "</li>" for link, subs in sections]
+    return '<nav class="toc"><strong>Contents</strong>\n<ul>\n' + "\n".join(items) + "\n</ul>\n</nav>\n"
+
+
 def _raw(text: str) -> Token:
     return Token("html_block", "", 0, content=text)
 
@@ -114,8 +162,14 @@ def markdown_to_html(markdown: str, *, title: str, folded: Collection[str] = ())
     """
     md = MarkdownIt("commonmark", {"html": False}).enable("table")
     md.add_render_rule("fence", _fence)
+    md.add_render_rule("text", _text)
     env: dict[str, Any] = {}
-    body = md.renderer.render(_fold(md.parse(markdown, env), folded), md.options, env)
+    tokens = md.parse(markdown, env)
+    headings = _anchor(tokens)
+    first = next((n for n, t in enumerate(tokens) if t.type == "heading_open" and t.tag == "h2"), None)
+    if first is not None:  # after the title and the summary, before the first section
+        tokens.insert(first, _raw(_contents(headings, folded)))
+    body = md.renderer.render(_fold(tokens, folded), md.options, env)
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         f"<title>{html.escape(title)}</title>\n<style>{_STYLE}</style>\n</head>\n<body>\n{body}"

@@ -22,9 +22,16 @@ from typing import Any
 
 CHROMIUM = Path("/usr/bin/chromium")
 FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync", "--window-size=1280,900",
-)  # fmt: skip
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1280,900",
+)
 
 
 class BrowserError(AssertionError):
@@ -43,11 +50,18 @@ class Chromium:
         log = os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
         argv = [str(CHROMIUM), *FLAGS, f"--user-data-dir={profile}", "--remote-debugging-pipe", "about:blank"]
         try:
-            self.pid: int | None = os.posix_spawn(argv[0], argv, os.environ, file_actions=[
-                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0), (os.POSIX_SPAWN_DUP2, log, 1),
-                (os.POSIX_SPAWN_DUP2, log, 2), (os.POSIX_SPAWN_DUP2, to_browser, 3),
-                (os.POSIX_SPAWN_DUP2, from_browser, 4),
-            ])  # fmt: skip
+            self.pid: int | None = os.posix_spawn(
+                argv[0],
+                argv,
+                os.environ,
+                file_actions=[
+                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                    (os.POSIX_SPAWN_DUP2, log, 1),
+                    (os.POSIX_SPAWN_DUP2, log, 2),
+                    (os.POSIX_SPAWN_DUP2, to_browser, 3),
+                    (os.POSIX_SPAWN_DUP2, from_browser, 4),
+                ],
+            )
         finally:
             for fd in (log, to_browser, from_browser):
                 os.close(fd)
@@ -157,9 +171,13 @@ class Page:
     def evaluate(self, expression: str, *, timeout: float = 60) -> Any:
         """The value of a JavaScript expression (a promise is awaited), as JSON."""
         answer = self.browser.call(
-            "Runtime.evaluate", self.session, timeout=timeout,
-            expression=expression, awaitPromise=True, returnByValue=True,
-        )  # fmt: skip
+            "Runtime.evaluate",
+            self.session,
+            timeout=timeout,
+            expression=expression,
+            awaitPromise=True,
+            returnByValue=True,
+        )
         if "exceptionDetails" in answer:
             raise BrowserError(f"{expression}: {answer['exceptionDetails']}")
         return answer["result"].get("value")

@@ -8,6 +8,7 @@ hashed by `hash_directory` exactly as `lifecycle hash` would.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import subprocess
@@ -98,6 +99,17 @@ def _reset_structlog() -> Iterator[None]:
 def invoke(db: Path, *args: str) -> Result:
     """Run the CLI in-process (click's runner) against one ledger file."""
     return CliRunner().invoke(main, ["--db", str(db), *args], catch_exceptions=False)
+
+
+def cli(
+    db: Path | str, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`run_cli` in this process (click's runner): the same exit code, stdout and stderr, without the
+    cost of a new interpreter, for the tests that check what a command decides rather than how a
+    process behaves (signals, closed streams, environment faults)."""
+    with contextlib.chdir(cwd or os.getcwd()):
+        result = CliRunner().invoke(main, ["--db", str(db), *args], env=env, catch_exceptions=False)
+    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
 
 
 def run_cli(

@@ -14,6 +14,7 @@ from lifecycle_fsm.cli.exit_codes import ERROR_EXIT_CODES, ExitCode, exit_code_f
 from lifecycle_fsm.decision_pool import DecisionPoolError
 from lifecycle_fsm.errors import (
     ArtifactError,
+    ArtifactUnreadable,
     ConcurrencyError,
     ConflictError,
     CorruptionError,
@@ -30,27 +31,37 @@ from lifecycle_fsm.errors import (
 from lifecycle_fsm.feed import WaitTimeout
 from lifecycle_fsm.state import IllegalTransition
 
-# Transcribed by hand from README's exit-code table: an oracle independent of ERROR_EXIT_CODES.
+# Transcribed by hand from the documented exit codes: an oracle independent of ERROR_EXIT_CODES.
 EXPECTED = {
-    InputError: 3, ArtifactError: 3, ScenarioError: 3,
+    InputError: 3,
+    ArtifactError: 3,
+    ArtifactUnreadable: 3,
+    ScenarioError: 3,
     NotFoundError: 4,
-    ConflictError: 5, IllegalCommandError: 5, ConcurrencyError: 5, DuplicateEventError: 5,
-    IntegrityError: 6, CorruptionError: 6, IllegalTransition: 6,
-    StoreError: 7, LedgerClosedError: 7,
-    WaitTimeout: 5, DecisionPoolError: 3,
+    ConflictError: 5,
+    IllegalCommandError: 5,
+    ConcurrencyError: 5,
+    DuplicateEventError: 5,
+    IntegrityError: 6,
+    CorruptionError: 6,
+    IllegalTransition: 6,
+    StoreError: 7,
+    LedgerClosedError: 7,
+    WaitTimeout: 9,
+    DecisionPoolError: 3,
     LifecycleError: 1,
-}  # fmt: skip
+}
 
 
 def test_the_documented_codes_are_the_contract() -> None:
-    """0 to 8 and 130 (Ctrl-C), each with a description (test_cli checks README's table has a row for each)."""
-    assert sorted(EXIT_CODES) == [int(c) for c in ExitCode] == [*range(9), 130]
+    """0 to 12 and 130 (Ctrl-C), each with a description."""
+    assert sorted(EXIT_CODES) == [int(c) for c in ExitCode] == [*range(13), 130]
     assert all(EXIT_CODES[c].strip() for c in EXIT_CODES)
 
 
 @pytest.mark.parametrize("cls", list(ERROR_EXAMPLES), ids=lambda c: c.__name__)
 def test_every_error_class_maps_to_its_documented_code(cls: type[LifecycleError]) -> None:
-    """Each error class (test_errors proves the examples cover them all) ends in the code README gives it."""
+    """Each error class (test_errors proves the examples cover them all) ends in its documented code."""
     code = exit_code_for(ERROR_EXAMPLES[cls])
     assert code in EXIT_CODES
     assert code == EXPECTED[cls]
@@ -109,8 +120,9 @@ def test_a_group_without_its_command_is_one_readable_error_line(args: list[str],
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-m", "lifecycle_fsm", *args], capture_output=True, text=True,
-                          timeout=60, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "lifecycle_fsm", *args], capture_output=True, text=True, timeout=60, check=False
+    )
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr.count("\n") == 1 and "\\n" not in done.stderr, done.stderr
     assert done.stderr.startswith("Error: missing command: one of ") and commands in done.stderr

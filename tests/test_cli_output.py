@@ -18,16 +18,30 @@ from lifecycle_fsm.ledger import Ledger
 
 REPO = Path(__file__).resolve().parent.parent
 COMMANDS = [
-    ["status"], ["status", "dpo-v5"], ["--json", "status"], ["status", "dpo-v5", "--json"], ["log"], ["log", "--jsonl"],
-    ["verify"], ["diagram"], ["explain", "dpo-v5"], ["history", "dpo-v5"], ["check", "dpo-v5"],
-]  # fmt: skip
+    ["status"],
+    ["status", "dpo-v5"],
+    ["--json", "status"],
+    ["status", "dpo-v5", "--json"],
+    ["log"],
+    ["log", "--jsonl"],
+    ["verify"],
+    ["diagram"],
+    ["explain", "dpo-v5"],
+    ["history", "dpo-v5"],
+    ["check", "dpo-v5"],
+]
 
 
 def _run(db: Path, args: list[str], stdout: int | None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "lifecycle_fsm", "--db", str(db), *args], stdout=stdout, stderr=subprocess.PIPE,
-        text=True, cwd=REPO, timeout=120, check=False,
-    )  # fmt: skip
+        [sys.executable, "-m", "lifecycle_fsm", "--db", str(db), *args],
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        check=False,
+    )
 
 
 @pytest.fixture
@@ -58,9 +72,14 @@ def test_a_full_disk_under_stdout_is_one_line_and_exit_3(db: Path, args: list[st
 def test_a_closed_stdout_runs_nothing(db: Path, args: list[str]) -> None:
     before = count_events(db)
     done = subprocess.run(
-        [sys.executable, "-m", "lifecycle_fsm", "--db", str(db), *args], stderr=subprocess.PIPE, text=True,
-        cwd=REPO, timeout=120, check=False, preexec_fn=lambda: os.close(1),  # as `lifecycle … >&-`
-    )  # fmt: skip
+        [sys.executable, "-m", "lifecycle_fsm", "--db", str(db), *args],
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        check=False,
+        preexec_fn=lambda: os.close(1),  # as `lifecycle … >&-`
+    )
     assert done.returncode == 3, done.stderr
     assert "standard output is closed" in _one_line(done.stderr)
     assert count_events(db) == before

@@ -82,19 +82,45 @@ def test_a_pool_file_or_a_dry_run_manifest_cannot_forge_a_line(ws: Workspace) ->
 
     pool = ws.root / "pool"
     pool.mkdir()
-    candidate = {"candidate_kind": "dpo", "source_policy_version": "p0", "policy_version": "d1",
-                 "evaluation_version": "e1", "preference_evidence_version": "pref", "verifier_version": None,
-                 "evidence_window_index": None}  # fmt: skip
+    candidate = {
+        "candidate_kind": "dpo",
+        "source_policy_version": "p0",
+        "policy_version": "d1",
+        "evaluation_version": "e1",
+        "preference_evidence_version": "pref",
+        "verifier_version": None,
+        "evidence_window_index": None,
+    }
     settings = {"active_policy_version": "p0", "active_window": 1, "max_window_age": 2, "evaluation_version": None}
-    doc = {"schema": "lifecycle-decision-pool/v1", "decision": "handoff", "candidate_id": "d1\nFORGED", "seq": 5,
-           "event_type": "HandoffDecided", "decided": {"handoff_status": "ready_for_evaluation", "hard_failures": []},
-           "inputs": {"candidate": candidate, "settings": settings, "artifact_verified": True,
-                      "rollback_verified": True, "path_escapes_root": False, "upstream_decision": "tune"}}  # fmt: skip
+    doc = {
+        "schema": "lifecycle-decision-pool/v1",
+        "decision": "handoff",
+        "candidate_id": "d1\nFORGED",
+        "seq": 5,
+        "event_type": "HandoffDecided",
+        "decided": {"handoff_status": "ready_for_evaluation", "hard_failures": []},
+        "inputs": {
+            "candidate": candidate,
+            "settings": settings,
+            "artifact_verified": True,
+            "rollback_verified": True,
+            "path_escapes_root": False,
+            "upstream_decision": "tune",
+        },
+    }
     (pool / "a.json").write_text(json.dumps(doc))
     replayed = invoke(ws.db, "decisions", "replay", str(pool))
     assert replayed.exit_code == 8 and "changed: d1\\nFORGED seq 5" in replayed.stdout
     assert not [line for line in replayed.stdout.splitlines() if line.startswith("FORGED")]
-    planned = invoke(ws.db, "audit", "--baseline", str(ws.baseline()), "--candidates",
-                     str(ws.dpo(decision="accept\nFORGED")), "--label", "x")  # fmt: skip
+    planned = invoke(
+        ws.db,
+        "audit",
+        "--baseline",
+        str(ws.baseline()),
+        "--candidates",
+        str(ws.dpo(decision="accept\nFORGED")),
+        "--label",
+        "x",
+    )
     assert planned.exit_code == 0 and "upstream accept\\nFORGED)" in planned.stdout
     assert not [line for line in planned.stdout.splitlines() if line.startswith("FORGED")]

@@ -26,31 +26,43 @@ def kept(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def _export(db: Path, pool: Path) -> Any:
+def _export(db: Path, pool: Path) -> Path:
+    """Export `db` into the pool; the ledger's own sub-folder."""
     result = invoke(db, "decisions", "export", str(pool), "--json")
     assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
+    folder = Path(json.loads(result.stdout)["folder"])
+    assert folder.parent == pool and folder.name.startswith("ledger-")
+    return folder
 
 
 def test_the_shipped_drills_pool_re_decides_unchanged(kept: Path, tmp_path: Path) -> None:
-    """The CI gate: every decision the shipped drills record is re-decided identically by today's rules."""
-    kinds: dict[str, int] = {}
+    """The CI gate: every decision the shipped drills record, exported into one pool (a sub-folder per
+    ledger), is re-decided identically by today's rules."""
+    pool = tmp_path / "pool"
     for db in sorted(kept.glob("*.db")):
         if json.loads(invoke(db, "verify", "--json").stdout)["checkpoints"] is None:  # the chain or replay broke
-            assert invoke(db, "decisions", "export", str(tmp_path / db.stem)).exit_code == 6  # fail-closed read
+            assert invoke(db, "decisions", "export", str(pool)).exit_code == 6  # fail-closed read
             continue  # a drill that edited an event on purpose
-        doc = _export(db, tmp_path / db.stem)
-        for k, n in doc["decisions"].items():
-            kinds[k] = kinds.get(k, 0) + n
-        if doc["files"]:
-            result = invoke(db, "decisions", "replay", str(tmp_path / db.stem))
-            assert result.exit_code == 0, result.output
-    assert set(kinds) == {"check", "handoff", "recovery"} and sum(kinds.values()) > 50
+        _export(db, pool)
+    files = list(pool.rglob("*.json"))
+    assert {f.stem.split("-")[1] for f in files} == {"check", "handoff", "recovery"} and len(files) > 50
+    result = invoke(tmp_path / "none.db", "decisions", "replay", str(pool), "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {"ok": True, "decisions": len(files), "changed": []}
+
+
+def test_a_ledger_exports_once_into_a_pool(kept: Path, tmp_path: Path) -> None:
+    """Two ledgers share a pool in their own sub-folders; the same ledger again is refused (its folder is not empty)."""
+    pool = tmp_path / "pool"
+    first, second = _export(kept / "handoff-ready.db", pool), _export(kept / "handoff-tune.db", pool)
+    assert first != second and sorted(p.name for p in pool.iterdir()) == sorted([first.name, second.name])
+    again = invoke(kept / "handoff-ready.db", "decisions", "export", str(pool))
+    assert again.exit_code == 3 and "not an empty folder" in again.stderr
 
 
 def test_files_round_trip_exactly(kept: Path, tmp_path: Path) -> None:
-    _export(kept / "explain-reject-handoff-causes.db", tmp_path / "pool")
-    files = sorted((tmp_path / "pool").glob("*.json"))
+    folder = _export(kept / "explain-reject-handoff-causes.db", tmp_path / "pool")
+    files = sorted(folder.glob("*.json"))
     assert {f.stem.split("-")[1] for f in files} == {"check", "handoff", "recovery"}
     for f in files:
         text = f.read_text()
@@ -71,8 +83,7 @@ def test_files_round_trip_exactly(kept: Path, tmp_path: Path) -> None:
 )
 def test_unknown_or_missing_keys_are_bad_input(kept: Path, tmp_path: Path, edit: Any, expected: str) -> None:
     pool = tmp_path / "pool"
-    _export(kept / "explain-reject-handoff-causes.db", pool)
-    victim = sorted(pool.glob("*.json"))[1]
+    victim = sorted(_export(kept / "explain-reject-handoff-causes.db", pool).glob("*.json"))[1]
     doc = json.loads(victim.read_text())
     edit(doc)
     victim.write_text(json.dumps(doc))
@@ -83,29 +94,22 @@ def test_unknown_or_missing_keys_are_bad_input(kept: Path, tmp_path: Path, edit:
         read_pool(pool)
 
 
-def test_export_needs_a_new_or_empty_folder(kept: Path, tmp_path: Path) -> None:
-    (tmp_path / "pool").mkdir()
-    (tmp_path / "pool" / "other.txt").write_text("x")
-    result = invoke(kept / "handoff-ready.db", "decisions", "export", str(tmp_path / "pool"))
-    assert result.exit_code == 3 and "not an empty folder" in result.output
-
-
 def test_export_to_a_folder_that_cannot_be_made_is_one_error_line(
     kept: Path, tmp_path: Path, read_only_folder: Path
 ) -> None:
     """A file in the way (or a read-only place) was a NotADirectoryError traceback; now exit 3, as every writer."""
     (tmp_path / "afile").write_text("x")
     for target in [tmp_path / "afile" / "sub", read_only_folder / "pool"]:
-        done = run_cli(kept / "handoff-ready.db", "decisions", "export", str(target))
-        assert (done.returncode, done.stdout) == (3, ""), done.stderr
-        assert done.stderr.startswith(f"Error: cannot create decision pool folder {target}: ")
-        assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+        done = invoke(kept / "handoff-ready.db", "decisions", "export", str(target))
+        assert (done.exit_code, done.stdout) == (3, ""), done.stderr
+        assert done.stderr.startswith(f"Error: cannot create decision pool folder {target}/ledger-")
+        assert done.stderr.count("\n") == 1
 
 
 def test_a_changed_rule_is_listed_and_exits_8(kept: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A rules change that lets `tune` through as ready is flagged: candidate id, seq, recorded vs now."""
     pool = tmp_path / "pool"
-    _export(kept / "handoff-tune.db", pool)
+    folder = _export(kept / "handoff-tune.db", pool)
     original = decision_pool.decide_lifecycle_handoff
 
     def tune_is_ready(upstream: Any, freshness: Any, evidence: Any) -> Any:
@@ -116,7 +120,7 @@ def test_a_changed_rule_is_listed_and_exits_8(kept: Path, tmp_path: Path, monkey
     result = invoke(tmp_path / "none.db", "decisions", "replay", str(pool))
     assert result.exit_code == 8
     [line] = [line for line in result.output.splitlines() if line.startswith("changed: ")]
-    handoff = json.loads(next(pool.glob("*-handoff.json")).read_text())
+    handoff = json.loads(next(folder.glob("*-handoff.json")).read_text())
     assert line.startswith(f"changed: {handoff['candidate_id']} seq {handoff['seq']} (handoff): ")
     assert '"tune"' in line and '"ready_for_evaluation"' in line
     doc = json.loads(invoke(tmp_path / "none.db", "decisions", "replay", str(pool), "--json").stdout)
@@ -127,8 +131,7 @@ def test_a_changed_rule_is_listed_and_exits_8(kept: Path, tmp_path: Path, monkey
 def test_replay_of_a_pool_holding_a_special_file_is_refused_not_hung(kept: Path, tmp_path: Path, special: str) -> None:
     """A FIFO named *.json hung `decisions replay`; a link to /dev/zero read until memory ran out."""
     pool = tmp_path / "pool"
-    _export(kept / "handoff-ready.db", pool)
-    bad = pool / "zz.json"
+    bad = _export(kept / "handoff-ready.db", pool) / "zz.json"
     if special == "fifo":
         os.mkfifo(bad)
     else:
@@ -148,17 +151,32 @@ def _decision_file(kind: str) -> dict[str, Any]:
         }
     else:
         candidate = {
-            "candidate_kind": "grpo", "source_policy_version": "p0", "policy_version": "g1",
-            "evaluation_version": "e1", "preference_evidence_version": None, "verifier_version": "v1",
+            "candidate_kind": "grpo",
+            "source_policy_version": "p0",
+            "policy_version": "g1",
+            "evaluation_version": "e1",
+            "preference_evidence_version": None,
+            "verifier_version": "v1",
             "evidence_window_index": 1,
-        }  # fmt: skip
+        }
         settings = {"active_policy_version": "p0", "active_window": 1, "max_window_age": 2, "evaluation_version": None}
-        inputs = {"candidate": candidate, "settings": settings, "artifact_verified": True,
-                  "rollback_verified": True, "path_escapes_root": False}  # fmt: skip
+        inputs = {
+            "candidate": candidate,
+            "settings": settings,
+            "artifact_verified": True,
+            "rollback_verified": True,
+            "path_escapes_root": False,
+        }
         decided = {"passed": True, "reason_codes": []}
-    return {"schema": decision_pool.SCHEMA, "decision": kind, "candidate_id": "g1", "seq": 7,
-            "event_type": "RecoveryPlanned" if kind == "recovery" else "ChecksRecorded",
-            "inputs": inputs, "decided": decided}  # fmt: skip
+    return {
+        "schema": decision_pool.SCHEMA,
+        "decision": kind,
+        "candidate_id": "g1",
+        "seq": 7,
+        "event_type": "RecoveryPlanned" if kind == "recovery" else "ChecksRecorded",
+        "inputs": inputs,
+        "decided": decided,
+    }
 
 
 @pytest.mark.parametrize(
@@ -185,7 +203,7 @@ def test_a_value_the_deciders_cannot_take_is_bad_input_not_a_traceback(
     pool.mkdir()
     good = _decision_file(kind)
     (pool / "a.json").write_text(json.dumps(good))
-    assert run_cli(tmp_path / "none.db", "decisions", "replay", str(pool)).returncode == 0
+    assert invoke(tmp_path / "none.db", "decisions", "replay", str(pool)).exit_code == 0
     edit(good["inputs"])
     (pool / "a.json").write_text(json.dumps(good))
     _refused_naming(tmp_path, pool, key)
@@ -236,8 +254,8 @@ def test_a_key_given_twice_is_bad_input_not_the_last_one_wins(tmp_path: Path) ->
 
 
 def _refused_naming(tmp_path: Path, pool: Path, key: str) -> None:
-    """`decisions replay` of `pool` is bad input (exit 3): one line naming `pool/a.json` and `key`, no traceback."""
-    done = run_cli(tmp_path / "none.db", "decisions", "replay", str(pool))
-    assert (done.returncode, done.stdout) == (3, ""), done.stderr
-    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    """`decisions replay` of `pool` is bad input (exit 3): one line naming `pool/a.json` and `key`."""
+    done = invoke(tmp_path / "none.db", "decisions", "replay", str(pool))
+    assert (done.exit_code, done.stdout) == (3, ""), done.stderr
+    assert done.stderr.count("\n") == 1
     assert str(pool / "a.json") in done.stderr and key in done.stderr

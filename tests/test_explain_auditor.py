@@ -227,9 +227,33 @@ def test_rollback_evidence_is_the_activation_in_force_when_checked(ws: Workspace
         second = next(e.seq for e in activated if e.type == "BaselineActivated")
         led.receive(ws.dpo("dpo-b", source_policy_version=second_sha))
         led.check("dpo-b")
-        report = build_report(led.store)["candidates"]
+        report = build_report(led.store).to_json()["candidates"]
     assert first < second
     for cid, seq in (("dpo-a", first), ("dpo-b", second)):
         doc, _, _ = _explain(ws, cid)
         assert doc["rollback"]["activated_seq"] == seq
         assert report[cid]["rollback"] == doc["rollback"]
+
+
+def test_a_decision_under_other_rules_is_flagged_by_status_and_explain(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A check recorded under rules that are not today's: `status` warns on stderr (its JSON unchanged),
+    `explain` says so and names the rules it was decided under; a new check clears both."""
+    from lifecycle_fsm import decisions
+
+    with ws.ledger() as led:
+        led.init()
+        led.activate_baseline(ws.baseline())
+        led.receive(ws.dpo())
+        monkeypatch.setattr(decisions, "RULES", {"version": 0, "digest": "0" * 64})
+        led.check("dpo-v5")
+    status = invoke(ws.db, "--json", "status")
+    assert json.loads(status.stdout)[0]["state"] == "verified"
+    assert status.stderr.startswith("warning: dpo-v5: decided under rules version 0, not today's")
+    assert "`lifecycle check dpo-v5` decides it under today's" in invoke(ws.db, "explain", "dpo-v5").stdout
+    doc, _, _ = _explain(ws, "dpo-v5")
+    assert doc["stale_rules"] == {"version": 0, "digest": "0" * 64}
+    monkeypatch.undo()
+    assert invoke(ws.db, "check", "dpo-v5").exit_code == 0
+    assert invoke(ws.db, "status").stderr == "" and _explain(ws, "dpo-v5")[0]["stale_rules"] is None

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 import pytest
-from conftest import Workspace, count_events, invoke, run_cli
+from conftest import Workspace, cli, count_events, invoke, run_cli
 
 from lifecycle_fsm.cli import main
 from lifecycle_fsm.errors import InputError, ScenarioError
@@ -92,7 +92,7 @@ def test_yaml_aliases_are_refused_before_expansion(tmp_path: Path) -> None:
     path.write_text(text)
     with pytest.raises(ScenarioError, match=r"aliases \(\*name\) are not allowed"):
         load_scenario(path)
-    result = run_cli(tmp_path / "x.db", "drill", "--json", str(path))
+    result = cli(tmp_path / "x.db", "drill", "--json", str(path))
     assert result.returncode == 3
     assert "aliases" in _one_error_line(result.stderr)
 
@@ -108,7 +108,7 @@ def test_deeply_nested_yaml_is_a_scenario_error(tmp_path: Path) -> None:
 def test_a_seed_beyond_64_bits_is_a_validation_error(tmp_path: Path, seed: int) -> None:
     path = tmp_path / "s.yaml"
     path.write_text(SCENARIO.format(seed=seed, extra=""))
-    result = run_cli(tmp_path / "x.db", "drill", "--json", str(path))
+    result = cli(tmp_path / "x.db", "drill", "--json", str(path))
     assert result.returncode == 3
     assert "key 'seed'" in _one_error_line(result.stderr)
 
@@ -116,13 +116,13 @@ def test_a_seed_beyond_64_bits_is_a_validation_error(tmp_path: Path, seed: int) 
 def test_the_largest_seed_runs(tmp_path: Path) -> None:
     path = tmp_path / "s.yaml"
     path.write_text(SCENARIO.format(seed=2**63 - 1, extra=""))
-    result = run_cli(tmp_path / "x.db", "drill", "--json", str(path))
+    result = cli(tmp_path / "x.db", "drill", "--json", str(path))
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["scenarios"][0]["seed"] == 2**63 - 1
 
 
 def test_drill_seed_option_is_bounded(tmp_path: Path) -> None:
-    result = run_cli(tmp_path / "x.db", "drill", "--seed", str(10**30), str(tmp_path))
+    result = cli(tmp_path / "x.db", "drill", "--seed", str(10**30), str(tmp_path))
     assert result.returncode == 2
     _one_error_line(result.stderr)
 
@@ -145,7 +145,7 @@ def test_an_escape_laden_policy_version_is_refused_as_an_id(ws: Workspace) -> No
     assert invoke(ws.db, "baseline", "activate", str(ws.baseline())).exit_code == 0
     before = count_events(ws.db)
     for version in ("x" * 200_000,):
-        result = run_cli(ws.db, "receive", str(ws.dpo(policy_version=version)))
+        result = cli(ws.db, "receive", str(ws.dpo(policy_version=version)))
         assert result.returncode == 3
         assert len(_one_error_line(result.stderr)) < 500
     assert count_events(ws.db) == before
@@ -166,7 +166,7 @@ def test_an_id_not_in_nfc_is_refused_as_it_prints_like_another(ws: Workspace) ->
         before = count_events(ws.db)
         with pytest.raises(InputError, match="not in Unicode NFC form: it prints like 'caf\u00e9'"):
             ledger.receive(ws.dpo("nfd"), candidate_id="cafe\u0301")
-        result = run_cli(ws.db, "receive", str(ws.dpo("nfd2", policy_version="re\u0301sume\u0301")))
+        result = cli(ws.db, "receive", str(ws.dpo("nfd2", policy_version="re\u0301sume\u0301")))
         assert result.returncode == 3 and "NFC" in _one_error_line(result.stderr)
     assert count_events(ws.db) == before
 
@@ -174,7 +174,7 @@ def test_an_id_not_in_nfc_is_refused_as_it_prints_like_another(ws: Workspace) ->
 def test_untrusted_text_is_escaped_in_text_output(ws: Workspace) -> None:
     """A manifest path with an escape ends in an Error line that shows `\\x1b`, never the raw byte."""
     evil = ws.root / "evil\x1b[31m.json"
-    result = run_cli(ws.db, "receive", str(evil))
+    result = cli(ws.db, "receive", str(evil))
     assert result.returncode == 3
     line = _one_error_line(result.stderr)
     assert "\x1b" not in line and "\\x1b[31m" in line
@@ -187,7 +187,7 @@ def test_rich_markup_in_an_id_is_shown_literally(ws: Workspace) -> None:
     with ws.ledger() as ledger:
         ledger.activate_baseline(ws.baseline())
         ledger.receive(ws.dpo(), candidate_id="[/bold]odd[red]")
-    result = run_cli(ws.db, "status")
+    result = cli(ws.db, "status")
     assert result.returncode == 0, result.stderr
     assert "[/bold]odd[red]" in result.stdout
 
@@ -231,16 +231,16 @@ def test_a_window_past_64_bits_is_refused_and_nothing_is_appended(ws: Workspace,
     """`window 18446744073709551615` was stored, after which the window could never go lower."""
     assert invoke(ws.db, "init").exit_code == 0
     before = count_events(ws.db)
-    result = run_cli(ws.db, "window", "--", n)
+    result = cli(ws.db, "window", "--", n)
     assert result.returncode == 2, result.stderr
     assert "is not in the range 0<=x<=9223372036854775807" in _one_error_line(result.stderr)
     assert count_events(ws.db) == before
-    assert run_cli(ws.db, "window", "2").returncode == 0  # the ledger still takes an ordinary window
+    assert cli(ws.db, "window", "2").returncode == 0  # the ledger still takes an ordinary window
 
 
 def test_the_largest_window_is_accepted(ws: Workspace) -> None:
     assert invoke(ws.db, "init").exit_code == 0
-    result = run_cli(ws.db, "--json", "window", str(MAX_INT64))
+    result = cli(ws.db, "--json", "window", str(MAX_INT64))
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["settings"]["active_window"] == MAX_INT64
 

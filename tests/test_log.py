@@ -215,8 +215,13 @@ def test_a_row_deleted_from_the_log_is_refused_not_skipped(logged: Workspace, tm
         conn.execute("DROP TRIGGER events_refuse_delete")
         conn.execute("DELETE FROM events WHERE seq = ?", (deleted,))
     hole = f"does not go on from seq {deleted - 1}: seq {deleted} is missing"
-    for args in (["log"], ["log", "--jsonl"], ["log", "--limit", "5"], ["log", "--after", str(deleted - 1)],
-                 ["log", "--after", str(deleted - 2), "--before", str(deleted + 1)]):  # fmt: skip
+    for args in (
+        ["log"],
+        ["log", "--jsonl"],
+        ["log", "--limit", "5"],
+        ["log", "--after", str(deleted - 1)],
+        ["log", "--after", str(deleted - 2), "--before", str(deleted + 1)],
+    ):
         result = invoke(copy, *args)
         assert result.exit_code == 6 and hole in result.stderr, (args, result.stderr)
     after = invoke(copy, "log", "--after", str(deleted), "--limit", "2")  # a slice past the hole is sound

@@ -78,8 +78,15 @@ def test_every_line_of_the_tour_runs(tmp_path: Path) -> None:
     assert (explained["id"], explained["state"], explained["reason_codes"]) == ("dpo-v5", "ready", [])
     sft = json.loads((tour / "sft" / "manifest.json").read_text())
     assert outputs["lifecycle hash sft/adapter"].split()[0] == sft["artifacts"]["adapter"]["sha256"]
-    status = subprocess.run([sys.executable, "-m", "lifecycle_fsm", "status", "--json"], cwd=tour, env=env,
-                            capture_output=True, text=True, check=True, timeout=120)  # fmt: skip
+    status = subprocess.run(
+        [sys.executable, "-m", "lifecycle_fsm", "status", "--json"],
+        cwd=tour,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
     assert {c["id"]: c["state"] for c in json.loads(status.stdout)} == {"dpo-v5": "ready", "grpo-v7": "received"}
 
 
@@ -87,7 +94,13 @@ def test_the_tour_fixtures_refuse_a_folder_in_use(tmp_path: Path) -> None:
     """`--tour` into a folder that already holds files (an earlier tour's ledger): usage error, nothing written."""
     (tmp_path / "tour").mkdir()
     (tmp_path / "tour" / "lifecycle.db").write_bytes(b"")
-    done = subprocess.run([sys.executable, str(REPO / "examples" / "make_fixtures.py"), "--tour", "tour"],
-                          cwd=tmp_path, capture_output=True, text=True, check=False, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "make_fixtures.py"), "--tour", "tour"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
     assert done.returncode == 2 and "not an empty folder" in done.stderr
     assert [p.name for p in (tmp_path / "tour").iterdir()] == ["lifecycle.db"]

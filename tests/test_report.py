@@ -31,8 +31,9 @@ def _report(db: Path, out: Path, *args: str) -> tuple[int, str]:
     return result.exit_code, result.stderr
 
 
-def test_markdown_report_says_what_the_ledger_proves_and_decided(reported: tuple[Workspace, dict[str, str]],
-                                                                 tmp_path: Path) -> None:  # fmt: skip
+def test_markdown_report_says_what_the_ledger_proves_and_decided(
+    reported: tuple[Workspace, dict[str, str]], tmp_path: Path
+) -> None:
     """Head and verify, candidates by state, each rejection's decisive evidence, recoveries, machine, paths."""
     ws, states = reported
     assert _report(ws.db, tmp_path / "a" / "b") == (0, "")  # --out is created
@@ -53,7 +54,8 @@ def test_markdown_report_says_what_the_ledger_proves_and_decided(reported: tuple
     assert "| sampling | retry_sampling_from_prompt_queue | 1 | rlvr-rec (" in text
     assert "| update | block_update | 1 | grpo-block (" in text
     assert text.count("```mermaid") == 1 + len(states)  # the machine and one path per candidate
-    assert "stateDiagram-v2" in text and "flowchart LR" in text
+    assert "| item | value |" in text  # a header row that says something
+    assert "flowchart TB" in text and "flowchart LR" in text  # the machine, and the paths
     assert re.search(r"s\d+ -->\|\"hand_off_ready \(seq \d+\)\"\| s\d+\[\"ready\"\]", text)
 
 
@@ -132,9 +134,29 @@ def test_html_is_self_contained(reported: tuple[Workspace, dict[str, str]], tmp_
     assert _report(ws.db, tmp_path, "--format", "html")[0] == 0
     page = (tmp_path / "ledger-report.html").read_text()
     outside_scripts = re.sub(r"<script>.*?</script>", "", page, flags=re.S)
-    assert not re.search(r"""(src|href)\s*=|<link|@import|url\(""", outside_scripts)
+    assert not re.search(r"""src\s*=|href\s*=\s*"(?!#)|<link|@import|url\(""", outside_scripts)  # in-page links only
     assert mermaid_js() in page and page.count('<pre class="mermaid">') >= 2
-    assert "<h2>Rejections</h2>" in page and "<table>" in page
+    assert '<h2 id="rejections">Rejections</h2>' in page and "<table>" in page
+
+
+def test_html_has_contents_anchors_and_failed_in_colour(
+    reported: tuple[Workspace, dict[str, str]], tmp_path: Path
+) -> None:
+    """A table of contents links to every section (and each rejection) by its anchor; the summary table's
+    header row says what its columns are; every FAILED is marked for colour."""
+    ws, states = reported
+    assert _report(ws.db, tmp_path, "--format", "html")[0] == 0
+    page = (tmp_path / "ledger-report.html").read_text()
+    contents = page[page.index('<nav class="toc">') : page.index("</nav>")]
+    links = re.findall(r'<a href="#([^"]+)">', contents)
+    assert links[:2] == ["candidates-by-state", "rejections"] and "the-machine" in links
+    assert all(f'id="{anchor}"' in page for anchor in links)
+    assert sum(f"{cid}: reject" in contents for cid, s in states.items() if s == "reject") == list(
+        states.values()
+    ).count("reject")
+    assert "<th>item</th>" in page and "<th></th>" not in page
+    assert 'artifact (<span class="failed">FAILED</span>)' in page.replace("Artifact", "artifact")
+    assert not re.search(r"(?<!>)FAILED(?!</span>)", page.split("<script>")[0])
 
 
 def test_vendored_mermaid_is_the_pinned_build() -> None:
@@ -151,8 +173,8 @@ def _need_chromium() -> None:
         pytest.skip("Chromium is not installed")
 
 
-MACHINE_SVG = "pre.mermaid > svg[aria-roledescription=stateDiagram]"
-PATH_SVG = 'pre.mermaid > svg[aria-roledescription="flowchart-v2"]'
+MACHINE_SVG = "#the-machine + pre.mermaid > svg"
+PATH_SVG = "details.folded pre.mermaid > svg"
 
 
 def _count(page: Page, selector: str) -> int:
@@ -161,22 +183,24 @@ def _count(page: Page, selector: str) -> int:
 
 def _drawn_paths(page: Page) -> list[str]:
     """The summaries of the blocks whose path diagram is drawn, in page order."""
-    return list(page.evaluate(
-        "Array.from(document.querySelectorAll('details.folded')).filter((d) => d.querySelector("
-        f"{json.dumps(PATH_SVG)})).map((d) => d.querySelector('summary').textContent.trim())"
-    ))  # fmt: skip
+    drawn = page.evaluate(
+        "Array.from(document.querySelectorAll('details.folded')).filter((d) => d.querySelector('pre.mermaid > svg'))"
+        ".map((d) => d.querySelector('summary').textContent.trim())"
+    )
+    return list(drawn)
 
 
-def test_html_folds_each_candidate_path_into_a_closed_block(reported: tuple[Workspace, dict[str, str]],
-                                                             tmp_path: Path) -> None:  # fmt: skip
+def test_html_folds_each_candidate_path_into_a_closed_block(
+    reported: tuple[Workspace, dict[str, str]], tmp_path: Path
+) -> None:
     """The machine stays open on the page; each candidate's path is a closed <details> named by id and state."""
     ws, states = reported
     assert _report(ws.db, tmp_path, "--format", "html")[0] == 0
     page = (tmp_path / "ledger-report.html").read_text()
-    machine, paths = page.split("<h2>Candidate paths</h2>\n")
-    assert machine.count('<pre class="mermaid">') == 1 and "stateDiagram-v2" in machine and "<details" not in machine
-    blocks = re.findall(r'<details class="folded">\n<summary><h3>(.*?)</h3>\n</summary>\n(.*?)</details>\n', paths,
-                        flags=re.S)  # fmt: skip
+    machine, paths = page.split('<h2 id="candidate-paths">Candidate paths</h2>\n')
+    assert machine.count('<pre class="mermaid">') == 1 and "flowchart TB" in machine and "<details" not in machine
+    pattern = r'<details class="folded">\n<summary><h3 id="[^"]+">(.*?)</h3>\n</summary>\n(.*?)</details>\n'
+    blocks = re.findall(pattern, paths, flags=re.S)
     assert [title for title, _ in blocks] == [f"{cid}: {state}" for cid, state in sorted(states.items())]
     assert all(body.count('<pre class="mermaid">flowchart LR') == 1 for _, body in blocks)
     assert paths.count("<details") == len(states) and "<details open" not in page
@@ -198,6 +222,27 @@ def test_html_diagrams_render_offline_in_chromium(reported: tuple[Workspace, dic
         assert _drawn_paths(page) == [f"{cid}: {state}" for cid, state in sorted(states.items())]
         assert _count(page, 'svg[aria-roledescription="error"]') == 0  # how Mermaid draws what it cannot parse
         assert page.requested() == [page_uri]  # the page asked for nothing but itself
+        assert _overlapping_labels(page) == []
+        fills = page.evaluate(
+            f"Object.fromEntries(Array.from(document.querySelectorAll({json.dumps(MACHINE_SVG + ' g.node')}))"
+            ".map((n) => [n.textContent.split(/stays on/)[0].trim(), getComputedStyle(n.querySelector('rect')).fill]))"
+        )
+        assert len({fills["ready"], fills["reject"], fills["received"]}) == 3  # ready and reject told apart
+
+
+def _overlapping_labels(page: Page) -> list[tuple[str, str]]:
+    """Pairs of the machine's edge labels whose drawn boxes overlap (each label's text, as drawn)."""
+    boxes = page.evaluate(
+        f"Array.from(document.querySelectorAll({json.dumps(MACHINE_SVG + ' g.edgeLabel')}))"
+        ".filter((e) => e.textContent.trim()).map((e) => { const r = e.getBoundingClientRect();"
+        " return [e.textContent.trim(), r.left, r.top, r.right, r.bottom]; })"
+    )
+    return [
+        (a[0], b[0])
+        for n, a in enumerate(boxes)
+        for b in boxes[n + 1 :]
+        if a[1] < b[3] and b[1] < a[3] and a[2] < b[4] and b[2] < a[4]
+    ]
 
 
 @pytest.fixture
@@ -217,8 +262,9 @@ def many_candidates(tmp_path: Path) -> tuple[Workspace, list[str]]:
     return ws, ids
 
 
-def test_html_report_of_many_candidates_draws_only_what_is_opened(many_candidates: tuple[Workspace, list[str]],
-                                                                  tmp_path: Path) -> None:  # fmt: skip
+def test_html_report_of_many_candidates_draws_only_what_is_opened(
+    many_candidates: tuple[Workspace, list[str]], tmp_path: Path
+) -> None:
     """300 candidates: once the page settles only the machine is drawn; a click on a candidate draws its path.
 
     Drawing every path on load kept the page busy ~0.2-0.8 s per diagram (minutes for a big
@@ -258,6 +304,31 @@ def test_report_shows_the_seals_verify_checked(tmp_path: Path) -> None:
     assert f"| seals | 1 seal(s), keys [{key['key_id']}], last at seq {seq + 1} (each sealed hash" in text
 
 
+def test_report_as_of_a_seq_or_a_time_shows_the_candidates_then(
+    reported: tuple[Workspace, dict[str, str]], tmp_path: Path
+) -> None:
+    """`--as-of SEQ` and `--as-of TIME` show the candidates as they were then (the same bytes for the
+    same position); the head and verify stay the whole log's; a seq past the head exits 3."""
+    ws, _ = reported
+    events = json.loads(invoke(ws.db, "history", "dpo-good", "--json").stdout)
+    checked, handed_off = events[-2], events[-1]
+    assert (checked["type"], handed_off["type"], handed_off["seq"] - checked["seq"]) == (
+        "ChecksRecorded",
+        "HandoffDecided",
+        1,
+    )
+    assert _report(ws.db, tmp_path / "seq", "--as-of", str(checked["seq"])) == (0, "")
+    assert _report(ws.db, tmp_path / "time", "--as-of", checked["recorded_at"]) == (0, "")
+    text = (tmp_path / "seq" / "ledger-report.md").read_text()
+    assert text == (tmp_path / "time" / "ledger-report.md").read_text()
+    head = json.loads(invoke(ws.db, "verify", "--json").stdout)["head"]
+    assert text.startswith(f"# Ledger report as of seq {checked['seq']}\n") and f"| head seq | {head['seq']} |" in text
+    assert "| ready | 0 | - |" in text and "| verified | 1 | dpo-good |" in text
+    assert "rlvr-rec" not in text  # received after that position
+    result = invoke(ws.db, "report", "--out", str(tmp_path / "past"), "--as-of", str(head["seq"] + 1))
+    assert result.exit_code == 3 and "past the head" in result.stderr
+
+
 def test_a_report_reads_the_ledger_stream_once_however_many_candidates(ws: Workspace) -> None:
     """Each candidate's rollback evidence needs the baseline activations; a report read the whole
     ledger stream once per candidate (1,000 candidates after 2,000 settings changes: 6 s instead of
@@ -274,7 +345,7 @@ def test_a_report_reads_the_ledger_stream_once_however_many_candidates(ws: Works
         assert isinstance(store, SQLiteEventStore)
         statements: list[str] = []
         store._conn.set_trace_callback(statements.append)
-        doc = build_report(store)
+        doc = build_report(store).to_json()
         store._conn.set_trace_callback(None)
     assert all(doc["candidates"][f"dpo-{n}"]["rollback"]["activated_seq"] is not None for n in range(5))
     ledger_reads = [s for s in statements if "stream_id = 'ledger'" in s]

@@ -16,7 +16,7 @@ import pytest
 
 from lifecycle_fsm import InputError
 from lifecycle_fsm.limits import check_candidate_id
-from tests.conftest import Workspace, count_events, run_cli
+from tests.conftest import Workspace, cli, count_events
 
 BAD_IDS = [
     "ledger",
@@ -45,9 +45,9 @@ def test_receive_refuses_an_id_that_names_another_stream(ws: Workspace, bad: str
 @pytest.mark.parametrize(("bad", "why"), [("ledger", "reserved"), ("seals", "reserved"),
                                           ("candidate:x", "prefix"), (" x", "whitespace")])  # fmt: skip
 def test_the_cli_refuses_them_with_one_line_saying_why(ws: Workspace, bad: str, why: str) -> None:
-    assert run_cli(ws.db, "baseline", "activate", str(ws.baseline())).returncode == 0
+    assert cli(ws.db, "baseline", "activate", str(ws.baseline())).returncode == 0
     before = count_events(ws.db)
-    done = run_cli(ws.db, "receive", str(ws.dpo()), "--id", bad)
+    done = cli(ws.db, "receive", str(ws.dpo()), "--id", bad)
     assert done.returncode == 3, (done.stdout, done.stderr)
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("Error:"), done.stderr
@@ -57,21 +57,21 @@ def test_the_cli_refuses_them_with_one_line_saying_why(ws: Workspace, bad: str, 
 
 @pytest.mark.parametrize("version", ["ledger", "seals", "candidate:dpo"])
 def test_a_policy_version_that_is_a_reserved_name_is_refused_as_the_default_id(ws: Workspace, version: str) -> None:
-    assert run_cli(ws.db, "baseline", "activate", str(ws.baseline())).returncode == 0
+    assert cli(ws.db, "baseline", "activate", str(ws.baseline())).returncode == 0
     before = count_events(ws.db)
-    done = run_cli(ws.db, "receive", str(ws.dpo(policy_version=version)))
+    done = cli(ws.db, "receive", str(ws.dpo(policy_version=version)))
     assert done.returncode == 3, (done.stdout, done.stderr)
     assert repr(version) in done.stderr
     assert count_events(ws.db) == before
     # With an unambiguous --id the same manifest is received (and judged by its check as usual).
-    assert run_cli(ws.db, "receive", str(ws.dpo(policy_version=version)), "--id", "dpo-x").returncode == 0
+    assert cli(ws.db, "receive", str(ws.dpo(policy_version=version)), "--id", "dpo-x").returncode == 0
 
 
 def test_the_ledger_stream_holds_only_the_ledgers_events(ws: Workspace) -> None:
     """The tester's reproduction: `receive M --id ledger` then `log --stream ledger`."""
-    assert run_cli(ws.db, "baseline", "activate", str(ws.baseline())).returncode == 0
-    assert run_cli(ws.db, "receive", str(ws.dpo()), "--id", "ledger").returncode == 3
-    log = run_cli(ws.db, "--json", "log", "--stream", "ledger")
+    assert cli(ws.db, "baseline", "activate", str(ws.baseline())).returncode == 0
+    assert cli(ws.db, "receive", str(ws.dpo()), "--id", "ledger").returncode == 3
+    log = cli(ws.db, "--json", "log", "--stream", "ledger")
     assert log.returncode == 0, log.stderr
     assert {e["stream_id"] for e in orjson.loads(log.stdout)} == {"ledger"}
     with ws.ledger() as ledger:
@@ -90,7 +90,7 @@ def test_an_audit_refuses_a_reserved_policy_version_before_appending_anything(ws
     sound, reserved = ws.dpo(), ws.grpo("grpo-x", policy_version="ledger")
     args = ["--baseline", str(baseline), "--candidates", str(sound), str(reserved), "--label", "t1",
             "--mode", "real_artifact", "--root", str(ws.root), "--out", str(ws.root / "out")]  # fmt: skip
-    done = run_cli(ws.db, "audit", *args)
+    done = cli(ws.db, "audit", *args)
     assert done.returncode == 3, (done.stdout, done.stderr)
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "'ledger' is reserved" in lines[0] and "grpo-x/manifest.json" in lines[0], lines

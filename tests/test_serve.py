@@ -7,10 +7,13 @@ tests skip locally and fail in CI (`CI=true`), where `.ci/run` installs both.
 from __future__ import annotations
 
 import datetime as dt
+import html
 import json
 import os
+import re
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -23,10 +26,13 @@ from typing import Any
 
 import pytest
 from auditor_cases import auditor_ledger
+from browser import Chromium
 from conftest import REPO, Workspace
 
 from lifecycle_fsm.ledger import Ledger
-from lifecycle_fsm.replay import explain, verify
+from lifecycle_fsm.replay import verify
+from lifecycle_fsm.replay.browse import CANNED_QUERIES
+from lifecycle_fsm.replay.explain import explain
 from lifecycle_fsm.store.sqlite import SQLiteEventStore
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -67,10 +73,8 @@ class Server:
         self.port = _free_port()
         self.tmpdir = tmpdir
         env = {**os.environ, "TMPDIR": str(tmpdir)}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "lifecycle_fsm", "--db", str(ws.db), "serve", "--port", str(self.port)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-        )  # fmt: skip
+        argv = [sys.executable, "-m", "lifecycle_fsm", "--db", str(ws.db), "serve", "--port", str(self.port)]
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         deadline = time.monotonic() + 60
         while True:
             try:
@@ -94,6 +98,15 @@ class Server:
                 return e.code, json.loads(e.read())
             except ValueError:
                 return e.code, None
+
+    def page(self, path: str, host: str | None = None) -> tuple[int, str]:
+        """An HTML page's status and text (`host`: the Host header to send instead of the address)."""
+        request = urllib.request.Request(self.url(path), headers={"Host": host} if host else {})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
 
     def post(self, path: str, data: dict[str, str]) -> int:
         request = urllib.request.Request(self.url(path), data=urllib.parse.urlencode(data).encode(), method="POST")
@@ -144,8 +157,9 @@ def test_each_canned_query_answers_from_the_snapshot(served: tuple[Workspace, di
             assert (json.loads(row["reason_codes"]), row["seq"]) == (doc["reason_codes"], doc["decisive_event"]["seq"])
         recoveries = server.query("recoveries")
         assert {(r["id"], r["stage"], r["action"]) for r in recoveries} == {
-            ("rlvr-rec", "sampling", "retry_sampling_from_prompt_queue"), ("grpo-block", "update", "block_update"),
-        }  # fmt: skip
+            ("rlvr-rec", "sampling", "retry_sampling_from_prompt_queue"),
+            ("grpo-block", "update", "block_update"),
+        }
         events = server.query("candidate_events", id="dpo-good")
         assert [e["seq"] for e in events] == [e.seq for e in store.read_stream("candidate:dpo-good")]
         assert [e["type"] for e in events] == ["CandidateReceived", "ChecksRecorded", "HandoffDecided"]
@@ -154,17 +168,18 @@ def test_each_canned_query_answers_from_the_snapshot(served: tuple[Workspace, di
         assert server.query("ready_at", time=events[0]["recorded_at"]) == []  # received, not yet ready
         assert [r["seq"] for r in server.query("ready_at", time=events[-1]["recorded_at"])] == [ready_seq]
         for garbage in ("not a time", "garbage", "-1"):  # an error, never `[]` ("nothing was ready then")
-            status, doc = server.get("/ledger/ready_at.json?" + urllib.parse.urlencode({"_shape": "array",
-                                                                                       "time": garbage}))  # fmt: skip
+            query = urllib.parse.urlencode({"_shape": "array", "time": garbage})
+            status, doc = server.get(f"/ledger/ready_at.json?{query}")
             assert status == 400 and doc["ok"] is False and doc["rows"] == [], (garbage, status, doc)
-            assert doc["error"] == "user-defined function raised exception"  # lifecycle_utc refused it
-        assert server.get("/ledger/ready_at?time=garbage")[0] == 400  # the HTML page shows the error too
+            assert doc["error"] == f"time: not an ISO 8601 time: {garbage!r} (e.g. 2026-11-30T12:00:00Z)"
+        status, page = server.page("/ledger/ready_at?time=garbage")  # the HTML page says what is wrong too
+        assert status == 400 and "time: not an ISO 8601 time: &#x27;garbage&#x27;" in page
         assert server.query("ready_at", time="") == server.query("ready_at") == []  # the blank form: no time yet
         offset = dt.datetime.fromisoformat(events[-1]["recorded_at"]).astimezone(dt.timezone(dt.timedelta(hours=-5)))
         assert [r["seq"] for r in server.query("ready_at", time=offset.isoformat())] == [ready_seq]  # same instant
         head = verify(store)["head"]
-        assert server.query("chain_head") == [{**head, "recorded_at": store.event_at(head["seq"]).recorded_at,  # type: ignore[union-attr]
-                                               "events": head["seq"]}]  # fmt: skip
+        recorded_at = store.event_at(head["seq"]).recorded_at  # type: ignore[union-attr]
+        assert server.query("chain_head") == [{**head, "recorded_at": recorded_at, "events": head["seq"]}]
         assert server.query("seals") == []
         status, meta = server.get("/-/metadata.json")
         assert status == 200 and meta["title"] == f"Ledger ledger: snapshot at seq {head['seq']}"
@@ -187,27 +202,73 @@ def test_sql_writes_and_downloads_are_refused(served: tuple[Workspace, dict[str,
     assert server.query("chain_head")[0] == head  # the snapshot does not move
 
 
+def test_pages_offer_the_queries_and_no_sql(served: tuple[Workspace, dict[str, str], Server]) -> None:
+    """The home page lists every canned query with a link; a query's page has no SQL editor and no Run SQL or
+    Format SQL button (SQL is refused), only a form for its own parameters."""
+    _, _, server = served
+    status, home = server.page("/")
+    assert status == 200
+    for name, query in CANNED_QUERIES.items():
+        assert f'<a href="/ledger/{name}">{html.escape(query["title"])}</a>' in home
+    for name in CANNED_QUERIES:
+        status, page = server.page(f"/ledger/{name}")
+        assert status == 200, name
+        assert not re.search(r"<textarea|Run SQL|Format SQL|Custom SQL query|Edit SQL", page), name
+        form = re.search(r'<form class="canned-query".*?</form>', page, re.S)
+        assert (form is not None) == bool(CANNED_QUERIES[name].get("params")), name
+
+
+def test_only_its_own_host_names_and_no_server_internals(served: tuple[Workspace, dict[str, str], Server]) -> None:
+    """A Host header of another name (a page elsewhere, rebound to 127.0.0.1) is refused (421); localhost and the
+    address are answered; /-/threads and /-/databases are not served; the snapshot is the owner's alone (0600)."""
+    _, _, server = served
+    assert server.page("/", host="attacker.example")[0] == 421
+    assert server.page("/ledger/rejections.json", host=f"attacker.example:{server.port}")[0] == 421
+    assert server.page("/", host=f"localhost:{server.port}")[0] == 200
+    assert server.page("/", host=f"127.0.0.1:{server.port}")[0] == 200
+    for path in ("/-/threads", "/-/threads.json", "/-/databases", "/-/databases.json"):
+        assert server.page(path)[0] == 404, path
+    [snapshot] = server.tmpdir.glob("lifecycle-serve-*/*.db")
+    assert stat.S_IMODE(snapshot.stat().st_mode) == 0o600
+
+
+def test_the_hosts_a_server_answers_to() -> None:
+    """Loopback: its address and localhost; a name: that name; a wildcard: any IP address; plus --allow-host."""
+    from lifecycle_fsm.cli.serve_plugin import allowed_hosts
+
+    assert allowed_hosts("127.0.0.1") == {"127.0.0.1", "localhost", "::1"}
+    assert allowed_hosts("::1", ["Ledger.Internal"]) == {"::1", "127.0.0.1", "localhost", "ledger.internal"}
+    assert allowed_hosts("10.0.0.5") == {"10.0.0.5"}
+    assert allowed_hosts("box.example") == {"box.example"}
+    assert allowed_hosts("0.0.0.0") is None
+
+
 def test_a_browser_finds_a_rejected_id_on_the_rejections_page(served: tuple[Workspace, dict[str, str], Server]) -> None:
     """Headless Chromium loads the rejections page; a rejected id is on it; the screenshot is kept as an artifact."""
     _need(CHROMIUM.exists(), "Chromium (apt-get install chromium)")
     _, states, server = served
     ARTIFACTS.mkdir(exist_ok=True)
     profile = server.tmpdir / "chromium-profile"
-    flags = [
-        str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        f"--user-data-dir={profile}", "--window-size=1280,900",
-    ]  # fmt: skip
-    page = server.url("/ledger/rejections")
-    dom = subprocess.run([*flags, "--dump-dom", page], capture_output=True, text=True, timeout=120, check=False)
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    assert "Rejected candidates" in dom.stdout
-    assert all(cid in dom.stdout for cid, s in states.items() if s == "reject")
-    assert "dpo-good" not in dom.stdout
+    with Chromium(profile) as browser:
+        home = browser.open(server.url("/"))
+        links = home.evaluate("Array.from(document.querySelectorAll('.metadata-description a')).map((a) => a.href)")
+        assert links == [server.url(f"/ledger/{name}") for name in CANNED_QUERIES]
+        page = browser.open(server.url("/ledger/rejections"))
+        text = page.evaluate("document.body.innerText")
+        assert "Rejected candidates" in text and "dpo-good" not in text
+        assert all(cid in text for cid, s in states.items() if s == "reject")
+        assert page.evaluate("document.querySelectorAll('textarea, button, input[type=submit]').length") == 0
+        ready = browser.open(server.url("/ledger/ready_at"))
+        ready.evaluate("document.querySelector('#qp1').value = 'next tuesday'")
+        ready.click("form.canned-query input[type=submit]")  # a real click: the form's GET loads the answer
+        assert browser.wait_event("Page.loadEventFired", ready.session, timeout=60) is not None
+        error = ready.evaluate("document.querySelector('.message-error').innerText")
+        assert error == "time: not an ISO 8601 time: 'next tuesday' (e.g. 2026-11-30T12:00:00Z)"
     shot = ARTIFACTS / "serve-rejections.png"
     shot.unlink(missing_ok=True)
-    done = subprocess.run([*flags, f"--screenshot={shot}", page], capture_output=True, text=True, timeout=120,
-                          check=False)  # fmt: skip
+    flags = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={profile}-shot"]
+    argv = [*flags, "--window-size=1280,900", f"--screenshot={shot}", server.url("/ledger/rejections")]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0 and shot.stat().st_size > 10_000, done.stderr[-2000:]
 
 
@@ -247,8 +308,8 @@ def test_a_port_in_use_is_one_error_line_before_anything_is_served(tmp_path: Pat
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        done = subprocess.run([sys.executable, "-m", "lifecycle_fsm", "--db", str(ws.db), "serve", "--port", str(port)],
-                              capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+        argv = [sys.executable, "-m", "lifecycle_fsm", "--db", str(ws.db), "serve", "--port", str(port)]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 3, done.stderr
     assert done.stderr.startswith(f"Error: cannot listen on 127.0.0.1:{port}: ") and done.stderr.count("\n") == 1
     assert "choose another --port" in done.stderr and "serving" not in done.stderr
@@ -257,8 +318,8 @@ def test_a_port_in_use_is_one_error_line_before_anything_is_served(tmp_path: Pat
 def test_port_0_prints_the_port_it_serves_on(tmp_path: Path) -> None:
     """`serve --port 0` printed `http://127.0.0.1:0/…` while Uvicorn listened on a port of its choosing."""
     ws = _one_event_ledger(tmp_path)
-    proc = subprocess.Popen([sys.executable, "-m", "lifecycle_fsm", "--db", str(ws.db), "serve", "--port", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    argv = [sys.executable, "-m", "lifecycle_fsm", "--db", str(ws.db), "serve", "--port", "0"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stderr is not None
         address = proc.stderr.readline().rsplit(" at ", 1)[1].strip()

@@ -115,11 +115,12 @@ def planned(action: str, *, blocking: bool = False, state: str | None = None) ->
         "action": action,
         "blocking": blocking,
         "trusted_states": {},
+        "checkpoint": None,
     }
 
 
 def recovered() -> Step:
-    return "RecoveryCompleted", {"stage": "update", "action": "restore_pre_update_checkpoint"}
+    return "RecoveryCompleted", {"stage": "update", "action": "restore_pre_update_checkpoint", "resumed_from": None}
 
 
 def handoff(status: str, *reasons: str) -> Step:

@@ -177,7 +177,7 @@ def test_verify_and_report_hold_while_another_process_writes(backend: Backend, w
         for _ in range(15):
             checked = verify(ledger.store)
             assert checked["ok"], checked["reason"]
-            doc = build_report(ledger.store)
+            doc = build_report(ledger.store).to_json()
             assert doc["verify"]["ok"] and doc["trusted"], doc["verify"]
             assert {c["as_of"] for c in doc["candidates"].values()} == {doc["head"]["seq"]}
             heads.add(doc["head"]["seq"])

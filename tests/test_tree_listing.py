@@ -33,7 +33,7 @@ def test_above_the_cap_only_the_hash_and_count_are_kept(tmp_path: Path) -> None:
     capped = hash_tree(folder, max_listed=2)
     assert (capped.files, capped.count, capped.sha256) == (None, 3, hash_directory(folder))
     assert MAX_LISTED_FILES == 1000
-    changes = file_changes(hash_tree(folder).to_json(), capped.to_json())
+    changes = file_changes(hash_tree(folder).to_json(), capped.to_json()).to_json()
     assert changes["compared"] is False and "3 files: above the listing cap" in changes["note"]
 
 
@@ -41,6 +41,6 @@ def test_file_changes_names_added_removed_and_changed(tmp_path: Path) -> None:
     """Changed by size or digest, added and removed by path, each list sorted."""
     before = hash_tree(_tree(tmp_path / "x", {"a": b"1", "b": b"2", "c": b"3"})).to_json()
     after = hash_tree(_tree(tmp_path / "y", {"a": b"1", "b": b"22", "d": b"4"})).to_json()
-    changes = file_changes(before, after)
+    changes = file_changes(before, after).to_json()
     assert (changes["added"], changes["removed"]) == (["d"], ["c"])
     assert [(c["path"], c["recorded"]["size"], c["checked"]["size"]) for c in changes["changed"]] == [("b", 1, 2)]

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import sqlite3
 from pathlib import Path
 
 import pytest
-from conftest import Workspace, count_events, invoke, run_cli
+from conftest import Workspace, cli, count_events, invoke
 from securesystemslib.dsse import Envelope
 
 from lifecycle_fsm.artifacts import hash_directory
@@ -18,21 +19,26 @@ from lifecycle_fsm.store.chain import GENESIS_HASH, event_hash
 @pytest.fixture
 def handed_off(ws: Workspace) -> Path:
     for args in (
-        ("init",), ("baseline", "activate", str(ws.baseline())), ("receive", str(ws.dpo())),
-        ("check", "dpo-v5"), ("handoff", "dpo-v5"), ("receive", str(ws.grpo())),
-    ):  # fmt: skip
+        ("init",),
+        ("baseline", "activate", str(ws.baseline())),
+        ("receive", str(ws.dpo())),
+        ("check", "dpo-v5"),
+        ("handoff", "dpo-v5"),
+        ("receive", str(ws.grpo())),
+    ):
         assert invoke(ws.db, *args).exit_code == 0, args
     return ws.db
 
 
 def _attest(db: Path, keys: Path, candidate: str, out: Path) -> tuple[int, str]:
-    result = run_cli(db, "--signing-key", str(keys / "lifecycle-signing.key"), "attest", candidate, "--out", str(out))
+    result = cli(db, "--signing-key", str(keys / "lifecycle-signing.key"), "attest", candidate, "--out", str(out))
     return result.returncode, result.stderr
 
 
 def _check(file: Path, keys: Path, *extra: str) -> tuple[int, str, str]:
-    result = run_cli("unused.db", "attest", "verify", str(file), "--pubkey", str(keys / "lifecycle-signing.pub"),
-                     "--json", *extra)  # fmt: skip
+    result = cli(
+        "unused.db", "attest", "verify", str(file), "--pubkey", str(keys / "lifecycle-signing.pub"), "--json", *extra
+    )
     return result.returncode, result.stdout, result.stderr
 
 
@@ -46,7 +52,7 @@ def test_an_attestation_is_a_signed_in_toto_statement_about_the_adapters(
     assert count_events(handed_off) == before  # appends nothing
     doc = json.loads(out.read_text())
     assert doc["payloadType"] == "application/vnd.in-toto+json"
-    key_id = json.loads(run_cli(ws.db, "key", "new", "--out", str(ws.root / "k2"), "--json").stdout)["key_id"]
+    key_id = json.loads(cli(ws.db, "key", "new", "--out", str(ws.root / "k2"), "--json").stdout)["key_id"]
     assert doc["signatures"][0]["keyid"] != key_id  # the signer's own id, not any key's
     statement = json.loads(base64.b64decode(doc["payload"]))
     assert statement["_type"] == "https://in-toto.io/Statement/v1"
@@ -76,7 +82,7 @@ def test_an_attestation_is_a_signed_in_toto_statement_about_the_adapters(
 
 def test_attest_needs_a_key_a_decision_and_a_new_file(ws: Workspace, handed_off: Path, keys: Path) -> None:
     out = ws.root / "a.json"
-    result = run_cli(handed_off, "attest", "dpo-v5", "--out", str(out))
+    result = cli(handed_off, "attest", "dpo-v5", "--out", str(out))
     assert result.returncode == 3 and "signing key" in result.stderr and not out.exists()
     assert _attest(handed_off, keys, "grpo-v7", out)[0] == 5 and not out.exists()  # received, not handed off
     assert _attest(handed_off, keys, "nobody", out)[0] == 4
@@ -158,8 +164,9 @@ def test_an_edited_decisive_event_is_caught_against_the_ledger(ws: Workspace, ha
     assert _attest(handed_off, keys, "dpo-v5", out)[0] == 0
     with sqlite3.connect(handed_off, isolation_level=None) as conn:
         conn.execute("DROP TRIGGER events_refuse_update")
-        conn.execute("UPDATE events SET payload = replace(payload, 'ready_for_evaluation', 'tune') "
-                     "WHERE type = 'HandoffDecided'")  # fmt: skip
+        conn.execute(
+            "UPDATE events SET payload = replace(payload, 'ready_for_evaluation', 'tune') WHERE type = 'HandoffDecided'"
+        )
     assert _check(out, keys)[0] == 0  # offline, the envelope itself is intact
     code, _, err = _check(out, keys, "--db", str(handed_off))
     assert code == 6 and err.startswith("Error: ")
@@ -171,8 +178,9 @@ def test_a_rehashed_ledger_does_not_hold_the_attested_events(ws: Workspace, hand
     assert _attest(handed_off, keys, "dpo-v5", out)[0] == 0
     with sqlite3.connect(handed_off, isolation_level=None) as conn:
         conn.execute("DROP TRIGGER events_refuse_update")
-        conn.execute("UPDATE events SET payload = replace(payload, 'ready_for_evaluation', 'tune') "
-                     "WHERE type = 'HandoffDecided'")  # fmt: skip
+        conn.execute(
+            "UPDATE events SET payload = replace(payload, 'ready_for_evaluation', 'tune') WHERE type = 'HandoffDecided'"
+        )
         cols = "seq, stream_id, version, event_id, type, schema_version, payload, recorded_at, actor"
         prev = GENESIS_HASH
         for row in conn.execute(f"SELECT {cols} FROM events ORDER BY seq").fetchall():
@@ -184,11 +192,14 @@ def test_a_rehashed_ledger_does_not_hold_the_attested_events(ws: Workspace, hand
 
 
 def test_another_ledger_does_not_hold_the_attestation(ws: Workspace, handed_off: Path, keys: Path) -> None:
+    """Exit 6, and the refusal is a sentence naming the event by seq and hash (no Python dict printed)."""
     out = ws.root / "a.json"
     assert _attest(handed_off, keys, "dpo-v5", out)[0] == 0
     other = ws.root / "other.db"
     assert invoke(other, "init").exit_code == 0
-    assert _check(out, keys, "--db", str(other))[0] == 6
+    code, _, err = _check(out, keys, "--db", str(other))
+    assert code == 6 and "{" not in err
+    assert re.search(r"the attested decisive event, seq \d+ \(hash [0-9a-f]{64}\), is not in this ledger's chain", err)
     assert _check(out, keys, "--db", str(ws.root / "missing.db"))[0] == 3
 
 
@@ -196,7 +207,7 @@ def test_attest_out_dash_prints_the_envelope(ws: Workspace, handed_off: Path, ke
     """`--out -` wrote a file named `-` in the working folder; it prints the envelope (what `attest verify`
     takes), no file is made, and with --json (a second document on the same stdout) it is a usage error."""
     key = str(keys / "lifecycle-signing.key")
-    result = run_cli(handed_off, "--signing-key", key, "attest", "dpo-v5", "--out", "-", cwd=ws.root)
+    result = cli(handed_off, "--signing-key", key, "attest", "dpo-v5", "--out", "-", cwd=ws.root)
     assert result.returncode == 0, result.stderr
     assert not (ws.root / "-").exists()
     printed = ws.root / "printed.intoto.json"
@@ -204,5 +215,5 @@ def test_attest_out_dash_prints_the_envelope(ws: Workspace, handed_off: Path, ke
     code, out, err = _check(printed, keys, "--db", str(handed_off))
     assert code == 0, err
     assert json.loads(out)["candidate"] == "dpo-v5"
-    both = run_cli(handed_off, "--signing-key", key, "attest", "dpo-v5", "--out", "-", "--json", cwd=ws.root)
+    both = cli(handed_off, "--signing-key", key, "attest", "dpo-v5", "--out", "-", "--json", cwd=ws.root)
     assert both.returncode == 2 and "--json has nothing to add" in both.stderr and both.stdout == ""

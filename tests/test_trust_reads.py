@@ -13,7 +13,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from conftest import Workspace, count_events, invoke, restore_triggers, run_cli
+from conftest import Workspace, cli, count_events, invoke, restore_triggers
 
 READ_COMMANDS = [
     ("status",),
@@ -29,9 +29,12 @@ READ_COMMANDS = [
 def _ready_ledger(ws: Workspace) -> Path:
     """A ledger with one candidate handed off (ready) and one more received."""
     for args in (
-        ("init",), ("baseline", "activate", str(ws.baseline())), ("receive", str(ws.dpo())),
-        ("check", "dpo-v5"), ("handoff", "dpo-v5"),
-    ):  # fmt: skip
+        ("init",),
+        ("baseline", "activate", str(ws.baseline())),
+        ("receive", str(ws.dpo())),
+        ("check", "dpo-v5"),
+        ("handoff", "dpo-v5"),
+    ):
         assert invoke(ws.db, *args).exit_code == 0, args
     return ws.db
 
@@ -53,7 +56,7 @@ def _tamper(db: Path, *statements: str) -> None:
 def test_a_zero_byte_file_is_not_a_ledger_and_a_read_never_initialises_it(ws: Workspace, args: tuple[str, ...]) -> None:
     """Exit 7, one Error line, and the file is still 0 bytes (no schema, no WAL header)."""
     ws.db.write_bytes(b"")
-    result = run_cli(ws.db, *args)
+    result = cli(ws.db, *args)
     assert result.returncode == 7, result.stderr
     assert result.stderr.startswith("Error: ") and result.stderr.count("\n") == 1
     assert "not a ledger" in result.stderr
@@ -64,7 +67,7 @@ def test_a_non_ledger_sqlite_file_is_refused_and_left_alone(ws: Workspace) -> No
     """Another program's database: exit 7, no table of ours added to it."""
     with sqlite3.connect(ws.db) as conn:
         conn.execute("CREATE TABLE notes (text TEXT)")
-    result = run_cli(ws.db, "status")
+    result = cli(ws.db, "status")
     assert result.returncode == 7 and "not a ledger" in result.stderr
     with sqlite3.connect(ws.db) as conn:
         assert [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")] == ["notes"]
@@ -80,7 +83,7 @@ def test_a_ledger_whose_schema_version_was_removed_is_not_written_to(ws: Workspa
     with sqlite3.connect(ws.db) as conn:
         conn.execute(damage)
     for args in (("window", "3"), ("receive", str(ws.dpo("dpo-v6"))), ("status",), ("init",)):
-        result = run_cli(ws.db, *args)
+        result = cli(ws.db, *args)
         assert result.returncode == 7, (args, result.stderr)
         assert "not a ledger" in result.stderr and result.stderr.count("\n") == 1
     assert count_events(ws.db) == before
@@ -99,10 +102,10 @@ def test_a_postgres_ledger_whose_schema_version_was_removed_is_not_written_to(
     by the next write, which appended."""
     from backends import pg_execute
 
-    assert run_cli(pg_url, "init").returncode == 0
+    assert cli(pg_url, "init").returncode == 0
     pg_execute(pg_url, damage)
     for args in (("window", "3"), ("init",)):
-        result = run_cli(pg_url, *args)
+        result = cli(pg_url, *args)
         assert result.returncode == 7, (args, result.stderr)
         assert "not a ledger" in result.stderr and result.stderr.count("\n") == 1
     assert pg_execute(pg_url, "SELECT count(*) FROM events") == [(1,)]
@@ -110,7 +113,7 @@ def test_a_postgres_ledger_whose_schema_version_was_removed_is_not_written_to(
 
 def test_a_text_file_is_not_a_ledger(ws: Workspace) -> None:
     ws.db.write_text("hello, this is not SQLite\n" * 100)
-    result = run_cli(ws.db, "verify")
+    result = cli(ws.db, "verify")
     assert result.returncode == 7 and result.stderr.startswith("Error: ") and "Traceback" not in result.stderr
 
 
@@ -125,7 +128,7 @@ def test_init_may_initialise_an_empty_file(ws: Workspace) -> None:
 def test_a_write_refuses_an_empty_file(ws: Workspace, args: tuple[str, ...]) -> None:
     """A ledger truncated to nothing does not silently start over on the next write: exit 7, still 0 bytes."""
     ws.db.write_bytes(b"")
-    result = run_cli(ws.db, *args)
+    result = cli(ws.db, *args)
     assert result.returncode == 7, result.stderr
     assert result.stderr.startswith("Error: ") and "an empty file, not a ledger" in result.stderr
     assert ws.db.stat().st_size == 0
@@ -134,10 +137,17 @@ def test_a_write_refuses_an_empty_file(ws: Workspace, args: tuple[str, ...]) -> 
 @pytest.mark.parametrize("kind", ["folder", "fifo", "device"])
 @pytest.mark.parametrize(
     "args",
-    [("init",), ("status",), ("status", "x"), ("window", "3"), ("log",), ("migrate", "DB", "COPY"),
-     ("migrate", "SOURCE", "DB")],
+    [
+        ("init",),
+        ("status",),
+        ("status", "x"),
+        ("window", "3"),
+        ("log",),
+        ("migrate", "DB", "COPY"),
+        ("migrate", "SOURCE", "DB"),
+    ],
     ids=" ".join,
-)  # fmt: skip
+)
 def test_a_folder_a_fifo_or_a_device_is_no_ledger(ws: Workspace, kind: str, args: tuple[str, ...]) -> None:
     """`--db` a FIFO or /dev/null was "an empty file, not a ledger …; `lifecycle init` creates one here", and
     `init` there then failed "disk I/O error"; a folder was "unable to open database file". Each says what it is
@@ -153,10 +163,12 @@ def test_a_folder_a_fifo_or_a_device_is_no_ledger(ws: Workspace, kind: str, args
     source = ws.root / "source.db"
     if "SOURCE" in args:
         assert invoke(source, "init").exit_code == 0
-    argv = [str(db) if a == "DB" else str(source) if a == "SOURCE" else str(ws.root / "copy.db") if a == "COPY"
-            else a for a in args]  # fmt: skip
+    argv = [
+        str(db) if a == "DB" else str(source) if a == "SOURCE" else str(ws.root / "copy.db") if a == "COPY" else a
+        for a in args
+    ]
     before = sorted(p.name for p in ws.root.iterdir())
-    result = run_cli(db, *argv)
+    result = cli(db, *argv)
     assert (result.returncode, result.stdout) == (7, ""), result.stderr
     what = "a folder, not a ledger file" if kind == "folder" else "not a regular file"
     assert result.stderr.startswith(f"Error: {db}: {what}") and result.stderr.count("\n") == 1, result.stderr
@@ -167,7 +179,7 @@ def test_a_folder_a_fifo_or_a_device_is_no_ledger(ws: Workspace, kind: str, args
 @pytest.mark.parametrize("args", [("init",), ("status",), ("verify",)], ids=lambda a: a[0])
 def test_an_in_memory_database_is_refused(tmp_path: Path, db: str, args: tuple[str, ...]) -> None:
     """Writes to :memory: would be acknowledged and vanish: exit 3 before anything runs."""
-    result = run_cli(db, *args, cwd=tmp_path)
+    result = cli(db, *args, cwd=tmp_path)
     assert result.returncode == 3, result.stderr
     assert result.stderr.startswith("Error: ") and "in-memory" in result.stderr
 
@@ -193,7 +205,7 @@ def test_a_new_ledger_made_through_a_dangling_link_is_private(ws: Workspace, arg
     link.symlink_to(target)
     old = os.umask(0o022)
     try:
-        result = run_cli(link, *args)
+        result = cli(link, *args)
     finally:
         os.umask(old)
     assert result.returncode == 0, result.stderr
@@ -211,7 +223,7 @@ def test_a_row_edited_in_place_is_refused_by_every_read(ws: Workspace, args: tup
     with sqlite3.connect(ws.db) as conn:
         (seq,) = conn.execute("SELECT seq FROM events WHERE type = 'HandoffDecided'").fetchone()
     _tamper(ws.db, f"UPDATE events SET payload = replace(payload, 'ready_for_evaluation', 'reject') WHERE seq = {seq}")
-    result = run_cli(ws.db, *args)
+    result = cli(ws.db, *args)
     assert result.returncode == 6, (args, result.stdout, result.stderr)
     assert f"seq {seq}" in result.stderr and result.stderr.startswith("Error: ")
     assert "reject" not in result.stdout
@@ -256,8 +268,13 @@ def test_a_row_gone_from_a_candidates_stream_is_refused_not_skipped(ws: Workspac
     with sqlite3.connect(ws.db) as conn:
         (seq,) = conn.execute("SELECT seq FROM events WHERE type = 'ChecksRecorded'").fetchone()
     _tamper(ws.db, edit.format(seq=seq))
-    for args in [("history", "dpo-v5"), ("--json", "history", "dpo-v5"), ("log", "--stream", "dpo-v5"),
-                 ("--json", "log", "--stream", "dpo-v5"), ("log", "--stream", "dpo-v5", "--before", "99")]:  # fmt: skip
+    for args in [
+        ("history", "dpo-v5"),
+        ("--json", "history", "dpo-v5"),
+        ("log", "--stream", "dpo-v5"),
+        ("--json", "log", "--stream", "dpo-v5"),
+        ("log", "--stream", "dpo-v5", "--before", "99"),
+    ]:
         result = invoke(ws.db, *args)
         assert result.exit_code == 6, (args, result.output)
         if args[0] == "--json" or args[0] == "history":  # text `log` streams: the rows before the hole are out
@@ -271,7 +288,7 @@ def test_explain_refuses_an_edited_decisive_row(ws: Workspace) -> None:
     """The issue's case: a forged check reason printed with exit 0 before; now exit 6."""
     _ready_ledger(ws)
     _tamper(ws.db, "UPDATE events SET payload = replace(payload, 'true', 'false') WHERE type = 'ChecksRecorded'")
-    result = run_cli(ws.db, "explain", "dpo-v5", "--json")
+    result = cli(ws.db, "explain", "dpo-v5", "--json")
     assert result.returncode == 6 and result.stdout == ""
 
 
@@ -282,7 +299,7 @@ def test_verify_catches_an_edited_state_index(ws: Workspace) -> None:
     """streams.status of a ready candidate edited to reject: verify fails, names the stream."""
     _ready_ledger(ws)
     _tamper(ws.db, "UPDATE streams SET status = 'reject' WHERE stream_id = 'candidate:dpo-v5'")
-    result = run_cli(ws.db, "verify", "--json")
+    result = cli(ws.db, "verify", "--json")
     assert result.returncode == 6
     report = json.loads(result.stdout)
     assert report["ok"] is False and "state index" in report["reason"] and "candidate:dpo-v5" in report["reason"]
@@ -293,7 +310,7 @@ def test_verify_catches_an_edited_state_index(ws: Workspace) -> None:
 def test_a_missing_index_row_is_caught(ws: Workspace) -> None:
     _ready_ledger(ws)
     _tamper(ws.db, "DELETE FROM streams WHERE stream_id = 'candidate:dpo-v5'")
-    assert run_cli(ws.db, "verify").returncode == 6
+    assert cli(ws.db, "verify").returncode == 6
 
 
 def test_a_baseline_change_invalidates_a_ready_candidate_whose_index_row_was_edited(ws: Workspace) -> None:

@@ -14,10 +14,11 @@ import stat
 from pathlib import Path
 
 import pytest
-from conftest import Workspace, count_events, invoke, restore_triggers, run_cli
+from conftest import Workspace, cli, count_events, invoke, restore_triggers, run_cli
 from cryptography.hazmat.primitives import serialization
 
-from lifecycle_fsm.seals import ledger_id_of
+from lifecycle_fsm.errors import InputError
+from lifecycle_fsm.seals import ledger_id_of, parse_expected_head
 from lifecycle_fsm.store.chain import GENESIS_HASH, event_hash
 from lifecycle_fsm.store.records import NewEvent
 from lifecycle_fsm.store.sqlite import SQLiteEventStore
@@ -26,20 +27,23 @@ from lifecycle_fsm.upcasting import decoded_payload, derived_ledger_id, upcast
 
 def _ready_ledger(ws: Workspace) -> Path:
     for args in (
-        ("init",), ("baseline", "activate", str(ws.baseline())), ("receive", str(ws.dpo())),
-        ("check", "dpo-v5"), ("handoff", "dpo-v5"),
-    ):  # fmt: skip
+        ("init",),
+        ("baseline", "activate", str(ws.baseline())),
+        ("receive", str(ws.dpo())),
+        ("check", "dpo-v5"),
+        ("handoff", "dpo-v5"),
+    ):
         assert invoke(ws.db, *args).exit_code == 0, args
     return ws.db
 
 
 def _signed(db: Path, key_dir: Path, *args: str) -> tuple[int, str, str]:
-    result = run_cli(db, "--signing-key", str(key_dir / "lifecycle-signing.key"), *args)
+    result = cli(db, "--signing-key", str(key_dir / "lifecycle-signing.key"), *args)
     return result.returncode, result.stdout, result.stderr
 
 
 def _verify(db: Path, *args: str) -> tuple[int, dict[str, object]]:
-    result = run_cli(db, "verify", "--json", *args)
+    result = cli(db, "verify", "--json", *args)
     return result.returncode, json.loads(result.stdout)
 
 
@@ -70,7 +74,7 @@ def _rehash_everything(db: Path, *edits: str) -> None:
 
 
 def test_key_new_writes_a_private_key_0600_and_a_public_key_and_prints_its_id(tmp_path: Path) -> None:
-    result = run_cli(tmp_path / "x.db", "key", "new", "--out", str(tmp_path / "k" / "nested"), "--json")
+    result = cli(tmp_path / "x.db", "key", "new", "--out", str(tmp_path / "k" / "nested"), "--json")
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     private, public = Path(doc["private_key"]), Path(doc["public_key"])
@@ -85,7 +89,7 @@ def test_key_new_writes_a_private_key_0600_and_a_public_key_and_prints_its_id(tm
 
 def test_key_new_never_overwrites_a_key(keys: Path) -> None:
     before = (keys / "lifecycle-signing.key").read_bytes()
-    result = run_cli(keys / "x.db", "key", "new", "--out", str(keys))
+    result = cli(keys / "x.db", "key", "new", "--out", str(keys))
     assert result.returncode == 3 and "already exists" in result.stderr
     assert (keys / "lifecycle-signing.key").read_bytes() == before
 
@@ -93,19 +97,19 @@ def test_key_new_never_overwrites_a_key(keys: Path) -> None:
 def test_seal_without_a_key_is_refused_and_appends_nothing(ws: Workspace) -> None:
     db = _ready_ledger(ws)
     before = count_events(db)
-    result = run_cli(db, "seal")
+    result = cli(db, "seal")
     assert result.returncode == 3 and "signing key" in result.stderr
     bad = ws.root / "bad.key"
     bad.write_text("not a key")
-    assert run_cli(db, "--signing-key", str(bad), "seal").returncode == 3
-    assert run_cli(db, "--signing-key", str(bad), "checkpoint").returncode == 3
+    assert cli(db, "--signing-key", str(bad), "seal").returncode == 3
+    assert cli(db, "--signing-key", str(bad), "checkpoint").returncode == 3
     assert count_events(db) == before
 
 
 def test_the_signing_key_comes_from_the_environment_too(ws: Workspace, keys: Path) -> None:
     db = _ready_ledger(ws)
     env = {"LIFECYCLE_SIGNING_KEY": str(keys / "lifecycle-signing.key")}
-    result = run_cli(db, "seal", "--json", env=env)
+    result = cli(db, "seal", "--json", env=env)
     assert result.returncode == 0, result.stderr
     assert set(json.loads(result.stdout)) == {"ledger_id", "seq", "hash", "sealed_at", "key_id", "signature"}
 
@@ -154,7 +158,7 @@ def test_a_ledger_without_an_id_gets_one_from_its_first_event(ws: Workspace) -> 
         head = store.head()
     code, report = _verify(db)  # every read derives the same id; reading never rewrote the stored row
     assert code == 0 and report["head"] == {"seq": head.seq, "hash": head.hash}
-    status = json.loads(run_cli(db, "status", "--json").stdout)
+    status = json.loads(cli(db, "status", "--json").stdout)
     assert [(c["id"], c["state"]) for c in status] == [("dpo-v5", "ready"), ("grpo-v7", "reject")]
     with SQLiteEventStore(db) as store:
         assert ledger_id_of(store) == derived
@@ -171,7 +175,7 @@ def test_the_upcaster_without_a_stored_hash_adds_none(tmp_path: Path) -> None:
 
 def test_a_ledger_without_an_id_can_be_sealed_and_verified(ws: Workspace, keys: Path) -> None:
     db = _ledger_without_id(ws)
-    head = json.loads(run_cli(db, "verify", "--json").stdout)["head"]
+    head = json.loads(cli(db, "verify", "--json").stdout)["head"]
     code, out, err = _signed(db, keys, "seal", "--json")
     assert code == 0, err
     doc = json.loads(out)
@@ -187,15 +191,15 @@ def test_a_ledger_without_an_id_can_be_sealed_and_verified(ws: Workspace, keys: 
 
 def test_a_seal_decides_nothing_and_keeps_the_index_true(ws: Workspace, keys: Path) -> None:
     db = _ready_ledger(ws)
-    status = run_cli(db, "status", "--json").stdout
+    status = cli(db, "status", "--json").stdout
     code, out, _ = _signed(db, keys, "seal", "--json")
     assert code == 0
     doc = json.loads(out)
     assert doc["seq"] == count_events(db) - 1
-    assert run_cli(db, "status", "--json").stdout == status
+    assert cli(db, "status", "--json").stdout == status
     code, report = _verify(db)
     assert code == 0 and report["seals"]["count"] == 1 and report["seals"]["last_seq"] == doc["seq"] + 1
-    history = json.loads(run_cli(db, "log", "--stream", "seals", "--json").stdout)
+    history = json.loads(cli(db, "log", "--stream", "seals", "--json").stdout)
     assert [e["type"] for e in history] == ["HeadSealed"]
 
 
@@ -216,7 +220,7 @@ def test_seal_out_writes_the_signed_head_file_once(ws: Workspace, keys: Path) ->
 def test_seal_out_dash_prints_the_signed_head(ws: Workspace, keys: Path) -> None:
     """`--out -` wrote a file named `-`; it prints the signed head, as `seal` without `--out` does."""
     db = _ready_ledger(ws)
-    result = run_cli(db, "--signing-key", str(keys / "lifecycle-signing.key"), "seal", "--out", "-", cwd=ws.root)
+    result = cli(db, "--signing-key", str(keys / "lifecycle-signing.key"), "seal", "--out", "-", cwd=ws.root)
     assert result.returncode == 0, result.stderr
     assert not (ws.root / "-").exists()
     assert json.loads(result.stdout)["seq"] == 5
@@ -241,7 +245,7 @@ def test_a_dropped_tail_passes_plain_verify_but_not_a_pinned_head(ws: Workspace,
         conn.execute("DELETE FROM events WHERE seq >= ?", (pinned["seq"] - 1,))  # the hand-off and the seal
         conn.execute("DELETE FROM streams")
         restore_triggers(conn)
-    assert run_cli(db, "replay", "--full").returncode == 0  # the attacker tidies the index too
+    assert cli(db, "replay", "--full").returncode == 0  # the attacker tidies the index too
     code, report = _verify(db)
     assert code == 0 and report["ok"] is True  # the attack works without a pin...
     for pin in (str(head_file), f"{pinned['seq']}:{pinned['hash']}"):
@@ -288,8 +292,9 @@ def test_a_seal_under_a_key_not_given_is_refused(ws: Workspace, keys: Path, tmp_
     assert invoke(db, "key", "new", "--out", str(other)).exit_code == 0
     code, report = _verify(db, "--pubkey", str(other / "lifecycle-signing.pub"))
     assert code == 6 and report["reason"] == "seal_signature" and report["bad_seq"] == count_events(db)
-    code, report = _verify(db, "--pubkey", str(other / "lifecycle-signing.pub"), "--pubkey",
-                           str(keys / "lifecycle-signing.pub"))  # fmt: skip
+    code, report = _verify(
+        db, "--pubkey", str(other / "lifecycle-signing.pub"), "--pubkey", str(keys / "lifecycle-signing.pub")
+    )
     assert code == 0 and report["seals"]["count"] == 1
 
 
@@ -307,7 +312,7 @@ def test_a_signed_head_file_from_another_key_is_refused(ws: Workspace, keys: Pat
 @pytest.mark.parametrize("pin", ["nonsense", "5:abc"])
 def test_a_bad_expect_head_is_an_input_error(ws: Workspace, pin: str) -> None:
     db = _ready_ledger(ws)
-    result = run_cli(db, "verify", "--expect-head", pin)
+    result = cli(db, "verify", "--expect-head", pin)
     assert result.returncode == 3 and result.stderr.startswith("Error: ")
 
 
@@ -318,33 +323,39 @@ def _head(db: Path) -> tuple[int, str]:
     return int(head["seq"]), str(head["hash"])
 
 
+HASH = "ab" * 32
+
+
 @pytest.mark.parametrize(
     ("pin", "problem"),
     [
-        ("{seq}:{upper}", "the hash is not 64 lowercase hex digits (it is in upper case)"),
-        ("{seq}:deadbeef", "the hash is not 64 lowercase hex digits (it has 8 hex digits)"),
-        ("{seq}:", "the hash is not 64 lowercase hex digits (it is empty)"),
-        ("{seq}:{hash}0", "the hash is not 64 lowercase hex digits (it has 65 hex digits)"),
-        ("{seq}:{hash_g}", "the hash is not 64 lowercase hex digits (it has a character that is not a hex digit)"),
-        ("0:{genesis}", "seq 0 is not an event (the chain starts at seq 1)"),
-        ("0:{hash}", "seq 0 is not an event (the chain starts at seq 1)"),
-        ("-1:{hash}", "the seq '-1' is not a whole number from 1"),
-        ("x:{hash}", "the seq 'x' is not a whole number from 1"),
-        ("99999999999999999999:{hash}", "no seq is that large"),  # was a traceback (OverflowError in sqlite3)
+        (f"7:{HASH.upper()}", "the hash is not 64 lowercase hex digits (it is in upper case)"),
+        ("7:deadbeef", "the hash is not 64 lowercase hex digits (it has 8 hex digits)"),
+        ("7:", "the hash is not 64 lowercase hex digits (it is empty)"),
+        (f"7:{HASH}0", "the hash is not 64 lowercase hex digits (it has 65 hex digits)"),
+        (f"7:{HASH[:-1]}g", "the hash is not 64 lowercase hex digits (it has a character that is not a hex digit)"),
+        (f"0:{GENESIS_HASH}", "seq 0 is not an event (the chain starts at seq 1)"),
+        (f"0:{HASH}", "seq 0 is not an event (the chain starts at seq 1)"),
+        (f"-1:{HASH}", "the seq '-1' is not a whole number from 1"),
+        (f"x:{HASH}", "the seq 'x' is not a whole number from 1"),
+        (f"99999999999999999999:{HASH}", "no seq is that large"),  # was a traceback (OverflowError in sqlite3)
     ],
     ids=["upper", "short", "empty", "long", "not-hex", "genesis", "zero", "negative", "word", "huge"],
 )
-def test_a_malformed_pin_says_what_is_wrong_with_it(ws: Workspace, pin: str, problem: str) -> None:
+def test_a_malformed_pin_says_what_is_wrong_with_it(pin: str, problem: str) -> None:
     """A value of SEQ:HASH's shape whose hash is not 64 lowercase hex, or whose seq is not a whole number
-    from 1, is refused naming that (exit 3), not as a missing file; `0:<genesis>` pinned no event and passed."""
+    from 1, is refused naming that, not as a missing file; `0:<genesis>` pinned no event and passed."""
+    with pytest.raises(InputError) as refused:
+        parse_expected_head(pin)
+    assert str(refused.value) == f"--expect-head {pin!r}: {problem}; give SEQ:HASH as `verify --json` prints the head"
+
+
+def test_a_malformed_pin_is_one_error_line_and_exit_3(ws: Workspace) -> None:
+    """Through a real process: exit 3, nothing on stdout, the refusal on stderr."""
     db = _ready_ledger(ws)
-    seq, digest = _head(db)
-    value = pin.format(seq=seq, hash=digest, upper=digest.upper(), hash_g=digest[:-1] + "g", genesis=GENESIS_HASH)
-    result = run_cli(db, "verify", "--expect-head", value)
+    result = run_cli(db, "verify", "--expect-head", "7:deadbeef")
     assert (result.returncode, result.stdout) == (3, "")
-    assert result.stderr == (
-        f"Error: --expect-head {value!r}: {problem}; give SEQ:HASH as `verify --json` prints the head\n"
-    )
+    assert result.stderr.startswith("Error: --expect-head '7:deadbeef': the hash is not 64 lowercase hex digits")
 
 
 def test_a_pin_with_leading_zeros_is_its_seq(ws: Workspace) -> None:
@@ -359,11 +370,11 @@ def test_a_pin_shaped_file_is_still_a_file_and_a_file_pins_a_seq_from_1(ws: Work
     """A signed-head file whose name looks like a bad pin is read as the file; a file pinning seq 0 is refused."""
     db = _ready_ledger(ws)
     assert _signed(db, keys, "seal", "--out", str(ws.root / "7:abc"))[0] == 0
-    result = run_cli(db, "verify", "--json", "--expect-head", "7:abc", cwd=ws.root)
+    result = cli(db, "verify", "--json", "--expect-head", "7:abc", cwd=ws.root)
     assert result.returncode == 0, result.stderr
     doc = json.loads((ws.root / "7:abc").read_text()) | {"seq": 0, "hash": GENESIS_HASH}
     (ws.root / "genesis.json").write_text(json.dumps(doc))
-    result = run_cli(db, "verify", "--expect-head", str(ws.root / "genesis.json"))
+    result = cli(db, "verify", "--expect-head", str(ws.root / "genesis.json"))
     assert (result.returncode, result.stdout) == (3, "")
     assert "needs an integer `seq` from 1 and a `hash` of 64 lowercase hex digits" in result.stderr
 
@@ -376,3 +387,18 @@ def test_sealing_an_empty_ledger_is_refused(ws: Workspace, keys: Path) -> None:
     SQLiteEventStore(empty).close()
     code, _, err = _signed(empty, keys, "seal")
     assert code == 5 and "empty" in err
+
+
+def test_a_seal_signs_exactly_these_bytes() -> None:
+    """The signed message is pinned byte for byte: the ledger id is in it (a seal cannot be moved to another
+    ledger), keys sorted, no spaces; anyone can rebuild it with the standard library."""
+    from lifecycle_fsm.seals import seal_message
+
+    message = seal_message("0123abcd" * 4, 42, "ab" * 32)
+    assert message == (b'{"hash":"' + b"ab" * 32 + b'","ledger_id":"0123abcd0123abcd0123abcd0123abcd","seq":42}')
+    assert (
+        message
+        == json.dumps(
+            {"ledger_id": "0123abcd" * 4, "seq": 42, "hash": "ab" * 32}, sort_keys=True, separators=(",", ":")
+        ).encode()
+    )

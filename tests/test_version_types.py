@@ -17,7 +17,7 @@ import pytest
 
 from lifecycle_fsm import State
 from lifecycle_fsm.rules import check_candidate_freshness
-from tests.conftest import Workspace, run_cli
+from tests.conftest import Workspace, cli
 
 DPO = {"candidate_kind": "dpo", "source_policy_version": "sft-v1", "policy_version": "dpo-v1",
        "evaluation_version": "pref-eval-v1", "preference_evidence_version": "pref-train-v1"}  # fmt: skip
@@ -60,24 +60,24 @@ def test_the_testers_dpo_manifest_is_rejected_not_ready(ws: Workspace) -> None:
     baseline = ws.baseline()
     manifest = ws.dpo("dpo-typed", policy_version=True, evaluation_version=True,
                       preference_evidence_version={"k": 0})  # fmt: skip
-    assert run_cli(ws.db, "init").returncode == 0
-    assert run_cli(ws.db, "baseline", "activate", str(baseline)).returncode == 0
-    received = run_cli(ws.db, "--json", "receive", str(manifest), "--id", "typed")
+    assert cli(ws.db, "init").returncode == 0
+    assert cli(ws.db, "baseline", "activate", str(baseline)).returncode == 0
+    received = cli(ws.db, "--json", "receive", str(manifest), "--id", "typed")
     assert received.returncode == 0, received.stderr
     assert orjson.loads(received.stdout)["state"] == "received"  # received, so an auditor sees it
-    checked = run_cli(ws.db, "--json", "check", "typed")
+    checked = cli(ws.db, "--json", "check", "typed")
     assert checked.returncode == 0, checked.stderr
     doc = orjson.loads(checked.stdout)
     assert doc["state"] == "reject"
     assert doc["reason_codes"] == ["candidate_identity", "evaluation_identity", "branch_evidence"]
-    handoff = run_cli(ws.db, "handoff", "typed")
+    handoff = cli(ws.db, "handoff", "typed")
     assert handoff.returncode == 5 and "reject is terminal" in handoff.stderr
-    explained = run_cli(ws.db, "explain", "typed")
+    explained = cli(ws.db, "explain", "typed")
     assert explained.returncode == 0, explained.stderr
     assert "policy_version: true" in explained.stdout
     assert "candidate_identity: FAILED; claimed true; checked against a non-empty version string" in explained.stdout
     assert 'preference_evidence_version={"k":0}' in explained.stdout
-    explained_json = orjson.loads(run_cli(ws.db, "--json", "explain", "typed").stdout)
+    explained_json = orjson.loads(cli(ws.db, "--json", "explain", "typed").stdout)
     assert explained_json["state"] == "reject"
     assert explained_json["reason_codes"] == ["candidate_identity", "evaluation_identity", "branch_evidence"]
 

@@ -1,5 +1,5 @@
-"""`python -m lifecycle_fsm.cli` runs the CLI too (as `python -m lifecycle_fsm` does)."""
+"""`python -m lifecycle_fsm.cli` runs the CLI (as `python -m lifecycle_fsm` does)."""
 
-from lifecycle_fsm.cli.entry import run
+from lifecycle_fsm.cli import main
 
-run(prog_name="lifecycle")
+main(prog_name="lifecycle")

@@ -8,73 +8,116 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
-from lifecycle_fsm.cli import _where
 from lifecycle_fsm.cli.exit_codes import EXIT_CODES, ExitCode, exit_code_for
-from lifecycle_fsm.cli.guards import is_driver_error, output_error, refuse_empty_file, refuse_memory_db
-from lifecycle_fsm.cli.lazy import LazyCommands
+from lifecycle_fsm.cli.guards import closed_output, is_driver_error, output_error, refuse_empty_file, refuse_memory_db
 from lifecycle_fsm.errors import InputError, LifecycleError
 from lifecycle_fsm.limits import display
 from lifecycle_fsm.logs import configure_logging
 from lifecycle_fsm.store.open import open_store
 from lifecycle_fsm.store.sqlite_errors import translate_sqlite_error
 
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from lifecycle_fsm.ledger import Ledger
+    from lifecycle_fsm.store.base import EventStore
+
+    _ParamType = click.ParamType[Any]  # generic in click's stubs
+else:
+    _ParamType = click.ParamType
+
 __all__ = [
+    "API_NAMES",
     "AS_OF",
-    "AsOfType",
     "LifecycleGroup",
+    "ParsedType",
     "SEQ",
-    "SeqType",
-    "TimeType",
+    "SuggestingGroup",
+    "TIME",
+    "install_hint",
     "json_option",
     "main",
     "open_ledger",
     "open_read_store",
-    "refuse_empty_file",
-    "refuse_memory_db",
     "require_signing_key",
     "root_obj",
     "signing_key",
+    "unknown_command",
     "wants_json",
 ]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
+# What the embedding API and drill files call the commands: `lifecycle hand_off` points at `handoff`.
+API_NAMES = {
+    "hand_off": "handoff",
+    "fail_stage": "fail",
+    "complete_recovery": "recovered",
+    "record_trusted_state": "trusted",
+    "invalidate_trusted_state": "untrust",
+    "activate_baseline": "baseline activate",
+    "advance_window": "window",
+    "activate_evaluation": "evaluation activate",
+    "wait_for": "wait",
+}
 
-class LifecycleGroup(click.Group):
+
+def unknown_command(name: str, commands: Iterable[str], *, api_names: bool = False) -> str:
+    """The refusal of an unknown command, naming the nearest ones there are."""
+    import difflib
+
+    known = API_NAMES.get(name.replace("-", "_")) if api_names else None
+    guesses = [known] if known else difflib.get_close_matches(name, list(commands), n=3, cutoff=0.6)
+    if not guesses:
+        return f"No such command {name!r}."
+    return f"No such command {name!r}. Did you mean {' or '.join(repr(g) for g in guesses)}?"
+
+
+class SuggestingGroup(click.Group):
+    """A group that answers an unknown command with the commands it may have meant."""
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and not ctx.resilient_parsing and self.get_command(ctx, name) is None:
+            ctx.fail(unknown_command(name, self.list_commands(ctx), api_names=ctx.parent is None))
+        return super().resolve_command(ctx, args)
+
+
+class LifecycleGroup(SuggestingGroup):
     """Every refusal is one `Error:` line on stderr and a documented exit code.
 
-    Library errors are mapped to their code by `exit_codes.exit_code_for`; click's usage
-    errors (a missing argument, a bad number) are code 2 with the same one-line form and
-    a pointer to `--help`.
+    Library errors are mapped by `exit_codes.exit_code_for`; click's usage errors (a
+    missing argument, a bad number) are code 2 with the same one-line form and a
+    pointer to `--help`.
     """
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except LifecycleError as e:
-            click.echo(f"Error: {display(str(e))}", err=True)
-            sys.exit(int(exit_code_for(e)))
+            _fail(e)
         except Exception as e:
-            # A backstop: the stores translate their drivers' errors, but a database error
-            # that slips through anywhere is still one line and a store/integrity code.
+            # The stores translate their drivers' errors; one that slips through is still one line.
             if not is_driver_error(e):
                 raise
-            error = translate_sqlite_error(e, root_obj().get("db", "the ledger"))
-            click.echo(f"Error: {display(str(error))}", err=True)
-            sys.exit(int(exit_code_for(error)))
+            _fail(translate_sqlite_error(e, root_obj().get("db", "the ledger")))
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
+        if sys.stdout is None:  # started with stdout closed (`lifecycle … >&-`): run nothing that cannot report
+            _fail(closed_output("standard output is closed"))
         kwargs["standalone_mode"] = False
         try:
             result = super().main(*args, **kwargs)
         except click.exceptions.NoArgsIsHelpError as e:
-            # A group without its command: its message is the whole help text, which as one `Error:` line (its
-            # newlines spelled out) nobody can read. Name the commands there are and where the help is.
+            # The help text as one `Error:` line is unreadable: name the commands and where the help is.
             group = e.ctx.command
             names = ", ".join(group.list_commands(e.ctx)) if isinstance(group, click.Group) else ""
             click.echo(f"Error: missing command: one of {names} (see `{e.ctx.command_path} --help`)", err=True)
@@ -96,9 +139,13 @@ class LifecycleGroup(click.Group):
             error = output_error(e)
             if error is None:
                 raise
-            click.echo(f"Error: {display(str(error))}", err=True)
-            sys.exit(int(exit_code_for(error)))
+            _fail(error)
         sys.exit(result if isinstance(result, int) else 0)
+
+
+def _fail(error: LifecycleError) -> NoReturn:
+    click.echo(f"Error: {display(str(error))}", err=True)
+    sys.exit(int(exit_code_for(error)))
 
 
 def root_obj() -> dict[str, Any]:
@@ -124,64 +171,38 @@ def json_option(func: _F) -> _F:
     return wrapper  # type: ignore[return-value]
 
 
-if TYPE_CHECKING:
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+class ParsedType(_ParamType):
+    """A value `replay.asof` parses (a seq, a time, or either); what it refuses is a usage error."""
 
-    from lifecycle_fsm.ledger import Ledger
-    from lifecycle_fsm.store.base import EventStore
-
-    _ParamType = click.ParamType[Any]  # generic in click's stubs
-else:
-    _ParamType = click.ParamType
-
-
-class AsOfType(_ParamType):
-    """A seq (digits) or an ISO 8601 time (`replay.asof`); anything else is a usage error."""
-
-    name = "SEQ|ISO-TIME"
+    def __init__(self, name: str, parser: str) -> None:
+        self.name = name
+        self.parser = parser  # the name of the `replay.asof` function that reads it
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        from lifecycle_fsm.replay.asof import parse_as_of
+        from lifecycle_fsm.replay import asof
 
-        if isinstance(value, int):
+        if isinstance(value, int):  # a default, or a value already converted
             return value
         try:
-            return parse_as_of(str(value))
+            if self.parser == "parse_seq":
+                return asof.parse_seq(str(value), param.opts[0] if param is not None and param.opts else "SEQ")
+            return getattr(asof, self.parser)(str(value))
         except InputError as e:
             self.fail(str(e), param, ctx)
 
 
-class TimeType(_ParamType):
-    """An ISO 8601 time (Z or an offset; naive = UTC), as the stored UTC text."""
-
-    name = "ISO-TIME"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        from lifecycle_fsm.replay.asof import parse_time
-
-        try:
-            return parse_time(str(value))
-        except InputError as e:
-            self.fail(str(e), param, ctx)
+AS_OF = ParsedType("SEQ|ISO-TIME", "parse_as_of")  # a seq (digits) or an ISO 8601 time
+SEQ = ParsedType("SEQ", "parse_seq")  # ASCII digits, from 1
+TIME = ParsedType("ISO-TIME", "parse_time")  # Z or an offset (naive = UTC), as the stored UTC text
 
 
-class SeqType(_ParamType):
-    """A seq, as `--as-of` takes one (ASCII digits, from 1); anything else is a usage error."""
-
-    name = "SEQ"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        from lifecycle_fsm.replay.asof import parse_seq
-
-        option = param.opts[0] if param is not None and param.opts else "SEQ"
-        try:
-            return parse_seq(str(value), option)
-        except InputError as e:
-            self.fail(str(e), param, ctx)
-
-
-AS_OF = AsOfType()
-SEQ = SeqType()
+def install_hint(extra: str) -> str:
+    """How to install an extra: from this checkout when running from one, else from the package index."""
+    checkout = Path(__file__).resolve().parents[2]
+    if not (checkout / "pyproject.toml").is_file() or not (checkout / "lifecycle_fsm").is_dir():
+        return f"pip install 'lifecycle-fsm[{extra}]'"
+    here = Path.cwd().resolve() == checkout
+    return f"pip install -e '{'.' if here else checkout}[{extra}]'" + ("" if here else " (this checkout)")
 
 
 def signing_key() -> Ed25519PrivateKey | None:
@@ -206,35 +227,29 @@ def open_ledger(*, must_exist: bool = False, initialising: bool = False) -> Ledg
     """The ledger `--db` names, closed when the command's context closes.
 
     `must_exist` refuses (exit 3) a missing file, or a PostgreSQL schema without a
-    ledger, instead of creating it: every command but the ones that set the ledger up
-    needs one that is already there. An existing 0-byte file is refused (exit 7) by
-    every command but `init` (`initialising`): a ledger truncated to nothing must not
-    silently start over on the next write.
+    ledger, instead of creating it. An existing 0-byte file is refused (exit 7) by every
+    command but `init` (`initialising`): a truncated ledger must not silently start over.
     """
-    from lifecycle_fsm.ledger import Ledger  # the command path and its evidence modules: not for a read
+    from lifecycle_fsm.ledger import Ledger
 
     obj = root_obj()
-    refuse_memory_db(obj["db"])
-    refuse_empty_file(obj["db"], allow_empty=initialising)
-    store = open_store(obj["db"], synchronous=obj["synchronous"], create=not must_exist)
-    ledger = Ledger(store, actor=obj["actor"])
+    store = _open_store(obj, create=not must_exist, initialising=initialising)
+    ledger = Ledger(store, actor=obj["actor"], artifact_root=obj["artifact_root"])
     click.get_current_context().call_on_close(ledger.close)
     return ledger
 
 
 def open_read_store() -> EventStore:
-    """The store of the ledger `--db` names, for a command that only reads (`status`).
-
-    The same refusals as `open_ledger(must_exist=True)`, without building a `Ledger`:
-    importing its command path (decisions, evidence gathering, the live machine) was most
-    of a `status ID` process. Closed when the command's context closes.
-    """
-    obj = root_obj()
-    refuse_memory_db(obj["db"])
-    refuse_empty_file(obj["db"])
-    store = open_store(obj["db"], synchronous=obj["synchronous"], create=False)
+    """The store of the ledger `--db` names, for a command that only reads; closed with the command."""
+    store = _open_store(root_obj(), create=False)
     click.get_current_context().call_on_close(store.close)
     return store
+
+
+def _open_store(obj: dict[str, Any], *, create: bool, initialising: bool = False) -> EventStore:
+    refuse_memory_db(obj["db"])
+    refuse_empty_file(obj["db"], allow_empty=initialising)
+    return open_store(obj["db"], synchronous=obj["synchronous"], create=create)
 
 
 @click.group(cls=LifecycleGroup, epilog="Exit codes: " + "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items()))
@@ -255,10 +270,28 @@ def open_read_store() -> EventStore:
     type=click.Choice(["NORMAL", "FULL", "EXTRA"], case_sensitive=False),
     help="Durability: FULL survives power loss, NORMAL a process crash (PostgreSQL: synchronous_commit on/off).",
 )
-@click.option("--log-level", envvar="LIFECYCLE_LOG_LEVEL", default="warning", show_default=True,
-              type=click.Choice(["debug", "info", "warning", "error"]), help="Structured logs on stderr.")  # fmt: skip
-@click.option("--signing-key", envvar="LIFECYCLE_SIGNING_KEY", type=click.Path(), metavar="FILE",
-              help="Ed25519 private key (PKCS#8 PEM) that seals and attestations are signed with.")  # fmt: skip
+@click.option(
+    "--log-level",
+    envvar="LIFECYCLE_LOG_LEVEL",
+    default="warning",
+    show_default=True,
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    help="Structured logs on stderr.",
+)
+@click.option(
+    "--signing-key",
+    envvar="LIFECYCLE_SIGNING_KEY",
+    type=click.Path(),
+    metavar="FILE",
+    help="Ed25519 private key (PKCS#8 PEM) that seals and attestations are signed with.",
+)
+@click.option(
+    "--artifact-root",
+    envvar="LIFECYCLE_ARTIFACT_ROOT",
+    type=click.Path(file_okay=False),
+    metavar="DIR",
+    help="Read manifests' relative artifact paths inside DIR (default: each manifest's own folder).",
+)
 @click.version_option(package_name="lifecycle-fsm")
 @click.pass_context
 def main(
@@ -269,16 +302,20 @@ def main(
     synchronous: str,
     log_level: str,
     signing_key: str | None,
+    artifact_root: str | None,
 ) -> None:
     """An event-sourced ledger for post-training candidates (DPO, GRPO/RLVR).
 
-    Every command appends events to an append-only, hash-chained SQLite log; state
-    is a fold of those events.
+    Every command appends events to an append-only, hash-chained log (an SQLite file or
+    a PostgreSQL schema); state is a fold of those events.
     """
     configure_logging(log_level)
-    ctx.obj = {"db": db, "json": as_json, "actor": actor, "synchronous": synchronous.upper(), "log_level": log_level,
-               "signing_key": signing_key}  # fmt: skip
-
-
-# The commands, each module imported when one of its commands runs (`cli/__init__.py` names them).
-main.commands = LazyCommands(_where())
+    ctx.obj = {
+        "db": db,
+        "json": as_json,
+        "actor": actor,
+        "synchronous": synchronous.upper(),
+        "log_level": log_level,
+        "signing_key": signing_key,
+        "artifact_root": artifact_root,
+    }

@@ -1,4 +1,4 @@
-"""`attest ID --out FILE` and `attest verify FILE --pubkey PUB [--db DB]` (SPEC §8).
+"""`attest ID --out FILE` and `attest verify FILE --pubkey PUB [--db DB]`.
 
 `attest ID` is the group's default: any first argument that is not a subcommand is a
 candidate id (`attest create ID` says the same explicitly).
@@ -12,15 +12,11 @@ from typing import Any
 
 import click
 
-from lifecycle_fsm.attestation import attest as build_attestation
-from lifecycle_fsm.attestation import verify_attestation
-from lifecycle_fsm.cli.app import json_option, open_ledger, refuse_memory_db, require_signing_key, wants_json
-from lifecycle_fsm.cli.guards import refuse_empty_file
+from lifecycle_fsm.cli.app import json_option, open_ledger, require_signing_key, wants_json
+from lifecycle_fsm.cli.guards import refuse_empty_file, refuse_memory_db
 from lifecycle_fsm.cli.render import emit
 from lifecycle_fsm.errors import InputError
-from lifecycle_fsm.keys import load_public_key
-from lifecycle_fsm.limits import MAX_ATTESTATION_BYTES, read_regular_file
-from lifecycle_fsm.store.open import open_store
+from lifecycle_fsm.limits import display
 
 __all__ = ["AttestGroup", "attest", "attest_create", "attest_verify"]
 
@@ -41,13 +37,20 @@ def attest() -> None:
 
 @attest.command("create")
 @click.argument("candidate_id", metavar="ID")
-@click.option("--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="Where to write the envelope (refused if it exists); `-`: print it.")  # fmt: skip
+@click.option(
+    "--out",
+    "out",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where to write the envelope (refused if it exists); `-`: print it.",
+)
 @json_option
 def attest_create(candidate_id: str, out: Path) -> None:
     """Write ID's hand-off decision as a signed DSSE envelope. Needs a signing key; appends nothing."""
+    from lifecycle_fsm.attestation import attest as build_attestation
+
     key = require_signing_key("attest")
-    if str(out) == "-":  # stdout, as `-` means to every other tool (a file named `-` was written)
+    if str(out) == "-":  # stdout, as `-` means to every other tool
         if wants_json():
             raise click.UsageError("--out - prints the envelope itself (JSON): --json has nothing to add")
         click.echo(_envelope_text(build_attestation(open_ledger(must_exist=True).store, candidate_id, key)), nl=False)
@@ -76,12 +79,24 @@ def _envelope_text(envelope: dict[str, Any]) -> str:
 
 @attest.command("verify")
 @click.argument("file", type=click.Path(path_type=Path), metavar="FILE")
-@click.option("--pubkey", "pubkeys", multiple=True, required=True, type=click.Path(), metavar="FILE",
-              help="A trusted public key (repeatable).")  # fmt: skip
+@click.option(
+    "--pubkey",
+    "pubkeys",
+    multiple=True,
+    required=True,
+    type=click.Path(),
+    metavar="FILE",
+    help="A trusted public key (repeatable).",
+)
 @click.option("--db", "db", help="Also check that the attested events are in this ledger's chain (file or URL).")
 @json_option
 def attest_verify(file: Path, pubkeys: tuple[str, ...], db: str | None) -> None:
     """Check an attestation's signature offline; with --db, against that ledger. Exit 6 if it does not hold."""
+    from lifecycle_fsm.attestation import verify_attestation
+    from lifecycle_fsm.keys import load_public_key
+    from lifecycle_fsm.limits import MAX_ATTESTATION_BYTES, read_regular_file
+    from lifecycle_fsm.store.open import open_store
+
     text = read_regular_file(file, what="attestation", limit=MAX_ATTESTATION_BYTES)  # never a FIFO or a device
     keys = [load_public_key(p) for p in pubkeys]
     store = None
@@ -95,5 +110,5 @@ def attest_verify(file: Path, pubkeys: tuple[str, ...], db: str | None) -> None:
         emit(report)
     else:
         where = "offline and against the ledger" if store is not None else "offline (no --db)"
-        click.echo(f"ok: {report['candidate']} {report['decision']}, signed by {', '.join(report['key_ids'])}, "
-                   f"checked {where}")  # fmt: skip
+        signers = ", ".join(report["key_ids"])
+        click.echo(display(f"ok: {report['candidate']} {report['decision']}, signed by {signers}, checked {where}"))

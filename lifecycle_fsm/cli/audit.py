@@ -1,4 +1,4 @@
-"""`lifecycle audit`: the CLI edge of `lifecycle_fsm.audit` (SPEC §7).
+"""`lifecycle audit`: the CLI edge of `lifecycle_fsm.audit`.
 
 The audit's steps and records are `lifecycle_fsm.audit`'s; this module parses the
 options, opens the ledger with the artifact root and prints the plan or the summary.
@@ -7,16 +7,19 @@ options, opens the ledger with the artifact root and prints the plan or the summ
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from lifecycle_fsm.audit import MODES, AuditRequest, AuditResult, check_runnable, plan, prepare, run
-from lifecycle_fsm.cli.app import json_option, refuse_memory_db, root_obj, signing_key, wants_json
+from lifecycle_fsm.cli.app import json_option, root_obj, signing_key, wants_json
+from lifecycle_fsm.cli.guards import refuse_memory_db
 from lifecycle_fsm.cli.render import cells, console, emit
+from lifecycle_fsm.cli.writes import ACTIVE_WINDOW, MAX_WINDOW_AGE
 from lifecycle_fsm.errors import InputError
-from lifecycle_fsm.ledger import DEFAULT_ACTIVE_WINDOW, DEFAULT_MAX_WINDOW_AGE, Ledger
-from lifecycle_fsm.limits import MAX_INT64, display
+from lifecycle_fsm.limits import display
+
+if TYPE_CHECKING:
+    from lifecycle_fsm.audit import AuditResult
 
 __all__ = ["audit"]
 
@@ -25,9 +28,11 @@ _P = TypeVar("_P", Path, tuple[Path, ...])
 
 
 def _no_option_as_path(ctx: click.Context, param: click.Parameter, given: _P) -> _P:
-    """`--candidates --label X` gives `--candidates` the value `--label` (click takes the next word);
-    a missing manifest is listed, not fatal, so it would run on quietly with the wrong options.
-    A path spelled like one of this command's options is a usage error (a file so named: `./--label`)."""
+    """A path spelled like one of this command's options is a usage error (a file so named: `./--label`).
+
+    `--candidates --label X` gives `--candidates` the value `--label` (click takes the next word),
+    and a missing manifest is listed, not fatal: the audit would run on with the wrong options.
+    """
     options = {name for p in ctx.command.params for name in p.opts if name.startswith("-")}
     for value in given if isinstance(given, tuple) else (given,):
         if str(value) in options:
@@ -36,25 +41,45 @@ def _no_option_as_path(ctx: click.Context, param: click.Parameter, given: _P) ->
 
 
 @click.command()
-@click.option("--baseline", required=True, type=click.Path(path_type=Path), help="The SFT baseline manifest.",
-              callback=_no_option_as_path)  # fmt: skip
 @click.option(
-    "--candidates", "candidates", multiple=True, required=True, type=click.Path(path_type=Path), metavar="M...",
+    "--baseline",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="The SFT baseline manifest.",
+    callback=_no_option_as_path,
+)
+@click.option(
+    "--candidates",
+    "candidates",
+    multiple=True,
+    required=True,
+    type=click.Path(path_type=Path),
+    metavar="M...",
     help="Candidate manifests (DPO, GRPO/RLVR); missing ones are listed in the records, not fatal.",
     callback=_no_option_as_path,
-)  # fmt: skip
+)
 @click.argument("more_candidates", nargs=-1, type=click.Path(path_type=Path), metavar="[M]...")
 @click.option("--label", required=True, help="Names the records: lifecycle_{evidence,handoff}_LABEL.json.")
-@click.option("--mode", type=click.Choice(MODES), default="dry_run", show_default=True)
-@click.option("--out", type=click.Path(path_type=Path), default=Path("results"), show_default=True,
-              help="Folder for the records.", callback=_no_option_as_path)  # fmt: skip
+@click.option("--mode", type=click.Choice(["dry_run", "real_artifact"]), default="dry_run", show_default=True)
 @click.option(
-    "--root", type=click.Path(path_type=Path), default=Path("."), show_default="the current folder",
-    help="Artifacts are read only inside ROOT (symlinks may point anywhere inside it).", callback=_no_option_as_path,
-)  # fmt: skip
+    "--out",
+    type=click.Path(path_type=Path),
+    default=Path("results"),
+    show_default=True,
+    help="Folder for the records.",
+    callback=_no_option_as_path,
+)
+@click.option(
+    "--root",
+    type=click.Path(path_type=Path),
+    default=Path("."),
+    show_default="the current folder",
+    help="Artifacts are read only inside ROOT (symlinks may point anywhere inside it).",
+    callback=_no_option_as_path,
+)
 @click.option("--replace", is_flag=True, help="Move an existing record pair to <file>.previous first.")
-@click.option("--active-window", type=click.IntRange(0, MAX_INT64), default=DEFAULT_ACTIVE_WINDOW, show_default=True)
-@click.option("--max-window-age", type=click.IntRange(0, MAX_INT64), default=DEFAULT_MAX_WINDOW_AGE, show_default=True)
+@ACTIVE_WINDOW
+@MAX_WINDOW_AGE
 @json_option
 def audit(
     baseline: Path,
@@ -77,6 +102,9 @@ def audit(
     lifecycle_handoff_LABEL.json to OUT. Exit 0 whenever the records were written,
     whatever they decide; a used LABEL is refused (exit 3) unless --replace.
     """
+    from lifecycle_fsm.audit import AuditRequest, check_runnable, plan, prepare, run
+    from lifecycle_fsm.ledger import Ledger
+
     request = AuditRequest(
         baseline=baseline,
         candidates=(*candidates, *more_candidates),
@@ -127,13 +155,14 @@ def _summary(result: AuditResult) -> dict[str, Any]:
 
 
 def _print_summary(result: AuditResult) -> None:
-    from rich.table import Table  # at print time: rich costs ~30 ms of start-up
+    from rich.table import Table
 
     table = Table("candidate", "kind", "ledger state", "hand-off", "reasons", "events")
     for r in result.evidence["candidate_records"]:
         seqs = ", ".join(str(e["seq"]) for e in r["ledger_events"]) or "-"
-        table.add_row(*cells(r["candidate_id"], str(r["candidate_kind"]), r["ledger_state"],
-                              str(r["handoff_status"]), ", ".join(r["reason_codes"]) or "-", seqs))  # fmt: skip
+        reasons = ", ".join(r["reason_codes"]) or "-"
+        row = (r["candidate_id"], str(r["candidate_kind"]), r["ledger_state"], str(r["handoff_status"]), reasons, seqs)
+        table.add_row(*cells(*row))
     console().print(table)
     for missing in result.evidence["missing_candidate_manifests"]:
         _echo(f"missing candidate manifest (not audited): {missing}")
@@ -150,8 +179,8 @@ def _print_plan(doc: dict[str, Any]) -> None:
     _echo(f"  rollback adapter {rollback['path']}: {_where(rollback)}")
     for c in doc["candidates"]:
         failed = c["freshness_preview"]["failed_checks"]
-        _echo(f"candidate {c['candidate_id']} ({c['candidate_kind']}, upstream {c['upstream_decision']}) "
-                   f"from {c['manifest_path']}")  # fmt: skip
+        what = f"{c['candidate_kind']}, upstream {c['upstream_decision']}"
+        _echo(f"candidate {c['candidate_id']} ({what}) from {c['manifest_path']}")
         _echo(f"  adapter {c['artifact']['path']}: {_where(c['artifact'])}")
         if c["missing_fields"]:
             _echo(f"  missing fields: {', '.join(c['missing_fields'])}")

@@ -1,42 +1,46 @@
-"""The auditor's desk (SPEC §11): `log` (the filtered log) and `report` (a document to hand over).
+"""The auditor's desk: `log` (the filtered log, or its tail as it grows) and `report` (a document to hand over).
 
-`log` streams: the store runs one indexed query and rows are printed as they come,
-so a million-event ledger answers `--limit 20` at once and never builds a list in
-memory (`--json` writes one array element by element). `report` builds its document
-in `replay.report` and writes it as `records.publish` writes audit records (atomic,
-one `.previous` generation with `--replace`).
+`log` streams: the store runs one indexed query and rows are printed as they come, so
+a million-event ledger answers `--limit 20` at once (`--json` alone reads its rows
+first: one document). `--follow` then waits for new events through `Ledger.follow`
+(polling on SQLite, woken by NOTIFY on PostgreSQL) and runs the same query over each
+new stretch of the log. `report` builds its document in `replay.report` and writes it
+as audit records are written (atomic, one `.previous` generation with `--replace`).
 """
 
 from __future__ import annotations
 
 import errno
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import orjson
 
-from lifecycle_fsm.audit_records import publish, refuse_existing
-from lifecycle_fsm.cli.app import TimeType, json_option, open_ledger, wants_json
+from lifecycle_fsm.cli.app import AS_OF, TIME, json_option, open_ledger, wants_json
 from lifecycle_fsm.cli.exit_codes import ExitCode
 from lifecycle_fsm.cli.guards import closed_output
 from lifecycle_fsm.cli.render import emit
 from lifecycle_fsm.errors import LifecycleError
 from lifecycle_fsm.limits import MAX_INT64, display
-from lifecycle_fsm.replay.log import event_json, event_reasons, known_stream, log_filter, read_log
+
+if TYPE_CHECKING:
+    from lifecycle_fsm.ledger import Ledger
+    from lifecycle_fsm.replay.asof import AsOf
 
 __all__ = ["log", "report"]
 
-_TIME = TimeType()
+_Row = tuple[Any, dict[str, Any]]  # a stored event and its decoded payload
 
 
 @click.command()
 @click.option("--after", type=click.IntRange(0, MAX_INT64), default=0, help="Only events after this seq (exclusive).")
 @click.option("--before", type=click.IntRange(1, MAX_INT64), help="Only events before this seq (exclusive).")
-@click.option("--since", type=_TIME, help="Only events recorded at or after this ISO 8601 time.")
-@click.option("--until", type=_TIME, help="Only events recorded at or before this ISO 8601 time.")
+@click.option("--since", type=TIME, help="Only events recorded at or after this ISO 8601 time.")
+@click.option("--until", type=TIME, help="Only events recorded at or before this ISO 8601 time.")
 @click.option("--type", "types", multiple=True, metavar="TYPE", help="Only this event type (repeatable: any of them).")
 @click.option(
     "--stream", metavar="ID", help="Only this candidate's events (or `ledger`, `seals`); an unknown id: exit 4."
@@ -47,94 +51,160 @@ _TIME = TimeType()
     "--limit", type=click.IntRange(0, MAX_INT64), help="Only the first N (in seq order); page on with --after."
 )
 @click.option("--jsonl", is_flag=True, help="One JSON object per line (instead of --json's array).")
+@click.option(
+    "--follow",
+    "-f",
+    is_flag=True,
+    help="Then keep printing new events as they are appended (filters apply) until Ctrl-C, which exits 0.",
+)
+@click.option(
+    "--poll", type=float, default=0.2, show_default=True, metavar="SECONDS", help="--follow: how often to look."
+)
 @json_option
-def log(
-    after: int,
-    before: int | None,
-    since: str | None,
-    until: str | None,
-    types: tuple[str, ...],
-    stream: str | None,
-    actor: str | None,
-    reason: str | None,
-    limit: int | None,
-    jsonl: bool,
-) -> None:
+def log(follow: bool, poll: float, jsonl: bool, **filters: Any) -> None:
     """Events across every stream, filtered; each shaped as in `history --json` (plus stream_id).
 
     Filters combine (all must hold). Page through a long log with `--limit N`, then
-    `--after` the last seq shown.
+    `--after` the last seq shown. `--follow` works with the text and `--jsonl` output.
     """
+    from lifecycle_fsm.replay.log import known_stream, log_filter, read_log
+
     if jsonl and wants_json():
         raise click.UsageError("--json asks for one JSON array and --jsonl for one object per line: give one of them")
-    query = log_filter(after=after, before=before, since=since, until=until, types=types, stream=stream,
-                       actor=actor, reason=reason, limit=limit)  # fmt: skip
-    store = open_ledger(must_exist=True).store
-    with known_stream(store, query, stream):  # an unknown --stream is refused before the first byte
-        rows = read_log(store, query)
-        try:
-            _print_log(rows, jsonl)
-        except OSError as e:  # rows go to stdout as they come: a full disk is one line, as for `echo`
-            if e.errno == errno.EPIPE or e.filename is not None or isinstance(e, LifecycleError):
-                raise  # a StoreError is an OSError too: the rows are read as they are printed
-            raise closed_output(e.strerror or str(e)) from e
+    if follow and wants_json():
+        raise click.UsageError("--follow prints events as they come, which one JSON array cannot: use --jsonl")
+    query = log_filter(**filters)
+    ledger = open_ledger(must_exist=True)
+    if not follow:
+        with known_stream(ledger.store, query, filters["stream"]), _output_errors():  # an unknown --stream: exit 4
+            if wants_json():
+                _print_array(read_log(ledger.store, query))
+            elif _print_rows(read_log(ledger.store, query), jsonl) == 0 and not jsonl:
+                click.echo("no events match")
+        return
+    try:
+        with _output_errors():
+            _follow(ledger, filters, poll=poll, jsonl=jsonl)
+    except KeyboardInterrupt:
+        return  # Ctrl-C is how a follow ends, whenever it comes: not an interruption to report
 
 
-def _print_log(rows: Iterable[tuple[Any, Any]], jsonl: bool) -> None:
+@contextmanager
+def _output_errors() -> Iterator[None]:
+    """Rows go to stdout as they are read: a full disk is one line, as for `echo`."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno == errno.EPIPE or e.filename is not None or isinstance(e, LifecycleError):
+            raise  # a StoreError is an OSError too: the rows are read as they are printed
+        raise closed_output(e.strerror or str(e)) from e
+
+
+def _follow(ledger: Ledger, filters: dict[str, Any], *, poll: float, jsonl: bool) -> None:
+    """The log up to the head seen now, then each new stretch of it that matches, until `--before` or
+    `--limit` (or Ctrl-C). Each stretch is read in its own snapshot: a follower never holds one open."""
+    from lifecycle_fsm.events import candidate_id_of
+    from lifecycle_fsm.replay.log import known_stream, log_filter, read_log
+
+    limit, before = filters["limit"], filters["before"] or MAX_INT64
+    after = filters["after"]
+    head = ledger.store.head().seq
+    shown = 0
+    with known_stream(ledger.store, log_filter(**filters), filters["stream"]):
+        pass  # an unknown --stream is refused (exit 4) before the first byte
+    stream = filters["stream"]
+    woken_by = candidate_id_of(stream) or stream if stream else None  # what `Ledger.follow` calls a stream
+    stretches = ledger.follow(head, poll, stream=woken_by)
+    while (limit is None or shown < limit) and after < before - 1:
+        end = min(head, before - 1)
+        if end > after:
+            stretch = filters | {"after": after, "before": end + 1, "limit": None if limit is None else limit - shown}
+            shown += _print_rows(read_log(ledger.store, log_filter(**stretch)), jsonl)
+            after = end
+        event = next(stretches, None)  # the next event: then read on to the head
+        if event is None:  # the ledger was closed
+            return
+        head = max(event.seq, ledger.store.head().seq)
+
+
+def _print_rows(rows: Iterable[_Row], jsonl: bool) -> int:
+    """Each row on its own line (text or JSON), flushed as it comes; how many were printed."""
+    from lifecycle_fsm.replay.log import event_json, event_reasons
+
     out = sys.stdout
-    if jsonl:
-        for event, payload in rows:
+    shown = 0
+    for event, payload in rows:
+        if jsonl:
             out.write(orjson.dumps(event_json(event, payload)).decode() + "\n")
-    elif wants_json():  # one document: read whole first, so a row refused midway leaves stdout empty
-        items = [orjson.dumps(event_json(event, payload)).decode() for event, payload in rows]
-        out.write("[" + "".join(("\n  " if n == 0 else ",\n  ") + item for n, item in enumerate(items)) + "\n]\n")
-    else:
-        shown = 0
-        for event, payload in rows:
+        else:
             reasons = ",".join(event_reasons(event, payload))
-            line = (f"{event.seq:>8}  {event.recorded_at}  {event.stream_id}  {event.type}"
-                    f"{'  [' + reasons + ']' if reasons else ''}  by {event.actor}")  # fmt: skip
-            out.write(display(line) + "\n")  # one event, one line: an actor's newline or escape is spelled out
-            shown += 1
-        if shown == 0:
-            click.echo("no events match")
+            tags = f"  [{reasons}]" if reasons else ""
+            line = f"{event.seq:>8}  {event.recorded_at}  {event.stream_id}  {event.type}{tags}  by {event.actor}"
+            out.write(display(line) + "\n")  # an actor's newline or escape is spelled out: one event, one line
+        out.flush()
+        shown += 1
+    return shown
+
+
+def _print_array(rows: Iterable[_Row]) -> None:
+    """One JSON array, read whole first: a row refused midway leaves stdout empty."""
+    from lifecycle_fsm.replay.log import event_json
+
+    items = [orjson.dumps(event_json(event, payload)).decode() for event, payload in rows]
+    body = "".join(("\n  " if n == 0 else ",\n  ") + item for n, item in enumerate(items))
+    sys.stdout.write("[" + body + "\n]\n")
 
 
 _REPORT_FORMATS = {"md": "ledger-report.md", "html": "ledger-report.html"}
 
 
 @click.command()
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True,
-              help="Folder for the report (created if missing).")  # fmt: skip
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("."),
+    show_default=True,
+    help="Folder for the report (created if missing).",
+)
 @click.option("--format", "fmt", type=click.Choice(sorted(_REPORT_FORMATS)), default="md", show_default=True)
 @click.option("--replace", is_flag=True, help="Move an existing report to <file>.previous first (one generation).")
+@click.option(
+    "--as-of", type=AS_OF, help="The ledger then: after this seq (from 1), or every event recorded by this time."
+)
 @json_option
-def report(out: Path, fmt: str, replace: bool) -> None:
+def report(out: Path, fmt: str, replace: bool, as_of: AsOf | None) -> None:
     """Write ledger-report.md (or .html): head, verify result and seals, candidates by state, rejections
     with their evidence, recoveries, the machine and each candidate's path.
 
-    Self-contained (no network needed to read it) and byte-stable for the same ledger.
-    An existing report is refused (exit 3) unless --replace. If verify fails, the report
+    Self-contained (no network needed to read it) and byte-stable for the same ledger
+    (and the same --as-of position). An existing report is refused (exit 3) unless
+    --replace. The whole log is verified, --as-of or not; if verify fails, the report
     is still written, says so at the top, and the command exits 6.
     """
+    from lifecycle_fsm.audit_records import publish, refuse_existing
     from lifecycle_fsm.replay.report import build_report, report_html, report_markdown
 
     target = out / _REPORT_FORMATS[fmt]
-    refuse_existing(
-        [target], replace, what="a report", hint="another --out, or "
-    )  # before the (slow) verify: a refusal is immediate
-    doc = build_report(open_ledger(must_exist=True).store)
+    refuse_existing([target], replace, what="a report", hint="another --out, or ")  # before the (slow) verify
+    doc = build_report(open_ledger(must_exist=True).store, as_of=as_of)
     text = report_markdown(doc) if fmt == "md" else report_html(doc)
     moved = publish([(target, text.encode("utf-8"))], replace=replace)
-    summary = {"path": str(target), "format": fmt, "verified": doc["verify"]["ok"], "head": doc["head"],
-               "replaced": [str(p) for p in moved]}  # fmt: skip
+    verified = doc.verify.ok
     if wants_json():
-        emit(summary)
+        emit(
+            {
+                "path": str(target),
+                "format": fmt,
+                "verified": verified,
+                "head": doc.head,
+                "as_of": doc.as_of,
+                "replaced": [str(p) for p in moved],
+            }
+        )
     else:
         for previous in moved:
             click.echo(f"previous report kept as {previous}")
-        click.echo(
-            f"report: {target} (head seq {doc['head']['seq']}, verify {'ok' if doc['verify']['ok'] else 'FAILED'})"
-        )
-    if not doc["verify"]["ok"]:
+        then = "" if doc.as_of is None else f", as of seq {doc.as_of}"
+        click.echo(f"report: {target} (head seq {doc.head['seq']}{then}, verify {'ok' if verified else 'FAILED'})")
+    if not verified:
         sys.exit(int(ExitCode.INTEGRITY))

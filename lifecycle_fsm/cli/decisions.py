@@ -1,4 +1,4 @@
-"""`lifecycle decisions export DIR` / `decisions replay DIR`: the decision pool (SPEC §12).
+"""`lifecycle decisions export DIR` / `decisions replay DIR`: the decision pool.
 
 Holds no logic: `lifecycle_fsm.decision_pool` reads decisions out of the ledger and
 re-decides them; this module prints and picks the exit code (8 when a decision would
@@ -8,12 +8,13 @@ change: the gate for a rules change).
 from __future__ import annotations
 
 import collections
+import re
 import sys
 from pathlib import Path
 
 import click
 
-from lifecycle_fsm.cli.app import json_option, open_ledger, wants_json
+from lifecycle_fsm.cli.app import SuggestingGroup, json_option, open_ledger, wants_json
 from lifecycle_fsm.cli.exit_codes import ExitCode
 from lifecycle_fsm.cli.render import emit
 from lifecycle_fsm.limits import display
@@ -21,7 +22,7 @@ from lifecycle_fsm.limits import display
 __all__ = ["decisions", "export", "replay"]
 
 
-@click.group()
+@click.group(cls=SuggestingGroup)
 def decisions() -> None:
     """The decision pool: every check, hand-off and recovery plan as a file, re-decidable without a ledger."""
 
@@ -30,33 +31,60 @@ def decisions() -> None:
 @click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
 @json_option
 def export(folder: Path) -> None:
-    """Write one JSON file per recorded decision into FOLDER (new or empty)."""
-    from lifecycle_fsm.decision_pool import export_pool
+    """Write one JSON file per recorded decision into FOLDER/ledger-<ledger id>/.
 
-    written = export_pool(open_ledger(must_exist=True).store, folder)
+    Each ledger writes into its own sub-folder, named by its id, so several ledgers
+    export into one pool without a name colliding; FOLDER may hold other ledgers'
+    sub-folders, this ledger's must be new or empty. `decisions replay FOLDER` reads
+    them all.
+    """
+    from lifecycle_fsm.decision_pool import export_pool
+    from lifecycle_fsm.seals import ledger_id_of
+
+    store = open_ledger(must_exist=True).store
+    target = folder / _subfolder(ledger_id_of(store))
+    written = export_pool(store, target)
     kinds = collections.Counter(p.stem.split("-", 1)[1] for p in written)
     counted = dict(sorted(kinds.items()))
     if wants_json():
-        emit({"folder": str(folder), "files": len(written), "decisions": counted})
+        emit({"folder": str(target), "files": len(written), "decisions": counted})
     else:
         counts = ", ".join(f"{n} {k}" for k, n in counted.items()) or "no decisions"
-        click.echo(f"{len(written)} decision files in {folder} ({counts})")
+        click.echo(display(f"{len(written)} decision files in {target} ({counts})"))
+
+
+def _subfolder(ledger_id: str | None) -> str:
+    """A ledger's folder in a pool: its id when that is a plain name, else a digest of it (never a path)."""
+    import hashlib
+
+    if ledger_id is None:
+        return "ledger-empty"
+    if re.fullmatch(r"[A-Za-z0-9_-]{1,64}", ledger_id):
+        return f"ledger-{ledger_id}"
+    return f"ledger-{hashlib.sha256(ledger_id.encode()).hexdigest()[:32]}"
 
 
 @decisions.command("replay")
 @click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
 @json_option
 def replay(folder: Path) -> None:
-    """Re-decide every file in FOLDER with today's rules; exit 8 if any decision would change."""
+    """Re-decide every *.json under FOLDER (sub-folders too) with today's rules; exit 8 if any would change."""
     from lifecycle_fsm.decision_pool import replay_pool
 
     total, changed = replay_pool(folder)
     if wants_json():
-        emit({
-            "ok": not changed, "decisions": total,
-            "changed": [{"file": c.file, "candidate_id": c.state.candidate_id, "seq": c.state.seq,
-                         "decision": c.state.decision, "recorded": c.state.decided, "now": c.now} for c in changed],
-        })  # fmt: skip
+        changes = [
+            {
+                "file": c.file,
+                "candidate_id": c.state.candidate_id,
+                "seq": c.state.seq,
+                "decision": c.state.decision,
+                "recorded": c.state.decided,
+                "now": c.now,
+            }
+            for c in changed
+        ]
+        emit({"ok": not changed, "decisions": total, "changed": changes})
     else:
         for c in changed:
             click.echo(display(f"changed: {c.line()}"))  # a pool file's id is one line, whatever it holds

@@ -1,9 +1,7 @@
-"""The documented exit codes, and which error class ends in which.
+"""The documented exit codes, and the one place where an error class or a decision becomes one.
 
-Exit codes belong to the command line: the error classes say *what* went wrong, this
-table says what a shell sees (httpx keeps the same split). README's exit-code table
-documents `EXIT_CODES` word for word (`lifecycle --help` prints them; a test compares the
-two); a test checks that every error class maps to one of them.
+The error classes say *what* went wrong; this table says what a shell sees (httpx keeps
+the same split). `lifecycle --help` prints `EXIT_CODES`.
 """
 
 from __future__ import annotations
@@ -20,11 +18,11 @@ from lifecycle_fsm.errors import (
     WaitTimeout,
 )
 
-__all__ = ["ERROR_EXIT_CODES", "EXIT_CODES", "ExitCode", "exit_code_for"]
+__all__ = ["ERROR_EXIT_CODES", "EXIT_CODES", "ExitCode", "decision_exit_code", "exit_code_for"]
 
 
 class ExitCode(IntEnum):
-    """What the process exit status means (the values are the contract, SPEC §6)."""
+    """What the process exit status means (the values are the contract)."""
 
     OK = 0
     INTERNAL = 1
@@ -35,6 +33,10 @@ class ExitCode(IntEnum):
     INTEGRITY = 6
     STORE = 7
     DRILL_FAILED = 8
+    TIMED_OUT = 9
+    TUNE = 10
+    REJECT = 11
+    INCONCLUSIVE = 12
     INTERRUPTED = 130  # 128 + SIGINT, as shells report a command stopped by Ctrl-C
 
 
@@ -47,14 +49,22 @@ EXIT_CODES: dict[int, str] = {
     ExitCode.USAGE: "usage error: unknown command or option, missing argument",
     ExitCode.INPUT: "bad input: missing file, bad JSON, malformed manifest, unknown stage or kind",
     ExitCode.NOT_FOUND: "not found: unknown candidate id",
-    ExitCode.CONFLICT: (
-        "conflict: the candidate's state does not allow the command, another writer won, or a wait timed out"
-    ),
+    ExitCode.CONFLICT: "conflict: the candidate's state does not allow the command, or another writer won",
     ExitCode.INTEGRITY: "integrity: the hash chain, a checkpoint or a recorded transition is broken",
     ExitCode.STORE: "store: the database file is unusable or stayed locked",
     ExitCode.DRILL_FAILED: (
         "`drill`: an expectation did not hold, or a fault could not be injected (inconclusive); "
         "`drill --simulate`: an invariant failed; `decisions replay`: a decision would change"
+    ),
+    ExitCode.TIMED_OUT: "`wait`: the candidate did not reach a wanted state before the timeout",
+    ExitCode.TUNE: "`handoff --exit-status`: the hand-off decided tune",
+    ExitCode.REJECT: (
+        "`check --exit-status`, `handoff --exit-status`: the candidate was rejected; "
+        "`wait`: it reached reject (terminal) instead of a wanted state"
+    ),
+    ExitCode.INCONCLUSIVE: (
+        "`check --exit-status`, `handoff --exit-status`: an artifact could not be read for a reason "
+        "of the environment (nothing was decided about its bytes)"
     ),
     ExitCode.INTERRUPTED: (
         "interrupted (SIGINT, Ctrl+C): a command stopped before its commit appended nothing, one stopped "
@@ -63,23 +73,35 @@ EXIT_CODES: dict[int, str] = {
 }
 
 # Most specific class first: the first entry the error is an instance of decides. Leaves
-# (ArtifactError, IllegalCommandError, CorruptionError, …) share their branch's code; give
-# one its own row above its branch if it ever needs a different code. The root comes last:
-# a bare LifecycleError is a bug, not a documented refusal.
+# (ArtifactError, IllegalCommandError, CorruptionError, …) share their branch's code. The
+# root comes last: a bare LifecycleError is a bug, not a documented refusal.
 ERROR_EXIT_CODES: tuple[tuple[type[LifecycleError], ExitCode], ...] = (
     (InputError, ExitCode.INPUT),
     (NotFoundError, ExitCode.NOT_FOUND),
     (ConflictError, ExitCode.CONFLICT),
-    (WaitTimeout, ExitCode.CONFLICT),  # the candidate did not reach the awaited state in time
+    (WaitTimeout, ExitCode.TIMED_OUT),
     (IntegrityError, ExitCode.INTEGRITY),
     (StoreError, ExitCode.STORE),
     (LifecycleError, ExitCode.INTERNAL),
 )
 
+# (command, the state it left the candidate in) -> the code `--exit-status` and `wait` end with; else 0.
+# A check that passes leaves a tuned candidate in tune: for `check` only a rejection is a failure.
+_DECISION_CODES = {
+    ("check", "reject"): ExitCode.REJECT,
+    ("handoff", "tune"): ExitCode.TUNE,
+    ("handoff", "reject"): ExitCode.REJECT,
+    ("wait", "reject"): ExitCode.REJECT,
+}
+
 
 def exit_code_for(error: LifecycleError) -> ExitCode:
     """The exit code a refusal ends the process with."""
-    for cls, code in ERROR_EXIT_CODES:
-        if isinstance(error, cls):
-            return code
-    return ExitCode.INTERNAL  # pragma: no cover - the root's row above catches every LifecycleError
+    return next(code for cls, code in ERROR_EXIT_CODES if isinstance(error, cls))
+
+
+def decision_exit_code(command: str, state: str, *, inconclusive: bool = False) -> ExitCode:
+    """The code a script gates on after `command`: 0 only for a pass or ready."""
+    if inconclusive:
+        return ExitCode.INCONCLUSIVE
+    return _DECISION_CODES.get((command, str(state)), ExitCode.OK)

@@ -1,8 +1,4 @@
-"""The refusals every command that opens a ledger makes first, without click.
-
-`app` (the group, with click) and `entry` (the `lifecycle` script's click-free read) share
-them, so both refuse the same inputs with the same errors.
-"""
+"""The refusals every command that opens a ledger makes first, and the errors of a stdout that cannot be written."""
 
 from __future__ import annotations
 
@@ -23,9 +19,10 @@ def refuse_memory_db(db: str, what: str = "--db") -> None:
 
 
 def refuse_empty_file(db: str, *, allow_empty: bool = False) -> None:
-    """An existing empty file is not a ledger: only `init` (`allow_empty`) may make one there. A folder, a
-    FIFO or a device is never one: said so, not "an empty file … `lifecycle init` creates one here" (a FIFO
-    or /dev/null reads as empty; init then failed with "disk I/O error") or "unable to open database file"."""
+    """An existing empty file is not a ledger: only `init` (`allow_empty`) may make one there.
+
+    A folder, a FIFO or a device is never one, and is named as what it is (a FIFO reads as empty).
+    """
     if is_postgres_url(db):
         return
     try:

@@ -17,10 +17,6 @@ from lifecycle_fsm.cli.app import json_option, open_ledger, open_read_store, sig
 from lifecycle_fsm.cli.exit_codes import ExitCode
 from lifecycle_fsm.cli.render import emit
 from lifecycle_fsm.errors import InputError
-from lifecycle_fsm.keys import PublicKeys
-from lifecycle_fsm.replay import take_checkpoint
-from lifecycle_fsm.replay import verify as verify_ledger
-from lifecycle_fsm.seals import add_trust_findings, parse_expected_head, seal
 
 __all__ = ["checkpoint", "hash_command", "verify"]
 
@@ -29,14 +25,15 @@ __all__ = ["checkpoint", "hash_command", "verify"]
 @json_option
 def checkpoint() -> None:
     """Snapshot every folded state at the head, for fast loading; with a signing key, seal the head too."""
-    from lifecycle_fsm.ledger import utc_now  # the command path: not for `verify` or `hash` (start-up)
+    from lifecycle_fsm.ledger import utc_now
+    from lifecycle_fsm.replay import take_checkpoint
+    from lifecycle_fsm.seals import seal
 
     key = signing_key()  # a bad key is refused before anything is written
     ledger = open_ledger(must_exist=True)
     record = take_checkpoint(ledger.store, clock=utc_now)
-    doc: dict[str, Any] = {
-        "checkpoint_id": record.checkpoint_id, "position": record.position, "head_hash": record.head_hash,
-    }  # fmt: skip
+    doc: dict[str, Any] = {"checkpoint_id": record.checkpoint_id, "position": record.position}
+    doc["head_hash"] = record.head_hash
     if key is not None:
         doc["signed_head"] = seal(ledger.store, key, actor=ledger.actor, clock=utc_now)
     if wants_json():
@@ -48,17 +45,31 @@ def checkpoint() -> None:
 
 
 @click.command()
-@click.option("--expect-head", "expect_heads", multiple=True, metavar="FILE|SEQ:HASH",
-              help="A head kept elsewhere (a `seal` file, or SEQ:HASH: a seq from 1, 64 lowercase hex): "
-                   "the ledger must hold it.")  # fmt: skip
-@click.option("--pubkey", "pubkeys", multiple=True, type=click.Path(), metavar="FILE",
-              help="A trusted public key (repeatable): every seal must be signed by one of them.")  # fmt: skip
+@click.option(
+    "--expect-head",
+    "expect_heads",
+    multiple=True,
+    metavar="FILE|SEQ:HASH",
+    help="A head kept elsewhere (a `seal` file, or SEQ:HASH: a seq from 1, 64 lowercase hex): the ledger must hold it.",
+)
+@click.option(
+    "--pubkey",
+    "pubkeys",
+    multiple=True,
+    type=click.Path(),
+    metavar="FILE",
+    help="A trusted public key (repeatable): every seal must be signed by one of them.",
+)
 @json_option
 def verify(expect_heads: tuple[str, ...], pubkeys: tuple[str, ...]) -> None:
     """Re-hash the chain, check every checkpoint, seal and pinned head, replay every transition. Exit 6 if broken."""
+    from lifecycle_fsm.keys import PublicKeys
+    from lifecycle_fsm.replay import verify as verify_ledger
+    from lifecycle_fsm.seals import add_trust_findings, parse_expected_head
+
     heads = [parse_expected_head(value) for value in expect_heads]  # bad input: exit 3 before reading
     keys = PublicKeys.from_files(pubkeys)
-    store = open_read_store()  # a read: no Ledger, none of its command path imported (start-up)
+    store = open_read_store()
     with store.read_snapshot():  # the seals and pinned heads judged against the same log as the chain
         report = add_trust_findings(store, verify_ledger(store), heads, keys)
     if wants_json():
@@ -98,7 +109,7 @@ def hash_command(path: Path, root: Path | None) -> None:
 
 def _hash_with_progress(path: Path, root: Path | None) -> str:
     """Hash, with a progress bar on stderr for large trees when a person is watching."""
-    from lifecycle_fsm.artifacts import hash_directory, tree_size  # `hash` alone needs them (start-up)
+    from lifecycle_fsm.artifacts import hash_directory, tree_size
 
     if wants_json() or not sys.stderr.isatty() or not os.path.isdir(path):
         return hash_directory(path, root)

@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -21,13 +21,12 @@ from lifecycle_fsm.cli.app import json_option, root_obj, wants_json
 from lifecycle_fsm.cli.guards import refuse_empty_file, refuse_memory_db
 from lifecycle_fsm.cli.render import emit
 from lifecycle_fsm.errors import InputError, LifecycleError
-from lifecycle_fsm.replay.checkpoints import load_state
-from lifecycle_fsm.replay.fold import index_of
-from lifecycle_fsm.store.base import EventStore
-from lifecycle_fsm.store.migrate import MigrationReport, Progress
-from lifecycle_fsm.store.migrate import migrate as copy_ledger
 from lifecycle_fsm.store.open import describe_target, is_postgres_url, open_store
-from lifecycle_fsm.store.records import StreamHead
+
+if TYPE_CHECKING:
+    from lifecycle_fsm.store.base import EventStore
+    from lifecycle_fsm.store.migrate import MigrationReport, Progress
+    from lifecycle_fsm.store.records import StreamHead
 
 __all__ = ["migrate"]
 
@@ -39,6 +38,8 @@ def _same(a: str, b: str) -> bool:
 
 
 def _derive_index(store: EventStore) -> list[StreamHead]:
+    from lifecycle_fsm.replay import index_of, load_state
+
     return index_of(load_state(store, use_checkpoints=False).state)
 
 
@@ -69,6 +70,8 @@ def migrate(src: str, dst: str) -> None:
     A broken SRC chain stops the copy (exit 6), saying what was copied; a DST file this
     command created is removed again if nothing was copied into it.
     """
+    from lifecycle_fsm.store.migrate import migrate as copy_ledger
+
     if _same(src, dst):
         raise InputError("SRC and DST are the same ledger")
     refuse_memory_db(dst, "DST")  # a copy into memory would vanish with the command

@@ -1,4 +1,4 @@
-"""Commands that read the ledger and show state: status, history, explain, replay, diagram.
+"""Commands that read the ledger and show state: status, wait, history, explain, replay, diagram.
 
 They append nothing. Whole-ledger views come from `replay` (latest checkpoint + tail);
 one candidate's from the `Ledger`.
@@ -6,24 +6,26 @@ one candidate's from the `Ledger`.
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
 import click
 
 from lifecycle_fsm.cli.app import AS_OF, SEQ, json_option, open_ledger, open_read_store, root_obj, wants_json
+from lifecycle_fsm.cli.exit_codes import decision_exit_code
 from lifecycle_fsm.cli.render import candidate_json, emit, print_history, print_status
-from lifecycle_fsm.errors import NotFoundError
-from lifecycle_fsm.events import stream_of
+from lifecycle_fsm.errors import NotFoundError, WaitTimeout
 from lifecycle_fsm.limits import display
-from lifecycle_fsm.machine import diagram as mermaid_diagram
-from lifecycle_fsm.store.records import StreamHead
-from lifecycle_fsm.streams import StreamReader, fold_candidate
+from lifecycle_fsm.machine import State
 
-if TYPE_CHECKING:  # replay is imported by the commands that use it: `status ID` does not (start-up)
+if TYPE_CHECKING:
     from lifecycle_fsm.replay import LoadResult
     from lifecycle_fsm.replay.asof import AsOf
+    from lifecycle_fsm.state import CandidateState
+    from lifecycle_fsm.store.base import EventStore
+    from lifecycle_fsm.store.records import StreamHead
 
-__all__ = ["diagram", "explain", "history", "replay", "status"]
+__all__ = ["diagram", "explain", "history", "replay", "status", "wait"]
 
 
 @click.command()
@@ -34,30 +36,104 @@ __all__ = ["diagram", "explain", "history", "replay", "status"]
 @json_option
 def status(candidate_id: str | None, as_of: AsOf | None) -> None:
     """Every candidate's state (from the latest checkpoint + tail), or one candidate's; --as-of: then."""
-    store = open_read_store()  # a read: no Ledger, so none of its command path is imported (start-up)
-    position = None
-    if as_of is not None:
-        from lifecycle_fsm.replay.asof import position_of
-
-        position = position_of(store, as_of)
     if candidate_id is not None:
-        if position is None:
-            doc = candidate_json(StreamReader(store).query(candidate_id))
+        if as_of is None:
+            from lifecycle_fsm.streams import StreamReader
+
+            one = StreamReader(open_read_store()).query(candidate_id)
         else:
-            events = [e for e in store.read_stream(stream_of(candidate_id)) if e.seq <= position]
-            state = fold_candidate(events)
-            if state is None:
-                raise NotFoundError(f"unknown candidate: {candidate_id!r} at or before seq {position}")
-            doc = candidate_json(state)
-        emit(doc) if wants_json() else print_status([doc])
+            one = _candidate_then(open_read_store(), candidate_id, as_of)
+        _warn_stale_rules([one])
+        emit(candidate_json(one)) if wants_json() else print_status([candidate_json(one)])
         return
     from lifecycle_fsm.replay import load_state
+    from lifecycle_fsm.replay.asof import position_of
 
+    store = open_read_store()
+    position = None if as_of is None else position_of(store, as_of)
     states = load_state(store, to=position, checked=True).state.candidates
+    _warn_stale_rules([c for _, c in sorted(states.items())])
     docs = [candidate_json(c) for _, c in sorted(states.items())]
-    if not wants_json() and position is not None:
+    if wants_json():
+        emit(docs)
+        return
+    if position is not None:
         click.echo(f"as of seq {position}")
-    emit(docs) if wants_json() else print_status(docs)
+    print_status(docs)
+
+
+def _warn_stale_rules(candidates: list[CandidateState]) -> None:
+    """A warning on stderr for each candidate decided under rules that are not today's."""
+    from lifecycle_fsm.replay.explain import stale_rules
+    from lifecycle_fsm.replay.explain_text import rules_warning
+
+    for c in candidates:
+        if (recorded := stale_rules(c)) is not None:
+            click.echo(display(f"warning: {c.candidate_id}: {rules_warning(c.candidate_id, recorded)}"), err=True)
+
+
+def _candidate_then(store: EventStore, candidate_id: str, as_of: AsOf) -> CandidateState:
+    from lifecycle_fsm.events import stream_of
+    from lifecycle_fsm.replay.asof import position_of
+    from lifecycle_fsm.streams import fold_candidate
+
+    position = position_of(store, as_of)
+    state = fold_candidate([e for e in store.read_stream(stream_of(candidate_id)) if e.seq <= position])
+    if state is None:
+        raise NotFoundError(f"unknown candidate: {candidate_id!r} at or before seq {position}")
+    return state
+
+
+def _states(ctx: click.Context, param: click.Parameter, given: tuple[str, ...]) -> tuple[State, ...]:
+    """`--state ready,tune` (or the option repeated) as states; an unknown name is a usage error."""
+    names = [name.strip() for value in given for name in value.split(",") if name.strip()]
+    unknown = [name for name in names if name not in State.__members__.values()]
+    if unknown or not names:
+        raise click.BadParameter(
+            f"{', '.join(map(repr, unknown)) or 'nothing'} is not a state (one of {', '.join(State)})", ctx, param
+        )
+    return tuple(dict.fromkeys(State(name) for name in names))
+
+
+@click.command()
+@click.argument("candidate_id", metavar="ID")
+@click.option(
+    "--state",
+    "states",
+    required=True,
+    multiple=True,
+    metavar="S[,S...]",
+    callback=_states,
+    help="The states to wait for (comma-separated, or the option repeated).",
+)
+@click.option("--timeout", required=True, type=float, metavar="SECONDS", help="How long to wait (0: look once).")
+@click.option("--poll", default=0.2, show_default=True, type=float, metavar="SECONDS", help="How often to look.")
+@json_option
+def wait(candidate_id: str, states: tuple[State, ...], timeout: float, poll: float) -> None:
+    """Block until ID is in one of the states (a candidate not received yet is waited for).
+
+    Exit 0 when it is; 9 when the timeout passes first; 11 when it is rejected instead
+    (reject is terminal: it can reach nothing else).
+    """
+    ledger = open_ledger(must_exist=True)
+    ends = tuple(dict.fromkeys((*states, State.REJECT)))
+    try:
+        reached = ledger.wait_for(candidate_id, ends, timeout, poll=poll)
+    except WaitTimeout as e:
+        raise WaitTimeout(
+            f"candidate {candidate_id!r} did not reach {' | '.join(states)} within {timeout:g} s "
+            f"(last state: {e.last_state or 'not received'})",
+            candidate_id=candidate_id,
+            states=tuple(states),
+            last_state=e.last_state,
+        ) from None
+    wanted = reached in states
+    if wants_json():
+        emit({"id": candidate_id, "state": str(reached), "wanted": [str(s) for s in states], "reached": wanted})
+    else:
+        click.echo(display(f"{candidate_id}: {reached}" + ("" if wanted else f" (not {' | '.join(states)})")))
+    if not wanted:
+        sys.exit(int(decision_exit_code("wait", reached)))
 
 
 @click.command()
@@ -86,16 +162,17 @@ def explain(candidate_id: str, as_of: AsOf | None, fmt: str | None) -> None:
     """
     if fmt not in (None, "json") and wants_json():
         raise click.UsageError(f"--json asks for JSON and --format {fmt} for {fmt}: give one of them")
-    from lifecycle_fsm.replay import explain as explain_candidate
+    from lifecycle_fsm.replay.explain import explanation
     from lifecycle_fsm.replay.explain_text import explain_markdown, explain_text
 
-    doc = explain_candidate(open_read_store(), candidate_id, as_of=as_of)
+    found = explanation(open_read_store(), candidate_id, as_of=as_of)
     fmt = fmt or ("json" if wants_json() else "text")
     if fmt == "json":
         root_obj()["json"] = True
-        emit(doc)
+        emit(found.to_json())
     else:
-        click.echo(display(explain_markdown(doc) if fmt == "md" else explain_text(doc), keep_newlines=True), nl=False)
+        text = explain_markdown(found) if fmt == "md" else explain_text(found)
+        click.echo(display(text, keep_newlines=True), nl=False)
 
 
 @click.command()
@@ -146,9 +223,11 @@ def diagram(candidate_id: str | None) -> None:
     """The state machine as Mermaid text; with ID, that candidate's path marked on it."""
     path: list[tuple[str | None, str, str, int]] = []
     if candidate_id is not None:
-        from lifecycle_fsm.replay import explain as explain_candidate
+        from lifecycle_fsm.replay.explain import explanation
 
-        steps = explain_candidate(open_read_store(), candidate_id)["path"]
-        path = [(s["from"], s["trigger"], s["to"], s["seq"]) for s in steps]
+        steps = explanation(open_read_store(), candidate_id).path
+        path = [(s.from_state, s.trigger, s.to, s.seq) for s in steps]
+    from lifecycle_fsm.machine import diagram as mermaid_diagram
+
     text = mermaid_diagram(path)
     emit({"mermaid": text}) if wants_json() else click.echo(text)

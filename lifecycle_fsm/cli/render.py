@@ -1,21 +1,16 @@
-"""How the CLI shows things: one JSON document with `--json`, rich tables otherwise.
-
-It imports neither click nor rich until it prints (`echo`, `console`): the `lifecycle`
-script's click-free `status ID` (`entry.py`) builds its text here and writes it itself.
-"""
+"""How the CLI shows things: one JSON document with `--json`, rich tables otherwise."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import attrs
+import click
 import orjson
 
 from lifecycle_fsm.limits import display
 
-if TYPE_CHECKING:  # rich is imported when a table is printed, not at start-up (~30 ms); the rest are types
+if TYPE_CHECKING:  # rich is imported when a table is printed
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -31,15 +26,11 @@ __all__ = [
     "candidate_json",
     "cells",
     "console",
-    "echo",
     "emit",
     "json_text",
-    "plain_table",
     "print_history",
     "print_result",
     "print_status",
-    "status_text",
-    "work_json",
 ]
 
 _JSON = dict[str, Any]
@@ -49,13 +40,6 @@ _JSON = dict[str, Any]
 NO_CHANGE = " (no change: nothing appended)"
 
 
-def echo(text: str, *, err: bool = False) -> None:
-    """`click.echo` (imported here: every command but the script's fast `status ID` has it already)."""
-    import click
-
-    click.echo(text, err=err)
-
-
 def json_text(doc: Any) -> str:
     """The one JSON document `emit` writes."""
     return orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode()
@@ -63,26 +47,21 @@ def json_text(doc: Any) -> str:
 
 def emit(doc: Any) -> None:
     """Write exactly one JSON document to stdout."""
-    echo(json_text(doc))
+    click.echo(json_text(doc))
 
 
 def candidate_json(c: CandidateState) -> _JSON:
     """The public shape of a candidate's state (`status`, `replay`)."""
-    return work_json({**attrs.asdict(c, recurse=False), "state": c.state.value})
-
-
-def work_json(work: Mapping[str, Any]) -> _JSON:
-    """`candidate_json` of the fold's working dict (`CandidateState.to_work`, `streams.query_work`)."""
     return {
-        "id": work["candidate_id"],
-        "kind": work["kind"],
-        "state": work["state"],
-        "version": work["version"],
-        "revision": work["revision"],
-        "reason_codes": list(work["reason_codes"]),
-        "decisive_seq": work["decisive_seq"],
-        "last_seq": work["last_seq"],
-        "trusted_states": sorted(work["trusted_states"]),
+        "id": c.candidate_id,
+        "kind": c.kind,
+        "state": str(c.state),
+        "version": c.version,
+        "revision": c.revision,
+        "reason_codes": list(c.reason_codes),
+        "decisive_seq": c.decisive_seq,
+        "last_seq": c.last_seq,
+        "trusted_states": sorted(c.trusted_states),
     }
 
 
@@ -92,10 +71,12 @@ def print_result(result: CommandResult, as_json: bool, verb: str) -> None:
 
     doc: _JSON = {"appended": result.appended, "events": [e.seq for e in result.events]}
     if isinstance(result, CandidateResult):
-        doc |= candidate_json(result.candidate)
+        doc |= candidate_json(result.candidate) | {"inconclusive": result.inconclusive}
         what = f"{display(result.candidate_id)}: {verb}, state {result.state}"
         if result.candidate.reason_codes:
             what += f" ({', '.join(result.candidate.reason_codes)})"
+        if result.inconclusive:
+            what += "; inconclusive: an artifact could not be read (see `explain`), nothing was decided"
         invalidated: tuple[str, ...] = ()
     else:
         doc["settings"] = result.settings.summary()
@@ -106,9 +87,12 @@ def print_result(result: CommandResult, as_json: bool, verb: str) -> None:
         return
     if not doc["appended"]:
         what += NO_CHANGE
-    echo(what)
+    click.echo(what)
     for cid in invalidated:
-        echo(f"  evidence invalidated: {display(cid)} -> received")
+        click.echo(f"  evidence invalidated: {display(cid)} -> received")
+
+
+PIPE_WIDTH = 240
 
 
 def console() -> Console:
@@ -135,63 +119,17 @@ def cells(*values: str) -> list[Text]:
     return [Text(display(v)) for v in values]
 
 
-PIPE_WIDTH = 240  # `console()`'s width for a pipe or a file
-
-
-def plain_table(columns: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str | None:
-    """The text rich prints for this table into a pipe (`console()`, `_table`), drawn without
-    importing rich (~40 ms of a `status` process); None when rich's own layout is needed:
-    a terminal (colours, its width), a non-ASCII cell (cell widths), or a table wider than
-    the pipe (folded cells). tests/test_render_plain.py holds it to rich's output."""
-    if sys.stdout.isatty():
-        return None
-    texts = [columns, *[tuple(display(v) for v in row) for row in rows]]
-    if not all(v.isascii() for row in texts for v in row):
-        return None
-    widths = [max(len(row[i]) for row in texts) for i in range(len(columns))]
-    if sum(widths) + 3 * len(widths) + 1 > PIPE_WIDTH:
-        return None
-
-    def line(left: str, fill: str, mid: str, right: str) -> str:
-        return left + mid.join(fill * (w + 2) for w in widths) + right
-
-    def cells_line(bar: str, row: tuple[str, ...]) -> str:
-        return bar + bar.join(f" {v.ljust(w)} " for v, w in zip(row, widths, strict=True)) + bar
-
-    out = [line("┏", "━", "┳", "┓"), cells_line("┃", columns), line("┡", "━", "╇", "┩")]
-    out += [cells_line("│", row) for row in texts[1:]]
-    out.append(line("└", "─", "┴", "┘"))
-    return "\n".join(out)
-
-
 _STATUS_COLUMNS = ("id", "kind", "state", "version", "reasons")
 
 
-def _status_rows(docs: list[_JSON]) -> list[tuple[str, ...]]:
-    return [
-        (
-            d["id"],
-            "none" if d["kind"] is None else str(d["kind"]),
-            d["state"],
-            str(d["version"]),
-            ", ".join(d["reason_codes"]),
-        )
-        for d in docs
-    ]
-
-
-def status_text(docs: list[_JSON]) -> str | None:
-    """What `print_status` echoes without rich (`plain_table`), or None when it needs rich."""
-    return "no candidates" if not docs else plain_table(_STATUS_COLUMNS, _status_rows(docs))
-
-
 def print_status(docs: list[_JSON]) -> None:
-    if (text := status_text(docs)) is not None:
-        echo(text)
+    if not docs:
+        click.echo("no candidates")
         return
     table = _table(*_STATUS_COLUMNS)
-    for row in _status_rows(docs):
-        table.add_row(*cells(*row))
+    for d in docs:
+        kind = "none" if d["kind"] is None else str(d["kind"])
+        table.add_row(*cells(d["id"], kind, d["state"], str(d["version"]), ", ".join(d["reason_codes"])))
     console().print(table)
 
 

@@ -8,18 +8,21 @@ folder is always removed. Datasette is imported only here, when the command runs
 
 from __future__ import annotations
 
-import signal
-import tempfile
 from pathlib import Path
-from types import FrameType
+from typing import TYPE_CHECKING
 
 import click
 import orjson
 
-from lifecycle_fsm.cli.app import root_obj
+from lifecycle_fsm.cli.app import install_hint, root_obj
 from lifecycle_fsm.errors import InputError
 
+if TYPE_CHECKING:
+    from types import FrameType
+
 __all__ = ["serve"]
+
+_QUERY_PAGE = "assets/serve-query.html"  # a canned query's page, without the SQL editor and its buttons
 
 
 class _Stopped(Exception):
@@ -31,10 +34,9 @@ def _stop(signum: int, frame: FrameType | None) -> None:
 
 
 def _usable_port(host: str, port: int) -> int:
-    """The port to serve on. A port in use or a host that is not this machine's is one error line (exit 3)
-    before anything is said: Uvicorn found it only after "serving … at http://…" was printed, logged it among
-    its INFO lines and exited 3 without an `Error:` line. Port 0 is a free port picked here, so the address
-    printed is the one served (it said `:0`)."""
+    """The port to serve on, checked before anything is said: a port in use or a host that is not this
+    machine's is one error line (exit 3). Port 0 is a free port picked here, so the address printed is
+    the one served."""
     import socket
 
     try:
@@ -56,13 +58,25 @@ def _usable_port(host: str, port: int) -> int:
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (loopback by default).")
 @click.option("--port", type=click.IntRange(min=0, max=65535), default=8001, show_default=True)
-def serve(host: str, port: int) -> None:
+@click.option(
+    "--allow-host",
+    "allow_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="Also answer requests for this host name (repeatable), e.g. the name a proxy serves it under.",
+)
+def serve(host: str, port: int, allow_hosts: tuple[str, ...]) -> None:
     """Browse a snapshot of the ledger in Datasette: canned queries, no SQL, no writes, no downloads.
 
     Queries: rejections, recoveries, candidate_events (?id=), ready_at (?time=ISO; a time
-    that does not parse is a query error, HTTP 400), chain_head, seals. Needs the `ui`
-    extra: pip install 'lifecycle-fsm[ui]'.
+    that does not parse is refused, HTTP 400, saying why), chain_head, seals. Only requests
+    for the address served (and, on loopback, localhost) are answered, against DNS
+    rebinding; on 0.0.0.0 or ::, requests for any IP address. Needs the `ui` extra.
     """
+    import signal
+    import tempfile
+    from importlib import resources
+
     from lifecycle_fsm.replay.browse import metadata, snapshot
 
     try:
@@ -70,11 +84,9 @@ def serve(host: str, port: int) -> None:
         from datasette.plugins import pm
         from datasette.utils import tilde_encode
     except ImportError:
-        raise InputError("serve needs Datasette: pip install 'lifecycle-fsm[ui]'") from None
-    from lifecycle_fsm.cli import serve_plugin
+        raise InputError(f"serve needs Datasette: {install_hint('ui')}") from None
+    from lifecycle_fsm.cli.serve_plugin import ServePlugin, allowed_hosts
 
-    if not pm.is_registered(serve_plugin):
-        pm.register(serve_plugin, name="lifecycle_fsm")
     db = str(root_obj()["db"])
     if db.startswith(("postgresql://", "postgres://")):
         raise InputError("serve browses a SQLite ledger file: copy this one first (`lifecycle migrate URL FILE.db`)")
@@ -82,20 +94,27 @@ def serve(host: str, port: int) -> None:
     if not ledger.is_file():
         raise InputError(f"no ledger at {ledger} (serve browses an existing SQLite ledger file)")
     port = _usable_port(host, port)
+    if pm.get_plugin("lifecycle_fsm") is not None:  # served before in this process
+        pm.unregister(name="lifecycle_fsm")
+    pm.register(ServePlugin(allowed_hosts(host, allow_hosts)), name="lifecycle_fsm")
     with tempfile.TemporaryDirectory(prefix="lifecycle-serve-") as folder:
         snap = snapshot(ledger, Path(folder))
-        meta = Path(folder) / "metadata.json"
-        meta.write_bytes(orjson.dumps(metadata(snap), option=orjson.OPT_INDENT_2))
+        templates = Path(folder) / "templates"
+        templates.mkdir()
+        (templates / "query.html").write_bytes(
+            resources.files("lifecycle_fsm.replay").joinpath(_QUERY_PAGE).read_bytes()
+        )
         # Datasette's own path for the database: a stem with a space, a dot or a non-ASCII letter is tilde-encoded
-        # (`a b.v2` -> `a+b~2Ev2`); printed as written, it was a 404. An IPv6 host goes in brackets.
+        # (`a b.v2` -> `a+b~2Ev2`). An IPv6 host goes in brackets.
+        path = "/" + tilde_encode(snap.name)
+        meta = Path(folder) / "metadata.json"
+        meta.write_bytes(orjson.dumps(metadata(snap, path), option=orjson.OPT_INDENT_2))
         where = f"[{host}]" if ":" in host else host
-        click.echo(f"serving {ledger} as of seq {snap.head_seq} at http://{where}:{port}/{tilde_encode(snap.name)}",
-                   err=True)  # fmt: skip
-        args = [
-            "serve", "-i", str(snap.path), "-m", str(meta), "--host", host, "--port", str(port),
-            "--setting", "default_allow_sql", "off", "--setting", "allow_download", "off",
-            "--setting", "allow_csv_stream", "off",
-        ]  # fmt: skip
+        click.echo(f"serving {ledger} as of seq {snap.head_seq} at http://{where}:{port}{path}", err=True)
+        args = ["serve", "-i", str(snap.path), "-m", str(meta), "--template-dir", str(templates)]
+        args += ["--host", host, "--port", str(port)]
+        for setting in ("default_allow_sql", "allow_download", "allow_csv_stream"):
+            args += ["--setting", setting, "off"]
         previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             datasette_cli.main(args=args, prog_name="lifecycle serve", standalone_mode=False)

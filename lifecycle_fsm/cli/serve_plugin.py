@@ -1,33 +1,41 @@
-"""A Datasette plugin for `lifecycle serve`: read-only methods, and the CLI's own time parsing in SQL.
+"""The Datasette plugin behind `lifecycle serve`: a read-only, local-only browser, and the CLI's time parsing in SQL.
 
-Every request that is not GET or HEAD is answered 405 before Datasette sees it: the
-browser has nothing to write, and Datasette 0.65.5 answers a POST to a read-only
-canned query with a 500 after running its SELECT.
+In front of Datasette (its ASGI wrapper) every request is judged first:
+- not GET or HEAD: 405 (the browser has nothing to write; Datasette answers a POST to a
+  read-only canned query with a 500 after running its SELECT);
+- a Host header that is not one of the server's names: 421, so a page on another site
+  cannot read a local server through DNS rebinding;
+- `/-/threads` and `/-/databases` (how the server runs, where its files are): 404;
+- the `ready_at` query with a time that does not parse: the error Datasette shows says
+  what is wrong with the time (SQLite reports any exception in a function as "user-defined
+  function raised exception", whatever it says).
 
-`ready_at` compares the stored UTC text with `:time`; SQLite's date functions round to
-the millisecond, so `:time` is brought to the stored form by `replay.asof.parse_time`,
-exactly as `status --as-of` does. Text that is not a time raises inside the function, so
-the query fails and Datasette answers its error (HTTP 400, `"ok": false`) instead of an
-empty list that reads as "nothing was ready then"; a blank `:time` (the query's form
-before a time is typed: Datasette binds a missing parameter as "") is NULL and matches
-nothing. Imported and registered only when `serve` runs, so the CLI never imports
-Datasette otherwise.
+`ready_at` compares the stored UTC text with `:time`: `lifecycle_utc` brings `:time` to the
+stored form with `replay.asof.parse_time`, exactly as `status --as-of` does; a blank
+`:time` (the form before a time is typed) is NULL and matches nothing.
 """
 
 from __future__ import annotations
 
+import html
+import ipaddress
 import sqlite3
-from collections.abc import Awaitable, Callable
+import urllib.parse
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any, TypeVar, cast
 
+import orjson
 from datasette import hookimpl as datasette_hookimpl
 
 from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.replay.asof import parse_time
 
-__all__ = ["asgi_wrapper", "lifecycle_utc", "prepare_connection"]
+__all__ = ["HIDDEN_PATHS", "ServePlugin", "allowed_hosts", "lifecycle_utc", "time_problem"]
 
 _ASGIApp = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
+HIDDEN_PATHS = ("/-/threads", "/-/databases")
+_SQLITE_UDF_ERROR = "user-defined function raised exception"
+_LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
@@ -37,12 +45,7 @@ def _hookimpl(func: _F) -> _F:
 
 
 def lifecycle_utc(text: object) -> str | None:
-    """An ISO 8601 time as stored UTC text; NULL for no time (NULL or blank).
-
-    Anything else raises (`InputError`): SQLite fails the query with "user-defined function
-    raised exception" (Python's sqlite3 lets a function choose no message of its own) and
-    Datasette answers that as a query error, HTTP 400.
-    """
+    """An ISO 8601 time as stored UTC text; NULL for no time (NULL or blank); InputError otherwise."""
     if text is None or (isinstance(text, str) and not text.strip()):
         return None
     if not isinstance(text, str):
@@ -50,22 +53,110 @@ def lifecycle_utc(text: object) -> str | None:
     return parse_time(text)
 
 
-@_hookimpl
-def prepare_connection(conn: sqlite3.Connection) -> None:
-    conn.create_function("lifecycle_utc", 1, lifecycle_utc, deterministic=True)
+def time_problem(path: str, query_string: bytes) -> str | None:
+    """What is wrong with the `time` of a `ready_at` request, or None (another page, or a good time)."""
+    if path.rsplit("/", 1)[-1] not in ("ready_at", "ready_at.json"):
+        return None
+    for value in urllib.parse.parse_qs(query_string.decode("latin-1")).get("time", []):
+        try:
+            lifecycle_utc(value)
+        except InputError as e:
+            return f"time: {e}"
+    return None
 
 
-@_hookimpl
-def asgi_wrapper() -> Callable[[_ASGIApp], _ASGIApp]:
-    def wrap(app: _ASGIApp) -> _ASGIApp:
-        async def read_only(scope: dict[str, Any], receive: Any, send: Any) -> None:
-            if scope["type"] == "http" and scope["method"] not in ("GET", "HEAD"):
-                await send({"type": "http.response.start", "status": 405,
-                            "headers": [(b"allow", b"GET, HEAD"), (b"content-type", b"text/plain")]})  # fmt: skip
-                await send({"type": "http.response.body", "body": b"read-only: only GET and HEAD are served\n"})
+def allowed_hosts(host: str, extra: Collection[str] = ()) -> frozenset[str] | None:
+    """The Host names the server answers to when bound to `host`; None: any IP address (a wildcard bind)."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return frozenset({host.lower(), *(name.lower() for name in extra)})
+    if address.is_unspecified:
+        return None
+    names = {str(address), *(name.lower() for name in extra)}
+    return frozenset(names | set(_LOOPBACK_NAMES)) if address.is_loopback else frozenset(names)
+
+
+def _host_of(scope: dict[str, Any]) -> str:
+    """The Host header's name, without its port or IPv6 brackets ("" when there is none)."""
+    header = next((v.decode("latin-1") for k, v in scope.get("headers", ()) if k.lower() == b"host"), "")
+    return (urllib.parse.urlsplit(f"//{header}").hostname or "").lower()
+
+
+def _host_allowed(name: str, allowed: frozenset[str] | None) -> bool:
+    if allowed is not None:
+        return name in allowed
+    try:  # a wildcard bind: an address typed by whoever opened it; a name could be anyone's (rebinding)
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+async def _answer(send: Any, status: int, text: str, headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+    body = text.encode()
+    start_headers = [(b"content-type", b"text/plain; charset=utf-8"), *headers]
+    await send({"type": "http.response.start", "status": status, "headers": start_headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _rewriting(send: Any, problem: str, as_json: bool) -> Callable[[dict[str, Any]], Awaitable[None]]:
+    """`send`, with SQLite's message for a failed function replaced by `problem` in the response body."""
+    escaped = orjson.dumps(problem).decode()[1:-1] if as_json else html.escape(problem)
+    started: dict[str, Any] = {}
+    parts: list[bytes] = []
+
+    async def rewrite(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            started.update(message)
+            return
+        if message["type"] != "http.response.body":
+            await send(message)
+            return
+        parts.append(message.get("body", b""))
+        if message.get("more_body"):
+            return
+        body = b"".join(parts).replace(_SQLITE_UDF_ERROR.encode(), escaped.encode())
+        headers = [(k, v) for k, v in started.get("headers", ()) if k.lower() != b"content-length"]
+        await send({**started, "headers": [*headers, (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+    return rewrite
+
+
+class ServePlugin:
+    """The hooks, bound to the names this server answers to (`allowed_hosts`)."""
+
+    __name__ = "lifecycle_fsm.cli"  # Datasette names its plugins by module; this one lives here
+
+    def __init__(self, hosts: frozenset[str] | None) -> None:
+        self.hosts = hosts
+
+    @_hookimpl
+    def prepare_connection(self, conn: sqlite3.Connection) -> None:
+        conn.create_function("lifecycle_utc", 1, lifecycle_utc, deterministic=True)
+
+    @_hookimpl
+    def asgi_wrapper(self) -> Callable[[_ASGIApp], _ASGIApp]:
+        return self._wrap
+
+    def _wrap(self, app: _ASGIApp) -> _ASGIApp:
+        async def guarded(scope: dict[str, Any], receive: Any, send: Any) -> None:
+            if scope["type"] != "http":
+                await app(scope, receive, send)
                 return
-            await app(scope, receive, send)
+            path = scope.get("path", "")
+            if scope["method"] not in ("GET", "HEAD"):
+                await _answer(send, 405, "read-only: only GET and HEAD are served\n", ((b"allow", b"GET, HEAD"),))
+            elif not _host_allowed(host := _host_of(scope), self.hosts):
+                names = "any IP address" if self.hosts is None else ", ".join(sorted(self.hosts))
+                why = f"this server answers only to {names}, not to the host {host or '(none)'!r}"
+                await _answer(send, 421, f"{why} (serve --allow-host NAME adds a name)\n")
+            elif path.removesuffix(".json") in HIDDEN_PATHS:
+                await _answer(send, 404, "not served\n")
+            elif (problem := time_problem(path, scope.get("query_string", b""))) is not None:
+                await app(scope, receive, _rewriting(send, problem, path.endswith(".json")))
+            else:
+                await app(scope, receive, send)
 
-        return read_only
-
-    return wrap
+        return guarded

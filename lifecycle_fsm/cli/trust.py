@@ -1,4 +1,4 @@
-"""Keys and seals (SPEC §8): `key new`, `seal`.
+"""Keys and seals: `key new`, `seal`.
 
 `verify --expect-head/--pubkey` lives with `verify` (`integrity.py`), `attest` in
 `attest.py`. A command that needs a key and has none exits 3 with nothing appended.
@@ -7,44 +7,69 @@
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 
 import click
 
-from lifecycle_fsm.cli.app import json_option, open_ledger, require_signing_key, wants_json
+from lifecycle_fsm.cli.app import SuggestingGroup, json_option, open_ledger, require_signing_key, wants_json
 from lifecycle_fsm.cli.render import emit
 from lifecycle_fsm.errors import InputError
-from lifecycle_fsm.keys import new_key_pair
-from lifecycle_fsm.ledger import utc_now
-from lifecycle_fsm.seals import seal, signed_head_text
+from lifecycle_fsm.limits import display
 
 __all__ = ["key", "key_new", "seal_command"]
 
 
-@click.group()
+@click.group(cls=SuggestingGroup)
 def key() -> None:
     """Ed25519 signing keys for seals and attestations."""
 
 
 @key.command("new")
-@click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="Folder for lifecycle-signing.key (0600) and .pub (created if missing).")  # fmt: skip
+@click.option(
+    "--out",
+    "out",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Folder for lifecycle-signing.key (0600) and .pub (created if missing).",
+)
 @json_option
 def key_new(out: Path) -> None:
-    """Make a key pair; print its key id (sha256 of the raw public key). Never overwrites a key."""
+    """Make a key pair; print its key id (sha256 of the raw public key), both files and what to export.
+
+    Never overwrites a key.
+    """
+    from lifecycle_fsm.keys import new_key_pair
+
     files = new_key_pair(out)
     if wants_json():
         emit({"key_id": files.key_id, "private_key": str(files.private_key), "public_key": str(files.public_key)})
-    else:
-        click.echo(files.key_id)
+        return
+    private = os.path.abspath(files.private_key)
+    lines = [
+        f"key id: {files.key_id}",
+        f"private key: {private} (mode 0600: keep it secret; it signs seals and attestations)",
+        f"public key: {os.path.abspath(files.public_key)} (give it to whoever verifies: --pubkey)",
+        "to sign with it, export the variable:",
+        f"  export LIFECYCLE_SIGNING_KEY={shlex.quote(private)}",
+    ]
+    for line in lines:
+        click.echo(display(line))
 
 
 @click.command("seal")
-@click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path),
-              help="Write the signed head to FILE (refused if it exists; `-` prints) instead of printing.")  # fmt: skip
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the signed head to FILE (refused if it exists; `-` prints) instead of printing.",
+)
 @json_option
 def seal_command(out: Path | None) -> None:
     """Sign the head and append the seal to the `seals` stream; print (or write) the signed head."""
+    from lifecycle_fsm.ledger import utc_now
+    from lifecycle_fsm.seals import seal, signed_head_text
+
     if out is not None and str(out) == "-":  # stdout, as `-` means to every other tool
         out = None
     private = require_signing_key("seal")

@@ -6,16 +6,21 @@ Each parses its arguments, calls one `Ledger` command and prints the result
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 import orjson
 
-from lifecycle_fsm.cli.app import json_option, open_ledger, wants_json
+from lifecycle_fsm.cli.app import SuggestingGroup, json_option, open_ledger, wants_json
+from lifecycle_fsm.cli.exit_codes import decision_exit_code
 from lifecycle_fsm.cli.render import NO_CHANGE, emit, print_result
 from lifecycle_fsm.limits import MAX_INT64, display
-from lifecycle_fsm.manifests import load_baseline_manifest, load_candidate_manifest
 from lifecycle_fsm.rules import STAGES
+
+if TYPE_CHECKING:
+    from lifecycle_fsm.results import CandidateResult
 
 _EVENT_ID_HELP = (
     "Idempotency key (global across the ledger, e.g. <run>/<step>/<command>): "
@@ -25,6 +30,8 @@ _EVENT_ID_HELP = (
 event_id_option = click.option("--event-id", help=_EVENT_ID_HELP)
 
 __all__ = [
+    "ACTIVE_WINDOW",
+    "MAX_WINDOW_AGE",
     "baseline",
     "baseline_activate",
     "check",
@@ -42,9 +49,14 @@ __all__ = [
 ]
 
 
+# The seed's defaults (`Ledger.init`'s, tests/test_cli.py holds them equal).
+MAX_WINDOW_AGE = click.option("--max-window-age", default=2, show_default=True, type=click.IntRange(0, MAX_INT64))
+ACTIVE_WINDOW = click.option("--active-window", default=1, show_default=True, type=click.IntRange(0, MAX_INT64))
+
+
 @click.command()
-@click.option("--max-window-age", default=2, show_default=True, type=click.IntRange(0, MAX_INT64))
-@click.option("--active-window", default=1, show_default=True, type=click.IntRange(0, MAX_INT64))
+@MAX_WINDOW_AGE
+@ACTIVE_WINDOW
 @event_id_option
 @json_option
 def init(max_window_age: int, active_window: int, event_id: str | None) -> None:
@@ -56,7 +68,7 @@ def init(max_window_age: int, active_window: int, event_id: str | None) -> None:
     )
 
 
-@click.group()
+@click.group(cls=SuggestingGroup)
 def baseline() -> None:
     """The active SFT baseline."""
 
@@ -67,6 +79,8 @@ def baseline() -> None:
 @json_option
 def baseline_activate(sft_manifest: Path, event_id: str | None) -> None:
     """Make SFT_MANIFEST's adapter the active policy; decided candidates must be re-checked."""
+    from lifecycle_fsm.manifests import load_baseline_manifest
+
     load_baseline_manifest(sft_manifest)  # bad input fails before a ledger file is created
     result = open_ledger().activate_baseline(sft_manifest, event_id=event_id)
     print_result(result, wants_json(), "baseline activated")
@@ -81,7 +95,7 @@ def window(n: int, event_id: str | None) -> None:
     print_result(open_ledger().advance_window(n, event_id=event_id), wants_json(), "window advanced")
 
 
-@click.group()
+@click.group(cls=SuggestingGroup)
 def evaluation() -> None:
     """The evaluation version candidates must name."""
 
@@ -102,6 +116,8 @@ def evaluation_activate(version: str, event_id: str | None) -> None:
 @json_option
 def receive(candidate_manifest: Path, candidate_id: str | None, event_id: str | None) -> None:
     """Receive a candidate manifest (identical re-receipt is a no-op)."""
+    from lifecycle_fsm.manifests import load_candidate_manifest
+
     load_candidate_manifest(candidate_manifest)  # bad input fails before a ledger file is created
     result = open_ledger().receive(candidate_manifest, candidate_id=candidate_id, event_id=event_id)
     print_result(result, wants_json(), "received")
@@ -115,15 +131,31 @@ _REHASH = click.option(
 )
 
 
+_EXIT_STATUS = click.option(
+    "--exit-status",
+    is_flag=True,
+    help="Exit with the decision, so a script can gate on it: 0 only for a pass (check) or ready (handoff); "
+    "10 tune, 11 reject, 12 inconclusive (an artifact could not be read for a reason of the environment).",
+)
+
+
+def _decided(command: str, result: CandidateResult, exit_status: bool) -> None:
+    """With `--exit-status`, end with the code of the decision just printed."""
+    if exit_status and (code := decision_exit_code(command, result.state, inconclusive=result.inconclusive)):
+        sys.exit(int(code))
+
+
 @click.command()
 @click.argument("candidate_id", metavar="ID")
 @event_id_option
 @_REHASH
+@_EXIT_STATUS
 @json_option
-def check(candidate_id: str, event_id: str | None, rehash: bool) -> None:
+def check(candidate_id: str, event_id: str | None, rehash: bool, exit_status: bool) -> None:
     """Run every check now: lineage, freshness, artifact and rollback re-hash."""
     result = open_ledger(must_exist=True).check(candidate_id, event_id=event_id, rehash=rehash)
     print_result(result, wants_json(), "checked")
+    _decided("check", result, exit_status)
 
 
 @click.command()
@@ -204,8 +236,10 @@ def recovered(candidate_id: str, event_id: str | None) -> None:
 @click.argument("candidate_id", metavar="ID")
 @event_id_option
 @_REHASH
+@_EXIT_STATUS
 @json_option
-def handoff(candidate_id: str, event_id: str | None, rehash: bool) -> None:
+def handoff(candidate_id: str, event_id: str | None, rehash: bool, exit_status: bool) -> None:
     """Re-run the checks and decide: ready (for evaluation), tune or reject."""
     result = open_ledger(must_exist=True).hand_off(candidate_id, event_id=event_id, rehash=rehash)
     print_result(result, wants_json(), "handed off")
+    _decided("handoff", result, exit_status)
