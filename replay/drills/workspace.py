@@ -1,6 +1,6 @@
 """A drill's temporary folder: the artifacts its scenario declares, and its ledger file.
 
-Adapters are written with the one manifest factory (`lifecycle_fsm.fixtures`), hashed
+Adapters are written with the one manifest factory (`lifecycle_fsm.replay.drills.seeds`), hashed
 exactly as `lifecycle hash` hashes them; trusted states are folders of seeded random
 bytes. Every byte depends only on the seed and the artifact's name, so two runs of a
 scenario build identical workspaces.
@@ -21,9 +21,9 @@ import attrs
 
 from lifecycle_fsm.artifacts import hash_directory
 from lifecycle_fsm.errors import InputError
-from lifecycle_fsm.fixtures import baseline_manifest, candidate_manifest, write_adapter, write_manifest
 from lifecycle_fsm.folders import make_folder
 from lifecycle_fsm.replay.drills.schema import ArtifactSpec, DrillConfig
+from lifecycle_fsm.replay.drills.seeds import baseline_manifest, candidate_manifest, write_adapter, write_manifest
 from lifecycle_fsm.store.sqlite import create_ledger_file
 
 __all__ = ["Workspace", "kept_ledger", "refuse_kept"]
