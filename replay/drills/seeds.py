@@ -37,18 +37,21 @@ def candidate_manifest(
     **fields: Any,
 ) -> JSON:
     """A candidate manifest of `kind` (dpo, grpo, rlvr) branched from `source_policy_version`."""
-    return manifests.candidate_manifest(
-        candidate_id=policy_version,
-        kind=kind,
-        source_policy_version=source_policy_version,
-        adapter_path=adapter_path,
-        adapter_sha256=adapter_sha256,
-        evaluation_version=evaluation_version,
-        decision=decision,
-        source_evidence_version="pref-train-v1" if kind == "dpo" else None,
-        verifier_version=None if kind == "dpo" else "math-v1",
-        evidence_window_index=None if kind == "dpo" else 1,
-    ) | fields  # after the builder's checks: a caller may break a field on purpose
+    return (
+        manifests.candidate_manifest(
+            candidate_id=policy_version,
+            kind=kind,
+            source_policy_version=source_policy_version,
+            adapter_path=adapter_path,
+            adapter_sha256=adapter_sha256,
+            evaluation_version=evaluation_version,
+            decision=decision,
+            source_evidence_version="pref-train-v1" if kind == "dpo" else None,
+            verifier_version=None if kind == "dpo" else "math-v1",
+            evidence_window_index=None if kind == "dpo" else 1,
+        )
+        | fields
+    )  # after the builder's checks: a caller may break a field on purpose
 
 
 def write_adapter(folder: str | os.PathLike[str], name: str, weights: bytes) -> Path:
