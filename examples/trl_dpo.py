@@ -21,9 +21,9 @@ from trl import DPOTrainer
 
 from lifecycle_fsm import Ledger, State
 from lifecycle_fsm.artifacts import hash_directory
-from lifecycle_fsm.fixtures import baseline_manifest
 from lifecycle_fsm.integrations.transformers import LedgerCallback
 from lifecycle_fsm.manifests import write_manifest
+from lifecycle_fsm.replay.drills.seeds import baseline_manifest
 
 
 class FaultAtStep3(TrainerCallback):  # type: ignore[misc]  # transformers' classes are untyped

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lifecycle_fsm import decisions
 from lifecycle_fsm.candidate_commands import CandidateCommands
@@ -70,6 +70,9 @@ __all__ = [
 
 JSON = dict[str, Any]
 SigningKey = str | os.PathLike[str] | bytes
+
+if TYPE_CHECKING:
+    from lifecycle_fsm.replay.explanation_parts import Explanation
 
 
 class Ledger(CandidateCommands):
@@ -216,6 +219,14 @@ class Ledger(CandidateCommands):
                 with reading_stored(e.seq, e.type):
                     type(event).trigger_for(event.to_payload())
         return decoded
+
+    def explain(self, candidate_id: str, as_of: int | str | None = None) -> Explanation:
+        """Why the candidate is where it is (as of a seq or an ISO time): the decisive event, the evidence
+        behind it, what it claimed, each trusted state a recovery considered; what `lifecycle explain` prints."""
+        from lifecycle_fsm.replay.asof import parse_as_of
+        from lifecycle_fsm.replay.explain import explanation
+
+        return explanation(self.store, candidate_id, as_of=None if as_of is None else parse_as_of(str(as_of)))
 
     def candidate_ids(self) -> list[str]:
         ids = (candidate_id_of(h.stream_id) for h in self.store.streams())

@@ -47,6 +47,7 @@ from lifecycle_fsm.store.chain import canonical_json
 
 __all__ = [
     "KIND_BY_SEMANTIC_ID",
+    "baseline_manifest",
     "BaselineManifest",
     "CandidateManifest",
     "candidate_manifest",
@@ -186,6 +187,14 @@ def _branch_evidence(
         "trajectory_identity": {"verifier_version": verifier_version},
         "evidence_window_index": evidence_window_index,
     }
+
+
+def baseline_manifest(*, adapter_path: str, adapter_sha256: str, **extra: Any) -> JSON:
+    """An SFT baseline manifest: its adapter's sha256 becomes the active policy version."""
+    return {
+        "semantic_id": "PT-SFT-DELIVERY",
+        "artifacts": {"adapter": {"path": adapter_path, "sha256": adapter_sha256}},
+    } | extra
 
 
 def candidate_manifest(

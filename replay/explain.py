@@ -128,6 +128,7 @@ def explanation(
         invalidation=invalidation,
         path=path,
         stale_rules=stale_rules(state),
+        inconclusive=_inconclusive(rows, decisive[0].seq),
     )
 
 
@@ -303,3 +304,14 @@ def _invalidation(decisive: StoredEvent, payload: JSON) -> Invalidation | None:
     if decisive.type != "EvidenceInvalidated":
         return None
     return Invalidation(decisive.seq, payload["cause"], payload["previous"], payload["current"])
+
+
+def _inconclusive(rows: Sequence[Row], after: int) -> JSON | None:
+    """The latest check or hand-off after the decisive event that could not read an artifact: what and why."""
+    found = [(e, p) for e, p in rows if e.type == "InconclusiveCheckRecorded" and e.seq > after]
+    if not found:
+        return None
+    event, payload = found[-1]
+    with reading_stored(event.seq, event.type):
+        why = {name: payload[name]["error"] for name in payload["inconclusive"]}
+        return {"seq": event.seq, "command": payload["command"], "checks": why}

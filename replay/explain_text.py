@@ -112,7 +112,14 @@ def _summary(x: Explanation) -> Section:
         f"decided by seq {event.seq} {event.type}, recorded {event.recorded_at} by {event.actor} (hash {event.hash})",
         "no check recorded" if x.last_check_seq is None else f"last check at seq {x.last_check_seq}",
         *([] if x.stale_rules is None else [rules_warning(c.candidate_id, x.stale_rules)]),
+        *([] if x.inconclusive is None else [_inconclusive_line(x.inconclusive)]),
+        *(["registered: its adapter was not received yet (it cannot be checked)"] if c.pending else []),
     ]
+
+
+def _inconclusive_line(found: JSON) -> str:
+    why = "; ".join(f"{name}: {error}" for name, error in found["checks"].items())
+    return f"the {found['command']} at seq {found['seq']} was inconclusive (nothing decided): {why}"
 
 
 def _claims(x: Explanation) -> list[Section]:
@@ -191,6 +198,9 @@ def explain_sections(x: Explanation) -> list[Section]:
                 [f"{inv.cause} changed: {change} (seq {inv.seq}); the candidate must be checked again"],
             )
         )
+    if x.candidate.provenance:
+        card = x.candidate.provenance
+        sections.append(("Provenance", [f"{k}: {format_value(v)}" for k, v in sorted(card.items())]))
     sections += _history(x)
     # Each line is one line: a value holding a newline (a manifest's version, an actor) would print a line of
     # its own that reads as evidence. Control characters are spelled out (`\n`, `\x1b`), as in tables.

@@ -209,6 +209,7 @@ class Explanation:
     invalidation: Invalidation | None
     path: list[PathStep]
     stale_rules: JSON | None = None  # the rules the decision was made under, when they are not today's
+    inconclusive: JSON | None = None  # the latest check that could not read an artifact, since the decision
 
     @property
     def last_check_seq(self) -> int | None:
@@ -241,6 +242,9 @@ class Explanation:
             "last_check_seq": self.last_check_seq,
             "trusted_states": c.trusted_states,
             "stale_rules": self.stale_rules,
+            "inconclusive": self.inconclusive,
+            "provenance": c.provenance,
+            "pending": c.pending,
             "history": [
                 {"seq": s.seq, "type": s.type, "recorded_at": s.recorded_at, "actor": s.actor} for s in self.path
             ],

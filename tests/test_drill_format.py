@@ -1,6 +1,5 @@
-"""The scenario format additions of issue #15: every failure reported, exact refusals, deltas,
-explain and as-of expectations, crash around any command, concurrent writers, restore, edit,
-audit, inconclusive faults, JSON-ish messages."""
+"""The scenario format: every failure reported, refusals, deltas, explain and as-of expectations,
+crash around any command, concurrent writers, restore, edit, inconclusive faults, JSON-ish messages."""
 
 from __future__ import annotations
 
@@ -55,24 +54,33 @@ def test_every_failed_expectation_is_reported(tmp_path: Path) -> None:
     ]
 
 
-def test_refused_matches_the_exact_class_and_message(tmp_path: Path) -> None:
-    """A subclass no longer matches (`ConflictError` for an IllegalCommandError); the message is compared."""
+def test_refused_matches_subclasses_unless_exact(tmp_path: Path) -> None:
+    """A class name accepts its subclasses, as `except` and `pytest.raises` do (`LifecycleError`: any
+    refusal); `exact: true` asks for that very class; a message is compared whole or in part."""
     messages = _failures(
         tmp_path,
         """\
   - complete_recovery: dpo-v5
+    refused: LifecycleError
+  - complete_recovery: dpo-v5
     refused: ConflictError
   - complete_recovery: dpo-v5
-    refused: {error: IllegalCommandError, contains: no such words}
+    refused: {error: IllegalCommandError, exact: true, contains: verified}
   - complete_recovery: dpo-v5
-    refused: {error: IllegalCommandError, contains: verified}
+    refused: {error: ConflictError, exact: true}
+  - complete_recovery: dpo-v5
+    refused: {error: ConflictError, contains: no such words}
+  - complete_recovery: dpo-v5
+    refused: InputError
 """,
     )
-    assert len(messages) == 2
-    assert messages[0].startswith('step 4 (complete_recovery): outcome: expected "refused with ConflictError", '
-                                  'actual "IllegalCommandError: ')  # fmt: skip
-    assert messages[1].startswith("step 5 (complete_recovery): outcome: expected \"refused with IllegalCommandError "
-                                  "(message containing 'no such words')\"")  # fmt: skip
+    assert [m.split(", actual")[0] for m in messages] == [
+        'step 7 (complete_recovery): outcome: expected "refused with ConflictError exactly"',
+        "step 8 (complete_recovery): outcome: expected \"refused with ConflictError (message containing 'no such "
+        "words')\"",
+        'step 9 (complete_recovery): outcome: expected "refused with InputError"',
+    ]
+    assert all(', actual "IllegalCommandError: ' in m for m in messages)
 
 
 def test_event_deltas_count_the_step_before(tmp_path: Path) -> None:
@@ -123,8 +131,12 @@ def test_crash_before_and_after_commit_of_baseline_activate(tmp_path: Path) -> N
         )
     )
     assert result.ok, [f.message() for f in result.failures]
-    assert result.steps[3].detail == {"command": "activate_baseline", "fault": "kill@before_commit#1",
-                                      "returncode": -9, "events_appended": 0}  # fmt: skip
+    assert result.steps[3].detail == {
+        "command": "activate_baseline",
+        "fault": "kill@before_commit#1",
+        "returncode": -9,
+        "events_appended": 0,
+    }
     assert result.steps[5].detail["events_appended"] == 2
 
 
@@ -169,8 +181,14 @@ def test_restore_without_damage_fails(tmp_path: Path) -> None:
         ("  - expect: {events: '+x'}\n", 'step 4 (expect): key \'events\': must be a count, "+N" or "unchanged"'),
         ("  - crash: {at: before_commit, run: {expect: {events: 1}}}\n", "step 4: key 'run': must be a ledger command"),
         ("  - crash: {at: during, run: {check: dpo-v5}}\n", "key 'at': must be one of before_commit, after_commit"),
-        ("  - concurrently: {writers: [{check: dpo-v5}]}\n", "key 'writers': must be a list of at least two"),
-        ("  - edit_manifest: {artifact: dpo-v5, set: {colour: red}}\n", "key 'colour': not a manifest field"),
+        (
+            "  - concurrently: {writers: [{check: dpo-v5}]}\n",
+            "key 'writers': must be a list of 2 to 32 command steps, not 1",
+        ),
+        (
+            "  - edit_manifest: {artifact: dpo-v5, set: {colour: red}}\n",
+            "set: key 'colour': unknown key (expected one of",
+        ),
         ("  - expect: {as_of: 2}\n", "key 'as_of': needs `candidate:`"),
         ("  - expect: {candidate: dpo-v5, as_of: 2, handoff: tune}\n", "key 'as_of': applies to state"),
         ("  - check: dpo-v5\n    refused: {error: Nope}\n", "key 'error': unknown error class 'Nope'"),
@@ -190,3 +208,108 @@ def test_verify_names_the_checkpoint_position_for_a_checkpoint_fault(tmp_path: P
     result = invoke(tmp_path / "kept" / "t.db", "verify")
     assert result.exit_code == 6
     assert re.match(r"BROKEN at seq \d+: checkpoint 1: ", result.output) and "None" not in result.output
+
+
+def test_exactly_n_of_the_writers_are_refused(tmp_path: Path) -> None:
+    """`refused:` on a `concurrently` step: exactly `count` (default 1) of the writers' commands are
+    refused with that error and every other one succeeds: two racing hand-offs, one wins."""
+    race = "  - concurrently:\n      writers: [{handoff: dpo-v5}, {hand_off: dpo-v5}]\n    refused: REFUSED\n"
+    assert _failures(tmp_path, race.replace("REFUSED", "IllegalCommandError")) == []
+    [message] = _failures(tmp_path, race.replace("REFUSED", "{error: IllegalCommandError, count: 2}"))
+    assert message == (
+        'step 4 (concurrently): refused: expected "exactly 2 of the 2 commands refused with IllegalCommandError, '
+        'the others succeeding", actual "1 refused with IllegalCommandError"'
+    )
+    [message] = _failures(tmp_path, race.replace("REFUSED", "InputError"))
+    assert message.startswith(
+        'step 4 (concurrently): refused: expected "exactly 1 of the 2 commands refused with '
+        'InputError, the others succeeding", actual "0 refused with InputError; '
+        "IllegalCommandError: candidate "
+    )
+
+
+@pytest.mark.parametrize(
+    ("steps", "expected"),
+    [
+        (
+            "  - check: dpo-v5\n    refused: {error: InputError, count: 1}\n",
+            "step 4 (check): key 'refused': `count` is for a concurrently step",
+        ),
+        (
+            "  - concurrently: {writers: [{check: dpo-v5, refused: InputError}, {check: dpo-v5}]}\n"
+            "    refused: InputError\n",
+            "step 4 (concurrently): key 'refused': give it on the step or on its writers, not both",
+        ),
+        ("  - checkpoint:\n    refused: InputError\n", "step 4 (checkpoint): key 'refused': only ledger commands"),
+    ],
+)
+def test_refused_counts_belong_to_concurrent_steps(tmp_path: Path, steps: str, expected: str) -> None:
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(_scenario(tmp_path, steps))
+    assert expected in str(e.value)
+
+
+CLI_WORDS = """\
+  - trusted: {candidate: dpo-v5, kind: prompt_queue, artifact: sft}
+  - untrust: {candidate: dpo-v5, kind: prompt_queue}
+  - fail: {candidate: dpo-v5, stage: artifact_validation}
+  - recovered: dpo-v5
+  - check: dpo-v5
+  - handoff: dpo-v5
+  - window: 2
+  - evaluation activate: eval-v1
+  - baseline activate: sft-v2
+  - expect: {candidate: dpo-v5, state: received, events: 15}
+  - hand_off: dpo-v5
+    refused: IllegalCommandError
+"""
+
+
+def test_cli_command_names_are_step_names(tmp_path: Path) -> None:
+    """Each CLI command's name is accepted where a step is named, and a step is reported in the words
+    the file used for it."""
+    scenario = load_scenario(_scenario(tmp_path, CLI_WORDS))
+    assert [s.action for s in scenario.steps[3:]] == [
+        "record_trusted_state",
+        "invalidate_trusted_state",
+        "fail_stage",
+        "complete_recovery",
+        "check",
+        "hand_off",
+        "advance_window",
+        "activate_evaluation",
+        "activate_baseline",
+        "expect",
+        "hand_off",
+    ]
+    result = run_scenario(scenario)
+    assert result.ok, [f.message() for f in result.failures]
+    assert [s.action for s in result.steps[-6:]] == [
+        "handoff",
+        "window",
+        "evaluation activate",
+        "baseline activate",
+        "expect",
+        "hand_off",
+    ]
+    wrong = CLI_WORDS.replace("  - hand_off: dpo-v5\n    refused: IllegalCommandError\n", "  - handoff: nobody\n")
+    assert _failures(tmp_path, wrong)[0].startswith('step 14 (handoff): outcome: expected "success"')
+    for word in ("handoff", "hand_off"):
+        with pytest.raises(ScenarioError, match=rf"step 4 \({word}\): key 'candidate': is required"):
+            load_scenario(_scenario(tmp_path, f"  - {word}: {{}}\n"))
+
+
+@pytest.mark.parametrize(
+    ("steps", "expected"),
+    [
+        ("  - hand-off: dpo-v5\n", "step 4: key 'hand-off': unknown step, did you mean 'handoff'?"),
+        ("  - recoverd: dpo-v5\n", "step 4: key 'recoverd': unknown step, did you mean 'recovered'?"),
+        ("  - expect: {candidate: dpo-v5, stat: verified}\n", "key 'stat': unknown key, did you mean 'state'?"),
+        ("  - check: dpo-v5\n    refused: IlegalCommandError\n", "did you mean 'IllegalCommandError'?"),
+        ("  - check: dpo-v5\n    refusd: InputError\n", "key 'refusd': unknown step, did you mean 'refused'?"),
+    ],
+)
+def test_unknown_names_get_a_suggestion(tmp_path: Path, steps: str, expected: str) -> None:
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(_scenario(tmp_path, steps))
+    assert expected in str(e.value)

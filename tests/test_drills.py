@@ -19,8 +19,8 @@ from conftest import REPO, Workspace, count_events, invoke
 from lifecycle_fsm.errors import InputError, ScenarioError
 from lifecycle_fsm.ledger import Ledger
 from lifecycle_fsm.replay.drills import find_scenarios, load_scenario, run_scenario
-from lifecycle_fsm.replay.drills.faults import crash_during_append
-from lifecycle_fsm.replay.drills.schema import ACTIONS
+from lifecycle_fsm.replay.drills.steps import ACTIONS
+from lifecycle_fsm.replay.drills.writers import crash_during_append
 
 SCENARIOS = REPO / "scenarios"
 SHIPPED = sorted(SCENARIOS.glob("*.yaml"))
@@ -167,9 +167,14 @@ def test_crash_really_kills_a_process_mid_append(ws: Workspace, rng_seed: int) -
         ledger.receive(ws.grpo())
         before = count_events(ws.db)
         outcome = crash_during_append(
-            ledger.store, ws.db, candidate="grpo-v7", stage="sampling", commands=commands,
-            rng=random.Random(rng_seed), actor="test",
-        )  # fmt: skip
+            ledger.store,
+            ws.db,
+            candidate="grpo-v7",
+            stage="sampling",
+            commands=commands,
+            rng=random.Random(rng_seed),
+            actor="test",
+        )
     after = count_events(ws.db)
     assert outcome.detail["returncode"] == -9
     assert outcome.detail["killed_in_command"] == planned
@@ -310,9 +315,12 @@ def test_drills_package_surface() -> None:
 
 @pytest.mark.parametrize(
     ("to", "actual"),
-    [(99, "--to 99 is past the head of the log (seq 4)"), (0, "--to 0: a seq starts at 1"),
-     (-1, "--to -1: a seq starts at 1")],
-)  # fmt: skip
+    [
+        (99, "--to 99 is past the head of the log (seq 4)"),
+        (0, "--to 0: a seq starts at 1"),
+        (-1, "--to -1: a seq starts at 1"),
+    ],
+)
 def test_a_replay_step_to_a_seq_that_does_not_exist_fails(tmp_path: Path, to: int, actual: str) -> None:
     """`replay: {to: 99}` on a 4-event log replayed to the head and passed (`lifecycle replay --to 99`
     exits 3): the step proved nothing about seq 99. It fails naming the seq, as `expect: {as_of: 99}` does."""
@@ -345,19 +353,16 @@ steps:
 
 @pytest.mark.parametrize(("size", "seed"), [(1, 1), (2, 1), (2, 2), (2, 3), (2, 4), (256, 1)])
 def test_a_second_tamper_never_writes_bytes_the_file_already_had(tmp_path: Path, size: int, seed: int) -> None:
-    """Tamper, record, restore, tamper: the second flip could hit the same offset (always, for a 1-byte
-    file; 1 in 256 for the simulator's trusted states) and write the recorded bytes back, so the ledger
-    rightly reused a state the drill had just "damaged" (`drill --simulate --seed 44 --steps 250
-    --candidates 8` failed on correct code). A tamper now always leaves bytes the file never had."""
+    """Tamper, record, restore, tamper: the second flip must not write the recorded bytes back (the same
+    offset, always for a 1-byte file), or the ledger would rightly reuse a state the drill "damaged"."""
     text = TAMPER_AGAIN.replace("SEED", str(seed)).replace("SIZE", str(size))
     result = run_scenario(load_scenario(_write(tmp_path, "tamper-again", text)))
     assert result.ok, [f.message() for f in result.failures]
 
 
 def test_a_dangling_link_in_the_report_folder_is_an_existing_report_not_a_way_out(tmp_path: Path) -> None:
-    """`drill-report.json -> elsewhere` (dangling) did not "exist", so the report was written through the
-    link into a file outside the report folder, and no `--replace` was asked for. It is an existing
-    report: refused without `--replace`, moved aside with it; the link's target is never written."""
+    """A dangling `drill-report.json` link is an existing report: refused without `--replace`, moved aside
+    with it; the link's target is never written."""
     scenario = _write(tmp_path, "small", SMALL.replace("STATE", "verified"))
     report = tmp_path / "report"
     report.mkdir()

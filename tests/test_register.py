@@ -157,6 +157,8 @@ def test_an_unreadable_artifact_is_inconclusive_not_a_reject(ws: Workspace) -> N
     handed = ledger.hand_off("dpo-v5", rehash=True)
     assert handed.inconclusive and handed.state is State.VERIFIED
     assert [e.type for e in handed.events] == ["InconclusiveCheckRecorded"]
+    why = ledger.explain("dpo-v5").inconclusive
+    assert why is not None and why["command"] == "handoff" and "does not exist" in why["checks"]["artifact"]
     (ws.root / "unmounted").rename(volume.root)  # mounted again: a good candidate was never lost
     assert ledger.hand_off("dpo-v5", rehash=True).state is State.READY
 
@@ -193,3 +195,16 @@ def test_a_reward_plan_names_the_checkpoint_to_resume_from_and_the_recovery_what
     assert ledger.history("grpo-v7")[-1][1].resumed_from == str(folder)  # type: ignore[attr-defined]
     (folder / "model.safetensors").write_bytes(b"changed")
     assert ledger.fail_stage("grpo-v7", "sampling").plan.checkpoint is None  # bytes changed: nothing to resume
+
+
+def test_ledger_explain_shows_the_registration_and_an_inconclusive_check(ws: Workspace) -> None:
+    """`Ledger.explain` is the explanation `lifecycle explain` prints: typed, with the provenance card."""
+    ledger = _ready_ledger(ws)
+    ledger.register("dpo-v5", kind="dpo", provenance={"git_commit": "abc123", "dirty": False})
+    pending = ledger.explain("dpo-v5")
+    assert pending.candidate.pending and pending.to_json()["provenance"] == {"git_commit": "abc123", "dirty": False}
+    ledger.receive(ws.dpo(), candidate_id="dpo-v5")
+    ledger.check("dpo-v5")
+    explained = ledger.explain("dpo-v5")
+    assert explained.candidate.state is State.VERIFIED and explained.inconclusive is None
+    assert ledger.explain("dpo-v5", as_of=pending.as_of).candidate.pending

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from conftest import invoke
 
 from lifecycle_fsm import command_path, decisions
 from lifecycle_fsm.replay.drills import load_scenario, run_scenario
+from lifecycle_fsm.replay.drills.model import CandidateModel, LedgerModel
 from lifecycle_fsm.replay.drills.schedule import Schedule, generate
 from lifecycle_fsm.replay.drills.shrink import shrink, write_scenario
 from lifecycle_fsm.replay.drills.simulate import SimResult, simulate
@@ -66,18 +69,37 @@ def test_kept_simulated_ledgers_are_private_and_never_overwritten(tmp_path: Path
     kept = {p.name: p.read_bytes() for p in keep.iterdir()}
     assert sorted(kept) == ["simulated-seed-3.db", "simulated-seed-4.db"]
     assert {stat.S_IMODE((keep / name).stat().st_mode) for name in kept} == {0o600}
-    again = invoke(tmp_path / "unused.db", "drill", "--simulate", "--seed", "4", "--runs", "2", "--steps", "20",
-                   "--keep", str(keep))  # fmt: skip
+    again = invoke(
+        tmp_path / "unused.db",
+        "drill",
+        "--simulate",
+        "--seed",
+        "4",
+        "--runs",
+        "2",
+        "--steps",
+        "20",
+        "--keep",
+        str(keep),
+    )
     assert (again.exit_code, again.stdout) == (3, "")
-    assert again.stderr == (f"Error: {keep / 'simulated-seed-4.db'} exists: --keep never overwrites a kept ledger "
-                            "(move it away, or --keep another folder)\n")  # fmt: skip
+    assert again.stderr == (
+        f"Error: {keep / 'simulated-seed-4.db'} exists: --keep never overwrites a kept ledger "
+        "(move it away, or --keep another folder)\n"
+    )
     assert {p.name: p.read_bytes() for p in keep.iterdir()} == kept  # seed 5 was not run either
 
 
 def _faults_schedule() -> Schedule:
     base = generate(11, 60, 4)
-    ops = [*base.ops, {"checkpoint": None}, {"check": "c0"}, {"corrupt_checkpoint": None}, {"receive": "c1"},
-           {"tamper_event": {"seq": 3}}]  # fmt: skip
+    ops = [
+        *base.ops,
+        {"checkpoint": None},
+        {"check": "c0"},
+        {"corrupt_checkpoint": None},
+        {"receive": "c1"},
+        {"tamper_event": {"seq": 3}},
+    ]
     return Schedule(base.seed, base.artifacts, base.specs, ops)
 
 
@@ -139,8 +161,9 @@ def test_cli_exits_8_and_writes_the_shrunk_scenario(tmp_path: Path, monkeypatch:
     monkeypatch.setattr(command_path, "INVALIDATED_STATES", command_path.INVALIDATED_STATES)
     _skip_tune()
     report = tmp_path / "report"
-    code, doc = _sim(tmp_path, "--seed", "1", "--runs", "20", "--steps", "300", "--candidates", "8",
-                     "--report", str(report))  # fmt: skip
+    code, doc = _sim(
+        tmp_path, "--seed", "1", "--runs", "20", "--steps", "300", "--candidates", "8", "--report", str(report)
+    )
     assert code == 8 and doc["ok"] is False
     failing = doc["runs"][-1]
     assert failing["failure"]["problems"]
@@ -169,10 +192,8 @@ def test_reports_are_never_overwritten_silently(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("simulated", [True, False], ids=["simulate", "scenarios"])
 def test_a_report_that_would_be_refused_is_refused_before_anything_runs(tmp_path: Path, simulated: bool) -> None:
-    """`drill --report DIR` over an existing report ran every scenario or seed first (minutes of `--simulate
-    --steps`), kept their ledgers in `--keep DIR`, printed the schedule, and only then refused (exit 3): the
-    refused command left kept ledgers behind that made its own retry with `--replace` fail too. It is now
-    refused before anything runs, as a kept ledger already there is; a `--replace` run then succeeds."""
+    """A report that would be refused is refused (exit 3) before any scenario or seed runs or any ledger
+    is kept, so a retry with `--replace` succeeds."""
     report, keep = tmp_path / "r", tmp_path / "kept"
     name = "simulation-report.json" if simulated else "drill-report.json"
     report.mkdir()
@@ -182,8 +203,18 @@ def test_a_report_that_would_be_refused_is_refused_before_anything_runs(tmp_path
     what = ["--simulate", "--seed", "3", "--steps", "20"] if simulated else [scenario]
 
     def drill(*extra: str) -> Result:
-        return invoke(tmp_path / "unused.db", "--log-level", "error", "drill", *what, "--report", str(report),
-                      "--keep", str(keep), *extra)  # fmt: skip
+        return invoke(
+            tmp_path / "unused.db",
+            "--log-level",
+            "error",
+            "drill",
+            *what,
+            "--report",
+            str(report),
+            "--keep",
+            str(keep),
+            *extra,
+        )
 
     for extra in [(), ("--replace",)]:  # no --replace: it exists; --replace: its .previous exists
         refused = drill(*extra)
@@ -197,8 +228,81 @@ def test_a_report_that_would_be_refused_is_refused_before_anything_runs(tmp_path
 
 
 def test_a_trusted_state_for_a_rejected_candidate_from_a_deleted_folder_is_refused_by_state() -> None:
-    """`drill --simulate --seed 6` failed on correct code: the model expected an unusable folder to be
-    refused first, but the ledger looks at the path only once the move is legal (a refused command
-    reads nothing), so a candidate in `reject` answers IllegalCommandError whatever the folder."""
-    result = simulate(generate(6, 200, 6))
-    assert result.ok, result.failure
+    """The ledger reads the folder only once the move is legal: a candidate in `reject` is refused by its
+    state (IllegalCommandError), whatever the folder; a live one by the folder."""
+    model = LedgerModel(baselines={"b0": "sha"}, specs={"c0": {"kind": "dpo"}})
+    model.candidates["c0"] = CandidateModel("c0", "dpo", path=["received", "reject"])
+    model.candidates["c1"] = CandidateModel("c0", "dpo")
+    model.delete("t0")
+    for cid, error in [("c0", "IllegalCommandError"), ("c1", "InputError")]:
+        args = {"candidate": cid, "kind": "prompt_queue", "artifact": "t0"}
+        assert error in model.predict("record_trusted_state", args).errors
+
+
+# -- one row of the transition table changed (the real table, mutated in a child process) -----------------
+
+
+def _table_mutants() -> list[dict[str, object]]:
+    """Every one-row change of `MOVES`: a source state dropped from a row, or a row leading elsewhere."""
+    from lifecycle_fsm.machine import MOVES, State
+
+    changes: list[dict[str, object]] = []
+    for i, row in enumerate(MOVES):
+        changes += [{"row": i, "drop": s.value} for s in row.sources]
+        lands = {s: s if row.dest is None else row.dest for s in row.sources}
+        for dest in [None, *State]:  # a change that lands every source where it landed is no change
+            if any((s if dest is None else dest) != lands[s] for s in row.sources):
+                changes.append({"row": i, "dest": dest and dest.value})
+    return changes
+
+
+TABLE_MUTANTS = _table_mutants()
+
+
+def _row(trigger: str) -> int:
+    from lifecycle_fsm.machine import MOVES
+
+    return next(i for i, m in enumerate(MOVES) if m.trigger == trigger)
+
+
+# The evidence invalidation skipping each state it must reach, and a change of a few other kinds of row.
+QUICK = [m for m in TABLE_MUTANTS if m["row"] == _row("invalidate_evidence") and "drop" in m] + [
+    {"row": _row("revise"), "drop": "tune"},
+    {"row": _row("complete_registration"), "dest": "verified"},
+    {"row": _row("fail_checks"), "dest": "recovering"},
+    {"row": _row("plan_recovery"), "drop": "ready"},
+    {"row": _row("complete_recovery"), "dest": None},
+    {"row": _row("record_trusted_state"), "drop": "tune"},
+]
+
+
+def _caught(change: dict[str, object]) -> dict[str, object] | None:
+    out = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("table_mutant.py")), json.dumps(change), "5", "300", "6"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    found: dict[str, object] | None = json.loads(out.stdout.splitlines()[-1])
+    return found
+
+
+@pytest.mark.parametrize("change", QUICK, ids=json.dumps)
+def test_a_changed_table_row_is_caught(change: dict[str, object]) -> None:
+    """The simulator, run against a ledger whose transition table has one row changed, fails within
+    5 seeds x 300 steps: schedules bring every state to every command and settings change."""
+    assert _caught(change) is not None, f"no seed of 5 x 300 steps noticed {change}"
+
+
+# Rows the simulator cannot reach yet: it injects no unreadable artifact (an unmounted artifact root).
+NOT_SIMULATED = {"check_inconclusive", "hand_off_inconclusive"}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("LIFECYCLE_TABLE_MUTANTS"), reason="LIFECYCLE_TABLE_MUTANTS=1 runs all")
+def test_every_changed_table_row_is_caught() -> None:
+    from lifecycle_fsm.machine import MOVES
+
+    reached = [c for c in TABLE_MUTANTS if MOVES[int(str(c["row"]))].trigger not in NOT_SIMULATED]
+    assert [change for change in reached if _caught(change) is None] == []

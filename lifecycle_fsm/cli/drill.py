@@ -71,8 +71,12 @@ def _refuse_misplaced(paths: tuple[Path, ...], simulate: bool) -> None:
 
 @click.command()
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
-@click.option("--report", "report_dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Write drill-report.json and drill-report.md into DIR.")  # fmt: skip
+@click.option(
+    "--report",
+    "report_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Write drill-report.json and drill-report.md into DIR.",
+)
 @click.option(
     "--keep",
     "keep_dir",
@@ -80,21 +84,46 @@ def _refuse_misplaced(paths: tuple[Path, ...], simulate: bool) -> None:
     help="Keep each scenario's ledger as DIR/<scenario-name>.db, 0600 (inspect it with status, history, "
     "explain); an existing one is refused.",
 )
-@click.option("--seed", type=click.IntRange(0, MAX_INT64),
-              help="Override every scenario's seed (with --simulate: the first seed).")  # fmt: skip
+@click.option(
+    "--seed",
+    type=click.IntRange(0, MAX_INT64),
+    help="Override every scenario's seed (with --simulate: the first seed).",
+)
 @click.option("--replace", is_flag=True, help="Keep an existing report as <file>.previous instead of refusing.")
 @click.option("--simulate", is_flag=True, help="Run seeded random schedules with invariants checked after every step.")
-@click.option("--steps", type=click.IntRange(1, 1_000_000), default=200, show_default=True,
-              help="With --simulate: operations per seed.")  # fmt: skip
-@click.option("--candidates", type=click.IntRange(1, 50), default=6, show_default=True,
-              help="With --simulate: candidate artifacts per seed.")  # fmt: skip
-@click.option("--runs", type=click.IntRange(1, 100_000), default=1, show_default=True,
-              help="With --simulate: how many seeds, from --seed on.")  # fmt: skip
+@click.option(
+    "--steps",
+    type=click.IntRange(1, 1_000_000),
+    default=200,
+    show_default=True,
+    help="With --simulate: operations per seed.",
+)
+@click.option(
+    "--candidates",
+    type=click.IntRange(1, 50),
+    default=6,
+    show_default=True,
+    help="With --simulate: candidate artifacts per seed.",
+)
+@click.option(
+    "--runs",
+    type=click.IntRange(1, 100_000),
+    default=1,
+    show_default=True,
+    help="With --simulate: how many seeds, from --seed on.",
+)
 @json_option
 def drill(
-    paths: tuple[Path, ...], report_dir: Path | None, keep_dir: Path | None, seed: int | None, replace: bool,
-    simulate: bool, steps: int, candidates: int, runs: int,
-) -> None:  # fmt: skip
+    paths: tuple[Path, ...],
+    report_dir: Path | None,
+    keep_dir: Path | None,
+    seed: int | None,
+    replace: bool,
+    simulate: bool,
+    steps: int,
+    candidates: int,
+    runs: int,
+) -> None:
     """Run failure scenarios (YAML) against fresh ledgers, with faults injected.
 
     PATHS are scenario files or folders (their *.yaml, not subfolders); default: ./scenarios,
@@ -122,8 +151,15 @@ def drill(
     if simulate:
         from lifecycle_fsm.cli.simulate import simulate_command
 
-        simulate_command(seed=seed, steps=steps, candidates=candidates, runs=runs, keep_dir=keep_dir,
-                         report_dir=report_dir, replace=replace)  # fmt: skip
+        simulate_command(
+            seed=seed,
+            steps=steps,
+            candidates=candidates,
+            runs=runs,
+            keep_dir=keep_dir,
+            report_dir=report_dir,
+            replace=replace,
+        )
         return
     scenarios = load_scenarios(list(paths) or [_default_scenarios()])
     refuse_kept(keep_dir, (s.name for s in scenarios))  # before any runs: a kept ledger is never overwritten

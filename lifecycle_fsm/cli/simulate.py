@@ -15,7 +15,6 @@ from typing import Any
 
 import click
 import orjson
-import yaml
 
 from lifecycle_fsm.cli.app import wants_json
 from lifecycle_fsm.cli.exit_codes import ExitCode
@@ -37,67 +36,58 @@ def _run_json(result: Any, schedule: Any, steps: int, with_schedule: bool) -> _J
 
     failure = result.failure
     return {
-        "seed": result.seed, "steps": steps, "steps_run": result.steps_run, "events": result.events,
-        "head": result.head, "ok": result.ok, "seconds": round(result.seconds, 3),
-        "failure": None if failure is None else {
-            "step": failure.step, "op": describe(failure.op),
+        "seed": result.seed,
+        "steps": steps,
+        "steps_run": result.steps_run,
+        "events": result.events,
+        "head": result.head,
+        "ok": result.ok,
+        "seconds": round(result.seconds, 3),
+        "failure": None
+        if failure is None
+        else {
+            "step": failure.step,
+            "op": describe(failure.op),
             "problems": [{"key": k, "expected": e, "actual": a} for k, e, a in failure.problems],
         },
         "schedule": [describe(op) for op in schedule.ops] if with_schedule else None,
-    }  # fmt: skip
+    }
 
 
 def simulate_command(
-    *, seed: int | None, steps: int, candidates: int, runs: int, keep_dir: Path | None, report_dir: Path | None,
+    *,
+    seed: int | None,
+    steps: int,
+    candidates: int,
+    runs: int,
+    keep_dir: Path | None,
+    report_dir: Path | None,
     replace: bool,
-) -> None:  # fmt: skip
+) -> None:
     """Run `runs` seeds from `seed`; on the first failure shrink it, write the report, exit 8."""
+    from rich.progress import Progress
+
     from lifecycle_fsm.replay.drills.report import write_report_files
     from lifecycle_fsm.replay.drills.schedule import generate
-    from lifecycle_fsm.replay.drills.shrink import shrink, to_scenario
     from lifecycle_fsm.replay.drills.simulate import simulate
 
     first = _first_seed(seed, runs, keep_dir, report_dir, replace)
-    as_json = wants_json()
-    started = time.perf_counter()
+    as_json, started = wants_json(), time.perf_counter()
     docs: list[_JSON] = []
     failed = None
-    show = runs > 1 and not as_json and sys.stderr.isatty()
-    progress = None
-    if show:
-        from rich.progress import Progress
-
-        progress = Progress(transient=True)
-        progress.start()
-        task = progress.add_task("simulating", total=runs * steps)
-    try:
-        for seed_n in range(first, first + runs):
-            schedule = generate(seed_n, steps, candidates)
+    with Progress(transient=True, disable=runs == 1 or as_json or not sys.stderr.isatty()) as progress:
+        for n in progress.track(range(first, first + runs), description="simulating"):
+            schedule = generate(n, steps, candidates)
             if not as_json and runs == 1:
                 _print_schedule(schedule, candidates)
             result = simulate(schedule, keep=keep_dir)
             docs.append(_run_json(result, schedule, steps, with_schedule=as_json and runs == 1))
-            if progress is not None:
-                progress.advance(task, steps)
             if not result.ok:
                 failed = (schedule, result)
                 break
-    finally:
-        if progress is not None:
-            progress.stop()
-    doc: _JSON = {
-        "ok": failed is None, "seed": first, "runs": docs, "steps_run": sum(d["steps_run"] for d in docs),
-        "head": docs[-1]["head"], "seconds": round(time.perf_counter() - started, 3), "shrunk": None,
-    }  # fmt: skip
-    files: dict[str, str] = {}
-    if failed is not None:
-        schedule, result = failed
-        shrunk = shrink(schedule, result)
-        scenario = to_scenario(shrunk)
-        name = _shrunk_name(schedule.seed)
-        files[name] = yaml.safe_dump(scenario, sort_keys=False, width=110)
-        doc["shrunk"] = {"file": name, "operations": len(shrunk.schedule.ops), "runs": shrunk.runs,
-                         "seconds": round(shrunk.seconds, 3), "scenario": scenario}  # fmt: skip
+    doc: _JSON = {"ok": failed is None, "seed": first, "runs": docs, "steps_run": sum(d["steps_run"] for d in docs)}
+    doc |= {"head": docs[-1]["head"], "seconds": round(time.perf_counter() - started, 3), "shrunk": None}
+    files = {} if failed is None else _shrunk(doc, *failed)
     if report_dir is not None:
         files[_REPORT_FILE] = orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n"
         write_report_files(report_dir, files, replace=replace)
@@ -107,6 +97,18 @@ def simulate_command(
         _print(doc, report_dir)
     if failed is not None:
         sys.exit(int(ExitCode.DRILL_FAILED))
+
+
+def _shrunk(doc: _JSON, schedule: Any, result: Any) -> dict[str, str]:
+    """Shrink the failing schedule into `doc["shrunk"]`; the scenario file's name and text."""
+    from lifecycle_fsm.replay.drills.shrink import scenario_yaml, shrink, to_scenario
+
+    shrunk = shrink(schedule, result)
+    scenario = to_scenario(shrunk)
+    name = _shrunk_name(schedule.seed)
+    doc["shrunk"] = {"file": name, "operations": len(shrunk.schedule.ops), "runs": shrunk.runs}
+    doc["shrunk"] |= {"seconds": round(shrunk.seconds, 3), "scenario": scenario}
+    return {name: scenario_yaml(scenario)}
 
 
 def _first_seed(seed: int | None, runs: int, keep_dir: Path | None, report_dir: Path | None, replace: bool) -> int:
@@ -140,8 +142,10 @@ def _print(doc: _JSON, report_dir: Path | None) -> None:
             for p in f["problems"]:
                 click.echo(f"  {p['key']}: expected {p['expected']!s}, actual {p['actual']!s}")
     head = doc["head"]
-    click.echo(f"{len(doc['runs'])} seed(s) from {doc['seed']}, {doc['steps_run']} steps in {doc['seconds']:.1f}s; "
-               f"head seq {head['seq']} {head['hash']}")  # fmt: skip
+    click.echo(
+        f"{len(doc['runs'])} seed(s) from {doc['seed']}, {doc['steps_run']} steps in {doc['seconds']:.1f}s; "
+        f"head seq {head['seq']} {head['hash']}"
+    )
     if doc["shrunk"] is not None:
         s = doc["shrunk"]
         where = f" written to {report_dir / s['file']}" if report_dir is not None else " (give --report DIR to keep it)"

@@ -5,13 +5,15 @@ exists; a drill *writes* one: it builds a scenario's artifacts, runs its steps a
 `Ledger` commands, damages real files on purpose and checks what the ledger promised
 (`lifecycle drill`, `scenarios/README.md`). It uses replay only to verify.
 
-    schema.py     the scenario format: one attrs class per section and per step
+    schema.py, steps.py  the scenario format: attrs classes for the sections and the steps
     convert.py    the strict cattrs converter; its errors become one-line `ScenarioError`s
     loader.py     reading scenario files and checking references between their sections
-    workspace.py  the temporary folder: artifacts and manifests (`lifecycle_fsm.fixtures`)
-    faults.py     crashes, garbled checkpoints, edited events, tampered or deleted artifacts
+    workspace.py  the temporary folder: artifacts and manifests
+    faults.py     garbled checkpoints, edited events, tampered or deleted artifacts
+    writers.py    commands in the drill's ledger, in killed child processes, in concurrent writers
     runner.py     running the steps against the ledger
     report.py     results, drill-report.json and drill-report.md
+    model.py, schedule.py, simulate.py, shrink.py  `drill --simulate`
 """
 
 from __future__ import annotations

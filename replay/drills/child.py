@@ -1,12 +1,12 @@
-"""A writer process for drills: `python -m replay.drills.child DB PLAN_JSON`.
+"""A writer process for drills: `python -m lifecycle_fsm.replay.drills.child DB PLAN_JSON`.
 
-`crash` runs one command here with `LIFECYCLE_FAULT` set, so the store SIGKILLs this
-process at the planned commit point; `concurrently` starts several of these at once.
-The plan is `{"actor", "calls": [[method, args, kwargs], …], "go": path or null}` (the
-simulator adds `clock`, a fixed time, and `id_prefix`, so its ledger head is reproducible): the
-child opens its own `Ledger`, says `ready`, waits for the `go` file (so writers start
-together), then runs each call, printing one line per call:
-`done I SEQ…`, or `refused I CLASS MESSAGE` for a `LifecycleError`.
+`crash` and `crash_during_append` run commands here with `LIFECYCLE_FAULT` set, so the
+store SIGKILLs this process at the planned commit point; `concurrently` starts several at
+once. The plan is `{"actor", "calls": [[method, args, kwargs], …], "go": path or null}`,
+plus `clock` and `id_prefix` from the simulator (a fixed time and event ids, so its
+ledger head is reproducible). The child opens its own `Ledger`, says `ready`, waits for
+the `go` file (so writers start together), then runs each call, printing `begin I` before
+it and `writers.Outcome.line()` after it.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any
 
 import orjson
 
-from lifecycle_fsm.errors import LifecycleError
 from lifecycle_fsm.ledger import Ledger
+from lifecycle_fsm.replay.drills.writers import call
 
 
 def main(argv: list[str]) -> int:
@@ -30,22 +30,13 @@ def main(argv: list[str]) -> int:
     if "clock" in plan:
         ids = itertools.count(1)
         fixed = {"clock": lambda: plan["clock"], "new_id": lambda: f"{plan['id_prefix']}-{next(ids)}"}
-    ledger = Ledger.open(db, synchronous="NORMAL", actor=plan["actor"], **fixed)
-    print("ready", flush=True)
-    if plan.get("go"):
-        go = Path(plan["go"])
-        while not go.exists():
+    with Ledger.open(db, synchronous="NORMAL", actor=plan["actor"], **fixed) as ledger:
+        print("ready", flush=True)
+        while plan.get("go") and not Path(plan["go"]).exists():
             time.sleep(0.001)
-    for i, (method, args, kwargs) in enumerate(plan["calls"], start=1):
-        print("begin", i, flush=True)
-        try:
-            result = getattr(ledger, method)(*args, **kwargs)
-        except LifecycleError as e:
-            print("refused", i, type(e).__name__, orjson.dumps(str(e)).decode(), flush=True)
-            continue
-        seqs = [] if result.duplicate else [e.seq for e in result.events]
-        print("done", i, *seqs, flush=True)
-    ledger.close()
+        for i, (method, args, kwargs) in enumerate(plan["calls"], start=1):
+            print("begin", i, flush=True)
+            print(call(ledger, (method, args, kwargs)).line(), flush=True)
     return 0
 
 

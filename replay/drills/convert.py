@@ -1,48 +1,45 @@
-"""The strict cattrs converter behind the scenario schema, and its errors as one-line `ScenarioError`s.
+"""The strict cattrs converter behind the scenario format, and its errors as one-line `ScenarioError`s.
 
-cattrs converts loosely by default (LIBRARY_NOTES: `seq: 7.9` silently becomes 7, and
-`true` passes for an int, `5` for a string). Here every type the schema uses has a hook
-that refuses anything else: a bool is not an int, a float is not an int, an int is not
-a string, a string is not a list; a `Literal` takes only its values; an attrs class
-takes a mapping with string keys and refuses keys it does not declare
-(`forbid_extra_keys`). An optional key may be left out but not set to null unless its
-field is marked `NULLABLE`.
+cattrs converts loosely by default (`seq: 7.9` becomes 7, `true` passes for an int, `5`
+for a string). Here every type the format uses has a hook that refuses anything else; a
+`Literal` takes only its values; an attrs class takes a mapping with string keys and
+refuses keys it does not declare. An optional key may be left out but not set to null,
+unless its field is marked `NULLABLE`.
 
-cattrs reports every problem of an object at once (`ClassValidationError`, an
-exception group). `structure` turns the first into the `ScenarioError` a person reads:
-the file, the place (`step 3 (expect)`), the key, what is wrong. Unknown keys come
-first (a typo usually explains the rest), then wrong values in the file's order, then
-missing keys, then the checks a class makes of its values.
+cattrs reports every problem of an object at once (`ClassValidationError`); `structure`
+turns the first into the line a person reads: the file, the place (`step 3 (expect)`),
+the key, what is wrong. Unknown keys come first (a typo usually explains the rest), then
+wrong values in the file's order, then missing keys, then the checks a class makes of
+its values.
 """
 
 from __future__ import annotations
 
+import difflib
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import attrs
 import cattrs
-from cattrs.errors import AttributeValidationNote, ClassValidationError, ForbiddenExtraKeysError
+from cattrs.errors import AttributeValidationNote, ClassValidationError
 from cattrs.gen import make_dict_structure_fn, override
 
 from lifecycle_fsm.errors import ScenarioError
 
-__all__ = ["FROM_KEY", "NULLABLE", "Problem", "Where", "converter", "from_file", "structure"]
+__all__ = ["NULLABLE", "Problem", "Where", "converter", "from_file", "structure", "suggest"]
 
 T = TypeVar("T")
 NULLABLE = types.MappingProxyType({"nullable": True})  # field metadata: the key may be given as null
-FROM_KEY = types.MappingProxyType({"from_key": True})  # field metadata: filled from the key it is declared under
 
 
 class Problem(Exception):
     """What is wrong with one value, raised by a hook or a validator and placed by `structure`.
 
-    Without `key` the problem is the value itself: it is reported at the key the value
-    was given under. With `key` it is about a key inside the value (an unknown or
-    non-string key, a field a validator refused).
+    Without `key` the problem is the value itself, reported at the key it was given under;
+    with `key` it is about a key inside the value (an unknown key, a field a validator refused).
     """
 
     def __init__(self, message: str, *, key: str | None = None) -> None:
@@ -62,22 +59,34 @@ class Where:
         return Where(self.path, place)
 
     def error(self, key: str | None, problem: str, within: tuple[str, ...] = ()) -> ScenarioError:
-        parts = [str(self.path), *([self.place] if self.place else []), *within]
-        return ScenarioError(": ".join([*parts, *([f"key {key!r}"] if key else []), problem]))
+        parts = [str(self.path), *([self.place] if self.place else []), *within, *([f"key {key!r}"] if key else [])]
+        return ScenarioError(": ".join([*parts, problem]))
 
 
 def from_file(cl: type) -> tuple[str, ...]:
     """The keys a file may give for an attrs class, in declaration order."""
-    return tuple(f.name for f in attrs.fields(cl) if not f.metadata.get("from_key"))
+    return tuple(f.name for f in attrs.fields(cl))
 
 
-# -- the strict hooks -------------------------------------------------------------------------------------------
+def suggest(word: str, choices: Iterable[str], listed: Iterable[str] | None = None) -> str:
+    """`, did you mean 'x'?` for the closest of `choices`, then the choices (or `listed`) themselves."""
+    choices = list(choices)
+    close = difflib.get_close_matches(word, choices, n=1)
+    return (f", did you mean {close[0]!r}?" if close else "") + f" (expected one of {', '.join(listed or choices)})"
 
-_NAMES: dict[Any, str] = {str: "a string", int: "an integer", bool: "true or false", type(None): "null"}
+
+def unknown(word: str, what: str, choices: Iterable[str], listed: Iterable[str] | None = None) -> str:
+    return f"unknown {what}{suggest(word, choices, listed)}"
+
+
+# -- the strict hooks
 
 
 def _origin(t: Any) -> Any:
     return typing.get_origin(t)
+
+
+_NAMES: dict[Any, str] = {str: "a string", int: "an integer", bool: "true or false", type(None): "null"}
 
 
 def _expected(t: Any) -> str:
@@ -86,30 +95,21 @@ def _expected(t: Any) -> str:
     origin = _origin(t)
     if origin is Literal:
         return "one of " + ", ".join(map(str, typing.get_args(t)))
-    if origin in (list, tuple):
-        return "a list"
-    return "a mapping"
+    return "a list" if origin in (list, tuple) else "a mapping"
 
 
 class WrongType(Problem):
-    """A value of the wrong type; how it is shown depends on where it was found (see `message_at`)."""
+    """A value of the wrong type: shown under a key (`not 'three'`), named by its type when it is a
+    whole section or step, or long (`not list`): it may be a whole file."""
 
-    def __init__(self, value: Any, expected: str) -> None:
-        super().__init__(f"must be {expected}, not {value!r}")
+    def __init__(self, value: Any, t: Any, *, nullable: bool = False) -> None:
+        self.expected = _expected(t) + (" or null" if nullable else "")
+        super().__init__(f"must be {self.expected}, not {value!r}")
         self.value = value
-        self.expected = expected
 
     def message_at(self, path: tuple[str, ...]) -> str:
-        """A value under a key is shown (`not 'three'`); a whole section or step, or a long value, is
-        named by its type (`not list`): it may be a whole file."""
         shown = repr(self.value)
-        if not path or len(shown) > 60:
-            shown = type(self.value).__name__
-        return f"must be {self.expected}, not {shown}"
-
-
-def _wrong(value: Any, t: Any, *, nullable: bool = False) -> WrongType:
-    return WrongType(value, _expected(t) + (" or null" if nullable else ""))
+        return f"must be {self.expected}, not {shown if path and len(shown) <= 60 else type(self.value).__name__}"
 
 
 def _is(value: Any, kind: type) -> bool:
@@ -117,13 +117,10 @@ def _is(value: Any, kind: type) -> bool:
     return isinstance(value, kind) and isinstance(value, bool) is (kind is bool)
 
 
-def _scalar(kind: type) -> Callable[[Any, Any], Any]:
-    def hook(value: Any, _t: Any) -> Any:
-        if not _is(value, kind):
-            raise _wrong(value, kind)
-        return value
-
-    return hook
+def _scalar(value: Any, t: Any) -> Any:
+    if not _is(value, t):
+        raise WrongType(value, t)
+    return value
 
 
 def _is_optional(t: Any) -> bool:
@@ -136,30 +133,27 @@ def _inner(t: Any) -> Any:
 
 
 def _optional(value: Any, t: Any) -> Any:
-    """An optional key given as null is refused: leave it out instead (unless NULLABLE)."""
-    if value is None:
-        raise _wrong(value, _inner(t))
+    if value is None:  # leave the key out instead
+        raise WrongType(value, _inner(t))
     return converter.structure(value, _inner(t))
 
 
 def _nullable(value: Any, t: Any) -> Any:
-    if value is None:
-        return None
     inner = _inner(t)
-    if inner in _NAMES and not _is(value, inner):
-        raise _wrong(value, inner, nullable=True)
-    return converter.structure(value, inner)
+    if value is not None and inner in _NAMES and not _is(value, inner):
+        raise WrongType(value, inner, nullable=True)
+    return None if value is None else converter.structure(value, inner)
 
 
 def _literal(value: Any, t: Any) -> Any:
     if not isinstance(value, str) or value not in typing.get_args(t):
-        raise _wrong(value, t)
+        raise WrongType(value, t)
     return value
 
 
 def _sequence(value: Any, t: Any) -> Any:
     if not isinstance(value, list):
-        raise _wrong(value, t)
+        raise WrongType(value, t)
     item = typing.get_args(t)[0]
     items = []
     for v in value:
@@ -175,12 +169,12 @@ def _sequence(value: Any, t: Any) -> Any:
 def _keys(value: Any, t: Any, allowed: tuple[str, ...] | None) -> dict[str, Any]:
     """A mapping with string keys (and, given `allowed`, only those keys)."""
     if not isinstance(value, dict):
-        raise _wrong(value, t)
+        raise WrongType(value, t)
     for k in value:
         if not isinstance(k, str):
             raise Problem("keys must be strings", key=str(k))
         if allowed is not None and k not in allowed:
-            raise Problem(f"unknown key (expected one of {', '.join(allowed)})", key=k)
+            raise Problem(unknown(k, "key", allowed), key=k)
     return value
 
 
@@ -192,37 +186,24 @@ def _mapping(value: Any, t: Any) -> dict[str, Any]:
 
 def _attrs_class(cl: type) -> Callable[[Any, Any], Any]:
     attrs.resolve_types(cl)
-    overrides = {}
-    for f in attrs.fields(cl):
-        if f.metadata.get("from_key"):
-            overrides[f.name] = override(omit=True)
-        elif f.metadata.get("nullable"):
-            overrides[f.name] = override(struct_hook=_nullable)
+    nullable = {f.name: override(struct_hook=_nullable) for f in attrs.fields(cl) if f.metadata.get("nullable")}
     make: Callable[..., Callable[[Any, Any], Any]] = make_dict_structure_fn  # overrides go in **kwargs
-    structure_fields = make(cl, converter, _cattrs_forbid_extra_keys=True, **overrides)
-
-    def hook(value: Any, _t: Any) -> Any:
-        return structure_fields(_keys(value, cl, None), cl)
-
-    return hook
+    structure_fields = make(cl, converter, **nullable)
+    keys = from_file(cl)
+    return lambda value, _t: structure_fields(_keys(value, cl, keys), cl)
 
 
-def _make_converter() -> cattrs.Converter:
-    conv = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
-    for kind in (str, int, bool):
-        conv.register_structure_hook(kind, _scalar(kind))
-    conv.register_structure_hook_func(_is_optional, _optional)
-    conv.register_structure_hook_func(lambda t: _origin(t) is Literal, _literal)
-    conv.register_structure_hook_func(lambda t: _origin(t) in (list, tuple), _sequence)
-    conv.register_structure_hook_func(lambda t: _origin(t) in (dict, Mapping), _mapping)
-    conv.register_structure_hook_factory(attrs.has, _attrs_class)
-    return conv
+converter = cattrs.Converter(detailed_validation=True)
+for _kind in (str, int, bool):
+    converter.register_structure_hook(_kind, _scalar)
+converter.register_structure_hook_func(_is_optional, _optional)
+converter.register_structure_hook_func(lambda t: _origin(t) is Literal, _literal)
+converter.register_structure_hook_func(lambda t: _origin(t) in (list, tuple), _sequence)
+converter.register_structure_hook_func(lambda t: _origin(t) in (dict, Mapping), _mapping)
+converter.register_structure_hook_factory(attrs.has, _attrs_class)
 
 
-converter = _make_converter()
-
-
-# -- cattrs' errors, placed -------------------------------------------------------------------------------------
+# -- cattrs' errors, placed
 
 
 def _attribute(exc: BaseException) -> str | None:
@@ -235,24 +216,12 @@ def _first(exc: BaseException, raw: Any, path: tuple[str, ...]) -> tuple[tuple[s
     if isinstance(exc, WrongType):
         return (), ".".join(path) or None, exc.message_at(path)
     if isinstance(exc, Problem):
-        if exc.key is not None:
-            return path, exc.key, exc.message
-        return (), ".".join(path) or None, exc.message
+        return (path, exc.key, exc.message) if exc.key is not None else ((), ".".join(path) or None, exc.message)
     if not isinstance(exc, ClassValidationError):
         raise exc  # not a problem with the file: a bug, let it be seen
     by_attribute: dict[str, BaseException] = {}
-    unknown: set[str] = set()
-    checks: list[BaseException] = []
     for sub in exc.exceptions:
-        if isinstance(sub, ForbiddenExtraKeysError):
-            unknown |= sub.extra_fields
-        elif (name := _attribute(sub)) is not None:
-            by_attribute.setdefault(name, sub)
-        else:
-            checks.append(sub)
-    for key in raw:
-        if key in unknown:
-            return path, key, f"unknown key (expected one of {', '.join(from_file(exc.cl))})"
+        by_attribute.setdefault(_attribute(sub) or "", sub)
     for key in raw:
         if key in by_attribute:
             return _first(by_attribute[key], raw[key], (*path, key))
@@ -261,8 +230,8 @@ def _first(exc: BaseException, raw: Any, path: tuple[str, ...]) -> tuple[tuple[s
             field_type = attrs.fields_dict(exc.cl)[name].type
             choices = f" ({_expected(field_type)})" if _origin(field_type) is Literal else ""
             return (), ".".join((*path, name)), f"is required{choices}"
-    if checks:  # the class's own checks run only once every value structured
-        return _first(checks[0], raw, path)
+    if "" in by_attribute:  # the class's own checks run only once every value structured
+        return _first(by_attribute[""], raw, path)
     raise exc
 
 

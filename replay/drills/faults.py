@@ -1,12 +1,10 @@
-"""Fault injection for drills: real damage to the real ledger file and artifact files.
+"""Faults for drills: real damage to the real ledger and artifact files.
 
-Each fault happens the way the failure would: a writer process SIGKILLed inside an
-append (through `LIFECYCLE_FAULT`, see `store/faults.py`), a checkpoint row garbled
-and an event row edited behind the store's back (plain `sqlite3`, or plain psycopg on
-a PostgreSQL ledger, never our store), an artifact
-byte flipped or its folder removed on disk. Each returns what it did (deterministic,
-for the report) and any problem with the consequence the ledger promises, as
-`(key, expected, actual)`; no problems means the ledger behaved.
+Each happens the way the failure would: a checkpoint row garbled and an event row edited
+behind the store's back (plain `sqlite3`, or plain psycopg on a PostgreSQL ledger, never
+our store), an artifact byte flipped or its folder removed on disk. Writers killed inside
+a commit are in `writers.py`. Each fault returns what it did (deterministic, for the
+report) and every broken promise of the ledger as `(key, expected, actual)`.
 """
 
 from __future__ import annotations
@@ -15,10 +13,7 @@ import hashlib
 import os
 import random
 import shutil
-import signal
 import sqlite3
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
@@ -39,31 +34,16 @@ from lifecycle_fsm.store.open import is_postgres_url
 
 __all__ = [
     "FaultOutcome",
+    "Problem",
     "child_env",
-    "integrity",
     "corrupt_checkpoint",
-    "crash_during_append",
     "delete_artifact",
+    "integrity",
     "tamper_artifact",
     "tamper_event",
 ]
 
 Problem = tuple[str, Any, Any]
-
-# Appends `count` fail_stage commands (two events each, one transaction), saying
-# before and after each one how far it got, so the drill knows which command the
-# kill landed in and which positions were acknowledged.
-_CRASH_SNIPPET = """
-import sys
-from lifecycle_fsm.ledger import Ledger
-db, candidate, stage, count, actor = sys.argv[1:6]
-ledger = Ledger.open(db, synchronous="NORMAL", actor=actor)
-print("opened", flush=True)
-for i in range(1, int(count) + 1):
-    print("begin", i, flush=True)
-    result = ledger.fail_stage(candidate, stage)
-    print("done", i, *[e.seq for e in result.events], flush=True)
-"""
 
 
 @attrs.frozen
@@ -117,49 +97,6 @@ def _behind_the_store(db: Path | str) -> Iterator[Callable[..., None]]:
                 raise _Refused(str(e)) from e
 
         yield run_sqlite
-
-
-def crash_during_append(
-    store: EventStore, db: Path | str, *, candidate: str, stage: str, commands: int, rng: random.Random, actor: str
-) -> FaultOutcome:
-    """A writer process SIGKILLed before COMMIT in its K-th command (K from the seed)."""
-    planned = rng.randint(1, commands)
-    fault = f"kill@before_commit#{planned}"  # the store counts command commits only, not opening
-    before = store.count_events()
-    proc = subprocess.run(
-        [sys.executable, "-c", _CRASH_SNIPPET, str(db), candidate, stage, str(commands), actor],
-        env=child_env(fault), capture_output=True, text=True, check=False, timeout=120,
-    )  # fmt: skip
-    acknowledged: list[int] = []
-    in_flight: int | None = None
-    for line in proc.stdout.splitlines():
-        words = line.split()
-        if words[:1] == ["begin"]:
-            in_flight = int(words[1])
-        elif words[:1] == ["done"]:
-            in_flight = None
-            acknowledged.extend(int(w) for w in words[2:])
-    after = store.count_events()
-    detail = {
-        "commands": commands, "killed_in_command": planned, "fault": fault, "returncode": proc.returncode,
-        "acknowledged_events": len(acknowledged), "events_before": before, "events_after": after,
-    }  # fmt: skip
-    problems: list[Problem] = []
-    if proc.returncode != -signal.SIGKILL:
-        tail = proc.stderr.strip().splitlines()[-1:] or ["no output"]
-        problems.append(("returncode", -signal.SIGKILL, f"{proc.returncode} ({tail[0]})"))
-    if in_flight != planned:
-        problems.append(("killed_in_command", planned, in_flight))
-    present = sum(1 for seq in acknowledged if event_at(store, seq) is not None)
-    if present != len(acknowledged):
-        problems.append(("acknowledged_events_kept", len(acknowledged), present))
-    if after != before + len(acknowledged):
-        problems.append(("events", before + len(acknowledged), after))
-    problems.extend(integrity(store))
-    stream = store.read_stream(f"candidate:{candidate}")
-    if stream and stream[-1].type == "StageFailed":
-        problems.append(("torn_event", "none", f"seq {stream[-1].seq} StageFailed without its RecoveryPlanned"))
-    return FaultOutcome(detail, tuple(problems))
 
 
 def integrity(store: EventStore) -> list[Problem]:
@@ -226,8 +163,8 @@ def tamper_event(store: EventStore, db: Path | str, *, seq: int | None, rng: ran
     report = verify(store)
     if report["ok"] or report.get("bad_seq") != target:
         problems.append(("bad_seq", target, report.get("bad_seq")))
-    detail = {"seq": target, "type": event.type, "verify_ok": report["ok"], "bad_seq": report.get("bad_seq"),
-              "reason": report.get("reason")}  # fmt: skip
+    detail = {"seq": target, "type": event.type, "verify_ok": report["ok"]}
+    detail |= {"bad_seq": report.get("bad_seq"), "reason": report.get("reason")}
     return FaultOutcome(detail, tuple(problems))
 
 

@@ -1,17 +1,12 @@
 """Reading drill scenarios: YAML in, a validated `Scenario` out, or one `ScenarioError` line.
 
-A scenario is validated completely before anything runs. An unknown step, an unknown
-key, a value of the wrong type, a missing required key or a reference to an
-undeclared artifact is a `ScenarioError` naming the file, the step number and the
-key: a typo in an expectation must never be ignored, or the drill would pass
-vacuously. Types and keys are declared in `schema.py` and enforced by `convert.py`;
-this module walks the file's sections in order and checks what a type cannot say
-(references between sections, which candidate an expectation is about).
-
-Types are checked here (`advance_window: two` is not an integer); domain values
-within a type (an unknown stage or trusted-state kind, a negative window) are *not*:
-refusing them is the ledger's job, and a drill may want to prove exactly that
-(`refused:`). The format is documented in `scenarios/README.md`.
+A scenario is validated completely before anything runs: an unknown step or key, a value
+of the wrong type, a missing key or a reference to an undeclared artifact names the file,
+the step number and the key, so a typo in an expectation never makes a drill pass
+vacuously. Types and keys are declared in `schema.py` and `steps.py` and enforced by
+`convert.py`; this module walks the file's sections in order and checks what a type cannot
+say. Domain values within a type (an unknown stage, a negative window) are the ledger's to
+refuse: a drill may want to prove exactly that (`refused:`).
 """
 
 from __future__ import annotations
@@ -28,15 +23,9 @@ import yaml
 
 from lifecycle_fsm.errors import InputError, ScenarioError
 from lifecycle_fsm.limits import MAX_SCENARIO_BYTES, read_regular_file
-from lifecycle_fsm.replay.drills.convert import Where, from_file, structure
+from lifecycle_fsm.replay.drills.convert import Where, from_file, structure, unknown
 from lifecycle_fsm.replay.drills.schema import (
-    ACTIONS,
-    CANDIDATE_EXPECTATIONS,
-    COMMAND_ACTIONS,
-    ERROR_CLASSES,
-    MANIFEST_FIELDS,
     NAME,
-    RECOVERY_KEYS,
     STEP_EXTRAS,
     ArtifactSpec,
     DrillConfig,
@@ -45,19 +34,33 @@ from lifecycle_fsm.replay.drills.schema import (
     ScenarioFile,
     Step,
     StepExtras,
+    unknown_error,
+)
+from lifecycle_fsm.replay.drills.steps import (
+    ACTIONS,
+    CANDIDATE_EXPECTATIONS,
+    NAMES,
+    Expect,
+    ExplainExpectation,
+    RecoveryExpectation,
 )
 from lifecycle_fsm.rules import CANDIDATE_KINDS
 
 __all__ = ["find_scenarios", "load_scenario", "load_scenarios", "parse_artifacts", "parse_step"]
 
-
-MAX_SEED = 2**63 - 1  # seeds are reported in JSON, whose integers stop at 64 bits
 MAX_WRITERS = 32  # `concurrently`: each writer is a Python process, all started together
 MAX_ARTIFACT_BYTES = 256 * 1024 * 1024  # all of a scenario's artifacts: 16 MiB each, but never 30,000 of them
+ARTIFACT_KINDS = {"baseline": ("baseline",), "candidate": CANDIDATE_KINDS, "adapter": ("baseline", *CANDIDATE_KINDS)}
 
 
-class _NoAliasLoader(yaml.SafeLoader):
-    """YAML without aliases: `*name` is refused before anything is expanded ("billion laughs")."""
+class _DuplicateKey(Exception):
+    def __init__(self, key: Any, line: int) -> None:
+        super().__init__(f"key {str(key)!r}: given twice (line {line})")
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML without aliases ("billion laughs"), without a key given twice (YAML keeps the last and
+    silently drops the first), and with plain decimal digits as the only integers."""
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
@@ -66,7 +69,6 @@ class _NoAliasLoader(yaml.SafeLoader):
         return super().compose_node(parent, index)
 
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-        """A key given twice is refused: YAML would keep the last one and silently drop the first."""
         seen: set[Any] = set()
         for key_node, _ in node.value:
             if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
@@ -77,59 +79,46 @@ class _NoAliasLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
-# YAML 1.1 reads `010` as 8, `0x10` as 16, `1_0` as 10 and `1:30` as 90 (base 60): a window or seed the author
-# never wrote. Only plain decimal digits are an integer here; anything else stays text (and a key wanting an
-# integer refuses it, naming the key).
+# YAML 1.1 reads `010` as 8, `0x10` as 16, `1_0` as 10 and `1:30` as 90: a number the author never wrote.
+# Anything but plain decimal digits stays text, which a key wanting an integer refuses.
 _INT = "tag:yaml.org,2002:int"
-_NoAliasLoader.yaml_implicit_resolvers = {
+_Loader.yaml_implicit_resolvers = {
     first: [(tag, regexp) for tag, regexp in resolvers if tag != _INT]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
-_NoAliasLoader.add_implicit_resolver(_INT, re.compile(r"^[-+]?(?:0|[1-9][0-9]*)$"), list("-+0123456789"))
-
-
-class _DuplicateKey(Exception):
-    def __init__(self, key: Any, line: int) -> None:
-        super().__init__(key, line)
-        self.key = key
-        self.line = line
+_Loader.add_implicit_resolver(_INT, re.compile(r"^[-+]?(?:0|[1-9][0-9]*)$"), list("-+0123456789"))
 
 
 def _read(path: Path) -> Any:
     try:
-        data = read_regular_file(path, what="scenario file", limit=MAX_SCENARIO_BYTES)
+        return yaml.load(read_regular_file(path, what="scenario file", limit=MAX_SCENARIO_BYTES).decode(), _Loader)
     except InputError as e:
         raise ScenarioError(str(e)) from None
-    try:
-        return yaml.load(data.decode("utf-8"), Loader=_NoAliasLoader)  # a SafeLoader subclass
     except UnicodeDecodeError as e:
         raise ScenarioError(f"{path}: cannot read the scenario ({e})") from None
     except RecursionError:
         raise ScenarioError(f"{path}: not valid YAML (nested too deeply)") from None
     except _DuplicateKey as e:
-        raise ScenarioError(f"{path}: key {str(e.key)!r}: given twice (line {e.line})") from None
+        raise ScenarioError(f"{path}: {e}") from None
     except yaml.YAMLError as e:
         raise ScenarioError(f"{path}: not valid YAML ({' '.join(str(e).split())})") from None
 
 
 def _artifacts(where: Where, raw: Any) -> dict[str, ArtifactSpec]:
     """Each artifact in file order: a candidate's `source` must be a baseline declared before it."""
-    section = where.at("artifacts")
-    declared = structure(section, raw if raw is not None else {}, dict[str, Any])
     artifacts: dict[str, ArtifactSpec] = {}
     total = 0
-    for name, body in declared.items():
+    for name, body in structure(where.at("artifacts"), raw or {}, dict[str, Any]).items():
         here = where.at(f"artifacts.{name}")
         if not NAME.match(name):
             raise here.error(None, "an artifact name is letters, digits, '.', '_' or '-'")
-        spec = attrs.evolve(structure(here, body if body is not None else {}, ArtifactSpec), name=name)
+        spec = structure(here, body or {}, ArtifactSpec)
         baselines = [n for n, a in artifacts.items() if a.type == "baseline"]
         if spec.source is not None and spec.source not in baselines:
             raise here.error("source", f"no baseline artifact named {spec.source!r} declared before it")
-        if (spec.type in CANDIDATE_KINDS and spec.source is None and not baselines
-                and "source_policy_version" not in spec.manifest):  # fmt: skip
+        if spec.type in CANDIDATE_KINDS and not (spec.source or baselines or "source_policy_version" in spec.manifest):
             raise here.error("source", "a candidate needs a baseline declared before it, or source_policy_version")
-        _json_values(here, "manifest", spec.manifest)
+        _json_values(here.at(f"{here.place}: manifest"), spec.manifest)
         total += spec.size
         if total > MAX_ARTIFACT_BYTES:
             raise here.error("size", f"the artifacts total {total} bytes, over the {MAX_ARTIFACT_BYTES}-byte limit")
@@ -137,97 +126,14 @@ def _artifacts(where: Where, raw: Any) -> dict[str, ArtifactSpec]:
     return artifacts
 
 
-def _step(where: Where, number: int, raw: Any, artifacts: Mapping[str, ArtifactSpec]) -> Step:
-    here = where.at(f"step {number}")
-    body = structure(here, raw, dict[str, Any])
-    actions = [k for k in body if k not in STEP_EXTRAS]
-    if not actions:
-        raise here.error(None, f"no action (expected one of {', '.join(ACTIONS)})")
-    for key in actions:
-        if key not in ACTIONS:
-            raise here.error(key, f"unknown step (expected one of {', '.join(ACTIONS)})")
-    if len(actions) > 1:
-        raise here.error(actions[1], f"a step has one action, this one has {', '.join(actions)}")
-    action = actions[0]
-    cls = ACTIONS[action]
-    here = where.at(f"step {number} ({action})")
-    value = body[action]
-    if value is None:
-        args: dict[str, Any] = {}
-    elif isinstance(value, dict):
-        args = value
-    elif cls.shorthand is not None:
-        args = {cls.shorthand: value}
-    else:
-        raise here.error(action, f"must be a mapping of {', '.join(from_file(cls)) or 'nothing'}, not {value!r}")
-    spec = structure(here, args, cls)
-    if body.get("refused") is not None and action not in COMMAND_ACTIONS:
-        raise here.error("refused", f"only ledger commands can be refused ({', '.join(COMMAND_ACTIONS)})")
-    extras = structure(here, {k: body[k] for k in STEP_EXTRAS if k in body}, StepExtras)
-    _check_references(here, action, args, artifacts)
-    if action == "expect":
-        _check_expect(here, args)
-    inner: tuple[Step, ...] = ()
-    if action == "crash":
-        inner = (_inner(where, number, "run", args["run"], artifacts),)
-    elif action == "concurrently":
-        writers = args["writers"]
-        if not isinstance(writers, list) or len(writers) < 2:
-            raise here.error("writers", "must be a list of at least two command steps")
-        if len(writers) > MAX_WRITERS:  # each one a process started at once
-            raise here.error("writers", f"must be a list of 2 to {MAX_WRITERS} command steps, not {len(writers)}")
-        inner = tuple(_inner(where, number, f"writers[{i}]", w, artifacts) for i, w in enumerate(writers))
-    return Step(number, action, spec, args, _refusal(here, extras.refused), extras.note, inner)
-
-
-def _inner(where: Where, number: int, key: str, raw: Any, artifacts: Mapping[str, ArtifactSpec]) -> Step:
-    """A command step nested in `crash` or `concurrently` (reported as `step 3 (crash): run: …`)."""
-    step = _step(Where(where.path, f"step {number}: {key}"), number, raw, artifacts)
-    if step.action not in COMMAND_ACTIONS:
-        raise where.at(f"step {number}").error(key, f"must be a ledger command ({', '.join(COMMAND_ACTIONS)})")
-    return step
-
-
-def _refusal(here: Where, raw: Any) -> Refusal | None:
-    """`refused: ClassName` or `refused: {error: ClassName, message: text}` (or `contains: part`)."""
-    if raw is None:
-        return None
-    if isinstance(raw, str):
-        if raw not in ERROR_CLASSES:
-            raise here.error("refused", f"unknown error class {raw!r} (expected one of {', '.join(ERROR_CLASSES)})")
-        return Refusal(error=raw)
-    if not isinstance(raw, dict):
-        raise here.error(
-            "refused", f"must be an error class name or a mapping of error, message, contains, not {raw!r}"
-        )
-    refusal = structure(here.at(f"{here.place}: refused"), raw, Refusal)
-    if refusal.message is not None and refusal.contains is not None:
-        raise here.error("refused", "give `message` (the whole text) or `contains` (a part), not both")
-    return refusal
-
-
-def _check_references(here: Where, action: str, args: Mapping[str, Any], artifacts: Mapping[str, Any]) -> None:
-    """Every artifact a step names is declared in the file, of the kind the step needs."""
-    for key, name in [("artifact", args.get("artifact")), ("baseline", args.get("baseline"))]:
-        if name is None:
-            continue
-        if name not in artifacts:
-            raise here.error(key, f"no artifact named {name!r} (declared: {', '.join(artifacts) or 'none'})")
-        kind = artifacts[name].type
-        if action in ("activate_baseline", "audit") and kind != "baseline":
-            raise here.error(key, f"{name!r} is a {kind} artifact, not a baseline")
-        if action == "receive" and kind not in CANDIDATE_KINDS:
-            raise here.error(key, f"{name!r} is a {kind} artifact, not a candidate")
-        if action == "edit_manifest" and kind == "trusted_state":
-            raise here.error(key, f"{name!r} is a trusted state: it has no manifest")
-    for name in args.get("candidates", ()) if action == "audit" else ():
-        if name not in artifacts or artifacts[name].type not in CANDIDATE_KINDS:
-            raise here.error("candidates", f"{name!r} is not a declared candidate artifact")
-    if action == "edit_manifest":
-        for key in [*args.get("set", {}), *args.get("drop", ())]:
-            if key not in MANIFEST_FIELDS:
-                raise here.error(key, f"not a manifest field (expected one of {', '.join(MANIFEST_FIELDS)})")
-        _json_values(here, "set", args.get("set", {}))
+def _json_values(here: Where, values: Mapping[Any, Any]) -> None:
+    """Manifest fields are written into a JSON manifest: each must be a JSON value."""
+    for key, value in values.items():
+        if (bad := _not_json(value)) is not None:
+            shown = repr(bad[0]) if isinstance(bad[0], (float, bytes, date)) else type(bad[0]).__name__
+            shown = shown if len(shown) <= 60 else type(bad[0]).__name__
+            kinds = "null, true or false, a finite number, text, a list or a mapping"
+            raise here.error(key, f"must be a JSON value ({kinds}), not {shown}")
 
 
 def _not_json(value: Any) -> tuple[Any] | None:
@@ -236,25 +142,112 @@ def _not_json(value: Any) -> tuple[Any] | None:
         return None
     if isinstance(value, float):
         return None if math.isfinite(value) else (value,)
-    if isinstance(value, list):
-        return next((bad for v in value if (bad := _not_json(v)) is not None), None)
-    if isinstance(value, dict):
-        if not all(isinstance(k, str) for k in value):
-            return (value,)
-        return next((bad for v in value.values() if (bad := _not_json(v)) is not None), None)
+    if isinstance(value, dict) and not all(isinstance(k, str) for k in value):
+        return (value,)
+    if isinstance(value, (list, dict)):
+        items = value.values() if isinstance(value, dict) else value
+        return next((bad for v in items if (bad := _not_json(v)) is not None), None)
     return (value,)
 
 
-def _json_values(here: Where, section: str, values: Mapping[Any, Any]) -> None:
-    """Manifest fields are written into a JSON manifest: each must be a JSON value."""
-    for key, value in values.items():
-        if (bad := _not_json(value)) is not None:
-            shown = repr(bad[0]) if isinstance(bad[0], (float, bytes, date)) else type(bad[0]).__name__
-            shown = shown if len(shown) <= 60 else type(bad[0]).__name__
-            raise here.at(f"{here.place}: {section}").error(
-                key,
-                f"must be a JSON value (null, true or false, a finite number, text, a list or a mapping), not {shown}",
-            )
+def _action(here: Where, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The step's one action, as the file named it, and its arguments (a shorthand's scalar filled in)."""
+    words = [k for k in body if k not in STEP_EXTRAS]
+    if not words:
+        raise here.error(None, f"no action (expected one of {', '.join(ACTIONS)})")
+    for word in words:
+        if word not in NAMES:
+            raise here.error(word, unknown(word, "step", [*NAMES, *STEP_EXTRAS], ACTIONS))
+    if len(words) > 1:
+        raise here.error(words[1], f"a step has one action, this one has {', '.join(words)}")
+    word, value = words[0], body[words[0]]
+    cls = ACTIONS[NAMES[word]]
+    if value is None or isinstance(value, dict):
+        return word, value or {}
+    if cls.shorthand is None:
+        raise here.at(f"{here.place} ({word})").error(
+            word, f"must be a mapping of {', '.join(from_file(cls)) or 'nothing'}, not {value!r}"
+        )
+    return word, {cls.shorthand: value}
+
+
+def _step(where: Where, number: int, raw: Any, artifacts: Mapping[str, ArtifactSpec], prefix: str = "") -> Step:
+    prefix = prefix or f"step {number}"
+    body = structure(where.at(prefix), raw, dict[str, Any])
+    word, args = _action(where.at(prefix), body)
+    here = where.at(f"{prefix} ({word})")
+    action = NAMES[word]
+    spec = structure(here, args, ACTIONS[action])
+    extras = structure(here, {k: body[k] for k in STEP_EXTRAS if k in body}, StepExtras)
+    _check_references(here, spec, args, artifacts)
+    if isinstance(spec, Expect):
+        _check_expect(here, args)
+    inner = _inner(where, number, here, args, artifacts) if action in ("crash", "concurrently") else ()
+    return Step(number, action, word, spec, args, _refusal(here, action, extras.refused, inner), extras.note, inner)
+
+
+def _inner(where: Where, number: int, here: Where, args: Mapping[str, Any], artifacts: Any) -> tuple[Step, ...]:
+    """The command steps a `crash` or `concurrently` step runs (reported as `step 3: writers[1] (check)`)."""
+    if "run" in args:
+        nested = {"run": args["run"]}
+    else:
+        writers = args["writers"]
+        if not isinstance(writers, list) or not 2 <= len(writers) <= MAX_WRITERS:
+            shown = f", not {len(writers)}" if isinstance(writers, list) else ""
+            raise here.error("writers", f"must be a list of 2 to {MAX_WRITERS} command steps{shown}")
+        nested = {f"writers[{i}]": w for i, w in enumerate(writers)}
+    inner = []
+    for key, raw in nested.items():
+        step = _step(where, number, raw, artifacts, prefix=f"step {number}: {key}")
+        if not ACTIONS[step.action].command:
+            raise where.at(f"step {number}").error(key, f"must be a ledger command ({', '.join(_commands())})")
+        inner.append(step)
+    return tuple(inner)
+
+
+def _commands() -> list[str]:
+    return [name for name, cls in ACTIONS.items() if cls.command]
+
+
+def _refusal(here: Where, action: str, raw: Any, inner: tuple[Step, ...]) -> Refusal | None:
+    """`refused: ClassName` or a mapping (error, exact, message or contains; count on `concurrently`)."""
+    if raw is None:
+        return None
+    if not ACTIONS[action].command and action != "concurrently":
+        raise here.error("refused", f"only ledger commands can be refused ({', '.join(_commands())}, concurrently)")
+    if isinstance(raw, str) and (problem := unknown_error(raw)) is not None:
+        raise here.error("refused", problem)
+    if not isinstance(raw, str | dict):
+        keys = ", ".join(from_file(Refusal))
+        raise here.error("refused", f"must be an error class name or a mapping of {keys}, not {raw!r}")
+    refusal = structure(here.at(f"{here.place}: refused"), {"error": raw} if isinstance(raw, str) else raw, Refusal)
+    if action != "concurrently" and refusal.count is not None:
+        raise here.error("refused", "`count` is for a concurrently step (how many of its writers are refused)")
+    if action == "concurrently":
+        if any(step.refused for step in inner):
+            raise here.error("refused", "give it on the step or on its writers, not both")
+        return refusal if refusal.count is not None else Refusal(**{**_fields(refusal), "count": 1})
+    return refusal
+
+
+def _fields(refusal: Refusal) -> dict[str, Any]:
+    return {k: getattr(refusal, k) for k in from_file(Refusal)}
+
+
+def _check_references(here: Where, spec: Any, args: Mapping[str, Any], artifacts: Mapping[str, ArtifactSpec]) -> None:
+    """Every artifact a step names is declared in the file, of the kind the step needs."""
+    for field in attrs.fields(type(spec)):
+        key, kind, names = field.name, field.metadata.get("refers"), getattr(spec, field.name)
+        if kind is None:
+            continue
+        for name in [names] if isinstance(names, str) else names:
+            if name not in artifacts:
+                raise here.error(key, f"no artifact named {name!r} (declared: {', '.join(artifacts) or 'none'})")
+            found = artifacts[name].type
+            if kind != "any" and found not in ARTIFACT_KINDS[kind]:
+                raise here.error(key, f"{name!r} is a {found} artifact, not a{'n' if kind == 'adapter' else ''} {kind}")
+    if "set" in args:
+        _json_values(here.at(f"{here.place}: set"), args["set"])
 
 
 def _check_expect(here: Where, args: Mapping[str, Any]) -> None:
@@ -264,19 +257,15 @@ def _check_expect(here: Where, args: Mapping[str, Any]) -> None:
     for key in CANDIDATE_EXPECTATIONS:
         if key in args and "candidate" not in args:
             raise here.error(key, "needs `candidate:` to say which candidate")
-    if "recovery" in args and not args["recovery"]:
-        raise here.error("recovery", "must name at least one of " + ", ".join(RECOVERY_KEYS))
-    if "explain" in args and not args["explain"]:
-        raise here.error("explain", "must name at least one of seq, type, reason_codes, evidence")
+    for key, fields in (("recovery", from_file(RecoveryExpectation)), ("explain", from_file(ExplainExpectation))):
+        if key in args and not args[key]:
+            raise here.error(key, "must name at least one of " + ", ".join(fields))
     if "as_of" in args and set(args) - {"candidate", "as_of", "state", "reason_codes", "explain", "trusted_states"}:
         raise here.error("as_of", "applies to state, reason_codes, trusted_states and explain only")
     events = args.get("events", 0)
-    if not (_is_count(events) or events == "unchanged" or (isinstance(events, str) and re.fullmatch(r"\+\d+", events))):
+    count = isinstance(events, int) and not isinstance(events, bool) and events >= 0
+    if not (count or events == "unchanged" or (isinstance(events, str) and re.fullmatch(r"\+\d+", events))):
         raise here.error("events", f'must be a count, "+N" or "unchanged", not {events!r}')
-
-
-def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -284,10 +273,7 @@ def load_scenario(path: str | Path) -> Scenario:
     p = Path(path)
     where = Where(p)
     top = structure(where, _read(p), ScenarioFile)
-    if not 0 <= top.seed <= MAX_SEED:
-        raise where.error("seed", f"must be between 0 and {MAX_SEED}, not {top.seed}")
-    config_raw = top.config if top.config is not None else {}
-    config = structure(where.at("config"), config_raw, DrillConfig)
+    config = structure(where.at("config"), top.config or {}, DrillConfig)
     artifacts = _artifacts(where, top.artifacts)
     if not isinstance(top.steps, list) or not top.steps:
         raise where.error("steps", "must be a non-empty list of steps")

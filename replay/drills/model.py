@@ -1,48 +1,57 @@
-"""The simulator's reference model: what the ledger must do, written from the SPEC's prose.
+"""The simulator's reference model: what the ledger must do, written from the documented rules.
 
 Independent of the implementation on purpose: it never imports the machine's table, the
-fold or the decisions module. It may call the seed's pure rules (§3), which the SPEC
-fixes by name. The model also knows the disk: which artifact bytes are intact, tampered
-or deleted (the simulator only tampers intact files, so "changed" is certain, never a
-coin flip that restored a byte).
+fold or the decisions module; it may call the pure rules (`lifecycle_fsm.rules`). It also
+knows the disk: which artifact bytes are intact, tampered or deleted (the simulator only
+tampers intact files, so "changed" is certain).
 
-`predict(op)` says what one command must do — refused (with which error classes) or
-accepted, the events it appends, the candidate states after — and `apply` commits it.
+`predict(op, args)` says what one command must do — refused (with which error classes) or
+accepted, the events it appends, the candidate states after — and its `apply` commits it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 
 from lifecycle_fsm.rules import (
+    BLOCKING_ACTIONS,
+    ONLINE_KINDS,
     RECOVERY_STATES_BY_STAGE,
     check_candidate_freshness,
     choose_recovery_action,
     decide_lifecycle_handoff,
 )
+from lifecycle_fsm.rules import TRUSTED_STATE_KINDS as KINDS
 
 __all__ = ["CandidateModel", "LedgerModel", "Prediction"]
 
 JSON = dict[str, Any]
 DECIDED = ("verified", "ready", "tune")  # what a settings change invalidates
-BLOCKING = ("block_update", "block_release")
-KINDS = ("prompt_queue", "trajectories", "pre_update_checkpoint", "verified_baseline")
+ALIVE = ("received", "verified", "recovering", "ready", "tune")
 
 
 @attrs.define
 class CandidateModel:
-    """One candidate as the SPEC says it must be."""
+    """One candidate as it must be."""
 
     artifact: str
     kind: str
-    state: str = "received"
-    version: int = 1
     fields: JSON = attrs.Factory(dict)  # what the manifest said when it was (last) received
+    path: list[str] = attrs.Factory(lambda: ["received"])  # its state after each of its events
     trusted: dict[str, tuple[str, int]] = attrs.Factory(dict)  # kind -> (folder artifact, its content then)
     plan: JSON | None = None
+    pending: bool = False  # registered, its adapter not received yet
+
+    @property
+    def state(self) -> str:
+        return self.path[-1]
+
+    @property
+    def version(self) -> int:
+        return len(self.path)
 
 
 @attrs.frozen
@@ -78,8 +87,8 @@ class LedgerModel:
 
     # -- the disk ------------------------------------------------------------------------------------------
 
-    def intact(self, artifact: str) -> bool:
-        return self.content.get(artifact, 0) == 0
+    def intact(self, artifact: str | None) -> bool:
+        return self.content.get(artifact or "", 0) == 0
 
     def tamper(self, artifact: str) -> None:
         self.tampers += 1
@@ -90,6 +99,11 @@ class LedgerModel:
 
     def restore(self, artifact: str) -> None:
         self.content[artifact] = 0
+
+    def edit(self, artifact: str, manifest: Mapping[str, Any]) -> None:
+        """A manifest rewritten in place: what the model reads from it changes."""
+        keys = {"evidence_window_index": "window_index", "evaluation_version": "evaluation"}
+        self.specs[artifact] = self.specs[artifact] | {keys.get(k, k): v for k, v in manifest.items()}
 
     # -- evidence ------------------------------------------------------------------------------------------
 
@@ -118,16 +132,21 @@ class LedgerModel:
         rollback_ok = self.active_baseline is not None and self.intact(self.active_baseline)
         return self._freshness(c), artifact_ok, rollback_ok
 
+    def would_pass(self, artifact: str) -> bool:
+        """Whether a candidate received from `artifact` now would pass its check."""
+        freshness, artifact_ok, rollback_ok = self._hard(
+            CandidateModel(artifact, self.specs[artifact]["kind"], fields=self.specs[artifact])
+        )
+        return bool(freshness["fresh"]) and artifact_ok and rollback_ok
+
     def _available(self, c: CandidateModel) -> dict[str, bool]:
         out = {}
         for kind in KINDS:
             recorded = c.trusted.get(kind)
             out[kind] = recorded is not None and self.content.get(recorded[0], 0) == recorded[1]
-        # SPEC §5: "also available, without being recorded" — read as: only when none was recorded. A
-        # recorded verified_baseline that no longer re-hashes is not replaced by the active baseline
-        # (the simulator's first finding: the SPEC is ambiguous here; the ledger blocks, so does this).
-        # The rollback target is the baseline the candidate branched from when it was ever activated
-        # (a plan must not roll back to a baseline the candidate does not descend from), else the active one.
+        # The active baseline is available without being recorded only when none was recorded: a recorded
+        # verified_baseline that no longer re-hashes is not replaced by it. The rollback target is the baseline
+        # the candidate branched from when it was ever activated (it must descend from it), else the active one.
         if "verified_baseline" not in c.trusted and self.active_baseline is not None:
             own = c.fields["source"]
             out["verified_baseline"] = self.intact(own if own in self.activated else self.active_baseline)
@@ -139,14 +158,17 @@ class LedgerModel:
         """What `op` (a scenario step name) with `args` must do now."""
         return getattr(self, f"_{op}")(args)  # type: ignore[no-any-return]
 
-    def _move(self, cid: str, state: str, events: int = 1, plan: JSON | None = None) -> Prediction:
+    def _move(
+        self, cid: str, state: str, events: int = 1, plan: JSON | None = None, then: Callable[[], Any] = lambda: None
+    ) -> Prediction:
         c = self.candidates[cid]
 
         def commit() -> None:
-            c.state, c.version = state, c.version + events
+            c.path += [c.state] * (events - 1) + [state]  # a failed stage: kept, then planned
             if plan is not None:
                 c.plan = plan
             self.events += events
+            then()
 
         return Prediction(events=events, states={cid: (state, c.version + events)}, plan=plan, apply=commit)
 
@@ -162,6 +184,8 @@ class LedgerModel:
         cid = args.get("id") or artifact  # the default id is the manifest's policy_version: the artifact's name
         fields = dict(self.specs[artifact])
         c = self.candidates.get(cid)
+        if c is not None and c.pending:
+            return self._complete(cid, artifact, fields)
         if c is None:
 
             def create() -> None:
@@ -173,19 +197,47 @@ class LedgerModel:
             return Prediction(states={cid: (c.state, c.version)}, apply=lambda: None)  # a retry: nothing new
         if c.state != "tune":
             return Prediction(errors=("IllegalCommandError",))
-        prediction = self._move(cid, "received")
 
-        def revise() -> None:
-            prediction.apply()
-            c.fields, c.artifact, c.kind = fields, artifact, fields["kind"]
-            c.plan = None  # a revision starts a new life: its trusted states stay, its last plan does not
+        def revise() -> None:  # a new life: its trusted states stay, its last plan does not
+            c.fields, c.artifact, c.kind, c.plan = fields, artifact, fields["kind"], None
 
-        return attrs.evolve(prediction, apply=revise)
+        return self._move(cid, "received", then=revise)
+
+    def _register(self, args: JSON) -> Prediction:
+        cid, kind, source = args["candidate"], args["kind"], self.active_baseline
+        if kind not in ("dpo", "grpo", "rlvr") or source is None:  # its source: the active baseline
+            return Prediction(errors=("InputError",))
+        if cid not in self.candidates:
+
+            def create() -> None:
+                self.candidates[cid] = CandidateModel("", kind, {"kind": kind, "source": source}, pending=True)
+                self.events += 1
+
+            return Prediction(events=1, states={cid: ("received", 1)}, apply=create)
+        c = self.candidates[cid]
+        if c.pending and c.fields == {"kind": kind, "source": source}:
+            return Prediction(states={cid: (c.state, c.version)}, apply=lambda: None)  # the same registration
+        return Prediction(errors=("ConflictError",))
+
+    def _complete(self, cid: str, artifact: str, fields: JSON) -> Prediction:
+        """The finished adapter's manifest completes a registered candidate of its kind and source."""
+        c = self.candidates[cid]
+        if c.state != "received":
+            return Prediction(errors=("IllegalCommandError",))
+        if (fields["kind"], fields["source"]) != (c.fields["kind"], c.fields["source"]):
+            return Prediction(errors=("InputError",))
+
+        def complete() -> None:
+            c.fields, c.artifact, c.pending, c.plan = fields, artifact, False, None  # as a revision: no last plan
+
+        return self._move(cid, "received", then=complete)
 
     def _check(self, args: JSON) -> Prediction:
         cid = args["candidate"]
         if (refused := self._existing(cid, ("received", *DECIDED))) is not None:
             return refused
+        if self.candidates[cid].pending:  # judged only once its adapter was received
+            return Prediction(errors=("IllegalCommandError",))
         if self.active_baseline is None:  # nothing to check lineage against
             return Prediction(errors=("ConflictError",))
         c = self.candidates[cid]
@@ -209,10 +261,12 @@ class LedgerModel:
         cid, stage = args["candidate"], args["stage"]
         if stage not in RECOVERY_STATES_BY_STAGE:
             return Prediction(errors=("InputError",) if cid in self.candidates else ("InputError", "NotFoundError"))
-        if (refused := self._existing(cid, ("received", "verified", "recovering"))) is not None:
+        if (refused := self._existing(cid, ("received", "verified", "recovering", "ready"))) is not None:
             return refused
+        if self.candidates[cid].state == "ready" and stage != "artifact_validation":  # after hand-off: an export
+            return Prediction(errors=("IllegalCommandError",))
         plan = choose_recovery_action({"stage": stage, "available": self._available(self.candidates[cid])})
-        return self._move(cid, "reject" if plan["action"] in BLOCKING else "recovering", events=2, plan=plan)
+        return self._move(cid, "reject" if plan["action"] in BLOCKING_ACTIONS else "recovering", events=2, plan=plan)
 
     def _complete_recovery(self, args: JSON) -> Prediction:
         cid = args["candidate"]
@@ -222,47 +276,36 @@ class LedgerModel:
         cid, kind, folder = args["candidate"], args["kind"], args["artifact"]
         if kind not in KINDS:
             return Prediction(errors=("InputError", "NotFoundError"))
-        if (refused := self._existing(cid, ("received", "verified", "recovering", "ready", "tune"))) is not None:
+        if (refused := self._existing(cid, ALIVE)) is not None:
             return refused  # the state first: the ledger reads the folder only once the move is legal
         if self.content.get(folder, 0) is None:
             return Prediction(errors=("InputError", "ArtifactError"))
-        c = self.candidates[cid]
-        prediction = self._move(cid, c.state)
-        content = self.content.get(folder, 0)
-
-        def record() -> None:
-            prediction.apply()
-            c.trusted[kind] = (folder, content or 0)
-
-        return attrs.evolve(prediction, apply=record)
+        c, content = self.candidates[cid], self.content.get(folder, 0) or 0
+        return self._move(cid, c.state, then=lambda: c.trusted.__setitem__(kind, (folder, content)))
 
     def _invalidate_trusted_state(self, args: JSON) -> Prediction:
         cid, kind = args["candidate"], args["kind"]
         if kind not in KINDS:
             return Prediction(errors=("InputError", "NotFoundError"))
-        if (refused := self._existing(cid, ("received", "verified", "recovering", "ready", "tune"))) is not None:
+        if (refused := self._existing(cid, ALIVE)) is not None:
             return refused
         c = self.candidates[cid]
         if kind not in c.trusted:
             return Prediction(errors=("ConflictError",))
-        prediction = self._move(cid, c.state)
-
-        def forget() -> None:
-            prediction.apply()
-            del c.trusted[kind]
-
-        return attrs.evolve(prediction, apply=forget)
+        return self._move(cid, c.state, then=lambda: c.trusted.pop(kind))
 
     def _settings_change(self, change: Any, online_only: bool) -> Prediction:
-        hit = [cid for cid, c in self.candidates.items()
-               if c.state in DECIDED and (not online_only or c.kind in ("grpo", "rlvr"))]  # fmt: skip
+        hit = [
+            cid
+            for cid, c in self.candidates.items()
+            if c.state in DECIDED and (not online_only or c.kind in ONLINE_KINDS)
+        ]
         states = {cid: ("received", self.candidates[cid].version + 1) for cid in hit}
 
         def commit() -> None:
             change()
             for cid in hit:
-                c = self.candidates[cid]
-                c.state, c.version = "received", c.version + 1
+                self.candidates[cid].path.append("received")
             self.events += 1 + len(hit)
 
         return Prediction(events=1 + len(hit), states=states, apply=commit)
@@ -271,8 +314,12 @@ class LedgerModel:
         name = args["artifact"]
         if name == self.active_baseline:
             return Prediction(apply=lambda: None)
-        self.activated.add(name)
-        return self._settings_change(lambda: setattr(self, "active_baseline", name), online_only=False)
+
+        def activate() -> None:
+            self.active_baseline = name
+            self.activated.add(name)
+
+        return self._settings_change(activate, online_only=False)
 
     def _advance_window(self, args: JSON) -> Prediction:
         window = args["window"]

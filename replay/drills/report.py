@@ -90,12 +90,18 @@ class DrillResult:
     def to_json(self) -> JSON:
         """Everything but the duration (that goes to the report's `timings`)."""
         return {
-            "name": self.name, "file": self.file, "seed": self.seed, "result": self.result,
-            "steps": self.steps_total, "steps_run": len(self.steps), "events": self.events,
-            "failures": [f.to_json() for f in self.failures], "inconclusive": list(self.inconclusive),
+            "name": self.name,
+            "file": self.file,
+            "seed": self.seed,
+            "result": self.result,
+            "steps": self.steps_total,
+            "steps_run": len(self.steps),
+            "events": self.events,
+            "failures": [f.to_json() for f in self.failures],
+            "inconclusive": list(self.inconclusive),
             "kept": self.kept,
             "step_results": [attrs.asdict(s) for s in self.steps],
-        }  # fmt: skip
+        }
 
 
 def build_report(results: Sequence[DrillResult]) -> JSON:
@@ -122,11 +128,14 @@ def report_markdown(report: JSON) -> str:
     """drill-report.md: the same facts for people; timings in the last section only."""
     s = report["summary"]
     lines = [
-        "# Drill report", "",
+        "# Drill report",
+        "",
         f"**{'PASS' if report['ok'] else 'FAIL'}**: {s['passed']} of {s['scenarios']} scenarios passed"
-        f"{', ' + str(s.get('inconclusive')) + ' inconclusive' if s.get('inconclusive') else ''}.", "",
-        "| scenario | file | seed | steps | events | result |", "|---|---|---|---|---|---|",
-    ]  # fmt: skip
+        f"{', ' + str(s.get('inconclusive')) + ' inconclusive' if s.get('inconclusive') else ''}.",
+        "",
+        "| scenario | file | seed | steps | events | result |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in report["scenarios"]:
         steps = f"{r['steps_run']}/{r['steps']}"
         lines.append(f"| {r['name']} | {r['file']} | {r['seed']} | {steps} | {r['events']} | {r['result']} |")

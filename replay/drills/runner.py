@@ -2,13 +2,11 @@
 
 Each scenario gets its own temporary folder (`workspace.Workspace`): the artifacts it
 declares and a new ledger initialised from its `config` (an SQLite file in the folder,
-or, given `ledger_url`, an empty PostgreSQL schema: the drills run on both backends).
-Steps call the real `Ledger`, faults damage the real files or rows (`faults`,
-`writers`), expectations read the ledger back. A failed step does not stop the run:
-every failure is reported, each with its step number, what was expected and what was
-found. A fault that cannot be injected here makes the scenario `inconclusive`. Paths
-inside the temporary folder are shown as
-`<workspace>/…`.
+or, given `ledger_url`, an empty PostgreSQL schema). Steps call the real `Ledger`,
+faults damage the real files or rows, expectations read the ledger back. A failed step
+does not stop the run: every failure is reported with its step, what was expected and
+what was found. A fault that cannot be injected here makes the scenario `inconclusive`.
+Paths inside the temporary folder are shown as `<workspace>/…`.
 """
 
 from __future__ import annotations
@@ -22,10 +20,11 @@ from typing import Any
 
 import attrs
 
-from lifecycle_fsm.errors import LifecycleError, NotFoundError
+from lifecycle_fsm.errors import LifecycleError
 from lifecycle_fsm.ledger import CandidateResult, Ledger, utc_now
 from lifecycle_fsm.replay.checkpoints import load_state, take_checkpoint
-from lifecycle_fsm.replay.drills import faults, schema, writers
+from lifecycle_fsm.replay.drills import faults, steps, writers
+from lifecycle_fsm.replay.drills.faults import FaultOutcome
 from lifecycle_fsm.replay.drills.report import DrillResult, Failure, StepResult
 from lifecycle_fsm.replay.drills.schema import Scenario, Step
 from lifecycle_fsm.replay.drills.workspace import Workspace
@@ -41,11 +40,11 @@ JSON = dict[str, Any]
 
 
 class StepFailed(Exception):
-    """Carries the failures of one step out of the code that checks it."""
+    """Carries the failures of one step, as (key, expected, actual), out of the code that checks it."""
 
-    def __init__(self, failures: list[tuple[str, Any, Any]], detail: JSON | None = None) -> None:
+    def __init__(self, failures: Sequence[tuple[str, Any, Any]], detail: JSON | None = None) -> None:
         super().__init__(failures)
-        self.failures = failures
+        self.failures = list(failures)
         self.detail = detail or {}
 
 
@@ -59,35 +58,26 @@ class Run:
     rng: random.Random
     target: Path | str  # what the ledger was opened from: the file, or the PostgreSQL URL
     clock: Callable[[], str] = utc_now  # checkpoints' clock (the simulator fixes it)
-    child: JSON = attrs.Factory(dict)  # extra plan for child writers (the simulator: clock, ids, actor)
+    child: JSON = attrs.Factory(dict)  # the plan every child writer gets (the simulator: clock, ids, actor)
     mark: int = 0  # events before the last step that was not an `expect` ("+N" counts from here)
     audit: JSON | None = None  # the last `audit` step's hand-off record
 
     @property
-    def behind_the_store(self) -> bool:
-        """Whether faults can reach the ledger's rows with a plain driver (an SQLite file or PostgreSQL)."""
-        return is_postgres_url(self.target) or Path(self.target).is_file()
+    def actor(self) -> str:
+        return f"drill:{self.scenario.name}"
 
 
 def _run_command(run: Run, step: Step) -> JSON:
     before = run.ledger.store.count_events()
-    method, args, kwargs = writers.command_call(run.ws, step.spec)
-    try:
-        result = getattr(run.ledger, method)(*args, **kwargs)
-    except LifecycleError as e:
-        name, message = type(e).__name__, run.ws.shown(str(e))
-        if step.refused is None:
-            raise StepFailed([("outcome", "success", f"{name}: {message}")]) from e
-        if (problem := writers.refusal_problem(step.refused, name, message)) is not None:
-            raise StepFailed([("outcome", step.refused.describe(), problem)]) from e
-        after = run.ledger.store.count_events()
-        if after != before:
-            raise StepFailed([("events", before, after)], {"refused": name}) from e
-        return {"refused": name}
-    appended = [] if result.duplicate else [e.seq for e in result.events]
-    if step.refused is not None:
-        raise StepFailed([("outcome", step.refused.describe(), f"success (appended {len(appended)})")])
-    detail: JSON = {"appended": appended}
+    outcome = writers.call(run.ledger, writers.command_call(run.ws, step.spec))
+    if (why := outcome.judge(step.refused, run.ws)) is not None:
+        raise StepFailed([("outcome", step.refused.describe() if step.refused else "success", why)])
+    if outcome.refused:
+        if (after := run.ledger.store.count_events()) != before:
+            raise StepFailed([("events", before, after)], {"refused": outcome.classes[0]})
+        return {"refused": outcome.classes[0]}
+    detail: JSON = {"appended": outcome.seqs}
+    result = outcome.result
     if isinstance(result, CandidateResult):
         detail["state"] = result.candidate.state
         plan = result.candidate.last_recovery
@@ -110,29 +100,31 @@ def _dig(doc: Any, path: str) -> Any:
     return doc
 
 
+def _explained(doc: JSON, want: JSON) -> JSON:
+    decisive = doc["decisive_event"]
+    got = {"seq": decisive["seq"], "type": decisive["type"], "reason_codes": list(doc["reason_codes"])}
+    got = {k: v for k, v in got.items() if k in want}
+    if "evidence" in want:
+        got["evidence"] = {k: _dig(doc, k) for k in want["evidence"]}
+    return got
+
+
 def _candidate_found(run: Run, a: Any) -> JSON:
     """What the candidate keys of an `expect` compare with: now, or as of `as_of`."""
     cid = a["candidate"]
     try:
         doc = explain(run.ledger.store, cid, as_of=a.get("as_of"))
-    except (NotFoundError, LifecycleError) as e:
+    except LifecycleError as e:
         raise StepFailed([("candidate", cid, run.ws.shown(str(e)))]) from None
-    found: JSON = {"state": doc["state"], "reason_codes": list(doc["reason_codes"]),
-                   "trusted_states": sorted(doc["trusted_states"])}  # fmt: skip
+    found: JSON = {"state": doc["state"], "reason_codes": list(doc["reason_codes"]), "as_of": a.get("as_of")}
+    found |= {"trusted_states": sorted(doc["trusted_states"])}
     if "explain" in a:
-        want = a["explain"]
-        decisive = doc["decisive_event"]
-        got = {"seq": decisive["seq"], "type": decisive["type"], "reason_codes": found["reason_codes"]}
-        got = {k: v for k, v in got.items() if k in want}
-        if "evidence" in want:
-            got["evidence"] = {k: _dig(doc, k) for k in want["evidence"]}
-        found["explain"] = got
+        found["explain"] = _explained(doc, a["explain"])
     if "as_of" not in a:
         c = run.ledger.candidate(cid)
         handoff, plan = c.last_handoff or {}, c.last_recovery or {}
-        found |= {"handoff": handoff.get("handoff_status"), "hard_failures": handoff.get("hard_failures"),
-                  "recovery": {k: plan.get(k) for k in a.get("recovery", {})}}  # fmt: skip
-    found["as_of"] = a.get("as_of")
+        found |= {"handoff": handoff.get("handoff_status"), "hard_failures": handoff.get("hard_failures")}
+        found["recovery"] = {k: plan.get(k) for k in a.get("recovery", {})}
     return found
 
 
@@ -141,9 +133,7 @@ def _events_found(run: Run, want: Any) -> Any:
     if isinstance(want, int):
         return now
     delta = now - run.mark
-    if want == "unchanged":
-        return "unchanged" if delta == 0 else f"+{delta}"
-    return f"+{delta}"
+    return "unchanged" if want == "unchanged" and delta == 0 else f"+{delta}"
 
 
 def _expect(run: Run, step: Step) -> JSON:
@@ -161,16 +151,21 @@ def _expect(run: Run, step: Step) -> JSON:
     checked = [k for k in a if k != "candidate"]
 
     def label(key: str) -> str:
-        return f"{a['candidate']} {key}" if key in schema.CANDIDATE_EXPECTATIONS else key
+        return f"{a['candidate']} {key}" if key in steps.CANDIDATE_EXPECTATIONS else key
 
-    failures = [(label(k), a[k], run.ws.shown(found[k])) for k in checked if found[k] != a[k]]
-    if failures:
+    if failures := [(label(k), a[k], run.ws.shown(found[k])) for k in checked if found[k] != a[k]]:
         raise StepFailed(failures)
     return {"checked": checked}
 
 
-def _replay(run: Run, to: int | None) -> JSON:
-    head = run.ledger.store.head().seq
+def _checkpoint(run: Run, _step: Step) -> JSON:
+    record = take_checkpoint(run.ledger.store, clock=run.clock)
+    return {"checkpoint_id": record.checkpoint_id, "position": record.position}
+
+
+def _replay(run: Run, step: Step) -> JSON:
+    assert isinstance(step.spec, steps.Replay)
+    to, head = step.spec.to, run.ledger.store.head().seq
     if to is not None and not 1 <= to <= head:  # `lifecycle replay --to` refuses it: never "replayed to the head"
         why = f"--to {to}: a seq starts at 1" if to < 1 else f"--to {to} is past the head of the log (seq {head})"
         raise StepFailed([("to", f"a seq from 1 to the head ({head})", why)])
@@ -191,78 +186,86 @@ def _audit(run: Run, step: Step) -> JSON:
     from lifecycle_fsm import audit
 
     spec = step.spec
-    assert isinstance(spec, schema.Audit)
+    assert isinstance(spec, steps.Audit)
     settings = run.ledger.settings()
     request = audit.AuditRequest(
-        baseline=run.ws.manifests[spec.baseline], candidates=tuple(run.ws.manifests[c] for c in spec.candidates),
-        label=spec.label, out=run.ws.root / "audit" / f"step-{step.number}", root=run.ws.root,
-        active_window=settings.active_window or 0, max_window_age=settings.max_window_age or 0,
-    )  # fmt: skip
+        baseline=run.ws.manifests[spec.baseline],
+        candidates=tuple(run.ws.manifests[c] for c in spec.candidates),
+        label=spec.label,
+        out=run.ws.root / "audit" / f"step-{step.number}",
+        root=run.ws.root,
+        active_window=settings.active_window or 0,
+        max_window_age=settings.max_window_age or 0,
+    )
     result = audit.run(audit.prepare(request), run.ledger)
     run.audit = result.handoff
-    statuses = {r["candidate_id"] if "candidate_id" in r else r["manifest"]: r["handoff_status"]
-                for r in result.evidence["candidate_records"]}  # fmt: skip
+    records = result.evidence["candidate_records"]
+    statuses = {r.get("candidate_id", r.get("manifest")): r["handoff_status"] for r in records}
     return {"handoff_status": result.handoff_status, "candidates": statuses}
 
 
-def _fault(run: Run, step: Step) -> JSON:
-    store, ws = run.ledger.store, run.ws
-    behind = (schema.CrashDuringAppend, schema.CorruptCheckpoint, schema.TamperEvent, schema.Crash, schema.Concurrently)
-    if isinstance(step.spec, behind) and not run.behind_the_store:
-        raise writers.Inconclusive(f"{step.action} needs the ledger's file or server; this ledger is neither")
-    actor = f"drill:{run.scenario.name}"
-    target = run.target
-    match step.spec:
-        case schema.CrashDuringAppend(candidate=candidate, stage=stage, commands=commands):
-            outcome = faults.crash_during_append(
-                store, target, candidate=candidate, stage=stage, commands=commands, rng=run.rng, actor=f"{actor}:crash",
-            )  # fmt: skip
-        case schema.Crash():
-            outcome = writers.crash(store, ws, str(target), step, f"{actor}:crash", run.child)
-        case schema.Concurrently():
-            outcome = writers.concurrently(store, ws, str(target), step, actor)
-        case schema.CorruptCheckpoint():
-            outcome = faults.corrupt_checkpoint(store, target)
-        case schema.TamperEvent(seq=seq):
-            outcome = faults.tamper_event(store, target, seq=seq, rng=run.rng)
-        case schema.DeleteArtifact(artifact=name):
-            ws.backup(name)
-            outcome = faults.delete_artifact(ws.folders[name], shown=str(ws.folders[name].relative_to(ws.root)))
-        case schema.TamperArtifact(artifact=name):
-            ws.backup(name)
-            trusted = run.scenario.artifacts[name].type == "trusted_state"
-            file = ws.folders[name] / ("state.bin" if trusted else "adapter_model.safetensors")
-            had = ws.tampered.setdefault(name, set())
-            outcome = faults.tamper_artifact(file, rng=run.rng, shown=str(file.relative_to(ws.root)), had=had)
-        case schema.RestoreArtifact(artifact=name):
-            if not ws.restore(name):
-                raise StepFailed([("restore", f"{name} tampered with or deleted before", "never damaged")])
-            outcome = faults.FaultOutcome({"restored": str(ws.folders[name].relative_to(ws.root))})
-        case schema.EditManifest(artifact=name, set=changes, drop=drop):
-            ws.edit_manifest(name, changes, drop)
-            outcome = faults.FaultOutcome({"edited": str(ws.manifests[name].relative_to(ws.root))})
-        case _:
-            raise AssertionError(f"not a fault: {step.action}")
-    detail: JSON = run.ws.shown(outcome.detail)
-    if outcome.problems:
-        raise StepFailed([(k, e, run.ws.shown(v)) for k, e, v in outcome.problems], detail)
-    return detail
+def _damage(run: Run, step: Step) -> FaultOutcome:
+    """Tamper with, delete, restore or edit an artifact on disk (its original bytes kept aside first)."""
+    ws, spec = run.ws, step.spec
+    name = step.args["artifact"]
+    shown = str(ws.folders[name].relative_to(ws.root))
+    if isinstance(spec, steps.RestoreArtifact):
+        if not ws.restore(name):
+            raise StepFailed([("restore", f"{name} tampered with or deleted before", "never damaged")])
+        return FaultOutcome({"restored": shown})
+    if isinstance(spec, steps.EditManifest):
+        ws.edit_manifest(name, spec.set, spec.drop)
+        return FaultOutcome({"edited": str(ws.manifests[name].relative_to(ws.root))})
+    ws.backup(name)
+    if isinstance(spec, steps.DeleteArtifact):
+        return faults.delete_artifact(ws.folders[name], shown=shown)
+    file = ws.folders[name] / ("state.bin" if ws.specs[name].type == "trusted_state" else "adapter_model.safetensors")
+    had = ws.tampered.setdefault(name, set())
+    return faults.tamper_artifact(file, rng=run.rng, shown=str(file.relative_to(ws.root)), had=had)
+
+
+def _behind_the_store(run: Run, step: Step) -> FaultOutcome:
+    """The faults that reach the ledger's rows, or run other writers against it."""
+    if not (is_postgres_url(run.target) or Path(run.target).is_file()):
+        raise writers.Inconclusive(f"{step.word} needs the ledger's file or server; this ledger is neither")
+    store, spec, target = run.ledger.store, step.spec, str(run.target)
+    if isinstance(spec, steps.CrashDuringAppend):
+        return writers.crash_during_append(
+            store, target, spec.candidate, spec.stage, spec.commands, rng=run.rng, actor=f"{run.actor}:crash"
+        )
+    if isinstance(spec, steps.Crash):
+        return writers.crash(store, run.ws, target, step, {"actor": f"{run.actor}:crash"} | run.child)
+    if isinstance(spec, steps.Concurrently):
+        return writers.concurrently(store, run.ws, target, step, run.actor)
+    if isinstance(spec, steps.TamperEvent):
+        return faults.tamper_event(store, run.target, seq=spec.seq, rng=run.rng)
+    return faults.corrupt_checkpoint(store, run.target)
+
+
+def _fault(fault: Callable[[Run, Step], FaultOutcome]) -> Callable[[Run, Step], JSON]:
+    def run_fault(run: Run, step: Step) -> JSON:
+        outcome = fault(run, step)
+        detail: JSON = run.ws.shown(outcome.detail)
+        if outcome.problems:
+            raise StepFailed([(k, e, run.ws.shown(v)) for k, e, v in outcome.problems], detail)
+        return detail
+
+    return run_fault
+
+
+STEPS: dict[str, Callable[[Run, Step], JSON]] = {
+    "checkpoint": _checkpoint,
+    "expect": _expect,
+    "replay": _replay,
+    "audit": _audit,
+    **{name: _fault(_damage) for name in ("tamper_artifact", "delete_artifact", "restore_artifact", "edit_manifest")},
+    **{name: _fault(_behind_the_store) for name, cls in steps.ACTIONS.items() if cls.needs_store},
+    **{name: _run_command for name in steps.COMMAND_ACTIONS},
+}
 
 
 def run_step(run: Run, step: Step) -> JSON:
-    match step.spec:
-        case schema.Checkpoint():
-            record = take_checkpoint(run.ledger.store, clock=run.clock)
-            return {"checkpoint_id": record.checkpoint_id, "position": record.position}
-        case schema.Expect():
-            return _expect(run, step)
-        case schema.Replay(to=to):
-            return _replay(run, to)
-        case schema.Audit():
-            return _audit(run, step)
-        case spec if spec.command:
-            return _run_command(run, step)
-    return _fault(run, step)
+    return STEPS[step.action](run, step)
 
 
 def _run_steps(run: Run) -> tuple[list[StepResult], list[Failure], list[str]]:
@@ -273,21 +276,17 @@ def _run_steps(run: Run) -> tuple[list[StepResult], list[Failure], list[str]]:
         if step.action != "expect":
             run.mark = run.ledger.store.count_events()
         try:
-            detail = run_step(run, step)
+            results.append(StepResult(step.number, step.word, True, run_step(run, step)))
         except StepFailed as e:
-            results.append(StepResult(step.number, step.action, False, e.detail))
-            failures.extend(Failure(step.number, step.action, k, exp, act) for k, exp, act in e.failures)
-            continue
+            results.append(StepResult(step.number, step.word, False, e.detail))
+            failures.extend(Failure(step.number, step.word, k, exp, act) for k, exp, act in e.failures)
         except writers.Inconclusive as e:
-            results.append(StepResult(step.number, step.action, False, {"inconclusive": str(e)}))
-            inconclusive.append(f"step {step.number} ({step.action}): {e}")
-            continue
+            results.append(StepResult(step.number, step.word, False, {"inconclusive": str(e)}))
+            inconclusive.append(f"step {step.number} ({step.word}): {e}")
         except Exception as e:  # a library bug must fail the drill, not hide the other steps and scenarios
-            results.append(StepResult(step.number, step.action, False, {}))
-            failures.append(Failure(step.number, step.action, "outcome", "success",
-                                    run.ws.shown(f"{type(e).__name__}: {e}")))  # fmt: skip
-            continue
-        results.append(StepResult(step.number, step.action, True, detail))
+            results.append(StepResult(step.number, step.word, False, {}))
+            actual = run.ws.shown(f"{type(e).__name__}: {e}")
+            failures.append(Failure(step.number, step.word, "outcome", "success", actual))
     return results, failures, inconclusive
 
 
@@ -300,7 +299,6 @@ def run_scenario(
     with tempfile.TemporaryDirectory(prefix=f"drill-{scenario.name}-") as tmp:
         ws = Workspace(Path(tmp), seed)
         target: Path | str = ws.db if ledger_url is None else ledger_url
-        where = describe_target(target)  # a PostgreSQL ledger is kept where it is: the caller owns its schema
         ledger = Ledger.open(target, synchronous="NORMAL", actor=f"drill:{scenario.name}")
         run = Run(scenario, ws, ledger, random.Random(seed), target)
         try:
@@ -313,11 +311,21 @@ def run_scenario(
             events = ledger.store.count_events()
         finally:
             ledger.close()
-        kept = None if keep_dir is None else ws.keep(keep_dir, scenario.name) if ledger_url is None else where
+        kept = None
+        if keep_dir is not None:  # a PostgreSQL ledger stays where it is: the caller owns its schema
+            kept = ws.keep(keep_dir, scenario.name) if ledger_url is None else describe_target(target)
     return DrillResult(
-        scenario.name, scenario.path.name, seed, len(scenario.steps), tuple(results), tuple(failures),
-        events, time.perf_counter() - started, kept, tuple(inconclusive),
-    )  # fmt: skip
+        scenario.name,
+        scenario.path.name,
+        seed,
+        len(scenario.steps),
+        tuple(results),
+        tuple(failures),
+        events,
+        time.perf_counter() - started,
+        kept,
+        tuple(inconclusive),
+    )
 
 
 def run_drills(

@@ -20,7 +20,7 @@ import yaml
 from lifecycle_fsm.replay.drills.schedule import Op, Schedule, describe, split
 from lifecycle_fsm.replay.drills.simulate import SimResult, simulate
 
-__all__ = ["Shrunk", "shrink", "to_scenario"]
+__all__ = ["Shrunk", "scenario_yaml", "shrink", "to_scenario", "write_scenario"]
 
 JSON = dict[str, Any]
 
@@ -77,6 +77,11 @@ def _referenced(value: Any, names: set[str]) -> set[str]:
     return {value} if isinstance(value, str) and value in names else set()
 
 
+def plain(value: Any) -> Any:
+    """A string as a plain `str` (an action is a `StrEnum`, which YAML cannot write)."""
+    return str(value) if isinstance(value, str) else value
+
+
 def to_scenario(shrunk: Shrunk) -> JSON:
     """The shrunk schedule as a scenario document (dump it with `yaml.safe_dump`)."""
     schedule, result = shrunk.schedule, shrunk.result
@@ -95,10 +100,12 @@ def to_scenario(shrunk: Shrunk) -> JSON:
         steps.append(step)
     want = result.expectations
     for cid, c in want["candidates"].items():
-        expect: JSON = {"candidate": cid, "state": c["state"], "trusted_states": c["trusted_states"],
-                        "explain": {"evidence": {"version": c["version"]}}}  # fmt: skip
+        path = {f"path.{i}.to": state for i, state in enumerate(c["path"])}
+        evidence = {"version": len(c["path"]), **path}
+        expect: JSON = {"candidate": cid, "state": c["path"][-1], "trusted_states": c["trusted_states"]}
+        expect["explain"] = {"evidence": evidence}
         if c["plan"] is not None:
-            expect["recovery"] = {k: c["plan"][k] for k in ("action", "recovery_state", "reused_state")}
+            expect["recovery"] = {k: plain(c["plan"][k]) for k in ("action", "recovery_state", "reused_state")}
         steps.append({"expect": expect})
     action, _ = split(result.failure.op)
     if action != "tamper_event":
@@ -118,7 +125,11 @@ def to_scenario(shrunk: Shrunk) -> JSON:
     }
 
 
+def scenario_yaml(scenario: JSON) -> str:
+    return yaml.safe_dump(scenario, sort_keys=False, width=110)
+
+
 def write_scenario(shrunk: Shrunk, folder: Path) -> Path:
     path = folder / f"simulated-seed-{shrunk.schedule.seed}.yaml"
-    path.write_text(yaml.safe_dump(to_scenario(shrunk), sort_keys=False, width=110))
+    path.write_text(scenario_yaml(to_scenario(shrunk)))
     return path

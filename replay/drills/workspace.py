@@ -1,9 +1,9 @@
 """A drill's temporary folder: the artifacts its scenario declares, and its ledger file.
 
-Adapters are written with the one manifest factory (`lifecycle_fsm.fixtures`) in the
-seed's shapes, hashed exactly as `lifecycle hash` hashes them; trusted states are
-folders of seeded random bytes. Every byte depends only on the seed and the
-artifact's name, so two runs of a scenario build identical workspaces.
+Adapters are written with the one manifest factory (`lifecycle_fsm.replay.drills.seeds`), hashed
+exactly as `lifecycle hash` hashes them; trusted states are folders of seeded random
+bytes. Every byte depends only on the seed and the artifact's name, so two runs of a
+scenario build identical workspaces.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import attrs
 
 from lifecycle_fsm.artifacts import hash_directory
 from lifecycle_fsm.errors import InputError
-from lifecycle_fsm.fixtures import baseline_manifest, candidate_manifest, write_adapter, write_manifest
 from lifecycle_fsm.folders import make_folder
 from lifecycle_fsm.replay.drills.schema import ArtifactSpec, DrillConfig
+from lifecycle_fsm.replay.drills.seeds import baseline_manifest, candidate_manifest, write_adapter, write_manifest
 from lifecycle_fsm.store.sqlite import create_ledger_file
 
 __all__ = ["Workspace", "kept_ledger", "refuse_kept"]
@@ -63,27 +63,27 @@ class Workspace:
     def materialize(self, artifacts: Mapping[str, ArtifactSpec], config: DrillConfig) -> None:
         """Write every declared artifact, baselines first (candidates name their sha256)."""
         self.config = config
-        for spec in sorted(artifacts.values(), key=lambda s: s.type != "baseline"):
-            self._write(spec)
+        for name, spec in sorted(artifacts.items(), key=lambda item: item[1].type != "baseline"):
+            self._write(name, spec)
 
-    def _write(self, spec: ArtifactSpec) -> None:
-        home = self.root / "artifacts" / spec.name
-        rng = random.Random(f"{self.seed}:{spec.name}")  # each artifact's bytes depend only on the seed and its name
-        self.specs[spec.name] = spec
+    def _write(self, name: str, spec: ArtifactSpec) -> None:
+        home = self.root / "artifacts" / name
+        rng = random.Random(f"{self.seed}:{name}")
+        self.specs[name] = spec
         if spec.type == "trusted_state":
             home.mkdir(parents=True)
             (home / "state.bin").write_bytes(rng.randbytes(spec.size))
-            self.folders[spec.name] = home
+            self.folders[name] = home
             return
-        sha = hash_directory(write_adapter(home / "adapter", spec.name, rng.randbytes(spec.size)))
+        sha = hash_directory(write_adapter(home / "adapter", name, rng.randbytes(spec.size)))
         if spec.type == "baseline":
-            self.shas[spec.name] = sha
-        self.written[spec.name] = sha
-        self.folders[spec.name] = home / "adapter"
-        self.manifests[spec.name] = home / "manifest.json"
-        self._render(spec, sha)
+            self.shas[name] = sha
+        self.written[name] = sha
+        self.folders[name] = home / "adapter"
+        self.manifests[name] = home / "manifest.json"
+        self._render(name, spec, sha)
 
-    def _render(self, spec: ArtifactSpec, sha: str) -> None:
+    def _render(self, name: str, spec: ArtifactSpec, sha: str) -> None:
         """Write (or rewrite, in place) an adapter's manifest from its spec."""
         overrides = dict(spec.manifest)
         claimed = overrides.pop("adapter_sha256", sha)
@@ -94,7 +94,7 @@ class Workspace:
             baseline = spec.source or next(iter(self.shas), None)
             fields: JSON = {
                 "source_policy_version": self.shas.get(baseline) if baseline else None,
-                "policy_version": spec.name,
+                "policy_version": name,
                 "evaluation_version": self.config.evaluation_version or "eval-v1",
             }
             if spec.type != "dpo":
@@ -105,19 +105,16 @@ class Workspace:
                 manifest["artifacts"]["adapter"].pop("sha256")
             else:
                 manifest.pop(key, None)
-        write_manifest(self.manifests[spec.name], manifest)
+        write_manifest(self.manifests[name], manifest)
 
-    def edit_manifest(self, name: str, changes: Mapping[str, Any], drop: tuple[str, ...]) -> None:
-        """Rewrite a manifest in place: the spec's overrides plus `changes`, minus `drop`."""
+    def edit_manifest(self, name: str, changes: Mapping[Any, Any], drop: tuple[str, ...]) -> None:
+        """Rewrite a manifest in place: the spec's overrides plus `changes` (a field set is no longer
+        dropped), minus `drop`."""
         spec = self.specs[name]
-        merged: dict[str, Any] = dict(spec.manifest) | dict(changes)
-        fields: dict[str, Any] = {
-            "manifest": {k: v for k, v in merged.items() if k not in drop},
-            "drop": tuple(dict.fromkeys([*spec.drop, *drop])),
-        }
-        spec = attrs.evolve(spec, **fields)
-        self.specs[name] = spec
-        self._render(spec, self.written[name])
+        manifest: dict[Any, Any] = {k: v for k, v in (dict(spec.manifest) | dict(changes)).items() if k not in drop}
+        dropped: tuple[Any, ...] = tuple(dict.fromkeys([*(k for k in spec.drop if k not in changes), *drop]))
+        self.specs[name] = spec = attrs.evolve(spec, manifest=manifest, drop=dropped)
+        self._render(name, spec, self.written[name])
 
     def backup(self, name: str) -> None:
         """Keep an artifact's original bytes (once) before a fault damages it, so it can be restored."""

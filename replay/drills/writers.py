@@ -1,14 +1,15 @@
-"""Commands run outside the drill's own `Ledger`: in a child process killed at a commit point
-(`crash`), or in several writers at once (`concurrently`).
+"""Ledger commands as drills run them: in the drill's own `Ledger`, in a child process killed at a
+commit point (`crash`, `crash_during_append`), or in several writers at once (`concurrently`).
 
-Each returns what happened (deterministic facts, for the report) and the ledger's broken
-promises as `(key, expected, actual)`. A fault this platform cannot inject raises
+The faults return what happened (deterministic facts, for the report) and the ledger's
+broken promises as `(key, expected, actual)`. A fault this platform cannot inject raises
 `Inconclusive`: the scenario is then `inconclusive`, never `pass`.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -17,115 +18,178 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
 import orjson
 
 from lifecycle_fsm.errors import LifecycleError
 from lifecycle_fsm.ledger import Ledger
-from lifecycle_fsm.replay.drills import schema
 from lifecycle_fsm.replay.drills.faults import FaultOutcome, Problem, child_env, integrity
 from lifecycle_fsm.replay.drills.schema import Refusal, Step
+from lifecycle_fsm.replay.drills.steps import Action, Concurrently, Crash
 from lifecycle_fsm.replay.drills.workspace import Workspace
-from lifecycle_fsm.store.base import EventStore
+from lifecycle_fsm.store.base import EventStore, event_at
 
-__all__ = ["Call", "Inconclusive", "command_call", "concurrently", "crash", "refusal_problem"]
+__all__ = ["Call", "Inconclusive", "Outcome", "call", "command_call", "concurrently", "crash", "crash_during_append"]
 
 Call = tuple[str, list[Any], dict[str, Any]]  # a Ledger method, its positional and keyword arguments
-Outcome = tuple[str, Any, Any]  # ("done", seqs, None) or ("refused", class name, message)
 
 
 class Inconclusive(Exception):
     """The fault cannot be injected here (no SIGKILL, not a SQLite file): the drill proves nothing."""
 
 
-def command_call(ws: Workspace, spec: schema.Action) -> Call:
-    """The `Ledger` method a command step names, with its artifacts' files from the workspace."""
-    match spec:
-        case schema.ActivateBaseline(artifact=name):
-            return "activate_baseline", [str(ws.manifests[name])], {}
-        case schema.Receive(artifact=name, id=candidate_id):
-            return "receive", [str(ws.manifests[name])], {"candidate_id": candidate_id}
-        case schema.Check(candidate=c) | schema.CompleteRecovery(candidate=c) | schema.HandOff(candidate=c):
-            method = {"check": "check", "complete_recovery": "complete_recovery", "hand_off": "hand_off"}[spec.name]
-            return method, [c], {}
-        case schema.RecordTrustedState(candidate=candidate, kind=kind, artifact=name):
-            return "record_trusted_state", [candidate, kind, str(ws.folders[name])], {}
-        case schema.InvalidateTrustedState(candidate=candidate, kind=kind, reason=reason):
-            return "invalidate_trusted_state", [candidate, kind, reason], {}
-        case schema.FailStage(candidate=candidate, stage=stage):
-            return "fail_stage", [candidate, stage], {}
-        case schema.AdvanceWindow(window=window):
-            return "advance_window", [window], {}
-        case schema.ActivateEvaluation(version=version):
-            return "activate_evaluation", [version], {}
-    raise AssertionError(f"not a ledger command: {spec.name}")
+@attrs.frozen
+class Outcome:
+    """One command's outcome: the seqs it appended, or the error's class names (most derived first)."""
+
+    seqs: list[int] = attrs.Factory(list)
+    classes: list[str] = attrs.Factory(list)
+    message: str = ""
+    result: Any = attrs.field(default=None, eq=False)
+
+    @property
+    def refused(self) -> bool:
+        return bool(self.classes)
+
+    def shown(self, ws: Workspace) -> str:
+        return (
+            ws.shown(f"{self.classes[0]}: {self.message}") if self.refused else f"success (appended {len(self.seqs)})"
+        )
+
+    def judge(self, refusal: Refusal | None, ws: Workspace) -> str | None:
+        """Why this outcome is not what `refusal` (None: success) asks for, or None when it is."""
+        if refusal is None:
+            return self.shown(ws) if self.refused else None
+        return None if self.refused and refusal.accepts(self.classes, ws.shown(self.message)) else self.shown(ws)
+
+    def line(self) -> str:
+        if self.refused:
+            return f"refused {','.join(self.classes)} {orjson.dumps(self.message).decode()}"
+        return " ".join(["done", *map(str, self.seqs)])
+
+    @classmethod
+    def parse(cls, line: str) -> Outcome:
+        words = line.split(" ", 2)
+        if words[0] == "refused":
+            return cls(classes=words[1].split(","), message=orjson.loads(words[2]))
+        return cls(seqs=[int(w) for w in line.split()[1:]])
 
 
-def refusal_problem(refusal: Refusal, name: str, message: str) -> str | None:
-    """Why an error does not match `refused:` (exact class, then message), or None when it does."""
-    if name != refusal.error:
-        return f"{name}: {message}"
-    if refusal.message is not None and message != refusal.message:
-        return f"{name}: {message}"
-    if refusal.contains is not None and refusal.contains not in message:
-        return f"{name}: {message}"
-    return None
+def call(ledger: Ledger, command: Call) -> Outcome:
+    """Run one command; a ledger refusal is an outcome, anything else propagates."""
+    method, args, kwargs = command
+    try:
+        result = getattr(ledger, method)(*args, **kwargs)
+    except LifecycleError as e:
+        return Outcome(classes=[c.__name__ for c in type(e).__mro__[:-2]], message=str(e))
+    return Outcome(seqs=[] if result.duplicate else [e.seq for e in result.events], result=result)
 
 
-def _run_child(
-    target: str, calls: Sequence[Call], actor: str, fault: str | None, extra: dict[str, Any]
-) -> subprocess.CompletedProcess[str]:
-    plan = orjson.dumps({"actor": actor, "calls": calls, "go": None} | extra).decode()
-    return subprocess.run(
-        [sys.executable, "-m", "lifecycle_fsm.replay.drills.child", target, plan],
-        env=child_env(fault), capture_output=True, text=True, check=False, timeout=120,
-    )  # fmt: skip
+def command_call(ws: Workspace, spec: Action) -> Call:
+    """`Ledger.<step name>` with the step's fields in order, an artifact as its manifest or folder."""
+    values = attrs.asdict(spec, recurse=False)
+    kwargs = {"candidate_id": values.pop("id")} if "id" in values else {}
+    if spec.name == "register":
+        kwargs = {"kind": values.pop("kind")}
+    if "artifact" in values:
+        name = values["artifact"]
+        values["artifact"] = str(
+            ws.folders[name]
+            if attrs.fields_dict(type(spec))["artifact"].metadata["refers"] == "any"
+            else ws.manifests[name]
+        )
+    return spec.name, list(values.values()), kwargs
 
 
-def _parse(stdout: str) -> list[Outcome]:
-    outcomes: list[Outcome] = []
-    for line in stdout.splitlines():
-        words = line.split(" ", 3)
-        if words[0] == "done":
-            outcomes.append(("done", [int(w) for w in line.split()[2:]], None))
-        elif words[0] == "refused":
-            outcomes.append(("refused", words[2], orjson.loads(words[3])))
-    return outcomes
+def _child(target: str, calls: Sequence[Call], plan: dict[str, Any], fault: str | None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "lifecycle_fsm.replay.drills.child", target, orjson.dumps(plan | {"calls": calls})],
+        env=child_env(fault),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
-def crash(
-    store: EventStore, ws: Workspace, target: str, step: Step, actor: str, extra: dict[str, Any] | None = None
-) -> FaultOutcome:
-    """Run `step.inner[0]` in a child that SIGKILLs itself at the planned commit point."""
+def _killed(
+    target: str, calls: Sequence[Call], plan: dict[str, Any], fault: str
+) -> tuple[int, str, list[Outcome], int]:
+    """Run `calls` in a child that SIGKILLs itself at `fault`: its return code, the last line it wrote
+    to stderr, its outcomes and the call it was in when it died (0: between calls)."""
     if os.name != "posix":
         raise Inconclusive("SIGKILL at a commit point needs a POSIX platform")
-    assert isinstance(step.spec, schema.Crash)
+    proc = _child(target, calls, {"go": None} | plan, fault)
+    out, err = proc.communicate(timeout=120)
+    outcomes, in_flight = [], 0
+    for line in out.splitlines():
+        if line.startswith("begin "):
+            in_flight = int(line.split()[1])
+        elif line.startswith(("done", "refused")):
+            outcomes.append(Outcome.parse(line))
+            in_flight = 0
+    return proc.returncode, (err.strip().splitlines() or ["no output"])[-1], outcomes, in_flight
+
+
+def crash(store: EventStore, ws: Workspace, target: str, step: Step, plan: dict[str, Any]) -> FaultOutcome:
+    """Run `step.inner[0]` in a child that SIGKILLs itself at the planned commit point."""
+    assert isinstance(step.spec, Crash)
     at, commit = step.spec.at, step.spec.commit
-    inner = step.inner[0]
     fault = f"kill@{at}#{commit}"
     before = store.count_events()
-    proc = _run_child(target, [command_call(ws, inner.spec)], actor, fault, extra or {})
+    code, tail, outcomes, _ = _killed(target, [command_call(ws, step.inner[0].spec)], plan, fault)
     after = store.count_events()
-    detail = {"command": inner.action, "fault": fault, "returncode": proc.returncode, "events_appended": after - before}
+    detail = {"command": step.inner[0].word, "fault": fault, "returncode": code, "events_appended": after - before}
     problems: list[Problem] = []
-    if proc.returncode != -signal.SIGKILL:
-        outcomes = _parse(proc.stdout)
-        what = (
-            f"exit {proc.returncode} after {outcomes[0][0]} (the command made fewer than {commit} commits)"
-            if outcomes
-            else f"exit {proc.returncode} ({(proc.stderr.strip().splitlines() or ['no output'])[-1]})"
-        )
-        problems.append(("killed", f"SIGKILL at {at} on commit {commit}", ws.shown(what)))
+    if code != -signal.SIGKILL:
+        finished = "refused" if outcomes and outcomes[0].refused else "done"
+        why = f"exit {code} after {finished} (the command made fewer than {commit} commits)"
+        problems.append(("killed", f"SIGKILL at {at} on commit {commit}", ws.shown(why if outcomes else tail)))
     elif at == "before_commit" and after != before:
         problems.append(("events", f"{before} (the killed transaction leaves nothing)", after))
     elif at == "after_commit" and after <= before:
         problems.append(("events", f"more than {before} (the commit happened before the kill)", after))
-    problems.extend(integrity(store))
-    return FaultOutcome(detail, tuple(problems))
+    return FaultOutcome(detail, (*problems, *integrity(store)))
+
+
+def crash_during_append(
+    store: EventStore, target: str, candidate: str, stage: str, commands: int, *, rng: random.Random, actor: str
+) -> FaultOutcome:
+    """A writer process SIGKILLed before COMMIT in its K-th `fail_stage` (K from the seed)."""
+    planned = rng.randint(1, commands)
+    fault = f"kill@before_commit#{planned}"  # the store counts command commits only, not opening
+    before = store.count_events()
+    calls: list[Call] = [("fail_stage", [candidate, stage], {})] * commands
+    code, tail, outcomes, in_flight = _killed(target, calls, {"actor": actor}, fault)
+    acknowledged = [seq for o in outcomes for seq in o.seqs]
+    after = store.count_events()
+    detail = {
+        "commands": commands,
+        "killed_in_command": planned,
+        "fault": fault,
+        "returncode": code,
+        "acknowledged_events": len(acknowledged),
+        "events_before": before,
+        "events_after": after,
+    }
+    problems: list[Problem] = []
+    if code != -signal.SIGKILL:
+        problems.append(("returncode", -signal.SIGKILL, f"{code} ({tail})"))
+    if in_flight != planned:
+        problems.append(("killed_in_command", planned, in_flight or None))
+    present = sum(1 for seq in acknowledged if event_at(store, seq) is not None)
+    if present != len(acknowledged):
+        problems.append(("acknowledged_events_kept", len(acknowledged), present))
+    if after != before + len(acknowledged):
+        problems.append(("events", before + len(acknowledged), after))
+    stream = store.read_stream(f"candidate:{candidate}")
+    if stream and stream[-1].type == "StageFailed":
+        problems.append(("torn_event", "none", f"seq {stream[-1].seq} StageFailed without its RecoveryPlanned"))
+    return FaultOutcome(detail, (*problems, *integrity(store)))
 
 
 def concurrently(store: EventStore, ws: Workspace, target: str, step: Step, actor: str) -> FaultOutcome:
     """Start every writer together (processes wait on a go-file, threads on a barrier) and judge them."""
-    assert isinstance(step.spec, schema.Concurrently)
+    assert isinstance(step.spec, Concurrently)
     repeat, mode = step.spec.repeat, step.spec.mode
     plans = [[command_call(ws, w.spec)] * repeat for w in step.inner]
     before = store.count_events()
@@ -134,51 +198,57 @@ def concurrently(store: EventStore, ws: Workspace, target: str, step: Step, acto
     else:
         results = _threads(target, plans, actor)
     after = store.count_events()
-    problems: list[Problem] = []
-    appended = 0
-    for i, (writer, outcomes) in enumerate(zip(step.inner, results, strict=True)):
-        if len(outcomes) != repeat:
-            problems.append((f"writers[{i}]", f"{repeat} commands run", f"{len(outcomes)} run"))
-        for kind, value, message in outcomes:
-            if kind == "done":
-                appended += len(value)
-                if writer.refused is not None:
-                    problems.append((f"writers[{i}]", writer.refused.describe(), f"success (appended {len(value)})"))
-            elif writer.refused is None or refusal_problem(writer.refused, value, ws.shown(message)):
-                expected = "success" if writer.refused is None else writer.refused.describe()
-                problems.append((f"writers[{i}]", expected, ws.shown(f"{value}: {message}")))
+    problems = _judge(step, results, ws)
+    appended = sum(len(o.seqs) for outcomes in results for o in outcomes)
     if after - before != appended:
         problems.append(("events", f"{before} + {appended} acknowledged", after))
-    problems.extend(integrity(store))
-    summary = [sorted({"done" if k == "done" else f"refused:{v}" for k, v, _ in outcomes}) for outcomes in results]
-    detail = {"mode": mode, "writers": len(plans), "repeat": repeat, "events_appended": after - before,
-              "outcomes": summary}  # fmt: skip
-    return FaultOutcome(detail, tuple(problems))
+    summary = [sorted({f"refused:{o.classes[0]}" if o.refused else "done" for o in outcomes}) for outcomes in results]
+    detail: dict[str, Any] = {"mode": mode, "writers": len(plans), "repeat": repeat, "events_appended": after - before}
+    detail["outcomes"] = summary if step.refused is None else sorted(summary)  # which writer wins is a race
+    return FaultOutcome(detail, (*problems, *integrity(store)))
+
+
+def _judge(step: Step, results: list[list[Outcome]], ws: Workspace) -> list[Problem]:
+    """Each writer ran its commands, each as its `refused:` says (or as the step's count says)."""
+    assert isinstance(step.spec, Concurrently)
+    problems: list[Problem] = []
+    for i, (writer, outcomes) in enumerate(zip(step.inner, results, strict=True)):
+        if len(outcomes) != step.spec.repeat:
+            problems.append((f"writers[{i}]", f"{step.spec.repeat} commands run", f"{len(outcomes)} run"))
+        expected = writer.refused.describe() if writer.refused else "success"
+        whys = [] if step.refused else [why for o in outcomes if (why := o.judge(writer.refused, ws))]
+        problems.extend((f"writers[{i}]", expected, why) for why in whys)
+    if step.refused is not None:
+        problems.extend(_count_refused(step.refused, [o for outcomes in results for o in outcomes], ws))
+    return problems
+
+
+def _count_refused(refusal: Refusal, outcomes: list[Outcome], ws: Workspace) -> list[Problem]:
+    """Exactly `refusal.count` of the commands are refused as it says; every other one succeeds."""
+    matching = [o for o in outcomes if o.judge(refusal, ws) is None]
+    others = sorted({o.shown(ws) for o in outcomes if o.refused and o not in matching})
+    if len(matching) == refusal.count and not others:
+        return []
+    wanted = f"exactly {refusal.count} of the {len(outcomes)} commands {refusal.describe()}, the others succeeding"
+    return [("refused", wanted, "; ".join([f"{len(matching)} {refusal.describe()}", *others]))]
 
 
 def _processes(target: str, plans: list[list[Call]], actor: str, go: Path) -> list[list[Outcome]]:
-    procs = []
-    for i, calls in enumerate(plans):
-        plan = orjson.dumps({"actor": f"{actor}:w{i}", "calls": calls, "go": str(go)}).decode()
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "lifecycle_fsm.replay.drills.child", target, plan], env=child_env(None),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        ))  # fmt: skip
-    for p in procs:  # every writer has opened its ledger before any starts
-        assert p.stdout is not None
-        p.stdout.readline()
-    go.touch()
-    results = []
+    procs = [_child(target, calls, {"actor": f"{actor}:w{i}", "go": str(go)}, None) for i, calls in enumerate(plans)]
     try:
-        for p in procs:
-            out, _ = p.communicate(timeout=120)
-            results.append(_parse(out))
+        for p in procs:  # every writer has opened its ledger before any starts
+            assert p.stdout is not None
+            p.stdout.readline()
+        go.touch()
+        outputs = [p.communicate(timeout=120)[0] for p in procs]
     except BaseException:  # a writer that hangs (or Ctrl-C): none of the others is left running
         for p in procs:
             p.kill()
             p.wait()
         raise
-    return results
+    return [
+        [Outcome.parse(line) for line in out.splitlines() if line.startswith(("done", "refused"))] for out in outputs
+    ]
 
 
 def _threads(target: str, plans: list[list[Call]], actor: str) -> list[list[Outcome]]:
@@ -190,13 +260,7 @@ def _threads(target: str, plans: list[list[Call]], actor: str) -> list[list[Outc
         try:
             with Ledger.open(target, synchronous="NORMAL", actor=f"{actor}:w{i}") as ledger:
                 barrier.wait()
-                for method, args, kwargs in plans[i]:
-                    try:
-                        result = getattr(ledger, method)(*args, **kwargs)
-                    except LifecycleError as e:
-                        results[i].append(("refused", type(e).__name__, str(e)))
-                        continue
-                    results[i].append(("done", [] if result.duplicate else [e.seq for e in result.events], None))
+                results[i] = [call(ledger, c) for c in plans[i]]
         except BaseException as e:  # one writer that cannot start must not leave the others at the barrier
             barrier.abort()
             failed.append(e)
@@ -206,7 +270,6 @@ def _threads(target: str, plans: list[list[Call]], actor: str) -> list[list[Outc
         t.start()
     for t in threads:
         t.join()
-    cause = next((e for e in failed if not isinstance(e, threading.BrokenBarrierError)), None)
-    if cause is not None:
+    if cause := next((e for e in failed if not isinstance(e, threading.BrokenBarrierError)), None):
         raise cause
     return results
