@@ -215,7 +215,8 @@ class Fold:
                     raise CorruptionError(f"unknown event type {type_name!r}", seq=seq, found=type_name)
                 raise CorruptionError(f"seq {seq}: {type_name} does not belong on a candidate stream", seq=seq)
             payload = _parsed(seq, type_name, schema_version, text)
-            self._works[stream_id] = _step(self.work(stream_id), cls, payload, seq, stream_id, version)
+            work = self._works.get(stream_id) or self.work(stream_id)
+            self._works[stream_id] = _step(work, cls, payload, seq, stream_id, version)
         elif stream_id == LEDGER_STREAM:
             if type_name not in LEDGER_EVENTS:
                 message = f"seq {seq}: {type_name} does not belong on the ledger stream"
@@ -266,13 +267,17 @@ def apply(
     return fold([row], stream_start(state if isinstance(state, CandidateState) else None)).candidates[cid]
 
 
+# What reading a stored payload of the wrong shape raises: corruption at that seq, never a crash.
+_UNREADABLE = (KeyError, TypeError, ValueError, AttributeError, IndexError)
+
+
 @contextmanager
 def reading_stored(seq: int, type_name: str) -> Iterator[None]:
     """Interpret a stored payload beside the fold (explain, history, log): a field missing or of the
     wrong type is corruption at that seq, as it is in the fold, never a crash."""
     try:
         yield
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+    except _UNREADABLE as e:
         raise _unreadable(seq, type_name, e) from e
 
 
@@ -315,26 +320,31 @@ def _settle(settings: LedgerSettings, type_name: str, payload: JSON, seq: int) -
 
 def _step(work: JSON | None, cls: type[CandidateEvent], payload: JSON, seq: int, stream_id: str, version: int) -> JSON:
     """One candidate event: the table decides the move, the event's class its effect."""
-    type_name = cls.TYPE
-    _check_fields(seq, type_name, payload)
+    if payload.keys() != _FIELDS[cls.TYPE]:
+        _check_fields(seq, cls.TYPE, payload)
     state = None if work is None else work["state"]
-    with reading_stored(seq, type_name):
+    try:
         trigger = cls.trigger_for(payload)
+    except _UNREADABLE as e:
+        raise _unreadable(seq, cls.TYPE, e) from e
     dest = TABLE.get((state, trigger))
     if dest is None:
-        raise IllegalTransition(seq=seq, stream_id=stream_id, state=state, trigger=trigger, type_name=type_name)
+        raise IllegalTransition(seq=seq, stream_id=stream_id, state=state, trigger=trigger, type_name=cls.TYPE)
     expected = 1 if work is None else work["version"] + 1
     if version != expected:
         raise CorruptionError(f"seq {seq}: stream {stream_id} jumps to version {version}, expected {expected}", seq=seq)
-    with reading_stored(seq, type_name):
+    try:
         work = cls.evolve(work, payload, seq, stream_id)
         if dest != state or cls.DECISIVE_WHEN_KEPT:  # else the state, its reasons and decisive event stay
             work["state"] = dest
             work["decisive_seq"] = seq
-            work["decisive_type"] = type_name
+            work["decisive_type"] = cls.TYPE
             work["reason_codes"] = cls.reasons(payload, work["reason_codes"])
+    except _UNREADABLE as e:
+        raise _unreadable(seq, cls.TYPE, e) from e
     if cls.KEPT_AS is not None:
-        work[cls.KEPT_AS] = payload | {"seq": seq}
+        payload["seq"] = seq  # the fold's own parsed payload: kept as it is
+        work[cls.KEPT_AS] = payload
     work["version"] = version
     work["last_seq"] = seq
     return work
