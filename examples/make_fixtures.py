@@ -91,8 +91,11 @@ def lifecycle_hash(path: Path) -> str:
     """The sha256 `lifecycle hash --json PATH` reports (a real subprocess)."""
     done = subprocess.run(
         [sys.executable, "-m", "lifecycle_fsm", "hash", "--json", str(path)],
-        capture_output=True, text=True, check=True, timeout=300,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
     return str(json.loads(done.stdout)["sha256"])
 
 
@@ -112,28 +115,48 @@ def build(root: Path, size_mb: float = 3.0) -> dict[str, Path]:
     sft = results / "62_sft_delivery" / f"sft_delivery_manifest_{SFT_LABEL}.json"
     sft_entry = adapter_entry(sft, sft_adapter)
     sft_sha = sft_entry["sha256"]
-    write_json(sft, baseline_manifest(
-        sft_sha, adapter_path=sft_entry["path"],
-        run_label=SFT_LABEL, base_model=BASE_MODEL, decision="accept",
-    ))  # fmt: skip
+    write_json(
+        sft,
+        baseline_manifest(
+            sft_sha,
+            adapter_path=sft_entry["path"],
+            run_label=SFT_LABEL,
+            base_model=BASE_MODEL,
+            decision="accept",
+        ),
+    )
     dpo = results / "84_dpo_preference" / f"dpo_manifest_{DPO_LABEL}.json"
     dpo_entry = adapter_entry(dpo, dpo_adapter)
-    write_json(dpo, candidate_manifest(
-        "dpo", source_policy_version=sft_sha, policy_version=DPO_LABEL,
-        adapter_sha256=dpo_entry["sha256"], adapter_path=dpo_entry["path"], evaluation_version="frozen-eval-v3",
-        run_label=DPO_LABEL,
-        source_evidence={"preference_dataset": "ultrafeedback-binarized-zh", "version": "pref-v5", "pairs": 12000},
-        metrics={"preference_accuracy": 0.71, "reward_margin": 0.84},
-    ))  # fmt: skip
+    write_json(
+        dpo,
+        candidate_manifest(
+            "dpo",
+            source_policy_version=sft_sha,
+            policy_version=DPO_LABEL,
+            adapter_sha256=dpo_entry["sha256"],
+            adapter_path=dpo_entry["path"],
+            evaluation_version="frozen-eval-v3",
+            run_label=DPO_LABEL,
+            source_evidence={"preference_dataset": "ultrafeedback-binarized-zh", "version": "pref-v5", "pairs": 12000},
+            metrics={"preference_accuracy": 0.71, "reward_margin": 0.84},
+        ),
+    )
     grpo = results / "85_grpo_alignment" / f"grpo_manifest_{GRPO_LABEL}.json"
     grpo_entry = adapter_entry(grpo, grpo_adapter)
-    write_json(grpo, candidate_manifest(
-        "grpo", source_policy_version=sft_sha, policy_version=GRPO_LABEL,
-        adapter_sha256=grpo_entry["sha256"], adapter_path=grpo_entry["path"], evaluation_version="frozen-eval-v3",
-        run_label=GRPO_LABEL,
-        trajectory_identity={"verifier_version": "math-verifier-v2", "prompt_set_version": "gsm8k-train-v1"},
-        metrics={"pass_at_group": 0.62, "group_size": 8},
-    ))  # fmt: skip
+    write_json(
+        grpo,
+        candidate_manifest(
+            "grpo",
+            source_policy_version=sft_sha,
+            policy_version=GRPO_LABEL,
+            adapter_sha256=grpo_entry["sha256"],
+            adapter_path=grpo_entry["path"],
+            evaluation_version="frozen-eval-v3",
+            run_label=GRPO_LABEL,
+            trajectory_identity={"verifier_version": "math-verifier-v2", "prompt_set_version": "gsm8k-train-v1"},
+            metrics={"pass_at_group": 0.62, "group_size": 8},
+        ),
+    )
     return {"baseline": sft, "dpo": dpo, "grpo": grpo}
 
 
@@ -146,9 +169,16 @@ def build_tour(root: Path, size_mb: float = 3.0) -> dict[str, Path]:
     sft_adapter = write_adapter(root / "sft" / "adapter", f"sft:{SFT_LABEL}", size_mb)
     sft_sha = lifecycle_hash(sft_adapter)
     made = {"baseline": root / "sft" / "manifest.json"}
-    write_json(made["baseline"], baseline_manifest(
-        sft_sha, adapter_path="adapter", run_label=SFT_LABEL, base_model=BASE_MODEL, decision="accept",
-    ))  # fmt: skip
+    write_json(
+        made["baseline"],
+        baseline_manifest(
+            sft_sha,
+            adapter_path="adapter",
+            run_label=SFT_LABEL,
+            base_model=BASE_MODEL,
+            decision="accept",
+        ),
+    )
     evidence: dict[str, dict[str, Any]] = {
         "dpo": {"source_evidence": {"preference_dataset": "ultrafeedback-binarized-zh", "version": "pref-v5"}},
         "grpo": {"trajectory_identity": {"verifier_version": "math-verifier-v2", "prompt_set_version": "gsm8k-v1"}},
@@ -156,10 +186,19 @@ def build_tour(root: Path, size_mb: float = 3.0) -> dict[str, Path]:
     for kind, cid in TOUR_IDS.items():
         adapter = write_adapter(root / kind / "adapter", f"{kind}:{cid}", size_mb)
         made[kind] = root / kind / "manifest.json"
-        write_json(made[kind], candidate_manifest(
-            kind, source_policy_version=sft_sha, policy_version=cid, adapter_sha256=lifecycle_hash(adapter),
-            adapter_path="adapter", evaluation_version="frozen-eval-v3", run_label=cid, **evidence[kind],
-        ))  # fmt: skip
+        write_json(
+            made[kind],
+            candidate_manifest(
+                kind,
+                source_policy_version=sft_sha,
+                policy_version=cid,
+                adapter_sha256=lifecycle_hash(adapter),
+                adapter_path="adapter",
+                evaluation_version="frozen-eval-v3",
+                run_label=cid,
+                **evidence[kind],
+            ),
+        )
     made["trajectories"] = root / TOUR_TRAJECTORIES
     made["trajectories"].parent.mkdir(parents=True, exist_ok=True)
     rows = [{"prompt_id": i, "completion": f"answer {i}", "reward": None} for i in range(8)]
@@ -170,12 +209,24 @@ def build_tour(root: Path, size_mb: float = 3.0) -> dict[str, Path]:
 def audit_command(root: Path, manifests: dict[str, Path]) -> str:
     """The command that audits this tree for real (the dry run is the same without --mode)."""
     args = [
-        "lifecycle", "--db", str(root / "lifecycle.db"), "audit",
-        "--baseline", str(manifests["baseline"]),
-        "--candidates", str(manifests["dpo"]), str(manifests["grpo"]),
-        "--label", RUN_LABEL, "--mode", "real_artifact",
-        "--root", str(root), "--out", str(root / "benchmarks" / "results" / "86_post_training_lifecycle"),
-    ]  # fmt: skip
+        "lifecycle",
+        "--db",
+        str(root / "lifecycle.db"),
+        "audit",
+        "--baseline",
+        str(manifests["baseline"]),
+        "--candidates",
+        str(manifests["dpo"]),
+        str(manifests["grpo"]),
+        "--label",
+        RUN_LABEL,
+        "--mode",
+        "real_artifact",
+        "--root",
+        str(root),
+        "--out",
+        str(root / "benchmarks" / "results" / "86_post_training_lifecycle"),
+    ]
     return shlex.join(args)
 
 

@@ -77,7 +77,9 @@ def _statement_at_snapshot(store: EventStore, candidate_id: str) -> JSON:
     candidate = state.candidate
     predicate = {
         "candidate": {
-            "id": candidate_id, "kind": state.kind, "policy_version": candidate.get("policy_version"),
+            "id": candidate_id,
+            "kind": state.kind,
+            "policy_version": candidate.get("policy_version"),
             "source_policy_version": candidate.get("source_policy_version"),
             "manifest_sha256": state.manifest_sha256,
         },
@@ -87,11 +89,14 @@ def _statement_at_snapshot(store: EventStore, candidate_id: str) -> JSON:
         "ledger_head": {"seq": head.seq, "hash": head.hash},
         "ledger_id": ledger_id_of(store),
         "checks": {
-            "freshness": handoff.get("freshness"), "hard_failures": handoff.get("hard_failures"),
-            "upstream_decision": handoff.get("upstream_decision"), "settings": handoff.get("settings"),
-            "artifact": _check_summary(handoff.get("artifact")), "rollback": _check_summary(handoff.get("rollback")),
+            "freshness": handoff.get("freshness"),
+            "hard_failures": handoff.get("hard_failures"),
+            "upstream_decision": handoff.get("upstream_decision"),
+            "settings": handoff.get("settings"),
+            "artifact": _check_summary(handoff.get("artifact")),
+            "rollback": _check_summary(handoff.get("rollback")),
         },
-    }  # fmt: skip
+    }
     return {"_type": STATEMENT_TYPE, "subject": subjects, "predicateType": PREDICATE_TYPE, "predicate": predicate}
 
 
@@ -150,11 +155,15 @@ def verify_attestation(
         raise IntegrityError(f"{source}: predicate type {statement.get('predicateType')!r}, expected {PREDICATE_TYPE}")
     predicate = statement["predicate"]
     report: JSON = {
-        "ok": True, "key_ids": sorted(accepted), "candidate": predicate.get("candidate", {}).get("id"),
-        "decision": predicate.get("decision"), "subject": statement.get("subject"),
-        "decisive_event": predicate.get("decisive_event"), "ledger_head": predicate.get("ledger_head"),
+        "ok": True,
+        "key_ids": sorted(accepted),
+        "candidate": predicate.get("candidate", {}).get("id"),
+        "decision": predicate.get("decision"),
+        "subject": statement.get("subject"),
+        "decisive_event": predicate.get("decisive_event"),
+        "ledger_head": predicate.get("ledger_head"),
         "checked_against_ledger": store is not None,
-    }  # fmt: skip
+    }
     if store is not None:
         _check_in_ledger(store, predicate, source)
     return report

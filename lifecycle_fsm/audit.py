@@ -160,8 +160,11 @@ def prepare(request: AuditRequest) -> PreparedAudit:
         manifest = load_candidate_manifest(path)
         cid = _candidate_id(manifest.fields, relative)
         # Refused here, before anything is appended (receive would refuse it after earlier candidates).
-        check_candidate_id(cid, hint=f"{relative}: audit names a candidate by its policy_version; "
-                                     "change it, or receive that manifest with `lifecycle receive --id`")  # fmt: skip
+        check_candidate_id(
+            cid,
+            hint=f"{relative}: audit names a candidate by its policy_version; "
+            "change it, or receive that manifest with `lifecycle receive --id`",
+        )
         clash = next((c for c in candidates if c.candidate_id == cid), None)
         if clash is not None:
             raise InputError(f"candidate manifests {clash.relative} and {relative} both have the id {cid!r}")
@@ -242,24 +245,29 @@ def plan(prepared: PreparedAudit) -> JSON:
         index = fields.get("evidence_window_index")
         age = request.active_window - index if isinstance(index, int) and not isinstance(index, bool) else None
         preview = check_candidate_freshness({**fields, "window_age": age}, policy, request.max_window_age)
-        candidates.append({
-            "candidate_id": c.candidate_id,
-            "manifest_path": c.relative,
-            "semantic_id": fields.get("semantic_id"),
-            "candidate_kind": fields.get("candidate_kind"),
-            "upstream_decision": fields.get("decision"),
-            "artifact": _path_plan(fields["adapter_resolved_path"], fields.get("adapter_path"), prepared.root),
-            "missing_fields": missing_fields(fields),
-            "freshness_preview": preview,
-        })  # fmt: skip
+        candidates.append(
+            {
+                "candidate_id": c.candidate_id,
+                "manifest_path": c.relative,
+                "semantic_id": fields.get("semantic_id"),
+                "candidate_kind": fields.get("candidate_kind"),
+                "upstream_decision": fields.get("decision"),
+                "artifact": _path_plan(fields["adapter_resolved_path"], fields.get("adapter_path"), prepared.root),
+                "missing_fields": missing_fields(fields),
+                "freshness_preview": preview,
+            }
+        )
     steps = [
         f"initialise the ledger (max window age {request.max_window_age}, active window {request.active_window}) "
         "if new, else advance it to that window",
         f"activate the baseline {policy} unless it is already active",
-        *(f"receive {c.candidate_id}, check it and hand it off if verified "
-          "(re-check only if ready/tune; record as it stands if reject/recovering)" for c in prepared.candidates),
+        *(
+            f"receive {c.candidate_id}, check it and hand it off if verified "
+            "(re-check only if ready/tune; record as it stands if reject/recovering)"
+            for c in prepared.candidates
+        ),
         f"write {prepared.evidence_path} and {prepared.handoff_path}",
-    ]  # fmt: skip
+    ]
     return {
         "run_mode": "dry_run",
         "run_label": request.label,

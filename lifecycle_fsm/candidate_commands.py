@@ -64,8 +64,11 @@ class CandidateCommands:
         plan = plan_from_payload(payload, seq=seq)
         if all(reason != "not_recorded" for _, reason in plan.skipped):
             return plan
-        history = ((e.seq, e.type, decoded_payload(e)) for e in self.store.read_stream(stream_id)
-                   if e.type in ("TrustedStateRecorded", "TrustedStateInvalidated"))  # fmt: skip
+        history = (
+            (e.seq, e.type, decoded_payload(e))
+            for e in self.store.read_stream(stream_id)
+            if e.type in ("TrustedStateRecorded", "TrustedStateInvalidated")
+        )
         return plan_from_payload(payload, seq=seq, invalidated=invalidated_kinds(history, before=seq))
 
     def _retried_unread(
@@ -114,10 +117,14 @@ class CandidateCommands:
             return Decision((attrs.evolve(first, artifact_at_receipt=at_receipt.to_json(with_reuse=False)),))
 
         return self._on_candidate(
-            stream_of(cid), decide,
-            command="receive", event_id=event_id, reads_settings=False, first_type=CandidateReceived.TYPE,
+            stream_of(cid),
+            decide,
+            command="receive",
+            event_id=event_id,
+            reads_settings=False,
+            first_type=CandidateReceived.TYPE,
             inputs={"candidate": manifest.fields},
-        )  # fmt: skip
+        )
 
     def register(
         self,
@@ -152,9 +159,13 @@ class CandidateCommands:
             return decisions.register(current, candidate_id, kind, source, card)
 
         return self._on_candidate(
-            stream_of(candidate_id), decide, command="register", event_id=event_id,
-            first_type=CandidateRegistered.TYPE, inputs={"candidate_id": candidate_id, "kind": kind},
-        )  # fmt: skip
+            stream_of(candidate_id),
+            decide,
+            command="register",
+            event_id=event_id,
+            first_type=CandidateRegistered.TYPE,
+            inputs={"candidate_id": candidate_id, "kind": kind},
+        )
 
     def check(self, candidate_id: str, *, event_id: str | None = None, rehash: bool = False) -> CandidateResult:
         """Run every check now: verified (or unchanged on a re-check) or reject.
@@ -197,10 +208,14 @@ class CandidateCommands:
             return decisions.record_trusted_state(kind, absolute, hash_directory(absolute, root))
 
         return self._on_candidate(
-            stream_of(candidate_id), decide,
-            command="trusted", event_id=event_id, reads_settings=False, first_type=TrustedStateRecorded.TYPE,
+            stream_of(candidate_id),
+            decide,
+            command="trusted",
+            event_id=event_id,
+            reads_settings=False,
+            first_type=TrustedStateRecorded.TYPE,
             inputs={"kind": kind, "path": absolute},
-        )  # fmt: skip
+        )
 
     def _refuse_rewritten(self, event_id: str | None, kind: str, path: str) -> None:
         """A key already used to record this state, while the file now holds other bytes, is refused: a
@@ -237,9 +252,14 @@ class CandidateCommands:
             return decisions.invalidate_trusted_state(current, kind, reason)
 
         return self._on_candidate(
-            stream_of(candidate_id), decide, command="untrust", event_id=event_id, reads_settings=False,
-            first_type=TrustedStateInvalidated.TYPE, inputs={"kind": kind},
-        )  # fmt: skip
+            stream_of(candidate_id),
+            decide,
+            command="untrust",
+            event_id=event_id,
+            reads_settings=False,
+            first_type=TrustedStateInvalidated.TYPE,
+            inputs={"kind": kind},
+        )
 
     def fail_stage(self, candidate_id: str, stage: str, *, event_id: str | None = None) -> RecoveryResult:
         """A stage failed: plan recovery from the nearest trusted state the log proves intact."""
@@ -253,9 +273,14 @@ class CandidateCommands:
             return decisions.fail_stage(current, stage, evidence, checkpoint)
 
         done = self._on_candidate(
-            stream_of(candidate_id), decide, command="fail", event_id=event_id, first_type=StageFailed.TYPE,
-            then_types=(RecoveryPlanned.TYPE,), inputs={"stage": stage},
-        )  # fmt: skip
+            stream_of(candidate_id),
+            decide,
+            command="fail",
+            event_id=event_id,
+            first_type=StageFailed.TYPE,
+            then_types=(RecoveryPlanned.TYPE,),
+            inputs={"stage": stage},
+        )
         # The plan this command recorded (a retried event_id returns the original one, not a later plan).
         planned = next(e for e in done.events if e.type == RecoveryPlanned.TYPE)
         recorded = done.candidate.last_recovery
@@ -280,9 +305,13 @@ class CandidateCommands:
             return decisions.complete_recovery(current, resumed_from)
 
         return self._on_candidate(
-            stream_of(candidate_id), decide, command="recovered", event_id=event_id, reads_settings=False,
+            stream_of(candidate_id),
+            decide,
+            command="recovered",
+            event_id=event_id,
+            reads_settings=False,
             first_type=RecoveryCompleted.TYPE,
-        )  # fmt: skip
+        )
 
     def hand_off(self, candidate_id: str, *, event_id: str | None = None, rehash: bool = False) -> CandidateResult:
         """Re-run the checks now and decide: ready (for evaluation), tune or reject (`rehash`: as `check`)."""

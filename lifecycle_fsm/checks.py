@@ -65,7 +65,7 @@ class ArtifactCheck:
 class CheckEvidence:
     """Every lifecycle check, run now: what a check or a hand-off records and decides on."""
 
-    freshness: JSON  # the seed's `check_candidate_freshness` result
+    freshness: JSON  # the `check_candidate_freshness` result
     artifact: ArtifactCheck
     rollback: ArtifactCheck
     settings: JSON  # what it was judged against
@@ -76,7 +76,7 @@ class CheckEvidence:
         return tuple(name for name, c in (("artifact", self.artifact), ("rollback", self.rollback)) if c.inconclusive)
 
     def decide(self, upstream_decision: Any) -> tuple[JSON, list[str]]:
-        """The seed's hand-off decision over this evidence and its reason codes, in the rule's order:
+        """The hand-off decision over this evidence and its reason codes, in the rule's order:
         each failed hard check by name (a freshness failure as its specific checks), `path_escapes_root`
         when a path left the root, then the upstream codes."""
         decision = _decide(
@@ -194,7 +194,7 @@ def gather_checks(
 
 
 def handoff_decision(evidence: CheckEvidence, upstream_decision: Any) -> tuple[JSON, list[str]]:
-    """`CheckEvidence.decide`: the seed's hand-off decision and its reason codes."""
+    """`CheckEvidence.decide`: the hand-off decision and its reason codes."""
     return evidence.decide(upstream_decision)
 
 

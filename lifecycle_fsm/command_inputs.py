@@ -48,7 +48,7 @@ def path_argument(name: str, value: object) -> str:
     """A path the caller passed, as a `str`: a `str` or an `os.PathLike` of one; anything else
     (None, a number, bytes) is an InputError naming the argument, not `os.fspath`'s TypeError,
     and so is one holding a NUL (no file system path does: `os.stat`'s bare ValueError)."""
-    if type(value) is not str:  # the common case skips this: no ABC check (issue #13)
+    if type(value) is not str:  # the common case: a plain str needs no ABC check
         if isinstance(value, os.PathLike):
             value = os.fspath(value)
         if not isinstance(value, str):

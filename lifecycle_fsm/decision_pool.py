@@ -36,8 +36,15 @@ __all__ = ["SCHEMA", "Changed", "DecisionState", "export_pool", "read_pool", "re
 
 JSON = dict[str, Any]
 SCHEMA = "lifecycle-decision-pool/v1"
-CANDIDATE_FIELDS = ("candidate_kind", "source_policy_version", "policy_version", "evaluation_version",
-                    "preference_evidence_version", "verifier_version", "evidence_window_index")  # fmt: skip
+CANDIDATE_FIELDS = (
+    "candidate_kind",
+    "source_policy_version",
+    "policy_version",
+    "evaluation_version",
+    "preference_evidence_version",
+    "verifier_version",
+    "evidence_window_index",
+)
 SETTINGS_FIELDS = ("active_policy_version", "active_window", "max_window_age", "evaluation_version")
 EVIDENCE_FIELDS = ("candidate", "settings", "artifact_verified", "rollback_verified", "path_escapes_root")
 # Every key a file holds, per decision: inputs (what the decider saw) and decided (what it said).
@@ -188,8 +195,9 @@ def _decision(state: CandidateState | None, seq: int, event_type: str, payload: 
     if event_type == "RecoveryPlanned":
         available = {kind: bool(t["available"]) for kind, t in payload["trusted_states"].items()}
         decided = {k: payload[k] for k in DECIDED_KEYS["recovery"]}
-        return DecisionState("recovery", cid, seq, event_type, {"stage": payload["stage"], "available": available},
-                             decided)  # fmt: skip
+        return DecisionState(
+            "recovery", cid, seq, event_type, {"stage": payload["stage"], "available": available}, decided
+        )
     return None
 
 
@@ -251,10 +259,12 @@ def redecide(d: DecisionState) -> JSON:
         return {k: plan[k] for k in DECIDED_KEYS["recovery"]}
     s = d.inputs["settings"]
     settings = LedgerSettings(
-        initialized=True, max_window_age=s["max_window_age"], active_window=s["active_window"],
+        initialized=True,
+        max_window_age=s["max_window_age"],
+        active_window=s["active_window"],
         baseline=None if s["active_policy_version"] is None else {"policy_version": s["active_policy_version"]},
         evaluation_version=s["evaluation_version"],
-    )  # fmt: skip
+    )
     fresh = freshness(d.inputs["candidate"], settings)
     if d.decision == "check":
         reasons = list(fresh["failed_checks"])

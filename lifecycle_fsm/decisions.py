@@ -158,7 +158,7 @@ def check(evidence: CheckEvidence) -> Decision:
 
 
 def hand_off(current: CandidateState, evidence: CheckEvidence) -> Decision:
-    """The seed's hand-off decision over checks re-run at this moment, under today's rules."""
+    """The hand-off decision over checks re-run at this moment, under today's rules."""
     decision, reasons = evidence.decide(current.candidate.get("decision"))
     if evidence.inconclusive and not _decided_without(evidence, reasons):
         return Decision((_inconclusive("handoff", evidence),))
@@ -238,7 +238,7 @@ def complete_recovery(current: CandidateState, resumed_from: str | None = None) 
 
 
 def _with_defaults(settings: LedgerSettings, decision: Decision) -> Decision:
-    """A settings change on a ledger nobody initialised fixes the seed's defaults first."""
+    """A settings change on a ledger nobody initialised fixes the default settings first."""
     if settings.initialized or not decision.events or isinstance(decision.events[0], LedgerInitialized):
         return decision
     defaults = LedgerInitialized(DEFAULT_MAX_WINDOW_AGE, DEFAULT_ACTIVE_WINDOW)

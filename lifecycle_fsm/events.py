@@ -113,8 +113,11 @@ class LedgerInitialized(LedgerEvent):
 
     @classmethod
     def settle(cls, settings: Any, payload: Mapping[str, Any]) -> JSON:
-        return {"initialized": True, "max_window_age": payload["max_window_age"],
-                "active_window": payload["active_window"]}  # fmt: skip
+        return {
+            "initialized": True,
+            "max_window_age": payload["max_window_age"],
+            "active_window": payload["active_window"],
+        }
 
 
 @attrs.frozen
@@ -171,7 +174,7 @@ class EvaluationActivated(LedgerEvent):
 
 @attrs.frozen
 class HeadSealed(Event):
-    """A key holder signed the head before this event (`lifecycle seal`, SPEC §8).
+    """A key holder signed the head before this event (`lifecycle seal`).
 
     It lives in its own `seals` stream, so a seal never makes a decision re-decide.
     `signature` is Ed25519 over the canonical JSON of `{ledger_id, seq, hash}`.

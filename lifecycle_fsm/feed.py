@@ -56,10 +56,16 @@ class FeedEvent:
     @classmethod
     def of(cls, stored: StoredEvent) -> FeedEvent:
         return cls(
-            seq=stored.seq, stream_id=stored.stream_id, version=stored.version, type=stored.type,
-            recorded_at=stored.recorded_at, actor=stored.actor, hash=stored.hash, event_id=stored.event_id,
+            seq=stored.seq,
+            stream_id=stored.stream_id,
+            version=stored.version,
+            type=stored.type,
+            recorded_at=stored.recorded_at,
+            actor=stored.actor,
+            hash=stored.hash,
+            event_id=stored.event_id,
             event=decoded_event(stored),
-        )  # fmt: skip
+        )
 
 
 def stream_filter(stream: str | None) -> str | None:
@@ -216,6 +222,8 @@ def wait_for_state(
             raise WaitTimeout(
                 f"candidate {candidate_id!r} did not reach {' | '.join(wanted)} within {timeout} s "
                 f"(last state: {last or 'not received'})",
-                candidate_id=candidate_id, states=tuple(str(s) for s in wanted), last_state=last,
-            )  # fmt: skip
+                candidate_id=candidate_id,
+                states=tuple(str(s) for s in wanted),
+                last_state=last,
+            )
         time.sleep(min(poll, remaining))

@@ -94,7 +94,7 @@ class Ledger(CandidateCommands):
         self.store = store
         self.actor = actor or default_actor()
         self.artifact_root = root
-        self.signing_key = signing_key  # the key seals are signed with (SPEC §8), kept for the commands that sign
+        self.signing_key = signing_key  # the key seals and attestations are signed with
         self._clock = clock
         # The folds of the candidates this Ledger last read or wrote (at most `cached_candidates`, least
         # recently used evicted first): a command on one of them decides without reading its stream.
@@ -146,8 +146,16 @@ class Ledger(CandidateCommands):
                 raise
             raise read_only from e
         try:
-            ledger = cls(store, actor=actor, clock=clock, artifact_root=artifact_root, retry=retry,
-                         signing_key=signing_key, new_id=new_id, cached_candidates=cached_candidates)  # fmt: skip
+            ledger = cls(
+                store,
+                actor=actor,
+                clock=clock,
+                artifact_root=artifact_root,
+                retry=retry,
+                signing_key=signing_key,
+                new_id=new_id,
+                cached_candidates=cached_candidates,
+            )
         except BaseException:
             store.close()  # nobody else holds it: its connection is not left to the garbage collector
             raise
@@ -155,7 +163,7 @@ class Ledger(CandidateCommands):
         return ledger
 
     def seal(self) -> JSON:
-        """Sign the head and append `HeadSealed` to the `seals` stream; the signed head (SPEC §8).
+        """Sign the head and append `HeadSealed` to the `seals` stream; the signed head.
 
         Needs `signing_key` (InputError without one). Keep the result outside the ledger
         and check it later with `lifecycle verify --expect-head`.
@@ -247,8 +255,9 @@ class Ledger(CandidateCommands):
         self, after: int = 0, poll: float = 0.2, *, stream: str | None = None, stop: threading.Event | None = None
     ) -> Iterator[FeedEvent]:
         """New events as they are appended; ends when `stop` is set or the ledger is closed."""
-        return follow_events(self.store, after=after, poll=poll, stream=stream, stop=stop,
-                             is_closed=lambda: self._closed)  # fmt: skip
+        return follow_events(
+            self.store, after=after, poll=poll, stream=stream, stop=stop, is_closed=lambda: self._closed
+        )
 
     def wait_for(
         self, candidate_id: str, states: State | str | Iterable[State | str], timeout: float, *, poll: float = 0.2
@@ -258,8 +267,13 @@ class Ledger(CandidateCommands):
         `states`: one state (a `State` or its name, `"ready"`) or an iterable of them; a name
         that is no state, an empty list or a bad `timeout` / `poll` is an `InputError`.
         """
-        return wait_for_state(lambda: self._reader.existing(candidate_id).state, candidate_id=candidate_id,
-                              states=states, timeout=timeout, poll=poll)  # fmt: skip
+        return wait_for_state(
+            lambda: self._reader.existing(candidate_id).state,
+            candidate_id=candidate_id,
+            states=states,
+            timeout=timeout,
+            poll=poll,
+        )
 
     # --- typed results -------------------------------------------------------------
 
@@ -267,8 +281,12 @@ class Ledger(CandidateCommands):
         check_key(how["event_id"])
         outcome = self._path.run(Command(stream_id, decide, **how))
         assert outcome.settings is not None
-        return SettingsResult(settings=outcome.settings, events=outcome.events, duplicate=outcome.duplicate,
-                              invalidated=outcome.invalidated)  # fmt: skip
+        return SettingsResult(
+            settings=outcome.settings,
+            events=outcome.events,
+            duplicate=outcome.duplicate,
+            invalidated=outcome.invalidated,
+        )
 
     # --- ledger settings ---------------------------------------------------------
 
@@ -291,16 +309,20 @@ class Ledger(CandidateCommands):
         def decide(_: CandidateState | None, settings: LedgerSettings) -> Decision:
             first = None
             if settings.initialized and (settings.max_window_age, settings.active_window) != (
-                max_window_age, active_window,
-            ):  # fmt: skip
+                max_window_age,
+                active_window,
+            ):
                 first = _initialized_with(self.store)  # only then: the window may have moved since
             return decisions.init(settings, max_window_age, active_window, ledger_id, initialized_with=first)
 
         return self._on_settings(
-            LEDGER_STREAM, decide,
-            command="init", event_id=event_id, first_type=LedgerInitialized.TYPE,
+            LEDGER_STREAM,
+            decide,
+            command="init",
+            event_id=event_id,
+            first_type=LedgerInitialized.TYPE,
             inputs={"max_window_age": max_window_age, "active_window": active_window},
-        )  # fmt: skip
+        )
 
     def activate_baseline(
         self, manifest_path: str | os.PathLike[str], *, event_id: str | None = None
@@ -314,8 +336,9 @@ class Ledger(CandidateCommands):
             if retried is None:
                 raise
             assert retried.settings is not None
-            return SettingsResult(settings=retried.settings, events=retried.events, duplicate=True,
-                                  invalidated=retried.invalidated)  # fmt: skip
+            return SettingsResult(
+                settings=retried.settings, events=retried.events, duplicate=True, invalidated=retried.invalidated
+            )
         actual = verify_artifact(manifest.adapter_path, manifest.adapter_sha256, self.artifact_root)
         event = BaselineActivated(
             policy_version=manifest.adapter_sha256,
@@ -329,19 +352,25 @@ class Ledger(CandidateCommands):
             adapter_tree=actual.tree,
         )
         return self._on_settings(
-            LEDGER_STREAM, lambda _, settings: decisions.activate_baseline(settings, event),
-            command="baseline activate", event_id=event_id, first_type=BaselineActivated.TYPE,
+            LEDGER_STREAM,
+            lambda _, settings: decisions.activate_baseline(settings, event),
+            command="baseline activate",
+            event_id=event_id,
+            first_type=BaselineActivated.TYPE,
             inputs={"policy_version": event.policy_version, "adapter_path": event.adapter_path},
-        )  # fmt: skip
+        )
 
     def advance_window(self, active_window: int, *, event_id: str | None = None) -> SettingsResult:
         """Move the active rollout window forward; online candidates' evidence ages."""
         non_negative("window", active_window)
         return self._on_settings(
-            LEDGER_STREAM, lambda _, settings: decisions.advance_window(settings, active_window),
-            command="window", event_id=event_id, first_type=WindowAdvanced.TYPE,
+            LEDGER_STREAM,
+            lambda _, settings: decisions.advance_window(settings, active_window),
+            command="window",
+            event_id=event_id,
+            first_type=WindowAdvanced.TYPE,
             inputs={"active_window": active_window},
-        )  # fmt: skip
+        )
 
     def activate_evaluation(self, evaluation_version: str, *, event_id: str | None = None) -> SettingsResult:
         """Require candidates to name this evaluation version from now on."""
@@ -349,10 +378,13 @@ class Ledger(CandidateCommands):
             text_or_error("evaluation version", evaluation_version)  # not UTF-8 (a CLI argument): said so
         check_version_text("evaluation version", evaluation_version)
         return self._on_settings(
-            LEDGER_STREAM, lambda _, settings: decisions.activate_evaluation(settings, evaluation_version),
-            command="evaluation activate", event_id=event_id, first_type=EvaluationActivated.TYPE,
+            LEDGER_STREAM,
+            lambda _, settings: decisions.activate_evaluation(settings, evaluation_version),
+            command="evaluation activate",
+            event_id=event_id,
+            first_type=EvaluationActivated.TYPE,
             inputs={"evaluation_version": evaluation_version},
-        )  # fmt: skip
+        )
 
 
 def _initialized_with(store: EventStore) -> tuple[int, int] | None:

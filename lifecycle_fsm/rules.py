@@ -1,6 +1,7 @@
-"""The seed's three lifecycle decisions, as pure functions (seed 000, Steps 3-4).
+"""The three lifecycle decisions of the post-training workflow, as pure functions.
 
-Names, arguments and return keys are the seed's, so its own tests pass unchanged.
+Names, arguments and return keys are the workflow's own (`check_candidate_freshness`,
+`choose_recovery_action`, `decide_lifecycle_handoff`), so code written against it runs unchanged.
 No I/O, no clock: the ledger gathers the evidence and records what these return.
 """
 
@@ -48,7 +49,7 @@ TRUSTED_STATE_KINDS = ("prompt_queue", "trajectories", "pre_update_checkpoint", 
 
 
 class RecoveryAction(StrEnum):
-    """What the supervisor does next after a stage failed (the seed's actions)."""
+    """What the supervisor does next after a stage failed (the workflow's actions)."""
 
     RETRY_SAMPLING_FROM_PROMPT_QUEUE = "retry_sampling_from_prompt_queue"
     REBUILD_PROMPT_QUEUE = "rebuild_prompt_queue"
@@ -87,7 +88,7 @@ def _age_within(value: Any, maximum: int) -> bool:
 
 
 def _identity(value: Any) -> bool:
-    """A version or identity is a non-empty string (the seed's are `sft-v1`, `dpo-v1`, …).
+    """A version or identity is a non-empty string (e.g. `sft-v1`, `dpo-v1`).
 
     The seed tests `bool(value)`, so `true`, `1` or `{"k": 0}` would pass as an identity:
     anything but a string with a non-blank character fails its check instead.
@@ -101,7 +102,7 @@ def check_candidate_freshness(
     """Is the candidate's lineage and branch evidence still current?
 
     The upstream decision is deliberately not part of freshness. A missing or
-    non-integer `window_age` fails an online candidate's branch evidence: the seed's
+    non-integer `window_age` fails an online candidate's branch evidence: a
     `-1` default happens to fail too, but we never rely on a default. Versions are
     identities: each must be a non-empty string (`_identity`), not merely truthy.
     """
@@ -138,7 +139,7 @@ def choose_recovery_action(failure: dict[str, Any]) -> dict[str, Any]:
         "stage": stage,
         "recovery_state": recovery_state,
         "reused_state": recovery_state is not None,
-        "action": action.value,  # a plain string, as the seed returns it
+        "action": action.value,  # a plain string, as the workflow's rule returns it
     }
 
 

@@ -91,12 +91,20 @@ def seal(store: EventStore, key: Ed25519PrivateKey, *, actor: str, clock: Callab
             continue  # another writer appended between the head and the seal: sign the new head
         break
     else:
-        raise ConcurrencyError("could not seal: other writers kept appending; retry the command",
-                               stream_id=SEALS_STREAM, expected_version=0, actual_version=0)  # fmt: skip
+        raise ConcurrencyError(
+            "could not seal: other writers kept appending; retry the command",
+            stream_id=SEALS_STREAM,
+            expected_version=0,
+            actual_version=0,
+        )
     return {
-        "ledger_id": ledger_id, "seq": head.seq, "hash": head.hash, "sealed_at": stored.recorded_at,
-        "key_id": signer, "signature": signature,
-    }  # fmt: skip
+        "ledger_id": ledger_id,
+        "seq": head.seq,
+        "hash": head.hash,
+        "sealed_at": stored.recorded_at,
+        "key_id": signer,
+        "signature": signature,
+    }
 
 
 def signed_head_text(doc: JSON) -> str:
@@ -113,13 +121,22 @@ def _append_seal(
         signature = sign(key, seal_message(ledger_id, head.seq, head.hash))
         event = HeadSealed(ledger_id, head.seq, head.hash, signer, signature)
         new = NewEvent(
-            stream_id=SEALS_STREAM, type=event.TYPE, schema_version=event.SCHEMA_VERSION,
-            payload=event.to_payload(), event_id=str(uuid.uuid4()), recorded_at=clock(), actor=actor,
-        )  # fmt: skip
+            stream_id=SEALS_STREAM,
+            type=event.TYPE,
+            schema_version=event.SCHEMA_VERSION,
+            payload=event.to_payload(),
+            event_id=str(uuid.uuid4()),
+            recorded_at=clock(),
+            actor=actor,
+        )
         stored = tx.append(SEALS_STREAM, tx.stream_version(SEALS_STREAM), [new], fresh_ids=True).events[0]
         if stored.seq != head.seq + 1:  # raised inside the transaction: rolled back
-            raise ConcurrencyError("the head moved while sealing", stream_id=SEALS_STREAM,
-                                   expected_version=head.seq + 1, actual_version=stored.seq)  # fmt: skip
+            raise ConcurrencyError(
+                "the head moved while sealing",
+                stream_id=SEALS_STREAM,
+                expected_version=head.seq + 1,
+                actual_version=stored.seq,
+            )
     return head, signature, stored
 
 
@@ -168,9 +185,12 @@ def parse_expected_head(value: str) -> ExpectedHead:
         raise InputError(f"{value}: not a signed-head file (not an object)")
     seq, digest = doc.get("seq"), doc.get("hash")
     if (
-        not isinstance(seq, int) or isinstance(seq, bool) or _seq_problem(str(seq))
-        or not isinstance(digest, str) or _hash_problem(digest)
-    ):  # fmt: skip
+        not isinstance(seq, int)
+        or isinstance(seq, bool)
+        or _seq_problem(str(seq))
+        or not isinstance(digest, str)
+        or _hash_problem(digest)
+    ):
         raise InputError(
             f"{value}: a signed-head file needs an integer `seq` from 1 and a `hash` of 64 lowercase hex digits"
         )
@@ -220,9 +240,10 @@ def check_expected_heads(
         if pin.signed is not None and keys:
             doc = pin.signed
             ok = doc.get("ledger_id") == ledger_id and keys.verifies(
-                str(doc.get("key_id")), seal_message(str(doc.get("ledger_id")), pin.seq, pin.hash),
+                str(doc.get("key_id")),
+                seal_message(str(doc.get("ledger_id")), pin.seq, pin.hash),
                 str(doc.get("signature")),
-            )  # fmt: skip
+            )
             if not ok:
                 message = f"{pin.source}: its signature does not verify under the given keys for this ledger"
                 return SealFailure(pin.seq, "seal_signature", message)

@@ -1,7 +1,7 @@
 """Whether a saved snapshot of folded state may be used: its fingerprint and its trust.
 
 A checkpoint (and each per-stream copy inside it) records what the folded state it
-holds structurally depends on, as seed 001 does for resume checkpoints:
+holds structurally depends on, as a training resume checkpoint records its config fingerprint:
 - the machine's table (`machine.TABLE_DIGEST`),
 - every event type with its schema version,
 - the fields of the folded state and a declared `FOLD_VERSION` (bump it when the

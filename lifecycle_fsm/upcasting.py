@@ -118,8 +118,21 @@ def check_row(event: StoredEvent) -> None:
     whole chain) and a sealed or pinned head catch that.
     """
     e = event
-    if event_hash(e.prev_hash, e.seq, e.stream_id, e.version, e.event_id, e.type, e.schema_version, e.payload,
-                  e.recorded_at, e.actor) != e.hash:  # fmt: skip
+    if (
+        event_hash(
+            e.prev_hash,
+            e.seq,
+            e.stream_id,
+            e.version,
+            e.event_id,
+            e.type,
+            e.schema_version,
+            e.payload,
+            e.recorded_at,
+            e.actor,
+        )
+        != e.hash
+    ):
         raise edited_row_error(e.seq)
 
 

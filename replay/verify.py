@@ -41,9 +41,11 @@ def _checkpoint_report(store: EventStore, walk: ChainWalk) -> tuple[list[dict[st
             status = "stale" if problem.stale else "broken"  # stale: built by other code, not used, not corrupt
         position = record.position if type(record.position) is int else None  # a seq, or none (edited by hand)
         reports[record.checkpoint_id] = {
-            "checkpoint_id": record.checkpoint_id, "position": position, "status": status,
+            "checkpoint_id": record.checkpoint_id,
+            "position": position,
+            "status": status,
             "reason": None if problem is None else problem.reason,
-        }  # fmt: skip
+        }
     state = EMPTY
     for record in sorted(sound, key=lambda r: r.position):
         state = fold_rows(store, state, batches=walk.fold_batches(to=record.position))

@@ -44,14 +44,21 @@ def main(target: str, name: str) -> None:
             with structlog.testing.capture_logs() as logs:
                 result = run(ledger, cmd)
             candidate = getattr(result, "candidate", None)
-            print(json.dumps({
-                "version": None if candidate is None else candidate.version,
-                "state": None if candidate is None else str(candidate.state),
-                "appended": [[e.stream_id, e.version] for e in result.events],
-                "stale": sum(1 for entry in logs if entry["event"] == "command_retried" and entry.get("cached")),
-                "reread": sum(1 for entry in logs if entry["event"] == "command_reread"),
-                "retried": sum(1 for entry in logs if entry["event"] == "command_retried"),
-            }), flush=True)  # fmt: skip
+            print(
+                json.dumps(
+                    {
+                        "version": None if candidate is None else candidate.version,
+                        "state": None if candidate is None else str(candidate.state),
+                        "appended": [[e.stream_id, e.version] for e in result.events],
+                        "stale": sum(
+                            1 for entry in logs if entry["event"] == "command_retried" and entry.get("cached")
+                        ),
+                        "reread": sum(1 for entry in logs if entry["event"] == "command_reread"),
+                        "retried": sum(1 for entry in logs if entry["event"] == "command_retried"),
+                    }
+                ),
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -149,8 +149,9 @@ def read_only_folder(tmp_path: Path) -> Iterator[Path]:
     locked.mkdir(mode=0o555)
     mounted = False
     if os.geteuid() == 0:
-        done = subprocess.run(["mount", "--bind", str(locked), str(locked)], capture_output=True, text=True,
-                              check=False)  # fmt: skip
+        done = subprocess.run(
+            ["mount", "--bind", str(locked), str(locked)], capture_output=True, text=True, check=False
+        )
         if done.returncode != 0:
             pytest.skip(f"cannot make a read-only folder as root here (mount --bind: {done.stderr.strip()})")
         mounted = True

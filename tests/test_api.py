@@ -163,8 +163,14 @@ def test_embedding_example_runs(ws: Workspace) -> None:
 @pytest.mark.parametrize("args", [[], ["only.db"], ["a.db", "sft.json", "grpo.json"], ["a", "b", "c", "d", "e"]])
 def test_embedding_example_with_wrong_arguments_prints_its_usage(tmp_path: Path, args: list[str]) -> None:
     """Too few or too many arguments: a usage line and exit 2 (as supervisor_loop.py), no traceback, no ledger."""
-    out = subprocess.run([sys.executable, str(REPO / "examples" / "embed.py"), *args],
-                         capture_output=True, text=True, check=False, cwd=tmp_path, timeout=60)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "embed.py"), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+        timeout=60,
+    )
     assert out.returncode == 2, out.stderr
     assert out.stderr.startswith("usage: embed.py [-h] LEDGER_DB SFT_MANIFEST GRPO_MANIFEST TRAJECTORIES_PATH\n")
     assert "Traceback" not in out.stderr and out.stdout == ""

@@ -152,12 +152,19 @@ def test_a_nul_in_an_id_key_or_actor_is_the_same_input_error_on_every_backend(tm
 
 @pytest.mark.parametrize(
     ("bad", "says"),
-    [("eval-v1 ", "starts or ends with whitespace"), (" eval-v1", "starts or ends with whitespace"),
-     ("eval\x00v1", "NUL character"), ("eval\x1bv1", "control or format"), ("eval\u200bv1", "control or format"),
-     ("e" * 257, "257 characters"),
-     ("", "non-empty"), ("   ", "non-empty"), (5, "non-empty")],
+    [
+        ("eval-v1 ", "starts or ends with whitespace"),
+        (" eval-v1", "starts or ends with whitespace"),
+        ("eval\x00v1", "NUL character"),
+        ("eval\x1bv1", "control or format"),
+        ("eval\u200bv1", "control or format"),
+        ("e" * 257, "257 characters"),
+        ("", "non-empty"),
+        ("   ", "non-empty"),
+        (5, "non-empty"),
+    ],
     ids=repr,
-)  # fmt: skip
+)
 def test_an_evaluation_version_no_manifest_could_name_is_refused(ws: Workspace, bad: object, says: str) -> None:
     """`activate_evaluation("eval-v1 ")` was stored: every later check then failed `evaluation_identity`
     against manifests naming `eval-v1`, and the two print alike. Refused, nothing appended."""

@@ -27,10 +27,21 @@ def tree(tmp_path: Path) -> Path:
 
 
 CASES = [
-    "real", "real/sub/f.bin", "dirlink", "dirlink/sub/f.bin", "rel_dirlink/f.bin", "filelink", "chain",
-    "dirlink/sub/../sub/f.bin", "rel_dirlink/../sub", "real/./sub//f.bin", "dangling", "loop_a", "nowhere/x",
+    "real",
+    "real/sub/f.bin",
+    "dirlink",
+    "dirlink/sub/f.bin",
+    "rel_dirlink/f.bin",
+    "filelink",
+    "chain",
+    "dirlink/sub/../sub/f.bin",
+    "rel_dirlink/../sub",
+    "real/./sub//f.bin",
+    "dangling",
+    "loop_a",
+    "nowhere/x",
     "real/sub/f.bin/not_a_dir",
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("relative", CASES)
@@ -54,9 +65,17 @@ def test_real_path_without_the_kernel_answer(tree: Path, monkeypatch: pytest.Mon
 
 @pytest.mark.parametrize(
     ("path", "root", "expected"),
-    [("/a/b", "/a/b", True), ("/a/b/c", "/a/b", True), ("/a/bc", "/a/b", False), ("/a", "/a/b", False),
-     ("/x", "/", True), ("/", "/", True), ("/a/b/", "/a/b/", True), ("/a/b/c", "/a/b/", True)],
-)  # fmt: skip
+    [
+        ("/a/b", "/a/b", True),
+        ("/a/b/c", "/a/b", True),
+        ("/a/bc", "/a/b", False),
+        ("/a", "/a/b", False),
+        ("/x", "/", True),
+        ("/", "/", True),
+        ("/a/b/", "/a/b/", True),
+        ("/a/b/c", "/a/b/", True),
+    ],
+)
 def test_inside_is_by_component(path: str, root: str, expected: bool) -> None:
     assert inside(path, root) is expected
     assert (os.path.commonpath([path, root]) == os.path.normpath(root)) is expected

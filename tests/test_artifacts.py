@@ -88,9 +88,13 @@ def test_documented_stream_literal(tmp_path: Path) -> None:
     write(tmp_path / "d" / "a", b"")
     stream = (
         b"lifecycle-fsm/tree-v1\n"
-        + b"a\x000\x00" + sha(b"").encode() + b"\n"
-        + b"sub/x\x002\x00" + sha(b"xy").encode() + b"\n"
-    )  # fmt: skip
+        + b"a\x000\x00"
+        + sha(b"").encode()
+        + b"\n"
+        + b"sub/x\x002\x00"
+        + sha(b"xy").encode()
+        + b"\n"
+    )
     assert hash_directory(tmp_path / "d") == sha(stream)
 
 

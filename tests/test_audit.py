@@ -23,12 +23,34 @@ from lifecycle_fsm.store.base import event_at
 
 
 def run_audit(
-    ws: Workspace, *candidates: Path | str, label: str = "t1", mode: str = "real_artifact",
-    db: Path | None = None, root: Path | None = None, baseline: Path | None = None, extra: tuple[str, ...] = (),
-) -> Result:  # fmt: skip
-    args = ["--db", str(db or ws.db), "audit", "--baseline", str(baseline or ws.root / "sft" / "manifest.json"),
-            "--candidates", *map(str, candidates), "--label", label, "--mode", mode,
-            "--root", str(root or ws.root), "--out", str(ws.root / "results"), "--json", *extra]  # fmt: skip
+    ws: Workspace,
+    *candidates: Path | str,
+    label: str = "t1",
+    mode: str = "real_artifact",
+    db: Path | None = None,
+    root: Path | None = None,
+    baseline: Path | None = None,
+    extra: tuple[str, ...] = (),
+) -> Result:
+    args = [
+        "--db",
+        str(db or ws.db),
+        "audit",
+        "--baseline",
+        str(baseline or ws.root / "sft" / "manifest.json"),
+        "--candidates",
+        *map(str, candidates),
+        "--label",
+        label,
+        "--mode",
+        mode,
+        "--root",
+        str(root or ws.root),
+        "--out",
+        str(ws.root / "results"),
+        "--json",
+        *extra,
+    ]
     return CliRunner().invoke(main, args, catch_exceptions=False)
 
 
@@ -116,8 +138,10 @@ def test_upstream_decision_propagates(ws: Workspace, decision: str, status: str,
     """Upstream tune stays tune (re-checked next audit); upstream reject rejects (kept as it stands)."""
     ws.baseline()
     manifest = ws.dpo(decision=decision)
-    for label, next_events in (("t1", ["CandidateReceived", "ChecksRecorded", "HandoffDecided"]),
-                               ("t2", ["ChecksRecorded"] if status == "tune" else [])):  # fmt: skip
+    for label, next_events in (
+        ("t1", ["CandidateReceived", "ChecksRecorded", "HandoffDecided"]),
+        ("t2", ["ChecksRecorded"] if status == "tune" else []),
+    ):
         result = run_audit(ws, manifest, label=label)
         assert result.exit_code == 0, result.stderr
         evidence, handoff = records(ws, label)
@@ -192,8 +216,13 @@ def test_paths_escaping_root_are_not_read(tmp_path: Path) -> None:
     assert run_audit(ws, dpo, good).exit_code == 0
     found = by_id(records(ws)[0])
     assert found["dpo-v5"]["reason_codes"] == ["artifact", "path_escapes_root"]
-    assert found["dpo-v5"]["artifact"] == {"path": "../../outside/adapter", "expected": escaping["sha256"],
-                                           "actual": None, "verified": False, "error": "path_escapes_root"}  # fmt: skip
+    assert found["dpo-v5"]["artifact"] == {
+        "path": "../../outside/adapter",
+        "expected": escaping["sha256"],
+        "actual": None,
+        "verified": False,
+        "error": "path_escapes_root",
+    }
     assert found["grpo-v7"]["handoff_status"] == "ready_for_evaluation"
     # The baseline leaving the root: every candidate fails rollback.
     sft = ws.write_manifest("sft2", {"artifacts": {"adapter": escaping}})
@@ -238,8 +267,23 @@ def test_dry_run_writes_nothing(ws: Workspace, tree: tuple[Path, Path]) -> None:
     """dry_run (the default) parses, checks fields and paths, prints the plan; no ledger file, no records."""
     grpo = ws.grpo("grpo-v8", evidence_window_index=DROP)
     baseline, out, gone = ws.root / "sft" / "manifest.json", ws.root / "results", ws.root / "gone.json"
-    args = ["--db", str(ws.db), "audit", "--baseline", str(baseline), "--candidates", str(tree[0]), str(grpo),
-            str(gone), "--label", "d", "--out", str(out), "--root", str(ws.root)]  # fmt: skip
+    args = [
+        "--db",
+        str(ws.db),
+        "audit",
+        "--baseline",
+        str(baseline),
+        "--candidates",
+        str(tree[0]),
+        str(grpo),
+        str(gone),
+        "--label",
+        "d",
+        "--out",
+        str(out),
+        "--root",
+        str(ws.root),
+    ]
     result = CliRunner().invoke(main, [*args, "--json"], catch_exceptions=False)
     assert result.exit_code == 0, result.stderr
     plan = json.loads(result.stdout)
@@ -314,8 +358,12 @@ def test_records_byte_identical_across_folders_apart_from_the_heads(
     for i, folder in enumerate((tmp_path / "copy-a" / "x", tmp_path / "copy-b")):
         shutil.copytree(ws.root, folder, ignore=shutil.ignore_patterns("copy-*", "keys"))
         copy = Workspace(folder)
-        result = run_audit(copy, folder / "dpo-v5" / "manifest.json", folder / "grpo-v7" / "manifest.json",
-                           folder / "missing" / "manifest.json")  # fmt: skip
+        result = run_audit(
+            copy,
+            folder / "dpo-v5" / "manifest.json",
+            folder / "grpo-v7" / "manifest.json",
+            folder / "missing" / "manifest.json",
+        )
         assert result.exit_code == 0, result.stderr
         outputs.append([(folder / "results" / f"lifecycle_{k}_t1.json").read_bytes() for k in ("evidence", "handoff")])
         if i == 0:
@@ -330,8 +378,10 @@ def test_records_byte_identical_across_folders_apart_from_the_heads(
         heads.append({f: docs[0][f] for f in head_fields})
     # Everything else is byte-for-byte the same: the records with those fields removed, re-serialised
     # canonically (the files are canonical JSON, so this is their bytes minus those fields).
-    stripped = [[canonical_bytes({k: v for k, v in json.loads(raw).items() if k not in head_fields}) for raw in pair]
-                for pair in outputs]  # fmt: skip
+    stripped = [
+        [canonical_bytes({k: v for k, v in json.loads(raw).items() if k not in head_fields}) for raw in pair]
+        for pair in outputs
+    ]
     assert stripped[0] == stripped[1]
     # The head fields themselves: the same position, a different chain (ledger id and timestamps differ).
     assert heads[0]["ledger_head"]["seq"] == heads[1]["ledger_head"]["seq"]
@@ -383,8 +433,13 @@ def test_existing_ledger_settings_and_states(ws: Workspace, tree: tuple[Path, Pa
         ledger.receive(ws.root / "grpo-old" / "manifest.json")
         rejected_at = ledger.check("grpo-old").events[-1].seq
     events = count_events(ws.db)
-    result = run_audit(ws, tree[0], tree[1], ws.root / "grpo-old" / "manifest.json",
-                       extra=("--max-window-age", "3", "--active-window", "3"))  # fmt: skip
+    result = run_audit(
+        ws,
+        tree[0],
+        tree[1],
+        ws.root / "grpo-old" / "manifest.json",
+        extra=("--max-window-age", "3", "--active-window", "3"),
+    )
     assert result.exit_code == 0, result.stderr
     evidence, handoff = records(ws)
     found = by_id(evidence)
@@ -409,16 +464,28 @@ def test_changed_manifest_for_a_decided_id_is_refused(ws: Workspace, tree: tuple
 def test_make_fixtures_then_audit_subprocess(tmp_path: Path) -> None:
     """examples/make_fixtures.py builds a tree whose real_artifact audit (a real process) is ready."""
     demo = tmp_path / "demo"
-    made = subprocess.run([sys.executable, str(REPO / "examples" / "make_fixtures.py"), str(demo)],
-                          capture_output=True, text=True, check=False, timeout=120)  # fmt: skip
+    made = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "make_fixtures.py"), str(demo)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
     assert made.returncode == 0, made.stderr
     command = shlex.split(made.stdout.strip().splitlines()[-1])
     assert command[:2] == ["lifecycle", "--db"] and "audit" in command
     weights = list(demo.glob("outputs/*/adapter/adapter_model.safetensors"))
     assert len(weights) == 3 and all(w.stat().st_size > 1_000_000 for w in weights)
     env = {**os.environ, "LIFECYCLE_LOG_LEVEL": "error"}
-    done = subprocess.run([sys.executable, "-m", "lifecycle_fsm", *command[1:], "--json"], capture_output=True,
-                          text=True, check=False, timeout=120, cwd=tmp_path, env=env)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "lifecycle_fsm", *command[1:], "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        cwd=tmp_path,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     assert summary["handoff_status"] == "ready"
@@ -437,9 +504,25 @@ def test_records_carry_the_ledger_head_and_with_a_key_a_signed_head(ws: Workspac
     with sqlite3.connect(ws.db) as conn:
         head = conn.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
     assert (evidence["ledger_head"]["seq"], evidence["ledger_head"]["hash"]) == head
-    args = ["--signing-key", str(keys / "lifecycle-signing.key"), "--db", str(ws.db), "audit", "--baseline",
-            str(ws.root / "sft" / "manifest.json"), "--candidates", *map(str, tree), "--label", "t2", "--mode",
-            "real_artifact", "--root", str(ws.root), "--out", str(ws.root / "results")]  # fmt: skip
+    args = [
+        "--signing-key",
+        str(keys / "lifecycle-signing.key"),
+        "--db",
+        str(ws.db),
+        "audit",
+        "--baseline",
+        str(ws.root / "sft" / "manifest.json"),
+        "--candidates",
+        *map(str, tree),
+        "--label",
+        "t2",
+        "--mode",
+        "real_artifact",
+        "--root",
+        str(ws.root),
+        "--out",
+        str(ws.root / "results"),
+    ]
     assert CliRunner().invoke(main, args, catch_exceptions=False).exit_code == 0
     evidence, handoff = records(ws, "t2")
     signed = evidence["signed_head"]
@@ -447,8 +530,16 @@ def test_records_carry_the_ledger_head_and_with_a_key_a_signed_head(ws: Workspac
     assert (signed["seq"], signed["hash"]) == (evidence["ledger_head"]["seq"], evidence["ledger_head"]["hash"])
     pin = ws.root / "head.json"
     pin.write_text(json.dumps(signed))
-    check = ["--db", str(ws.db), "verify", "--json", "--expect-head", str(pin), "--pubkey",
-             str(keys / "lifecycle-signing.pub")]  # fmt: skip
+    check = [
+        "--db",
+        str(ws.db),
+        "verify",
+        "--json",
+        "--expect-head",
+        str(pin),
+        "--pubkey",
+        str(keys / "lifecycle-signing.pub"),
+    ]
     report = json.loads(CliRunner().invoke(main, check, catch_exceptions=False).stdout)
     assert report["ok"] is True and report["seals"]["count"] == 1 and report["seals"]["last_seq"] == signed["seq"] + 1
 
@@ -463,9 +554,25 @@ def test_a_bad_signing_key_is_refused_before_the_out_folder_is_made(
     assert CliRunner().invoke(main, ["key", "new", "--out", str(keys)]).exit_code == 0
     given = keys / ("lifecycle-signing.pub" if key == "public" else "nope.key")
     out = ws.root / "new" / "results"
-    args = ["--signing-key", str(given), "--db", str(ws.db), "audit", "--baseline",
-            str(ws.root / "sft" / "manifest.json"), "--candidates", *map(str, tree), "--label", "t3", "--mode",
-            "real_artifact", "--root", str(ws.root), "--out", str(out)]  # fmt: skip
+    args = [
+        "--signing-key",
+        str(given),
+        "--db",
+        str(ws.db),
+        "audit",
+        "--baseline",
+        str(ws.root / "sft" / "manifest.json"),
+        "--candidates",
+        *map(str, tree),
+        "--label",
+        "t3",
+        "--mode",
+        "real_artifact",
+        "--root",
+        str(ws.root),
+        "--out",
+        str(out),
+    ]
     result = CliRunner().invoke(main, args, catch_exceptions=False)
     assert result.exit_code == 3 and result.stderr.startswith("Error: "), result.output
     assert not out.parent.exists() and not ws.db.exists()
@@ -476,11 +583,13 @@ def test_a_bad_signing_key_is_refused_before_the_out_folder_is_made(
     [
         (["--baseline", "b.json", "--candidates", "--label", "L"], "--candidates"),
         (["--baseline", "--candidates", "a.json", "--label", "L"], "--baseline"),
-        (["--baseline", "b.json", "--candidates", "a.json", "--mode", "real_artifact", "--out", "--label", "L"],
-         "--out"),
+        (
+            ["--baseline", "b.json", "--candidates", "a.json", "--mode", "real_artifact", "--out", "--label", "L"],
+            "--out",
+        ),
         (["--baseline", "b.json", "--candidates", "a.json", "--label", "L", "--root", "--replace"], "--root"),
     ],
-)  # fmt: skip
+)
 def test_an_option_taken_as_a_path_is_a_usage_error(tmp_path: Path, args: list[str], option: str) -> None:
     """`--candidates --label L` gave `--candidates` the path `--label` (then listed as missing, not
     fatal) and `L` as a candidate: exit 2 naming the option now, nothing written or appended."""

@@ -31,9 +31,15 @@ FIELDS = {"candidate_kind": "dpo", "policy_version": "dpo-v5"}
 
 def candidate(state: str = "received", **fields: Any) -> CandidateState:
     base: dict[str, Any] = {
-        "candidate_id": "dpo-v5", "state": state, "version": 3, "last_seq": 9, "kind": "dpo",
-        "candidate": dict(FIELDS), "manifest_path": "/m.json", "manifest_sha256": SHA_A,
-    }  # fmt: skip
+        "candidate_id": "dpo-v5",
+        "state": state,
+        "version": 3,
+        "last_seq": 9,
+        "kind": "dpo",
+        "candidate": dict(FIELDS),
+        "manifest_path": "/m.json",
+        "manifest_sha256": SHA_A,
+    }
     return CandidateState(**(base | fields))
 
 
@@ -114,8 +120,10 @@ def test_fail_stage_plans_from_the_available_states() -> None:
     assert failed == StageFailed("reward")
     assert isinstance(planned, RecoveryPlanned)
     assert (planned.recovery_state, planned.action, planned.blocking) == (
-        "prompt_queue", "restart_sampling_from_prompt_queue", False,
-    )  # fmt: skip
+        "prompt_queue",
+        "restart_sampling_from_prompt_queue",
+        False,
+    )
     gone = TrustedStateCheck(False, None, None, None, None, "not recorded")
     _, blocked = decisions.fail_stage(
         candidate(), "update", {"pre_update_checkpoint": gone, "verified_baseline": gone}

@@ -20,9 +20,11 @@ def test_default_candidate_is_fresh_against_its_baseline(tmp_path: Path, kind: s
     baseline = load_baseline_manifest(write_manifest(tmp_path / "sft" / "manifest.json", baseline_manifest(sft)))
     adapter = write_adapter(tmp_path / "cand" / "adapter", "cand", b"candidate weights")
     manifest = candidate_manifest(
-        kind, source_policy_version=baseline.adapter_sha256, policy_version="cand-v1",
+        kind,
+        source_policy_version=baseline.adapter_sha256,
+        policy_version="cand-v1",
         adapter_sha256=hash_directory(adapter),
-    )  # fmt: skip
+    )
     fields = load_candidate_manifest(write_manifest(tmp_path / "cand" / "manifest.json", manifest)).fields
     assert fields["candidate_kind"] == kind
     assert hash_directory(fields["adapter_resolved_path"]) == fields["adapter_sha256"]
@@ -34,9 +36,13 @@ def test_default_candidate_is_fresh_against_its_baseline(tmp_path: Path, kind: s
 def test_fields_replace_in_place_and_add_at_the_end() -> None:
     """Keyword fields override a default where it stands (bytes stay stable) or append new keys."""
     manifest = candidate_manifest(
-        "grpo", source_policy_version="s", policy_version="p", adapter_sha256="a",
-        evidence_window_index=None, run_label="r",
-    )  # fmt: skip
+        "grpo",
+        source_policy_version="s",
+        policy_version="p",
+        adapter_sha256="a",
+        evidence_window_index=None,
+        run_label="r",
+    )
     assert manifest["evidence_window_index"] is None
     keys = list(manifest)
     assert keys.index("evidence_window_index") < keys.index("artifacts") < keys.index("run_label") == len(keys) - 1

@@ -41,8 +41,13 @@ def _target(ws: Workspace, backend: str, request: pytest.FixtureRequest) -> str:
 
 
 def _writer(target: str, manifest: Path, n: int, pause: float) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-c", WRITER, target, str(manifest), str(n), str(pause)], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-c", WRITER, target, str(manifest), str(n), str(pause)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _setup(target: str, ws: Workspace) -> Path:
@@ -277,8 +282,9 @@ def test_a_nan_infinite_or_negative_timeout_or_poll_is_an_input_error(ws: Worksp
     Run in a subprocess with a timeout, so the hang comes back as a failure, not a stuck suite.
     """
     ledger.init()
-    result = subprocess.run([sys.executable, "-c", NAN_WAIT, str(ws.db)], cwd=REPO, capture_output=True, text=True,
-                            timeout=30, check=False)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", NAN_WAIT, str(ws.db)], cwd=REPO, capture_output=True, text=True, timeout=30, check=False
+    )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert len(lines) == 14 and all(": InputError: " in line for line in lines), result.stdout

@@ -84,8 +84,10 @@ def test_a_symlink_loop_and_a_directory_are_input_errors(ws: Workspace) -> None:
 def test_yaml_aliases_are_refused_before_expansion(tmp_path: Path) -> None:
     """A billion-laughs bomb inside an artifact's manifest fields: refused at the first alias."""
     lol = ["a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
-    lol += [f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]"
-            for i in range(9)]  # fmt: skip
+    lol += [
+        f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]"
+        for i in range(9)
+    ]
     text = SCENARIO.format(seed=1, extra=", manifest: {notes: *j}")
     text = text.replace("artifacts:", "\n".join(lol) + "\nartifacts:")
     path = tmp_path / "bomb.yaml"
@@ -194,9 +196,14 @@ def test_rich_markup_in_an_id_is_shown_literally(ws: Workspace) -> None:
 
 @pytest.mark.parametrize(
     "args",
-    [["replay", "--to", str(10**30)], ["status", "--as-of", str(10**30)], ["log", "--after", str(10**30)],
-     ["log", "--limit", str(10**30)], ["init", "--active-window", str(10**30)]],
-)  # fmt: skip
+    [
+        ["replay", "--to", str(10**30)],
+        ["status", "--as-of", str(10**30)],
+        ["log", "--after", str(10**30)],
+        ["log", "--limit", str(10**30)],
+        ["init", "--active-window", str(10**30)],
+    ],
+)
 def test_integers_beyond_64_bits_are_usage_errors(ws: Workspace, args: list[str]) -> None:
     """SQLite raised OverflowError (a traceback) for `replay --to 10**30`."""
     assert invoke(ws.db, "init").exit_code == 0

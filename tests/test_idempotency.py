@@ -59,9 +59,13 @@ def _supervisor_run(ledger: Ledger, ws: Workspace, files: dict[str, Path], run: 
 def _files(ws: Workspace) -> dict[str, Path]:
     (ws.root / "queue.jsonl").write_text('{"prompt": 1}\n')
     (ws.root / "traj.jsonl").write_text('{"completion": "x"}\n')
-    return {"sft": ws.baseline(), "dpo": ws.dpo(evaluation_version="eval-v1"),
-            "grpo": ws.grpo(evaluation_version="eval-v1"), "queue": ws.root / "queue.jsonl",
-            "traj": ws.root / "traj.jsonl"}  # fmt: skip
+    return {
+        "sft": ws.baseline(),
+        "dpo": ws.dpo(evaluation_version="eval-v1"),
+        "grpo": ws.grpo(evaluation_version="eval-v1"),
+        "queue": ws.root / "queue.jsonl",
+        "traj": ws.root / "traj.jsonl",
+    }
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
@@ -208,8 +212,12 @@ def test_a_retried_fail_after_the_candidate_moved_on_reports_the_first_plan(ws: 
     the first plan and events, `appended: false`, and text that says nothing was appended (a real process)."""
     files = _files(ws)
     grpo = "grpo-v7"
-    for args in (["init"], ["baseline", "activate", str(files["sft"])], ["receive", str(files["grpo"])],
-                 ["trusted", grpo, "trajectories", str(files["traj"])]):  # fmt: skip
+    for args in (
+        ["init"],
+        ["baseline", "activate", str(files["sft"])],
+        ["receive", str(files["grpo"])],
+        ["trusted", grpo, "trajectories", str(files["traj"])],
+    ):
         assert run_cli(ws.db, *args).returncode == 0, args
     first = run_cli(ws.db, "--json", "fail", grpo, "--stage", "reward", "--event-id", "K")
     assert first.returncode == 0, first.stderr
@@ -249,8 +257,13 @@ def test_a_closed_ledger_raises_a_lifecycle_error(ws: Workspace) -> None:
     ledger.close()
     ledger.close()
     assert ledger.closed
-    for call in (lambda: ledger.candidate("dpo-v5"), lambda: ledger.check("dpo-v5"), lambda: list(ledger.events()),
-                 ledger.settings, lambda: ledger.store.head()):  # noqa: PLW0108  # fmt: skip
+    for call in (
+        lambda: ledger.candidate("dpo-v5"),
+        lambda: ledger.check("dpo-v5"),
+        lambda: list(ledger.events()),
+        ledger.settings,
+        lambda: ledger.store.head(),  # noqa: PLW0108 (the store is looked up after close)
+    ):
         with pytest.raises(LedgerClosedError) as info:
             call()
         assert isinstance(info.value, LifecycleError)

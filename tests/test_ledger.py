@@ -252,8 +252,11 @@ def test_fail_stage_plans_from_recorded_trusted_state(
     result = active.fail_stage(cid, stage)
     plan = result.candidate.last_recovery  # type: ignore[union-attr]
     assert (plan["stage"], plan["recovery_state"], plan["reused_state"], plan["action"]) == (
-        stage, recorded, recorded is not None, action,
-    )  # fmt: skip
+        stage,
+        recorded,
+        recorded is not None,
+        action,
+    )
     assert result.state == "recovering" and [e.type for e in result.events] == ["StageFailed", "RecoveryPlanned"]
     if recorded is not None:
         assert plan["trusted_states"][recorded]["source"] == "recorded"
@@ -385,8 +388,10 @@ def test_logs_one_event_appended_per_event_and_the_decision(ws: Workspace, activ
     decisions = [entry for entry in logs if entry["event"] == "decision_recorded"]
     assert len(decisions) == 1
     assert (decisions[0]["candidate_id"], decisions[0]["state"], decisions[0]["seq"]) == (
-        cid, "recovering", result.events[-1].seq,
-    )  # fmt: skip
+        cid,
+        "recovering",
+        result.events[-1].seq,
+    )
 
 
 @pytest.mark.parametrize("key", [5, 5.5, True, b"k", ["k"], "run/\ud800"])
@@ -485,8 +490,9 @@ def test_trusted_states_are_hashed_under_the_ledgers_artifact_root_like_every_ar
     trusted state used to be hashed with the path as its own root ("symlink leads outside the
     allowed root"). A path outside the root is refused like any artifact's."""
     hub = ws.root / "hub"
-    adapter = _hub_snapshot(hub / "models--org--grpo", "abc", {"adapter_config.json": b'{"r": 8}',
-                                                                "adapter_model.safetensors": b"w" * 4096})  # fmt: skip
+    adapter = _hub_snapshot(
+        hub / "models--org--grpo", "abc", {"adapter_config.json": b'{"r": 8}', "adapter_model.safetensors": b"w" * 4096}
+    )
     checkpoint = _hub_snapshot(hub / "models--org--ckpt", "def", {"model.safetensors": b"c" * 4096})
     sft = ws.baseline()
     sha = hash_directory(adapter, ws.root)
@@ -509,8 +515,10 @@ def test_trusted_states_are_hashed_under_the_ledgers_artifact_root_like_every_ar
         )
         plan = ledger.fail_stage("grpo-hub", "update").plan
         assert (plan.action, plan.recovery_state, plan.path) == (
-            RecoveryAction.RESTORE_PRE_UPDATE_CHECKPOINT, "pre_update_checkpoint", str(checkpoint),
-        )  # fmt: skip
+            RecoveryAction.RESTORE_PRE_UPDATE_CHECKPOINT,
+            "pre_update_checkpoint",
+            str(checkpoint),
+        )
         outside = ws.root.parent / f"{ws.root.name}-outside"
         outside.mkdir()
         (outside / "queue.jsonl").write_text("{}\n")

@@ -73,8 +73,12 @@ def test_unusable_server_is_exit_7_one_line_no_password(url: str, needle: str, v
     else:
         proc = subprocess.run(
             [sys.executable, "-m", "lifecycle_fsm", "--log-level", "debug", *command],
-            capture_output=True, text=True, check=False, timeout=60, env={**os.environ, "LIFECYCLE_DB": url},
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+            env={**os.environ, "LIFECYCLE_DB": url},
+        )
     assert_one_error_line(proc, 7, needle)
 
 
@@ -125,8 +129,14 @@ def test_stuck_writer_is_exit_7_naming_the_holder(stuck_writer: tuple[str, int],
     impatient = with_password(url) + "%20-clock_timeout%3D300"  # inside the options= value: a second -c
     started = time.monotonic()
     proc = run_cli(impatient, "--log-level", "debug", "baseline", "activate", str(ws.baseline()))
-    assert_one_error_line(proc, 7, "write lock for more than 300ms (lock_timeout", f"server pid {pid}",
-                          "hung-supervisor", "nothing was appended")  # fmt: skip
+    assert_one_error_line(
+        proc,
+        7,
+        "write lock for more than 300ms (lock_timeout",
+        f"server pid {pid}",
+        "hung-supervisor",
+        "nothing was appended",
+    )
     assert time.monotonic() - started < 20
     assert pg_execute(url, "SELECT count(*) FROM events") == [(1,)]
     status = run_cli(url, "--json", "verify")  # readers take no lock

@@ -41,8 +41,9 @@ class ReadOnly:
             self.ro.rmdir()
             self.ro.symlink_to(self.src)
             return
-        done = subprocess.run(["mount", "--bind", str(self.src), str(self.ro)], capture_output=True, text=True,
-                              check=False)  # fmt: skip
+        done = subprocess.run(
+            ["mount", "--bind", str(self.src), str(self.ro)], capture_output=True, text=True, check=False
+        )
         if done.returncode != 0:
             pytest.skip(f"cannot make a read-only folder here (mount --bind: {done.stderr.strip()})")
         self.mounted = True
@@ -66,8 +67,12 @@ def read_only(tmp_path: Path) -> Iterator[ReadOnly]:
 def _lifecycle(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "lifecycle_fsm", "--db", str(db), *args],
-        capture_output=True, text=True, cwd=REPO, timeout=120, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        check=False,
+    )
 
 
 def _digest(folder: Path) -> dict[str, str]:
@@ -98,8 +103,13 @@ def test_every_read_works_on_a_read_only_folder_and_a_write_is_refused(
     assert json.loads(checked.stdout)["events"] == 4
     shown = _lifecycle(db, "--json", "status", cid)
     assert shown.returncode == 0 and json.loads(shown.stdout)["state"] == "verified", shown.stderr
-    for args in (["status"], ["explain", cid], ["history", cid], ["log", "--type", "ChecksRecorded"],
-                 ["report", "--out", str(tmp_path / "report")]):  # fmt: skip
+    for args in (
+        ["status"],
+        ["explain", cid],
+        ["history", cid],
+        ["log", "--type", "ChecksRecorded"],
+        ["report", "--out", str(tmp_path / "report")],
+    ):
         assert _lifecycle(db, *args).returncode == 0, args
     refused = _lifecycle(db, "check", cid)
     assert refused.returncode == 7 and "read-only" in refused.stderr, refused.stderr

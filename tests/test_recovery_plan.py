@@ -49,17 +49,28 @@ def test_sampling_reuses_the_prompt_queue(ws: Workspace, active: Ledger) -> None
     assert isinstance(result, RecoveryResult) and result.state is State.RECOVERING
     planned = result.events[-1]
     assert result.plan == RecoveryPlan(
-        stage="sampling", action=RecoveryAction.RETRY_SAMPLING_FROM_PROMPT_QUEUE, recovery_state="prompt_queue",
-        reused_state=True, path=str(queue), sha256=hash_directory(queue), blocking=False, skipped=(),
+        stage="sampling",
+        action=RecoveryAction.RETRY_SAMPLING_FROM_PROMPT_QUEUE,
+        recovery_state="prompt_queue",
+        reused_state=True,
+        path=str(queue),
+        sha256=hash_directory(queue),
+        blocking=False,
+        skipped=(),
         seq=planned.seq,
-    )  # fmt: skip
+    )
 
 
 def test_sampling_without_a_queue_rebuilds_it(active: Ledger) -> None:
     plan = active.fail_stage("grpo-v7", "sampling").plan
     assert (plan.action, plan.recovery_state, plan.reused_state, plan.path, plan.sha256, plan.blocking) == (
-        RecoveryAction.REBUILD_PROMPT_QUEUE, None, False, None, None, False,
-    )  # fmt: skip
+        RecoveryAction.REBUILD_PROMPT_QUEUE,
+        None,
+        False,
+        None,
+        None,
+        False,
+    )
     assert plan.skipped == (("prompt_queue", "not_recorded"),)
 
 
@@ -82,8 +93,11 @@ def test_reward_with_missing_and_invalidated_states_restarts_sampling(ws: Worksp
     trajectories.unlink()
     plan = active.fail_stage("grpo-v7", "reward").plan
     assert (plan.action, plan.recovery_state, plan.reused_state, plan.blocking) == (
-        RecoveryAction.RESTART_SAMPLING, None, False, False,
-    )  # fmt: skip
+        RecoveryAction.RESTART_SAMPLING,
+        None,
+        False,
+        False,
+    )
     assert plan.skipped == (("trajectories", "missing"), ("prompt_queue", "invalidated"))
 
 
@@ -117,11 +131,14 @@ def test_rollback_to_the_active_baseline(ws: Workspace, active: Ledger, stage: s
 @pytest.mark.parametrize(
     ("stage", "action", "skipped"),
     [
-        ("update", RecoveryAction.BLOCK_UPDATE, (("pre_update_checkpoint", "not_recorded"),
-                                                 ("verified_baseline", "hash_changed"))),
+        (
+            "update",
+            RecoveryAction.BLOCK_UPDATE,
+            (("pre_update_checkpoint", "not_recorded"), ("verified_baseline", "hash_changed")),
+        ),
         ("artifact_validation", RecoveryAction.BLOCK_RELEASE, (("verified_baseline", "hash_changed"),)),
     ],
-)  # fmt: skip
+)
 def test_blocking_fallbacks_reject(
     ws: Workspace, active: Ledger, stage: str, action: RecoveryAction, skipped: tuple[tuple[str, str], ...]
 ) -> None:
@@ -166,10 +183,14 @@ def test_log_lines_carry_candidate_version_event_id_and_action(ws: Workspace, ac
         active.fail_stage("grpo-v7", "sampling", event_id="run-3/0007/fail-sampling")
     appended = [line for line in logs if line["event"] == "event_appended"]
     assert [(line["candidate_id"], line["version"], line["event_id"]) for line in appended] == [
-        ("grpo-v7", 2, "run-3/0007/fail-sampling"), ("grpo-v7", 3, "run-3/0007/fail-sampling/1"),
-    ]  # fmt: skip
+        ("grpo-v7", 2, "run-3/0007/fail-sampling"),
+        ("grpo-v7", 3, "run-3/0007/fail-sampling/1"),
+    ]
     assert appended[1]["action"] == "rebuild_prompt_queue" and "action" not in appended[0]
     (decision,) = [line for line in logs if line["event"] == "decision_recorded"]
     assert (decision["candidate_id"], decision["version"], decision["event_id"], decision["action"]) == (
-        "grpo-v7", 3, "run-3/0007/fail-sampling", "rebuild_prompt_queue",
-    )  # fmt: skip
+        "grpo-v7",
+        3,
+        "run-3/0007/fail-sampling",
+        "rebuild_prompt_queue",
+    )

@@ -87,10 +87,18 @@ def _with_row(ws: Workspace, **row: object) -> int:
         ledger.receive(ws.dpo())
         head = ledger.store.head()
     values = {
-        "seq": head.seq + 1, "stream_id": stream_of("dpo-v5"), "version": 2, "event_id": "forged",
-        "type": "StageFailed", "schema_version": 1, "payload": '{"stage":"reward"}',
-        "recorded_at": "2026-01-01T00:00:00.000000Z", "actor": "mallory", "prev_hash": head.hash, "hash": "0" * 64,
-    } | row  # fmt: skip
+        "seq": head.seq + 1,
+        "stream_id": stream_of("dpo-v5"),
+        "version": 2,
+        "event_id": "forged",
+        "type": "StageFailed",
+        "schema_version": 1,
+        "payload": '{"stage":"reward"}',
+        "recorded_at": "2026-01-01T00:00:00.000000Z",
+        "actor": "mallory",
+        "prev_hash": head.hash,
+        "hash": "0" * 64,
+    } | row
     if "hash" not in row:  # a self-consistent row (it passes the per-row check): what replay must judge
         values["hash"] = event_hash(**{k: v for k, v in values.items() if k != "hash"})  # type: ignore[arg-type]
     with sqlite3.connect(ws.db, isolation_level=None) as conn:
@@ -217,11 +225,17 @@ def _check_then_forged(ws: Workspace, edit: dict[str, object]) -> int:
         checked = ledger.store.read_stream(stream_of("dpo-v5"))[-1]
     payload = {k: v for k, v in ({**orjson.loads(checked.payload), **edit}).items() if v is not None}
     values = {
-        "seq": head.seq + 1, "stream_id": stream_of("dpo-v5"), "version": 3, "event_id": "forged",
-        "type": "ChecksRecorded", "schema_version": checked.schema_version,
+        "seq": head.seq + 1,
+        "stream_id": stream_of("dpo-v5"),
+        "version": 3,
+        "event_id": "forged",
+        "type": "ChecksRecorded",
+        "schema_version": checked.schema_version,
         "payload": orjson.dumps(payload, option=orjson.OPT_SORT_KEYS).decode(),
-        "recorded_at": "2026-01-01T00:00:00.000000Z", "actor": "mallory", "prev_hash": head.hash,
-    }  # fmt: skip
+        "recorded_at": "2026-01-01T00:00:00.000000Z",
+        "actor": "mallory",
+        "prev_hash": head.hash,
+    }
     values["hash"] = event_hash(**values)  # type: ignore[arg-type]
     with sqlite3.connect(ws.db, isolation_level=None) as conn:
         conn.execute(
@@ -251,10 +265,17 @@ def test_every_reader_fails_closed_on_a_payload_of_the_wrong_shape(
     bad_seq = _check_then_forged(ws, edit)
     out = ws.root / "out"
     commands = [
-        ["explain", "dpo-v5"], ["explain", "dpo-v5", "--format", "md"], ["--json", "explain", "dpo-v5"],
-        ["history", "dpo-v5"], ["log"], ["log", "--reason", "artifact"], ["--json", "log"],
-        ["decisions", "export", str(out / "pool")], ["diagram", "dpo-v5"], ["report", "--out", str(out / "r")],
-    ]  # fmt: skip
+        ["explain", "dpo-v5"],
+        ["explain", "dpo-v5", "--format", "md"],
+        ["--json", "explain", "dpo-v5"],
+        ["history", "dpo-v5"],
+        ["log"],
+        ["log", "--reason", "artifact"],
+        ["--json", "log"],
+        ["decisions", "export", str(out / "pool")],
+        ["diagram", "dpo-v5"],
+        ["report", "--out", str(out / "r")],
+    ]
     for args in commands:
         result = invoke(ws.db, *args)
         if result.exit_code == 0:  # a reader that never interprets the damaged field may show the row as stored

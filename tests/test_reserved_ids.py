@@ -42,8 +42,9 @@ def test_receive_refuses_an_id_that_names_another_stream(ws: Workspace, bad: str
         assert ledger.candidate_ids() == []
 
 
-@pytest.mark.parametrize(("bad", "why"), [("ledger", "reserved"), ("seals", "reserved"),
-                                          ("candidate:x", "prefix"), (" x", "whitespace")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("bad", "why"), [("ledger", "reserved"), ("seals", "reserved"), ("candidate:x", "prefix"), (" x", "whitespace")]
+)
 def test_the_cli_refuses_them_with_one_line_saying_why(ws: Workspace, bad: str, why: str) -> None:
     assert cli(ws.db, "baseline", "activate", str(ws.baseline())).returncode == 0
     before = count_events(ws.db)
@@ -88,8 +89,21 @@ def test_an_audit_refuses_a_reserved_policy_version_before_appending_anything(ws
     the manifests are read (exit 3), not after the candidates before it were received and decided."""
     baseline = ws.baseline()
     sound, reserved = ws.dpo(), ws.grpo("grpo-x", policy_version="ledger")
-    args = ["--baseline", str(baseline), "--candidates", str(sound), str(reserved), "--label", "t1",
-            "--mode", "real_artifact", "--root", str(ws.root), "--out", str(ws.root / "out")]  # fmt: skip
+    args = [
+        "--baseline",
+        str(baseline),
+        "--candidates",
+        str(sound),
+        str(reserved),
+        "--label",
+        "t1",
+        "--mode",
+        "real_artifact",
+        "--root",
+        str(ws.root),
+        "--out",
+        str(ws.root / "out"),
+    ]
     done = cli(ws.db, "audit", *args)
     assert done.returncode == 3, (done.stdout, done.stderr)
     lines = [line for line in done.stderr.splitlines() if line.strip()]

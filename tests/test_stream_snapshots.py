@@ -101,8 +101,10 @@ def test_a_stream_copy_that_is_not_an_object_is_skipped_and_said(ws: Workspace) 
     _history(ws)
     text = '"ab"'
     with sqlite3.connect(ws.db) as conn:
-        conn.execute("UPDATE checkpoint_streams SET state = ?, state_sha256 = ?",
-                     (text, hashlib.sha256(text.encode()).hexdigest()))  # fmt: skip
+        conn.execute(
+            "UPDATE checkpoint_streams SET state = ?, state_sha256 = ?",
+            (text, hashlib.sha256(text.encode()).hexdigest()),
+        )
     with ws.ledger() as ledger, structlog.testing.capture_logs() as logs:
         assert ledger.candidate("dpo-v5") == _full_fold(ws)
     skipped = [e for e in logs if e["event"] == "stream_snapshot_skipped"]

@@ -109,8 +109,9 @@ def cli_ledger(ws: Workspace) -> dict[str, Path]:
 
 
 @pytest.mark.parametrize("command", sorted(CLI_COMMANDS))
-def test_every_cli_write_refuses_a_key_ending_in_a_number(ws: Workspace, cli_ledger: dict[str, Path],
-                                                          command: str) -> None:  # fmt: skip
+def test_every_cli_write_refuses_a_key_ending_in_a_number(
+    ws: Workspace, cli_ledger: dict[str, Path], command: str
+) -> None:
     before = count_events(ws.db)
     done = run_cli(ws.db, "--json", *CLI_COMMANDS[command](cli_ledger), "--event-id", "run/7/1")
     assert done.returncode == 3, (done.stdout, done.stderr)
@@ -136,8 +137,9 @@ def test_a_check_cannot_take_the_sub_key_of_a_settings_command(ws: Workspace, cl
     assert orjson.loads(again.stdout)["events"] == orjson.loads(first.stdout)["events"]
 
 
-def test_a_never_used_key_is_not_blocked_by_a_key_ending_in_its_number(ws: Workspace,
-                                                                      cli_ledger: dict[str, Path]) -> None:  # fmt: skip
+def test_a_never_used_key_is_not_blocked_by_a_key_ending_in_its_number(
+    ws: Workspace, cli_ledger: dict[str, Path]
+) -> None:
     """`check X --event-id run/7/1` is refused (and so is `run/7`, which ends in a number too), so the
     plan of `fail G --event-id run-7` gets `run-7/1` whatever keys were tried before."""
     assert run_cli(ws.db, "check", "grpo-v7", "--event-id", "run-7/1").returncode == 3
@@ -151,8 +153,9 @@ def test_a_never_used_key_is_not_blocked_by_a_key_ending_in_its_number(ws: Works
 # --- retries count only their own command's events, even with keys stored by older releases ----------
 
 
-def test_a_settings_retry_ignores_a_foreign_event_under_its_sub_key(ws: Workspace, cli_ledger: dict[str, Path],
-                                                                    older_release: None) -> None:  # fmt: skip
+def test_a_settings_retry_ignores_a_foreign_event_under_its_sub_key(
+    ws: Workspace, cli_ledger: dict[str, Path], older_release: None
+) -> None:
     """An older release stored a check keyed `ev/1` right after `evaluation activate v --event-id ev`
     (the next seq): the retry reports seq of the activation only, and invalidates nothing."""
     first = run_cli(ws.db, "--json", "evaluation", "activate", "v", "--event-id", "ev")
@@ -169,15 +172,18 @@ def test_a_settings_retry_ignores_a_foreign_event_under_its_sub_key(ws: Workspac
     assert doc["appended"] is False
 
 
-def test_a_candidate_retry_ignores_a_foreign_event_under_its_sub_key(ws: Workspace, cli_ledger: dict[str, Path],
-                                                                     older_release: None) -> None:  # fmt: skip
+def test_a_candidate_retry_ignores_a_foreign_event_under_its_sub_key(
+    ws: Workspace, cli_ledger: dict[str, Path], older_release: None
+) -> None:
     """`check G --event-id c`, then (older release) `check G --event-id c/1` at the next seq and version:
     a retry of the first check is one event."""
     with ws.ledger() as ledger:
         first = ledger.check("grpo-v7", event_id="c")
         foreign = ledger.check("grpo-v7", event_id="c/1")
-        assert (foreign.events[0].seq, foreign.events[0].version) == (first.events[0].seq + 1,
-                                                                      first.events[0].version + 1)  # fmt: skip
+        assert (foreign.events[0].seq, foreign.events[0].version) == (
+            first.events[0].seq + 1,
+            first.events[0].version + 1,
+        )
     with ws.ledger() as ledger:
         again = ledger.check("grpo-v7", event_id="c")
     assert again.duplicate
@@ -209,8 +215,9 @@ def test_a_settings_retry_still_returns_its_fan_out(ws: Workspace, cli_ledger: d
     assert sorted(again.invalidated) == sorted(first.invalidated)
 
 
-def test_keys_stored_by_an_older_release_still_read(ws: Workspace, cli_ledger: dict[str, Path],
-                                                    older_release: None) -> None:  # fmt: skip
+def test_keys_stored_by_an_older_release_still_read(
+    ws: Workspace, cli_ledger: dict[str, Path], older_release: None
+) -> None:
     with ws.ledger() as ledger:
         stored = ledger.check("grpo-v7", event_id="old/3").events[0]
     log = run_cli(ws.db, "--json", "log", "--stream", "grpo-v7")

@@ -35,10 +35,22 @@ def test_the_readme_snippet_is_the_example_and_passes_mypy_strict(tmp_path: Path
     source = tmp_path / "readme_snippet.py"
     source.write_text(snippet)
     out = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--cache-dir", str(tmp_path / "cache"),
-         str(source)],
-        capture_output=True, text=True, cwd=REPO, check=False, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--no-incremental",
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
 
@@ -53,8 +65,14 @@ def test_the_readme_says_how_mypy_finds_an_editable_install_outside_the_checkout
 
 
 def _run(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(LOOP), str(workdir), *args], capture_output=True, text=True,
-                          cwd=workdir.parent, check=False, timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, str(LOOP), str(workdir), *args],
+        capture_output=True,
+        text=True,
+        cwd=workdir.parent,
+        check=False,
+        timeout=300,
+    )
 
 
 @pytest.mark.parametrize("seed", [1, 7])
@@ -70,8 +88,9 @@ def test_the_supervisor_loop_survives_its_own_crash(tmp_path: Path, seed: int) -
     with Ledger.open(db) as ledger:
         assert verify(ledger.store)["ok"]
         assert {cid: ledger.candidate(cid).state for cid in ledger.candidate_ids()} == {
-            "dpo-run1": State.READY, "grpo-run1": State.READY,
-        }  # fmt: skip
+            "dpo-run1": State.READY,
+            "grpo-run1": State.READY,
+        }
         plans = [e for e in ledger.events() if e.type == "RecoveryPlanned"]
         reported = [line for line in lines if " failed -> " in line]
         # Each failure was planned once, although the crashed supervisor's steps ran twice.

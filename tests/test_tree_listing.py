@@ -21,8 +21,11 @@ def test_listing_is_what_the_tree_hash_was_built_from(tmp_path: Path) -> None:
     digest = hash_tree(folder)
     assert digest.sha256 == hash_directory(folder) and (digest.count, digest.size) == (2, 9)
     assert [(p, n) for p, n, _ in digest.files or ()] == [("b/w.bin", 7), ("c.json", 2)]
-    assert digest.to_json() == {"count": 2, "size": 9, "files": [
-        {"path": p, "size": n, "sha256": h} for p, n, h in digest.files or ()]}  # fmt: skip
+    assert digest.to_json() == {
+        "count": 2,
+        "size": 9,
+        "files": [{"path": p, "size": n, "sha256": h} for p, n, h in digest.files or ()],
+    }
     single = hash_tree(folder / "c.json")
     assert (single.is_directory, single.files, single.to_json()) == (False, None, None)
 

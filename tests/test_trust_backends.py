@@ -41,8 +41,12 @@ def test_a_seal_verifies_on_every_backend(store: EventStore) -> None:
     assert isinstance(ledger_id, str) and ledger_id_of(store) == ledger_id
     head = store.head()
     doc = seal(store, key, actor="auditor", clock=lambda: CLOCK)
-    assert (doc["seq"], doc["hash"], doc["ledger_id"], doc["key_id"]) == (head.seq, head.hash, ledger_id,
-                                                                           key_id(key.public_key()))  # fmt: skip
+    assert (doc["seq"], doc["hash"], doc["ledger_id"], doc["key_id"]) == (
+        head.seq,
+        head.hash,
+        ledger_id,
+        key_id(key.public_key()),
+    )
     report = _verify(store, PublicKeys([key.public_key()]), f"{head.seq}:{head.hash}")
     assert report["ok"] is True, report
     assert report["seals"] == {"count": 1, "keys": [doc["key_id"]], "last_seq": head.seq + 1}

@@ -33,8 +33,15 @@ def _capped() -> None:
 
 
 def _run(argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT, env={**os.environ, **(env or {})},
-                          preexec_fn=_capped, check=False)  # fmt: skip
+    return subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env={**os.environ, **(env or {})},
+        preexec_fn=_capped,
+        check=False,
+    )
 
 
 def _cli(db: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -136,13 +136,28 @@ def _ledger_without_id(ws: Workspace) -> Path:
     then a baseline and two decided candidates, written through the store as a writer of that version did."""
     with SQLiteEventStore(ws.db) as store:
         store.append(
-            "ledger", 0, [NewEvent("ledger", "LedgerInitialized", 1, {"max_window_age": 2, "active_window": 1},
-                                   "first", "2026-01-01T00:00:00.000000Z", "old-writer")],
-        )  # fmt: skip
+            "ledger",
+            0,
+            [
+                NewEvent(
+                    "ledger",
+                    "LedgerInitialized",
+                    1,
+                    {"max_window_age": 2, "active_window": 1},
+                    "first",
+                    "2026-01-01T00:00:00.000000Z",
+                    "old-writer",
+                )
+            ],
+        )
     for args in (
-        ("baseline", "activate", str(ws.baseline())), ("receive", str(ws.dpo())), ("check", "dpo-v5"),
-        ("handoff", "dpo-v5"), ("receive", str(ws.grpo(evidence_window_index=None))), ("check", "grpo-v7"),
-    ):  # fmt: skip
+        ("baseline", "activate", str(ws.baseline())),
+        ("receive", str(ws.dpo())),
+        ("check", "dpo-v5"),
+        ("handoff", "dpo-v5"),
+        ("receive", str(ws.grpo(evidence_window_index=None))),
+        ("check", "grpo-v7"),
+    ):
         assert invoke(ws.db, *args).exit_code == 0, args
     return ws.db
 

@@ -47,9 +47,17 @@ def test_a_broken_chain_is_the_finding_even_where_the_fold_fails_first(backend: 
     row = event_at(store, 200)
     assert row is not None
     forged = event_hash(
-        prev_hash=row.prev_hash, seq=row.seq, stream_id=row.stream_id, version=row.version, event_id=row.event_id,
-        type=row.type, schema_version=row.schema_version, payload="[]", recorded_at=row.recorded_at, actor=row.actor,
-    )  # fmt: skip
+        prev_hash=row.prev_hash,
+        seq=row.seq,
+        stream_id=row.stream_id,
+        version=row.version,
+        event_id=row.event_id,
+        type=row.type,
+        schema_version=row.schema_version,
+        payload="[]",
+        recorded_at=row.recorded_at,
+        actor=row.actor,
+    )
     backend.tamper(200, "payload", "[]")
     backend.tamper(200, "hash", forged)
     report = verify(store)

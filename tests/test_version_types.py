@@ -19,15 +19,21 @@ from lifecycle_fsm import State
 from lifecycle_fsm.rules import check_candidate_freshness
 from tests.conftest import Workspace, cli
 
-DPO = {"candidate_kind": "dpo", "source_policy_version": "sft-v1", "policy_version": "dpo-v1",
-       "evaluation_version": "pref-eval-v1", "preference_evidence_version": "pref-train-v1"}  # fmt: skip
+DPO = {
+    "candidate_kind": "dpo",
+    "source_policy_version": "sft-v1",
+    "policy_version": "dpo-v1",
+    "evaluation_version": "pref-eval-v1",
+    "preference_evidence_version": "pref-train-v1",
+}
 GRPO = {**DPO, "candidate_kind": "grpo", "verifier_version": "math-v1", "window_age": 0}
 WRONG = [True, False, 1, 0, 1.5, {"k": 0}, ["v1"], "", "   "]
 
 
 @pytest.mark.parametrize("value", WRONG)
-@pytest.mark.parametrize(("field", "check"), [("policy_version", "candidate_identity"),
-                                              ("evaluation_version", "evaluation_identity")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("field", "check"), [("policy_version", "candidate_identity"), ("evaluation_version", "evaluation_identity")]
+)
 def test_a_common_identity_must_be_a_non_empty_string(field: str, check: str, value: Any) -> None:
     result = check_candidate_freshness({**DPO, field: value}, "sft-v1", 2)
     assert not result["fresh"]
@@ -58,8 +64,7 @@ def test_the_testers_dpo_manifest_is_rejected_not_ready(ws: Workspace) -> None:
     """receive (with --id), check, handoff: used to end `ready`; now the check rejects it with each
     field's reason code, the hand-off is refused (reject is terminal) and explain shows the JSON values."""
     baseline = ws.baseline()
-    manifest = ws.dpo("dpo-typed", policy_version=True, evaluation_version=True,
-                      preference_evidence_version={"k": 0})  # fmt: skip
+    manifest = ws.dpo("dpo-typed", policy_version=True, evaluation_version=True, preference_evidence_version={"k": 0})
     assert cli(ws.db, "init").returncode == 0
     assert cli(ws.db, "baseline", "activate", str(baseline)).returncode == 0
     received = cli(ws.db, "--json", "receive", str(manifest), "--id", "typed")

@@ -4,7 +4,7 @@ TRL has no sampling / reward / update boundaries of its own: a failure is an upd
 failure unless it was raised from a function wrapped by a `StageTracker` (a GRPO reward
 function: reward; TRL's generation step: sampling).
 
-The ledger plans recovery in the seed's terms (prompt queues, trajectories, a
+The ledger plans recovery in the workflow's terms (prompt queues, trajectories, a
 pre-update checkpoint, the verified baseline); a `Trainer` can resume from a
 checkpoint folder or start over. This is how one becomes the other:
 

@@ -211,13 +211,18 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
             raise InputError("no active baseline: activate the SFT baseline's manifest before training a candidate")
         else:
             self.ledger.register(
-                self.candidate_id, kind=self.kind, source_policy_version=source, provenance=self.card,
+                self.candidate_id,
+                kind=self.kind,
+                source_policy_version=source,
+                provenance=self.card,
                 event_id=f"{self.run_id}/register",
-            )  # fmt: skip
+            )
         self._registered = {"source_policy_version": source, "active_window": settings.active_window}
         if self.ledger.location is None:
-            raise InputError("LedgerCallback needs a ledger opened by path or URL (Ledger.open): its records are "
-                             "made on a thread of its own, which opens the same ledger")  # fmt: skip
+            raise InputError(
+                "LedgerCallback needs a ledger opened by path or URL (Ledger.open): its records are "
+                "made on a thread of its own, which opens the same ledger"
+            )
         self._recorder = TrustedStateRecorder(
             self.ledger.location, actor=self.ledger.actor, artifact_root=self.ledger.artifact_root
         )
@@ -296,8 +301,9 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
                 final = attempt == self.max_attempts
                 point: ResumePoint = self._collective(is_main, functools.partial(self._recover, error, final))
                 if final and point.action is not TrainerAction.STOP:
-                    raise TrainingStopped(f"training failed {attempt} times; the last plan was {point.plan.action}",
-                                          point) from error  # fmt: skip
+                    raise TrainingStopped(
+                        f"training failed {attempt} times; the last plan was {point.plan.action}", point
+                    ) from error
                 resume = self._follow(trainer, point, error, resume)
         raise AssertionError("unreachable: the last attempt returns or raises")
 
@@ -359,11 +365,14 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
         if not chosen.get("evaluation_version"):
             raise InputError("finish() needs evaluation_version: the ledger has no active evaluation version")
         manifest = candidate_manifest(
-            candidate_id=self.candidate_id, kind=self.kind,
+            candidate_id=self.candidate_id,
+            kind=self.kind,
             source_policy_version=self._registered["source_policy_version"],
             adapter_path=os.path.relpath(adapter, root or os.path.dirname(manifest_path)),
-            adapter_sha256=hash_directory(adapter, root), decision=decision, **chosen,
-        )  # fmt: skip
+            adapter_sha256=hash_directory(adapter, root),
+            decision=decision,
+            **chosen,
+        )
         write_manifest(manifest_path, manifest)
         cid = self.candidate_id
         self.ledger.receive(manifest_path, candidate_id=cid, event_id=f"{self.run_id}/receive")

@@ -71,7 +71,7 @@ class Prediction:
 
 @attrs.define
 class LedgerModel:
-    """The whole ledger plus the disk, as the SPEC describes them."""
+    """The whole ledger plus the disk, as the specification describes them."""
 
     baselines: dict[str, str]  # baseline artifact -> its adapter's sha256 (its policy version)
     specs: dict[str, JSON]  # candidate artifact -> {kind, source, decision, window_index, evaluation, sha_ok}
@@ -121,7 +121,9 @@ class LedgerModel:
         }
         active = self.baselines[self.active_baseline] if self.active_baseline else ""
         result = check_candidate_freshness(candidate, active, self.max_window_age)
-        if self.evaluation is not None and f["evaluation"] != self.evaluation:  # SPEC §6: evaluation activate
+        if (
+            self.evaluation is not None and f["evaluation"] != self.evaluation
+        ):  # an activated evaluation version is part of identity
             failed = set(result["failed_checks"]) | {"evaluation_identity"}
             order = ("candidate_kind", "source_policy", "candidate_identity", "evaluation_identity", "branch_evidence")
             result = {"fresh": False, "failed_checks": [n for n in order if n in failed]}

@@ -176,7 +176,7 @@ def write_report_files(folder: Path, files: Mapping[str, str], *, replace: bool)
     """Write report files into `folder` (created if missing), never silently over an old report.
 
     An existing file is refused (InputError, exit 3) unless `replace`, which first moves it
-    to `<file>.previous` — one generation, refused if a `.previous` is already there (SPEC §7).
+    to `<file>.previous` — one generation, refused if a `.previous` is already there.
     """
     existing = refuse_report_files(folder, files, replace=replace)
     try:

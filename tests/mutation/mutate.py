@@ -40,29 +40,72 @@ class Target:
 
 
 TARGETS = (
-    Target("chain", "store/chain.py", ("verify_events", "match_retry", "chain_rows", "canonical_json"),
-           ("tests/test_store_chain.py", "tests/test_chain_format.py", "tests/test_store_contract.py")),
-    Target("command_path", "lifecycle_fsm/command_path.py",
-           ("CommandPath.run", "CommandPath._append", "CommandPath._fan_out", "CommandPath._replayed",
-            "require_command", "state_after"),
-           ("tests/test_command_path.py", "tests/test_ledger.py")),
-    Target("fold", "lifecycle_fsm/state.py", ("step_candidate_at", "_candidate_step", "kept_payload", "apply_settings"),
-           ("tests/test_state.py", "tests/test_replay_corruption.py")),
-    Target("decisions", "lifecycle_fsm/decisions.py",
-           ("receive", "init", "activate_baseline", "advance_window", "activate_evaluation", "_with_defaults",
-            "invalidate_trusted_state", "fail_stage"),
-           ("tests/test_decisions.py", "tests/test_ledger.py")),
-    Target("rules", "lifecycle_fsm/rules.py",
-           ("check_candidate_freshness", "choose_recovery_action", "decide_lifecycle_handoff", "_age_within"),
-           ("tests/test_rules.py",)),
-    Target("snapshots", "lifecycle_fsm/snapshots.py", ("snapshot_problem",),
-           ("tests/test_checkpoints.py", "tests/test_stream_snapshots.py")),
-)  # fmt: skip
+    Target(
+        "chain",
+        "store/chain.py",
+        ("verify_events", "match_retry", "chain_rows", "canonical_json"),
+        ("tests/test_store_chain.py", "tests/test_chain_format.py", "tests/test_store_contract.py"),
+    ),
+    Target(
+        "command_path",
+        "lifecycle_fsm/command_path.py",
+        (
+            "CommandPath.run",
+            "CommandPath._append",
+            "CommandPath._fan_out",
+            "CommandPath._replayed",
+            "require_command",
+            "state_after",
+        ),
+        ("tests/test_command_path.py", "tests/test_ledger.py"),
+    ),
+    Target(
+        "fold",
+        "lifecycle_fsm/state.py",
+        ("step_candidate_at", "_candidate_step", "kept_payload", "apply_settings"),
+        ("tests/test_state.py", "tests/test_replay_corruption.py"),
+    ),
+    Target(
+        "decisions",
+        "lifecycle_fsm/decisions.py",
+        (
+            "receive",
+            "init",
+            "activate_baseline",
+            "advance_window",
+            "activate_evaluation",
+            "_with_defaults",
+            "invalidate_trusted_state",
+            "fail_stage",
+        ),
+        ("tests/test_decisions.py", "tests/test_ledger.py"),
+    ),
+    Target(
+        "rules",
+        "lifecycle_fsm/rules.py",
+        ("check_candidate_freshness", "choose_recovery_action", "decide_lifecycle_handoff", "_age_within"),
+        ("tests/test_rules.py",),
+    ),
+    Target(
+        "snapshots",
+        "lifecycle_fsm/snapshots.py",
+        ("snapshot_problem",),
+        ("tests/test_checkpoints.py", "tests/test_stream_snapshots.py"),
+    ),
+)
 
 _FLIP = {
-    ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.Lt: ast.GtE, ast.GtE: ast.Lt, ast.Gt: ast.LtE, ast.LtE: ast.Gt,
-    ast.In: ast.NotIn, ast.NotIn: ast.In, ast.Is: ast.IsNot, ast.IsNot: ast.Is,
-}  # fmt: skip
+    ast.Eq: ast.NotEq,
+    ast.NotEq: ast.Eq,
+    ast.Lt: ast.GtE,
+    ast.GtE: ast.Lt,
+    ast.Gt: ast.LtE,
+    ast.LtE: ast.Gt,
+    ast.In: ast.NotIn,
+    ast.NotIn: ast.In,
+    ast.Is: ast.IsNot,
+    ast.IsNot: ast.Is,
+}
 
 
 @dataclass(frozen=True)
@@ -157,17 +200,37 @@ def run(targets: list[Target], limit: int | None, timeout: float) -> list[dict[s
                 started = time.monotonic()
                 try:
                     done = subprocess.run(
-                        [sys.executable, "-m", "pytest", "-x", "-q", "--no-cov", "-p", "no:cacheprovider",
-                         *target.tests],
-                        cwd=copy, capture_output=True, text=True, timeout=timeout, check=False,
-                    )  # fmt: skip
+                        [
+                            sys.executable,
+                            "-m",
+                            "pytest",
+                            "-x",
+                            "-q",
+                            "--no-cov",
+                            "-p",
+                            "no:cacheprovider",
+                            *target.tests,
+                        ],
+                        cwd=copy,
+                        capture_output=True,
+                        text=True,
+                        timeout=timeout,
+                        check=False,
+                    )
                     killed = done.returncode != 0
                 except subprocess.TimeoutExpired:
                     killed = True  # a hang is noticed too
                 finally:
                     (copy / target.module).write_text(original)
-                results.append({"target": target.name, "line": mutant.line, "mutation": mutant.what,
-                                "killed": killed, "seconds": round(time.monotonic() - started, 1)})  # fmt: skip
+                results.append(
+                    {
+                        "target": target.name,
+                        "line": mutant.line,
+                        "mutation": mutant.what,
+                        "killed": killed,
+                        "seconds": round(time.monotonic() - started, 1),
+                    }
+                )
                 mark = "killed " if killed else "SURVIVED"
                 print(f"{mark} {target.module}:{mutant.line} {mutant.what}", flush=True)
     return results

@@ -33,10 +33,12 @@ class Campaign:
     hypothesis_examples: int
 
 
-BOUNDED = Campaign(False, crash_runs=30, crash_commands=24, writers=4, writer_commands=60, byte_flips=40,
-                   hypothesis_examples=40)  # fmt: skip
-LONG = Campaign(True, crash_runs=200, crash_commands=40, writers=8, writer_commands=500, byte_flips=150,
-                hypothesis_examples=400)  # fmt: skip
+BOUNDED = Campaign(
+    False, crash_runs=30, crash_commands=24, writers=4, writer_commands=60, byte_flips=40, hypothesis_examples=40
+)
+LONG = Campaign(
+    True, crash_runs=200, crash_commands=40, writers=8, writer_commands=500, byte_flips=150, hypothesis_examples=400
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

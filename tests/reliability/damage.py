@@ -33,9 +33,13 @@ __all__ = ["drop_triggers", "invoke", "judge", "read_only", "reset", "run"]
 def run(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "lifecycle_fsm", "--db", str(db), *args],
-        capture_output=True, text=True, timeout=120, check=False, cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
-    )  # fmt: skip
+    )
 
 
 class Outcome(Protocol):

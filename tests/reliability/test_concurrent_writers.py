@@ -48,17 +48,23 @@ def test_concurrent_writers_lose_duplicate_and_reorder_nothing(
     for me in range(writers):
         plan_path = tmp_path / f"plan-{me}.json"
         plan_path.write_text(json.dumps(writer_plan(7, me, campaign.writer_commands, art, SHARED)))
-        procs.append(subprocess.Popen(
-            [sys.executable, str(CHILD), str(db), str(plan_path), str(tmp_path / f"acks-{me}.jsonl"), str(go)],
-            env={**os.environ, "PYTHONPATH": str(REPO)}, stderr=subprocess.PIPE, text=True,
-        ))  # fmt: skip
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(CHILD), str(db), str(plan_path), str(tmp_path / f"acks-{me}.jsonl"), str(go)],
+                env={**os.environ, "PYTHONPATH": str(REPO)},
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     go.touch()
     for p in procs:
         _, err = p.communicate(timeout=600)
         assert p.returncode == 0, err
 
-    acks = {me: [json.loads(line) for line in (tmp_path / f"acks-{me}.jsonl").read_text().splitlines()]
-            for me in range(writers)}  # fmt: skip
+    acks = {
+        me: [json.loads(line) for line in (tmp_path / f"acks-{me}.jsonl").read_text().splitlines()]
+        for me in range(writers)
+    }
     assert all(len(a) == campaign.writer_commands for a in acks.values())
     refusals = Counter((a["error"], a["exit"]) for ws in acks.values() for a in ws if not a["ok"])
     assert {code for _, code in refusals} <= {3, 4, 5}, refusals
@@ -85,8 +91,11 @@ def test_concurrent_writers_lose_duplicate_and_reorder_nothing(
             assert seqs == sorted(seqs), f"writer {me}'s events are reordered"
             for a in writer_acks:
                 if a["ok"]:
-                    lost += sum(1 for s, i in zip(a["seqs"], a["ids"], strict=True)
-                                if s not in by_seq or by_seq[s].event_id != i)  # fmt: skip
+                    lost += sum(
+                        1
+                        for s, i in zip(a["seqs"], a["ids"], strict=True)
+                        if s not in by_seq or by_seq[s].event_id != i
+                    )
         assert lost == 0
         acked_ids = {i for ws in acks.values() for a in ws if a["ok"] for i in a["ids"]}
         keyed = {e.event_id for e in events if e.event_id.startswith("w")}
@@ -96,9 +105,18 @@ def test_concurrent_writers_lose_duplicate_and_reorder_nothing(
         take_checkpoint(store, clock=lambda: "2026-01-01T00:00:00Z")
         assert snapshot_json(load_state(store).state) == snapshot_json(full)
 
-    tally.append({
-        "campaign": "concurrent writers", "runs": writers, "commands": writers * campaign.writer_commands,
-        "faults": writers * campaign.writer_commands,
-        "refusals": {f"{k[0]} (exit {k[1]})": v for k, v in sorted(refusals.items())},
-        "events": len(events), "lost": lost, "duplicated": 0, "reordered": 0, "wrong": 0, "result": "pass",
-    })  # fmt: skip
+    tally.append(
+        {
+            "campaign": "concurrent writers",
+            "runs": writers,
+            "commands": writers * campaign.writer_commands,
+            "faults": writers * campaign.writer_commands,
+            "refusals": {f"{k[0]} (exit {k[1]})": v for k, v in sorted(refusals.items())},
+            "events": len(events),
+            "lost": lost,
+            "duplicated": 0,
+            "reordered": 0,
+            "wrong": 0,
+            "result": "pass",
+        }
+    )

@@ -84,8 +84,13 @@ def _one_run(seed: int, root: Path, commands: int) -> dict[str, Any]:
     if mode != "kill":  # the child runs this command on a store opened with LIFECYCLE_FAULT=kill@<mode>#1
         plan[_fault_target(rng, plan, oracle_len)]["fault"] = mode
     plan_path.write_text(json.dumps(plan))
-    child = subprocess.Popen([sys.executable, str(CHILD), str(db), str(plan_path), str(acks_path)], env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    child = subprocess.Popen(
+        [sys.executable, str(CHILD), str(db), str(plan_path), str(acks_path)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     if mode == "kill":
         time.sleep(rng.uniform(0.2, 1.2))
         child.send_signal(signal.SIGKILL)
@@ -108,8 +113,9 @@ def _check(
         lost = 0
         for a in acks:
             if a["ok"]:
-                lost += sum(1 for s, i in zip(a["seqs"], a["ids"], strict=True)
-                            if s not in by_seq or by_seq[s].event_id != i)  # fmt: skip
+                lost += sum(
+                    1 for s, i in zip(a["seqs"], a["ids"], strict=True) if s not in by_seq or by_seq[s].event_id != i
+                )
         assert lost == 0, f"{lost} acknowledged events missing"
         # The log is the oracle's log after some command: never between two commands' events.
         log = [_shape(e.stream_id, e.type, e.event_id) for e in events]
@@ -134,10 +140,19 @@ def test_killed_writers_lose_nothing_acknowledged_and_tear_nothing(
         root = tmp_path / f"run-{seed}"
         outcomes.append(_one_run(seed, root, campaign.crash_commands))
     faults = sum(1 for o in outcomes if o["killed"])
-    tally.append({
-        "campaign": "crash consistency", "runs": len(outcomes), "faults": faults,
-        "by_mode": {m: sum(1 for o in outcomes if o["mode"] == m) for m in ("kill", "before_commit", "after_commit")},
-        "acked_commands": sum(o["acked"] for o in outcomes), "lost": sum(o["lost"] for o in outcomes),
-        "torn": sum(o["torn"] for o in outcomes), "wrong": 0, "result": "pass",
-    })  # fmt: skip
+    tally.append(
+        {
+            "campaign": "crash consistency",
+            "runs": len(outcomes),
+            "faults": faults,
+            "by_mode": {
+                m: sum(1 for o in outcomes if o["mode"] == m) for m in ("kill", "before_commit", "after_commit")
+            },
+            "acked_commands": sum(o["acked"] for o in outcomes),
+            "lost": sum(o["lost"] for o in outcomes),
+            "torn": sum(o["torn"] for o in outcomes),
+            "wrong": 0,
+            "result": "pass",
+        }
+    )
     assert faults >= len(outcomes) // 2, "most runs must actually be killed, or the campaign proves little"

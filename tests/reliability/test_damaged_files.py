@@ -102,11 +102,17 @@ def test_seeded_byte_flips_and_truncations(original: Original, campaign: Any, ta
         counts.update(f"{cmd}:{o}" for cmd, o in outcome.items())
         if any(o.startswith("wrong") for o in outcome.values()):
             wrong.append((name, outcome))
-    tally.append({
-        "campaign": "damaged files: byte flips and truncations", "runs": len(cases), "faults": len(cases),
-        "outcomes": dict(sorted(counts.items())), "lost": 0, "wrong": len(wrong),
-        "result": "pass" if not wrong else "FAIL",
-    })  # fmt: skip
+    tally.append(
+        {
+            "campaign": "damaged files: byte flips and truncations",
+            "runs": len(cases),
+            "faults": len(cases),
+            "outcomes": dict(sorted(counts.items())),
+            "lost": 0,
+            "wrong": len(wrong),
+            "result": "pass" if not wrong else "FAIL",
+        }
+    )
     assert not wrong, wrong
 
 
@@ -148,8 +154,16 @@ def test_structural_damage_is_a_clear_error(original: Original, name: str, tally
     with sqlite3.connect(original.db) as conn:
         SQL_DAMAGE[name](conn)
     outcome = original.outcome()
-    tally.append({"campaign": f"damaged files: {name}", "runs": 1, "faults": 1, "outcomes": outcome,
-                  "lost": 0, "wrong": sum(o.startswith("wrong") for o in outcome.values())})  # fmt: skip
+    tally.append(
+        {
+            "campaign": f"damaged files: {name}",
+            "runs": 1,
+            "faults": 1,
+            "outcomes": outcome,
+            "lost": 0,
+            "wrong": sum(o.startswith("wrong") for o in outcome.values()),
+        }
+    )
     assert not any(o.startswith("wrong") for o in outcome.values()), outcome
 
 
@@ -205,8 +219,13 @@ def test_a_wal_deleted_under_an_open_writer(original: Original, tmp_path: Path) 
     """The writer keeps its WAL open; others see a clear error meanwhile, and the close restores a right state."""
     reset(original.db, original.good)
     ready, go = tmp_path / "ready", tmp_path / "go"
-    writer = subprocess.Popen([sys.executable, "-c", _WRITER, str(original.db), str(ready), str(go)],
-                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    writer = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, str(original.db), str(ready), str(go)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     for _ in range(3000):
         if ready.exists():
             break

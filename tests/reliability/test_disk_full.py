@@ -29,8 +29,9 @@ def tiny_filesystem(where: Path, size: str) -> Iterator[Path]:
     if os.geteuid() != 0 or shutil.which("mount") is None:
         pytest.skip("a full disk needs a tiny filesystem: mounting a tmpfs needs root")
     where.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
-                             capture_output=True, text=True, check=False)  # fmt: skip
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True, text=True, check=False
+    )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
     try:
@@ -71,5 +72,14 @@ def test_a_full_disk_fails_one_append_cleanly(tmp_path: Path, tally: list[dict[s
             assert len(windows) == len(succeeded), "a succeeded append is missing, or the failed one landed"
             assert ledger.settings().active_window == (succeeded[-1] if succeeded else 1)
         assert run(db, "window", str(1000)).returncode == 0, "the ledger takes writes again once space is freed"
-    tally.append({"campaign": "disk full", "runs": 1, "faults": 1, "appends_before_full": len(succeeded),
-                  "lost": 0, "wrong": 0, "result": "pass"})  # fmt: skip
+    tally.append(
+        {
+            "campaign": "disk full",
+            "runs": 1,
+            "faults": 1,
+            "appends_before_full": len(succeeded),
+            "lost": 0,
+            "wrong": 0,
+            "result": "pass",
+        }
+    )

@@ -31,21 +31,39 @@ DOCUMENTED = {0, 2, 3, 4, 5}  # a hostile input may be refused in any of these w
 
 def _settings(examples: int) -> settings:
     """Seeded (derandomized) and without a saved-example database: a campaign is reproducible."""
-    return settings(max_examples=examples, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True,
-                    database=None)  # fmt: skip
+    return settings(
+        max_examples=examples, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True, database=None
+    )
 
 
 _scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=30),
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=False),
+    st.text(max_size=30),
     st.text(alphabet=st.characters(codec="utf-8"), max_size=5).map(lambda s: s + "\x00\x1b[2J"),
     st.integers(min_value=10_000, max_value=200_000).map(lambda n: "x" * n),
-)  # fmt: skip
-_json = st.recursive(_scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
-                     max_size=4), max_leaves=20)  # fmt: skip
+)
+_json = st.recursive(
+    _scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20,
+)
 _manifest_keys = st.sampled_from(
-    ["artifacts", "policy_version", "source_policy_version", "candidate_kind", "semantic_id", "evaluation_version",
-     "evidence_window_index", "trajectory_identity", "source_evidence", "decision"]
-)  # fmt: skip
+    [
+        "artifacts",
+        "policy_version",
+        "source_policy_version",
+        "candidate_kind",
+        "semantic_id",
+        "evaluation_version",
+        "evidence_window_index",
+        "trajectory_identity",
+        "source_evidence",
+        "decision",
+    ]
+)
 
 
 @st.composite
@@ -59,8 +77,10 @@ def manifests(draw: st.DrawFn) -> bytes:
         return b'{"artifacts":' * depth + b"1" + b"}" * depth
     doc: dict[str, Any] = draw(st.dictionaries(_manifest_keys, _json, max_size=6))
     if draw(st.booleans()):
-        adapter = {"path": draw(st.one_of(st.just("adapter"), st.text(max_size=20), _json)),
-                   "sha256": draw(st.one_of(st.text(max_size=70), _json))}  # fmt: skip
+        adapter = {
+            "path": draw(st.one_of(st.just("adapter"), st.text(max_size=20), _json)),
+            "sha256": draw(st.one_of(st.text(max_size=70), _json)),
+        }
         doc["artifacts"] = {"adapter": adapter}
     return json.dumps(doc).encode()  # json, not orjson: integers beyond 64 bits are hostile input too
 
@@ -106,22 +126,40 @@ def test_generated_manifests(ledger_dir: Path, campaign: Any, tally: list[dict[s
         seen[result.returncode] = seen.get(result.returncode, 0) + 1
 
     check()
-    tally.append({"campaign": "hostile input: manifests", "runs": sum(seen.values()), "faults": sum(seen.values()),
-                  "exit_codes": dict(sorted(seen.items())), "lost": 0, "wrong": 0, "result": "pass"})  # fmt: skip
+    tally.append(
+        {
+            "campaign": "hostile input: manifests",
+            "runs": sum(seen.values()),
+            "faults": sum(seen.values()),
+            "exit_codes": dict(sorted(seen.items())),
+            "lost": 0,
+            "wrong": 0,
+            "result": "pass",
+        }
+    )
 
 
 _yaml_text = st.one_of(
     st.text(max_size=300),
     _json.map(yaml.safe_dump),
     st.builds(
-        lambda seed, steps: yaml.safe_dump({"name": "fuzz", "seed": seed, "artifacts": {"sft": {"type": "baseline"}},
-                                            "steps": steps}),
+        lambda seed, steps: yaml.safe_dump(
+            {"name": "fuzz", "seed": seed, "artifacts": {"sft": {"type": "baseline"}}, "steps": steps}
+        ),
         st.one_of(st.integers(), _json),
-        st.lists(st.dictionaries(st.sampled_from(["activate_baseline", "receive", "check", "expect", "refused",
-                                                  "crash_during_append", "note"]), _json, max_size=2), max_size=4),
+        st.lists(
+            st.dictionaries(
+                st.sampled_from(
+                    ["activate_baseline", "receive", "check", "expect", "refused", "crash_during_append", "note"]
+                ),
+                _json,
+                max_size=2,
+            ),
+            max_size=4,
+        ),
     ),
     st.integers(2, 12).map(lambda n: "a: &a [x]\n" + "".join(f"b{i}: &b{i} [*a, *a]\n" for i in range(n))),
-)  # fmt: skip
+)
 
 
 def test_generated_scenario_files(tmp_path: Path, campaign: Any, tally: list[dict[str, Any]]) -> None:
@@ -144,16 +182,38 @@ def test_generated_scenario_files(tmp_path: Path, campaign: Any, tally: list[dic
 
 
 _arg = st.one_of(
-    st.text(max_size=40), st.text(max_size=3).map(lambda s: s + "\x1b]0;pwned\x07"), st.just("[/bold]"),
-    st.integers().map(str), st.just(str(10**30)), st.just("-1"), st.just("x" * 5000),
-)  # fmt: skip
-_commands = st.sampled_from([
-    ["status", "{a}"], ["history", "{a}"], ["explain", "{a}"], ["check", "{a}"], ["handoff", "{a}"],
-    ["fail", "{a}", "--stage", "{b}"], ["fail", "dpo-a", "--stage", "{a}"], ["recovered", "{a}"],
-    ["trusted", "dpo-a", "{a}", "{b}"], ["untrust", "{a}", "{b}"], ["window", "{a}"], ["evaluation", "activate", "{a}"],
-    ["status", "--as-of", "{a}"], ["replay", "--to", "{a}"], ["log", "--after", "{a}"], ["log", "--candidate", "{a}"],
-    ["receive", "{a}"], ["receive", "{a}", "--id", "{b}"], ["hash", "{a}"], ["init", "--active-window", "{a}"],
-])  # fmt: skip
+    st.text(max_size=40),
+    st.text(max_size=3).map(lambda s: s + "\x1b]0;pwned\x07"),
+    st.just("[/bold]"),
+    st.integers().map(str),
+    st.just(str(10**30)),
+    st.just("-1"),
+    st.just("x" * 5000),
+)
+_commands = st.sampled_from(
+    [
+        ["status", "{a}"],
+        ["history", "{a}"],
+        ["explain", "{a}"],
+        ["check", "{a}"],
+        ["handoff", "{a}"],
+        ["fail", "{a}", "--stage", "{b}"],
+        ["fail", "dpo-a", "--stage", "{a}"],
+        ["recovered", "{a}"],
+        ["trusted", "dpo-a", "{a}", "{b}"],
+        ["untrust", "{a}", "{b}"],
+        ["window", "{a}"],
+        ["evaluation", "activate", "{a}"],
+        ["status", "--as-of", "{a}"],
+        ["replay", "--to", "{a}"],
+        ["log", "--after", "{a}"],
+        ["log", "--candidate", "{a}"],
+        ["receive", "{a}"],
+        ["receive", "{a}", "--id", "{b}"],
+        ["hash", "{a}"],
+        ["init", "--active-window", "{a}"],
+    ]
+)
 
 
 def test_generated_cli_arguments(ledger_dir: Path, campaign: Any, tally: list[dict[str, Any]]) -> None:
@@ -171,8 +231,17 @@ def test_generated_cli_arguments(ledger_dir: Path, campaign: Any, tally: list[di
         seen[result.returncode] = seen.get(result.returncode, 0) + 1
 
     check()
-    tally.append({"campaign": "hostile input: CLI arguments", "runs": sum(seen.values()), "faults": sum(seen.values()),
-                  "exit_codes": dict(sorted(seen.items())), "lost": 0, "wrong": 0, "result": "pass"})  # fmt: skip
+    tally.append(
+        {
+            "campaign": "hostile input: CLI arguments",
+            "runs": sum(seen.values()),
+            "faults": sum(seen.values()),
+            "exit_codes": dict(sorted(seen.items())),
+            "lost": 0,
+            "wrong": 0,
+            "result": "pass",
+        }
+    )
 
 
 def _special_files(root: Path) -> dict[str, str]:
@@ -184,8 +253,13 @@ def _special_files(root: Path) -> dict[str, str]:
         (root / "folder").mkdir()
         with (root / "sparse").open("wb") as fh:
             fh.truncate(10 * 1024**3)
-    return {"fifo": str(fifo), "/dev/zero": "/dev/zero", "symlink loop": str(root / "loop-a"),
-            "folder": str(root / "folder"), "sparse 10 GB": str(root / "sparse")}  # fmt: skip
+    return {
+        "fifo": str(fifo),
+        "/dev/zero": "/dev/zero",
+        "symlink loop": str(root / "loop-a"),
+        "folder": str(root / "folder"),
+        "sparse 10 GB": str(root / "sparse"),
+    }
 
 
 PATH_COMMANDS = {
@@ -210,5 +284,14 @@ def test_special_files_wherever_a_path_is_taken(ledger_dir: Path, command: str, 
         _assert_clean(result, db, before)
         assert result.returncode in (2, 3), (name, result.returncode, result.stderr)
         results[name] = result.returncode
-    tally.append({"campaign": f"hostile input: special files ({command})", "runs": len(results),
-                  "faults": len(results), "exit_codes": results, "lost": 0, "wrong": 0, "result": "pass"})  # fmt: skip
+    tally.append(
+        {
+            "campaign": f"hostile input: special files ({command})",
+            "runs": len(results),
+            "faults": len(results),
+            "exit_codes": results,
+            "lost": 0,
+            "wrong": 0,
+            "result": "pass",
+        }
+    )

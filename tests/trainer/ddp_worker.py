@@ -52,14 +52,24 @@ def main(workdir: Path, base: Path, sft: Path) -> None:
     look = LookAtSave()
     with Ledger.open(workdir / "ledger.db", synchronous="NORMAL") as ledger:
         cb = LedgerCallback(ledger, kind="dpo", run_id="ddp-1")
-        trainer = dpo_trainer(Tiny(base=base, sft=sft), workdir / "out", [fail_at(3), look, cb],
-                              per_device_train_batch_size=2, ddp_backend="gloo")  # fmt: skip
+        trainer = dpo_trainer(
+            Tiny(base=base, sft=sft),
+            workdir / "out",
+            [fail_at(3), look, cb],
+            per_device_train_batch_size=2,
+            ddp_backend="gloo",
+        )
         if rank == 1:
             _slow_down(trainer)
         output = cb.train(trainer)
         result = cb.finish(trainer, decision="accept")
-    report = {"rank": rank, "steps": output.global_step, "state": str(result.state), "seen": look.seen,
-              "candidate_sha256": result.candidate.candidate.get("adapter_sha256")}  # fmt: skip
+    report = {
+        "rank": rank,
+        "steps": output.global_step,
+        "state": str(result.state),
+        "seen": look.seen,
+        "candidate_sha256": result.candidate.candidate.get("adapter_sha256"),
+    }
     (workdir / f"rank{rank}.json").write_text(json.dumps(report))
 
 

@@ -25,10 +25,24 @@ def test_two_ranks_record_each_checkpoint_once_resume_together_and_share_the_res
         pass
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")]), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-         str(REPO / "tests" / "trainer" / "ddp_worker.py"), str(tmp_path), str(tiny.base), str(tiny.sft)],
-        capture_output=True, text=True, env=env, timeout=300, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            str(REPO / "tests" / "trainer" / "ddp_worker.py"),
+            str(tmp_path),
+            str(tiny.base),
+            str(tiny.sft),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     for rank in ranks:

@@ -113,6 +113,8 @@ def test_attempts_are_bounded_and_a_restart_follows_the_plan_left(tiny: Tiny, tm
     trainer = dpo_trainer(tiny, tmp_path / "out", [again])
     assert again.train(trainer).global_step == 4
     (left,) = again.resumed
-    assert (left.plan.action, left.checkpoint) == (RecoveryAction.RESTORE_PRE_UPDATE_CHECKPOINT,
-                                                   str(tmp_path / "out" / "checkpoint-2"))  # fmt: skip
+    assert (left.plan.action, left.checkpoint) == (
+        RecoveryAction.RESTORE_PRE_UPDATE_CHECKPOINT,
+        str(tmp_path / "out" / "checkpoint-2"),
+    )
     assert again.finish(trainer, decision="accept").state is State.READY

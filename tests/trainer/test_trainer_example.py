@@ -15,8 +15,11 @@ require_training_stack()
 def test_the_dpo_example_hands_its_candidate_off(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(REPO / "examples" / "trl_dpo.py"), str(tmp_path / "work")],
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     lines = done.stdout.splitlines()
     assert lines[-1] == "candidate dpo-example-1: ready"

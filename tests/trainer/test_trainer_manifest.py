@@ -28,10 +28,15 @@ EVIDENCE: dict[str, dict[str, Any]] = {
 def _built(ws: Workspace, kind: str, **fields: Any) -> Path:
     adapter = write_adapter(ws.root / "run" / "adapter", "run", b"weights" * 100)
     manifest = candidate_manifest(
-        candidate_id=f"{kind}-run-1", kind=kind, source_policy_version=str(ws.sft_sha), adapter_path="adapter",
-        adapter_sha256=hash_directory(adapter), evaluation_version="eval-v1", decision="accept",
+        candidate_id=f"{kind}-run-1",
+        kind=kind,
+        source_policy_version=str(ws.sft_sha),
+        adapter_path="adapter",
+        adapter_sha256=hash_directory(adapter),
+        evaluation_version="eval-v1",
+        decision="accept",
         **(EVIDENCE[kind] | fields),
-    )  # fmt: skip
+    )
     return write_manifest(ws.root / "run" / "manifest.json", manifest)
 
 
@@ -83,9 +88,15 @@ def test_missing_branch_evidence_is_refused_before_anything_is_written(
     """A forgotten field would have the candidate rejected for good; the builder says which one instead."""
     with pytest.raises(InputError, match=named):
         candidate_manifest(
-            candidate_id="c", kind=kind, source_policy_version="s", adapter_path="a", adapter_sha256="0" * 64,
-            evaluation_version="e", decision="accept", **evidence,
-        )  # fmt: skip
+            candidate_id="c",
+            kind=kind,
+            source_policy_version="s",
+            adapter_path="a",
+            adapter_sha256="0" * 64,
+            evaluation_version="e",
+            decision="accept",
+            **evidence,
+        )
 
 
 def test_write_manifest_replaces_whole_or_not_at_all(tmp_path: Path) -> None:

@@ -59,8 +59,9 @@ def test_code_outside_a_git_checkout_is_null(tmp_path: Path) -> None:
 
 def test_code_in_a_git_checkout_names_its_commit_and_dirt(tmp_path: Path) -> None:
     def git(*arguments: str) -> str:
-        return subprocess.run(["git", "-C", str(tmp_path), *arguments], capture_output=True, text=True,
-                              check=True).stdout.strip()  # fmt: skip
+        return subprocess.run(
+            ["git", "-C", str(tmp_path), *arguments], capture_output=True, text=True, check=True
+        ).stdout.strip()
 
     git("init", "-q")
     (tmp_path / "train.py").write_text("print('train')\n")
