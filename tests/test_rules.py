@@ -171,6 +171,20 @@ def test_every_failed_check_is_named_in_order() -> None:
     }
 
 
+def test_a_ledger_evaluation_version_is_named_in_the_rules_order() -> None:
+    """A candidate naming another evaluation than the ledger's fails `evaluation_identity` where the
+    rule puts it: before `branch_evidence`, after the lineage checks, not appended at the end."""
+    from lifecycle_fsm.checks import freshness
+    from lifecycle_fsm.state import LedgerSettings
+
+    settings = LedgerSettings(baseline={"policy_version": "sft-v0"}, evaluation_version="eval-v2", max_window_age=2)
+    stale = {**ONLINE, "window_age": 9}  # branch evidence too old; its evaluation version is pref-eval-v1
+    assert freshness(stale, settings) == {
+        "fresh": False,
+        "failed_checks": ["source_policy", "evaluation_identity", "branch_evidence"],
+    }
+
+
 @pytest.mark.parametrize(
     ("change", "failed"),
     [

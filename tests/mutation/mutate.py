@@ -1,17 +1,24 @@
 """A small mutation check: does the suite notice when a guarantee is broken?
 
-    python tests/mutation/mutate.py [--target NAME ...] [--limit N] [--json FILE]
+    python tests/mutation/mutate.py [--target NAME ...] [--match TEXT] [--limit N] [--json FILE]
 
-For each target (a module, the functions in it that carry a guarantee, and the tests
-that should defend them) the script walks the functions' syntax tree and makes one
-mutant per site: a comparison flipped (`==` <-> `!=`, `<` <-> `>=`, `in` <-> `not in`),
+For each target (a module, the functions in it that carry a guarantee, its tables and
+SQL text, and the tests that should defend them) the script walks the syntax tree and
+makes one mutant per site. In the functions: a comparison flipped (`==` <-> `!=`,
+`<` <-> `>=`, `in` <-> `not in`) or moved by one (`<` <-> `<=`, `>` <-> `>=`), an
+integer constant moved by one (`+ 1` -> `+ 2`, `[0]` -> `[1]`), `+` <-> `-`, `min`
+<-> `max`, `any` <-> `all`, `sorted(x)` -> `x`, one entry of a dict literal dropped,
 `and` <-> `or`, a boolean constant inverted, a `not` dropped, a statement that
-raises, asserts or calls something deleted (replaced by `pass`). Each mutant is
+raises, asserts or calls something deleted (replaced by `pass`). In a module-level
+table (a tuple or dict literal): one row dropped, one field of a row (a dict entry's
+value) taken from the next row. In module-level SQL text: a `+ 1` moved, `<>` -> `=`,
+`>=` -> `>`, `DESC` -> `ASC`, `AND` -> `OR`, a `NOT` or a `CHECK (...)` dropped, one
+`|| term` of a concatenation dropped. Each mutant is
 written into a scratch copy of the repository and the target's tests run against it
 (`-x`, no coverage); a failing run kills the mutant. Surviving mutants are listed
 with their line: each is either a missing test or an equivalent mutant (say which).
 
-Not part of the CI run (a few minutes on 2 cores); run it when changing a guarantee.
+Not part of the CI run (tens of minutes for every target on 2 cores); run it when changing a guarantee.
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from mutation_ops import Apply, all_sites
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -37,13 +46,15 @@ class Target:
     module: str  # path from the repository root
     functions: tuple[str, ...]  # "Class.method" or "function"
     tests: tuple[str, ...]
+    tables: tuple[str, ...] = ()  # module-level tuple or dict literals: rows dropped or changed
+    sql: tuple[str, ...] = ()  # module-level assignments holding SQL text
 
 
 TARGETS = (
     Target(
         "chain",
         "store/chain.py",
-        ("verify_events", "match_retry", "chain_rows", "canonical_json"),
+        ("event_hash", "header_parts", "chain_rows", "canonical_json", "ChainWalk._next_batch", "check_rows"),
         ("tests/test_store_chain.py", "tests/test_chain_format.py", "tests/test_store_contract.py"),
     ),
     Target(
@@ -51,18 +62,18 @@ TARGETS = (
         "lifecycle_fsm/command_path.py",
         (
             "CommandPath.run",
-            "CommandPath._append",
+            "CommandPath._attempt",
+            "CommandPath._append_candidate",
             "CommandPath._fan_out",
-            "CommandPath._replayed",
+            "CommandPath._fire",
             "require_command",
-            "state_after",
         ),
         ("tests/test_command_path.py", "tests/test_ledger.py"),
     ),
     Target(
         "fold",
         "lifecycle_fsm/state.py",
-        ("step_candidate_at", "_candidate_step", "kept_payload", "apply_settings"),
+        ("Fold.add", "apply", "_parsed", "_check_fields"),
         ("tests/test_state.py", "tests/test_replay_corruption.py"),
     ),
     Target(
@@ -70,6 +81,8 @@ TARGETS = (
         "lifecycle_fsm/decisions.py",
         (
             "receive",
+            "check",
+            "hand_off",
             "init",
             "activate_baseline",
             "advance_window",
@@ -85,6 +98,39 @@ TARGETS = (
         "lifecycle_fsm/rules.py",
         ("check_candidate_freshness", "choose_recovery_action", "decide_lifecycle_handoff", "_age_within"),
         ("tests/test_rules.py",),
+        tables=("FRESHNESS_CHECKS", "RECOVERY_STATES_BY_STAGE", "_ACTION_BY_STAGE_AND_STATE", "_FALLBACK_BY_STAGE"),
+    ),
+    Target(
+        "machine",
+        "lifecycle_fsm/machine.py",
+        ("_build_table",),
+        ("tests/test_machine.py", "tests/test_state.py", "tests/test_ledger.py"),
+        tables=("MOVES", "INITIAL_TRIGGERS"),
+    ),
+    Target(
+        "checks",
+        "lifecycle_fsm/checks.py",
+        ("freshness", "CheckEvidence.decide", "CheckEvidence.inconclusive"),
+        ("tests/test_rules.py", "tests/test_version_types.py", "tests/test_ledger.py"),
+    ),
+    Target(
+        "seals",
+        "lifecycle_fsm/seals.py",
+        ("seal_message", "check_seals", "check_expected_heads", "_seq_problem", "_hash_problem"),
+        ("tests/test_trust_seals.py",),
+    ),
+    Target(
+        "verify",
+        "replay/verify.py",
+        ("_checkpoint_report", "_verify"),
+        ("tests/test_checkpoints.py", "tests/test_verify_one_pass.py"),
+    ),
+    Target(
+        "postgres_append",
+        "store/postgres_schema.py",
+        (),
+        ("tests/test_store_postgres_append.py",),
+        sql=("DDL",),
     ),
     Target(
         "snapshots",
@@ -93,19 +139,6 @@ TARGETS = (
         ("tests/test_checkpoints.py", "tests/test_stream_snapshots.py"),
     ),
 )
-
-_FLIP = {
-    ast.Eq: ast.NotEq,
-    ast.NotEq: ast.Eq,
-    ast.Lt: ast.GtE,
-    ast.GtE: ast.Lt,
-    ast.Gt: ast.LtE,
-    ast.LtE: ast.Gt,
-    ast.In: ast.NotIn,
-    ast.NotIn: ast.In,
-    ast.Is: ast.IsNot,
-    ast.IsNot: ast.Is,
-}
 
 
 @dataclass(frozen=True)
@@ -116,84 +149,27 @@ class Mutant:
     source: str
 
 
-def _functions(tree: ast.Module, wanted: tuple[str, ...]) -> Iterator[ast.FunctionDef]:
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and node.name in wanted:
-            yield node
-        elif isinstance(node, ast.ClassDef):
-            for item in node.body:
-                if isinstance(item, ast.FunctionDef) and f"{node.name}.{item.name}" in wanted:
-                    yield item
-
-
-def _sites(func: ast.FunctionDef) -> Iterator[tuple[ast.AST, str]]:
-    """Every node a mutant can change, with a description of the change."""
-    for node in ast.walk(func):
-        if isinstance(node, ast.Compare):
-            for i, op in enumerate(node.ops):
-                if type(op) in _FLIP:
-                    yield node, f"compare:{i}:{type(op).__name__}->{_FLIP[type(op)].__name__}"
-        elif isinstance(node, ast.BoolOp):
-            yield node, f"boolop:{type(node.op).__name__}"
-        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-            yield node, "drop-not"
-        elif isinstance(node, ast.Constant) and isinstance(node.value, bool):
-            yield node, f"const:{node.value}->{not node.value}"
-        elif isinstance(node, (ast.Raise, ast.Assert)) or (
-            isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
-        ):
-            yield node, f"delete:{type(node).__name__}"
-
-
-class _Apply(ast.NodeTransformer):
-    """Apply one mutation to the node at `index` in walk order of the whole module."""
-
-    def __init__(self, target: ast.AST, what: str) -> None:
-        self.target, self.what = target, what
-
-    def generic_visit(self, node: ast.AST) -> ast.AST:
-        node = super().generic_visit(node)
-        if node is not self.target:
-            return node
-        kind = self.what.split(":")[0]
-        if kind == "compare":
-            assert isinstance(node, ast.Compare)
-            i = int(self.what.split(":")[1])
-            node.ops[i] = _FLIP[type(node.ops[i])]()
-        elif kind == "boolop":
-            assert isinstance(node, ast.BoolOp)
-            node.op = ast.Or() if isinstance(node.op, ast.And) else ast.And()
-        elif kind == "drop-not":
-            assert isinstance(node, ast.UnaryOp)
-            return node.operand
-        elif kind == "const":
-            assert isinstance(node, ast.Constant)
-            node.value = not node.value
-        elif kind == "delete":
-            return ast.copy_location(ast.Pass(), node)
-        return node
-
-
 def mutants(target: Target) -> Iterator[Mutant]:
     text = (REPO / target.module).read_text()
-    count = sum(1 for f in _functions(ast.parse(text), target.functions) for _ in _sites(f))
+    where = (target.functions, target.tables, target.sql)
+    count = len(all_sites(ast.parse(text), *where))
     for index in range(count):
         tree = ast.parse(text)  # a fresh tree per mutant: the transformer changes it in place
-        sites = [s for f in _functions(tree, target.functions) for s in _sites(f)]
-        node, what = sites[index]
+        node, what = all_sites(tree, *where)[index]
         line = getattr(node, "lineno", 0)
-        mutated = ast.unparse(ast.fix_missing_locations(_Apply(node, what).visit(tree)))
+        mutated = ast.unparse(ast.fix_missing_locations(Apply(node, what).visit(tree)))
         yield Mutant(target.name, line, what, mutated)
 
 
-def run(targets: list[Target], limit: int | None, timeout: float) -> list[dict[str, object]]:
+def run(targets: list[Target], limit: int | None, timeout: float, match: str | None = None) -> list[dict[str, object]]:
     results: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory(prefix="mutants-") as scratch:
         copy = Path(scratch) / "repo"
         shutil.copytree(REPO, copy, ignore=shutil.ignore_patterns(".venv", ".git", "*.db", "__pycache__", ".*cache"))
         for target in targets:
             original = (copy / target.module).read_text()
-            for n, mutant in enumerate(mutants(target)):
+            chosen = (m for m in mutants(target) if match is None or match in m.what)
+            for n, mutant in enumerate(chosen):
                 if limit is not None and n >= limit:
                     break
                 (copy / target.module).write_text(mutant.source)
@@ -206,6 +182,8 @@ def run(targets: list[Target], limit: int | None, timeout: float) -> list[dict[s
                             "pytest",
                             "-x",
                             "-q",
+                            "-n",
+                            "0",
                             "--no-cov",
                             "-p",
                             "no:cacheprovider",
@@ -240,11 +218,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", nargs="+", choices=[t.name for t in TARGETS], help="only these targets")
     parser.add_argument("--limit", type=int, help="at most N mutants per target")
+    parser.add_argument("--match", help="only mutants whose description contains this (e.g. sql:, row:, unsort)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per mutant's test run")
     parser.add_argument("--json", type=Path, help="write every result here")
     args = parser.parse_args(argv)
     chosen = [t for t in TARGETS if args.target is None or t.name in args.target]
-    results = run(chosen, args.limit, args.timeout)
+    results = run(chosen, args.limit, args.timeout, args.match)
     killed = sum(1 for r in results if r["killed"])
     print(f"\n{killed}/{len(results)} mutants killed ({100 * killed / max(1, len(results)):.0f}%)")
     for name in dict.fromkeys(str(r["target"]) for r in results):
