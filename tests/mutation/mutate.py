@@ -165,7 +165,10 @@ def run(targets: list[Target], limit: int | None, timeout: float, match: str | N
     results: list[dict[str, object]] = []
     with tempfile.TemporaryDirectory(prefix="mutants-") as scratch:
         copy = Path(scratch) / "repo"
-        shutil.copytree(REPO, copy, ignore=shutil.ignore_patterns(".venv", ".git", "*.db", "__pycache__", ".*cache"))
+        # symlinks=True: lifecycle_fsm/store and lifecycle_fsm/replay stay links to the mutated folders
+        shutil.copytree(
+            REPO, copy, symlinks=True, ignore=shutil.ignore_patterns(".venv", ".git", "*.db", "__pycache__", ".*cache")
+        )
         for target in targets:
             original = (copy / target.module).read_text()
             chosen = (m for m in mutants(target) if match is None or match in m.what)
