@@ -27,7 +27,7 @@ from lifecycle_fsm import (
     StoreError,
 )
 from lifecycle_fsm.events import LEDGER_STREAM
-from tests.conftest import Workspace, count_events, invoke, run_cli
+from tests.conftest import Workspace, cli, count_events, invoke, run_cli
 
 Result = CandidateResult | SettingsResult
 
@@ -209,7 +209,7 @@ def test_every_cli_write_takes_an_event_id(ws: Workspace) -> None:
 
 def test_a_retried_fail_after_the_candidate_moved_on_reports_the_first_plan(ws: Workspace) -> None:
     """`fail --event-id K` again once the candidate was recovered, checked and sent back by a window:
-    the first plan and events, `appended: false`, and text that says nothing was appended (a real process)."""
+    the first plan and events, `appended: false`, and text that says nothing was appended (the last call a real process)."""
     files = _files(ws)
     grpo = "grpo-v7"
     for args in (
@@ -218,16 +218,16 @@ def test_a_retried_fail_after_the_candidate_moved_on_reports_the_first_plan(ws: 
         ["receive", str(files["grpo"])],
         ["trusted", grpo, "trajectories", str(files["traj"])],
     ):
-        assert run_cli(ws.db, *args).returncode == 0, args
-    first = run_cli(ws.db, "--json", "fail", grpo, "--stage", "reward", "--event-id", "K")
+        assert cli(ws.db, *args).returncode == 0, args
+    first = cli(ws.db, "--json", "fail", grpo, "--stage", "reward", "--event-id", "K")
     assert first.returncode == 0, first.stderr
     planned = orjson.loads(first.stdout)
     assert planned["appended"] is True and planned["state"] == "recovering"
     for args in (["recovered", grpo], ["check", grpo], ["window", "4"], ["check", grpo]):
-        assert run_cli(ws.db, *args).returncode == 0, args
-    assert orjson.loads(run_cli(ws.db, "--json", "status", grpo).stdout)["state"] == "reject"  # window age 3 > 2
+        assert cli(ws.db, *args).returncode == 0, args
+    assert orjson.loads(cli(ws.db, "--json", "status", grpo).stdout)["state"] == "reject"  # window age 3 > 2
     head = count_events(ws.db)
-    again = run_cli(ws.db, "--json", "fail", grpo, "--stage", "reward", "--event-id", "K")
+    again = cli(ws.db, "--json", "fail", grpo, "--stage", "reward", "--event-id", "K")
     assert again.returncode == 0, again.stderr
     doc = orjson.loads(again.stdout)
     assert doc["appended"] is False and doc.keys() == planned.keys()

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from backends import BACKEND_NAMES, Backend, make_backend
-from conftest import Workspace, run_cli
+from conftest import Workspace, cli, run_cli
 from test_store_contract import new
 
 from lifecycle_fsm.ledger import Ledger, utc_now
@@ -173,7 +173,7 @@ def test_migrate_command_from_a_broken_source_says_what_it_copied(ws: Workspace,
     fresh, existing = tmp_path / "fresh.db", tmp_path / "existing.db"
     existing.touch()
     for dst in (fresh, existing):
-        done = run_cli(ws.db, "migrate", str(src.target), str(dst))
+        done = cli(ws.db, "migrate", str(src.target), str(dst))
         assert (done.returncode, done.stdout) == (6, ""), done.stderr
         assert done.stderr == (
             "Error: the source's chain is broken at seq 4: stored hash does not match the event's content; "
@@ -195,22 +195,22 @@ def test_migrate_command_sqlite_to_postgres_and_back(ws: Workspace, pg_url: str,
     """File → PostgreSQL → file: verify --json gives the identical head on all three; status agrees; resume works."""
     with ws.ledger() as led:
         _fill(led.store, ws)
-    first = _json(run_cli(ws.db, "--json", "migrate", str(ws.db), pg_url))
+    first = _json(run_cli(ws.db, "--json", "migrate", str(ws.db), pg_url))  # the wiring, as a real process
     assert (first["copied"], first["checkpoints"], first["already_present"]) == (first["head"]["seq"], 2, 0)
     assert first["destination"] == pg_url.replace("%3D", "=")  # the URL as given, without a password
     back = tmp_path / "back.db"
-    _json(run_cli(ws.db, "--json", "migrate", pg_url, str(back)))
-    heads = [_json(run_cli(db, "--json", "verify"))["head"] for db in (str(ws.db), pg_url, str(back))]
+    _json(cli(ws.db, "--json", "migrate", pg_url, str(back)))
+    heads = [_json(cli(db, "--json", "verify"))["head"] for db in (str(ws.db), pg_url, str(back))]
     assert heads[0] == heads[1] == heads[2]
-    statuses = [_json(run_cli(db, "--json", "status")) for db in (str(ws.db), pg_url)]
+    statuses = [_json(cli(db, "--json", "status")) for db in (str(ws.db), pg_url)]
     assert statuses[0] == statuses[1]
-    again = run_cli(ws.db, "migrate", str(ws.db), pg_url)
+    again = cli(ws.db, "migrate", str(ws.db), pg_url)
     assert again.returncode == 0 and "copied 0 events" in again.stdout, again.stderr
     with ws.ledger() as led:
         led.receive(ws.rlvr())
-    resumed = _json(run_cli(ws.db, "--json", "migrate", str(ws.db), pg_url))
+    resumed = _json(cli(ws.db, "--json", "migrate", str(ws.db), pg_url))
     assert (resumed["copied"], resumed["already_present"]) == (1, first["head"]["seq"])
-    assert _json(run_cli(pg_url, "--json", "status", "rlvr-v1"))["state"] == "received"
+    assert _json(cli(pg_url, "--json", "status", "rlvr-v1"))["state"] == "received"
 
 
 def test_migrate_command_refusals(ws: Workspace, tmp_path: Path) -> None:
@@ -226,7 +226,7 @@ def test_migrate_command_refusals(ws: Workspace, tmp_path: Path) -> None:
         (["migrate", str(ws.db), str(other)], 5, "not a prefix"),
     ]
     for args, code, message in cases:
-        done = run_cli(ws.db, *args)
+        done = cli(ws.db, *args)
         assert (done.returncode, done.stdout) == (code, ""), done.stderr
         assert done.stderr.startswith("Error: ") and message in done.stderr and done.stderr.count("\n") == 1
     assert not (tmp_path / "new.db").exists()
@@ -237,5 +237,5 @@ def test_migrate_into_memory_is_refused(ws: Workspace, dst: str) -> None:
     """The copy would answer "copied N" and vanish with the command (README: `:memory:` is refused)."""
     with Ledger.open(ws.db, actor="t") as ledger:
         ledger.init()
-    done = run_cli(ws.db, "migrate", str(ws.db), dst)
+    done = cli(ws.db, "migrate", str(ws.db), dst)
     assert done.returncode == 3 and "in-memory database" in done.stderr and "DST" in done.stderr, done.stderr

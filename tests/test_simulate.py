@@ -134,7 +134,7 @@ MUTANTS: dict[str, tuple[Callable[[], None], tuple[object, str]]] = {
 
 def _first_failure() -> tuple[Schedule, SimResult]:
     for seed in range(1, 30):
-        schedule = generate(seed, 300, 8)
+        schedule = generate(seed, 150, 8)
         result = simulate(schedule)
         if not result.ok:
             return schedule, result

@@ -18,7 +18,7 @@ import pytest
 
 from lifecycle_fsm import InputError, Ledger
 from lifecycle_fsm import command_path as command_path_module
-from tests.conftest import Workspace, count_events, run_cli
+from tests.conftest import Workspace, cli, count_events
 
 
 def _files(ws: Workspace) -> dict[str, Path]:
@@ -113,7 +113,7 @@ def test_every_cli_write_refuses_a_key_ending_in_a_number(
     ws: Workspace, cli_ledger: dict[str, Path], command: str
 ) -> None:
     before = count_events(ws.db)
-    done = run_cli(ws.db, "--json", *CLI_COMMANDS[command](cli_ledger), "--event-id", "run/7/1")
+    done = cli(ws.db, "--json", *CLI_COMMANDS[command](cli_ledger), "--event-id", "run/7/1")
     assert done.returncode == 3, (done.stdout, done.stderr)
     line = _error_line(done.stderr)
     assert "run/7/1" in line and "/<number>" in line and "KEY/1" in line
@@ -127,12 +127,12 @@ def test_every_cli_write_refuses_a_key_ending_in_a_number(
 def test_a_check_cannot_take_the_sub_key_of_a_settings_command(ws: Workspace, cli_ledger: dict[str, Path]) -> None:
     """`evaluation activate v --event-id ev`, then `check G --event-id ev/1`: refused, and a retry of the
     first command reports its own events only (it used to add the check's seq and candidate)."""
-    first = run_cli(ws.db, "--json", "evaluation", "activate", "v", "--event-id", "ev")
+    first = cli(ws.db, "--json", "evaluation", "activate", "v", "--event-id", "ev")
     assert first.returncode == 0, first.stderr
-    refused = run_cli(ws.db, "check", "grpo-v7", "--event-id", "ev/1")
+    refused = cli(ws.db, "check", "grpo-v7", "--event-id", "ev/1")
     assert refused.returncode == 3
     assert "ev/1" in _error_line(refused.stderr)
-    again = run_cli(ws.db, "--json", "evaluation", "activate", "v", "--event-id", "ev")
+    again = cli(ws.db, "--json", "evaluation", "activate", "v", "--event-id", "ev")
     assert again.returncode == 0, again.stderr
     assert orjson.loads(again.stdout)["events"] == orjson.loads(first.stdout)["events"]
 
@@ -142,9 +142,9 @@ def test_a_never_used_key_is_not_blocked_by_a_key_ending_in_its_number(
 ) -> None:
     """`check X --event-id run/7/1` is refused (and so is `run/7`, which ends in a number too), so the
     plan of `fail G --event-id run-7` gets `run-7/1` whatever keys were tried before."""
-    assert run_cli(ws.db, "check", "grpo-v7", "--event-id", "run-7/1").returncode == 3
-    assert run_cli(ws.db, "fail", "grpo-v7", "--stage", "reward", "--event-id", "run/7").returncode == 3
-    failed = run_cli(ws.db, "--json", "fail", "grpo-v7", "--stage", "reward", "--event-id", "run-7")
+    assert cli(ws.db, "check", "grpo-v7", "--event-id", "run-7/1").returncode == 3
+    assert cli(ws.db, "fail", "grpo-v7", "--stage", "reward", "--event-id", "run/7").returncode == 3
+    failed = cli(ws.db, "--json", "fail", "grpo-v7", "--stage", "reward", "--event-id", "run-7")
     assert failed.returncode == 0, failed.stderr
     ids = [row[0] for row in sqlite3.connect(ws.db).execute("SELECT event_id FROM events WHERE event_id LIKE 'run%'")]
     assert ids == ["run-7", "run-7/1"]
@@ -158,13 +158,13 @@ def test_a_settings_retry_ignores_a_foreign_event_under_its_sub_key(
 ) -> None:
     """An older release stored a check keyed `ev/1` right after `evaluation activate v --event-id ev`
     (the next seq): the retry reports seq of the activation only, and invalidates nothing."""
-    first = run_cli(ws.db, "--json", "evaluation", "activate", "v", "--event-id", "ev")
+    first = cli(ws.db, "--json", "evaluation", "activate", "v", "--event-id", "ev")
     assert first.returncode == 0, first.stderr
     assert orjson.loads(first.stdout)["invalidated"] == []
     with ws.ledger() as ledger:  # in this process: the older release's writer (no key check)
         foreign = ledger.check("grpo-v7", event_id="ev/1").events
     assert foreign[0].seq == orjson.loads(first.stdout)["events"][-1] + 1  # adjacent: seq alone cannot tell
-    again = run_cli(ws.db, "--json", "evaluation", "activate", "v", "--event-id", "ev")
+    again = cli(ws.db, "--json", "evaluation", "activate", "v", "--event-id", "ev")
     assert again.returncode == 0, again.stderr
     doc = orjson.loads(again.stdout)
     assert doc["events"] == orjson.loads(first.stdout)["events"]
@@ -220,9 +220,9 @@ def test_keys_stored_by_an_older_release_still_read(
 ) -> None:
     with ws.ledger() as ledger:
         stored = ledger.check("grpo-v7", event_id="old/3").events[0]
-    log = run_cli(ws.db, "--json", "log", "--stream", "grpo-v7")
+    log = cli(ws.db, "--json", "log", "--stream", "grpo-v7")
     assert log.returncode == 0, log.stderr
     assert stored.seq in [e["seq"] for e in orjson.loads(log.stdout)]
-    assert run_cli(ws.db, "verify").returncode == 0
+    assert cli(ws.db, "verify").returncode == 0
     with ws.ledger() as ledger:
         assert [e.event_id for e in ledger.events(stream="grpo-v7") if e.seq == stored.seq] == ["old/3"]

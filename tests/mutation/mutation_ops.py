@@ -27,7 +27,7 @@ _SQL = (
     (">=", re.compile(r">="), ">"),
     ("DESC", re.compile(r"\bDESC\b"), "ASC"),
     ("AND", re.compile(r"\bAND\b"), "OR"),
-    ("NOT", re.compile(r"\bNOT\s+"), ""),
+    ("NOT", re.compile(r"(?<!IF )\bNOT\s+(?!NULL\b)"), ""),  # a condition's, not a column's or IF NOT EXISTS
     ("CHECK", re.compile(r"\s*CHECK \([^()]*\)"), ""),
     ("concat", re.compile(r"\s*\|\|\s*(?:E'[^']*'|[\w.]+(?:::\w+)?)"), ""),
 )
@@ -129,8 +129,9 @@ def _sql_sites(value: ast.expr) -> Iterator[tuple[ast.AST, str]]:
     for node in ast.walk(value):
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             for what, pattern, _ in _SQL:
-                for n, _match in enumerate(pattern.finditer(node.value)):
-                    yield node, f"sql:{what}:{n}"
+                for n, match in enumerate(pattern.finditer(node.value)):
+                    near = " ".join(node.value[max(0, match.start() - 30) : match.end() + 30].split())
+                    yield node, f"sql:{what}:{n} near {near!r}"
 
 
 def all_sites(
@@ -153,7 +154,7 @@ class Apply(ast.NodeTransformer):
         node = super().generic_visit(node)
         if node is not self.target:
             return node
-        kind, *rest = self.what.split(":")
+        kind, *rest = self.what.split(" ")[0].split(":")
         if kind == "compare":
             assert isinstance(node, ast.Compare)
             i = int(rest[0])
