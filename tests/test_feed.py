@@ -300,7 +300,7 @@ def test_a_zero_timeout_still_looks_once_and_times_out(ws: Workspace, ledger: Le
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
-@pytest.mark.parametrize("stop", [True, "stop", 0, asyncio.Event()], ids=repr)
+@pytest.mark.parametrize("stop", [True, "stop", 0, asyncio.Event()], ids=["True", "'stop'", "0", "asyncio.Event"])
 def test_a_stop_that_is_no_event_is_an_input_error_when_follow_is_called(
     ws: Workspace, backend: str, request: pytest.FixtureRequest, stop: object
 ) -> None:

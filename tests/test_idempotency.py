@@ -209,7 +209,8 @@ def test_every_cli_write_takes_an_event_id(ws: Workspace) -> None:
 
 def test_a_retried_fail_after_the_candidate_moved_on_reports_the_first_plan(ws: Workspace) -> None:
     """`fail --event-id K` again once the candidate was recovered, checked and sent back by a window:
-    the first plan and events, `appended: false`, and text that says nothing was appended (the last call a real process)."""
+    the first plan and events, `appended: false`, and text that says nothing was appended (the last call
+    a real process)."""
     files = _files(ws)
     grpo = "grpo-v7"
     for args in (
