@@ -126,6 +126,18 @@ def test_a_moved_version_is_refused_and_a_retry_returns_what_was_stored(pg: Post
     assert pg.count_events() == 1 and verify_chain(pg).ok
 
 
+@pytest.mark.parametrize(("seq", "version"), [(0, 1), (1, 0)])
+def test_the_table_refuses_a_row_before_the_first_seq_or_version(
+    pg: PostgresEventStore, pg_url: str, seq: int, version: int
+) -> None:
+    """The chain starts at seq 1 and a stream at version 1: a row written behind the store's back at 0
+    is refused by the table itself, so no reader ever meets it."""
+    row = (seq, "a", version, "id-0", "T", 1, "{}", "2024-01-01T00:00:00Z", "me", "0" * 64, "0" * 64)
+    with pytest.raises(psycopg.errors.CheckViolation):
+        pg_execute(pg_url, "INSERT INTO events VALUES (" + ", ".join(["%s"] * len(row)) + ")", row)
+    assert pg.count_events() == 0
+
+
 def test_an_append_that_waited_for_the_lock_chains_to_what_the_holder_committed(pg_url: str) -> None:
     """Another writer appends and holds the lock; ours waits, then lands right after that row.
 

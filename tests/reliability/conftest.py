@@ -33,8 +33,8 @@ class Campaign:
     hypothesis_examples: int
 
 
-BOUNDED = Campaign(
-    False, crash_runs=30, crash_commands=24, writers=4, writer_commands=60, byte_flips=40, hypothesis_examples=40
+BOUNDED = Campaign(  # every mode and kind of damage still runs several times; the long campaign runs them at scale
+    False, crash_runs=15, crash_commands=24, writers=4, writer_commands=60, byte_flips=24, hypothesis_examples=25
 )
 LONG = Campaign(
     True, crash_runs=200, crash_commands=40, writers=8, writer_commands=500, byte_flips=150, hypothesis_examples=400
