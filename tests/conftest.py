@@ -75,6 +75,15 @@ class Workspace:
         return Ledger.open(self.db, synchronous="NORMAL", **kwargs)
 
 
+# The long campaign (`LIFECYCLE_RELIABILITY=long`, as for tests/reliability): generated-input tests at full size.
+LONG_CAMPAIGN = os.environ.get("LIFECYCLE_RELIABILITY") == "long"
+
+
+def examples(bounded: int, long: int) -> int:
+    """How many examples a hypothesis test generates: `bounded` by default (CI), `long` in the long campaign."""
+    return long if LONG_CAMPAIGN else bounded
+
+
 DROP = _DROP = object()  # pass as an override value to remove a manifest field
 
 

@@ -11,7 +11,7 @@ import cattrs
 import pytest
 import yaml
 from cattrs.errors import ClassValidationError
-from conftest import REPO, run_cli
+from conftest import REPO, examples, run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -211,7 +211,7 @@ _DOCS = st.fixed_dictionaries(
 ) | st.dictionaries(_KEYS, _VALUES, max_size=4)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(80, 300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(doc=_DOCS)
 def test_any_document_loads_or_says_why_in_one_line(doc: dict[str, Any]) -> None:
     """Whatever the file holds, loading gives a Scenario or one ScenarioError line: no cattrs, KeyError or TypeError."""

@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 import pytest
 from backends import Backend
-from conftest import Workspace
+from conftest import Workspace, examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -538,7 +538,7 @@ def filter_log(backend: Backend) -> Iterator[EventStore]:
 _REFERENCE = _filled(MemoryEventStore())
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(30, 60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     after=st.integers(0, 8),
     before=_maybe_seq,
