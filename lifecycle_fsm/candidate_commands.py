@@ -15,7 +15,14 @@ import attrs
 from lifecycle_fsm import decisions, idempotency
 from lifecycle_fsm.artifacts import hash_directory
 from lifecycle_fsm.checks import gather_checks, resume_checkpoint, trusted_state_evidence, verify_artifact
-from lifecycle_fsm.command_inputs import check_key, default_id, path_argument, require_baseline, require_kind
+from lifecycle_fsm.command_inputs import (
+    check_key,
+    default_id,
+    path_argument,
+    require_baseline,
+    require_kind,
+    require_stage,
+)
 from lifecycle_fsm.command_path import Command, CommandPath, Decide, Outcome
 from lifecycle_fsm.decisions import Decision
 from lifecycle_fsm.digest_cache import DigestCache
@@ -37,7 +44,7 @@ from lifecycle_fsm.limits import check_candidate_id, check_version_text
 from lifecycle_fsm.manifests import load_candidate_manifest
 from lifecycle_fsm.recovery import RecoveryPlan, invalidated_kinds, plan_from_payload
 from lifecycle_fsm.results import CandidateResult, RecoveryResult
-from lifecycle_fsm.rules import CANDIDATE_KINDS, STAGES
+from lifecycle_fsm.rules import CANDIDATE_KINDS
 from lifecycle_fsm.state import CandidateState, LedgerSettings
 from lifecycle_fsm.store.base import EventStore
 from lifecycle_fsm.store.chain import canonical_json
@@ -263,8 +270,7 @@ class CandidateCommands:
 
     def fail_stage(self, candidate_id: str, stage: str, *, event_id: str | None = None) -> RecoveryResult:
         """A stage failed: plan recovery from the nearest trusted state the log proves intact."""
-        if stage not in STAGES:
-            raise InputError(f"unknown stage {stage!r} (expected one of {', '.join(STAGES)})")
+        require_stage(stage)
 
         def decide(current: CandidateState | None, settings: LedgerSettings) -> Decision:
             assert current is not None
