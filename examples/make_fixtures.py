@@ -1,11 +1,11 @@
-"""Build a small, realistic fixture tree for `lifecycle audit` (seed 000, Step 5), or README's tour.
+"""Build a small, realistic fixture tree for `lifecycle audit` (the real-artifact audit), or README's tour.
 
 Usage: python examples/make_fixtures.py [FOLDER] [--size-mb N]   (FOLDER defaults to ./demo)
        python examples/make_fixtures.py --tour [FOLDER] [--size-mb N]   (FOLDER new or empty; ./tour)
 
 It writes three LoRA adapters (adapter_config.json + adapter_model.safetensors of a
-few MB, deterministic bytes from a seeded RNG) and their manifests in the seed's
-shapes (built by `lifecycle_fsm.replay.drills.seeds`, the factory the tests and drills use too):
+few MB, deterministic bytes from a seeded RNG) and their manifests in the source
+workflow's shapes (built by `lifecycle_fsm.replay.drills.seeds`, the factory the tests and drills use too):
 the SFT baseline (62), a DPO candidate (84) and a GRPO/RLVR candidate (85). Every
 sha256 is computed by `lifecycle hash --json`, run as a subprocess, exactly as a
 training job would record it. Running it twice gives the same bytes. It ends by
