@@ -51,6 +51,7 @@ __all__ = [
 ]
 
 JSON = dict[str, Any]
+_SEAL_TEXT_FIELDS = ("ledger_id", "hash", "key_id", "signature")
 _HASH = re.compile(r"[0-9a-f]{64}")  # a sha256 as the chain stores it (and `verify --json` prints it)
 # What a `SEQ:HASH` was meant to be: a (signed) whole number before the colon, or hex digits after it.
 # A value of that shape that is no file is judged as a pin, so a typo is named, not "no such file".
@@ -250,8 +251,23 @@ def check_expected_heads(
     return None
 
 
+def _seal_problem(payload: JSON) -> str | None:
+    """What makes a stored seal malformed (a field missing or of the wrong type), or None."""
+    for name in _SEAL_TEXT_FIELDS:
+        if not isinstance(payload.get(name), str):
+            return f"its {name} is missing or not text"
+    sealed_seq = payload.get("seq")
+    if not isinstance(sealed_seq, int) or isinstance(sealed_seq, bool):
+        return "its seq is missing or not a whole number"
+    return None
+
+
 def check_seals(store: EventStore, keys: PublicKeys, ledger_id: str | None) -> tuple[JSON, SealFailure | None]:
-    """The `seals` summary `verify --json` prints, and the first failing seal (or None)."""
+    """The `seals` summary `verify --json` prints, and the first failing seal (or None).
+
+    A seal must seal the head right before it (the seq before its own, with that row's
+    hash): an old seal appended again later proves nothing about the head it follows.
+    """
     count, signers, last_seq = 0, set(), None
     failure: SealFailure | None = None
     for event in store.read_stream(SEALS_STREAM):
@@ -262,21 +278,25 @@ def check_seals(store: EventStore, keys: PublicKeys, ledger_id: str | None) -> t
         except CorruptionError as e:
             failure = failure or SealFailure(event.seq, "seal_mismatch", str(e))
             continue
-        signers.add(str(payload.get("key_id")))
-        if failure is not None or event.type != HeadSealed.TYPE:
-            failure = failure or SealFailure(event.seq, "seal_mismatch", f"seq {event.seq}: {event.type} in seals")
+        if isinstance(payload.get("key_id"), str):
+            signers.add(payload["key_id"])
+        if failure is not None:
             continue
-        sealed_seq, digest = payload.get("seq"), payload.get("hash")
-        if (
-            not isinstance(sealed_seq, int)
-            or sealed_seq >= event.seq
-            or hash_at(store, sealed_seq) != digest
-            or payload.get("ledger_id") != ledger_id
-        ):
-            message = f"seq {event.seq}: the sealed head {sealed_seq}:{digest} is not this ledger's chain"
+        if event.type != HeadSealed.TYPE:
+            failure = SealFailure(event.seq, "seal_mismatch", f"seq {event.seq}: {event.type} in seals")
+        elif (problem := _seal_problem(payload)) is not None:
+            failure = SealFailure(event.seq, "seal_mismatch", f"seq {event.seq}: a malformed seal ({problem})")
+        elif payload["seq"] != event.seq - 1:
+            message = (
+                f"seq {event.seq}: the seal claims head seq {payload['seq']}, not the head before it "
+                f"(seq {event.seq - 1}): a seal copied from elsewhere in the log"
+            )
+            failure = SealFailure(event.seq, "seal_mismatch", message)
+        elif hash_at(store, event.seq - 1) != payload["hash"] or payload["ledger_id"] != ledger_id:
+            message = f"seq {event.seq}: the sealed head {payload['seq']}:{payload['hash']} is not this ledger's chain"
             failure = SealFailure(event.seq, "seal_mismatch", message)
         elif keys and not keys.verifies(
-            str(payload["key_id"]), seal_message(str(ledger_id), sealed_seq, str(digest)), str(payload["signature"])
+            payload["key_id"], seal_message(str(ledger_id), payload["seq"], payload["hash"]), payload["signature"]
         ):
             message = f"seq {event.seq}: the seal's signature does not verify under the given keys"
             failure = SealFailure(event.seq, "seal_signature", message)
