@@ -75,11 +75,20 @@ def seal_message(ledger_id: str, seq: int, digest: str) -> bytes:
     return canonical_json({"hash": digest, "ledger_id": ledger_id, "seq": seq}).encode()
 
 
-def seal(store: EventStore, key: Ed25519PrivateKey, *, actor: str, clock: Callable[[], str]) -> JSON:
+def seal(
+    store: EventStore,
+    key: Ed25519PrivateKey,
+    *,
+    actor: str,
+    clock: Callable[[], str],
+    before_commit: Callable[[JSON], None] | None = None,
+) -> JSON:
     """Append a `HeadSealed` signing the head before it; return the signed head (`seal --json`).
 
     The head is read inside the write transaction (on SQLite, under the write lock),
-    so the seal lands right after the head it signs.
+    so the seal lands right after the head it signs. `before_commit` gets the signed
+    head inside that transaction, before the commit: a file written there (and fsynced)
+    exists before the seal does, and if writing it fails nothing is appended.
     """
     ledger_id = ledger_id_of(store)
     if ledger_id is None:
@@ -87,7 +96,7 @@ def seal(store: EventStore, key: Ed25519PrivateKey, *, actor: str, clock: Callab
     signer = key_id(key.public_key())
     for _ in range(20):
         try:
-            head, signature, stored = _append_seal(store, key, signer, ledger_id, actor, clock)
+            head, signature, stored = _append_seal(store, key, signer, ledger_id, actor, clock, before_commit)
         except ConcurrencyError:
             continue  # another writer appended between the head and the seal: sign the new head
         break
@@ -98,6 +107,10 @@ def seal(store: EventStore, key: Ed25519PrivateKey, *, actor: str, clock: Callab
             expected_version=0,
             actual_version=0,
         )
+    return _signed_head(ledger_id, head, stored, signer, signature)
+
+
+def _signed_head(ledger_id: str, head: Head, stored: StoredEvent, signer: str, signature: str) -> JSON:
     return {
         "ledger_id": ledger_id,
         "seq": head.seq,
@@ -114,7 +127,13 @@ def signed_head_text(doc: JSON) -> str:
 
 
 def _append_seal(
-    store: EventStore, key: Ed25519PrivateKey, signer: str, ledger_id: str, actor: str, clock: Callable[[], str]
+    store: EventStore,
+    key: Ed25519PrivateKey,
+    signer: str,
+    ledger_id: str,
+    actor: str,
+    clock: Callable[[], str],
+    before_commit: Callable[[JSON], None] | None,
 ) -> tuple[Head, str, StoredEvent]:
     """One attempt: the seal must land right after the head it signs, or nothing is kept."""
     with store.transaction() as tx:
@@ -138,6 +157,8 @@ def _append_seal(
                 expected_version=head.seq + 1,
                 actual_version=stored.seq,
             )
+        if before_commit is not None:
+            before_commit(_signed_head(ledger_id, head, stored, signer, signature))
     return head, signature, stored
 
 
