@@ -95,7 +95,7 @@ class CandidateCommands:
         """Receive a candidate manifest; identical re-receipt is a no-op, `tune` may be revised."""
         manifest_path = path_argument("manifest path", manifest_path)
         try:
-            manifest = load_candidate_manifest(manifest_path)
+            manifest = load_candidate_manifest(manifest_path, self.artifact_root)
         except InputError:
             retried = self._retried_unread(event_id, CandidateReceived.TYPE, manifest_path, candidate_id)
             if retried is None:
