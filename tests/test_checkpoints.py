@@ -172,6 +172,20 @@ def test_wrong_head_hash_is_skipped(ws: Workspace, busy: Ledger) -> None:
     assert report["checkpoints"][0]["status"] == "broken"
 
 
+def test_verify_names_the_first_broken_checkpoint_and_lists_both(ws: Workspace, busy: Ledger) -> None:
+    """Two broken checkpoints, the later one taken first (a higher id at a lower position): `bad_seq`
+    and `reason` are the lower position's, and `problems` lists both in position order."""
+    late = take_checkpoint(busy.store, clock=clock)
+    early = take_checkpoint(busy.store, to=4, clock=clock)
+    assert early.checkpoint_id > late.checkpoint_id and early.position < late.position
+    for record in (late, early):
+        sql(ws.db, "UPDATE checkpoints SET head_hash = ? WHERE checkpoint_id = ?", "f" * 64, record.checkpoint_id)
+    report = verify(busy.store)
+    assert report["ok"] is False and report["bad_seq"] == early.position == 4
+    assert report["reason"].startswith(f"checkpoint {early.checkpoint_id}: ")
+    assert [(p["code"], p["bad_seq"]) for p in report["problems"]] == [("checkpoint", 4), ("checkpoint", 9)]
+
+
 def test_checkpoint_past_the_head_is_skipped(ws: Workspace, busy: Ledger) -> None:
     """A checkpoint claiming a position the log does not have is not trusted."""
     record = take_checkpoint(busy.store, clock=clock)

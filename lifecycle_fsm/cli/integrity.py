@@ -81,11 +81,12 @@ def verify(expect_heads: tuple[str, ...], pubkeys: tuple[str, ...]) -> None:
             checked = "signatures checked" if keys else "signatures not checked (no --pubkey)"
             click.echo(f"seals: {seals['count']}, last at seq {seals['last_seq']}, {checked}")
     else:
-        detail = f" ({report['message']})" if report.get("message") else ""
-        if report.get("bad_seq") is not None:
-            click.echo(f"BROKEN at seq {report['bad_seq']}: {report['reason']}{detail}")
-        else:  # the state index or an append-only guard, not an event: there is no seq to name
-            click.echo(f"BROKEN: {report['reason']}{detail}")
+        for found in report["problems"]:  # every finding, the first one first
+            reason = f"{found['reason']} ({found['advice']})" if found.get("advice") else found["reason"]
+            detail = f" ({found['message']})" if found.get("message") else ""
+            # The state index or an append-only guard is not an event: there is no seq to name.
+            at = f" at seq {found['bad_seq']}" if found["bad_seq"] is not None else ""
+            click.echo(f"BROKEN{at}: {reason}{detail}")
     if not report["ok"]:
         sys.exit(int(ExitCode.INTEGRITY))
 
