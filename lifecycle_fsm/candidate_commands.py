@@ -314,7 +314,10 @@ class CandidateCommands:
         )
 
     def hand_off(self, candidate_id: str, *, event_id: str | None = None, rehash: bool = False) -> CandidateResult:
-        """Re-run the checks now and decide: ready (for evaluation), tune or reject (`rehash`: as `check`)."""
+        """Re-run the checks now and decide under today's rules: ready (for evaluation), tune or reject.
+
+        An earlier check is never trusted (whatever rules made it); `rehash` as in `check`.
+        """
         cache = None if rehash else self._digests
 
         def decide(current: CandidateState | None, settings: LedgerSettings) -> Decision:
