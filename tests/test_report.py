@@ -362,7 +362,8 @@ def test_a_seal_that_fails_hides_the_states_as_a_broken_chain_does(tmp_path: Pat
         assert invoke(ws.db, *args).exit_code == 0
     assert invoke(tmp_path / "unused.db", "key", "new", "--out", str(tmp_path / "keys")).exit_code == 0
     assert invoke(ws.db, "--signing-key", str(tmp_path / "keys" / "lifecycle-signing.key"), "seal").exit_code == 0
-    _rehash_everything(ws.db, "UPDATE events SET payload = replace(payload, '\"eval-v1\"', '\"eval-vX\"') WHERE seq = 3")
+    edit = "UPDATE events SET payload = replace(payload, '\"eval-v1\"', '\"eval-vX\"') WHERE seq = 3"
+    _rehash_everything(ws.db, edit)
     assert _report(ws.db, tmp_path / "r")[0] == 6
     text = (tmp_path / "r" / "ledger-report.md").read_text()
     assert "> **VERIFY FAILED** at seq" in text and ": seal_mismatch" in text
