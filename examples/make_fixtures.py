@@ -108,9 +108,8 @@ def build(root: Path, size_mb: float = 3.0) -> dict[str, Path]:
     grpo_adapter = write_adapter(outputs / GRPO_LABEL / "adapter", f"grpo:{GRPO_LABEL}", size_mb)
 
     def adapter_entry(manifest: Path, adapter: Path) -> dict[str, str]:
-        # Written relative to the manifest's folder, as the audit resolves it.
-        relative = Path(*([".."] * (len(manifest.parent.relative_to(root).parts)))) / adapter.relative_to(root)
-        return {"path": relative.as_posix(), "sha256": lifecycle_hash(adapter)}
+        # Written relative to the project root, as the workflow's manifests are: `audit --root ROOT` reads them.
+        return {"path": adapter.relative_to(root).as_posix(), "sha256": lifecycle_hash(adapter)}
 
     sft = results / "62_sft_delivery" / f"sft_delivery_manifest_{SFT_LABEL}.json"
     sft_entry = adapter_entry(sft, sft_adapter)

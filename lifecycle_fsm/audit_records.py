@@ -1,14 +1,19 @@
-"""The audit's two records (SPEC §7): built from the ledger's state, written byte-stable.
+"""The audit's two records: built from the ledger's state, written byte-stable.
 
 A record holds no wall-clock time and no absolute path: manifest paths are relative
 to the baseline manifest's folder (POSIX separators), adapter paths are kept as the
 manifests wrote them, and an artifact error is a short code (the ledger's event at
 `evidence_seq` keeps the full message, which names absolute paths). So the same
 manifests and artifacts audited into two fresh ledgers in two folders give the same
-bytes apart from `ledger_head` and `signed_head` (SPEC §8): two ledgers' heads differ,
+bytes apart from `ledger_head` and `signed_head`: two ledgers' heads differ,
 since each ledger's random id and its events' timestamps feed the chain. Records are
 canonical JSON (sorted keys, indent 2, trailing newline), written whole or not at all
 (`lifecycle_fsm.outputs`): both are written before either is put in place.
+
+Each candidate record is a superset of the source workflow's: its keys (`path`,
+`semantic_id`, `upstream_decision`, `freshness`, `artifact`, `evidence`, `handoff_status`,
+`hard_failures`) keep their meanings, so a reader written against that workflow's records
+reads these unchanged; the ledger's own keys stand beside them.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from lifecycle_fsm.outputs import StagedFile, output_error
 from lifecycle_fsm.outputs import stage as stage_file
 from lifecycle_fsm.rules import choose_recovery_action, decide_lifecycle_handoff
 from lifecycle_fsm.state import CandidateState
+from lifecycle_fsm.store.records import StoredEvent
 
 __all__ = [
     "FAILURE_SCENARIOS",
@@ -215,11 +221,16 @@ def write_records(
 
 
 def recovery_scenarios() -> list[JSON]:
-    """Seed 5.3's four failures through §3's `choose_recovery_action` (ordered trusted states)."""
+    """The four failures, each with its stage's trusted state available, through `choose_recovery_action`.
+
+    Each item is the source workflow's run variant `{stage, required_state, reused_state, action}`
+    (`required_state`: the trusted state the stage needs) with the ordered table's
+    `recovery_state` (the state actually reused) and the `available` states beside it.
+    """
     out = []
     for stage, state in FAILURE_SCENARIOS:
         failure = {"stage": stage, "available": {state: True}}
-        out.append({**choose_recovery_action(failure), "available": failure["available"]})
+        out.append({**choose_recovery_action(failure), "required_state": state, "available": failure["available"]})
     return out
 
 
@@ -233,7 +244,7 @@ def _error_code(check: JSON) -> str | None:
 
 
 def check_record(path_as_written: Any, check: JSON | None, expected: Any) -> JSON:
-    """An artifact or rollback check: {path, expected, actual, verified, error code}."""
+    """An artifact or rollback check in detail: {path, expected, actual, verified, error code}."""
     if check is None:
         return {"path": path_as_written, "expected": expected, "actual": None, "verified": None, "error": "not_checked"}
     return {
@@ -245,10 +256,39 @@ def check_record(path_as_written: Any, check: JSON | None, expected: Any) -> JSO
     }
 
 
-def _latest_evidence(state: CandidateState) -> JSON | None:
-    """The newest ChecksRecorded or HandoffDecided payload (with its seq), if any."""
-    found = [e for e in (state.last_check, state.last_handoff) if e is not None]
-    return max(found, key=lambda e: int(e["seq"])) if found else None
+def _latest_evidence(state: CandidateState, events: Sequence[StoredEvent]) -> tuple[JSON | None, bool]:
+    """The newest evidence for the candidate (payload + seq) and whether it was an inconclusive check.
+
+    The state keeps the latest ChecksRecorded and HandoffDecided; an inconclusive check decides
+    nothing, so it is found among `events` (the audit's own, for this candidate).
+    """
+    found = [(e, False) for e in (state.last_check, state.last_handoff) if e is not None]
+    found += [({**json.loads(e.payload), "seq": e.seq}, True) for e in events if e.type == "InconclusiveCheckRecorded"]
+    if not found:
+        return None, False
+    return max(found, key=lambda pair: int(pair[0]["seq"]))
+
+
+def _verdicts(evidence: JSON | None, expected: Any, baseline_expected: Any) -> JSON:
+    """The source workflow's `evidence` object: the two verdicts and what each compared."""
+    artifact = {} if evidence is None else evidence["artifact"]
+    rollback = {} if evidence is None else evidence["rollback"]
+    return {
+        "rollback_ready": bool(rollback.get("verified")),
+        "artifact_verified": bool(artifact.get("verified")),
+        "artifact_check": {"expected": artifact.get("expected", expected), "actual": artifact.get("actual")},
+        "rollback_check": {"expected": rollback.get("expected", baseline_expected), "actual": rollback.get("actual")},
+    }
+
+
+def _hard_failures(evidence: JSON | None, inconclusive: bool, upstream: Any) -> list[str]:
+    if evidence is None or inconclusive:  # nothing decided: no check failed, one could not be made
+        return []
+    if "hard_failures" in evidence:  # a HandoffDecided: the decision as recorded
+        return list(evidence["hard_failures"])
+    # a (re-)check: the hand-off rule over the recorded evidence, no new I/O
+    verdicts = _verdicts(evidence, None, None)
+    return list(decide_lifecycle_handoff(cast(str, upstream), evidence["freshness"], verdicts)["hard_failures"])
 
 
 def candidate_record(
@@ -256,50 +296,53 @@ def candidate_record(
     *,
     manifest_path: str,
     manifest_sha256: str,
+    adapter: JSON,
     baseline_adapter_path: str,
     baseline_sha256: str | None,
-    events: Sequence[tuple[int, str]],
+    events: Sequence[StoredEvent],
 ) -> JSON:
-    """One candidate as the ledger now says it is, with the evidence of its latest check."""
+    """One candidate as the ledger now says it is, with the evidence of its latest check.
+
+    The source workflow's keys with their meanings (`path`, `semantic_id`, `upstream_decision`,
+    `freshness`, `artifact`: the manifest's adapter entry as written, `evidence`,
+    `handoff_status`, `hard_failures`), and beside them the ledger's: its state, reason codes,
+    positions and each file check in detail (`artifact_detail`, `rollback_detail`). A check that
+    could not read an artifact for a reason of the environment makes `handoff_status`
+    `inconclusive` and names those checks in `inconclusive`.
+    `events` are the candidate's events this audit appended.
+    """
     fields = state.candidate
     upstream = fields.get("decision")
-    evidence = _latest_evidence(state)
-    if evidence is None:
-        freshness, hard_failures = None, []
-    else:
+    evidence, inconclusive = _latest_evidence(state, events)
+    freshness = None
+    if evidence is not None:
         freshness = {
             "fresh": bool(evidence["freshness"]["fresh"]),
             "failed_checks": list(evidence["freshness"]["failed_checks"]),
         }
-        if "hard_failures" in evidence:  # a HandoffDecided: the decision as recorded
-            hard_failures = list(evidence["hard_failures"])
-        else:  # a (re-)check: the seed's hand-off rule over the recorded evidence, no new I/O
-            hard_failures = decide_lifecycle_handoff(
-                cast(str, upstream),  # any value: outside accept/tune/reject is upstream_state
-                evidence["freshness"],
-                {
-                    "rollback_ready": bool(evidence["rollback"]["verified"]),
-                    "artifact_verified": bool(evidence["artifact"]["verified"]),
-                },
-            )["hard_failures"]
+    expected = fields.get("adapter_sha256")
     return {
-        "candidate_id": state.candidate_id,
-        "candidate_kind": state.kind,
+        "path": manifest_path,
         "semantic_id": fields.get("semantic_id"),
-        "manifest_path": manifest_path,
-        "manifest_sha256": manifest_sha256,
         "upstream_decision": upstream,
         "freshness": freshness,
-        "artifact": check_record(
-            fields.get("adapter_path"), None if evidence is None else evidence["artifact"], fields.get("adapter_sha256")
+        "artifact": adapter,
+        "evidence": _verdicts(evidence, expected, baseline_sha256),
+        "handoff_status": "inconclusive" if inconclusive else HANDOFF_STATUS_BY_STATE.get(state.state),
+        "hard_failures": _hard_failures(evidence, inconclusive, upstream),
+        "inconclusive": list(evidence["inconclusive"]) if inconclusive and evidence is not None else [],
+        "candidate_id": state.candidate_id,
+        "candidate_kind": state.kind,
+        "manifest_path": manifest_path,
+        "manifest_sha256": manifest_sha256,
+        "artifact_detail": check_record(
+            fields.get("adapter_path"), None if evidence is None else evidence["artifact"], expected
         ),
-        "rollback": check_record(
+        "rollback_detail": check_record(
             baseline_adapter_path, None if evidence is None else evidence["rollback"], baseline_sha256
         ),
-        "handoff_status": HANDOFF_STATUS_BY_STATE.get(state.state),
-        "hard_failures": hard_failures,
         "reason_codes": list(state.reason_codes),
         "ledger_state": state.state,
         "evidence_seq": None if evidence is None else int(evidence["seq"]),
-        "ledger_events": [{"seq": seq, "type": type_name} for seq, type_name in events],
+        "ledger_events": [{"seq": e.seq, "type": e.type} for e in events],
     }

@@ -102,7 +102,7 @@ class CandidateCommands:
         """Receive a candidate manifest; identical re-receipt is a no-op, `tune` may be revised."""
         manifest_path = path_argument("manifest path", manifest_path)
         try:
-            manifest = load_candidate_manifest(manifest_path)
+            manifest = load_candidate_manifest(manifest_path, self.artifact_root)
         except InputError:
             retried = self._retried_unread(event_id, CandidateReceived.TYPE, manifest_path, candidate_id)
             if retried is None:
@@ -320,7 +320,10 @@ class CandidateCommands:
         )
 
     def hand_off(self, candidate_id: str, *, event_id: str | None = None, rehash: bool = False) -> CandidateResult:
-        """Re-run the checks now and decide: ready (for evaluation), tune or reject (`rehash`: as `check`)."""
+        """Re-run the checks now and decide under today's rules: ready (for evaluation), tune or reject.
+
+        An earlier check is never trusted (whatever rules made it); `rehash` as in `check`.
+        """
         cache = None if rehash else self._digests
 
         def decide(current: CandidateState | None, settings: LedgerSettings) -> Decision:

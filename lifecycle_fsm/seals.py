@@ -27,6 +27,7 @@ import orjson
 
 from lifecycle_fsm.errors import ConcurrencyError, ConflictError, CorruptionError, InputError
 from lifecycle_fsm.events import SEALS_STREAM, HeadSealed, LedgerInitialized
+from lifecycle_fsm.findings import add_problem, problem
 from lifecycle_fsm.keys import PublicKeys, key_id, sign
 from lifecycle_fsm.limits import MAX_INT64, MAX_SIGNED_HEAD_BYTES, read_regular_file
 from lifecycle_fsm.store.base import EventStore, event_at, hash_at
@@ -327,17 +328,17 @@ def check_seals(store: EventStore, keys: PublicKeys, ledger_id: str | None) -> t
 def add_trust_findings(
     store: EventStore, report: JSON, heads: Iterable[ExpectedHead] = (), keys: PublicKeys | None = None
 ) -> JSON:
-    """`verify`'s report plus `seals`, and the first pinned-head or seal failure (SPEC §8).
+    """`verify`'s report plus `seals`, and every pinned head that fails and the first seal that does.
 
-    Only judged once the chain itself holds (a broken chain is already the finding).
+    Judged whatever else `verify` found: a pinned head or a seal is evidence kept outside the
+    file, so its verdict is always among the problems (and no repair is advised while it fails).
     """
     keys = keys if keys is not None else PublicKeys()
     ledger_id = ledger_id_of(store)
-    summary, failure = check_seals(store, keys, ledger_id)
+    summary, sealed = check_seals(store, keys, ledger_id)
     report["seals"] = summary
-    if not report["ok"]:
-        return report
-    failure = check_expected_heads(store, heads, keys, ledger_id) or failure
-    if failure is not None:
-        report.update(ok=False, bad_seq=failure.bad_seq, reason=failure.reason, message=failure.message)
+    pinned = [check_expected_heads(store, [pin], keys, ledger_id) for pin in heads]
+    for failure in [*pinned, sealed]:
+        if failure is not None:
+            add_problem(report, problem(failure.reason, failure.bad_seq, failure.reason, message=failure.message))
     return report

@@ -65,7 +65,7 @@ def test_exit_status_gates_on_the_decision(decided: Workspace) -> None:
 def test_exit_status_of_an_unreadable_artifact_is_inconclusive(ws: Workspace) -> None:
     """The artifact root gone (an unmounted volume): `check --exit-status` exits 12, says nothing was decided,
     and the candidate stays verified; mounted again, the hand-off is ready (0)."""
-    volume = Workspace(ws.root / "volume")
+    volume = Workspace(ws.root / "volume", paths_from_root=True)
     volume.root.mkdir()
     root = ["--artifact-root", str(volume.root)]
     for argv in (["init"], ["baseline", "activate", str(volume.baseline())], ["receive", str(volume.dpo())]):

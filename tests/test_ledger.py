@@ -509,7 +509,7 @@ def test_trusted_states_are_hashed_under_the_ledgers_artifact_root_like_every_ar
         hub / "models--org--grpo", "abc", {"adapter_config.json": b'{"r": 8}', "adapter_model.safetensors": b"w" * 4096}
     )
     checkpoint = _hub_snapshot(hub / "models--org--ckpt", "def", {"model.safetensors": b"c" * 4096})
-    sft = ws.baseline()
+    sft = ws.baseline(adapter_path="sft/adapter")  # relative paths are read under the artifact root
     sha = hash_directory(adapter, ws.root)
     manifest = candidate_manifest(
         "grpo",
