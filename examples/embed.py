@@ -1,4 +1,4 @@
-"""How a training supervisor embeds the ledger (the README's example, run and type-checked by the tests).
+"""How a training supervisor embeds the ledger (the docs' example, run and type-checked by the tests).
 
 Usage: python examples/embed.py LEDGER_DB SFT_MANIFEST GRPO_MANIFEST TRAJECTORIES_PATH
 """
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run `supervise` on the command line's four paths; a wrong argument count prints the usage (exit 2)."""
     parser = argparse.ArgumentParser(
         description="Receive a GRPO candidate, survive a reward-stage failure, and hand it off "
-        "(README: Embedding it in a training loop). Prints the hand-off state: ready, tune or reject."
+        "(docs/embedding.md). Prints the hand-off state: ready, tune or reject."
     )
     parser.add_argument("db", metavar="LEDGER_DB", help="the ledger file (or a postgresql:// URL)")
     parser.add_argument("sft_manifest", metavar="SFT_MANIFEST", help="the SFT baseline's manifest")

@@ -1,11 +1,11 @@
-"""Build a small, realistic fixture tree for `lifecycle audit` (seed 000, Step 5), or README's tour.
+"""Build a small, realistic fixture tree for `lifecycle audit` (the real-artifact audit), or README's tour.
 
 Usage: python examples/make_fixtures.py [FOLDER] [--size-mb N]   (FOLDER defaults to ./demo)
        python examples/make_fixtures.py --tour [FOLDER] [--size-mb N]   (FOLDER new or empty; ./tour)
 
 It writes three LoRA adapters (adapter_config.json + adapter_model.safetensors of a
-few MB, deterministic bytes from a seeded RNG) and their manifests in the seed's
-shapes (built by `lifecycle_fsm.replay.drills.seeds`, the factory the tests and drills use too):
+few MB, deterministic bytes from a seeded RNG) and their manifests in the source
+workflow's shapes (built by `lifecycle_fsm.replay.drills.seeds`, the factory the tests and drills use too):
 the SFT baseline (62), a DPO candidate (84) and a GRPO/RLVR candidate (85). Every
 sha256 is computed by `lifecycle hash --json`, run as a subprocess, exactly as a
 training job would record it. Running it twice gives the same bytes. It ends by
@@ -108,9 +108,8 @@ def build(root: Path, size_mb: float = 3.0) -> dict[str, Path]:
     grpo_adapter = write_adapter(outputs / GRPO_LABEL / "adapter", f"grpo:{GRPO_LABEL}", size_mb)
 
     def adapter_entry(manifest: Path, adapter: Path) -> dict[str, str]:
-        # Written relative to the manifest's folder, as the audit resolves it.
-        relative = Path(*([".."] * (len(manifest.parent.relative_to(root).parts)))) / adapter.relative_to(root)
-        return {"path": relative.as_posix(), "sha256": lifecycle_hash(adapter)}
+        # Written relative to the project root, as the workflow's manifests are: `audit --root ROOT` reads them.
+        return {"path": adapter.relative_to(root).as_posix(), "sha256": lifecycle_hash(adapter)}
 
     sft = results / "62_sft_delivery" / f"sft_delivery_manifest_{SFT_LABEL}.json"
     sft_entry = adapter_entry(sft, sft_adapter)

@@ -161,6 +161,11 @@ class TreeDigest:
     size: int
     files: tuple[tuple[str, int, str], ...] | None
 
+    @property
+    def algorithm(self) -> str:
+        """How `sha256` was computed: the plain sha256 of a file, or this module's tree format."""
+        return TREE_FORMAT if self.is_directory else "sha256"
+
     def to_json(self) -> dict[str, Any] | None:
         """What events record (None for a single file: its hash says everything)."""
         if not self.is_directory:

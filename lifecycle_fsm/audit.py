@@ -1,4 +1,4 @@
-"""`lifecycle audit`: seed 000 Step 5's real-artifact audit, on top of the ledger.
+"""`lifecycle audit`: the source workflow's real-artifact audit, on top of the ledger.
 
 Every decision the audit reports is also an event: in `real_artifact` mode it drives
 the `Ledger` (activate the baseline, set the window, receive, check, hand off) and
@@ -11,11 +11,14 @@ ledger (a bad label, a used label, a malformed manifest, no candidate manifest, 
 `--out` folder that cannot be created or written) is refused by `prepare` /
 `check_runnable` before the ledger is opened; every conflict
 with the ledger's existing settings or candidates is refused by `run` before the
-first append.
+first append. A relative artifact path is read under the audit's root (the ledger must be
+opened with the same `artifact_root`): the project root the manifests were written against.
+The dry run's plan is `audit_plan`'s; the records are `audit_records`'.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,18 +26,17 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from lifecycle_fsm.artifact_paths import folder_problem
-from lifecycle_fsm.artifacts import path_escapes_root
+from lifecycle_fsm.audit_plan import blockers as plan_blockers
+from lifecycle_fsm.audit_plan import missing_fields, plan
 from lifecycle_fsm.audit_records import (
     SCHEMA_VERSION,
     SEMANTIC_ID,
     candidate_record,
-    canonical_bytes,
-    publish,
     record_paths,
     recovery_scenarios,
-    refuse_existing,
     relative_posix,
     validate_label,
+    write_records,
 )
 from lifecycle_fsm.errors import ConflictError, InputError, NotFoundError
 from lifecycle_fsm.events import LEDGER_STREAM, stream_of
@@ -42,7 +44,6 @@ from lifecycle_fsm.folders import prove_writable
 from lifecycle_fsm.ledger import DEFAULT_ACTIVE_WINDOW, DEFAULT_MAX_WINDOW_AGE, Ledger, utc_now
 from lifecycle_fsm.limits import MAX_INT64, check_candidate_id, check_int
 from lifecycle_fsm.manifests import BaselineManifest, CandidateManifest, load_baseline_manifest, load_candidate_manifest
-from lifecycle_fsm.rules import ONLINE_KINDS, check_candidate_freshness
 from lifecycle_fsm.seals import seal
 from lifecycle_fsm.state import LedgerSettings
 from lifecycle_fsm.store.chain import canonical_json
@@ -69,13 +70,13 @@ MODES = ("dry_run", "real_artifact")
 
 @attrs.frozen
 class AuditRequest:
-    """What the user asked for (the CLI's flags; SPEC §7 defaults)."""
+    """What the user asked for (the CLI's flags and their defaults)."""
 
     baseline: Path
     candidates: tuple[Path, ...]
     label: str
     out: Path = Path("results")
-    root: Path = Path(".")
+    root: Path | None = Path(".")  # the artifact root; None: each path beside its manifest
     replace: bool = False
     active_window: int = DEFAULT_ACTIVE_WINDOW
     max_window_age: int = DEFAULT_MAX_WINDOW_AGE
@@ -96,7 +97,7 @@ class PreparedAudit:
     """Every manifest parsed and every path resolved; nothing touched yet."""
 
     request: AuditRequest
-    root: str  # absolute
+    root: str | None  # absolute
     baseline: BaselineManifest
     baseline_dir: str
     candidates: tuple[AuditCandidate, ...]
@@ -144,11 +145,12 @@ def prepare(request: AuditRequest) -> PreparedAudit:
     _non_negative("--max-window-age", request.max_window_age)
     if os.path.exists(request.out) and not os.path.isdir(request.out):
         raise InputError(f"--out {request.out} exists and is not a folder")
-    if problem := folder_problem(request.root):
+    if request.root is not None and (problem := folder_problem(request.root)):
         raise InputError(f"--root {request.root} {problem}")
+    root = None if request.root is None else os.path.abspath(request.root)
     evidence_path, handoff_path = record_paths(request.out, label)
     existing = [p for p in (evidence_path, handoff_path) if os.path.lexists(p)]
-    baseline = load_baseline_manifest(request.baseline)
+    baseline = load_baseline_manifest(request.baseline, root)
     baseline_dir = os.path.dirname(baseline.path)
     candidates: list[AuditCandidate] = []
     missing: list[str] = []
@@ -157,7 +159,7 @@ def prepare(request: AuditRequest) -> PreparedAudit:
         if not os.path.exists(path):
             missing.append(relative)
             continue
-        manifest = load_candidate_manifest(path)
+        manifest = load_candidate_manifest(path, root)
         cid = _candidate_id(manifest.fields, relative)
         # Refused here, before anything is appended (receive would refuse it after earlier candidates).
         check_candidate_id(
@@ -171,7 +173,7 @@ def prepare(request: AuditRequest) -> PreparedAudit:
         candidates.append(AuditCandidate(manifest.path, relative, cid, manifest))
     return PreparedAudit(
         request=attrs.evolve(request, label=label),
-        root=os.path.abspath(request.root),
+        root=root,
         baseline=baseline,
         baseline_dir=baseline_dir,
         candidates=tuple(candidates),
@@ -182,111 +184,16 @@ def prepare(request: AuditRequest) -> PreparedAudit:
     )
 
 
-def _blockers(prepared: PreparedAudit) -> list[str]:
-    """Why a real_artifact run would be refused before touching the ledger."""
-    blockers = []
-    if not prepared.candidates:
-        listed = ", ".join(prepared.missing) or "none given"
-        blockers.append(f"no candidate manifest exists ({listed}); real_artifact needs at least one")
-    try:
-        refuse_existing((prepared.evidence_path, prepared.handoff_path), prepared.request.replace)
-    except InputError as e:
-        blockers.append(str(e))
-    return blockers
-
-
 def check_runnable(prepared: PreparedAudit) -> None:
     """Refuse a real_artifact run that cannot write its records (before the ledger is opened).
 
     The records' folder is created and proven writable here, not when the records are
     written: by then the audit's events are in the ledger, and a refusal must append nothing.
     """
-    blockers = _blockers(prepared)
+    blockers = plan_blockers(prepared)
     if blockers:
         raise InputError(blockers[0])
     prove_writable(prepared.evidence_path.parent, "records folder")
-
-
-def missing_fields(fields: JSON) -> list[str]:
-    """Manifest fields the checks need but this candidate manifest lacks (SPEC §7)."""
-    names = []
-    kind = fields.get("candidate_kind")
-    if kind is None:
-        names.append("semantic_id")
-    for key in ("source_policy_version", "policy_version", "evaluation_version", "decision"):
-        if fields.get(key) in (None, ""):
-            names.append(key)
-    if not fields.get("adapter_sha256"):
-        names.append("artifacts.adapter.sha256")
-    if kind == "dpo" and not fields.get("preference_evidence_version"):
-        names.append("source_evidence")
-    if kind in ONLINE_KINDS:
-        if not fields.get("verifier_version"):
-            names.append("trajectory_identity.verifier_version")
-        index = fields.get("evidence_window_index")
-        if not isinstance(index, int) or isinstance(index, bool):
-            names.append("evidence_window_index")
-    return names
-
-
-def _path_plan(resolved: str, written: Any, root: str) -> JSON:
-    escapes = path_escapes_root(resolved, root)
-    # A path outside --root is not even looked at; real_artifact will not read it either.
-    return {"path": written, "escapes_root": escapes, "exists": None if escapes else os.path.exists(resolved)}
-
-
-def plan(prepared: PreparedAudit) -> JSON:
-    """What a real_artifact run would do, from the manifests alone (no hashing, no ledger)."""
-    request = prepared.request
-    policy = prepared.baseline.adapter_sha256
-    candidates = []
-    for c in prepared.candidates:
-        fields = c.manifest.fields
-        index = fields.get("evidence_window_index")
-        age = request.active_window - index if isinstance(index, int) and not isinstance(index, bool) else None
-        preview = check_candidate_freshness({**fields, "window_age": age}, policy, request.max_window_age)
-        candidates.append(
-            {
-                "candidate_id": c.candidate_id,
-                "manifest_path": c.relative,
-                "semantic_id": fields.get("semantic_id"),
-                "candidate_kind": fields.get("candidate_kind"),
-                "upstream_decision": fields.get("decision"),
-                "artifact": _path_plan(fields["adapter_resolved_path"], fields.get("adapter_path"), prepared.root),
-                "missing_fields": missing_fields(fields),
-                "freshness_preview": preview,
-            }
-        )
-    steps = [
-        f"initialise the ledger (max window age {request.max_window_age}, active window {request.active_window}) "
-        "if new, else advance it to that window",
-        f"activate the baseline {policy} unless it is already active",
-        *(
-            f"receive {c.candidate_id}, check it and hand it off if verified "
-            "(re-check only if ready/tune; record as it stands if reject/recovering)"
-            for c in prepared.candidates
-        ),
-        f"write {prepared.evidence_path} and {prepared.handoff_path}",
-    ]
-    return {
-        "run_mode": "dry_run",
-        "run_label": request.label,
-        "writes": "nothing",
-        "baseline_manifest": relative_posix(prepared.baseline.path, prepared.baseline_dir),
-        "active_policy_version": policy,
-        "active_window": request.active_window,
-        "maximum_window_age": request.max_window_age,
-        "root": prepared.root,
-        "rollback": _path_plan(
-            prepared.baseline.adapter_path, prepared.baseline.adapter_path_as_written, prepared.root
-        ),
-        "candidates": candidates,
-        "missing_candidate_manifests": list(prepared.missing),
-        "records": {"evidence": str(prepared.evidence_path), "handoff": str(prepared.handoff_path)},
-        "would_replace": [str(p) for p in prepared.existing_records] if request.replace else [],
-        "blockers": _blockers(prepared),
-        "steps": steps,
-    }
 
 
 def _settings_preflight(settings: LedgerSettings, request: AuditRequest) -> None:
@@ -340,14 +247,19 @@ def _process(ledger: Ledger, c: AuditCandidate) -> None:
 
 
 def run(prepared: PreparedAudit, ledger: Ledger, *, signing_key: Ed25519PrivateKey | None = None) -> AuditResult:
-    """Drive the ledger through the audit, then write both records (SPEC §7).
+    """Drive the ledger through the audit, then write both records.
 
     The records carry `ledger_head` (the head after the audit's last event) and, with a
-    signing key, `signed_head`: the audit seals that head (SPEC §8), so an auditor can
+    signing key, `signed_head`: the audit seals that head, so an auditor can
     keep it outside the file.
     """
     check_runnable(prepared)
     request = prepared.request
+    if ledger.artifact_root != prepared.root:  # one rule for every path the audit and the ledger read
+        raise InputError(
+            f"the ledger's artifact root is {ledger.artifact_root}, the audit's is {prepared.root}: "
+            "open the ledger with the audit's root"
+        )
     _settings_preflight(ledger.settings(), request)
     _candidates_preflight(ledger, prepared.candidates)
     start = ledger.store.head().seq
@@ -362,12 +274,13 @@ def run(prepared: PreparedAudit, ledger: Ledger, *, signing_key: Ed25519PrivateK
     settings = ledger.settings()
     records = []
     for c in prepared.candidates:
-        events = [(e.seq, e.type) for e in ledger.store.read_stream(stream_of(c.candidate_id)) if e.seq > start]
+        events = [e for e in ledger.store.read_stream(stream_of(c.candidate_id)) if e.seq > start]
         records.append(
             candidate_record(
                 ledger.candidate(c.candidate_id),
                 manifest_path=c.relative,
                 manifest_sha256=c.manifest.sha256,
+                adapter=c.manifest.adapter,
                 baseline_adapter_path=prepared.baseline.adapter_path_as_written,
                 baseline_sha256=prepared.baseline.adapter_sha256,
                 events=events,
@@ -391,9 +304,6 @@ def run(prepared: PreparedAudit, ledger: Ledger, *, signing_key: Ed25519PrivateK
     }
     head = ledger.store.head()
     trust: JSON = {"ledger_head": {"seq": head.seq, "hash": head.hash}}
-    if signing_key is not None:
-        trust["signed_head"] = seal(ledger.store, signing_key, actor=ledger.actor, clock=utc_now)
-    evidence.update(trust)
     ready = any(r["handoff_status"] == "ready_for_evaluation" for r in records)
     handoff = {
         **common,
@@ -403,10 +313,10 @@ def run(prepared: PreparedAudit, ledger: Ledger, *, signing_key: Ed25519PrivateK
         "candidate_records": records,
         "source_evidence": prepared.evidence_path.name,
         "recovery_scenarios": scenarios,
-        **trust,
     }
-    replaced = publish(
-        [(prepared.evidence_path, canonical_bytes(evidence)), (prepared.handoff_path, canonical_bytes(handoff))],
-        replace=request.replace,
-    )
+    sealer = None
+    if signing_key is not None:
+        sealer = functools.partial(seal, ledger.store, signing_key, actor=ledger.actor, clock=utc_now)
+    paths = (prepared.evidence_path, prepared.handoff_path)
+    replaced = write_records(paths, (evidence, handoff), trust, replace=request.replace, sealer=sealer)
     return AuditResult(prepared.evidence_path, prepared.handoff_path, evidence, handoff, tuple(replaced))

@@ -1,31 +1,38 @@
-"""The audit's two records (SPEC §7): built from the ledger's state, written byte-stable.
+"""The audit's two records: built from the ledger's state, written byte-stable.
 
 A record holds no wall-clock time and no absolute path: manifest paths are relative
 to the baseline manifest's folder (POSIX separators), adapter paths are kept as the
 manifests wrote them, and an artifact error is a short code (the ledger's event at
 `evidence_seq` keeps the full message, which names absolute paths). So the same
 manifests and artifacts audited into two fresh ledgers in two folders give the same
-bytes apart from `ledger_head` and `signed_head` (SPEC §8): two ledgers' heads differ,
+bytes apart from `ledger_head` and `signed_head`: two ledgers' heads differ,
 since each ledger's random id and its events' timestamps feed the chain. Records are
-canonical JSON (sorted keys, indent 2, trailing newline), written atomically (a temp
-file in the same folder, fsync, `os.replace`).
+canonical JSON (sorted keys, indent 2, trailing newline), written whole or not at all
+(`lifecycle_fsm.outputs`): both are written before either is put in place.
+
+Each candidate record is a superset of the source workflow's: its keys (`path`,
+`semantic_id`, `upstream_decision`, `freshness`, `artifact`, `evidence`, `handoff_status`,
+`hard_failures`) keep their meanings, so a reader written against that workflow's records
+reads these unchanged; the ledger's own keys stand beside them.
 """
 
 from __future__ import annotations
 
-import contextlib
+import errno
 import json
 import os
 import re
-import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
 from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.folders import make_folder
+from lifecycle_fsm.outputs import StagedFile, output_error
+from lifecycle_fsm.outputs import stage as stage_file
 from lifecycle_fsm.rules import choose_recovery_action, decide_lifecycle_handoff
 from lifecycle_fsm.state import CandidateState
+from lifecycle_fsm.store.records import StoredEvent
 
 __all__ = [
     "FAILURE_SCENARIOS",
@@ -37,12 +44,14 @@ __all__ = [
     "check_record",
     "previous_of",
     "publish",
+    "put_in_place",
     "record_paths",
     "recovery_scenarios",
     "refuse_existing",
     "relative_posix",
+    "stage_records",
     "validate_label",
-    "write_atomic",
+    "write_records",
 ]
 
 JSON = dict[str, Any]
@@ -129,61 +138,99 @@ def canonical_bytes(doc: JSON) -> bytes:
     return (json.dumps(doc, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
 
 
-def _fsync_dir(folder: Path) -> None:
-    """Make the rename itself durable (POSIX; a no-op where directories cannot be opened)."""
+def stage_records(records: Sequence[tuple[Path, bytes]], *, replace: bool) -> list[StagedFile]:
+    """Write each record beside its name (fsynced), not yet in place; on any failure none is left."""
+    refuse_existing([p for p, _ in records], replace)  # again: another audit may have written meanwhile
+    for folder in {p.parent for p, _ in records}:
+        make_folder(folder, "output folder")
+    staged: list[StagedFile] = []
     try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write a temp file next to `path`, fsync it, then `os.replace` it into place."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a record is meant to be read
-        os.replace(tmp, path)
+        for p, data in records:
+            staged.append(stage_file(p, data))
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        for file in staged:
+            file.discard()
         raise
-    _fsync_dir(path.parent)
+    return staged
+
+
+def put_in_place(staged: Sequence[StagedFile], *, replace: bool) -> list[Path]:
+    """Keep an existing pair as `.previous` (with `replace`), then rename the new records over it.
+
+    The old record is hard-linked to its `.previous` name first, so at every moment a
+    current record exists: the old one until the rename replaces it with the new one.
+    """
+    existing = refuse_existing([f.target for f in staged], replace)
+    kept = []
+    try:
+        for p in existing:
+            try:
+                os.link(p, previous_of(p))
+            except OSError as e:
+                if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EXDEV, errno.EMLINK):
+                    raise
+                os.replace(p, previous_of(p))  # a filesystem without hard links: moved instead
+            kept.append(previous_of(p))
+    except OSError as e:
+        for file in staged:
+            file.discard()
+        raise output_error(existing[len(kept)], e, "the new records were not put in place") from None
+    for file in staged:
+        file.commit()
+    return kept
 
 
 def publish(records: Sequence[tuple[Path, bytes]], *, replace: bool) -> list[Path]:
-    """Move an existing pair to `.previous` (with `replace`), then write the new records."""
-    paths = [p for p, _ in records]
-    existing = refuse_existing(paths, replace)  # again: another audit may have written meanwhile
-    for folder in {p.parent for p in paths}:
-        make_folder(folder, "output folder")
-    moved = []
+    """Write the records whole (all staged first), then put them in place; return the `.previous` kept."""
+    return put_in_place(stage_records(records, replace=replace), replace=replace)
+
+
+def write_records(
+    paths: Sequence[Path],
+    docs: Sequence[JSON],
+    trust: JSON,
+    *,
+    replace: bool,
+    sealer: Callable[..., JSON] | None = None,
+) -> list[Path]:
+    """Add `trust` to each record and publish them; with `sealer` (`seals.seal` bound to a ledger and key),
+    the records are written, with the signed head in `trust`, inside the seal's transaction: a disk that
+    cannot take them appends no seal. Returns the `.previous` records kept."""
+    staged: list[StagedFile] = []
+
+    def write_first(signed: JSON | None) -> None:
+        for earlier in staged:  # an attempt that lost a race to another writer
+            earlier.discard()
+        trust.update({} if signed is None else {"signed_head": signed})
+        records = [(p, canonical_bytes(doc | trust)) for p, doc in zip(paths, docs, strict=True)]
+        staged[:] = stage_records(records, replace=replace)
+
     try:
-        for p in existing:
-            os.replace(p, previous_of(p))
-            moved.append(previous_of(p))
-        for p, data in records:
-            write_atomic(p, data)
-    except OSError as e:
-        raise InputError(f"cannot write the records in {paths[0].parent}: {e.strerror or e}") from e
-    return moved
+        if sealer is None:
+            write_first(None)
+        else:
+            sealer(before_commit=write_first)
+    except BaseException:
+        for file in staged:
+            file.discard()
+        raise
+    kept = put_in_place(staged, replace=replace)
+    for doc in docs:
+        doc.update(trust)
+    return kept
 
 
 def recovery_scenarios() -> list[JSON]:
-    """Seed 5.3's four failures through §3's `choose_recovery_action` (ordered trusted states)."""
+    """The four failures, each with its stage's trusted state available, through `choose_recovery_action`.
+
+    Each item is the source workflow's run variant `{stage, required_state, reused_state, action}`
+    (`required_state`: the trusted state the stage needs) with the ordered table's
+    `recovery_state` (the state actually reused) and the `available` states beside it.
+    """
     out = []
     for stage, state in FAILURE_SCENARIOS:
         failure = {"stage": stage, "available": {state: True}}
-        out.append({**choose_recovery_action(failure), "available": failure["available"]})
+        out.append({**choose_recovery_action(failure), "required_state": state, "available": failure["available"]})
     return out
 
 
@@ -197,7 +244,7 @@ def _error_code(check: JSON) -> str | None:
 
 
 def check_record(path_as_written: Any, check: JSON | None, expected: Any) -> JSON:
-    """An artifact or rollback check: {path, expected, actual, verified, error code}."""
+    """An artifact or rollback check in detail: {path, expected, actual, verified, error code}."""
     if check is None:
         return {"path": path_as_written, "expected": expected, "actual": None, "verified": None, "error": "not_checked"}
     return {
@@ -209,10 +256,39 @@ def check_record(path_as_written: Any, check: JSON | None, expected: Any) -> JSO
     }
 
 
-def _latest_evidence(state: CandidateState) -> JSON | None:
-    """The newest ChecksRecorded or HandoffDecided payload (with its seq), if any."""
-    found = [e for e in (state.last_check, state.last_handoff) if e is not None]
-    return max(found, key=lambda e: int(e["seq"])) if found else None
+def _latest_evidence(state: CandidateState, events: Sequence[StoredEvent]) -> tuple[JSON | None, bool]:
+    """The newest evidence for the candidate (payload + seq) and whether it was an inconclusive check.
+
+    The state keeps the latest ChecksRecorded and HandoffDecided; an inconclusive check decides
+    nothing, so it is found among `events` (the audit's own, for this candidate).
+    """
+    found = [(e, False) for e in (state.last_check, state.last_handoff) if e is not None]
+    found += [({**json.loads(e.payload), "seq": e.seq}, True) for e in events if e.type == "InconclusiveCheckRecorded"]
+    if not found:
+        return None, False
+    return max(found, key=lambda pair: int(pair[0]["seq"]))
+
+
+def _verdicts(evidence: JSON | None, expected: Any, baseline_expected: Any) -> JSON:
+    """The source workflow's `evidence` object: the two verdicts and what each compared."""
+    artifact = {} if evidence is None else evidence["artifact"]
+    rollback = {} if evidence is None else evidence["rollback"]
+    return {
+        "rollback_ready": bool(rollback.get("verified")),
+        "artifact_verified": bool(artifact.get("verified")),
+        "artifact_check": {"expected": artifact.get("expected", expected), "actual": artifact.get("actual")},
+        "rollback_check": {"expected": rollback.get("expected", baseline_expected), "actual": rollback.get("actual")},
+    }
+
+
+def _hard_failures(evidence: JSON | None, inconclusive: bool, upstream: Any) -> list[str]:
+    if evidence is None or inconclusive:  # nothing decided: no check failed, one could not be made
+        return []
+    if "hard_failures" in evidence:  # a HandoffDecided: the decision as recorded
+        return list(evidence["hard_failures"])
+    # a (re-)check: the hand-off rule over the recorded evidence, no new I/O
+    verdicts = _verdicts(evidence, None, None)
+    return list(decide_lifecycle_handoff(cast(str, upstream), evidence["freshness"], verdicts)["hard_failures"])
 
 
 def candidate_record(
@@ -220,50 +296,53 @@ def candidate_record(
     *,
     manifest_path: str,
     manifest_sha256: str,
+    adapter: JSON,
     baseline_adapter_path: str,
     baseline_sha256: str | None,
-    events: Sequence[tuple[int, str]],
+    events: Sequence[StoredEvent],
 ) -> JSON:
-    """One candidate as the ledger now says it is, with the evidence of its latest check."""
+    """One candidate as the ledger now says it is, with the evidence of its latest check.
+
+    The source workflow's keys with their meanings (`path`, `semantic_id`, `upstream_decision`,
+    `freshness`, `artifact`: the manifest's adapter entry as written, `evidence`,
+    `handoff_status`, `hard_failures`), and beside them the ledger's: its state, reason codes,
+    positions and each file check in detail (`artifact_detail`, `rollback_detail`). A check that
+    could not read an artifact for a reason of the environment makes `handoff_status`
+    `inconclusive` and names those checks in `inconclusive`.
+    `events` are the candidate's events this audit appended.
+    """
     fields = state.candidate
     upstream = fields.get("decision")
-    evidence = _latest_evidence(state)
-    if evidence is None:
-        freshness, hard_failures = None, []
-    else:
+    evidence, inconclusive = _latest_evidence(state, events)
+    freshness = None
+    if evidence is not None:
         freshness = {
             "fresh": bool(evidence["freshness"]["fresh"]),
             "failed_checks": list(evidence["freshness"]["failed_checks"]),
         }
-        if "hard_failures" in evidence:  # a HandoffDecided: the decision as recorded
-            hard_failures = list(evidence["hard_failures"])
-        else:  # a (re-)check: the seed's hand-off rule over the recorded evidence, no new I/O
-            hard_failures = decide_lifecycle_handoff(
-                cast(str, upstream),  # any value: outside accept/tune/reject is upstream_state
-                evidence["freshness"],
-                {
-                    "rollback_ready": bool(evidence["rollback"]["verified"]),
-                    "artifact_verified": bool(evidence["artifact"]["verified"]),
-                },
-            )["hard_failures"]
+    expected = fields.get("adapter_sha256")
     return {
-        "candidate_id": state.candidate_id,
-        "candidate_kind": state.kind,
+        "path": manifest_path,
         "semantic_id": fields.get("semantic_id"),
-        "manifest_path": manifest_path,
-        "manifest_sha256": manifest_sha256,
         "upstream_decision": upstream,
         "freshness": freshness,
-        "artifact": check_record(
-            fields.get("adapter_path"), None if evidence is None else evidence["artifact"], fields.get("adapter_sha256")
+        "artifact": adapter,
+        "evidence": _verdicts(evidence, expected, baseline_sha256),
+        "handoff_status": "inconclusive" if inconclusive else HANDOFF_STATUS_BY_STATE.get(state.state),
+        "hard_failures": _hard_failures(evidence, inconclusive, upstream),
+        "inconclusive": list(evidence["inconclusive"]) if inconclusive and evidence is not None else [],
+        "candidate_id": state.candidate_id,
+        "candidate_kind": state.kind,
+        "manifest_path": manifest_path,
+        "manifest_sha256": manifest_sha256,
+        "artifact_detail": check_record(
+            fields.get("adapter_path"), None if evidence is None else evidence["artifact"], expected
         ),
-        "rollback": check_record(
+        "rollback_detail": check_record(
             baseline_adapter_path, None if evidence is None else evidence["rollback"], baseline_sha256
         ),
-        "handoff_status": HANDOFF_STATUS_BY_STATE.get(state.state),
-        "hard_failures": hard_failures,
         "reason_codes": list(state.reason_codes),
         "ledger_state": state.state,
         "evidence_seq": None if evidence is None else int(evidence["seq"]),
-        "ledger_events": [{"seq": seq, "type": type_name} for seq, type_name in events],
+        "ledger_events": [{"seq": e.seq, "type": e.type} for e in events],
     }

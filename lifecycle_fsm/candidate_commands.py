@@ -15,7 +15,14 @@ import attrs
 from lifecycle_fsm import decisions, idempotency
 from lifecycle_fsm.artifacts import hash_directory
 from lifecycle_fsm.checks import gather_checks, resume_checkpoint, trusted_state_evidence, verify_artifact
-from lifecycle_fsm.command_inputs import check_key, default_id, path_argument, require_baseline, require_kind
+from lifecycle_fsm.command_inputs import (
+    check_key,
+    default_id,
+    path_argument,
+    require_baseline,
+    require_kind,
+    require_stage,
+)
 from lifecycle_fsm.command_path import Command, CommandPath, Decide, Outcome
 from lifecycle_fsm.decisions import Decision
 from lifecycle_fsm.digest_cache import DigestCache
@@ -37,7 +44,7 @@ from lifecycle_fsm.limits import check_candidate_id, check_version_text
 from lifecycle_fsm.manifests import load_candidate_manifest
 from lifecycle_fsm.recovery import RecoveryPlan, invalidated_kinds, plan_from_payload
 from lifecycle_fsm.results import CandidateResult, RecoveryResult
-from lifecycle_fsm.rules import CANDIDATE_KINDS, STAGES
+from lifecycle_fsm.rules import CANDIDATE_KINDS
 from lifecycle_fsm.state import CandidateState, LedgerSettings
 from lifecycle_fsm.store.base import EventStore
 from lifecycle_fsm.store.chain import canonical_json
@@ -95,7 +102,7 @@ class CandidateCommands:
         """Receive a candidate manifest; identical re-receipt is a no-op, `tune` may be revised."""
         manifest_path = path_argument("manifest path", manifest_path)
         try:
-            manifest = load_candidate_manifest(manifest_path)
+            manifest = load_candidate_manifest(manifest_path, self.artifact_root)
         except InputError:
             retried = self._retried_unread(event_id, CandidateReceived.TYPE, manifest_path, candidate_id)
             if retried is None:
@@ -263,8 +270,7 @@ class CandidateCommands:
 
     def fail_stage(self, candidate_id: str, stage: str, *, event_id: str | None = None) -> RecoveryResult:
         """A stage failed: plan recovery from the nearest trusted state the log proves intact."""
-        if stage not in STAGES:
-            raise InputError(f"unknown stage {stage!r} (expected one of {', '.join(STAGES)})")
+        require_stage(stage)
 
         def decide(current: CandidateState | None, settings: LedgerSettings) -> Decision:
             assert current is not None
@@ -314,7 +320,10 @@ class CandidateCommands:
         )
 
     def hand_off(self, candidate_id: str, *, event_id: str | None = None, rehash: bool = False) -> CandidateResult:
-        """Re-run the checks now and decide: ready (for evaluation), tune or reject (`rehash`: as `check`)."""
+        """Re-run the checks now and decide under today's rules: ready (for evaluation), tune or reject.
+
+        An earlier check is never trusted (whatever rules made it); `rehash` as in `check`.
+        """
         cache = None if rehash else self._digests
 
         def decide(current: CandidateState | None, settings: LedgerSettings) -> Decision:

@@ -9,9 +9,11 @@ before anything is hashed or appended.
 from __future__ import annotations
 
 import datetime as dt
+import difflib
 import getpass
 import os
 import socket
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,7 @@ from lifecycle_fsm.errors import ConflictError, InputError, StoreError
 from lifecycle_fsm.event_base import text_or_error
 from lifecycle_fsm.limits import MAX_INT64, check_int
 from lifecycle_fsm.retry import RetryPolicy
-from lifecycle_fsm.rules import TRUSTED_STATE_KINDS
+from lifecycle_fsm.rules import STAGES, TRUSTED_STATE_KINDS
 from lifecycle_fsm.state import LedgerSettings
 from lifecycle_fsm.streams import check_cache_size
 
@@ -83,9 +85,21 @@ def non_negative(name: str, value: object) -> int:
     return check_int(name, value, minimum=0, maximum=MAX_INT64)
 
 
+def suggest(word: str, choices: Iterable[str], listed: Iterable[str] | None = None) -> str:
+    """`, did you mean 'x'?` for the closest of `choices`, then the choices (or `listed`) themselves."""
+    choices = list(choices)
+    close = difflib.get_close_matches(word, choices, n=1) if isinstance(word, str) else []
+    return (f", did you mean {close[0]!r}?" if close else "") + f" (expected one of {', '.join(listed or choices)})"
+
+
 def require_kind(kind: str) -> None:
     if kind not in TRUSTED_STATE_KINDS:
-        raise InputError(f"unknown trusted-state kind {kind!r} (expected one of {', '.join(TRUSTED_STATE_KINDS)})")
+        raise InputError(f"unknown trusted-state kind {kind!r}{suggest(kind, TRUSTED_STATE_KINDS)}")
+
+
+def require_stage(stage: str) -> None:
+    if stage not in STAGES:
+        raise InputError(f"unknown stage {stage!r}{suggest(stage, STAGES)}")
 
 
 def require_baseline(settings: LedgerSettings) -> None:

@@ -40,7 +40,7 @@ class DigestCache:
     read, the earlier digest is returned with the time of that read, without reading a
     byte. Anything else (a new, removed or touched file) reads every byte again.
 
-    Residual risk (README "Artifact digests"): a change that keeps size, mtime *and*
+    Residual risk (docs/embedding.md, "Opening, memory and artifacts"): a change that keeps size, mtime *and*
     ctime, which only a privileged writer can make (setting the clock back, writing the
     block device), or a file system whose timestamps are coarser than the change
     interval, is not seen until a full read (`--rehash`, `audit`).

@@ -330,7 +330,7 @@ class Ledger(CandidateCommands):
         """Make an SFT baseline active; decided candidates must be checked again."""
         path = path_argument("manifest path", manifest_path)
         try:
-            manifest = load_baseline_manifest(path)
+            manifest = load_baseline_manifest(path, self.artifact_root)
         except InputError:
             retried = self._retried_unread(event_id, BaselineActivated.TYPE, path)
             if retried is None:

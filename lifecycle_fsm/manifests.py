@@ -7,8 +7,12 @@ the candidate's check rejects it with reason codes an auditor can read. So are
 versions of the wrong type (`"policy_version": true`, `{"k": 0}`): a version is a
 non-empty string, and the check fails the field's identity (SPEC §6, §7 treat a
 non-integer window index the same way), never an input error that hides it.
-A relative path in a manifest is relative to the manifest file's folder. A manifest
-is read only from a regular file of at most 16 MiB (`lifecycle_fsm.limits`).
+A relative path in a manifest (`artifacts.adapter.path`) is resolved by one rule, when the
+manifest is read (`resolve_artifact_path`): relative to the artifact root when one is given
+(`Ledger.open(artifact_root=)`, `--artifact-root` / `LIFECYCLE_ARTIFACT_ROOT`, `audit --root`:
+the project root a workflow writes its manifests against), else relative to the manifest
+file's folder. An absolute path is kept as it is. A manifest is read only from a regular
+file of at most 16 MiB (`lifecycle_fsm.limits`).
 
 `candidate_manifest` and `write_manifest` build and write the candidate manifest a
 trainer hands over (`LedgerCallback.finish` uses them). The fields this module reads:
@@ -24,7 +28,7 @@ trainer hands over (`LedgerCallback.finish` uses them). The fields this module r
 | `trajectory_identity.verifier_version` | grpo, rlvr | the verifier that scored its trajectories |
 | `evidence_window_index` | grpo, rlvr | the rollout window its evidence came from (an integer) |
 | `decision` | all | the upstream decision: `accept`, `tune` or `reject` |
-| `artifacts.adapter.path` | all | the adapter folder or file, relative to the manifest's folder (or artifact root) |
+| `artifacts.adapter.path` | all | the adapter folder or file (a relative one: see `resolve_artifact_path`) |
 | `artifacts.adapter.sha256` | all | `lifecycle hash` of the adapter (`lifecycle_fsm.artifacts.hash_directory`) |
 """
 
@@ -33,7 +37,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +45,7 @@ import orjson
 
 from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.limits import MAX_MANIFEST_BYTES, read_regular_file
+from lifecycle_fsm.outputs import write_atomic
 from lifecycle_fsm.rules import CANDIDATE_KINDS
 from lifecycle_fsm.store.chain import canonical_json
 
@@ -54,6 +58,7 @@ __all__ = [
     "load_baseline_manifest",
     "load_candidate_manifest",
     "read_manifest",
+    "resolve_artifact_path",
     "write_manifest",
 ]
 
@@ -70,7 +75,7 @@ class BaselineManifest:
 
     path: str
     sha256: str
-    adapter_path: str  # resolved against the manifest's folder
+    adapter_path: str  # resolved by `resolve_artifact_path`
     adapter_path_as_written: str
     adapter_sha256: str
 
@@ -82,6 +87,7 @@ class CandidateManifest:
     path: str
     sha256: str
     fields: JSON  # see `_candidate_fields`
+    adapter: JSON = attrs.field(factory=dict)  # `artifacts.adapter` exactly as the manifest wrote it
 
 
 def read_manifest(path: str | os.PathLike[str]) -> tuple[JSON, str, str]:
@@ -102,12 +108,20 @@ def read_manifest(path: str | os.PathLike[str]) -> tuple[JSON, str, str]:
     return obj, os.path.normpath(p.absolute()), hashlib.sha256(data).hexdigest()
 
 
-def _resolve(manifest_path: str, written: str) -> str:
-    return os.path.normpath(os.path.join(os.path.dirname(manifest_path), written))
+def resolve_artifact_path(written: str, manifest_path: str, root: str | os.PathLike[str] | None) -> str:
+    """Where a manifest's artifact path leads: relative to `root` when one is given, else to the
+    manifest file's folder; an absolute path stays itself. Lexical: links are judged by the hash."""
+    base = os.path.abspath(root) if root is not None else os.path.dirname(os.path.abspath(manifest_path))
+    return os.path.normpath(os.path.join(base, written))
 
 
-def load_baseline_manifest(path: str | os.PathLike[str]) -> BaselineManifest:
-    """Parse an SFT manifest; without an adapter sha256 there is no policy version."""
+def load_baseline_manifest(
+    path: str | os.PathLike[str], root: str | os.PathLike[str] | None = None
+) -> BaselineManifest:
+    """Parse an SFT manifest; without an adapter sha256 there is no policy version.
+
+    `root` is the artifact root its relative adapter path is resolved against (`resolve_artifact_path`).
+    """
     obj, abs_path, digest = read_manifest(path)
     adapter = obj["artifacts"]["adapter"]
     sha = adapter.get("sha256")
@@ -116,7 +130,7 @@ def load_baseline_manifest(path: str | os.PathLike[str]) -> BaselineManifest:
     return BaselineManifest(
         path=abs_path,
         sha256=digest,
-        adapter_path=_resolve(abs_path, adapter["path"]),
+        adapter_path=resolve_artifact_path(adapter["path"], abs_path, root),
         adapter_path_as_written=adapter["path"],
         adapter_sha256=sha,
     )
@@ -137,7 +151,7 @@ def _preference_evidence(obj: JSON) -> Any:
     return evidence if isinstance(evidence, str) else None
 
 
-def _candidate_fields(obj: JSON, abs_path: str) -> JSON:
+def _candidate_fields(obj: JSON, abs_path: str, root: str | os.PathLike[str] | None) -> JSON:
     semantic_id = obj.get("semantic_id")
     kind = obj.get("candidate_kind")
     if kind is None and isinstance(semantic_id, str):
@@ -158,15 +172,21 @@ def _candidate_fields(obj: JSON, abs_path: str) -> JSON:
         "evidence_window_index": obj.get("evidence_window_index"),
         "decision": obj.get("decision"),
         "adapter_path": adapter["path"],
-        "adapter_resolved_path": _resolve(abs_path, adapter["path"]),
+        "adapter_resolved_path": resolve_artifact_path(adapter["path"], abs_path, root),
         "adapter_sha256": adapter.get("sha256"),
     }
 
 
-def load_candidate_manifest(path: str | os.PathLike[str]) -> CandidateManifest:
-    """Parse a candidate manifest; semantic gaps are kept for the checks to judge."""
+def load_candidate_manifest(
+    path: str | os.PathLike[str], root: str | os.PathLike[str] | None = None
+) -> CandidateManifest:
+    """Parse a candidate manifest; semantic gaps are kept for the checks to judge.
+
+    `root` is the artifact root its relative adapter path is resolved against (`resolve_artifact_path`).
+    """
     obj, abs_path, digest = read_manifest(path)
-    return CandidateManifest(path=abs_path, sha256=digest, fields=_candidate_fields(obj, abs_path))
+    fields = _candidate_fields(obj, abs_path, root)
+    return CandidateManifest(path=abs_path, sha256=digest, fields=fields, adapter=dict(obj["artifacts"]["adapter"]))
 
 
 def _branch_evidence(
@@ -237,15 +257,5 @@ def write_manifest(path: str | os.PathLike[str], manifest: JSON) -> Path:
     """Write `manifest` as JSON atomically: a reader sees the old file or the whole new one, never a part."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o644)  # a deliverable others read (mkstemp makes 0600)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(manifest, handle, indent=2)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    return target
+    text = json.dumps(manifest, indent=2)  # before any file: a value JSON cannot hold leaves nothing behind
+    return write_atomic(target, text.encode("utf-8"))  # a deliverable others read: 0644

@@ -7,8 +7,10 @@ holds structurally depends on, as a training resume checkpoint records its confi
 - the fields of the folded state and a declared `FOLD_VERSION` (bump it when the
   meaning of a handler changes without a table or schema change).
 A mismatch means the snapshot was built by other code: it is *stale*, not used, and
-the reason names the part that differs. Rules are not in the fingerprint: a rules
-change alters future decisions, never the state folded from recorded ones.
+the reason names the part that differs. The fingerprint also records the decision rules'
+version (`rules.RULES`), but not as a structural part: a rules change alters future
+decisions, never the state folded from recorded ones, so a snapshot built under other
+rules is used, with a warning (`other_rules`).
 
 `snapshot_problem` is the one place that decides whether a snapshot can be
 trusted; commands, replay and `verify` all ask it.
@@ -24,6 +26,7 @@ import orjson
 
 from lifecycle_fsm.events import EVENT_TYPES
 from lifecycle_fsm.machine import TABLE_DIGEST
+from lifecycle_fsm.rules import RULES
 from lifecycle_fsm.state import CandidateState, LedgerSettings
 from lifecycle_fsm.store.base import EventStore, hash_at
 from lifecycle_fsm.store.chain import canonical_json
@@ -34,6 +37,7 @@ __all__ = [
     "FINGERPRINT_PARTS",
     "FOLD_VERSION",
     "SnapshotProblem",
+    "other_rules",
     "snapshot_problem",
 ]
 
@@ -49,7 +53,7 @@ FINGERPRINT_PARTS: dict[str, Any] = {
         "settings_fields": [a.name for a in attrs.fields(LedgerSettings)],
     },
 }
-FINGERPRINT = canonical_json(FINGERPRINT_PARTS)
+FINGERPRINT = canonical_json({**FINGERPRINT_PARTS, "rules": RULES})
 
 
 @attrs.frozen
@@ -60,13 +64,36 @@ class SnapshotProblem:
     stale: bool
 
 
-def _changed_parts(fingerprint: str) -> str:
+def _saved_parts(fingerprint: str) -> dict[str, Any] | None:
     try:
         saved = orjson.loads(fingerprint)
-        changed = sorted(k for k in saved.keys() | FINGERPRINT_PARTS.keys() if saved.get(k) != FINGERPRINT_PARTS.get(k))
-    except (orjson.JSONDecodeError, AttributeError):
-        changed = []
-    return ", ".join(changed) or "unreadable fingerprint"
+    except orjson.JSONDecodeError:
+        return None
+    return saved if isinstance(saved, dict) else None
+
+
+def _structural_problem(fingerprint: str) -> str | None:
+    """The structural parts that differ from this code's (the rules are not one), or None."""
+    if fingerprint == FINGERPRINT:
+        return None
+    saved = _saved_parts(fingerprint)
+    if saved is None:
+        return "unreadable fingerprint"
+    parts = (saved.keys() - {"rules"}) | FINGERPRINT_PARTS.keys()
+    changed = sorted(k for k in parts if saved.get(k) != FINGERPRINT_PARTS.get(k))
+    return ", ".join(changed) or None
+
+
+def other_rules(fingerprint: str) -> Any:
+    """The rules a usable snapshot was built under when they are not today's (else None).
+
+    A snapshot written before rules were recorded names none: nothing to compare, no warning.
+    """
+    if fingerprint == FINGERPRINT:
+        return None
+    saved = _saved_parts(fingerprint)
+    rules = None if saved is None else saved.get("rules")
+    return rules if rules is not None and rules != RULES else None
 
 
 def snapshot_problem(
@@ -82,8 +109,8 @@ def snapshot_problem(
     """Why a snapshot taken at `position` cannot be trusted, or None when it can."""
     if schema_version != CHECKPOINT_SCHEMA_VERSION:
         return SnapshotProblem(f"schema version {schema_version} is not {CHECKPOINT_SCHEMA_VERSION}", stale=True)
-    if fingerprint != FINGERPRINT:
-        return SnapshotProblem(f"built by a different {_changed_parts(fingerprint)} (fingerprint mismatch)", stale=True)
+    if changed := _structural_problem(fingerprint):
+        return SnapshotProblem(f"built by a different {changed} (fingerprint mismatch)", stale=True)
     if type(position) is not int or position < 0:  # text, NULL or a float past any seq, written by hand
         return SnapshotProblem(f"position {position!r} is not a seq (corrupt)", stale=False)
     if not isinstance(text, str) or not isinstance(sha256, str):  # NULL or a BLOB, written with the sqlite3 shell

@@ -2,9 +2,11 @@
 
 A checkpoint stores the state at global position N, the chain's hash at N, a schema
 version and a fingerprint of what the folded state structurally depends on
-(`lifecycle_fsm/snapshots.py`). Like seed 001's resume checkpoints, a structural
+(`lifecycle_fsm/snapshots.py`). Like a training run's resume checkpoints, a structural
 mismatch means the snapshot is not used and the reason is said; the ledger then
-falls back to an older checkpoint or a full replay. Loading is the latest trusted
+falls back to an older checkpoint or a full replay. One built under other decision
+rules is used, with a warning (`checkpoint_other_rules`): rules decide what comes next,
+not what the recorded events fold to. Loading is the latest trusted
 checkpoint plus the events after it, and must equal a full replay
 (tests/test_checkpoints.py and tests/test_properties.py prove it).
 """
@@ -24,6 +26,7 @@ from lifecycle_fsm.snapshots import (
     FINGERPRINT,
     FINGERPRINT_PARTS,
     SnapshotProblem,
+    other_rules,
     snapshot_problem,
 )
 from lifecycle_fsm.store.base import EventStore
@@ -108,6 +111,8 @@ def load_state(
                 except (ValueError, KeyError, TypeError) as e:
                     reason = f"snapshot cannot be read ({e!r})"
                 else:
+                    if (rules := other_rules(record.fingerprint)) is not None:  # decisions, not structure: used
+                        log.warning("checkpoint_other_rules", checkpoint_id=record.checkpoint_id, rules=rules)
                     return LoadResult(fold_rows(store, start, to=to, checked=checked), record, tuple(skipped))
             log.warning(
                 "checkpoint_skipped", checkpoint_id=record.checkpoint_id, position=record.position, reason=reason

@@ -4,8 +4,9 @@ Every filter becomes one `EventFilter` the store runs as a single indexed query,
 `log --type HandoffDecided --limit 20` on a million events reads twenty rows, not a
 million. `--reason CODE` is a payload match on the event types whose evidence
 carries reason codes: checks and hand-offs (`reason_codes`), blocking recovery plans
-(`action`), evidence invalidations (`cause`; `baseline` and `baseline_changed` both
-match). Each row's own hash is recomputed before it is shown (fail closed).
+(`action`), evidence invalidations (`baseline_changed`, `evaluation_changed`,
+`window_changed`: the reason code the candidate's state shows, matched on the event's
+`cause`). Each row's own hash is recomputed before it is shown (fail closed).
 """
 
 from __future__ import annotations
@@ -46,7 +47,6 @@ INVALIDATION_CAUSES = ("baseline", "evaluation", "window")
 REASON_CODES = (
     *CHECK_CODES,
     *sorted(BLOCKING_ACTIONS),
-    *INVALIDATION_CAUSES,
     *(f"{cause}_changed" for cause in INVALIDATION_CAUSES),
 )
 # Streams that are not a candidate's, addressed by their own name.
@@ -62,7 +62,7 @@ def _reason_matches(code: str) -> tuple[PayloadMatch, ...]:
     if code in BLOCKING_ACTIONS:
         return (PayloadMatch("RecoveryPlanned", "$.action", code),)
     cause = code.removesuffix("_changed")
-    if cause in INVALIDATION_CAUSES:
+    if code.endswith("_changed") and cause in INVALIDATION_CAUSES:
         return (PayloadMatch("EvidenceInvalidated", "$.cause", cause),)
     raise InputError(f"unknown reason code {code!r} (one of {', '.join(REASON_CODES)})")
 

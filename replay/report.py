@@ -97,13 +97,14 @@ def _verify_summary(checked: JSON) -> VerifySummary:
 
 
 def _build_report(store: EventStore, as_of: AsOf | None) -> LedgerReport:
+    from lifecycle_fsm.findings import TRUST_CODES
     from lifecycle_fsm.seals import add_trust_findings
 
     verified, full = verify_with_state(store)
     checked = add_trust_findings(store, verified)  # seal hashes vs the chain; signatures need --pubkey
     # States may be shown when the chain, a full replay and the index hold (a broken checkpoint is
     # not used; a broken guard changes no row) and no seal contradicts the chain.
-    trusted = full is not None and (checked["ok"] or not verified["ok"])
+    trusted = full is not None and not any(p["code"] in TRUST_CODES for p in checked["problems"])
     report = LedgerReport(
         head=checked["head"],
         events=checked["events"],

@@ -17,6 +17,7 @@ from typing import Any
 
 from lifecycle_fsm.errors import CorruptionError
 from lifecycle_fsm.events import stream_of
+from lifecycle_fsm.findings import add_problem, problem
 from lifecycle_fsm.replay.checkpoints import checkpoint_problem
 from lifecycle_fsm.replay.fold import EMPTY, LedgerState, fold_rows, index_of, snapshot_json
 from lifecycle_fsm.store.base import EventStore
@@ -25,8 +26,10 @@ from lifecycle_fsm.store.records import StreamHead
 
 __all__ = ["verify", "verify_with_state"]
 
+JSON = dict[str, Any]
 
-def _checkpoint_report(store: EventStore, walk: ChainWalk) -> tuple[list[dict[str, Any]], bool, LedgerState]:
+
+def _checkpoint_report(store: EventStore, walk: ChainWalk) -> tuple[list[JSON], LedgerState]:
     """Each checkpoint's status; structurally sound ones are compared on the way of one
     replay pass that then goes on to the head, so the whole log is folded once (a
     `CorruptionError` anywhere in it propagates); also returns the state at the head."""
@@ -54,8 +57,7 @@ def _checkpoint_report(store: EventStore, walk: ChainWalk) -> tuple[list[dict[st
         elif (bad := _stream_copy_problem(store, record.checkpoint_id, state)) is not None:
             reports[record.checkpoint_id].update(status="broken", reason=bad)
     state = fold_rows(store, state, batches=walk.fold_batches())  # the rest: every transition must still be legal
-    ordered = list(reports.values())
-    return ordered, all(r["status"] != "broken" for r in ordered), state
+    return list(reports.values()), state
 
 
 def _stream_copy_problem(store: EventStore, checkpoint_id: int, state: LedgerState) -> str | None:
@@ -77,7 +79,7 @@ def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _index_problem(store: EventStore, state: LedgerState) -> str | None:
+def _index_problem(store: EventStore, state: LedgerState) -> JSON | None:
     """The state index (`streams`) must equal what a full replay implies, row for row.
 
     Commands find decided candidates through it (an evidence invalidation's fan-out), so
@@ -89,18 +91,18 @@ def _index_problem(store: EventStore, state: LedgerState) -> str | None:
         return None
     differing = sorted(k for k in expected.keys() | stored.keys() if expected.get(k) != stored.get(k))
     first = differing[0]
-    return (
+    reason = (
         f"state index (streams) differs from a full replay at {', '.join(differing[:5])}: "
-        f"{first} is {_row(stored.get(first))} in the index, {_row(expected.get(first))} in the log "
-        "(rebuild it with `lifecycle replay --full`)"
+        f"{first} is {_row(stored.get(first))} in the index, {_row(expected.get(first))} in the log"
     )
+    return problem("state_index", None, reason, advice="rebuild it with `lifecycle replay --full`")
 
 
 def _row(head: StreamHead | None) -> str:
     return "missing" if head is None else f"version {head.version} status {head.status} kind {head.category}"
 
 
-def verify(store: EventStore) -> dict[str, Any]:
+def verify(store: EventStore) -> JSON:
     """The integrity report `lifecycle verify` prints; `ok` is False if anything is broken.
 
     Read in one snapshot (`store.read_snapshot()`): the fold is compared with the state
@@ -109,7 +111,7 @@ def verify(store: EventStore) -> dict[str, Any]:
     return verify_with_state(store)[0]
 
 
-def verify_with_state(store: EventStore) -> tuple[dict[str, Any], LedgerState | None]:
+def verify_with_state(store: EventStore) -> tuple[JSON, LedgerState | None]:
     """`verify`'s report and the state its full replay folded, for a caller that needs both from
     one read (`report`: one fold, not two). The state is None unless the chain, the fold and the
     state index hold: a broken checkpoint or append-only guard leaves the replayed states sound."""
@@ -117,38 +119,39 @@ def verify_with_state(store: EventStore) -> tuple[dict[str, Any], LedgerState | 
         return _verify(store)
 
 
-def _verify(store: EventStore) -> tuple[dict[str, Any], LedgerState | None]:
+def _verify(store: EventStore) -> tuple[JSON, LedgerState | None]:
+    """Every check, each finding added in the order the checks run: the chain, the replay (and
+    its legality), the state index, the checkpoints in position order, the append-only guards.
+    The replayed state is returned only when the chain, the replay and the index hold."""
     walk = ChainWalk(store.select_rows())
     full: LedgerState | None = None
     corrupt: CorruptionError | None = None
     try:  # one fold of the whole log as the chain walk checks it, every checkpoint on its way
-        checkpoints, checkpoints_ok, full = _checkpoint_report(store, walk)
+        checkpoints, full = _checkpoint_report(store, walk)
     except CorruptionError as e:
         corrupt = e
         walk.finish()  # a break further on is still the finding
     chain = walk.report(count=store.count_events, head=store.head)
-    report: dict[str, Any] = {
+    report: JSON = {
         "ok": chain.ok,
         "events": chain.events,
         "head": {"seq": chain.head.seq, "hash": chain.head.hash},
+        "problems": [],
     }
     if not chain.ok:  # checkpoints: null, not checked (a snapshot is compared with a replay of the rows)
-        report.update(checkpoints=None, bad_seq=chain.bad_seq, reason=chain.reason)
-        return report, None
+        report["checkpoints"] = None
+        return add_problem(report, problem("chain", chain.bad_seq, str(chain.reason))), None
     if corrupt is not None or full is None:
         assert corrupt is not None
-        report.update(checkpoints=None, ok=False, bad_seq=corrupt.seq, reason=str(corrupt), details=corrupt.details)
-        return report, None
+        report.update(checkpoints=None, details=corrupt.details)
+        return add_problem(report, problem("replay", corrupt.seq, str(corrupt))), None
     report["checkpoints"] = checkpoints
-    if (index_problem := _index_problem(store, full)) is not None:  # no position: the index is not the log
-        report.update(ok=False, bad_seq=None, reason=index_problem)
-        return report, None
-    if not checkpoints_ok:  # the first bad position: the broken checkpoint's
-        broken = [c for c in checkpoints if c["status"] == "broken"]  # one with no position (null) last
-        first = min(broken, key=lambda c: (c["position"] is None, c["position"] or 0))
-        reason = f"checkpoint {first['checkpoint_id']}: {first['reason']}"
-        report.update(ok=False, bad_seq=first["position"], reason=reason)
-    elif guards := store.guard_problems():  # the log holds: said last, what is left is the fence around it
-        why = f"append-only guard: {'; '.join(guards)} (the database was changed outside lifecycle; "
-        report.update(ok=False, bad_seq=None, reason=why + "`lifecycle migrate` it to a new ledger to restore them)")
-    return report, full
+    index_problem = _index_problem(store, full)  # no position: the index is not the log
+    add_problem(report, index_problem)
+    broken = [c for c in checkpoints if c["status"] == "broken"]  # by position; one with none (null) last
+    for c in sorted(broken, key=lambda c: (c["position"] is None, c["position"] or 0)):
+        add_problem(report, problem("checkpoint", c["position"], f"checkpoint {c['checkpoint_id']}: {c['reason']}"))
+    if guards := store.guard_problems():  # the fence around the log, not the log
+        why = f"append-only guard: {'; '.join(guards)} (the database was changed outside lifecycle)"
+        add_problem(report, problem("append_only_guard", None, why, advice="`lifecycle migrate` it to a new ledger"))
+    return report, None if index_problem is not None else full

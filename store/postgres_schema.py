@@ -7,7 +7,7 @@ Why it is built this way:
 - A `BEFORE UPDATE OR DELETE … FOR EACH ROW` trigger refuses edits (and `ON CONFLICT
   DO UPDATE`); TRUNCATE fires no row trigger, so it has its own statement trigger.
   The table owner can still disable triggers: run writers as a role holding only
-  SELECT and INSERT on `events` (README, "PostgreSQL").
+  SELECT and INSERT on `events` (docs/postgres.md, "The role the supervisors run as").
 - The tables live in the URL's schema (`?options=-csearch_path%3Dx`); schema creation
   is serialised by the same advisory lock appends take, so two processes opening a
   new ledger at once do not race on `CREATE TABLE IF NOT EXISTS`. An existing ledger
@@ -265,7 +265,8 @@ def _refuse_unusable_schema(session: PgSession) -> None:
     if row is not None and row[0]:
         raise StoreError(
             f"{session.where}: this role may not use schema {name!r} (permission denied; the owner must "
-            f'GRANT USAGE ON SCHEMA and the table privileges to it: README, "PostgreSQL")'
+            "GRANT USAGE ON SCHEMA and the table privileges to it: docs/postgres.md, "
+            '"The role the supervisors run as")'
         )
 
 

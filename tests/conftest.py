@@ -33,10 +33,16 @@ REPO = Path(__file__).resolve().parent.parent
 class Workspace:
     """A folder holding adapters, manifests and one ledger file."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, paths_from_root: bool = False) -> None:
+        """`paths_from_root`: manifests write adapter paths relative to `root` (a project root,
+        read with it as the artifact root), not to their own folder."""
         self.root = root
         self.db = root / "ledger.db"
         self.sft_sha: str | None = None
+        self.paths_from_root = paths_from_root
+
+    def _adapter_path(self, name: str) -> dict[str, str]:
+        return {"adapter_path": f"{name}/adapter"} if self.paths_from_root else {}
 
     def adapter(self, name: str, *, size: int = 64 * 1024, seed: int = 0) -> Path:
         """An adapter folder: adapter_config.json and a weights file of `size` random bytes."""
@@ -49,11 +55,11 @@ class Workspace:
         """An SFT manifest whose adapter sha256 becomes the active policy version."""
         sha = hash_directory(self.adapter(name))
         self.sft_sha = self.sft_sha or sha
-        return self.write_manifest(name, baseline_manifest(sha, **overrides))
+        return self.write_manifest(name, baseline_manifest(sha, **(self._adapter_path(name) | overrides)))
 
     def _candidate(self, kind: str, name: str, overrides: dict[str, Any]) -> Path:
         sha = hash_directory(self.adapter(name))
-        fields = {"source_policy_version": self.sft_sha, "policy_version": name} | overrides
+        fields = {"source_policy_version": self.sft_sha, "policy_version": name} | self._adapter_path(name) | overrides
         manifest = candidate_manifest(kind, adapter_sha256=sha, **fields)
         for key in [k for k, v in overrides.items() if v is _DROP]:
             del manifest[key]
@@ -72,6 +78,8 @@ class Workspace:
         return self._candidate("rlvr", name, overrides)
 
     def ledger(self, **kwargs: Any) -> Ledger:
+        if self.paths_from_root:
+            kwargs.setdefault("artifact_root", self.root)
         return Ledger.open(self.db, synchronous="NORMAL", **kwargs)
 
 

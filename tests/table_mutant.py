@@ -1,7 +1,9 @@
 """Run the simulator against a ledger whose transition table has one row changed.
 
-    python tests/table_mutant.py '{"row": 11, "drop": "tune"}' [SEEDS [STEPS [CANDIDATES]]]
+    python tests/table_mutant.py '{"row": 15, "drop": "tune"}' [SEEDS [STEPS [CANDIDATES]]]
     python tests/table_mutant.py '{"row": 4, "dest": null}'
+
+Row 15 is `invalidate_evidence`: dropping `tune` from it is the broken invalidation the simulator must find.
 
 The child executes `lifecycle_fsm/machine.py` itself with `MOVES` replaced right after it is
 defined, before the package (or anything else) imports the module, so every table derived from

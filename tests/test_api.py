@@ -6,6 +6,7 @@ import __future__
 import ast
 import importlib
 import pkgutil
+import re
 import subprocess
 import sys
 import types
@@ -178,14 +179,18 @@ def test_embedding_example_with_wrong_arguments_prints_its_usage(tmp_path: Path,
 
 
 def test_readme_opens_with_the_two_commands() -> None:
-    """README.md starts with a set-up + main-job command and a set-up + tests command."""
+    """README.md starts with a set-up + main-job command and a set-up + tests command, and CI
+    installs and tests exactly as that second command says."""
     text = (REPO / "README.md").read_text()
     blocks = text.split("```")
     first, second = blocks[1], blocks[3]
     assert "pip install" in first and "lifecycle" in first
     assert "pip install" in second and "pytest" in second
+    install = re.search(r"\.venv/bin/pip install -q (-e .+?) &&", second)
+    assert install is not None, second
     ci = (REPO / ".ci" / "run").read_text()
-    assert "pytest -q" in ci
+    assert f"pip install --quiet {install.group(1)}\n" in ci
+    assert "\nCI=true .venv/bin/pytest -q\n" in ci and second.strip().endswith(".venv/bin/pytest -q")
 
 
 @pytest.mark.parametrize("backend", backend_params(DURABLE))

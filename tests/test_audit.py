@@ -71,6 +71,12 @@ def tamper(adapter: Path) -> None:
 
 
 @pytest.fixture
+def ws(tmp_path: Path) -> Workspace:
+    """Manifests written the source workflow's way: adapter paths relative to the project root (`--root`)."""
+    return Workspace(tmp_path, paths_from_root=True)
+
+
+@pytest.fixture
 def tree(ws: Workspace) -> tuple[Path, Path]:
     """An SFT baseline, a DPO and a GRPO candidate, all sound."""
     ws.baseline()
@@ -93,11 +99,21 @@ def test_all_ready(ws: Workspace, tree: tuple[Path, Path]) -> None:
     assert handoff["candidate_records"] == evidence["candidate_records"]
     assert handoff["baseline_manifest"] == "manifest.json"
     dpo = by_id(evidence)["dpo-v5"]
-    assert dpo["manifest_path"] == "../dpo-v5/manifest.json"
+    assert dpo["path"] == dpo["manifest_path"] == "../dpo-v5/manifest.json"
     assert dpo["semantic_id"] == "PT-DPO-OFFLINE" and dpo["upstream_decision"] == "accept"
     assert dpo["freshness"] == {"fresh": True, "failed_checks": []}
-    assert dpo["artifact"]["path"] == "adapter" and dpo["artifact"]["expected"] == dpo["artifact"]["actual"]
-    assert dpo["rollback"]["expected"] == dpo["rollback"]["actual"] == ws.sft_sha
+    manifest = json.loads(tree[0].read_text())
+    assert dpo["artifact"] == manifest["artifacts"]["adapter"] and dpo["artifact"]["path"] == "dpo-v5/adapter"
+    sha = manifest["artifacts"]["adapter"]["sha256"]
+    assert dpo["evidence"] == {
+        "rollback_ready": True,
+        "artifact_verified": True,
+        "artifact_check": {"expected": sha, "actual": sha},
+        "rollback_check": {"expected": ws.sft_sha, "actual": ws.sft_sha},
+    }
+    assert dpo["artifact_detail"]["path"] == "dpo-v5/adapter" and dpo["artifact_detail"]["actual"] == sha
+    assert dpo["rollback_detail"]["expected"] == dpo["rollback_detail"]["actual"] == ws.sft_sha
+    assert dpo["inconclusive"] == []
     assert (dpo["hard_failures"], dpo["ledger_state"]) == ([], "ready")
     assert [e["type"] for e in dpo["ledger_events"]] == ["CandidateReceived", "ChecksRecorded", "HandoffDecided"]
     assert dpo["evidence_seq"] == dpo["ledger_events"][-1]["seq"]
@@ -159,8 +175,13 @@ def test_baseline_tampered_rejects_every_candidate(ws: Workspace, tree: tuple[Pa
     evidence, handoff = records(ws)
     for record in evidence["candidate_records"]:
         assert record["handoff_status"] == "reject" and record["reason_codes"] == ["rollback"]
-        assert record["rollback"]["expected"] == ws.sft_sha != record["rollback"]["actual"]
-        assert record["rollback"]["error"] == "hash_mismatch"
+        assert record["rollback_detail"]["expected"] == ws.sft_sha != record["rollback_detail"]["actual"]
+        assert record["rollback_detail"]["error"] == "hash_mismatch"
+        assert record["evidence"]["rollback_ready"] is False and record["evidence"]["artifact_verified"] is True
+        assert record["evidence"]["rollback_check"] == {
+            "expected": ws.sft_sha,
+            "actual": record["rollback_detail"]["actual"],
+        }
     assert handoff["handoff_status"] == "no_ready_candidate"
 
 
@@ -172,7 +193,9 @@ def test_candidate_tampered_and_old_baseline(ws: Workspace) -> None:
     assert run_audit(ws, dpo, grpo).exit_code == 0
     found = by_id(records(ws)[0])
     assert found["dpo-v5"]["reason_codes"] == ["artifact"] and found["dpo-v5"]["hard_failures"] == ["artifact"]
-    assert found["dpo-v5"]["artifact"]["actual"] != found["dpo-v5"]["artifact"]["expected"]
+    checked = found["dpo-v5"]["evidence"]["artifact_check"]
+    assert checked["actual"] != checked["expected"] == found["dpo-v5"]["artifact"]["sha256"]
+    assert found["dpo-v5"]["evidence"]["artifact_verified"] is False
     assert found["grpo-v7"]["reason_codes"] == ["source_policy"]
 
 
@@ -207,17 +230,18 @@ def test_bad_label(ws: Workspace, tree: tuple[Path, Path], label: str) -> None:
 
 def test_paths_escaping_root_are_not_read(tmp_path: Path) -> None:
     """An adapter path leaving --root is rejected unread (path_escapes_root), even with the right bytes."""
-    ws = Workspace(tmp_path / "inside")
+    ws = Workspace(tmp_path / "inside", paths_from_root=True)
     outside = Workspace(tmp_path).adapter("outside")
     ws.baseline()
     good = ws.grpo()
-    escaping = {"path": "../../outside/adapter", "sha256": ws_hash(outside)}
+    escaping = {"path": "../outside/adapter", "sha256": ws_hash(outside)}
     dpo = ws.dpo(artifacts={"adapter": escaping})
     assert run_audit(ws, dpo, good).exit_code == 0
     found = by_id(records(ws)[0])
     assert found["dpo-v5"]["reason_codes"] == ["artifact", "path_escapes_root"]
-    assert found["dpo-v5"]["artifact"] == {
-        "path": "../../outside/adapter",
+    assert found["dpo-v5"]["artifact"] == escaping
+    assert found["dpo-v5"]["artifact_detail"] == {
+        "path": "../outside/adapter",
         "expected": escaping["sha256"],
         "actual": None,
         "verified": False,
@@ -230,7 +254,8 @@ def test_paths_escaping_root_are_not_read(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.stderr
     grpo = by_id(records(ws, "t2")[0])["grpo-v7"]
     assert "rollback" in grpo["reason_codes"] and "path_escapes_root" in grpo["reason_codes"]
-    assert grpo["rollback"]["error"] == "path_escapes_root" and grpo["rollback"]["actual"] is None
+    assert grpo["rollback_detail"]["error"] == "path_escapes_root" and grpo["rollback_detail"]["actual"] is None
+    assert grpo["evidence"]["rollback_check"] == {"expected": escaping["sha256"], "actual": None}
 
 
 def ws_hash(path: Path) -> str:
@@ -241,7 +266,7 @@ def ws_hash(path: Path) -> str:
 
 def test_symlinks_inside_root_followed_outside_refused(tmp_path: Path) -> None:
     """A link into a blob inside --root proves the blob's bytes; a link leading outside fails artifact."""
-    ws = Workspace(tmp_path / "inside")
+    ws = Workspace(tmp_path / "inside", paths_from_root=True)
     ws.baseline()
     grpo, dpo = ws.grpo(), ws.dpo()
     for name, target in (("grpo-v7", ws.root / "blobs" / "w1"), ("dpo-v5", tmp_path / "elsewhere" / "w2")):
@@ -253,13 +278,13 @@ def test_symlinks_inside_root_followed_outside_refused(tmp_path: Path) -> None:
     found = by_id(records(ws)[0])
     assert found["grpo-v7"]["handoff_status"] == "ready_for_evaluation"  # a link and a copy hash the same
     assert found["dpo-v5"]["reason_codes"] == ["artifact"]
-    assert found["dpo-v5"]["artifact"]["error"] == "symlink_outside_root"
+    assert found["dpo-v5"]["artifact_detail"]["error"] == "symlink_outside_root"
     blob = ws.root / "blobs" / "w1"  # rewrite the bytes the link points to
     blob.write_bytes(b"changed" + blob.read_bytes())
     assert run_audit(ws, grpo, label="t2").exit_code == 0
     again = by_id(records(ws, "t2")[0])["grpo-v7"]
     assert again["reason_codes"] == ["artifact"] and again["ledger_state"] == "reject"
-    assert again["artifact"]["actual"] != found["grpo-v7"]["artifact"]["actual"]
+    assert again["evidence"]["artifact_check"]["actual"] != found["grpo-v7"]["evidence"]["artifact_check"]["actual"]
     assert [e["type"] for e in again["ledger_events"]] == ["ChecksRecorded"]  # ready is re-checked, not re-received
 
 
@@ -289,7 +314,8 @@ def test_dry_run_writes_nothing(ws: Workspace, tree: tuple[Path, Path]) -> None:
     plan = json.loads(result.stdout)
     assert plan["run_mode"] == "dry_run" and plan["blockers"] == []
     dpo, grpo_plan = plan["candidates"]
-    assert dpo["missing_fields"] == [] and dpo["artifact"] == {"path": "adapter", "escapes_root": False, "exists": True}
+    assert dpo["missing_fields"] == []
+    assert dpo["artifact"] == {"path": "dpo-v5/adapter", "escapes_root": False, "exists": True}
     assert grpo_plan["missing_fields"] == ["evidence_window_index"]
     assert grpo_plan["freshness_preview"]["failed_checks"] == ["branch_evidence"]
     assert plan["missing_candidate_manifests"] == ["../gone.json"]
@@ -397,7 +423,8 @@ def test_records_byte_identical_across_folders_apart_from_the_heads(
 
 
 def test_recovery_scenarios_follow_the_table(ws: Workspace, tree: tuple[Path, Path]) -> None:
-    """Seed 5.3's four failures go through §3's table (recovery_state), not the seed's simplified variant."""
+    """The four failures go through the ordered table (recovery_state) and carry the source workflow's
+    run variant keys (required_state: the trusted state the stage needs)."""
     assert run_audit(ws, *tree).exit_code == 0
     evidence, handoff = records(ws)
     expected = [
@@ -410,7 +437,14 @@ def test_recovery_scenarios_follow_the_table(ws: Workspace, tree: tuple[Path, Pa
         evidence["recovery_scenarios"]
         == handoff["recovery_scenarios"]
         == [
-            {"stage": s, "available": {state: True}, "recovery_state": state, "reused_state": True, "action": a}
+            {
+                "stage": s,
+                "available": {state: True},
+                "required_state": state,
+                "recovery_state": state,
+                "reused_state": True,
+                "action": a,
+            }
             for s, state, a in expected
         ]
     )

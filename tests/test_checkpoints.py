@@ -136,7 +136,6 @@ def _fingerprint_with(part: str) -> str:
 @pytest.mark.parametrize(
     ("column", "value", "named"),
     [
-        ("fingerprint", _fingerprint_with("rules"), "rules"),
         ("fingerprint", _fingerprint_with("machine"), "machine"),
         ("fingerprint", _fingerprint_with("fold"), "fold"),
         ("fingerprint", "not json at all", "unreadable fingerprint"),
@@ -170,6 +169,40 @@ def test_wrong_head_hash_is_skipped(ws: Workspace, busy: Ledger) -> None:
     report = verify(busy.store)
     assert report["ok"] is False
     assert report["checkpoints"][0]["status"] == "broken"
+
+
+@pytest.mark.parametrize("fingerprint", [_fingerprint_with("rules"), canonical_json(FINGERPRINT_PARTS)])
+def test_a_checkpoint_built_under_other_rules_is_used_with_a_warning(
+    ws: Workspace, busy: Ledger, fingerprint: str
+) -> None:
+    """Rules decide what comes next, not what recorded events fold to: a checkpoint built under other
+    rules loads (a warning names them); one from before rules were recorded loads without one."""
+    record = take_checkpoint(busy.store, clock=clock)
+    sql(ws.db, "UPDATE checkpoints SET fingerprint = ? WHERE checkpoint_id = ?", fingerprint, record.checkpoint_id)
+    with structlog.testing.capture_logs() as logs:
+        result = load_state(busy.store)
+        again = Ledger(busy.store).candidate("dpo-v5")
+    assert result.checkpoint is not None and result.checkpoint.checkpoint_id == record.checkpoint_id
+    assert result.skipped == () and snapshot_json(result.state) == full(busy) and again.state == "ready"
+    warned = [e for e in logs if e["event"] == "checkpoint_other_rules"]
+    other = "rules" in orjson.loads(fingerprint)
+    assert [e["rules"] for e in warned] == (["0" * 64] if other else [])
+    assert not [e for e in logs if e["event"] in ("checkpoint_skipped", "stream_snapshot_skipped")]
+    assert verify(busy.store)["ok"] is True
+
+
+def test_verify_names_the_first_broken_checkpoint_and_lists_both(ws: Workspace, busy: Ledger) -> None:
+    """Two broken checkpoints, the later one taken first (a higher id at a lower position): `bad_seq`
+    and `reason` are the lower position's, and `problems` lists both in position order."""
+    late = take_checkpoint(busy.store, clock=clock)
+    early = take_checkpoint(busy.store, to=4, clock=clock)
+    assert early.checkpoint_id > late.checkpoint_id and early.position < late.position
+    for record in (late, early):
+        sql(ws.db, "UPDATE checkpoints SET head_hash = ? WHERE checkpoint_id = ?", "f" * 64, record.checkpoint_id)
+    report = verify(busy.store)
+    assert report["ok"] is False and report["bad_seq"] == early.position == 4
+    assert report["reason"].startswith(f"checkpoint {early.checkpoint_id}: ")
+    assert [(p["code"], p["bad_seq"]) for p in report["problems"]] == [("checkpoint", 4), ("checkpoint", 9)]
 
 
 def test_checkpoint_past_the_head_is_skipped(ws: Workspace, busy: Ledger) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Callable, Iterator
@@ -202,13 +203,21 @@ def test_fail_json_is_the_recovery_plan(populated: Workspace) -> None:
 
 
 def test_hash_json(populated: Workspace) -> None:
-    """`hash --json` gives path, the bare sha256 that hash_directory computes, and the algorithm."""
+    """`hash --json` gives path, the bare sha256 that hash_directory computes, and the algorithm: the tree
+    format for a directory, `sha256` for a file."""
     adapter = populated.root / "dpo-v5" / "adapter"
     doc = as_json(invoke(populated.db, "hash", str(adapter), "--json"))
-    assert doc == {"path": str(adapter), "sha256": hash_directory(adapter), "algorithm": "sha256"}
+    assert doc == {"path": str(adapter), "sha256": hash_directory(adapter), "algorithm": "lifecycle-fsm/tree-v1"}
     assert HEX64.fullmatch(doc["sha256"])
     text = invoke(populated.db, "hash", str(adapter))
     assert text.stdout.split()[0] == doc["sha256"]
+    weights = adapter / "adapter_model.safetensors"  # a single file: the plain sha256 `sha256sum` prints
+    doc = as_json(invoke(populated.db, "hash", str(weights), "--json"))
+    assert doc == {
+        "path": str(weights),
+        "sha256": hashlib.sha256(weights.read_bytes()).hexdigest(),
+        "algorithm": "sha256",
+    }
 
 
 @pytest.mark.parametrize(("root", "problem"), [("nowhere", "does not exist"), ("a-file", "is not a folder")])

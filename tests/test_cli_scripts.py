@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -65,7 +66,7 @@ def test_exit_status_gates_on_the_decision(decided: Workspace) -> None:
 def test_exit_status_of_an_unreadable_artifact_is_inconclusive(ws: Workspace) -> None:
     """The artifact root gone (an unmounted volume): `check --exit-status` exits 12, says nothing was decided,
     and the candidate stays verified; mounted again, the hand-off is ready (0)."""
-    volume = Workspace(ws.root / "volume")
+    volume = Workspace(ws.root / "volume", paths_from_root=True)
     volume.root.mkdir()
     root = ["--artifact-root", str(volume.root)]
     for argv in (["init"], ["baseline", "activate", str(volume.baseline())], ["receive", str(volume.dpo())]):
@@ -248,11 +249,26 @@ def test_install_hints_fit_where_the_code_runs(tmp_path: Path, monkeypatch: pyte
     assert install_hint("ui") == f"pip install -e '{checkout}[ui]' (this checkout)"
 
 
+def _until_it_opened(pid: int, path: Path, timeout: float = 60.0) -> None:
+    """Block until process `pid` holds `path` open: its interpreter has started and it is waiting."""
+    deadline = time.monotonic() + timeout
+    fds = Path(f"/proc/{pid}/fd")
+    while time.monotonic() < deadline:
+        try:
+            if any(os.path.realpath(fd) == str(path.resolve()) for fd in fds.iterdir()):
+                time.sleep(0.2)
+                return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"process {pid} never opened {path}")
+
+
 def test_ctrl_c_on_a_wait_is_exit_130(decided: Workspace) -> None:
     """Ctrl-C during `wait` is an interruption (130, one line), not a decision."""
     argv = _cli("--db", str(decided.db), "wait", "dpo-new", "--state", "ready", "--timeout", "60")
     waiting = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(1)
+    _until_it_opened(waiting.pid, decided.db)
     waiting.send_signal(signal.SIGINT)
     _, err = waiting.communicate(timeout=60)
     assert waiting.returncode == 130 and err.strip().splitlines()[-1] == "Error: interrupted"

@@ -347,6 +347,21 @@ def test_unknown_inputs_are_refused(ws: Workspace, active: Ledger) -> None:
     _expect_refused(ws, lambda: active.invalidate_trusted_state(cid, "optimizer"), InputError)
 
 
+def test_an_unknown_stage_or_kind_names_the_close_one(ws: Workspace, active: Ledger) -> None:
+    """A typo is answered with the name meant, in the words the caller wrote, and the names allowed."""
+    cid = active.receive(ws.grpo()).candidate.candidate_id  # type: ignore[union-attr]
+    expected = (
+        r"^unknown stage 'rewad', did you mean 'reward'\? "
+        r"\(expected one of sampling, reward, update, artifact_validation\)$"
+    )
+    with pytest.raises(InputError, match=expected):
+        active.fail_stage(cid, "rewad")
+    with pytest.raises(InputError, match=r"^unknown trusted-state kind 'trajectory', did you mean 'trajectories'\?"):
+        active.record_trusted_state(cid, "trajectory", saved_state(ws, "x"))
+    with pytest.raises(InputError, match=r"^unknown stage 'inference' \(expected one of"):  # nothing close
+        active.fail_stage(cid, "inference")
+
+
 def test_check_before_any_baseline_conflicts(ws: Workspace, ledger: Ledger) -> None:
     """Without an active baseline there is nothing to check lineage against: conflict, nothing appended."""
     ledger.init()
@@ -494,7 +509,7 @@ def test_trusted_states_are_hashed_under_the_ledgers_artifact_root_like_every_ar
         hub / "models--org--grpo", "abc", {"adapter_config.json": b'{"r": 8}', "adapter_model.safetensors": b"w" * 4096}
     )
     checkpoint = _hub_snapshot(hub / "models--org--ckpt", "def", {"model.safetensors": b"c" * 4096})
-    sft = ws.baseline()
+    sft = ws.baseline(adapter_path="sft/adapter")  # relative paths are read under the artifact root
     sha = hash_directory(adapter, ws.root)
     manifest = candidate_manifest(
         "grpo",

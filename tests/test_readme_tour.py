@@ -2,8 +2,9 @@
 
 The code block right after `## A tour` is parsed line by line (comments dropped, `&&`
 splitting a line into commands) and each command runs as a user's shell would run it:
-`python` is this interpreter, `lifecycle` is `python -m lifecycle_fsm` from it, and `cd`
-moves the following commands into a folder. The temporary folder stands in for the
+its first line activates the venv the README's first command made (here: this
+interpreter's), `python` is this interpreter, `lifecycle` is `python -m lifecycle_fsm`
+from it, and `cd` moves the following commands into a folder. The temporary folder stands in for the
 checkout the tour starts from, holding only a copy of `examples/`. Every command must
 exit 0 (none in the tour is documented to exit otherwise), so the tour cannot drift
 from the tool: a renamed command, option, path or candidate id fails here.
@@ -24,10 +25,10 @@ from tests.conftest import REPO
 
 
 def tour_lines() -> list[str]:
-    """The lines of the ```bash block right after `## A tour` in README.md."""
+    """The lines of the first ```bash block after `## A tour` in README.md."""
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     section = readme[readme.index("\n## A tour\n") :]
-    match = re.match(r"\n## A tour\n\n```bash\n(.*?)```", section, re.S)
+    match = re.search(r"```bash\n(.*?)```", section, re.S)
     assert match is not None, "the tour's code block must follow its heading"
     return [line for line in match.group(1).splitlines() if line.strip()]
 
@@ -47,7 +48,8 @@ def commands(line: str) -> list[list[str]]:
 
 
 def test_every_line_of_the_tour_runs(tmp_path: Path) -> None:
-    lines = tour_lines()
+    activate, *lines = tour_lines()
+    assert activate == "source .venv/bin/activate"  # after the first command, `lifecycle` is on the PATH
     assert lines[0].startswith("python examples/make_fixtures.py --tour ")  # the tour makes its own files
     shutil.copytree(REPO / "examples", tmp_path / "examples", ignore=shutil.ignore_patterns("__pycache__"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("LIFECYCLE_")} | {"LIFECYCLE_LOG_LEVEL": "error"}

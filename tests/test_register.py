@@ -144,7 +144,7 @@ def test_a_rollback_names_the_baseline_the_candidate_came_from(ws: Workspace) ->
 
 def test_an_unreadable_artifact_is_inconclusive_not_a_reject(ws: Workspace) -> None:
     """The artifact root gone (an unmounted volume): nothing is decided, the state stays, and it says why."""
-    volume = Workspace(ws.root / "volume")
+    volume = Workspace(ws.root / "volume", paths_from_root=True)
     volume.root.mkdir()
     ledger = Ledger.open(ws.db, synchronous="NORMAL", artifact_root=volume.root)
     ledger.init()

@@ -350,3 +350,21 @@ def test_a_report_reads_the_ledger_stream_once_however_many_candidates(ws: Works
     assert all(doc["candidates"][f"dpo-{n}"]["rollback"]["activated_seq"] is not None for n in range(5))
     ledger_reads = [s for s in statements if "stream_id = 'ledger'" in s]
     assert len(ledger_reads) == 1, ledger_reads
+
+
+def test_a_seal_that_fails_hides_the_states_as_a_broken_chain_does(tmp_path: Path) -> None:
+    """A chain edited and re-hashed holds as a chain, but its seal no longer matches: the report shows
+    no candidate state (they would come from a forged log), not the 'only a checkpoint' wording."""
+    from test_trust_seals import _rehash_everything
+
+    ws = Workspace(tmp_path / "ws")
+    for args in (["init"], ["baseline", "activate", str(ws.baseline())], ["receive", str(ws.dpo())]):
+        assert invoke(ws.db, *args).exit_code == 0
+    assert invoke(tmp_path / "unused.db", "key", "new", "--out", str(tmp_path / "keys")).exit_code == 0
+    assert invoke(ws.db, "--signing-key", str(tmp_path / "keys" / "lifecycle-signing.key"), "seal").exit_code == 0
+    edit = "UPDATE events SET payload = replace(payload, '\"eval-v1\"', '\"eval-vX\"') WHERE seq = 3"
+    _rehash_everything(ws.db, edit)
+    assert _report(ws.db, tmp_path / "r")[0] == 6
+    text = (tmp_path / "r" / "ledger-report.md").read_text()
+    assert "> **VERIFY FAILED** at seq" in text and ": seal_mismatch" in text
+    assert "No candidate state is shown" in text and "only a checkpoint is broken" not in text

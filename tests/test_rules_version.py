@@ -7,6 +7,8 @@ import itertools
 from typing import Any
 
 import orjson
+import pytest
+from conftest import Workspace
 
 from lifecycle_fsm.rules import (
     CANDIDATE_KINDS,
@@ -62,3 +64,26 @@ def test_the_declared_rules_version_matches_what_the_rules_decide() -> None:
         "the decision rules decide differently now: bump RULES['version'] in lifecycle_fsm/rules.py and set "
         f"RULES['digest'] to {digest!r} (decisions recorded under the old rules will be flagged)"
     )
+
+
+def test_a_hand_off_decides_under_todays_rules_after_a_check_under_other_rules(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A decision made under old rules stays in the history; the hand-off re-checks and records
+    today's rules, and the candidate is then no longer flagged."""
+    from lifecycle_fsm import decisions
+    from lifecycle_fsm.store.chain import canonical_json
+
+    with ws.ledger() as ledger:
+        ledger.init()
+        ledger.activate_baseline(ws.baseline())
+        ledger.receive(ws.dpo())
+        monkeypatch.setattr(decisions, "RULES", {"version": 0, "digest": "0" * 64})
+        checked = ledger.check("dpo-v5")
+        monkeypatch.undo()
+        handed = ledger.hand_off("dpo-v5")
+        assert handed.state == "ready" and [e.type for e in handed.events] == ["HandoffDecided"]
+        recorded = [orjson.loads(e.payload)["rules"] for e in (*checked.events, *handed.events)]
+        assert recorded == [{"version": 0, "digest": "0" * 64}, RULES]
+        assert ledger.explain("dpo-v5").stale_rules is None
+        assert canonical_json(ledger.candidate("dpo-v5").last_handoff["rules"]) == canonical_json(RULES)

@@ -1,4 +1,4 @@
-"""The embedding examples: the README's snippet passes `mypy --strict`, the supervisor loop runs.
+"""The embedding examples: the docs' supervisor snippet passes `mypy --strict`, the supervisor loop runs.
 
 `examples/supervisor_loop.py` is run as a user would, as a process: it crashes its own
 supervisor once mid-run, restarts it, and must still reach a hand-off for both
@@ -21,18 +21,18 @@ from tests.conftest import REPO
 LOOP = REPO / "examples" / "supervisor_loop.py"
 
 
-def _readme_snippet() -> str:
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("## Embedding") :]
+def _docs_snippet() -> str:
+    page = (REPO / "docs" / "embedding.md").read_text()
+    section = page[page.index("## A supervisor") :]
     match = re.search(r"```python\n(.*?)```", section, re.S)
     assert match is not None
     return match.group(1)
 
 
-def test_the_readme_snippet_is_the_example_and_passes_mypy_strict(tmp_path: Path) -> None:
-    snippet = _readme_snippet()
+def test_the_docs_snippet_is_the_example_and_passes_mypy_strict(tmp_path: Path) -> None:
+    snippet = _docs_snippet()
     assert snippet.strip() in (REPO / "examples" / "embed.py").read_text()
-    source = tmp_path / "readme_snippet.py"
+    source = tmp_path / "docs_snippet.py"
     source.write_text(snippet)
     out = subprocess.run(
         [
@@ -54,12 +54,12 @@ def test_the_readme_snippet_is_the_example_and_passes_mypy_strict(tmp_path: Path
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-def test_the_readme_says_how_mypy_finds_an_editable_install_outside_the_checkout() -> None:
+def test_the_docs_say_how_mypy_finds_an_editable_install_outside_the_checkout() -> None:
     """The test above runs mypy inside the checkout; outside it, setuptools' default editable
     install (an import hook) is invisible to mypy. The section claiming `mypy --strict` says
     which install mypy can read (checked by hand in a scratch venv: default fails, strict passes)."""
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("## Embedding") : readme.index("**Results are typed.**")]
+    page = (REPO / "docs" / "embedding.md").read_text()
+    section = page[page.index("## A supervisor") : page.index("## Results are typed")]
     assert "mypy --strict" in section
     assert "pip install -e . --config-settings editable_mode=strict" in " ".join(section.split())
 

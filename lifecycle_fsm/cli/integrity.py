@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -17,6 +17,9 @@ from lifecycle_fsm.cli.app import json_option, open_ledger, open_read_store, sig
 from lifecycle_fsm.cli.exit_codes import ExitCode
 from lifecycle_fsm.cli.render import emit
 from lifecycle_fsm.errors import InputError
+
+if TYPE_CHECKING:
+    from lifecycle_fsm.artifacts import TreeDigest
 
 __all__ = ["checkpoint", "hash_command", "verify"]
 
@@ -78,14 +81,17 @@ def verify(expect_heads: tuple[str, ...], pubkeys: tuple[str, ...]) -> None:
         seals = report["seals"]
         click.echo(f"ok: {report['events']} events, head seq {report['head']['seq']} {report['head']['hash']}")
         if seals["count"]:
-            checked = "signatures checked" if keys else "signatures not checked (no --pubkey)"
+            # ok with keys given: every seal's signature was checked (one that failed would have failed verify)
+            n = seals["count"]
+            checked = f"{n} signature{'s' * (n != 1)} checked" if keys else "signatures not checked (no --pubkey)"
             click.echo(f"seals: {seals['count']}, last at seq {seals['last_seq']}, {checked}")
     else:
-        detail = f" ({report['message']})" if report.get("message") else ""
-        if report.get("bad_seq") is not None:
-            click.echo(f"BROKEN at seq {report['bad_seq']}: {report['reason']}{detail}")
-        else:  # the state index or an append-only guard, not an event: there is no seq to name
-            click.echo(f"BROKEN: {report['reason']}{detail}")
+        for found in report["problems"]:  # every finding, the first one first
+            reason = f"{found['reason']} ({found['advice']})" if found.get("advice") else found["reason"]
+            detail = f" ({found['message']})" if found.get("message") else ""
+            # The state index or an append-only guard is not an event: there is no seq to name.
+            at = f" at seq {found['bad_seq']}" if found["bad_seq"] is not None else ""
+            click.echo(f"BROKEN{at}: {reason}{detail}")
     if not report["ok"]:
         sys.exit(int(ExitCode.INTEGRITY))
 
@@ -101,23 +107,23 @@ def hash_command(path: Path, root: Path | None) -> None:
     if root is not None and (problem := folder_problem(root)):
         raise InputError(f"--root {root} {problem}")  # bad input (exit 3), not "path escapes root"
     digest = _hash_with_progress(path, root)
-    if wants_json():
-        emit({"path": str(path), "sha256": digest, "algorithm": "sha256"})
+    if wants_json():  # a directory's digest is no `sha256sum` output: the algorithm names its format
+        emit({"path": str(path), "sha256": digest.sha256, "algorithm": digest.algorithm})
     else:
-        click.echo(f"{digest}  {path}")
+        click.echo(f"{digest.sha256}  {path}")
 
 
-def _hash_with_progress(path: Path, root: Path | None) -> str:
+def _hash_with_progress(path: Path, root: Path | None) -> TreeDigest:
     """Hash, with a progress bar on stderr for large trees when a person is watching."""
-    from lifecycle_fsm.artifacts import hash_directory, tree_size
+    from lifecycle_fsm.artifacts import hash_tree, tree_size
 
     if wants_json() or not sys.stderr.isatty() or not os.path.isdir(path):
-        return hash_directory(path, root)
+        return hash_tree(path, root, max_listed=0)
     total = tree_size(path, root)
     if total < 64 * 1024 * 1024:
-        return hash_directory(path, root)
+        return hash_tree(path, root, max_listed=0)
     from rich.progress import Progress
 
     with Progress(transient=True) as progress:
         task = progress.add_task(f"hashing {path}", total=total)
-        return hash_directory(path, root, progress=lambda n: progress.advance(task, n))
+        return hash_tree(path, root, progress=lambda n: progress.advance(task, n), max_listed=0)

@@ -15,7 +15,6 @@ its values.
 
 from __future__ import annotations
 
-import difflib
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
@@ -27,6 +26,7 @@ import cattrs
 from cattrs.errors import AttributeValidationNote, ClassValidationError
 from cattrs.gen import make_dict_structure_fn, override
 
+from lifecycle_fsm.command_inputs import suggest
 from lifecycle_fsm.errors import ScenarioError
 
 __all__ = ["NULLABLE", "Problem", "Where", "converter", "from_file", "structure", "suggest"]
@@ -66,13 +66,6 @@ class Where:
 def from_file(cl: type) -> tuple[str, ...]:
     """The keys a file may give for an attrs class, in declaration order."""
     return tuple(f.name for f in attrs.fields(cl))
-
-
-def suggest(word: str, choices: Iterable[str], listed: Iterable[str] | None = None) -> str:
-    """`, did you mean 'x'?` for the closest of `choices`, then the choices (or `listed`) themselves."""
-    choices = list(choices)
-    close = difflib.get_close_matches(word, choices, n=1)
-    return (f", did you mean {close[0]!r}?" if close else "") + f" (expected one of {', '.join(listed or choices)})"
 
 
 def unknown(word: str, what: str, choices: Iterable[str], listed: Iterable[str] | None = None) -> str:

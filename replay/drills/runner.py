@@ -193,7 +193,7 @@ def _audit(run: Run, step: Step) -> JSON:
         candidates=tuple(run.ws.manifests[c] for c in spec.candidates),
         label=spec.label,
         out=run.ws.root / "audit" / f"step-{step.number}",
-        root=run.ws.root,
+        root=None,  # the drill's ledger has no artifact root: each adapter path is beside its manifest
         active_window=settings.active_window or 0,
         max_window_age=settings.max_window_age or 0,
     )

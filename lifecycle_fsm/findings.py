@@ -1,0 +1,59 @@
+"""What `verify` found, as a list: every problem in the order the checks ran.
+
+A report keeps `ok`, and `bad_seq` / `reason` of its first problem (what a reader of one
+finding has always read), and lists them all in `problems`, each `{code, bad_seq, reason}`
+(`message` for a pinned head or a seal, `advice` for a repair). A pinned head or a seal that
+fails (`head_mismatch`, `seal_mismatch`, `seal_signature`) is evidence from outside the file
+that the log itself was cut or changed: while one fails no repair is advised, since a
+rebuild would make the damaged log look whole.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["TRUST_CODES", "add_problem", "problem"]
+
+JSON = dict[str, Any]
+
+TRUST_CODES = frozenset({"head_mismatch", "seal_mismatch", "seal_signature"})
+
+
+def problem(
+    code: str, bad_seq: int | None, reason: str, *, advice: str | None = None, message: str | None = None
+) -> JSON:
+    """One finding; a repair's `advice` is kept apart from the reason so it can be withheld."""
+    found: JSON = {"code": code, "bad_seq": bad_seq, "reason": reason}
+    if advice is not None:
+        found["advice"] = advice
+    if message is not None:
+        found["message"] = message
+    return found
+
+
+def add_problem(report: JSON, found: JSON | None = None) -> JSON:
+    """Add `found` (if any) to the report's problems and settle `ok`, `bad_seq`, `reason` (and
+    `message`) from the first; while a trust check fails, every repair's advice is dropped.
+
+    A pinned head or seal goes after a broken chain but before what the replay found: it is the
+    stronger verdict, and what the first-finding fields should say.
+    """
+    problems: list[JSON] = report.setdefault("problems", [])
+    if found is not None:
+        if found["code"] in TRUST_CODES:
+            at = next((i for i, p in enumerate(problems) if p["code"] not in TRUST_CODES | {"chain"}), len(problems))
+            problems.insert(at, found)
+        else:
+            problems.append(found)
+    if not problems:
+        return report
+    if any(p["code"] in TRUST_CODES for p in problems):
+        for p in problems:
+            p.pop("advice", None)
+    first = problems[0]
+    reason = first["reason"] if "advice" not in first else f"{first['reason']} ({first['advice']})"
+    report.update(ok=False, bad_seq=first["bad_seq"], reason=reason)
+    report.pop("message", None)
+    if "message" in first:
+        report["message"] = first["message"]
+    return report

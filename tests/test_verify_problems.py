@@ -1,0 +1,53 @@
+"""`verify` lists every problem it found, and a pinned head's verdict is never hidden behind another.
+
+A tail dropped below a pinned head with the state index left as it was: the index differs from
+a full replay (a problem whose usual repair is a rebuild) and the pinned head is missing. Both are
+listed, the pinned head first, and no rebuild is advised: a rebuild would make the cut log look whole.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+from conftest import Workspace, cli, invoke, restore_triggers
+
+
+def _decided(ws: Workspace) -> Path:
+    for args in (
+        ("init",),
+        ("baseline", "activate", str(ws.baseline())),
+        ("receive", str(ws.dpo())),
+        ("check", "dpo-v5"),
+        ("handoff", "dpo-v5"),
+    ):
+        assert invoke(ws.db, *args).exit_code == 0, args
+    return ws.db
+
+
+def test_a_dropped_tail_with_a_stale_index_reports_the_pinned_head_and_advises_no_rebuild(ws: Workspace) -> None:
+    db = _decided(ws)
+    head = json.loads(cli(db, "verify", "--json").stdout)["head"]
+    pin = f"{head['seq']}:{head['hash']}"
+    with sqlite3.connect(db, isolation_level=None) as conn:
+        conn.execute("DROP TRIGGER IF EXISTS events_refuse_delete")
+        conn.execute("DELETE FROM events WHERE seq = ?", (head["seq"],))  # the hand-off; the index still says ready
+        restore_triggers(conn)
+    plain = cli(db, "verify", "--json")
+    assert plain.returncode == 6 and "rebuild" in plain.stdout  # without a pin, the index is all there is to fix
+    done = cli(db, "verify", "--json", "--expect-head", pin)
+    report = json.loads(done.stdout)
+    assert done.returncode == 6 and report["ok"] is False
+    assert [p["code"] for p in report["problems"]] == ["head_mismatch", "state_index"]
+    assert (report["reason"], report["bad_seq"]) == ("head_mismatch", head["seq"])
+    assert "rebuild" not in done.stdout and "replay --full" not in done.stdout
+    text = cli(db, "verify", "--expect-head", pin)
+    lines = text.stdout.splitlines()
+    assert text.returncode == 6 and len(lines) == 2 and "rebuild" not in text.stdout
+    assert lines[0].startswith(f"BROKEN at seq {head['seq']}: head_mismatch") and "state index" in lines[1]
+
+
+def test_a_sound_ledger_has_no_problems(ws: Workspace) -> None:
+    report = json.loads(cli(_decided(ws), "verify", "--json").stdout)
+    assert report["ok"] is True and report["problems"] == [] and "reason" not in report
