@@ -204,13 +204,3 @@ def keys(tmp_path: Path) -> Path:
     """A fresh Ed25519 key pair (`key new`): `keys / "lifecycle-signing.key"` and `.pub`."""
     assert invoke(tmp_path / "unused.db", "key", "new", "--out", str(tmp_path / "keys")).exit_code == 0
     return tmp_path / "keys"
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under xdist, the tests sharing a module-scoped fixture run on one worker, so it is built once."""
-    for item in items:
-        info = getattr(item, "_fixtureinfo", None)
-        if info is None or item.get_closest_marker("xdist_group"):
-            continue
-        if any(defs[-1].scope == "module" for defs in info.name2fixturedefs.values()):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))

@@ -14,14 +14,11 @@ HERE = Path(__file__).parent
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The training libraries' own notices (peft and TRL calling transformers' v6-deprecated names) are theirs;
-    the trainer tests share one xdist worker, so the tiny model below is built once."""
+    """The training libraries' own notices (peft and TRL calling transformers' v6-deprecated names) are theirs."""
     theirs = pytest.mark.filterwarnings("ignore:.*is deprecated and will be removed in v6:FutureWarning")
-    one_worker = pytest.mark.xdist_group("trainer")
     for item in items:
         if item.path.parent == HERE:
             item.add_marker(theirs)
-            item.add_marker(one_worker)
 
 
 @pytest.fixture(scope="session")
