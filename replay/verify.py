@@ -143,6 +143,10 @@ def _verify(store: EventStore) -> tuple[dict[str, Any], LedgerState | None]:
     if (index_problem := _index_problem(store, full)) is not None:  # no position: the index is not the log
         report.update(ok=False, bad_seq=None, reason=index_problem)
         return report, None
+    if events_problems := store.index_problems():  # derived too: a wrong row would be a wrong answer to a filter
+        why = f"event index differs from the log: {'; '.join(events_problems)} "
+        report.update(ok=False, bad_seq=None, reason=why + "(rebuild it with `lifecycle replay --full`)")
+        return report, None
     if not checkpoints_ok:  # the first bad position: the broken checkpoint's
         broken = [c for c in checkpoints if c["status"] == "broken"]  # one with no position (null) last
         first = min(broken, key=lambda c: (c["position"] is None, c["position"] or 0))
