@@ -19,9 +19,10 @@ from lifecycle_fsm.errors import CorruptionError
 from lifecycle_fsm.events import stream_of
 from lifecycle_fsm.replay.checkpoints import checkpoint_problem
 from lifecycle_fsm.replay.fold import EMPTY, LedgerState, fold_rows, index_of, snapshot_json
+from lifecycle_fsm.replay.verify_workers import HashWorkers
 from lifecycle_fsm.store.base import EventStore
 from lifecycle_fsm.store.chain import ChainWalk, canonical_json
-from lifecycle_fsm.store.records import StreamHead
+from lifecycle_fsm.store.records import ChainReport, EventFilter, StreamHead
 
 __all__ = ["verify", "verify_with_state"]
 
@@ -100,25 +101,35 @@ def _row(head: StreamHead | None) -> str:
     return "missing" if head is None else f"version {head.version} status {head.status} kind {head.category}"
 
 
-def verify(store: EventStore) -> dict[str, Any]:
+def verify(store: EventStore, *, workers: int = 1, target: str | None = None) -> dict[str, Any]:
     """The integrity report `lifecycle verify` prints; `ok` is False if anything is broken.
 
     Read in one snapshot (`store.read_snapshot()`): the fold is compared with the state
     index, which another writer's commit between the two reads would move ahead of it.
+    With `workers` > 1 and the ledger's `target` (its file or URL), that many worker
+    processes re-compute the row hashes while this one walks the links and folds.
     """
-    return verify_with_state(store)[0]
+    return verify_with_state(store, workers=workers, target=target)[0]
 
 
-def verify_with_state(store: EventStore) -> tuple[dict[str, Any], LedgerState | None]:
+def verify_with_state(
+    store: EventStore, *, workers: int = 1, target: str | None = None
+) -> tuple[dict[str, Any], LedgerState | None]:
     """`verify`'s report and the state its full replay folded, for a caller that needs both from
     one read (`report`: one fold, not two). The state is None unless the chain, the fold and the
     state index hold: a broken checkpoint or append-only guard leaves the replayed states sound."""
     with store.read_snapshot():
-        return _verify(store)
+        return _verify(store, workers if target is not None else 1, target or "")
 
 
-def _verify(store: EventStore) -> tuple[dict[str, Any], LedgerState | None]:
-    walk = ChainWalk(store.select_rows())
+def _verify(store: EventStore, workers: int, target: str) -> tuple[dict[str, Any], LedgerState | None]:
+    hashing = None
+    if workers > 1:  # the rows up to the head read here: the workers' slices and this walk cover the same log
+        head = store.head().seq
+        hashing = HashWorkers(target, head, workers)
+        walk = ChainWalk(store.select_rows(EventFilter(before=head + 1)), hashes=False)
+    else:
+        walk = ChainWalk(store.select_rows())
     full: LedgerState | None = None
     corrupt: CorruptionError | None = None
     try:  # one fold of the whole log as the chain walk checks it, every checkpoint on its way
@@ -126,7 +137,14 @@ def _verify(store: EventStore) -> tuple[dict[str, Any], LedgerState | None]:
     except CorruptionError as e:
         corrupt = e
         walk.finish()  # a break further on is still the finding
+    except BaseException:
+        if hashing is not None:
+            hashing.cancel()
+        raise
     chain = walk.report(count=store.count_events, head=store.head)
+    found = None if hashing is None else hashing.first_problem()
+    if found is not None and (chain.bad_seq is None or found[0] < chain.bad_seq):  # a tie: the link's comes first
+        chain = ChainReport(False, store.count_events(), store.head(), bad_seq=found[0], reason=found[1])
     report: dict[str, Any] = {
         "ok": chain.ok,
         "events": chain.events,
