@@ -6,12 +6,17 @@ own hash), while `verify` walks the whole log in order for positions and links o
 (`ChainWalk(hashes=False)`) and folds it. The first break is the lowest position either
 found; at the same position the in-order walk's finding comes first, as one walk's
 checks come in that order (position, link, then hash).
+
+The workers are spawned (a fresh interpreter each, never a fork sharing this process's
+database connection), so a script calling `verify(workers=N)` needs the usual
+`if __name__ == "__main__":` guard.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 
 from lifecycle_fsm.errors import LifecycleError, StoreError
 from lifecycle_fsm.store.chain import ChainWalk
@@ -53,6 +58,8 @@ class HashWorkers:
         """Wait for every slice: the lowest position whose own hash does not hold, with the reason."""
         try:
             found = [s.result() for s in self._slices]
+        except BrokenProcessPool as e:  # a worker killed, or a script that starts work on import
+            raise StoreError(f"verify's worker processes stopped before they finished ({e})") from e
         finally:
             self._pool.shutdown(cancel_futures=True)
         breaks: list[tuple[int, str]] = []
