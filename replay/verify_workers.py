@@ -7,9 +7,9 @@ own hash), while `verify` walks the whole log in order for positions and links o
 found; at the same position the in-order walk's finding comes first, as one walk's
 checks come in that order (position, link, then hash).
 
-The workers are spawned (a fresh interpreter each, never a fork sharing this process's
-database connection), so a script calling `verify(workers=N)` needs the usual
-`if __name__ == "__main__":` guard.
+The workers are forked, so they import nothing: each opens its own store on the target and
+never touches the one this process holds (the store's handle is kept for its owner across a
+fork), and multiprocessing ends them without running their inherited finalisers.
 """
 
 from __future__ import annotations
@@ -47,8 +47,7 @@ class HashWorkers:
     """Worker processes checking the row hashes of positions `(0, head]` of the ledger at `target`."""
 
     def __init__(self, target: str, head: int, workers: int) -> None:
-        # spawned, never forked: a child must not share this process's database connection
-        self._pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+        self._pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
         size = max(1, -(-head // (workers * _SLICES_PER_WORKER)))
         self._slices: list[Future[tuple[int, str] | str | None]] = [
             self._pool.submit(_slice_problem, target, after, min(after + size, head)) for after in range(0, head, size)
@@ -58,7 +57,7 @@ class HashWorkers:
         """Wait for every slice: the lowest position whose own hash does not hold, with the reason."""
         try:
             found = [s.result() for s in self._slices]
-        except BrokenProcessPool as e:  # a worker killed, or a script that starts work on import
+        except BrokenProcessPool as e:  # a worker killed
             raise StoreError(f"verify's worker processes stopped before they finished ({e})") from e
         finally:
             self._pool.shutdown(cancel_futures=True)
