@@ -167,3 +167,19 @@ def test_an_older_file_is_read_as_it_is_and_given_the_index_by_a_writer(old_file
         assert not {"events_type", "events_actor", "events_recorded_at"} & _names(old_file)
         assert _seqs(writer, actor="ops") == _seqs(reference, actor="ops")
         assert writer.index_problems() == []
+
+
+def test_an_older_postgres_ledger_gets_the_index_from_a_writer(pg_url: str) -> None:
+    """The same on PostgreSQL: opened without create, read as it is; a writer's open (a role that
+    may change the schema) makes the event index and drops the filter indexes on `events`."""
+    reference = _filled(MemoryEventStore())
+    _filled(open_store(pg_url)).close()
+    pg_execute(pg_url, "DROP TABLE event_index; CREATE INDEX events_type ON events (type)")
+    exists = "SELECT to_regclass('event_index') IS NOT NULL, to_regclass('events_type') IS NOT NULL"
+    with open_store(pg_url, create=False) as reader:
+        assert _seqs(reader, types=("Checked",)) == _seqs(reference, types=("Checked",))
+        assert reader.position_at("2026-01-01T00:00:04.000000Z") == 6
+    assert pg_execute(pg_url, exists) == [(False, True)]
+    with open_store(pg_url) as writer:
+        assert pg_execute(pg_url, exists) == [(True, False)]
+        assert _seqs(writer, actor="ops") == _seqs(reference, actor="ops")
