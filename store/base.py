@@ -174,6 +174,11 @@ class EventStore(Protocol):
         """What is missing or altered of the database's own append-only guards: empty when all hold."""
         ...
 
+    def index_problems(self) -> list[str]:
+        """Where the event index (what the auditor's filter looks rows up by, derived from the log)
+        disagrees with the log: empty when it agrees, or when the backend keeps none."""
+        ...
+
     def close(self) -> None:
         """Release the connection."""
         ...

@@ -247,6 +247,10 @@ class MemoryEventStore:
         """Nothing but this class can change its list: no guard to lose."""
         return []
 
+    def index_problems(self) -> list[str]:
+        """No event index: the filter walks the list."""
+        return []
+
     def close(self) -> None:
         """Nothing to release."""
 

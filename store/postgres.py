@@ -28,6 +28,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
+import attrs
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.pq import ExecStatus, TransactionStatus
@@ -81,7 +82,7 @@ class PostgresEventStore(SQLStore):
         self._fault = fault_from_env()
         self.session = PgSession(url, synchronous=synchronous, busy_timeout=busy_timeout, idle_timeout=idle_timeout)
         try:
-            ensure_schema(self.session, create=create)
+            self._indexed = ensure_schema(self.session, create=create)
         except BaseException:
             self.session.close()
             raise
@@ -97,6 +98,9 @@ class PostgresEventStore(SQLStore):
             raise write_in_read_snapshot(self.where)
         if self.session.held:
             raise write_in_transaction(self.where)
+
+    def _may_catch_up(self) -> bool:
+        return not (self._reading or self.session.held)
 
     def _rollback(self) -> None:
         if self._owner.forked:  # a forked child left inside the parent's transaction: nothing is sent
@@ -324,11 +328,12 @@ class PostgresEventStore(SQLStore):
             last = end
 
     def _keyset(self, query: EventFilter) -> Iterator[list[Row]]:
-        where, params = filter_sql(query)
+        if self._indexed:
+            self._catch_up_before_read()
         last = query.after
         while True:
-            sql = f"SELECT {EVENT_COLUMNS} FROM events WHERE {where} AND seq > %s ORDER BY seq LIMIT {_PAGE}"
-            rows = self._rows(sql, (*params, last))
+            sql, params = filter_sql(attrs.evolve(query, after=last), indexed=self._indexed)
+            rows = self._rows(f"{sql} LIMIT {_PAGE}", params)
             yield rows
             if len(rows) < _PAGE:
                 return

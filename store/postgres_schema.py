@@ -21,11 +21,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import orjson
+from psycopg import errors as pg_errors
 from psycopg import sql
 
 from lifecycle_fsm.errors import InputError, StoreError
 from lifecycle_fsm.store.chain import GENESIS_HASH, header_parts
 from lifecycle_fsm.store.records import EventFilter, NewEvent
+from lifecycle_fsm.store.sql import INDEXED
 
 if TYPE_CHECKING:
     from lifecycle_fsm.store.postgres_session import PgSession
@@ -46,6 +48,17 @@ __all__ = [
 STORE_SCHEMA_VERSION = 1
 EVENT_COLUMNS = "seq, stream_id, version, event_id, type, schema_version, payload, recorded_at, actor, prev_hash, hash"
 
+# What the auditor's filter looks rows up by besides seq and stream_id, derived from the log
+# (`store.sql.CATCH_UP`) rather than indexes on `events`, which every commit would pay for.
+EVENT_INDEX_DDL = (
+    """CREATE TABLE IF NOT EXISTS event_index (
+        seq bigint PRIMARY KEY, type text NOT NULL, actor text NOT NULL, recorded_at text NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS event_index_type ON event_index (type)",
+    "CREATE INDEX IF NOT EXISTS event_index_actor ON event_index (actor)",
+    "CREATE INDEX IF NOT EXISTS event_index_recorded_at ON event_index (recorded_at)",
+    "DROP INDEX IF EXISTS events_type, events_actor, events_recorded_at",
+)
 DDL = (
     """CREATE TABLE IF NOT EXISTS events (
         seq bigint PRIMARY KEY CHECK (seq >= 1),
@@ -82,10 +95,7 @@ DDL = (
         state text NOT NULL, state_sha256 text NOT NULL, PRIMARY KEY (stream_id, checkpoint_id)
     )""",
     "CREATE TABLE IF NOT EXISTS meta (key text PRIMARY KEY, value text NOT NULL)",
-    # What the auditor's filter looks rows up by besides seq and stream_id.
-    "CREATE INDEX IF NOT EXISTS events_type ON events (type)",
-    "CREATE INDEX IF NOT EXISTS events_actor ON events (actor)",
-    "CREATE INDEX IF NOT EXISTS events_recorded_at ON events (recorded_at)",
+    *EVENT_INDEX_DDL,
     # One event appended in one statement (`append_one`): the lock, then (each statement of a
     # function taking a new snapshot in read committed) the head and every expected version read
     # after it, the chain hash computed from `chain.header_parts` (the bytes of `chain.event_hash`,
@@ -188,15 +198,18 @@ def append_one(
     ]
 
 
-def filter_sql(query: EventFilter) -> tuple[str, list[Any]]:
-    """The WHERE clause (no ORDER BY or LIMIT: the caller pages by seq) of an `EventFilter`.
+def filter_sql(query: EventFilter, *, indexed: bool) -> tuple[str, list[Any]]:
+    """The SELECT of an `EventFilter`'s rows in seq order (no LIMIT: the caller pages by seq).
 
-    The same meaning as SQLite's (`store.sqlite_schema.filter_sql`): a payload match
-    restricts to its types, looks for the value's JSON text (`strpos`), then confirms
-    it at its path on the parsed payload: a string equal to it, or an array holding it.
+    The same meaning as SQLite's (`store.sqlite_schema.filter_sql`): a filter on type, actor
+    or time takes the rows the event index names, then those past its position from the log
+    itself (`indexed`); a payload match restricts to its types, looks for the value's JSON
+    text (`strpos`), then confirms it at its path on the parsed payload: a string equal to
+    it, or an array holding it.
     """
     where = ["seq > %s"]
     params: list[Any] = [query.after]
+    looked_up: list[tuple[str, Any]] = []  # what the event index answers: (condition, its value)
     for clause, value in (
         ("seq < %s", query.before),
         ("recorded_at >= %s", query.since),
@@ -207,12 +220,14 @@ def filter_sql(query: EventFilter) -> tuple[str, list[Any]]:
         if value is not None:
             where.append(clause)
             params.append(value)
-    if query.types:
-        where.append("type = ANY(%s::text[])")
-        params.append(list(query.types))
+            if clause.startswith(("recorded_at", "actor")):
+                looked_up.append((clause, value))
+    for types in (list(query.types), sorted({m.type for m in query.payload})):
+        if types:
+            where.append("type = ANY(%s::text[])")
+            params.append(types)
+            looked_up.append(("type = ANY(%s::text[])", types))
     if query.payload:
-        where.append("type = ANY(%s::text[])")
-        params.append(sorted({m.type for m in query.payload}))
         ors = []
         for m in query.payload:
             path = m.path.removeprefix("$.").split(".")
@@ -222,7 +237,16 @@ def filter_sql(query: EventFilter) -> tuple[str, list[Any]]:
             )
             params.extend([m.type, orjson.dumps(m.value).decode(), path, m.value, path, path, m.value])
         where.append("(" + " OR ".join(ors) + ")")
-    return " AND ".join(where), params
+    condition = " AND ".join(where)
+    if not (indexed and looked_up):
+        return f"SELECT {EVENT_COLUMNS} FROM events WHERE {condition} ORDER BY seq", params
+    index_where = " AND ".join(["seq > %s", *(clause for clause, _ in looked_up)])
+    sql = (
+        f"(SELECT {EVENT_COLUMNS} FROM events WHERE seq IN (SELECT seq FROM event_index WHERE {index_where}) "
+        f"AND {condition} UNION ALL SELECT {EVENT_COLUMNS} FROM events WHERE seq > {INDEXED} AND {condition}) "
+        "ORDER BY seq"
+    )
+    return sql, [query.after, *(value for _, value in looked_up), *params, *params]
 
 
 def schema_version(session: PgSession) -> str | None:
@@ -270,11 +294,12 @@ def _refuse_unusable_schema(session: PgSession) -> None:
         )
 
 
-def ensure_schema(session: PgSession, *, create: bool) -> None:
-    """Check (and with `create`, make) the ledger's tables; refuse another schema version."""
+def ensure_schema(session: PgSession, *, create: bool) -> bool:
+    """Check (and with `create`, make) the ledger's tables; refuse another schema version. Whether
+    the ledger has the event index (`ensure_event_index`)."""
     found = schema_version(session)
     if found == str(STORE_SCHEMA_VERSION):
-        return  # an existing ledger opens without DDL: a role with only SELECT/INSERT can use it
+        return ensure_event_index(session, create=create)
     if found is not None:
         raise StoreError(f"{session.where}: store schema version {found} is not {STORE_SCHEMA_VERSION}; refusing")
     if not create:
@@ -291,5 +316,26 @@ def ensure_schema(session: PgSession, *, create: bool) -> None:
             "INSERT INTO meta (key, value) VALUES ('store_schema_version', %s) ON CONFLICT (key) DO NOTHING",
             (str(STORE_SCHEMA_VERSION),),
         )
+    return True
+
+
+def ensure_event_index(session: PgSession, *, create: bool) -> bool:
+    """Whether the ledger has the event index. An existing ledger opens without DDL (a role with only
+    SELECT and INSERT can use it); one made without the index gets it, in place of the filter indexes
+    on `events`, when a writer whose role may change the schema opens it. Otherwise it is read as it is."""
+    with session.mapped("cannot read the ledger schema"):
+        row = session.conn.execute("SELECT to_regclass('event_index') IS NOT NULL").fetchone()
+    if row is not None and row[0]:
+        return True
+    if not create:
+        return False
+    try:
+        with session.conn.transaction():
+            session.conn.execute("SELECT pg_advisory_xact_lock(%s)", (session.lock_key,))
+            for statement in EVENT_INDEX_DDL:
+                session.conn.execute(statement)
+    except pg_errors.InsufficientPrivilege:
+        return False
+    return True
     if schema_version(session) != str(STORE_SCHEMA_VERSION):  # pragma: no cover - a concurrent other version
         raise StoreError(f"{session.where}: store schema version is not {STORE_SCHEMA_VERSION}; refusing")

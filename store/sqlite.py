@@ -61,6 +61,7 @@ from lifecycle_fsm.store.sqlite_files import (
 )
 from lifecycle_fsm.store.sqlite_schema import (
     SYNCHRONOUS_MODES,
+    ensure_event_index,
     ensure_schema,
     filter_sql,
     guard_problems,
@@ -163,6 +164,7 @@ class SQLiteEventStore(SQLStore):
                 self._conn.execute("PRAGMA journal_mode=WAL")
                 self._conn.execute(f"PRAGMA synchronous={mode}")
             ensure_schema(self._conn, self.path, found, self._write)
+            self._indexed = ensure_event_index(self._conn, self._immutable is None and create, self._write)
         except sqlite3.DatabaseError as e:
             self._conn.close()
             raise StoreError(f"{self.path}: not a usable ledger database ({e})") from e
@@ -197,6 +199,9 @@ class SQLiteEventStore(SQLStore):
         if self._quick and not self._private:
             self._conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
             self._quick = False
+
+    def _may_catch_up(self) -> bool:
+        return self._held is None and self._immutable is None
 
     def _rollback(self) -> None:
         if self._owner.forked:  # the parent's transaction: never ended from a forked child
@@ -336,8 +341,10 @@ class SQLiteEventStore(SQLStore):
     def select_rows(self, query: EventFilter = ALL_EVENTS) -> Iterator[list[Row]]:
         """Small batches on purpose: a row is hashed and folded while its payload is still in the CPU
         cache, and fewer rows alive at once make the garbage collector's passes cheaper."""
-        where, params = filter_sql(query)
-        return self._batches(f"SELECT {EVENT_COLUMNS} FROM events WHERE {where}", params, 256)
+        if self._indexed and not query.positions_only():
+            self._catch_up_before_read()
+        sql, params = filter_sql(query, EVENT_COLUMNS, indexed=self._indexed)
+        return self._batches(sql, params, 256)
 
     def select_checkpoints(self, *, at_or_before: int | None = None) -> Iterator[CheckpointRecord]:
         """One row at a time, newest first: a load stops at the first trusted checkpoint. Without a bound

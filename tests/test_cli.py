@@ -237,6 +237,13 @@ def test_verify_json(populated: Workspace) -> None:
     assert doc["head"]["seq"] == doc["events"] and HEX64.fullmatch(doc["head"]["hash"])
 
 
+def test_verify_with_worker_processes(populated: Workspace) -> None:
+    """`verify --jobs 2` (a real process, spawning its workers) reports what one process reports."""
+    done = run_cli(populated.db, "verify", "--jobs", "2", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == as_json(invoke(populated.db, "verify", "--json"))
+
+
 def test_explain_json(populated: Workspace) -> None:
     """`explain --json` names the state, the specific reason codes and the decisive event with its evidence."""
     doc = as_json(invoke(populated.db, "explain", "dpo-x", "--json"))

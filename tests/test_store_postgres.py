@@ -89,7 +89,8 @@ def app_role(store: PostgresEventStore, pg_url: str) -> Iterator[str]:
         pg_url,
         f"GRANT USAGE ON SCHEMA {schema} TO {role}; "
         f"GRANT SELECT, INSERT ON events, checkpoints, checkpoint_streams TO {role}; "
-        f"GRANT SELECT, INSERT, UPDATE, DELETE ON streams TO {role}; GRANT SELECT ON meta TO {role}",
+        f"GRANT SELECT, INSERT, UPDATE, DELETE ON streams TO {role}; GRANT SELECT ON meta TO {role}; "
+        f"GRANT SELECT, INSERT, DELETE ON event_index TO {role}",
     )
     base = PG_BASE.replace("://postgres@", f"://{role}@")
     assert base != PG_BASE, "LIFECYCLE_TEST_PG must connect as user postgres for this test"
