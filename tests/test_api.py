@@ -144,6 +144,12 @@ def test_library_import_does_not_configure_logging() -> None:
     assert out.stdout.strip() == "False"
 
 
+def test_structlog_is_imported_only_to_write_an_event() -> None:
+    """The library and the command line load structlog only when an event is written through it."""
+    loaded = _imports_after("import lifecycle_fsm, lifecycle_fsm.cli, lifecycle_fsm.replay, lifecycle_fsm.store")
+    assert "structlog" not in loaded
+
+
 def test_embedding_example_runs(ws: Workspace) -> None:
     """examples/embed.py (the README's example) survives a reward failure and hands off ready."""
     sft = ws.baseline()
