@@ -20,7 +20,6 @@ from lifecycle_fsm.events import stream_of
 from lifecycle_fsm.findings import add_problem, problem
 from lifecycle_fsm.replay.checkpoints import checkpoint_problem
 from lifecycle_fsm.replay.fold import EMPTY, LedgerState, fold_rows, index_of, snapshot_json
-from lifecycle_fsm.replay.verify_workers import HashWorkers
 from lifecycle_fsm.store.base import EventStore
 from lifecycle_fsm.store.chain import ChainWalk, canonical_json
 from lifecycle_fsm.store.records import ChainReport, EventFilter, StreamHead
@@ -132,6 +131,8 @@ def _verify(store: EventStore, workers: int, target: str) -> tuple[JSON, LedgerS
     links and folds."""
     hashing = None
     if workers > 1:  # the rows up to the head read here: the workers' slices and this walk cover the same log
+        from lifecycle_fsm.replay.verify_workers import HashWorkers  # multiprocessing, for this case only
+
         head = store.head().seq
         hashing = HashWorkers(target, head, workers)
         walk = ChainWalk(store.select_rows(EventFilter(before=head + 1)), hashes=False)

@@ -150,6 +150,18 @@ def test_structlog_is_imported_only_to_write_an_event() -> None:
     assert "structlog" not in loaded
 
 
+def test_the_package_loads_the_ledger_when_first_asked() -> None:
+    """`import lifecycle_fsm` leaves the command path unloaded; `lifecycle_fsm.Ledger` (and
+    `from lifecycle_fsm import Ledger` or `*`) still gives the Ledger class."""
+    assert "lifecycle_fsm.ledger" not in _imports_after("import lifecycle_fsm")
+    code = (
+        "import lifecycle_fsm; from lifecycle_fsm.ledger import Ledger; from lifecycle_fsm import *; "
+        "assert lifecycle_fsm.Ledger is Ledger and 'Ledger' in globals(); "
+        "assert all(getattr(lifecycle_fsm, n) is globals()[n] for n in lifecycle_fsm.__all__)"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+
+
 def test_embedding_example_runs(ws: Workspace) -> None:
     """examples/embed.py (the README's example) survives a reward failure and hands off ready."""
     sft = ws.baseline()
