@@ -54,7 +54,9 @@ from lifecycle_fsm.store.sql import (
 from lifecycle_fsm.store.sqlite_errors import SQLITE_FAILURES, translate_sqlite_error
 from lifecycle_fsm.store.sqlite_files import (
     ImmutableRead,
+    OpenedFiles,
     begin_immediate,
+    close_without_checkpoint,
     create_ledger_file,
     keep_for_good,
     on_read_only_media,
@@ -146,6 +148,7 @@ class SQLiteEventStore(SQLStore):
         self._quick = self._private  # the busy timeout is 0 (a write set it; the next read gives it back)
         self._held: str | None = None  # "write" or "snapshot": the block holding the connection's transaction
         self._immutable: ImmutableRead | None = None  # a ledger in a folder we may not write
+        self._files: OpenedFiles | None = None  # the files a write must still be writing into
         if create:
             create_ledger_file(self.path)
         try:
@@ -163,6 +166,8 @@ class SQLiteEventStore(SQLStore):
                 self._conn.execute("PRAGMA journal_mode=WAL")
                 self._conn.execute(f"PRAGMA synchronous={mode}")
             ensure_schema(self._conn, self.path, found, self._write)
+            if self._immutable is None and not self._private:
+                self._files = OpenedFiles(self.path)
         except sqlite3.DatabaseError as e:
             self._conn.close()
             raise StoreError(f"{self.path}: not a usable ledger database ({e})") from e
@@ -228,6 +233,8 @@ class SQLiteEventStore(SQLStore):
                 if fault is not None:
                     fault.reached("before_commit")
                 self._owner.check()  # a forked child inside the parent's transaction: never its COMMIT
+                if self._files is not None:
+                    self._files.check()
                 conn.execute("COMMIT")
             except BaseException:
                 self._rollback()
@@ -358,6 +365,9 @@ class SQLiteEventStore(SQLStore):
 
     def close(self) -> None:
         self._owner.release()
+        if self._files is not None and self._files.changed() is not None:
+            close_without_checkpoint(self._conn, self._files)
+            return
         self._conn.close()
 
     def __enter__(self) -> SQLiteEventStore:
