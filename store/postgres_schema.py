@@ -257,7 +257,7 @@ def schema_version(session: PgSession) -> str | None:
 def _refuse_unusable_schema(session: PgSession) -> None:
     """A schema that exists but that this role lacks USAGE on is left out of the search path by PostgreSQL,
     so it looks missing: say which grant is missing instead of "no ledger, create one"."""
-    name = session.first_schema()
+    name = session.ledger_schema
     with session.mapped("cannot read the ledger schema"):
         row = session.conn.execute(
             "SELECT NOT has_schema_privilege(oid, 'USAGE') FROM pg_namespace WHERE nspname = %s", (name,)
@@ -281,7 +281,7 @@ def ensure_schema(session: PgSession, *, create: bool) -> None:
     with session.mapped("cannot create the ledger schema"), session.conn.transaction():
         session.conn.execute("SELECT pg_advisory_xact_lock(%s)", (session.lock_key,))
         if session.schema is None:  # the URL's schema does not exist yet: make it
-            name = session.first_schema()
+            name = session.ledger_schema
             session.conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(name)))
             session.schema = name
         for statement in DDL:
