@@ -188,9 +188,12 @@ class OpenedFiles:
                 st = os.stat(name)
                 self._files.append((name, (st.st_dev, st.st_ino)))
 
-    def changed(self, *, ledger_only: bool = False) -> str | None:
-        """The first file that is missing or no longer the one opened, None when all still are."""
-        for name, identity in self._files[:1] if ledger_only else self._files:
+    def changed(self, *, but_wal: bool = False) -> str | None:
+        """The first file that is missing or no longer the one opened, None when all still are (`but_wal`:
+        of the ledger file and its `-shm`)."""
+        for name, identity in self._files:
+            if but_wal and name.endswith("-wal"):
+                continue
             try:
                 st = os.stat(name)
             except OSError:
@@ -210,17 +213,23 @@ class OpenedFiles:
 
 
 def close_without_checkpoint(conn: sqlite3.Connection, files: OpenedFiles) -> None:
-    """Close a connection whose files were deleted or replaced, without its closing checkpoint.
+    """Close a connection whose files were deleted or replaced; without its closing checkpoint when
+    its WAL index (the `-shm`) or the ledger file is not the one others use.
 
     The last connection to close checkpoints the WAL into the ledger file through its WAL
-    index, then deletes the WAL by name: through a stale index that writes old pages over
-    what other processes appended since, and deletes their WAL. SQLite skips it when another
-    connection of the process holds the file's shared lock, and a read-only connection never
-    checkpoints: one is opened and read from (taking that lock) while `conn` closes, then
-    closed. When the ledger file itself is gone or replaced no such connection can reach it,
-    and `conn` is left open until the process ends instead.
+    index, then deletes the WAL by name. With only the `-wal` deleted that checkpoint is
+    what saves the commits made into it, so `conn` closes as usual. Through a stale `-shm`
+    it would write old pages over what other processes appended since, and delete their
+    WAL. SQLite skips it when another connection of the process holds the file's shared
+    lock, and a read-only connection never checkpoints: one is opened and read from (taking
+    that lock) while `conn` closes, then closed. When the ledger file itself is gone or
+    replaced no such connection can reach it, and `conn` is left open until the process
+    ends instead.
     """
-    if files.changed(ledger_only=True) is not None:
+    if files.changed(but_wal=True) is None:
+        conn.close()
+        return
+    if files.changed(but_wal=True) == files.real:
         keep_for_good(conn)
         return
     try:
