@@ -140,6 +140,9 @@ def _verify(store: EventStore) -> tuple[dict[str, Any], LedgerState | None]:
         report.update(checkpoints=None, ok=False, bad_seq=corrupt.seq, reason=str(corrupt), details=corrupt.details)
         return report, None
     report["checkpoints"] = checkpoints
+    if (lost := store.history_problem()) is not None:  # a sound chain, but not all of this ledger's
+        report.update(ok=False, bad_seq=None, reason=lost)
+        return report, None
     if (index_problem := _index_problem(store, full)) is not None:  # no position: the index is not the log
         report.update(ok=False, bad_seq=None, reason=index_problem)
         return report, None

@@ -88,6 +88,9 @@ class PostgresEventStore(SQLStore):
         self.where = self.session.where
         self._owner = self.session.owner
         self._reading = False  # inside `read_snapshot()`
+        # The one-statement append starts after this handle's first append: that one takes the transaction's
+        # path, which refuses a log emptied outside lifecycle (the server function does not look).
+        self._log_seen = False
 
     # --- transactions ---------------------------------------------------------------------
 
@@ -192,12 +195,12 @@ class PostgresEventStore(SQLStore):
         """One event (what a command appends) goes in one message; when a check fails there, nothing
         was written and the transaction's path, under the lock, says why (or returns the retried event).
         A fault plan takes that path too: its hooks strike between the statements."""
-        if len(events) == 1 and self._fault is None:
+        if len(events) == 1 and self._fault is None and self._log_seen:
             done = self._append_one(stream_id, expected_version, events[0], (status, category), fresh_ids, expect)
             if done is not None:
                 return done
         with self._transaction() as tx:  # not `transaction()`: a subclass may wrap that one
-            return tx.append(
+            result = tx.append(
                 stream_id,
                 expected_version,
                 events,
@@ -206,6 +209,8 @@ class PostgresEventStore(SQLStore):
                 fresh_ids=fresh_ids,
                 expect=expect,
             )
+        self._log_seen = self._log_seen or bool(result.events)
+        return result
 
     def _append_one(
         self,

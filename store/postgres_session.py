@@ -73,7 +73,10 @@ _HAS_LEDGER = (
 )
 # After the session is pinned: the ledger's schema if it exists, and whether a `$user` schema other than
 # it holds a ledger while it holds none.
-_PINNED = f"SELECT current_schema(), %s AND %s <> %s AND NOT {_HAS_LEDGER} AND {_HAS_LEDGER}"
+_PINNED = (
+    f"SELECT current_schema(), %s AND %s <> %s AND NOT {_HAS_LEDGER} AND {_HAS_LEDGER}, "
+    "coalesce((SELECT has_table_privilege(c.oid, 'INSERT') FROM pg_class c WHERE c.oid = to_regclass('meta')), true)"
+)
 _MAX_IDENTIFIER_BYTES = 63  # NAMEDATALEN - 1: longer names are cut
 
 
@@ -162,6 +165,7 @@ class PgSession:
                     f"(options=-csearch_path%3D{row[5]})"
                 )
             self.lock_key = _lock_key(self.ledger_schema)
+            self.may_record: bool = row[8]  # may insert into `meta` (a role granted only SELECT on it may not)
             self.lock_sql = f"SELECT pg_advisory_xact_lock({self.lock_key})"
             self.channel = f"lifecycle_{self.lock_key & 0xFFFF_FFFF_FFFF_FFFF:x}"  # one per ledger schema
             self.notify_sql = f"NOTIFY {self.channel}"
@@ -198,7 +202,7 @@ class PgSession:
         except BaseException:
             conn.close()
             raise
-        return conn, (row[0], row[1], row[2], pinned[0], search_path, user, schema, pinned[1])
+        return conn, (row[0], row[1], row[2], pinned[0], search_path, user, schema, pinned[1], pinned[2])
 
     # --- a connection lost, or left unusable by an interrupted call ----------------------------
 

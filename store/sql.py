@@ -17,7 +17,19 @@ from lifecycle_fsm.errors import IntegrityError
 from lifecycle_fsm.store.chain import GENESIS_HASH
 from lifecycle_fsm.store.records import CheckpointRecord, Head, StoredEvent, StreamHead, StreamSnapshot
 
-__all__ = ["CHECKPOINTS", "EVENT_COLUMNS", "STREAM", "UPSERT_STREAM", "VERSION", "Run", "SQLStore", "streams_sql"]
+__all__ = [
+    "CHECKPOINTS",
+    "EMPTIED",
+    "EVENT_COLUMNS",
+    "INDEXED",
+    "RECORD_FIRST",
+    "STREAM",
+    "UPSERT_STREAM",
+    "VERSION",
+    "Run",
+    "SQLStore",
+    "streams_sql",
+]
 
 EVENT_COLUMNS = "seq, stream_id, version, event_id, type, schema_version, payload, recorded_at, actor, prev_hash, hash"
 STREAM = f"SELECT {EVENT_COLUMNS} FROM events WHERE stream_id = %s AND version > %s ORDER BY version"
@@ -35,6 +47,20 @@ _SNAPSHOTS = (
     "SELECT c.checkpoint_id, c.position, c.head_hash, c.schema_version, c.fingerprint, "
     "s.stream_id, s.version, s.state, s.state_sha256 "
     "FROM checkpoint_streams s JOIN checkpoints c ON c.checkpoint_id = s.checkpoint_id"
+)
+
+# Read under the write lock with the head (columns of one SELECT): whether the log is empty although the
+# ledger knows it had events (the first event's hash recorded at its first append, a state index entry, a
+# checkpoint), and the first checked stream's version in the state index (ahead of the log: events removed).
+EMPTIED = (
+    "(SELECT NOT EXISTS (SELECT 1 FROM events) AND (EXISTS (SELECT 1 FROM meta WHERE key = 'first_event_hash') "
+    "OR EXISTS (SELECT 1 FROM streams) OR EXISTS (SELECT 1 FROM checkpoints)))"
+)
+INDEXED = "(SELECT version FROM streams WHERE stream_id = %s)"
+RECORD_FIRST = "INSERT INTO meta (key, value) VALUES ('first_event_hash', %s) ON CONFLICT (key) DO NOTHING"
+_HISTORY = (
+    "SELECT (SELECT hash FROM events WHERE seq = 1), (SELECT value FROM meta WHERE key = 'first_event_hash'), "
+    "(SELECT count(*) FROM events), (SELECT count(*) FROM streams), (SELECT count(*) FROM checkpoints)"
 )
 
 # A statement run inside `_locked`: (sql, params, many) -> its rows (none for a write).
@@ -86,6 +112,23 @@ class SQLStore(ABC):
 
     def streams(self, *, statuses: Iterable[str] | None = None) -> list[StreamHead]:
         return [StreamHead(*row) for row in self._rows(*streams_sql(statuses))]
+
+    def history_problem(self) -> str | None:
+        """What the ledger knows of its history beyond the log and the log does not hold: a first event other
+        than the one recorded at its first append, or none although the state index or checkpoints have rows."""
+        first, recorded, events, indexed, checkpoints = self._rows(_HISTORY)[0]
+        if recorded is not None and first != recorded:
+            held = "no events" if not events else f"a first event of hash {first}"
+            return (
+                f"the log holds {held}, but this ledger's first event was recorded as {recorded}: "
+                "it was emptied or replaced outside lifecycle"
+            )
+        if not events and (indexed or checkpoints):
+            return (
+                f"the log holds no events, but the state index lists {indexed} streams and there are "
+                f"{checkpoints} checkpoints: it was emptied outside lifecycle"
+            )
+        return None
 
     def rebuild_stream_index(self, derive: Callable[[], Iterable[StreamHead]]) -> None:
         with self._locked("cannot rebuild the stream index") as run:

@@ -43,7 +43,10 @@ from lifecycle_fsm.store.records import (
 )
 from lifecycle_fsm.store.sql import (
     CHECKPOINTS,
+    EMPTIED,
     EVENT_COLUMNS,
+    INDEXED,
+    RECORD_FIRST,
     STREAM,
     UPSERT_STREAM,
     VERSION,
@@ -69,7 +72,7 @@ from lifecycle_fsm.store.sqlite_schema import (
     schema_version,
 )
 from lifecycle_fsm.store.threads import ThreadOwner, one_thread
-from lifecycle_fsm.store.writes import WriteTransaction, id_taken
+from lifecycle_fsm.store.writes import WriteTransaction, history_damage, id_taken
 
 __all__ = ["SQLiteEventStore", "SQLiteTransaction", "create_ledger_file"]
 
@@ -106,15 +109,23 @@ class SQLiteTransaction(WriteTransaction):
     def streams(self, *, statuses: Iterable[str] | None = None) -> list[StreamHead]:
         return [StreamHead(*row) for row in self._all(*streams_sql(statuses))]
 
-    def _read(self, streams: Sequence[str], ids: Sequence[str]) -> tuple[Head, list[int], dict[str, StoredEvent]]:
+    def _read(
+        self, streams: Sequence[str], ids: Sequence[str]
+    ) -> tuple[Head, list[int], dict[str, StoredEvent], str | None]:
         versions = "".join(f", ({VERSION})" for _ in streams)
-        seq, digest, *found = self._all(_HEAD + versions, streams)[0]
+        seq, digest, emptied, indexed, *found = self._all(
+            f"{_HEAD}, {EMPTIED}, {INDEXED}{versions}", [*streams[-1:], *streams]
+        )[0]
         stored: dict[str, StoredEvent] = {}
         for at in range(0, len(ids), 500):
             chunk = ids[at : at + 500]
             sql = f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id IN ({', '.join(['%s'] * len(chunk))})"
             stored.update((row[3], StoredEvent(*row)) for row in self._all(sql, chunk))
-        return Head(seq, digest) if seq is not None else Head(0, GENESIS_HASH), found, stored
+        damage = history_damage(emptied, indexed, found[-1], streams[-1])
+        return Head(seq, digest) if seq is not None else Head(0, GENESIS_HASH), found, stored, damage
+
+    def _record_first(self, digest: str) -> None:
+        self._conn.execute(_sqlite(RECORD_FIRST), (digest,))
 
     def _insert(self, rows: list[Row], status: str | None, category: str | None) -> None:
         execute = self._conn.execute
