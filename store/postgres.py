@@ -39,6 +39,7 @@ from lifecycle_fsm.store.faults import fault_from_env
 from lifecycle_fsm.store.postgres_schema import (
     APPEND_ONE,
     GUARD_ROWS,
+    KEY_ROWS,
     append_one,
     ensure_schema,
     filter_sql,
@@ -361,7 +362,7 @@ class PostgresEventStore(SQLStore):
     # --- verify, followers, the handle ----------------------------------------------------
 
     def guard_problems(self) -> list[str]:
-        return guard_problems(self._rows(GUARD_ROWS))
+        return guard_problems(self._rows(GUARD_ROWS), self._rows(KEY_ROWS))
 
     def wait_for_new(self, after: int, timeout: float) -> bool:
         """Block until an event past `after` is committed (True) or `timeout` seconds pass (False).

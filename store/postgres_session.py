@@ -60,10 +60,11 @@ def _secrets(url: str) -> list[str]:
     return sorted({s for s in found if s} | {url}, key=len, reverse=True)
 
 
-# A timeout the URL's `options` set (pg_settings.source 'client') is kept; otherwise ours.
+# A timeout the URL's `options` set (pg_settings.source 'client') is kept, unless it is 0 (to PostgreSQL
+# "wait for ever"); otherwise ours.
 _SET_UNLESS_IN_URL = (
     "set_config('{name}', CASE WHEN (SELECT source FROM pg_settings WHERE name = '{name}') = 'client' "
-    "THEN current_setting('{name}') ELSE %s END, false)"
+    "AND current_setting('{name}') <> '0' THEN current_setting('{name}') ELSE %s END, false)"
 )
 
 
@@ -296,7 +297,7 @@ class PgSession:
             held = f"a lock on the ledger's table `{table}`" if table else "the ledger's write lock"
             error = StoreError(
                 f"{prefix}: another {'session' if table else 'writer'} held {held} for more than "
-                f"{self.lock_timeout} (lock_timeout{holder}); nothing was appended, retry later"
+                f"{self.lock_timeout} (lock_timeout{holder}); {'nothing was appended, ' if lost else ''}retry later"
             )
         elif isinstance(e, pg_errors.IdleInTransactionSessionTimeout) or "idle-in-transaction" in detail:
             error = StoreError(
@@ -379,5 +380,9 @@ class PgSession:
         self.conn.close()
 
 
-def _held_by(pid: int, app: str | None, state: str, seconds: int) -> str:
+def _held_by(pid: int, app: str | None, state: str | None, seconds: int | None) -> str:
+    """Who holds a lock; a session of another role shows this one little more than its pid (without
+    `pg_read_all_stats`, its state and start are hidden)."""
+    if state is None or seconds is None:
+        return f"; held by server pid {pid}, a session of another role whose details this role may not see"
     return f"; held by server pid {pid} ({app or 'no application_name'}, {state}, transaction open {seconds} s)"
