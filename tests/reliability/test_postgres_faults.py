@@ -229,6 +229,7 @@ def test_writer_processes_killed_lose_no_acknowledged_event(
         {
             "campaign": "postgres: writer processes SIGKILLed",
             "backend": "postgres",
+            "filesystem": "the server's data directory",
             "runs": writers,
             "faults": killed,
             "acked_commands": acked,
@@ -243,6 +244,7 @@ def _row(campaign: str, commands: int, kills: int, errors: Counter[str]) -> dict
     return {
         "campaign": campaign,
         "backend": "postgres",
+        "filesystem": "the server's data directory",
         "runs": 1,
         "commands": commands,
         "faults": kills,
