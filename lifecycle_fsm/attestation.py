@@ -6,14 +6,18 @@ hand-off decision, its reason codes, the decisive event and the ledger's head as
 predicate. The envelope is DSSE, signed with the ledger's Ed25519 key through
 `securesystemslib` (a maintained DSSE implementation: its PAE, its envelope format),
 with the key id `lifecycle key new` prints. `verify_attestation` checks the signature
-offline and, given the ledger, that the decisive event and the head are in its chain.
+offline and, given the ledger, every claim against it: the ledger id, the decisive
+event and the head in its chain, the decision, reason codes and subjects as that event
+recorded them, and that no later event overturned the decision.
 """
 
 from __future__ import annotations
 
 import binascii
+from collections.abc import Sequence
 from typing import Any
 
+import attrs
 import orjson
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from securesystemslib.dsse import Envelope
@@ -25,7 +29,9 @@ from lifecycle_fsm.events import HandoffDecided, stream_of
 from lifecycle_fsm.keys import key_id
 from lifecycle_fsm.seals import ledger_id_of
 from lifecycle_fsm.store.base import EventStore, event_at, verify_chain
+from lifecycle_fsm.store.records import StoredEvent
 from lifecycle_fsm.streams import fold_candidate
+from lifecycle_fsm.upcasting import decoded_payload
 
 __all__ = ["PAYLOAD_TYPE", "PREDICATE_TYPE", "STATEMENT_TYPE", "attest", "verify_attestation"]
 
@@ -44,6 +50,16 @@ def _check_summary(check: Any) -> JSON | None:
     if not isinstance(check, dict):
         return None
     return {k: check.get(k) for k in ("path", "expected", "actual", "verified", "error")}
+
+
+def _subjects(handoff: JSON) -> list[JSON]:
+    """The Statement's subjects: each adapter the hand-off hashed, with the sha256 it recorded."""
+    subjects = []
+    for name, check in (("candidate-adapter", handoff.get("artifact")), ("baseline-adapter", handoff.get("rollback"))):
+        digest = check.get("actual") if isinstance(check, dict) else None
+        if isinstance(check, dict) and isinstance(digest, str):
+            subjects.append({"name": f"{name}:{check.get('path')}", "digest": {"sha256": digest}})
+    return subjects
 
 
 def _statement(store: EventStore, candidate_id: str) -> JSON:
@@ -67,11 +83,7 @@ def _statement_at_snapshot(store: EventStore, candidate_id: str) -> JSON:
         )
     decisive = next(e for e in events if e.seq == handoff["seq"])
     head = store.head()
-    subjects = []
-    for name, check in (("candidate-adapter", handoff.get("artifact")), ("baseline-adapter", handoff.get("rollback"))):
-        digest = check.get("actual") if isinstance(check, dict) else None
-        if isinstance(check, dict) and isinstance(digest, str):
-            subjects.append({"name": f"{name}:{check.get('path')}", "digest": {"sha256": digest}})
+    subjects = _subjects(handoff)
     if not subjects:
         raise ConflictError(f"candidate {candidate_id!r}: no adapter could be hashed at hand-off; nothing to attest")
     candidate = state.candidate
@@ -153,24 +165,90 @@ def verify_attestation(
         raise IntegrityError(f"{source}: the payload is not an in-toto Statement v1")
     if statement.get("predicateType") != PREDICATE_TYPE or not isinstance(statement.get("predicate"), dict):
         raise IntegrityError(f"{source}: predicate type {statement.get('predicateType')!r}, expected {PREDICATE_TYPE}")
-    predicate = statement["predicate"]
+    claims = _claims(statement, source)
     report: JSON = {
         "ok": True,
         "key_ids": sorted(accepted),
-        "candidate": predicate.get("candidate", {}).get("id"),
-        "decision": predicate.get("decision"),
-        "subject": statement.get("subject"),
-        "decisive_event": predicate.get("decisive_event"),
-        "ledger_head": predicate.get("ledger_head"),
+        "candidate": claims.candidate_id,
+        "decision": claims.decision,
+        "subject": statement["subject"],
+        "decisive_event": statement["predicate"]["decisive_event"],
+        "ledger_head": statement["predicate"]["ledger_head"],
         "checked_against_ledger": store is not None,
     }
     if store is not None:
-        _check_in_ledger(store, predicate, source)
+        with store.read_snapshot():
+            _check_in_ledger(store, claims, source)
     return report
 
 
-def _check_in_ledger(store: EventStore, predicate: JSON, source: str) -> None:
-    """The attested decisive event and head must be rows of this ledger's intact chain.
+@attrs.frozen
+class _Claims:
+    """What a signed Statement claims, each part of the type `attest` writes."""
+
+    candidate_id: str
+    decision: str
+    reason_codes: tuple[str, ...]
+    subjects: tuple[tuple[str, str], ...]  # (name, sha256), sorted
+    ledger_id: str
+    decisive: tuple[int, str]
+    head: tuple[int, str]
+
+
+def _pin(value: Any) -> tuple[int, str] | None:
+    seq, digest = (value.get("seq"), value.get("hash")) if isinstance(value, dict) else (None, None)
+    if isinstance(seq, int) and not isinstance(seq, bool) and isinstance(digest, str):
+        return seq, digest
+    return None
+
+
+def _subject_pairs(subjects: Any) -> tuple[tuple[str, str], ...] | None:
+    if not isinstance(subjects, list):
+        return None
+    pairs = []
+    for subject in subjects:
+        digest = subject.get("digest") if isinstance(subject, dict) else None
+        sha = digest.get("sha256") if isinstance(digest, dict) else None
+        if not isinstance(sha, str) or not isinstance(subject.get("name"), str):
+            return None
+        pairs.append((subject["name"], sha))
+    return tuple(sorted(pairs))
+
+
+def _claims(statement: JSON, source: str) -> _Claims:
+    """The Statement's claims, or an IntegrityError naming the first part that is not what `attest` writes:
+    a signed statement of another shape is not a hand-off attestation."""
+    predicate = statement["predicate"]
+    candidate = predicate.get("candidate")
+    candidate_id = candidate.get("id") if isinstance(candidate, dict) else None
+    reasons = predicate.get("reason_codes")
+    parts: dict[str, Any] = {
+        "candidate": candidate_id if isinstance(candidate_id, str) else None,
+        "decision": predicate.get("decision") if isinstance(predicate.get("decision"), str) else None,
+        "reason_codes": (
+            tuple(reasons) if isinstance(reasons, list) and all(isinstance(r, str) for r in reasons) else None
+        ),
+        "subject": _subject_pairs(statement.get("subject")),
+        "ledger_id": predicate.get("ledger_id") if isinstance(predicate.get("ledger_id"), str) else None,
+        "decisive_event": _pin(predicate.get("decisive_event")),
+        "ledger_head": _pin(predicate.get("ledger_head")),
+    }
+    for name, value in parts.items():
+        if value is None:
+            raise IntegrityError(f"{source}: the statement's {name} is missing or not as `attest` writes it")
+    return _Claims(
+        parts["candidate"],
+        parts["decision"],
+        parts["reason_codes"],
+        parts["subject"],
+        parts["ledger_id"],
+        parts["decisive_event"],
+        parts["ledger_head"],
+    )
+
+
+def _check_in_ledger(store: EventStore, claims: _Claims, source: str) -> None:
+    """Every claim must be what this ledger recorded, and the attested decision must still stand.
 
     The whole chain is re-hashed first, so a stored hash equal to the attested one
     proves the row (and everything before it, the ledger id's first event included)
@@ -179,15 +257,55 @@ def _check_in_ledger(store: EventStore, predicate: JSON, source: str) -> None:
     chain = verify_chain(store)
     if not chain.ok:
         raise IntegrityError(f"the ledger's chain is broken at seq {chain.bad_seq}: {chain.reason}", seq=chain.bad_seq)
-    for name in ("decisive_event", "ledger_head"):
-        pin = predicate.get(name)
-        seq = pin.get("seq") if isinstance(pin, dict) else None
-        event = event_at(store, seq) if isinstance(seq, int) else None
-        if event is None or not isinstance(pin, dict) or event.hash != pin.get("hash"):
-            shown = f"seq {seq} (hash {pin.get('hash')})" if isinstance(pin, dict) else "(none given)"
-            what = name.replace("_", " ")
-            raise IntegrityError(f"{source}: the attested {what}, {shown}, is not in this ledger's chain", seq=seq)
-    decisive = event_at(store, predicate["decisive_event"]["seq"])
-    candidate = predicate.get("candidate", {}).get("id")
-    if decisive is None or decisive.type != HandoffDecided.TYPE or decisive.stream_id != stream_of(str(candidate)):
-        raise IntegrityError(f"{source}: the decisive event is not {candidate!r}'s hand-off in this ledger")
+    for what, (seq, digest) in (("decisive event", claims.decisive), ("ledger head", claims.head)):
+        event = event_at(store, seq)
+        if event is None or event.hash != digest:
+            raise IntegrityError(
+                f"{source}: the attested {what}, seq {seq} (hash {digest}), is not in this ledger's chain", seq=seq
+            )
+    ledger_id = ledger_id_of(store)
+    if claims.ledger_id != ledger_id:
+        raise IntegrityError(f"{source}: attested for ledger {claims.ledger_id}, but this ledger's id is {ledger_id}")
+    cid = claims.candidate_id
+    decisive = event_at(store, claims.decisive[0])
+    if decisive is None or decisive.type != HandoffDecided.TYPE or decisive.stream_id != stream_of(cid):
+        raise IntegrityError(f"{source}: the decisive event is not {cid!r}'s hand-off in this ledger")
+    recorded = decoded_payload(decisive)
+    if claims.decision != recorded.get("handoff_status"):
+        raise IntegrityError(
+            f"{source}: attests decision {claims.decision!r}, but the ledger decided "
+            f"{recorded.get('handoff_status')!r} at seq {decisive.seq}",
+            seq=decisive.seq,
+        )
+    if claims.reason_codes != tuple(recorded.get("reason_codes") or ()):
+        raise IntegrityError(
+            f"{source}: attests reason codes {', '.join(claims.reason_codes) or 'none'}, not those the ledger "
+            f"recorded at seq {decisive.seq}",
+            seq=decisive.seq,
+        )
+    expected = {(s["name"], s["digest"]["sha256"]) for s in _subjects(recorded)}
+    if set(claims.subjects) != expected or len(claims.subjects) != len(expected):
+        wrong = sorted(set(claims.subjects) ^ expected)
+        name, sha = wrong[0] if wrong else claims.subjects[0]
+        raise IntegrityError(
+            f"{source}: the subjects are not the adapters the ledger hashed at seq {decisive.seq} "
+            f"(subject {name} sha256 {sha} differs)",
+            seq=decisive.seq,
+        )
+    overturned = _overturning_event(store.read_stream(stream_of(cid)), decisive.seq)
+    if overturned is not None:
+        raise IntegrityError(
+            f"{source}: the attested decision no longer stands: seq {overturned.seq} {overturned.type} "
+            f"moved {cid!r} on from the hand-off at seq {decisive.seq}",
+            seq=overturned.seq,
+        )
+
+
+def _overturning_event(events: Sequence[StoredEvent], decisive_seq: int) -> StoredEvent | None:
+    """The first later event of the candidate's stream after which `decisive_seq` no longer decides its state."""
+    state = fold_candidate([e for e in events if e.seq <= decisive_seq])
+    for event in (e for e in events if e.seq > decisive_seq):
+        state = fold_candidate([event], start=state)
+        if state is None or state.decisive_seq != decisive_seq:
+            return event
+    return None

@@ -16,6 +16,7 @@ first append.
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,13 +29,12 @@ from lifecycle_fsm.audit_records import (
     SCHEMA_VERSION,
     SEMANTIC_ID,
     candidate_record,
-    canonical_bytes,
-    publish,
     record_paths,
     recovery_scenarios,
     refuse_existing,
     relative_posix,
     validate_label,
+    write_records,
 )
 from lifecycle_fsm.errors import ConflictError, InputError, NotFoundError
 from lifecycle_fsm.events import LEDGER_STREAM, stream_of
@@ -391,9 +391,6 @@ def run(prepared: PreparedAudit, ledger: Ledger, *, signing_key: Ed25519PrivateK
     }
     head = ledger.store.head()
     trust: JSON = {"ledger_head": {"seq": head.seq, "hash": head.hash}}
-    if signing_key is not None:
-        trust["signed_head"] = seal(ledger.store, signing_key, actor=ledger.actor, clock=utc_now)
-    evidence.update(trust)
     ready = any(r["handoff_status"] == "ready_for_evaluation" for r in records)
     handoff = {
         **common,
@@ -403,10 +400,10 @@ def run(prepared: PreparedAudit, ledger: Ledger, *, signing_key: Ed25519PrivateK
         "candidate_records": records,
         "source_evidence": prepared.evidence_path.name,
         "recovery_scenarios": scenarios,
-        **trust,
     }
-    replaced = publish(
-        [(prepared.evidence_path, canonical_bytes(evidence)), (prepared.handoff_path, canonical_bytes(handoff))],
-        replace=request.replace,
-    )
+    sealer = None
+    if signing_key is not None:
+        sealer = functools.partial(seal, ledger.store, signing_key, actor=ledger.actor, clock=utc_now)
+    paths = (prepared.evidence_path, prepared.handoff_path)
+    replaced = write_records(paths, (evidence, handoff), trust, replace=request.replace, sealer=sealer)
     return AuditResult(prepared.evidence_path, prepared.handoff_path, evidence, handoff, tuple(replaced))

@@ -7,23 +7,24 @@ manifests wrote them, and an artifact error is a short code (the ledger's event 
 manifests and artifacts audited into two fresh ledgers in two folders give the same
 bytes apart from `ledger_head` and `signed_head` (SPEC §8): two ledgers' heads differ,
 since each ledger's random id and its events' timestamps feed the chain. Records are
-canonical JSON (sorted keys, indent 2, trailing newline), written atomically (a temp
-file in the same folder, fsync, `os.replace`).
+canonical JSON (sorted keys, indent 2, trailing newline), written whole or not at all
+(`lifecycle_fsm.outputs`): both are written before either is put in place.
 """
 
 from __future__ import annotations
 
-import contextlib
+import errno
 import json
 import os
 import re
-import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
 from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.folders import make_folder
+from lifecycle_fsm.outputs import StagedFile, output_error
+from lifecycle_fsm.outputs import stage as stage_file
 from lifecycle_fsm.rules import choose_recovery_action, decide_lifecycle_handoff
 from lifecycle_fsm.state import CandidateState
 
@@ -37,12 +38,14 @@ __all__ = [
     "check_record",
     "previous_of",
     "publish",
+    "put_in_place",
     "record_paths",
     "recovery_scenarios",
     "refuse_existing",
     "relative_posix",
+    "stage_records",
     "validate_label",
-    "write_atomic",
+    "write_records",
 ]
 
 JSON = dict[str, Any]
@@ -129,53 +132,86 @@ def canonical_bytes(doc: JSON) -> bytes:
     return (json.dumps(doc, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
 
 
-def _fsync_dir(folder: Path) -> None:
-    """Make the rename itself durable (POSIX; a no-op where directories cannot be opened)."""
+def stage_records(records: Sequence[tuple[Path, bytes]], *, replace: bool) -> list[StagedFile]:
+    """Write each record beside its name (fsynced), not yet in place; on any failure none is left."""
+    refuse_existing([p for p, _ in records], replace)  # again: another audit may have written meanwhile
+    for folder in {p.parent for p, _ in records}:
+        make_folder(folder, "output folder")
+    staged: list[StagedFile] = []
     try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write a temp file next to `path`, fsync it, then `os.replace` it into place."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a record is meant to be read
-        os.replace(tmp, path)
+        for p, data in records:
+            staged.append(stage_file(p, data))
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        for file in staged:
+            file.discard()
         raise
-    _fsync_dir(path.parent)
+    return staged
+
+
+def put_in_place(staged: Sequence[StagedFile], *, replace: bool) -> list[Path]:
+    """Keep an existing pair as `.previous` (with `replace`), then rename the new records over it.
+
+    The old record is hard-linked to its `.previous` name first, so at every moment a
+    current record exists: the old one until the rename replaces it with the new one.
+    """
+    existing = refuse_existing([f.target for f in staged], replace)
+    kept = []
+    try:
+        for p in existing:
+            try:
+                os.link(p, previous_of(p))
+            except OSError as e:
+                if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EXDEV, errno.EMLINK):
+                    raise
+                os.replace(p, previous_of(p))  # a filesystem without hard links: moved instead
+            kept.append(previous_of(p))
+    except OSError as e:
+        for file in staged:
+            file.discard()
+        raise output_error(existing[len(kept)], e, "the new records were not put in place") from None
+    for file in staged:
+        file.commit()
+    return kept
 
 
 def publish(records: Sequence[tuple[Path, bytes]], *, replace: bool) -> list[Path]:
-    """Move an existing pair to `.previous` (with `replace`), then write the new records."""
-    paths = [p for p, _ in records]
-    existing = refuse_existing(paths, replace)  # again: another audit may have written meanwhile
-    for folder in {p.parent for p in paths}:
-        make_folder(folder, "output folder")
-    moved = []
+    """Write the records whole (all staged first), then put them in place; return the `.previous` kept."""
+    return put_in_place(stage_records(records, replace=replace), replace=replace)
+
+
+def write_records(
+    paths: Sequence[Path],
+    docs: Sequence[JSON],
+    trust: JSON,
+    *,
+    replace: bool,
+    sealer: Callable[..., JSON] | None = None,
+) -> list[Path]:
+    """Add `trust` to each record and publish them; with `sealer` (`seals.seal` bound to a ledger and key),
+    the records are written, with the signed head in `trust`, inside the seal's transaction: a disk that
+    cannot take them appends no seal. Returns the `.previous` records kept."""
+    staged: list[StagedFile] = []
+
+    def write_first(signed: JSON | None) -> None:
+        for earlier in staged:  # an attempt that lost a race to another writer
+            earlier.discard()
+        trust.update({} if signed is None else {"signed_head": signed})
+        records = [(p, canonical_bytes(doc | trust)) for p, doc in zip(paths, docs, strict=True)]
+        staged[:] = stage_records(records, replace=replace)
+
     try:
-        for p in existing:
-            os.replace(p, previous_of(p))
-            moved.append(previous_of(p))
-        for p, data in records:
-            write_atomic(p, data)
-    except OSError as e:
-        raise InputError(f"cannot write the records in {paths[0].parent}: {e.strerror or e}") from e
-    return moved
+        if sealer is None:
+            write_first(None)
+        else:
+            sealer(before_commit=write_first)
+    except BaseException:
+        for file in staged:
+            file.discard()
+        raise
+    kept = put_in_place(staged, replace=replace)
+    for doc in docs:
+        doc.update(trust)
+    return kept
 
 
 def recovery_scenarios() -> list[JSON]:

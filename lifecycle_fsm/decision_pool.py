@@ -14,6 +14,7 @@ it), so a pool written by another version is never half-read. `to_json` is canon
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +27,7 @@ from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.events import candidate_id_of
 from lifecycle_fsm.folders import make_folder
 from lifecycle_fsm.limits import MAX_MANIFEST_BYTES, read_regular_file
+from lifecycle_fsm.outputs import write_atomic
 from lifecycle_fsm.rules import STAGES, choose_recovery_action, decide_lifecycle_handoff
 from lifecycle_fsm.state import CandidateState, LedgerSettings, reading_stored
 from lifecycle_fsm.store.base import EventStore
@@ -224,15 +226,20 @@ def export_pool(store: EventStore, folder: Path) -> list[Path]:
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         raise InputError(f"{folder} is not an empty folder: a decision pool is written into a new one")
     decisions = sorted(decisions_of(store), key=lambda d: d.seq)  # read first: a log it cannot trust makes no folder
+    created = not folder.exists()
     make_folder(folder, "decision pool folder")
-    written = []
-    for d in decisions:
-        path = folder / f"{d.seq:08d}-{d.decision}.json"
-        try:
-            path.write_text(d.to_json())
-        except OSError as e:
-            raise InputError(f"cannot write {path}: {e.strerror or e}") from None
-        written.append(path)
+    written: list[Path] = []
+    try:
+        for d in decisions:
+            path = folder / f"{d.seq:08d}-{d.decision}.json"
+            written.append(write_atomic(path, d.to_json().encode(), what="no decision file was kept"))
+    except BaseException:
+        for path in written:  # a pool is whole or absent: a partial one would replay as if it were all
+            path.unlink(missing_ok=True)
+        if created:
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
     return written
 
 

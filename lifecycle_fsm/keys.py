@@ -4,7 +4,8 @@ A hash chain proves rows were not edited only if the reader trusts its newest ro
 whoever can write the file can drop the tail or re-hash everything. A signature made
 with a key the file writer does not hold closes that (SPEC §8). Keys come from the
 `cryptography` package (never hand-rolled): a private key is PKCS#8 PEM (unencrypted,
-mode 0600, created with O_EXCL so an existing key is never overwritten), a public key
+mode 0600, written whole beside its name and linked into place, so an existing key is
+never overwritten and a full disk leaves no partial key), a public key
 SubjectPublicKeyInfo PEM. A key's id is the sha256 hex of its 32 raw public bytes.
 
 `cryptography` is imported where a key is made, loaded or checked, not with the module:
@@ -26,6 +27,7 @@ import attrs
 from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.folders import make_folder
 from lifecycle_fsm.limits import MAX_KEY_BYTES, read_regular_file
+from lifecycle_fsm.outputs import write_atomic
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -65,7 +67,7 @@ def key_id(public_key: Ed25519PublicKey) -> str:
 
 
 def new_key_pair(out: str | os.PathLike[str]) -> KeyFiles:
-    """Write `DIR/lifecycle-signing.key` (0600, O_EXCL) and `.pub`; refuse to overwrite either."""
+    """Write `DIR/lifecycle-signing.key` (0600) and `.pub`, each whole or not at all; refuse to overwrite either."""
     folder = Path(out)
     private_path, public_path = folder / PRIVATE_KEY_NAME, folder / PUBLIC_KEY_NAME
     make_folder(folder, "key folder")
@@ -76,18 +78,14 @@ def new_key_pair(out: str | os.PathLike[str]) -> KeyFiles:
 
     key = Ed25519PrivateKey.generate()
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    try:
-        fd = os.open(private_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError as e:
-        raise InputError(f"{private_path} already exists: a key pair is never overwritten") from e
-    except OSError as e:
-        raise InputError(f"cannot write {private_path}: {e.strerror}") from e
-    with os.fdopen(fd, "wb") as f:
-        f.write(pem)
     public = key.public_key()
-    public_path.write_bytes(
-        public.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
-    )
+    public_pem = public.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    write_atomic(private_path, pem, mode=0o600, exclusive=True)  # whole or absent: never a 0-byte "key"
+    try:
+        write_atomic(public_path, public_pem, exclusive=True)
+    except BaseException:
+        private_path.unlink()  # ours, written a moment ago: a pair or nothing
+        raise
     return KeyFiles(key_id(public), private_path, public_path)
 
 

@@ -33,7 +33,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +41,7 @@ import orjson
 
 from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.limits import MAX_MANIFEST_BYTES, read_regular_file
+from lifecycle_fsm.outputs import write_atomic
 from lifecycle_fsm.rules import CANDIDATE_KINDS
 from lifecycle_fsm.store.chain import canonical_json
 
@@ -237,15 +237,5 @@ def write_manifest(path: str | os.PathLike[str], manifest: JSON) -> Path:
     """Write `manifest` as JSON atomically: a reader sees the old file or the whole new one, never a part."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o644)  # a deliverable others read (mkstemp makes 0600)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(manifest, handle, indent=2)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    return target
+    text = json.dumps(manifest, indent=2)  # before any file: a value JSON cannot hold leaves nothing behind
+    return write_atomic(target, text.encode("utf-8"))  # a deliverable others read: 0644

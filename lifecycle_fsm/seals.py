@@ -51,6 +51,7 @@ __all__ = [
 ]
 
 JSON = dict[str, Any]
+_SEAL_TEXT_FIELDS = ("ledger_id", "hash", "key_id", "signature")
 _HASH = re.compile(r"[0-9a-f]{64}")  # a sha256 as the chain stores it (and `verify --json` prints it)
 # What a `SEQ:HASH` was meant to be: a (signed) whole number before the colon, or hex digits after it.
 # A value of that shape that is no file is judged as a pin, so a typo is named, not "no such file".
@@ -74,11 +75,20 @@ def seal_message(ledger_id: str, seq: int, digest: str) -> bytes:
     return canonical_json({"hash": digest, "ledger_id": ledger_id, "seq": seq}).encode()
 
 
-def seal(store: EventStore, key: Ed25519PrivateKey, *, actor: str, clock: Callable[[], str]) -> JSON:
+def seal(
+    store: EventStore,
+    key: Ed25519PrivateKey,
+    *,
+    actor: str,
+    clock: Callable[[], str],
+    before_commit: Callable[[JSON], None] | None = None,
+) -> JSON:
     """Append a `HeadSealed` signing the head before it; return the signed head (`seal --json`).
 
     The head is read inside the write transaction (on SQLite, under the write lock),
-    so the seal lands right after the head it signs.
+    so the seal lands right after the head it signs. `before_commit` gets the signed
+    head inside that transaction, before the commit: a file written there (and fsynced)
+    exists before the seal does, and if writing it fails nothing is appended.
     """
     ledger_id = ledger_id_of(store)
     if ledger_id is None:
@@ -86,7 +96,7 @@ def seal(store: EventStore, key: Ed25519PrivateKey, *, actor: str, clock: Callab
     signer = key_id(key.public_key())
     for _ in range(20):
         try:
-            head, signature, stored = _append_seal(store, key, signer, ledger_id, actor, clock)
+            head, signature, stored = _append_seal(store, key, signer, ledger_id, actor, clock, before_commit)
         except ConcurrencyError:
             continue  # another writer appended between the head and the seal: sign the new head
         break
@@ -97,6 +107,10 @@ def seal(store: EventStore, key: Ed25519PrivateKey, *, actor: str, clock: Callab
             expected_version=0,
             actual_version=0,
         )
+    return _signed_head(ledger_id, head, stored, signer, signature)
+
+
+def _signed_head(ledger_id: str, head: Head, stored: StoredEvent, signer: str, signature: str) -> JSON:
     return {
         "ledger_id": ledger_id,
         "seq": head.seq,
@@ -113,7 +127,13 @@ def signed_head_text(doc: JSON) -> str:
 
 
 def _append_seal(
-    store: EventStore, key: Ed25519PrivateKey, signer: str, ledger_id: str, actor: str, clock: Callable[[], str]
+    store: EventStore,
+    key: Ed25519PrivateKey,
+    signer: str,
+    ledger_id: str,
+    actor: str,
+    clock: Callable[[], str],
+    before_commit: Callable[[JSON], None] | None,
 ) -> tuple[Head, str, StoredEvent]:
     """One attempt: the seal must land right after the head it signs, or nothing is kept."""
     with store.transaction() as tx:
@@ -137,6 +157,8 @@ def _append_seal(
                 expected_version=head.seq + 1,
                 actual_version=stored.seq,
             )
+        if before_commit is not None:
+            before_commit(_signed_head(ledger_id, head, stored, signer, signature))
     return head, signature, stored
 
 
@@ -250,8 +272,23 @@ def check_expected_heads(
     return None
 
 
+def _seal_problem(payload: JSON) -> str | None:
+    """What makes a stored seal malformed (a field missing or of the wrong type), or None."""
+    for name in _SEAL_TEXT_FIELDS:
+        if not isinstance(payload.get(name), str):
+            return f"its {name} is missing or not text"
+    sealed_seq = payload.get("seq")
+    if not isinstance(sealed_seq, int) or isinstance(sealed_seq, bool):
+        return "its seq is missing or not a whole number"
+    return None
+
+
 def check_seals(store: EventStore, keys: PublicKeys, ledger_id: str | None) -> tuple[JSON, SealFailure | None]:
-    """The `seals` summary `verify --json` prints, and the first failing seal (or None)."""
+    """The `seals` summary `verify --json` prints, and the first failing seal (or None).
+
+    A seal must seal the head right before it (the seq before its own, with that row's
+    hash): an old seal appended again later proves nothing about the head it follows.
+    """
     count, signers, last_seq = 0, set(), None
     failure: SealFailure | None = None
     for event in store.read_stream(SEALS_STREAM):
@@ -262,21 +299,25 @@ def check_seals(store: EventStore, keys: PublicKeys, ledger_id: str | None) -> t
         except CorruptionError as e:
             failure = failure or SealFailure(event.seq, "seal_mismatch", str(e))
             continue
-        signers.add(str(payload.get("key_id")))
-        if failure is not None or event.type != HeadSealed.TYPE:
-            failure = failure or SealFailure(event.seq, "seal_mismatch", f"seq {event.seq}: {event.type} in seals")
+        if isinstance(payload.get("key_id"), str):
+            signers.add(payload["key_id"])
+        if failure is not None:
             continue
-        sealed_seq, digest = payload.get("seq"), payload.get("hash")
-        if (
-            not isinstance(sealed_seq, int)
-            or sealed_seq >= event.seq
-            or hash_at(store, sealed_seq) != digest
-            or payload.get("ledger_id") != ledger_id
-        ):
-            message = f"seq {event.seq}: the sealed head {sealed_seq}:{digest} is not this ledger's chain"
+        if event.type != HeadSealed.TYPE:
+            failure = SealFailure(event.seq, "seal_mismatch", f"seq {event.seq}: {event.type} in seals")
+        elif (problem := _seal_problem(payload)) is not None:
+            failure = SealFailure(event.seq, "seal_mismatch", f"seq {event.seq}: a malformed seal ({problem})")
+        elif payload["seq"] != event.seq - 1:
+            message = (
+                f"seq {event.seq}: the seal claims head seq {payload['seq']}, not the head before it "
+                f"(seq {event.seq - 1}): a seal copied from elsewhere in the log"
+            )
+            failure = SealFailure(event.seq, "seal_mismatch", message)
+        elif hash_at(store, event.seq - 1) != payload["hash"] or payload["ledger_id"] != ledger_id:
+            message = f"seq {event.seq}: the sealed head {payload['seq']}:{payload['hash']} is not this ledger's chain"
             failure = SealFailure(event.seq, "seal_mismatch", message)
         elif keys and not keys.verifies(
-            str(payload["key_id"]), seal_message(str(ledger_id), sealed_seq, str(digest)), str(payload["signature"])
+            payload["key_id"], seal_message(str(ledger_id), payload["seq"], payload["hash"]), payload["signature"]
         ):
             message = f"seq {event.seq}: the seal's signature does not verify under the given keys"
             failure = SealFailure(event.seq, "seal_signature", message)

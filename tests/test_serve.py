@@ -37,6 +37,21 @@ from lifecycle_fsm.store.base import event_at
 from lifecycle_fsm.store.sqlite import SQLiteEventStore
 
 CHROMIUM = Path("/usr/bin/chromium")
+# Datasette's pages about the server itself (its versions, plugins, settings, threads, databases' paths).
+INTROSPECTION = (
+    "/-/threads",
+    "/-/databases",
+    "/-/versions",
+    "/-/plugins",
+    "/-/settings",
+    "/-/config",
+    "/-/metadata",
+    "/-/actor",
+    "/-/messages",
+    "/-/allow-debug",
+    "/-/patterns",
+    "/-/permissions",
+)
 ARTIFACTS = REPO / "test-artifacts"
 
 
@@ -79,7 +94,7 @@ class Server:
         deadline = time.monotonic() + 60
         while True:
             try:
-                self.get("/-/versions.json")
+                self.get("/.json")
                 return
             except (urllib.error.URLError, ConnectionError):
                 if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -182,9 +197,10 @@ def test_each_canned_query_answers_from_the_snapshot(served: tuple[Workspace, di
         recorded_at = event_at(store, head["seq"]).recorded_at  # type: ignore[union-attr]
         assert server.query("chain_head") == [{**head, "recorded_at": recorded_at, "events": head["seq"]}]
         assert server.query("seals") == []
-        status, meta = server.get("/-/metadata.json")
-        assert status == 200 and meta["title"] == f"Ledger ledger: snapshot at seq {head['seq']}"
-        assert set(meta["databases"]["ledger"]["queries"]) >= {"rejections", "ready_at", "chain_head", "seals"}
+        status, home = server.page("/")  # the title says which snapshot this is (the metadata page is not served)
+        assert status == 200 and f"Ledger ledger: snapshot at seq {head['seq']}" in html.unescape(home)
+        status, database = server.get("/ledger.json")
+        assert status == 200 and {q["name"] for q in database["queries"]} >= {"rejections", "ready_at", "seals"}
     finally:
         store.close()
 
@@ -227,10 +243,12 @@ def test_only_its_own_host_names_and_no_server_internals(served: tuple[Workspace
     assert server.page("/ledger/rejections.json", host=f"attacker.example:{server.port}")[0] == 421
     assert server.page("/", host=f"localhost:{server.port}")[0] == 200
     assert server.page("/", host=f"127.0.0.1:{server.port}")[0] == 200
-    for path in ("/-/threads", "/-/threads.json", "/-/databases", "/-/databases.json"):
+    for path in (*INTROSPECTION, "/-/threads.json", "/-/databases.json", "/-/versions.json", "/-/anything"):
         assert server.page(path)[0] == 404, path
+    assert server.page("/-/static/app.css")[0] == 200  # what the pages themselves load
     [snapshot] = server.tmpdir.glob("lifecycle-serve-*/*.db")
     assert stat.S_IMODE(snapshot.stat().st_mode) == 0o600
+    assert stat.S_IMODE(snapshot.parent.stat().st_mode) == 0o700
 
 
 def test_the_hosts_a_server_answers_to() -> None:
@@ -241,6 +259,7 @@ def test_the_hosts_a_server_answers_to() -> None:
     assert allowed_hosts("::1", ["Ledger.Internal"]) == {"::1", "127.0.0.1", "localhost", "ledger.internal"}
     assert allowed_hosts("10.0.0.5") == {"10.0.0.5"}
     assert allowed_hosts("box.example") == {"box.example"}
+    assert allowed_hosts("LocalHost") == {"127.0.0.1", "localhost", "::1"}  # a loopback name: every loopback name
     assert allowed_hosts("0.0.0.0") is None
 
 
@@ -280,6 +299,21 @@ def test_stopping_the_server_removes_its_snapshot(served: tuple[Workspace, dict[
     code, err = server.stop()
     assert code == 0, err
     assert not [p for p in server.tmpdir.iterdir() if p.name.startswith("lifecycle-serve-")]
+
+
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL], ids=["SIGINT", "SIGKILL"])
+def test_a_stopped_or_killed_server_leaves_no_readable_copy(tmp_path: Path, how: signal.Signals) -> None:
+    """SIGINT (Ctrl-C) removes the snapshot like SIGTERM; SIGKILL cannot, but what stays is the owner's alone."""
+    server = Server(_one_event_ledger(tmp_path), tmp_path)
+    server.proc.send_signal(how)
+    server.proc.communicate(timeout=30)
+    left = list(tmp_path.glob("lifecycle-serve-*"))
+    if how == signal.SIGINT:
+        assert server.proc.returncode == 0 and left == []
+        return
+    [folder] = left
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert all(stat.S_IMODE(p.stat().st_mode) & 0o077 == 0 for p in folder.glob("*.db"))
 
 
 def test_the_printed_address_opens_for_a_ledger_whose_name_needs_encoding(tmp_path: Path) -> None:

@@ -6,7 +6,6 @@ candidate id (`attest create ID` says the same explicitly).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from lifecycle_fsm.cli.guards import refuse_empty_file, refuse_memory_db
 from lifecycle_fsm.cli.render import emit
 from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.limits import display
+from lifecycle_fsm.outputs import write_atomic
 
 __all__ = ["AttestGroup", "attest", "attest_create", "attest_verify"]
 
@@ -58,13 +58,7 @@ def attest_create(candidate_id: str, out: Path) -> None:
     if out.exists():
         raise InputError(f"{out} already exists: an attestation is never overwritten")
     envelope = build_attestation(open_ledger(must_exist=True).store, candidate_id, key)
-    text = _envelope_text(envelope)
-    try:
-        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except OSError as e:
-        raise InputError(f"cannot write {out} ({e.strerror})") from e
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
+    write_atomic(out, _envelope_text(envelope).encode(), exclusive=True)
     if wants_json():
         emit({"path": str(out), "candidate": candidate_id, "key_id": envelope["signatures"][0]["keyid"]})
     else:

@@ -51,7 +51,10 @@ EXIT_CODES: dict[int, str] = {
     ExitCode.NOT_FOUND: "not found: unknown candidate id",
     ExitCode.CONFLICT: "conflict: the candidate's state does not allow the command, or another writer won",
     ExitCode.INTEGRITY: "integrity: the hash chain, a checkpoint or a recorded transition is broken",
-    ExitCode.STORE: "store: the database file is unusable or stayed locked",
+    ExitCode.STORE: (
+        "store or environment: the database file is unusable or stayed locked, or the filesystem cannot take "
+        "an output (full, over quota, read-only); nothing half-written is left"
+    ),
     ExitCode.DRILL_FAILED: (
         "`drill`: an expectation did not hold, or a fault could not be injected (inconclusive); "
         "`drill --simulate`: an invariant failed; `decisions replay`: a decision would change"

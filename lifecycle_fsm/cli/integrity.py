@@ -78,7 +78,9 @@ def verify(expect_heads: tuple[str, ...], pubkeys: tuple[str, ...]) -> None:
         seals = report["seals"]
         click.echo(f"ok: {report['events']} events, head seq {report['head']['seq']} {report['head']['hash']}")
         if seals["count"]:
-            checked = "signatures checked" if keys else "signatures not checked (no --pubkey)"
+            # ok with keys given: every seal's signature was checked (one that failed would have failed verify)
+            n = seals["count"]
+            checked = f"{n} signature{'s' * (n != 1)} checked" if keys else "signatures not checked (no --pubkey)"
             click.echo(f"seals: {seals['count']}, last at seq {seals['last_seq']}, {checked}")
     else:
         detail = f" ({report['message']})" if report.get("message") else ""

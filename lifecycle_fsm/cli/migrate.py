@@ -68,7 +68,8 @@ def migrate(src: str, dst: str) -> None:
     head on both. A DST that already holds events must be a prefix of SRC: the copy
     resumes after it (an identical DST copies nothing). Anything else is refused (exit 5).
     A broken SRC chain stops the copy (exit 6), saying what was copied; a DST file this
-    command created is removed again if nothing was copied into it.
+    command created is removed again if nothing was copied into it (or it could not even
+    be created whole, as on a full disk: exit 7).
     """
     from lifecycle_fsm.store.migrate import migrate as copy_ledger
 
@@ -81,7 +82,11 @@ def migrate(src: str, dst: str) -> None:
     source = open_store(src, synchronous=synchronous, create=False)
     click.get_current_context().call_on_close(source.close)
     new_files = _missing_files(dst)
-    target = open_store(dst, synchronous=synchronous)
+    try:
+        target = open_store(dst, synchronous=synchronous)
+    except BaseException:  # e.g. a full disk while creating it: the file this run made holds nothing yet
+        _remove(new_files)
+        raise
     click.get_current_context().call_on_close(target.close)
     try:
         with _progress(source.head().seq) as progress:
@@ -128,6 +133,10 @@ def _remove_if_empty(target: EventStore, dst: str, new_files: list[str]) -> None
     if not empty:
         return
     target.close()
+    _remove(new_files)
+
+
+def _remove(new_files: list[str]) -> None:
     for path in new_files:
         with contextlib.suppress(FileNotFoundError):
             os.remove(path)

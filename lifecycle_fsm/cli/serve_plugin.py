@@ -5,7 +5,9 @@ In front of Datasette (its ASGI wrapper) every request is judged first:
   read-only canned query with a 500 after running its SELECT);
 - a Host header that is not one of the server's names: 421, so a page on another site
   cannot read a local server through DNS rebinding;
-- `/-/threads` and `/-/databases` (how the server runs, where its files are): 404;
+- Datasette's pages about the server itself under `/-/` (threads, databases and where their
+  files are, versions, plugins, settings, metadata, actor, messages, debug pages): 404; only
+  the static files the pages load (`/-/static/`, `/-/static-plugins/`) are served there;
 - the `ready_at` query with a time that does not parse: the error Datasette shows says
   what is wrong with the time (SQLite reports any exception in a function as "user-defined
   function raised exception", whatever it says).
@@ -30,10 +32,10 @@ from datasette import hookimpl as datasette_hookimpl
 from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.replay.asof import parse_time
 
-__all__ = ["HIDDEN_PATHS", "ServePlugin", "allowed_hosts", "lifecycle_utc", "time_problem"]
+__all__ = ["ServePlugin", "allowed_hosts", "is_hidden", "lifecycle_utc", "time_problem"]
 
 _ASGIApp = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
-HIDDEN_PATHS = ("/-/threads", "/-/databases")
+_SERVED_INTERNALS = ("/-/static/", "/-/static-plugins/")  # the CSS and scripts the pages load
 _SQLITE_UDF_ERROR = "user-defined function raised exception"
 _LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -65,12 +67,18 @@ def time_problem(path: str, query_string: bytes) -> str | None:
     return None
 
 
+def is_hidden(path: str) -> bool:
+    """Whether `path` is one of Datasette's pages about the server (everything under `/-/` but static files)."""
+    return path.startswith("/-/") and not path.startswith(_SERVED_INTERNALS)
+
+
 def allowed_hosts(host: str, extra: Collection[str] = ()) -> frozenset[str] | None:
     """The Host names the server answers to when bound to `host`; None: any IP address (a wildcard bind)."""
     try:
         address = ipaddress.ip_address(host)
     except ValueError:
-        return frozenset({host.lower(), *(name.lower() for name in extra)})
+        names = {host.lower(), *(name.lower() for name in extra)}
+        return frozenset(names | set(_LOOPBACK_NAMES)) if host.lower() == "localhost" else frozenset(names)
     if address.is_unspecified:
         return None
     names = {str(address), *(name.lower() for name in extra)}
@@ -152,7 +160,7 @@ class ServePlugin:
                 names = "any IP address" if self.hosts is None else ", ".join(sorted(self.hosts))
                 why = f"this server answers only to {names}, not to the host {host or '(none)'!r}"
                 await _answer(send, 421, f"{why} (serve --allow-host NAME adds a name)\n")
-            elif path.removesuffix(".json") in HIDDEN_PATHS:
+            elif is_hidden(path):
                 await _answer(send, 404, "not served\n")
             elif (problem := time_problem(path, scope.get("query_string", b""))) is not None:
                 await app(scope, receive, _rewriting(send, problem, path.endswith(".json")))

@@ -14,8 +14,9 @@ import click
 
 from lifecycle_fsm.cli.app import SuggestingGroup, json_option, open_ledger, require_signing_key, wants_json
 from lifecycle_fsm.cli.render import emit
-from lifecycle_fsm.errors import InputError
+from lifecycle_fsm.errors import InputError, LifecycleError
 from lifecycle_fsm.limits import display
+from lifecycle_fsm.outputs import StagedFile, stage
 
 __all__ = ["key", "key_new", "seal_command"]
 
@@ -74,28 +75,35 @@ def seal_command(out: Path | None) -> None:
         out = None
     private = require_signing_key("seal")
     ledger = open_ledger(must_exist=True)
-    fd = None
-    if out is not None:  # claimed before the seal is appended: a path we cannot write appends nothing
-        try:
-            fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            raise InputError(f"{out} already exists: a signed head is never overwritten") from None
-        except OSError as e:
-            raise InputError(f"cannot write {out} ({e.strerror}); nothing was sealed") from None
-    try:
+    if out is None:
         doc = seal(ledger.store, private, actor=ledger.actor, clock=utc_now)
+        if wants_json():
+            emit(doc)
+        else:
+            click.echo(signed_head_text(doc), nl=False)
+        return
+    if os.path.lexists(out):
+        raise InputError(f"{out} already exists: a signed head is never overwritten")
+    target = out
+    staged: list[StagedFile] = []
+
+    def write_first(signed: dict[str, object]) -> None:
+        """Inside the seal's transaction: the file is on disk before the seal is; one that cannot be, no seal."""
+        for earlier in staged:  # an attempt that lost a race to another writer
+            earlier.discard()
+        staged[:] = [stage(target, signed_head_text(signed).encode(), what="nothing was sealed")]
+
+    try:
+        doc = seal(ledger.store, private, actor=ledger.actor, clock=utc_now, before_commit=write_first)
     except BaseException:
-        if fd is not None and out is not None:
-            os.close(fd)
-            out.unlink()
+        for file in staged:
+            file.discard()
         raise
-    text = signed_head_text(doc)
-    if fd is not None:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+    try:
+        staged[0].commit(exclusive=True)
+    except LifecycleError as e:
+        raise type(e)(f"{e}; the seal is in the ledger: `lifecycle seal --out` again writes a new one") from None
     if wants_json():
         emit(doc)
-    elif out is not None:
-        click.echo(f"sealed head seq {doc['seq']} {doc['hash']} (key {doc['key_id']}) -> {out}")
     else:
-        click.echo(text, nl=False)
+        click.echo(f"sealed head seq {doc['seq']} {doc['hash']} (key {doc['key_id']}) -> {out}")

@@ -15,6 +15,7 @@ from typing import Any
 
 import attrs
 
+from lifecycle_fsm.audit_records import publish
 from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.folders import make_folder
 
@@ -175,20 +176,11 @@ def refuse_report_files(folder: Path, names: Iterable[str], *, replace: bool) ->
 def write_report_files(folder: Path, files: Mapping[str, str], *, replace: bool) -> list[Path]:
     """Write report files into `folder` (created if missing), never silently over an old report.
 
-    An existing file is refused (InputError, exit 3) unless `replace`, which first moves it
-    to `<file>.previous` — one generation, refused if a `.previous` is already there.
+    An existing file is refused (InputError, exit 3) unless `replace`, which keeps it as
+    `<file>.previous` — one generation, refused if a `.previous` is already there. Every
+    file is written whole before any is put in place; a full disk leaves the old report.
     """
-    existing = refuse_report_files(folder, files, replace=replace)
-    try:
-        for path in existing:
-            path.rename(path.with_name(path.name + ".previous"))
-        written = []
-        for name, text in files.items():
-            with (folder / name).open("x", encoding="utf-8") as f:  # never through a link that appeared since
-                f.write(text)
-            written.append(folder / name)
-        return written
-    except FileExistsError as e:
-        raise InputError(f"{e.filename} appeared while the drill ran: use --replace to keep it as .previous") from None
-    except OSError as e:
-        raise InputError(f"cannot write the report to {folder}: {e.strerror}") from None
+    refuse_report_files(folder, files, replace=replace)
+    written = [(folder / name, text.encode("utf-8")) for name, text in files.items()]
+    publish(written, replace=replace)
+    return [path for path, _ in written]
