@@ -51,16 +51,18 @@ _SNAPSHOTS = (
 
 # Read under the write lock with the head (columns of one SELECT): whether the log is empty although the
 # ledger knows it had events (the first event's hash recorded at its first append, a state index entry, a
-# checkpoint), and the first checked stream's version in the state index (ahead of the log: events removed).
+# checkpoint past position 0: one taken of an empty log is its own), and the last checked stream's version
+# in the state index (ahead of the log: events removed).
 EMPTIED = (
     "(SELECT NOT EXISTS (SELECT 1 FROM events) AND (EXISTS (SELECT 1 FROM meta WHERE key = 'first_event_hash') "
-    "OR EXISTS (SELECT 1 FROM streams) OR EXISTS (SELECT 1 FROM checkpoints)))"
+    "OR EXISTS (SELECT 1 FROM streams) OR EXISTS (SELECT 1 FROM checkpoints WHERE position > 0)))"
 )
 INDEXED = "(SELECT version FROM streams WHERE stream_id = %s)"
 RECORD_FIRST = "INSERT INTO meta (key, value) VALUES ('first_event_hash', %s) ON CONFLICT (key) DO NOTHING"
 _HISTORY = (
     "SELECT (SELECT hash FROM events WHERE seq = 1), (SELECT value FROM meta WHERE key = 'first_event_hash'), "
-    "(SELECT count(*) FROM events), (SELECT count(*) FROM streams), (SELECT count(*) FROM checkpoints)"
+    "(SELECT count(*) FROM events), (SELECT count(*) FROM streams), "
+    "(SELECT count(*) FROM checkpoints WHERE position > 0)"
 )
 
 # A statement run inside `_locked`: (sql, params, many) -> its rows (none for a write).

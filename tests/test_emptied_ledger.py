@@ -72,3 +72,14 @@ def test_a_truncated_postgres_log_takes_no_new_ledger(pg_url: str) -> None:
     assert verify.returncode == 6 and "recorded as" in verify.stdout, verify.stdout
     with PostgresEventStore(pg_url) as store:
         assert store.history_problem() is not None
+
+
+def test_a_checkpoint_of_an_empty_log_is_its_own_not_a_sign_of_lost_events(tmp_path: Path) -> None:
+    from test_store_contract import new
+
+    from lifecycle_fsm.store.sqlite import SQLiteEventStore
+
+    with SQLiteEventStore(tmp_path / "ledger.db") as store:
+        store.append_checkpoint(position=0, schema_version=1, fingerprint="f", snapshot="{}", recorded_at="t")
+        assert store.append("a", 0, [new("a", 0)]).events[0].seq == 1
+        assert store.history_problem() is None
