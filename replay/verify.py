@@ -166,6 +166,8 @@ def _verify(store: EventStore, workers: int, target: str) -> tuple[JSON, LedgerS
         report.update(checkpoints=None, details=corrupt.details)
         return add_problem(report, problem("replay", corrupt.seq, str(corrupt))), None
     report["checkpoints"] = checkpoints
+    if (lost := store.history_problem()) is not None:  # a sound chain, but not all of this ledger's
+        return add_problem(report, problem("history", None, lost)), None
     index_problem = _index_problem(store, full)  # no position: the index is not the log
     add_problem(report, index_problem)
     if events_problems := store.index_problems():  # derived too: a wrong row would be a wrong answer to a filter
