@@ -44,6 +44,7 @@ from lifecycle_fsm.events import (
     stream_of,
 )
 from lifecycle_fsm.feed import FeedEvent, follow_events, read_events, wait_for_state
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.limits import check_version_text
 from lifecycle_fsm.machine import State
 from lifecycle_fsm.manifests import load_baseline_manifest
@@ -68,7 +69,6 @@ __all__ = [
     "utc_now",
 ]
 
-JSON = dict[str, Any]
 SigningKey = str | os.PathLike[str] | bytes
 
 if TYPE_CHECKING:
