@@ -19,7 +19,6 @@ import attrs
 import orjson
 
 from lifecycle_fsm.errors import CorruptionError
-from lifecycle_fsm.event_base import JSON
 from lifecycle_fsm.events import (
     CANDIDATE_EVENTS,
     CANDIDATE_PREFIX,
@@ -31,6 +30,7 @@ from lifecycle_fsm.events import (
     Event,
     candidate_id_of,
 )
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.machine import TABLE, State, allowed_triggers
 from lifecycle_fsm.rules import RULES
 from lifecycle_fsm.store.chain import canonical_json

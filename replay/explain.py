@@ -21,6 +21,7 @@ from typing import Any
 
 from lifecycle_fsm.errors import NotFoundError
 from lifecycle_fsm.events import CANDIDATE_EVENTS, LEDGER_STREAM, candidate_id_of, stream_of
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.replay.asof import AsOf, position_of
 from lifecycle_fsm.replay.explanation_parts import (
     ArtifactCheck,
@@ -50,7 +51,6 @@ __all__ = [
     "stale_rules",
 ]
 
-JSON = dict[str, Any]
 # The manifest fields a candidate claims (CandidateReceived.candidate), in the order shown.
 CLAIMED_FIELDS = (
     "candidate_kind",

@@ -13,11 +13,11 @@ chain is the finding whatever the fold met first, as when the chain was walked a
 from __future__ import annotations
 
 import hashlib
-from typing import Any
 
 from lifecycle_fsm.errors import CorruptionError
 from lifecycle_fsm.events import stream_of
 from lifecycle_fsm.findings import add_problem, problem
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.replay.checkpoints import checkpoint_problem
 from lifecycle_fsm.replay.fold import EMPTY, LedgerState, fold_rows, index_of, snapshot_json
 from lifecycle_fsm.store.base import EventStore
@@ -26,14 +26,12 @@ from lifecycle_fsm.store.records import ChainReport, EventFilter, StreamHead
 
 __all__ = ["verify", "verify_with_state"]
 
-JSON = dict[str, Any]
-
 
 def _checkpoint_report(store: EventStore, walk: ChainWalk) -> tuple[list[JSON], LedgerState]:
     """Each checkpoint's status; structurally sound ones are compared on the way of one
     replay pass that then goes on to the head, so the whole log is folded once (a
     `CorruptionError` anywhere in it propagates); also returns the state at the head."""
-    reports: dict[int, dict[str, Any]] = {}
+    reports: dict[int, JSON] = {}
     sound = []
     for record in store.select_checkpoints():
         problem = checkpoint_problem(store, record)
@@ -167,6 +165,8 @@ def _verify(store: EventStore, workers: int, target: str) -> tuple[JSON, LedgerS
         report.update(checkpoints=None, details=corrupt.details)
         return add_problem(report, problem("replay", corrupt.seq, str(corrupt))), None
     report["checkpoints"] = checkpoints
+    if (lost := store.history_problem()) is not None:  # a sound chain, but not all of this ledger's
+        return add_problem(report, problem("history", None, lost)), None
     index_problem = _index_problem(store, full)  # no position: the index is not the log
     add_problem(report, index_problem)
     if events_problems := store.index_problems():  # derived too: a wrong row would be a wrong answer to a filter

@@ -179,6 +179,11 @@ class EventStore(Protocol):
         disagrees with the log: empty when it agrees, or when the backend keeps none."""
         ...
 
+    def history_problem(self) -> str | None:
+        """The log emptied or replaced outside the store (its first event is not the one recorded, or it is
+        empty while the state index or checkpoints are not); None when it is the ledger's own."""
+        ...
+
     def close(self) -> None:
         """Release the connection."""
         ...

@@ -37,6 +37,7 @@ __all__ = [
     "DDL",
     "EVENT_COLUMNS",
     "GUARD_ROWS",
+    "KEY_ROWS",
     "PG_GUARDS",
     "PG_GUARD_SOURCE",
     "STORE_SCHEMA_VERSION",
@@ -138,16 +139,20 @@ PG_GUARDS = {
     "FOR EACH STATEMENT EXECUTE FUNCTION lifecycle_refuse_change()",
 }
 PG_GUARD_SOURCE = " ".join(next(d for d in DDL if "FUNCTION lifecycle_refuse_change()" in d).split("$$")[1].split())
+# The keys the database enforces the log's order and idempotency with, as `pg_get_constraintdef` gives them.
+PG_KEYS = ("PRIMARY KEY (seq)", "UNIQUE (event_id)", "UNIQUE (stream_id, version)")
+KEY_ROWS = "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = 'events'::regclass"
 GUARD_ROWS = (
     "SELECT t.tgname, t.tgenabled, pg_get_triggerdef(t.oid), p.prosrc FROM pg_trigger t "
     "JOIN pg_proc p ON p.oid = t.tgfoid WHERE t.tgrelid = 'events'::regclass AND NOT t.tgisinternal"
 )
 
 
-def guard_problems(rows: Sequence[tuple[Any, ...]]) -> list[str]:
+def guard_problems(rows: Sequence[tuple[Any, ...]], keys: Sequence[tuple[Any, ...]] = ()) -> list[str]:
     """Each append-only trigger on `events` (`GUARD_ROWS`) that is missing, not enabled for every session
     (`DISABLE`, or `ENABLE REPLICA`: it then fires only for replication), or not exactly as `DDL` made
-    it (a `WHEN`, another timing, another function or body)."""
+    it (a `WHEN`, another timing, another function or body); any other trigger on it (one `BEFORE INSERT`
+    could rewrite every row appended); and each of its keys (`KEY_ROWS`) missing."""
     found = {
         name: (enabled, re.sub(r" ON [^ ]+\.events ", " ON events ", definition), " ".join(source.split()))
         for name, enabled, definition, source in rows
@@ -160,6 +165,9 @@ def guard_problems(rows: Sequence[tuple[Any, ...]]) -> list[str]:
             problems.append(f"trigger {name} is disabled")
         elif found[name][1:] != (definition, PG_GUARD_SOURCE):
             problems.append(f"trigger {name} was altered")
+    problems += [f"trigger {name} is not one of the ledger's own" for name in sorted(found.keys() - PG_GUARDS.keys())]
+    present = {" ".join(str(definition).split()) for (definition,) in keys}
+    problems += [f"{key} on events is missing" for key in PG_KEYS if key not in present]
     return problems
 
 
@@ -281,7 +289,7 @@ def schema_version(session: PgSession) -> str | None:
 def _refuse_unusable_schema(session: PgSession) -> None:
     """A schema that exists but that this role lacks USAGE on is left out of the search path by PostgreSQL,
     so it looks missing: say which grant is missing instead of "no ledger, create one"."""
-    name = session.first_schema()
+    name = session.ledger_schema
     with session.mapped("cannot read the ledger schema"):
         row = session.conn.execute(
             "SELECT NOT has_schema_privilege(oid, 'USAGE') FROM pg_namespace WHERE nspname = %s", (name,)
@@ -307,7 +315,7 @@ def ensure_schema(session: PgSession, *, create: bool) -> bool:
     with session.mapped("cannot create the ledger schema"), session.conn.transaction():
         session.conn.execute("SELECT pg_advisory_xact_lock(%s)", (session.lock_key,))
         if session.schema is None:  # the URL's schema does not exist yet: make it
-            name = session.first_schema()
+            name = session.ledger_schema
             session.conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(name)))
             session.schema = name
         for statement in DDL:

@@ -21,8 +21,11 @@ from lifecycle_fsm.store.records import CheckpointRecord, Head, StoredEvent, Str
 __all__ = [
     "CATCH_UP",
     "CHECKPOINTS",
+    "EMPTIED",
     "EVENT_COLUMNS",
     "INDEXED",
+    "RECORD_FIRST",
+    "STREAM_VERSION",
     "STREAM",
     "UPSERT_STREAM",
     "VERSION",
@@ -70,6 +73,21 @@ _INDEX_WRONG = (
 )
 _INDEX_MISSING = f"SELECT (SELECT count(*) FROM events WHERE seq <= {INDEXED}) - (SELECT count(*) FROM event_index)"
 _CATCH_UP_AFTER = 512  # a read scans fewer unindexed rows than this rather than take the write lock
+# Read under the write lock with the head (columns of one SELECT): whether the log is empty although the
+# ledger knows it had events (the first event's hash recorded at its first append, a state index entry, a
+# checkpoint past position 0: one taken of an empty log is its own), and the last checked stream's version
+# in the state index (ahead of the log: events removed).
+EMPTIED = (
+    "(SELECT NOT EXISTS (SELECT 1 FROM events) AND (EXISTS (SELECT 1 FROM meta WHERE key = 'first_event_hash') "
+    "OR EXISTS (SELECT 1 FROM streams) OR EXISTS (SELECT 1 FROM checkpoints WHERE position > 0)))"
+)
+STREAM_VERSION = "(SELECT version FROM streams WHERE stream_id = %s)"
+RECORD_FIRST = "INSERT INTO meta (key, value) VALUES ('first_event_hash', %s) ON CONFLICT (key) DO NOTHING"
+_HISTORY = (
+    "SELECT (SELECT hash FROM events WHERE seq = 1), (SELECT value FROM meta WHERE key = 'first_event_hash'), "
+    "(SELECT count(*) FROM events), (SELECT count(*) FROM streams), "
+    "(SELECT count(*) FROM checkpoints WHERE position > 0)"
+)
 
 # A statement run inside `_locked`: (sql, params, many) -> its rows (none for a write).
 Run = Callable[[str, Sequence[Any], bool], list[Any]]
@@ -154,6 +172,23 @@ class SQLStore(ABC):
 
     def streams(self, *, statuses: Iterable[str] | None = None) -> list[StreamHead]:
         return [StreamHead(*row) for row in self._rows(*streams_sql(statuses))]
+
+    def history_problem(self) -> str | None:
+        """What the ledger knows of its history beyond the log and the log does not hold: a first event other
+        than the one recorded at its first append, or none although the state index or checkpoints have rows."""
+        first, recorded, events, indexed, checkpoints = self._rows(_HISTORY)[0]
+        if recorded is not None and first != recorded:
+            held = "no events" if not events else f"a first event of hash {first}"
+            return (
+                f"the log holds {held}, but this ledger's first event was recorded as {recorded}: "
+                "it was emptied or replaced outside lifecycle"
+            )
+        if not events and (indexed or checkpoints):
+            return (
+                f"the log holds no events, but the state index lists {indexed} streams and there are "
+                f"{checkpoints} checkpoints: it was emptied outside lifecycle"
+            )
+        return None
 
     def rebuild_stream_index(self, derive: Callable[[], Iterable[StreamHead]]) -> None:
         """Also rebuilds the event index from the log: both are derived, and rebuilt together."""

@@ -189,8 +189,13 @@ def _words(sql: str) -> str:
 
 
 def guard_problems(conn: sqlite3.Connection) -> list[str]:
-    """Each unique index and append-only trigger that is missing, or not exactly as `GUARDS` writes it."""
+    """Each unique index and append-only trigger that is missing, or not exactly as `GUARDS` writes it, and
+    any other trigger on `events` (one `BEFORE INSERT` could rewrite every row appended)."""
     found = dict(conn.execute("SELECT name, sql FROM sqlite_master WHERE tbl_name = 'events' AND sql IS NOT NULL"))
+    triggers = {
+        name
+        for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'events'")
+    }
     problems = []
     for name, sql in GUARDS.items():
         kind = "trigger" if name.startswith("events_refuse") else "unique index"
@@ -198,7 +203,7 @@ def guard_problems(conn: sqlite3.Connection) -> list[str]:
             problems.append(f"{kind} {name} is missing")
         elif _words(found[name]) != _words(sql):
             problems.append(f"{kind} {name} was altered")
-    return problems
+    return problems + [f"trigger {name} is not one of the ledger's own" for name in sorted(triggers - GUARDS.keys())]
 
 
 def filter_sql(query: EventFilter, columns: str, *, indexed: bool) -> tuple[str, list[Any]]:

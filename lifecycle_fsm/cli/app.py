@@ -19,6 +19,7 @@ import click
 from lifecycle_fsm.cli.exit_codes import EXIT_CODES, ExitCode, exit_code_for
 from lifecycle_fsm.cli.guards import closed_output, is_driver_error, output_error, refuse_empty_file, refuse_memory_db
 from lifecycle_fsm.errors import InputError, LifecycleError
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.limits import display
 from lifecycle_fsm.logs import configure_logging
 from lifecycle_fsm.store.open import open_store
@@ -171,7 +172,7 @@ def _fail(error: LifecycleError) -> NoReturn:
     sys.exit(int(exit_code_for(error)))
 
 
-def root_obj() -> dict[str, Any]:
+def root_obj() -> JSON:
     """The root context's options (db, json, actor, synchronous, log_level), as `main` stored them."""
     return click.get_current_context().find_root().ensure_object(dict)
 
@@ -269,7 +270,7 @@ def open_read_store() -> EventStore:
     return store
 
 
-def _open_store(obj: dict[str, Any], *, create: bool, initialising: bool = False) -> EventStore:
+def _open_store(obj: JSON, *, create: bool, initialising: bool = False) -> EventStore:
     refuse_memory_db(obj["db"])
     refuse_empty_file(obj["db"], allow_empty=initialising)
     return open_store(obj["db"], synchronous=obj["synchronous"], create=create)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -17,6 +17,7 @@ from lifecycle_fsm.cli.app import json_option, open_ledger, open_read_store, roo
 from lifecycle_fsm.cli.exit_codes import ExitCode
 from lifecycle_fsm.cli.render import emit
 from lifecycle_fsm.errors import InputError
+from lifecycle_fsm.json_types import JSON
 
 if TYPE_CHECKING:
     from lifecycle_fsm.artifacts import TreeDigest
@@ -35,7 +36,7 @@ def checkpoint() -> None:
     key = signing_key()  # a bad key is refused before anything is written
     ledger = open_ledger(must_exist=True)
     record = take_checkpoint(ledger.store, clock=utc_now)
-    doc: dict[str, Any] = {"checkpoint_id": record.checkpoint_id, "position": record.position}
+    doc: JSON = {"checkpoint_id": record.checkpoint_id, "position": record.position}
     doc["head_hash"] = record.head_hash
     if key is not None:
         doc["signed_head"] = seal(ledger.store, key, actor=ledger.actor, clock=utc_now)
