@@ -125,32 +125,8 @@ def _verify(store: EventStore, workers: int, target: str) -> tuple[JSON, LedgerS
     """Every check, each finding added in the order the checks run: the chain, the replay (and
     its legality), the state index, the event index, the checkpoints in position order, the
     append-only guards. The replayed state is returned only when the chain, the replay and the
-    index hold. With `workers` > 1, worker processes re-hash the rows while this one walks the
-    links and folds."""
-    hashing = None
-    if workers > 1:  # the rows up to the head read here: the workers' slices and this walk cover the same log
-        from lifecycle_fsm.replay.verify_workers import HashWorkers  # multiprocessing, for this case only
-
-        head = store.head().seq
-        hashing = HashWorkers(target, head, workers)
-        walk = ChainWalk(store.select_rows(EventFilter(before=head + 1)), hashes=False)
-    else:
-        walk = ChainWalk(store.select_rows())
-    full: LedgerState | None = None
-    corrupt: CorruptionError | None = None
-    try:  # one fold of the whole log as the chain walk checks it, every checkpoint on its way
-        checkpoints, full = _checkpoint_report(store, walk)
-    except CorruptionError as e:
-        corrupt = e
-        walk.finish()  # a break further on is still the finding
-    except BaseException:
-        if hashing is not None:
-            hashing.cancel()
-        raise
-    chain = walk.report(count=store.count_events, head=store.head)
-    found = None if hashing is None else hashing.first_problem()
-    if found is not None and (chain.bad_seq is None or found[0] < chain.bad_seq):  # a tie: the link's comes first
-        chain = ChainReport(False, store.count_events(), store.head(), bad_seq=found[0], reason=found[1])
+    indexes hold."""
+    chain, checkpoints, full, corrupt = _walk(store, workers, target)
     report: JSON = {
         "ok": chain.ok,
         "events": chain.events,
@@ -167,15 +143,54 @@ def _verify(store: EventStore, workers: int, target: str) -> tuple[JSON, LedgerS
     report["checkpoints"] = checkpoints
     if (lost := store.history_problem()) is not None:  # a sound chain, but not all of this ledger's
         return add_problem(report, problem("history", None, lost)), None
-    index_problem = _index_problem(store, full)  # no position: the index is not the log
-    add_problem(report, index_problem)
-    if events_problems := store.index_problems():  # derived too: a wrong row would be a wrong answer to a filter
-        why = f"event index differs from the log: {'; '.join(events_problems)}"
-        add_problem(report, problem("event_index", None, why, advice="rebuild it with `lifecycle replay --full`"))
+    indexes_hold = _add_index_findings(store, report, full)
     broken = [c for c in checkpoints if c["status"] == "broken"]  # by position; one with none (null) last
     for c in sorted(broken, key=lambda c: (c["position"] is None, c["position"] or 0)):
         add_problem(report, problem("checkpoint", c["position"], f"checkpoint {c['checkpoint_id']}: {c['reason']}"))
     if guards := store.guard_problems():  # the fence around the log, not the log
         why = f"append-only guard: {'; '.join(guards)} (the database was changed outside lifecycle)"
         add_problem(report, problem("append_only_guard", None, why, advice="`lifecycle migrate` it to a new ledger"))
-    return report, None if index_problem is not None or events_problems else full
+    return report, full if indexes_hold else None
+
+
+def _walk(
+    store: EventStore, workers: int, target: str
+) -> tuple[ChainReport, list[JSON], LedgerState | None, CorruptionError | None]:
+    """One fold of the whole log as the chain walk checks it, every checkpoint on its way; with
+    `workers` > 1, worker processes re-hash the rows while this process walks the links and folds."""
+    hashing = None
+    if workers > 1:  # the rows up to the head read here: the workers' slices and this walk cover the same log
+        from lifecycle_fsm.replay.verify_workers import HashWorkers  # multiprocessing, for this case only
+
+        head = store.head().seq
+        hashing = HashWorkers(target, head, workers)
+        walk = ChainWalk(store.select_rows(EventFilter(before=head + 1)), hashes=False)
+    else:
+        walk = ChainWalk(store.select_rows())
+    checkpoints: list[JSON] = []
+    full: LedgerState | None = None
+    corrupt: CorruptionError | None = None
+    try:
+        checkpoints, full = _checkpoint_report(store, walk)
+    except CorruptionError as e:
+        corrupt = e
+        walk.finish()  # a break further on is still the finding
+    except BaseException:
+        if hashing is not None:
+            hashing.cancel()
+        raise
+    chain = walk.report(count=store.count_events, head=store.head)
+    found = None if hashing is None else hashing.first_problem()
+    if found is not None and (chain.bad_seq is None or found[0] < chain.bad_seq):  # a tie: the link's comes first
+        chain = ChainReport(False, store.count_events(), store.head(), bad_seq=found[0], reason=found[1])
+    return chain, checkpoints, full, corrupt
+
+
+def _add_index_findings(store: EventStore, report: JSON, full: LedgerState) -> bool:
+    """The derived indexes (state index, event index) against the log; True when both hold."""
+    index_problem = _index_problem(store, full)  # no position: the index is not the log
+    add_problem(report, index_problem)
+    if events_problems := store.index_problems():  # derived too: a wrong row would be a wrong answer to a filter
+        why = f"event index differs from the log: {'; '.join(events_problems)}"
+        add_problem(report, problem("event_index", None, why, advice="rebuild it with `lifecycle replay --full`"))
+    return index_problem is None and not events_problems

@@ -219,10 +219,39 @@ def filter_sql(query: EventFilter, columns: str, *, indexed: bool) -> tuple[str,
       the JSON functions: a scalar equal to it, or an array holding it.
     """
     timed = query.since is not None or query.until is not None
-    seq = "+seq" if timed and not indexed else "seq"
+    where, params, looked_up = _column_conditions(query, "+seq" if timed and not indexed else "seq")
+    if query.payload:
+        clauses, values, types = _payload_conditions(query, indexed)
+        where += clauses
+        params += values
+        looked_up.append(types)
+    condition = " AND ".join(where)
+    if indexed and looked_up:
+        index_where = " AND ".join(sql for sql, _ in looked_up)
+        index_params = [value for _, values in looked_up for value in values]
+        sql = (
+            f"SELECT {columns} FROM events WHERE seq IN (SELECT seq FROM event_index WHERE {index_where}) "
+            f"AND {condition} UNION ALL SELECT {columns} FROM events WHERE seq > {INDEXED} AND {condition} "
+            "ORDER BY seq"
+        )
+        params = [*index_params, *params, *params]
+    else:
+        sql = f"SELECT {columns} FROM events WHERE {condition} ORDER BY seq"
+    if query.limit is not None:
+        sql += " LIMIT ?"
+        params.append(query.limit)
+    return sql, params
+
+
+Conditions = tuple[list[str], list[Any], list[tuple[str, list[Any]]]]
+
+
+def _column_conditions(query: EventFilter, seq: str) -> Conditions:
+    """The WHERE terms on the event's own columns, their parameters, and the terms the event
+    index can answer (type, actor, time) with their values."""
     where = [f"{seq} > ?"]
     params: list[Any] = [query.after]
-    looked_up: list[tuple[str, list[Any]]] = []  # what the event index answers: (condition, its values)
+    looked_up: list[tuple[str, list[Any]]] = []
     for sql, value in (
         (f"{seq} < ?", query.before),
         ("recorded_at >= ?", query.since),
@@ -240,36 +269,24 @@ def filter_sql(query: EventFilter, columns: str, *, indexed: bool) -> tuple[str,
         where.append(clause)
         params.extend(query.types)
         looked_up.append((clause, list(query.types)))
-    if query.payload:
-        match_types = sorted({m.type for m in query.payload})
-        clause = f"type IN ({','.join('?' * len(match_types))})"
-        # without the event index, `+type` keeps the walk in seq order when a LIMIT can stop it early
-        where.append("+" + clause if query.limit is not None and not indexed else clause)
-        params.extend(match_types)
-        looked_up.append((clause, match_types))
-        needles = [orjson.dumps(v).decode() + end for v in sorted({m.value for m in query.payload}) for end in ",]}"]
-        where.append("(" + " OR ".join("instr(payload, ?) > 0" for _ in needles) + ")")
-        params.extend(needles)
-        confirm = (
-            "(type = ? AND (json_extract(payload, ?) = ? OR (json_type(payload, ?) = 'array' AND "
-            "EXISTS (SELECT 1 FROM json_each(payload, ?) WHERE value = ?))))"
-        )
-        where.append("(" + " OR ".join(confirm for _ in query.payload) + ")")
-        for m in query.payload:
-            params.extend([m.type, m.path, m.value, m.path, m.path, m.value])
-    condition = " AND ".join(where)
-    if indexed and looked_up:
-        index_where = " AND ".join(sql for sql, _ in looked_up)
-        index_params = [value for _, values in looked_up for value in values]
-        sql = (
-            f"SELECT {columns} FROM events WHERE seq IN (SELECT seq FROM event_index WHERE {index_where}) "
-            f"AND {condition} UNION ALL SELECT {columns} FROM events WHERE seq > {INDEXED} AND {condition} "
-            "ORDER BY seq"
-        )
-        params = [*index_params, *params, *params]
-    else:
-        sql = f"SELECT {columns} FROM events WHERE {condition} ORDER BY seq"
-    if query.limit is not None:
-        sql += " LIMIT ?"
-        params.append(query.limit)
-    return sql, params
+    return where, params, looked_up
+
+
+def _payload_conditions(query: EventFilter, indexed: bool) -> tuple[list[str], list[Any], tuple[str, list[Any]]]:
+    """A payload match's WHERE terms and parameters, and its event types as a term the index answers."""
+    match_types = sorted({m.type for m in query.payload})
+    clause = f"type IN ({','.join('?' * len(match_types))})"
+    # without the event index, `+type` keeps the walk in seq order when a LIMIT can stop it early
+    where = ["+" + clause if query.limit is not None and not indexed else clause]
+    params: list[Any] = [*match_types]
+    needles = [orjson.dumps(v).decode() + end for v in sorted({m.value for m in query.payload}) for end in ",]}"]
+    where.append("(" + " OR ".join("instr(payload, ?) > 0" for _ in needles) + ")")
+    params.extend(needles)
+    confirm = (
+        "(type = ? AND (json_extract(payload, ?) = ? OR (json_type(payload, ?) = 'array' AND "
+        "EXISTS (SELECT 1 FROM json_each(payload, ?) WHERE value = ?))))"
+    )
+    where.append("(" + " OR ".join(confirm for _ in query.payload) + ")")
+    for m in query.payload:
+        params.extend([m.type, m.path, m.value, m.path, m.path, m.value])
+    return where, params, (clause, match_types)
