@@ -5,6 +5,8 @@ The embedding API is `Ledger` (commands in, events out); the rules are pure
 functions in `lifecycle_fsm.rules`; whole-ledger replay lives in the `replay` package.
 """
 
+import typing
+
 from lifecycle_fsm.artifacts import hash_directory
 from lifecycle_fsm.errors import (
     ArtifactError,
@@ -22,13 +24,15 @@ from lifecycle_fsm.errors import (
     WaitTimeout,
 )
 from lifecycle_fsm.feed import FeedEvent
-from lifecycle_fsm.ledger import Ledger
 from lifecycle_fsm.machine import State
 from lifecycle_fsm.recovery import RecoveryAction, RecoveryPlan
 from lifecycle_fsm.results import CandidateResult, CommandResult, RecoveryResult, SettingsResult
 from lifecycle_fsm.retry import RetryPolicy
 from lifecycle_fsm.rules import check_candidate_freshness, choose_recovery_action, decide_lifecycle_handoff
 from lifecycle_fsm.state import CandidateState, LedgerSettings, apply
+
+if typing.TYPE_CHECKING:
+    from lifecycle_fsm.ledger import Ledger
 
 __all__ = [
     "ArtifactError",
@@ -62,3 +66,15 @@ __all__ = [
     "decide_lifecycle_handoff",
     "hash_directory",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # The Ledger brings the whole command path; a program that only reads the log (`lifecycle
+    # status`, an auditor's script) imports the package without it. Imported on first use, then
+    # bound here like the other names.
+    if name == "Ledger":
+        from lifecycle_fsm.ledger import Ledger
+
+        globals()[name] = Ledger
+        return Ledger
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

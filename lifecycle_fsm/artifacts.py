@@ -47,13 +47,13 @@ import hashlib
 import os
 import stat
 from collections.abc import Callable
-from typing import Any
 
 import attrs
 
 from lifecycle_fsm.artifact_paths import path_escapes_root
 from lifecycle_fsm.artifact_walk import NOFOLLOW_ERRNOS, Entry, StrPath, collect, os_error, same_file
 from lifecycle_fsm.errors import ArtifactError
+from lifecycle_fsm.json_types import JSON
 
 __all__ = [
     "MAX_LISTED_FILES",
@@ -166,7 +166,7 @@ class TreeDigest:
         """How `sha256` was computed: the plain sha256 of a file, or this module's tree format."""
         return TREE_FORMAT if self.is_directory else "sha256"
 
-    def to_json(self) -> dict[str, Any] | None:
+    def to_json(self) -> JSON | None:
         """What events record (None for a single file: its hash says everything)."""
         if not self.is_directory:
             return None

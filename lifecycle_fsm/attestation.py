@@ -26,6 +26,7 @@ from securesystemslib.signer import CryptoSigner, SSlibKey  # type: ignore[attr-
 
 from lifecycle_fsm.errors import ConflictError, InputError, IntegrityError, NotFoundError
 from lifecycle_fsm.events import HandoffDecided, stream_of
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.keys import key_id
 from lifecycle_fsm.seals import ledger_id_of
 from lifecycle_fsm.store.base import EventStore, event_at, verify_chain
@@ -35,7 +36,6 @@ from lifecycle_fsm.upcasting import decoded_payload
 
 __all__ = ["PAYLOAD_TYPE", "PREDICATE_TYPE", "STATEMENT_TYPE", "attest", "verify_attestation"]
 
-JSON = dict[str, Any]
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "lifecycle-fsm/handoff/v1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -222,7 +222,7 @@ def _claims(statement: JSON, source: str) -> _Claims:
     candidate = predicate.get("candidate")
     candidate_id = candidate.get("id") if isinstance(candidate, dict) else None
     reasons = predicate.get("reason_codes")
-    parts: dict[str, Any] = {
+    parts: JSON = {
         "candidate": candidate_id if isinstance(candidate_id, str) else None,
         "decision": predicate.get("decision") if isinstance(predicate.get("decision"), str) else None,
         "reason_codes": (

@@ -41,6 +41,7 @@ from lifecycle_fsm.audit_records import (
 from lifecycle_fsm.errors import ConflictError, InputError, NotFoundError
 from lifecycle_fsm.events import LEDGER_STREAM, stream_of
 from lifecycle_fsm.folders import prove_writable
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.ledger import DEFAULT_ACTIVE_WINDOW, DEFAULT_MAX_WINDOW_AGE, Ledger, utc_now
 from lifecycle_fsm.limits import MAX_INT64, check_candidate_id, check_int
 from lifecycle_fsm.manifests import BaselineManifest, CandidateManifest, load_baseline_manifest, load_candidate_manifest
@@ -64,7 +65,6 @@ __all__ = [
     "run",
 ]
 
-JSON = dict[str, Any]
 MODES = ("dry_run", "real_artifact")
 
 

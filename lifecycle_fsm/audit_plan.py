@@ -13,14 +13,13 @@ from typing import TYPE_CHECKING, Any
 from lifecycle_fsm.artifacts import path_escapes_root
 from lifecycle_fsm.audit_records import refuse_existing, relative_posix
 from lifecycle_fsm.errors import InputError
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.rules import ONLINE_KINDS, check_candidate_freshness
 
 if TYPE_CHECKING:
     from lifecycle_fsm.audit import PreparedAudit
 
 __all__ = ["blockers", "missing_fields", "plan"]
-
-JSON = dict[str, Any]
 
 
 def blockers(prepared: PreparedAudit) -> list[str]:

@@ -28,6 +28,7 @@ from typing import Any, cast
 
 from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.folders import make_folder
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.outputs import StagedFile, output_error
 from lifecycle_fsm.outputs import stage as stage_file
 from lifecycle_fsm.rules import choose_recovery_action, decide_lifecycle_handoff
@@ -54,7 +55,6 @@ __all__ = [
     "write_records",
 ]
 
-JSON = dict[str, Any]
 
 SCHEMA_VERSION = "post-training-lifecycle/v1"
 SEMANTIC_ID = "PT-POST-TRAINING-LIFECYCLE"

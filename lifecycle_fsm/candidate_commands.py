@@ -27,7 +27,7 @@ from lifecycle_fsm.command_path import Command, CommandPath, Decide, Outcome
 from lifecycle_fsm.decisions import Decision
 from lifecycle_fsm.digest_cache import DigestCache
 from lifecycle_fsm.errors import DuplicateEventError, InputError
-from lifecycle_fsm.event_base import JSON, text_or_error
+from lifecycle_fsm.event_base import text_or_error
 from lifecycle_fsm.events import (
     CandidateReceived,
     CandidateRegistered,
@@ -40,6 +40,7 @@ from lifecycle_fsm.events import (
     TrustedStateRecorded,
     stream_of,
 )
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.limits import check_candidate_id, check_version_text
 from lifecycle_fsm.manifests import load_candidate_manifest
 from lifecycle_fsm.recovery import RecoveryPlan, invalidated_kinds, plan_from_payload
@@ -85,7 +86,7 @@ class CandidateCommands:
         when that key recorded this manifest path (and id), else None. Only a retry is helped."""
         if event_id is None or not isinstance(event_id, str):
             return None
-        match: dict[str, Any] = {"manifest_path": os.path.normpath(os.path.abspath(manifest_path))}
+        match: JSON = {"manifest_path": os.path.normpath(os.path.abspath(manifest_path))}
         if candidate_id is not None:
             match["candidate_id"] = candidate_id
         return idempotency.retried_unread(self._path, event_id, type_name, match)
@@ -139,7 +140,7 @@ class CandidateCommands:
         *,
         kind: str,
         source_policy_version: str | None = None,
-        provenance: dict[str, Any] | None = None,
+        provenance: JSON | None = None,
         event_id: str | None = None,
     ) -> CandidateResult:
         """A candidate that exists before its adapter (a training run), so its trusted states, failures
@@ -154,7 +155,7 @@ class CandidateCommands:
             raise InputError(f"unknown candidate kind {kind!r} (expected one of {', '.join(CANDIDATE_KINDS)})")
         if source_policy_version is not None:
             check_version_text("source policy version", source_policy_version)
-        card: dict[str, Any] = {} if provenance is None else provenance
+        card: JSON = {} if provenance is None else provenance
         if not isinstance(card, dict):
             raise InputError(f"provenance must be a dict, not {type(card).__name__}")
         canonical_json(card)  # JSON or InputError, before anything is decided

@@ -12,7 +12,8 @@ from typing import Any, ClassVar
 import attrs
 
 from lifecycle_fsm.errors import CorruptionError
-from lifecycle_fsm.event_base import JSON, Event, flag, stream_of
+from lifecycle_fsm.event_base import Event, flag, stream_of
+from lifecycle_fsm.json_types import JSON
 
 __all__ = [
     "CandidateEvent",

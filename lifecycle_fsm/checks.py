@@ -14,7 +14,7 @@ import attrs
 from lifecycle_fsm.artifacts import hash_tree, path_escapes_root
 from lifecycle_fsm.digest_cache import DigestCache
 from lifecycle_fsm.errors import ArtifactError, ArtifactUnreadable
-from lifecycle_fsm.event_base import JSON
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.rules import FRESHNESS_CHECKS, RECOVERY_STATES_BY_STAGE, check_candidate_freshness
 from lifecycle_fsm.rules import decide_lifecycle_handoff as _decide
 from lifecycle_fsm.state import CandidateState, LedgerSettings

@@ -2,27 +2,65 @@
 
 Without it a closed SQLite ledger would let `sqlite3.ProgrammingError` reach the
 caller, and a closed PostgreSQL one a driver error: neither is in the error tree.
+
+A Ledger may be closed from another thread than the one that opened it (a supervisor's
+shutdown handler ending a blocked `follow()`). The connection belongs to the opening
+thread, so it is held here and closed by that thread: when its `follow()` ends, or at its
+next call (which then raises `LedgerClosedError`).
 """
 
 from __future__ import annotations
 
-from typing import NoReturn, cast
+import threading
+from collections.abc import Iterator
+from typing import Any, NoReturn, TypeVar, cast
 
 from lifecycle_fsm.errors import LedgerClosedError
 from lifecycle_fsm.store.base import EventStore
 
-__all__ = ["ClosedStore", "closed_store"]
+__all__ = ["ClosedStore", "closed_store", "closing_after", "require_open"]
+
+T = TypeVar("T")
 
 
 class ClosedStore:
-    """Stands in for a closed store; closing it again is allowed and does nothing."""
+    """Stands in for a closed store; closing it again is allowed and does nothing but close the
+    connection it still holds (`pending`), once, from the thread that opened it."""
+
+    def __init__(self, pending: EventStore | None = None, opener: int | None = None) -> None:
+        self._pending = pending
+        self._opener = opener
 
     def close(self) -> None:
-        return None
+        pending = self._pending
+        if pending is not None and threading.get_ident() == self._opener:
+            self._pending = None
+            pending.close()
 
     def __getattr__(self, name: str) -> NoReturn:
+        if name.startswith("__"):  # copy, pickle and friends look for these: not a call on the ledger
+            raise AttributeError(name)
+        self.close()
         raise LedgerClosedError(f"this ledger is closed: open it again to use it (called {name})")
 
 
-def closed_store() -> EventStore:
-    return cast(EventStore, ClosedStore())
+def closed_store(pending: EventStore | None = None, opener: int | None = None) -> EventStore:
+    """The closed store; `pending`: the open store that `opener`'s thread must still close."""
+    return cast(EventStore, ClosedStore(pending, opener))
+
+
+def require_open(store: object) -> None:
+    """LedgerClosedError for a closed ledger's store (closing a connection left to this thread first)."""
+    if isinstance(store, ClosedStore):
+        store.close()
+        raise LedgerClosedError("this ledger is closed: open it again to use it")
+
+
+def closing_after(events: Iterator[T], ledger: Any) -> Iterator[T]:
+    """A `follow()`'s `events`; when they end because the ledger was closed (from another thread), the
+    connection that close left to this thread is closed here."""
+    try:
+        yield from events
+    finally:
+        if ledger.closed:
+            ledger.store.close()

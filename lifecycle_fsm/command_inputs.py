@@ -15,10 +15,10 @@ import os
 import socket
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from lifecycle_fsm.errors import ConflictError, InputError, StoreError
 from lifecycle_fsm.event_base import text_or_error
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.limits import MAX_INT64, check_int
 from lifecycle_fsm.retry import RetryPolicy
 from lifecycle_fsm.rules import STAGES, TRUSTED_STATE_KINDS
@@ -37,8 +37,6 @@ __all__ = [
     "require_kind",
     "utc_now",
 ]
-
-JSON = dict[str, Any]
 
 
 def utc_now() -> str:

@@ -45,9 +45,9 @@ from lifecycle_fsm.logs import get_logger
 from lifecycle_fsm.machine import COMMAND_TRIGGERS, INITIAL_TRIGGERS, State, allowed_commands, command_allowed
 from lifecycle_fsm.machine import sources_of as _sources_of
 from lifecycle_fsm.retry import DEFAULT_RETRY, RetryPolicy
-from lifecycle_fsm.state import CandidateState, LedgerSettings, LedgerState, fold, rows_of, stream_start
+from lifecycle_fsm.state import CandidateState, LedgerSettings, LedgerState, fold, stream_start
 from lifecycle_fsm.store.base import StoreTransaction
-from lifecycle_fsm.store.records import NewEvent, StoredEvent
+from lifecycle_fsm.store.records import NewEvent, Row, StoredEvent
 from lifecycle_fsm.streams import StreamReader
 
 __all__ = ["INVALIDATED_STATES", "CommandPath", "Decide", "Outcome", "new_event_id", "require_command"]
@@ -242,7 +242,7 @@ class CommandPath:
                 return Outcome(appended.events, settings=self.reader.settings(), duplicate=True)
             keyed = sum(1 for n in new if n.event_id == event_id or n.event_id.startswith(f"{event_id}/"))
             fanned = self._fan_out(tx, decision.invalidation, event_id, keyed) if decision.invalidation else []
-        final = fold(rows_of(appended.events), LedgerState(settings, {}, settings.last_seq)).settings
+        final = fold(_appended_rows(appended.events), LedgerState(settings, {}, settings.last_seq)).settings
         self.reader.remember(final)
         for _, _, invalidated in fanned:  # committed: the next command on it need not read it
             self.reader.remember(invalidated)
@@ -255,8 +255,8 @@ class CommandPath:
     ) -> Outcome:
         events = decision.events
         assert all(isinstance(e, CandidateEvent) for e in events)
-        label = self._fire(current, events)  # type: ignore[arg-type]
         new = self.new_events(cmd.stream_id, events, cmd.event_id)
+        label = self._fire(current, events, [n.payload for n in new])  # type: ignore[arg-type]
         # One append is the whole transaction: a store may do it in one round trip (PostgreSQL),
         # the ledger stream's version asserted in the same statement when the decision read it.
         result = self.store.append(
@@ -271,7 +271,7 @@ class CommandPath:
         if result.duplicate:
             final = self.reader.candidate(cmd.stream_id)
         else:
-            final = fold(rows_of(result.events), stream_start(current)).candidates[_candidate_id(cmd.stream_id)]
+            final = fold(_appended_rows(result.events), stream_start(current)).candidates[_candidate_id(cmd.stream_id)]
             if final.state != label:
                 raise AssertionError(f"the fold says {final.state}, the machine {label}")
             self.reader.remember(final)
@@ -283,9 +283,12 @@ class CommandPath:
             duplicate=result.duplicate,
         )
 
-    def _fire(self, current: CandidateState | None, events: Sequence[CandidateEvent]) -> str:
-        """Fire the events' triggers on the candidate's `transitions` model: the state they land in."""
-        triggers = [type(e).trigger_for(e.to_payload()) for e in events]
+    def _fire(
+        self, current: CandidateState | None, events: Sequence[CandidateEvent], payloads: Sequence[Mapping[str, Any]]
+    ) -> str:
+        """Fire the events' triggers on the candidate's `transitions` model: the state they land in
+        (`payloads`: the events' own, already built for the append)."""
+        triggers = [type(e).trigger_for(payload) for e, payload in zip(events, payloads, strict=True)]
         if current is None:  # a new stream: its one event starts it in `received`
             if triggers[0] not in INITIAL_TRIGGERS or len(triggers) != 1:
                 raise IllegalCommandError(
@@ -324,7 +327,7 @@ class CommandPath:
             key = None if event_id is None else f"{event_id}/{keyed + len(done)}"
             new = self.new_events(head.stream_id, [invalidation.event], key)
             stored = tx.append(head.stream_id, current.version, new, status=State.RECEIVED.value).events
-            after = fold(rows_of(stored), stream_start(current)).candidates[candidate_id]
+            after = fold(_appended_rows(stored), stream_start(current)).candidates[candidate_id]
             done.append((candidate_id, stored, after))
         return done
 
@@ -337,6 +340,13 @@ def _candidate_id(stream_id: str) -> str:
     candidate_id = candidate_id_of(stream_id)
     assert candidate_id is not None
     return candidate_id
+
+
+def _appended_rows(events: Sequence[StoredEvent]) -> list[Row]:
+    """What an append just stored, as the rows a fold reads. Their hashes were computed in this process
+    (or, for PostgreSQL's one-statement append, re-computed here against the server's), so unlike rows
+    read back they are not checked again; a retried append's stored copies are read back, never this."""
+    return [(e.seq, e.stream_id, e.version, e.type, e.schema_version, e.payload) for e in events]
 
 
 def _category(current: CandidateState | None, events: Sequence[Event]) -> str | None:

@@ -26,6 +26,7 @@ from lifecycle_fsm.checks import freshness
 from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.events import candidate_id_of
 from lifecycle_fsm.folders import make_folder
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.limits import MAX_MANIFEST_BYTES, read_regular_file
 from lifecycle_fsm.outputs import write_atomic
 from lifecycle_fsm.rules import STAGES, choose_recovery_action, decide_lifecycle_handoff
@@ -36,7 +37,6 @@ from lifecycle_fsm.upcasting import decoded_payload
 
 __all__ = ["SCHEMA", "Changed", "DecisionState", "export_pool", "read_pool", "redecide", "replay_pool"]
 
-JSON = dict[str, Any]
 SCHEMA = "lifecycle-decision-pool/v1"
 CANDIDATE_FIELDS = (
     "candidate_kind",
@@ -118,9 +118,9 @@ class _KeyTwice(Exception):
         self.key = key
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def _unique_keys(pairs: list[tuple[str, Any]]) -> JSON:
     """An object with a key given twice says two things: json would keep the last one silently."""
-    doc: dict[str, Any] = {}
+    doc: JSON = {}
     for key, value in pairs:
         if key in doc:
             raise _KeyTwice(key)

@@ -9,7 +9,6 @@ no-op (an identical re-receipt, a setting that is already so).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import attrs
 
@@ -34,6 +33,7 @@ from lifecycle_fsm.events import (
     TrustedStateRecorded,
     WindowAdvanced,
 )
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.machine import State, command_allowed
 from lifecycle_fsm.manifests import CandidateManifest
 from lifecycle_fsm.rules import BLOCKING_ACTIONS, ONLINE_KINDS, RULES, choose_recovery_action
@@ -62,8 +62,6 @@ __all__ = [
 
 DEFAULT_MAX_WINDOW_AGE = 2
 DEFAULT_ACTIVE_WINDOW = 1
-
-JSON = dict[str, Any]
 
 
 @attrs.frozen

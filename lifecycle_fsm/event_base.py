@@ -13,10 +13,10 @@ from typing import Any, ClassVar
 import attrs
 
 from lifecycle_fsm.errors import InputError
+from lifecycle_fsm.json_types import JSON
 
 __all__ = [
     "CANDIDATE_PREFIX",
-    "JSON",
     "LEDGER_STREAM",
     "SEALS_STREAM",
     "Event",
@@ -29,8 +29,6 @@ __all__ = [
 LEDGER_STREAM = "ledger"
 SEALS_STREAM = "seals"
 CANDIDATE_PREFIX = "candidate:"
-
-JSON = dict[str, Any]
 
 
 def flag(payload: Mapping[str, Any], key: str) -> bool:

@@ -45,13 +45,13 @@ from lifecycle_fsm.candidate_events import (
 )
 from lifecycle_fsm.event_base import (
     CANDIDATE_PREFIX,
-    JSON,
     LEDGER_STREAM,
     SEALS_STREAM,
     Event,
     candidate_id_of,
     stream_of,
 )
+from lifecycle_fsm.json_types import JSON
 
 __all__ = [
     "CANDIDATE_EVENTS",

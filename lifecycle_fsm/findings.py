@@ -10,11 +10,10 @@ rebuild would make the damaged log look whole.
 
 from __future__ import annotations
 
-from typing import Any
+from lifecycle_fsm.json_types import JSON
 
 __all__ = ["TRUST_CODES", "add_problem", "problem"]
 
-JSON = dict[str, Any]
 
 TRUST_CODES = frozenset({"head_mismatch", "seal_mismatch", "seal_signature"})
 

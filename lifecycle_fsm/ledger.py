@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from lifecycle_fsm import decisions
 from lifecycle_fsm.candidate_commands import CandidateCommands
 from lifecycle_fsm.checks import verify_artifact
-from lifecycle_fsm.closed import closed_store
+from lifecycle_fsm.closed import closed_store, closing_after, require_open
 from lifecycle_fsm.command_inputs import (
     check_key,
     checked_options,
@@ -44,6 +44,7 @@ from lifecycle_fsm.events import (
     stream_of,
 )
 from lifecycle_fsm.feed import FeedEvent, follow_events, read_events, wait_for_state
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.limits import check_version_text
 from lifecycle_fsm.machine import State
 from lifecycle_fsm.manifests import load_baseline_manifest
@@ -68,7 +69,6 @@ __all__ = [
     "utc_now",
 ]
 
-JSON = dict[str, Any]
 SigningKey = str | os.PathLike[str] | bytes
 
 if TYPE_CHECKING:
@@ -104,6 +104,7 @@ class Ledger(CandidateCommands):
         # stamped with the wall clock (the event clock is not consumed by a read).
         self._digests = DigestCache(utc_now, max_entries=2 * cached_candidates)  # bounded, as the folds are
         self._closed = False
+        self._opener = threading.get_ident()  # the thread whose connection the store is
         self.location: str | None = None  # the path or URL `open` was given (None for a store passed in)
 
     @classmethod
@@ -163,11 +164,8 @@ class Ledger(CandidateCommands):
         return ledger
 
     def seal(self) -> JSON:
-        """Sign the head and append `HeadSealed` to the `seals` stream; the signed head.
-
-        Needs `signing_key` (InputError without one). Keep the result outside the ledger
-        and check it later with `lifecycle verify --expect-head`.
-        """
+        """Sign the head and append `HeadSealed` to the `seals` stream; the signed head. Needs `signing_key`;
+        keep the result outside the ledger and check it later with `lifecycle verify --expect-head`."""
         from lifecycle_fsm.seals import seal
 
         return seal(self.store, self._private_key("seal"), actor=self.actor, clock=self._clock)
@@ -181,18 +179,22 @@ class Ledger(CandidateCommands):
     def _private_key(self, what: str) -> Any:
         from lifecycle_fsm.keys import private_key_from
 
+        require_open(self.store)  # a closed ledger says so before a missing key is
         if self.signing_key is None:
             raise InputError(f"{what} needs a signing key: Ledger.open(..., signing_key=PATH_OR_PEM)")
         return private_key_from(self.signing_key, what)
 
     def close(self) -> None:
-        """Close the store; using the ledger afterwards raises `LedgerClosedError`. Idempotent."""
+        """Close the store; using the ledger afterwards raises `LedgerClosedError`. Idempotent. From another
+        thread: a blocked `follow()` ends at its next wake (within `poll`), and the opening thread closes the
+        connection then, or at its next call (`lifecycle_fsm.closed`)."""
         if self._closed:
             return
-        self.store.close()  # first: from a thread that did not open it, refused and still open
-        self._closed = True
-        self.store = closed_store()
+        store, here, self._closed = self.store, threading.get_ident() == self._opener, True
+        self.store = closed_store(None if here else store, self._opener)
         self._reader.store = self._path.store = self.store
+        if here:
+            store.close()
 
     @property
     def closed(self) -> bool:
@@ -254,10 +256,12 @@ class Ledger(CandidateCommands):
     def follow(
         self, after: int = 0, poll: float = 0.2, *, stream: str | None = None, stop: threading.Event | None = None
     ) -> Iterator[FeedEvent]:
-        """New events as they are appended; ends when `stop` is set or the ledger is closed."""
-        return follow_events(
+        """New events as they are appended; ends when `stop` is set or the ledger is closed (from any thread)."""
+        require_open(self.store)
+        events = follow_events(
             self.store, after=after, poll=poll, stream=stream, stop=stop, is_closed=lambda: self._closed
         )
+        return closing_after(events, self)
 
     def wait_for(
         self, candidate_id: str, states: State | str | Iterable[State | str], timeout: float, *, poll: float = 0.2

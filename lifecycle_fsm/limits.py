@@ -130,6 +130,21 @@ def _is_printable(ch: str) -> bool:
     return ch == " " or unicodedata.category(ch)[0] not in "CZ"
 
 
+def _printed_once(what: str, value: str, hint: str) -> None:
+    """An id that prints as no other id does: no control or format characters, no leading or trailing
+    whitespace, and nothing but Unicode NFC (`é` decomposed is two code points that print as one)."""
+    if not all(_is_printable(ch) for ch in value):
+        raise InputError(f"{what} {value!r} contains control or format characters")
+    if value != value.strip():
+        raise InputError(f"{what} {value!r} starts or ends with whitespace: it would print like another id ({hint})")
+    if not value.isascii() and not unicodedata.is_normalized("NFC", value):
+        composed = unicodedata.normalize("NFC", value)
+        raise InputError(
+            f"{what} {value!r} is not in Unicode NFC form: it prints like {composed!r}, another id "
+            f"({hint}, written in NFC)"
+        )
+
+
 def check_candidate_id(candidate_id: str, *, hint: str = "give another id with --id") -> str:
     """A candidate id is 1..256 printable characters that name one stream unambiguously; else InputError.
 
@@ -148,18 +163,7 @@ def check_candidate_id(candidate_id: str, *, hint: str = "give another id with -
         raise InputError(
             f"candidate id is {len(candidate_id)} characters, over the {MAX_CANDIDATE_ID_LENGTH}-character limit"
         )
-    if not all(_is_printable(ch) for ch in candidate_id):
-        raise InputError(f"candidate id {candidate_id!r} contains control or format characters")
-    if candidate_id != candidate_id.strip():
-        raise InputError(
-            f"candidate id {candidate_id!r} starts or ends with whitespace: it would print like another id ({hint})"
-        )
-    if not candidate_id.isascii() and not unicodedata.is_normalized("NFC", candidate_id):
-        composed = unicodedata.normalize("NFC", candidate_id)
-        raise InputError(
-            f"candidate id {candidate_id!r} is not in Unicode NFC form: it prints like {composed!r}, another id "
-            f"({hint}, written in NFC)"
-        )
+    _printed_once("candidate id", candidate_id, hint)
     if candidate_id in RESERVED_STREAM_NAMES:
         raise InputError(
             f"candidate id {candidate_id!r} is reserved: `{LEDGER_STREAM}` and `{SEALS_STREAM}` name the ledger's "
@@ -189,7 +193,8 @@ def check_version_text(what: str, value: object) -> str:
 
 
 def check_event_id(event_id: str | None) -> str | None:
-    """An idempotency key is a non-empty string not ending in `/<digits>`; None (no key) passes.
+    """An idempotency key is a non-empty string not ending in `/<digits>`, printed as no other key is (the
+    candidate id's rule: no control characters, no leading or trailing whitespace, Unicode NFC); None passes.
 
     A command that appends several events keys them KEY, KEY/1, KEY/2, ...: a caller's key
     `run/7/1` would be taken for the second event of the command keyed `run/7` (a retry of
@@ -200,6 +205,7 @@ def check_event_id(event_id: str | None) -> str | None:
         return None
     if not isinstance(event_id, str) or not event_id:
         raise InputError(f"event id (idempotency key) {event_id!r} must be a non-empty string")
+    _printed_once("event id (idempotency key)", event_id, "give the key as it prints, in NFC")
     if _SUB_KEY.search(event_id):
         raise InputError(
             f"event id (idempotency key) {event_id!r} ends with '/<number>': those ids are reserved for the "

@@ -6,6 +6,12 @@ structlog gets them with their key-value context; one that did not gets them thr
 `logging` logger of the same name, which says nothing below WARNING unless asked: embedding the
 library never writes to stdout. The CLI logs to stderr: JSON lines when stderr is not a terminal
 (for collectors), a readable console format when it is.
+
+structlog is imported only when an event is to be written through it: a library logger asks
+structlog only once something else imported it, and `configure_logging` records the setting and
+configures structlog when the first event at or above its level is emitted (every event below it
+is dropped meanwhile). Importing structlog costs more than the rest of a short command's start-up,
+and most commands at the default level emit nothing at all.
 """
 
 from __future__ import annotations
@@ -13,19 +19,29 @@ from __future__ import annotations
 import logging
 import sys
 
-import orjson
-import structlog
-
 __all__ = ["Logger", "configure_logging", "get_logger"]
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
+# The command line's setting, (level, json_lines), until the first event at its level applies it.
+_pending: dict[str, tuple[int, bool | None]] = {}
+
 
 def configure_logging(level: str = "warning", *, json_lines: bool | None = None) -> None:
-    """Send structured logs at `level` and above to stderr (the command line's setting)."""
+    """Send structured logs at `level` and above to stderr (the command line's setting).
+
+    `json_lines` defaults to whether stderr is a terminal when the first event is written.
+    """
     numeric = _LEVELS.get(level.lower())
     if numeric is None:
         raise ValueError(f"log level must be one of {', '.join(_LEVELS)}, not {level!r}")
+    _pending["cli"] = (numeric, json_lines)
+
+
+def _configure_structlog(level: int, json_lines: bool | None) -> None:
+    import orjson
+    import structlog
+
     if json_lines is None:
         json_lines = not sys.stderr.isatty()
     processors: list[structlog.typing.Processor] = [
@@ -41,7 +57,7 @@ def configure_logging(level: str = "warning", *, json_lines: bool | None = None)
         factory = structlog.PrintLoggerFactory(sys.stderr)
     structlog.configure(
         processors=processors,
-        wrapper_class=structlog.make_filtering_bound_logger(numeric),
+        wrapper_class=structlog.make_filtering_bound_logger(level),
         logger_factory=factory,
         cache_logger_on_first_use=False,
     )
@@ -55,8 +71,15 @@ class Logger:
         self._stdlib = logging.getLogger(name)
 
     def _log(self, level: int, event: str, fields: dict[str, object]) -> None:
-        if structlog.is_configured():
-            getattr(structlog.get_logger(self.name), logging.getLevelName(level).lower())(event, **fields)
+        setting = _pending.get("cli")
+        if setting is not None:
+            if level < setting[0]:
+                return
+            _configure_structlog(*setting)  # two threads may both get here: the same setting, twice
+            _pending.pop("cli", None)
+        lib = sys.modules.get("structlog")
+        if lib is not None and lib.is_configured():
+            getattr(lib.get_logger(self.name), logging.getLevelName(level).lower())(event, **fields)
         elif self._stdlib.isEnabledFor(level):
             self._stdlib.log(level, "%s %s", event, " ".join(f"{k}={v!r}" for k, v in fields.items()))
 

@@ -18,10 +18,12 @@ import hashlib
 import logging
 from collections.abc import Iterable, Sequence
 from enum import StrEnum
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import orjson
 from transitions import Machine, MachineError
+
+from lifecycle_fsm.json_types import JSON
 
 __all__ = [
     "COMMAND_BY_TRIGGER",
@@ -98,7 +100,7 @@ MOVES: tuple[Move, ...] = (
 del S
 
 # The same rows in the form `transitions` takes.
-TRANSITIONS: list[dict[str, Any]] = [
+TRANSITIONS: list[JSON] = [
     {"trigger": m.trigger, "source": [s.value for s in m.sources], "dest": "=" if m.dest is None else m.dest.value}
     for m in MOVES
 ]

@@ -10,6 +10,8 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
+from lifecycle_fsm.json_types import JSON
+
 __all__ = [
     "BLOCKING_ACTIONS",
     "RULES",
@@ -96,9 +98,7 @@ def _identity(value: Any) -> bool:
     return isinstance(value, str) and bool(value.strip())
 
 
-def check_candidate_freshness(
-    candidate: dict[str, Any], active_policy_version: str, maximum_window_age: int
-) -> dict[str, Any]:
+def check_candidate_freshness(candidate: JSON, active_policy_version: str, maximum_window_age: int) -> JSON:
     """Is the candidate's lineage and branch evidence still current?
 
     The upstream decision is deliberately not part of freshness. A missing or
@@ -124,7 +124,7 @@ def check_candidate_freshness(
     return {"fresh": all(checks.values()), "failed_checks": [name for name, passed in checks.items() if not passed]}
 
 
-def choose_recovery_action(failure: dict[str, Any]) -> dict[str, Any]:
+def choose_recovery_action(failure: JSON) -> JSON:
     """Resume from the nearest trusted state the failed stage can reuse, else fall back."""
     stage = failure["stage"]
     available = failure["available"]
@@ -143,9 +143,7 @@ def choose_recovery_action(failure: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def decide_lifecycle_handoff(
-    upstream_decision: str, freshness: dict[str, Any], evidence: dict[str, Any]
-) -> dict[str, Any]:
+def decide_lifecycle_handoff(upstream_decision: str, freshness: JSON, evidence: JSON) -> JSON:
     """Propagate the upstream decision through the lifecycle's hard checks."""
     hard_checks = {
         "freshness": freshness["fresh"],

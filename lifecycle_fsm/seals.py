@@ -20,7 +20,7 @@ import os
 import re
 import uuid
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import attrs
 import orjson
@@ -28,6 +28,7 @@ import orjson
 from lifecycle_fsm.errors import ConcurrencyError, ConflictError, CorruptionError, InputError
 from lifecycle_fsm.events import SEALS_STREAM, HeadSealed, LedgerInitialized
 from lifecycle_fsm.findings import add_problem, problem
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.keys import PublicKeys, key_id, sign
 from lifecycle_fsm.limits import MAX_INT64, MAX_SIGNED_HEAD_BYTES, read_regular_file
 from lifecycle_fsm.store.base import EventStore, event_at, hash_at
@@ -51,7 +52,6 @@ __all__ = [
     "signed_head_text",
 ]
 
-JSON = dict[str, Any]
 _SEAL_TEXT_FIELDS = ("ledger_id", "hash", "key_id", "signature")
 _HASH = re.compile(r"[0-9a-f]{64}")  # a sha256 as the chain stores it (and `verify --json` prints it)
 # What a `SEQ:HASH` was meant to be: a (signed) whole number before the colon, or hex digits after it.

@@ -25,6 +25,7 @@ import attrs
 import orjson
 
 from lifecycle_fsm.events import EVENT_TYPES
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.machine import TABLE_DIGEST
 from lifecycle_fsm.rules import RULES
 from lifecycle_fsm.state import CandidateState, LedgerSettings
@@ -44,7 +45,7 @@ __all__ = [
 CHECKPOINT_SCHEMA_VERSION = 1
 FOLD_VERSION = 1
 
-FINGERPRINT_PARTS: dict[str, Any] = {
+FINGERPRINT_PARTS: JSON = {
     "table": TABLE_DIGEST,
     "events": {name: cls.SCHEMA_VERSION for name, cls in sorted(EVENT_TYPES.items())},
     "fold": {
@@ -64,7 +65,7 @@ class SnapshotProblem:
     stale: bool
 
 
-def _saved_parts(fingerprint: str) -> dict[str, Any] | None:
+def _saved_parts(fingerprint: str) -> JSON | None:
     try:
         saved = orjson.loads(fingerprint)
     except orjson.JSONDecodeError:

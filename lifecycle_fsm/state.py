@@ -19,7 +19,6 @@ import attrs
 import orjson
 
 from lifecycle_fsm.errors import CorruptionError
-from lifecycle_fsm.event_base import JSON
 from lifecycle_fsm.events import (
     CANDIDATE_EVENTS,
     CANDIDATE_PREFIX,
@@ -31,12 +30,15 @@ from lifecycle_fsm.events import (
     Event,
     candidate_id_of,
 )
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.machine import TABLE, State, allowed_triggers
+from lifecycle_fsm.rules import RULES
 from lifecycle_fsm.store.chain import canonical_json
 from lifecycle_fsm.store.records import StoredEvent
 from lifecycle_fsm.upcasting import CURRENT_VERSIONS, check_row, upcast
 
 __all__ = [
+    "stale_rules",
     "EMPTY",
     "CandidateState",
     "Fold",
@@ -355,3 +357,13 @@ def stream_start(candidate: CandidateState | None) -> LedgerState:
     if candidate is None:
         return EMPTY
     return LedgerState(EMPTY.settings, {candidate.candidate_id: candidate}, candidate.last_seq)
+
+
+def stale_rules(state: CandidateState) -> JSON | None:
+    """The rules the candidate's latest check or hand-off recorded, when they are not today's (else None).
+
+    A decision made under other rules may not be the one today's would make: `check` makes it again.
+    """
+    decided = [d for d in (state.last_check, state.last_handoff) if d is not None]
+    recorded = max(decided, key=lambda d: int(d["seq"])).get("rules") if decided else None
+    return recorded if recorded is not None and recorded != RULES else None

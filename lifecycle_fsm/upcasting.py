@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
 
 import orjson
 
 from lifecycle_fsm.errors import CorruptionError
 from lifecycle_fsm.events import EVENT_TYPES, Event
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.store.chain import event_hash, row_hash_error
 from lifecycle_fsm.store.records import StoredEvent
 
@@ -35,7 +35,6 @@ __all__ = [
     "upcast_ledger_initialized_v1_v2",
 ]
 
-JSON = dict[str, Any]
 Upcaster = Callable[[JSON], JSON]
 
 

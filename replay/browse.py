@@ -23,6 +23,7 @@ import orjson
 
 from lifecycle_fsm.errors import CorruptionError, StoreError
 from lifecycle_fsm.events import CANDIDATE_EVENTS, candidate_id_of
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.state import Fold
 from lifecycle_fsm.store.base import select_events, verify_chain
 from lifecycle_fsm.store.sqlite import SQLiteEventStore
@@ -30,7 +31,6 @@ from lifecycle_fsm.upcasting import decoded_payload
 
 __all__ = ["CANNED_QUERIES", "Snapshot", "metadata", "snapshot"]
 
-JSON = dict[str, Any]
 
 CANNED_QUERIES: dict[str, JSON] = {
     "rejections": {

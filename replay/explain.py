@@ -21,6 +21,7 @@ from typing import Any
 
 from lifecycle_fsm.errors import NotFoundError
 from lifecycle_fsm.events import CANDIDATE_EVENTS, LEDGER_STREAM, candidate_id_of, stream_of
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.replay.asof import AsOf, position_of
 from lifecycle_fsm.replay.explanation_parts import (
     ArtifactCheck,
@@ -34,8 +35,8 @@ from lifecycle_fsm.replay.explanation_parts import (
     Recovery,
     RollbackCheck,
 )
-from lifecycle_fsm.rules import CANDIDATE_KINDS, ONLINE_KINDS, RECOVERY_STATES_BY_STAGE, RULES, UPSTREAM_DECISIONS
-from lifecycle_fsm.state import CandidateState, Fold, reading_stored
+from lifecycle_fsm.rules import CANDIDATE_KINDS, ONLINE_KINDS, RECOVERY_STATES_BY_STAGE, UPSTREAM_DECISIONS
+from lifecycle_fsm.state import CandidateState, Fold, reading_stored, stale_rules
 from lifecycle_fsm.store.base import EventStore
 from lifecycle_fsm.store.records import StoredEvent
 from lifecycle_fsm.upcasting import decoded_payload
@@ -50,7 +51,6 @@ __all__ = [
     "stale_rules",
 ]
 
-JSON = dict[str, Any]
 # The manifest fields a candidate claims (CandidateReceived.candidate), in the order shown.
 CLAIMED_FIELDS = (
     "candidate_kind",
@@ -130,16 +130,6 @@ def explanation(
         stale_rules=stale_rules(state),
         inconclusive=_inconclusive(rows, decisive[0].seq),
     )
-
-
-def stale_rules(state: CandidateState) -> JSON | None:
-    """The rules the candidate's latest check or hand-off recorded, when they are not today's (else None).
-
-    A decision made under other rules may not be the one today's would make: `check` makes it again.
-    """
-    decided = [d for d in (state.last_check, state.last_handoff) if d is not None]
-    recorded = max(decided, key=lambda d: int(d["seq"])).get("rules") if decided else None
-    return recorded if recorded is not None and recorded != RULES else None
 
 
 def _fold_path(rows: Sequence[Row]) -> tuple[CandidateState, list[PathStep]]:

@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.limits import display
 from lifecycle_fsm.replay.explanation_parts import (
     ArtifactCheck,
@@ -35,7 +36,6 @@ __all__ = [
     "rules_warning",
 ]
 
-JSON = dict[str, Any]
 Section = tuple[str, list[str]]  # a heading and its lines (Markdown-safe inline text)
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import attrs
 
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.state import CandidateState
 from lifecycle_fsm.store.records import StoredEvent
 
@@ -26,8 +27,6 @@ __all__ = [
     "Recovery",
     "RollbackCheck",
 ]
-
-JSON = dict[str, Any]
 
 
 @attrs.frozen

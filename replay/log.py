@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from lifecycle_fsm.errors import InputError, IntegrityError, NotFoundError
 from lifecycle_fsm.event_base import text_or_error
@@ -24,6 +23,7 @@ from lifecycle_fsm.events import (
     LEDGER_STREAM,
     stream_of,
 )
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.rules import BLOCKING_ACTIONS, FRESHNESS_CHECKS
 from lifecycle_fsm.state import reading_stored
 from lifecycle_fsm.store.base import EventStore, hash_at, select_events
@@ -124,7 +124,7 @@ def known_stream(store: EventStore, query: EventFilter, given: str | None) -> It
         yield
 
 
-def event_reasons(event: StoredEvent, payload: dict[str, Any]) -> list[str]:
+def event_reasons(event: StoredEvent, payload: JSON) -> list[str]:
     """The reason codes an event carries (what `--reason` matches), by its class's own rule."""
     cls = CANDIDATE_EVENTS.get(event.type)
     if cls is None:
@@ -133,7 +133,7 @@ def event_reasons(event: StoredEvent, payload: dict[str, Any]) -> list[str]:
         return list(cls.reasons(payload, ()))
 
 
-def event_json(event: StoredEvent, payload: dict[str, Any]) -> dict[str, Any]:
+def event_json(event: StoredEvent, payload: JSON) -> JSON:
     """One event as `history --json` shows it, plus the stream it belongs to."""
     return {
         "seq": event.seq,
@@ -147,7 +147,7 @@ def event_json(event: StoredEvent, payload: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def read_log(store: EventStore, query: EventFilter) -> Iterator[tuple[StoredEvent, dict[str, Any]]]:
+def read_log(store: EventStore, query: EventFilter) -> Iterator[tuple[StoredEvent, JSON]]:
     """The selected events with their decoded (upcast) payloads, each row's hash checked first
     (`decoded_payload` re-hashes it: once).
 

@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 
 from lifecycle_fsm.errors import NotFoundError
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.limits import display
 from lifecycle_fsm.machine import State
 from lifecycle_fsm.replay.asof import AsOf, position_of
@@ -32,7 +33,6 @@ from lifecycle_fsm.upcasting import decoded_payload
 
 __all__ = ["LedgerReport", "RecoveryGroup", "VerifySummary", "build_report", "report_html", "report_markdown"]
 
-JSON = dict[str, Any]
 PATHS = "Candidate paths"  # the section of one diagram per candidate: folded in the HTML, drawn when opened
 
 

@@ -32,6 +32,8 @@ from markdown_it.common.utils import escapeHtml
 from markdown_it.renderer import RendererHTML
 from markdown_it.token import Token
 
+from lifecycle_fsm.json_types import JSON
+
 __all__ = ["MERMAID_ASSET", "markdown_to_html", "mermaid_js"]
 
 MERMAID_ASSET = "mermaid.tiny.js"
@@ -163,7 +165,7 @@ def markdown_to_html(markdown: str, *, title: str, folded: Collection[str] = ())
     md = MarkdownIt("commonmark", {"html": False}).enable("table")
     md.add_render_rule("fence", _fence)
     md.add_render_rule("text", _text)
-    env: dict[str, Any] = {}
+    env: JSON = {}
     tokens = md.parse(markdown, env)
     headings = _anchor(tokens)
     first = next((n for n, t in enumerate(tokens) if t.type == "heading_open" and t.tag == "h2"), None)

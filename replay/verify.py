@@ -13,27 +13,25 @@ chain is the finding whatever the fold met first, as when the chain was walked a
 from __future__ import annotations
 
 import hashlib
-from typing import Any
 
 from lifecycle_fsm.errors import CorruptionError
 from lifecycle_fsm.events import stream_of
 from lifecycle_fsm.findings import add_problem, problem
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.replay.checkpoints import checkpoint_problem
 from lifecycle_fsm.replay.fold import EMPTY, LedgerState, fold_rows, index_of, snapshot_json
 from lifecycle_fsm.store.base import EventStore
 from lifecycle_fsm.store.chain import ChainWalk, canonical_json
-from lifecycle_fsm.store.records import StreamHead
+from lifecycle_fsm.store.records import ChainReport, EventFilter, StreamHead
 
 __all__ = ["verify", "verify_with_state"]
-
-JSON = dict[str, Any]
 
 
 def _checkpoint_report(store: EventStore, walk: ChainWalk) -> tuple[list[JSON], LedgerState]:
     """Each checkpoint's status; structurally sound ones are compared on the way of one
     replay pass that then goes on to the head, so the whole log is folded once (a
     `CorruptionError` anywhere in it propagates); also returns the state at the head."""
-    reports: dict[int, dict[str, Any]] = {}
+    reports: dict[int, JSON] = {}
     sound = []
     for record in store.select_checkpoints():
         problem = checkpoint_problem(store, record)
@@ -102,36 +100,33 @@ def _row(head: StreamHead | None) -> str:
     return "missing" if head is None else f"version {head.version} status {head.status} kind {head.category}"
 
 
-def verify(store: EventStore) -> JSON:
+def verify(store: EventStore, *, workers: int = 1, target: str | None = None) -> JSON:
     """The integrity report `lifecycle verify` prints; `ok` is False if anything is broken.
 
     Read in one snapshot (`store.read_snapshot()`): the fold is compared with the state
     index, which another writer's commit between the two reads would move ahead of it.
+    With `workers` > 1 and the ledger's `target` (its file or URL), that many worker
+    processes re-compute the row hashes while this one walks the links and folds.
     """
-    return verify_with_state(store)[0]
+    return verify_with_state(store, workers=workers, target=target)[0]
 
 
-def verify_with_state(store: EventStore) -> tuple[JSON, LedgerState | None]:
+def verify_with_state(
+    store: EventStore, *, workers: int = 1, target: str | None = None
+) -> tuple[JSON, LedgerState | None]:
     """`verify`'s report and the state its full replay folded, for a caller that needs both from
     one read (`report`: one fold, not two). The state is None unless the chain, the fold and the
     state index hold: a broken checkpoint or append-only guard leaves the replayed states sound."""
     with store.read_snapshot():
-        return _verify(store)
+        return _verify(store, workers if target is not None else 1, target or "")
 
 
-def _verify(store: EventStore) -> tuple[JSON, LedgerState | None]:
+def _verify(store: EventStore, workers: int, target: str) -> tuple[JSON, LedgerState | None]:
     """Every check, each finding added in the order the checks run: the chain, the replay (and
-    its legality), the state index, the checkpoints in position order, the append-only guards.
-    The replayed state is returned only when the chain, the replay and the index hold."""
-    walk = ChainWalk(store.select_rows())
-    full: LedgerState | None = None
-    corrupt: CorruptionError | None = None
-    try:  # one fold of the whole log as the chain walk checks it, every checkpoint on its way
-        checkpoints, full = _checkpoint_report(store, walk)
-    except CorruptionError as e:
-        corrupt = e
-        walk.finish()  # a break further on is still the finding
-    chain = walk.report(count=store.count_events, head=store.head)
+    its legality), the state index, the event index, the checkpoints in position order, the
+    append-only guards. The replayed state is returned only when the chain, the replay and the
+    indexes hold."""
+    chain, checkpoints, full, corrupt = _walk(store, workers, target)
     report: JSON = {
         "ok": chain.ok,
         "events": chain.events,
@@ -146,12 +141,56 @@ def _verify(store: EventStore) -> tuple[JSON, LedgerState | None]:
         report.update(checkpoints=None, details=corrupt.details)
         return add_problem(report, problem("replay", corrupt.seq, str(corrupt))), None
     report["checkpoints"] = checkpoints
-    index_problem = _index_problem(store, full)  # no position: the index is not the log
-    add_problem(report, index_problem)
+    if (lost := store.history_problem()) is not None:  # a sound chain, but not all of this ledger's
+        return add_problem(report, problem("history", None, lost)), None
+    indexes_hold = _add_index_findings(store, report, full)
     broken = [c for c in checkpoints if c["status"] == "broken"]  # by position; one with none (null) last
     for c in sorted(broken, key=lambda c: (c["position"] is None, c["position"] or 0)):
         add_problem(report, problem("checkpoint", c["position"], f"checkpoint {c['checkpoint_id']}: {c['reason']}"))
     if guards := store.guard_problems():  # the fence around the log, not the log
         why = f"append-only guard: {'; '.join(guards)} (the database was changed outside lifecycle)"
         add_problem(report, problem("append_only_guard", None, why, advice="`lifecycle migrate` it to a new ledger"))
-    return report, None if index_problem is not None else full
+    return report, full if indexes_hold else None
+
+
+def _walk(
+    store: EventStore, workers: int, target: str
+) -> tuple[ChainReport, list[JSON], LedgerState | None, CorruptionError | None]:
+    """One fold of the whole log as the chain walk checks it, every checkpoint on its way; with
+    `workers` > 1, worker processes re-hash the rows while this process walks the links and folds."""
+    hashing = None
+    if workers > 1:  # the rows up to the head read here: the workers' slices and this walk cover the same log
+        from lifecycle_fsm.replay.verify_workers import HashWorkers  # multiprocessing, for this case only
+
+        head = store.head().seq
+        hashing = HashWorkers(target, head, workers)
+        walk = ChainWalk(store.select_rows(EventFilter(before=head + 1)), hashes=False)
+    else:
+        walk = ChainWalk(store.select_rows())
+    checkpoints: list[JSON] = []
+    full: LedgerState | None = None
+    corrupt: CorruptionError | None = None
+    try:
+        checkpoints, full = _checkpoint_report(store, walk)
+    except CorruptionError as e:
+        corrupt = e
+        walk.finish()  # a break further on is still the finding
+    except BaseException:
+        if hashing is not None:
+            hashing.cancel()
+        raise
+    chain = walk.report(count=store.count_events, head=store.head)
+    found = None if hashing is None else hashing.first_problem()
+    if found is not None and (chain.bad_seq is None or found[0] < chain.bad_seq):  # a tie: the link's comes first
+        chain = ChainReport(False, store.count_events(), store.head(), bad_seq=found[0], reason=found[1])
+    return chain, checkpoints, full, corrupt
+
+
+def _add_index_findings(store: EventStore, report: JSON, full: LedgerState) -> bool:
+    """The derived indexes (state index, event index) against the log; True when both hold."""
+    index_problem = _index_problem(store, full)  # no position: the index is not the log
+    add_problem(report, index_problem)
+    if events_problems := store.index_problems():  # derived too: a wrong row would be a wrong answer to a filter
+        why = f"event index differs from the log: {'; '.join(events_problems)}"
+        add_problem(report, problem("event_index", None, why, advice="rebuild it with `lifecycle replay --full`"))
+    return index_problem is None and not events_problems

@@ -174,6 +174,16 @@ class EventStore(Protocol):
         """What is missing or altered of the database's own append-only guards: empty when all hold."""
         ...
 
+    def index_problems(self) -> list[str]:
+        """Where the event index (what the auditor's filter looks rows up by, derived from the log)
+        disagrees with the log: empty when it agrees, or when the backend keeps none."""
+        ...
+
+    def history_problem(self) -> str | None:
+        """The log emptied or replaced outside the store (its first event is not the one recorded, or it is
+        empty while the state index or checkpoints are not); None when it is the ledger's own."""
+        ...
+
     def close(self) -> None:
         """Release the connection."""
         ...

@@ -59,11 +59,13 @@ class MemoryTransaction(WriteTransaction):
     def streams(self, *, statuses: Iterable[str] | None = None) -> list[StreamHead]:
         return _labelled({**self._store._index, **self._index}, statuses)
 
-    def _read(self, streams: Sequence[str], ids: Sequence[str]) -> tuple[Head, list[int], dict[str, StoredEvent]]:
+    def _read(
+        self, streams: Sequence[str], ids: Sequence[str]
+    ) -> tuple[Head, list[int], dict[str, StoredEvent], str | None]:
         last = self._pending[-1] if self._pending else None
         head = Head(last[0], last[10]) if last else self._store.head()
         found = {i: StoredEvent(*row) for i in ids if (row := self._row_by_id(i)) is not None}
-        return head, [self.stream_version(s) for s in streams], found
+        return head, [self.stream_version(s) for s in streams], found, None  # nothing but this class edits it
 
     def _row_by_id(self, event_id: str) -> Row | None:
         return self._store._by_id.get(event_id) or next((r for r in self._pending if r[3] == event_id), None)
@@ -246,6 +248,14 @@ class MemoryEventStore:
     def guard_problems(self) -> list[str]:
         """Nothing but this class can change its list: no guard to lose."""
         return []
+
+    def index_problems(self) -> list[str]:
+        """No event index: the filter walks the list."""
+        return []
+
+    def history_problem(self) -> str | None:
+        """Nothing but this class can empty its list."""
+        return None
 
     def close(self) -> None:
         """Nothing to release."""

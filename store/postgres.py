@@ -28,6 +28,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
+import attrs
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.pq import ExecStatus, TransactionStatus
@@ -39,6 +40,7 @@ from lifecycle_fsm.store.faults import fault_from_env
 from lifecycle_fsm.store.postgres_schema import (
     APPEND_ONE,
     GUARD_ROWS,
+    KEY_ROWS,
     append_one,
     ensure_schema,
     filter_sql,
@@ -81,13 +83,16 @@ class PostgresEventStore(SQLStore):
         self._fault = fault_from_env()
         self.session = PgSession(url, synchronous=synchronous, busy_timeout=busy_timeout, idle_timeout=idle_timeout)
         try:
-            ensure_schema(self.session, create=create)
+            self._indexed = ensure_schema(self.session, create=create)
         except BaseException:
             self.session.close()
             raise
         self.where = self.session.where
         self._owner = self.session.owner
         self._reading = False  # inside `read_snapshot()`
+        # The one-statement append starts after this handle's first append: that one takes the transaction's
+        # path, which refuses a log emptied outside lifecycle (the server function does not look).
+        self._log_seen = False
 
     # --- transactions ---------------------------------------------------------------------
 
@@ -97,6 +102,9 @@ class PostgresEventStore(SQLStore):
             raise write_in_read_snapshot(self.where)
         if self.session.held:
             raise write_in_transaction(self.where)
+
+    def _may_catch_up(self) -> bool:
+        return not (self._reading or self.session.held)
 
     def _rollback(self) -> None:
         if self._owner.forked:  # a forked child left inside the parent's transaction: nothing is sent
@@ -192,12 +200,12 @@ class PostgresEventStore(SQLStore):
         """One event (what a command appends) goes in one message; when a check fails there, nothing
         was written and the transaction's path, under the lock, says why (or returns the retried event).
         A fault plan takes that path too: its hooks strike between the statements."""
-        if len(events) == 1 and self._fault is None:
+        if len(events) == 1 and self._fault is None and self._log_seen:
             done = self._append_one(stream_id, expected_version, events[0], (status, category), fresh_ids, expect)
             if done is not None:
                 return done
         with self._transaction() as tx:  # not `transaction()`: a subclass may wrap that one
-            return tx.append(
+            result = tx.append(
                 stream_id,
                 expected_version,
                 events,
@@ -206,6 +214,8 @@ class PostgresEventStore(SQLStore):
                 fresh_ids=fresh_ids,
                 expect=expect,
             )
+        self._log_seen = self._log_seen or bool(result.events)
+        return result
 
     def _append_one(
         self,
@@ -324,11 +334,12 @@ class PostgresEventStore(SQLStore):
             last = end
 
     def _keyset(self, query: EventFilter) -> Iterator[list[Row]]:
-        where, params = filter_sql(query)
+        if self._indexed:
+            self._catch_up_before_read()
         last = query.after
         while True:
-            sql = f"SELECT {EVENT_COLUMNS} FROM events WHERE {where} AND seq > %s ORDER BY seq LIMIT {_PAGE}"
-            rows = self._rows(sql, (*params, last))
+            sql, params = filter_sql(attrs.evolve(query, after=last), indexed=self._indexed)
+            rows = self._rows(f"{sql} LIMIT {_PAGE}", params)
             yield rows
             if len(rows) < _PAGE:
                 return
@@ -356,7 +367,7 @@ class PostgresEventStore(SQLStore):
     # --- verify, followers, the handle ----------------------------------------------------
 
     def guard_problems(self) -> list[str]:
-        return guard_problems(self._rows(GUARD_ROWS))
+        return guard_problems(self._rows(GUARD_ROWS), self._rows(KEY_ROWS))
 
     def wait_for_new(self, after: int, timeout: float) -> bool:
         """Block until an event past `after` is committed (True) or `timeout` seconds pass (False).

@@ -21,11 +21,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import orjson
+from psycopg import errors as pg_errors
 from psycopg import sql
 
 from lifecycle_fsm.errors import InputError, StoreError
 from lifecycle_fsm.store.chain import GENESIS_HASH, header_parts
 from lifecycle_fsm.store.records import EventFilter, NewEvent
+from lifecycle_fsm.store.sql import INDEXED
 
 if TYPE_CHECKING:
     from lifecycle_fsm.store.postgres_session import PgSession
@@ -35,6 +37,7 @@ __all__ = [
     "DDL",
     "EVENT_COLUMNS",
     "GUARD_ROWS",
+    "KEY_ROWS",
     "PG_GUARDS",
     "PG_GUARD_SOURCE",
     "STORE_SCHEMA_VERSION",
@@ -46,6 +49,17 @@ __all__ = [
 STORE_SCHEMA_VERSION = 1
 EVENT_COLUMNS = "seq, stream_id, version, event_id, type, schema_version, payload, recorded_at, actor, prev_hash, hash"
 
+# What the auditor's filter looks rows up by besides seq and stream_id, derived from the log
+# (`store.sql.CATCH_UP`) rather than indexes on `events`, which every commit would pay for.
+EVENT_INDEX_DDL = (
+    """CREATE TABLE IF NOT EXISTS event_index (
+        seq bigint PRIMARY KEY, type text NOT NULL, actor text NOT NULL, recorded_at text NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS event_index_type ON event_index (type)",
+    "CREATE INDEX IF NOT EXISTS event_index_actor ON event_index (actor)",
+    "CREATE INDEX IF NOT EXISTS event_index_recorded_at ON event_index (recorded_at)",
+    "DROP INDEX IF EXISTS events_type, events_actor, events_recorded_at",
+)
 DDL = (
     """CREATE TABLE IF NOT EXISTS events (
         seq bigint PRIMARY KEY CHECK (seq >= 1),
@@ -82,10 +96,7 @@ DDL = (
         state text NOT NULL, state_sha256 text NOT NULL, PRIMARY KEY (stream_id, checkpoint_id)
     )""",
     "CREATE TABLE IF NOT EXISTS meta (key text PRIMARY KEY, value text NOT NULL)",
-    # What the auditor's filter looks rows up by besides seq and stream_id.
-    "CREATE INDEX IF NOT EXISTS events_type ON events (type)",
-    "CREATE INDEX IF NOT EXISTS events_actor ON events (actor)",
-    "CREATE INDEX IF NOT EXISTS events_recorded_at ON events (recorded_at)",
+    *EVENT_INDEX_DDL,
     # One event appended in one statement (`append_one`): the lock, then (each statement of a
     # function taking a new snapshot in read committed) the head and every expected version read
     # after it, the chain hash computed from `chain.header_parts` (the bytes of `chain.event_hash`,
@@ -128,16 +139,20 @@ PG_GUARDS = {
     "FOR EACH STATEMENT EXECUTE FUNCTION lifecycle_refuse_change()",
 }
 PG_GUARD_SOURCE = " ".join(next(d for d in DDL if "FUNCTION lifecycle_refuse_change()" in d).split("$$")[1].split())
+# The keys the database enforces the log's order and idempotency with, as `pg_get_constraintdef` gives them.
+PG_KEYS = ("PRIMARY KEY (seq)", "UNIQUE (event_id)", "UNIQUE (stream_id, version)")
+KEY_ROWS = "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = 'events'::regclass"
 GUARD_ROWS = (
     "SELECT t.tgname, t.tgenabled, pg_get_triggerdef(t.oid), p.prosrc FROM pg_trigger t "
     "JOIN pg_proc p ON p.oid = t.tgfoid WHERE t.tgrelid = 'events'::regclass AND NOT t.tgisinternal"
 )
 
 
-def guard_problems(rows: Sequence[tuple[Any, ...]]) -> list[str]:
+def guard_problems(rows: Sequence[tuple[Any, ...]], keys: Sequence[tuple[Any, ...]] = ()) -> list[str]:
     """Each append-only trigger on `events` (`GUARD_ROWS`) that is missing, not enabled for every session
     (`DISABLE`, or `ENABLE REPLICA`: it then fires only for replication), or not exactly as `DDL` made
-    it (a `WHEN`, another timing, another function or body)."""
+    it (a `WHEN`, another timing, another function or body); any other trigger on it (one `BEFORE INSERT`
+    could rewrite every row appended); and each of its keys (`KEY_ROWS`) missing."""
     found = {
         name: (enabled, re.sub(r" ON [^ ]+\.events ", " ON events ", definition), " ".join(source.split()))
         for name, enabled, definition, source in rows
@@ -150,6 +165,9 @@ def guard_problems(rows: Sequence[tuple[Any, ...]]) -> list[str]:
             problems.append(f"trigger {name} is disabled")
         elif found[name][1:] != (definition, PG_GUARD_SOURCE):
             problems.append(f"trigger {name} was altered")
+    problems += [f"trigger {name} is not one of the ledger's own" for name in sorted(found.keys() - PG_GUARDS.keys())]
+    present = {" ".join(str(definition).split()) for (definition,) in keys}
+    problems += [f"{key} on events is missing" for key in PG_KEYS if key not in present]
     return problems
 
 
@@ -188,15 +206,18 @@ def append_one(
     ]
 
 
-def filter_sql(query: EventFilter) -> tuple[str, list[Any]]:
-    """The WHERE clause (no ORDER BY or LIMIT: the caller pages by seq) of an `EventFilter`.
+def filter_sql(query: EventFilter, *, indexed: bool) -> tuple[str, list[Any]]:
+    """The SELECT of an `EventFilter`'s rows in seq order (no LIMIT: the caller pages by seq).
 
-    The same meaning as SQLite's (`store.sqlite_schema.filter_sql`): a payload match
-    restricts to its types, looks for the value's JSON text (`strpos`), then confirms
-    it at its path on the parsed payload: a string equal to it, or an array holding it.
+    The same meaning as SQLite's (`store.sqlite_schema.filter_sql`): a filter on type, actor
+    or time takes the rows the event index names, then those past its position from the log
+    itself (`indexed`); a payload match restricts to its types, looks for the value's JSON
+    text (`strpos`), then confirms it at its path on the parsed payload: a string equal to
+    it, or an array holding it.
     """
     where = ["seq > %s"]
     params: list[Any] = [query.after]
+    looked_up: list[tuple[str, Any]] = []  # what the event index answers: (condition, its value)
     for clause, value in (
         ("seq < %s", query.before),
         ("recorded_at >= %s", query.since),
@@ -207,12 +228,14 @@ def filter_sql(query: EventFilter) -> tuple[str, list[Any]]:
         if value is not None:
             where.append(clause)
             params.append(value)
-    if query.types:
-        where.append("type = ANY(%s::text[])")
-        params.append(list(query.types))
+            if clause.startswith(("recorded_at", "actor")):
+                looked_up.append((clause, value))
+    for types in (list(query.types), sorted({m.type for m in query.payload})):
+        if types:
+            where.append("type = ANY(%s::text[])")
+            params.append(types)
+            looked_up.append(("type = ANY(%s::text[])", types))
     if query.payload:
-        where.append("type = ANY(%s::text[])")
-        params.append(sorted({m.type for m in query.payload}))
         ors = []
         for m in query.payload:
             path = m.path.removeprefix("$.").split(".")
@@ -222,7 +245,16 @@ def filter_sql(query: EventFilter) -> tuple[str, list[Any]]:
             )
             params.extend([m.type, orjson.dumps(m.value).decode(), path, m.value, path, path, m.value])
         where.append("(" + " OR ".join(ors) + ")")
-    return " AND ".join(where), params
+    condition = " AND ".join(where)
+    if not (indexed and looked_up):
+        return f"SELECT {EVENT_COLUMNS} FROM events WHERE {condition} ORDER BY seq", params
+    index_where = " AND ".join(["seq > %s", *(clause for clause, _ in looked_up)])
+    sql = (
+        f"(SELECT {EVENT_COLUMNS} FROM events WHERE seq IN (SELECT seq FROM event_index WHERE {index_where}) "
+        f"AND {condition} UNION ALL SELECT {EVENT_COLUMNS} FROM events WHERE seq > {INDEXED} AND {condition}) "
+        "ORDER BY seq"
+    )
+    return sql, [query.after, *(value for _, value in looked_up), *params, *params]
 
 
 def schema_version(session: PgSession) -> str | None:
@@ -257,7 +289,7 @@ def schema_version(session: PgSession) -> str | None:
 def _refuse_unusable_schema(session: PgSession) -> None:
     """A schema that exists but that this role lacks USAGE on is left out of the search path by PostgreSQL,
     so it looks missing: say which grant is missing instead of "no ledger, create one"."""
-    name = session.first_schema()
+    name = session.ledger_schema
     with session.mapped("cannot read the ledger schema"):
         row = session.conn.execute(
             "SELECT NOT has_schema_privilege(oid, 'USAGE') FROM pg_namespace WHERE nspname = %s", (name,)
@@ -270,11 +302,12 @@ def _refuse_unusable_schema(session: PgSession) -> None:
         )
 
 
-def ensure_schema(session: PgSession, *, create: bool) -> None:
-    """Check (and with `create`, make) the ledger's tables; refuse another schema version."""
+def ensure_schema(session: PgSession, *, create: bool) -> bool:
+    """Check (and with `create`, make) the ledger's tables; refuse another schema version. Whether
+    the ledger has the event index (`ensure_event_index`)."""
     found = schema_version(session)
     if found == str(STORE_SCHEMA_VERSION):
-        return  # an existing ledger opens without DDL: a role with only SELECT/INSERT can use it
+        return ensure_event_index(session, create=create)
     if found is not None:
         raise StoreError(f"{session.where}: store schema version {found} is not {STORE_SCHEMA_VERSION}; refusing")
     if not create:
@@ -282,7 +315,7 @@ def ensure_schema(session: PgSession, *, create: bool) -> None:
     with session.mapped("cannot create the ledger schema"), session.conn.transaction():
         session.conn.execute("SELECT pg_advisory_xact_lock(%s)", (session.lock_key,))
         if session.schema is None:  # the URL's schema does not exist yet: make it
-            name = session.first_schema()
+            name = session.ledger_schema
             session.conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(name)))
             session.schema = name
         for statement in DDL:
@@ -291,5 +324,26 @@ def ensure_schema(session: PgSession, *, create: bool) -> None:
             "INSERT INTO meta (key, value) VALUES ('store_schema_version', %s) ON CONFLICT (key) DO NOTHING",
             (str(STORE_SCHEMA_VERSION),),
         )
+    return True
+
+
+def ensure_event_index(session: PgSession, *, create: bool) -> bool:
+    """Whether the ledger has the event index. An existing ledger opens without DDL (a role with only
+    SELECT and INSERT can use it); one made without the index gets it, in place of the filter indexes
+    on `events`, when a writer whose role may change the schema opens it. Otherwise it is read as it is."""
+    with session.mapped("cannot read the ledger schema"):
+        row = session.conn.execute("SELECT to_regclass('event_index') IS NOT NULL").fetchone()
+    if row is not None and row[0]:
+        return True
+    if not create:
+        return False
+    try:
+        with session.conn.transaction():
+            session.conn.execute("SELECT pg_advisory_xact_lock(%s)", (session.lock_key,))
+            for statement in EVENT_INDEX_DDL:
+                session.conn.execute(statement)
+    except pg_errors.InsufficientPrivilege:
+        return False
+    return True
     if schema_version(session) != str(STORE_SCHEMA_VERSION):  # pragma: no cover - a concurrent other version
         raise StoreError(f"{session.where}: store schema version is not {STORE_SCHEMA_VERSION}; refusing")

@@ -23,13 +23,14 @@ from urllib.parse import parse_qsl, urlsplit
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg import sql
 from psycopg.pq import TransactionStatus
 
 from lifecycle_fsm.errors import InputError, IntegrityError, LifecycleError, StoreError
 from lifecycle_fsm.store.open import busy_timeout_seconds, redact_url, synchronous_mode
 from lifecycle_fsm.store.threads import ThreadOwner
 
-__all__ = ["COMMIT_UNKNOWN", "NOTHING_COMMITTED", "SYNCHRONOUS_COMMIT", "PgSession"]
+__all__ = ["COMMIT_UNKNOWN", "NOTHING_COMMITTED", "SYNCHRONOUS_COMMIT", "PgSession", "ledger_schema"]
 
 # SQLite's synchronous modes map onto synchronous_commit: FULL/EXTRA wait for the WAL
 # flush (survives a server crash or power loss); NORMAL/OFF do not wait (a server crash
@@ -59,26 +60,68 @@ def _secrets(url: str) -> list[str]:
     return sorted({s for s in found if s} | {url}, key=len, reverse=True)
 
 
-# A timeout the URL's `options` set (pg_settings.source 'client') is kept; otherwise ours.
+# A timeout the URL's `options` set (pg_settings.source 'client') is kept, unless it is 0 (to PostgreSQL
+# "wait for ever"); otherwise ours.
 _SET_UNLESS_IN_URL = (
     "set_config('{name}', CASE WHEN (SELECT source FROM pg_settings WHERE name = '{name}') = 'client' "
-    "THEN current_setting('{name}') ELSE %s END, false)"
+    "AND current_setting('{name}') <> '0' THEN current_setting('{name}') ELSE %s END, false)"
 )
 
 
+_HAS_LEDGER = (
+    "EXISTS (SELECT FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE n.nspname = %s AND c.relname = 'meta')"
+)
+# After the session is pinned: the ledger's schema if it exists, and whether a `$user` schema other than
+# it holds a ledger while it holds none.
+_PINNED = (
+    f"SELECT current_schema(), %s AND %s <> %s AND NOT {_HAS_LEDGER} AND {_HAS_LEDGER}, "
+    "coalesce((SELECT has_table_privilege(c.oid, 'INSERT') FROM pg_class c WHERE c.oid = to_regclass('meta')), true)"
+)
 _MAX_IDENTIFIER_BYTES = 63  # NAMEDATALEN - 1: longer names are cut
 
 
-def _first_entry(search_path: str) -> str:
-    """The first entry of a search_path as written: a quoted name may hold commas (`"a,b", public`)."""
-    path = search_path.strip()
-    if path.startswith('"'):
-        end = 1
-        while (end := path.find('"', end)) != -1:
-            if path[end + 1 : end + 2] != '"':
-                return path[: end + 1]
-            end += 2
-    return path.split(",")[0].strip()
+def _entries(search_path: str) -> list[str]:
+    """A search_path's entries as written: a quoted name may hold commas (`"a,b", public`)."""
+    entries, rest = [], search_path.strip()
+    while rest:
+        end = 0
+        if rest.startswith('"'):
+            end = 1
+            while (end := rest.find('"', end)) != -1 and rest[end + 1 : end + 2] == '"':
+                end += 2
+            end = len(rest) if end == -1 else end + 1
+        comma = rest.find(",", end)
+        entry, rest = (rest, "") if comma == -1 else (rest[:comma], rest[comma + 1 :].strip())
+        if entry.strip():
+            entries.append(entry.strip())
+    return entries
+
+
+def _identifier(entry: str) -> str:
+    """A search_path entry as the schema name PostgreSQL reads it: a quoted name as written, an unquoted one
+    folded to lower case (ASCII letters, as `downcase_identifier`): `MySchema` is the schema `myschema`;
+    either cut to 63 bytes (a whole character), as the server cuts every identifier."""
+    if entry.startswith('"'):
+        name = entry[1:-1].replace('""', '"')
+    else:
+        name = "".join(chr(ord(c) + 32) if "A" <= c <= "Z" else c for c in entry)
+    return name.encode()[:_MAX_IDENTIFIER_BYTES].decode(errors="ignore")
+
+
+_USER_ENTRIES = ("$user", '"$user"')
+
+
+def ledger_schema(search_path: str, user: str) -> str:
+    """The schema of the ledger a URL names: the first schema its search_path names, `$user` entries
+    skipped; the role's own schema (named as the role) when the path names no other.
+
+    Never which schemas exist: PostgreSQL's own lookup passes over a schema that does not exist,
+    so the path `"$user", public` (the server's default) would lead to another ledger the day
+    someone creates the role's schema. The session is then pinned to this one schema.
+    """
+    named = [e for e in _entries(search_path) if e not in _USER_ENTRIES]
+    return _identifier(named[0]) if named else user
 
 
 def _lock_key(schema: str) -> int:
@@ -112,9 +155,18 @@ class PgSession:
         try:
             self.lock_timeout: str = row[0]  # as the server shows it ("30s", "500ms"): for messages
             self.idle_timeout_shown: str = row[1]
-            self.search_path: str = row[4]
-            self.schema: str | None = self._url_schema(row[3])
-            self.lock_key = _lock_key(self.schema or self.first_schema())
+            self.search_path: str = row[4]  # as the URL set it; the session's own is `ledger_schema` alone
+            self.ledger_schema: str = row[6]
+            self.schema: str | None = row[3]  # None while the ledger's schema does not exist (or may not be used)
+            if row[7]:
+                raise StoreError(
+                    f"{self.where}: schema {row[5]!r} holds a ledger that this URL's search_path reached through "
+                    f"its `$user` entry; a URL's ledger is in the first schema its path names "
+                    f"({self.ledger_schema!r}), which holds none: name the schema in the URL "
+                    f"(options=-csearch_path%3D{row[5]})"
+                )
+            self.lock_key = _lock_key(self.ledger_schema)
+            self.may_record: bool = row[8]  # may insert into `meta` (a role granted only SELECT on it may not)
             self.lock_sql = f"SELECT pg_advisory_xact_lock({self.lock_key})"
             self.channel = f"lifecycle_{self.lock_key & 0xFFFF_FFFF_FFFF_FFFF:x}"  # one per ledger schema
             self.notify_sql = f"NOTIFY {self.channel}"
@@ -135,14 +187,23 @@ class PgSession:
                     f"SELECT {_SET_UNLESS_IN_URL.format(name='lock_timeout')}, "
                     f"{_SET_UNLESS_IN_URL.format(name='idle_in_transaction_session_timeout')}, "
                     "set_config('synchronous_commit', %s, false), current_schema(), "
-                    "current_setting('search_path'), set_config('client_encoding', 'UTF8', false)",
+                    "current_setting('search_path'), set_config('client_encoding', 'UTF8', false), current_user",
                     self._setup,
                 ).fetchone()
+                assert row is not None
+                search_path, user = row[4], row[6]
+                schema = ledger_schema(search_path, user)
+                conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+                # A ledger that a `$user` entry led to while the named schema holds none: said, never
+                # passed over for a new ledger beside it.
+                pinned = conn.execute(
+                    _PINNED, (any(e in _USER_ENTRIES for e in _entries(search_path)), user, schema, schema, user)
+                ).fetchone()
+                assert pinned is not None
         except BaseException:
             conn.close()
             raise
-        assert row is not None
-        return conn, row
+        return conn, (row[0], row[1], row[2], pinned[0], search_path, user, schema, pinned[1], pinned[2])
 
     # --- a connection lost, or left unusable by an interrupted call ----------------------------
 
@@ -183,7 +244,7 @@ class PgSession:
 
     def _reconnect(self) -> None:
         conn, row = self._connect("lost its connection to the server and cannot connect again")
-        if self._url_schema(row[3]) != self.schema:
+        if row[3] != self.schema:
             conn.close()
             raise StoreError(
                 f"{self.where}: lost its connection to the server; a new session finds schema {row[3]!r}, not "
@@ -216,24 +277,6 @@ class PgSession:
             self._listener = listener
         return listener
 
-    def _url_schema(self, current: str | None) -> str | None:
-        """The URL's schema if it exists, else None. PostgreSQL's current_schema() skips a missing first
-        schema (`search_path=mine,public` without `mine` is `public`): that would be another ledger."""
-        if _first_entry(self.search_path) in ("$user", '"$user"'):
-            return current  # the default path: whichever schema it resolves to
-        return current if current == self.first_schema() else None
-
-    def first_schema(self) -> str:
-        """The first schema of the search_path as PostgreSQL reads it: a quoted name as written, an unquoted one
-        folded to lower case (ASCII letters, as `downcase_identifier`): `MySchema` is the schema `myschema`;
-        either cut to 63 bytes (a whole character), as the server cuts every identifier."""
-        first = _first_entry(self.search_path)
-        if first.startswith('"'):
-            name = first[1:-1].replace('""', '"')
-        else:
-            name = "".join(chr(ord(c) + 32) if "A" <= c <= "Z" else c for c in first)
-        return name.encode()[:_MAX_IDENTIFIER_BYTES].decode(errors="ignore")
-
     # --- the error boundary --------------------------------------------------------------
 
     def scrub(self, text: str) -> str:
@@ -254,7 +297,7 @@ class PgSession:
             held = f"a lock on the ledger's table `{table}`" if table else "the ledger's write lock"
             error = StoreError(
                 f"{prefix}: another {'session' if table else 'writer'} held {held} for more than "
-                f"{self.lock_timeout} (lock_timeout{holder}); nothing was appended, retry later"
+                f"{self.lock_timeout} (lock_timeout{holder}); {'nothing was appended, ' if lost else ''}retry later"
             )
         elif isinstance(e, pg_errors.IdleInTransactionSessionTimeout) or "idle-in-transaction" in detail:
             error = StoreError(
@@ -337,5 +380,9 @@ class PgSession:
         self.conn.close()
 
 
-def _held_by(pid: int, app: str | None, state: str, seconds: int) -> str:
+def _held_by(pid: int, app: str | None, state: str | None, seconds: int | None) -> str:
+    """Who holds a lock; a session of another role shows this one little more than its pid (without
+    `pg_read_all_stats`, its state and start are hidden)."""
+    if state is None or seconds is None:
+        return f"; held by server pid {pid}, a session of another role whose details this role may not see"
     return f"; held by server pid {pid} ({app or 'no application_name'}, {state}, transaction open {seconds} s)"

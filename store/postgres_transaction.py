@@ -18,8 +18,17 @@ from lifecycle_fsm.errors import StoreError
 from lifecycle_fsm.store.chain import GENESIS_HASH
 from lifecycle_fsm.store.postgres_session import COMMIT_UNKNOWN, NOTHING_COMMITTED
 from lifecycle_fsm.store.records import Head, Row, StoredEvent, StreamHead
-from lifecycle_fsm.store.sql import EVENT_COLUMNS, STREAM, UPSERT_STREAM, VERSION, streams_sql
-from lifecycle_fsm.store.writes import WriteTransaction, id_taken
+from lifecycle_fsm.store.sql import (
+    EMPTIED,
+    EVENT_COLUMNS,
+    RECORD_FIRST,
+    STREAM,
+    STREAM_VERSION,
+    UPSERT_STREAM,
+    VERSION,
+    streams_sql,
+)
+from lifecycle_fsm.store.writes import WriteTransaction, history_damage, id_taken
 
 if TYPE_CHECKING:
     from lifecycle_fsm.store.postgres import PostgresEventStore
@@ -86,17 +95,27 @@ class PostgresTransaction(WriteTransaction):
         self._owner.check()
         return [StreamHead(*row) for row in self._send([streams_sql(statuses)])[0]]
 
-    def _read(self, streams: Sequence[str], ids: Sequence[str]) -> tuple[Head, list[int], dict[str, StoredEvent]]:
+    def _read(
+        self, streams: Sequence[str], ids: Sequence[str]
+    ) -> tuple[Head, list[int], dict[str, StoredEvent], str | None]:
         self._owner.check()
         versions = "".join(f", ({VERSION})" for _ in streams)
-        statements: list[tuple[str, Sequence[Any]]] = [(_HEAD + versions, streams)]
+        statements: list[tuple[str, Sequence[Any]]] = [
+            (f"{_HEAD}, {EMPTIED}, {STREAM_VERSION}{versions}", [*streams[-1:], *streams])
+        ]
         if ids:
             statements.append((f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id = ANY(%s::text[])", (list(ids),)))
         results = self._send(statements)
-        seq, digest, *found = results[0][0]
+        seq, digest, emptied, indexed, *found = results[0][0]
         head = Head(seq, digest) if seq is not None else Head(0, GENESIS_HASH)
         stored = {row[3]: StoredEvent(*row) for row in (results[1] if ids else [])}
-        return head, [int(v) for v in found], stored
+        versions_found = [int(v) for v in found]
+        damage = history_damage(emptied, indexed, versions_found[-1], streams[-1])
+        return head, versions_found, stored, damage
+
+    def _record_first(self, digest: str) -> None:
+        if self._session.may_record:  # a role that may only SELECT from meta leaves it to the owner's next open
+            self._pending.append((RECORD_FIRST, (digest,)))
 
     def _insert(self, rows: list[Row], status: str | None, category: str | None) -> None:
         for at in range(0, len(rows), _ROWS_PER_INSERT):

@@ -7,17 +7,32 @@ maintenance transaction under its write lock); the statements are written once, 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from lifecycle_fsm.errors import IntegrityError
+from lifecycle_fsm.errors import IntegrityError, StoreError
 from lifecycle_fsm.store.chain import GENESIS_HASH
 from lifecycle_fsm.store.records import CheckpointRecord, Head, StoredEvent, StreamHead, StreamSnapshot
 
-__all__ = ["CHECKPOINTS", "EVENT_COLUMNS", "STREAM", "UPSERT_STREAM", "VERSION", "Run", "SQLStore", "streams_sql"]
+__all__ = [
+    "CATCH_UP",
+    "CHECKPOINTS",
+    "EMPTIED",
+    "EVENT_COLUMNS",
+    "INDEXED",
+    "RECORD_FIRST",
+    "STREAM_VERSION",
+    "STREAM",
+    "UPSERT_STREAM",
+    "VERSION",
+    "Run",
+    "SQLStore",
+    "streams_sql",
+]
 
 EVENT_COLUMNS = "seq, stream_id, version, event_id, type, schema_version, payload, recorded_at, actor, prev_hash, hash"
 STREAM = f"SELECT {EVENT_COLUMNS} FROM events WHERE stream_id = %s AND version > %s ORDER BY version"
@@ -35,6 +50,43 @@ _SNAPSHOTS = (
     "SELECT c.checkpoint_id, c.position, c.head_hash, c.schema_version, c.fingerprint, "
     "s.stream_id, s.version, s.state, s.state_sha256 "
     "FROM checkpoint_streams s JOIN checkpoints c ON c.checkpoint_id = s.checkpoint_id"
+)
+
+# The event index: the columns the auditor's filter looks rows up by (type, actor, recorded_at), kept
+# beside the log instead of as indexes on `events`, so a commit writes only the event row. It is
+# brought up to date in bulk from the last seq it holds (its position is its own highest seq, so the
+# rows and the position always commit together); a read covers the rows past it from the log itself.
+INDEXED = "(SELECT coalesce(max(seq), 0) FROM event_index)"
+CATCH_UP = (
+    "INSERT INTO event_index (seq, type, actor, recorded_at) "
+    f"SELECT seq, type, actor, recorded_at FROM events WHERE seq > {INDEXED} ORDER BY seq"
+)
+_BEHIND = f"SELECT coalesce(max(seq), 0) - {INDEXED} FROM events"
+_POSITION_AT = (
+    "SELECT coalesce(max(seq), 0) FROM (SELECT max(seq) AS seq FROM event_index WHERE recorded_at <= %s "
+    f"UNION ALL SELECT max(seq) FROM events WHERE seq > {INDEXED} AND recorded_at <= %s) AS found"
+)
+# Index rows that are not their event's columns, and events up to the index's position that it lacks.
+_INDEX_WRONG = (
+    "SELECT count(*) FROM event_index i LEFT JOIN events e ON e.seq = i.seq "
+    "WHERE e.seq IS NULL OR e.type <> i.type OR e.actor <> i.actor OR e.recorded_at <> i.recorded_at"
+)
+_INDEX_MISSING = f"SELECT (SELECT count(*) FROM events WHERE seq <= {INDEXED}) - (SELECT count(*) FROM event_index)"
+_CATCH_UP_AFTER = 512  # a read scans fewer unindexed rows than this rather than take the write lock
+# Read under the write lock with the head (columns of one SELECT): whether the log is empty although the
+# ledger knows it had events (the first event's hash recorded at its first append, a state index entry, a
+# checkpoint past position 0: one taken of an empty log is its own), and the last checked stream's version
+# in the state index (ahead of the log: events removed).
+EMPTIED = (
+    "(SELECT NOT EXISTS (SELECT 1 FROM events) AND (EXISTS (SELECT 1 FROM meta WHERE key = 'first_event_hash') "
+    "OR EXISTS (SELECT 1 FROM streams) OR EXISTS (SELECT 1 FROM checkpoints WHERE position > 0)))"
+)
+STREAM_VERSION = "(SELECT version FROM streams WHERE stream_id = %s)"
+RECORD_FIRST = "INSERT INTO meta (key, value) VALUES ('first_event_hash', %s) ON CONFLICT (key) DO NOTHING"
+_HISTORY = (
+    "SELECT (SELECT hash FROM events WHERE seq = 1), (SELECT value FROM meta WHERE key = 'first_event_hash'), "
+    "(SELECT count(*) FROM events), (SELECT count(*) FROM streams), "
+    "(SELECT count(*) FROM checkpoints WHERE position > 0)"
 )
 
 # A statement run inside `_locked`: (sql, params, many) -> its rows (none for a write).
@@ -56,6 +108,14 @@ def _sha256(text: str) -> str:
 class SQLStore(ABC):
     """What an SQL backend's store shares (see the module docstring)."""
 
+    # Whether the file or schema has the event index (a ledger opened read-only before its first
+    # writer upgraded it has the filter indexes on `events` instead).
+    _indexed = True
+
+    @abstractmethod
+    def _may_catch_up(self) -> bool:
+        """Whether a read may take the write lock to bring the event index up to date first."""
+
     @abstractmethod
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         """The rows of one read, outside any write transaction of this handle's."""
@@ -75,7 +135,33 @@ class SQLStore(ABC):
         return StoredEvent(*rows[0]) if rows else None
 
     def position_at(self, recorded_at: str) -> int:
-        return int(self._rows("SELECT coalesce(max(seq), 0) FROM events WHERE recorded_at <= %s", (recorded_at,))[0][0])
+        if not self._indexed:
+            sql, params = "SELECT coalesce(max(seq), 0) FROM events WHERE recorded_at <= %s", [recorded_at]
+        else:
+            self._catch_up_before_read()
+            sql, params = _POSITION_AT, [recorded_at, recorded_at]
+        return int(self._rows(sql, params)[0][0])
+
+    def catch_up_index(self) -> None:
+        """Bring the event index up to date with the log, in one transaction under the write lock."""
+        if self._indexed:
+            with self._locked("cannot bring the event index up to date") as run:
+                run(CATCH_UP, (), False)
+
+    def _catch_up_before_read(self) -> None:
+        """Before a read that looks rows up by the event index: catch it up when it is far behind and
+        this handle may write. The read is right either way (it scans the rows past the index)."""
+        if self._may_catch_up() and int(self._rows(_BEHIND)[0][0]) >= _CATCH_UP_AFTER:
+            with contextlib.suppress(StoreError):  # a role or a file this handle may only read: the read scans on
+                self.catch_up_index()
+
+    def index_problems(self) -> list[str]:
+        """Where the event index is not the log's own columns: empty when it agrees row for row."""
+        if not self._indexed:
+            return []
+        wrong, missing = int(self._rows(_INDEX_WRONG)[0][0]), int(self._rows(_INDEX_MISSING)[0][0])
+        problems = [f"{wrong} rows are not their event's type, actor and time"] if wrong else []
+        return problems + ([f"{missing} events up to its position are missing"] if missing else [])
 
     def head(self) -> Head:
         rows = self._rows("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1")
@@ -87,11 +173,32 @@ class SQLStore(ABC):
     def streams(self, *, statuses: Iterable[str] | None = None) -> list[StreamHead]:
         return [StreamHead(*row) for row in self._rows(*streams_sql(statuses))]
 
+    def history_problem(self) -> str | None:
+        """What the ledger knows of its history beyond the log and the log does not hold: a first event other
+        than the one recorded at its first append, or none although the state index or checkpoints have rows."""
+        first, recorded, events, indexed, checkpoints = self._rows(_HISTORY)[0]
+        if recorded is not None and first != recorded:
+            held = "no events" if not events else f"a first event of hash {first}"
+            return (
+                f"the log holds {held}, but this ledger's first event was recorded as {recorded}: "
+                "it was emptied or replaced outside lifecycle"
+            )
+        if not events and (indexed or checkpoints):
+            return (
+                f"the log holds no events, but the state index lists {indexed} streams and there are "
+                f"{checkpoints} checkpoints: it was emptied outside lifecycle"
+            )
+        return None
+
     def rebuild_stream_index(self, derive: Callable[[], Iterable[StreamHead]]) -> None:
+        """Also rebuilds the event index from the log: both are derived, and rebuilt together."""
         with self._locked("cannot rebuild the stream index") as run:
             heads = [(h.stream_id, h.version, h.status, h.category) for h in derive()]
             run("DELETE FROM streams", (), False)
             run("INSERT INTO streams (stream_id, version, status, category) VALUES (%s, %s, %s, %s)", heads, True)
+            if self._indexed:
+                run("DELETE FROM event_index", (), False)
+                run(CATCH_UP, (), False)
 
     def append_checkpoint(
         self,
@@ -105,6 +212,8 @@ class SQLStore(ABC):
     ) -> CheckpointRecord:
         digest = _sha256(snapshot)
         with self._locked("cannot store the checkpoint") as run:
+            if self._indexed:  # a checkpoint is where the event index catches up, in the same transaction
+                run(CATCH_UP, (), False)
             found = run("SELECT hash FROM events WHERE seq = %s", (position,), False)
             if not found and position != 0:
                 raise IntegrityError(f"no event at position {position} to checkpoint", seq=position)

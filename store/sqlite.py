@@ -43,8 +43,11 @@ from lifecycle_fsm.store.records import (
 )
 from lifecycle_fsm.store.sql import (
     CHECKPOINTS,
+    EMPTIED,
     EVENT_COLUMNS,
+    RECORD_FIRST,
     STREAM,
+    STREAM_VERSION,
     UPSERT_STREAM,
     VERSION,
     Run,
@@ -54,20 +57,23 @@ from lifecycle_fsm.store.sql import (
 from lifecycle_fsm.store.sqlite_errors import SQLITE_FAILURES, translate_sqlite_error
 from lifecycle_fsm.store.sqlite_files import (
     ImmutableRead,
+    OpenedFiles,
     begin_immediate,
+    close_without_checkpoint,
     create_ledger_file,
     keep_for_good,
     on_read_only_media,
 )
 from lifecycle_fsm.store.sqlite_schema import (
     SYNCHRONOUS_MODES,
+    ensure_event_index,
     ensure_schema,
     filter_sql,
     guard_problems,
     schema_version,
 )
 from lifecycle_fsm.store.threads import ThreadOwner, one_thread
-from lifecycle_fsm.store.writes import WriteTransaction, id_taken
+from lifecycle_fsm.store.writes import WriteTransaction, history_damage, id_taken
 
 __all__ = ["SQLiteEventStore", "SQLiteTransaction", "create_ledger_file"]
 
@@ -104,15 +110,23 @@ class SQLiteTransaction(WriteTransaction):
     def streams(self, *, statuses: Iterable[str] | None = None) -> list[StreamHead]:
         return [StreamHead(*row) for row in self._all(*streams_sql(statuses))]
 
-    def _read(self, streams: Sequence[str], ids: Sequence[str]) -> tuple[Head, list[int], dict[str, StoredEvent]]:
+    def _read(
+        self, streams: Sequence[str], ids: Sequence[str]
+    ) -> tuple[Head, list[int], dict[str, StoredEvent], str | None]:
         versions = "".join(f", ({VERSION})" for _ in streams)
-        seq, digest, *found = self._all(_HEAD + versions, streams)[0]
+        seq, digest, emptied, indexed, *found = self._all(
+            f"{_HEAD}, {EMPTIED}, {STREAM_VERSION}{versions}", [*streams[-1:], *streams]
+        )[0]
         stored: dict[str, StoredEvent] = {}
         for at in range(0, len(ids), 500):
             chunk = ids[at : at + 500]
             sql = f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id IN ({', '.join(['%s'] * len(chunk))})"
             stored.update((row[3], StoredEvent(*row)) for row in self._all(sql, chunk))
-        return Head(seq, digest) if seq is not None else Head(0, GENESIS_HASH), found, stored
+        damage = history_damage(emptied, indexed, found[-1], streams[-1])
+        return Head(seq, digest) if seq is not None else Head(0, GENESIS_HASH), found, stored, damage
+
+    def _record_first(self, digest: str) -> None:
+        self._conn.execute(_sqlite(RECORD_FIRST), (digest,))
 
     def _insert(self, rows: list[Row], status: str | None, category: str | None) -> None:
         execute = self._conn.execute
@@ -146,6 +160,7 @@ class SQLiteEventStore(SQLStore):
         self._quick = self._private  # the busy timeout is 0 (a write set it; the next read gives it back)
         self._held: str | None = None  # "write" or "snapshot": the block holding the connection's transaction
         self._immutable: ImmutableRead | None = None  # a ledger in a folder we may not write
+        self._files: OpenedFiles | None = None  # the files a write must still be writing into
         if create:
             create_ledger_file(self.path)
         try:
@@ -163,6 +178,9 @@ class SQLiteEventStore(SQLStore):
                 self._conn.execute("PRAGMA journal_mode=WAL")
                 self._conn.execute(f"PRAGMA synchronous={mode}")
             ensure_schema(self._conn, self.path, found, self._write)
+            self._indexed = ensure_event_index(self._conn, self._immutable is None and create, self._write)
+            if self._immutable is None and not self._private:
+                self._files = OpenedFiles(self.path)
         except sqlite3.DatabaseError as e:
             self._conn.close()
             raise StoreError(f"{self.path}: not a usable ledger database ({e})") from e
@@ -198,6 +216,9 @@ class SQLiteEventStore(SQLStore):
             self._conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
             self._quick = False
 
+    def _may_catch_up(self) -> bool:
+        return self._held is None and self._immutable is None
+
     def _rollback(self) -> None:
         if self._owner.forked:  # the parent's transaction: never ended from a forked child
             return
@@ -228,6 +249,8 @@ class SQLiteEventStore(SQLStore):
                 if fault is not None:
                     fault.reached("before_commit")
                 self._owner.check()  # a forked child inside the parent's transaction: never its COMMIT
+                if self._files is not None:
+                    self._files.check()
                 conn.execute("COMMIT")
             except BaseException:
                 self._rollback()
@@ -336,8 +359,10 @@ class SQLiteEventStore(SQLStore):
     def select_rows(self, query: EventFilter = ALL_EVENTS) -> Iterator[list[Row]]:
         """Small batches on purpose: a row is hashed and folded while its payload is still in the CPU
         cache, and fewer rows alive at once make the garbage collector's passes cheaper."""
-        where, params = filter_sql(query)
-        return self._batches(f"SELECT {EVENT_COLUMNS} FROM events WHERE {where}", params, 256)
+        if self._indexed and not query.positions_only():
+            self._catch_up_before_read()
+        sql, params = filter_sql(query, EVENT_COLUMNS, indexed=self._indexed)
+        return self._batches(sql, params, 256)
 
     def select_checkpoints(self, *, at_or_before: int | None = None) -> Iterator[CheckpointRecord]:
         """One row at a time, newest first: a load stops at the first trusted checkpoint. Without a bound
@@ -358,6 +383,9 @@ class SQLiteEventStore(SQLStore):
 
     def close(self) -> None:
         self._owner.release()
+        if self._files is not None and self._files.changed() is not None:
+            close_without_checkpoint(self._conn, self._files)
+            return
         self._conn.close()
 
     def __enter__(self) -> SQLiteEventStore:

@@ -12,6 +12,7 @@ file, which an immutable read would silently leave out) is refused instead.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import random
@@ -22,7 +23,15 @@ from urllib.parse import quote
 
 from lifecycle_fsm.errors import StoreError
 
-__all__ = ["ImmutableRead", "begin_immediate", "create_ledger_file", "keep_for_good", "on_read_only_media"]
+__all__ = [
+    "ImmutableRead",
+    "OpenedFiles",
+    "begin_immediate",
+    "close_without_checkpoint",
+    "create_ledger_file",
+    "keep_for_good",
+    "on_read_only_media",
+]
 
 
 def begin_immediate(conn: sqlite3.Connection, timeout: float, where: object) -> None:
@@ -156,3 +165,80 @@ class ImmutableRead:
                 f"{self.shown}: the ledger changed while it was read as an immutable file (a writer with access to "
                 "its folder appended); read it again"
             )
+
+
+class OpenedFiles:
+    """The ledger file, its `-wal` and its `-shm` as a connection opened them (device and inode).
+
+    SQLite keeps all three open by descriptor and never looks at their names again. If one
+    is deleted or replaced while the connection is open, the next process opens a new one
+    beside it: a new `-shm` gives that process a WAL index of its own, so it and this
+    connection write over each other's WAL frames, and an append into a deleted ledger file
+    lands nowhere anyone will read. `check`, just before each commit (one `os.stat` per file),
+    refuses the write then instead of acknowledging it. A `-wal` or `-shm` that did not exist
+    at open is not held to anything.
+    """
+
+    def __init__(self, path: Path) -> None:
+        real = self.real = os.path.realpath(path)
+        self.shown = path
+        self._files: list[tuple[str, tuple[int, int]]] = []
+        for name in (real, f"{real}-wal", f"{real}-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                st = os.stat(name)
+                self._files.append((name, (st.st_dev, st.st_ino)))
+
+    def changed(self, *, but_wal: bool = False) -> str | None:
+        """The first file that is missing or no longer the one opened, None when all still are (`but_wal`:
+        of the ledger file and its `-shm`)."""
+        for name, identity in self._files:
+            if but_wal and name.endswith("-wal"):
+                continue
+            try:
+                st = os.stat(name)
+            except OSError:
+                return name
+            if (st.st_dev, st.st_ino) != identity:
+                return name
+        return None
+
+    def check(self) -> None:
+        """StoreError, naming the file, once one is missing or not the file this connection opened."""
+        name = self.changed()
+        if name is not None:
+            raise StoreError(
+                f"{name}: deleted or replaced while {self.shown} was open, so a write through this connection "
+                "could be lost; nothing was written: close the ledger and open it again"
+            )
+
+
+def close_without_checkpoint(conn: sqlite3.Connection, files: OpenedFiles) -> None:
+    """Close a connection whose files were deleted or replaced; without its closing checkpoint when
+    its WAL index (the `-shm`) or the ledger file is not the one others use.
+
+    The last connection to close checkpoints the WAL into the ledger file through its WAL
+    index, then deletes the WAL by name. With only the `-wal` deleted that checkpoint is
+    what saves the commits made into it, so `conn` closes as usual. Through a stale `-shm`
+    it would write old pages over what other processes appended since, and delete their
+    WAL. SQLite skips it when another connection of the process holds the file's shared
+    lock, and a read-only connection never checkpoints: one is opened and read from (taking
+    that lock) while `conn` closes, then closed. When the ledger file itself is gone or
+    replaced no such connection can reach it, and `conn` is left open until the process
+    ends instead.
+    """
+    if files.changed(but_wal=True) is None:
+        conn.close()
+        return
+    if files.changed(but_wal=True) == files.real:
+        keep_for_good(conn)
+        return
+    try:
+        holder = sqlite3.connect(f"file:{quote(files.real)}?mode=ro", uri=True, isolation_level=None)
+        holder.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.Error:
+        keep_for_good(conn)
+        return
+    try:
+        conn.close()
+    finally:
+        holder.close()

@@ -12,6 +12,10 @@ Why it is built this way:
   statement journal, which costs a batch about half again.
 - `verify` reports a guard that is missing or not exactly as written here
   (`guard_problems`): a file writer can drop them.
+- `events` has no index for the auditor's filter: each would cost every commit about a
+  third more. The filter looks rows up in `event_index` (type, actor, time by seq), a
+  derived table brought up to date in bulk (`store.sql.CATCH_UP`). A file made before it
+  existed gets it, in place of the indexes on `events`, when a writer first opens it.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import orjson
 
 from lifecycle_fsm.errors import StoreError
 from lifecycle_fsm.store.records import EventFilter
+from lifecycle_fsm.store.sql import INDEXED
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -36,6 +41,7 @@ __all__ = [
     "STORE_SCHEMA_VERSION",
     "SYNCHRONOUS_MODES",
     "create_schema",
+    "ensure_event_index",
     "ensure_schema",
     "filter_sql",
     "guard_problems",
@@ -119,10 +125,9 @@ def create_schema(db: sqlite_utils.Database) -> None:
     events = db.table("events").create(_EVENTS, pk="seq", not_null=set(_EVENTS) - {"seq"})
     events.create_index(["stream_id", "version"], index_name="events_stream_version", unique=True)
     events.create_index(["event_id"], index_name="events_event_id", unique=True)
-    for column in ("type", "actor", "recorded_at"):  # what the auditor's filter looks rows up by
-        events.create_index([column], index_name=f"events_{column}")
     for statement in SCHEMA:
         db.execute(statement)
+    _create_event_index(db)
     db.table("streams").create(
         {"stream_id": str, "version": int, "status": str, "category": str}, pk="stream_id", not_null={"version"}
     )
@@ -148,13 +153,49 @@ def create_schema(db: sqlite_utils.Database) -> None:
     db.table("meta").insert({"key": "store_schema_version", "value": STORE_SCHEMA_VERSION})
 
 
+_OLD_FILTER_INDEXES = ("events_type", "events_actor", "events_recorded_at")
+
+
+def _create_event_index(db: sqlite_utils.Database) -> None:
+    index = db.table("event_index").create(
+        {"seq": int, "type": str, "actor": str, "recorded_at": str}, pk="seq", not_null={"type", "actor", "recorded_at"}
+    )
+    for column in ("type", "actor", "recorded_at"):  # what the auditor's filter looks rows up by
+        index.create_index([column], index_name=f"event_index_{column}")
+
+
+def ensure_event_index(
+    conn: sqlite3.Connection, writable: bool, locked: Callable[[], AbstractContextManager[object]]
+) -> bool:
+    """Whether the file has the event index; a writer gives a file made without it one, in place of the
+    filter indexes on `events` (it fills as it catches up). A read-only handle reads such a file as it is."""
+    has = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'event_index'"
+    if conn.execute(has).fetchone():
+        return True
+    if not writable:
+        return False
+    with locked():
+        if not conn.execute(has).fetchone():  # another process may have made it meanwhile
+            import sqlite_utils
+
+            _create_event_index(sqlite_utils.Database(conn, execute_plugins=False))
+            for name in _OLD_FILTER_INDEXES:
+                conn.execute(f"DROP INDEX IF EXISTS {name}")
+    return True
+
+
 def _words(sql: str) -> str:
     return " ".join(sql.split())
 
 
 def guard_problems(conn: sqlite3.Connection) -> list[str]:
-    """Each unique index and append-only trigger that is missing, or not exactly as `GUARDS` writes it."""
+    """Each unique index and append-only trigger that is missing, or not exactly as `GUARDS` writes it, and
+    any other trigger on `events` (one `BEFORE INSERT` could rewrite every row appended)."""
     found = dict(conn.execute("SELECT name, sql FROM sqlite_master WHERE tbl_name = 'events' AND sql IS NOT NULL"))
+    triggers = {
+        name
+        for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'events'")
+    }
     problems = []
     for name, sql in GUARDS.items():
         kind = "trigger" if name.startswith("events_refuse") else "unique index"
@@ -162,22 +203,55 @@ def guard_problems(conn: sqlite3.Connection) -> list[str]:
             problems.append(f"{kind} {name} is missing")
         elif _words(found[name]) != _words(sql):
             problems.append(f"{kind} {name} was altered")
-    return problems
+    return problems + [f"trigger {name} is not one of the ledger's own" for name in sorted(triggers - GUARDS.keys())]
 
 
-def filter_sql(query: EventFilter) -> tuple[str, list[Any]]:
-    """The WHERE clause (with ORDER BY and LIMIT) and parameters of an `EventFilter`.
+def filter_sql(query: EventFilter, columns: str, *, indexed: bool) -> tuple[str, list[Any]]:
+    """The SELECT of `columns` (in seq order, with its LIMIT) of an `EventFilter`, and its parameters.
 
-    - with a time filter the position bound is written `+seq`, so the planner takes the
-      `recorded_at` index instead of walking the whole table in seq order;
+    - a filter on type, actor or time takes the rows the event index names, then those
+      past its position from the log itself (`indexed`; without the index, a time filter
+      writes the position bound `+seq`, so the planner takes the `recorded_at` index
+      instead of walking the whole table in seq order);
     - a payload match first restricts the rows to its event types, then looks for the
       value's JSON text followed by `,` `]` or `}` (a value, never a key: payloads are
       the store's own compact canonical JSON), and only then confirms it at its path with
       the JSON functions: a scalar equal to it, or an array holding it.
     """
-    seq = "+seq" if query.since is not None or query.until is not None else "seq"
+    timed = query.since is not None or query.until is not None
+    where, params, looked_up = _column_conditions(query, "+seq" if timed and not indexed else "seq")
+    if query.payload:
+        clauses, values, types = _payload_conditions(query, indexed)
+        where += clauses
+        params += values
+        looked_up.append(types)
+    condition = " AND ".join(where)
+    if indexed and looked_up:
+        index_where = " AND ".join(sql for sql, _ in looked_up)
+        index_params = [value for _, values in looked_up for value in values]
+        sql = (
+            f"SELECT {columns} FROM events WHERE seq IN (SELECT seq FROM event_index WHERE {index_where}) "
+            f"AND {condition} UNION ALL SELECT {columns} FROM events WHERE seq > {INDEXED} AND {condition} "
+            "ORDER BY seq"
+        )
+        params = [*index_params, *params, *params]
+    else:
+        sql = f"SELECT {columns} FROM events WHERE {condition} ORDER BY seq"
+    if query.limit is not None:
+        sql += " LIMIT ?"
+        params.append(query.limit)
+    return sql, params
+
+
+Conditions = tuple[list[str], list[Any], list[tuple[str, list[Any]]]]
+
+
+def _column_conditions(query: EventFilter, seq: str) -> Conditions:
+    """The WHERE terms on the event's own columns, their parameters, and the terms the event
+    index can answer (type, actor, time) with their values."""
     where = [f"{seq} > ?"]
     params: list[Any] = [query.after]
+    looked_up: list[tuple[str, list[Any]]] = []
     for sql, value in (
         (f"{seq} < ?", query.before),
         ("recorded_at >= ?", query.since),
@@ -188,26 +262,31 @@ def filter_sql(query: EventFilter) -> tuple[str, list[Any]]:
         if value is not None:
             where.append(sql)
             params.append(value)
+            if sql.startswith(("recorded_at", "actor")):
+                looked_up.append((sql, [value]))
     if query.types:
-        where.append(f"type IN ({','.join('?' * len(query.types))})")
+        clause = f"type IN ({','.join('?' * len(query.types))})"
+        where.append(clause)
         params.extend(query.types)
-    if query.payload:
-        match_types = sorted({m.type for m in query.payload})
-        column = "+type" if query.limit is not None else "type"  # in seq order when a LIMIT can stop early
-        where.append(f"{column} IN ({','.join('?' * len(match_types))})")
-        params.extend(match_types)
-        needles = [orjson.dumps(v).decode() + end for v in sorted({m.value for m in query.payload}) for end in ",]}"]
-        where.append("(" + " OR ".join("instr(payload, ?) > 0" for _ in needles) + ")")
-        params.extend(needles)
-        confirm = (
-            "(type = ? AND (json_extract(payload, ?) = ? OR (json_type(payload, ?) = 'array' AND "
-            "EXISTS (SELECT 1 FROM json_each(payload, ?) WHERE value = ?))))"
-        )
-        where.append("(" + " OR ".join(confirm for _ in query.payload) + ")")
-        for m in query.payload:
-            params.extend([m.type, m.path, m.value, m.path, m.path, m.value])
-    sql = " AND ".join(where) + " ORDER BY seq"
-    if query.limit is not None:
-        sql += " LIMIT ?"
-        params.append(query.limit)
-    return sql, params
+        looked_up.append((clause, list(query.types)))
+    return where, params, looked_up
+
+
+def _payload_conditions(query: EventFilter, indexed: bool) -> tuple[list[str], list[Any], tuple[str, list[Any]]]:
+    """A payload match's WHERE terms and parameters, and its event types as a term the index answers."""
+    match_types = sorted({m.type for m in query.payload})
+    clause = f"type IN ({','.join('?' * len(match_types))})"
+    # without the event index, `+type` keeps the walk in seq order when a LIMIT can stop it early
+    where = ["+" + clause if query.limit is not None and not indexed else clause]
+    params: list[Any] = [*match_types]
+    needles = [orjson.dumps(v).decode() + end for v in sorted({m.value for m in query.payload}) for end in ",]}"]
+    where.append("(" + " OR ".join("instr(payload, ?) > 0" for _ in needles) + ")")
+    params.extend(needles)
+    confirm = (
+        "(type = ? AND (json_extract(payload, ?) = ? OR (json_type(payload, ?) = 'array' AND "
+        "EXISTS (SELECT 1 FROM json_each(payload, ?) WHERE value = ?))))"
+    )
+    where.append("(" + " OR ".join(confirm for _ in query.payload) + ")")
+    for m in query.payload:
+        params.extend([m.type, m.path, m.value, m.path, m.path, m.value])
+    return where, params, (clause, match_types)

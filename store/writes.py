@@ -16,7 +16,7 @@ from lifecycle_fsm.errors import ConcurrencyError, DuplicateEventError, InputErr
 from lifecycle_fsm.store.chain import canonical_json, chain_rows
 from lifecycle_fsm.store.records import AppendResult, Head, NewEvent, Row, StoredEvent, StreamHead
 
-__all__ = ["WriteTransaction", "check_batch", "conflict", "match_retry"]
+__all__ = ["WriteTransaction", "check_batch", "conflict", "history_damage", "match_retry"]
 
 # PostgreSQL stores schema_version as an integer: every backend keeps the same range.
 _MAX_SCHEMA_VERSION = 2**31
@@ -28,8 +28,14 @@ class WriteTransaction(ABC):
     failed: str | None = None  # an append that failed part-way: this transaction must not commit
 
     @abstractmethod
-    def _read(self, streams: Sequence[str], ids: Sequence[str]) -> tuple[Head, list[int], dict[str, StoredEvent]]:
-        """Under the lock: the log's head, each stream's version, and the stored events with these ids."""
+    def _read(
+        self, streams: Sequence[str], ids: Sequence[str]
+    ) -> tuple[Head, list[int], dict[str, StoredEvent], str | None]:
+        """Under the lock: the log's head, each stream's version, the stored events with these ids, and what
+        is wrong with the log's history (`history_damage`), if anything."""
+
+    def _record_first(self, digest: str) -> None:  # noqa: B027 - a backend with nothing to record keeps this
+        """Record the hash of the ledger's first event, in the transaction appending it (a durable backend)."""
 
     @abstractmethod
     def _insert(self, rows: list[Row], status: str | None, category: str | None) -> None:
@@ -73,7 +79,9 @@ class WriteTransaction(ABC):
             return AppendResult(())
         ids = [] if fresh_ids else [e.event_id for e in events]
         checks = [*expect, (stream_id, expected_version)] if events else list(expect)
-        head, versions, stored = self._read([s for s, _ in checks], ids)
+        head, versions, stored, damage = self._read([s for s, _ in checks], ids)
+        if damage is not None:
+            raise StoreError(f"{damage}; nothing was appended")
         retried = match_retry(events, stored)
         if retried is not None:
             return AppendResult(retried, duplicate=True)
@@ -85,10 +93,27 @@ class WriteTransaction(ABC):
         rows = chain_rows(head, stream_id, expected_version, events)
         try:
             self._insert(rows, status, category)
+            if head.seq == 0:
+                self._record_first(rows[0][10])
         except BaseException as e:
             self.failed = f"an append to {stream_id!r} failed part-way ({e})"
             raise
         return AppendResult(tuple(StoredEvent(*row) for row in rows))
+
+
+def history_damage(emptied: object, indexed: int | None, found: int, stream_id: str) -> str | None:
+    """An emptied or shortened log, from what `_read` found under the lock: `emptied` (the log is empty
+    but the ledger recorded a first event, or has state index rows or checkpoints), and the stream's
+    version in the state index (`indexed`) against the log's (`found`). A new ledger is never re-started
+    over the remains of one emptied outside lifecycle."""
+    if emptied:
+        return "the log is empty, but this ledger recorded events before (it was emptied outside lifecycle)"
+    if indexed is not None and indexed > found:
+        return (
+            f"stream {stream_id!r} is at version {found} in the log but {indexed} in the state index "
+            "(events were removed outside lifecycle)"
+        )
+    return None
 
 
 def conflict(stream_id: str, expected: int, actual: int) -> ConcurrencyError:

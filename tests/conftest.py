@@ -22,6 +22,7 @@ import structlog
 from backends import backend, pg_store, pg_url  # noqa: F401 - fixtures: a fresh PostgreSQL schema, every backend in turn
 from click.testing import CliRunner, Result
 
+from lifecycle_fsm import logs
 from lifecycle_fsm.artifacts import hash_directory
 from lifecycle_fsm.cli import main
 from lifecycle_fsm.ledger import Ledger
@@ -111,6 +112,7 @@ def _reset_structlog() -> Iterator[None]:
     """The CLI configures structlog globally; keep tests independent of each other."""
     yield
     structlog.reset_defaults()
+    logs._pending.clear()  # a command line's setting that no event has applied yet
 
 
 def invoke(db: Path, *args: str) -> Result:

@@ -144,6 +144,24 @@ def test_library_import_does_not_configure_logging() -> None:
     assert out.stdout.strip() == "False"
 
 
+def test_structlog_is_imported_only_to_write_an_event() -> None:
+    """The library and the command line load structlog only when an event is written through it."""
+    loaded = _imports_after("import lifecycle_fsm, lifecycle_fsm.cli, lifecycle_fsm.replay, lifecycle_fsm.store")
+    assert "structlog" not in loaded
+
+
+def test_the_package_loads_the_ledger_when_first_asked() -> None:
+    """`import lifecycle_fsm` leaves the command path unloaded; `lifecycle_fsm.Ledger` (and
+    `from lifecycle_fsm import Ledger` or `*`) still gives the Ledger class."""
+    assert "lifecycle_fsm.ledger" not in _imports_after("import lifecycle_fsm")
+    code = (
+        "import lifecycle_fsm; from lifecycle_fsm.ledger import Ledger; from lifecycle_fsm import *; "
+        "assert lifecycle_fsm.Ledger is Ledger and 'Ledger' in globals(); "
+        "assert all(getattr(lifecycle_fsm, n) is globals()[n] for n in lifecycle_fsm.__all__)"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+
+
 def test_embedding_example_runs(ws: Workspace) -> None:
     """examples/embed.py (the README's example) survives a reward failure and hands off ready."""
     sft = ws.baseline()

@@ -20,9 +20,8 @@ from test_audit import records, run_audit, tamper
 
 from lifecycle_fsm import audit
 from lifecycle_fsm.errors import InputError
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.ledger import Ledger
-
-JSON = dict[str, Any]
 
 
 def _workflow_handoff(upstream_decision: Any, freshness: JSON, evidence: JSON) -> JSON:

@@ -237,6 +237,13 @@ def test_verify_json(populated: Workspace) -> None:
     assert doc["head"]["seq"] == doc["events"] and HEX64.fullmatch(doc["head"]["hash"])
 
 
+def test_verify_with_worker_processes(populated: Workspace) -> None:
+    """`verify --jobs 2` (a real process, spawning its workers) reports what one process reports."""
+    done = run_cli(populated.db, "verify", "--jobs", "2", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == as_json(invoke(populated.db, "verify", "--json"))
+
+
 def test_explain_json(populated: Workspace) -> None:
     """`explain --json` names the state, the specific reason codes and the decisive event with its evidence."""
     doc = as_json(invoke(populated.db, "explain", "dpo-x", "--json"))
@@ -266,9 +273,10 @@ def test_diagram_prints_mermaid(ws: Workspace) -> None:
 
 
 def _commands(group: click.Group, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
-    for name, command in sorted(group.commands.items()):
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
         yield (*path, name)
-        if isinstance(command, click.Group):
+        if isinstance(command := group.get_command(ctx, name), click.Group):
             yield from _commands(command, (*path, name))
 
 
@@ -294,7 +302,9 @@ def test_the_cli_defaults_are_the_ledgers() -> None:
     from lifecycle_fsm.decisions import DEFAULT_ACTIVE_WINDOW, DEFAULT_MAX_WINDOW_AGE
 
     for name in ("init", "audit"):
-        options = {p.name: p.default for p in main.commands[name].params}
+        command = main.get_command(click.Context(main), name)
+        assert command is not None
+        options = {p.name: p.default for p in command.params}
         assert (options["max_window_age"], options["active_window"]) == (DEFAULT_MAX_WINDOW_AGE, DEFAULT_ACTIVE_WINDOW)
 
 
@@ -355,6 +365,29 @@ def test_log_level_writes_json_lines_on_stderr(tmp_path: Path, level: str) -> No
     assert [e["event"] for e in events if e["event"] == "event_appended"] == ["event_appended"]
     assert {e["level"] for e in events} <= {"info", "debug"}
     quiet = cli(tmp_path / "l.db", "window", "2")
+    assert (quiet.returncode, quiet.stderr) == (0, "")
+
+
+def test_a_commands_warning_reaches_stderr_in_the_configured_format(tmp_path: Path) -> None:
+    """A warning a command's library code emits is one structlog JSON line on stderr at the default
+    level (structlog is set up by that first warning), and nothing at `--log-level error`."""
+    import sqlite3
+
+    from lifecycle_fsm.replay.checkpoints import FINGERPRINT_PARTS
+    from lifecycle_fsm.store.chain import canonical_json
+
+    db = tmp_path / "l.db"
+    assert cli(db, "init").returncode == 0 and cli(db, "checkpoint").returncode == 0
+    with sqlite3.connect(db) as conn:  # a checkpoint built under other rules: used, with a warning
+        other_rules = canonical_json({**FINGERPRINT_PARTS, "rules": "0" * 64})
+        conn.execute("UPDATE checkpoints SET fingerprint = ?", (other_rules,))
+    warned = run_cli(db, "status")
+    assert (warned.returncode, warned.stdout) == (0, "no candidates\n")
+    (line,) = warned.stderr.splitlines()
+    event = json.loads(line)
+    assert (event["event"], event["level"], event["rules"]) == ("checkpoint_other_rules", "warning", "0" * 64)
+    assert "timestamp" in event
+    quiet = run_cli(db, "--log-level", "error", "status")
     assert (quiet.returncode, quiet.stderr) == (0, "")
 
 

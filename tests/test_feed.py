@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from lifecycle_fsm import FeedEvent, InputError, Ledger, LifecycleError, State, WaitTimeout
+from lifecycle_fsm import FeedEvent, InputError, Ledger, LedgerClosedError, LifecycleError, State, WaitTimeout
 from lifecycle_fsm.events import CandidateReceived, ChecksRecorded, LedgerInitialized
 from lifecycle_fsm.store.base import event_at
 from tests.conftest import REPO, Workspace
@@ -221,6 +221,25 @@ def test_follow_ends_when_the_ledger_is_closed(ws: Workspace) -> None:
         seen.append(event.seq)
         ledger.close()
     assert seen == [1]
+
+
+def test_close_from_another_thread_ends_a_blocked_follow(ws: Workspace) -> None:
+    """A supervisor's shutdown handler closes the ledger its main thread follows: the follow ends at its next
+    wake, the opening thread closes the connection, and every later call is LedgerClosedError."""
+    ledger = ws.ledger()
+    ledger.init()
+    store = ledger.store
+    seen: list[int] = []
+    closer = threading.Timer(0.3, ledger.close)
+    closer.start()
+    started = time.monotonic()
+    seen.extend(event.seq for event in ledger.follow(after=0, poll=0.05))
+    closer.join()
+    assert seen == [1] and ledger.closed and time.monotonic() - started < 5
+    with pytest.raises(LedgerClosedError):
+        ledger.settings()
+    with pytest.raises(LifecycleError, match="closed"):
+        store.head()  # the connection itself was closed by this thread, at the follow's end
 
 
 def test_follow_on_postgres_wakes_on_a_commit_not_the_poll(ws: Workspace, pg_url: str) -> None:

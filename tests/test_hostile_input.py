@@ -213,7 +213,10 @@ def test_integers_beyond_64_bits_are_usage_errors(ws: Workspace, args: list[str]
 
 
 def _commands(group: click.Group, prefix: str = "") -> Iterator[tuple[str, click.Command]]:
-    for name, command in sorted(group.commands.items()):
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        assert command is not None
         yield f"{prefix}{name}", command
         if isinstance(command, click.Group):
             yield from _commands(command, f"{prefix}{name} ")

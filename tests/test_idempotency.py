@@ -251,6 +251,18 @@ def test_init_with_a_key_is_its_own_duplicate(ledger: Ledger) -> None:
     assert [e.event_id for e in ledger.store.read_stream(LEDGER_STREAM)] == ["k/init"]
 
 
+@pytest.mark.parametrize(
+    ("key", "why"),
+    [("run-7 ", "whitespace"), (" run-7", "whitespace"), ("cafe\u0301", "NFC"), ("run\x1b7", "control")],
+)
+def test_an_idempotency_key_is_held_to_the_candidate_id_rule(ledger: Ledger, key: str, why: str) -> None:
+    """A key that prints like another key (a trailing space, NFD beside NFC) would be a second key for the
+    same command: refused as such a candidate id is, before anything is appended."""
+    with pytest.raises(InputError, match=why):
+        ledger.init(event_id=key)
+    assert ledger.store.head().seq == 0
+
+
 def test_a_closed_ledger_raises_a_lifecycle_error(ws: Workspace) -> None:
     """Not sqlite3.ProgrammingError: every call on a closed ledger is LedgerClosedError; closing twice is fine."""
     ledger = ws.ledger()
@@ -264,6 +276,9 @@ def test_a_closed_ledger_raises_a_lifecycle_error(ws: Workspace) -> None:
         lambda: list(ledger.events()),
         ledger.settings,
         lambda: ledger.store.head(),  # noqa: PLW0108 (the store is looked up after close)
+        ledger.seal,  # a closed ledger, not a missing signing key
+        lambda: ledger.attest("dpo-v5"),
+        ledger.follow,
     ):
         with pytest.raises(LedgerClosedError) as info:
             call()

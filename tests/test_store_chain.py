@@ -188,6 +188,11 @@ _GUARD_EDITS = {
             "trigger events_refuse_update was altered",
         ),
         (["DROP INDEX events_event_id"], "unique index events_event_id is missing"),
+        (
+            ["CREATE TRIGGER events_stamp BEFORE INSERT ON events BEGIN SELECT 1; END"],
+            "trigger events_stamp is not one of the ledger's own",
+        ),
+        (["DROP INDEX events_stream_version"], "unique index events_stream_version is missing"),
     ],
     "postgres": [
         (["DROP TRIGGER events_refuse_truncate ON events"], "trigger events_refuse_truncate is missing"),
@@ -214,11 +219,24 @@ _GUARD_EDITS = {
             "trigger events_refuse_update_delete was altered",
         ),
         (["DROP TRIGGER events_refuse_update_delete ON events"], "trigger events_refuse_update_delete is missing"),
+        (
+            [
+                "CREATE FUNCTION rewrite_actor() RETURNS trigger LANGUAGE plpgsql AS "
+                "$$ BEGIN NEW.actor := 'someone else'; RETURN NEW; END $$",
+                "CREATE TRIGGER events_rewrite_actor BEFORE INSERT ON events FOR EACH ROW "
+                "EXECUTE FUNCTION rewrite_actor()",
+            ],
+            "trigger events_rewrite_actor is not one of the ledger's own",
+        ),
+        (
+            ["ALTER TABLE events DROP CONSTRAINT events_event_id_key, DROP CONSTRAINT events_stream_id_version_key"],
+            "UNIQUE (event_id) on events is missing",
+        ),
     ],
 }
 
 
-@pytest.mark.parametrize("edit", range(6))
+@pytest.mark.parametrize("edit", range(8))
 def test_verify_reports_an_append_only_guard_removed_behind_its_back(backend: Backend, edit: int) -> None:
     """The chain is the proof, the triggers the fence: a file writer can take the fence down, and
     `verify` now says so (before, it answered ok and writes went on unguarded)."""

@@ -89,7 +89,8 @@ def app_role(store: PostgresEventStore, pg_url: str) -> Iterator[str]:
         pg_url,
         f"GRANT USAGE ON SCHEMA {schema} TO {role}; "
         f"GRANT SELECT, INSERT ON events, checkpoints, checkpoint_streams TO {role}; "
-        f"GRANT SELECT, INSERT, UPDATE, DELETE ON streams TO {role}; GRANT SELECT ON meta TO {role}",
+        f"GRANT SELECT, INSERT, UPDATE, DELETE ON streams TO {role}; GRANT SELECT ON meta TO {role}; "
+        f"GRANT SELECT, INSERT, DELETE ON event_index TO {role}",
     )
     base = PG_BASE.replace("://postgres@", f"://{role}@")
     assert base != PG_BASE, "LIFECYCLE_TEST_PG must connect as user postgres for this test"
@@ -173,6 +174,41 @@ def test_lock_held_past_lock_timeout_is_store_error(store: PostgresEventStore, p
         holder.join()
     assert store.count_events() == 3
     assert store.append("a", 2, [new("a", 2)]).events[0].seq == 4  # the session is usable afterwards
+
+
+def test_a_zero_lock_timeout_in_the_url_still_gives_up_and_names_a_holder_of_another_role(
+    store: PostgresEventStore, pg_url: str, app_role: str
+) -> None:
+    """`lock_timeout=0` means "wait for ever" to PostgreSQL: the store's own bound applies instead. The
+    holder runs as another role, whose state this one may not see: said so, never `None`. A read that
+    meets a lock appended nothing and does not say so either."""
+    locked = threading.Event()
+    holder = threading.Thread(target=_hold_lock, args=(pg_url, store.session.lock_key, 5.0, locked))
+    holder.start()
+    assert locked.wait(30)
+    started = time.monotonic()
+    try:
+        with (
+            PostgresEventStore(app_role + "%20-clock_timeout%3D0", busy_timeout=0.3) as impatient,
+            pytest.raises(StoreError, match="lock_timeout") as info,
+        ):
+            impatient.append("a", 2, [new("a", 2)])
+        waited = time.monotonic() - started
+    finally:
+        holder.join()
+    assert waited < 4, "waited for the holder instead of its own bound"
+    text = str(info.value)
+    assert "None" not in text and "a session of another role" in text and "nothing was appended" in text, text
+    with psycopg.connect(pg_url) as table_holder:
+        table_holder.execute("LOCK TABLE events IN ACCESS EXCLUSIVE MODE")
+        with (
+            PostgresEventStore(app_role, busy_timeout=0.3, create=False) as reader,
+            pytest.raises(StoreError) as read_info,
+        ):
+            reader.head()
+        table_holder.rollback()
+    assert "None" not in str(read_info.value) and "appended" not in str(read_info.value), str(read_info.value)
+    assert store.count_events() == 3
 
 
 def test_a_table_lock_past_lock_timeout_names_its_holder_not_the_write_lock(pg_url: str) -> None:

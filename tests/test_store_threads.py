@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from backends import DURABLE, Backend, backend_params, make_backend
 
-from lifecycle_fsm import Ledger
+from lifecycle_fsm import Ledger, LedgerClosedError, LifecycleError
 from lifecycle_fsm.store import ConcurrencyError, EventStore, InputError, NewEvent
 from lifecycle_fsm.store.base import verify_chain
 
@@ -152,19 +152,24 @@ def test_every_transaction_method_is_checked(backend: Backend) -> None:
 
 
 def test_a_store_is_closed_by_its_own_thread(backend: Backend) -> None:
-    """`close` from another thread is refused on both backends, and a refused `Ledger.close`
-    leaves the ledger open and working for its owner, which then closes it."""
+    """A store's `close` from another thread is refused on both backends. A Ledger closed from another
+    thread is closed (a shutdown handler ending a blocked follow), and its opening thread closes the
+    connection at its next call, which is refused as every later one is."""
     assert backend.target is not None
     store = backend.open()
     _refused(_in_thread(store.close))
     assert store.head().seq == 0
     store.close()
     ledger = Ledger.open(backend.target, synchronous="NORMAL", actor="t")
-    _refused(_in_thread(ledger.close))
-    assert not ledger.closed
     ledger.init()
-    ledger.close()
+    inner = ledger.store
+    assert _in_thread(ledger.close) is None
     assert ledger.closed
+    with pytest.raises(LedgerClosedError):
+        ledger.settings()
+    with pytest.raises(LifecycleError, match="closed"):
+        inner.head()
+    ledger.close()
 
 
 def test_threads_with_a_store_each_all_write(backend: Backend) -> None:

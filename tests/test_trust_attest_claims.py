@@ -11,16 +11,14 @@ import base64
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from conftest import Workspace, cli, invoke
 from securesystemslib.dsse import Envelope
 from securesystemslib.signer import CryptoSigner, SSlibKey  # type: ignore[attr-defined]
 
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.keys import key_id, load_private_key
-
-JSON = dict[str, Any]
 
 
 @pytest.fixture

@@ -7,36 +7,14 @@ logging. Commands parse arguments, call the library and print; they hold no logi
 and a documented exit code (`exit_codes.py`).
 
 Adding a command: write `cli/<concern>.py` with a `@click.command()` that imports what it
-needs from `app` and `render`, import it below and add it to `main`. A command imports its
-heavy modules inside its function, so `lifecycle status` does not pay for `audit` or `serve`.
+needs from `app` and `render`, and name it in `app.COMMANDS`. The group imports a command's
+module only when that command runs, and a command imports its heavy modules inside its
+function, so `lifecycle status` does not pay for `audit` or `serve`.
 """
 
 from __future__ import annotations
 
-from lifecycle_fsm.cli import (
-    attest,
-    audit,
-    auditor,
-    decisions,
-    drill,
-    integrity,
-    migrate,
-    queries,
-    serve,
-    trust,
-    writes,
-)
 from lifecycle_fsm.cli.app import main
 from lifecycle_fsm.cli.exit_codes import EXIT_CODES
 
 __all__ = ["EXIT_CODES", "main"]
-
-for _command in (
-    *(writes.init, writes.baseline, writes.window, writes.evaluation, writes.receive, writes.check),
-    *(writes.trusted, writes.untrust, writes.fail, writes.recovered, writes.handoff),
-    *(queries.status, queries.wait, queries.history, queries.explain, queries.replay, queries.diagram),
-    *(integrity.checkpoint, integrity.verify, integrity.hash_command, audit.audit, drill.drill),
-    *(decisions.decisions, auditor.log, auditor.report, serve.serve, migrate.migrate),
-    *(trust.key, trust.seal_command, attest.attest),
-):
-    main.add_command(_command)

@@ -1,12 +1,14 @@
 """The `lifecycle` group: global options, the `Error: …` convention, and helpers every command shares.
 
-Commands live in their own modules and are added to `main` in `lifecycle_fsm/cli/__init__.py`;
-this module imports none of them, so any of them can import it.
+Commands live in their own modules and are named in `COMMANDS`; the group imports a command's
+module when that command is run or listed (click's lazy group), so this module imports none of
+them, any of them can import it, and `lifecycle status` does not pay for `attest` or `serve`.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -17,6 +19,7 @@ import click
 from lifecycle_fsm.cli.exit_codes import EXIT_CODES, ExitCode, exit_code_for
 from lifecycle_fsm.cli.guards import closed_output, is_driver_error, output_error, refuse_empty_file, refuse_memory_db
 from lifecycle_fsm.errors import InputError, LifecycleError
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.limits import display
 from lifecycle_fsm.logs import configure_logging
 from lifecycle_fsm.store.open import open_store
@@ -35,6 +38,8 @@ else:
 __all__ = [
     "API_NAMES",
     "AS_OF",
+    "COMMANDS",
+    "LazyGroup",
     "LifecycleGroup",
     "ParsedType",
     "SEQ",
@@ -91,7 +96,26 @@ class SuggestingGroup(click.Group):
         return super().resolve_command(ctx, args)
 
 
-class LifecycleGroup(SuggestingGroup):
+class LazyGroup(SuggestingGroup):
+    """A group whose commands are named by `module.attribute` and imported when first looked up."""
+
+    def __init__(self, *args: Any, lazy_subcommands: dict[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy_subcommands = lazy_subcommands or {}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy_subcommands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy_subcommands:
+            module, attribute = self.lazy_subcommands[cmd_name].rsplit(".", 1)
+            command = getattr(importlib.import_module(module), attribute)
+            assert isinstance(command, click.Command), f"{module}.{attribute} is not a click command"
+            return command
+        return super().get_command(ctx, cmd_name)
+
+
+class LifecycleGroup(LazyGroup):
     """Every refusal is one `Error:` line on stderr and a documented exit code.
 
     Library errors are mapped by `exit_codes.exit_code_for`; click's usage errors (a
@@ -148,7 +172,7 @@ def _fail(error: LifecycleError) -> NoReturn:
     sys.exit(int(exit_code_for(error)))
 
 
-def root_obj() -> dict[str, Any]:
+def root_obj() -> JSON:
     """The root context's options (db, json, actor, synchronous, log_level), as `main` stored them."""
     return click.get_current_context().find_root().ensure_object(dict)
 
@@ -246,13 +270,52 @@ def open_read_store() -> EventStore:
     return store
 
 
-def _open_store(obj: dict[str, Any], *, create: bool, initialising: bool = False) -> EventStore:
+def _open_store(obj: JSON, *, create: bool, initialising: bool = False) -> EventStore:
     refuse_memory_db(obj["db"])
     refuse_empty_file(obj["db"], allow_empty=initialising)
     return open_store(obj["db"], synchronous=obj["synchronous"], create=create)
 
 
-@click.group(cls=LifecycleGroup, epilog="Exit codes: " + "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items()))
+# Every command of `lifecycle`: its name and where it is defined.
+COMMANDS = {
+    "init": "lifecycle_fsm.cli.writes.init",
+    "baseline": "lifecycle_fsm.cli.writes.baseline",
+    "window": "lifecycle_fsm.cli.writes.window",
+    "evaluation": "lifecycle_fsm.cli.writes.evaluation",
+    "receive": "lifecycle_fsm.cli.writes.receive",
+    "check": "lifecycle_fsm.cli.writes.check",
+    "trusted": "lifecycle_fsm.cli.writes.trusted",
+    "untrust": "lifecycle_fsm.cli.writes.untrust",
+    "fail": "lifecycle_fsm.cli.writes.fail",
+    "recovered": "lifecycle_fsm.cli.writes.recovered",
+    "handoff": "lifecycle_fsm.cli.writes.handoff",
+    "status": "lifecycle_fsm.cli.queries.status",
+    "wait": "lifecycle_fsm.cli.queries.wait",
+    "history": "lifecycle_fsm.cli.queries.history",
+    "explain": "lifecycle_fsm.cli.queries.explain",
+    "replay": "lifecycle_fsm.cli.queries.replay",
+    "diagram": "lifecycle_fsm.cli.queries.diagram",
+    "checkpoint": "lifecycle_fsm.cli.integrity.checkpoint",
+    "verify": "lifecycle_fsm.cli.integrity.verify",
+    "hash": "lifecycle_fsm.cli.integrity.hash_command",
+    "audit": "lifecycle_fsm.cli.audit.audit",
+    "drill": "lifecycle_fsm.cli.drill.drill",
+    "decisions": "lifecycle_fsm.cli.decisions.decisions",
+    "log": "lifecycle_fsm.cli.auditor.log",
+    "report": "lifecycle_fsm.cli.auditor.report",
+    "serve": "lifecycle_fsm.cli.serve.serve",
+    "migrate": "lifecycle_fsm.cli.migrate.migrate",
+    "key": "lifecycle_fsm.cli.trust.key",
+    "seal": "lifecycle_fsm.cli.trust.seal_command",
+    "attest": "lifecycle_fsm.cli.attest.attest",
+}
+
+
+@click.group(
+    cls=LifecycleGroup,
+    lazy_subcommands=COMMANDS,
+    epilog="Exit codes: " + "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items()),
+)
 @click.option(
     "--db",
     default="lifecycle.db",

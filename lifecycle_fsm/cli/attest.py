@@ -7,7 +7,6 @@ candidate id (`attest create ID` says the same explicitly).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -15,6 +14,7 @@ from lifecycle_fsm.cli.app import json_option, open_ledger, require_signing_key,
 from lifecycle_fsm.cli.guards import refuse_empty_file, refuse_memory_db
 from lifecycle_fsm.cli.render import emit
 from lifecycle_fsm.errors import InputError
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.limits import display
 from lifecycle_fsm.outputs import write_atomic
 
@@ -65,7 +65,7 @@ def attest_create(candidate_id: str, out: Path) -> None:
         click.echo(f"attested {candidate_id} -> {out}")
 
 
-def _envelope_text(envelope: dict[str, Any]) -> str:
+def _envelope_text(envelope: JSON) -> str:
     import orjson
 
     return orjson.dumps(envelope, option=orjson.OPT_INDENT_2).decode() + "\n"

@@ -7,7 +7,7 @@ options, opens the ledger with the artifact root and prints the plan or the summ
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import click
 
@@ -16,6 +16,7 @@ from lifecycle_fsm.cli.guards import refuse_memory_db
 from lifecycle_fsm.cli.render import cells, console, emit
 from lifecycle_fsm.cli.writes import ACTIVE_WINDOW, MAX_WINDOW_AGE
 from lifecycle_fsm.errors import InputError
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.limits import display
 
 if TYPE_CHECKING:
@@ -132,7 +133,7 @@ def audit(
     emit(_summary(result)) if as_json else _print_summary(result)
 
 
-def _summary(result: AuditResult) -> dict[str, Any]:
+def _summary(result: AuditResult) -> JSON:
     return {
         "run_mode": "real_artifact",
         "run_label": result.evidence["run_label"],
@@ -172,7 +173,7 @@ def _print_summary(result: AuditResult) -> None:
     _echo(f"hand-off: {result.handoff_path} ({result.handoff_status})")
 
 
-def _print_plan(doc: dict[str, Any]) -> None:
+def _print_plan(doc: JSON) -> None:
     _echo(f"dry run for label {doc['run_label']}: nothing is written")
     _echo(f"baseline {doc['baseline_manifest']}: policy {doc['active_policy_version']}")
     rollback = doc["rollback"]
@@ -200,7 +201,7 @@ def _echo(line: str) -> None:
     click.echo(display(line))
 
 
-def _where(path_plan: dict[str, Any]) -> str:
+def _where(path_plan: JSON) -> str:
     if path_plan["escapes_root"]:
         return "outside --root (will not be read: path_escapes_root)"
     return "exists" if path_plan["exists"] else "MISSING"

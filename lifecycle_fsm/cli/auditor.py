@@ -25,6 +25,7 @@ from lifecycle_fsm.cli.exit_codes import ExitCode
 from lifecycle_fsm.cli.guards import closed_output
 from lifecycle_fsm.cli.render import emit
 from lifecycle_fsm.errors import LifecycleError
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.limits import MAX_INT64, display
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = ["log", "report"]
 
-_Row = tuple[Any, dict[str, Any]]  # a stored event and its decoded payload
+_Row = tuple[Any, JSON]  # a stored event and its decoded payload
 
 
 @click.command()
@@ -100,7 +101,7 @@ def _output_errors() -> Iterator[None]:
         raise closed_output(e.strerror or str(e)) from e
 
 
-def _follow(ledger: Ledger, filters: dict[str, Any], *, poll: float, jsonl: bool) -> None:
+def _follow(ledger: Ledger, filters: JSON, *, poll: float, jsonl: bool) -> None:
     """The log up to the head seen now, then each new stretch of it that matches, until `--before` or
     `--limit` (or Ctrl-C). Each stretch is read in its own snapshot: a follower never holds one open."""
     from lifecycle_fsm.events import candidate_id_of

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 import click
 import orjson
@@ -18,6 +17,7 @@ from click.core import ParameterSource
 from lifecycle_fsm.cli.app import json_option, root_obj, wants_json
 from lifecycle_fsm.cli.exit_codes import ExitCode
 from lifecycle_fsm.cli.render import console, emit
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.limits import MAX_INT64
 
 __all__ = ["drill"]
@@ -27,7 +27,7 @@ _SHIPPED_SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 _REPORT_FILES = ("drill-report.json", "drill-report.md")
 
 
-def _print_table(report: dict[str, Any]) -> None:
+def _print_table(report: JSON) -> None:
     from rich.table import Table  # at print time: rich costs ~30 ms of start-up
 
     table = Table("scenario", "steps", "result", "time")

@@ -9,14 +9,15 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
-from lifecycle_fsm.cli.app import json_option, open_ledger, open_read_store, signing_key, wants_json
+from lifecycle_fsm.cli.app import json_option, open_ledger, open_read_store, root_obj, signing_key, wants_json
 from lifecycle_fsm.cli.exit_codes import ExitCode
 from lifecycle_fsm.cli.render import emit
 from lifecycle_fsm.errors import InputError
+from lifecycle_fsm.json_types import JSON
 
 if TYPE_CHECKING:
     from lifecycle_fsm.artifacts import TreeDigest
@@ -35,7 +36,7 @@ def checkpoint() -> None:
     key = signing_key()  # a bad key is refused before anything is written
     ledger = open_ledger(must_exist=True)
     record = take_checkpoint(ledger.store, clock=utc_now)
-    doc: dict[str, Any] = {"checkpoint_id": record.checkpoint_id, "position": record.position}
+    doc: JSON = {"checkpoint_id": record.checkpoint_id, "position": record.position}
     doc["head_hash"] = record.head_hash
     if key is not None:
         doc["signed_head"] = seal(ledger.store, key, actor=ledger.actor, clock=utc_now)
@@ -63,8 +64,15 @@ def checkpoint() -> None:
     metavar="FILE",
     help="A trusted public key (repeatable): every seal must be signed by one of them.",
 )
+@click.option(
+    "--jobs",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="Worker processes re-computing the row hashes while this one walks the links and replays.",
+)
 @json_option
-def verify(expect_heads: tuple[str, ...], pubkeys: tuple[str, ...]) -> None:
+def verify(expect_heads: tuple[str, ...], pubkeys: tuple[str, ...], jobs: int) -> None:
     """Re-hash the chain, check every checkpoint, seal and pinned head, replay every transition. Exit 6 if broken."""
     from lifecycle_fsm.keys import PublicKeys
     from lifecycle_fsm.replay import verify as verify_ledger
@@ -74,7 +82,7 @@ def verify(expect_heads: tuple[str, ...], pubkeys: tuple[str, ...]) -> None:
     keys = PublicKeys.from_files(pubkeys)
     store = open_read_store()
     with store.read_snapshot():  # the seals and pinned heads judged against the same log as the chain
-        report = add_trust_findings(store, verify_ledger(store), heads, keys)
+        report = add_trust_findings(store, verify_ledger(store, workers=jobs, target=root_obj()["db"]), heads, keys)
     if wants_json():
         emit(report)
     elif report["ok"]:

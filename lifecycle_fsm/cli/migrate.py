@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -21,6 +21,7 @@ from lifecycle_fsm.cli.app import json_option, root_obj, wants_json
 from lifecycle_fsm.cli.guards import refuse_empty_file, refuse_memory_db
 from lifecycle_fsm.cli.render import emit
 from lifecycle_fsm.errors import InputError, LifecycleError
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.store.open import describe_target, is_postgres_url, open_store
 
 if TYPE_CHECKING:
@@ -142,7 +143,7 @@ def _remove(new_files: list[str]) -> None:
             os.remove(path)
 
 
-def _document(src: str, dst: str, report: MigrationReport) -> dict[str, Any]:
+def _document(src: str, dst: str, report: MigrationReport) -> JSON:
     return {
         "source": describe_target(src),
         "destination": describe_target(dst),

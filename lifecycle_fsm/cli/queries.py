@@ -64,11 +64,12 @@ def status(candidate_id: str | None, as_of: AsOf | None) -> None:
 
 def _warn_stale_rules(candidates: list[CandidateState]) -> None:
     """A warning on stderr for each candidate decided under rules that are not today's."""
-    from lifecycle_fsm.replay.explain import stale_rules
-    from lifecycle_fsm.replay.explain_text import rules_warning
+    from lifecycle_fsm.state import stale_rules
 
     for c in candidates:
         if (recorded := stale_rules(c)) is not None:
+            from lifecycle_fsm.replay.explain_text import rules_warning
+
             click.echo(display(f"warning: {c.candidate_id}: {rules_warning(c.candidate_id, recorded)}"), err=True)
 
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import orjson
 
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.limits import display
 
 if TYPE_CHECKING:  # rich is imported when a table is printed
@@ -33,7 +34,7 @@ __all__ = [
     "print_status",
 ]
 
-_JSON = dict[str, Any]
+_JSON = JSON
 
 # What a write command's text adds when it appended nothing (a no-op, or a retried `--event-id`
 # reporting the first outcome): every write command says it the same way.

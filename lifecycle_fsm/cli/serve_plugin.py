@@ -30,11 +30,12 @@ import orjson
 from datasette import hookimpl as datasette_hookimpl
 
 from lifecycle_fsm.errors import InputError
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.replay.asof import parse_time
 
 __all__ = ["ServePlugin", "allowed_hosts", "is_hidden", "lifecycle_utc", "time_problem"]
 
-_ASGIApp = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
+_ASGIApp = Callable[[JSON, Any, Any], Awaitable[None]]
 _SERVED_INTERNALS = ("/-/static/", "/-/static-plugins/")  # the CSS and scripts the pages load
 _SQLITE_UDF_ERROR = "user-defined function raised exception"
 _LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
@@ -85,7 +86,7 @@ def allowed_hosts(host: str, extra: Collection[str] = ()) -> frozenset[str] | No
     return frozenset(names | set(_LOOPBACK_NAMES)) if address.is_loopback else frozenset(names)
 
 
-def _host_of(scope: dict[str, Any]) -> str:
+def _host_of(scope: JSON) -> str:
     """The Host header's name, without its port or IPv6 brackets ("" when there is none)."""
     header = next((v.decode("latin-1") for k, v in scope.get("headers", ()) if k.lower() == b"host"), "")
     return (urllib.parse.urlsplit(f"//{header}").hostname or "").lower()
@@ -108,13 +109,13 @@ async def _answer(send: Any, status: int, text: str, headers: tuple[tuple[bytes,
     await send({"type": "http.response.body", "body": body})
 
 
-def _rewriting(send: Any, problem: str, as_json: bool) -> Callable[[dict[str, Any]], Awaitable[None]]:
+def _rewriting(send: Any, problem: str, as_json: bool) -> Callable[[JSON], Awaitable[None]]:
     """`send`, with SQLite's message for a failed function replaced by `problem` in the response body."""
     escaped = orjson.dumps(problem).decode()[1:-1] if as_json else html.escape(problem)
-    started: dict[str, Any] = {}
+    started: JSON = {}
     parts: list[bytes] = []
 
-    async def rewrite(message: dict[str, Any]) -> None:
+    async def rewrite(message: JSON) -> None:
         if message["type"] == "http.response.start":
             started.update(message)
             return
@@ -149,7 +150,7 @@ class ServePlugin:
         return self._wrap
 
     def _wrap(self, app: _ASGIApp) -> _ASGIApp:
-        async def guarded(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        async def guarded(scope: JSON, receive: Any, send: Any) -> None:
             if scope["type"] != "http":
                 await app(scope, receive, send)
                 return

@@ -19,10 +19,11 @@ import orjson
 from lifecycle_fsm.cli.app import wants_json
 from lifecycle_fsm.cli.exit_codes import ExitCode
 from lifecycle_fsm.cli.render import emit
+from lifecycle_fsm.json_types import JSON
 
 __all__ = ["simulate_command"]
 
-_JSON = dict[str, Any]
+_JSON = JSON
 _REPORT_FILE = "simulation-report.json"
 
 

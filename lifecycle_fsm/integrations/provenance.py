@@ -28,11 +28,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.store.chain import canonical_json
 
 __all__ = ["LIBRARIES", "RUN_LOCAL_ARGUMENTS", "code_identity", "provenance_card"]
 
-JSON = dict[str, Any]
 
 LIBRARIES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "lifecycle-fsm")
 # Training arguments that name where or as which process a run writes, not how it trains.

@@ -49,6 +49,7 @@ from lifecycle_fsm.integrations.recovery import (
     load_baseline_adapter,
     resume_point,
 )
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.ledger import Ledger
 from lifecycle_fsm.logs import get_logger
 from lifecycle_fsm.machine import State
@@ -60,7 +61,6 @@ from lifecycle_fsm.state import CandidateState
 __all__ = ["LedgerCallback", "TrainingStopped"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-JSON = dict[str, Any]
 log = get_logger(__name__)
 
 ADAPTER_FOLDER = "candidate-adapter"

@@ -15,10 +15,10 @@ import itertools
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import orjson
 
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.ledger import Ledger
 from lifecycle_fsm.replay.drills.writers import call
 
@@ -26,7 +26,7 @@ from lifecycle_fsm.replay.drills.writers import call
 def main(argv: list[str]) -> int:
     db, plan_json = argv
     plan = orjson.loads(plan_json)
-    fixed: dict[str, Any] = {}
+    fixed: JSON = {}
     if "clock" in plan:
         ids = itertools.count(1)
         fixed = {"clock": lambda: plan["clock"], "new_id": lambda: f"{plan['id_prefix']}-{next(ids)}"}

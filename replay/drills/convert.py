@@ -28,6 +28,7 @@ from cattrs.gen import make_dict_structure_fn, override
 
 from lifecycle_fsm.command_inputs import suggest
 from lifecycle_fsm.errors import ScenarioError
+from lifecycle_fsm.json_types import JSON
 
 __all__ = ["NULLABLE", "Problem", "Where", "converter", "from_file", "structure", "suggest"]
 
@@ -159,7 +160,7 @@ def _sequence(value: Any, t: Any) -> Any:
     return tuple(items) if _origin(t) is tuple else items
 
 
-def _keys(value: Any, t: Any, allowed: tuple[str, ...] | None) -> dict[str, Any]:
+def _keys(value: Any, t: Any, allowed: tuple[str, ...] | None) -> JSON:
     """A mapping with string keys (and, given `allowed`, only those keys)."""
     if not isinstance(value, dict):
         raise WrongType(value, t)
@@ -171,7 +172,7 @@ def _keys(value: Any, t: Any, allowed: tuple[str, ...] | None) -> dict[str, Any]
     return value
 
 
-def _mapping(value: Any, t: Any) -> dict[str, Any]:
+def _mapping(value: Any, t: Any) -> JSON:
     key_type, value_type = typing.get_args(t)
     allowed = typing.get_args(key_type) if _origin(key_type) is Literal else None
     return {k: converter.structure(v, value_type) for k, v in _keys(value, t, allowed).items()}

@@ -24,6 +24,7 @@ import orjson
 
 import lifecycle_fsm
 from lifecycle_fsm.errors import CorruptionError
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.replay.checkpoints import load_state
 from lifecycle_fsm.replay.fold import snapshot_json
 from lifecycle_fsm.replay.verify import verify
@@ -50,7 +51,7 @@ Problem = tuple[str, Any, Any]
 class FaultOutcome:
     """What a fault did, and how the ledger's promise about it failed (if it did)."""
 
-    detail: dict[str, Any]
+    detail: JSON
     problems: tuple[Problem, ...] = ()
 
 

@@ -22,6 +22,7 @@ import attrs
 import yaml
 
 from lifecycle_fsm.errors import InputError, ScenarioError
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.limits import MAX_SCENARIO_BYTES, read_regular_file
 from lifecycle_fsm.replay.drills.convert import Where, from_file, structure, unknown
 from lifecycle_fsm.replay.drills.schema import (
@@ -108,7 +109,7 @@ def _artifacts(where: Where, raw: Any) -> dict[str, ArtifactSpec]:
     """Each artifact in file order: a candidate's `source` must be a baseline declared before it."""
     artifacts: dict[str, ArtifactSpec] = {}
     total = 0
-    for name, body in structure(where.at("artifacts"), raw or {}, dict[str, Any]).items():
+    for name, body in structure(where.at("artifacts"), raw or {}, JSON).items():
         here = where.at(f"artifacts.{name}")
         if not NAME.match(name):
             raise here.error(None, "an artifact name is letters, digits, '.', '_' or '-'")
@@ -150,7 +151,7 @@ def _not_json(value: Any) -> tuple[Any] | None:
     return (value,)
 
 
-def _action(here: Where, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+def _action(here: Where, body: JSON) -> tuple[str, JSON]:
     """The step's one action, as the file named it, and its arguments (a shorthand's scalar filled in)."""
     words = [k for k in body if k not in STEP_EXTRAS]
     if not words:
@@ -173,7 +174,7 @@ def _action(here: Where, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 
 def _step(where: Where, number: int, raw: Any, artifacts: Mapping[str, ArtifactSpec], prefix: str = "") -> Step:
     prefix = prefix or f"step {number}"
-    body = structure(where.at(prefix), raw, dict[str, Any])
+    body = structure(where.at(prefix), raw, JSON)
     word, args = _action(where.at(prefix), body)
     here = where.at(f"{prefix} ({word})")
     action = NAMES[word]
@@ -230,7 +231,7 @@ def _refusal(here: Where, action: str, raw: Any, inner: tuple[Step, ...]) -> Ref
     return refusal
 
 
-def _fields(refusal: Refusal) -> dict[str, Any]:
+def _fields(refusal: Refusal) -> JSON:
     return {k: getattr(refusal, k) for k in from_file(Refusal)}
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.rules import (
     BLOCKING_ACTIONS,
     ONLINE_KINDS,
@@ -28,7 +29,6 @@ from lifecycle_fsm.rules import TRUSTED_STATE_KINDS as KINDS
 
 __all__ = ["CandidateModel", "LedgerModel", "Prediction"]
 
-JSON = dict[str, Any]
 DECIDED = ("verified", "ready", "tune")  # what a settings change invalidates
 ALIVE = ("received", "verified", "recovering", "ready", "tune")
 

@@ -18,6 +18,7 @@ import attrs
 from lifecycle_fsm.audit_records import publish
 from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.folders import make_folder
+from lifecycle_fsm.json_types import JSON
 
 __all__ = [
     "DrillResult",
@@ -28,8 +29,6 @@ __all__ = [
     "report_markdown",
     "write_report_files",
 ]
-
-JSON = dict[str, Any]
 
 
 def shown(value: Any) -> str:

@@ -21,6 +21,7 @@ from typing import Any
 import attrs
 
 from lifecycle_fsm.errors import LifecycleError
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.ledger import CandidateResult, Ledger, utc_now
 from lifecycle_fsm.replay.checkpoints import load_state, take_checkpoint
 from lifecycle_fsm.replay.drills import faults, steps, writers
@@ -35,8 +36,6 @@ from lifecycle_fsm.store.base import verify_chain
 from lifecycle_fsm.store.open import describe_target, is_postgres_url
 
 __all__ = ["Run", "StepFailed", "run_drills", "run_scenario", "run_step"]
-
-JSON = dict[str, Any]
 
 
 class StepFailed(Exception):

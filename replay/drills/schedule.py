@@ -20,13 +20,13 @@ from typing import Any
 
 import attrs
 
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.replay.drills.model import LedgerModel
 from lifecycle_fsm.replay.drills.steps import ACTIONS
 
 __all__ = ["Op", "Schedule", "advance", "describe", "generate", "split"]
 
-JSON = dict[str, Any]
-Op = dict[str, Any]  # one scenario step: {action: args}
+Op = JSON  # one scenario step: {action: args}
 BASELINES = ("b0", "b1", "b2")
 FOLDERS = ("t0", "t1", "t2", "t3")
 STAGES = ("sampling", "reward", "update", "artifact_validation")

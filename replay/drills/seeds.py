@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from lifecycle_fsm import manifests
-from lifecycle_fsm.event_base import JSON
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.manifests import write_manifest
 
 __all__ = ["baseline_manifest", "candidate_manifest", "write_adapter", "write_manifest"]

@@ -17,12 +17,11 @@ from typing import Any
 import attrs
 import yaml
 
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.replay.drills.schedule import Op, Schedule, describe, split
 from lifecycle_fsm.replay.drills.simulate import SimResult, simulate
 
 __all__ = ["Shrunk", "scenario_yaml", "shrink", "to_scenario", "write_scenario"]
-
-JSON = dict[str, Any]
 
 
 @attrs.frozen

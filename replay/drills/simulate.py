@@ -31,6 +31,7 @@ from typing import Any
 import attrs
 
 from lifecycle_fsm.errors import LifecycleError
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.ledger import Ledger
 from lifecycle_fsm.replay.checkpoints import load_state
 from lifecycle_fsm.replay.drills import writers
@@ -47,7 +48,6 @@ from lifecycle_fsm.replay.verify import verify
 
 __all__ = ["FIXED_CLOCK", "SimFailure", "SimResult", "kept_name", "simulate"]
 
-JSON = dict[str, Any]
 Problem = tuple[str, Any, Any]
 FIXED_CLOCK = "2026-01-01T00:00:00.000000Z"
 ACTOR = "simulator"

@@ -22,13 +22,12 @@ import attrs
 from lifecycle_fsm.artifacts import hash_directory
 from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.folders import make_folder
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.replay.drills.schema import ArtifactSpec, DrillConfig
 from lifecycle_fsm.replay.drills.seeds import baseline_manifest, candidate_manifest, write_adapter, write_manifest
 from lifecycle_fsm.store.sqlite import create_ledger_file
 
 __all__ = ["Workspace", "kept_ledger", "refuse_kept"]
-
-JSON = dict[str, Any]
 
 
 @attrs.define

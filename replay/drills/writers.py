@@ -22,6 +22,7 @@ import attrs
 import orjson
 
 from lifecycle_fsm.errors import LifecycleError
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.ledger import Ledger
 from lifecycle_fsm.replay.drills.faults import FaultOutcome, Problem, child_env, integrity
 from lifecycle_fsm.replay.drills.schema import Refusal, Step
@@ -31,7 +32,7 @@ from lifecycle_fsm.store.base import EventStore, event_at
 
 __all__ = ["Call", "Inconclusive", "Outcome", "call", "command_call", "concurrently", "crash", "crash_during_append"]
 
-Call = tuple[str, list[Any], dict[str, Any]]  # a Ledger method, its positional and keyword arguments
+Call = tuple[str, list[Any], JSON]  # a Ledger method, its positional and keyword arguments
 
 
 class Inconclusive(Exception):
@@ -101,7 +102,7 @@ def command_call(ws: Workspace, spec: Action) -> Call:
     return spec.name, list(values.values()), kwargs
 
 
-def _child(target: str, calls: Sequence[Call], plan: dict[str, Any], fault: str | None) -> subprocess.Popen[str]:
+def _child(target: str, calls: Sequence[Call], plan: JSON, fault: str | None) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "lifecycle_fsm.replay.drills.child", target, orjson.dumps(plan | {"calls": calls})],
         env=child_env(fault),
@@ -111,9 +112,7 @@ def _child(target: str, calls: Sequence[Call], plan: dict[str, Any], fault: str 
     )
 
 
-def _killed(
-    target: str, calls: Sequence[Call], plan: dict[str, Any], fault: str
-) -> tuple[int, str, list[Outcome], int]:
+def _killed(target: str, calls: Sequence[Call], plan: JSON, fault: str) -> tuple[int, str, list[Outcome], int]:
     """Run `calls` in a child that SIGKILLs itself at `fault`: its return code, the last line it wrote
     to stderr, its outcomes and the call it was in when it died (0: between calls)."""
     if os.name != "posix":
@@ -130,7 +129,7 @@ def _killed(
     return proc.returncode, (err.strip().splitlines() or ["no output"])[-1], outcomes, in_flight
 
 
-def crash(store: EventStore, ws: Workspace, target: str, step: Step, plan: dict[str, Any]) -> FaultOutcome:
+def crash(store: EventStore, ws: Workspace, target: str, step: Step, plan: JSON) -> FaultOutcome:
     """Run `step.inner[0]` in a child that SIGKILLs itself at the planned commit point."""
     assert isinstance(step.spec, Crash)
     at, commit = step.spec.at, step.spec.commit
@@ -203,7 +202,7 @@ def concurrently(store: EventStore, ws: Workspace, target: str, step: Step, acto
     if after - before != appended:
         problems.append(("events", f"{before} + {appended} acknowledged", after))
     summary = [sorted({f"refused:{o.classes[0]}" if o.refused else "done" for o in outcomes}) for outcomes in results]
-    detail: dict[str, Any] = {"mode": mode, "writers": len(plans), "repeat": repeat, "events_appended": after - before}
+    detail: JSON = {"mode": mode, "writers": len(plans), "repeat": repeat, "events_appended": after - before}
     detail["outcomes"] = summary if step.refused is None else sorted(summary)  # which writer wins is a race
     return FaultOutcome(detail, (*problems, *integrity(store)))
 

@@ -1,10 +1,12 @@
-"""A full disk: the append that does not fit is one clear error (exit 7), and the ledger stays valid.
+"""Filesystem faults on SQLite: a full disk and a filesystem remounted read-only under the ledger.
 
-The ledger lives on a tiny tmpfs the test mounts (root only; otherwise a visible
-skip). A filler file takes nearly all the space, then `window` commands run (in this
-process: thousands may fit) until one fails. Then: the failure was exit 7 with one `Error:` line,
-every command that succeeded is in the log, nothing of the failed one is, the chain
-verifies and, once space is freed, the ledger takes writes again.
+The ledger lives on a tiny tmpfs the test mounts (root only: otherwise a visible
+skip, and a failure under CI, which runs as root).
+
+Full disk: a filler file takes nearly all the space, then `window` commands run (in
+this process: thousands may fit) until one fails. Then: the failure was exit 7 with
+one `Error:` line, every command that succeeded is in the log, nothing of the failed
+one is, the chain verifies and, once space is freed, the ledger takes writes again.
 """
 
 from __future__ import annotations
@@ -27,12 +29,16 @@ from reliability.damage import invoke, judge, run
 @contextlib.contextmanager
 def tiny_filesystem(where: Path, size: str) -> Iterator[Path]:
     if os.geteuid() != 0 or shutil.which("mount") is None:
+        if os.environ.get("CI"):  # CI runs as root: a skip there would hide the whole filesystem campaign
+            pytest.fail("a full disk needs a tiny filesystem: mounting a tmpfs needs root, and CI runs as root")
         pytest.skip("a full disk needs a tiny filesystem: mounting a tmpfs needs root")
     where.mkdir()
     mounted = subprocess.run(
         ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True, text=True, check=False
     )
     if mounted.returncode != 0:
+        if os.environ.get("CI"):
+            pytest.fail(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
     try:
         yield where
@@ -75,9 +81,45 @@ def test_a_full_disk_fails_one_append_cleanly(tmp_path: Path, tally: list[dict[s
     tally.append(
         {
             "campaign": "disk full",
+            "backend": "sqlite",
+            "filesystem": "tmpfs, 4 MiB",
             "runs": 1,
             "faults": 1,
             "appends_before_full": len(succeeded),
+            "lost": 0,
+            "wrong": 0,
+            "result": "pass",
+        }
+    )
+
+
+def test_a_filesystem_remounted_read_only_refuses_writes_and_still_reads(
+    tmp_path: Path, tally: list[dict[str, Any]]
+) -> None:
+    """Remounted read-only (what the kernel does after an I/O error): a write is one clear error (exit 7,
+    nothing appended), reads and `verify` still answer, and once writable again the ledger takes writes."""
+    with tiny_filesystem(tmp_path / "fs", "4m") as fs:
+        db = fs / "ledger.db"
+        assert run(db, "init").returncode == 0 and run(db, "window", "2").returncode == 0
+        before = run(db, "--json", "verify")
+        subprocess.run(["mount", "-o", "remount,ro", str(fs)], check=True)
+        try:
+            write = run(db, "window", "3")
+            assert write.returncode == 7 and judge(write, "") == "error", write.stderr
+            status = run(db, "--json", "verify")
+            assert status.returncode == 0 and status.stdout == before.stdout, status.stdout + status.stderr
+        finally:
+            subprocess.run(["mount", "-o", "remount,rw", str(fs)], check=True)
+        assert run(db, "window", "3").returncode == 0
+        with Ledger.open(db, create=False) as ledger:
+            assert ledger.settings().active_window == 3 and ledger.store.count_events() == 3
+    tally.append(
+        {
+            "campaign": "filesystem remounted read-only",
+            "backend": "sqlite",
+            "filesystem": "tmpfs, remounted ro",
+            "runs": 1,
+            "faults": 1,
             "lost": 0,
             "wrong": 0,
             "result": "pass",
