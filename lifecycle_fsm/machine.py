@@ -18,12 +18,10 @@ import hashlib
 import logging
 from collections.abc import Iterable, Sequence
 from enum import StrEnum
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import orjson
 from transitions import Machine, MachineError
-
-from lifecycle_fsm.json_types import JSON
 
 __all__ = [
     "COMMAND_BY_TRIGGER",
@@ -99,8 +97,9 @@ MOVES: tuple[Move, ...] = (
 )
 del S
 
-# The same rows in the form `transitions` takes.
-TRANSITIONS: list[JSON] = [
+# The same rows in the form `transitions` takes (its keyword arguments; the module imports nothing of the
+# package, so a test can load it with its table changed before anything else).
+TRANSITIONS: list[dict[str, Any]] = [
     {"trigger": m.trigger, "source": [s.value for s in m.sources], "dest": "=" if m.dest is None else m.dest.value}
     for m in MOVES
 ]

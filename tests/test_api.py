@@ -23,7 +23,7 @@ from lifecycle_fsm.replay.checkpoints import load_state
 from lifecycle_fsm.store.chain import canonical_json
 from tests.conftest import REPO, Workspace
 
-PACKAGES = ["lifecycle_fsm", "store", "replay", "lifecycle_fsm.cli"]
+PACKAGES = ["lifecycle_fsm", "lifecycle_fsm.store", "lifecycle_fsm.replay", "lifecycle_fsm.cli"]
 CLI_MODULES = sorted(
     f"lifecycle_fsm.cli.{m.name}"
     for m in pkgutil.iter_modules([str(REPO / "lifecycle_fsm" / "cli")])

@@ -45,9 +45,15 @@ def test_a_synchronous_mode_that_is_not_a_string_is_an_input_error(tmp_path: Pat
 
 @pytest.mark.parametrize("ok", [0, 0.25, 30, 3600.0])
 def test_good_busy_timeouts_still_open(tmp_path: Path, pg_url: str, ok: float) -> None:
+    """Accepted and usable: the ledger opens, creates its tables and reads. (No append under a
+    zero timeout: on PostgreSQL a commit's NOTIFY takes a database-wide lock that any other
+    session of the test run may hold for longer than that.)"""
     for target in (tmp_path / "ledger.db", pg_url):
         with Ledger.open(target, busy_timeout=ok) as ledger:
-            assert ledger.init().appended or True
+            assert ledger.settings() is not None
+            if ok:
+                ledger.init()
+                assert ledger.settings().initialized
 
 
 @pytest.mark.parametrize("bad", [5, None, b"stale", ["stale"]], ids=repr)
