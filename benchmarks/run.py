@@ -50,7 +50,7 @@ HEADER = ["id", "measure", "clock", "ratio: median [min..max]", "target", "met",
 
 
 def table(rows: list[Row]) -> str:
-    """A Markdown table, as the README shows it."""
+    """A Markdown table, as docs/performance.md shows it."""
     lines = [HEADER, ["---"] * len(HEADER), *(row.cells() for row in rows)]
     return "\n".join("| " + " | ".join(cells) + " |" for cells in lines)
 

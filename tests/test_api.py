@@ -163,7 +163,7 @@ def test_the_package_loads_the_ledger_when_first_asked() -> None:
 
 
 def test_embedding_example_runs(ws: Workspace) -> None:
-    """examples/embed.py (the README's example) survives a reward failure and hands off ready."""
+    """examples/embed.py (the embedding page's example) survives a reward failure and hands off ready."""
     sft = ws.baseline()
     grpo = ws.grpo()
     trajectories = ws.root / "trajectories.jsonl"

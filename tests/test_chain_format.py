@@ -1,4 +1,4 @@
-"""The hash chain is reproducible from the README's description alone (another tool can check it)."""
+"""The hash chain is reproducible from the documented formula alone (another tool can check it)."""
 
 from __future__ import annotations
 

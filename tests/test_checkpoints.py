@@ -249,7 +249,7 @@ def test_verify_catches_a_forged_snapshot(ws: Workspace, busy: Ledger) -> None:
 
 
 def test_a_broken_chain_leaves_checkpoints_not_checked(ws: Workspace, busy: Ledger) -> None:
-    """`verify --json` keeps README's shape on the ledgers an auditor cares about: `checkpoints` is
+    """`verify --json` keeps its documented shape on the ledgers an auditor cares about: `checkpoints` is
     null (not checked: a snapshot is compared with a replay of rows the chain no longer vouches for),
     never absent (a tool reading it crashed) nor a fake `[]`."""
     take_checkpoint(busy.store, clock=clock)

@@ -194,7 +194,7 @@ def test_cli_kill_after_commit_keeps_the_command(ws: Workspace) -> None:
 def test_cli_ctrl_c_exits_130(ws: Workspace, point: str, appended: int) -> None:
     """Ctrl-C (a real SIGINT, timed by the fault hook) is exit 130 and one `Error: interrupted`
     line, never exit 1 ("a bug") or a traceback: before COMMIT nothing lands, after it the
-    command does (README's exit-code table says both)."""
+    command does (the documented exit-code table says both)."""
     _ready_ledger(ws)
     before = count_events(ws.db)
     stopped = run_cli(ws.db, "fail", "dpo-v5", "--stage", "update", env={ENV_VAR: f"int@{point}"})

@@ -81,7 +81,7 @@ def test_history_cannot_be_rewritten_even_by_the_owner(store: PostgresEventStore
 
 @pytest.fixture
 def app_role(store: PostgresEventStore, pg_url: str) -> Iterator[str]:
-    """A login role with the README's grants only, and a URL that connects as it."""
+    """A login role with the grants docs/postgres.md gives only, and a URL that connects as it."""
     role = f"lifecycle_app_{uuid.uuid4().hex[:8]}"
     schema = store.session.schema
     pg_execute(PG_BASE, f"CREATE ROLE {role} LOGIN")
@@ -115,7 +115,8 @@ def app_role(store: PostgresEventStore, pg_url: str) -> Iterator[str]:
 def test_the_insert_select_role_runs_the_ledger_and_cannot_rewrite_it(
     app_role: str, store: PostgresEventStore, statement: str
 ) -> None:
-    """The README's role appends, checkpoints and rebuilds the index, but is refused every way around the triggers."""
+    """The role docs/postgres.md describes appends, checkpoints and rebuilds the index, but is refused every
+    way around the triggers."""
     with PostgresEventStore(app_role, synchronous="NORMAL") as app:
         app.append("a", 2, [new("a", 2)], status="received")
         app.append_checkpoint(

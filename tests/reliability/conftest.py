@@ -4,7 +4,7 @@ Every test here is marked `reliability` (run them alone with `-m reliability`). 
 a bounded campaign; `--reliability-long` or `LIFECYCLE_RELIABILITY=long` runs the long
 one. Each campaign adds a row to the tally, printed at the end of the run and written
 as JSON to `LIFECYCLE_RELIABILITY_JSON` when set (`python tests/reliability/table.py`
-turns that file into README's table).
+turns that file into a Markdown table).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""README's reliability table, from the tally the campaign wrote.
+"""The reliability campaign's table, from the tally it wrote.
 
     LIFECYCLE_RELIABILITY_JSON=reliability.json pytest -m reliability --reliability-long --no-cov
     python tests/reliability/table.py reliability.json
