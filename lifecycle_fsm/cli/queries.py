@@ -178,7 +178,11 @@ def explain(candidate_id: str, as_of: AsOf | None, fmt: str | None) -> None:
 
 @click.command()
 @click.option("--to", "to", type=SEQ, help="Replay only up to this global position (past the head: exit 3).")
-@click.option("--full", is_flag=True, help="Ignore checkpoints and rebuild the state index and the event index from the whole log.")
+@click.option(
+    "--full",
+    is_flag=True,
+    help="Ignore checkpoints and rebuild the state index and the event index from the whole log.",
+)
 @json_option
 def replay(to: int | None, full: bool) -> None:
     """Rebuild every candidate's state from the log (latest checkpoint + tail)."""
