@@ -326,7 +326,7 @@ def _step(work: JSON | None, cls: type[CandidateEvent], payload: JSON, seq: int,
         _check_fields(seq, cls.TYPE, payload)
     state = None if work is None else work["state"]
     try:
-        trigger = cls.trigger_for(payload)
+        trigger = cls.FIXED_TRIGGER or cls.trigger_for(payload)
     except _UNREADABLE as e:
         raise _unreadable(seq, cls.TYPE, e) from e
     dest = TABLE.get((state, trigger))

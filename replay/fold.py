@@ -7,17 +7,17 @@ row's own hash recomputed first, as the reads that print state do (fail closed).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+import itertools
+from collections.abc import Iterable, Sequence
 
 from lifecycle_fsm.events import LEDGER_STREAM, stream_of
 from lifecycle_fsm.state import EMPTY, LedgerState, Row, fold
 from lifecycle_fsm.store.base import EventStore
-from lifecycle_fsm.store.chain import check_rows, fold_columns
+from lifecycle_fsm.store.chain import check_rows
 from lifecycle_fsm.store.records import EventFilter, StreamHead
 from lifecycle_fsm.upcasting import edited_row_error
 
-__all__ = ["EMPTY", "LedgerState", "fold_rows", "index_of", "log_rows", "snapshot_json"]
+__all__ = ["EMPTY", "LedgerState", "fold_rows", "index_of", "log_batches", "snapshot_json"]
 
 
 def index_of(state: LedgerState) -> list[StreamHead]:
@@ -37,16 +37,12 @@ def snapshot_json(state: LedgerState) -> str:
     return state.snapshot()
 
 
-def log_rows(store: EventStore, *, after: int, to: int | None, checked: bool) -> Iterator[Row]:
-    """The log after `after` (up to `to`) as fold rows; `checked`: each row's own hash recomputed first."""
-    whole = store.select_rows(EventFilter(after=after, before=None if to is None else to + 1))
+def log_batches(store: EventStore, *, after: int, to: int | None, checked: bool) -> Iterable[Sequence[Row]]:
+    """The log after `after` (up to `to`) in batches of fold rows; `checked`: each row's own hash recomputed first."""
+    before = None if to is None else to + 1
     if checked:
-        batches: Iterable[Sequence[Sequence[Any]]] = check_rows(whole, error=edited_row_error)
-    else:
-        batches = (list(map(fold_columns, rows)) for rows in whole)
-    for rows in batches:
-        for row in rows:
-            yield tuple(row)
+        return check_rows(store.select_rows(EventFilter(after=after, before=before)), error=edited_row_error)
+    return store.select_fold_rows(after=after, before=before)
 
 
 def fold_rows(
@@ -55,14 +51,13 @@ def fold_rows(
     *,
     to: int | None = None,
     checked: bool = False,
-    batches: Iterable[Sequence[Sequence[Any]]] | None = None,
+    batches: Iterable[Sequence[Row]] | None = None,
 ) -> LedgerState:
     """Fold the log after `start.position` (up to `to`) onto `start`.
 
     `batches`: rows already checked by the caller (`verify` hands on its chain walk's).
+    The batches are chained, not copied row by row: a fold row is any sequence of its six columns.
     """
     if batches is None:
-        rows: Iterable[Row] = log_rows(store, after=start.position, to=to, checked=checked)
-    else:
-        rows = (tuple(row) for rows in batches for row in rows)
-    return fold(rows, start, whole_log=True)
+        batches = log_batches(store, after=start.position, to=to, checked=checked)
+    return fold(itertools.chain.from_iterable(batches), start, whole_log=True)

@@ -122,6 +122,11 @@ class EventStore(Protocol):
         order), streamed in constant memory. Every condition is pushed into the backend's query."""
         ...
 
+    def select_fold_rows(self, *, after: int, before: int | None) -> Iterator[list[Row]]:
+        """The log's rows `after < seq < before` as `select_rows` gives them, but only their fold
+        columns (`chain.fold_columns`): what a fold that does not re-hash the rows reads."""
+        ...
+
     def position_at(self, recorded_at: str) -> int:
         """The last seq whose `recorded_at` is at or before this UTC text (0 if none): as-of a time."""
         ...

@@ -145,6 +145,8 @@ def row_hash_error(seq: int) -> IntegrityError:
 
 # A whole row's fold columns `(seq, stream_id, version, type, schema_version, payload)`.
 fold_columns = operator.itemgetter(0, 1, 2, 4, 5, 6)
+# The same columns as SQL selects them (a fold that does not re-hash its rows reads only these).
+FOLD_COLUMNS = "seq, stream_id, version, type, schema_version, payload"
 
 
 class ChainWalk:

@@ -19,7 +19,7 @@ import orjson
 
 from lifecycle_fsm.errors import InputError, IntegrityError, StoreError
 from lifecycle_fsm.store.base import write_in_read_snapshot
-from lifecycle_fsm.store.chain import GENESIS_HASH
+from lifecycle_fsm.store.chain import GENESIS_HASH, fold_columns
 from lifecycle_fsm.store.records import (
     ALL_EVENTS,
     AppendResult,
@@ -181,6 +181,10 @@ class MemoryEventStore:
         found = list(itertools.islice((r for r in self._log if _matches(r, query)), query.limit))
         if found:
             yield found
+
+    def select_fold_rows(self, *, after: int, before: int | None) -> Iterator[list[Row]]:
+        for rows in self.select_rows(EventFilter(after=after, before=before)):
+            yield list(map(fold_columns, rows))
 
     def position_at(self, recorded_at: str) -> int:
         return max((r[0] for r in self._log if r[7] <= recorded_at), default=0)

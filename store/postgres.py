@@ -35,7 +35,7 @@ from psycopg.pq import ExecStatus, TransactionStatus
 
 from lifecycle_fsm.errors import InputError, IntegrityError
 from lifecycle_fsm.store.base import write_in_read_snapshot, write_in_transaction
-from lifecycle_fsm.store.chain import canonical_json, event_hash
+from lifecycle_fsm.store.chain import FOLD_COLUMNS, canonical_json, event_hash
 from lifecycle_fsm.store.faults import fault_from_env
 from lifecycle_fsm.store.postgres_schema import (
     APPEND_ONE,
@@ -313,16 +313,17 @@ class PostgresEventStore(SQLStore):
                 if left <= 0:
                     return
 
-    def _ranges(self, query: EventFilter) -> Iterator[list[Row]]:
+    def select_fold_rows(self, *, after: int, before: int | None) -> Iterator[list[Row]]:
+        return (rows for rows in self._ranges(EventFilter(after=after, before=before), FOLD_COLUMNS) if rows)
+
+    def _ranges(self, query: EventFilter, columns: str = EVENT_COLUMNS) -> Iterator[list[Row]]:
         """Ranges of `_PAGE` seqs; a range holding fewer rows than seqs ends at a gap (a damaged log,
         which the reader's walk reports) or at the head: the next stored seq, if any, goes on."""
         upper = _NO_UPPER if query.before is None else query.before - 1
         last = query.after
         while last < upper:
             end = min(last + _PAGE, upper)
-            rows = self._rows(
-                f"SELECT {EVENT_COLUMNS} FROM events WHERE seq > %s AND seq <= %s ORDER BY seq", (last, end)
-            )
+            rows = self._rows(f"SELECT {columns} FROM events WHERE seq > %s AND seq <= %s ORDER BY seq", (last, end))
             yield rows
             if len(rows) < end - last:
                 # From the last row read: rows committed while the caller held this page are the next rows.

@@ -27,7 +27,7 @@ from typing import Any
 
 from lifecycle_fsm.errors import InputError, StoreError
 from lifecycle_fsm.store.base import write_in_read_snapshot, write_in_transaction
-from lifecycle_fsm.store.chain import GENESIS_HASH
+from lifecycle_fsm.store.chain import FOLD_COLUMNS, GENESIS_HASH
 from lifecycle_fsm.store.faults import fault_from_env
 from lifecycle_fsm.store.open import busy_timeout_seconds, synchronous_mode
 from lifecycle_fsm.store.records import (
@@ -362,6 +362,11 @@ class SQLiteEventStore(SQLStore):
         if self._indexed and not query.positions_only():
             self._catch_up_before_read()
         sql, params = filter_sql(query, EVENT_COLUMNS, indexed=self._indexed)
+        return self._batches(sql, params, 256)
+
+    def select_fold_rows(self, *, after: int, before: int | None) -> Iterator[list[Row]]:
+        """As `select_rows` of the slice, five columns fewer to fetch and convert."""
+        sql, params = filter_sql(EventFilter(after=after, before=before), FOLD_COLUMNS, indexed=self._indexed)
         return self._batches(sql, params, 256)
 
     def select_checkpoints(self, *, at_or_before: int | None = None) -> Iterator[CheckpointRecord]:

@@ -40,6 +40,7 @@ from lifecycle_fsm.store import (
     event_hash,
 )
 from lifecycle_fsm.store.base import event_at, hash_at, select_events, verify_chain
+from lifecycle_fsm.store.chain import fold_columns
 
 
 @pytest.fixture
@@ -123,6 +124,15 @@ def test_select_rows_bounds(filled: EventStore) -> None:
     assert _seqs(filled, after=1, before=5) == [2, 3, 4]
     assert _seqs(filled, after=1, before=5, limit=2) == [2, 3]
     assert _seqs(filled, after=5) == [] and _seqs(filled, limit=0) == []
+
+
+def test_select_fold_rows_are_the_rows_fold_columns(filled: EventStore) -> None:
+    """select_fold_rows gives the same slice as select_rows, each row cut to its six fold columns."""
+    for after, before in ((0, None), (1, 5), (2, None), (0, 3), (5, None)):
+        whole = [row for batch in filled.select_rows(EventFilter(after=after, before=before)) for row in batch]
+        cut = [row for batch in filled.select_fold_rows(after=after, before=before) for row in batch]
+        assert [tuple(row) for row in cut] == [fold_columns(row) for row in whole]
+    assert list(filled.select_fold_rows(after=5, before=None)) == []  # no empty batch past the head
 
 
 def test_select_events_streams_a_large_log(store: EventStore) -> None:
