@@ -120,6 +120,19 @@ def invoke(db: Path, *args: str) -> Result:
     return CliRunner().invoke(main, ["--db", str(db), *args], catch_exceptions=False)
 
 
+def hand_off_dpo(ws: Workspace) -> Path:
+    """The workspace's ledger with the DPO candidate received, checked and handed off (ready), through the CLI."""
+    for args in (
+        ("init",),
+        ("baseline", "activate", str(ws.baseline())),
+        ("receive", str(ws.dpo())),
+        ("check", "dpo-v5"),
+        ("handoff", "dpo-v5"),
+    ):
+        assert invoke(ws.db, *args).exit_code == 0, args
+    return ws.db
+
+
 def cli(
     db: Path | str, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import Workspace, cli, count_events, invoke
+from conftest import Workspace, cli, count_events, hand_off_dpo
 
 from lifecycle_fsm.audit_records import publish, put_in_place, stage_records
 from lifecycle_fsm.errors import InputError, StoreError
@@ -72,15 +72,7 @@ def _one_line_exit_7(result: subprocess.CompletedProcess[str], says: str = "No s
 
 @pytest.fixture
 def handed_off(ws: Workspace) -> Path:
-    for args in (
-        ("init",),
-        ("baseline", "activate", str(ws.baseline())),
-        ("receive", str(ws.dpo())),
-        ("check", "dpo-v5"),
-        ("handoff", "dpo-v5"),
-    ):
-        assert invoke(ws.db, *args).exit_code == 0, args
-    return ws.db
+    return hand_off_dpo(ws)
 
 
 def test_seal_out_on_a_full_disk_appends_no_seal_and_leaves_no_file(

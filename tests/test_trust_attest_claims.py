@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import Workspace, cli, invoke
+from conftest import Workspace, cli, hand_off_dpo, invoke
 from securesystemslib.dsse import Envelope
 from securesystemslib.signer import CryptoSigner, SSlibKey  # type: ignore[attr-defined]
 
@@ -23,15 +23,7 @@ from lifecycle_fsm.keys import key_id, load_private_key
 
 @pytest.fixture
 def handed_off(ws: Workspace) -> Path:
-    for args in (
-        ("init",),
-        ("baseline", "activate", str(ws.baseline())),
-        ("receive", str(ws.dpo())),
-        ("check", "dpo-v5"),
-        ("handoff", "dpo-v5"),
-    ):
-        assert invoke(ws.db, *args).exit_code == 0, args
-    return ws.db
+    return hand_off_dpo(ws)
 
 
 def _attested(ws: Workspace, db: Path, keys: Path) -> Path:

@@ -13,7 +13,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from conftest import Workspace, cli, count_events, invoke, restore_triggers
+from conftest import Workspace, cli, count_events, hand_off_dpo, invoke, restore_triggers
 
 READ_COMMANDS = [
     ("status",),
@@ -28,15 +28,7 @@ READ_COMMANDS = [
 
 def _ready_ledger(ws: Workspace) -> Path:
     """A ledger with one candidate handed off (ready) and one more received."""
-    for args in (
-        ("init",),
-        ("baseline", "activate", str(ws.baseline())),
-        ("receive", str(ws.dpo())),
-        ("check", "dpo-v5"),
-        ("handoff", "dpo-v5"),
-    ):
-        assert invoke(ws.db, *args).exit_code == 0, args
-    return ws.db
+    return hand_off_dpo(ws)
 
 
 def _tamper(db: Path, *statements: str) -> None:

@@ -14,7 +14,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from conftest import Workspace, cli, count_events, invoke, restore_triggers, run_cli
+from conftest import Workspace, cli, count_events, hand_off_dpo, invoke, restore_triggers, run_cli
 from cryptography.hazmat.primitives import serialization
 
 from lifecycle_fsm.errors import InputError
@@ -27,15 +27,7 @@ from lifecycle_fsm.upcasting import decoded_payload, derived_ledger_id, upcast
 
 
 def _ready_ledger(ws: Workspace) -> Path:
-    for args in (
-        ("init",),
-        ("baseline", "activate", str(ws.baseline())),
-        ("receive", str(ws.dpo())),
-        ("check", "dpo-v5"),
-        ("handoff", "dpo-v5"),
-    ):
-        assert invoke(ws.db, *args).exit_code == 0, args
-    return ws.db
+    return hand_off_dpo(ws)
 
 
 def _signed(db: Path, key_dir: Path, *args: str) -> tuple[int, str, str]:

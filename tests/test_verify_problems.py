@@ -11,19 +11,11 @@ import json
 import sqlite3
 from pathlib import Path
 
-from conftest import Workspace, cli, invoke, restore_triggers
+from conftest import Workspace, cli, hand_off_dpo, restore_triggers
 
 
 def _decided(ws: Workspace) -> Path:
-    for args in (
-        ("init",),
-        ("baseline", "activate", str(ws.baseline())),
-        ("receive", str(ws.dpo())),
-        ("check", "dpo-v5"),
-        ("handoff", "dpo-v5"),
-    ):
-        assert invoke(ws.db, *args).exit_code == 0, args
-    return ws.db
+    return hand_off_dpo(ws)
 
 
 def test_a_dropped_tail_with_a_stale_index_reports_the_pinned_head_and_advises_no_rebuild(ws: Workspace) -> None:
