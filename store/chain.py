@@ -26,12 +26,15 @@ from lifecycle_fsm.errors import InputError, IntegrityError
 from lifecycle_fsm.store.records import ChainReport, Head, NewEvent, Row
 
 __all__ = [
+    "EVENT_COLUMNS",
+    "FOLD_COLUMNS",
     "GENESIS_HASH",
     "ChainWalk",
     "canonical_json",
     "chain_rows",
     "check_rows",
     "event_hash",
+    "fold_columns",
     "row_hash_error",
 ]
 
@@ -143,10 +146,12 @@ def row_hash_error(seq: int) -> IntegrityError:
     )
 
 
-# A whole row's fold columns `(seq, stream_id, version, type, schema_version, payload)`.
-fold_columns = operator.itemgetter(0, 1, 2, 4, 5, 6)
-# The same columns as SQL selects them (a fold that does not re-hash its rows reads only these).
+# The events table's columns, in the order every read of a whole row selects them.
+EVENT_COLUMNS = "seq, stream_id, version, event_id, type, schema_version, payload, recorded_at, actor, prev_hash, hash"
+# The columns a fold reads (a fold that does not re-hash its rows selects only these), and a getter
+# that picks them out of a whole row by their places in EVENT_COLUMNS.
 FOLD_COLUMNS = "seq, stream_id, version, type, schema_version, payload"
+fold_columns = operator.itemgetter(*(EVENT_COLUMNS.split(", ").index(c) for c in FOLD_COLUMNS.split(", ")))
 
 
 class ChainWalk:

@@ -35,7 +35,7 @@ from psycopg.pq import ExecStatus, TransactionStatus
 
 from lifecycle_fsm.errors import InputError, IntegrityError
 from lifecycle_fsm.store.base import write_in_read_snapshot, write_in_transaction
-from lifecycle_fsm.store.chain import FOLD_COLUMNS, canonical_json, event_hash
+from lifecycle_fsm.store.chain import EVENT_COLUMNS, FOLD_COLUMNS, canonical_json, event_hash
 from lifecycle_fsm.store.faults import fault_from_env
 from lifecycle_fsm.store.postgres_schema import (
     APPEND_ONE,
@@ -57,7 +57,7 @@ from lifecycle_fsm.store.records import (
     Row,
     StoredEvent,
 )
-from lifecycle_fsm.store.sql import EVENT_COLUMNS, Run, SQLStore
+from lifecycle_fsm.store.sql import Run, SQLStore
 from lifecycle_fsm.store.threads import one_thread
 from lifecycle_fsm.store.writes import check_batch, id_taken
 

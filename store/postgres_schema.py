@@ -25,7 +25,7 @@ from psycopg import errors as pg_errors
 from psycopg import sql
 
 from lifecycle_fsm.errors import InputError, StoreError
-from lifecycle_fsm.store.chain import GENESIS_HASH, header_parts
+from lifecycle_fsm.store.chain import EVENT_COLUMNS, GENESIS_HASH, header_parts
 from lifecycle_fsm.store.records import EventFilter, NewEvent
 from lifecycle_fsm.store.sql import INDEXED
 
@@ -35,7 +35,6 @@ if TYPE_CHECKING:
 __all__ = [
     "APPEND_ONE",
     "DDL",
-    "EVENT_COLUMNS",
     "GUARD_ROWS",
     "KEY_ROWS",
     "PG_GUARDS",
@@ -47,7 +46,6 @@ __all__ = [
 ]
 
 STORE_SCHEMA_VERSION = 1
-EVENT_COLUMNS = "seq, stream_id, version, event_id, type, schema_version, payload, recorded_at, actor, prev_hash, hash"
 
 # What the auditor's filter looks rows up by besides seq and stream_id, derived from the log
 # (`store.sql.CATCH_UP`) rather than indexes on `events`, which every commit would pay for.

@@ -15,12 +15,11 @@ from psycopg import errors as pg_errors
 from psycopg.pq import ExecStatus
 
 from lifecycle_fsm.errors import StoreError
-from lifecycle_fsm.store.chain import GENESIS_HASH
+from lifecycle_fsm.store.chain import EVENT_COLUMNS, GENESIS_HASH
 from lifecycle_fsm.store.postgres_session import COMMIT_UNKNOWN, NOTHING_COMMITTED
 from lifecycle_fsm.store.records import Head, Row, StoredEvent, StreamHead
 from lifecycle_fsm.store.sql import (
     EMPTIED,
-    EVENT_COLUMNS,
     RECORD_FIRST,
     STREAM,
     STREAM_VERSION,

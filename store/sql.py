@@ -15,14 +15,13 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from lifecycle_fsm.errors import IntegrityError, StoreError
-from lifecycle_fsm.store.chain import GENESIS_HASH
+from lifecycle_fsm.store.chain import EVENT_COLUMNS, GENESIS_HASH
 from lifecycle_fsm.store.records import CheckpointRecord, Head, StoredEvent, StreamHead, StreamSnapshot
 
 __all__ = [
     "CATCH_UP",
     "CHECKPOINTS",
     "EMPTIED",
-    "EVENT_COLUMNS",
     "INDEXED",
     "RECORD_FIRST",
     "STREAM_VERSION",
@@ -34,7 +33,6 @@ __all__ = [
     "streams_sql",
 ]
 
-EVENT_COLUMNS = "seq, stream_id, version, event_id, type, schema_version, payload, recorded_at, actor, prev_hash, hash"
 STREAM = f"SELECT {EVENT_COLUMNS} FROM events WHERE stream_id = %s AND version > %s ORDER BY version"
 VERSION = "SELECT coalesce(max(version), 0) FROM events WHERE stream_id = %s"
 UPSERT_STREAM = (

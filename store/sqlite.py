@@ -27,7 +27,7 @@ from typing import Any
 
 from lifecycle_fsm.errors import InputError, StoreError
 from lifecycle_fsm.store.base import write_in_read_snapshot, write_in_transaction
-from lifecycle_fsm.store.chain import FOLD_COLUMNS, GENESIS_HASH
+from lifecycle_fsm.store.chain import EVENT_COLUMNS, FOLD_COLUMNS, GENESIS_HASH
 from lifecycle_fsm.store.faults import fault_from_env
 from lifecycle_fsm.store.open import busy_timeout_seconds, synchronous_mode
 from lifecycle_fsm.store.records import (
@@ -44,7 +44,6 @@ from lifecycle_fsm.store.records import (
 from lifecycle_fsm.store.sql import (
     CHECKPOINTS,
     EMPTIED,
-    EVENT_COLUMNS,
     RECORD_FIRST,
     STREAM,
     STREAM_VERSION,

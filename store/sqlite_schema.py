@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     import sqlite_utils
 
 __all__ = [
-    "EVENT_COLUMNS",
     "SCHEMA",
     "STORE_SCHEMA_VERSION",
     "SYNCHRONOUS_MODES",
@@ -50,7 +49,6 @@ __all__ = [
 
 STORE_SCHEMA_VERSION = "1"
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
-EVENT_COLUMNS = "seq, stream_id, version, event_id, type, schema_version, payload, recorded_at, actor, prev_hash, hash"
 _EVENTS = {
     "seq": int,
     "stream_id": str,
