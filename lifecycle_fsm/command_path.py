@@ -7,9 +7,9 @@
    this Ledger last read or wrote is taken from the reader's cache without reading.
 3. Refuse a move the machine's table forbids, before any work; then decide (the caller's
    function: gather evidence, e.g. hash artifacts, then a pure decision).
-4. Fire the events' triggers on the candidate's `transitions` model (the state they land
-   in labels the stream index), then in one write transaction assert the version of every
-   stream read, append the events and fan out evidence invalidations.
+4. Fire the events' triggers on the candidate's `transitions` model, then in one write
+   transaction assert the version of every stream read, append the events and fan out
+   evidence invalidations.
 5. Fold the appended events into the cached state (it must be where the model landed).
 If another writer appended to a stream it read between 2 and 4, the store raises
 `ConcurrencyError` and the command goes back to 2, with jittered backoff, until its
@@ -34,8 +34,6 @@ from lifecycle_fsm.errors import ConcurrencyError, DuplicateEventError, IllegalC
 from lifecycle_fsm.events import (
     LEDGER_STREAM,
     CandidateEvent,
-    CandidateReceived,
-    CandidateRegistered,
     Event,
     LedgerInitialized,
     candidate_id_of,
@@ -256,15 +254,13 @@ class CommandPath:
         events = decision.events
         assert all(isinstance(e, CandidateEvent) for e in events)
         new = self.new_events(cmd.stream_id, events, cmd.event_id)
-        label = self._fire(current, events, [n.payload for n in new])  # type: ignore[arg-type]
+        landed = self._fire(current, events, [n.payload for n in new])  # type: ignore[arg-type]
         # One append is the whole transaction: a store may do it in one round trip (PostgreSQL),
         # the ledger stream's version asserted in the same statement when the decision read it.
         result = self.store.append(
             cmd.stream_id,
             0 if current is None else current.version,
             new,
-            status=label,
-            category=_category(current, events),
             fresh_ids=cmd.event_id is None,
             expect=((LEDGER_STREAM, settings.version),) if cmd.reads_settings else (),
         )
@@ -272,8 +268,8 @@ class CommandPath:
             final = self.reader.candidate(cmd.stream_id)
         else:
             final = fold(_appended_rows(result.events), stream_start(current)).candidates[_candidate_id(cmd.stream_id)]
-            if final.state != label:
-                raise AssertionError(f"the fold says {final.state}, the machine {label}")
+            if final.state != landed:
+                raise AssertionError(f"the fold says {final.state}, the machine {landed}")
             self.reader.remember(final)
         _log_appended(result.events, final)
         return Outcome(
@@ -326,7 +322,7 @@ class CommandPath:
                 continue
             key = None if event_id is None else f"{event_id}/{keyed + len(done)}"
             new = self.new_events(head.stream_id, [invalidation.event], key)
-            stored = tx.append(head.stream_id, current.version, new, status=State.RECEIVED.value).events
+            stored = tx.append(head.stream_id, current.version, new).events
             after = fold(_appended_rows(stored), stream_start(current)).candidates[candidate_id]
             done.append((candidate_id, stored, after))
         return done
@@ -347,17 +343,6 @@ def _appended_rows(events: Sequence[StoredEvent]) -> list[Row]:
     (or, for PostgreSQL's one-statement append, re-computed here against the server's), so unlike rows
     read back they are not checked again; a retried append's stored copies are read back, never this."""
     return [(e.seq, e.stream_id, e.version, e.type, e.schema_version, e.payload) for e in events]
-
-
-def _category(current: CandidateState | None, events: Sequence[Event]) -> str | None:
-    """The candidate's kind, the index's category (what a window change filters on)."""
-    kind = None if current is None else current.kind
-    for event in events:
-        if isinstance(event, CandidateReceived):
-            kind = event.candidate.get("candidate_kind")
-        elif isinstance(event, CandidateRegistered):
-            kind = event.kind
-    return kind if isinstance(kind, str) else None
 
 
 def _log_appended(events: Sequence[StoredEvent], candidate: CandidateState | None) -> None:

@@ -20,7 +20,7 @@ import orjson
 
 from lifecycle_fsm.events import stream_of
 from lifecycle_fsm.logs import get_logger
-from lifecycle_fsm.replay.fold import EMPTY, LedgerState, fold_rows
+from lifecycle_fsm.replay.fold import EMPTY, LedgerState, fold_rows, index_of
 from lifecycle_fsm.snapshots import (
     CHECKPOINT_SCHEMA_VERSION,
     FINGERPRINT,
@@ -57,7 +57,8 @@ class LoadResult:
 
 
 def take_checkpoint(store: EventStore, *, clock: Callable[[], str], to: int | None = None) -> CheckpointRecord:
-    """Snapshot the folded ledger at the head (or `to`), starting from the latest good checkpoint."""
+    """Snapshot the folded ledger at the head (or `to`), starting from the latest good checkpoint; the
+    state index is brought to the same state (the one place it moves besides a rebuild)."""
     loaded = load_state(store, to=to)
     streams = [
         (stream_of(cid), c.version, canonical_json(c.to_dict())) for cid, c in sorted(loaded.state.candidates.items())
@@ -69,6 +70,7 @@ def take_checkpoint(store: EventStore, *, clock: Callable[[], str], to: int | No
         snapshot=loaded.state.snapshot(),
         recorded_at=clock(),
         streams=streams,
+        index=index_of(loaded.state),
     )
 
 

@@ -27,10 +27,13 @@ from lifecycle_fsm.store.records import ChainReport, EventFilter, StreamHead
 __all__ = ["verify", "verify_with_state"]
 
 
-def _checkpoint_report(store: EventStore, walk: ChainWalk) -> tuple[list[JSON], LedgerState]:
+def _checkpoint_report(
+    store: EventStore, walk: ChainWalk, index_at: int
+) -> tuple[list[JSON], LedgerState, LedgerState]:
     """Each checkpoint's status; structurally sound ones are compared on the way of one
     replay pass that then goes on to the head, so the whole log is folded once (a
-    `CorruptionError` anywhere in it propagates); also returns the state at the head."""
+    `CorruptionError` anywhere in it propagates); also returns the state at the head and
+    the state at `index_at`, the position the state index reflects."""
     reports: dict[int, JSON] = {}
     sound = []
     for record in store.select_checkpoints():
@@ -47,15 +50,19 @@ def _checkpoint_report(store: EventStore, walk: ChainWalk) -> tuple[list[JSON], 
             "status": status,
             "reason": None if problem is None else problem.reason,
         }
-    state = EMPTY
+    state, at_index = EMPTY, None
     for record in sorted(sound, key=lambda r: r.position):
+        if at_index is None and index_at <= record.position:
+            state = at_index = fold_rows(store, state, batches=walk.fold_batches(to=index_at))
         state = fold_rows(store, state, batches=walk.fold_batches(to=record.position))
         if snapshot_json(state) != record.snapshot:
             reports[record.checkpoint_id].update(status="broken", reason="snapshot differs from a full replay")
         elif (bad := _stream_copy_problem(store, record.checkpoint_id, state)) is not None:
             reports[record.checkpoint_id].update(status="broken", reason=bad)
+    if at_index is None:
+        state = at_index = fold_rows(store, state, batches=walk.fold_batches(to=index_at))
     state = fold_rows(store, state, batches=walk.fold_batches())  # the rest: every transition must still be legal
-    return list(reports.values()), state
+    return list(reports.values()), state, at_index
 
 
 def _stream_copy_problem(store: EventStore, checkpoint_id: int, state: LedgerState) -> str | None:
@@ -77,23 +84,28 @@ def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _index_problem(store: EventStore, state: LedgerState) -> JSON | None:
-    """The state index (`streams`) must equal what a full replay implies, row for row.
+def _index_problem(position: int, stored: list[StreamHead], at_index: LedgerState, head: int) -> JSON | None:
+    """The state index (`streams`) must equal, row for row, what a replay to the position it
+    reflects implies (it is brought forward at each checkpoint, never by a commit).
 
-    Commands find decided candidates through it (an evidence invalidation's fan-out), so
-    an edited status is a wrong decision waiting to happen; `replay --full` rebuilds it.
+    Commands find the candidates to invalidate through it, so a missing or edited row is a
+    wrong decision waiting to happen; `replay --full` rebuilds it.
     """
-    expected = {h.stream_id: h for h in index_of(state)}
-    stored = {h.stream_id: h for h in store.streams()}
-    if stored == expected:
+    advice = "rebuild it with `lifecycle replay --full`"
+    if position > head:
+        reason = f"state index (streams) reflects position {position}, past the log's head {head}"
+        return problem("state_index", None, reason, advice=advice)
+    expected = {h.stream_id: h for h in index_of(at_index)}
+    rows = {h.stream_id: h for h in stored}
+    if rows == expected:
         return None
-    differing = sorted(k for k in expected.keys() | stored.keys() if expected.get(k) != stored.get(k))
+    differing = sorted(k for k in expected.keys() | rows.keys() if expected.get(k) != rows.get(k))
     first = differing[0]
     reason = (
-        f"state index (streams) differs from a full replay at {', '.join(differing[:5])}: "
-        f"{first} is {_row(stored.get(first))} in the index, {_row(expected.get(first))} in the log"
+        f"state index (streams) differs from a replay to its position {position} at {', '.join(differing[:5])}: "
+        f"{first} is {_row(rows.get(first))} in the index, {_row(expected.get(first))} in the log"
     )
-    return problem("state_index", None, reason, advice="rebuild it with `lifecycle replay --full`")
+    return problem("state_index", None, reason, advice=advice)
 
 
 def _row(head: StreamHead | None) -> str:
@@ -126,7 +138,8 @@ def _verify(store: EventStore, workers: int, target: str) -> tuple[JSON, LedgerS
     its legality), the state index, the event index, the checkpoints in position order, the
     append-only guards. The replayed state is returned only when the chain, the replay and the
     indexes hold."""
-    chain, checkpoints, full, corrupt = _walk(store, workers, target)
+    index_at, index_rows = store.state_index()
+    chain, checkpoints, full, at_index, corrupt = _walk(store, workers, target, min(index_at, store.head().seq))
     report: JSON = {
         "ok": chain.ok,
         "events": chain.events,
@@ -143,7 +156,9 @@ def _verify(store: EventStore, workers: int, target: str) -> tuple[JSON, LedgerS
     report["checkpoints"] = checkpoints
     if (lost := store.history_problem()) is not None:  # a sound chain, but not all of this ledger's
         return add_problem(report, problem("history", None, lost)), None
-    indexes_hold = _add_index_findings(store, report, full)
+    assert at_index is not None
+    index_problem = _index_problem(index_at, index_rows, at_index, chain.head.seq)
+    indexes_hold = _add_index_findings(store, report, index_problem)
     broken = [c for c in checkpoints if c["status"] == "broken"]  # by position; one with none (null) last
     for c in sorted(broken, key=lambda c: (c["position"] is None, c["position"] or 0)):
         add_problem(report, problem("checkpoint", c["position"], f"checkpoint {c['checkpoint_id']}: {c['reason']}"))
@@ -154,8 +169,8 @@ def _verify(store: EventStore, workers: int, target: str) -> tuple[JSON, LedgerS
 
 
 def _walk(
-    store: EventStore, workers: int, target: str
-) -> tuple[ChainReport, list[JSON], LedgerState | None, CorruptionError | None]:
+    store: EventStore, workers: int, target: str, index_at: int
+) -> tuple[ChainReport, list[JSON], LedgerState | None, LedgerState | None, CorruptionError | None]:
     """One fold of the whole log as the chain walk checks it, every checkpoint on its way; with
     `workers` > 1, worker processes re-hash the rows while this process walks the links and folds."""
     hashing = None
@@ -169,9 +184,10 @@ def _walk(
         walk = ChainWalk(store.select_rows())
     checkpoints: list[JSON] = []
     full: LedgerState | None = None
+    at_index: LedgerState | None = None
     corrupt: CorruptionError | None = None
     try:
-        checkpoints, full = _checkpoint_report(store, walk)
+        checkpoints, full, at_index = _checkpoint_report(store, walk, index_at)
     except CorruptionError as e:
         corrupt = e
         walk.finish()  # a break further on is still the finding
@@ -183,13 +199,12 @@ def _walk(
     found = None if hashing is None else hashing.first_problem()
     if found is not None and (chain.bad_seq is None or found[0] < chain.bad_seq):  # a tie: the link's comes first
         chain = ChainReport(False, store.count_events(), store.head(), bad_seq=found[0], reason=found[1])
-    return chain, checkpoints, full, corrupt
+    return chain, checkpoints, full, at_index, corrupt
 
 
-def _add_index_findings(store: EventStore, report: JSON, full: LedgerState) -> bool:
+def _add_index_findings(store: EventStore, report: JSON, index_problem: JSON | None) -> bool:
     """The derived indexes (state index, event index) against the log; True when both hold."""
-    index_problem = _index_problem(store, full)  # no position: the index is not the log
-    add_problem(report, index_problem)
+    add_problem(report, index_problem)  # no position: the index is not the log
     if events_problems := store.index_problems():  # derived too: a wrong row would be a wrong answer to a filter
         why = f"event index differs from the log: {'; '.join(events_problems)}"
         add_problem(report, problem("event_index", None, why, advice="rebuild it with `lifecycle replay --full`"))

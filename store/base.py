@@ -50,8 +50,6 @@ class StoreTransaction(Protocol):
         expected_version: int,
         events: Sequence[NewEvent],
         *,
-        status: str | None = None,
-        category: str | None = None,
         fresh_ids: bool = False,
         expect: Sequence[tuple[str, int]] = (),
     ) -> AppendResult:
@@ -66,8 +64,8 @@ class StoreTransaction(Protocol):
         """The stream's current version (0 when it has no events)."""
         ...
 
-    def streams(self, *, statuses: Iterable[str] | None = None) -> list[StreamHead]:
-        """The stream index (a rebuildable cache), filtered by status label."""
+    def streams(self) -> list[StreamHead]:
+        """Every stream at its current version, this transaction's appends included (`EventStore.streams`)."""
         ...
 
 
@@ -86,8 +84,6 @@ class EventStore(Protocol):
         expected_version: int,
         events: Sequence[NewEvent],
         *,
-        status: str | None = None,
-        category: str | None = None,
         fresh_ids: bool = False,
         expect: Sequence[tuple[str, int]] = (),
     ) -> AppendResult:
@@ -106,13 +102,19 @@ class EventStore(Protocol):
         """The event with this id, if any (a retried command's idempotency look-up)."""
         ...
 
-    def streams(self, *, statuses: Iterable[str] | None = None) -> list[StreamHead]:
-        """The stream index, filtered by status label."""
+    def streams(self) -> list[StreamHead]:
+        """Every stream at its current version, in stream id order. The labels are the state index's
+        (derived, as of its position); a stream with events past that position has none."""
+        ...
+
+    def state_index(self) -> tuple[int, list[StreamHead]]:
+        """The state index as stored: the position it reflects and its rows (what `verify` compares
+        with the fold at that position)."""
         ...
 
     def rebuild_stream_index(self, derive: Callable[[], Iterable[StreamHead]]) -> None:
-        """Replace the stream index with `derive()`, called under the write lock (no append lands
-        between the caller's fold and the new index)."""
+        """Replace the state index with `derive()`, called under the write lock (no append lands
+        between the caller's fold and the new index): it then reflects the head."""
         ...
 
     # --- what replay and auditors need
@@ -148,9 +150,11 @@ class EventStore(Protocol):
         snapshot: str,
         recorded_at: str,
         streams: Sequence[tuple[str, int, str]] = (),
+        index: Sequence[StreamHead] | None = None,
     ) -> CheckpointRecord:
         """Store a snapshot taken at `position` (its head hash is read from the log), with
-        `(stream_id, version, state)` copies of each stream's own folded state."""
+        `(stream_id, version, state)` copies of each stream's own folded state. With `index` (the
+        state index at `position`), the state index is brought to it unless it already reflects more."""
         ...
 
     def select_checkpoints(self, *, at_or_before: int | None = None) -> Iterator[CheckpointRecord]:

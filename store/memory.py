@@ -44,7 +44,6 @@ class MemoryTransaction(WriteTransaction):
     def __init__(self, store: MemoryEventStore) -> None:
         self._store = store
         self._pending: list[Row] = []
-        self._index: dict[str, StreamHead] = {}
 
     def _rows_of(self, stream_id: str) -> list[Row]:
         return self._store._streams.get(stream_id, []) + [r for r in self._pending if r[1] == stream_id]
@@ -56,8 +55,8 @@ class MemoryTransaction(WriteTransaction):
         rows = self._rows_of(stream_id)
         return rows[-1][2] if rows else 0
 
-    def streams(self, *, statuses: Iterable[str] | None = None) -> list[StreamHead]:
-        return _labelled({**self._store._index, **self._index}, statuses)
+    def streams(self) -> list[StreamHead]:
+        return self._store._current(self._pending)
 
     def _read(
         self, streams: Sequence[str], ids: Sequence[str]
@@ -70,19 +69,11 @@ class MemoryTransaction(WriteTransaction):
     def _row_by_id(self, event_id: str) -> Row | None:
         return self._store._by_id.get(event_id) or next((r for r in self._pending if r[3] == event_id), None)
 
-    def _insert(self, rows: list[Row], status: str | None, category: str | None) -> None:
+    def _insert(self, rows: list[Row]) -> None:
         taken = [row[3] for row in rows if self._row_by_id(row[3]) is not None]
         if taken or len({row[3] for row in rows}) < len(rows):
             raise id_taken(rows[0][1], rows[0][2] - 1, f"UNIQUE event_id {taken[:1] or 'twice in the batch'}")
         self._pending.extend(rows)
-        stream_id = rows[0][1]
-        old = self._index.get(stream_id) or self._store._index.get(stream_id)
-        self._index[stream_id] = StreamHead(
-            stream_id,
-            rows[-1][2],
-            status if status is not None else (old.status if old else None),
-            category if category is not None else (old.category if old else None),
-        )
 
     def commit(self) -> None:
         if self.failed is not None:
@@ -92,7 +83,6 @@ class MemoryTransaction(WriteTransaction):
             store._log.append(row)
             store._by_id[row[3]] = row
             store._streams.setdefault(row[1], []).append(row)
-        store._index.update(self._index)
 
 
 class MemoryEventStore:
@@ -103,7 +93,8 @@ class MemoryEventStore:
         self._log: list[Row] = []
         self._by_id: dict[str, Row] = {}
         self._streams: dict[str, list[Row]] = {}
-        self._index: dict[str, StreamHead] = {}
+        self._index: dict[str, StreamHead] = {}  # the state index, as of `_indexed_at`
+        self._indexed_at = 0
         self._checkpoints: list[CheckpointRecord] = []
         self._copies: list[StreamSnapshot] = []
         self._held: str | None = None  # "snapshot" or "write" while this handle's thread holds the lock
@@ -150,8 +141,6 @@ class MemoryEventStore:
         expected_version: int,
         events: Sequence[NewEvent],
         *,
-        status: str | None = None,
-        category: str | None = None,
         fresh_ids: bool = False,
         expect: Sequence[tuple[str, int]] = (),
     ) -> AppendResult:
@@ -160,8 +149,6 @@ class MemoryEventStore:
                 stream_id,
                 expected_version,
                 events,
-                status=status,
-                category=category,
                 fresh_ids=fresh_ids,
                 expect=expect,
             )
@@ -195,12 +182,23 @@ class MemoryEventStore:
     def count_events(self) -> int:
         return len(self._log)
 
-    def streams(self, *, statuses: Iterable[str] | None = None) -> list[StreamHead]:
-        return _labelled(self._index, statuses)
+    def streams(self) -> list[StreamHead]:
+        return self._current([])
+
+    def _current(self, pending: Sequence[Row]) -> list[StreamHead]:
+        """The state index's rows, and the streams with events past its position unlabelled."""
+        heads = dict(self._index)
+        for row in [*self._log[self._indexed_at :], *pending]:
+            heads[row[1]] = StreamHead(row[1], row[2], None, None)
+        return [h for _, h in sorted(heads.items())]
+
+    def state_index(self) -> tuple[int, list[StreamHead]]:
+        return self._indexed_at, [h for _, h in sorted(self._index.items())]
 
     def rebuild_stream_index(self, derive: Callable[[], Iterable[StreamHead]]) -> None:
         with self._writing():
             self._index = {h.stream_id: h for h in derive()}
+            self._indexed_at = len(self._log)
 
     def append_checkpoint(
         self,
@@ -211,6 +209,7 @@ class MemoryEventStore:
         snapshot: str,
         recorded_at: str,
         streams: Sequence[tuple[str, int, str]] = (),
+        index: Sequence[StreamHead] | None = None,
     ) -> CheckpointRecord:
         with self._writing():
             if position == 0:
@@ -236,6 +235,8 @@ class MemoryEventStore:
                 )
                 for s, v, text in streams
             ]
+            if index is not None and self._indexed_at <= position:
+                self._index, self._indexed_at = {h.stream_id: h for h in index}, position
         return record
 
     def stream_snapshots(self, checkpoint_id: int) -> list[StreamSnapshot]:
@@ -267,11 +268,6 @@ class MemoryEventStore:
 
 def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _labelled(index: dict[str, StreamHead], statuses: Iterable[str] | None) -> list[StreamHead]:
-    wanted = None if statuses is None else set(statuses)
-    return [h for _, h in sorted(index.items()) if wanted is None or h.status in wanted]
 
 
 def _matches(row: Row, q: EventFilter) -> bool:

@@ -33,7 +33,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.pq import ExecStatus, TransactionStatus
 
-from lifecycle_fsm.errors import InputError, IntegrityError
+from lifecycle_fsm.errors import InputError, IntegrityError, StoreError
 from lifecycle_fsm.store.base import write_in_read_snapshot, write_in_transaction
 from lifecycle_fsm.store.chain import EVENT_COLUMNS, FOLD_COLUMNS, canonical_json, event_hash
 from lifecycle_fsm.store.faults import fault_from_env
@@ -42,6 +42,7 @@ from lifecycle_fsm.store.postgres_schema import (
     GUARD_ROWS,
     KEY_ROWS,
     append_one,
+    ensure_append_function,
     ensure_schema,
     filter_sql,
     guard_problems,
@@ -84,6 +85,7 @@ class PostgresEventStore(SQLStore):
         self.session = PgSession(url, synchronous=synchronous, busy_timeout=busy_timeout, idle_timeout=idle_timeout)
         try:
             self._indexed = ensure_schema(self.session, create=create)
+            self._appends = ensure_append_function(self.session, create=create)
         except BaseException:
             self.session.close()
             raise
@@ -136,6 +138,11 @@ class PostgresEventStore(SQLStore):
 
     @contextmanager
     def _transaction(self) -> Iterator[PostgresTransaction]:
+        if not self._appends:
+            raise StoreError(
+                f"{self.where}: this ledger's schema is older than this release; open it once as a role that may "
+                "change its schema (its owner) to upgrade it, then append"
+            )
         with self._held("cannot start a write transaction"):
             tx = PostgresTransaction(self)
             yield tx
@@ -192,8 +199,6 @@ class PostgresEventStore(SQLStore):
         expected_version: int,
         events: Sequence[NewEvent],
         *,
-        status: str | None = None,
-        category: str | None = None,
         fresh_ids: bool = False,
         expect: Sequence[tuple[str, int]] = (),
     ) -> AppendResult:
@@ -201,7 +206,7 @@ class PostgresEventStore(SQLStore):
         was written and the transaction's path, under the lock, says why (or returns the retried event).
         A fault plan takes that path too: its hooks strike between the statements."""
         if len(events) == 1 and self._fault is None and self._log_seen:
-            done = self._append_one(stream_id, expected_version, events[0], (status, category), fresh_ids, expect)
+            done = self._append_one(stream_id, expected_version, events[0], fresh_ids, expect)
             if done is not None:
                 return done
         with self._transaction() as tx:  # not `transaction()`: a subclass may wrap that one
@@ -209,8 +214,6 @@ class PostgresEventStore(SQLStore):
                 stream_id,
                 expected_version,
                 events,
-                status=status,
-                category=category,
                 fresh_ids=fresh_ids,
                 expect=expect,
             )
@@ -222,7 +225,6 @@ class PostgresEventStore(SQLStore):
         stream_id: str,
         expected_version: int,
         event: NewEvent,
-        index: tuple[str | None, str | None],
         fresh_ids: bool,
         expect: Sequence[tuple[str, int]],
     ) -> AppendResult | None:
@@ -236,7 +238,6 @@ class PostgresEventStore(SQLStore):
             [(stream_id, expected_version), *expect],
             lock_key=session.lock_key,
             check_id=not fresh_ids,
-            index=index,
             channel=session.channel,
         )
         if self._reading or session.held:

@@ -41,6 +41,7 @@ __all__ = [
     "PG_GUARD_SOURCE",
     "STORE_SCHEMA_VERSION",
     "ensure_schema",
+    "ensure_append_function",
     "filter_sql",
     "guard_problems",
 ]
@@ -95,39 +96,38 @@ DDL = (
     )""",
     "CREATE TABLE IF NOT EXISTS meta (key text PRIMARY KEY, value text NOT NULL)",
     *EVENT_INDEX_DDL,
-    # One event appended in one statement (`append_one`): the lock, then (each statement of a
-    # function taking a new snapshot in read committed) the head and every expected version read
-    # after it, the chain hash computed from `chain.header_parts` (the bytes of `chain.event_hash`,
-    # joined around the seq assigned here), the stream index and the followers' notification.
-    # Nothing is written, and the row returned is NULLs, when a check fails.
-    f"""CREATE OR REPLACE FUNCTION lifecycle_append(lock_key bigint, p_stream text, p_version bigint,
-        p_event_id text, p_type text, p_schema_version integer, p_payload text, p_recorded_at text, p_actor text,
-        p_header_before text, p_header_after text, p_checks text, p_check_id boolean,
-        p_status text, p_category text, p_channel text, OUT r_seq bigint, OUT r_prev_hash text, OUT r_hash text)
-    LANGUAGE plpgsql AS $$
-    BEGIN
-        PERFORM pg_advisory_xact_lock(lock_key);
-        SELECT coalesce(last.seq, 0) + 1, coalesce(last.hash, '{GENESIS_HASH}') INTO r_seq, r_prev_hash
-        FROM (SELECT) AS one LEFT JOIN (SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1) AS last ON true
-        WHERE NOT EXISTS (SELECT FROM jsonb_array_elements(p_checks::jsonb) AS c WHERE (c->>1)::bigint
-                          <> coalesce((SELECT max(e.version) FROM events e WHERE e.stream_id = c->>0), 0))
-          AND NOT (p_check_id AND EXISTS (SELECT FROM events e WHERE e.event_id = p_event_id));
-        IF NOT FOUND THEN
-            RETURN;
-        END IF;
-        r_hash := encode(sha256(convert_to(r_prev_hash || E'\\n' || p_header_before || r_seq::text
-            || p_header_after || E'\\n' || p_payload, 'UTF8')), 'hex');
-        WITH appended AS (
-            INSERT INTO events ({EVENT_COLUMNS}) VALUES (r_seq, p_stream, p_version, p_event_id, p_type,
-                p_schema_version, p_payload, p_recorded_at, p_actor, r_prev_hash, r_hash))
-        INSERT INTO streams AS s (stream_id, version, status, category)
-            VALUES (p_stream, p_version, p_status, p_category)
-            ON CONFLICT (stream_id) DO UPDATE SET version = excluded.version,
-            status = coalesce(excluded.status, s.status), category = coalesce(excluded.category, s.category);
-        PERFORM pg_notify(p_channel, NULL);
-    END $$""",
 )
-APPEND_ONE = "SELECT r_seq, r_prev_hash, r_hash FROM lifecycle_append(" + ", ".join(["%s"] * 16) + ")"
+# One event appended in one statement (`append_one`): the lock, then (each statement of a
+# function taking a new snapshot in read committed) the head and every expected version read
+# after it, the chain hash computed from `chain.header_parts` (the bytes of `chain.event_hash`,
+# joined around the seq assigned here), the row, and the followers' notification.
+# Nothing is written, and the row returned is NULLs, when a check fails.
+APPEND_FUNCTION = f"""CREATE OR REPLACE FUNCTION lifecycle_append(lock_key bigint, p_stream text, p_version bigint,
+    p_event_id text, p_type text, p_schema_version integer, p_payload text, p_recorded_at text, p_actor text,
+    p_header_before text, p_header_after text, p_checks text, p_check_id boolean,
+    p_channel text, OUT r_seq bigint, OUT r_prev_hash text, OUT r_hash text)
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(lock_key);
+    SELECT coalesce(last.seq, 0) + 1, coalesce(last.hash, '{GENESIS_HASH}') INTO r_seq, r_prev_hash
+    FROM (SELECT) AS one LEFT JOIN (SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1) AS last ON true
+    WHERE NOT EXISTS (SELECT FROM jsonb_array_elements(p_checks::jsonb) AS c WHERE (c->>1)::bigint
+                      <> coalesce((SELECT max(e.version) FROM events e WHERE e.stream_id = c->>0), 0))
+      AND NOT (p_check_id AND EXISTS (SELECT FROM events e WHERE e.event_id = p_event_id));
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    r_hash := encode(sha256(convert_to(r_prev_hash || E'\\n' || p_header_before || r_seq::text
+        || p_header_after || E'\\n' || p_payload, 'UTF8')), 'hex');
+    INSERT INTO events ({EVENT_COLUMNS}) VALUES (r_seq, p_stream, p_version, p_event_id, p_type,
+        p_schema_version, p_payload, p_recorded_at, p_actor, r_prev_hash, r_hash);
+    PERFORM pg_notify(p_channel, NULL);
+END $$"""
+_HAS_APPEND_FUNCTION = (
+    "SELECT to_regprocedure('lifecycle_append(bigint, text, bigint, text, text, integer, text, text, text, "
+    "text, text, text, boolean, text)') IS NOT NULL"
+)
+APPEND_ONE = "SELECT r_seq, r_prev_hash, r_hash FROM lifecycle_append(" + ", ".join(["%s"] * 14) + ")"
 # The append-only triggers as `pg_get_triggerdef` gives them back (the table's schema left out)
 # and the body of the function they run, whitespace aside: what `guard_problems` accepts.
 PG_GUARDS = {
@@ -177,7 +177,6 @@ def append_one(
     *,
     lock_key: int,
     check_id: bool,
-    index: tuple[str | None, str | None],
     channel: str,
 ) -> list[Any]:
     """`APPEND_ONE`'s values: append `event` (its canonical `payload`) as `version` of its stream, only if
@@ -199,7 +198,6 @@ def append_one(
         after,
         orjson.dumps(checks).decode(),
         check_id,
-        *index,
         channel,
     ]
 
@@ -316,12 +314,31 @@ def ensure_schema(session: PgSession, *, create: bool) -> bool:
             name = session.ledger_schema
             session.conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(name)))
             session.schema = name
-        for statement in DDL:
+        for statement in (*DDL, APPEND_FUNCTION):
             session.conn.execute(statement)
         session.conn.execute(
             "INSERT INTO meta (key, value) VALUES ('store_schema_version', %s) ON CONFLICT (key) DO NOTHING",
             (str(STORE_SCHEMA_VERSION),),
         )
+    return True
+
+
+def ensure_append_function(session: PgSession, *, create: bool) -> bool:
+    """Whether the ledger has the append function that leaves the state index to checkpoints. A ledger
+    made when every commit wrote the index gets it when a writer whose role may change the schema opens
+    it; until then its appends are refused (`StoreError`), and reads take it as it is."""
+    with session.mapped("cannot read the ledger schema"):
+        row = session.conn.execute(_HAS_APPEND_FUNCTION).fetchone()
+    if row is not None and row[0]:
+        return True
+    if not create:
+        return False
+    try:
+        with session.conn.transaction():
+            session.conn.execute("SELECT pg_advisory_xact_lock(%s)", (session.lock_key,))
+            session.conn.execute(APPEND_FUNCTION)
+    except pg_errors.InsufficientPrivilege:
+        return False
     return True
 
 

@@ -8,7 +8,7 @@ lock and the head read are statements of their own).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from psycopg import errors as pg_errors
@@ -23,9 +23,8 @@ from lifecycle_fsm.store.sql import (
     RECORD_FIRST,
     STREAM,
     STREAM_VERSION,
-    UPSERT_STREAM,
+    STREAMS,
     VERSION,
-    streams_sql,
 )
 from lifecycle_fsm.store.writes import WriteTransaction, history_damage, id_taken
 
@@ -90,9 +89,9 @@ class PostgresTransaction(WriteTransaction):
         self._owner.check()
         return int(self._send([(VERSION, (stream_id,))])[0][0][0])
 
-    def streams(self, *, statuses: Iterable[str] | None = None) -> list[StreamHead]:
+    def streams(self) -> list[StreamHead]:
         self._owner.check()
-        return [StreamHead(*row) for row in self._send([streams_sql(statuses)])[0]]
+        return [StreamHead(*row) for row in self._send([(STREAMS, ())])[0]]
 
     def _read(
         self, streams: Sequence[str], ids: Sequence[str]
@@ -116,14 +115,13 @@ class PostgresTransaction(WriteTransaction):
         if self._session.may_record:  # a role that may only SELECT from meta leaves it to the owner's next open
             self._pending.append((RECORD_FIRST, (digest,)))
 
-    def _insert(self, rows: list[Row], status: str | None, category: str | None) -> None:
+    def _insert(self, rows: list[Row]) -> None:
         for at in range(0, len(rows), _ROWS_PER_INSERT):
             chunk = rows[at : at + _ROWS_PER_INSERT]
             values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(chunk))
             self._pending.append(
                 (f"INSERT INTO events ({EVENT_COLUMNS}) VALUES {values}", [v for r in chunk for v in r])
             )
-        self._pending.append((UPSERT_STREAM, (rows[0][1], rows[-1][2], status, category)))
         self._inserting, self.wrote = (rows[0][1], rows[0][2] - 1), True
 
     def flush(self) -> None:

@@ -26,19 +26,30 @@ __all__ = [
     "RECORD_FIRST",
     "STREAM_VERSION",
     "STREAM",
-    "UPSERT_STREAM",
+    "STATE_INDEX_POSITION",
+    "STREAMS",
     "VERSION",
     "Run",
     "SQLStore",
-    "streams_sql",
+    "write_state_index",
 ]
 
 STREAM = f"SELECT {EVENT_COLUMNS} FROM events WHERE stream_id = %s AND version > %s ORDER BY version"
 VERSION = "SELECT coalesce(max(version), 0) FROM events WHERE stream_id = %s"
-UPSERT_STREAM = (
-    "INSERT INTO streams (stream_id, version, status, category) VALUES (%s, %s, %s, %s) "
-    "ON CONFLICT (stream_id) DO UPDATE SET version = excluded.version, "
-    "status = coalesce(excluded.status, streams.status), category = coalesce(excluded.category, streams.category)"
+# The state index (`streams`: each stream's version and labels) is derived too: written whole at a
+# checkpoint (the state at its position) and on a rebuild, never by a commit. The position it reflects
+# is the last seq among the events its rows stand at (a ledger whose every commit wrote it: the head).
+STATE_INDEX_POSITION = (
+    "(SELECT coalesce(max(e.seq), 0) FROM streams s "
+    "JOIN events e ON e.stream_id = s.stream_id AND e.version = s.version)"
+)
+# Every stream at its current version: the index's rows, and the streams with events past its position
+# at their version in the log, unlabelled (their labels are the fold's, not yet the index's).
+STREAMS = (
+    "SELECT stream_id, version, status, category FROM streams WHERE stream_id NOT IN "
+    f"(SELECT stream_id FROM events WHERE seq > {STATE_INDEX_POSITION}) "
+    "UNION ALL SELECT stream_id, max(version), NULL, NULL FROM events "
+    f"WHERE seq > {STATE_INDEX_POSITION} GROUP BY stream_id ORDER BY stream_id"
 )
 CHECKPOINTS = (
     "SELECT checkpoint_id, position, head_hash, schema_version, fingerprint, snapshot, snapshot_sha256, recorded_at "
@@ -91,12 +102,11 @@ _HISTORY = (
 Run = Callable[[str, Sequence[Any], bool], list[Any]]
 
 
-def streams_sql(statuses: Iterable[str] | None) -> tuple[str, list[str]]:
-    """The stream index, filtered by status label."""
-    sql, params = "SELECT stream_id, version, status, category FROM streams", list(statuses or ())
-    if statuses is not None:
-        sql += f" WHERE status IN ({', '.join(['%s'] * len(params))})" if params else " WHERE false"
-    return sql + " ORDER BY stream_id", params
+def write_state_index(run: Run, heads: Iterable[StreamHead]) -> None:
+    """Replace the state index with `heads` (under the write lock)."""
+    run("DELETE FROM streams", (), False)
+    rows = [(h.stream_id, h.version, h.status, h.category) for h in heads]
+    run("INSERT INTO streams (stream_id, version, status, category) VALUES (%s, %s, %s, %s)", rows, True)
 
 
 def _sha256(text: str) -> str:
@@ -168,8 +178,12 @@ class SQLStore(ABC):
     def count_events(self) -> int:
         return int(self._rows("SELECT count(*) FROM events")[0][0])
 
-    def streams(self, *, statuses: Iterable[str] | None = None) -> list[StreamHead]:
-        return [StreamHead(*row) for row in self._rows(*streams_sql(statuses))]
+    def streams(self) -> list[StreamHead]:
+        return [StreamHead(*row) for row in self._rows(STREAMS)]
+
+    def state_index(self) -> tuple[int, list[StreamHead]]:
+        rows = self._rows("SELECT stream_id, version, status, category FROM streams ORDER BY stream_id")
+        return int(self._rows(f"SELECT {STATE_INDEX_POSITION}")[0][0]), [StreamHead(*row) for row in rows]
 
     def history_problem(self) -> str | None:
         """What the ledger knows of its history beyond the log and the log does not hold: a first event other
@@ -191,9 +205,7 @@ class SQLStore(ABC):
     def rebuild_stream_index(self, derive: Callable[[], Iterable[StreamHead]]) -> None:
         """Also rebuilds the event index from the log: both are derived, and rebuilt together."""
         with self._locked("cannot rebuild the stream index") as run:
-            heads = [(h.stream_id, h.version, h.status, h.category) for h in derive()]
-            run("DELETE FROM streams", (), False)
-            run("INSERT INTO streams (stream_id, version, status, category) VALUES (%s, %s, %s, %s)", heads, True)
+            write_state_index(run, derive())
             if self._indexed:
                 run("DELETE FROM event_index", (), False)
                 run(CATCH_UP, (), False)
@@ -207,11 +219,14 @@ class SQLStore(ABC):
         snapshot: str,
         recorded_at: str,
         streams: Sequence[tuple[str, int, str]] = (),
+        index: Sequence[StreamHead] | None = None,
     ) -> CheckpointRecord:
         digest = _sha256(snapshot)
         with self._locked("cannot store the checkpoint") as run:
             if self._indexed:  # a checkpoint is where the event index catches up, in the same transaction
                 run(CATCH_UP, (), False)
+            if index is not None and int(run(f"SELECT {STATE_INDEX_POSITION}", (), False)[0][0]) <= position:
+                write_state_index(run, index)  # and the state index, to the checkpoint's state
             found = run("SELECT hash FROM events WHERE seq = %s", (position,), False)
             if not found and position != 0:
                 raise IntegrityError(f"no event at position {position} to checkpoint", seq=position)

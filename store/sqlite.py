@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from itertools import chain
 from pathlib import Path
@@ -47,11 +47,10 @@ from lifecycle_fsm.store.sql import (
     RECORD_FIRST,
     STREAM,
     STREAM_VERSION,
-    UPSERT_STREAM,
+    STREAMS,
     VERSION,
     Run,
     SQLStore,
-    streams_sql,
 )
 from lifecycle_fsm.store.sqlite_errors import SQLITE_FAILURES, translate_sqlite_error
 from lifecycle_fsm.store.sqlite_files import (
@@ -106,8 +105,8 @@ class SQLiteTransaction(WriteTransaction):
     def stream_version(self, stream_id: str) -> int:
         return int(self._all(VERSION, (stream_id,))[0][0])
 
-    def streams(self, *, statuses: Iterable[str] | None = None) -> list[StreamHead]:
-        return [StreamHead(*row) for row in self._all(*streams_sql(statuses))]
+    def streams(self) -> list[StreamHead]:
+        return [StreamHead(*row) for row in self._all(STREAMS)]
 
     def _read(
         self, streams: Sequence[str], ids: Sequence[str]
@@ -127,7 +126,7 @@ class SQLiteTransaction(WriteTransaction):
     def _record_first(self, digest: str) -> None:
         self._conn.execute(_sqlite(RECORD_FIRST), (digest,))
 
-    def _insert(self, rows: list[Row], status: str | None, category: str | None) -> None:
+    def _insert(self, rows: list[Row]) -> None:
         execute = self._conn.execute
         try:
             for at in range(0, len(rows), _ROWS_PER_INSERT):
@@ -135,7 +134,6 @@ class SQLiteTransaction(WriteTransaction):
                 execute(_insert_sql(len(chunk)), list(chain.from_iterable(chunk)))
         except sqlite3.IntegrityError as e:
             raise id_taken(rows[0][1], rows[0][2] - 1, e) from e
-        execute(_sqlite(UPSERT_STREAM), (rows[0][1], rows[-1][2], status, category))
 
 
 @one_thread
@@ -314,8 +312,6 @@ class SQLiteEventStore(SQLStore):
         expected_version: int,
         events: Sequence[NewEvent],
         *,
-        status: str | None = None,
-        category: str | None = None,
         fresh_ids: bool = False,
         expect: Sequence[tuple[str, int]] = (),
     ) -> AppendResult:
@@ -324,8 +320,6 @@ class SQLiteEventStore(SQLStore):
                 stream_id,
                 expected_version,
                 events,
-                status=status,
-                category=category,
                 fresh_ids=fresh_ids,
                 expect=expect,
             )

@@ -10,7 +10,7 @@ hold, and the rows are chained after the head read under the same lock.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from lifecycle_fsm.errors import ConcurrencyError, DuplicateEventError, InputError, StoreError
 from lifecycle_fsm.store.chain import canonical_json, chain_rows
@@ -38,8 +38,8 @@ class WriteTransaction(ABC):
         """Record the hash of the ledger's first event, in the transaction appending it (a durable backend)."""
 
     @abstractmethod
-    def _insert(self, rows: list[Row], status: str | None, category: str | None) -> None:
-        """Insert `rows` (one stream's) and upsert its index entry; ConcurrencyError if the database refuses one."""
+    def _insert(self, rows: list[Row]) -> None:
+        """Insert `rows` (one stream's); ConcurrencyError if the database refuses one."""
 
     @abstractmethod
     def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[StoredEvent]:
@@ -50,8 +50,8 @@ class WriteTransaction(ABC):
         """The stream's current version (0 when it has no events)."""
 
     @abstractmethod
-    def streams(self, *, statuses: Iterable[str] | None = None) -> list[StreamHead]:
-        """The stream index (a rebuildable cache), filtered by status label."""
+    def streams(self) -> list[StreamHead]:
+        """Every stream at its current version, this transaction's appends included (`EventStore.streams`)."""
 
     def append(
         self,
@@ -59,12 +59,10 @@ class WriteTransaction(ABC):
         expected_version: int,
         events: Sequence[NewEvent],
         *,
-        status: str | None = None,
-        category: str | None = None,
         fresh_ids: bool = False,
         expect: Sequence[tuple[str, int]] = (),
     ) -> AppendResult:
-        """Append `events` to one stream at `expected_version`; label the stream in the index.
+        """Append `events` to one stream at `expected_version`.
 
         `expect`: `(stream_id, version)` of other streams the caller's decision read;
         ConcurrencyError, nothing written, unless each still holds. An append whose event
@@ -92,7 +90,7 @@ class WriteTransaction(ABC):
             return AppendResult(())
         rows = chain_rows(head, stream_id, expected_version, events)
         try:
-            self._insert(rows, status, category)
+            self._insert(rows)
             if head.seq == 0:
                 self._record_first(rows[0][10])
         except BaseException as e:

@@ -40,8 +40,10 @@ def test_an_emptied_sqlite_log_takes_no_new_ledger(tmp_path: Path) -> None:
 
 
 def test_a_shortened_sqlite_log_is_refused_by_its_state_index(tmp_path: Path) -> None:
+    """The state index, brought forward at the checkpoint, knows the ledger's stream further than the log."""
     db = tmp_path / "ledger.db"
     assert cli(db, "init").returncode == 0 and cli(db, "window", "2").returncode == 0
+    assert cli(db, "checkpoint").returncode == 0
     _sqlite_edit(db, "DELETE FROM events WHERE seq > 1")
     refused = cli(db, "window", "3")
     assert refused.returncode == 7 and "state index" in refused.stderr, refused.stderr
@@ -52,7 +54,7 @@ def test_a_shortened_sqlite_log_is_refused_by_its_state_index(tmp_path: Path) ->
 def test_an_emptied_log_with_an_index_but_no_recorded_first_event_is_refused(tmp_path: Path) -> None:
     """A ledger made before the first event's hash was recorded: its state index still knows."""
     db = tmp_path / "ledger.db"
-    assert cli(db, "init").returncode == 0
+    assert cli(db, "init").returncode == 0 and cli(db, "replay", "--full").returncode == 0  # the index rebuilt
     _sqlite_edit(db, "DELETE FROM meta WHERE key = 'first_event_hash'", "DELETE FROM events")
     assert cli(db, "window", "3").returncode == 7
     assert cli(db, "verify").returncode == 6

@@ -155,24 +155,25 @@ def test_select_events_streams_a_large_log(store: EventStore) -> None:
 
 
 def test_transaction_spans_streams_and_rolls_back(store: EventStore) -> None:
-    """Everything appended inside one transaction lands together or not at all, index included."""
+    """Everything appended inside one transaction lands together or not at all; it sees its own appends."""
     with store.transaction() as tx:
-        tx.append("a", 0, [new("a", 0)], status="received")
+        tx.append("a", 0, [new("a", 0)])
         tx.append("b", 0, [new("b", 0)])
         assert tx.stream_version("a") == 1 and [e.version for e in tx.read_stream("a")] == [1]
-        assert [h.stream_id for h in tx.streams(statuses=["received"])] == ["a"]
+        assert [(h.stream_id, h.version) for h in tx.streams()] == [("a", 1), ("b", 1)]
     assert store.count_events() == 2
 
     def abandon() -> None:
         with store.transaction() as tx:
-            tx.append("a", 1, [new("a", 1)], status="ready")
+            tx.append("a", 1, [new("a", 1)])
+            tx.append("z", 0, [new("z", 0)])
             assert tx.stream_version("a") == 2  # visible inside
             raise RuntimeError("abandon")
 
     with pytest.raises(RuntimeError):
         abandon()
     assert (store.count_events(), store.stream_version("a")) == (2, 1)
-    assert store.streams(statuses=["ready"]) == []
+    assert [(h.stream_id, h.version) for h in store.streams()] == [("a", 1), ("b", 1)]
     assert store.append("c", 0, [new("c", 0)]).events[0].seq == 3  # the abandoned seq is reused: no gap
 
 
@@ -400,15 +401,26 @@ def test_retry_is_a_no_op_and_reuse_is_an_error(store: EventStore) -> None:
 # --- the stream index and checkpoints ------------------------------------------------------------
 
 
-def test_stream_index_labels_and_rebuild(store: EventStore) -> None:
-    """The index keeps the last label given; a later append without one keeps it; rebuild replaces it."""
-    store.append("a", 0, [new("a", 1)], status="received", category="grpo")
-    store.append("a", 1, [new("a", 2)])
-    store.append("b", 0, [new("b", 1)], status="ready", category="dpo")
-    assert store.streams(statuses=["received"]) == [StreamHead("a", 2, "received", "grpo")]
-    assert [h.stream_id for h in store.streams()] == ["a", "b"]
-    store.rebuild_stream_index(lambda: [StreamHead("b", 1, "reject", "dpo")])
-    assert store.streams() == [StreamHead("b", 1, "reject", "dpo")]
+def test_state_index_moves_at_checkpoints_and_rebuilds_never_at_a_commit(store: EventStore) -> None:
+    """A commit writes no index row: `streams()` gives every stream at its log version, labelled only
+    where the index's position covers it; a checkpoint's index moves it (never back); rebuild sets it."""
+    store.append("a", 0, [new("a", 1)])
+    store.append("b", 0, [new("b", 1)])
+    assert store.state_index() == (0, [])
+    assert store.streams() == [StreamHead("a", 1, None, None), StreamHead("b", 1, None, None)]
+    labelled = [StreamHead("a", 1, "received", "grpo"), StreamHead("b", 1, "ready", "dpo")]
+    store.append_checkpoint(
+        position=2, schema_version=1, fingerprint="f", snapshot="{}", recorded_at="t", index=labelled
+    )
+    assert store.state_index() == (2, labelled) and store.streams() == labelled
+    store.append("a", 1, [new("a", 2)])  # past the index: its version from the log, no label
+    assert store.streams() == [StreamHead("a", 2, None, None), StreamHead("b", 1, "ready", "dpo")]
+    store.append_checkpoint(  # an older position never moves the index back
+        position=1, schema_version=1, fingerprint="f", snapshot="{}", recorded_at="t", index=[]
+    )
+    assert store.state_index() == (2, labelled)
+    store.rebuild_stream_index(lambda: [StreamHead("a", 2, "reject", "grpo"), StreamHead("b", 1, "ready", "dpo")])
+    assert store.state_index()[0] == 3 and store.streams()[0] == StreamHead("a", 2, "reject", "grpo")
 
 
 def test_checkpoints_and_stream_copies(store: EventStore) -> None:

@@ -94,7 +94,7 @@ def test_one_statement_and_transactions_chain_as_sqlite_does(pg: PostgresEventSt
             store.append("other", 0, [_event("other", 4)], expect=[(stream, 4)])
             with store.transaction() as tx:
                 tx.append(stream, 4, [_event(stream, 5)])
-            store.append(stream, 5, [_event(stream, n) for n in range(6, 46)], status="s", category="c")
+            store.append(stream, 5, [_event(stream, n) for n in range(6, 46)])
         rows = [[(e.seq, e.prev_hash, e.hash, e.payload) for e in select_events(s)] for s in (lite, pg)]
         assert rows[0] == rows[1] and len(rows[0]) == 46
         assert verify_chain(lite).ok and verify_chain(pg).ok

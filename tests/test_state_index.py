@@ -1,0 +1,53 @@
+"""The state index (`streams`) is derived off the commit path: a checkpoint brings it to its state,
+a commit never writes it, and `verify` compares it with the fold at the position it reflects."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from conftest import Workspace, hand_off_dpo, invoke
+
+from lifecycle_fsm import Ledger
+from lifecycle_fsm.events import stream_of
+from lifecycle_fsm.replay import take_checkpoint, verify
+from lifecycle_fsm.store.records import StreamHead
+
+CLOCK = "2026-01-01T00:00:00Z"
+
+
+def _problems(ledger: Ledger) -> list[str]:
+    return [p["code"] for p in verify(ledger.store)["problems"]]
+
+
+def test_a_commit_writes_no_index_row_and_a_checkpoint_writes_the_fold(ws: Workspace) -> None:
+    db = hand_off_dpo(ws)
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM streams").fetchone() == (0,)
+    with Ledger.open(db) as ledger:
+        assert _problems(ledger) == []
+        # Every stream is listed at its version in the log, unlabelled until a checkpoint.
+        assert StreamHead(stream_of("dpo-v5"), 3, None, None) in ledger.store.streams()
+        take_checkpoint(ledger.store, clock=lambda: CLOCK)
+        assert StreamHead(stream_of("dpo-v5"), 3, "ready", "dpo") in ledger.store.streams()
+        assert ledger.store.state_index()[0] == ledger.store.head().seq
+        assert _problems(ledger) == []
+
+
+def test_verify_compares_a_lagging_index_at_its_own_position(ws: Workspace) -> None:
+    """Commands after the checkpoint leave the index behind, which is sound; an edited row is not."""
+    for args in (("init",), ("baseline", "activate", str(ws.baseline())), ("receive", str(ws.dpo())), ("checkpoint",)):
+        assert invoke(ws.db, *args).exit_code == 0, args
+    with Ledger.open(ws.db) as ledger:
+        position = ledger.store.state_index()[0]
+        ledger.check("dpo-v5")  # the candidate moves on past the index
+        assert ledger.store.state_index()[0] == position < ledger.store.head().seq
+        assert _problems(ledger) == []
+        stale = {h.stream_id: h for h in ledger.store.streams()}[stream_of("dpo-v5")]
+        assert stale.status is None and stale.version == ledger.candidate("dpo-v5").version
+    with sqlite3.connect(ws.db) as conn:  # a hand edit of the index, at the position it reflects
+        conn.execute("UPDATE streams SET status = 'reject' WHERE stream_id = ?", (stream_of("dpo-v5"),))
+    with Ledger.open(ws.db) as ledger:
+        assert _problems(ledger) == ["state_index"]
+        assert invoke(ws.db, "replay", "--full").exit_code == 0
+        assert ledger.store.state_index()[0] == ledger.store.head().seq
+        assert _problems(ledger) == []
