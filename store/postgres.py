@@ -11,8 +11,8 @@ Why it is built this way:
   newest committed head (under repeatable read the snapshot predates the lock).
 - One event (what a command appends) is one statement, `lifecycle_append()`: the lock,
   then the head and the expected versions read after it, the row chained by the server
-  from `chain.header_parts` and re-hashed by the client, the stream index and NOTIFY. A
-  check that fails there writes nothing, and the transaction's path says why.
+  from `chain.header_parts` and re-hashed by the client, and NOTIFY. A check that fails
+  there writes nothing, and the transaction's path says why.
 - Batches and transactions (`postgres_transaction.py`) chain their rows in Python under
   the lock (`chain.chain_rows`, as every backend does). Either way an event hashes the
   same as in SQLite; `payload` and `recorded_at` are stored as the exact text hashed.
@@ -253,31 +253,9 @@ class PostgresEventStore(SQLStore):
         if row is None or row[0] is None:
             return None
         seq, prev_hash, digest = row
-        stored = StoredEvent(
-            seq,
-            stream_id,
-            version,
-            event.event_id,
-            event.type,
-            event.schema_version,
-            payload,
-            event.recorded_at,
-            event.actor,
-            prev_hash,
-            digest,
-        )
-        mine = event_hash(
-            prev_hash,
-            seq,
-            stream_id,
-            version,
-            event.event_id,
-            event.type,
-            event.schema_version,
-            payload,
-            event.recorded_at,
-            event.actor,
-        )
+        columns = (seq, stream_id, version, event.event_id, event.type, event.schema_version, payload)
+        stored = StoredEvent(*columns, event.recorded_at, event.actor, prev_hash, digest)
+        mine = event_hash(prev_hash, *columns, event.recorded_at, event.actor)
         if digest != mine:
             raise IntegrityError(
                 f"the server chained seq {seq} to hash {digest}, which this client does not compute: the ledger's "
