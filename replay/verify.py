@@ -84,16 +84,20 @@ def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _index_problem(position: int, stored: list[StreamHead], at_index: LedgerState, head: int) -> JSON | None:
+def _index_problem(
+    position: int, stored: list[StreamHead], at_index: LedgerState, head: int, checkpointed: int
+) -> JSON | None:
     """The state index (`streams`) must equal, row for row, what a replay to the position it
-    reflects implies (it is brought forward at each checkpoint, never by a commit).
+    reflects implies. Every checkpoint brings it to its own position, so it can be behind the
+    head, but never behind the latest sound checkpoint (`checkpointed`): rows were removed.
 
     Commands find the candidates to invalidate through it, so a missing or edited row is a
     wrong decision waiting to happen; `replay --full` rebuilds it.
     """
     advice = "rebuild it with `lifecycle replay --full`"
-    if position > head:
-        reason = f"state index (streams) reflects position {position}, past the log's head {head}"
+    if not checkpointed <= position <= head:
+        where = f"past the log's head {head}" if position > head else f"behind the checkpoint at {checkpointed}"
+        reason = f"state index (streams) reflects position {position}, {where} (rows were removed or edited)"
         return problem("state_index", None, reason, advice=advice)
     expected = {h.stream_id: h for h in index_of(at_index)}
     rows = {h.stream_id: h for h in stored}
@@ -157,7 +161,8 @@ def _verify(store: EventStore, workers: int, target: str) -> tuple[JSON, LedgerS
     if (lost := store.history_problem()) is not None:  # a sound chain, but not all of this ledger's
         return add_problem(report, problem("history", None, lost)), None
     assert at_index is not None
-    index_problem = _index_problem(index_at, index_rows, at_index, chain.head.seq)
+    checkpointed = max((c["position"] for c in checkpoints if c["status"] == "ok"), default=0)
+    index_problem = _index_problem(index_at, index_rows, at_index, chain.head.seq, checkpointed)
     indexes_hold = _add_index_findings(store, report, index_problem)
     broken = [c for c in checkpoints if c["status"] == "broken"]  # by position; one with none (null) last
     for c in sorted(broken, key=lambda c: (c["position"] is None, c["position"] or 0)):

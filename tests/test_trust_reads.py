@@ -290,6 +290,7 @@ def test_explain_refuses_an_edited_decisive_row(ws: Workspace) -> None:
 def test_verify_catches_an_edited_state_index(ws: Workspace) -> None:
     """streams.status of a ready candidate edited to reject: verify fails, names the stream."""
     _ready_ledger(ws)
+    assert invoke(ws.db, "checkpoint").exit_code == 0  # the state index is written at a checkpoint
     _tamper(ws.db, "UPDATE streams SET status = 'reject' WHERE stream_id = 'candidate:dpo-v5'")
     result = cli(ws.db, "verify", "--json")
     assert result.returncode == 6
@@ -300,7 +301,9 @@ def test_verify_catches_an_edited_state_index(ws: Workspace) -> None:
 
 
 def test_a_missing_index_row_is_caught(ws: Workspace) -> None:
+    """The index is never behind the latest checkpoint: a row removed shows, even the newest stream's."""
     _ready_ledger(ws)
+    assert invoke(ws.db, "checkpoint").exit_code == 0
     _tamper(ws.db, "DELETE FROM streams WHERE stream_id = 'candidate:dpo-v5'")
     assert cli(ws.db, "verify").returncode == 6
 
@@ -308,6 +311,7 @@ def test_a_missing_index_row_is_caught(ws: Workspace) -> None:
 def test_a_baseline_change_invalidates_a_ready_candidate_whose_index_row_was_edited(ws: Workspace) -> None:
     """The fan-out decides from the fold, not the index: no candidate keeps stale evidence."""
     _ready_ledger(ws)
+    assert invoke(ws.db, "checkpoint").exit_code == 0
     _tamper(ws.db, "UPDATE streams SET status = 'reject' WHERE stream_id = 'candidate:dpo-v5'")
     before = count_events(ws.db)
     assert invoke(ws.db, "baseline", "activate", str(ws.baseline("sft2"))).exit_code == 0
