@@ -20,6 +20,7 @@ def _decided(ws: Workspace) -> Path:
 
 def test_a_dropped_tail_with_a_stale_index_reports_the_pinned_head_and_advises_no_rebuild(ws: Workspace) -> None:
     db = _decided(ws)
+    assert cli(db, "replay", "--full").returncode == 0  # the state index, at the head
     head = json.loads(cli(db, "verify", "--json").stdout)["head"]
     pin = f"{head['seq']}:{head['hash']}"
     with sqlite3.connect(db, isolation_level=None) as conn:
@@ -31,13 +32,14 @@ def test_a_dropped_tail_with_a_stale_index_reports_the_pinned_head_and_advises_n
     done = cli(db, "verify", "--json", "--expect-head", pin)
     report = json.loads(done.stdout)
     assert done.returncode == 6 and report["ok"] is False
-    assert [p["code"] for p in report["problems"]] == ["head_mismatch", "state_index"]
+    assert [p["code"] for p in report["problems"]] == ["head_mismatch", "state_index", "event_index"]
     assert (report["reason"], report["bad_seq"]) == ("head_mismatch", head["seq"])
     assert "rebuild" not in done.stdout and "replay --full" not in done.stdout
     text = cli(db, "verify", "--expect-head", pin)
     lines = text.stdout.splitlines()
-    assert text.returncode == 6 and len(lines) == 2 and "rebuild" not in text.stdout
+    assert text.returncode == 6 and len(lines) == 3 and "rebuild" not in text.stdout
     assert lines[0].startswith(f"BROKEN at seq {head['seq']}: head_mismatch") and "state index" in lines[1]
+    assert "event index" in lines[2]
 
 
 def test_a_sound_ledger_has_no_problems(ws: Workspace) -> None:
