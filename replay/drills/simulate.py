@@ -33,8 +33,9 @@ import attrs
 from lifecycle_fsm.errors import LifecycleError
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.ledger import Ledger
-from lifecycle_fsm.replay.checkpoints import load_state
 from lifecycle_fsm.replay.drills import writers
+from lifecycle_fsm.replay.drills.convert import Where
+from lifecycle_fsm.replay.drills.faults import load_both_ways
 from lifecycle_fsm.replay.drills.loader import parse_artifacts, parse_step
 from lifecycle_fsm.replay.drills.model import LedgerModel, Prediction
 from lifecycle_fsm.replay.drills.runner import Run, StepFailed, run_step
@@ -43,7 +44,6 @@ from lifecycle_fsm.replay.drills.schema import DrillConfig, Scenario, Step
 from lifecycle_fsm.replay.drills.steps import ACTIONS
 from lifecycle_fsm.replay.drills.workspace import Workspace
 from lifecycle_fsm.replay.explain import explain
-from lifecycle_fsm.replay.fold import snapshot_json
 from lifecycle_fsm.replay.verify import verify
 
 __all__ = ["FIXED_CLOCK", "SimFailure", "SimResult", "kept_name", "simulate"]
@@ -112,7 +112,7 @@ class _Sim:
         return self.run.ledger
 
     def step(self, number: int, op: Op) -> Step:
-        return parse_step(SIMULATED, number, op, self.run.scenario.artifacts)
+        return parse_step(Where(SIMULATED), number, op, self.run.scenario.artifacts)
 
     def meaningless(self, op: Op) -> bool:
         """A fault that would do nothing here (a shrunk schedule may leave one): skipped, not judged."""
@@ -214,7 +214,7 @@ def _whole(sim: _Sim) -> list[Problem]:
         named = not report["ok"] and report.get("bad_seq") == sim.tampered_seq
         return [] if named else [("bad_seq", sim.tampered_seq, report.get("bad_seq"))]
     problems = _paths(sim)
-    if snapshot_json(load_state(store).state) != snapshot_json(load_state(store, use_checkpoints=False).state):
+    if not load_both_ways(store)[2]:
         problems.append(("replay", "latest checkpoint + tail equal to a full replay", "differs"))
     if sim.broken_checkpoint:
         at_checkpoint = type(report.get("bad_seq")) is int and str(report.get("reason")).startswith("checkpoint")
@@ -243,7 +243,7 @@ def simulate(schedule: Schedule, *, keep: Path | None = None, check_every: int =
     """Run `schedule` against a fresh SQLite ledger; stop at the first step whose invariants fail."""
     started = time.perf_counter()
     with _fixed_folder(schedule.seed) as folder:
-        artifacts = parse_artifacts(SIMULATED, schedule.artifacts)
+        artifacts = parse_artifacts(Where(SIMULATED), schedule.artifacts)
         ws = Workspace(folder, schedule.seed)
         ids = itertools.count(1)
         ledger = Ledger.open(
