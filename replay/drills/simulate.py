@@ -1,18 +1,10 @@
 """Run a schedule against a real SQLite ledger and check the invariants after every step.
 
-The ledger lives in a fresh folder, built from the schedule's artifacts by the drill
-workspace; faults and crashes run through the drill runner, commands straight through
-the `Ledger` API so the reference model (`model.py`) can judge every outcome: a refusal
-has one of the expected error classes and appends nothing; an accepted command appends
-the expected number of events; every candidate's state, version, trusted states and last
-plan match; the event count matches. Every `check_every` steps, after checkpoint faults
-and at the end: loading (latest checkpoint + tail) equals a full replay, and `verify` is
-ok — or, after a garbled checkpoint, broken at that checkpoint; after an edited event,
-broken naming its seq.
-
-Clock, actor and event ids are fixed, and the folder is the same for a seed
-(`<tmp>/lifecycle-simulate/seed-N`: payloads record absolute paths; a lock keeps two runs
-of one seed apart), so one seed gives a byte-identical head.
+Faults run through the drill runner, commands through the `Ledger` API so the reference model
+(`model.py`) judges each outcome, then every candidate. Every `check_every` steps, after
+checkpoints and at the end: checkpoint + tail equals a full replay, and `verify` is as the faults
+say. Clock, actor, event ids and the folder are fixed per seed (payloads record absolute paths),
+so one seed gives a byte-identical head.
 """
 
 from __future__ import annotations
@@ -101,9 +93,6 @@ def _fixed_folder(seed: int) -> Iterator[Path]:
 class _Sim:
     model: LedgerModel
     run: Run
-    checkpoints: int = 0
-    broken_checkpoint: bool = False
-    tampered_seq: int | None = None
     refusals: list[tuple[int, str]] = attrs.Factory(list)
     predicted: list[tuple[int, tuple[str, ...]]] = attrs.Factory(list)
 
@@ -125,7 +114,7 @@ class _Sim:
             (action == "tamper_artifact" and not model.intact(artifact))
             or (action == "restore_artifact" and model.intact(artifact))
             or (action == "delete_artifact" and model.content.get(artifact, 0) is None)
-            or (action == "corrupt_checkpoint" and not self.checkpoints)
+            or (action == "corrupt_checkpoint" and not model.checkpoints)
             or (action == "tamper_event" and not 1 <= args["seq"] <= self.ledger.store.count_events())
         )
 
@@ -158,20 +147,12 @@ def _command(sim: _Sim, number: int, op: Op, prediction: Prediction) -> list[Pro
 
 def _fault(sim: _Sim, number: int, op: Op) -> list[Problem]:
     """Run a fault step through the drill runner, then move the model past it."""
-    action, args = split(op)
-    prediction = sim.model.predict(*split(args["run"])) if action == "crash" else None
     try:
         run_step(sim.run, sim.step(number, op))
         problems: list[Problem] = []
     except StepFailed as e:
         problems = list(e.failures)
-    if prediction is not None and args["at"] == "after_commit":
-        prediction.apply()
-    elif action != "crash":
-        advance(sim.model, op)
-    sim.checkpoints += action == "checkpoint"
-    sim.broken_checkpoint = sim.broken_checkpoint or action == "corrupt_checkpoint"
-    sim.tampered_seq = args["seq"] if action == "tamper_event" else sim.tampered_seq
+    advance(sim.model, op)
     return problems
 
 
@@ -210,13 +191,13 @@ def _whole(sim: _Sim) -> list[Problem]:
     store = sim.ledger.store
     report = verify(store)
     found = {k: report.get(k) for k in ("ok", "bad_seq", "reason")}
-    if sim.tampered_seq is not None:
-        named = not report["ok"] and report.get("bad_seq") == sim.tampered_seq
-        return [] if named else [("bad_seq", sim.tampered_seq, report.get("bad_seq"))]
+    if (seq := sim.model.tampered_seq) is not None:
+        named = not report["ok"] and report.get("bad_seq") == seq
+        return [] if named else [("bad_seq", seq, report.get("bad_seq"))]
     problems = _paths(sim)
     if not load_both_ways(store)[2]:
         problems.append(("replay", "latest checkpoint + tail equal to a full replay", "differs"))
-    if sim.broken_checkpoint:
+    if sim.model.corrupted:
         at_checkpoint = type(report.get("bad_seq")) is int and str(report.get("reason")).startswith("checkpoint")
         if report["ok"] or not at_checkpoint:
             problems.append(("verify", "broken checkpoint, at its position", found))
@@ -230,7 +211,7 @@ def _expectations(sim: _Sim) -> JSON:
         cid: {"path": c.path, "trusted_states": sorted(c.trusted), "plan": c.plan}
         for cid, c in sim.model.candidates.items()
     }
-    verify_ok = sim.tampered_seq is None and not sim.broken_checkpoint
+    verify_ok = sim.model.tampered_seq is None and not sim.model.corrupted
     return {"events": sim.model.events, "candidates": candidates, "verify_ok": verify_ok}
 
 

@@ -1,9 +1,5 @@
 """Ledger commands as drills run them: in the drill's own `Ledger`, in a child process killed at a
 commit point (`crash`, `crash_during_append`), or in several writers at once (`concurrently`).
-
-The faults return what happened (deterministic facts, for the report) and the ledger's
-broken promises as `(key, expected, actual)`. A fault this platform cannot inject raises
-`Inconclusive`: the scenario is then `inconclusive`, never `pass`.
 """
 
 from __future__ import annotations
@@ -113,8 +109,8 @@ def _child(target: str, calls: Sequence[Call], plan: JSON, fault: str | None) ->
 
 
 def _killed(target: str, calls: Sequence[Call], plan: JSON, fault: str) -> tuple[int, str, list[Outcome], int]:
-    """Run `calls` in a child that SIGKILLs itself at `fault`: its return code, the last line it wrote
-    to stderr, its outcomes and the call it was in when it died (0: between calls)."""
+    """Run `calls` in a child that SIGKILLs itself at `fault`: its return code, last stderr line,
+    outcomes and the call it died in (0: between calls)."""
     if os.name != "posix":
         raise Inconclusive("SIGKILL at a commit point needs a POSIX platform")
     proc = _child(target, calls, {"go": None} | plan, fault)
