@@ -155,10 +155,7 @@ def refuse_report_files(folder: Path, names: Iterable[str], *, replace: bool) ->
     """The report files in `folder` (created if missing) that `replace` may move aside; refused (exit 3)
     without `replace` or when a `.previous` is there. Called before a drill runs anything."""
     make_folder(folder, "report folder")
-    try:
-        existing = [folder / name for name in names if os.path.lexists(folder / name)]  # a dangling link too
-    except OSError as e:
-        raise InputError(f"cannot read the report folder {folder}: {e.strerror}") from None
+    existing = [folder / name for name in names if os.path.lexists(folder / name)]  # a dangling link too
     if existing and not replace:
         raise InputError(f"{existing[0]} exists: use --replace to keep it as {existing[0].name}.previous")
     for path in existing:

@@ -58,7 +58,6 @@ class SimFailure:
 @attrs.frozen
 class SimResult:
     seed: int
-    steps_run: int
     failure: SimFailure | None
     head: JSON
     events: int
@@ -71,6 +70,10 @@ class SimResult:
     @property
     def ok(self) -> bool:
         return self.failure is None
+
+    @property
+    def steps_run(self) -> int:
+        return len(self.ran)
 
 
 @contextlib.contextmanager
@@ -216,7 +219,7 @@ def _expectations(sim: _Sim) -> JSON:
 
 
 def kept_name(seed: int) -> str:
-    """The name `drill --simulate --keep DIR` keeps the ledger of `seed` under (DIR/<name>.db)."""
+    """The name of `seed`'s kept ledger (`--keep DIR`: DIR/<name>.db) and shrunk scenario."""
     return f"simulated-seed-{seed}"
 
 
@@ -240,7 +243,6 @@ def simulate(schedule: Schedule, *, keep: Path | None = None, check_every: int =
             head = ledger.store.head()
             result = SimResult(
                 schedule.seed,
-                len(ran),
                 failure,
                 {"seq": head.seq, "hash": head.hash},
                 ledger.store.count_events(),
