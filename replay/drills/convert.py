@@ -65,13 +65,18 @@ def unknown(word: str, what: str, choices: Iterable[str], listed: Iterable[str] 
 # -- the strict hooks
 
 
+def _origin(t: Any) -> Any:
+    """`typing.get_origin`, typed `Any` (mypy would pick its ParamSpec overload in the hooks' lambdas)."""
+    return get_origin(t)
+
+
 _NAMES: dict[Any, str] = {str: "a string", int: "an integer", bool: "true or false", type(None): "null"}
 
 
 def _expected(t: Any) -> str:
     if t in _NAMES:
         return _NAMES[t]
-    origin = get_origin(t)
+    origin = _origin(t)
     if origin is Literal:
         return "one of " + ", ".join(map(str, get_args(t)))
     return "a list" if origin in (list, tuple) else "a mapping"
@@ -102,7 +107,7 @@ def _scalar(value: Any, t: Any) -> Any:
 
 
 def _is_optional(t: Any) -> bool:
-    return get_origin(t) in (typing.Union, types.UnionType) and type(None) in get_args(t)
+    return _origin(t) in (typing.Union, types.UnionType) and type(None) in get_args(t)
 
 
 def _inner(t: Any) -> Any:
@@ -138,10 +143,10 @@ def _sequence(value: Any, t: Any) -> Any:
         try:
             items.append(converter.structure(v, item))
         except Problem:
-            if get_origin(item) is Literal:  # name the item first: the list of choices is long
+            if _origin(item) is Literal:  # name the item first: the list of choices is long
                 raise Problem(f"{v!r} is not {_expected(item)}") from None
             raise Problem(f"every item must be {_expected(item)}, not {v!r}") from None
-    return tuple(items) if get_origin(t) is tuple else items
+    return tuple(items) if _origin(t) is tuple else items
 
 
 def _keys(value: Any, t: Any, allowed: tuple[str, ...] | None) -> JSON:
@@ -158,7 +163,7 @@ def _keys(value: Any, t: Any, allowed: tuple[str, ...] | None) -> JSON:
 
 def _mapping(value: Any, t: Any) -> JSON:
     key_type, value_type = get_args(t)
-    allowed = get_args(key_type) if get_origin(key_type) is Literal else None
+    allowed = get_args(key_type) if _origin(key_type) is Literal else None
     return {k: converter.structure(v, value_type) for k, v in _keys(value, t, allowed).items()}
 
 
@@ -175,9 +180,9 @@ converter = cattrs.Converter(detailed_validation=True)
 for _kind in (str, int, bool):
     converter.register_structure_hook(_kind, _scalar)
 converter.register_structure_hook_func(_is_optional, _optional)
-converter.register_structure_hook_func(lambda t: get_origin(t) is Literal, _literal)
-converter.register_structure_hook_func(lambda t: get_origin(t) in (list, tuple), _sequence)
-converter.register_structure_hook_func(lambda t: get_origin(t) in (dict, Mapping), _mapping)
+converter.register_structure_hook_func(lambda t: _origin(t) is Literal, _literal)
+converter.register_structure_hook_func(lambda t: _origin(t) in (list, tuple), _sequence)
+converter.register_structure_hook_func(lambda t: _origin(t) in (dict, Mapping), _mapping)
 converter.register_structure_hook_factory(attrs.has, _attrs_class)
 
 
@@ -206,7 +211,7 @@ def _first(exc: BaseException, raw: Any, path: tuple[str, ...]) -> tuple[tuple[s
     for name, missing in by_attribute.items():
         if isinstance(missing, KeyError):
             field_type = attrs.fields_dict(exc.cl)[name].type
-            choices = f" ({_expected(field_type)})" if get_origin(field_type) is Literal else ""
+            choices = f" ({_expected(field_type)})" if _origin(field_type) is Literal else ""
             return (), ".".join((*path, name)), f"is required{choices}"
     if "" in by_attribute:  # the class's own checks run only once every value structured
         return _first(by_attribute[""], raw, path)
