@@ -198,7 +198,8 @@ def _whole(sim: _Sim) -> list[Problem]:
         named = not report["ok"] and report.get("bad_seq") == seq
         return [] if named else [("bad_seq", seq, report.get("bad_seq"))]
     problems = _paths(sim)
-    if not load_both_ways(store)[2]:
+    _, _, same = load_both_ways(store)
+    if not same:
         problems.append(("replay", "latest checkpoint + tail equal to a full replay", "differs"))
     if sim.model.corrupted:
         at_checkpoint = type(report.get("bad_seq")) is int and str(report.get("reason")).startswith("checkpoint")
