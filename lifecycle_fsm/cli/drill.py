@@ -1,9 +1,5 @@
-"""`lifecycle drill`: replay failure scenarios against fresh ledgers and report.
-
-The drill machinery (YAML, fault injection) is imported only when the command runs,
-so other commands do not pay for it. Like every command it holds no logic:
-`replay.drills` validates the scenarios, runs them and builds the report.
-"""
+"""`lifecycle drill`: run failure scenarios against fresh ledgers and report (`replay.drills`, imported
+only when the command runs, does the work)."""
 
 from __future__ import annotations
 
@@ -52,21 +48,13 @@ def _default_scenarios() -> Path:
     return here if here.is_dir() or not _SHIPPED_SCENARIOS.is_dir() else _SHIPPED_SCENARIOS
 
 
-# The options that mean something only to a simulation (`--seed`, `--keep`, `--report` and
-# `--replace` serve both kinds of drill).
-_SIMULATE_ONLY = ("steps", "candidates", "runs")
-
-
 def _refuse_misplaced(paths: tuple[Path, ...], simulate: bool) -> None:
-    """Scenario paths with --simulate, or a simulation's option without it: a usage error
-    (exit 2), never a run that silently ignores what was asked."""
+    """Scenario paths with --simulate, or a simulation's option without it: a usage error (exit 2)."""
     if simulate and paths:
         raise click.UsageError("--simulate takes no scenario paths")
-    if not simulate:
-        ctx = click.get_current_context()
-        for name in _SIMULATE_ONLY:
-            if ctx.get_parameter_source(name) is not ParameterSource.DEFAULT:
-                raise click.UsageError(f"--{name} applies only with --simulate")
+    for name in () if simulate else ("steps", "candidates", "runs"):
+        if click.get_current_context().get_parameter_source(name) is not ParameterSource.DEFAULT:
+            raise click.UsageError(f"--{name} applies only with --simulate")
 
 
 @click.command()

@@ -1,19 +1,8 @@
 """Drills: drive commands against a fresh ledger, inject real faults, and judge the outcomes.
 
-Drills are not replay. The rest of `replay` rebuilds state from a log that already
-exists; a drill *writes* one: it builds a scenario's artifacts, runs its steps as
-`Ledger` commands, damages real files on purpose and checks what the ledger promised
-(`lifecycle drill`, `scenarios/README.md`). It uses replay only to verify.
-
-    schema.py, steps.py  the scenario format: attrs classes for the sections and the steps
-    convert.py    the strict cattrs converter; its errors become one-line `ScenarioError`s
-    loader.py     reading scenario files and checking references between their sections
-    workspace.py  the temporary folder: artifacts and manifests
-    faults.py     garbled checkpoints, edited events, tampered or deleted artifacts
-    writers.py    commands in the drill's ledger, in killed child processes, in concurrent writers
-    runner.py     running the steps against the ledger
-    report.py     results, drill-report.json and drill-report.md
-    model.py, schedule.py, simulate.py, shrink.py  `drill --simulate`
+Unlike the rest of `replay`, a drill *writes* a log: it runs a scenario's steps as `Ledger`
+commands, damages real files on purpose and checks what the ledger promised (`lifecycle drill`,
+`scenarios/README.md`; the modules are listed in ARCHITECTURE.md).
 """
 
 from __future__ import annotations

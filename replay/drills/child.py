@@ -1,12 +1,8 @@
 """A writer process for drills: `python -m lifecycle_fsm.replay.drills.child DB PLAN_JSON`.
 
-`crash` and `crash_during_append` run commands here with `LIFECYCLE_FAULT` set, so the
-store SIGKILLs this process at the planned commit point; `concurrently` starts several at
-once. The plan is `{"actor", "calls": [[method, args, kwargs], …], "go": path or null}`,
-plus `clock` and `id_prefix` from the simulator (a fixed time and event ids, so its
-ledger head is reproducible). The child opens its own `Ledger`, says `ready`, waits for
-the `go` file (so writers start together), then runs each call, printing `begin I` before
-it and `writers.Outcome.line()` after it.
+The plan is `{"actor", "calls": [[method, args, kwargs], …], "go": path or null}`, plus the
+simulator's fixed `clock` and `id_prefix`. The child says `ready`, waits for the `go` file (so
+writers start together), then prints `begin I` before each call and `Outcome.line()` after it.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """The strict cattrs converter behind the scenario format, and its errors as one-line `ScenarioError`s.
 
-cattrs converts loosely by default (`seq: 7.9` becomes 7, `true` passes for an int, `5`
-for a string). Here every type the format uses has a hook that refuses anything else; a
-`Literal` takes only its values; an attrs class takes a mapping with string keys and
-refuses keys it does not declare. An optional key may be left out but not set to null,
-unless its field is marked `NULLABLE`.
-
-cattrs reports every problem of an object at once (`ClassValidationError`); `structure`
-turns the first into the line a person reads: the file, the place (`step 3 (expect)`),
-the key, what is wrong. Unknown keys come first (a typo usually explains the rest), then
-wrong values in the file's order, then missing keys, then the checks a class makes of
-its values.
+cattrs converts loosely by default (`seq: 7.9` becomes 7): here each type refuses anything
+else, an attrs class refuses undeclared keys, and null is taken only by a `NULLABLE` field.
+`structure` reports the first problem: unknown keys (a typo usually explains the rest), then
+wrong values in the file's order, then missing keys, then the class's own checks.
 """
 
 from __future__ import annotations
@@ -19,7 +12,7 @@ import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, get_args, get_origin
 
 import attrs
 import cattrs
@@ -37,11 +30,7 @@ NULLABLE = types.MappingProxyType({"nullable": True})  # field metadata: the key
 
 
 class Problem(Exception):
-    """What is wrong with one value, raised by a hook or a validator and placed by `structure`.
-
-    Without `key` the problem is the value itself, reported at the key it was given under;
-    with `key` it is about a key inside the value (an unknown key, a field a validator refused).
-    """
+    """What is wrong with one value (`key`: a key inside it), placed in the file by `structure`."""
 
     def __init__(self, message: str, *, key: str | None = None) -> None:
         super().__init__(message)
@@ -77,7 +66,8 @@ def unknown(word: str, what: str, choices: Iterable[str], listed: Iterable[str] 
 
 
 def _origin(t: Any) -> Any:
-    return typing.get_origin(t)
+    """`typing.get_origin`, typed `Any` (mypy would pick its ParamSpec overload in the hooks' lambdas)."""
+    return get_origin(t)
 
 
 _NAMES: dict[Any, str] = {str: "a string", int: "an integer", bool: "true or false", type(None): "null"}
@@ -88,13 +78,12 @@ def _expected(t: Any) -> str:
         return _NAMES[t]
     origin = _origin(t)
     if origin is Literal:
-        return "one of " + ", ".join(map(str, typing.get_args(t)))
+        return "one of " + ", ".join(map(str, get_args(t)))
     return "a list" if origin in (list, tuple) else "a mapping"
 
 
 class WrongType(Problem):
-    """A value of the wrong type: shown under a key (`not 'three'`), named by its type when it is a
-    whole section or step, or long (`not list`): it may be a whole file."""
+    """A value of the wrong type: shown under a key (`not 'three'`), else (or when long) by its type."""
 
     def __init__(self, value: Any, t: Any, *, nullable: bool = False) -> None:
         self.expected = _expected(t) + (" or null" if nullable else "")
@@ -118,11 +107,11 @@ def _scalar(value: Any, t: Any) -> Any:
 
 
 def _is_optional(t: Any) -> bool:
-    return _origin(t) in (typing.Union, types.UnionType) and type(None) in typing.get_args(t)
+    return _origin(t) in (typing.Union, types.UnionType) and type(None) in get_args(t)
 
 
 def _inner(t: Any) -> Any:
-    (inner,) = [a for a in typing.get_args(t) if a is not type(None)]
+    (inner,) = [a for a in get_args(t) if a is not type(None)]
     return inner
 
 
@@ -140,7 +129,7 @@ def _nullable(value: Any, t: Any) -> Any:
 
 
 def _literal(value: Any, t: Any) -> Any:
-    if not isinstance(value, str) or value not in typing.get_args(t):
+    if not isinstance(value, str) or value not in get_args(t):
         raise WrongType(value, t)
     return value
 
@@ -148,7 +137,7 @@ def _literal(value: Any, t: Any) -> Any:
 def _sequence(value: Any, t: Any) -> Any:
     if not isinstance(value, list):
         raise WrongType(value, t)
-    item = typing.get_args(t)[0]
+    item = get_args(t)[0]
     items = []
     for v in value:
         try:
@@ -173,8 +162,8 @@ def _keys(value: Any, t: Any, allowed: tuple[str, ...] | None) -> JSON:
 
 
 def _mapping(value: Any, t: Any) -> JSON:
-    key_type, value_type = typing.get_args(t)
-    allowed = typing.get_args(key_type) if _origin(key_type) is Literal else None
+    key_type, value_type = get_args(t)
+    allowed = get_args(key_type) if _origin(key_type) is Literal else None
     return {k: converter.structure(v, value_type) for k, v in _keys(value, t, allowed).items()}
 
 

@@ -1,9 +1,7 @@
-"""Faults for drills: real damage to the real ledger and artifact files.
+"""Faults for drills: real damage to the real ledger and artifact files, as the failure would do it.
 
-Each happens the way the failure would: a checkpoint row garbled and an event row edited
-behind the store's back (plain `sqlite3`, or plain psycopg on a PostgreSQL ledger, never
-our store), an artifact byte flipped or its folder removed on disk. Writers killed inside
-a commit are in `writers.py`. Each fault returns what it did (deterministic, for the
+Rows are edited behind the store's back (plain `sqlite3` or psycopg); artifact bytes are flipped
+or removed on disk; killed writers are in `writers.py`. Each fault returns what it did (for the
 report) and every broken promise of the ledger as `(key, expected, actual)`.
 """
 
@@ -25,7 +23,7 @@ import orjson
 import lifecycle_fsm
 from lifecycle_fsm.errors import CorruptionError
 from lifecycle_fsm.json_types import JSON
-from lifecycle_fsm.replay.checkpoints import load_state
+from lifecycle_fsm.replay.checkpoints import LoadResult, load_state
 from lifecycle_fsm.replay.fold import snapshot_json
 from lifecycle_fsm.replay.verify import verify
 from lifecycle_fsm.store.base import EventStore, event_at, verify_chain
@@ -40,6 +38,7 @@ __all__ = [
     "corrupt_checkpoint",
     "delete_artifact",
     "integrity",
+    "load_both_ways",
     "tamper_artifact",
     "tamper_event",
 ]
@@ -71,10 +70,7 @@ class _Refused(Exception):
 
 @contextmanager
 def _behind_the_store(db: Path | str) -> Iterator[Callable[..., None]]:
-    """Run raw statements on the ledger with the driver alone, in one committed transaction.
-
-    SQL is written with `?` placeholders; a trigger refusing a statement raises `_Refused`.
-    """
+    """Run raw statements (`?` placeholders) with the driver alone, in one committed transaction."""
     if is_postgres_url(db):
         import psycopg
 
@@ -100,6 +96,15 @@ def _behind_the_store(db: Path | str) -> Iterator[Callable[..., None]]:
         yield run_sqlite
 
 
+def load_both_ways(store: EventStore, to: int | None = None) -> tuple[LoadResult, list[JSON], bool]:
+    """Load from the latest usable checkpoint: the result, the checkpoints it skipped, and whether it
+    equals a full replay of the log."""
+    loaded = load_state(store, to=to)
+    full = load_state(store, to=to, use_checkpoints=False)
+    skipped = [{"checkpoint_id": cid, "reason": why} for cid, why in loaded.skipped]
+    return loaded, skipped, snapshot_json(loaded.state) == snapshot_json(full.state)
+
+
 def integrity(store: EventStore) -> list[Problem]:
     """The chain re-hashes and a full replay folds every event."""
     problems: list[Problem] = []
@@ -123,19 +128,17 @@ def corrupt_checkpoint(store: EventStore, db: Path | str) -> FaultOutcome:
             "UPDATE checkpoints SET snapshot = ? WHERE checkpoint_id = ?",
             (latest.snapshot[: len(latest.snapshot) // 2], latest.checkpoint_id),
         )
-    loaded = load_state(store)
-    full = load_state(store, use_checkpoints=False)
-    skipped = {cid: why for cid, why in loaded.skipped}
+    loaded, skipped, same = load_both_ways(store)
     detail = {
         "checkpoint_id": latest.checkpoint_id,
         "position": latest.position,
-        "skipped": [{"checkpoint_id": cid, "reason": why} for cid, why in loaded.skipped],
+        "skipped": skipped,
         "loaded_from": None if loaded.checkpoint is None else loaded.checkpoint.position,
     }
     problems: list[Problem] = []
-    if latest.checkpoint_id not in skipped:
-        problems.append(("skipped", f"checkpoint {latest.checkpoint_id} skipped", sorted(skipped)))
-    if snapshot_json(loaded.state) != snapshot_json(full.state):
+    if latest.checkpoint_id not in (ids := sorted(cid for cid, _ in loaded.skipped)):
+        problems.append(("skipped", f"checkpoint {latest.checkpoint_id} skipped", ids))
+    if not same:
         problems.append(("replay", "equal to a full replay", "differs"))
     return FaultOutcome(detail, tuple(problems))
 
@@ -172,10 +175,8 @@ def tamper_event(store: EventStore, db: Path | str, *, seq: int | None, rng: ran
 def tamper_artifact(file: Path, *, rng: random.Random, shown: str, had: set[str]) -> FaultOutcome:
     """Flip one byte (chosen by the seed) of an artifact's file, into bytes the file never had.
 
-    `had` holds the sha256 of every state the file has had (its original included) and gains the new
-    one. Flipping the byte a restored file was first tampered at would write the tampered bytes back
-    (a 1-byte file always; a 256-byte one 1 time in 256): a state recorded then would rightly be
-    reused, and "tampered" would be a lie. The next offset, then other bit patterns, are tried instead.
+    `had` holds the sha256 of every state the file has had: re-flipping a restored file's byte would
+    write earlier tampered bytes back, which a recorded state would rightly match.
     """
     data = bytearray(file.read_bytes())
     had.add(hashlib.sha256(data).hexdigest())

@@ -1,12 +1,8 @@
 """Reading drill scenarios: YAML in, a validated `Scenario` out, or one `ScenarioError` line.
 
-A scenario is validated completely before anything runs: an unknown step or key, a value
-of the wrong type, a missing key or a reference to an undeclared artifact names the file,
-the step number and the key, so a typo in an expectation never makes a drill pass
-vacuously. Types and keys are declared in `schema.py` and `steps.py` and enforced by
-`convert.py`; this module walks the file's sections in order and checks what a type cannot
-say. Domain values within a type (an unknown stage, a negative window) are the ledger's to
-refuse: a drill may want to prove exactly that (`refused:`).
+Every scenario is validated before anything runs, so a typo never makes a drill pass vacuously.
+Types are enforced by `convert.py`; this module checks what a type cannot say (references
+between sections). Domain values (an unknown stage) are the ledger's to refuse (`refused:`).
 """
 
 from __future__ import annotations
@@ -40,6 +36,7 @@ from lifecycle_fsm.replay.drills.schema import (
 from lifecycle_fsm.replay.drills.steps import (
     ACTIONS,
     CANDIDATE_EXPECTATIONS,
+    COMMAND_ACTIONS,
     NAMES,
     Expect,
     ExplainExpectation,
@@ -105,7 +102,7 @@ def _read(path: Path) -> Any:
         raise ScenarioError(f"{path}: not valid YAML ({' '.join(str(e).split())})") from None
 
 
-def _artifacts(where: Where, raw: Any) -> dict[str, ArtifactSpec]:
+def parse_artifacts(where: Where, raw: Any) -> dict[str, ArtifactSpec]:
     """Each artifact in file order: a candidate's `source` must be a baseline declared before it."""
     artifacts: dict[str, ArtifactSpec] = {}
     total = 0
@@ -172,7 +169,8 @@ def _action(here: Where, body: JSON) -> tuple[str, JSON]:
     return word, {cls.shorthand: value}
 
 
-def _step(where: Where, number: int, raw: Any, artifacts: Mapping[str, ArtifactSpec], prefix: str = "") -> Step:
+def parse_step(where: Where, number: int, raw: Any, artifacts: Mapping[str, ArtifactSpec], prefix: str = "") -> Step:
+    """One step, validated (the simulator parses its operations with it too)."""
     prefix = prefix or f"step {number}"
     body = structure(where.at(prefix), raw, JSON)
     word, args = _action(where.at(prefix), body)
@@ -199,15 +197,11 @@ def _inner(where: Where, number: int, here: Where, args: Mapping[str, Any], arti
         nested = {f"writers[{i}]": w for i, w in enumerate(writers)}
     inner = []
     for key, raw in nested.items():
-        step = _step(where, number, raw, artifacts, prefix=f"step {number}: {key}")
+        step = parse_step(where, number, raw, artifacts, prefix=f"step {number}: {key}")
         if not ACTIONS[step.action].command:
-            raise where.at(f"step {number}").error(key, f"must be a ledger command ({', '.join(_commands())})")
+            raise where.at(f"step {number}").error(key, f"must be a ledger command ({', '.join(COMMAND_ACTIONS)})")
         inner.append(step)
     return tuple(inner)
-
-
-def _commands() -> list[str]:
-    return [name for name, cls in ACTIONS.items() if cls.command]
 
 
 def _refusal(here: Where, action: str, raw: Any, inner: tuple[Step, ...]) -> Refusal | None:
@@ -215,7 +209,7 @@ def _refusal(here: Where, action: str, raw: Any, inner: tuple[Step, ...]) -> Ref
     if raw is None:
         return None
     if not ACTIONS[action].command and action != "concurrently":
-        raise here.error("refused", f"only ledger commands can be refused ({', '.join(_commands())}, concurrently)")
+        raise here.error("refused", f"only ledger commands can be refused ({', '.join(COMMAND_ACTIONS)}, concurrently)")
     if isinstance(raw, str) and (problem := unknown_error(raw)) is not None:
         raise here.error("refused", problem)
     if not isinstance(raw, str | dict):
@@ -227,12 +221,8 @@ def _refusal(here: Where, action: str, raw: Any, inner: tuple[Step, ...]) -> Ref
     if action == "concurrently":
         if any(step.refused for step in inner):
             raise here.error("refused", "give it on the step or on its writers, not both")
-        return refusal if refusal.count is not None else Refusal(**{**_fields(refusal), "count": 1})
+        return refusal if refusal.count is not None else attrs.evolve(refusal, count=1)
     return refusal
-
-
-def _fields(refusal: Refusal) -> JSON:
-    return {k: getattr(refusal, k) for k in from_file(Refusal)}
 
 
 def _check_references(here: Where, spec: Any, args: Mapping[str, Any], artifacts: Mapping[str, ArtifactSpec]) -> None:
@@ -275,10 +265,10 @@ def load_scenario(path: str | Path) -> Scenario:
     where = Where(p)
     top = structure(where, _read(p), ScenarioFile)
     config = structure(where.at("config"), top.config or {}, DrillConfig)
-    artifacts = _artifacts(where, top.artifacts)
+    artifacts = parse_artifacts(where, top.artifacts)
     if not isinstance(top.steps, list) or not top.steps:
         raise where.error("steps", "must be a non-empty list of steps")
-    steps = tuple(_step(where, i, s, artifacts) for i, s in enumerate(top.steps, start=1))
+    steps = tuple(parse_step(where, i, s, artifacts) for i, s in enumerate(top.steps, start=1))
     return Scenario(p, top.name, top.description, top.seed, config, artifacts, steps)
 
 
@@ -307,13 +297,3 @@ def load_scenarios(paths: Sequence[str | Path]) -> list[Scenario]:
             raise ScenarioError(f"{s.path}: key 'name': {s.name!r} is also the name of {seen[s.name]}")
         seen[s.name] = s.path
     return scenarios
-
-
-def parse_artifacts(path: Path, raw: Any) -> dict[str, ArtifactSpec]:
-    """An `artifacts:` section on its own (the simulator builds scenarios in memory)."""
-    return _artifacts(Where(path), raw)
-
-
-def parse_step(path: Path, number: int, raw: Any, artifacts: Mapping[str, ArtifactSpec]) -> Step:
-    """One step on its own, validated exactly as in a file."""
-    return _step(Where(path), number, raw, artifacts)

@@ -1,12 +1,8 @@
 """The simulator's reference model: what the ledger must do, written from the documented rules.
 
-Independent of the implementation on purpose: it never imports the machine's table, the
-fold or the decisions module; it may call the pure rules (`lifecycle_fsm.rules`). It also
-knows the disk: which artifact bytes are intact, tampered or deleted (the simulator only
-tampers intact files, so "changed" is certain).
-
-`predict(op, args)` says what one command must do — refused (with which error classes) or
-accepted, the events it appends, the candidate states after — and its `apply` commits it.
+Independent of the implementation on purpose: it never imports the machine's table, the fold or
+the decisions, only the pure rules (`lifecycle_fsm.rules`). It also knows which artifacts are
+intact, tampered or deleted. `predict(op, args)` says what one command must do; `apply` commits it.
 """
 
 from __future__ import annotations
@@ -19,6 +15,8 @@ import attrs
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.rules import (
     BLOCKING_ACTIONS,
+    CANDIDATE_KINDS,
+    FRESHNESS_CHECKS,
     ONLINE_KINDS,
     RECOVERY_STATES_BY_STAGE,
     check_candidate_freshness,
@@ -27,7 +25,7 @@ from lifecycle_fsm.rules import (
 )
 from lifecycle_fsm.rules import TRUSTED_STATE_KINDS as KINDS
 
-__all__ = ["CandidateModel", "LedgerModel", "Prediction"]
+__all__ = ["ALIVE", "DECIDED", "CandidateModel", "LedgerModel", "Prediction"]
 
 DECIDED = ("verified", "ready", "tune")  # what a settings change invalidates
 ALIVE = ("received", "verified", "recovering", "ready", "tune")
@@ -84,6 +82,9 @@ class LedgerModel:
     candidates: dict[str, CandidateModel] = attrs.Factory(dict)
     content: dict[str, int | None] = attrs.Factory(dict)  # artifact -> 0 intact, n tampered, None deleted
     tampers: int = 0
+    checkpoints: int = 0
+    corrupted: bool = False  # a checkpoint was garbled: verify must name it
+    tampered_seq: int | None = None  # an event was edited: verify must name its seq
 
     # -- the disk ------------------------------------------------------------------------------------------
 
@@ -121,12 +122,9 @@ class LedgerModel:
         }
         active = self.baselines[self.active_baseline] if self.active_baseline else ""
         result = check_candidate_freshness(candidate, active, self.max_window_age)
-        if (
-            self.evaluation is not None and f["evaluation"] != self.evaluation
-        ):  # an activated evaluation version is part of identity
+        if self.evaluation is not None and f["evaluation"] != self.evaluation:  # an activated one is identity
             failed = set(result["failed_checks"]) | {"evaluation_identity"}
-            order = ("candidate_kind", "source_policy", "candidate_identity", "evaluation_identity", "branch_evidence")
-            result = {"fresh": False, "failed_checks": [n for n in order if n in failed]}
+            result = {"fresh": False, "failed_checks": [n for n in FRESHNESS_CHECKS if n in failed]}
         return result
 
     def _hard(self, c: CandidateModel) -> tuple[JSON, bool, bool]:
@@ -207,7 +205,7 @@ class LedgerModel:
 
     def _register(self, args: JSON) -> Prediction:
         cid, kind, source = args["candidate"], args["kind"], self.active_baseline
-        if kind not in ("dpo", "grpo", "rlvr") or source is None:  # its source: the active baseline
+        if kind not in CANDIDATE_KINDS or source is None:  # its source: the active baseline
             return Prediction(errors=("InputError",))
         if cid not in self.candidates:
 

@@ -1,8 +1,6 @@
 """Drill results and the report: `drill --json`, drill-report.json and drill-report.md.
 
-Reports are deterministic: the same files and seed give the same report, apart from
-the `timings` field (wall-clock durations live only there, and in the Markdown's last
-section).
+The same files and seed give the same report, apart from `timings` (the Markdown's last section).
 """
 
 from __future__ import annotations
@@ -154,15 +152,10 @@ def report_markdown(report: JSON) -> str:
 
 
 def refuse_report_files(folder: Path, names: Iterable[str], *, replace: bool) -> list[Path]:
-    """The report files already in `folder` that `replace` may move aside; refused (InputError, exit 3)
-    when there is one and not `replace`, or its `.previous` is already there. `folder` is created if
-    missing. Writes nothing else: a drill calls it before it runs anything, so a report that would be
-    refused costs no run and leaves no kept ledger behind."""
+    """The report files in `folder` (created if missing) that `replace` may move aside; refused (exit 3)
+    without `replace` or when a `.previous` is there. Called before a drill runs anything."""
     make_folder(folder, "report folder")
-    try:
-        existing = [folder / name for name in names if os.path.lexists(folder / name)]  # a dangling link too
-    except OSError as e:
-        raise InputError(f"cannot read the report folder {folder}: {e.strerror}") from None
+    existing = [folder / name for name in names if os.path.lexists(folder / name)]  # a dangling link too
     if existing and not replace:
         raise InputError(f"{existing[0]} exists: use --replace to keep it as {existing[0].name}.previous")
     for path in existing:
@@ -173,12 +166,8 @@ def refuse_report_files(folder: Path, names: Iterable[str], *, replace: bool) ->
 
 
 def write_report_files(folder: Path, files: Mapping[str, str], *, replace: bool) -> list[Path]:
-    """Write report files into `folder` (created if missing), never silently over an old report.
-
-    An existing file is refused (InputError, exit 3) unless `replace`, which keeps it as
-    `<file>.previous` — one generation, refused if a `.previous` is already there. Every
-    file is written whole before any is put in place; a full disk leaves the old report.
-    """
+    """Write report files into `folder`, each whole before any is put in place (`replace` keeps the
+    old one as `<file>.previous`)."""
     refuse_report_files(folder, files, replace=replace)
     written = [(folder / name, text.encode("utf-8")) for name, text in files.items()]
     publish(written, replace=replace)

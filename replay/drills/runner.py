@@ -1,12 +1,6 @@
-"""Run a scenario's steps against a fresh ledger and judge the outcome.
-
-Each scenario gets its own temporary folder (`workspace.Workspace`): the artifacts it
-declares and a new ledger initialised from its `config` (an SQLite file in the folder,
-or, given `ledger_url`, an empty PostgreSQL schema). Steps call the real `Ledger`,
-faults damage the real files or rows, expectations read the ledger back. A failed step
-does not stop the run: every failure is reported with its step, what was expected and
-what was found. A fault that cannot be injected here makes the scenario `inconclusive`.
-Paths inside the temporary folder are shown as `<workspace>/…`.
+"""Run a scenario's steps against a fresh ledger (in a temporary folder, or an empty PostgreSQL
+schema) and judge the outcome. A failed step does not stop the run: every failure is reported.
+A fault that cannot be injected here makes the scenario `inconclusive`.
 """
 
 from __future__ import annotations
@@ -23,14 +17,13 @@ import attrs
 from lifecycle_fsm.errors import LifecycleError
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.ledger import CandidateResult, Ledger, utc_now
-from lifecycle_fsm.replay.checkpoints import load_state, take_checkpoint
+from lifecycle_fsm.replay.checkpoints import take_checkpoint
 from lifecycle_fsm.replay.drills import faults, steps, writers
 from lifecycle_fsm.replay.drills.faults import FaultOutcome
 from lifecycle_fsm.replay.drills.report import DrillResult, Failure, StepResult
 from lifecycle_fsm.replay.drills.schema import Scenario, Step
 from lifecycle_fsm.replay.drills.workspace import Workspace
 from lifecycle_fsm.replay.explain import explain
-from lifecycle_fsm.replay.fold import snapshot_json
 from lifecycle_fsm.replay.verify import verify
 from lifecycle_fsm.store.base import verify_chain
 from lifecycle_fsm.store.open import describe_target, is_postgres_url
@@ -168,15 +161,14 @@ def _replay(run: Run, step: Step) -> JSON:
     if to is not None and not 1 <= to <= head:  # `lifecycle replay --to` refuses it: never "replayed to the head"
         why = f"--to {to}: a seq starts at 1" if to < 1 else f"--to {to} is past the head of the log (seq {head})"
         raise StepFailed([("to", f"a seq from 1 to the head ({head})", why)])
-    loaded = load_state(run.ledger.store, to=to)
-    full = load_state(run.ledger.store, to=to, use_checkpoints=False)
+    loaded, skipped, same = faults.load_both_ways(run.ledger.store, to)
     detail = {
         "from_checkpoint": None if loaded.checkpoint is None else loaded.checkpoint.position,
         "position": loaded.state.position,
-        "skipped": [{"checkpoint_id": cid, "reason": why} for cid, why in loaded.skipped],
+        "skipped": skipped,
         "states": {cid: c.state for cid, c in sorted(loaded.state.candidates.items())},
     }
-    if snapshot_json(loaded.state) != snapshot_json(full.state):
+    if not same:
         raise StepFailed([("replay", "equal to a full replay", "differs")], detail)
     return detail
 

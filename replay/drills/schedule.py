@@ -21,23 +21,20 @@ from typing import Any
 import attrs
 
 from lifecycle_fsm.json_types import JSON
-from lifecycle_fsm.replay.drills.model import LedgerModel
+from lifecycle_fsm.replay.drills.model import ALIVE, DECIDED, LedgerModel
 from lifecycle_fsm.replay.drills.steps import ACTIONS
+from lifecycle_fsm.rules import CANDIDATE_KINDS, ONLINE_KINDS, STAGES
+from lifecycle_fsm.rules import TRUSTED_STATE_KINDS as KINDS
 
 __all__ = ["Op", "Schedule", "advance", "describe", "generate", "split"]
 
 Op = JSON  # one scenario step: {action: args}
 BASELINES = ("b0", "b1", "b2")
 FOLDERS = ("t0", "t1", "t2", "t3")
-STAGES = ("sampling", "reward", "update", "artifact_validation")
-KINDS = ("prompt_queue", "trajectories", "pre_update_checkpoint", "verified_baseline")
 SETTINGS = ("activate_baseline", "advance_window", "activate_evaluation")
 DAMAGE = ("tamper_artifact", "delete_artifact", "restore_artifact")
-ONLINE = ("grpo", "rlvr")
 GOAL_STEPS = 0.5  # the share of steps that head for the least-met goal; the rest are drawn at random
 GIVE_UP = 30  # goal steps spent on one goal before another is tried
-ALIVE = ("received", "verified", "recovering", "ready", "tune")
-DECIDED = ("verified", "ready", "tune")
 # What the generator makes sure happens to a candidate in each state: every command that means
 # something there, every kind of settings change, a check after its artifact or the rollback
 # baseline was damaged, a failure with nothing left to resume from.
@@ -111,13 +108,19 @@ def advance(model: LedgerModel, op: Op) -> None:
         getattr(model, action.removesuffix("_artifact"))(args["artifact"])
     elif action == "edit_manifest":
         model.edit(args["artifact"], args["set"])
+    elif action == "checkpoint":
+        model.checkpoints += 1
+    elif action == "corrupt_checkpoint":
+        model.corrupted = True
+    elif action == "tamper_event":
+        model.tampered_seq = args["seq"]
     elif ACTIONS[action].command and not (prediction := model.predict(action, args)).refused:
         prediction.apply()
 
 
 def _candidate(rng: random.Random) -> tuple[JSON, JSON]:
     """A candidate's scenario artifact and the model's reading of its manifest."""
-    kind = rng.choice(("dpo", "grpo", "rlvr"))
+    kind = rng.choice(CANDIDATE_KINDS)
     source = rng.choices(("b0", "b1"), (6, 1))[0]
     decision = rng.choices(("accept", "tune", "reject", "maybe"), (14, 4, 1, 1))[0]
     index = rng.choice((0, 1, 1, 1, 1, 1, 2, None)) if kind != "dpo" else None
@@ -145,8 +148,6 @@ class _Generator:
     names: list[str]  # the candidate artifacts
     seen: Counter[Hashable] = attrs.Factory(Counter)
     spawned: Any = attrs.Factory(lambda: itertools.count(1))  # ids for candidates received from an artifact again
-    checkpoints: int = 0
-    corrupted: bool = False
     target: tuple[str, str] | None = None  # the goal being headed for
     target_seen: int = 0
     tries: int = 0
@@ -181,7 +182,7 @@ class _Generator:
         return self.rng.choice(fits if fits and self.rng.random() > 0.1 else self.names)
 
     def register(self) -> Op:
-        kind = self.rng.choice(("dpo", "grpo", "rlvr")) if self.rng.random() > 0.03 else "bogus"
+        kind = self.rng.choice(CANDIDATE_KINDS) if self.rng.random() > 0.03 else "bogus"
         return {"register": {"candidate": f"r{next(self.spawned)}", "kind": kind}}
 
     def for_candidate(self) -> Op:
@@ -230,7 +231,7 @@ class _Generator:
         """Damage (or restore) an artifact: half the time the active baseline or a decided candidate's."""
         model = self.model
         pool = [a for a in self.artifacts if model.intact(a) is (action != "restore_artifact")]
-        decided = {c.artifact for c in model.candidates.values() if c.state in ("verified", "ready", "tune")}
+        decided = {c.artifact for c in model.candidates.values() if c.state in DECIDED}
         telling = [a for a in pool if a == model.active_baseline or a in decided]
         return {action: self.rng.choice(telling if telling and self.rng.random() < 0.5 else pool)} if pool else None
 
@@ -242,7 +243,7 @@ class _Generator:
             name = rng.choice(tuned) if tuned and rng.random() < 0.7 else rng.choice(self.names)
         changes: JSON = {"decision": decision or rng.choice(("accept", "tune", "reject"))}
         changes["evaluation_version"] = model.evaluation or "eval-v1"
-        if model.specs[name]["kind"] in ONLINE:
+        if model.specs[name]["kind"] in ONLINE_KINDS:
             changes["evidence_window_index"] = model.active_window
         return {"edit_manifest": {"artifact": name, "set": changes}}
 
@@ -261,7 +262,10 @@ class _Generator:
                 (5, lambda: self.damage("restore_artifact")),
                 (4, self.edit),
                 (2, lambda: {"checkpoint": None}),
-                (0.5 if self.checkpoints and not self.corrupted else 0, lambda: {"corrupt_checkpoint": None}),
+                (
+                    0.5 if self.model.checkpoints and not self.model.corrupted else 0,
+                    lambda: {"corrupt_checkpoint": None},
+                ),
                 (1.5, self.crash),
             ]
         )
@@ -360,8 +364,6 @@ class _Generator:
         op = self.goal() if self.rng.random() < GOAL_STEPS else self.propose()
         if op is not None:
             self.met(op)
-            self.checkpoints += "checkpoint" in op
-            self.corrupted = self.corrupted or "corrupt_checkpoint" in op
         return op
 
 

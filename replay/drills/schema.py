@@ -1,9 +1,7 @@
 """The drill scenario format: the file's sections, `refused:`, and what loading returns.
 
-Each class lists the keys a file may give, their types and defaults; `convert.py`
-structures YAML into them strictly and `loader.py` checks what a type cannot say
-(references to declared artifacts, which candidate an expectation is about). The
-steps are declared in `steps.py`; `scenarios/README.md` documents the format for people.
+Each class lists the keys a file may give (`convert.py` structures YAML into them strictly);
+the steps are in `steps.py`, and `scenarios/README.md` documents the format for people.
 """
 
 from __future__ import annotations
@@ -11,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
@@ -24,9 +22,7 @@ if TYPE_CHECKING:
     from lifecycle_fsm.replay.drills.steps import Action
 
 __all__ = [
-    "ARTIFACT_TYPES",
     "ERROR_CLASSES",
-    "MANIFEST_FIELDS",
     "NAME",
     "STEP_EXTRAS",
     "ArtifactSpec",
@@ -56,8 +52,6 @@ ManifestField = Literal[
     "trajectory_identity",
     "verifier_version",
 ]
-ARTIFACT_TYPES: tuple[str, ...] = get_args(ArtifactType)
-MANIFEST_FIELDS: tuple[str, ...] = get_args(ManifestField)
 NAME = re.compile(r"[A-Za-z0-9._-]+\Z")
 ERROR_CLASSES: dict[str, type[Exception]] = {
     name: cls
@@ -88,8 +82,7 @@ def _scenario_name(_instance: Any, _attribute: attrs.Attribute[str], value: str)
         raise Problem("a scenario name is letters, digits, '.', '_' or '-' (it names the kept ledger)", key="name")
 
 
-# -- the file's sections: `config`, `artifacts` and each step are structured on their own, so a
-# problem inside one is reported at its place (`config`, `artifacts.sft`, `step 3`).
+# `config`, `artifacts` and each step are structured on their own: a problem is reported at its place.
 
 
 @attrs.frozen(kw_only=True)
@@ -138,8 +131,8 @@ def _error_class(_instance: Any, _attribute: attrs.Attribute[str], value: str) -
 
 @attrs.frozen(kw_only=True)
 class Refusal:
-    """`refused:` — the error class (or a subclass, unless `exact`), optionally its message, and on a
-    `concurrently` step how many of the writers' commands are refused (the others must succeed)."""
+    """`refused:` — the error class (or a subclass, unless `exact`), its message, and on a `concurrently`
+    step how many of the writers' commands are refused (the others must succeed)."""
 
     error: str = attrs.field(validator=_error_class)
     exact: bool = False

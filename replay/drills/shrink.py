@@ -19,7 +19,7 @@ import yaml
 
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.replay.drills.schedule import Op, Schedule, describe, split
-from lifecycle_fsm.replay.drills.simulate import SimResult, simulate
+from lifecycle_fsm.replay.drills.simulate import SimResult, kept_name, simulate
 
 __all__ = ["Shrunk", "scenario_yaml", "shrink", "to_scenario", "write_scenario"]
 
@@ -115,7 +115,7 @@ def to_scenario(shrunk: Shrunk) -> JSON:
         ]
     problems = "; ".join(f"{k}: expected {e}, actual {a}" for k, e, a in result.failure.problems)
     return {
-        "name": f"simulated-seed-{schedule.seed}",
+        "name": kept_name(schedule.seed),
         "description": f"Shrunk by `lifecycle drill --simulate --seed {schedule.seed}` from step "
         f"{result.failure.step} ({describe(result.failure.op)}): {problems}",
         "seed": schedule.seed,
@@ -129,6 +129,6 @@ def scenario_yaml(scenario: JSON) -> str:
 
 
 def write_scenario(shrunk: Shrunk, folder: Path) -> Path:
-    path = folder / f"simulated-seed-{shrunk.schedule.seed}.yaml"
+    path = folder / f"{kept_name(shrunk.schedule.seed)}.yaml"
     path.write_text(scenario_yaml(to_scenario(shrunk)))
     return path

@@ -1,18 +1,10 @@
 """Run a schedule against a real SQLite ledger and check the invariants after every step.
 
-The ledger lives in a fresh folder, built from the schedule's artifacts by the drill
-workspace; faults and crashes run through the drill runner, commands straight through
-the `Ledger` API so the reference model (`model.py`) can judge every outcome: a refusal
-has one of the expected error classes and appends nothing; an accepted command appends
-the expected number of events; every candidate's state, version, trusted states and last
-plan match; the event count matches. Every `check_every` steps, after checkpoint faults
-and at the end: loading (latest checkpoint + tail) equals a full replay, and `verify` is
-ok — or, after a garbled checkpoint, broken at that checkpoint; after an edited event,
-broken naming its seq.
-
-Clock, actor and event ids are fixed, and the folder is the same for a seed
-(`<tmp>/lifecycle-simulate/seed-N`: payloads record absolute paths; a lock keeps two runs
-of one seed apart), so one seed gives a byte-identical head.
+Faults run through the drill runner, commands through the `Ledger` API so the reference model
+(`model.py`) judges each outcome, then every candidate. Every `check_every` steps, after
+checkpoints and at the end: checkpoint + tail equals a full replay, and `verify` is as the faults
+say. Clock, actor, event ids and the folder are fixed per seed (payloads record absolute paths),
+so one seed gives a byte-identical head.
 """
 
 from __future__ import annotations
@@ -33,8 +25,9 @@ import attrs
 from lifecycle_fsm.errors import LifecycleError
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.ledger import Ledger
-from lifecycle_fsm.replay.checkpoints import load_state
 from lifecycle_fsm.replay.drills import writers
+from lifecycle_fsm.replay.drills.convert import Where
+from lifecycle_fsm.replay.drills.faults import load_both_ways
 from lifecycle_fsm.replay.drills.loader import parse_artifacts, parse_step
 from lifecycle_fsm.replay.drills.model import LedgerModel, Prediction
 from lifecycle_fsm.replay.drills.runner import Run, StepFailed, run_step
@@ -43,7 +36,6 @@ from lifecycle_fsm.replay.drills.schema import DrillConfig, Scenario, Step
 from lifecycle_fsm.replay.drills.steps import ACTIONS
 from lifecycle_fsm.replay.drills.workspace import Workspace
 from lifecycle_fsm.replay.explain import explain
-from lifecycle_fsm.replay.fold import snapshot_json
 from lifecycle_fsm.replay.verify import verify
 
 __all__ = ["FIXED_CLOCK", "SimFailure", "SimResult", "kept_name", "simulate"]
@@ -66,7 +58,6 @@ class SimFailure:
 @attrs.frozen
 class SimResult:
     seed: int
-    steps_run: int
     failure: SimFailure | None
     head: JSON
     events: int
@@ -79,6 +70,10 @@ class SimResult:
     @property
     def ok(self) -> bool:
         return self.failure is None
+
+    @property
+    def steps_run(self) -> int:
+        return len(self.ran)
 
 
 @contextlib.contextmanager
@@ -101,9 +96,6 @@ def _fixed_folder(seed: int) -> Iterator[Path]:
 class _Sim:
     model: LedgerModel
     run: Run
-    checkpoints: int = 0
-    broken_checkpoint: bool = False
-    tampered_seq: int | None = None
     refusals: list[tuple[int, str]] = attrs.Factory(list)
     predicted: list[tuple[int, tuple[str, ...]]] = attrs.Factory(list)
 
@@ -112,7 +104,7 @@ class _Sim:
         return self.run.ledger
 
     def step(self, number: int, op: Op) -> Step:
-        return parse_step(SIMULATED, number, op, self.run.scenario.artifacts)
+        return parse_step(Where(SIMULATED), number, op, self.run.scenario.artifacts)
 
     def meaningless(self, op: Op) -> bool:
         """A fault that would do nothing here (a shrunk schedule may leave one): skipped, not judged."""
@@ -125,7 +117,7 @@ class _Sim:
             (action == "tamper_artifact" and not model.intact(artifact))
             or (action == "restore_artifact" and model.intact(artifact))
             or (action == "delete_artifact" and model.content.get(artifact, 0) is None)
-            or (action == "corrupt_checkpoint" and not self.checkpoints)
+            or (action == "corrupt_checkpoint" and not model.checkpoints)
             or (action == "tamper_event" and not 1 <= args["seq"] <= self.ledger.store.count_events())
         )
 
@@ -158,20 +150,12 @@ def _command(sim: _Sim, number: int, op: Op, prediction: Prediction) -> list[Pro
 
 def _fault(sim: _Sim, number: int, op: Op) -> list[Problem]:
     """Run a fault step through the drill runner, then move the model past it."""
-    action, args = split(op)
-    prediction = sim.model.predict(*split(args["run"])) if action == "crash" else None
     try:
         run_step(sim.run, sim.step(number, op))
         problems: list[Problem] = []
     except StepFailed as e:
         problems = list(e.failures)
-    if prediction is not None and args["at"] == "after_commit":
-        prediction.apply()
-    elif action != "crash":
-        advance(sim.model, op)
-    sim.checkpoints += action == "checkpoint"
-    sim.broken_checkpoint = sim.broken_checkpoint or action == "corrupt_checkpoint"
-    sim.tampered_seq = args["seq"] if action == "tamper_event" else sim.tampered_seq
+    advance(sim.model, op)
     return problems
 
 
@@ -210,13 +194,14 @@ def _whole(sim: _Sim) -> list[Problem]:
     store = sim.ledger.store
     report = verify(store)
     found = {k: report.get(k) for k in ("ok", "bad_seq", "reason")}
-    if sim.tampered_seq is not None:
-        named = not report["ok"] and report.get("bad_seq") == sim.tampered_seq
-        return [] if named else [("bad_seq", sim.tampered_seq, report.get("bad_seq"))]
+    if (seq := sim.model.tampered_seq) is not None:
+        named = not report["ok"] and report.get("bad_seq") == seq
+        return [] if named else [("bad_seq", seq, report.get("bad_seq"))]
     problems = _paths(sim)
-    if snapshot_json(load_state(store).state) != snapshot_json(load_state(store, use_checkpoints=False).state):
+    _, _, same = load_both_ways(store)
+    if not same:
         problems.append(("replay", "latest checkpoint + tail equal to a full replay", "differs"))
-    if sim.broken_checkpoint:
+    if sim.model.corrupted:
         at_checkpoint = type(report.get("bad_seq")) is int and str(report.get("reason")).startswith("checkpoint")
         if report["ok"] or not at_checkpoint:
             problems.append(("verify", "broken checkpoint, at its position", found))
@@ -230,12 +215,12 @@ def _expectations(sim: _Sim) -> JSON:
         cid: {"path": c.path, "trusted_states": sorted(c.trusted), "plan": c.plan}
         for cid, c in sim.model.candidates.items()
     }
-    verify_ok = sim.tampered_seq is None and not sim.broken_checkpoint
+    verify_ok = sim.model.tampered_seq is None and not sim.model.corrupted
     return {"events": sim.model.events, "candidates": candidates, "verify_ok": verify_ok}
 
 
 def kept_name(seed: int) -> str:
-    """The name `drill --simulate --keep DIR` keeps the ledger of `seed` under (DIR/<name>.db)."""
+    """The name of `seed`'s kept ledger (`--keep DIR`: DIR/<name>.db) and shrunk scenario."""
     return f"simulated-seed-{seed}"
 
 
@@ -243,7 +228,7 @@ def simulate(schedule: Schedule, *, keep: Path | None = None, check_every: int =
     """Run `schedule` against a fresh SQLite ledger; stop at the first step whose invariants fail."""
     started = time.perf_counter()
     with _fixed_folder(schedule.seed) as folder:
-        artifacts = parse_artifacts(SIMULATED, schedule.artifacts)
+        artifacts = parse_artifacts(Where(SIMULATED), schedule.artifacts)
         ws = Workspace(folder, schedule.seed)
         ids = itertools.count(1)
         ledger = Ledger.open(
@@ -259,7 +244,6 @@ def simulate(schedule: Schedule, *, keep: Path | None = None, check_every: int =
             head = ledger.store.head()
             result = SimResult(
                 schedule.seed,
-                len(ran),
                 failure,
                 {"seq": head.seq, "hash": head.hash},
                 ledger.store.count_events(),

@@ -1,9 +1,6 @@
 """A drill's temporary folder: the artifacts its scenario declares, and its ledger file.
 
-Adapters are written with the one manifest factory (`lifecycle_fsm.replay.drills.seeds`), hashed
-exactly as `lifecycle hash` hashes them; trusted states are folders of seeded random
-bytes. Every byte depends only on the seed and the artifact's name, so two runs of a
-scenario build identical workspaces.
+Every byte depends only on the seed and the artifact's name, so two runs build identical workspaces.
 """
 
 from __future__ import annotations
@@ -131,11 +128,7 @@ class Workspace:
         return True
 
     def keep(self, keep_dir: Path, name: str) -> str:
-        """Copy the ledger (a consistent copy via SQLite's backup API) to keep_dir/<name>.db.
-
-        The copy goes into a file made as every ledger file is (0600, `create_ledger_file`),
-        and never over an existing one: that is refused (InputError, exit 3), as a report is.
-        """
+        """Copy the ledger (SQLite's backup API) to a new 0600 keep_dir/<name>.db, never over one."""
         target = kept_ledger(make_folder(keep_dir, "--keep folder"), name)
         try:
             create_ledger_file(target, exclusive=True)

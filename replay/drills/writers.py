@@ -1,9 +1,5 @@
 """Ledger commands as drills run them: in the drill's own `Ledger`, in a child process killed at a
 commit point (`crash`, `crash_during_append`), or in several writers at once (`concurrently`).
-
-The faults return what happened (deterministic facts, for the report) and the ledger's
-broken promises as `(key, expected, actual)`. A fault this platform cannot inject raises
-`Inconclusive`: the scenario is then `inconclusive`, never `pass`.
 """
 
 from __future__ import annotations
@@ -64,16 +60,8 @@ class Outcome:
         return None if self.refused and refusal.accepts(self.classes, ws.shown(self.message)) else self.shown(ws)
 
     def line(self) -> str:
-        if self.refused:
-            return f"refused {','.join(self.classes)} {orjson.dumps(self.message).decode()}"
-        return " ".join(["done", *map(str, self.seqs)])
-
-    @classmethod
-    def parse(cls, line: str) -> Outcome:
-        words = line.split(" ", 2)
-        if words[0] == "refused":
-            return cls(classes=words[1].split(","), message=orjson.loads(words[2]))
-        return cls(seqs=[int(w) for w in line.split()[1:]])
+        """How a child writer reports it: one JSON line."""
+        return orjson.dumps(attrs.asdict(self, filter=lambda a, _: a.name != "result")).decode()
 
 
 def call(ledger: Ledger, command: Call) -> Outcome:
@@ -113,20 +101,20 @@ def _child(target: str, calls: Sequence[Call], plan: JSON, fault: str | None) ->
 
 
 def _killed(target: str, calls: Sequence[Call], plan: JSON, fault: str) -> tuple[int, str, list[Outcome], int]:
-    """Run `calls` in a child that SIGKILLs itself at `fault`: its return code, the last line it wrote
-    to stderr, its outcomes and the call it was in when it died (0: between calls)."""
+    """Run `calls` in a child that SIGKILLs itself at `fault`: its return code, last stderr line,
+    outcomes and the call it died in (0: between calls)."""
     if os.name != "posix":
         raise Inconclusive("SIGKILL at a commit point needs a POSIX platform")
     proc = _child(target, calls, {"go": None} | plan, fault)
     out, err = proc.communicate(timeout=120)
-    outcomes, in_flight = [], 0
-    for line in out.splitlines():
-        if line.startswith("begin "):
-            in_flight = int(line.split()[1])
-        elif line.startswith(("done", "refused")):
-            outcomes.append(Outcome.parse(line))
-            in_flight = 0
+    outcomes = _outcomes(out)
+    begun = [int(line.split()[1]) for line in out.splitlines() if line.startswith("begin ")]
+    in_flight = begun[-1] if len(begun) > len(outcomes) else 0
     return proc.returncode, (err.strip().splitlines() or ["no output"])[-1], outcomes, in_flight
+
+
+def _outcomes(out: str) -> list[Outcome]:
+    return [Outcome(**orjson.loads(line)) for line in out.splitlines() if line.startswith("{")]
 
 
 def crash(store: EventStore, ws: Workspace, target: str, step: Step, plan: JSON) -> FaultOutcome:
@@ -245,9 +233,7 @@ def _processes(target: str, plans: list[list[Call]], actor: str, go: Path) -> li
             p.kill()
             p.wait()
         raise
-    return [
-        [Outcome.parse(line) for line in out.splitlines() if line.startswith(("done", "refused"))] for out in outputs
-    ]
+    return [_outcomes(out) for out in outputs]
 
 
 def _threads(target: str, plans: list[list[Call]], actor: str) -> list[list[Outcome]]:
