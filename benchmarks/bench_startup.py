@@ -4,6 +4,10 @@ Both are click CLIs on the same interpreter reading a small ledger file (10 cand
 each round runs each command several times, in turn. Wall time is the point (what a
 user waits for); the CPU of the child processes is given beside it, as it is steadier
 on a busy machine. Bytecode is cached for both, as an installed CLI's is.
+
+Both commands are taken from the venv named by LIFECYCLE_BENCH_VENV when it is set: a lean
+one (`pip install -e .`, no extras) measures the CLI as a user installs it (in the dev venv
+sqlite-utils' own start-up carries plugins and extras, and the ratio means little).
 """
 
 from __future__ import annotations
@@ -12,8 +16,21 @@ import os
 import resource
 import subprocess
 import time
+from pathlib import Path
 
 from bench_common import Row, Settings, interleaved, new_ledger, per_round, script, sized, spread
+
+VENV = os.environ.get("LIFECYCLE_BENCH_VENV")
+
+
+def _command(name: str) -> str:
+    """The console script in LIFECYCLE_BENCH_VENV's bin/, else beside this interpreter."""
+    if not VENV:
+        return script(name)
+    found = Path(VENV, "bin", name)
+    if not found.exists():
+        raise RuntimeError(f"{name} is not installed in LIFECYCLE_BENCH_VENV={VENV}")
+    return str(found)
 
 
 def _children_cpu() -> float:
@@ -29,8 +46,8 @@ def run(s: Settings) -> list[Row]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPYCACHEPREFIX"] = str(folder / "pycache")
     argv = {
-        "status": [script("lifecycle"), "--db", str(db), "status"],
-        "sqlite_utils": [script("sqlite-utils"), "tables", str(db)],
+        "status": [_command("lifecycle"), "--db", str(db), "status"],
+        "sqlite_utils": [_command("sqlite-utils"), "tables", str(db)],
     }
     for args in argv.values():  # bytecode written, page cache warm; a broken command fails here
         subprocess.run(args, check=True, capture_output=True, env=env)

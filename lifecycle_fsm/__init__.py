@@ -5,9 +5,9 @@ The embedding API is `Ledger` (commands in, events out); the rules are pure
 functions in `lifecycle_fsm.rules`; whole-ledger replay lives in the `replay` package.
 """
 
+import importlib
 import typing
 
-from lifecycle_fsm.artifacts import hash_directory
 from lifecycle_fsm.errors import (
     ArtifactError,
     ConcurrencyError,
@@ -23,16 +23,36 @@ from lifecycle_fsm.errors import (
     StoreError,
     WaitTimeout,
 )
-from lifecycle_fsm.feed import FeedEvent
 from lifecycle_fsm.machine import State
-from lifecycle_fsm.recovery import RecoveryAction, RecoveryPlan
-from lifecycle_fsm.results import CandidateResult, CommandResult, RecoveryResult, SettingsResult
-from lifecycle_fsm.retry import RetryPolicy
-from lifecycle_fsm.rules import check_candidate_freshness, choose_recovery_action, decide_lifecycle_handoff
+from lifecycle_fsm.rules import (
+    RecoveryAction,
+    check_candidate_freshness,
+    choose_recovery_action,
+    decide_lifecycle_handoff,
+)
 from lifecycle_fsm.state import CandidateState, LedgerSettings, apply
 
 if typing.TYPE_CHECKING:
+    from lifecycle_fsm.artifacts import hash_directory
+    from lifecycle_fsm.feed import FeedEvent
     from lifecycle_fsm.ledger import Ledger
+    from lifecycle_fsm.recovery import RecoveryPlan
+    from lifecycle_fsm.results import CandidateResult, CommandResult, RecoveryResult, SettingsResult
+    from lifecycle_fsm.retry import RetryPolicy
+
+# The command side: a program that only reads the log (`lifecycle status`, an auditor's script)
+# imports the package without these modules; each is imported on the first use of a name from it.
+_COMMAND_SIDE = {
+    "hash_directory": "artifacts",
+    "FeedEvent": "feed",
+    "Ledger": "ledger",
+    "RecoveryPlan": "recovery",
+    "CandidateResult": "results",
+    "CommandResult": "results",
+    "RecoveryResult": "results",
+    "SettingsResult": "results",
+    "RetryPolicy": "retry",
+}
 
 __all__ = [
     "ArtifactError",
@@ -69,12 +89,8 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    # The Ledger brings the whole command path; a program that only reads the log (`lifecycle
-    # status`, an auditor's script) imports the package without it. Imported on first use, then
-    # bound here like the other names.
-    if name == "Ledger":
-        from lifecycle_fsm.ledger import Ledger
-
-        globals()[name] = Ledger
-        return Ledger
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name not in _COMMAND_SIDE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_COMMAND_SIDE[name]}"), name)
+    globals()[name] = value
+    return value

@@ -7,24 +7,23 @@ structlog gets them with their key-value context; one that did not gets them thr
 library never writes to stdout. The CLI logs to stderr: JSON lines when stderr is not a terminal
 (for collectors), a readable console format when it is.
 
-structlog is imported only when an event is to be written through it: a library logger asks
-structlog only once something else imported it, and `configure_logging` records the setting and
-configures structlog when the first event at or above its level is emitted (every event below it
-is dropped meanwhile). Importing structlog costs more than the rest of a short command's start-up,
-and most commands at the default level emit nothing at all.
+structlog (and the stdlib's `logging`) is imported only when an event is to be written: a library
+logger asks structlog only once something else imported it, and `configure_logging` records the
+setting and configures structlog when the first event at or above its level is emitted (every event
+below it is dropped meanwhile). Importing structlog costs more than the rest of a short command's
+start-up, and most commands at the default level emit nothing at all.
 """
 
 from __future__ import annotations
 
-import logging
 import sys
 
 __all__ = ["Logger", "configure_logging", "get_logger"]
 
-_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+_LEVELS = ("debug", "info", "warning", "error")  # the stdlib's level names, lowest first
 
 # The command line's setting, (level, json_lines), until the first event at its level applies it.
-_pending: dict[str, tuple[int, bool | None]] = {}
+_pending: dict[str, tuple[str, bool | None]] = {}
 
 
 def configure_logging(level: str = "warning", *, json_lines: bool | None = None) -> None:
@@ -32,13 +31,12 @@ def configure_logging(level: str = "warning", *, json_lines: bool | None = None)
 
     `json_lines` defaults to whether stderr is a terminal when the first event is written.
     """
-    numeric = _LEVELS.get(level.lower())
-    if numeric is None:
+    if level.lower() not in _LEVELS:
         raise ValueError(f"log level must be one of {', '.join(_LEVELS)}, not {level!r}")
-    _pending["cli"] = (numeric, json_lines)
+    _pending["cli"] = (level.lower(), json_lines)
 
 
-def _configure_structlog(level: int, json_lines: bool | None) -> None:
+def _configure_structlog(level: str, json_lines: bool | None) -> None:
     import orjson
     import structlog
 
@@ -68,26 +66,29 @@ class Logger:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self._stdlib = logging.getLogger(name)
 
-    def _log(self, level: int, event: str, fields: dict[str, object]) -> None:
+    def _log(self, level: str, event: str, fields: dict[str, object]) -> None:
         setting = _pending.get("cli")
         if setting is not None:
-            if level < setting[0]:
+            if _LEVELS.index(level) < _LEVELS.index(setting[0]):
                 return
             _configure_structlog(*setting)  # two threads may both get here: the same setting, twice
             _pending.pop("cli", None)
         lib = sys.modules.get("structlog")
         if lib is not None and lib.is_configured():
-            getattr(lib.get_logger(self.name), logging.getLevelName(level).lower())(event, **fields)
-        elif self._stdlib.isEnabledFor(level):
-            self._stdlib.log(level, "%s %s", event, " ".join(f"{k}={v!r}" for k, v in fields.items()))
+            getattr(lib.get_logger(self.name), level)(event, **fields)
+            return
+        import logging
+
+        stdlib, numeric = logging.getLogger(self.name), logging.getLevelNamesMapping()[level.upper()]
+        if stdlib.isEnabledFor(numeric):
+            stdlib.log(numeric, "%s %s", event, " ".join(f"{k}={v!r}" for k, v in fields.items()))
 
     def info(self, event: str, **fields: object) -> None:
-        self._log(logging.INFO, event, fields)
+        self._log("info", event, fields)
 
     def warning(self, event: str, **fields: object) -> None:
-        self._log(logging.WARNING, event, fields)
+        self._log("warning", event, fields)
 
 
 def get_logger(name: str) -> Logger:

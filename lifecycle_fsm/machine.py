@@ -15,13 +15,14 @@ A new stream starts with `receive` or `register` (no source state); `=` keeps th
 from __future__ import annotations
 
 import hashlib
-import logging
 from collections.abc import Iterable, Sequence
 from enum import StrEnum
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
-from transitions import Machine, MachineError
+
+if TYPE_CHECKING:  # the live machine is built by the commands that fire triggers; replay and reads need only TABLE
+    from transitions import Machine
 
 __all__ = [
     "COMMAND_BY_TRIGGER",
@@ -139,12 +140,18 @@ class CandidateModel:
         try:
             getattr(self, trigger)()
         except AttributeError:
+            from transitions import MachineError
+
             raise MachineError(f"{trigger} is no trigger of the lifecycle machine") from None
         return self.state
 
 
 def new_machine() -> Machine:
     """A `transitions.Machine` of the table, without models: a `Ledger` adds the candidates it holds."""
+    import logging
+
+    from transitions import Machine
+
     # transitions logs every callback at INFO; we fire none, so keep it quiet for embedders logging at INFO.
     logging.getLogger("transitions").setLevel(logging.WARNING)
     return Machine(

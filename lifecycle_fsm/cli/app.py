@@ -39,7 +39,6 @@ __all__ = [
     "API_NAMES",
     "AS_OF",
     "COMMANDS",
-    "LazyGroup",
     "LifecycleGroup",
     "ParsedType",
     "SEQ",
@@ -96,8 +95,14 @@ class SuggestingGroup(click.Group):
         return super().resolve_command(ctx, args)
 
 
-class LazyGroup(SuggestingGroup):
-    """A group whose commands are named by `module.attribute` and imported when first looked up."""
+class LifecycleGroup(SuggestingGroup):
+    """The `lifecycle` group: its commands are named by `module.attribute` and imported when first
+    looked up, and every refusal is one `Error:` line on stderr and a documented exit code.
+
+    Library errors are mapped by `exit_codes.exit_code_for`; click's usage errors (a
+    missing argument, a bad number) are code 2 with the same one-line form and a
+    pointer to `--help`.
+    """
 
     def __init__(self, *args: Any, lazy_subcommands: dict[str, str] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -113,15 +118,6 @@ class LazyGroup(SuggestingGroup):
             assert isinstance(command, click.Command), f"{module}.{attribute} is not a click command"
             return command
         return super().get_command(ctx, cmd_name)
-
-
-class LifecycleGroup(LazyGroup):
-    """Every refusal is one `Error:` line on stderr and a documented exit code.
-
-    Library errors are mapped by `exit_codes.exit_code_for`; click's usage errors (a
-    missing argument, a bad number) are code 2 with the same one-line form and a
-    pointer to `--help`.
-    """
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

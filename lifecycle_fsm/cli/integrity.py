@@ -36,8 +36,7 @@ def checkpoint() -> None:
     key = signing_key()  # a bad key is refused before anything is written
     ledger = open_ledger(must_exist=True)
     record = take_checkpoint(ledger.store, clock=utc_now)
-    doc: JSON = {"checkpoint_id": record.checkpoint_id, "position": record.position}
-    doc["head_hash"] = record.head_hash
+    doc: JSON = {"checkpoint_id": record.checkpoint_id, "position": record.position, "head_hash": record.head_hash}
     if key is not None:
         doc["signed_head"] = seal(ledger.store, key, actor=ledger.actor, clock=utc_now)
     if wants_json():

@@ -34,8 +34,6 @@ __all__ = [
     "print_status",
 ]
 
-_JSON = JSON
-
 # What a write command's text adds when it appended nothing (a no-op, or a retried `--event-id`
 # reporting the first outcome): every write command says it the same way.
 NO_CHANGE = " (no change: nothing appended)"
@@ -51,7 +49,7 @@ def emit(doc: Any) -> None:
     click.echo(json_text(doc))
 
 
-def candidate_json(c: CandidateState) -> _JSON:
+def candidate_json(c: CandidateState) -> JSON:
     """The public shape of a candidate's state (`status`, `replay`)."""
     return {
         "id": c.candidate_id,
@@ -70,7 +68,7 @@ def print_result(result: CommandResult, as_json: bool, verb: str) -> None:
     """A command's outcome: what it appended and where the candidate (or ledger) stands."""
     from lifecycle_fsm.results import CandidateResult  # only the commands that append print results
 
-    doc: _JSON = {"appended": result.appended, "events": [e.seq for e in result.events]}
+    doc: JSON = {"appended": result.appended, "events": [e.seq for e in result.events]}
     if isinstance(result, CandidateResult):
         doc |= candidate_json(result.candidate) | {"inconclusive": result.inconclusive}
         what = f"{display(result.candidate_id)}: {verb}, state {result.state}"
@@ -123,7 +121,7 @@ def cells(*values: str) -> list[Text]:
 _STATUS_COLUMNS = ("id", "kind", "state", "version", "reasons")
 
 
-def print_status(docs: list[_JSON]) -> None:
+def print_status(docs: list[JSON]) -> None:
     if not docs:
         click.echo("no candidates")
         return

@@ -23,7 +23,6 @@ from lifecycle_fsm.json_types import JSON
 
 __all__ = ["simulate_command"]
 
-_JSON = JSON
 _REPORT_FILE = "simulation-report.json"
 
 
@@ -32,7 +31,7 @@ def _shrunk_name(seed: int) -> str:
     return f"simulated-seed-{seed}.yaml"
 
 
-def _run_json(result: Any, schedule: Any, steps: int, with_schedule: bool) -> _JSON:
+def _run_json(result: Any, schedule: Any, steps: int, with_schedule: bool) -> JSON:
     from lifecycle_fsm.replay.drills.schedule import describe
 
     failure = result.failure
@@ -74,7 +73,7 @@ def simulate_command(
 
     first = _first_seed(seed, runs, keep_dir, report_dir, replace)
     as_json, started = wants_json(), time.perf_counter()
-    docs: list[_JSON] = []
+    docs: list[JSON] = []
     failed = None
     with Progress(transient=True, disable=runs == 1 or as_json or not sys.stderr.isatty()) as progress:
         for n in progress.track(range(first, first + runs), description="simulating"):
@@ -86,7 +85,7 @@ def simulate_command(
             if not result.ok:
                 failed = (schedule, result)
                 break
-    doc: _JSON = {"ok": failed is None, "seed": first, "runs": docs, "steps_run": sum(d["steps_run"] for d in docs)}
+    doc: JSON = {"ok": failed is None, "seed": first, "runs": docs, "steps_run": sum(d["steps_run"] for d in docs)}
     doc |= {"head": docs[-1]["head"], "seconds": round(time.perf_counter() - started, 3), "shrunk": None}
     files = {} if failed is None else _shrunk(doc, *failed)
     if report_dir is not None:
@@ -100,7 +99,7 @@ def simulate_command(
         sys.exit(int(ExitCode.DRILL_FAILED))
 
 
-def _shrunk(doc: _JSON, schedule: Any, result: Any) -> dict[str, str]:
+def _shrunk(doc: JSON, schedule: Any, result: Any) -> dict[str, str]:
     """Shrink the failing schedule into `doc["shrunk"]`; the scenario file's name and text."""
     from lifecycle_fsm.replay.drills.shrink import scenario_yaml, shrink, to_scenario
 
@@ -135,7 +134,7 @@ def _print_schedule(schedule: Any, candidates: int) -> None:
         click.echo(f"  {i:>5}  {describe(op)}")
 
 
-def _print(doc: _JSON, report_dir: Path | None) -> None:
+def _print(doc: JSON, report_dir: Path | None) -> None:
     for run in doc["runs"]:
         if run["failure"] is not None:
             f = run["failure"]
