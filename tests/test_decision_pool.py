@@ -120,7 +120,8 @@ def test_a_changed_rule_is_listed_and_exits_8(kept: Path, tmp_path: Path, monkey
     result = invoke(tmp_path / "none.db", "decisions", "replay", str(pool))
     assert result.exit_code == 8
     [line] = [line for line in result.output.splitlines() if line.startswith("changed: ")]
-    handoff = json.loads(next(folder.glob("*-handoff.json")).read_text())
+    decisions = [json.loads(f.read_text()) for f in sorted(folder.glob("*-handoff.json"))]
+    [handoff] = [d for d in decisions if d["decided"]["handoff_status"] == "tune"]  # the one the change flips
     assert line.startswith(f"changed: {handoff['candidate_id']} seq {handoff['seq']} (handoff): ")
     assert '"tune"' in line and '"ready_for_evaluation"' in line
     doc = json.loads(invoke(tmp_path / "none.db", "decisions", "replay", str(pool), "--json").stdout)

@@ -1,4 +1,6 @@
-"""What a user sees when PostgreSQL cannot serve the ledger: real `lifecycle` processes, real servers.
+"""What a user sees when PostgreSQL cannot serve the ledger: real servers, the command line run in this
+process (click's runner), and real `lifecycle` processes where the process is the point (the installed
+command reading `--db` and `LIFECYCLE_DB`, a writer waiting on a lock held by another session).
 
 Every case is exit 7 (the store failed), one `Error:` line on stderr, no traceback, and
 the URL's password nowhere in stdout or stderr, with debug logs on. The stuck-writer
@@ -18,8 +20,10 @@ from collections.abc import Callable, Iterator
 import psycopg
 import pytest
 from backends import pg_execute
-from conftest import Workspace, run_cli
+from click.testing import CliRunner
+from conftest import Workspace, cli, run_cli
 
+from lifecycle_fsm.cli import main
 from lifecycle_fsm.store.postgres import PostgresEventStore
 from lifecycle_fsm.store.postgres_schema import STORE_SCHEMA_VERSION
 
@@ -53,26 +57,49 @@ def _other_schema_version(url: str) -> None:
     pg_execute(url, "UPDATE meta SET value = %s", (str(STORE_SCHEMA_VERSION + 1),))
 
 
-@pytest.mark.parametrize(
-    ("url", "needle"),
-    [
-        (f"postgresql://postgres:{SECRET}@127.0.0.1:1/test", "Connection refused"),
-        (f"postgres://postgres:{SECRET}@127.0.0.1:5432/no_such_db_here", 'database "no_such_db_here" does not exist'),
-        (f"postgresql://postgres:{SECRET}@[::1:5432/test", "IPv6"),
-        (f"postgresql://postgres:{SECRET}@127.0.0.1:5432/test?no_such_option=1", "invalid URI query parameter"),
-        (f"postgresql://127.0.0.1:1/test?password={SECRET}", "Connection refused"),
-    ],
-    ids=["refused", "no-database", "unparsable", "bad-option", "password-parameter"],
-)
+UNUSABLE = {
+    "refused": (f"postgresql://postgres:{SECRET}@127.0.0.1:1/test", "Connection refused"),
+    "no-database": (
+        f"postgres://postgres:{SECRET}@127.0.0.1:5432/no_such_db_here",
+        'database "no_such_db_here" does not exist',
+    ),
+    "unparsable": (f"postgresql://postgres:{SECRET}@[::1:5432/test", "IPv6"),
+    "bad-option": (
+        f"postgresql://postgres:{SECRET}@127.0.0.1:5432/test?no_such_option=1",
+        "invalid URI query parameter",
+    ),
+    "password-parameter": (f"postgresql://127.0.0.1:1/test?password={SECRET}", "Connection refused"),
+}
+
+
+def _unusable(url: str, via: str, command: list[str]) -> subprocess.CompletedProcess[str]:
+    """`command` against `url` given by `--db` or by `LIFECYCLE_DB`, in this process."""
+    if via == "--db":
+        return cli(url, "--log-level", "debug", *command)
+    result = CliRunner().invoke(
+        main, ["--log-level", "debug", *command], env={"LIFECYCLE_DB": url}, catch_exceptions=False
+    )
+    return subprocess.CompletedProcess(command, result.exit_code, result.stdout, result.stderr)
+
+
+@pytest.mark.parametrize(("url", "needle"), UNUSABLE.values(), ids=UNUSABLE)
 @pytest.mark.parametrize("via", ["--db", "LIFECYCLE_DB"])
 @pytest.mark.parametrize("command", [["init"], ["status"], ["--json", "verify"]], ids=lambda c: c[-1])
 def test_unusable_server_is_exit_7_one_line_no_password(url: str, needle: str, via: str, command: list[str]) -> None:
     """A refused connection, a missing database, a malformed URL: exit 7, one line, the password redacted."""
+    assert_one_error_line(_unusable(url, via, command), 7, needle)
+
+
+@pytest.mark.parametrize("via", ["--db", "LIFECYCLE_DB"])
+def test_the_installed_command_exits_7_one_line_no_password(via: str) -> None:
+    """The same through a real `lifecycle` process, the URL given either way: what the process exits with
+    and writes to its stderr, debug logs on."""
+    url, needle = UNUSABLE["refused"]
     if via == "--db":
-        proc = run_cli(url, "--log-level", "debug", *command)
+        proc = run_cli(url, "--log-level", "debug", "status")
     else:
         proc = subprocess.run(
-            [sys.executable, "-m", "lifecycle_fsm", "--log-level", "debug", *command],
+            [sys.executable, "-m", "lifecycle_fsm", "--log-level", "debug", "status"],
             capture_output=True,
             text=True,
             check=False,
@@ -91,13 +118,13 @@ def test_unusable_server_is_exit_7_one_line_no_password(url: str, needle: str, v
 def test_wrong_schema_is_exit_7(pg_url: str, spoil: Callable[[str], None], needle: str, command: list[str]) -> None:
     """A schema that holds something else than a ledger of this version is refused, writer or reader."""
     spoil(pg_url)
-    assert_one_error_line(run_cli(with_password(pg_url), "--log-level", "debug", *command), 7, needle)
+    assert_one_error_line(cli(with_password(pg_url), "--log-level", "debug", *command), 7, needle)
 
 
 @pytest.fixture
 def stuck_writer(pg_url: str, ws: Workspace) -> Iterator[tuple[str, int]]:
     """A ledger with one candidate, and a plain connection holding its write lock inside an open transaction."""
-    proc = run_cli(pg_url, "init")
+    proc = cli(pg_url, "init")
     assert proc.returncode == 0, proc.stderr
     with PostgresEventStore(pg_url) as store:
         key = store.session.lock_key
@@ -167,12 +194,12 @@ def test_a_new_schema_named_unquoted_in_mixed_case_is_created_as_postgres_reads_
     folded = written.lower()
     url = with_schema(PG_BASE, written)
     try:
-        done = run_cli(url, "init")
+        done = cli(url, "init")
         assert done.returncode == 0, done.stderr
         assert pg_execute(PG_BASE, "SELECT nspname FROM pg_namespace WHERE lower(nspname) = %s", (folded,)) == [
             (folded,)
         ]
-        again = run_cli(url, "--json", "status")
+        again = cli(url, "--json", "status")
         assert again.returncode == 0 and again.stdout.strip() == "[]", again.stderr
     finally:
         for name in (written, folded):
