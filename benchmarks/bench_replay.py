@@ -7,8 +7,8 @@ interleaved rounds, CPU time of:
 - decode: a plain sqlite3 SELECT of the columns the fold reads, fetched in batches of
   the size the store reads them in, and `orjson.loads` of every payload: the floor;
 - verify: `replay.verify(store)` (the chain re-hashed, every transition checked), in one
-  process and with two worker processes re-computing the row hashes (wall time: the
-  point of the workers is the second core);
+  process and with two worker processes, each re-hashing a slice of the log and folding
+  a share of the streams (wall time: the point of the workers is the second core);
 - from a checkpoint: `load_state` after `lifecycle checkpoint` and a 1% tail.
 """
 

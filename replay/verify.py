@@ -8,6 +8,7 @@ not used. A corrupt one is a failure.
 The log is read once: the fold takes its rows from the chain walk (`chain.ChainWalk`),
 which hands on only rows whose position, link and hash it has just checked. A broken
 chain is the finding whatever the fold met first, as when the chain was walked alone.
+With worker processes (`verify_workers`) the report is the same, found in shares.
 """
 
 from __future__ import annotations
@@ -22,15 +23,14 @@ from lifecycle_fsm.replay.checkpoints import checkpoint_problem
 from lifecycle_fsm.replay.fold import EMPTY, LedgerState, fold_rows, index_of, snapshot_json
 from lifecycle_fsm.store.base import EventStore
 from lifecycle_fsm.store.chain import ChainWalk, canonical_json
-from lifecycle_fsm.store.records import ChainReport, EventFilter, StreamHead
+from lifecycle_fsm.store.records import ChainReport, CheckpointRecord, StreamHead
 
 __all__ = ["verify", "verify_with_state"]
 
 
-def _checkpoint_report(store: EventStore, walk: ChainWalk) -> tuple[list[JSON], LedgerState]:
-    """Each checkpoint's status; structurally sound ones are compared on the way of one
-    replay pass that then goes on to the head, so the whole log is folded once (a
-    `CorruptionError` anywhere in it propagates); also returns the state at the head."""
+def _checkpoint_statuses(store: EventStore) -> tuple[dict[int, JSON], list[CheckpointRecord]]:
+    """Each checkpoint's status on its own, and the structurally sound ones in position order, which
+    `_compare` then holds against the replay at their positions."""
     reports: dict[int, JSON] = {}
     sound = []
     for record in store.select_checkpoints():
@@ -47,15 +47,15 @@ def _checkpoint_report(store: EventStore, walk: ChainWalk) -> tuple[list[JSON], 
             "status": status,
             "reason": None if problem is None else problem.reason,
         }
-    state = EMPTY
-    for record in sorted(sound, key=lambda r: r.position):
-        state = fold_rows(store, state, batches=walk.fold_batches(to=record.position))
-        if snapshot_json(state) != record.snapshot:
-            reports[record.checkpoint_id].update(status="broken", reason="snapshot differs from a full replay")
-        elif (bad := _stream_copy_problem(store, record.checkpoint_id, state)) is not None:
-            reports[record.checkpoint_id].update(status="broken", reason=bad)
-    state = fold_rows(store, state, batches=walk.fold_batches())  # the rest: every transition must still be legal
-    return list(reports.values()), state
+    return reports, sorted(sound, key=lambda r: r.position)
+
+
+def _compare(store: EventStore, report: JSON, record: CheckpointRecord, state: LedgerState) -> None:
+    """A sound checkpoint against the replay at its position: its snapshot, then its stream copies."""
+    if snapshot_json(state) != record.snapshot:
+        report.update(status="broken", reason="snapshot differs from a full replay")
+    elif (bad := _stream_copy_problem(store, record.checkpoint_id, state)) is not None:
+        report.update(status="broken", reason=bad)
 
 
 def _stream_copy_problem(store: EventStore, checkpoint_id: int, state: LedgerState) -> str | None:
@@ -106,7 +106,8 @@ def verify(store: EventStore, *, workers: int = 1, target: str | None = None) ->
     Read in one snapshot (`store.read_snapshot()`): the fold is compared with the state
     index, which another writer's commit between the two reads would move ahead of it.
     With `workers` > 1 and the ledger's `target` (its file or URL), that many worker
-    processes re-compute the row hashes while this one walks the links and folds.
+    processes each walk a slice of the chain and fold a share of the streams; this one
+    joins the slices and merges the states.
     """
     return verify_with_state(store, workers=workers, target=target)[0]
 
@@ -156,34 +157,46 @@ def _verify(store: EventStore, workers: int, target: str) -> tuple[JSON, LedgerS
 def _walk(
     store: EventStore, workers: int, target: str
 ) -> tuple[ChainReport, list[JSON], LedgerState | None, CorruptionError | None]:
-    """One fold of the whole log as the chain walk checks it, every checkpoint on its way; with
-    `workers` > 1, worker processes re-hash the rows while this process walks the links and folds."""
-    hashing = None
-    if workers > 1:  # the rows up to the head read here: the workers' slices and this walk cover the same log
-        from lifecycle_fsm.replay.verify_workers import HashWorkers  # multiprocessing, for this case only
-
-        head = store.head().seq
-        hashing = HashWorkers(target, head, workers)
-        walk = ChainWalk(store.select_rows(EventFilter(before=head + 1)), hashes=False)
-    else:
-        walk = ChainWalk(store.select_rows())
-    checkpoints: list[JSON] = []
+    """One fold of the whole log as the chain walk checks it, every sound checkpoint compared on its
+    way (a `CorruptionError` anywhere in it is the replay's finding); with `workers` > 1, worker
+    processes share the walk and the fold (`verify_workers`)."""
+    reports, sound = _checkpoint_statuses(store)
+    if workers > 1:
+        return _walk_shared(store, workers, target, reports, sound)
+    walk = ChainWalk(store.select_rows())
     full: LedgerState | None = None
     corrupt: CorruptionError | None = None
     try:
-        checkpoints, full = _checkpoint_report(store, walk)
+        state = EMPTY
+        for record in sound:
+            state = fold_rows(store, state, batches=walk.fold_batches(to=record.position))
+            _compare(store, reports[record.checkpoint_id], record, state)
+        full = fold_rows(store, state, batches=walk.fold_batches())  # the rest: every transition must still be legal
     except CorruptionError as e:
         corrupt = e
         walk.finish()  # a break further on is still the finding
-    except BaseException:
-        if hashing is not None:
-            hashing.cancel()
-        raise
     chain = walk.report(count=store.count_events, head=store.head)
-    found = None if hashing is None else hashing.first_problem()
-    if found is not None and (chain.bad_seq is None or found[0] < chain.bad_seq):  # a tie: the link's comes first
-        chain = ChainReport(False, store.count_events(), store.head(), bad_seq=found[0], reason=found[1])
-    return chain, checkpoints, full, corrupt
+    return chain, ([] if corrupt else list(reports.values())), full, corrupt
+
+
+def _walk_shared(
+    store: EventStore, workers: int, target: str, reports: dict[int, JSON], sound: list[CheckpointRecord]
+) -> tuple[ChainReport, list[JSON], LedgerState | None, CorruptionError | None]:
+    """`_walk` by worker processes, each over a slice of the chain and a share of the streams; the
+    rows up to the head read here, so the workers and this process judge the same log."""
+    from lifecycle_fsm.replay.verify_workers import Shares  # multiprocessing, for this case only
+
+    shares = Shares(target, store.head().seq, workers, store.streams(), [r.position for r in sound])
+    try:
+        chain, folded = shares.results(count=store.count_events, head=store.head)
+    except BaseException:
+        shares.cancel()
+        raise
+    if not isinstance(folded, list):
+        return chain, [], None, folded
+    for record, state in zip(sound, folded, strict=False):
+        _compare(store, reports[record.checkpoint_id], record, state)
+    return chain, list(reports.values()), folded[-1], None
 
 
 def _add_index_findings(store: EventStore, report: JSON, full: LedgerState) -> bool:
