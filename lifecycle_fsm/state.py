@@ -184,18 +184,21 @@ class Fold:
 
     def extend(self, rows: Iterable[Row]) -> None:
         """Fold stored events in seq order, as `add` does each (the loop kept here: it runs per event)."""
-        works = self._works
-        for seq, stream_id, version, type_name, schema_version, text in rows:
-            if seq != self.position + 1 and (self._whole_log or seq <= self.position):
-                raise _misplaced(seq, self.position, gap=self._whole_log)
-            self.position = seq
-            kind = CANDIDATE_STEPS.get(type_name)
-            if kind is not None and stream_id.startswith(CANDIDATE_PREFIX):
-                payload = _parsed(seq, type_name, schema_version, text)
-                work = works.get(stream_id) or self.work(stream_id)
-                works[stream_id] = kind.step(work, payload, seq, stream_id, version)
-            else:
-                self._other(seq, stream_id, version, type_name, schema_version, text)
+        works, whole_log, position = self._works, self._whole_log, self.position
+        try:
+            for seq, stream_id, version, type_name, schema_version, text in rows:
+                if seq != position + 1 and (whole_log or seq <= position):
+                    raise _misplaced(seq, position, gap=whole_log)
+                position = seq
+                step = CANDIDATE_STEPS.get(type_name)
+                if step is not None and stream_id.startswith(CANDIDATE_PREFIX):
+                    payload = _parsed(seq, type_name, schema_version, text)
+                    work = works.get(stream_id) or self.work(stream_id)
+                    works[stream_id] = step.step(work, payload, seq, stream_id, version)
+                else:
+                    self._other(seq, stream_id, version, type_name, schema_version, text)
+        finally:
+            self.position = position  # up to the row folded, or the one that failed
 
     def _other(self, seq: int, stream_id: str, version: int, type_name: str, schema_version: int, text: str) -> None:
         """An event that is not a candidate event on a candidate stream: the ledger's, a seal, or corruption."""
