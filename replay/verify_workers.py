@@ -39,6 +39,9 @@ from lifecycle_fsm.store.records import ChainReport, EventFilter, Head, StreamHe
 __all__ = ["Shares"]
 
 _seq = operator.itemgetter(0)
+# The shares' states merged at each checkpoint position and at the head, or the first corruption; None
+# when the chain is broken (nothing a fold found matters then).
+Folded = list[LedgerState] | CorruptionError | None
 
 
 @attrs.frozen
@@ -213,9 +216,6 @@ class Shares:
         ]
 
 
-Folded = list[LedgerState] | CorruptionError | None
-
-
 def _chain(shares: list[_Share], *, count: Callable[[], int], head: Callable[[], Head]) -> ChainReport:
     """The slices joined: each slice's first row walked on from the previous slice's last (position,
     link), then the slice's own finding, so the first break is the one a walk over the whole log meets."""
@@ -236,6 +236,6 @@ def _chain(shares: list[_Share], *, count: Callable[[], int], head: Callable[[],
 
 def _merge(parts: list[LedgerState], position: int, *, settings_from: int) -> LedgerState:
     """The shares' states at one position as one state (candidates in id order)."""
-    candidates = dict(sorted(item for part in parts for item in part.candidates.items()))
+    candidates = dict(sorted((item for part in parts for item in part.candidates.items()), key=_seq))
     streams = {sid: version for part in parts for sid, version in part.streams.items()}
     return LedgerState(parts[settings_from].settings, candidates, position, streams)
