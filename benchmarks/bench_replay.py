@@ -7,13 +7,14 @@ interleaved rounds, CPU time of:
 - decode: a plain sqlite3 SELECT of the columns the fold reads, fetched in batches of
   the size the store reads them in, and `orjson.loads` of every payload: the floor;
 - verify: `replay.verify(store)` (the chain re-hashed, every transition checked), in one
-  process and with two worker processes re-computing the row hashes (wall time: the
-  point of the workers is the second core);
+  process and with two worker processes, each re-hashing a slice of the log and folding
+  a share of the streams (wall time: the point of the workers is the second core);
 - from a checkpoint: `load_state` after `lifecycle checkpoint` and a 1% tail.
 """
 
 from __future__ import annotations
 
+import resource
 import sqlite3
 import subprocess
 import time
@@ -36,6 +37,12 @@ from bench_common import (
 
 from lifecycle_fsm import Ledger
 from lifecycle_fsm.replay import load_state, verify
+
+
+def cpu_with_workers() -> float:
+    """CPU time of this process and of its child processes that have ended (user + system)."""
+    own, workers = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + workers.ru_utime + workers.ru_stime
 
 
 def decode_same_rows(path: Path) -> int:
@@ -98,11 +105,14 @@ def run(s: Settings) -> list[Row]:
         work()
         return cpu() - t0
 
+    verify_cpu: dict[int, list[float]] = {1: [], 2: []}  # this process and its reaped workers, per round
+
     def checked_verify(workers: int) -> float:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), cpu_with_workers()
         report = verify(store, workers=workers, target=str(path))
         if not report["ok"] or report["events"] != count:
             raise RuntimeError(f"verify found a problem: {report}")
+        verify_cpu[workers].append(cpu_with_workers() - c0)
         return time.perf_counter() - t0
 
     t = interleaved(
@@ -136,7 +146,9 @@ def run(s: Settings) -> list[Row]:
             "wall",
             per_round(t["verify"], t["verify_two"]),
             (">=", 1.6),
-            f"{count:,} events: one process {verify_rate}, with workers {two_rate}",
+            f"{count:,} events: one process {verify_rate}, with workers {two_rate}; CPU (with the workers'): "
+            f"one process {spread(verify_cpu[1][s.warmup :], 'ms', 1e3)}, "
+            f"with workers {spread(verify_cpu[2][s.warmup :], 'ms', 1e3)}",
         ),
         Row(
             "replay.checkpoint",

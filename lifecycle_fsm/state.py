@@ -12,7 +12,6 @@ its `settle`.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
 from typing import Any
 
 import attrs
@@ -20,18 +19,17 @@ import orjson
 
 from lifecycle_fsm.errors import CorruptionError
 from lifecycle_fsm.events import (
-    CANDIDATE_EVENTS,
     CANDIDATE_PREFIX,
     EVENT_TYPES,
     LEDGER_EVENTS,
     LEDGER_STREAM,
     SEALS_STREAM,
-    CandidateEvent,
     Event,
     candidate_id_of,
 )
+from lifecycle_fsm.fold_steps import CANDIDATE_STEPS, IllegalTransition, check_fields, reading_stored
 from lifecycle_fsm.json_types import JSON
-from lifecycle_fsm.machine import TABLE, State, allowed_triggers
+from lifecycle_fsm.machine import State
 from lifecycle_fsm.rules import RULES
 from lifecycle_fsm.store.chain import canonical_json
 from lifecycle_fsm.store.records import StoredEvent
@@ -55,25 +53,6 @@ __all__ = [
 
 # A stored event as the fold reads it: seq, stream_id, version, type, schema_version, payload text.
 Row = tuple[int, str, int, str, int, str]
-
-
-class IllegalTransition(CorruptionError):
-    """A recorded event makes a move the machine's table does not allow."""
-
-    def __init__(self, *, seq: int | None, stream_id: str, state: str | None, trigger: str, type_name: str) -> None:
-        allowed = allowed_triggers(state)
-        super().__init__(
-            f"seq {seq}: {type_name} ({trigger}) is not allowed from state {state or 'none'}; "
-            f"the table allows {', '.join(allowed) or 'nothing (terminal)'}",
-            seq=seq,
-            stream_id=stream_id,
-            state=state,
-            found=trigger,
-            allowed=allowed,
-        )
-        self.state = state
-        self.trigger = trigger
-        self.allowed = allowed
 
 
 @attrs.frozen
@@ -173,9 +152,6 @@ class LedgerState:
 
 
 EMPTY = LedgerState(LedgerSettings(), {}, 0)
-_FIELDS = {
-    name: frozenset(a.name for a in attrs.fields(cls)) for name, cls in {**LEDGER_EVENTS, **CANDIDATE_EVENTS}.items()
-}
 
 
 def rows_of(events: Iterable[StoredEvent]) -> Iterator[Row]:
@@ -204,22 +180,33 @@ class Fold:
 
     def add(self, row: Row) -> None:
         """Fold one stored event; CorruptionError names its seq when the log is not what it must be."""
-        seq, stream_id, version, type_name, schema_version, text = row
-        if self._whole_log and seq != self.position + 1:
-            raise CorruptionError(f"seq {seq} follows seq {self.position}: a gap in the log", seq=seq)
-        if seq <= self.position:
-            raise CorruptionError(f"seq {seq} is not after seq {self.position}", seq=seq)
-        self.position = seq
+        self.extend((row,))
+
+    def extend(self, rows: Iterable[Row]) -> None:
+        """Fold stored events in seq order, as `add` does each (the loop kept here: it runs per event)."""
+        works, whole_log, position = self._works, self._whole_log, self.position
+        try:
+            for seq, stream_id, version, type_name, schema_version, text in rows:
+                if seq != position + 1 and (whole_log or seq <= position):
+                    raise _misplaced(seq, position, gap=whole_log)
+                position = seq
+                step = CANDIDATE_STEPS.get(type_name)
+                if step is not None and stream_id.startswith(CANDIDATE_PREFIX):
+                    payload = _parsed(seq, type_name, schema_version, text)
+                    work = works.get(stream_id) or self.work(stream_id)
+                    works[stream_id] = step.step(work, payload, seq, stream_id, version)
+                else:
+                    self._other(seq, stream_id, version, type_name, schema_version, text)
+        finally:
+            self.position = position  # up to the row folded, or the one that failed
+
+    def _other(self, seq: int, stream_id: str, version: int, type_name: str, schema_version: int, text: str) -> None:
+        """An event that is not a candidate event on a candidate stream: the ledger's, a seal, or corruption."""
         if stream_id.startswith(CANDIDATE_PREFIX):
-            cls = CANDIDATE_EVENTS.get(type_name)
-            if cls is None:
-                if type_name not in EVENT_TYPES:
-                    raise CorruptionError(f"unknown event type {type_name!r}", seq=seq, found=type_name)
-                raise CorruptionError(f"seq {seq}: {type_name} does not belong on a candidate stream", seq=seq)
-            payload = _parsed(seq, type_name, schema_version, text)
-            work = self._works.get(stream_id) or self.work(stream_id)
-            self._works[stream_id] = _step(work, cls, payload, seq, stream_id, version)
-        elif stream_id == LEDGER_STREAM:
+            if type_name not in EVENT_TYPES:
+                raise CorruptionError(f"unknown event type {type_name!r}", seq=seq, found=type_name)
+            raise CorruptionError(f"seq {seq}: {type_name} does not belong on a candidate stream", seq=seq)
+        if stream_id == LEDGER_STREAM:
             if type_name not in LEDGER_EVENTS:
                 message = f"seq {seq}: {type_name} does not belong on the ledger stream"
                 raise CorruptionError(message, seq=seq, found=type_name)
@@ -243,14 +230,13 @@ class Fold:
         candidates = dict(self._start.candidates)
         for work in self._works.values():
             candidates[work["candidate_id"]] = CandidateState(**work)
-        return LedgerState(self.settings, candidates, self.position, self._streams)
+        return LedgerState(self.settings, candidates, self.position, dict(self._streams))  # the fold goes on
 
 
 def fold(rows: Iterable[Row], start: LedgerState = EMPTY, *, whole_log: bool = False) -> LedgerState:
     """`start` with `rows` folded on: the fold every command, read, replay and checkpoint uses."""
     folding = Fold(start, whole_log=whole_log)
-    for row in rows:
-        folding.add(row)
+    folding.extend(rows)
     return folding.result()
 
 
@@ -269,24 +255,6 @@ def apply(
     return fold([row], stream_start(state if isinstance(state, CandidateState) else None)).candidates[cid]
 
 
-# What reading a stored payload of the wrong shape raises: corruption at that seq, never a crash.
-_UNREADABLE = (KeyError, TypeError, ValueError, AttributeError, IndexError)
-
-
-@contextmanager
-def reading_stored(seq: int, type_name: str) -> Iterator[None]:
-    """Interpret a stored payload beside the fold (explain, history, log): a field missing or of the
-    wrong type is corruption at that seq, as it is in the fold, never a crash."""
-    try:
-        yield
-    except _UNREADABLE as e:
-        raise _unreadable(seq, type_name, e) from e
-
-
-def _unreadable(seq: int, type_name: str, error: Exception) -> CorruptionError:
-    return CorruptionError(f"seq {seq}: {type_name} payload is unreadable ({error!r})", seq=seq)
-
-
 def _parsed(seq: int, type_name: str, schema_version: int, text: str) -> JSON:
     """A stored payload as a dict at this code's schema version, or the error naming its row."""
     try:
@@ -300,56 +268,20 @@ def _parsed(seq: int, type_name: str, schema_version: int, text: str) -> JSON:
     return payload
 
 
-def _check_fields(seq: int, type_name: str, payload: Mapping[str, Any]) -> None:
-    """Every field of the event's class, nothing else: a stored payload is never guessed at."""
-    fields = _FIELDS[type_name]
-    if payload.keys() != fields:
-        missing, extra = sorted(fields - payload.keys()), sorted(payload.keys() - fields)
-        raise CorruptionError(
-            f"seq {seq}: {type_name} payload does not match its schema (missing {missing}, unexpected {extra})",
-            seq=seq,
-        )
-
-
 def _settle(settings: LedgerSettings, type_name: str, payload: JSON, seq: int) -> LedgerSettings:
     """Fold one event of the ledger's own stream (the event class says what it sets)."""
     cls = LEDGER_EVENTS[type_name]
-    _check_fields(seq, type_name, payload)
+    check_fields(seq, type_name, payload)
     with reading_stored(seq, type_name):
         changes = cls.settle(settings, payload)
     return attrs.evolve(settings, **changes, version=settings.version + 1, last_seq=seq)
 
 
-def _step(work: JSON | None, cls: type[CandidateEvent], payload: JSON, seq: int, stream_id: str, version: int) -> JSON:
-    """One candidate event: the table decides the move, the event's class its effect."""
-    if payload.keys() != _FIELDS[cls.TYPE]:
-        _check_fields(seq, cls.TYPE, payload)
-    state = None if work is None else work["state"]
-    try:
-        trigger = cls.FIXED_TRIGGER or cls.trigger_for(payload)
-    except _UNREADABLE as e:
-        raise _unreadable(seq, cls.TYPE, e) from e
-    dest = TABLE.get((state, trigger))
-    if dest is None:
-        raise IllegalTransition(seq=seq, stream_id=stream_id, state=state, trigger=trigger, type_name=cls.TYPE)
-    expected = 1 if work is None else work["version"] + 1
-    if version != expected:
-        raise CorruptionError(f"seq {seq}: stream {stream_id} jumps to version {version}, expected {expected}", seq=seq)
-    try:
-        work = cls.evolve(work, payload, seq, stream_id)
-        if dest != state or cls.DECISIVE_WHEN_KEPT:  # else the state, its reasons and decisive event stay
-            work["state"] = dest
-            work["decisive_seq"] = seq
-            work["decisive_type"] = cls.TYPE
-            work["reason_codes"] = cls.reasons(payload, work["reason_codes"])
-    except _UNREADABLE as e:
-        raise _unreadable(seq, cls.TYPE, e) from e
-    if cls.KEPT_AS is not None:
-        payload["seq"] = seq  # the fold's own parsed payload: kept as it is
-        work[cls.KEPT_AS] = payload
-    work["version"] = version
-    work["last_seq"] = seq
-    return work
+def _misplaced(seq: int, position: int, *, gap: bool) -> CorruptionError:
+    """A row out of place: a gap in a whole log, else a seq not after the last one folded."""
+    if gap:
+        return CorruptionError(f"seq {seq} follows seq {position}: a gap in the log", seq=seq)
+    return CorruptionError(f"seq {seq} is not after seq {position}", seq=seq)
 
 
 def stream_start(candidate: CandidateState | None) -> LedgerState:

@@ -8,6 +8,7 @@ not used. A corrupt one is a failure.
 The log is read once: the fold takes its rows from the chain walk (`chain.ChainWalk`),
 which hands on only rows whose position, link and hash it has just checked. A broken
 chain is the finding whatever the fold met first, as when the chain was walked alone.
+With worker processes (`verify_workers`) the report is the same, found in shares.
 """
 
 from __future__ import annotations
@@ -22,18 +23,14 @@ from lifecycle_fsm.replay.checkpoints import checkpoint_problem
 from lifecycle_fsm.replay.fold import EMPTY, LedgerState, fold_rows, index_of, snapshot_json
 from lifecycle_fsm.store.base import EventStore
 from lifecycle_fsm.store.chain import ChainWalk, canonical_json
-from lifecycle_fsm.store.records import ChainReport, EventFilter, StreamHead
+from lifecycle_fsm.store.records import ChainReport, CheckpointRecord, StreamHead
 
 __all__ = ["verify", "verify_with_state"]
 
 
-def _checkpoint_report(
-    store: EventStore, walk: ChainWalk, index_at: int
-) -> tuple[list[JSON], LedgerState, LedgerState]:
-    """Each checkpoint's status; structurally sound ones are compared on the way of one
-    replay pass that then goes on to the head, so the whole log is folded once (a
-    `CorruptionError` anywhere in it propagates); also returns the state at the head and
-    the state at `index_at`, the position the state index reflects."""
+def _checkpoint_statuses(store: EventStore) -> tuple[dict[int, JSON], list[CheckpointRecord]]:
+    """Each checkpoint's status on its own, and the structurally sound ones in position order, which
+    `_compare` then holds against the replay at their positions."""
     reports: dict[int, JSON] = {}
     sound = []
     for record in store.select_checkpoints():
@@ -50,19 +47,15 @@ def _checkpoint_report(
             "status": status,
             "reason": None if problem is None else problem.reason,
         }
-    state, at_index = EMPTY, None
-    for record in sorted(sound, key=lambda r: r.position):
-        if at_index is None and index_at <= record.position:
-            state = at_index = fold_rows(store, state, batches=walk.fold_batches(to=index_at))
-        state = fold_rows(store, state, batches=walk.fold_batches(to=record.position))
-        if snapshot_json(state) != record.snapshot:
-            reports[record.checkpoint_id].update(status="broken", reason="snapshot differs from a full replay")
-        elif (bad := _stream_copy_problem(store, record.checkpoint_id, state)) is not None:
-            reports[record.checkpoint_id].update(status="broken", reason=bad)
-    if at_index is None:
-        state = at_index = fold_rows(store, state, batches=walk.fold_batches(to=index_at))
-    state = fold_rows(store, state, batches=walk.fold_batches())  # the rest: every transition must still be legal
-    return list(reports.values()), state, at_index
+    return reports, sorted(sound, key=lambda r: r.position)
+
+
+def _compare(store: EventStore, report: JSON, record: CheckpointRecord, state: LedgerState) -> None:
+    """A sound checkpoint against the replay at its position: its snapshot, then its stream copies."""
+    if snapshot_json(state) != record.snapshot:
+        report.update(status="broken", reason="snapshot differs from a full replay")
+    elif (bad := _stream_copy_problem(store, record.checkpoint_id, state)) is not None:
+        report.update(status="broken", reason=bad)
 
 
 def _stream_copy_problem(store: EventStore, checkpoint_id: int, state: LedgerState) -> str | None:
@@ -122,7 +115,8 @@ def verify(store: EventStore, *, workers: int = 1, target: str | None = None) ->
     Read in one snapshot (`store.read_snapshot()`): the fold is compared with the state
     index, which another writer's commit between the two reads would move ahead of it.
     With `workers` > 1 and the ledger's `target` (its file or URL), that many worker
-    processes re-compute the row hashes while this one walks the links and folds.
+    processes each walk a slice of the chain and fold a share of the streams; this one
+    joins the slices and merges the states.
     """
     return verify_with_state(store, workers=workers, target=target)[0]
 
@@ -176,35 +170,55 @@ def _verify(store: EventStore, workers: int, target: str) -> tuple[JSON, LedgerS
 def _walk(
     store: EventStore, workers: int, target: str, index_at: int
 ) -> tuple[ChainReport, list[JSON], LedgerState | None, LedgerState | None, CorruptionError | None]:
-    """One fold of the whole log as the chain walk checks it, every checkpoint on its way; with
-    `workers` > 1, worker processes re-hash the rows while this process walks the links and folds."""
-    hashing = None
-    if workers > 1:  # the rows up to the head read here: the workers' slices and this walk cover the same log
-        from lifecycle_fsm.replay.verify_workers import HashWorkers  # multiprocessing, for this case only
-
-        head = store.head().seq
-        hashing = HashWorkers(target, head, workers)
-        walk = ChainWalk(store.select_rows(EventFilter(before=head + 1)), hashes=False)
+    """One fold of the whole log as the chain walk checks it, every sound checkpoint compared on its
+    way (a `CorruptionError` anywhere in it is the replay's finding), the state at `index_at` (the
+    state index's position) kept; with `workers` > 1, worker processes share the walk and the fold
+    (`verify_workers`)."""
+    reports, sound = _checkpoint_statuses(store)
+    stops = sorted({index_at, *(r.position for r in sound)})
+    if workers > 1:
+        chain, states, corrupt = _walk_shared(store, workers, target, stops)
     else:
-        walk = ChainWalk(store.select_rows())
-    checkpoints: list[JSON] = []
-    full: LedgerState | None = None
-    at_index: LedgerState | None = None
+        chain, states, corrupt = _walk_here(store, stops)
+    if corrupt is not None:
+        return chain, [], None, None, corrupt
+    at = dict(zip(stops, states, strict=False))
+    for record in sound:
+        _compare(store, reports[record.checkpoint_id], record, at[record.position])
+    return chain, list(reports.values()), states[-1], at[index_at], None
+
+
+def _walk_here(store: EventStore, stops: list[int]) -> tuple[ChainReport, list[LedgerState], CorruptionError | None]:
+    """The state at each of `stops` (ascending), then at the head, folded in this process."""
+    walk = ChainWalk(store.select_rows())
+    states: list[LedgerState] = []
     corrupt: CorruptionError | None = None
     try:
-        checkpoints, full, at_index = _checkpoint_report(store, walk, index_at)
+        state = EMPTY
+        for stop in stops:
+            state = fold_rows(store, state, batches=walk.fold_batches(to=stop))
+            states.append(state)
+        states.append(fold_rows(store, state, batches=walk.fold_batches()))  # every transition must be legal
     except CorruptionError as e:
         corrupt = e
         walk.finish()  # a break further on is still the finding
+    return walk.report(count=store.count_events, head=store.head), states, corrupt
+
+
+def _walk_shared(
+    store: EventStore, workers: int, target: str, stops: list[int]
+) -> tuple[ChainReport, list[LedgerState], CorruptionError | None]:
+    """`_walk_here` by worker processes, each over a slice of the chain and a share of the streams; the
+    rows up to the head read here, so the workers and this process judge the same log."""
+    from lifecycle_fsm.replay.verify_workers import Shares  # multiprocessing, for this case only
+
+    shares = Shares(target, store.head().seq, workers, store.streams(), stops)
+    try:
+        chain, folded = shares.results(count=store.count_events, head=store.head)
     except BaseException:
-        if hashing is not None:
-            hashing.cancel()
+        shares.cancel()
         raise
-    chain = walk.report(count=store.count_events, head=store.head)
-    found = None if hashing is None else hashing.first_problem()
-    if found is not None and (chain.bad_seq is None or found[0] < chain.bad_seq):  # a tie: the link's comes first
-        chain = ChainReport(False, store.count_events(), store.head(), bad_seq=found[0], reason=found[1])
-    return chain, checkpoints, full, at_index, corrupt
+    return (chain, [], folded) if not isinstance(folded, list) else (chain, folded, None)
 
 
 def _add_index_findings(store: EventStore, report: JSON, index_problem: JSON | None) -> bool:

@@ -1,11 +1,15 @@
-"""The chain's row hashes re-computed by worker processes, each over a slice of the log.
+"""`verify`'s work shared among worker processes: the chain in slices, the fold by streams.
 
-Each row stores its `prev_hash`, so a row's own hash can be checked without its
-predecessor: workers walk slices of positions with `ChainWalk(start=None)` (each row's
-own hash), while `verify` walks the whole log in order for positions and links only
-(`ChainWalk(hashes=False)`) and folds it. The first break is the lowest position either
-found; at the same position the in-order walk's finding comes first, as one walk's
-checks come in that order (position, link, then hash).
+Each row stores its `prev_hash`, so a slice of positions can be walked on its own: a worker
+walks its slice with `ChainWalk`, trusting only its first row's link, and `verify` walks the
+joins after (each slice's first row on from the previous slice's last), so the first break
+and its reason are those of one walk over the whole log.
+
+A candidate's stream folds on its own (its step reads only its own earlier events), so the
+streams are shared out: a worker folds its streams' rows with `state.fold`'s `Fold`, taking
+its share's state at each checkpoint position and at the head, and `verify` merges the
+shares. The first corruption is the lowest seq any share found: the row one whole fold stops
+at. The ledger's own stream and the seals stream belong to a share like any other.
 
 The workers are forked, so they import nothing: each opens its own store on the target and
 never touches the one this process holds (the store's handle is kept for its owner across a
@@ -14,60 +18,224 @@ fork), and multiprocessing ends them without running their inherited finalisers.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import multiprocessing
+import operator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
-from lifecycle_fsm.errors import LifecycleError, StoreError
-from lifecycle_fsm.store.chain import ChainWalk
+import attrs
+
+from lifecycle_fsm.errors import CorruptionError, LifecycleError, StoreError
+from lifecycle_fsm.events import LEDGER_STREAM
+from lifecycle_fsm.state import Fold, LedgerState, Row
+from lifecycle_fsm.store.base import EventStore
+from lifecycle_fsm.store.chain import GENESIS_HASH, ChainWalk
 from lifecycle_fsm.store.open import open_store
-from lifecycle_fsm.store.records import EventFilter
+from lifecycle_fsm.store.records import ChainReport, EventFilter, Head, StreamHead
 
-__all__ = ["HashWorkers"]
+__all__ = ["Shares"]
 
-_SLICES_PER_WORKER = 4  # a few slices each, so one slow slice does not hold the rest back
+_seq = operator.itemgetter(0)
+# The shares' states merged at each checkpoint position and at the head, or the first corruption; None
+# when the chain is broken (nothing a fold found matters then).
+Folded = list[LedgerState] | CorruptionError | None
 
 
-def _slice_problem(target: str, after: int, upto: int) -> tuple[int, str] | str | None:
-    """In a worker: the first row in `(after, upto]` whose own hash does not hold, as (seq, reason);
-    a message when the ledger cannot be read there; None when every row holds."""
+@attrs.frozen
+class _Slice:
+    """What a worker found in its slice of positions: its first row (whole), and either the break
+    its walk met (`bad`) or how many rows it walked and the last one's position and hash."""
+
+    first: Row | None
+    bad: tuple[int, str] | None
+    seen: int = 0
+    last: Head | None = None
+
+
+@attrs.frozen
+class _Share:
+    """A worker's results: its slice of the chain, and its streams' state at each checkpoint position
+    and at the head, or what stopped the fold (a CorruptionError at its first bad row)."""
+
+    chain: _Slice
+    states: list[LedgerState]
+    failed: Exception | None
+
+
+def _slice_walk(store: EventStore, after: int, upto: int) -> tuple[Row | None, ChainWalk]:
+    """A walk over positions `(after, upto]` that trusts only its first row's link (the join checks
+    it), with that first row."""
+    batches = iter(store.select_rows(EventFilter(after=after, before=upto + 1)))
+    head = next(batches, [])
+    if not head:
+        return None, ChainWalk([], start=None)
+    first = head[0]
+    return first, ChainWalk(_chained(head, batches), start=Head(first[0] - 1, first[9]))
+
+
+def _slice(store: EventStore, first: Row | None, walk: ChainWalk) -> _Slice:
+    """What the walk found, once walked to its end."""
+    walk.finish()
+    if first is None:
+        return _Slice(None, None)
+    if walk.bad_seq is not None and walk.reason is not None:
+        return _Slice(first, (walk.bad_seq, walk.reason))
+    end = walk.report(count=store.count_events, head=store.head)  # no break: asks the store nothing
+    return _Slice(first, None, end.events, end.head)
+
+
+def _chained(head: list[Row], rest: Iterator[list[Row]]) -> Iterator[list[Row]]:
+    yield head
+    yield from rest
+
+
+def _fold_share(batches: Iterator[list[Row]], positions: Sequence[int]) -> list[LedgerState]:
+    """The share's state after its rows up to each of `positions` (ascending), then after all of them."""
+    folding = Fold()
+    states: list[LedgerState] = []
+    marks = list(positions)
+    for rows in batches:
+        start = 0
+        while marks and rows and _seq(rows[-1]) > marks[0]:
+            cut = bisect.bisect_right(rows, marks.pop(0), lo=start, key=_seq)
+            folding.extend(rows[start:cut])
+            states.append(folding.result())
+            start = cut
+        folding.extend(rows[start:])
+    final = folding.result()
+    return [*states, *(final for _ in marks), final]
+
+
+def _run_share(
+    target: str, head: int, bounds: tuple[int, int], owners: dict[str, int], share: int, positions: list[int]
+) -> _Share | str:
+    """In a worker: the slice `bounds` of the chain and the fold of this share's streams up to `head`;
+    a message when the ledger cannot be read there."""
     try:
         store = open_store(target, create=False)
         try:
-            walk = ChainWalk(store.select_rows(EventFilter(after=after, before=upto + 1)), start=None)
-            walk.finish()
+            return _walk_and_fold(store, head, bounds, owners, share, positions)
         finally:
             store.close()
     except LifecycleError as e:
         return str(e)
-    return None if walk.bad_seq is None or walk.reason is None else (walk.bad_seq, walk.reason)
 
 
-class HashWorkers:
-    """Worker processes checking the row hashes of positions `(0, head]` of the ledger at `target`."""
+def _walk_and_fold(
+    store: EventStore, head: int, bounds: tuple[int, int], owners: dict[str, int], share: int, positions: list[int]
+) -> _Share:
+    """The share's rows are read as fold columns, except in the worker's own slice, where the fold
+    takes the rows the walk has just read and checked (each row read once there, not twice)."""
+    after, upto = bounds
+    first, walk = _slice_walk(store, after, upto)
+    log = itertools.chain(
+        store.select_fold_rows(after=0, before=after + 1),
+        walk.fold_batches(),
+        store.select_fold_rows(after=upto, before=head + 1),
+    )
+    own = ([row for row in rows if owners.get(row[1], 0) == share] for rows in log)
+    states: list[LedgerState] = []
+    failed: Exception | None = None
+    try:
+        states = _fold_share(own, positions)
+    except CorruptionError as e:  # a finding
+        failed = e
+    except LifecycleError:
+        raise
+    except Exception as e:  # rows the chain may not hold (a column edited to another type): judged after it
+        failed = e
+    return _Share(_slice(store, first, walk), states, failed)
 
-    def __init__(self, target: str, head: int, workers: int) -> None:
+
+def _share_out(index: list[StreamHead], workers: int) -> dict[str, int]:
+    """Each stream's share: the longest first, each to the share with the fewest events so far. The
+    lengths are the stream index's versions: an index edited out of true only unbalances the shares,
+    and a stream it does not list is share 0's."""
+    events = [0] * workers
+    owners: dict[str, int] = {}
+    for head in sorted(index, key=lambda h: -_length(h)):
+        share = events.index(min(events))
+        owners[head.stream_id] = share
+        events[share] += _length(head)
+    return owners
+
+
+def _length(head: StreamHead) -> int:
+    return head.version if type(head.version) is int else 1
+
+
+class Shares:
+    """Worker processes verifying positions `(0, head]` of the ledger at `target`: each walks a slice of
+    the chain and folds a share of the streams, stopping at each of `positions` (ascending) on the way."""
+
+    def __init__(self, target: str, head: int, workers: int, index: list[StreamHead], positions: list[int]) -> None:
         self._pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
-        size = max(1, -(-head // (workers * _SLICES_PER_WORKER)))
-        self._slices: list[Future[tuple[int, str] | str | None]] = [
-            self._pool.submit(_slice_problem, target, after, min(after + size, head)) for after in range(0, head, size)
+        owners = _share_out(index, workers)
+        self._ledger_share = owners.get(LEDGER_STREAM, 0)
+        self._positions = [*positions, head]
+        size = -(-head // workers)
+        self._shares: list[Future[_Share | str]] = [
+            self._pool.submit(
+                _run_share, target, head, (min(k * size, head), min(k * size + size, head)), owners, k, positions
+            )
+            for k in range(workers)
         ]
 
-    def first_problem(self) -> tuple[int, str] | None:
-        """Wait for every slice: the lowest position whose own hash does not hold, with the reason."""
+    def results(self, *, count: Callable[[], int], head: Callable[[], Head]) -> tuple[ChainReport, Folded]:
+        """Wait for every share: the chain's verdict, as one walk gives it, and the merged states at each
+        position and at the head, or the first corruption (None when the chain is broken)."""
         try:
-            found = [s.result() for s in self._slices]
+            found = [share.result() for share in self._shares]
         except BrokenProcessPool as e:  # a worker killed
             raise StoreError(f"verify's worker processes stopped before they finished ({e})") from e
         finally:
             self._pool.shutdown(cancel_futures=True)
-        breaks: list[tuple[int, str]] = []
-        for problem in found:
-            if isinstance(problem, str):
-                raise StoreError(f"a verify worker could not read the ledger: {problem}")
-            if problem is not None:
-                breaks.append(problem)
-        return min(breaks, default=None)
+        shares: list[_Share] = []
+        for share in found:
+            if isinstance(share, str):
+                raise StoreError(f"a verify worker could not read the ledger: {share}")
+            shares.append(share)
+        chain = _chain(shares, count=count, head=head)
+        return chain, (self._merged(shares) if chain.ok else None)
 
     def cancel(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _merged(self, shares: list[_Share]) -> list[LedgerState] | CorruptionError:
+        failures = [share.failed for share in shares if share.failed is not None]
+        if corrupt := [e for e in failures if isinstance(e, CorruptionError)]:
+            return min(corrupt, key=lambda e: e.seq or 0)  # the row one whole fold stops at
+        if failures:
+            raise failures[0]
+        return [
+            _merge([share.states[n] for share in shares], position, settings_from=self._ledger_share)
+            for n, position in enumerate(self._positions)
+        ]
+
+
+def _chain(shares: list[_Share], *, count: Callable[[], int], head: Callable[[], Head]) -> ChainReport:
+    """The slices joined: each slice's first row walked on from the previous slice's last (position,
+    link), then the slice's own finding, so the first break is the one a walk over the whole log meets."""
+    last, seen = Head(0, GENESIS_HASH), 0
+    for share in shares:
+        part = share.chain
+        if part.first is None:  # no rows at all: the next row's position says where they went
+            continue
+        boundary = ChainWalk([[part.first]], start=last, hashes=False)
+        boundary.finish()
+        bad = part.bad if boundary.bad_seq is None or boundary.reason is None else (boundary.bad_seq, boundary.reason)
+        if bad is not None:
+            return ChainReport(False, count(), head(), bad_seq=bad[0], reason=bad[1])
+        assert part.last is not None
+        last, seen = part.last, seen + part.seen
+    return ChainReport(True, seen, last)
+
+
+def _merge(parts: list[LedgerState], position: int, *, settings_from: int) -> LedgerState:
+    """The shares' states at one position as one state (candidates in id order)."""
+    candidates = dict(sorted((item for part in parts for item in part.candidates.items()), key=_seq))
+    streams = {sid: version for part in parts for sid, version in part.streams.items()}
+    return LedgerState(parts[settings_from].settings, candidates, position, streams)

@@ -1,18 +1,26 @@
-"""`verify` with worker processes: row hashes re-computed over slices of the log in other processes,
-positions and links walked in order here. Its report is the one-process report, break or not."""
+"""`verify` with worker processes, each walking a slice of the chain and folding a share of the streams.
+Its report is the one-process report, break or not: in the chain, in the fold, in a checkpoint."""
 
 from __future__ import annotations
 
+import hashlib
+import sqlite3
+import uuid
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
-from backends import Backend, backend_params, make_backend
+from backends import Backend, backend_params, make_backend, pg_execute
 from conftest import Workspace
 
+from lifecycle_fsm.events import SEALS_STREAM
 from lifecycle_fsm.ledger import Ledger
-from lifecycle_fsm.replay import verify
+from lifecycle_fsm.replay import take_checkpoint, verify
+from lifecycle_fsm.replay.verify_workers import _share_out
 from lifecycle_fsm.store import EventStore
+from lifecycle_fsm.store.chain import canonical_json
+from lifecycle_fsm.store.records import NewEvent
 
 
 @pytest.fixture(params=backend_params(("sqlite", "postgres")))
@@ -63,3 +71,88 @@ def test_a_relinked_or_removed_row_is_found_by_the_walk_in_order(ledger: EventSt
     backend.delete(5)
     one, two = _both(ledger, backend)
     assert one["bad_seq"] == 6 and "gap" in one["reason"] and two == one
+
+
+def test_a_break_where_two_slices_meet_is_found_by_joining_them(ledger: EventStore, backend: Backend) -> None:
+    """The second slice's first row relinked, then the first slice's last row removed: only the join
+    of the two slices sees either (each worker trusts its own first row's link)."""
+    last = -(-ledger.head().seq // 2)  # the first of two slices ends here
+    backend.tamper(last + 1, "prev_hash", "0" * 64)
+    one, two = _both(ledger, backend)
+    assert one["bad_seq"] == last + 1 and "prev_hash" in one["reason"] and two == one
+    backend.delete(last)
+    one, two = _both(ledger, backend)
+    assert one["bad_seq"] == last + 1 and f"follows seq {last - 1}" in one["reason"] and two == one
+
+
+CLOCK = "2026-12-01T00:00:00.000000Z"
+
+
+def _raw(store: EventStore, stream_id: str, type_name: str, payload: dict[str, Any]) -> int:
+    """Append an event through the store, which keeps events opaque: the chain holds whatever the fold makes of it."""
+    event = NewEvent(stream_id, type_name, 1, payload, str(uuid.uuid4()), CLOCK, "t")
+    return store.append(stream_id, store.stream_version(stream_id), [event]).events[0].seq
+
+
+def _in_two_shares(store: EventStore) -> tuple[str, str]:
+    """A candidate of each share the two workers fold (`_share_out`, from the stream index)."""
+    owners = _share_out(store.streams(), 2)
+    return (
+        next(f"c{i}" for i in range(6) if owners[f"candidate:c{i}"] == 1),
+        next(f"c{i}" for i in range(6) if owners[f"candidate:c{i}"] == 0),
+    )
+
+
+def test_a_healthy_ledger_with_checkpoints_and_a_seal_verifies_the_same(ledger: EventStore, backend: Backend) -> None:
+    """The shares' states merged at each checkpoint and at the head: every checkpoint compared, the
+    stream index matched (candidates, the ledger's settings, the seals stream's version)."""
+    take_checkpoint(ledger, clock=lambda: CLOCK, to=9)
+    take_checkpoint(ledger, clock=lambda: CLOCK)
+    _raw(ledger, SEALS_STREAM, "HeadSealed", {"seq": 3})
+    Ledger(ledger, actor="t").advance_window(2)
+    one, two = _both(ledger, backend)
+    assert one["ok"] and [c["status"] for c in one["checkpoints"]] == ["ok", "ok"]
+    assert two == one
+
+
+def test_a_replay_break_in_the_middle_is_found_at_its_seq_with_workers(ledger: EventStore, backend: Backend) -> None:
+    """A sound chain whose fold fails at two rows, each in another worker's share: the first in seq
+    order is the finding (the first share's failure comes later in the log)."""
+    take_checkpoint(ledger, clock=lambda: CLOCK)
+    first, later = _in_two_shares(ledger)
+    bad = _raw(ledger, f"candidate:{first}", "TrustedStateRecorded", {"kind": "prompt_queue"})
+    _raw(ledger, f"candidate:{later}", "RecoveryCompleted", {"stage": "reward", "action": "resume"})
+    one, two = _both(ledger, backend)
+    assert not one["ok"] and one["bad_seq"] == bad and one["problems"][0]["code"] == "replay", one
+    assert "does not match its schema" in one["reason"]
+    assert two == one
+
+
+def test_a_forged_checkpoint_is_broken_with_workers(ledger: EventStore, backend: Backend) -> None:
+    """A snapshot rewritten with a matching sha256: the merged state at its position differs, as one fold's does."""
+    good = take_checkpoint(ledger, clock=lambda: CLOCK, to=20)
+    bad = take_checkpoint(ledger, clock=lambda: CLOCK)
+    Ledger(ledger, actor="t").advance_window(2)
+    data = orjson.loads(bad.snapshot)
+    data["candidates"]["c3"]["state"] = "reject"
+    forged = canonical_json(data)
+    _edit_checkpoint(backend, bad.checkpoint_id, forged, hashlib.sha256(forged.encode()).hexdigest())
+    one, two = _both(ledger, backend)
+    statuses = {c["checkpoint_id"]: c["status"] for c in one["checkpoints"]}
+    assert statuses == {good.checkpoint_id: "ok", bad.checkpoint_id: "broken"} and one["bad_seq"] == bad.position
+    assert two == one
+
+
+def _edit_checkpoint(backend: Backend, checkpoint_id: int, snapshot: str, digest: str) -> None:
+    if backend.name == "sqlite":
+        with sqlite3.connect(str(backend.target), isolation_level=None) as conn:
+            conn.execute(
+                "UPDATE checkpoints SET snapshot = ?, snapshot_sha256 = ? WHERE checkpoint_id = ?",
+                (snapshot, digest, checkpoint_id),
+            )
+    else:
+        assert backend.target is not None
+        update = "UPDATE checkpoints SET snapshot = %s, snapshot_sha256 = %s WHERE checkpoint_id = %s"
+        pg_execute(backend.target, "ALTER TABLE checkpoints DISABLE TRIGGER USER")
+        pg_execute(backend.target, update, (snapshot, digest, checkpoint_id))
+        pg_execute(backend.target, "ALTER TABLE checkpoints ENABLE TRIGGER USER")

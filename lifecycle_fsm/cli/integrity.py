@@ -68,7 +68,7 @@ def checkpoint() -> None:
     type=click.IntRange(1, 64),
     default=1,
     show_default=True,
-    help="Worker processes re-computing the row hashes while this one walks the links and replays.",
+    help="Worker processes sharing the work: each re-hashes a slice of the log and replays a share of the streams.",
 )
 @json_option
 def verify(expect_heads: tuple[str, ...], pubkeys: tuple[str, ...], jobs: int) -> None:
