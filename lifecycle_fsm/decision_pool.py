@@ -22,7 +22,7 @@ from typing import Any
 
 import attrs
 
-from lifecycle_fsm.checks import freshness
+from lifecycle_fsm.checks import FRESHNESS_FIELDS, freshness
 from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.events import candidate_id_of
 from lifecycle_fsm.folders import make_folder
@@ -38,15 +38,7 @@ from lifecycle_fsm.upcasting import decoded_payload
 __all__ = ["SCHEMA", "Changed", "DecisionState", "export_pool", "read_pool", "redecide", "replay_pool"]
 
 SCHEMA = "lifecycle-decision-pool/v1"
-CANDIDATE_FIELDS = (
-    "candidate_kind",
-    "source_policy_version",
-    "policy_version",
-    "evaluation_version",
-    "preference_evidence_version",
-    "verifier_version",
-    "evidence_window_index",
-)
+CANDIDATE_FIELDS = (*FRESHNESS_FIELDS, "evidence_window_index")
 SETTINGS_FIELDS = ("active_policy_version", "active_window", "max_window_age", "evaluation_version")
 EVIDENCE_FIELDS = ("candidate", "settings", "artifact_verified", "rollback_verified", "path_escapes_root")
 # Every key a file holds, per decision: inputs (what the decider saw) and decided (what it said).
