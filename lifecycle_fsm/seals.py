@@ -16,6 +16,7 @@ These run after the chain itself verified, so a stored hash *is* the recomputed 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import uuid
@@ -33,7 +34,7 @@ from lifecycle_fsm.keys import PublicKeys, key_id, sign
 from lifecycle_fsm.limits import MAX_INT64, MAX_SIGNED_HEAD_BYTES, read_regular_file
 from lifecycle_fsm.store.base import EventStore, event_at, hash_at
 from lifecycle_fsm.store.chain import canonical_json
-from lifecycle_fsm.store.records import Head, NewEvent, StoredEvent
+from lifecycle_fsm.store.records import NewEvent
 from lifecycle_fsm.upcasting import decoded_payload, derived_ledger_id
 
 if TYPE_CHECKING:
@@ -94,32 +95,15 @@ def seal(
     ledger_id = ledger_id_of(store)
     if ledger_id is None:
         raise ConflictError("the ledger is empty: there is no head to seal yet")
-    signer = key_id(key.public_key())
     for _ in range(20):
-        try:
-            head, signature, stored = _append_seal(store, key, signer, ledger_id, actor, clock, before_commit)
-        except ConcurrencyError:
-            continue  # another writer appended between the head and the seal: sign the new head
-        break
-    else:
-        raise ConcurrencyError(
-            "could not seal: other writers kept appending; retry the command",
-            stream_id=SEALS_STREAM,
-            expected_version=0,
-            actual_version=0,
-        )
-    return _signed_head(ledger_id, head, stored, signer, signature)
-
-
-def _signed_head(ledger_id: str, head: Head, stored: StoredEvent, signer: str, signature: str) -> JSON:
-    return {
-        "ledger_id": ledger_id,
-        "seq": head.seq,
-        "hash": head.hash,
-        "sealed_at": stored.recorded_at,
-        "key_id": signer,
-        "signature": signature,
-    }
+        with contextlib.suppress(ConcurrencyError):  # another writer appended meanwhile: sign the new head
+            return _append_seal(store, key, ledger_id, actor, clock, before_commit)
+    raise ConcurrencyError(
+        "could not seal: other writers kept appending; retry the command",
+        stream_id=SEALS_STREAM,
+        expected_version=0,
+        actual_version=0,
+    )
 
 
 def signed_head_text(doc: JSON) -> str:
@@ -130,13 +114,13 @@ def signed_head_text(doc: JSON) -> str:
 def _append_seal(
     store: EventStore,
     key: Ed25519PrivateKey,
-    signer: str,
     ledger_id: str,
     actor: str,
     clock: Callable[[], str],
     before_commit: Callable[[JSON], None] | None,
-) -> tuple[Head, str, StoredEvent]:
+) -> JSON:
     """One attempt: the seal must land right after the head it signs, or nothing is kept."""
+    signer = key_id(key.public_key())
     with store.transaction() as tx:
         head = store.head()
         signature = sign(key, seal_message(ledger_id, head.seq, head.hash))
@@ -158,9 +142,17 @@ def _append_seal(
                 expected_version=head.seq + 1,
                 actual_version=stored.seq,
             )
+        signed = {
+            "ledger_id": ledger_id,
+            "seq": head.seq,
+            "hash": head.hash,
+            "sealed_at": stored.recorded_at,
+            "key_id": signer,
+            "signature": signature,
+        }
         if before_commit is not None:
-            before_commit(_signed_head(ledger_id, head, stored, signer, signature))
-    return head, signature, stored
+            before_commit(signed)
+    return signed
 
 
 @attrs.frozen
