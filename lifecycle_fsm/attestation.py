@@ -1,4 +1,4 @@
-"""Signed hand-off attestations: a DSSE envelope holding an in-toto Statement v1 (SPEC §8).
+"""Signed hand-off attestations: a DSSE envelope holding an in-toto Statement v1.
 
 An evaluation team receives a candidate with a file it can check offline: the
 candidate's (and the baseline's) adapter sha256 as the Statement's subjects, and the

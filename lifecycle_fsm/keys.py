@@ -2,7 +2,7 @@
 
 A hash chain proves rows were not edited only if the reader trusts its newest row;
 whoever can write the file can drop the tail or re-hash everything. A signature made
-with a key the file writer does not hold closes that (SPEC §8). Keys come from the
+with a key the file writer does not hold closes that. Keys come from the
 `cryptography` package (never hand-rolled): a private key is PKCS#8 PEM (unencrypted,
 mode 0600, written whole beside its name and linked into place, so an existing key is
 never overwritten and a full disk leaves no partial key), a public key

@@ -1,17 +1,9 @@
-"""Sealed and pinned heads: proving the log was not truncated or re-hashed (SPEC §8).
+"""Sealed and pinned heads: proving the log was not truncated or re-hashed.
 
-- `ledger_id_of`: the ledger's id, read from its first event (random at `init`; a
-  ledger made before ids existed derives it from that event's hash, so it never
-  changes between reads).
-- `seal`: appends `HeadSealed` to the `seals` stream, signing `{ledger_id, seq, hash}`
-  of the head before it, and returns the **signed head** (`seal --json`), which
-  anyone can keep elsewhere.
-- `check_seals`: every `HeadSealed`'s hash must equal the chain at its seq
-  (`seal_mismatch`), and with trusted public keys its signature must verify under
-  one of them (`seal_signature`).
-- `check_expected_head`: a pinned `seq:hash` (or a signed-head file) must be in the
-  chain exactly (`head_mismatch`).
-These run after the chain itself verified, so a stored hash *is* the recomputed chain.
+A seal (`HeadSealed`, in the `seals` stream) signs `{ledger_id, seq, hash}` of the head
+right before it; `seal` returns that **signed head**, which anyone can keep elsewhere. A
+pinned head (`SEQ:HASH`, or a signed-head file) is one an auditor kept outside the file.
+Both are judged after the chain itself verified, so a stored hash *is* the recomputed chain.
 """
 
 from __future__ import annotations
@@ -157,7 +149,7 @@ def _append_seal(
 
 @attrs.frozen
 class SealFailure:
-    """Why verify fails on seals or pins: `reason` is the code SPEC §8 names."""
+    """Why verify fails on seals or pins: `reason` is the problem code `verify` reports."""
 
     bad_seq: int | None
     reason: str  # head_mismatch | seal_mismatch | seal_signature

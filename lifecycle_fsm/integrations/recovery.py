@@ -6,9 +6,18 @@ function: reward; TRL's generation step: sampling).
 
 The ledger plans recovery in the workflow's terms (prompt queues, trajectories, a
 pre-update checkpoint, the verified baseline); a `Trainer` can resume from a
-checkpoint folder or start over: `TRAINER_ACTIONS` says which, for each plan action (resume
-from the checkpoint the plan names or the latest trusted one, restart from the SFT
-adapter, or stop: the plan blocks the candidate).
+checkpoint folder or start over. This is how one becomes the other:
+
+| plan action | trainer action |
+|---|---|
+| `restore_pre_update_checkpoint` | resume from the checkpoint the plan names (`plan.path`) |
+| `retry_sampling_from_prompt_queue` | resume from the latest trusted checkpoint |
+| `rebuild_prompt_queue` | resume from the latest trusted checkpoint |
+| `resume_reward_from_saved_trajectories` | resume from the latest trusted checkpoint |
+| `restart_sampling_from_prompt_queue` | resume from the latest trusted checkpoint |
+| `restart_sampling` | resume from the latest trusted checkpoint |
+| `rollback_to_verified_baseline` | load the SFT baseline's adapter into the model and train from step 0 |
+| `block_update`, `block_release` | stop: the candidate is rejected, training is not retried |
 
 A sampling or reward failure happens before the step's update, so the weights to go
 on from are the latest checkpoint the ledger trusts: the plan names it (`plan.checkpoint`,
@@ -71,7 +80,7 @@ class StageTracker:
 
 
 class TrainerAction(StrEnum):
-    """What the trainer does after a failure (per plan action: `TRAINER_ACTIONS`)."""
+    """What the trainer does after a failure (the module docstring's table)."""
 
     RESUME_FROM_PLAN = "resume_from_plan_checkpoint"
     RESUME_FROM_LATEST = "resume_from_latest_checkpoint"
@@ -115,7 +124,7 @@ def _baseline(plan: RecoveryPlan, settings: LedgerSettings, why: str) -> ResumeP
 
 
 def resume_point(plan: RecoveryPlan, settings: LedgerSettings) -> ResumePoint:
-    """The trainer action for `plan` (`TRAINER_ACTIONS`), from what the plan recorded."""
+    """The trainer action for `plan` (the module docstring's table), from what the plan recorded."""
     action = TRAINER_ACTIONS[plan.action]
     if action is TrainerAction.STOP:
         return ResumePoint(plan, action, why=f"the plan {plan.action} blocks the candidate")
