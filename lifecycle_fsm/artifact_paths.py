@@ -1,11 +1,9 @@
 """Where an artifact path leads: containment under a root, and symlinks resolved.
 
-Every check resolves its artifact paths again (a link may have moved since the last
-read), so this is on each `check`'s path. `os.path.realpath` resolves one component
-per `lstat` in Python (~16 us for a path seven deep); on Linux the kernel already did
-that work when it opened the path, and `/proc/self/fd/N` says where it led (~5 us).
-`real_path` asks the kernel for a path that opens, and `os.path.realpath` for anything
-else (a path that does not exist, no /proc, another system), so both give one answer.
+Every check resolves its artifact paths again (a link may have moved since the last read).
+On Linux the kernel resolved the path when it opened it, and `/proc/self/fd/N` says where
+it led, which is cheaper than `os.path.realpath`'s `lstat` per component; `real_path` asks
+the kernel for a path that opens, and Python for anything else, so both give one answer.
 `open_path` and `fd_path` let the artifact walk keep that descriptor: the file whose
 place it checks is the file it stats, whatever is renamed meanwhile.
 """

@@ -1,43 +1,22 @@
 """Deterministic content hashes for model artifacts (a file or a directory tree).
 
-The hash is a product contract: another tool must be able to recompute it, so the
-exact byte stream is specified here. All digests are SHA-256, bare lowercase hex
-(64 characters), over the exact bytes on disk with no normalisation.
-
-A single regular file hashes to ``sha256(file bytes)``.
-
-A directory hashes to ``sha256(stream)`` where ``stream`` is::
+The hash is a product contract another tool must be able to recompute (docs/internals.md,
+"Artifact hashing"). All digests are SHA-256, bare lowercase hex, over the exact bytes on
+disk. A regular file hashes to ``sha256(file bytes)``; a directory to ``sha256(stream)``::
 
     b"lifecycle-fsm/tree-v1\\n"
-    then, for every regular file under the directory (recursively),
-    sorted by RELPATH (as bytes):
+    then, for every regular file under it, sorted by RELPATH (as bytes):
         RELPATH + b"\\0" + SIZE + b"\\0" + HEX + b"\\n"
 
-* ``RELPATH`` is the file's path relative to the hashed directory, ``/``-separated,
-  encoded with ``os.fsencode`` (UTF-8; undecodable names keep their raw bytes).
-  Sorting compares these bytes, so it does not depend on locale or creation order.
-* ``SIZE`` is the file's length in bytes as decimal ASCII (no padding).
-* ``HEX`` is the file's own sha256 as 64 lowercase hex ASCII characters.
+``RELPATH`` is ``/``-separated and ``os.fsencode``d (undecodable names keep their raw
+bytes), ``SIZE`` decimal ASCII, ``HEX`` the file's own sha256. Empty directories add nothing.
 
-Directories contribute no line of their own, so empty directories are ignored.
-
-Symlinks are followed only when their fully resolved target lies inside the
-allowed root (``root`` if given, else the hashed path itself, both resolved with
-``os.path.realpath``); the target's content is hashed under the link's own
-relative path, so a link and a copy give the same hash. Links leading outside,
-dangling links, link loops and special files (FIFOs, sockets, devices) raise
-`ArtifactError` naming the offending path, as does a file that changes while it
-is read (size or mtime differs before/after, or bytes read != size).
-
-The bytes hashed are those of the entry the walk checked: files are opened with
-O_NOFOLLOW and must be the (device, inode) the walk saw, directories are listed through
-descriptors opened relative to their checked parent; an entry swapped after it was
-checked raises `ArtifactError` ("replaced since it was checked"), never hashes another.
-
-`hash_tree` returns the same hash with the per-file listing it was built from
-(relative path, size, sha256 of each file), so a check can record which files a
-tampered folder differs in. Above `MAX_LISTED_FILES` files only the tree hash and
-the file count are kept (the listing would dwarf the event that carries it).
+The walk (`artifact_walk`) follows a symlink only into the allowed root, hashing the
+target under the link's path (a link and a copy give the same hash), and refuses links
+outside, dangling links, loops and special files. The bytes hashed are those of the entry
+it checked (opened O_NOFOLLOW, the same device and inode), so an entry swapped or changed
+while read is an `ArtifactError`, never the hash of something else. `hash_tree` also keeps
+the per-file listing (up to `MAX_LISTED_FILES` files), so a check can name the files that differ.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Signed hand-off attestations: a DSSE envelope holding an in-toto Statement v1 (SPEC §8).
+"""Signed hand-off attestations: a DSSE envelope holding an in-toto Statement v1.
 
 An evaluation team receives a candidate with a file it can check offline: the
 candidate's (and the baseline's) adapter sha256 as the Statement's subjects, and the
@@ -66,11 +66,9 @@ def _statement(store: EventStore, candidate_id: str) -> JSON:
     """The in-toto Statement, its state and `ledger_head` read in one snapshot: a decision a
     later event overturned is never attested at a head past that event."""
     with store.read_snapshot():
-        return _statement_at_snapshot(store, candidate_id)
-
-
-def _statement_at_snapshot(store: EventStore, candidate_id: str) -> JSON:
-    events = store.read_stream(stream_of(candidate_id))
+        events = store.read_stream(stream_of(candidate_id))
+        head = store.head()
+        ledger_id = ledger_id_of(store)
     state = fold_candidate(events)  # every row's own hash is checked as it is decoded
     if state is None:
         raise NotFoundError(f"unknown candidate: {candidate_id!r}")
@@ -82,7 +80,6 @@ def _statement_at_snapshot(store: EventStore, candidate_id: str) -> JSON:
             "needs `lifecycle handoff` first"
         )
     decisive = next(e for e in events if e.seq == handoff["seq"])
-    head = store.head()
     subjects = _subjects(handoff)
     if not subjects:
         raise ConflictError(f"candidate {candidate_id!r}: no adapter could be hashed at hand-off; nothing to attest")
@@ -99,7 +96,7 @@ def _statement_at_snapshot(store: EventStore, candidate_id: str) -> JSON:
         "reason_codes": list(handoff.get("reason_codes") or []),
         "decisive_event": {"seq": decisive.seq, "hash": decisive.hash, "type": decisive.type},
         "ledger_head": {"seq": head.seq, "hash": head.hash},
-        "ledger_id": ledger_id_of(store),
+        "ledger_id": ledger_id,
         "checks": {
             "freshness": handoff.get("freshness"),
             "hard_failures": handoff.get("hard_failures"),
@@ -169,7 +166,7 @@ def verify_attestation(
     report: JSON = {
         "ok": True,
         "key_ids": sorted(accepted),
-        "candidate": claims.candidate_id,
+        "candidate": claims.candidate,
         "decision": claims.decision,
         "subject": statement["subject"],
         "decisive_event": statement["predicate"]["decisive_event"],
@@ -186,13 +183,13 @@ def verify_attestation(
 class _Claims:
     """What a signed Statement claims, each part of the type `attest` writes."""
 
-    candidate_id: str
+    candidate: str
     decision: str
     reason_codes: tuple[str, ...]
-    subjects: tuple[tuple[str, str], ...]  # (name, sha256), sorted
+    subject: tuple[tuple[str, str], ...]  # (name, sha256), sorted
     ledger_id: str
-    decisive: tuple[int, str]
-    head: tuple[int, str]
+    decisive_event: tuple[int, str]  # (seq, hash)
+    ledger_head: tuple[int, str]
 
 
 def _pin(value: Any) -> tuple[int, str] | None:
@@ -236,15 +233,7 @@ def _claims(statement: JSON, source: str) -> _Claims:
     for name, value in parts.items():
         if value is None:
             raise IntegrityError(f"{source}: the statement's {name} is missing or not as `attest` writes it")
-    return _Claims(
-        parts["candidate"],
-        parts["decision"],
-        parts["reason_codes"],
-        parts["subject"],
-        parts["ledger_id"],
-        parts["decisive_event"],
-        parts["ledger_head"],
-    )
+    return _Claims(**parts)
 
 
 def _check_in_ledger(store: EventStore, claims: _Claims, source: str) -> None:
@@ -257,7 +246,7 @@ def _check_in_ledger(store: EventStore, claims: _Claims, source: str) -> None:
     chain = verify_chain(store)
     if not chain.ok:
         raise IntegrityError(f"the ledger's chain is broken at seq {chain.bad_seq}: {chain.reason}", seq=chain.bad_seq)
-    for what, (seq, digest) in (("decisive event", claims.decisive), ("ledger head", claims.head)):
+    for what, (seq, digest) in (("decisive event", claims.decisive_event), ("ledger head", claims.ledger_head)):
         event = event_at(store, seq)
         if event is None or event.hash != digest:
             raise IntegrityError(
@@ -266,8 +255,8 @@ def _check_in_ledger(store: EventStore, claims: _Claims, source: str) -> None:
     ledger_id = ledger_id_of(store)
     if claims.ledger_id != ledger_id:
         raise IntegrityError(f"{source}: attested for ledger {claims.ledger_id}, but this ledger's id is {ledger_id}")
-    cid = claims.candidate_id
-    decisive = event_at(store, claims.decisive[0])
+    cid = claims.candidate
+    decisive = event_at(store, claims.decisive_event[0])
     if decisive is None or decisive.type != HandoffDecided.TYPE or decisive.stream_id != stream_of(cid):
         raise IntegrityError(f"{source}: the decisive event is not {cid!r}'s hand-off in this ledger")
     recorded = decoded_payload(decisive)
@@ -284,9 +273,9 @@ def _check_in_ledger(store: EventStore, claims: _Claims, source: str) -> None:
             seq=decisive.seq,
         )
     expected = {(s["name"], s["digest"]["sha256"]) for s in _subjects(recorded)}
-    if set(claims.subjects) != expected or len(claims.subjects) != len(expected):
-        wrong = sorted(set(claims.subjects) ^ expected)
-        name, sha = wrong[0] if wrong else claims.subjects[0]
+    if set(claims.subject) != expected or len(claims.subject) != len(expected):
+        wrong = sorted(set(claims.subject) ^ expected)
+        name, sha = wrong[0] if wrong else claims.subject[0]
         raise IntegrityError(
             f"{source}: the subjects are not the adapters the ledger hashed at seq {decisive.seq} "
             f"(subject {name} sha256 {sha} differs)",

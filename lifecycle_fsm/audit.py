@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -43,7 +43,7 @@ from lifecycle_fsm.events import LEDGER_STREAM, stream_of
 from lifecycle_fsm.folders import prove_writable
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.ledger import DEFAULT_ACTIVE_WINDOW, DEFAULT_MAX_WINDOW_AGE, Ledger, utc_now
-from lifecycle_fsm.limits import MAX_INT64, check_candidate_id, check_int
+from lifecycle_fsm.limits import check_candidate_id, check_int
 from lifecycle_fsm.manifests import BaselineManifest, CandidateManifest, load_baseline_manifest, load_candidate_manifest
 from lifecycle_fsm.seals import seal
 from lifecycle_fsm.state import LedgerSettings
@@ -122,10 +122,6 @@ class AuditResult:
         return str(self.handoff["handoff_status"])
 
 
-def _non_negative(name: str, value: Any) -> None:
-    check_int(name, value, minimum=0, maximum=MAX_INT64)  # an int, not a bool, 0..2^63-1
-
-
 def _candidate_id(fields: JSON, relative: str) -> str:
     """The manifest's policy_version, as `receive` would use; without one, its relative path.
 
@@ -141,8 +137,8 @@ def _candidate_id(fields: JSON, relative: str) -> str:
 def prepare(request: AuditRequest) -> PreparedAudit:
     """Validate the label and parse every manifest (InputError on anything malformed)."""
     label = validate_label(request.label)
-    _non_negative("--active-window", request.active_window)
-    _non_negative("--max-window-age", request.max_window_age)
+    check_int("--active-window", request.active_window)  # an int, not a bool, 0..2^63-1
+    check_int("--max-window-age", request.max_window_age)
     if os.path.exists(request.out) and not os.path.isdir(request.out):
         raise InputError(f"--out {request.out} exists and is not a folder")
     if request.root is not None and (problem := folder_problem(request.root)):

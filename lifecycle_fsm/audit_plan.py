@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from lifecycle_fsm.artifacts import path_escapes_root
 from lifecycle_fsm.audit_records import refuse_existing, relative_posix
+from lifecycle_fsm.checks import window_age
 from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.rules import ONLINE_KINDS, check_candidate_freshness
@@ -70,8 +71,7 @@ def plan(prepared: PreparedAudit) -> JSON:
     candidates = []
     for c in prepared.candidates:
         fields = c.manifest.fields
-        index = fields.get("evidence_window_index")
-        age = request.active_window - index if isinstance(index, int) and not isinstance(index, bool) else None
+        age = window_age(fields, request.active_window)
         preview = check_candidate_freshness({**fields, "window_age": age}, policy, request.max_window_age)
         candidates.append(
             {

@@ -23,10 +23,10 @@ __all__ = [
     "ArtifactCheck",
     "CheckEvidence",
     "TrustedStateCheck",
+    "FRESHNESS_FIELDS",
     "freshness",
     "gather_checks",
     "resume_checkpoint",
-    "handoff_decision",
     "source_baseline",
     "trusted_state_evidence",
     "verify_artifact",
@@ -34,6 +34,15 @@ __all__ = [
 ]
 
 _UPSTREAM = ("upstream_reject", "upstream_state")  # the hand-off's own codes: not an evidence check
+# The candidate's fields the freshness rule reads (with its window age).
+FRESHNESS_FIELDS = (
+    "candidate_kind",
+    "source_policy_version",
+    "policy_version",
+    "evaluation_version",
+    "preference_evidence_version",
+    "verifier_version",
+)
 
 
 @attrs.frozen
@@ -118,6 +127,10 @@ class TrustedStateCheck:
     error: str | None
     note: str | None = None
 
+    @classmethod
+    def of(cls, check: ArtifactCheck, source: str, note: str | None = None) -> TrustedStateCheck:
+        return cls(check.verified, source, check.path, check.expected, check.actual, check.error, note)
+
     def to_json(self) -> JSON:
         data = attrs.asdict(self, recurse=False)
         if data["note"] is None:
@@ -125,12 +138,12 @@ class TrustedStateCheck:
         return data
 
 
-def window_age(candidate: JSON, settings: LedgerSettings) -> int | None:
+def window_age(candidate: JSON, active_window: int | None) -> int | None:
     """Active window minus the evidence window; None (never a default) when unknown."""
     index = candidate.get("evidence_window_index")
-    if not isinstance(index, int) or isinstance(index, bool) or settings.active_window is None:
+    if not isinstance(index, int) or isinstance(index, bool) or active_window is None:
         return None
-    return settings.active_window - index
+    return active_window - index
 
 
 def verify_artifact(
@@ -155,15 +168,8 @@ def verify_artifact(
 
 def freshness(candidate: JSON, settings: LedgerSettings) -> JSON:
     """The five freshness checks, the ledger's evaluation version included (the decision pool re-runs it)."""
-    subject = {
-        "candidate_kind": candidate.get("candidate_kind"),
-        "source_policy_version": candidate.get("source_policy_version"),
-        "policy_version": candidate.get("policy_version"),
-        "evaluation_version": candidate.get("evaluation_version"),
-        "preference_evidence_version": candidate.get("preference_evidence_version"),
-        "verifier_version": candidate.get("verifier_version"),
-        "window_age": window_age(candidate, settings),
-    }
+    age = window_age(candidate, settings.active_window)
+    subject = {k: candidate.get(k) for k in FRESHNESS_FIELDS} | {"window_age": age}
     result = check_candidate_freshness(subject, settings.active_policy_version or "", settings.max_window_age or 0)
     active_eval = settings.evaluation_version
     failed = list(result["failed_checks"])
@@ -189,13 +195,8 @@ def gather_checks(
         ),
         rollback=verify_artifact(baseline.get("adapter_path"), baseline.get("adapter_sha256"), root, cache=cache),
         settings=settings.summary()
-        | {"window_age": window_age(candidate, settings), "ledger_version": settings.version},
+        | {"window_age": window_age(candidate, settings.active_window), "ledger_version": settings.version},
     )
-
-
-def handoff_decision(evidence: CheckEvidence, upstream_decision: Any) -> tuple[JSON, list[str]]:
-    """`CheckEvidence.decide`: the hand-off decision and its reason codes."""
-    return evidence.decide(upstream_decision)
 
 
 def source_baseline(candidate: CandidateState, settings: LedgerSettings) -> JSON | None:
@@ -232,9 +233,7 @@ def trusted_state_evidence(
         else:
             evidence[kind] = TrustedStateCheck(False, None, None, None, None, "not recorded")
             continue
-        evidence[kind] = TrustedStateCheck(
-            check.verified, source, check.path, check.expected, check.actual, check.error, note
-        )
+        evidence[kind] = TrustedStateCheck.of(check, source, note)
     return evidence
 
 
@@ -243,5 +242,4 @@ def resume_checkpoint(current: CandidateState, stage: str, root: str | None) -> 
     recorded = current.trusted_states.get("pre_update_checkpoint")
     if stage not in ("sampling", "reward") or recorded is None:
         return None
-    check = verify_artifact(recorded["path"], recorded["sha256"], root)
-    return TrustedStateCheck(check.verified, "recorded", check.path, check.expected, check.actual, check.error)
+    return TrustedStateCheck.of(verify_artifact(recorded["path"], recorded["sha256"], root), "recorded")

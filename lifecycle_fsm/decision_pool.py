@@ -3,7 +3,7 @@
 Seed 004 keeps a pool of checkpoint states to re-run; this is that pool for lifecycle
 decisions. `export_pool` walks a ledger and writes one JSON file per check, hand-off and
 recovery plan; `replay_pool` needs no ledger: it re-decides each file with today's rules
-(`checks.freshness`, the seed's `decide_lifecycle_handoff` and `choose_recovery_action`)
+(`checks.CheckEvidence`, the rules a check and a hand-off apply, and `choose_recovery_action`)
 and lists every decision that would change. Run it before merging a rules change: a
 changed decision is either the intended effect (say so in the change) or a regression.
 
@@ -22,14 +22,14 @@ from typing import Any
 
 import attrs
 
-from lifecycle_fsm.checks import freshness
+from lifecycle_fsm.checks import FRESHNESS_FIELDS, ArtifactCheck, CheckEvidence, freshness
 from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.events import candidate_id_of
 from lifecycle_fsm.folders import make_folder
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.limits import MAX_MANIFEST_BYTES, read_regular_file
 from lifecycle_fsm.outputs import write_atomic
-from lifecycle_fsm.rules import STAGES, choose_recovery_action, decide_lifecycle_handoff
+from lifecycle_fsm.rules import STAGES, choose_recovery_action
 from lifecycle_fsm.state import CandidateState, LedgerSettings, reading_stored
 from lifecycle_fsm.store.base import EventStore
 from lifecycle_fsm.streams import fold_candidate
@@ -38,15 +38,7 @@ from lifecycle_fsm.upcasting import decoded_payload
 __all__ = ["SCHEMA", "Changed", "DecisionState", "export_pool", "read_pool", "redecide", "replay_pool"]
 
 SCHEMA = "lifecycle-decision-pool/v1"
-CANDIDATE_FIELDS = (
-    "candidate_kind",
-    "source_policy_version",
-    "policy_version",
-    "evaluation_version",
-    "preference_evidence_version",
-    "verifier_version",
-    "evidence_window_index",
-)
+CANDIDATE_FIELDS = (*FRESHNESS_FIELDS, "evidence_window_index")
 SETTINGS_FIELDS = ("active_policy_version", "active_window", "max_window_age", "evaluation_version")
 EVIDENCE_FIELDS = ("candidate", "settings", "artifact_verified", "rollback_verified", "path_escapes_root")
 # Every key a file holds, per decision: inputs (what the decider saw) and decided (what it said).
@@ -272,15 +264,17 @@ def redecide(d: DecisionState) -> JSON:
         baseline=None if s["active_policy_version"] is None else {"policy_version": s["active_policy_version"]},
         evaluation_version=s["evaluation_version"],
     )
-    fresh = freshness(d.inputs["candidate"], settings)
+    escaped = "path_escapes_root" if d.inputs["path_escapes_root"] else None
+    evidence = CheckEvidence(  # the check's own rules, over the evidence the file recorded
+        freshness(d.inputs["candidate"], settings),
+        ArtifactCheck(None, None, verified=d.inputs["artifact_verified"], error=escaped),
+        ArtifactCheck(None, None, verified=d.inputs["rollback_verified"]),
+        settings={},
+    )
     if d.decision == "check":
-        reasons = list(fresh["failed_checks"])
-        reasons += ["rollback"] if not d.inputs["rollback_verified"] else []
-        reasons += ["artifact"] if not d.inputs["artifact_verified"] else []
-        reasons += ["path_escapes_root"] if d.inputs["path_escapes_root"] else []
+        reasons = evidence.reason_codes
         return {"passed": not reasons, "reason_codes": reasons}
-    evidence = {"rollback_ready": d.inputs["rollback_verified"], "artifact_verified": d.inputs["artifact_verified"]}
-    decision = decide_lifecycle_handoff(d.inputs["upstream_decision"], fresh, evidence)
+    decision = evidence.decide(d.inputs["upstream_decision"])[0]
     return {"handoff_status": decision["handoff_status"], "hard_failures": decision["hard_failures"]}
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import attrs
 
-from lifecycle_fsm.artifact_walk import Entry, StrPath, collect
+from lifecycle_fsm.artifact_walk import StrPath, collect
 from lifecycle_fsm.artifacts import MAX_LISTED_FILES, TreeDigest, hash_collected
 
 __all__ = ["DigestCache"]
@@ -25,29 +25,14 @@ __all__ = ["DigestCache"]
 _Identity = tuple[tuple[bytes, int, int, int, int, int], ...]
 
 
-def _identity(files: list[Entry]) -> _Identity:
-    """From the stats the walk took (before any byte is read: a change during the read shows next time)."""
-    return tuple((rel, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) for rel, _, _, st in files)
-
-
 @attrs.define
 class DigestCache:
-    """Digests this process computed, re-used while every file's identity is unchanged.
+    """Digests this process computed, each re-used while every file's identity is what it was when read.
 
-    `hash_tree` walks the path with the same rules as the module's `hash_tree` (realpath,
-    symlinks inside the root, no special files) and stats every file; when each file's
-    (device, inode, size, mtime_ns, ctime_ns) equals what it was when its bytes were last
-    read, the earlier digest is returned with the time of that read, without reading a
-    byte. Anything else (a new, removed or touched file) reads every byte again.
-
-    Residual risk (docs/embedding.md, "Opening, memory and artifacts"): a change that keeps size, mtime *and*
-    ctime, which only a privileged writer can make (setting the clock back, writing the
-    block device), or a file system whose timestamps are coarser than the change
-    interval, is not seen until a full read (`--rehash`, `audit`).
-
-    At most `max_entries` digests are kept (each holds its folder's per-file listing), the
-    least recently used evicted first: a long-lived Ledger stays flat. An evicted one is
-    simply read again when next checked.
+    Residual risk (docs/embedding.md, "Opening, memory and artifacts"): a change that keeps size, mtime
+    *and* ctime (only a privileged writer can make one), or timestamps coarser than the change interval,
+    is not seen until a full read (`--rehash`, `audit`). At most `max_entries` digests are kept, the least
+    recently used evicted first (read again when next checked), so a long-lived Ledger stays flat.
     """
 
     clock: Callable[[], str]
@@ -58,7 +43,10 @@ class DigestCache:
         """`(digest, reused_from)`: `reused_from` is when the bytes were read (None: read now)."""
         key = (os.path.abspath(path), None if root is None else os.path.abspath(root))
         is_dir, files = collect(path, root)
-        identity = _identity(files)  # taken before reading: a change during the read shows next time
+        # From the stats the walk took, before any byte is read: a change during the read shows next time.
+        identity = tuple(
+            (rel, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) for rel, _, _, st in files
+        )
         entries = self._entries
         cached = entries.get(key)
         if cached is not None and cached[0] == identity:

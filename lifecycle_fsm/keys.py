@@ -2,14 +2,14 @@
 
 A hash chain proves rows were not edited only if the reader trusts its newest row;
 whoever can write the file can drop the tail or re-hash everything. A signature made
-with a key the file writer does not hold closes that (SPEC §8). Keys come from the
+with a key the file writer does not hold closes that. Keys come from the
 `cryptography` package (never hand-rolled): a private key is PKCS#8 PEM (unencrypted,
 mode 0600, written whole beside its name and linked into place, so an existing key is
 never overwritten and a full disk leaves no partial key), a public key
 SubjectPublicKeyInfo PEM. A key's id is the sha256 hex of its 32 raw public bytes.
 
 `cryptography` is imported where a key is made, loaded or checked, not with the module:
-`verify` without `--pubkey` reads no key, and the import was ~20% of its start-up.
+`verify` without `--pubkey` reads no key and should not pay for the import.
 """
 
 from __future__ import annotations
@@ -89,41 +89,32 @@ def new_key_pair(out: str | os.PathLike[str]) -> KeyFiles:
     return KeyFiles(key_id(public), private_path, public_path)
 
 
-def _read(path: str | os.PathLike[str], what: str) -> bytes:
-    """A key file's bytes: a regular file of at most MAX_KEY_BYTES (a FIFO or /dev/zero is an InputError)."""
-    return read_regular_file(path, what=what, limit=MAX_KEY_BYTES)
-
-
-def load_private_key(path: str | os.PathLike[str]) -> Ed25519PrivateKey:
-    """An Ed25519 private key from PKCS#8 PEM; anything else is an input error."""
+def _private_key(pem: bytes, where: str) -> Ed25519PrivateKey:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    pem = _read(path, "signing key")  # outside the try: an InputError is a ValueError too
     try:
         key = serialization.load_pem_private_key(pem, password=None)
     except (ValueError, TypeError) as e:
-        raise InputError(f"{os.fspath(path)} is not an unencrypted PEM private key ({e})") from e
+        raise InputError(f"{where} is not an unencrypted PEM private key ({e})") from e
     if not isinstance(key, Ed25519PrivateKey):
-        raise InputError(f"{os.fspath(path)} is not an Ed25519 key (lifecycle key new makes one)")
+        raise InputError(f"{where} is not an Ed25519 key (lifecycle key new makes one)")
     return key
+
+
+def load_private_key(path: str | os.PathLike[str]) -> Ed25519PrivateKey:
+    """An Ed25519 private key from a PKCS#8 PEM file of at most MAX_KEY_BYTES; anything else is an input error."""
+    return _private_key(read_regular_file(path, what="signing key", limit=MAX_KEY_BYTES), os.fspath(path))
 
 
 def private_key_from(value: str | os.PathLike[str] | bytes | Ed25519PrivateKey, what: str) -> Ed25519PrivateKey:
     """A signing key given as a key object, PEM bytes, or the path of a PEM file."""
-    from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     if isinstance(value, Ed25519PrivateKey):
         return value
     if isinstance(value, bytes):
-        try:
-            key = serialization.load_pem_private_key(value, password=None)
-        except (ValueError, TypeError) as e:
-            raise InputError(f"{what}: the signing key is not an unencrypted PEM private key ({e})") from e
-        if not isinstance(key, Ed25519PrivateKey):
-            raise InputError(f"{what}: the signing key is not an Ed25519 key")
-        return key
+        return _private_key(value, f"{what}: the signing key")
     return load_private_key(value)
 
 
@@ -132,7 +123,7 @@ def load_public_key(path: str | os.PathLike[str]) -> Ed25519PublicKey:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-    pem = _read(path, "public key")  # outside the try: an InputError is a ValueError too
+    pem = read_regular_file(path, what="public key", limit=MAX_KEY_BYTES)  # a FIFO or /dev/zero: InputError
     try:
         key = serialization.load_pem_public_key(pem)
     except (ValueError, TypeError) as e:

@@ -1,35 +1,16 @@
-"""Reading SFT and candidate manifests (SPEC §7) into the fields the checks need.
+"""Reading SFT and candidate manifests into the fields the checks need; building them for a trainer.
 
-Structural problems (no file, bad JSON, not an object, no `artifacts.adapter.path`)
-are input errors: nothing is recorded. Semantic problems in a well-formed manifest
-(an unknown kind, empty versions, no window index) are carried through unchanged so
-the candidate's check rejects it with reason codes an auditor can read. So are
-versions of the wrong type (`"policy_version": true`, `{"k": 0}`): a version is a
-non-empty string, and the check fails the field's identity (SPEC §6, §7 treat a
-non-integer window index the same way), never an input error that hides it.
-A relative path in a manifest (`artifacts.adapter.path`) is resolved by one rule, when the
-manifest is read (`resolve_artifact_path`): relative to the artifact root when one is given
-(`Ledger.open(artifact_root=)`, `--artifact-root` / `LIFECYCLE_ARTIFACT_ROOT`, `audit --root`:
-the project root a workflow writes its manifests against), else relative to the manifest
-file's folder. An absolute path is kept as it is. A manifest is read only from a regular
-file of at most 16 MiB (`lifecycle_fsm.limits`).
+Structural problems (no file, bad JSON, not an object, no `artifacts.adapter.path`) are
+input errors: nothing is recorded. Semantic problems in a well-formed manifest (an
+unknown kind, empty versions, no window index, a version that is not a non-empty string)
+are carried through unchanged, so the candidate's check rejects it with reason codes an
+auditor can read. A relative artifact path is resolved by one rule, when the manifest is
+read (`resolve_artifact_path`). A manifest is read only from a regular file of at most
+16 MiB (`lifecycle_fsm.limits`).
 
-`candidate_manifest` and `write_manifest` build and write the candidate manifest a
-trainer hands over (`LedgerCallback.finish` uses them). The fields this module reads:
-
-| field | kinds | what it is |
-|---|---|---|
-| `semantic_id` | all | `PT-DPO-OFFLINE` (dpo) or `PT-GRPO-GROUPWISE` (grpo, rlvr): gives the kind |
-| `candidate_kind` | rlvr | the kind, when the semantic id does not tell it (`rlvr`) |
-| `source_policy_version` | all | the SFT baseline's adapter sha256 it branched from (the active policy version) |
-| `policy_version` | all | the candidate's own identity; the default candidate id |
-| `evaluation_version` | all | the evaluation it goes to; equals the ledger's once one is activated |
-| `source_evidence.version` | dpo | the preference data's version (`preference_evidence_version` also read) |
-| `trajectory_identity.verifier_version` | grpo, rlvr | the verifier that scored its trajectories |
-| `evidence_window_index` | grpo, rlvr | the rollout window its evidence came from (an integer) |
-| `decision` | all | the upstream decision: `accept`, `tune` or `reject` |
-| `artifacts.adapter.path` | all | the adapter folder or file (a relative one: see `resolve_artifact_path`) |
-| `artifacts.adapter.sha256` | all | `lifecycle hash` of the adapter (`lifecycle_fsm.artifacts.hash_directory`) |
+`candidate_manifest` and `write_manifest` build and write the candidate manifest a trainer
+hands over (`LedgerCallback.finish` uses them). The fields read, per kind, are tabled in
+docs/embedding.md ("What a trainer must write: the manifests").
 """
 
 from __future__ import annotations
@@ -56,6 +37,7 @@ __all__ = [
     "BaselineManifest",
     "CandidateManifest",
     "candidate_manifest",
+    "check_kind",
     "load_baseline_manifest",
     "load_candidate_manifest",
     "read_manifest",
@@ -117,10 +99,8 @@ def resolve_artifact_path(written: str, manifest_path: str, root: str | os.PathL
 def load_baseline_manifest(
     path: str | os.PathLike[str], root: str | os.PathLike[str] | None = None
 ) -> BaselineManifest:
-    """Parse an SFT manifest; without an adapter sha256 there is no policy version.
-
-    `root` is the artifact root its relative adapter path is resolved against (`resolve_artifact_path`).
-    """
+    """Parse an SFT manifest (`root`: see `resolve_artifact_path`); without an adapter sha256 there is no
+    policy version."""
     obj, abs_path, digest = read_manifest(path)
     adapter = obj["artifacts"]["adapter"]
     sha = adapter.get("sha256")
@@ -136,16 +116,15 @@ def load_baseline_manifest(
 
 
 def _preference_evidence(obj: JSON) -> Any:
-    """DPO preference evidence identity: explicit, or derived from `source_evidence`."""
+    """DPO preference evidence identity: explicit, named in `source_evidence`, or the sha256 of it."""
     if "preference_evidence_version" in obj:
         return obj["preference_evidence_version"]
     evidence = obj.get("source_evidence")
-    if isinstance(evidence, dict) and evidence:
+    if isinstance(evidence, dict):
         for key in ("preference_evidence_version", "version"):
             if isinstance(evidence.get(key), str) and evidence[key]:
                 return evidence[key]
-        return "sha256:" + hashlib.sha256(canonical_json(evidence).encode()).hexdigest()
-    if isinstance(evidence, list) and evidence:
+    if isinstance(evidence, dict | list) and evidence:
         return "sha256:" + hashlib.sha256(canonical_json(evidence).encode()).hexdigest()
     return evidence if isinstance(evidence, str) else None
 
@@ -179,13 +158,17 @@ def _candidate_fields(obj: JSON, abs_path: str, root: str | os.PathLike[str] | N
 def load_candidate_manifest(
     path: str | os.PathLike[str], root: str | os.PathLike[str] | None = None
 ) -> CandidateManifest:
-    """Parse a candidate manifest; semantic gaps are kept for the checks to judge.
-
-    `root` is the artifact root its relative adapter path is resolved against (`resolve_artifact_path`).
-    """
+    """Parse a candidate manifest (`root`: see `resolve_artifact_path`); semantic gaps are kept for the checks."""
     obj, abs_path, digest = read_manifest(path)
     fields = _candidate_fields(obj, abs_path, root)
     return CandidateManifest(path=abs_path, sha256=digest, fields=fields, adapter=dict(obj["artifacts"]["adapter"]))
+
+
+def check_kind(kind: object) -> str:
+    """`kind` if it is a candidate kind (dpo, grpo, rlvr), else an InputError listing them."""
+    if kind not in CANDIDATE_KINDS:
+        raise InputError(f"unknown candidate kind {kind!r} (expected one of {', '.join(CANDIDATE_KINDS)})")
+    return str(kind)
 
 
 def _branch_evidence(
@@ -230,14 +213,12 @@ def candidate_manifest(
     evidence_window_index: int | None = None,
     **extra: Any,
 ) -> JSON:
-    """A candidate manifest with every field the checks read for `kind` (the table above).
+    """A candidate manifest with every field the checks read for `kind`.
 
     `candidate_id` becomes `policy_version`, so receiving the manifest without an id
     finds the same candidate. `extra` fields are added, or replace built ones.
     """
-    if kind not in CANDIDATE_KINDS:
-        raise InputError(f"unknown candidate kind {kind!r} (expected one of {', '.join(CANDIDATE_KINDS)})")
-    identity = {"semantic_id": _SEMANTIC_ID_BY_KIND[kind]}
+    identity = {"semantic_id": _SEMANTIC_ID_BY_KIND[check_kind(kind)]}
     if kind not in KIND_BY_SEMANTIC_ID.values():
         identity["candidate_kind"] = kind  # rlvr: the semantic id alone would read as grpo
     manifest: JSON = {

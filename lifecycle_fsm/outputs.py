@@ -23,21 +23,15 @@ import os
 import tempfile
 from pathlib import Path
 
+import attrs
+
 from lifecycle_fsm.errors import InputError, LifecycleError, StoreError
 
 __all__ = ["ENVIRONMENT_ERRNOS", "StagedFile", "fsync_folder", "output_error", "stage", "write_atomic"]
 
 # The filesystem cannot take the bytes (full, over quota, read-only, too large, failing): exit 7.
 ENVIRONMENT_ERRNOS = frozenset(
-    code
-    for code in (
-        errno.ENOSPC,
-        getattr(errno, "EDQUOT", None),
-        errno.EROFS,
-        errno.EFBIG,
-        errno.EIO,
-    )
-    if code is not None
+    getattr(errno, name) for name in ("ENOSPC", "EDQUOT", "EROFS", "EFBIG", "EIO") if hasattr(errno, name)
 )
 
 
@@ -56,19 +50,18 @@ def fsync_folder(folder: str | os.PathLike[str]) -> None:
     except OSError:
         return
     try:
-        os.fsync(fd)
-    except OSError:
-        pass
+        with contextlib.suppress(OSError):
+            os.fsync(fd)
     finally:
         os.close(fd)
 
 
+@attrs.frozen
 class StagedFile:
     """A file written in full and fsynced beside its target, not yet in place: `commit` or `discard` it."""
 
-    def __init__(self, target: Path, temporary: str) -> None:
-        self.target = target
-        self.temporary = temporary
+    target: Path
+    temporary: str
 
     def commit(self, *, exclusive: bool = False) -> None:
         """Put the file in place: renamed over the target, or (`exclusive`) linked only where none exists."""

@@ -1,21 +1,14 @@
-"""Sealed and pinned heads: proving the log was not truncated or re-hashed (SPEC §8).
+"""Sealed and pinned heads: proving the log was not truncated or re-hashed.
 
-- `ledger_id_of`: the ledger's id, read from its first event (random at `init`; a
-  ledger made before ids existed derives it from that event's hash, so it never
-  changes between reads).
-- `seal`: appends `HeadSealed` to the `seals` stream, signing `{ledger_id, seq, hash}`
-  of the head before it, and returns the **signed head** (`seal --json`), which
-  anyone can keep elsewhere.
-- `check_seals`: every `HeadSealed`'s hash must equal the chain at its seq
-  (`seal_mismatch`), and with trusted public keys its signature must verify under
-  one of them (`seal_signature`).
-- `check_expected_head`: a pinned `seq:hash` (or a signed-head file) must be in the
-  chain exactly (`head_mismatch`).
-These run after the chain itself verified, so a stored hash *is* the recomputed chain.
+A seal (`HeadSealed`, in the `seals` stream) signs `{ledger_id, seq, hash}` of the head
+right before it; `seal` returns that **signed head**, which anyone can keep elsewhere. A
+pinned head (`SEQ:HASH`, or a signed-head file) is one an auditor kept outside the file.
+Both are judged after the chain itself verified, so a stored hash *is* the recomputed chain.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import uuid
@@ -33,7 +26,7 @@ from lifecycle_fsm.keys import PublicKeys, key_id, sign
 from lifecycle_fsm.limits import MAX_INT64, MAX_SIGNED_HEAD_BYTES, read_regular_file
 from lifecycle_fsm.store.base import EventStore, event_at, hash_at
 from lifecycle_fsm.store.chain import canonical_json
-from lifecycle_fsm.store.records import Head, NewEvent, StoredEvent
+from lifecycle_fsm.store.records import NewEvent
 from lifecycle_fsm.upcasting import decoded_payload, derived_ledger_id
 
 if TYPE_CHECKING:
@@ -94,32 +87,15 @@ def seal(
     ledger_id = ledger_id_of(store)
     if ledger_id is None:
         raise ConflictError("the ledger is empty: there is no head to seal yet")
-    signer = key_id(key.public_key())
     for _ in range(20):
-        try:
-            head, signature, stored = _append_seal(store, key, signer, ledger_id, actor, clock, before_commit)
-        except ConcurrencyError:
-            continue  # another writer appended between the head and the seal: sign the new head
-        break
-    else:
-        raise ConcurrencyError(
-            "could not seal: other writers kept appending; retry the command",
-            stream_id=SEALS_STREAM,
-            expected_version=0,
-            actual_version=0,
-        )
-    return _signed_head(ledger_id, head, stored, signer, signature)
-
-
-def _signed_head(ledger_id: str, head: Head, stored: StoredEvent, signer: str, signature: str) -> JSON:
-    return {
-        "ledger_id": ledger_id,
-        "seq": head.seq,
-        "hash": head.hash,
-        "sealed_at": stored.recorded_at,
-        "key_id": signer,
-        "signature": signature,
-    }
+        with contextlib.suppress(ConcurrencyError):  # another writer appended meanwhile: sign the new head
+            return _append_seal(store, key, ledger_id, actor, clock, before_commit)
+    raise ConcurrencyError(
+        "could not seal: other writers kept appending; retry the command",
+        stream_id=SEALS_STREAM,
+        expected_version=0,
+        actual_version=0,
+    )
 
 
 def signed_head_text(doc: JSON) -> str:
@@ -130,13 +106,13 @@ def signed_head_text(doc: JSON) -> str:
 def _append_seal(
     store: EventStore,
     key: Ed25519PrivateKey,
-    signer: str,
     ledger_id: str,
     actor: str,
     clock: Callable[[], str],
     before_commit: Callable[[JSON], None] | None,
-) -> tuple[Head, str, StoredEvent]:
+) -> JSON:
     """One attempt: the seal must land right after the head it signs, or nothing is kept."""
+    signer = key_id(key.public_key())
     with store.transaction() as tx:
         head = store.head()
         signature = sign(key, seal_message(ledger_id, head.seq, head.hash))
@@ -158,14 +134,22 @@ def _append_seal(
                 expected_version=head.seq + 1,
                 actual_version=stored.seq,
             )
+        signed = {
+            "ledger_id": ledger_id,
+            "seq": head.seq,
+            "hash": head.hash,
+            "sealed_at": stored.recorded_at,
+            "key_id": signer,
+            "signature": signature,
+        }
         if before_commit is not None:
-            before_commit(_signed_head(ledger_id, head, stored, signer, signature))
-    return head, signature, stored
+            before_commit(signed)
+    return signed
 
 
 @attrs.frozen
 class SealFailure:
-    """Why verify fails on seals or pins: `reason` is the code SPEC §8 names."""
+    """Why verify fails on seals or pins: `reason` is the problem code `verify` reports."""
 
     bad_seq: int | None
     reason: str  # head_mismatch | seal_mismatch | seal_signature

@@ -79,18 +79,17 @@ class TrustedStateRecorder:
         self.wait()
 
     def _run(self) -> None:
-        ledger: Ledger | None = None
-        opening_error: BaseException | None = None
         try:
-            ledger = Ledger.open(self._location, actor=self._actor, artifact_root=self._artifact_root)
+            ledger: Ledger | Exception = Ledger.open(
+                self._location, actor=self._actor, artifact_root=self._artifact_root
+            )
         except Exception as e:  # every record then fails with it: raised by the next wait()
-            opening_error = e
+            ledger = e
         try:
             while (record := self._queue.get()) is not None:
                 try:
-                    if ledger is None:
-                        assert opening_error is not None
-                        raise opening_error
+                    if isinstance(ledger, Exception):
+                        raise ledger
                     self.recorded.append(
                         ledger.record_trusted_state(
                             record.candidate_id, record.kind, record.path, event_id=record.event_id
@@ -102,7 +101,7 @@ class TrustedStateRecorder:
                     self._queue.task_done()
             self._queue.task_done()  # the stop marker
         finally:
-            if ledger is not None:
+            if isinstance(ledger, Ledger):
                 ledger.close()
 
 

@@ -43,11 +43,11 @@ __all__ = ["ResumePoint", "StageTracker", "TRAINER_ACTIONS", "TrainerAction", "l
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+@attrs.define
 class StageTracker:
     """Which stage the last failure came from: `failed` is set by the first wrapped function that raised."""
 
-    def __init__(self) -> None:
-        self.failed: str | None = None
+    failed: str | None = None
 
     def wrap(self, stage: str, fn: F) -> F:
         """`fn`, marking a failure raised from it as a failure of `stage` (name and async-ness kept)."""

@@ -1,25 +1,10 @@
 """`LedgerCallback`: a `transformers` / TRL trainer that records its candidate in the ledger as it trains.
 
-    cb = LedgerCallback(ledger, kind="dpo", run_id="dpo-run-7")
-    trainer = DPOTrainer(..., callbacks=[cb])
-    cb.train(trainer)                       # failure -> recovery plan -> resume, at most max_attempts times
-    result = cb.finish(trainer, decision="accept")   # save, manifest, receive, check, hand off
-
-- At train begin the candidate is registered (before its adapter exists) with a
-  provenance card (`lifecycle_fsm.integrations.provenance`): data, code, base model,
-  chat template, trainer arguments, library versions.
-- At each save, once every rank finished writing, the main process records
-  `output_dir/checkpoint-<step>` as `pre_update_checkpoint`, keyed by run, attempt and
-  step, hashed on a thread of its own (`recorder.py`); a record that failed is raised at
-  the next save, failure or end, never lost.
-- `cb.train` turns an exception into `fail_stage` for the stage it came from (update,
-  unless a function wrapped by `cb.reward_function` or the generation hook raised it),
-  follows the plan (the table in `lifecycle_fsm.integrations.recovery`), completes the
-  recovery and trains again on the same trainer.
-- Under DDP every rank calls `cb.train` and `cb.finish`; only the main process writes
-  to the ledger and every rank gets its answer (the resume point, the result). A
-  failure raised on one rank only is not seen by the others: they wait in their next
-  collective, as torch.distributed does without this callback.
+What it records and when (the candidate with its provenance card at train begin, each
+checkpoint as a trusted state, each failure and its recovery, the hand-off at `finish`)
+and how ranks share the work under DDP: docs/embedding.md, "The trainer integration".
+A failure raised on one rank only is not seen by the others: they wait in their next
+collective, as torch.distributed does without this callback.
 """
 
 from __future__ import annotations
@@ -51,11 +36,11 @@ from lifecycle_fsm.integrations.recovery import (
 )
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.ledger import Ledger
+from lifecycle_fsm.limits import check_int
 from lifecycle_fsm.logs import get_logger
 from lifecycle_fsm.machine import State
-from lifecycle_fsm.manifests import candidate_manifest, write_manifest
+from lifecycle_fsm.manifests import candidate_manifest, check_kind, write_manifest
 from lifecycle_fsm.results import CandidateResult
-from lifecycle_fsm.rules import CANDIDATE_KINDS
 from lifecycle_fsm.state import CandidateState
 
 __all__ = ["LedgerCallback", "TrainingStopped"]
@@ -93,17 +78,13 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
         max_attempts: int = 3,
         code_folder: str | os.PathLike[str] | None = None,
     ) -> None:
-        if kind not in CANDIDATE_KINDS:
-            raise InputError(f"unknown candidate kind {kind!r} (expected one of {', '.join(CANDIDATE_KINDS)})")
+        self.kind = check_kind(kind)
         if not isinstance(run_id, str) or not run_id.strip():
             raise InputError(f"run_id must be a non-empty string, not {run_id!r}")
-        if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1:
-            raise InputError(f"max_attempts must be a positive integer, not {max_attempts!r}")
         self.ledger = ledger
-        self.kind = kind
         self.run_id = run_id
         self.candidate_id = candidate_id if candidate_id is not None else run_id
-        self.max_attempts = max_attempts
+        self.max_attempts = check_int("max_attempts", max_attempts, minimum=1)
         self.code_folder = code_folder
         self.attempt = 0  # this run's attempt, counted in the ledger (main process)
         self.card: JSON | None = None  # the provenance card recorded at registration (main process)
@@ -152,6 +133,11 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
         if error is not None:
             raise error
 
+    def _settle_records(self) -> None:
+        """Wait for queued records and raise the first that failed."""
+        self._drain()
+        self._raise_deferred()
+
     # --- TrainerCallback events -----------------------------------------------------------
 
     def on_train_begin(
@@ -171,11 +157,7 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
     def on_train_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
-        def finish_records() -> None:
-            self._drain()
-            self._raise_deferred()
-
-        self._collective(state.is_world_process_zero, finish_records)
+        self._collective(state.is_world_process_zero, self._settle_records)
 
     # --- what the main process does ----------------------------------------------------
 
@@ -254,8 +236,7 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
 
     def _recover(self, error: BaseException, final: bool) -> ResumePoint:
         """Record the failure and its plan; complete the recovery unless training stops here."""
-        self._drain()
-        self._raise_deferred()
+        self._settle_records()
         stage = self._stages.failed or "update"
         failed = self.ledger.fail_stage(self.candidate_id, stage, event_id=self._key(f"fail/{stage}"))
         point = resume_point(failed.plan, self.ledger.settings())
@@ -269,10 +250,15 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
             trainer_action=str(point.action),
             why=point.why,
         )
-        if point.action is not TrainerAction.STOP and not final:
-            resumed_from = point.checkpoint or point.baseline_adapter
-            self.ledger.complete_recovery(self.candidate_id, resumed_from=resumed_from, event_id=self._key("recovered"))
+        if not final:
+            self._complete_recovery(point, self._key("recovered"))
         return point
+
+    def _complete_recovery(self, point: ResumePoint, key: str) -> None:
+        """Record that training goes on from `point` (nothing to record when the plan stops it)."""
+        if point.action is not TrainerAction.STOP:
+            resumed_from = point.checkpoint or point.baseline_adapter
+            self.ledger.complete_recovery(self.candidate_id, resumed_from=resumed_from, event_id=key)
 
     # --- the two calls a training script makes -------------------------------------------
 
@@ -324,10 +310,7 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
         if current is None or current.state is not State.RECOVERING or plan is None:
             return None
         point = resume_point(plan, self.ledger.settings())
-        if point.action is not TrainerAction.STOP:
-            key = f"{self.run_id}/plan-{plan.seq}/recovered"
-            resumed_from = point.checkpoint or point.baseline_adapter
-            self.ledger.complete_recovery(self.candidate_id, resumed_from=resumed_from, event_id=key)
+        self._complete_recovery(point, f"{self.run_id}/plan-{plan.seq}/recovered")
         return point
 
     def finish(self, trainer: Trainer, decision: str = "accept", **manifest_fields: Any) -> CandidateResult:
