@@ -180,7 +180,7 @@ def _walk(
         chain, states, corrupt = _walk_shared(store, workers, target, stops)
     else:
         chain, states, corrupt = _walk_here(store, stops)
-    if corrupt is not None:
+    if corrupt is not None or not states:  # a replay error, or a broken chain the workers did not fold past
         return chain, [], None, None, corrupt
     at = dict(zip(stops, states, strict=False))
     for record in sound:
