@@ -327,27 +327,21 @@ def ensure_append_function(session: PgSession, *, create: bool) -> bool:
     """Whether the ledger has the append function that leaves the state index to checkpoints. A ledger
     made when every commit wrote the index gets it when a writer whose role may change the schema opens
     it; until then its appends are refused (`StoreError`), and reads take it as it is."""
-    with session.mapped("cannot read the ledger schema"):
-        row = session.conn.execute(_HAS_APPEND_FUNCTION).fetchone()
-    if row is not None and row[0]:
-        return True
-    if not create:
-        return False
-    try:
-        with session.conn.transaction():
-            session.conn.execute("SELECT pg_advisory_xact_lock(%s)", (session.lock_key,))
-            session.conn.execute(APPEND_FUNCTION)
-    except pg_errors.InsufficientPrivilege:
-        return False
-    return True
+    return _upgraded(session, _HAS_APPEND_FUNCTION, (APPEND_FUNCTION,), create=create)
 
 
 def ensure_event_index(session: PgSession, *, create: bool) -> bool:
     """Whether the ledger has the event index. An existing ledger opens without DDL (a role with only
     SELECT and INSERT can use it); one made without the index gets it, in place of the filter indexes
     on `events`, when a writer whose role may change the schema opens it. Otherwise it is read as it is."""
+    return _upgraded(session, "SELECT to_regclass('event_index') IS NOT NULL", EVENT_INDEX_DDL, create=create)
+
+
+def _upgraded(session: PgSession, present: str, statements: Sequence[str], *, create: bool) -> bool:
+    """Whether the ledger has what `present` asks about; if not and `create`, make it with `statements`
+    under the ledger's lock. A role that may not change the schema leaves it as it is (False)."""
     with session.mapped("cannot read the ledger schema"):
-        row = session.conn.execute("SELECT to_regclass('event_index') IS NOT NULL").fetchone()
+        row = session.conn.execute(present).fetchone()
     if row is not None and row[0]:
         return True
     if not create:
@@ -355,10 +349,8 @@ def ensure_event_index(session: PgSession, *, create: bool) -> bool:
     try:
         with session.conn.transaction():
             session.conn.execute("SELECT pg_advisory_xact_lock(%s)", (session.lock_key,))
-            for statement in EVENT_INDEX_DDL:
+            for statement in statements:
                 session.conn.execute(statement)
     except pg_errors.InsufficientPrivilege:
         return False
     return True
-    if schema_version(session) != str(STORE_SCHEMA_VERSION):  # pragma: no cover - a concurrent other version
-        raise StoreError(f"{session.where}: store schema version is not {STORE_SCHEMA_VERSION}; refusing")
