@@ -9,7 +9,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from conftest import Workspace, cli, count_events, invoke
+from conftest import Workspace, cli, count_events, hand_off_dpo, invoke
 from securesystemslib.dsse import Envelope
 
 from lifecycle_fsm.artifacts import hash_directory
@@ -18,16 +18,10 @@ from lifecycle_fsm.store.chain import GENESIS_HASH, event_hash
 
 @pytest.fixture
 def handed_off(ws: Workspace) -> Path:
-    for args in (
-        ("init",),
-        ("baseline", "activate", str(ws.baseline())),
-        ("receive", str(ws.dpo())),
-        ("check", "dpo-v5"),
-        ("handoff", "dpo-v5"),
-        ("receive", str(ws.grpo())),
-    ):
-        assert invoke(ws.db, *args).exit_code == 0, args
-    return ws.db
+    """The DPO candidate handed off (ready) and a GRPO one received, not yet decided."""
+    db = hand_off_dpo(ws)
+    assert invoke(db, "receive", str(ws.grpo())).exit_code == 0
+    return db
 
 
 def _attest(db: Path, keys: Path, candidate: str, out: Path) -> tuple[int, str]:
