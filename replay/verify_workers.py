@@ -34,7 +34,7 @@ from lifecycle_fsm.state import Fold, LedgerState, Row
 from lifecycle_fsm.store.base import EventStore
 from lifecycle_fsm.store.chain import GENESIS_HASH, ChainWalk
 from lifecycle_fsm.store.open import open_store
-from lifecycle_fsm.store.records import ChainReport, EventFilter, Head, StreamHead
+from lifecycle_fsm.store.records import ChainReport, EventFilter, Head, StreamHead, StreamShare
 
 __all__ = ["Shares"]
 
@@ -110,14 +110,14 @@ def _fold_share(batches: Iterator[list[Row]], positions: Sequence[int]) -> list[
 
 
 def _run_share(
-    target: str, head: int, bounds: tuple[int, int], owners: dict[str, int], share: int, positions: list[int]
+    target: str, head: int, bounds: tuple[int, int], streams: StreamShare, positions: list[int]
 ) -> _Share | str:
     """In a worker: the slice `bounds` of the chain and the fold of this share's streams up to `head`;
     a message when the ledger cannot be read there."""
     try:
         store = open_store(target, create=False)
         try:
-            return _walk_and_fold(store, head, bounds, owners, share, positions)
+            return _walk_and_fold(store, head, bounds, streams, positions)
         finally:
             store.close()
     except LifecycleError as e:
@@ -125,18 +125,19 @@ def _run_share(
 
 
 def _walk_and_fold(
-    store: EventStore, head: int, bounds: tuple[int, int], owners: dict[str, int], share: int, positions: list[int]
+    store: EventStore, head: int, bounds: tuple[int, int], streams: StreamShare, positions: list[int]
 ) -> _Share:
-    """The share's rows are read as fold columns, except in the worker's own slice, where the fold
-    takes the rows the walk has just read and checked (each row read once there, not twice)."""
+    """The share's rows are read as fold columns (the store picks them out), except in the worker's
+    own slice, where the fold takes the rows the walk has just read and checked (each row read once
+    there, not twice)."""
     after, upto = bounds
     first, walk = _slice_walk(store, after, upto)
-    log = itertools.chain(
-        store.select_fold_rows(after=0, before=after + 1),
-        walk.fold_batches(),
-        store.select_fold_rows(after=upto, before=head + 1),
+    holds = streams.holds
+    own = itertools.chain(
+        store.select_fold_rows(after=0, before=after + 1, streams=streams),
+        ([row for row in rows if holds(row[1])] for rows in walk.fold_batches()),
+        store.select_fold_rows(after=upto, before=head + 1, streams=streams),
     )
-    own = ([row for row in rows if owners.get(row[1], 0) == share] for rows in log)
     states: list[LedgerState] = []
     failed: Exception | None = None
     try:
@@ -150,17 +151,18 @@ def _walk_and_fold(
     return _Share(_slice(store, first, walk), states, failed)
 
 
-def _share_out(index: list[StreamHead], workers: int) -> dict[str, int]:
-    """Each stream's share: the longest first, each to the share with the fewest events so far. The
+def _share_out(index: list[StreamHead], workers: int) -> list[StreamShare]:
+    """The streams' shares: the longest first, each to the share with the fewest events so far. The
     lengths are the stream index's versions: an index edited out of true only unbalances the shares,
-    and a stream it does not list is share 0's."""
+    and a stream it does not list is share 0's (every stream but the other shares')."""
     events = [0] * workers
-    owners: dict[str, int] = {}
+    names: list[set[str]] = [set() for _ in range(workers)]
     for head in sorted(index, key=lambda h: -_length(h)):
         share = events.index(min(events))
-        owners[head.stream_id] = share
+        names[share].add(head.stream_id)
         events[share] += _length(head)
-    return owners
+    others = frozenset(itertools.chain.from_iterable(names[1:]))
+    return [StreamShare(others, others=True), *(StreamShare(frozenset(n)) for n in names[1:])]
 
 
 def _length(head: StreamHead) -> int:
@@ -173,15 +175,15 @@ class Shares:
 
     def __init__(self, target: str, head: int, workers: int, index: list[StreamHead], positions: list[int]) -> None:
         self._pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
-        owners = _share_out(index, workers)
-        self._ledger_share = owners.get(LEDGER_STREAM, 0)
+        shares = _share_out(index, workers)
+        self._ledger_share = next(k for k, share in enumerate(shares) if share.holds(LEDGER_STREAM))
         self._positions = [*positions, head]
         size = -(-head // workers)
         self._shares: list[Future[_Share | str]] = [
             self._pool.submit(
-                _run_share, target, head, (min(k * size, head), min(k * size + size, head)), owners, k, positions
+                _run_share, target, head, (min(k * size, head), min(k * size + size, head)), share, positions
             )
-            for k in range(workers)
+            for k, share in enumerate(shares)
         ]
 
     def results(self, *, count: Callable[[], int], head: Callable[[], Head]) -> tuple[ChainReport, Folded]:

@@ -26,6 +26,7 @@ from lifecycle_fsm.store.records import (
     Row,
     StoredEvent,
     StreamHead,
+    StreamShare,
     StreamSnapshot,
 )
 
@@ -124,9 +125,12 @@ class EventStore(Protocol):
         order), streamed in constant memory. Every condition is pushed into the backend's query."""
         ...
 
-    def select_fold_rows(self, *, after: int, before: int | None) -> Iterator[list[Row]]:
+    def select_fold_rows(
+        self, *, after: int, before: int | None, streams: StreamShare | None = None
+    ) -> Iterator[list[Row]]:
         """The log's rows `after < seq < before` as `select_rows` gives them, but only their fold
-        columns (`chain.fold_columns`): what a fold that does not re-hash the rows reads."""
+        columns (`chain.fold_columns`): what a fold that does not re-hash the rows reads.
+        `streams`: only the rows of those streams (a share of a parallel fold)."""
         ...
 
     def position_at(self, recorded_at: str) -> int:

@@ -31,6 +31,7 @@ from lifecycle_fsm.store.records import (
     Row,
     StoredEvent,
     StreamHead,
+    StreamShare,
     StreamSnapshot,
 )
 from lifecycle_fsm.store.writes import WriteTransaction, id_taken
@@ -169,9 +170,11 @@ class MemoryEventStore:
         if found:
             yield found
 
-    def select_fold_rows(self, *, after: int, before: int | None) -> Iterator[list[Row]]:
+    def select_fold_rows(
+        self, *, after: int, before: int | None, streams: StreamShare | None = None
+    ) -> Iterator[list[Row]]:
         for rows in self.select_rows(EventFilter(after=after, before=before)):
-            yield list(map(fold_columns, rows))
+            yield [fold_columns(r) for r in rows if streams is None or streams.holds(r[1])]
 
     def position_at(self, recorded_at: str) -> int:
         return max((r[0] for r in self._log if r[7] <= recorded_at), default=0)

@@ -57,6 +57,7 @@ from lifecycle_fsm.store.records import (
     NewEvent,
     Row,
     StoredEvent,
+    StreamShare,
 )
 from lifecycle_fsm.store.sql import Run, SQLStore
 from lifecycle_fsm.store.threads import one_thread
@@ -292,21 +293,36 @@ class PostgresEventStore(SQLStore):
                 if left <= 0:
                     return
 
-    def select_fold_rows(self, *, after: int, before: int | None) -> Iterator[list[Row]]:
-        return (rows for rows in self._ranges(EventFilter(after=after, before=before), FOLD_COLUMNS) if rows)
+    def select_fold_rows(
+        self, *, after: int, before: int | None, streams: StreamShare | None = None
+    ) -> Iterator[list[Row]]:
+        pages = self._ranges(EventFilter(after=after, before=before), FOLD_COLUMNS, streams)
+        return (rows for rows in pages if rows)
 
-    def _ranges(self, query: EventFilter, columns: str = EVENT_COLUMNS) -> Iterator[list[Row]]:
+    def _ranges(
+        self, query: EventFilter, columns: str = EVENT_COLUMNS, streams: StreamShare | None = None
+    ) -> Iterator[list[Row]]:
         """Ranges of `_PAGE` seqs; a range holding fewer rows than seqs ends at a gap (a damaged log,
-        which the reader's walk reports) or at the head: the next stored seq, if any, goes on."""
+        which the reader's walk reports) or at the head: the next stored seq, if any, goes on. With
+        `streams`, a range holds only their rows: an empty one goes on from the next stored seq."""
         upper = _NO_UPPER if query.before is None else query.before - 1
         last = query.after
+        share, shared = "", []
+        if streams is not None:
+            share, shared = (
+                f" AND {'NOT ' if streams.others else ''}stream_id = ANY(%s::text[])",
+                [sorted(streams.names)],
+            )
         while last < upper:
             end = min(last + _PAGE, upper)
-            rows = self._rows(f"SELECT {columns} FROM events WHERE seq > %s AND seq <= %s ORDER BY seq", (last, end))
+            sql = f"SELECT {columns} FROM events WHERE seq > %s AND seq <= %s{share} ORDER BY seq"
+            rows = self._rows(sql, (last, end, *shared))
             yield rows
-            if len(rows) < end - last:
-                # From the last row read: rows committed while the caller held this page are the next rows.
-                seen = rows[-1][0] if rows else last
+            if streams is None:  # from the last row read: rows committed while the caller held this page are next
+                short, seen = len(rows) < end - last, rows[-1][0] if rows else last
+            else:  # the share's rows only: an empty page skips to the next stored seq
+                short, seen = not rows, end
+            if short:
                 found = self._rows("SELECT min(seq) FROM events WHERE seq > %s AND seq <= %s", (seen, upper))[0][0]
                 if found is None:
                     return

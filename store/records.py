@@ -22,6 +22,7 @@ __all__ = [
     "Row",
     "StoredEvent",
     "StreamHead",
+    "StreamShare",
     "StreamSnapshot",
 ]
 
@@ -168,3 +169,18 @@ class EventFilter:
 
 
 ALL_EVENTS = EventFilter()
+
+
+@attrs.frozen
+class StreamShare:
+    """The streams a fold read keeps: those in `names`, or with `others`, every stream but those.
+
+    What one of `verify`'s workers folds: its share of the streams, pushed into the store's query
+    so the rows of the other shares are never fetched.
+    """
+
+    names: frozenset[str]
+    others: bool = False
+
+    def holds(self, stream_id: str) -> bool:
+        return (stream_id in self.names) != self.others

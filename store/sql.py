@@ -40,8 +40,8 @@ VERSION = "SELECT coalesce(max(version), 0) FROM events WHERE stream_id = %s"
 # checkpoint (the state at its position) and on a rebuild, never by a commit. The position it reflects
 # is the last seq among the events its rows stand at (a ledger whose every commit wrote it: the head).
 STATE_INDEX_POSITION = (
-    "(SELECT coalesce(max(e.seq), 0) FROM streams s "
-    "JOIN events e ON e.stream_id = s.stream_id AND e.version = s.version)"
+    "(CASE WHEN EXISTS (SELECT 1 FROM streams) THEN (SELECT coalesce(max(e.seq), 0) FROM streams s "
+    "JOIN events e ON e.stream_id = s.stream_id AND e.version = s.version) ELSE 0 END)"
 )
 # Every stream at its current version: the index's rows, and the streams with events past its position
 # at their version in the log, unlabelled (their labels are the fold's, not yet the index's).

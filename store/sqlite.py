@@ -25,6 +25,8 @@ from itertools import chain
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from lifecycle_fsm.errors import InputError, StoreError
 from lifecycle_fsm.store.base import write_in_read_snapshot, write_in_transaction
 from lifecycle_fsm.store.chain import EVENT_COLUMNS, FOLD_COLUMNS, GENESIS_HASH
@@ -40,6 +42,7 @@ from lifecycle_fsm.store.records import (
     Row,
     StoredEvent,
     StreamHead,
+    StreamShare,
 )
 from lifecycle_fsm.store.sql import (
     CHECKPOINTS,
@@ -357,10 +360,20 @@ class SQLiteEventStore(SQLStore):
         sql, params = filter_sql(query, EVENT_COLUMNS, indexed=self._indexed)
         return self._batches(sql, params, 256)
 
-    def select_fold_rows(self, *, after: int, before: int | None) -> Iterator[list[Row]]:
-        """As `select_rows` of the slice, five columns fewer to fetch and convert."""
-        sql, params = filter_sql(EventFilter(after=after, before=before), FOLD_COLUMNS, indexed=self._indexed)
-        return self._batches(sql, params, 256)
+    def select_fold_rows(
+        self, *, after: int, before: int | None, streams: StreamShare | None = None
+    ) -> Iterator[list[Row]]:
+        """As `select_rows` of the slice, five columns fewer to fetch and convert; a share's streams
+        picked out by SQLite (`+stream_id`: in seq order, not through the stream index)."""
+        where = ["seq > ?"]
+        params: list[Any] = [after]
+        if before is not None:
+            where.append("seq < ?")
+            params.append(before)
+        if streams is not None:
+            where.append(f"+stream_id {'NOT IN' if streams.others else 'IN'} (SELECT value FROM json_each(?))")
+            params.append(orjson.dumps(sorted(streams.names)).decode())
+        return self._batches(f"SELECT {FOLD_COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY seq", params, 256)
 
     def select_checkpoints(self, *, at_or_before: int | None = None) -> Iterator[CheckpointRecord]:
         """One row at a time, newest first: a load stops at the first trusted checkpoint. Without a bound

@@ -96,10 +96,10 @@ def _raw(store: EventStore, stream_id: str, type_name: str, payload: dict[str, A
 
 def _in_two_shares(store: EventStore) -> tuple[str, str]:
     """A candidate of each share the two workers fold (`_share_out`, from the stream index)."""
-    owners = _share_out(store.streams(), 2)
+    first, second = _share_out(store.streams(), 2)
     return (
-        next(f"c{i}" for i in range(6) if owners[f"candidate:c{i}"] == 1),
-        next(f"c{i}" for i in range(6) if owners[f"candidate:c{i}"] == 0),
+        next(f"c{i}" for i in range(6) if second.holds(f"candidate:c{i}")),
+        next(f"c{i}" for i in range(6) if first.holds(f"candidate:c{i}")),
     )
 
 
