@@ -13,11 +13,8 @@ Why it is built this way:
   then the head and the expected versions read after it, the row chained by the server
   from `chain.header_parts` and re-hashed by the client, and NOTIFY. A check that fails
   there writes nothing, and the transaction's path says why. It commits without waiting
-  for the WAL flush, which would hold the lock through it; a durable session (FULL)
-  acknowledges the event only after a second statement waits for the flush, outside the
-  lock, so concurrent writers share flushes (group commit). Another session may read the
-  event in between: a server crash then loses an event somebody read, never one a
-  writer was told is stored.
+  for the WAL flush (which would hold the lock through it); a durable session waits for
+  the flush after, outside the lock, so concurrent writers share flushes (group commit).
 - Batches and transactions (`postgres_transaction.py`) chain their rows in Python under
   the lock (`chain.chain_rows`, as every backend does). Either way an event hashes the
   same as in SQLite; `payload` and `recorded_at` are stored as the exact text hashed.
@@ -318,12 +315,8 @@ class PostgresEventStore(SQLStore):
         `streams`, a range holds only their rows: an empty one goes on from the next stored seq."""
         upper = _NO_UPPER if query.before is None else query.before - 1
         last = query.after
-        share, shared = "", []
-        if streams is not None:
-            share, shared = (
-                f" AND {'NOT ' if streams.others else ''}stream_id = ANY(%s::text[])",
-                [sorted(streams.names)],
-            )
+        share = "" if streams is None else f" AND {'NOT ' if streams.others else ''}stream_id = ANY(%s::text[])"
+        shared = [] if streams is None else [sorted(streams.names)]
         while last < upper:
             end = min(last + _PAGE, upper)
             sql = f"SELECT {columns} FROM events WHERE seq > %s AND seq <= %s{share} ORDER BY seq"

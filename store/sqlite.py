@@ -25,11 +25,9 @@ from itertools import chain
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from lifecycle_fsm.errors import InputError, StoreError
 from lifecycle_fsm.store.base import write_in_read_snapshot, write_in_transaction
-from lifecycle_fsm.store.chain import EVENT_COLUMNS, FOLD_COLUMNS, GENESIS_HASH
+from lifecycle_fsm.store.chain import EVENT_COLUMNS, GENESIS_HASH
 from lifecycle_fsm.store.faults import fault_from_env
 from lifecycle_fsm.store.open import busy_timeout_seconds, synchronous_mode
 from lifecycle_fsm.store.records import (
@@ -70,6 +68,7 @@ from lifecycle_fsm.store.sqlite_schema import (
     ensure_event_index,
     ensure_schema,
     filter_sql,
+    fold_sql,
     guard_problems,
     schema_version,
 )
@@ -363,17 +362,8 @@ class SQLiteEventStore(SQLStore):
     def select_fold_rows(
         self, *, after: int, before: int | None, streams: StreamShare | None = None
     ) -> Iterator[list[Row]]:
-        """As `select_rows` of the slice, five columns fewer to fetch and convert; a share's streams
-        picked out by SQLite (`+stream_id`: in seq order, not through the stream index)."""
-        where = ["seq > ?"]
-        params: list[Any] = [after]
-        if before is not None:
-            where.append("seq < ?")
-            params.append(before)
-        if streams is not None:
-            where.append(f"+stream_id {'NOT IN' if streams.others else 'IN'} (SELECT value FROM json_each(?))")
-            params.append(orjson.dumps(sorted(streams.names)).decode())
-        return self._batches(f"SELECT {FOLD_COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY seq", params, 256)
+        """As `select_rows` of the slice, five columns fewer to fetch and convert."""
+        return self._batches(*fold_sql(after, before, streams), 256)
 
     def select_checkpoints(self, *, at_or_before: int | None = None) -> Iterator[CheckpointRecord]:
         """One row at a time, newest first: a load stops at the first trusted checkpoint. Without a bound

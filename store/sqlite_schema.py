@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from lifecycle_fsm.errors import StoreError
-from lifecycle_fsm.store.records import EventFilter
+from lifecycle_fsm.store.chain import FOLD_COLUMNS
+from lifecycle_fsm.store.records import EventFilter, StreamShare
 from lifecycle_fsm.store.sql import INDEXED
 
 if TYPE_CHECKING:
@@ -43,6 +44,7 @@ __all__ = [
     "ensure_event_index",
     "ensure_schema",
     "filter_sql",
+    "fold_sql",
     "guard_problems",
     "schema_version",
 ]
@@ -239,6 +241,20 @@ def filter_sql(query: EventFilter, columns: str, *, indexed: bool) -> tuple[str,
         sql += " LIMIT ?"
         params.append(query.limit)
     return sql, params
+
+
+def fold_sql(after: int, before: int | None, streams: StreamShare | None) -> tuple[str, list[Any]]:
+    """The SELECT of a slice of the log's fold columns, only `streams`' rows if given (picked out in seq
+    order: `+stream_id` keeps the planner off the stream index, which would need a sort)."""
+    where = ["seq > ?"]
+    params: list[Any] = [after]
+    if before is not None:
+        where.append("seq < ?")
+        params.append(before)
+    if streams is not None:
+        where.append(f"+stream_id {'NOT IN' if streams.others else 'IN'} (SELECT value FROM json_each(?))")
+        params.append(orjson.dumps(sorted(streams.names)).decode())
+    return f"SELECT {FOLD_COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY seq", params
 
 
 Conditions = tuple[list[str], list[Any], list[tuple[str, list[Any]]]]
