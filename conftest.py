@@ -37,3 +37,21 @@ def pytest_configure(config: pytest.Config) -> None:
     # Before xdist starts its workers: they and every subprocess inherit the environment.
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     sys.dont_write_bytecode = False
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files holding a test marked `slow` first, then docs pages (each runs real shells), then the other
+    files, most tests first; a file's own order is kept. xdist (--dist=loadfile with pyproject's
+    --no-loadscope-reorder) hands files out in this order as workers free up: a long file handed out
+    last would run alone while the other worker idles."""
+    files: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+
+    def rank(entry: tuple[str, list[pytest.Item]]) -> tuple[int, int]:
+        path, tests = entry
+        slow = any(test.get_closest_marker("slow") for test in tests)
+        return (0 if slow else 1 if path.startswith("docs/") else 2, -len(tests))
+
+    items[:] = [item for _, tests in sorted(files.items(), key=rank) for item in tests]

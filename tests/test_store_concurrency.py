@@ -106,6 +106,7 @@ print(n)
 """
 
 
+@pytest.mark.slow
 def test_a_follower_sees_every_seq_once_in_order_while_8_processes_write(backend: Backend, tmp_path: Path) -> None:
     """8 writer processes (half of them commit late on purpose, half use `store.append`) while a reader
     polls `select_events(after=last)`.

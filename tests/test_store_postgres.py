@@ -196,6 +196,7 @@ def test_lock_held_past_lock_timeout_is_store_error(store: PostgresEventStore, p
     assert store.append("a", 2, [new("a", 2)]).events[0].seq == 4  # the session is usable afterwards
 
 
+@pytest.mark.slow
 def test_a_zero_lock_timeout_in_the_url_still_gives_up_and_names_a_holder_of_another_role(
     store: PostgresEventStore, pg_url: str, app_role: str
 ) -> None:

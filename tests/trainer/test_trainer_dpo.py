@@ -45,6 +45,7 @@ def test_a_fault_is_planned_resumed_and_the_candidate_handed_off(tiny: Tiny, tmp
     assert card["base_model"]["name"] == str(tiny.base) and card["dataset"]["fingerprint"]
 
 
+@pytest.mark.slow
 def test_a_restarted_run_records_its_re_saved_checkpoint_anew(tiny: Tiny, tmp_path: Path) -> None:
     """A killed run restarted under the same run id re-saves checkpoint-2 with other bytes: a new record
     (the next attempt's key), which the ledger now trusts; never the old hash kept as a silent duplicate."""
@@ -98,6 +99,7 @@ def test_a_blocking_plan_stops_training_and_rejects(tiny: Tiny, tmp_path: Path) 
     assert ledger.candidate("dpo-4").state is State.REJECT
 
 
+@pytest.mark.slow
 def test_attempts_are_bounded_and_a_restart_follows_the_plan_left(tiny: Tiny, tmp_path: Path) -> None:
     """Failing every time: each failure is recorded and the last plan is left in the ledger; the run
     restarted under the same run id follows it before training."""
