@@ -17,6 +17,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -39,19 +40,44 @@ def pytest_configure(config: pytest.Config) -> None:
     sys.dont_write_bytecode = False
 
 
+# One work unit (one worker) for the trainer tests: only the worker that runs them imports the training
+# stack (seconds of start-up; tests/trainer/support.py looks it up without importing it).
+TRAINER = "tests/trainer/"
+
+
+def _unit(nodeid: str) -> str:
+    """The work unit xdist hands to one worker: a file, or all of tests/trainer."""
+    path = nodeid.split("::", 1)[0]
+    return TRAINER if path.startswith(TRAINER) else path
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Files holding a test marked `slow` first, then docs pages (each runs real shells), then the other
-    files, most tests first; a file's own order is kept. xdist (--dist=loadfile with pyproject's
-    --no-loadscope-reorder) hands files out in this order as workers free up: a long file handed out
+    """Units holding a test marked `slow` first, then docs pages (each runs real shells), then the other
+    files, most tests first; a unit's own order is kept. xdist (--dist=loadfile with pyproject's
+    --no-loadscope-reorder) hands units out in this order as workers free up: a long one handed out
     last would run alone while the other worker idles."""
-    files: dict[str, list[pytest.Item]] = {}
+    units: dict[str, list[pytest.Item]] = {}
     for item in items:
-        files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+        units.setdefault(_unit(item.nodeid), []).append(item)
 
     def rank(entry: tuple[str, list[pytest.Item]]) -> tuple[int, int]:
-        path, tests = entry
+        unit, tests = entry
         slow = any(test.get_closest_marker("slow") for test in tests)
-        return (0 if slow else 1 if path.startswith("docs/") else 2, -len(tests))
+        return (0 if slow else 1 if unit.startswith("docs/") else 2, -len(tests))
 
-    items[:] = [item for _, tests in sorted(files.items(), key=rank) for item in tests]
+    items[:] = [item for _, tests in sorted(units.items(), key=rank) for item in tests]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """--dist=loadfile with `_unit`'s units instead of files (any other --dist: xdist's own)."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class UnitScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _unit(nodeid)
+
+    return UnitScheduling(config, log)
