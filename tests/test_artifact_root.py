@@ -7,6 +7,7 @@ import json
 import os
 from pathlib import Path
 
+import pytest
 from conftest import Workspace, run_cli
 
 from lifecycle_fsm.ledger import Ledger
@@ -45,6 +46,7 @@ def test_the_api_verifies_manifests_written_against_the_project_root(tmp_path: P
         assert ledger.hand_off("dpo-v5").state == "ready"
 
 
+@pytest.mark.slow
 def test_cli_check_reads_relative_paths_under_the_artifact_root_flag_and_env(tmp_path: Path) -> None:
     """Manifests written the workflow's way (paths from the project root) verify through `check`
     given the root by `--artifact-root` or by `LIFECYCLE_ARTIFACT_ROOT` (a relative root, from the

@@ -35,6 +35,7 @@ def _export(db: Path, pool: Path) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_the_shipped_drills_pool_re_decides_unchanged(kept: Path, tmp_path: Path) -> None:
     """The CI gate: every decision the shipped drills record, exported into one pool (a sub-folder per
     ledger), is re-decided identically by today's rules."""

@@ -183,6 +183,7 @@ def test_crash_really_kills_a_process_mid_append(ws: Workspace, rng_seed: int) -
     assert outcome.problems == ()
 
 
+@pytest.mark.slow
 def test_report_files_and_determinism(tmp_path: Path) -> None:
     """--report writes drill-report.json and .md; two runs are identical apart from timings."""
     paths = [str(SCENARIOS)]

@@ -99,6 +99,7 @@ def test_yaml_aliases_are_refused_before_expansion(tmp_path: Path) -> None:
     assert "aliases" in _one_error_line(result.stderr)
 
 
+@pytest.mark.slow
 def test_deeply_nested_yaml_is_a_scenario_error(tmp_path: Path) -> None:
     path = tmp_path / "deep.yaml"
     path.write_text("name: deep\nseed: 1\nsteps: " + "[" * 5000 + "]" * 5000 + "\n")

@@ -87,6 +87,7 @@ def _ledger(ws: Workspace, db: Path) -> str:
     return cid
 
 
+@pytest.mark.slow
 def test_every_read_works_on_a_read_only_folder_and_a_write_is_refused(
     ws: Workspace, read_only: ReadOnly, tmp_path: Path
 ) -> None:

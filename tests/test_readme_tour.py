@@ -21,6 +21,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO
 
 
@@ -47,6 +49,7 @@ def commands(line: str) -> list[list[str]]:
     return parts
 
 
+@pytest.mark.slow
 def test_every_line_of_the_tour_runs(tmp_path: Path) -> None:
     activate, *lines = tour_lines()
     assert activate == "source .venv/bin/activate"  # after the first command, `lifecycle` is on the PATH

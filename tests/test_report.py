@@ -262,6 +262,7 @@ def many_candidates(tmp_path: Path) -> tuple[Workspace, list[str]]:
     return ws, ids
 
 
+@pytest.mark.slow
 def test_html_report_of_many_candidates_draws_only_what_is_opened(
     many_candidates: tuple[Workspace, list[str]], tmp_path: Path
 ) -> None:

@@ -263,6 +263,7 @@ def test_the_hosts_a_server_answers_to() -> None:
     assert allowed_hosts("0.0.0.0") is None
 
 
+@pytest.mark.slow
 def test_a_browser_finds_a_rejected_id_on_the_rejections_page(served: tuple[Workspace, dict[str, str], Server]) -> None:
     """Headless Chromium loads the rejections page; a rejected id is on it; the screenshot is kept as an artifact."""
     _need(CHROMIUM.exists(), "Chromium (apt-get install chromium)")

@@ -106,6 +106,7 @@ print(n)
 """
 
 
+@pytest.mark.slow
 def test_a_follower_sees_every_seq_once_in_order_while_8_processes_write(backend: Backend, tmp_path: Path) -> None:
     """8 writer processes (half of them commit late on purpose, half use `store.append`) while a reader
     polls `select_events(after=last)`.
@@ -143,8 +144,10 @@ def test_a_follower_sees_every_seq_once_in_order_while_8_processes_write(backend
     reader.close()
 
 
+# A commit every millisecond or so: many land inside each read below, while the ledger stays small
+# enough that each `verify` (a full replay) does not grow with an unpaced writer's thousands of events.
 _TRUSTING = """
-import pathlib, sys
+import pathlib, sys, time
 from lifecycle_fsm import Ledger
 target, ids, artifact, stop = sys.argv[1], sys.argv[2].split(","), sys.argv[3], pathlib.Path(sys.argv[4])
 n = 0
@@ -152,6 +155,7 @@ with Ledger.open(target, synchronous="NORMAL", actor="writer") as ledger:
     while not stop.exists():
         ledger.record_trusted_state(ids[n % len(ids)], "trajectories", artifact)
         n += 1
+        time.sleep(0.001)
 print(n)
 """
 

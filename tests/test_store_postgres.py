@@ -162,11 +162,14 @@ def test_payload_and_time_are_text_not_jsonb(store: PostgresEventStore, pg_url: 
 # --- the write lock and its timeouts ----------------------------------------------------------------
 
 
-def _hold_lock(url: str, key: int, seconds: float, locked: threading.Event) -> None:
+def _hold_lock(
+    url: str, key: int, seconds: float, locked: threading.Event, release: threading.Event | None = None
+) -> None:
+    """Hold the ledger's lock for `seconds`, or until `release` is set."""
     with psycopg.connect(url) as conn:
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
         locked.set()
-        time.sleep(seconds)
+        (release or threading.Event()).wait(seconds)
         conn.rollback()
 
 
@@ -184,14 +187,15 @@ def test_second_writer_waits_for_the_lock(store: PostgresEventStore, pg_url: str
 
 def test_lock_held_past_lock_timeout_is_store_error(store: PostgresEventStore, pg_url: str) -> None:
     """A writer that cannot get the lock within busy_timeout gets StoreError naming lock_timeout; nothing lands."""
-    locked = threading.Event()
-    holder = threading.Thread(target=_hold_lock, args=(pg_url, store.session.lock_key, 1.0, locked))
+    locked, release = threading.Event(), threading.Event()
+    holder = threading.Thread(target=_hold_lock, args=(pg_url, store.session.lock_key, 1.0, locked, release))
     holder.start()
     assert locked.wait(30)
     try:
         with PostgresEventStore(pg_url, busy_timeout=0.1) as impatient, pytest.raises(StoreError, match="lock_timeout"):
             impatient.append("a", 2, [new("a", 2)])
     finally:
+        release.set()
         holder.join()
     assert store.count_events() == 3
     assert store.append("a", 2, [new("a", 2)]).events[0].seq == 4  # the session is usable afterwards
@@ -203,8 +207,8 @@ def test_a_zero_lock_timeout_in_the_url_still_gives_up_and_names_a_holder_of_ano
     """`lock_timeout=0` means "wait for ever" to PostgreSQL: the store's own bound applies instead. The
     holder runs as another role, whose state this one may not see: said so, never `None`. A read that
     meets a lock appended nothing and does not say so either."""
-    locked = threading.Event()
-    holder = threading.Thread(target=_hold_lock, args=(pg_url, store.session.lock_key, 5.0, locked))
+    locked, release = threading.Event(), threading.Event()
+    holder = threading.Thread(target=_hold_lock, args=(pg_url, store.session.lock_key, 5.0, locked, release))
     holder.start()
     assert locked.wait(30)
     started = time.monotonic()
@@ -216,6 +220,7 @@ def test_a_zero_lock_timeout_in_the_url_still_gives_up_and_names_a_holder_of_ano
             impatient.append("a", 2, [new("a", 2)])
         waited = time.monotonic() - started
     finally:
+        release.set()  # only once the append has given up (or, waiting for ever, got the lock after 5 s)
         holder.join()
     assert waited < 4, "waited for the holder instead of its own bound"
     text = str(info.value)

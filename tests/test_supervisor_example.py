@@ -29,6 +29,7 @@ def _docs_snippet() -> str:
     return match.group(1)
 
 
+@pytest.mark.slow
 def test_the_docs_snippet_is_the_example_and_passes_mypy_strict(tmp_path: Path) -> None:
     snippet = _docs_snippet()
     assert snippet.strip() in (REPO / "examples" / "embed.py").read_text()

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import REPO
 
 from lifecycle_fsm.ledger import Ledger
@@ -132,6 +133,7 @@ def _check(
     return {"acked": len(acks), "events": len(events), "lost": lost, "torn": torn}
 
 
+@pytest.mark.slow
 def test_killed_writers_lose_nothing_acknowledged_and_tear_nothing(
     campaign: Any, tally: list[dict[str, Any]], tmp_path: Path
 ) -> None:

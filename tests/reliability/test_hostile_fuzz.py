@@ -112,6 +112,7 @@ def ledger_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_generated_manifests(ledger_dir: Path, campaign: Any, tally: list[dict[str, Any]]) -> None:
     db, path = ledger_dir / "ledger.db", ledger_dir / "hostile.json"
     seen: dict[int, int] = {}

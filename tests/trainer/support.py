@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 from typing import Any
@@ -15,17 +16,17 @@ from lifecycle_fsm.manifests import write_manifest
 from lifecycle_fsm.replay.drills.seeds import baseline_manifest
 
 INSTALL = "pip install -e '.[trainer]' 'torch==2.13.0'"
+STACK = ("torch", "datasets", "peft", "transformers", "trl")
 
 
 def require_training_stack() -> None:
-    """Skip the calling test module without the training stack; under CI=true fail instead."""
-    try:
-        import datasets  # noqa: F401
-        import peft  # noqa: F401
-        import transformers  # noqa: F401
-        import trl  # noqa: F401
-    except ImportError as e:
-        message = f"the training stack is not installed ({e}); install it with: {INSTALL}"
+    """Skip the calling test module without the training stack; under CI=true fail instead.
+
+    Looked up, not imported: importing it takes seconds, and every xdist worker collects every module
+    while one worker runs these (conftest.py gives tests/trainer to one worker). The tests import it."""
+    missing = [name for name in STACK if importlib.util.find_spec(name) is None]
+    if missing:
+        message = f"the training stack is not installed (no {', '.join(missing)}); install it with: {INSTALL}"
         if os.environ.get("CI") == "true":
             pytest.fail(message + "; under CI=true this is a failure, not a skip", pytrace=False)
         pytest.skip(message, allow_module_level=True)

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from lifecycle_fsm import Ledger
 from lifecycle_fsm.artifacts import hash_directory
 from tests.conftest import REPO
@@ -16,6 +18,7 @@ from trainer.support import Tiny, baseline_ledger, events_of, require_training_s
 require_training_stack()
 
 
+@pytest.mark.slow
 def test_two_ranks_record_each_checkpoint_once_resume_together_and_share_the_result(tiny: Tiny, tmp_path: Path) -> None:
     """Each rank reaches on_save when its own files are written (rank 1 sees only its rng_state_1.pth; here it
     also writes late): only the main process records, after the barrier, so each record holds the complete

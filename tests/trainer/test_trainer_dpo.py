@@ -12,7 +12,6 @@ from lifecycle_fsm.artifacts import hash_directory
 from trainer.support import Tiny, baseline_ledger, dpo_trainer, events_of, fail_at, require_training_stack
 
 require_training_stack()
-from lifecycle_fsm.integrations.transformers import LedgerCallback, TrainingStopped  # noqa: E402
 
 
 def _recorded(ledger: object, cid: str) -> list[tuple[str, str, str]]:
@@ -21,6 +20,8 @@ def _recorded(ledger: object, cid: str) -> list[tuple[str, str, str]]:
 
 
 def test_a_fault_is_planned_resumed_and_the_candidate_handed_off(tiny: Tiny, tmp_path: Path) -> None:
+    from lifecycle_fsm.integrations.transformers import LedgerCallback
+
     ledger = baseline_ledger(tmp_path, tiny.sft)
     cb = LedgerCallback(ledger, kind="dpo", run_id="dpo-1")
     trainer = dpo_trainer(tiny, tmp_path / "out", [fail_at(3), cb])
@@ -45,9 +46,12 @@ def test_a_fault_is_planned_resumed_and_the_candidate_handed_off(tiny: Tiny, tmp
     assert card["base_model"]["name"] == str(tiny.base) and card["dataset"]["fingerprint"]
 
 
+@pytest.mark.slow
 def test_a_restarted_run_records_its_re_saved_checkpoint_anew(tiny: Tiny, tmp_path: Path) -> None:
     """A killed run restarted under the same run id re-saves checkpoint-2 with other bytes: a new record
     (the next attempt's key), which the ledger now trusts; never the old hash kept as a silent duplicate."""
+    from lifecycle_fsm.integrations.transformers import LedgerCallback
+
     ledger = baseline_ledger(tmp_path, tiny.sft)
     first = LedgerCallback(ledger, kind="dpo", run_id="dpo-2")
     with pytest.raises(KeyboardInterrupt):  # not a training failure: nothing recorded, as a killed process
@@ -73,6 +77,8 @@ def _interrupt_at(step: int) -> object:
 
 
 def test_a_fault_before_any_checkpoint_restarts_from_the_sft_adapter(tiny: Tiny, tmp_path: Path) -> None:
+    from lifecycle_fsm.integrations.transformers import LedgerCallback
+
     ledger = baseline_ledger(tmp_path, tiny.sft)
     cb = LedgerCallback(ledger, kind="dpo", run_id="dpo-3")
     trainer = dpo_trainer(tiny, tmp_path / "out", [fail_at(1), cb])
@@ -87,6 +93,8 @@ def test_a_fault_before_any_checkpoint_restarts_from_the_sft_adapter(tiny: Tiny,
 
 def test_a_blocking_plan_stops_training_and_rejects(tiny: Tiny, tmp_path: Path) -> None:
     """No checkpoint yet and the baseline's bytes changed: block_update, the candidate is rejected."""
+    from lifecycle_fsm.integrations.transformers import LedgerCallback, TrainingStopped
+
     sft = Path(shutil.copytree(tiny.sft, tmp_path / "sft"))
     ledger = baseline_ledger(tmp_path, sft)
     cb = LedgerCallback(ledger, kind="dpo", run_id="dpo-4")
@@ -98,9 +106,12 @@ def test_a_blocking_plan_stops_training_and_rejects(tiny: Tiny, tmp_path: Path) 
     assert ledger.candidate("dpo-4").state is State.REJECT
 
 
+@pytest.mark.slow
 def test_attempts_are_bounded_and_a_restart_follows_the_plan_left(tiny: Tiny, tmp_path: Path) -> None:
     """Failing every time: each failure is recorded and the last plan is left in the ledger; the run
     restarted under the same run id follows it before training."""
+    from lifecycle_fsm.integrations.transformers import LedgerCallback, TrainingStopped
+
     ledger = baseline_ledger(tmp_path, tiny.sft)
     cb = LedgerCallback(ledger, kind="dpo", run_id="dpo-5", max_attempts=2)
     with pytest.raises(TrainingStopped, match="failed 2 times"):

@@ -6,12 +6,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO
 from trainer.support import require_training_stack
 
 require_training_stack()
 
 
+@pytest.mark.slow
 def test_the_dpo_example_hands_its_candidate_off(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(REPO / "examples" / "trl_dpo.py"), str(tmp_path / "work")],

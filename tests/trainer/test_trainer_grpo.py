@@ -9,14 +9,15 @@ from lifecycle_fsm import RecoveryAction, State
 from trainer.support import Tiny, baseline_ledger, events_of, require_training_stack
 
 require_training_stack()
-from trl import GRPOTrainer  # noqa: E402
-
-from examples.tiny_model import grpo_config, policy, prompt_data, tokenizer  # noqa: E402
-from lifecycle_fsm.integrations.transformers import LedgerCallback  # noqa: E402
 
 
 def test_reward_and_generation_faults_are_their_stages_and_resume(tiny: Tiny, tmp_path: Path) -> None:
     """Step 3's reward fails, then step 4's generation: two plans, each resumed from checkpoint-2."""
+    from trl import GRPOTrainer
+
+    from examples.tiny_model import grpo_config, policy, prompt_data, tokenizer
+    from lifecycle_fsm.integrations.transformers import LedgerCallback
+
     ledger = baseline_ledger(tmp_path, tiny.sft)
     cb = LedgerCallback(ledger, kind="grpo", run_id="grpo-1")
     faults = {"reward": 2, "sampling": 3}  # the global step at which each stage fails once

@@ -12,11 +12,12 @@ from lifecycle_fsm.integrations.provenance import LIBRARIES, code_identity, prov
 from trainer.support import Tiny, require_training_stack
 
 require_training_stack()
-from examples.tiny_model import CHAT_TEMPLATE, dpo_config, policy, preference_data, tokenizer  # noqa: E402
 
 
 def _card(tiny: Tiny, output: Path, **changes: Any) -> dict[str, Any]:
     from trl import DPOTrainer
+
+    from examples.tiny_model import dpo_config, policy, preference_data, tokenizer
 
     return provenance_card(
         dataset=preference_data(),
@@ -28,6 +29,8 @@ def _card(tiny: Tiny, output: Path, **changes: Any) -> dict[str, Any]:
 
 
 def test_the_card_names_data_model_template_trainer_and_libraries(tiny: Tiny, tmp_path: Path) -> None:
+    from examples.tiny_model import CHAT_TEMPLATE, preference_data
+
     card = _card(tiny, tmp_path / "out")
     assert card["dataset"] == {"fingerprint": preference_data()._fingerprint, "rows": 16}
     assert card["base_model"]["name"] == str(tiny.base)

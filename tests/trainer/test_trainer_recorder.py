@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -15,15 +15,18 @@ from lifecycle_fsm.integrations.recorder import on_main
 from trainer.support import Tiny, baseline_ledger, events_of, require_training_stack
 
 require_training_stack()
-from transformers import TrainerControl, TrainerState, TrainingArguments  # noqa: E402
-
-from lifecycle_fsm.integrations.transformers import LedgerCallback  # noqa: E402
+if TYPE_CHECKING:
+    from lifecycle_fsm.integrations.transformers import LedgerCallback
 
 MIB = 1024 * 1024
 
 
 def _begun(ledger: Ledger, output: Path, run_id: str) -> tuple[LedgerCallback, Any, Any, Any]:
     """A callback whose training began (candidate registered), with the arguments a Trainer passes."""
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    from lifecycle_fsm.integrations.transformers import LedgerCallback
+
     cb = LedgerCallback(ledger, kind="dpo", run_id=run_id)
     args = TrainingArguments(output_dir=str(output), use_cpu=True, report_to=[])
     state, control = TrainerState(), TrainerControl()

@@ -12,7 +12,6 @@ from tests.conftest import Workspace
 from trainer.support import require_training_stack
 
 require_training_stack()
-from lifecycle_fsm.integrations.transformers import LedgerCallback  # noqa: E402 - needs the training stack
 
 
 def test_every_recovery_action_has_a_trainer_action() -> None:
@@ -107,6 +106,7 @@ def test_a_blocking_plan_stops(ws: Workspace, ledger: Ledger) -> None:
 )
 def test_callback_arguments_are_checked(ledger: Ledger, arguments: dict[str, object], named: str) -> None:
     from lifecycle_fsm import InputError
+    from lifecycle_fsm.integrations.transformers import LedgerCallback
 
     with pytest.raises(InputError, match=named):
         LedgerCallback(ledger, **arguments)  # type: ignore[arg-type]
