@@ -12,9 +12,7 @@ Why it is built this way:
 - One event (what a command appends) is one statement, `lifecycle_append()`: the lock,
   then the head and the expected versions read after it, the row chained by the server
   from `chain.header_parts` and re-hashed by the client, and NOTIFY. A check that fails
-  there writes nothing, and the transaction's path says why. It commits without waiting
-  for the WAL flush (which would hold the lock through it); a durable session waits for
-  the flush after, outside the lock, so concurrent writers share flushes (group commit).
+  there writes nothing, and the transaction's path says why.
 - Batches and transactions (`postgres_transaction.py`) chain their rows in Python under
   the lock (`chain.chain_rows`, as every backend does). Either way an event hashes the
   same as in SQLite; `payload` and `recorded_at` are stored as the exact text hashed.
@@ -41,7 +39,6 @@ from lifecycle_fsm.store.chain import EVENT_COLUMNS, FOLD_COLUMNS, canonical_jso
 from lifecycle_fsm.store.faults import fault_from_env
 from lifecycle_fsm.store.postgres_schema import (
     APPEND_ONE,
-    FLUSHED,
     GUARD_ROWS,
     KEY_ROWS,
     append_one,
@@ -256,12 +253,7 @@ class PostgresEventStore(SQLStore):
             session.fail("write transaction failed", e, COMMIT_UNKNOWN)
         if row is None or row[0] is None:
             return None
-        if session.durable:  # the event, new or a retry's, is acknowledged once it is flushed
-            try:
-                session.conn.execute(FLUSHED)
-            except psycopg.Error as e:
-                session.fail("write transaction failed", e, COMMIT_UNKNOWN)
-        seq, prev_hash, digest = row[:3]
+        seq, prev_hash, digest = row
         columns = (seq, stream_id, version, event.event_id, event.type, event.schema_version, payload)
         stored = StoredEvent(*columns, event.recorded_at, event.actor, prev_hash, digest)
         mine = event_hash(prev_hash, *columns, event.recorded_at, event.actor)

@@ -34,7 +34,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "APPEND_ONE",
-    "FLUSHED",
     "DDL",
     "GUARD_ROWS",
     "KEY_ROWS",
@@ -128,17 +127,7 @@ _HAS_APPEND_FUNCTION = (
     "SELECT to_regprocedure('lifecycle_append(bigint, text, bigint, text, text, integer, text, text, text, "
     "text, text, text, boolean, text)') IS NOT NULL"
 )
-# Committed without waiting for the WAL flush (`set_config` local to its transaction), so the ledger's
-# lock is not held through the flush; a durable session waits for it after (`FLUSHED`), outside the lock.
-APPEND_ONE = (
-    "SELECT r_seq, r_prev_hash, r_hash, set_config('synchronous_commit', 'off', true) FROM lifecycle_append("
-    + ", ".join(["%s"] * 14)
-    + ")"
-)
-# A transaction that writes a record to the WAL (a logical decoding message, which stores nothing) commits,
-# under `synchronous_commit=on`, only once the WAL is flushed up to it: every commit before it is durable
-# too. Writers waiting at the same time share one flush.
-FLUSHED = "SELECT pg_logical_emit_message(true, 'lifecycle', '')"
+APPEND_ONE = "SELECT r_seq, r_prev_hash, r_hash FROM lifecycle_append(" + ", ".join(["%s"] * 14) + ")"
 # The append-only triggers as `pg_get_triggerdef` gives them back (the table's schema left out)
 # and the body of the function they run, whitespace aside: what `guard_problems` accepts.
 PG_GUARDS = {

@@ -147,7 +147,6 @@ class PgSession:
         self.busy_timeout = busy_timeout
         self.idle_timeout = idle_timeout
         self._setup = (f"{max(1, int(busy_timeout * 1000))}ms", f"{max(1, int(idle_timeout * 1000))}ms", mode)
-        self.durable = mode == "on"  # a write is acknowledged only once the WAL holds it on disk
         self._closed = False  # `close()` was called: a closed session is never reconnected
         self.held = False  # a transaction of the store's own is open on `conn`: never recovered under it
         self.reconnects = 0  # sessions opened after the first one dropped

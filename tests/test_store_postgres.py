@@ -6,7 +6,6 @@ siblings), which runs against PostgreSQL too. Each test here has a schema of its
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import sys
@@ -600,23 +599,3 @@ def test_a_reader_goes_on_with_rows_committed_while_it_held_a_page(pg_url: str) 
         seqs = [r[0] for r in first] + [r[0] for b in pages for r in b]
         assert seqs == list(range(1, 2601))
         assert verify_chain(reader).ok
-
-
-def test_a_durable_append_is_acknowledged_only_once_the_wal_holds_its_commit(pg_url: str) -> None:
-    """FULL: the append commits without waiting for the flush (the ledger's lock is not held through
-    it), then waits for it: when `append` returns, the WAL is flushed past the event's commit record
-    (found with pg_walinspect by the row's transaction id)."""
-    with contextlib.suppress(psycopg.errors.UniqueViolation, psycopg.errors.DuplicateObject):  # another worker's
-        pg_execute(PG_BASE, "CREATE EXTENSION IF NOT EXISTS pg_walinspect SCHEMA public")
-    committed = (
-        "SELECT count(*) FROM public.pg_get_wal_records_info(%s, pg_current_wal_flush_lsn()) "
-        "WHERE resource_manager = 'Transaction' AND record_type = 'COMMIT' AND xid = %s::text::xid"
-    )
-    with PostgresEventStore(pg_url, synchronous="FULL") as durable, psycopg.connect(pg_url, autocommit=True) as watch:
-        durable.append("s", 0, [new("s", 0)])  # the first append of a store takes the transaction path
-        for n in range(1, 21):
-            start = watch.execute("SELECT pg_current_wal_insert_lsn()").fetchone()
-            seq = durable.append("s", n, [new("s", n)]).events[0].seq
-            xid = watch.execute("SELECT xmin FROM events WHERE seq = %s", (seq,)).fetchone()
-            assert start is not None and xid is not None
-            assert watch.execute(committed, (start[0], xid[0])).fetchone() == (1,), f"seq {seq} not flushed"
