@@ -154,7 +154,12 @@ def _follow(target: str, *args: str) -> subprocess.Popen[str]:
 
 def _stop(follower: subprocess.Popen[str]) -> tuple[int, str]:
     follower.send_signal(signal.SIGINT)  # Ctrl-C
-    _, err = follower.communicate(timeout=60)
+    try:
+        _, err = follower.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        follower.kill()  # a follower that ignored Ctrl-C fails the test, never outlives it
+        follower.communicate()
+        raise
     return follower.returncode, err
 
 
