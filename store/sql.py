@@ -39,6 +39,7 @@ VERSION = "SELECT coalesce(max(version), 0) FROM events WHERE stream_id = %s"
 # The state index (`streams`: each stream's version and labels) is derived too: written whole at a
 # checkpoint (the state at its position) and on a rebuild, never by a commit. The position it reflects
 # is the last seq among the events its rows stand at (a ledger whose every commit wrote it: the head).
+# An empty index is position 0 at once: the max over the join would walk the whole log looking for a row.
 STATE_INDEX_POSITION = (
     "(CASE WHEN EXISTS (SELECT 1 FROM streams) THEN (SELECT coalesce(max(e.seq), 0) FROM streams s "
     "JOIN events e ON e.stream_id = s.stream_id AND e.version = s.version) ELSE 0 END)"

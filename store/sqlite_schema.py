@@ -246,11 +246,7 @@ def filter_sql(query: EventFilter, columns: str, *, indexed: bool) -> tuple[str,
 def fold_sql(after: int, before: int | None, streams: StreamShare | None) -> tuple[str, list[Any]]:
     """The SELECT of a slice of the log's fold columns, only `streams`' rows if given (picked out in seq
     order: `+stream_id` keeps the planner off the stream index, which would need a sort)."""
-    where = ["seq > ?"]
-    params: list[Any] = [after]
-    if before is not None:
-        where.append("seq < ?")
-        params.append(before)
+    where, params, _ = _column_conditions(EventFilter(after=after, before=before), "seq")
     if streams is not None:
         where.append(f"+stream_id {'NOT IN' if streams.others else 'IN'} (SELECT value FROM json_each(?))")
         params.append(orjson.dumps(sorted(streams.names)).decode())
