@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -156,3 +157,34 @@ def _edit_checkpoint(backend: Backend, checkpoint_id: int, snapshot: str, digest
         pg_execute(backend.target, "ALTER TABLE checkpoints DISABLE TRIGGER USER")
         pg_execute(backend.target, update, (snapshot, digest, checkpoint_id))
         pg_execute(backend.target, "ALTER TABLE checkpoints ENABLE TRIGGER USER")
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_report_is_of_the_ledger_as_its_first_read_found_it(
+    ledger: EventStore, backend: Backend, workers: int
+) -> None:
+    """Another handle appends (its own thread, as each handle must be) just after verify's first read:
+    the report, the walk and the workers' share of it, is of the ledger as that read found it."""
+    assert backend.target is not None
+    before, first_read = ledger.head(), ledger.state_index
+
+    def append() -> None:
+        other = backend.open()
+        try:
+            Ledger(other, actor="t").advance_window(2)
+        finally:
+            other.close()
+
+    def then_another_appends() -> Any:
+        found = first_read()
+        writer = threading.Thread(target=append)
+        writer.start()
+        writer.join(timeout=30)
+        assert not writer.is_alive()
+        return found
+
+    ledger.state_index = then_another_appends  # type: ignore[method-assign]
+    report = verify(ledger, workers=workers, target=backend.target)
+    del ledger.state_index
+    assert report["ok"] and (report["events"], report["head"]["seq"]) == (before.seq, before.seq), report
+    assert verify(ledger)["events"] == before.seq + 1
