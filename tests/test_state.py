@@ -12,6 +12,7 @@ import pytest
 from lifecycle_fsm.errors import CorruptionError
 from lifecycle_fsm.events import (
     LEDGER_STREAM,
+    SEALS_STREAM,
     BaselineActivated,
     CandidateReceived,
     EvaluationActivated,
@@ -389,8 +390,28 @@ def test_typed_apply_dispatches_on_stream() -> None:
     candidate = apply(candidate, StageFailed(stage="reward"), seq=6, stream_id=STREAM)
     assert isinstance(candidate, CandidateState)
     assert candidate == fold([(name, payload), stage_failed("reward")], first_seq=5)[-1]
-    with pytest.raises(CorruptionError, match="unknown stream"):
-        apply(None, StageFailed(stage="reward"), seq=7, stream_id="elsewhere")
+    for elsewhere in ("elsewhere", SEALS_STREAM):  # a seal is folded only as a row of the whole log
+        with pytest.raises(CorruptionError, match="unknown stream"):
+            apply(None, StageFailed(stage="reward"), seq=7, stream_id=elsewhere)
+
+
+def test_a_row_not_after_the_last_one_folded_is_refused() -> None:
+    """Folding on from a position, a row at that very position (or before it) is a row folded twice:
+    refused even where no stream version would notice (the ledger's own events)."""
+    settings = apply_settings(
+        LedgerSettings(), "LedgerInitialized", {"max_window_age": 2, "active_window": 1, "ledger_id": None}, 7
+    )
+    again = _row("WindowAdvanced", {"active_window": 2, "previous_window": 1}, 7, LEDGER_STREAM, 2)
+    for seq in (7, 6):
+        with pytest.raises(CorruptionError, match=f"seq {seq} is not after seq 7"):
+            fold_rows([(seq, *again[1:])], LedgerState(settings, {}, 7))
+
+
+def test_a_seal_is_read_by_the_fold_though_it_decides_nothing() -> None:
+    """A seal's payload that is not JSON is corruption at its seq, as any other event's."""
+    seal = (1, SEALS_STREAM, 1, "HeadSealed", CURRENT_VERSIONS["HeadSealed"], '{"seq": 1')
+    with pytest.raises(CorruptionError, match="seq 1: HeadSealed payload is not JSON"):
+        fold_rows([seal])
 
 
 # --- serialisation and determinism ------------------------------------------------------------

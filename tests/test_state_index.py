@@ -51,3 +51,25 @@ def test_verify_compares_a_lagging_index_at_its_own_position(ws: Workspace) -> N
         assert invoke(ws.db, "replay", "--full").exit_code == 0
         assert ledger.store.state_index()[0] == ledger.store.head().seq
         assert _problems(ledger) == []
+
+
+def test_an_index_behind_the_latest_checkpoint_or_edited_names_where(ws: Workspace) -> None:
+    """Rows removed take the index's position behind the checkpoint that wrote it; an edited row is
+    named with what the index and the log each say."""
+    db = hand_off_dpo(ws)
+    with Ledger.open(db) as ledger:
+        take_checkpoint(ledger.store, clock=lambda: CLOCK)
+        head = ledger.store.head().seq
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE streams SET status = 'reject' WHERE stream_id = ?", (stream_of("dpo-v5"),))
+    with Ledger.open(db) as ledger:
+        (found,) = verify(ledger.store)["problems"]
+        assert found["reason"].startswith(
+            f"state index (streams) differs from a replay to its position {head} at candidate:dpo-v5: "
+            "candidate:dpo-v5 is version 3 status reject kind dpo in the index, version 3 status ready kind dpo"
+        )
+    with sqlite3.connect(db) as conn:  # the row of the stream the head's event is on
+        conn.execute("DELETE FROM streams WHERE stream_id = ?", (stream_of("dpo-v5"),))
+    with Ledger.open(db) as ledger:
+        (found,) = verify(ledger.store)["problems"]
+        assert f"reflects position {head - 3}, behind the checkpoint at {head}" in found["reason"], found

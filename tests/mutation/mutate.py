@@ -73,7 +73,13 @@ TARGETS = (
     Target(
         "fold",
         "lifecycle_fsm/state.py",
-        ("Fold.add", "apply", "_parsed", "_check_fields"),
+        ("Fold.extend", "Fold._other", "apply", "_parsed", "_settle", "_misplaced"),
+        ("tests/test_state.py", "tests/test_replay_corruption.py"),
+    ),
+    Target(
+        "fold_steps",
+        "lifecycle_fsm/fold_steps.py",
+        ("CandidateStep.step", "check_fields"),
         ("tests/test_state.py", "tests/test_replay_corruption.py"),
     ),
     Target(
@@ -122,8 +128,15 @@ TARGETS = (
     Target(
         "verify",
         "replay/verify.py",
-        ("_checkpoint_report", "_verify"),
-        ("tests/test_checkpoints.py", "tests/test_verify_one_pass.py"),
+        ("_checkpoint_statuses", "_compare", "_index_problem", "verify_with_state", "_verify", "_walk", "_walk_here"),
+        (
+            "tests/test_checkpoints.py",
+            "tests/test_verify_one_pass.py",
+            "tests/test_verify_problems.py",
+            "tests/test_verify_workers.py",
+            "tests/test_store_chain.py",
+            "tests/test_state_index.py",
+        ),
     ),
     Target(
         "postgres_append",
