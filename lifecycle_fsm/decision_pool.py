@@ -26,7 +26,7 @@ from lifecycle_fsm.checks import FRESHNESS_FIELDS, ArtifactCheck, CheckEvidence,
 from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.events import candidate_id_of
 from lifecycle_fsm.folders import make_folder
-from lifecycle_fsm.json_types import JSON
+from lifecycle_fsm.json_types import JSON, KeyGivenTwice, strict_loads
 from lifecycle_fsm.limits import MAX_MANIFEST_BYTES, read_regular_file
 from lifecycle_fsm.outputs import write_atomic
 from lifecycle_fsm.rules import STAGES, choose_recovery_action
@@ -78,13 +78,11 @@ class DecisionState:
     @classmethod
     def from_json(cls, text: str, *, source: str = "<text>") -> DecisionState:
         try:
-            doc = json.loads(text, object_pairs_hook=_unique_keys)
-        except _KeyTwice as e:
-            raise DecisionPoolError(f"{source}: key {e.key!r}: given twice") from None
+            doc = strict_loads(text)
+        except KeyGivenTwice as e:
+            raise DecisionPoolError(f"{source}: {e}") from None
         except ValueError as e:
             raise DecisionPoolError(f"{source}: not JSON ({e})") from None
-        except RecursionError:  # `[[[…]]]` 100,000 deep fits the size limit; json recurses per level
-            raise DecisionPoolError(f"{source}: not JSON (nested too deeply)") from None
         _exact(source, "", doc, TOP_KEYS)
         if doc["schema"] != SCHEMA:
             raise DecisionPoolError(f"{source}: key 'schema': {doc['schema']!r} is not {SCHEMA!r}")
@@ -102,22 +100,6 @@ class DecisionState:
             raise DecisionPoolError(f"{source}: key 'event_type': {doc['event_type']!r} is not a string")
         _check_values(source, kind, doc["inputs"])
         return cls(kind, doc["candidate_id"], doc["seq"], doc["event_type"], doc["inputs"], doc["decided"])
-
-
-class _KeyTwice(Exception):
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> JSON:
-    """An object with a key given twice says two things: json would keep the last one silently."""
-    doc: JSON = {}
-    for key, value in pairs:
-        if key in doc:
-            raise _KeyTwice(key)
-        doc[key] = value
-    return doc
 
 
 def _exact(source: str, where: str, value: Any, keys: tuple[str, ...]) -> None:

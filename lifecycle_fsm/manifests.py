@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import orjson
 
+from lifecycle_fsm.command_inputs import path_argument
 from lifecycle_fsm.errors import InputError
-from lifecycle_fsm.json_types import JSON
+from lifecycle_fsm.json_types import JSON, strict_loads
 from lifecycle_fsm.limits import MAX_MANIFEST_BYTES, read_regular_file
 from lifecycle_fsm.outputs import write_atomic
 from lifecycle_fsm.rules import CANDIDATE_KINDS
@@ -71,21 +71,33 @@ class CandidateManifest:
     adapter: JSON = attrs.field(factory=dict)  # `artifacts.adapter` exactly as the manifest wrote it
 
 
+# What a manifest's reader calls each JSON value that is not an object.
+_JSON_NAMES = {
+    list: "an array",
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    bool: "a boolean",
+    type(None): "null",
+}
+
+
 def read_manifest(path: str | os.PathLike[str]) -> tuple[JSON, str, str]:
     """Load a manifest object; return it with its absolute path and file sha256."""
     p = Path(path)
     data = read_regular_file(p, what="manifest", limit=MAX_MANIFEST_BYTES)  # never a FIFO, a device or 10 GB
     try:
-        obj = orjson.loads(data)
-    except orjson.JSONDecodeError as e:
+        obj = strict_loads(data)
+    except ValueError as e:
         raise InputError(f"manifest {p} is not valid JSON: {e}") from None
     if not isinstance(obj, dict):
-        raise InputError(f"manifest {p} must be a JSON object, not {type(obj).__name__}")
+        raise InputError(f"manifest {p} must be a JSON object, not {_JSON_NAMES[type(obj)]}")
     adapter = obj.get("artifacts", {}).get("adapter") if isinstance(obj.get("artifacts"), dict) else None
     if not isinstance(adapter, dict):
         raise InputError(f"manifest {p} lacks artifacts.adapter")
     if not isinstance(adapter.get("path"), str) or not adapter["path"]:
         raise InputError(f"manifest {p} lacks artifacts.adapter.path")
+    path_argument(f"manifest {p}: artifacts.adapter.path", adapter["path"])
     return obj, os.path.normpath(p.absolute()), hashlib.sha256(data).hexdigest()
 
 

@@ -70,7 +70,35 @@ def test_bad_json(tmp_path: Path, load: Any, text: str) -> None:
 
 @pytest.mark.parametrize("load", LOADERS, ids=LOADER_IDS)
 @pytest.mark.parametrize(
-    ("data", "type_name"), [([{"artifacts": {}}], "list"), ("text", "str"), (3, "int"), (None, "NoneType")]
+    ("text", "why"),
+    [
+        ('{"policy_version": "a", "policy_version": "b", "artifacts": {}}', "key 'policy_version': given twice"),
+        ('{"artifacts": {"adapter": {"path": "x", "path": "y"}}}', "key 'path': given twice"),
+        ('{"artifacts": {}, "score": NaN}', "NaN is not a JSON number"),
+        ('{"artifacts": {}, "score": -Infinity}', "-Infinity is not a JSON number"),
+        ('{"a": ' * 50_000 + "1" + "}" * 50_000, "nested too deeply"),
+    ],
+)
+def test_json_that_says_two_things_or_no_number_is_refused(tmp_path: Path, load: Any, text: str, why: str) -> None:
+    """A key given twice would be read as its last value, NaN as a number: the manifest is refused instead."""
+    path = tmp_path / "manifest.json"
+    path.write_text(text)
+    with pytest.raises(InputError, match=re.escape(why)) as info:
+        load(path)
+    assert str(info.value).startswith(f"manifest {path} is not valid JSON: ")
+
+
+@pytest.mark.parametrize("load", LOADERS, ids=LOADER_IDS)
+def test_an_artifact_path_holding_a_nul_is_refused(tmp_path: Path, load: Any) -> None:
+    """No file system path holds a NUL: refused when the manifest is read, before anything is hashed."""
+    path = write_json(tmp_path / "manifest.json", {"artifacts": {"adapter": {"path": "adapter\x00x", "sha256": SHA}}})
+    with pytest.raises(InputError, match=r"artifacts\.adapter\.path .* holds a NUL character"):
+        load(path)
+
+
+@pytest.mark.parametrize("load", LOADERS, ids=LOADER_IDS)
+@pytest.mark.parametrize(
+    ("data", "type_name"), [([{"artifacts": {}}], "an array"), ("text", "a string"), (3, "a number"), (None, "null")]
 )
 def test_not_an_object(tmp_path: Path, load: Any, data: Any, type_name: str) -> None:
     """A JSON value that is not an object is an InputError naming the file and what was found."""
