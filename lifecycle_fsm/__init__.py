@@ -23,35 +23,44 @@ from lifecycle_fsm.errors import (
     StoreError,
     WaitTimeout,
 )
-from lifecycle_fsm.machine import State
-from lifecycle_fsm.rules import (
-    RecoveryAction,
-    check_candidate_freshness,
-    choose_recovery_action,
-    decide_lifecycle_handoff,
-)
-from lifecycle_fsm.state import CandidateState, LedgerSettings, apply
 
 if typing.TYPE_CHECKING:
     from lifecycle_fsm.artifacts import hash_directory
     from lifecycle_fsm.feed import FeedEvent
     from lifecycle_fsm.ledger import Ledger
+    from lifecycle_fsm.machine import State
     from lifecycle_fsm.recovery import RecoveryPlan
     from lifecycle_fsm.results import CandidateResult, CommandResult, RecoveryResult, SettingsResult
     from lifecycle_fsm.retry import RetryPolicy
+    from lifecycle_fsm.rules import (
+        RecoveryAction,
+        check_candidate_freshness,
+        choose_recovery_action,
+        decide_lifecycle_handoff,
+    )
+    from lifecycle_fsm.state import CandidateState, LedgerSettings, apply
 
-# The command side: a program that only reads the log (`lifecycle status`, an auditor's script)
-# imports the package without these modules; each is imported on the first use of a name from it.
-_COMMAND_SIDE = {
+# Importing the package loads only its errors; each other name loads its module on first use. A
+# program that only reads the log (an auditor's script) loads no command modules, and the `lifecycle`
+# script is running its own code, which answers Ctrl-C, within milliseconds of starting.
+_LAZY = {
     "hash_directory": "artifacts",
     "FeedEvent": "feed",
     "Ledger": "ledger",
+    "State": "machine",
     "RecoveryPlan": "recovery",
     "CandidateResult": "results",
     "CommandResult": "results",
     "RecoveryResult": "results",
     "SettingsResult": "results",
     "RetryPolicy": "retry",
+    "RecoveryAction": "rules",
+    "check_candidate_freshness": "rules",
+    "choose_recovery_action": "rules",
+    "decide_lifecycle_handoff": "rules",
+    "CandidateState": "state",
+    "LedgerSettings": "state",
+    "apply": "state",
 }
 
 __all__ = [
@@ -89,8 +98,8 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    if name not in _COMMAND_SIDE:
+    if name not in _LAZY:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_COMMAND_SIDE[name]}"), name)
+    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
     globals()[name] = value
     return value

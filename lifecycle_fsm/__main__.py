@@ -1,5 +1,5 @@
 """`python -m lifecycle_fsm` runs the CLI (as the `lifecycle` script does)."""
 
-from lifecycle_fsm.cli import main
+from lifecycle_fsm.cli import run
 
-main(prog_name="lifecycle")
+run()

@@ -63,3 +63,20 @@ def test_python_dash_m_runs_the_cli(module: str) -> None:
     done = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, check=False)
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout.startswith("Usage: lifecycle ") and "Exit codes:" in done.stdout
+
+
+def test_ctrl_c_while_the_command_line_loads_is_an_interrupt_not_a_traceback() -> None:
+    """Ctrl-C lands while the script imports the commands' modules (made certain here: the import of
+    the CLI's group raises it): one `Error: interrupted` line and exit 130, as mid-command."""
+    code = (
+        "import sys\n"
+        "class CtrlC:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'lifecycle_fsm.cli.app':\n"
+        "            raise KeyboardInterrupt\n"
+        "sys.meta_path.insert(0, CtrlC())\n"
+        "from lifecycle_fsm.cli import run\n"
+        "run()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert (done.returncode, done.stderr, done.stdout) == (130, "Error: interrupted\n", "")

@@ -14,7 +14,34 @@ function, so `lifecycle status` does not pay for `audit` or `serve`.
 
 from __future__ import annotations
 
-from lifecycle_fsm.cli.app import main
+import sys
+import typing
+
+from lifecycle_fsm.cli import exit_codes
 from lifecycle_fsm.cli.exit_codes import EXIT_CODES
 
-__all__ = ["EXIT_CODES", "main"]
+if typing.TYPE_CHECKING:
+    from lifecycle_fsm.cli.app import main
+
+__all__ = ["EXIT_CODES", "main", "run"]
+
+
+def run() -> None:
+    """The `lifecycle` script. Ctrl-C while the command line's modules load ends it as it does
+    mid-command (`Error: interrupted`, exit 130), not with a traceback from an import."""
+    try:
+        from lifecycle_fsm.cli.app import main
+    except KeyboardInterrupt:
+        sys.stderr.write("Error: interrupted\n")
+        raise SystemExit(int(exit_codes.ExitCode.INTERRUPTED)) from None
+    main(prog_name="lifecycle")
+
+
+def __getattr__(name: str) -> object:
+    """`main`, the click group, loads click and the commands' modules only when asked for."""
+    if name != "main":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from lifecycle_fsm.cli.app import main
+
+    globals()["main"] = main
+    return main

@@ -1,5 +1,5 @@
 """`python -m lifecycle_fsm.cli` runs the CLI (as `python -m lifecycle_fsm` does)."""
 
-from lifecycle_fsm.cli import main
+from lifecycle_fsm.cli import run
 
-main(prog_name="lifecycle")
+run()
