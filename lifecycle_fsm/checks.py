@@ -11,6 +11,7 @@ from typing import Any
 
 import attrs
 
+from lifecycle_fsm.artifact_paths import folder_problem
 from lifecycle_fsm.artifacts import hash_tree, path_escapes_root
 from lifecycle_fsm.digest_cache import DigestCache
 from lifecycle_fsm.errors import ArtifactError, ArtifactUnreadable
@@ -153,6 +154,8 @@ def verify_artifact(
     if not path:
         return ArtifactCheck(path, expected, error="no artifact path")
     if root is not None and path_escapes_root(path, root):
+        if (problem := folder_problem(root)) is not None:  # an unmounted volume or a typo: not the artifact's fault
+            return ArtifactCheck(path, expected, error=f"root {root} {problem}", inconclusive=True)
         return ArtifactCheck(path, expected, error="path_escapes_root")
     reused_from = None
     try:

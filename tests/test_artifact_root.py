@@ -73,3 +73,25 @@ def test_cli_check_reads_relative_paths_under_the_artifact_root_flag_and_env(tmp
         "env": ("verified", []),
         "none": ("reject", ["rollback", "artifact"]),
     }
+
+
+def test_a_root_that_is_not_there_decides_nothing(tmp_path: Path) -> None:
+    """A root that does not exist (an unmounted volume, a typo, a stale LIFECYCLE_ARTIFACT_ROOT) is the
+    environment's fault: the check is inconclusive and a ready candidate stays ready, never rejected
+    for paths that "escape" it; a root that is there and leaves the baseline outside still rejects."""
+    ws = Workspace(tmp_path)
+    with Ledger.open(ws.db) as ledger:
+        ledger.init()
+        ledger.activate_baseline(ws.baseline())
+        ledger.receive(ws.dpo())
+        ledger.check("dpo-v5")
+        ledger.hand_off("dpo-v5")
+    with Ledger.open(ws.db, artifact_root=tmp_path / "unmounted") as ledger:
+        result = ledger.check("dpo-v5")
+        assert (result.state, result.candidate.reason_codes) == ("ready", ())
+        assert result.inconclusive
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    with Ledger.open(ws.db, artifact_root=elsewhere) as ledger:
+        rejected = ledger.check("dpo-v5").candidate
+        assert (rejected.state, rejected.reason_codes) == ("reject", ("rollback", "artifact", "path_escapes_root"))

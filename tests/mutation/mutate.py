@@ -123,7 +123,13 @@ TARGETS = (
         "seals",
         "lifecycle_fsm/seals.py",
         ("seal_message", "check_seals", "check_expected_heads", "_seq_problem", "_hash_problem"),
-        ("tests/test_trust_seals.py",),
+        (
+            "tests/test_trust_seals.py",
+            "tests/test_trust_forged_seals.py",
+            "tests/test_trust_backends.py",
+            "tests/test_trust_reads.py",
+            "tests/test_sub_keys.py",
+        ),
     ),
     Target(
         "verify",
