@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from lifecycle_fsm import Ledger, RecoveryAction, State
 
@@ -38,6 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("grpo_manifest", metavar="GRPO_MANIFEST", help="the GRPO candidate's manifest")
     parser.add_argument("trajectories", metavar="TRAJECTORIES_PATH", help="the saved trajectories to trust")
     args = parser.parse_args(argv)
+    for name in ("sft_manifest", "grpo_manifest", "trajectories"):
+        if not Path(getattr(args, name)).is_file():  # before the ledger is opened: nothing is written
+            parser.error(f"{name.upper()} {getattr(args, name)}: no such file")
     print(supervise(args.db, args.sft_manifest, args.grpo_manifest, args.trajectories))  # ready | tune | reject
     return 0
 

@@ -24,6 +24,7 @@ export); the loop never modifies them, so their hand-off checks pass.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import subprocess
@@ -167,6 +168,12 @@ def main() -> int:
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
+    if not args.child:  # the same seed again appends nothing; another would rewrite this run's files under it
+        setup = args.workdir / "example.json"
+        if not setup.exists():
+            setup.write_text(json.dumps({"seed": args.seed}))
+        elif (earlier := json.loads(setup.read_text())["seed"]) != args.seed:
+            parser.error(f"{args.workdir} was set up with --seed {earlier}: run that seed again, or use a new folder")
     db = args.db or str(args.workdir / "lifecycle.db")
     crash_after = random.Random(args.seed).randint(3, 12) if args.crash_after is None else args.crash_after
     if args.child:

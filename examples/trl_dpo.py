@@ -2,7 +2,7 @@
 
     python examples/trl_dpo.py WORKDIR
 
-Builds a tiny model in WORKDIR (nothing is downloaded), makes its SFT adapter the
+Builds a tiny model in WORKDIR, a new or empty folder (nothing is downloaded), makes its SFT adapter the
 active baseline, trains a DPO candidate with `LedgerCallback` while a fault is injected
 at step 3, resumes from the checkpoint the ledger's plan names, and hands the
 candidate off. Prints the candidate's path through the ledger; exits 0 when it is
@@ -69,4 +69,7 @@ def main(workdir: Path) -> int:
 if __name__ == "__main__":
     if len(sys.argv) != 2:
         sys.exit("usage: python examples/trl_dpo.py WORKDIR")
-    sys.exit(main(Path(sys.argv[1])))
+    workdir = Path(sys.argv[1])
+    if workdir.exists() and any(workdir.iterdir()):  # its candidate would be handed off already
+        sys.exit(f"usage: python examples/trl_dpo.py WORKDIR ({workdir} holds an earlier run: give a new folder)")
+    sys.exit(main(workdir))

@@ -183,9 +183,13 @@ def test_embedding_example_runs(ws: Workspace) -> None:
     assert out.stdout.split()[-2:] == ["resume_reward_from_saved_trajectories", "ready"]
 
 
-@pytest.mark.parametrize("args", [[], ["only.db"], ["a.db", "sft.json", "grpo.json"], ["a", "b", "c", "d", "e"]])
+@pytest.mark.parametrize(
+    "args",
+    [[], ["only.db"], ["a.db", "sft.json", "grpo.json"], ["a", "b", "c", "d", "e"], ["a.db", "sft", "grpo", "t"]],
+)
 def test_embedding_example_with_wrong_arguments_prints_its_usage(tmp_path: Path, args: list[str]) -> None:
-    """Too few or too many arguments: a usage line and exit 2 (as supervisor_loop.py), no traceback, no ledger."""
+    """Too few or too many arguments, or files that are not there: a usage line and exit 2 (as
+    supervisor_loop.py), no traceback, no ledger."""
     out = subprocess.run(
         [sys.executable, str(REPO / "examples" / "embed.py"), *args],
         capture_output=True,

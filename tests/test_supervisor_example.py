@@ -101,6 +101,10 @@ def test_the_supervisor_loop_survives_its_own_crash(tmp_path: Path, seed: int) -
     assert again.returncode == 0, again.stderr
     with Ledger.open(db) as ledger:
         assert ledger.store.head() == head  # the same run's keys: nothing appended
+    other = _run(workdir, "--seed", str(seed + 1))  # would rewrite the files the ledger trusts
+    assert other.returncode == 2 and f"was set up with --seed {seed}" in other.stderr, other.stderr
+    with Ledger.open(db) as ledger:
+        assert ledger.store.head() == head and verify(ledger.store)["ok"]
 
 
 def test_a_corrupted_trajectory_file_is_passed_over(tmp_path: Path) -> None:

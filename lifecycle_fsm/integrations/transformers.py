@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from lifecycle_fsm.artifacts import hash_directory
-from lifecycle_fsm.errors import InputError, LifecycleError, NotFoundError
+from lifecycle_fsm.errors import IllegalCommandError, InputError, LifecycleError, NotFoundError
 from lifecycle_fsm.integrations.provenance import provenance_card
 from lifecycle_fsm.integrations.recorder import (
     MainProcessError,
@@ -38,7 +38,7 @@ from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.ledger import Ledger
 from lifecycle_fsm.limits import check_int
 from lifecycle_fsm.logs import get_logger
-from lifecycle_fsm.machine import State
+from lifecycle_fsm.machine import State, allowed_triggers
 from lifecycle_fsm.manifests import candidate_manifest, check_kind, write_manifest
 from lifecycle_fsm.results import CandidateResult
 from lifecycle_fsm.state import CandidateState
@@ -187,6 +187,13 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
             if existing.kind != self.kind:
                 raise InputError(
                     f"candidate {self.candidate_id!r} exists as a {existing.kind} candidate, not {self.kind}"
+                )
+            if "fail_stage" not in allowed_triggers(existing.state.value):  # handed off, or decided
+                raise IllegalCommandError(
+                    f"candidate {self.candidate_id!r} is {existing.state.value}: its training is over (a failure "
+                    "could no longer be recovered); train a new candidate (another run_id or candidate_id)",
+                    state=existing.state.value,
+                    trigger="fail_stage",
                 )
             source = existing.candidate.get("source_policy_version", source)
         elif source is None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lifecycle_fsm import RecoveryAction, State
+from lifecycle_fsm import IllegalCommandError, RecoveryAction, State
 from lifecycle_fsm.artifacts import hash_directory
 from trainer.support import Tiny, baseline_ledger, dpo_trainer, events_of, fail_at, require_training_stack
 
@@ -44,6 +44,13 @@ def test_a_fault_is_planned_resumed_and_the_candidate_handed_off(tiny: Tiny, tmp
     assert card is not None and card == cb.card
     assert card["trainer"]["class"] == "trl.trainer.dpo_trainer.DPOTrainer"
     assert card["base_model"]["name"] == str(tiny.base) and card["dataset"]["fingerprint"]
+
+    # Trained again under the same run id once handed off: refused before anything is written.
+    again = LedgerCallback(ledger, kind="dpo", run_id="dpo-1")
+    head = ledger.store.head()
+    with pytest.raises(IllegalCommandError, match="'dpo-1' is ready: its training is over"):
+        again.train(dpo_trainer(tiny, tmp_path / "again", [again]))
+    assert ledger.store.head() == head
 
 
 @pytest.mark.slow

@@ -30,3 +30,11 @@ def test_the_dpo_example_hands_its_candidate_off(tmp_path: Path) -> None:
     plan = f"recovery plan: restore_pre_update_checkpoint from {checkpoint}; the trainer: resume_from_plan_checkpoint"
     assert plan in lines
     assert any("StageFailed" in line for line in lines)
+    again = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "trl_dpo.py"), str(tmp_path / "work")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert again.returncode == 1 and "holds an earlier run: give a new folder" in again.stderr, again.stderr[-4000:]
