@@ -225,6 +225,16 @@ def test_seal_out_writes_the_signed_head_file_once(ws: Workspace, keys: Path) ->
     assert code == 3 and "already exists" in err and count_events(db) == before
 
 
+def test_seal_or_attest_out_naming_a_folder_is_refused_before_anything_is_written(ws: Workspace, keys: Path) -> None:
+    """`--out sealdir/` meant a folder: refused (usage, exit 2), never a file named `sealdir`, no seal appended."""
+    db = _ready_ledger(ws)
+    before = count_events(db)
+    for command in (["seal"], ["attest", "create", "dpo-v5"]):
+        code, _, err = _signed(db, keys, *command, "--out", str(ws.root / "out") + "/")
+        assert code == 2 and "names a folder: give the file's name" in err, err
+    assert not (ws.root / "out").exists() and count_events(db) == before
+
+
 def test_seal_out_dash_prints_the_signed_head(ws: Workspace, keys: Path) -> None:
     """`--out -` wrote a file named `-`; it prints the signed head, as `seal` without `--out` does."""
     db = _ready_ledger(ws)
@@ -310,6 +320,8 @@ def test_a_signed_head_file_from_another_key_is_refused(ws: Workspace, keys: Pat
     db = _ready_ledger(ws)
     head_file = ws.root / "head.json"
     assert _signed(db, keys, "seal", "--out", str(head_file))[0] == 0
+    code, report = _verify(db, "--expect-head", str(head_file), "--pubkey", str(keys / "lifecycle-signing.pub"))
+    assert code == 0 and report["ok"] is True, report  # as it was signed: it holds
     forged = json.loads(head_file.read_text())
     forged["signature"] = forged["signature"][:-4] + ("AAA=" if not forged["signature"].endswith("AAA=") else "BBB=")
     head_file.write_text(json.dumps(forged))
@@ -347,8 +359,9 @@ HASH = "ab" * 32
         (f"-1:{HASH}", "the seq '-1' is not a whole number from 1"),
         (f"x:{HASH}", "the seq 'x' is not a whole number from 1"),
         (f"99999999999999999999:{HASH}", "no seq is that large"),  # was a traceback (OverflowError in sqlite3)
+        (f"9223372036854775808:{HASH}", "no seq is that large"),  # one past the largest SQLite integer
     ],
-    ids=["upper", "short", "empty", "long", "not-hex", "genesis", "zero", "negative", "word", "huge"],
+    ids=["upper", "short", "empty", "long", "not-hex", "genesis", "zero", "negative", "word", "huge", "int64"],
 )
 def test_a_malformed_pin_says_what_is_wrong_with_it(pin: str, problem: str) -> None:
     """A value of SEQ:HASH's shape whose hash is not 64 lowercase hex, or whose seq is not a whole number
@@ -356,6 +369,19 @@ def test_a_malformed_pin_says_what_is_wrong_with_it(pin: str, problem: str) -> N
     with pytest.raises(InputError) as refused:
         parse_expected_head(pin)
     assert str(refused.value) == f"--expect-head {pin!r}: {problem}; give SEQ:HASH as `verify --json` prints the head"
+
+
+@pytest.mark.parametrize("seq", [9223372036854775807, 1000000000000000000, 1])
+def test_a_pin_of_any_seq_a_ledger_can_hold_is_read(seq: int) -> None:
+    pin = parse_expected_head(f"{seq}:{HASH}")
+    assert (pin.seq, pin.hash) == (seq, HASH)
+
+
+def test_a_pin_past_the_head_names_no_event_there(ws: Workspace) -> None:
+    db = _ready_ledger(ws)
+    code, report = _verify(db, "--expect-head", f"99:{HASH}")
+    assert code == 6 and report["reason"] == "head_mismatch"
+    assert f"expected head 99:{HASH}" in str(report["message"]) and "the ledger has no event there" in str(report)
 
 
 def test_a_malformed_pin_is_one_error_line_and_exit_3(ws: Workspace) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import os
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -40,6 +41,7 @@ __all__ = [
     "AS_OF",
     "COMMANDS",
     "LifecycleGroup",
+    "OutputFile",
     "ParsedType",
     "SEQ",
     "SuggestingGroup",
@@ -209,6 +211,19 @@ class ParsedType(_ParamType):
             return getattr(asof, self.parser)(str(value))
         except InputError as e:
             self.fail(str(e), param, ctx)
+
+
+class OutputFile(click.Path):
+    """A file to write (`-` included): a name ending in a separator means a folder, and is refused rather
+    than written as a file named like the folder (a Path drops the separator)."""
+
+    def __init__(self) -> None:
+        super().__init__(dir_okay=False, path_type=Path)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and value.endswith(("/", os.sep)):
+            self.fail(f"{value!r} names a folder: give the file's name", param, ctx)
+        return super().convert(value, param, ctx)
 
 
 AS_OF = ParsedType("SEQ|ISO-TIME", "parse_as_of")  # a seq (digits) or an ISO 8601 time

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from lifecycle_fsm.cli.app import json_option, open_ledger, require_signing_key, wants_json
+from lifecycle_fsm.cli.app import OutputFile, json_option, open_ledger, require_signing_key, wants_json
 from lifecycle_fsm.cli.guards import refuse_empty_file, refuse_memory_db
 from lifecycle_fsm.cli.render import emit
 from lifecycle_fsm.errors import InputError
@@ -41,7 +41,7 @@ def attest() -> None:
     "--out",
     "out",
     required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=OutputFile(),
     help="Where to write the envelope (refused if it exists); `-`: print it.",
 )
 @json_option

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from lifecycle_fsm.cli.app import SuggestingGroup, json_option, open_ledger, require_signing_key, wants_json
+from lifecycle_fsm.cli.app import OutputFile, SuggestingGroup, json_option, open_ledger, require_signing_key, wants_json
 from lifecycle_fsm.cli.render import emit
 from lifecycle_fsm.errors import InputError, LifecycleError
 from lifecycle_fsm.limits import display
@@ -62,7 +62,7 @@ def key_new(out: Path) -> None:
 @click.option(
     "--out",
     "out",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=OutputFile(),
     help="Write the signed head to FILE (refused if it exists; `-` prints) instead of printing.",
 )
 @json_option
