@@ -8,6 +8,7 @@ folder is always removed. Datasette is imported only here, when the command runs
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -85,7 +86,7 @@ def serve(host: str, port: int, allow_hosts: tuple[str, ...]) -> None:
         from datasette.utils import tilde_encode
     except ImportError:
         raise InputError(f"serve needs Datasette: {install_hint('ui')}") from None
-    from lifecycle_fsm.cli.serve_plugin import ServePlugin, allowed_hosts
+    from lifecycle_fsm.cli.serve_plugin import ServePlugin, allowed_hosts, quiet_refused_times
 
     db = str(root_obj()["db"])
     if db.startswith(("postgresql://", "postgres://")):
@@ -116,10 +117,12 @@ def serve(host: str, port: int, allow_hosts: tuple[str, ...]) -> None:
         for setting in ("default_allow_sql", "allow_download", "allow_csv_stream"):
             args += ["--setting", setting, "off"]
         previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+        hook, sys.unraisablehook = sys.unraisablehook, quiet_refused_times(sys.unraisablehook)
         try:
             datasette_cli.main(args=args, prog_name="lifecycle serve", standalone_mode=False)
         except _Stopped:
             click.echo("stopped", err=True)
         finally:
+            sys.unraisablehook = hook
             for sig, handler in previous.items():
                 signal.signal(sig, handler)

@@ -33,7 +33,7 @@ from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.replay.asof import parse_time
 
-__all__ = ["ServePlugin", "allowed_hosts", "is_hidden", "lifecycle_utc", "time_problem"]
+__all__ = ["ServePlugin", "allowed_hosts", "is_hidden", "lifecycle_utc", "quiet_refused_times", "time_problem"]
 
 _ASGIApp = Callable[[JSON, Any, Any], Awaitable[None]]
 _SERVED_INTERNALS = ("/-/static/", "/-/static-plugins/")  # the CSS and scripts the pages load
@@ -54,6 +54,18 @@ def lifecycle_utc(text: object) -> str | None:
     if not isinstance(text, str):
         raise InputError(f":time must be an ISO 8601 time, not {type(text).__name__}")
     return parse_time(text)
+
+
+def quiet_refused_times(hook: Callable[[Any], object]) -> Callable[[Any], object]:
+    """`sys.unraisablehook`, but silent on the time `lifecycle_utc` refused: Datasette has SQLite print a
+    traceback for every exception in an SQL function, and this one is the page's answer, not a fault."""
+
+    def unraisable(info: Any) -> object:
+        if info.object is lifecycle_utc and isinstance(info.exc_value, InputError):
+            return None
+        return hook(info)
+
+    return unraisable
 
 
 def time_problem(path: str, query_string: bytes) -> str | None:
