@@ -137,7 +137,8 @@ def _claims(x: Explanation) -> list[Section]:
 
 
 def _hash_section(name: str, check: HashCheck) -> Section:
-    lines = [f"path: {check.path}", f"expected (recorded): {check.expected}", f"actual (re-hashed): {check.actual}"]
+    lines = [f"path: {format_value(check.path)}", f"expected (recorded): {format_value(check.expected)}"]
+    lines.append(f"actual (re-hashed): {format_value(check.actual)}")
     if check.error:
         lines.append(f"error: {check.error}")
     if isinstance(check, ArtifactCheck):

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import Workspace, run_cli
+from conftest import Workspace, cli, run_cli
 
 from lifecycle_fsm.ledger import Ledger
 from lifecycle_fsm.manifests import load_baseline_manifest, load_candidate_manifest, resolve_artifact_path
@@ -95,3 +95,5 @@ def test_a_root_that_is_not_there_decides_nothing(tmp_path: Path) -> None:
     with Ledger.open(ws.db, artifact_root=elsewhere) as ledger:
         rejected = ledger.check("dpo-v5").candidate
         assert (rejected.state, rejected.reason_codes) == ("reject", ("rollback", "artifact", "path_escapes_root"))
+    explained = cli(ws.db, "explain", "dpo-v5")  # nothing was read: no hash, written as the auditor reads null
+    assert "actual (re-hashed): none" in explained.stdout and "None" not in explained.stdout

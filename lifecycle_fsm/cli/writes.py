@@ -111,7 +111,12 @@ def evaluation_activate(version: str, event_id: str | None) -> None:
 
 @click.command()
 @click.argument("candidate_manifest", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--id", "candidate_id", help="Candidate id (default: the manifest's policy_version).")
+@click.option(
+    "--id",
+    "candidate_id",
+    help="Candidate id (default: the manifest's policy_version; without one, the manifest's path as given, "
+    "and its check rejects it for candidate_identity).",
+)
 @event_id_option
 @json_option
 def receive(candidate_manifest: Path, candidate_id: str | None, event_id: str | None) -> None:
