@@ -11,8 +11,10 @@ transaction each: a copy stopped by a break keeps the batches committed before i
 A destination that already holds events must be a prefix of the source (its head hash
 is the source's hash at that seq, and its own chain verifies): the copy then resumes
 after it. Anything else is refused. Checkpoints are copied too (with their per-stream
-copies), except those that do not hold against the source's own log: copying one
-would launder it, since the destination recomputes the head hash it records.
+copies), except one whose snapshot no longer matches its own digest (damaged: the log
+does not need it). A checkpoint whose head hash is not the log's at its position refuses
+the whole copy before anything is written: the log may have been rewritten under it, and
+a copy, re-chained from the rewritten rows, would erase the only trace of that.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ def migrate(
     called as events are verified.
     """
     target = src.head()
+    _refuse_contradicted_log(src, target.seq)
     start = _resume_point(src, dst, target)
     kept = [start.seq]  # the destination holds every event up to here
     try:
@@ -173,6 +176,18 @@ def _write(dst: EventStore, rows: Sequence[Row]) -> None:
                     )
 
 
+def _refuse_contradicted_log(src: EventStore, upto: int) -> None:
+    for record in src.select_checkpoints(at_or_before=upto):
+        found = hash_at(src, record.position)
+        if record.head_hash != found:
+            raise IntegrityError(
+                f"checkpoint {record.checkpoint_id} recorded hash {record.head_hash} at seq {record.position}, but the "
+                f"log has {found} there: the log was rewritten under it, or the checkpoint edited (see `lifecycle "
+                "verify`); nothing was copied, since a copy would hold no trace of it",
+                seq=record.position,
+            )
+
+
 def _key(c: CheckpointRecord) -> tuple[object, ...]:
     return (c.position, c.head_hash, c.schema_version, c.fingerprint, c.snapshot_sha256, c.recorded_at)
 
@@ -182,9 +197,7 @@ def _copy_checkpoints(src: EventStore, dst: EventStore, upto: int) -> tuple[int,
     copied = present = 0
     skipped: list[tuple[int, str]] = []
     for record in reversed(list(src.select_checkpoints(at_or_before=upto))):
-        if record.head_hash != hash_at(src, record.position):
-            skipped.append((record.checkpoint_id, "its head hash is not the log's at its position"))
-        elif record.snapshot_sha256 != hashlib.sha256(record.snapshot.encode()).hexdigest():
+        if record.snapshot_sha256 != hashlib.sha256(record.snapshot.encode()).hexdigest():
             skipped.append((record.checkpoint_id, "its snapshot does not match its sha256"))
         elif _key(record) in have:
             present += 1

@@ -239,3 +239,33 @@ def test_migrate_into_memory_is_refused(ws: Workspace, dst: str) -> None:
         ledger.init()
     done = cli(ws.db, "migrate", str(ws.db), dst)
     assert done.returncode == 3 and "in-memory database" in done.stderr and "DST" in done.stderr, done.stderr
+
+
+def test_a_log_rewritten_under_a_checkpoint_is_not_copied(ws: Workspace, tmp_path: Path) -> None:
+    """The head event rewritten with its hash recomputed leaves a sound chain; the latest checkpoint's head
+    hash is the only trace. The copy is refused before anything is written: a destination re-chained from
+    the rewritten rows would verify clean."""
+    import sqlite3
+
+    from conftest import restore_triggers
+
+    from lifecycle_fsm.store.chain import canonical_json, event_hash
+
+    db = ws.db
+    with Ledger.open(db) as ledger:
+        _fill(ledger.store, ws)
+        head = ledger.store.head().seq
+    with sqlite3.connect(db, isolation_level=None) as conn:
+        conn.execute("DROP TRIGGER events_refuse_update")
+        cols = "seq, stream_id, version, event_id, type, schema_version, payload, recorded_at, actor, prev_hash"
+        found = conn.execute(f"SELECT {cols} FROM events WHERE seq = ?", (head,)).fetchone()
+        row = dict(zip(cols.split(", "), found, strict=True))
+        row["payload"] = canonical_json({**json.loads(row["payload"]), "reason_codes": ["artifact"]})
+        conn.execute("UPDATE events SET payload = ?, hash = ? WHERE seq = ?", (row["payload"], event_hash(**row), head))
+        restore_triggers(conn)
+    with Ledger.open(db) as ledger:
+        assert verify_chain(ledger.store).ok  # the chain alone holds
+    done = cli(tmp_path / "unused", "migrate", str(db), str(tmp_path / "copy.db"))
+    assert done.returncode == 6 and done.stderr.count("\n") == 1, done.stderr
+    assert f"at seq {head}, but the log has" in done.stderr and "nothing was copied" in done.stderr
+    assert not (tmp_path / "copy.db").exists()
