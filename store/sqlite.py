@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from itertools import chain
 from pathlib import Path
@@ -65,7 +65,7 @@ from lifecycle_fsm.store.sqlite_files import (
 )
 from lifecycle_fsm.store.sqlite_schema import (
     SYNCHRONOUS_MODES,
-    ensure_event_index,
+    ensure_derived_tables,
     ensure_schema,
     filter_sql,
     fold_sql,
@@ -177,7 +177,7 @@ class SQLiteEventStore(SQLStore):
                 self._conn.execute("PRAGMA journal_mode=WAL")
                 self._conn.execute(f"PRAGMA synchronous={mode}")
             ensure_schema(self._conn, self.path, found, self._write)
-            self._indexed = ensure_event_index(self._conn, self._immutable is None and create, self._write)
+            self._indexed = ensure_derived_tables(self._conn, self._immutable is None and create, self._write)
             if self._immutable is None and not self._private:
                 self._files = OpenedFiles(self.path)
         except sqlite3.DatabaseError as e:
@@ -318,13 +318,12 @@ class SQLiteEventStore(SQLStore):
         expect: Sequence[tuple[str, int]] = (),
     ) -> AppendResult:
         with self._transaction() as tx:  # not `transaction()`: a subclass may wrap that one
-            return tx.append(
-                stream_id,
-                expected_version,
-                events,
-                fresh_ids=fresh_ids,
-                expect=expect,
-            )
+            return tx.append(stream_id, expected_version, events, fresh_ids=fresh_ids, expect=expect)
+
+    def rebuild_stream_index(self, derive: Callable[[], Iterable[StreamHead]]) -> None:
+        """A derived table dropped by hand is first made again, empty: `replay --full` is its repair."""
+        self._indexed = ensure_derived_tables(self._conn, self._immutable is None, self._write)
+        super().rebuild_stream_index(derive)
 
     # --- reads ----------------------------------------------------------------------------
 

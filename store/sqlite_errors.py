@@ -36,4 +36,6 @@ def translate_sqlite_error(error: BaseException, where: object) -> LifecycleErro
         return IntegrityError(f"{where}: a stored value is not valid UTF-8, the ledger file is damaged ({detail})")
     if "readonly" in detail or "read-only" in detail:
         return StoreError(f"{where}: the ledger database is read-only ({detail})")
+    if detail.removeprefix("no such table: ") in ("streams", "checkpoints", "checkpoint_streams"):
+        return StoreError(f"{where}: {detail} (a table derived from the log): `lifecycle replay --full` makes it again")
     return StoreError(f"{where}: the ledger database failed, it may be damaged or not a ledger ({detail})")

@@ -41,7 +41,7 @@ __all__ = [
     "STORE_SCHEMA_VERSION",
     "SYNCHRONOUS_MODES",
     "create_schema",
-    "ensure_event_index",
+    "ensure_derived_tables",
     "ensure_schema",
     "filter_sql",
     "fold_sql",
@@ -127,9 +127,33 @@ def create_schema(db: sqlite_utils.Database) -> None:
     events.create_index(["event_id"], index_name="events_event_id", unique=True)
     for statement in SCHEMA:
         db.execute(statement)
-    _create_event_index(db)
+    _create_derived(db)
+    db.table("meta").create({"key": str, "value": str}, pk="key")
+    db.table("meta").insert({"key": "store_schema_version", "value": STORE_SCHEMA_VERSION})
+
+
+_OLD_FILTER_INDEXES = ("events_type", "events_actor", "events_recorded_at")
+
+
+# The tables derived from the log (indexes, checkpoints): disposable, so a writer makes any that is missing.
+_DERIVED_TABLES = ("event_index", "streams", "checkpoints", "checkpoint_streams")
+
+
+def _create_derived(db: sqlite_utils.Database) -> None:
+    """Each derived table that is not there, empty (the log fills it: a checkpoint, `replay --full`, a catch-up)."""
+    if not db.table("event_index").exists():
+        index = db.table("event_index").create(
+            {"seq": int, "type": str, "actor": str, "recorded_at": str},
+            pk="seq",
+            not_null={"type", "actor", "recorded_at"},
+        )
+        for column in ("type", "actor", "recorded_at"):  # what the auditor's filter looks rows up by
+            index.create_index([column], index_name=f"event_index_{column}")
     db.table("streams").create(
-        {"stream_id": str, "version": int, "status": str, "category": str}, pk="stream_id", not_null={"version"}
+        {"stream_id": str, "version": int, "status": str, "category": str},
+        pk="stream_id",
+        not_null={"version"},
+        if_not_exists=True,
     )
     db.table("checkpoints").create(
         {
@@ -143,44 +167,31 @@ def create_schema(db: sqlite_utils.Database) -> None:
             "recorded_at": str,
         },
         pk="checkpoint_id",
+        if_not_exists=True,
     )
     db.table("checkpoint_streams").create(
         {"checkpoint_id": int, "stream_id": str, "version": int, "state": str, "state_sha256": str},
         pk=("stream_id", "checkpoint_id"),
         not_null={"version", "state", "state_sha256"},
+        if_not_exists=True,
     )
-    db.table("meta").create({"key": str, "value": str}, pk="key")
-    db.table("meta").insert({"key": "store_schema_version", "value": STORE_SCHEMA_VERSION})
 
 
-_OLD_FILTER_INDEXES = ("events_type", "events_actor", "events_recorded_at")
-
-
-def _create_event_index(db: sqlite_utils.Database) -> None:
-    index = db.table("event_index").create(
-        {"seq": int, "type": str, "actor": str, "recorded_at": str}, pk="seq", not_null={"type", "actor", "recorded_at"}
-    )
-    for column in ("type", "actor", "recorded_at"):  # what the auditor's filter looks rows up by
-        index.create_index([column], index_name=f"event_index_{column}")
-
-
-def ensure_event_index(
+def ensure_derived_tables(
     conn: sqlite3.Connection, writable: bool, locked: Callable[[], AbstractContextManager[object]]
 ) -> bool:
-    """Whether the file has the event index; a writer gives a file made without it one, in place of the
-    filter indexes on `events` (it fills as it catches up). A read-only handle reads such a file as it is."""
-    has = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'event_index'"
-    if conn.execute(has).fetchone():
-        return True
-    if not writable:
-        return False
-    with locked():
-        if not conn.execute(has).fetchone():  # another process may have made it meanwhile
-            import sqlite_utils
+    """Whether the file has the event index. A writer makes each derived table the file lacks (one made
+    before the event index existed, or one dropped by hand), the event index in place of the filter
+    indexes on `events`. A read-only handle reads the file as it is."""
+    found = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if found.issuperset(_DERIVED_TABLES) or not writable:
+        return "event_index" in found
+    with locked():  # another process may make them meanwhile: each is made only if still missing
+        import sqlite_utils
 
-            _create_event_index(sqlite_utils.Database(conn, execute_plugins=False))
-            for name in _OLD_FILTER_INDEXES:
-                conn.execute(f"DROP INDEX IF EXISTS {name}")
+        _create_derived(sqlite_utils.Database(conn, execute_plugins=False))
+        for name in _OLD_FILTER_INDEXES:
+            conn.execute(f"DROP INDEX IF EXISTS {name}")
     return True
 
 

@@ -3,9 +3,11 @@ a commit never writes it, and `verify` compares it with the fold at the position
 
 from __future__ import annotations
 
+import json
 import sqlite3
 
-from conftest import Workspace, hand_off_dpo, invoke
+import pytest
+from conftest import Workspace, cli, hand_off_dpo, invoke
 
 from lifecycle_fsm import Ledger
 from lifecycle_fsm.events import stream_of
@@ -73,3 +75,22 @@ def test_an_index_behind_the_latest_checkpoint_or_edited_names_where(ws: Workspa
     with Ledger.open(db) as ledger:
         (found,) = verify(ledger.store)["problems"]
         assert f"reflects position {head - 3}, behind the checkpoint at {head}" in found["reason"], found
+
+
+@pytest.mark.parametrize("table", ["streams", "checkpoints", "checkpoint_streams", "event_index"])
+def test_a_derived_table_dropped_by_hand_is_made_again_by_replay_full(ws: Workspace, table: str) -> None:
+    """Derived and disposable: a read that needs the table says how to repair it (exit 7, one line), and
+    `replay --full` makes it again from the log."""
+    db = hand_off_dpo(ws)
+    assert invoke(db, "checkpoint").exit_code == 0
+    with sqlite3.connect(db) as conn:
+        conn.execute(f"DROP TABLE {table}")
+    if table != "event_index":  # a file without it is read as an older ledger's
+        refused = cli(db, "verify")
+        assert refused.returncode == 7 and refused.stderr.count("\n") == 1, refused.stderr
+        assert f"no such table: {table}" in refused.stderr
+        assert "`lifecycle replay --full` makes it again" in refused.stderr
+    assert invoke(db, "replay", "--full").exit_code == 0
+    report = json.loads(cli(db, "verify", "--json").stdout)
+    codes = [p["code"] for p in report["problems"]]
+    assert codes == (["checkpoint"] if table == "checkpoint_streams" else []), report  # its copies are gone

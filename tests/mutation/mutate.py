@@ -103,7 +103,7 @@ TARGETS = (
         "rules",
         "lifecycle_fsm/rules.py",
         ("check_candidate_freshness", "choose_recovery_action", "decide_lifecycle_handoff", "_age_within"),
-        ("tests/test_rules.py",),
+        ("tests/test_rules.py", "tests/test_rules_version.py"),
         tables=("FRESHNESS_CHECKS", "RECOVERY_STATES_BY_STAGE", "_ACTION_BY_STAGE_AND_STATE", "_FALLBACK_BY_STAGE"),
     ),
     Target(
@@ -117,7 +117,7 @@ TARGETS = (
         "checks",
         "lifecycle_fsm/checks.py",
         ("freshness", "CheckEvidence.decide", "CheckEvidence.inconclusive"),
-        ("tests/test_rules.py", "tests/test_version_types.py", "tests/test_ledger.py"),
+        ("tests/test_rules.py", "tests/test_version_types.py", "tests/test_ledger.py", "tests/test_artifact_root.py"),
     ),
     Target(
         "seals",
