@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from lifecycle_fsm.rules import (
+    FRESHNESS_CHECKS,
     check_candidate_freshness,
     choose_recovery_action,
     decide_lifecycle_handoff,
@@ -346,3 +347,10 @@ def test_upstream_failure_comes_after_hard_checks(upstream: str, extra: str) -> 
     result = decide_lifecycle_handoff(upstream, {"fresh": False}, evidence)
     assert result["hard_failures"] == ["freshness", "rollback", "artifact", extra]
     assert result["handoff_status"] == "reject"
+
+
+def test_the_freshness_checks_table_lists_every_check_in_the_order_they_fail() -> None:
+    """A candidate with nothing right fails every check, in `FRESHNESS_CHECKS` order: the table that sorts
+    the ledger's own failures, validates `log --reason` and drives the drills is the function's."""
+    result = check_candidate_freshness({}, ACTIVE, MAX_AGE)
+    assert result == {"fresh": False, "failed_checks": list(FRESHNESS_CHECKS)}
