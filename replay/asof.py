@@ -1,8 +1,10 @@
 """What `--as-of`, `--since` and `--until` mean: a position in the log, or a time.
 
 A time is ISO 8601 with `Z` or an offset (fractional seconds optional; a naive time
-is UTC) and stands for the state after every event recorded at or before it: the
-log up to the last seq recorded by then (`EventStore.position_at`). Events are
+is UTC) and stands for the log up to the event before the first one recorded after
+it (`EventStore.position_at`): every event recorded by then, except that with several
+writers at once a command stamped earlier can commit after one stamped later, and then
+is left out rather than a later event taken in. Events are
 stamped in UTC with microseconds (`YYYY-MM-DDTHH:MM:SS.ffffffZ`), so a time is
 brought to that form and compared as text; finer fractions are cut to microseconds.
 A bare integer is a seq (so `20261130` is a seq, not a date).

@@ -26,6 +26,7 @@ from lifecycle_fsm.events import CANDIDATE_EVENTS, candidate_id_of
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.state import Fold
 from lifecycle_fsm.store.base import select_events, verify_chain
+from lifecycle_fsm.store.sql import position_at_sql
 from lifecycle_fsm.store.sqlite import SQLiteEventStore
 from lifecycle_fsm.upcasting import decoded_payload
 
@@ -56,11 +57,11 @@ CANNED_QUERIES: dict[str, JSON] = {
     },
     "ready_at": {
         "title": "Ready at a time",
-        "description": "The candidates that were ready at :time (ISO 8601 with Z or an offset, naive = UTC), "
-        "i.e. after every event recorded at or before it, as `lifecycle status --as-of` says. A time that does "
-        "not parse is refused, saying what is wrong with it, never answered with an empty list.",
-        "sql": "WITH at AS (SELECT coalesce(max(seq), 0) AS pos FROM events "
-        "WHERE recorded_at <= lifecycle_utc(:time)) "
+        "description": "The candidates that were ready at :time (ISO 8601 with Z or an offset, naive = UTC), as "
+        "`lifecycle status --as-of` reads it: the log up to the event before the first one recorded after it. A time "
+        "that does not parse is refused, saying what is wrong with it, never answered with an empty list.",
+        "sql": "WITH at AS (SELECT CASE WHEN lifecycle_utc(:time) IS NULL THEN 0 "  # a blank form: no time yet
+        f"ELSE {position_at_sql('lifecycle_utc(:time)')} END AS pos) "
         "SELECT s.id, s.state, s.seq, s.recorded_at FROM candidate_states s, at "
         "WHERE s.seq = (SELECT max(t.seq) FROM candidate_states t WHERE t.id = s.id AND t.seq <= at.pos) "
         "AND s.state = 'ready' ORDER BY s.id",

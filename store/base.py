@@ -134,7 +134,8 @@ class EventStore(Protocol):
         ...
 
     def position_at(self, recorded_at: str) -> int:
-        """The last seq whose `recorded_at` is at or before this UTC text (0 if none): as-of a time."""
+        """As of a time (UTC text): the seq before the first event recorded after it, else the head. No
+        event recorded later is inside; with writers at once, one recorded earlier may be left out."""
         ...
 
     def read_snapshot(self) -> AbstractContextManager[None]:

@@ -177,7 +177,7 @@ class MemoryEventStore:
             yield [fold_columns(r) for r in rows if streams is None or streams.holds(r[1])]
 
     def position_at(self, recorded_at: str) -> int:
-        return max((r[0] for r in self._log if r[7] <= recorded_at), default=0)
+        return next((r[0] - 1 for r in self._log if r[7] > recorded_at), len(self._log))
 
     def head(self) -> Head:
         return Head(self._log[-1][0], self._log[-1][10]) if self._log else Head(0, GENESIS_HASH)

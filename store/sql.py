@@ -31,6 +31,7 @@ __all__ = [
     "VERSION",
     "Run",
     "SQLStore",
+    "position_at_sql",
     "write_state_index",
 ]
 
@@ -72,9 +73,20 @@ CATCH_UP = (
     f"SELECT seq, type, actor, recorded_at FROM events WHERE seq > {INDEXED} ORDER BY seq"
 )
 _BEHIND = f"SELECT coalesce(max(seq), 0) - {INDEXED} FROM events"
+
+
+def position_at_sql(time: str) -> str:
+    """As of a time: the log up to the event before the first one recorded after it, else the head
+    (`EventStore.position_at`; `serve`'s ready_at query). `time` is the SQL of the UTC text."""
+    first_after = f"(SELECT min(seq) FROM events WHERE recorded_at > {time})"
+    return f"coalesce({first_after} - 1, (SELECT coalesce(max(seq), 0) FROM events))"
+
+
+# The same over the event index and the log past it.
 _POSITION_AT = (
-    "SELECT coalesce(max(seq), 0) FROM (SELECT max(seq) AS seq FROM event_index WHERE recorded_at <= %s "
-    f"UNION ALL SELECT max(seq) FROM events WHERE seq > {INDEXED} AND recorded_at <= %s) AS found"
+    "SELECT coalesce((SELECT min(seq) FROM (SELECT min(seq) AS seq FROM event_index WHERE recorded_at > %s "
+    f"UNION ALL SELECT min(seq) FROM events WHERE seq > {INDEXED} AND recorded_at > %s) AS found) - 1, "
+    "(SELECT coalesce(max(seq), 0) FROM events))"
 )
 # Index rows that are not their event's columns, and events up to the index's position that it lacks.
 _INDEX_WRONG = (
@@ -145,7 +157,7 @@ class SQLStore(ABC):
 
     def position_at(self, recorded_at: str) -> int:
         if not self._indexed:
-            sql, params = "SELECT coalesce(max(seq), 0) FROM events WHERE recorded_at <= %s", [recorded_at]
+            sql, params = f"SELECT {position_at_sql('%s')}", [recorded_at]
         else:
             self._catch_up_before_read()
             sql, params = _POSITION_AT, [recorded_at, recorded_at]

@@ -31,7 +31,7 @@ __all__ = ["diagram", "explain", "history", "replay", "status", "wait"]
 @click.command()
 @click.argument("candidate_id", metavar="[ID]", required=False)
 @click.option(
-    "--as-of", type=AS_OF, help="The state then: after this seq (from 1), or every event recorded by this time."
+    "--as-of", type=AS_OF, help="The state then: after this seq (from 1), or a time: before the first event after it."
 )
 @json_option
 def status(candidate_id: str | None, as_of: AsOf | None) -> None:
@@ -150,7 +150,7 @@ def history(candidate_id: str) -> None:
 @click.option(
     "--as-of",
     type=AS_OF,
-    help="Explain the state then: after this seq (from 1), or every event recorded by this time.",
+    help="Explain the state then: after this seq (from 1), or before the first event recorded after this time.",
 )
 @click.option(
     "--format", "fmt", type=click.Choice(["text", "json", "md"]), help="Output format (default text; --json: json)."
