@@ -12,6 +12,7 @@ import datetime as dt
 import difflib
 import getpass
 import os
+import re
 import socket
 from collections.abc import Iterable
 from pathlib import Path
@@ -33,6 +34,7 @@ __all__ = [
     "non_negative",
     "path_argument",
     "read_only_folder",
+    "recorded_time",
     "require_baseline",
     "require_kind",
     "utc_now",
@@ -56,6 +58,19 @@ def path_argument(name: str, value: object) -> str:
     if "\x00" in value:
         raise InputError(f"{name} {value!r} holds a NUL character, which no file system path can")
     return value
+
+
+_STORED_TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z")
+
+
+def recorded_time(reading: object) -> str:
+    """A clock's reading as an event stores it: UTC text `YYYY-MM-DDTHH:MM:SS.ffffffZ`, the one form in
+    which `--as-of` can compare times as text (`...00Z` sorts after `...00.5Z`)."""
+    if not isinstance(reading, str) or not _STORED_TIME.fullmatch(reading):
+        raise InputError(
+            f"the ledger's clock gave {reading!r}: an event's time is UTC text like 2026-11-30T12:00:00.000000Z"
+        )
+    return reading
 
 
 def default_actor() -> str:

@@ -29,6 +29,7 @@ import attrs
 from transitions import MachineError
 
 from lifecycle_fsm import idempotency
+from lifecycle_fsm.command_inputs import recorded_time
 from lifecycle_fsm.decisions import Decision, Invalidation
 from lifecycle_fsm.errors import ConcurrencyError, DuplicateEventError, IllegalCommandError, LifecycleError
 from lifecycle_fsm.events import (
@@ -229,7 +230,8 @@ class CommandPath:
                 eid = event_id if keyed == 0 else f"{event_id}/{keyed}"
                 keyed += 1
             payload = event.to_payload()
-            out.append(NewEvent(stream_id, event.TYPE, event.SCHEMA_VERSION, payload, eid, self.clock(), self.actor))
+            at = recorded_time(self.clock())
+            out.append(NewEvent(stream_id, event.TYPE, event.SCHEMA_VERSION, payload, eid, at, self.actor))
         return out
 
     def _append_settings(self, settings: LedgerSettings, decision: Decision, event_id: str | None) -> Outcome:

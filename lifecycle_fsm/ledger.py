@@ -1,10 +1,9 @@
 """The Ledger: the embedding API a training supervisor imports.
 
-Each command validates its input, says which streams it depends on, gathers its
-evidence (hashing happens here, before any lock) and lets a pure function in
-`decisions.py` choose the events; `command_path.py` folds, asserts every version it
-read, appends and re-decides on a lost race. Queries read the folds `streams.py`
-keeps. One Ledger per process; many processes may share one ledger file.
+Each command validates its input, says which streams it depends on, gathers its evidence
+(hashing happens here, before any lock) and lets a pure function in `decisions.py` choose the
+events; `command_path.py` folds, asserts every version it read, appends and re-decides on a
+lost race. Queries read the folds `streams.py` keeps. One Ledger per process.
 """
 
 from __future__ import annotations
@@ -76,7 +75,8 @@ if TYPE_CHECKING:
 
 
 class Ledger(CandidateCommands):
-    """The embedding API: one object per process, safe with many processes on one file."""
+    """The embedding API: one object per process, safe with many processes on one file. `clock` stamps
+    each event as UTC text like `2026-11-30T12:00:00.000000Z` (as `utc_now` does), or a command is refused."""
 
     def __init__(
         self,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import inspect
 import math
+import re
 import warnings
 from pathlib import Path
 
@@ -180,3 +181,19 @@ def test_an_evaluation_version_no_manifest_could_name_is_refused(ws: Workspace, 
             ledger.activate_evaluation(bad)  # type: ignore[arg-type]
         assert ledger.store.count_events() == 1
         assert ledger.activate_evaluation("e" * 256).settings.evaluation_version == "e" * 256
+
+
+@pytest.mark.parametrize(
+    "reading", ["2026-01-01T00:00:00Z", "2026-01-01T00:00:00.000000+00:00", "yesterday", "", 1767225600.0, None]
+)
+def test_a_clock_that_does_not_give_the_stored_time_form_is_refused(tmp_path: Path, reading: object) -> None:
+    """Times are compared as text (`--as-of`): `...00Z` would sort after `...00.5Z`. A clock giving any
+    other form is refused before anything is appended."""
+    db = tmp_path / "l.db"
+    with Ledger.open(db) as ledger:
+        ledger.init()
+    before = count_events(db)
+    refused = pytest.raises(InputError, match=re.escape("an event's time is UTC text like 2026-11-30T12:00:00.000000Z"))
+    with Ledger.open(db, clock=lambda: reading) as ledger, refused:  # type: ignore[arg-type, return-value]
+        ledger.advance_window(2)
+    assert count_events(db) == before
