@@ -291,7 +291,7 @@ def advance_window(settings: LedgerSettings, active_window: int) -> Decision:
     if active_window == current:
         return NOTHING
     if active_window < current:
-        raise InputError(f"the window only advances: it is {current}, not going back to {active_window}")
+        raise ConflictError(f"the window only advances: it is {current}, not going back to {active_window}")
     invalidation = Invalidation(EvidenceInvalidated("window", current, active_window), kinds=ONLINE_KINDS)
     return _with_defaults(settings, Decision((WindowAdvanced(active_window, current),), invalidation))
 

@@ -92,7 +92,7 @@ BAD_COMMANDS: list[tuple[str, Callable[[Workspace], list[str]] | list[str], int]
     ("trusted-unknown-kind", ["trusted", "dpo-v5", "optimizer", STATE], 3),
     ("untrust-unknown-kind", ["untrust", "dpo-v5", "optimizer"], 3),
     ("trusted-missing-path", ["trusted", "dpo-v5", "prompt_queue", "/nonexistent/state"], 3),
-    ("window-backwards", ["window", "0"], 3),
+    ("window-backwards", ["window", "0"], 5),
     ("hash-missing-path", ["hash", "/nonexistent/adapter"], 3),
     ("evaluation-blank", ["evaluation", "activate", " "], 3),
     ("recovered-on-received", ["recovered", "dpo-v5"], 5),

@@ -9,7 +9,7 @@ import pytest
 
 from lifecycle_fsm import decisions
 from lifecycle_fsm.checks import ArtifactCheck, CheckEvidence, TrustedStateCheck
-from lifecycle_fsm.errors import ConflictError, IllegalCommandError, InputError
+from lifecycle_fsm.errors import ConflictError, IllegalCommandError
 from lifecycle_fsm.events import (
     BaselineActivated,
     CandidateReceived,
@@ -98,7 +98,7 @@ def test_window_moves_forward_only_and_invalidates_online_kinds() -> None:
     assert decision.events == (WindowAdvanced(3, 1),)
     assert decision.invalidation == decisions.Invalidation(EvidenceInvalidated("window", 1, 3), ("grpo", "rlvr"))
     assert decisions.advance_window(settings(active_window=3), 3).events == ()
-    with pytest.raises(InputError, match="only advances"):
+    with pytest.raises(ConflictError, match="only advances"):
         decisions.advance_window(settings(active_window=3), 2)
     fresh = decisions.advance_window(LedgerSettings(), 2)  # window 1 is the default before init
     assert fresh.events == (LedgerInitialized(2, 1), WindowAdvanced(2, 1))

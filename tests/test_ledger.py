@@ -195,7 +195,7 @@ def test_window_cannot_go_backwards(ws: Workspace, active: Ledger) -> None:
     """A window older than the active one is an input error, and nothing is appended."""
     active.advance_window(3)
     before = count_events(ws.db)
-    with pytest.raises(InputError, match="only advances"):
+    with pytest.raises(ConflictError, match="only advances"):
         active.advance_window(2)
     assert count_events(ws.db) == before
 
