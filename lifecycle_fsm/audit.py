@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from lifecycle_fsm import decisions
 from lifecycle_fsm.artifact_paths import folder_problem
 from lifecycle_fsm.audit_plan import blockers as plan_blockers
 from lifecycle_fsm.audit_plan import missing_fields, plan
@@ -38,7 +39,7 @@ from lifecycle_fsm.audit_records import (
     validate_label,
     write_records,
 )
-from lifecycle_fsm.errors import ConflictError, InputError, NotFoundError
+from lifecycle_fsm.errors import ConflictError, IllegalCommandError, InputError, NotFoundError
 from lifecycle_fsm.events import LEDGER_STREAM, stream_of
 from lifecycle_fsm.folders import prove_writable
 from lifecycle_fsm.json_types import JSON
@@ -47,7 +48,6 @@ from lifecycle_fsm.limits import check_candidate_id, check_int
 from lifecycle_fsm.manifests import BaselineManifest, CandidateManifest, load_baseline_manifest, load_candidate_manifest
 from lifecycle_fsm.seals import seal
 from lifecycle_fsm.state import LedgerSettings
-from lifecycle_fsm.store.chain import canonical_json
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -209,18 +209,14 @@ def _settings_preflight(settings: LedgerSettings, request: AuditRequest) -> None
 
 
 def _candidates_preflight(ledger: Ledger, candidates: tuple[AuditCandidate, ...]) -> None:
-    """Refuse, before any append, a manifest `receive` would refuse (same id, other content)."""
+    """Refuse, before any append, a manifest `receive` would refuse (same id, other content): its rule."""
     for c in candidates:
         try:
-            current = ledger.candidate(c.candidate_id)
+            decisions.receive(ledger.candidate(c.candidate_id), c.candidate_id, c.manifest)
         except NotFoundError:
             continue
-        same = canonical_json(current.candidate) == canonical_json(c.manifest.fields)
-        if not same and current.state != "tune":
-            raise ConflictError(
-                f"candidate {c.candidate_id!r} ({c.relative}) is already in the ledger in state {current.state} "
-                "with a different manifest; only a candidate in tune can be revised (give it a new policy_version)"
-            )
+        except IllegalCommandError as e:
+            raise ConflictError(f"{c.relative}: {e} (give it a new policy_version)") from None
 
 
 def _process(ledger: Ledger, c: AuditCandidate) -> None:

@@ -123,6 +123,18 @@ def _completes(current: CandidateState, manifest: CandidateManifest) -> Decision
     )
 
 
+def _differs(current: CandidateState, manifest: CandidateManifest) -> str:
+    """What a manifest received again says otherwise: its fields first (the adapter's path resolved
+    under another artifact root is one), else its bytes."""
+    recorded = current.candidate or {}
+    changed = sorted(k for k in recorded.keys() | manifest.fields.keys() if recorded.get(k) != manifest.fields.get(k))
+    if not changed:
+        return "the same fields, in a file of other bytes"
+    first = changed[0]
+    more = f" (and {', '.join(changed[1:])})" if changed[1:] else ""
+    return f"{first} was {recorded.get(first)!r}, is {manifest.fields.get(first)!r}{more}"
+
+
 def receive(current: CandidateState | None, candidate_id: str, manifest: CandidateManifest) -> Decision:
     """A new candidate, a registered one completed, a revision of a `tune` one, or nothing for a re-receipt."""
     if current is not None and current.pending:
@@ -134,8 +146,8 @@ def receive(current: CandidateState | None, candidate_id: str, manifest: Candida
             return NOTHING  # the same file at the same place: a retry after a lost acknowledgement
         if not command_allowed(current.state, ("revise",)):
             raise IllegalCommandError(
-                f"candidate {candidate_id!r} already exists in state {current.state} with a different manifest; "
-                "only a candidate in tune can be revised",
+                f"candidate {candidate_id!r} already exists in state {current.state} with a different manifest "
+                f"({_differs(current, manifest)}); only a candidate in tune can be revised",
                 state=current.state,
                 trigger="revise",
             )

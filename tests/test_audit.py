@@ -634,3 +634,23 @@ def test_an_option_taken_as_a_path_is_a_usage_error(tmp_path: Path, args: list[s
     assert len(lines) == 1 and f"'{option}'" in lines[0] and "not the option" in lines[0]
     assert not db.exists()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_audit_under_another_root_names_the_path_that_differs(ws: Workspace, tmp_path: Path) -> None:
+    """The same manifest file read without the root it was first audited under resolves its adapter
+    elsewhere: refused before anything is appended, naming that path, not only "a different manifest"."""
+    project = tmp_path / "project"
+    tree = Workspace(project, paths_from_root=True)
+    project.mkdir(exist_ok=True)
+    sft, dpo = tree.baseline(), tree.dpo()
+    args = ["audit", "--baseline", str(sft), "--candidates", str(dpo), "--mode", "real_artifact"]
+
+    def invoke(*more: str) -> Result:
+        return CliRunner().invoke(main, ["--db", str(ws.db), *more], catch_exceptions=False)
+
+    first = invoke(*args, "--label", "a1", "--root", str(project), "--out", str(tmp_path / "out"))
+    assert first.exit_code == 0, first.stderr
+    before = count_events(ws.db)
+    again = invoke(*args, "--label", "a2", "--root", str(tmp_path), "--out", str(tmp_path / "out"))
+    assert again.exit_code == 5 and count_events(ws.db) == before
+    assert f"adapter_resolved_path was '{project}/dpo-v5/adapter', is '{tmp_path}/dpo-v5/adapter'" in again.stderr
