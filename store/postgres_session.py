@@ -280,6 +280,7 @@ class PgSession:
     # --- the error boundary --------------------------------------------------------------
 
     def scrub(self, text: str) -> str:
+        text = text.replace(f' in URI: "{self.url}"', "")  # libpq's message quoting the URL it could not parse
         for secret in self._secrets:
             text = text.replace(secret, "***" if secret != self.url else self.where)
         return text
