@@ -324,7 +324,7 @@ class LedgerModel:
     def _advance_window(self, args: JSON) -> Prediction:
         window = args["window"]
         if window < self.active_window:
-            return Prediction(errors=("InputError",))
+            return Prediction(errors=("ConflictError",))
         if window == self.active_window:
             return Prediction(apply=lambda: None)
         return self._settings_change(lambda: setattr(self, "active_window", window), online_only=True)
