@@ -208,11 +208,6 @@ class SQLStore(ABC):
                 f"the log holds {held}, but this ledger's first event was recorded as {recorded}: "
                 "it was emptied or replaced outside lifecycle"
             )
-        if events and recorded is None:  # recorded in the transaction of the first append, on every backend
-            return (
-                "the log holds events, but the record of this ledger's first event (meta first_event_hash) is "
-                "gone: it was removed outside lifecycle, so an emptied or replaced log could no longer be told"
-            )
         if not events and (indexed or checkpoints):
             return (
                 f"the log holds no events, but the state index lists {indexed} streams and there are "

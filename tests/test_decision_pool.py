@@ -214,8 +214,8 @@ def test_a_value_the_deciders_cannot_take_is_bad_input_not_a_traceback(
 @pytest.mark.parametrize(
     ("text", "key"),
     [
-        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
-        ('{"a": ' * 50_000 + "1" + "}" * 50_000, "nested too deeply"),
+        ("[" * 100_000 + "]" * 100_000, "depth limit exceeded"),
+        ('{"a": ' * 50_000 + "1" + "}" * 50_000, "depth limit exceeded"),
     ],
 )
 def test_a_deeply_nested_decision_file_is_bad_input_not_a_traceback(tmp_path: Path, text: str, key: str) -> None:

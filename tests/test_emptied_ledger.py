@@ -85,18 +85,3 @@ def test_a_checkpoint_of_an_empty_log_is_its_own_not_a_sign_of_lost_events(tmp_p
         store.append_checkpoint(position=0, schema_version=1, fingerprint="f", snapshot="{}", recorded_at="t")
         assert store.append("a", 0, [new("a", 0)]).events[0].seq == 1
         assert store.history_problem() is None
-
-
-def test_a_removed_record_of_the_first_event_is_a_history_problem(tmp_path: Path, pg_url: str) -> None:
-    """Every append records the ledger's first event at its first commit: a log with events and no such
-    record had it removed, after which an emptied or replaced log could no longer be told. `verify` says
-    so on both durable backends."""
-    db = tmp_path / "ledger.db"
-    for target in (str(db), pg_url):
-        assert cli(target, "init").returncode == 0 and cli(target, "window", "2").returncode == 0
-        assert cli(target, "verify").returncode == 0
-    _sqlite_edit(db, "DELETE FROM meta WHERE key = 'first_event_hash'")
-    pg_execute(pg_url, "DELETE FROM meta WHERE key = 'first_event_hash'")
-    for target in (str(db), pg_url):
-        done = cli(target, "verify")
-        assert done.returncode == 6 and "first_event_hash) is gone" in done.stdout, done.stdout

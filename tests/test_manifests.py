@@ -74,13 +74,17 @@ def test_bad_json(tmp_path: Path, load: Any, text: str) -> None:
     [
         ('{"policy_version": "a", "policy_version": "b", "artifacts": {}}', "key 'policy_version': given twice"),
         ('{"artifacts": {"adapter": {"path": "x", "path": "y"}}}', "key 'path': given twice"),
-        ('{"artifacts": {}, "score": NaN}', "NaN is not a JSON number"),
-        ('{"artifacts": {}, "score": -Infinity}', "-Infinity is not a JSON number"),
-        ('{"a": ' * 50_000 + "1" + "}" * 50_000, "nested too deeply"),
+        ('{"artifacts": {}, "score": NaN}', "unexpected character"),
+        ('{"artifacts": {}, "score": -Infinity}', "no digit after sign"),
+        ('{"artifacts": {}, "score": 1e999}', "number is infinity"),
+        ('{"artifacts": {"adapter": {"path": "a\\ud800b"}}}', "no low surrogate"),  # not a path any file has
+        ("\ufeff{}", "byte order mark"),
+        ('{"a": ' * 50_000 + "1" + "}" * 50_000, "depth limit exceeded"),
     ],
 )
 def test_json_that_says_two_things_or_no_number_is_refused(tmp_path: Path, load: Any, text: str, why: str) -> None:
-    """A key given twice would be read as its last value, NaN as a number: the manifest is refused instead."""
+    """A key given twice would be read as its last value, NaN as a number, a lone surrogate as a path no
+    file system can open: the manifest is refused when it is read, before anything is appended."""
     path = tmp_path / "manifest.json"
     path.write_text(text)
     with pytest.raises(InputError, match=re.escape(why)) as info:
