@@ -66,11 +66,14 @@ _STORED_TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2
 def recorded_time(reading: object) -> str:
     """A clock's reading as an event stores it: UTC text `YYYY-MM-DDTHH:MM:SS.ffffffZ`, the one form in
     which `--as-of` can compare times as text (`...00Z` sorts after `...00.5Z`)."""
-    if not isinstance(reading, str) or not _STORED_TIME.fullmatch(reading):
-        raise InputError(
-            f"the ledger's clock gave {reading!r}: an event's time is UTC text like 2026-11-30T12:00:00.000000Z"
-        )
-    return reading
+    try:
+        if isinstance(reading, str) and _STORED_TIME.fullmatch(reading):
+            dt.datetime.strptime(reading, "%Y-%m-%dT%H:%M:%S.%fZ")  # a real moment: no month 13, no 25:00
+            return reading
+    except ValueError:
+        pass
+    example = "2026-11-30T12:00:00.000000Z"
+    raise InputError(f"the ledger's clock gave {reading!r}: an event's time is UTC text like {example}")
 
 
 def default_actor() -> str:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import attrs
 import orjson
 
+from lifecycle_fsm.command_inputs import recorded_time
 from lifecycle_fsm.errors import ConcurrencyError, ConflictError, CorruptionError, InputError
 from lifecycle_fsm.events import SEALS_STREAM, HeadSealed, LedgerInitialized
 from lifecycle_fsm.findings import add_problem, problem
@@ -123,7 +124,7 @@ def _append_seal(
             schema_version=event.SCHEMA_VERSION,
             payload=event.to_payload(),
             event_id=str(uuid.uuid4()),
-            recorded_at=clock(),
+            recorded_at=recorded_time(clock()),
             actor=actor,
         )
         stored = tx.append(SEALS_STREAM, tx.stream_version(SEALS_STREAM), [new], fresh_ids=True).events[0]

@@ -12,9 +12,9 @@ A destination that already holds events must be a prefix of the source (its head
 is the source's hash at that seq, and its own chain verifies): the copy then resumes
 after it. Anything else is refused. Checkpoints are copied too (with their per-stream
 copies), except one whose snapshot no longer matches its own digest (damaged: the log
-does not need it). A checkpoint whose head hash is not the log's at its position refuses
-the whole copy before anything is written: the log may have been rewritten under it, and
-a copy, re-chained from the rewritten rows, would erase the only trace of that.
+does not need it). A checkpoint whose head hash is not the log's at its position, or past
+the log's head, refuses the whole copy before anything is written: the log may have been
+rewritten or cut under it, and a copy, re-chained from the rows, would erase the only trace.
 """
 
 from __future__ import annotations
@@ -177,7 +177,16 @@ def _write(dst: EventStore, rows: Sequence[Row]) -> None:
 
 
 def _refuse_contradicted_log(src: EventStore, upto: int) -> None:
-    for record in src.select_checkpoints(at_or_before=upto):
+    for record in src.select_checkpoints():
+        if type(record.position) is not int:  # a position edited into no seq: a damaged checkpoint, not copied
+            continue
+        if record.position > upto:
+            raise IntegrityError(
+                f"checkpoint {record.checkpoint_id} was taken at seq {record.position}, but the log ends at seq "
+                f"{upto}: events were removed after it (see `lifecycle verify`); nothing was copied, since a copy "
+                "would hold no trace of them",
+                seq=upto,
+            )
         found = hash_at(src, record.position)
         if record.head_hash != found:
             raise IntegrityError(

@@ -37,5 +37,6 @@ def translate_sqlite_error(error: BaseException, where: object) -> LifecycleErro
     if "readonly" in detail or "read-only" in detail:
         return StoreError(f"{where}: the ledger database is read-only ({detail})")
     if detail.removeprefix("no such table: ") in ("streams", "checkpoints", "checkpoint_streams"):
-        return StoreError(f"{where}: {detail} (a table derived from the log): `lifecycle replay --full` makes it again")
+        repair = "`lifecycle replay --full` makes it again (where the file may be written)"
+        return StoreError(f"{where}: {detail} (a table derived from the log): {repair}")
     return StoreError(f"{where}: the ledger database failed, it may be damaged or not a ledger ({detail})")

@@ -155,6 +155,8 @@ def _create_derived(db: sqlite_utils.Database) -> None:
         not_null={"version"},
         if_not_exists=True,
     )
+    if not db.table("checkpoints").exists() and db.table("checkpoint_streams").exists():
+        db.execute("DELETE FROM checkpoint_streams")  # copies of checkpoints that are gone, whose ids come again
     db.table("checkpoints").create(
         {
             "checkpoint_id": int,

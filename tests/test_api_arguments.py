@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from backends import pg_execute
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from lifecycle_fsm import InputError, Ledger, RetryPolicy
 from lifecycle_fsm.events import TrustedStateInvalidated
@@ -184,7 +185,17 @@ def test_an_evaluation_version_no_manifest_could_name_is_refused(ws: Workspace, 
 
 
 @pytest.mark.parametrize(
-    "reading", ["2026-01-01T00:00:00Z", "2026-01-01T00:00:00.000000+00:00", "yesterday", "", 1767225600.0, None]
+    "reading",
+    [
+        "2026-01-01T00:00:00Z",
+        "2026-01-01T00:00:00.000000+00:00",
+        "2026-13-01T00:00:00.000000Z",
+        "2026-02-30T25:00:00.000000Z",
+        "yesterday",
+        "",
+        1767225600.0,
+        None,
+    ],
 )
 def test_a_clock_that_does_not_give_the_stored_time_form_is_refused(tmp_path: Path, reading: object) -> None:
     """Times are compared as text (`--as-of`): `...00Z` would sort after `...00.5Z`. A clock giving any
@@ -196,4 +207,7 @@ def test_a_clock_that_does_not_give_the_stored_time_form_is_refused(tmp_path: Pa
     refused = pytest.raises(InputError, match=re.escape("an event's time is UTC text like 2026-11-30T12:00:00.000000Z"))
     with Ledger.open(db, clock=lambda: reading) as ledger, refused:  # type: ignore[arg-type, return-value]
         ledger.advance_window(2)
+    key = Ed25519PrivateKey.generate()
+    with Ledger.open(db, clock=lambda: reading, signing_key=key) as ledger, refused:  # type: ignore[arg-type, return-value]
+        ledger.seal()
     assert count_events(db) == before

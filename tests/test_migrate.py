@@ -269,3 +269,24 @@ def test_a_log_rewritten_under_a_checkpoint_is_not_copied(ws: Workspace, tmp_pat
     assert done.returncode == 6 and done.stderr.count("\n") == 1, done.stderr
     assert f"at seq {head}, but the log has" in done.stderr and "nothing was copied" in done.stderr
     assert not (tmp_path / "copy.db").exists()
+
+
+def test_a_log_cut_below_a_checkpoint_is_not_copied(ws: Workspace, tmp_path: Path) -> None:
+    """The tail removed from under the latest checkpoint: the chain that is left holds, the checkpoint past
+    the head is the only trace, and the copy is refused before anything is written."""
+    import sqlite3
+
+    from conftest import restore_triggers
+
+    db = ws.db
+    with Ledger.open(db) as ledger:
+        _fill(ledger.store, ws)
+        head = ledger.store.head().seq
+    with sqlite3.connect(db, isolation_level=None) as conn:
+        conn.execute("DROP TRIGGER events_refuse_delete")
+        conn.execute("DELETE FROM events WHERE seq >= ?", (head - 1,))
+        restore_triggers(conn)
+    done = cli(tmp_path / "unused", "migrate", str(db), str(tmp_path / "copy.db"))
+    assert done.returncode == 6 and done.stderr.count("\n") == 1, done.stderr
+    assert f"was taken at seq {head}, but the log ends at seq {head - 2}" in done.stderr
+    assert not (tmp_path / "copy.db").exists()

@@ -82,7 +82,8 @@ def test_a_derived_table_dropped_by_hand_is_made_again_by_replay_full(ws: Worksp
     """Derived and disposable: a read that needs the table says how to repair it (exit 7, one line), and
     `replay --full` makes it again from the log."""
     db = hand_off_dpo(ws)
-    assert invoke(db, "checkpoint").exit_code == 0
+    for _ in range(3):
+        assert invoke(db, "checkpoint").exit_code == 0
     with sqlite3.connect(db) as conn:
         conn.execute(f"DROP TABLE {table}")
     if table != "event_index":  # a file without it is read as an older ledger's
@@ -93,4 +94,6 @@ def test_a_derived_table_dropped_by_hand_is_made_again_by_replay_full(ws: Worksp
     assert invoke(db, "replay", "--full").exit_code == 0
     report = json.loads(cli(db, "verify", "--json").stdout)
     codes = [p["code"] for p in report["problems"]]
-    assert codes == (["checkpoint"] if table == "checkpoint_streams" else []), report  # its copies are gone
+    assert codes == (["checkpoint"] * 3 if table == "checkpoint_streams" else []), report  # their copies are gone
+    for _ in range(3):  # checkpoints go on (new ids meet no copies of the ones that are gone)
+        assert invoke(db, "checkpoint").exit_code == 0

@@ -230,8 +230,9 @@ def test_seal_or_attest_out_naming_a_folder_is_refused_before_anything_is_writte
     db = _ready_ledger(ws)
     before = count_events(db)
     for command in (["seal"], ["attest", "create", "dpo-v5"]):
-        code, _, err = _signed(db, keys, *command, "--out", str(ws.root / "out") + "/")
-        assert code == 2 and "names a folder: give the file's name" in err, err
+        for folder in ("out/", "out/.", "out/.."):
+            code, _, err = _signed(db, keys, *command, "--out", f"{ws.root}/{folder}")
+            assert code == 2 and "names a folder: give the file's name" in err, err
     assert not (ws.root / "out").exists() and count_events(db) == before
 
 

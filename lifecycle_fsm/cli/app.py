@@ -214,14 +214,14 @@ class ParsedType(_ParamType):
 
 
 class OutputFile(click.Path):
-    """A file to write (`-` included): a name ending in a separator means a folder, and is refused rather
-    than written as a file named like the folder (a Path drops the separator)."""
+    """A file to write (`-` included): a name ending in a separator, `.` or `..` means a folder, and is
+    refused rather than written as a file named like the folder (a Path drops the `/` and the `/.`)."""
 
     def __init__(self) -> None:
         super().__init__(dir_okay=False, path_type=Path)
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, str) and value.endswith(("/", os.sep)):
+        if isinstance(value, str) and value != "-" and os.path.basename(value) in ("", ".", ".."):
             self.fail(f"{value!r} names a folder: give the file's name", param, ctx)
         return super().convert(value, param, ctx)
 
