@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import json
+import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from backends import BACKEND_NAMES, Backend, make_backend
-from conftest import Workspace, cli, run_cli
+from conftest import Workspace, cli, restore_triggers, run_cli
 from test_store_contract import new
 
 from lifecycle_fsm.ledger import Ledger, utc_now
 from lifecycle_fsm.replay import take_checkpoint
 from lifecycle_fsm.store import ConflictError, EventStore, IntegrityError
 from lifecycle_fsm.store.base import select_events, verify_chain
+from lifecycle_fsm.store.chain import canonical_json, event_hash
 from lifecycle_fsm.store.migrate import migrate
 
 PAIRS = [(a, b) for a in BACKEND_NAMES for b in BACKEND_NAMES if a != b]
@@ -241,52 +244,50 @@ def test_migrate_into_memory_is_refused(ws: Workspace, dst: str) -> None:
     assert done.returncode == 3 and "in-memory database" in done.stderr and "DST" in done.stderr, done.stderr
 
 
+def _edited_under_its_checkpoints(ws: Workspace, edit: Callable[[sqlite3.Connection, int], None]) -> int:
+    """A real ledger (`_fill`, checkpoints up to its head) edited behind the store's back by `edit(conn,
+    head)`, the append-only triggers put back after; the head before the edit."""
+    with Ledger.open(ws.db) as ledger:
+        _fill(ledger.store, ws)
+        head = ledger.store.head().seq
+    with sqlite3.connect(ws.db, isolation_level=None) as conn:
+        conn.execute("DROP TRIGGER events_refuse_update")
+        conn.execute("DROP TRIGGER events_refuse_delete")
+        edit(conn, head)
+        restore_triggers(conn)
+    return head
+
+
+def _refused_copy(ws: Workspace, tmp_path: Path) -> str:
+    """`migrate` of the edited ledger: refused (exit 6, one line) with nothing written; its message."""
+    done = cli(tmp_path / "unused", "migrate", str(ws.db), str(tmp_path / "copy.db"))
+    assert done.returncode == 6 and done.stderr.count("\n") == 1, done.stderr
+    assert "nothing was copied" in done.stderr and not (tmp_path / "copy.db").exists()
+    return done.stderr
+
+
 def test_a_log_rewritten_under_a_checkpoint_is_not_copied(ws: Workspace, tmp_path: Path) -> None:
     """The head event rewritten with its hash recomputed leaves a sound chain; the latest checkpoint's head
     hash is the only trace. The copy is refused before anything is written: a destination re-chained from
     the rewritten rows would verify clean."""
-    import sqlite3
 
-    from conftest import restore_triggers
-
-    from lifecycle_fsm.store.chain import canonical_json, event_hash
-
-    db = ws.db
-    with Ledger.open(db) as ledger:
-        _fill(ledger.store, ws)
-        head = ledger.store.head().seq
-    with sqlite3.connect(db, isolation_level=None) as conn:
-        conn.execute("DROP TRIGGER events_refuse_update")
+    def rewrite(conn: sqlite3.Connection, head: int) -> None:
         cols = "seq, stream_id, version, event_id, type, schema_version, payload, recorded_at, actor, prev_hash"
         found = conn.execute(f"SELECT {cols} FROM events WHERE seq = ?", (head,)).fetchone()
         row = dict(zip(cols.split(", "), found, strict=True))
         row["payload"] = canonical_json({**json.loads(row["payload"]), "reason_codes": ["artifact"]})
         conn.execute("UPDATE events SET payload = ?, hash = ? WHERE seq = ?", (row["payload"], event_hash(**row), head))
-        restore_triggers(conn)
-    with Ledger.open(db) as ledger:
+
+    head = _edited_under_its_checkpoints(ws, rewrite)
+    with Ledger.open(ws.db) as ledger:
         assert verify_chain(ledger.store).ok  # the chain alone holds
-    done = cli(tmp_path / "unused", "migrate", str(db), str(tmp_path / "copy.db"))
-    assert done.returncode == 6 and done.stderr.count("\n") == 1, done.stderr
-    assert f"at seq {head}, but the log has" in done.stderr and "nothing was copied" in done.stderr
-    assert not (tmp_path / "copy.db").exists()
+    assert f"at seq {head}, but the log has" in _refused_copy(ws, tmp_path)
 
 
 def test_a_log_cut_below_a_checkpoint_is_not_copied(ws: Workspace, tmp_path: Path) -> None:
     """The tail removed from under the latest checkpoint: the chain that is left holds, the checkpoint past
     the head is the only trace, and the copy is refused before anything is written."""
-    import sqlite3
-
-    from conftest import restore_triggers
-
-    db = ws.db
-    with Ledger.open(db) as ledger:
-        _fill(ledger.store, ws)
-        head = ledger.store.head().seq
-    with sqlite3.connect(db, isolation_level=None) as conn:
-        conn.execute("DROP TRIGGER events_refuse_delete")
-        conn.execute("DELETE FROM events WHERE seq >= ?", (head - 1,))
-        restore_triggers(conn)
-    done = cli(tmp_path / "unused", "migrate", str(db), str(tmp_path / "copy.db"))
-    assert done.returncode == 6 and done.stderr.count("\n") == 1, done.stderr
-    assert f"was taken at seq {head}, but the log ends at seq {head - 2}" in done.stderr
-    assert not (tmp_path / "copy.db").exists()
+    head = _edited_under_its_checkpoints(
+        ws, lambda conn, head: conn.execute("DELETE FROM events WHERE seq >= ?", (head - 1,))
+    )
+    assert f"was taken at seq {head}, but the log ends at seq {head - 2}" in _refused_copy(ws, tmp_path)
