@@ -68,7 +68,7 @@ def recorded_time(reading: object) -> str:
     which `--as-of` can compare times as text (`...00Z` sorts after `...00.5Z`)."""
     try:
         if isinstance(reading, str) and _STORED_TIME.fullmatch(reading):
-            dt.datetime.strptime(reading, "%Y-%m-%dT%H:%M:%S.%fZ")  # a real moment: no month 13, no 25:00
+            dt.datetime.fromisoformat(reading[:-1])  # a real moment: no month 13, no 25:00
             return reading
     except ValueError:
         pass
