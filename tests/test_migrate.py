@@ -113,6 +113,44 @@ def test_a_destination_ahead_of_its_source_is_told_apart_from_a_diverging_one(tm
     assert migrate(dst, src).copied == 1  # the way the message says
 
 
+def test_an_empty_source_copies_nothing_and_a_broken_destination_is_refused(tmp_path: Path) -> None:
+    """An empty ledger migrates to nothing (head 0 either side); a destination whose own chain does not hold
+    is refused before a row is added to it, though its head is the source's."""
+    empty, dst = Backend("memory", None).open(), Backend("memory", None).open()
+    done = migrate(empty, dst)
+    assert (done.copied, done.head.seq, dst.count_events()) == (0, 0, 0)
+    src = Backend("memory", None).open()
+    src.append("a", 0, [new("a", i) for i in range(4)])
+    backend = make_backend("sqlite", None, tmp_path)  # type: ignore[arg-type]
+    prefix = backend.open()
+    migrate(src, prefix)
+    src.append("a", 4, [new("a", 4)])
+    backend.tamper(2, "actor", "mallory")
+    with pytest.raises(IntegrityError, match="the destination's chain is broken at seq 2"):
+        migrate(src, prefix)
+    assert prefix.count_events() == 4
+    prefix.close()
+
+
+def test_a_damaged_checkpoint_is_left_behind_and_said(tmp_path: Path) -> None:
+    """A snapshot that no longer matches its own sha256 is not copied (the log does not need it): the copy
+    goes on and reports it; the sound checkpoint arrives."""
+    backend = make_backend("sqlite", None, tmp_path)  # type: ignore[arg-type]
+    src = backend.open()
+    src.append("a", 0, [new("a", i) for i in range(4)])
+    for position in (2, 4):
+        src.append_checkpoint(position=position, schema_version=1, fingerprint="f", snapshot="{}", recorded_at="t")
+    import sqlite3
+
+    with sqlite3.connect(str(backend.target)) as conn:
+        conn.execute("UPDATE checkpoints SET snapshot = '{\"x\":1}' WHERE position = 2")
+    dst = Backend("memory", None).open()
+    done = migrate(src, dst)
+    assert done.checkpoints == 1 and [c.position for c in dst.select_checkpoints()] == [4]
+    assert [why for _, why in done.skipped_checkpoints] == ["its snapshot does not match its sha256"]
+    src.close()
+
+
 def test_a_broken_source_stops_the_copy_at_the_break(tmp_path: Path) -> None:
     """An edited source row is an IntegrityError naming its seq; nothing from its batch on is copied."""
     backend = make_backend("sqlite", None, tmp_path)  # type: ignore[arg-type]

@@ -152,6 +152,18 @@ TARGETS = (
         sql=("DDL",),
     ),
     Target(
+        "migrate",
+        "store/migrate.py",
+        ("_refuse_contradicted_log", "_copy_checkpoints", "_resume_point", "_copy"),
+        ("tests/test_migrate.py",),
+    ),
+    Target(
+        "strict_json",
+        "lifecycle_fsm/json_types.py",
+        ("strict_loads", "_unique_keys"),
+        ("tests/test_manifests.py", "tests/test_decision_pool.py"),
+    ),
+    Target(
         "snapshots",
         "lifecycle_fsm/snapshots.py",
         ("snapshot_problem",),
