@@ -49,7 +49,10 @@ EXIT_CODES: dict[int, str] = {
     ExitCode.USAGE: "usage error: unknown command or option, missing argument",
     ExitCode.INPUT: "bad input: missing file, bad JSON, malformed manifest, unknown stage or kind",
     ExitCode.NOT_FOUND: "not found: unknown candidate id",
-    ExitCode.CONFLICT: "conflict: the candidate's state does not allow the command, or another writer won",
+    ExitCode.CONFLICT: (
+        "conflict: the candidate's or the ledger's state does not allow the command (a window going back), "
+        "or another writer won"
+    ),
     ExitCode.INTEGRITY: "integrity: the hash chain, a checkpoint or a recorded transition is broken",
     ExitCode.STORE: (
         "store or environment: the database file is unusable or stayed locked, or the filesystem cannot take "
