@@ -68,7 +68,13 @@ TARGETS = (
             "CommandPath._fire",
             "require_command",
         ),
-        ("tests/test_command_path.py", "tests/test_ledger.py"),
+        (
+            "tests/test_command_path.py",
+            "tests/test_ledger.py",
+            "tests/test_cached_commands.py",
+            "tests/test_command_runtime.py",
+            "tests/test_properties.py",
+        ),
     ),
     Target(
         "fold",
