@@ -162,3 +162,35 @@ def test_reason_codes_come_in_the_rules_order() -> None:
     assert decision["hard_failures"] == ["freshness", "rollback", "artifact", "upstream_reject"]
     _, reasons = attrs.evolve(evidence, rollback=ArtifactCheck("b", "y", "y", verified=True)).decide("maybe")
     assert reasons == ["source_policy", "branch_evidence", "artifact", "path_escapes_root", "upstream_state"]
+
+
+def test_an_unreadable_artifact_decides_nothing_unless_another_check_failed_for_good() -> None:
+    """Check and hand-off alike: an artifact the environment kept from being read alone is inconclusive
+    (nothing decided); with a failure that does not depend on it (a stale source policy), the candidate
+    is decided on that failure."""
+    unreadable = ArtifactCheck("a", "x", error="permission denied", inconclusive=True)
+    fresh = {"fresh": True, "failed_checks": []}
+    evidence = CheckEvidence(fresh, unreadable, ArtifactCheck("b", "y", "y", verified=True), settings={})
+    stale = attrs.evolve(evidence, freshness={"fresh": False, "failed_checks": ["source_policy"]})
+    decide = {
+        "check": decisions.check,
+        "handoff": lambda e: decisions.hand_off(candidate("verified", candidate={**FIELDS, "decision": "accept"}), e),
+    }
+    for name, run in decide.items():
+        assert [e.TYPE for e in run(evidence).events] == ["InconclusiveCheckRecorded"], name
+        decided = run(stale).events
+        assert [e.TYPE for e in decided] != ["InconclusiveCheckRecorded"] and decided, name
+
+
+def test_after_hand_off_only_artifact_validation_can_fail() -> None:
+    """A ready candidate's training is over: `update` (or any stage but artifact validation) is refused."""
+    with pytest.raises(IllegalCommandError, match="after hand-off only stage artifact_validation can fail"):
+        decisions.fail_stage(candidate("ready"), "update", {})
+    assert decisions.fail_stage(candidate("ready"), "artifact_validation", {}).events
+
+
+def test_init_again_with_other_values_says_what_the_ledger_has() -> None:
+    settings = LedgerSettings(initialized=True, max_window_age=2, active_window=3, version=2)
+    with pytest.raises(ConflictError) as refused:
+        decisions.init(settings, 5, 1, initialized_with=(4, 1))
+    assert "(max window age 2, active window 3; initialized with 4, 1)" in str(refused.value)

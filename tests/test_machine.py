@@ -221,3 +221,21 @@ def test_fingerprint_is_stable_across_processes() -> None:
         )
         outputs.append(done.stdout.strip())
     assert outputs == [TABLE_DIGEST, TABLE_DIGEST]
+
+
+def test_each_trigger_is_fired_by_its_command() -> None:
+    """The command behind each trigger (what a refusal names, what `require_command` allows), by hand."""
+    from lifecycle_fsm.machine import COMMAND_BY_TRIGGER
+
+    by_command = {
+        "receive": ["receive", "complete_registration", "revise"],
+        "register": ["register"],
+        "check": ["pass_checks", "fail_checks", "check_inconclusive"],
+        "handoff": ["hand_off_inconclusive", "hand_off_ready", "hand_off_tune", "hand_off_reject"],
+        "fail": ["fail_stage", "fail_artifact_validation", "plan_recovery", "block_recovery"],
+        "recovered": ["complete_recovery"],
+        "baseline/evaluation/window change": ["invalidate_evidence"],
+        "trusted": ["record_trusted_state"],
+        "untrust": ["invalidate_trusted_state"],
+    }
+    assert {trigger: command for command, triggers in by_command.items() for trigger in triggers} == COMMAND_BY_TRIGGER
