@@ -74,6 +74,8 @@ TARGETS = (
             "tests/test_cached_commands.py",
             "tests/test_command_runtime.py",
             "tests/test_properties.py",
+            "tests/test_sub_keys.py",
+            "tests/test_idempotency.py",
         ),
     ),
     Target(
