@@ -75,19 +75,19 @@ CATCH_UP = (
 _BEHIND = f"SELECT coalesce(max(seq), 0) - {INDEXED} FROM events"
 
 
-def position_at_sql(time: str) -> str:
+def position_at_sql(time: str, *, indexed: bool = False) -> str:
     """As of a time: the log up to the event before the first one recorded after it, else the head
-    (`EventStore.position_at`; `serve`'s ready_at query). `time` is the SQL of the UTC text."""
+    (`EventStore.position_at`; `serve`'s ready_at query). `time` is the SQL of the UTC text; `indexed`:
+    looked up in the event index up to its position and in the log past it (`time` used twice)."""
     first_after = f"(SELECT min(seq) FROM events WHERE recorded_at > {time})"
+    if indexed:
+        first_after = (
+            f"(SELECT min(seq) FROM (SELECT min(seq) AS seq FROM event_index WHERE recorded_at > {time} "
+            f"UNION ALL SELECT min(seq) FROM events WHERE seq > {INDEXED} AND recorded_at > {time}) AS found)"
+        )
     return f"coalesce({first_after} - 1, (SELECT coalesce(max(seq), 0) FROM events))"
 
 
-# The same over the event index and the log past it.
-_POSITION_AT = (
-    "SELECT coalesce((SELECT min(seq) FROM (SELECT min(seq) AS seq FROM event_index WHERE recorded_at > %s "
-    f"UNION ALL SELECT min(seq) FROM events WHERE seq > {INDEXED} AND recorded_at > %s) AS found) - 1, "
-    "(SELECT coalesce(max(seq), 0) FROM events))"
-)
 # Index rows that are not their event's columns, and events up to the index's position that it lacks.
 _INDEX_WRONG = (
     "SELECT count(*) FROM event_index i LEFT JOIN events e ON e.seq = i.seq "
@@ -156,12 +156,10 @@ class SQLStore(ABC):
         return StoredEvent(*rows[0]) if rows else None
 
     def position_at(self, recorded_at: str) -> int:
-        if not self._indexed:
-            sql, params = f"SELECT {position_at_sql('%s')}", [recorded_at]
-        else:
+        if self._indexed:
             self._catch_up_before_read()
-            sql, params = _POSITION_AT, [recorded_at, recorded_at]
-        return int(self._rows(sql, params)[0][0])
+        sql = f"SELECT {position_at_sql('%s', indexed=self._indexed)}"
+        return int(self._rows(sql, [recorded_at] * (2 if self._indexed else 1))[0][0])
 
     def catch_up_index(self) -> None:
         """Bring the event index up to date with the log, in one transaction under the write lock."""
