@@ -24,6 +24,7 @@ from lifecycle_fsm.limits import MAX_INT64, check_int
 from lifecycle_fsm.retry import RetryPolicy
 from lifecycle_fsm.rules import STAGES, TRUSTED_STATE_KINDS
 from lifecycle_fsm.state import LedgerSettings
+from lifecycle_fsm.store.chain import STORED_TIME
 from lifecycle_fsm.streams import check_cache_size
 
 __all__ = [
@@ -60,7 +61,7 @@ def path_argument(name: str, value: object) -> str:
     return value
 
 
-_STORED_TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z")
+_STORED_TIME = re.compile(STORED_TIME)
 
 
 def recorded_time(reading: object) -> str:

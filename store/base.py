@@ -53,6 +53,7 @@ class StoreTransaction(Protocol):
         *,
         fresh_ids: bool = False,
         expect: Sequence[tuple[str, int]] = (),
+        copied: bool = False,
     ) -> AppendResult:
         """Append to one stream at `expected_version` (`store.writes.WriteTransaction.append`)."""
         ...

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import math
 import operator
+import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -29,6 +30,7 @@ __all__ = [
     "EVENT_COLUMNS",
     "FOLD_COLUMNS",
     "GENESIS_HASH",
+    "STORED_TIME",
     "ChainWalk",
     "canonical_json",
     "chain_rows",
@@ -36,11 +38,15 @@ __all__ = [
     "event_hash",
     "fold_columns",
     "row_hash_error",
+    "stamped",
 ]
 
 GENESIS_HASH = "0" * 64
 GENESIS = Head(0, GENESIS_HASH)  # the head of an empty log
 NOT_A_HASH = "not a hash: a column is not text"  # what `event_hash` gives for a row no hash can match
+# The form the ledger stores times in (UTC, microseconds): the one in which text order is time order.
+STORED_TIME = "[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}[.][0-9]{6}Z"
+_STORED_TIME = re.compile(STORED_TIME)
 
 
 def canonical_json(value: Any) -> str:
@@ -110,29 +116,43 @@ def event_hash(
         return NOT_A_HASH
 
 
+def stamped(given: str, head: str) -> str:
+    """The time an event is stored with after an event stored at `head`: the given time, or the head's
+    when that is later and both are in the ledger's form (`STORED_TIME`). PostgreSQL's append says the
+    same in SQL (`store.postgres_schema.STAMPED`)."""
+    if head > given and _STORED_TIME.fullmatch(given) and _STORED_TIME.fullmatch(head):
+        return head
+    return given
+
+
 def header_parts(
     actor: str, event_id: str, recorded_at: str, schema_version: int, stream_id: str, type: str, version: int
-) -> tuple[str, str]:
-    """`event_hash`'s header as the text before and after its `seq` value, for PostgreSQL's one-statement
-    append, which joins them around the seq it assigns. (A string value cannot hold `,"seq":0,`:
-    its quote would be escaped.)"""
+) -> tuple[str, str, str, str]:
+    """`event_hash`'s header cut around the values the server fills in under its lock (PostgreSQL's
+    one-statement append): the text before the time's JSON value, that value, the text from there to
+    the seq's value, and the rest. (No string value can hold `,"seq":0,` or `,"schema_version":`:
+    its quotes would be escaped.)"""
     header = _header(actor, event_id, recorded_at, schema_version, 0, stream_id, type, version).decode()
-    before, after = header.split(',"seq":0,', 1)
-    return before + ',"seq":', "," + after
+    head, after = header.split(',"seq":0,', 1)
+    middle = head.rindex(',"schema_version":')
+    time = orjson.dumps(recorded_at).decode()
+    return head[: middle - len(time)], time, head[middle:] + ',"seq":', "," + after
 
 
-def chain_rows(head: Head, stream_id: str, expected_version: int, events: Sequence[NewEvent]) -> list[Row]:
-    """The rows (in `StoredEvent` field order) that append `events` after `head`: every backend's."""
+def chain_rows(
+    head: Head, stream_id: str, expected_version: int, events: Sequence[NewEvent], *, stamp: bool = True
+) -> list[Row]:
+    """The rows (in `StoredEvent` field order) that append `events` after `head`: every backend's.
+    `stamp=False`: each event keeps its time as given (a copy of a stored event)."""
     rows: list[Row] = []
-    seq, prev_hash, version = head.seq, head.hash, expected_version
+    seq, prev_hash, version, at = head.seq, head.hash, expected_version, head.recorded_at
     for e in events:
         seq += 1
         version += 1
+        at = stamped(e.recorded_at, at) if stamp else e.recorded_at
         payload = canonical_json(e.payload)
-        digest = event_hash(
-            prev_hash, seq, stream_id, version, e.event_id, e.type, e.schema_version, payload, e.recorded_at, e.actor
-        )
-        row = (seq, stream_id, version, e.event_id, e.type, e.schema_version, payload, e.recorded_at, e.actor)
+        digest = event_hash(prev_hash, seq, stream_id, version, e.event_id, e.type, e.schema_version, payload, at, e.actor)
+        row = (seq, stream_id, version, e.event_id, e.type, e.schema_version, payload, at, e.actor)
         rows.append((*row, prev_hash, digest))
         prev_hash = digest
     return rows

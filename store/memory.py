@@ -62,8 +62,8 @@ class MemoryTransaction(WriteTransaction):
     def _read(
         self, streams: Sequence[str], ids: Sequence[str]
     ) -> tuple[Head, list[int], dict[str, StoredEvent], str | None]:
-        last = self._pending[-1] if self._pending else None
-        head = Head(last[0], last[10]) if last else self._store.head()
+        log = self._pending or self._store._log
+        head = Head(log[-1][0], log[-1][10], log[-1][7]) if log else Head(0, GENESIS_HASH)
         found = {i: StoredEvent(*row) for i in ids if (row := self._row_by_id(i)) is not None}
         return head, [self.stream_version(s) for s in streams], found, None  # nothing but this class edits it
 

@@ -166,7 +166,7 @@ def _write(dst: EventStore, rows: Sequence[Row]) -> None:
     with dst.transaction() as tx:
         for run in _runs(rows):
             new = [NewEvent(r[1], r[4], r[5], orjson.loads(r[6]), r[3], r[7], r[8]) for r in run]
-            stored = tx.append(run[0][1], run[0][2] - 1, new, fresh_ids=True).events
+            stored = tx.append(run[0][1], run[0][2] - 1, new, fresh_ids=True, copied=True).events
             for copy, original in zip(stored, run, strict=True):
                 if copy != StoredEvent(*original):
                     raise IntegrityError(

@@ -253,10 +253,10 @@ class PostgresEventStore(SQLStore):
             session.fail("write transaction failed", e, COMMIT_UNKNOWN)
         if row is None or row[0] is None:
             return None
-        seq, prev_hash, digest = row
+        seq, prev_hash, digest, at = row
         columns = (seq, stream_id, version, event.event_id, event.type, event.schema_version, payload)
-        stored = StoredEvent(*columns, event.recorded_at, event.actor, prev_hash, digest)
-        mine = event_hash(prev_hash, *columns, event.recorded_at, event.actor)
+        stored = StoredEvent(*columns, at, event.actor, prev_hash, digest)
+        mine = event_hash(prev_hash, *columns, at, event.actor)
         if digest != mine:
             raise IntegrityError(
                 f"the server chained seq {seq} to hash {digest}, which this client does not compute: the ledger's "

@@ -25,7 +25,7 @@ from psycopg import errors as pg_errors
 from psycopg import sql
 
 from lifecycle_fsm.errors import InputError, StoreError
-from lifecycle_fsm.store.chain import EVENT_COLUMNS, GENESIS_HASH, header_parts
+from lifecycle_fsm.store.chain import EVENT_COLUMNS, GENESIS_HASH, STORED_TIME, header_parts
 from lifecycle_fsm.store.records import EventFilter, NewEvent
 from lifecycle_fsm.store.sql import INDEXED
 
@@ -97,37 +97,46 @@ DDL = (
     "CREATE TABLE IF NOT EXISTS meta (key text PRIMARY KEY, value text NOT NULL)",
     *EVENT_INDEX_DDL,
 )
+# `chain.stamped` in SQL: the time an event is stored with, after the head's (`last.recorded_at`). A time
+# in the ledger's form needs no escaping in JSON: the hashed header quotes a stamped one as it is.
+STAMPED = (
+    f"CASE WHEN last.recorded_at COLLATE \"C\" > p_recorded_at AND last.recorded_at ~ '^{STORED_TIME}$' "
+    f"AND p_recorded_at ~ '^{STORED_TIME}$' THEN last.recorded_at ELSE p_recorded_at END"
+)
 # One event appended in one statement (`append_one`): the lock, then (each statement of a
 # function taking a new snapshot in read committed) the head and every expected version read
-# after it, the chain hash computed from `chain.header_parts` (the bytes of `chain.event_hash`,
-# joined around the seq assigned here), the row, and the followers' notification.
-# Nothing is written, and the row returned is NULLs, when a check fails.
+# after it, the time stamped after the head's, the chain hash computed from `chain.header_parts`
+# (the bytes of `chain.event_hash`, joined around the time and the seq assigned here), the row,
+# and the followers' notification. Nothing is written, and the row returned is NULLs, when a
+# check fails.
 APPEND_FUNCTION = f"""CREATE OR REPLACE FUNCTION lifecycle_append(lock_key bigint, p_stream text, p_version bigint,
     p_event_id text, p_type text, p_schema_version integer, p_payload text, p_recorded_at text, p_actor text,
-    p_header_before text, p_header_after text, p_checks text, p_check_id boolean,
-    p_channel text, OUT r_seq bigint, OUT r_prev_hash text, OUT r_hash text)
+    p_header_before text, p_time_json text, p_header_middle text, p_header_after text, p_checks text, p_check_id boolean,
+    p_channel text, OUT r_seq bigint, OUT r_prev_hash text, OUT r_hash text, OUT r_recorded_at text)
 LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM pg_advisory_xact_lock(lock_key);
-    SELECT coalesce(last.seq, 0) + 1, coalesce(last.hash, '{GENESIS_HASH}') INTO r_seq, r_prev_hash
-    FROM (SELECT) AS one LEFT JOIN (SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1) AS last ON true
+    SELECT coalesce(last.seq, 0) + 1, coalesce(last.hash, '{GENESIS_HASH}'), {STAMPED}
+    INTO r_seq, r_prev_hash, r_recorded_at
+    FROM (SELECT) AS one LEFT JOIN (SELECT seq, hash, recorded_at FROM events ORDER BY seq DESC LIMIT 1) AS last ON true
     WHERE NOT EXISTS (SELECT FROM jsonb_array_elements(p_checks::jsonb) AS c WHERE (c->>1)::bigint
                       <> coalesce((SELECT max(e.version) FROM events e WHERE e.stream_id = c->>0), 0))
       AND NOT (p_check_id AND EXISTS (SELECT FROM events e WHERE e.event_id = p_event_id));
     IF NOT FOUND THEN
         RETURN;
     END IF;
-    r_hash := encode(sha256(convert_to(r_prev_hash || E'\\n' || p_header_before || r_seq::text
-        || p_header_after || E'\\n' || p_payload, 'UTF8')), 'hex');
+    r_hash := encode(sha256(convert_to(r_prev_hash || E'\\n' || p_header_before
+        || CASE WHEN r_recorded_at = p_recorded_at THEN p_time_json ELSE '"' || r_recorded_at || '"' END
+        || p_header_middle || r_seq::text || p_header_after || E'\\n' || p_payload, 'UTF8')), 'hex');
     INSERT INTO events ({EVENT_COLUMNS}) VALUES (r_seq, p_stream, p_version, p_event_id, p_type,
-        p_schema_version, p_payload, p_recorded_at, p_actor, r_prev_hash, r_hash);
+        p_schema_version, p_payload, r_recorded_at, p_actor, r_prev_hash, r_hash);
     PERFORM pg_notify(p_channel, NULL);
 END $$"""
 _HAS_APPEND_FUNCTION = (
     "SELECT to_regprocedure('lifecycle_append(bigint, text, bigint, text, text, integer, text, text, text, "
-    "text, text, text, boolean, text)') IS NOT NULL"
+    "text, text, text, text, text, boolean, text)') IS NOT NULL"
 )
-APPEND_ONE = "SELECT r_seq, r_prev_hash, r_hash FROM lifecycle_append(" + ", ".join(["%s"] * 14) + ")"
+APPEND_ONE = "SELECT r_seq, r_prev_hash, r_hash, r_recorded_at FROM lifecycle_append(" + ", ".join(["%s"] * 16) + ")"
 # The append-only triggers as `pg_get_triggerdef` gives them back (the table's schema left out)
 # and the body of the function they run, whitespace aside: what `guard_problems` accepts.
 PG_GUARDS = {
@@ -181,7 +190,7 @@ def append_one(
 ) -> list[Any]:
     """`APPEND_ONE`'s values: append `event` (its canonical `payload`) as `version` of its stream, only if
     every `(stream, version)` of `checks` (sent as a JSON array) holds and (`check_id`) its id is not taken."""
-    before, after = header_parts(
+    before, time, middle, after = header_parts(
         event.actor, event.event_id, event.recorded_at, event.schema_version, event.stream_id, event.type, version
     )
     return [
@@ -195,6 +204,8 @@ def append_one(
         event.recorded_at,
         event.actor,
         before,
+        time,
+        middle,
         after,
         orjson.dumps(checks).decode(),
         check_id,

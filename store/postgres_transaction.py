@@ -20,6 +20,7 @@ from lifecycle_fsm.store.postgres_session import COMMIT_UNKNOWN, NOTHING_COMMITT
 from lifecycle_fsm.store.records import Head, Row, StoredEvent, StreamHead
 from lifecycle_fsm.store.sql import (
     EMPTIED,
+    HEAD,
     RECORD_FIRST,
     STREAM,
     STREAM_VERSION,
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
 
 __all__ = ["PostgresTransaction"]
 
-_HEAD = "SELECT (SELECT seq FROM events ORDER BY seq DESC LIMIT 1), (SELECT hash FROM events ORDER BY seq DESC LIMIT 1)"
 _ROWS_PER_INSERT = 1000
 
 
@@ -99,13 +99,13 @@ class PostgresTransaction(WriteTransaction):
         self._owner.check()
         versions = "".join(f", ({VERSION})" for _ in streams)
         statements: list[tuple[str, Sequence[Any]]] = [
-            (f"{_HEAD}, {EMPTIED}, {STREAM_VERSION}{versions}", [*streams[-1:], *streams])
+            (f"{HEAD}, {EMPTIED}, {STREAM_VERSION}{versions}", [*streams[-1:], *streams])
         ]
         if ids:
             statements.append((f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id = ANY(%s::text[])", (list(ids),)))
         results = self._send(statements)
-        seq, digest, emptied, indexed, *found = results[0][0]
-        head = Head(seq, digest) if seq is not None else Head(0, GENESIS_HASH)
+        seq, digest, at, emptied, indexed, *found = results[0][0]
+        head = Head(seq, digest, at) if seq is not None else Head(0, GENESIS_HASH)
         stored = {row[3]: StoredEvent(*row) for row in (results[1] if ids else [])}
         versions_found = [int(v) for v in found]
         damage = history_damage(emptied, indexed, versions_found[-1], streams[-1])

@@ -71,10 +71,15 @@ class AppendResult:
 
 @attrs.frozen
 class Head:
-    """The last position of the log and its hash (seq 0 and the genesis hash when empty)."""
+    """The last position of the log and its hash (seq 0 and the genesis hash when empty).
+
+    `recorded_at`: the last event's time, when the head was read to append after it (`chain.stamped`);
+    not part of what a head is, so two heads at one seq and hash are equal whether it was read or not.
+    """
 
     seq: int
     hash: str
+    recorded_at: str = attrs.field(default="", eq=False)
 
 
 @attrs.frozen

@@ -22,6 +22,7 @@ __all__ = [
     "CATCH_UP",
     "CHECKPOINTS",
     "EMPTIED",
+    "HEAD",
     "INDEXED",
     "RECORD_FIRST",
     "STREAM_VERSION",
@@ -104,6 +105,8 @@ EMPTIED = (
     "OR EXISTS (SELECT 1 FROM streams) OR EXISTS (SELECT 1 FROM checkpoints WHERE position > 0)))"
 )
 STREAM_VERSION = "(SELECT version FROM streams WHERE stream_id = %s)"
+# The log's head as an append reads it under the lock: seq, hash and time of the last event.
+HEAD = "SELECT " + ", ".join(f"(SELECT {c} FROM events ORDER BY seq DESC LIMIT 1)" for c in ("seq", "hash", "recorded_at"))
 RECORD_FIRST = "INSERT INTO meta (key, value) VALUES ('first_event_hash', %s) ON CONFLICT (key) DO NOTHING"
 _HISTORY = (
     "SELECT (SELECT hash FROM events WHERE seq = 1), (SELECT value FROM meta WHERE key = 'first_event_hash'), "

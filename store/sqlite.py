@@ -45,6 +45,7 @@ from lifecycle_fsm.store.records import (
 from lifecycle_fsm.store.sql import (
     CHECKPOINTS,
     EMPTIED,
+    HEAD,
     RECORD_FIRST,
     STREAM,
     STREAM_VERSION,
@@ -77,7 +78,6 @@ from lifecycle_fsm.store.writes import WriteTransaction, history_damage, id_take
 
 __all__ = ["SQLiteEventStore", "SQLiteTransaction", "create_ledger_file"]
 
-_HEAD = "SELECT (SELECT seq FROM events ORDER BY seq DESC LIMIT 1), (SELECT hash FROM events ORDER BY seq DESC LIMIT 1)"
 _ROWS_PER_INSERT = 64  # multi-row INSERTs of up to 64 rows: fewer statements than one per row
 
 
@@ -114,8 +114,8 @@ class SQLiteTransaction(WriteTransaction):
         self, streams: Sequence[str], ids: Sequence[str]
     ) -> tuple[Head, list[int], dict[str, StoredEvent], str | None]:
         versions = "".join(f", ({VERSION})" for _ in streams)
-        seq, digest, emptied, indexed, *found = self._all(
-            f"{_HEAD}, {EMPTIED}, {STREAM_VERSION}{versions}", [*streams[-1:], *streams]
+        seq, digest, last_time, emptied, indexed, *found = self._all(
+            f"{HEAD}, {EMPTIED}, {STREAM_VERSION}{versions}", [*streams[-1:], *streams]
         )[0]
         stored: dict[str, StoredEvent] = {}
         for at in range(0, len(ids), 500):
@@ -123,7 +123,7 @@ class SQLiteTransaction(WriteTransaction):
             sql = f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id IN ({', '.join(['%s'] * len(chunk))})"
             stored.update((row[3], StoredEvent(*row)) for row in self._all(sql, chunk))
         damage = history_damage(emptied, indexed, found[-1], streams[-1])
-        return Head(seq, digest) if seq is not None else Head(0, GENESIS_HASH), found, stored, damage
+        return Head(seq, digest, last_time) if seq is not None else Head(0, GENESIS_HASH), found, stored, damage
 
     def _record_first(self, digest: str) -> None:
         self._conn.execute(_sqlite(RECORD_FIRST), (digest,))

@@ -61,6 +61,7 @@ class WriteTransaction(ABC):
         *,
         fresh_ids: bool = False,
         expect: Sequence[tuple[str, int]] = (),
+        copied: bool = False,
     ) -> AppendResult:
         """Append `events` to one stream at `expected_version`.
 
@@ -68,7 +69,9 @@ class WriteTransaction(ABC):
         ConcurrencyError, nothing written, unless each still holds. An append whose event
         ids were all appended before with the same content is a retry: it returns the
         stored events (`duplicate=True`), whatever moved since. `fresh_ids=True` says the
-        ids were just generated at random, so that look-up is skipped.
+        ids were just generated at random, so that look-up is skipped. `copied=True`: the
+        events are another ledger's, copied with the times it stored (`store.migrate`), not
+        stamped after this head's (`chain.stamped`).
         """
         if self.failed is not None:
             raise StoreError(f"{self.failed}; this transaction can only be rolled back")
@@ -88,7 +91,7 @@ class WriteTransaction(ABC):
                 raise conflict(checked, want, found)
         if not events:
             return AppendResult(())
-        rows = chain_rows(head, stream_id, expected_version, events)
+        rows = chain_rows(head, stream_id, expected_version, events, stamp=not copied)
         try:
             self._insert(rows)
             if head.seq == 0:

@@ -88,6 +88,27 @@ def test_explain_and_status_by_time(ws: Workspace, advanced: dict[str, int]) -> 
     assert _json(ws, "status", "--as-of", "2099-01-01")[0]["state"] == "reject"  # a future time is the head
 
 
+def test_a_writer_whose_clock_is_behind_records_no_time_before_the_head(ws: Workspace) -> None:
+    """Two supervisors on one ledger, the second's clock an hour behind: its events are stored with the
+    time at the head, so as of any time the answer is every event recorded by then, a prefix of the log."""
+    ahead = Ledger(SQLiteEventStore(ws.db, synchronous="NORMAL"), clock=Clock(), actor="ahead")
+    behind_clock = Clock()
+    behind_clock.n = -3600
+    behind = Ledger(SQLiteEventStore(ws.db, synchronous="NORMAL"), clock=behind_clock, actor="behind")
+    with ahead, behind:
+        ahead.init()  # t+1
+        ahead.activate_baseline(ws.baseline())  # t+2
+        behind.receive(ws.dpo())  # its clock says t-3599: stored at t+2
+        ahead.receive(ws.grpo())  # t+3
+    times = [row["recorded_at"] for row in map(json.loads, invoke(ws.db, "log", "--jsonl").stdout.splitlines())]
+    stored = [
+        (T0 + dt.timedelta(seconds=n)).isoformat(timespec="microseconds").replace("+00:00", "Z") for n in (1, 2, 2, 3)
+    ]
+    assert times == stored
+    assert [d["id"] for d in _json(ws, "status", "--as-of", at(2.5))] == ["dpo-v5"]
+    assert _json(ws, "status", "--as-of", at(1.5)) == []
+
+
 def test_status_as_of_text_names_the_position(ws: Workspace, advanced: dict[str, int]) -> None:
     """Without --json, status --as-of says which position it shows."""
     out = invoke(ws.db, "status", "--as-of", at(5.5)).stdout

@@ -15,7 +15,7 @@ from test_store_contract import new
 
 from lifecycle_fsm.ledger import Ledger, utc_now
 from lifecycle_fsm.replay import take_checkpoint
-from lifecycle_fsm.store import ConflictError, EventStore, IntegrityError
+from lifecycle_fsm.store import ConflictError, EventStore, IntegrityError, NewEvent
 from lifecycle_fsm.store.base import select_events, verify_chain
 from lifecycle_fsm.store.chain import canonical_json, event_hash
 from lifecycle_fsm.store.migrate import migrate
@@ -68,6 +68,30 @@ def test_every_pair_of_backends_copies_everything(
             ]
         again = migrate(src, dst)  # identical: nothing to do
         assert (again.copied, again.checkpoints, again.checkpoints_present) == (0, 0, 2)
+    finally:
+        src.close()
+        dst.close()
+
+
+@pytest.mark.parametrize(
+    "pair", [pytest.param(p, id="->".join(p), marks=[pytest.mark.postgres] if "postgres" in p else []) for p in PAIRS]
+)
+def test_a_log_whose_times_go_back_is_copied_with_its_times(
+    request: pytest.FixtureRequest, tmp_path: Path, pair: tuple[str, str]
+) -> None:
+    """A ledger written before times were stamped after the head's (a later seq with an earlier time) copies
+    as it is: the copy keeps each stored time, so every row and hash is the source's."""
+    src_backend, dst_backend = _open_pair(request, tmp_path, pair)
+    src, dst = src_backend.open(), dst_backend.open()
+    try:
+        with src.transaction() as tx:
+            for n, second in enumerate((6, 4, 5)):
+                event = NewEvent(f"c:{n}", "Checked", 1, {"n": n}, f"e{n}", f"2026-01-01T00:00:0{second}.000000Z", "a")
+                tx.append(f"c:{n}", 0, [event], copied=True)
+        assert [e.recorded_at[17:19] for e in select_events(src)] == ["06", "04", "05"]
+        assert migrate(src, dst).copied == 3
+        assert list(select_events(dst)) == list(select_events(src))
+        assert verify_chain(dst).ok
     finally:
         src.close()
         dst.close()

@@ -575,16 +575,40 @@ def test_position_at_is_the_last_seq_recorded_by_then(store: EventStore) -> None
     assert store.position_at("2099-01-01T00:00:00.000000Z") == 7
 
 
+def _times(store: EventStore, after: int = 0) -> list[str]:
+    return [e.recorded_at for e in select_events(store) if e.seq > after]
+
+
+def test_a_time_never_goes_back_along_the_log(store: EventStore) -> None:
+    """A command's time is read before the write lock: an append that finds a later time at the head (another
+    writer, another machine's clock) stores the head's, in a batch too, so a time names a prefix of the log.
+    A time not in the ledger's form is stored as given, and none is stamped after one."""
+    _filled(store)
+    at = "2026-01-01T00:00:0{}.000000Z".format
+    store.append("c:d", 0, [NewEvent("c:d", "Checked", 1, {}, "late0", at(6), "sup")])
+    store.append("c:e", 0, [NewEvent("c:e", "Checked", 1, {}, "late1", at(4), "sup")])
+    batch = [NewEvent("c:f", "Checked", 1, {}, f"b{n}", at(n), "sup") for n in (3, 7, 5)]
+    assert [e.recorded_at for e in store.append("c:f", 0, batch).events] == [at(6), at(7), at(7)]
+    store.append("c:g", 0, [NewEvent("c:g", "Checked", 1, {}, "odd", "yesterday", "sup")])
+    store.append("c:h", 0, [NewEvent("c:h", "Checked", 1, {}, "after-odd", at(1), "sup")])
+    assert _times(store, after=7) == [at(6), at(6), at(6), at(7), at(7), "yesterday", at(1)]
+    assert store.position_at(at(5)) == 7
+    assert store.position_at(at(6)) == 10
+    assert verify_chain(store).ok
+
+
 @pytest.mark.parametrize("indexed", ["none", "part", "all"])
 def test_as_of_a_time_takes_in_no_event_recorded_after_it(store: EventStore, indexed: str) -> None:
-    """Writers at once: a command stamped at :06 commits (seq 8) before one stamped at :04.5 (seq 9). As of
-    :05 the log stops at seq 7, though seq 9 was recorded by then: never seq 8, recorded later. So on every
-    backend, with the event index holding none, part or all of the log."""
+    """A log whose times go back (written before times were stamped after the head's; here events copied with
+    their times): a command stamped at :06 commits (seq 8) before one stamped at :04.5 (seq 9). As of :05 the
+    log stops at seq 7, though seq 9 was recorded by then: never seq 8, recorded later. So on every backend,
+    with the event index holding none, part or all of the log."""
     _filled(store, index_after=2 if indexed == "part" else None)
-    for seq, (stream, at) in enumerate(
-        [("c:d", "2026-01-01T00:00:06.000000Z"), ("c:e", "2026-01-01T00:00:04.500000Z")]
-    ):
-        store.append(stream, 0, [NewEvent(stream, "Checked", 1, {}, f"late{seq}", at, "sup")])
+    with store.transaction() as tx:
+        for seq, (stream, at) in enumerate(
+            [("c:d", "2026-01-01T00:00:06.000000Z"), ("c:e", "2026-01-01T00:00:04.500000Z")]
+        ):
+            tx.append(stream, 0, [NewEvent(stream, "Checked", 1, {}, f"late{seq}", at, "sup")], copied=True)
     if indexed == "all" and hasattr(store, "catch_up_index"):
         store.catch_up_index()
     assert store.position_at("2026-01-01T00:00:05.000000Z") == 7

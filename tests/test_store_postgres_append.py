@@ -26,7 +26,7 @@ from test_store_contract import new
 
 from lifecycle_fsm.store import ConcurrencyError, IntegrityError, NewEvent, StoreError
 from lifecycle_fsm.store.base import event_at, select_events, verify_chain
-from lifecycle_fsm.store.chain import canonical_json, event_hash
+from lifecycle_fsm.store.chain import canonical_json, event_hash, stamped
 from lifecycle_fsm.store.postgres import PostgresEventStore
 from lifecycle_fsm.store.sqlite import SQLiteEventStore
 
@@ -81,6 +81,35 @@ def test_the_server_hashes_what_event_hash_hashes(pg: PostgresEventStore, rows: 
             actor,
         )
     assert verify_chain(pg).ok
+
+
+# Times in the ledger's form a few microseconds apart (so they often go back), and some that are not.
+_in_form = st.integers(0, 3).map(lambda n: f"2026-01-01T00:00:00.00000{n}Z")
+_times = st.lists(_in_form | st.sampled_from(["", "2026-01-01T00:00:00.000002", "2026-01-01T00:00:09Z", "\u00e9"]))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(times=_times, batch=st.booleans())
+def test_the_server_stamps_a_time_as_stamped_does(
+    pg: PostgresEventStore, tmp_path_factory: pytest.TempPathFactory, times: list[str], batch: bool
+) -> None:
+    """Random times through the one-statement append (the server stamps and hashes) and through a batch (the
+    client does): each stored time is `chain.stamped` of the given one after the one before, as on SQLite."""
+    with SQLiteEventStore(tmp_path_factory.mktemp("lite") / "l.db", synchronous="OFF") as lite:
+        for store in (pg, lite):
+            start = store.head().seq
+            stream = f"t{start}"
+            events = [NewEvent(stream, "Timed", 1, {}, f"{stream}-{n}", at, "a") for n, at in enumerate(times)]
+            if batch and events:
+                store.append(stream, 0, events)
+            for n, event in enumerate([] if batch else events):
+                store.append(stream, n, [event])
+            stored = [e for e in select_events(store) if e.seq > start]
+            previous = event_at(store, start).recorded_at if start else ""
+            for event, given in zip(stored, times, strict=True):
+                assert event.recorded_at == stamped(given, previous)
+                previous = event.recorded_at
+            assert verify_chain(store).ok
 
 
 def test_one_statement_and_transactions_chain_as_sqlite_does(pg: PostgresEventStore, tmp_path: Path) -> None:
