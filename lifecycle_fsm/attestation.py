@@ -71,7 +71,7 @@ def _statement(store: EventStore, candidate_id: str) -> JSON:
         ledger_id = ledger_id_of(store)
     state = fold_candidate(events)  # every row's own hash is checked as it is decoded
     if state is None:
-        raise NotFoundError(f"unknown candidate: {candidate_id!r}")
+        raise NotFoundError(f"unknown candidate: {candidate_id!r}", candidate_id=candidate_id)
     handoff = state.last_handoff
     if handoff is None or state.decisive_type != HandoffDecided.TYPE or state.decisive_seq != handoff["seq"]:
         raise ConflictError(

@@ -74,7 +74,11 @@ class InputError(LifecycleError, ValueError):
 
 
 class NotFoundError(LifecycleError, LookupError):
-    """No such candidate (or event) in the ledger."""
+    """No such candidate (or stream) in the ledger; `candidate_id` names the candidate looked up."""
+
+    def __init__(self, message: str, *, candidate_id: str | None = None) -> None:
+        super().__init__(message)
+        self.candidate_id = candidate_id
 
 
 class ConflictError(LifecycleError, RuntimeError):

@@ -176,7 +176,7 @@ class StreamReader:
         """`candidate`, or NotFoundError."""
         state = self.candidate(stream_of(candidate_id))
         if state is None:
-            raise NotFoundError(f"unknown candidate: {candidate_id!r}")
+            raise NotFoundError(f"unknown candidate: {candidate_id!r}", candidate_id=candidate_id)
         return state
 
     def query(self, candidate_id: str) -> CandidateState:

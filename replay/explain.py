@@ -95,7 +95,7 @@ def explanation(
     events = [e for e in store.read_stream(stream_of(candidate_id)) if e.seq <= position]
     if not events:
         where = "" if as_of is None else f" at or before seq {position}"
-        raise NotFoundError(f"unknown candidate: {candidate_id!r}{where}")
+        raise NotFoundError(f"unknown candidate: {candidate_id!r}{where}", candidate_id=candidate_id)
     rows = [(e, decoded_payload(e)) for e in events]
     state, path = _fold_path(rows)
     by_seq = {e.seq: (e, p) for e, p in rows}

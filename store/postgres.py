@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
@@ -43,6 +43,7 @@ from lifecycle_fsm.store.postgres_schema import (
     KEY_ROWS,
     append_one,
     ensure_append_function,
+    ensure_derived_tables,
     ensure_schema,
     filter_sql,
     guard_problems,
@@ -57,6 +58,7 @@ from lifecycle_fsm.store.records import (
     NewEvent,
     Row,
     StoredEvent,
+    StreamHead,
     StreamShare,
 )
 from lifecycle_fsm.store.sql import Run, SQLStore
@@ -264,6 +266,11 @@ class PostgresEventStore(SQLStore):
                 seq=seq,
             )
         return AppendResult((stored,))
+
+    def rebuild_stream_index(self, derive: Callable[[], Iterable[StreamHead]]) -> None:
+        """A derived table dropped by hand is first made again, empty: `replay --full` is its repair."""
+        self._indexed = ensure_derived_tables(self.session, create=True)
+        super().rebuild_stream_index(derive)
 
     # --- reads ----------------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ from psycopg import sql
 from lifecycle_fsm.errors import InputError, StoreError
 from lifecycle_fsm.store.chain import EVENT_COLUMNS, GENESIS_HASH, STORED_TIME, header_parts
 from lifecycle_fsm.store.records import EventFilter, NewEvent
-from lifecycle_fsm.store.sql import INDEXED
+from lifecycle_fsm.store.sql import DERIVED_TABLES, INDEXED
 
 if TYPE_CHECKING:
     from lifecycle_fsm.store.postgres_session import PgSession
@@ -42,6 +42,7 @@ __all__ = [
     "STORE_SCHEMA_VERSION",
     "ensure_schema",
     "ensure_append_function",
+    "ensure_derived_tables",
     "filter_sql",
     "guard_problems",
 ]
@@ -59,6 +60,26 @@ EVENT_INDEX_DDL = (
     "CREATE INDEX IF NOT EXISTS event_index_recorded_at ON event_index (recorded_at)",
     "DROP INDEX IF EXISTS events_type, events_actor, events_recorded_at",
 )
+# Tables derived from the log (the state index, checkpoints and their copies, the event index): made
+# again, empty, when one was dropped by hand. Copies of checkpoints that are gone go too (their ids
+# come again).
+DERIVED_DDL = (
+    "DO $$ BEGIN IF to_regclass('checkpoints') IS NULL THEN DROP TABLE IF EXISTS checkpoint_streams; END IF; END $$",
+    """CREATE TABLE IF NOT EXISTS streams (
+        stream_id text PRIMARY KEY, version bigint NOT NULL, status text, category text
+    )""",
+    """CREATE TABLE IF NOT EXISTS checkpoints (
+        checkpoint_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        position bigint NOT NULL, head_hash text NOT NULL, schema_version integer NOT NULL,
+        fingerprint text NOT NULL, snapshot text NOT NULL, snapshot_sha256 text NOT NULL, recorded_at text NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS checkpoint_streams (
+        checkpoint_id bigint NOT NULL REFERENCES checkpoints, stream_id text NOT NULL, version bigint NOT NULL,
+        state text NOT NULL, state_sha256 text NOT NULL, PRIMARY KEY (stream_id, checkpoint_id)
+    )""",
+    *EVENT_INDEX_DDL,
+)
+_DERIVED_PRESENT = "SELECT " + " AND ".join(f"to_regclass('{name}') IS NOT NULL" for name in DERIVED_TABLES)
 DDL = (
     """CREATE TABLE IF NOT EXISTS events (
         seq bigint PRIMARY KEY CHECK (seq >= 1),
@@ -82,20 +103,8 @@ DDL = (
         FOR EACH ROW EXECUTE FUNCTION lifecycle_refuse_change()""",
     """CREATE OR REPLACE TRIGGER events_refuse_truncate BEFORE TRUNCATE ON events
         FOR EACH STATEMENT EXECUTE FUNCTION lifecycle_refuse_change()""",
-    """CREATE TABLE IF NOT EXISTS streams (
-        stream_id text PRIMARY KEY, version bigint NOT NULL, status text, category text
-    )""",
-    """CREATE TABLE IF NOT EXISTS checkpoints (
-        checkpoint_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-        position bigint NOT NULL, head_hash text NOT NULL, schema_version integer NOT NULL,
-        fingerprint text NOT NULL, snapshot text NOT NULL, snapshot_sha256 text NOT NULL, recorded_at text NOT NULL
-    )""",
-    """CREATE TABLE IF NOT EXISTS checkpoint_streams (
-        checkpoint_id bigint NOT NULL REFERENCES checkpoints, stream_id text NOT NULL, version bigint NOT NULL,
-        state text NOT NULL, state_sha256 text NOT NULL, PRIMARY KEY (stream_id, checkpoint_id)
-    )""",
     "CREATE TABLE IF NOT EXISTS meta (key text PRIMARY KEY, value text NOT NULL)",
-    *EVENT_INDEX_DDL,
+    *DERIVED_DDL,
 )
 # `chain.stamped` in SQL: the time an event is stored with, after the head's (`last.recorded_at`). A time
 # in the ledger's form needs no escaping in JSON: the hashed header quotes a stamped one as it is.
@@ -111,8 +120,8 @@ STAMPED = (
 # check fails.
 APPEND_FUNCTION = f"""CREATE OR REPLACE FUNCTION lifecycle_append(lock_key bigint, p_stream text, p_version bigint,
     p_event_id text, p_type text, p_schema_version integer, p_payload text, p_recorded_at text, p_actor text,
-    p_header_before text, p_time_json text, p_header_middle text, p_header_after text, p_checks text, p_check_id boolean,
-    p_channel text, OUT r_seq bigint, OUT r_prev_hash text, OUT r_hash text, OUT r_recorded_at text)
+    p_header_before text, p_time_json text, p_header_middle text, p_header_after text, p_checks text,
+    p_check_id boolean, p_channel text, OUT r_seq bigint, OUT r_prev_hash text, OUT r_hash text, OUT r_recorded_at text)
 LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM pg_advisory_xact_lock(lock_key);
@@ -311,10 +320,10 @@ def _refuse_unusable_schema(session: PgSession) -> None:
 
 def ensure_schema(session: PgSession, *, create: bool) -> bool:
     """Check (and with `create`, make) the ledger's tables; refuse another schema version. Whether
-    the ledger has the event index (`ensure_event_index`)."""
+    the ledger has the event index (`ensure_derived_tables`)."""
     found = schema_version(session)
     if found == str(STORE_SCHEMA_VERSION):
-        return ensure_event_index(session, create=create)
+        return ensure_derived_tables(session, create=create)
     if found is not None:
         raise StoreError(f"{session.where}: store schema version {found} is not {STORE_SCHEMA_VERSION}; refusing")
     if not create:
@@ -341,11 +350,16 @@ def ensure_append_function(session: PgSession, *, create: bool) -> bool:
     return _upgraded(session, _HAS_APPEND_FUNCTION, (APPEND_FUNCTION,), create=create)
 
 
-def ensure_event_index(session: PgSession, *, create: bool) -> bool:
+def ensure_derived_tables(session: PgSession, *, create: bool) -> bool:
     """Whether the ledger has the event index. An existing ledger opens without DDL (a role with only
-    SELECT and INSERT can use it); one made without the index gets it, in place of the filter indexes
-    on `events`, when a writer whose role may change the schema opens it. Otherwise it is read as it is."""
-    return _upgraded(session, "SELECT to_regclass('event_index') IS NOT NULL", EVENT_INDEX_DDL, create=create)
+    SELECT and INSERT can use it). A writer whose role may change the schema makes each derived table
+    the ledger lacks (the event index, in place of the filter indexes on `events`, for one made before
+    it; any table dropped by hand). Otherwise the ledger is read as it is."""
+    if _upgraded(session, _DERIVED_PRESENT, DERIVED_DDL, create=create):
+        return True
+    with session.mapped("cannot read the ledger schema"):
+        row = session.conn.execute("SELECT to_regclass('event_index') IS NOT NULL").fetchone()
+    return bool(row is not None and row[0])
 
 
 def _upgraded(session: PgSession, present: str, statements: Sequence[str], *, create: bool) -> bool:

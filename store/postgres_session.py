@@ -28,6 +28,7 @@ from psycopg.pq import TransactionStatus
 
 from lifecycle_fsm.errors import InputError, IntegrityError, LifecycleError, StoreError
 from lifecycle_fsm.store.open import busy_timeout_seconds, redact_url, synchronous_mode
+from lifecycle_fsm.store.sql import derived_table_dropped
 from lifecycle_fsm.store.threads import ThreadOwner
 
 __all__ = ["COMMIT_UNKNOWN", "NOTHING_COMMITTED", "SYNCHRONOUS_COMMIT", "PgSession", "ledger_schema"]
@@ -310,7 +311,10 @@ class PgSession:
         elif isinstance(e, psycopg.DataError):
             error = InputError(f"{prefix}: the database cannot store this value ({detail})")
         elif isinstance(e, pg_errors.UndefinedTable):
-            error = StoreError(f"{prefix}: not a ledger (no ledger tables in schema {self.schema!r}) ({detail})")
+            missing = re.search(r'relation "([^"]+)" does not exist', detail)
+            error = derived_table_dropped(prefix, missing[1] if missing else "", detail) or StoreError(
+                f"{prefix}: not a ledger (no ledger tables in schema {self.schema!r}) ({detail})"
+            )
         elif lost is not None and isinstance(e, psycopg.OperationalError) and self._lost():
             note = f"; {lost}" if lost else ""
             error = StoreError(

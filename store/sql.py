@@ -21,6 +21,7 @@ from lifecycle_fsm.store.records import CheckpointRecord, Head, StoredEvent, Str
 __all__ = [
     "CATCH_UP",
     "CHECKPOINTS",
+    "DERIVED_TABLES",
     "EMPTIED",
     "HEAD",
     "INDEXED",
@@ -32,6 +33,7 @@ __all__ = [
     "VERSION",
     "Run",
     "SQLStore",
+    "derived_table_dropped",
     "position_at_sql",
     "write_state_index",
 ]
@@ -105,8 +107,22 @@ EMPTIED = (
     "OR EXISTS (SELECT 1 FROM streams) OR EXISTS (SELECT 1 FROM checkpoints WHERE position > 0)))"
 )
 STREAM_VERSION = "(SELECT version FROM streams WHERE stream_id = %s)"
+# Tables derived from the log: disposable, and made again (empty) by `replay --full` when dropped by hand.
+DERIVED_TABLES = ("streams", "checkpoints", "checkpoint_streams", "event_index")
+
+
+def derived_table_dropped(where: object, table: str, detail: str) -> StoreError | None:
+    """What a read that needs a dropped derived table says (None for any other table)."""
+    if table not in DERIVED_TABLES:
+        return None
+    repair = "`lifecycle replay --full` makes it again (where the ledger may be written)"
+    return StoreError(f"{where}: {detail} (a table derived from the log): {repair}")
+
+
 # The log's head as an append reads it under the lock: seq, hash and time of the last event.
-HEAD = "SELECT " + ", ".join(f"(SELECT {c} FROM events ORDER BY seq DESC LIMIT 1)" for c in ("seq", "hash", "recorded_at"))
+HEAD = "SELECT " + ", ".join(
+    f"(SELECT {c} FROM events ORDER BY seq DESC LIMIT 1)" for c in ("seq", "hash", "recorded_at")
+)
 RECORD_FIRST = "INSERT INTO meta (key, value) VALUES ('first_event_hash', %s) ON CONFLICT (key) DO NOTHING"
 _HISTORY = (
     "SELECT (SELECT hash FROM events WHERE seq = 1), (SELECT value FROM meta WHERE key = 'first_event_hash'), "

@@ -17,6 +17,7 @@ from __future__ import annotations
 import sqlite3
 
 from lifecycle_fsm.errors import IntegrityError, LifecycleError, StoreError
+from lifecycle_fsm.store.sql import derived_table_dropped
 from lifecycle_fsm.store.threads import wrong_thread
 
 __all__ = ["SQLITE_FAILURES", "translate_sqlite_error"]
@@ -36,7 +37,6 @@ def translate_sqlite_error(error: BaseException, where: object) -> LifecycleErro
         return IntegrityError(f"{where}: a stored value is not valid UTF-8, the ledger file is damaged ({detail})")
     if "readonly" in detail or "read-only" in detail:
         return StoreError(f"{where}: the ledger database is read-only ({detail})")
-    if detail.removeprefix("no such table: ") in ("streams", "checkpoints", "checkpoint_streams"):
-        repair = "`lifecycle replay --full` makes it again (where the file may be written)"
-        return StoreError(f"{where}: {detail} (a table derived from the log): {repair}")
+    if detail.startswith("no such table: ") and (dropped := derived_table_dropped(where, detail[15:], detail)):
+        return dropped
     return StoreError(f"{where}: the ledger database failed, it may be damaged or not a ledger ({detail})")

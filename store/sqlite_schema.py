@@ -20,6 +20,7 @@ Why it is built this way:
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -31,7 +32,7 @@ import orjson
 from lifecycle_fsm.errors import StoreError
 from lifecycle_fsm.store.chain import FOLD_COLUMNS
 from lifecycle_fsm.store.records import EventFilter, StreamShare
-from lifecycle_fsm.store.sql import INDEXED
+from lifecycle_fsm.store.sql import DERIVED_TABLES, INDEXED
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -111,6 +112,9 @@ def ensure_schema(
                         f"{path}: not a ledger (an events table but no store schema version: its meta table was "
                         "dropped or emptied by hand); refusing to write to it"
                     )
+                if conn.execute("SELECT 1 FROM sqlite_master").fetchone():
+                    raise StoreError(f"{path}: another application's database, not a ledger; refusing to write to it")
+                _make_private(path)
                 # Imported only here: it costs a read command's start-up as much again (click, pluggy).
                 import sqlite_utils
 
@@ -118,6 +122,15 @@ def ensure_schema(
                 found = STORE_SCHEMA_VERSION
     if found != STORE_SCHEMA_VERSION:
         raise StoreError(f"{path}: store schema version {found} is not {STORE_SCHEMA_VERSION}; refusing to guess")
+
+
+def _make_private(path: Path) -> None:
+    """A ledger file is its owner's alone (0600), also when an empty file made by someone else becomes one."""
+    try:
+        if path.is_file():
+            os.chmod(path, 0o600)
+    except OSError as e:
+        raise StoreError(f"{path}: cannot make the ledger file private to its owner ({e.strerror})") from e
 
 
 def create_schema(db: sqlite_utils.Database) -> None:
@@ -136,7 +149,6 @@ _OLD_FILTER_INDEXES = ("events_type", "events_actor", "events_recorded_at")
 
 
 # The tables derived from the log (indexes, checkpoints): disposable, so a writer makes any that is missing.
-_DERIVED_TABLES = ("event_index", "streams", "checkpoints", "checkpoint_streams")
 
 
 def _create_derived(db: sqlite_utils.Database) -> None:
@@ -186,7 +198,7 @@ def ensure_derived_tables(
     before the event index existed, or one dropped by hand), the event index in place of the filter
     indexes on `events`. A read-only handle reads the file as it is."""
     found = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    if found.issuperset(_DERIVED_TABLES) or not writable:
+    if found.issuperset(DERIVED_TABLES) or not writable:
         return "event_index" in found
     with locked():  # another process may make them meanwhile: each is made only if still missing
         import sqlite_utils

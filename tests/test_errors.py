@@ -38,7 +38,7 @@ ERROR_EXAMPLES: dict[type[LifecycleError], LifecycleError] = {
     ArtifactError: ArtifactError("adapter: a symlink leads outside the root"),
     ArtifactUnreadable: ArtifactUnreadable("cannot read adapter: Permission denied"),
     ScenarioError: ScenarioError("s.yaml: step 2: key 'candidate': required"),
-    NotFoundError: NotFoundError("unknown candidate: 'nope'"),
+    NotFoundError: NotFoundError("unknown candidate: 'nope'", candidate_id="nope"),
     ConflictError: ConflictError("no active baseline"),
     IllegalCommandError: IllegalCommandError("reject allows nothing", state="reject", trigger="check"),
     ConcurrencyError: ConcurrencyError("lost a race", stream_id="dpo-v5", expected_version=3, actual_version=4),

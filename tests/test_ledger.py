@@ -341,6 +341,12 @@ def test_unknown_inputs_are_refused(ws: Workspace, active: Ledger) -> None:
     """Unknown id -> NotFoundError; unknown stage or trusted kind -> InputError; nothing appended."""
     for command in (lambda: active.check("nope"), lambda: active.hand_off("nope"), lambda: active.candidate("nope")):
         _expect_refused(ws, command, NotFoundError)
+    with pytest.raises(NotFoundError) as info:
+        active.explain("nope")
+    assert info.value.candidate_id == "nope"
+    with pytest.raises(NotFoundError) as info:
+        active.check("nope")
+    assert info.value.candidate_id == "nope"
     cid = active.receive(ws.dpo()).candidate.candidate_id  # type: ignore[union-attr]
     _expect_refused(ws, lambda: active.fail_stage(cid, "inference"), InputError)
     _expect_refused(ws, lambda: active.record_trusted_state(cid, "optimizer", saved_state(ws, "x")), InputError)

@@ -7,6 +7,7 @@ test_store_chain.py, test_store_concurrency.py), which runs against SQLite too.
 from __future__ import annotations
 
 import sqlite3
+import stat
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -189,6 +190,26 @@ def test_random_bytes_file_is_store_error(tmp_path: Path) -> None:
     path.write_bytes(b"definitely not sqlite\n" * 200)
     with pytest.raises(StoreError, match="not a usable ledger"):
         SQLiteEventStore(path)
+
+
+def test_another_applications_database_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    """A database with tables of its own is not made a ledger: nothing is added to it."""
+    path = tmp_path / "app.db"
+    with plain(path) as conn:
+        conn.execute("CREATE TABLE users (id INTEGER)")
+    with pytest.raises(StoreError, match="another application's database, not a ledger"):
+        SQLiteEventStore(path)
+    with plain(path) as conn:
+        assert [r[0] for r in conn.execute("SELECT name FROM sqlite_master")] == ["users"]
+
+
+def test_an_empty_file_made_by_someone_else_becomes_a_private_ledger(tmp_path: Path) -> None:
+    """A ledger file is its owner's alone (0600), also when the empty file was made with another mode."""
+    path = tmp_path / "empty.db"
+    path.touch(mode=0o644)
+    path.chmod(0o644)
+    SQLiteEventStore(path).close()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
 
 
 def test_store_schema_version_mismatch_is_store_error(filled: SQLiteEventStore, db: Path) -> None:

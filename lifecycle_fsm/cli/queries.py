@@ -81,7 +81,9 @@ def _candidate_then(store: EventStore, candidate_id: str, as_of: AsOf) -> Candid
     position = position_of(store, as_of)
     state = fold_candidate([e for e in store.read_stream(stream_of(candidate_id)) if e.seq <= position])
     if state is None:
-        raise NotFoundError(f"unknown candidate: {candidate_id!r} at or before seq {position}")
+        raise NotFoundError(
+            f"unknown candidate: {candidate_id!r} at or before seq {position}", candidate_id=candidate_id
+        )
     return state
 
 
