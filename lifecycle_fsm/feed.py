@@ -35,6 +35,7 @@ __all__ = [
 ]
 
 PAGE = 500
+_LOOK = 0.25  # how often a waiting follower looks at `stop` and a close from another thread
 _STATES = {s.value: s for s in State}
 SEALS_STREAM = "seals"
 
@@ -109,7 +110,7 @@ def follow_events(
     """New events as they are appended, forever, until `stop` is set or the ledger is closed.
 
     Between polls it sleeps `poll` seconds; on PostgreSQL it wakes as soon as a commit
-    notifies (and notices `stop` only at the end of that wait). `after` and `poll` are
+    notifies. `stop` and a close are noticed within a quarter of a second. `after` and `poll` are
     checked when called (InputError): a NaN, infinite, zero or negative poll would spin
     or overflow the wait.
     """
@@ -157,10 +158,27 @@ def _follow(
             if stop.is_set() or is_closed():
                 return
         if len(page) < PAGE:
-            if wait_for_new is None:
-                stop.wait(poll)
-            else:
-                wait_for_new(head if stream_id is not None else after, poll)
+            _pause(wait_for_new, head if stream_id is not None else after, poll, stop, is_closed)
+
+
+def _pause(
+    wait_for_new: Callable[[int, float], bool] | None,
+    seq: int,
+    poll: float,
+    stop: threading.Event,
+    is_closed: Callable[[], bool],
+) -> None:
+    """Up to `poll` seconds for an event past `seq` (where the store can say), `stop` or a close, whichever
+    comes first: each is looked at every `_LOOK` seconds, so a long poll never delays a shutdown."""
+    deadline = time.monotonic() + poll
+    while not (stop.is_set() or is_closed()):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        if wait_for_new is None:
+            stop.wait(min(left, _LOOK))
+        elif wait_for_new(seq, min(left, _LOOK)):
+            return
 
 
 def wanted_states(states: object) -> tuple[State, ...]:

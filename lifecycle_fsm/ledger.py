@@ -186,7 +186,7 @@ class Ledger(CandidateCommands):
 
     def close(self) -> None:
         """Close the store; using the ledger afterwards raises `LedgerClosedError`. Idempotent. From another
-        thread: a blocked `follow()` ends at its next wake (within `poll`), and the opening thread closes the
+        thread: a blocked `follow()` ends within a quarter of a second, and the opening thread closes the
         connection then, or at its next call (`lifecycle_fsm.closed`)."""
         if self._closed:
             return

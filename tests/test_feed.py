@@ -242,6 +242,27 @@ def test_close_from_another_thread_ends_a_blocked_follow(ws: Workspace) -> None:
         store.head()  # the connection itself was closed by this thread, at the follow's end
 
 
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.mark.parametrize("how", ["stop", "close"])
+def test_a_long_poll_does_not_delay_a_shutdown(
+    ws: Workspace, request: pytest.FixtureRequest, backend: str, how: str
+) -> None:
+    """A follower waiting out a 30 s poll notices `stop`, or `close()` from another thread, within a second."""
+    target = _target(ws, backend, request)
+    _setup(target, ws)
+    ledger = Ledger.open(target)
+    stop = threading.Event()
+    ender = threading.Timer(0.3, stop.set if how == "stop" else ledger.close)
+    ender.start()
+    started = time.monotonic()
+    try:
+        seen = [event.seq for event in ledger.follow(after=0, poll=30, stop=stop)]
+    finally:
+        ender.join()
+        ledger.close()
+    assert seen and time.monotonic() - started < 3, time.monotonic() - started
+
+
 def test_follow_on_postgres_wakes_on_a_commit_not_the_poll(ws: Workspace, pg_url: str) -> None:
     """With a poll of 60 s, a follower still sees another process's events promptly: NOTIFY wakes it."""
     manifest = _setup(pg_url, ws)
