@@ -31,7 +31,11 @@ def parse_time(text: str) -> str:
         raise InputError(f"not an ISO 8601 time: {text!r} (e.g. 2026-11-30T12:00:00Z)") from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=dt.UTC)
-    return moment.astimezone(dt.UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    try:
+        utc = moment.astimezone(dt.UTC)
+    except OverflowError:  # e.g. 0001-01-01T00:00:00+01:00: before year 1 in UTC
+        raise InputError(f"{text!r} is outside the years 1 to 9999 once in UTC") from None
+    return utc.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def parse_seq(text: str, option: str = "--as-of") -> int:

@@ -127,6 +127,8 @@ def test_status_as_of_text_names_the_position(ws: Workspace, advanced: dict[str,
         (["explain", "dpo-v5", "--as-of", "yesterday"], 2, "not an ISO 8601 time"),
         (["explain", "dpo-v5", "--as-of", "0"], 2, "a seq starts at 1"),
         (["status", "--as-of", "\u00b2"], 2, "not an ISO 8601 time"),  # isdigit() but not int(): was a traceback
+        (["status", "--as-of", "0001-01-01T00:00:00+01:00"], 2, "outside the years 1 to 9999"),  # was a traceback
+        (["log", "--since", "9999-12-31T23:59:59-01:00"], 2, "outside the years 1 to 9999"),
         # replay --to holds a seq to the same rules (it replayed "to seq 8" for --to 9999, exit 0)
         (["replay", "--to", "9999"], 3, "Error: --to 9999 is past the head of the log (seq 8)\n"),
         (["replay", "--to", "0"], 2, "--to 0: a seq starts at 1"),
@@ -177,3 +179,6 @@ def test_parse_time_and_as_of() -> None:
     assert parse_as_of("42") == 42 and parse_as_of("2026-03-01") == "2026-03-01T00:00:00.000000Z"
     with pytest.raises(InputError):
         parse_time("12:00 tomorrow")
+    for outside in ("0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"):
+        with pytest.raises(InputError, match="outside the years 1 to 9999"):
+            parse_time(outside)
