@@ -269,7 +269,8 @@ class PostgresEventStore(SQLStore):
 
     def rebuild_stream_index(self, derive: Callable[[], Iterable[StreamHead]]) -> None:
         """A derived table dropped by hand is first made again, empty: `replay --full` is its repair."""
-        self._indexed = ensure_derived_tables(self.session, create=True)
+        with self._held("cannot rebuild the stream index"):
+            self._indexed = ensure_derived_tables(self.session, create=True, lost=NOTHING_COMMITTED)
         super().rebuild_stream_index(derive)
 
     # --- reads ----------------------------------------------------------------------------

@@ -350,32 +350,33 @@ def ensure_append_function(session: PgSession, *, create: bool) -> bool:
     return _upgraded(session, _HAS_APPEND_FUNCTION, (APPEND_FUNCTION,), create=create)
 
 
-def ensure_derived_tables(session: PgSession, *, create: bool) -> bool:
+def ensure_derived_tables(session: PgSession, *, create: bool, lost: str = "") -> bool:
     """Whether the ledger has the event index. An existing ledger opens without DDL (a role with only
     SELECT and INSERT can use it). A writer whose role may change the schema makes each derived table
     the ledger lacks (the event index, in place of the filter indexes on `events`, for one made before
     it; any table dropped by hand). Otherwise the ledger is read as it is."""
-    if _upgraded(session, _DERIVED_PRESENT, DERIVED_DDL, create=create):
+    if _upgraded(session, _DERIVED_PRESENT, DERIVED_DDL, create=create, lost=lost):
         return True
-    with session.mapped("cannot read the ledger schema"):
+    with session.mapped("cannot read the ledger schema", lost=lost):
         row = session.conn.execute("SELECT to_regclass('event_index') IS NOT NULL").fetchone()
     return bool(row is not None and row[0])
 
 
-def _upgraded(session: PgSession, present: str, statements: Sequence[str], *, create: bool) -> bool:
+def _upgraded(session: PgSession, present: str, statements: Sequence[str], *, create: bool, lost: str = "") -> bool:
     """Whether the ledger has what `present` asks about; if not and `create`, make it with `statements`
-    under the ledger's lock. A role that may not change the schema leaves it as it is (False)."""
-    with session.mapped("cannot read the ledger schema"):
+    under the ledger's lock. A role that may not change the schema leaves it as it is (False). `lost`:
+    what a connection lost meanwhile means for the caller's work (`PgSession.fail`)."""
+    with session.mapped("cannot read or update the ledger schema", lost=lost):
         row = session.conn.execute(present).fetchone()
-    if row is not None and row[0]:
-        return True
-    if not create:
-        return False
-    try:
-        with session.conn.transaction():
-            session.conn.execute("SELECT pg_advisory_xact_lock(%s)", (session.lock_key,))
-            for statement in statements:
-                session.conn.execute(statement)
-    except pg_errors.InsufficientPrivilege:
-        return False
+        if row is not None and row[0]:
+            return True
+        if not create:
+            return False
+        try:
+            with session.conn.transaction():
+                session.conn.execute("SELECT pg_advisory_xact_lock(%s)", (session.lock_key,))
+                for statement in statements:
+                    session.conn.execute(statement)
+        except pg_errors.InsufficientPrivilege:
+            return False
     return True
