@@ -47,11 +47,12 @@ def main(workdir: Path) -> int:
         ledger.activate_baseline(sft_manifest)
         ledger.activate_evaluation("eval-v1")
 
-        cb = LedgerCallback(ledger, kind="dpo", run_id="dpo-example-1")
+        data = preference_data()
+        cb = LedgerCallback(ledger, kind="dpo", run_id="dpo-example-1", dataset=data)  # the card names `data`
         trainer = DPOTrainer(
             model=policy(base, sft),
             args=dpo_config(workdir / "run"),
-            train_dataset=preference_data(),
+            train_dataset=data,
             processing_class=tokenizer(base),
             callbacks=[FaultAtStep3(), cb],
         )

@@ -14,7 +14,8 @@ the objects a trainer already holds, so nobody writes it by hand:
 
 A value that cannot be read is null, never a stand-in: a card never claims what it
 does not know. Digests are sha256 over canonical JSON, so two runs with the same
-inputs record the same card wherever their output folders are.
+inputs record the same card wherever their output folders are (a dataset's fingerprint
+is as stable as `datasets` makes it: a transform it cannot hash gets a random one).
 """
 
 from __future__ import annotations

@@ -6,7 +6,9 @@ second); a training loop that waited for it would stall at each save. A
 `Ledger` on the same location (a ledger and its store are used only by the thread that
 opened them) and records in order. A record that fails is kept and raised by the next
 `wait()`, never dropped: the training loop calls `wait()` at each boundary where a
-record must be known (before the next save, on a failure, at the end).
+record must be known (before the next save, on a failure, at the end). One whose path
+was removed before it was made (a checkpoint rotated away) is skipped with a warning:
+bytes never recorded are never trusted.
 
 `on_main` runs a step on the main process of a `torch.distributed` group and hands its
 result, or its failure, to every rank, so all ranks go on (or stop) together.
@@ -23,11 +25,13 @@ from typing import Any, TypeVar
 import attrs
 
 from lifecycle_fsm.ledger import Ledger
+from lifecycle_fsm.logs import get_logger
 from lifecycle_fsm.results import CandidateResult
 
 __all__ = ["MainProcessError", "PendingRecord", "TrustedStateRecorder", "barrier", "is_distributed", "on_main"]
 
 T = TypeVar("T")
+log = get_logger(__name__)
 
 
 class MainProcessError(RuntimeError):
@@ -53,6 +57,7 @@ class TrustedStateRecorder:
         self._failures: list[tuple[PendingRecord, BaseException]] = []
         self._thread: threading.Thread | None = None
         self.recorded: list[CandidateResult] = []  # what the thread recorded, in order
+        self.skipped: list[PendingRecord] = []  # records whose path was removed before they were made
 
     def submit(self, record: PendingRecord) -> None:
         """Queue a record; returns at once (the thread starts with the first one)."""
@@ -96,7 +101,13 @@ class TrustedStateRecorder:
                         )
                     )
                 except Exception as e:
-                    self._failures.append((record, e))
+                    if isinstance(ledger, Ledger) and not os.path.lexists(record.path):
+                        # Removed before it was recorded (a Trainer rotating checkpoints): never trusted,
+                        # so never resumed from; training is not failed for it.
+                        self.skipped.append(record)
+                        log.warning("trusted_state_gone", path=record.path, event_id=record.event_id, error=repr(e))
+                    else:
+                        self._failures.append((record, e))
                 finally:
                     self._queue.task_done()
             self._queue.task_done()  # the stop marker

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from lifecycle_fsm.artifacts import hash_directory
+from lifecycle_fsm.candidate_events import TrustedStateInvalidated, TrustedStateRecorded
 from lifecycle_fsm.errors import IllegalCommandError, InputError, LifecycleError, NotFoundError
 from lifecycle_fsm.integrations.provenance import provenance_card
 from lifecycle_fsm.integrations.recorder import (
@@ -34,7 +35,7 @@ from lifecycle_fsm.integrations.recovery import (
     load_baseline_adapter,
     resume_point,
 )
-from lifecycle_fsm.json_types import JSON
+from lifecycle_fsm.json_types import JSON, strict_loads
 from lifecycle_fsm.ledger import Ledger
 from lifecycle_fsm.limits import check_int
 from lifecycle_fsm.logs import get_logger
@@ -50,6 +51,9 @@ log = get_logger(__name__)
 
 ADAPTER_FOLDER = "candidate-adapter"
 MANIFEST_FILE = "candidate-manifest.json"
+CHECKPOINT = "pre_update_checkpoint"  # the trusted-state kind a Trainer checkpoint is recorded as
+# Manifest fields `finish` fills from the run and the adapter it saves, never from a caller.
+_FILLED = frozenset({"candidate_id", "kind", "adapter_path", "adapter_sha256"})
 
 
 class TrainingStopped(RuntimeError):
@@ -66,6 +70,8 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
     `kind` is dpo, grpo or rlvr; `run_id` names the run in every idempotency key (a
     restarted run is a new attempt, so its re-saved checkpoints are new records);
     `candidate_id` defaults to `run_id`; `max_attempts` bounds `train`'s retries.
+    `dataset`: the dataset the provenance card fingerprints, when not the trainer's own
+    (TRL trains on a tokenized copy, whose fingerprint `datasets` may draw at random).
     """
 
     def __init__(
@@ -77,6 +83,7 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
         candidate_id: str | None = None,
         max_attempts: int = 3,
         code_folder: str | os.PathLike[str] | None = None,
+        dataset: Any = None,
     ) -> None:
         self.kind = check_kind(kind)
         if not isinstance(run_id, str) or not run_id.strip():
@@ -86,6 +93,7 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
         self.candidate_id = candidate_id if candidate_id is not None else run_id
         self.max_attempts = check_int("max_attempts", max_attempts, minimum=1)
         self.code_folder = code_folder
+        self.dataset = dataset
         self.attempt = 0  # this run's attempt, counted in the ledger (main process)
         self.card: JSON | None = None  # the provenance card recorded at registration (main process)
         self.resumed: list[ResumePoint] = []  # each failure's plan and where training went on from (every rank)
@@ -150,9 +158,17 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
         if control.should_save and state.is_world_process_zero:
             self._drain()  # before the save rotates old checkpoints away under a record still hashing
 
+    def on_epoch_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        if control.should_save and state.is_world_process_zero:
+            self._drain()  # an epoch's save rotates too
+
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         barrier()  # every rank calls on_save once its own files are written
         self._collective(state.is_world_process_zero, lambda: self._record_checkpoint(args, state.global_step))
+        if state.is_world_process_zero and state.max_steps and state.global_step >= state.max_steps:
+            self._drain()  # the last save: the Trainer's clean-up at the end may remove checkpoints
 
     def on_train_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
@@ -169,9 +185,13 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
 
     def _register(self, args: TrainingArguments, objects: JSON) -> None:
         trainer = self._trainer
-        dataset = (
-            trainer.train_dataset if trainer is not None else getattr(objects.get("train_dataloader"), "dataset", None)
-        )
+        dataset = self.dataset
+        if dataset is None:
+            dataset = (
+                trainer.train_dataset
+                if trainer is not None
+                else getattr(objects.get("train_dataloader"), "dataset", None)
+            )
         self.card = provenance_card(
             dataset=dataset,
             model=objects.get("model"),
@@ -238,7 +258,7 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
             raise InputError(f"the trainer saved step {step} but there is no checkpoint folder {folder}")
         assert self._recorder is not None  # registered at train begin
         self._recorder.submit(
-            PendingRecord(self.candidate_id, "pre_update_checkpoint", folder, self._key(f"step-{step}/checkpoint"))
+            PendingRecord(self.candidate_id, CHECKPOINT, folder, self._key(f"step-{step}/checkpoint"))
         )
 
     def _recover(self, error: BaseException, final: bool) -> ResumePoint:
@@ -280,6 +300,9 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
         left: ResumePoint | None = self._collective(is_main, self._left_by_earlier_run)
         if left is not None:
             resume = self._follow(trainer, left, None, resume)
+        elif resume is not None and resume is not False:
+            asked = resume
+            resume = self._collective(is_main, lambda: self._trusted_resume(asked))
         for attempt in range(1, self.max_attempts + 1):
             self._stages.failed, self._began, self._hook_failed = None, False, False
             try:
@@ -320,6 +343,44 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
         self._complete_recovery(point, f"{self.run_id}/plan-{plan.seq}/recovered")
         return point
 
+    def _trusted_resume(self, asked: object) -> str:
+        """The checkpoint a caller's `resume_from_checkpoint` names, once the ledger trusts it: recorded for
+        this candidate (since its checkpoints were last invalidated) and holding those bytes now; `True`
+        is the latest such record. Anything else is refused: training never resumes from bytes the ledger
+        did not record (a checkpoint edited after a crash, or saved but not recorded yet)."""
+        records: dict[str, str] = {}  # path -> sha256, oldest record first
+        if self._existing() is not None:
+            for e in self.ledger.events(stream=self.candidate_id):
+                event = e.event
+                if isinstance(event, TrustedStateInvalidated) and event.kind == CHECKPOINT:
+                    records.clear()
+                elif isinstance(event, TrustedStateRecorded) and event.kind == CHECKPOINT:
+                    records.pop(event.path, None)
+                    records[event.path] = event.sha256
+        if asked is True:
+            if not records:
+                raise InputError(
+                    f"resume_from_checkpoint=True: the ledger holds no checkpoint of candidate {self.candidate_id!r} "
+                    "to resume from; train without resume_from_checkpoint to start over"
+                )
+            path = next(reversed(records))
+        else:
+            if not isinstance(asked, str | os.PathLike):
+                raise InputError(f"resume_from_checkpoint must be a folder or True, not {asked!r}")
+            path = os.path.abspath(os.fspath(asked))
+            if path not in records:
+                raise InputError(
+                    f"resume_from_checkpoint {path}: not a checkpoint the ledger recorded for candidate "
+                    f"{self.candidate_id!r}; resume from one it trusts ({', '.join(records) or 'none yet'})"
+                )
+        now = hash_directory(path, self.ledger.artifact_root)
+        if now != records[path]:
+            raise InputError(
+                f"resume_from_checkpoint {path}: its bytes changed since the ledger recorded them (recorded "
+                f"{records[path]}, now {now}); not resuming from it"
+            )
+        return path
+
     def finish(self, trainer: Trainer, decision: str = "accept", **manifest_fields: Any) -> CandidateResult:
         """Save the adapter, write its manifest, complete the candidate, check it and hand it off.
 
@@ -328,11 +389,38 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
         the defaults. Returns the hand-off's result, or the check's when the check rejected it.
         """
         adapter = os.path.abspath(os.path.join(_output_dir(trainer.args), ADAPTER_FOLDER))
+        if filled := sorted(manifest_fields.keys() & _FILLED):
+            raise InputError(f"finish() fills {', '.join(filled)} itself, from the run and the adapter it saves")
+        is_main = trainer.is_world_process_zero()
+        self._collective(is_main, lambda: self._may_finish(adapter))
         trainer.save_model(adapter)  # every rank: the Trainer writes from the main process
         barrier()
-        is_main = trainer.is_world_process_zero()
         result: CandidateResult = self._collective(is_main, lambda: self._hand_off(adapter, decision, manifest_fields))
         return result
+
+    def _may_finish(self, adapter: str) -> None:
+        """Refuse, before the adapter is saved, a candidate that can take none (rejected) and a folder
+        holding another candidate's adapter (it would be overwritten under a hand-off that trusted it)."""
+        current = self._existing()
+        if current is not None and current.state is State.REJECT:
+            raise IllegalCommandError(
+                f"candidate {self.candidate_id!r} is reject ({', '.join(current.reason_codes) or 'no reason'}), "
+                "which is final: its adapter is not saved",
+                state=current.state.value,
+                trigger="receive",
+            )
+        manifest = os.path.join(os.path.dirname(adapter), MANIFEST_FILE)
+        if os.path.lexists(manifest):
+            try:
+                with open(manifest, "rb") as f:
+                    owner = strict_loads(f.read()).get("policy_version")
+            except (OSError, ValueError, AttributeError):
+                owner = None
+            if owner != self.candidate_id:
+                raise InputError(
+                    f"{os.path.dirname(adapter)} holds the adapter and manifest of {owner or 'another candidate'!r}, "
+                    f"not {self.candidate_id!r}: train each candidate in an output_dir of its own"
+                )
 
     def _manifest_defaults(self) -> JSON:
         assert self._registered is not None
@@ -351,13 +439,13 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
             raise InputError("finish() before training: cb.train(trainer) registers the candidate first")
         root = self.ledger.artifact_root
         manifest_path = os.path.join(os.path.dirname(adapter), MANIFEST_FILE)
-        chosen = self._manifest_defaults() | fields
+        chosen = {"source_policy_version": self._registered["source_policy_version"]} | self._manifest_defaults()
+        chosen |= fields
         if not chosen.get("evaluation_version"):
             raise InputError("finish() needs evaluation_version: the ledger has no active evaluation version")
         manifest = candidate_manifest(
             candidate_id=self.candidate_id,
             kind=self.kind,
-            source_policy_version=self._registered["source_policy_version"],
             adapter_path=os.path.relpath(adapter, root or os.path.dirname(manifest_path)),
             adapter_sha256=hash_directory(adapter, root),
             decision=decision,

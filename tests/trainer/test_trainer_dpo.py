@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lifecycle_fsm import IllegalCommandError, RecoveryAction, State
+from lifecycle_fsm import IllegalCommandError, InputError, RecoveryAction, State
 from lifecycle_fsm.artifacts import hash_directory
 from trainer.support import Tiny, baseline_ledger, dpo_trainer, events_of, fail_at, require_training_stack
 
@@ -51,6 +51,15 @@ def test_a_fault_is_planned_resumed_and_the_candidate_handed_off(tiny: Tiny, tmp
     with pytest.raises(IllegalCommandError, match="'dpo-1' is ready: its training is over"):
         again.train(dpo_trainer(tiny, tmp_path / "again", [again]))
     assert ledger.store.head() == head
+
+    # Another candidate finished into the same folder would overwrite the adapter dpo-1 was handed off with.
+    other = LedgerCallback(ledger, kind="dpo", run_id="dpo-other")
+    adapter = hash_directory(out / "candidate-adapter")
+    with pytest.raises(InputError, match="holds the adapter and manifest of 'dpo-1', not 'dpo-other'"):
+        other.finish(trainer)
+    with pytest.raises(InputError, match="finish\\(\\) fills adapter_sha256 itself"):
+        cb.finish(trainer, adapter_sha256="0" * 64)
+    assert hash_directory(out / "candidate-adapter") == adapter and ledger.store.head() == head
 
 
 @pytest.mark.slow
@@ -111,6 +120,9 @@ def test_a_blocking_plan_stops_training_and_rejects(tiny: Tiny, tmp_path: Path) 
         cb.train(trainer)
     assert isinstance(stopped.value.__cause__, RuntimeError)
     assert ledger.candidate("dpo-4").state is State.REJECT
+    with pytest.raises(IllegalCommandError, match="'dpo-4' is reject \\(block_update\\), which is final"):
+        cb.finish(trainer)
+    assert not (tmp_path / "out" / "candidate-adapter").exists()
 
 
 @pytest.mark.slow
@@ -136,3 +148,36 @@ def test_attempts_are_bounded_and_a_restart_follows_the_plan_left(tiny: Tiny, tm
         str(tmp_path / "out" / "checkpoint-2"),
     )
     assert again.finish(trainer, decision="accept").state is State.READY
+
+
+@pytest.mark.slow
+def test_a_restart_resumes_only_from_a_checkpoint_the_ledger_trusts(tiny: Tiny, tmp_path: Path) -> None:
+    """A run killed after checkpoint-2 was recorded, restarted with resume_from_checkpoint: edited bytes, or a
+    folder the ledger never recorded, are refused before anything is appended; the recorded bytes resume."""
+    from lifecycle_fsm.integrations.transformers import LedgerCallback
+
+    ledger = baseline_ledger(tmp_path, tiny.sft)
+    first = LedgerCallback(ledger, kind="dpo", run_id="dpo-6")
+    with pytest.raises(KeyboardInterrupt):
+        first.train(dpo_trainer(tiny, tmp_path / "out", [_interrupt_at(3), first]))
+    weights = tmp_path / "out" / "checkpoint-2" / "adapter_model.safetensors"
+    original = weights.read_bytes()
+    weights.write_bytes(original[:-1] + bytes([original[-1] ^ 1]))
+    again = LedgerCallback(ledger, kind="dpo", run_id="dpo-6")
+    head = ledger.store.head()
+    with pytest.raises(InputError, match="its bytes changed since the ledger recorded them"):
+        again.train(dpo_trainer(tiny, tmp_path / "out", [again]), resume_from_checkpoint=True)
+    with pytest.raises(InputError, match="not a checkpoint the ledger recorded for candidate 'dpo-6'"):
+        again.train(dpo_trainer(tiny, tmp_path / "out", [again]), resume_from_checkpoint=str(tmp_path / "out"))
+    assert ledger.store.head() == head
+    weights.write_bytes(original)
+    resumed = again.train(dpo_trainer(tiny, tmp_path / "out", [again]), resume_from_checkpoint=True)
+    assert resumed.global_step == 4
+    assert [key for key, _, _ in _recorded(ledger, "dpo-6")] == [
+        "dpo-6/attempt-1/step-2/checkpoint",
+        "dpo-6/attempt-2/step-4/checkpoint",  # resumed at step 2: checkpoint-2 not saved again
+    ]
+    trainer = dpo_trainer(tiny, tmp_path / "out", [again])
+    with pytest.raises(InputError, match="its source_policy_version is 'another-sft', the registration says"):
+        again.finish(trainer, source_policy_version="another-sft")  # a field finish fills, overridden
+    assert again.finish(trainer).state is State.READY

@@ -109,3 +109,51 @@ def test_a_ledger_the_recorder_cannot_open_fails_every_record_it_was_given(tmp_p
 
 def test_on_main_in_one_process_runs_the_step() -> None:
     assert on_main(True, lambda: 7) == 7
+
+
+def test_the_last_save_and_an_epoch_save_wait_for_the_records(tiny: Tiny, tmp_path: Path) -> None:
+    """The Trainer's clean-up after the last save, and an epoch's save, may remove checkpoints: the record
+    of the last save is made before on_save returns, and an epoch that saves waits for the ones queued."""
+    ledger = baseline_ledger(tmp_path, tiny.sft)
+    cb, args, state, control = _begun(ledger, tmp_path / "out", "run-4")
+    state.max_steps, state.global_step = 4, 2
+    _checkpoint(tmp_path / "out", 2, MIB)
+    cb.on_save(args, state, control)  # not the last: queued
+    control.should_save = True
+    cb.on_epoch_end(args, state, control)
+    assert len(events_of(ledger, "run-4", "TrustedStateRecorded")) == 1
+    state.global_step = 4
+    _checkpoint(tmp_path / "out", 4, MIB)
+    cb.on_save(args, state, control)
+    assert len(events_of(ledger, "run-4", "TrustedStateRecorded")) == 2
+
+
+def test_a_checkpoint_removed_before_its_record_is_skipped_not_a_failure(tiny: Tiny, tmp_path: Path) -> None:
+    """Bytes the ledger never recorded are never trusted; the training is not failed for a checkpoint the
+    Trainer rotated away while its record waited."""
+    from lifecycle_fsm.integrations.recorder import PendingRecord, TrustedStateRecorder
+
+    ledger = baseline_ledger(tmp_path, tiny.sft)
+    _begun(ledger, tmp_path / "out", "run-5")
+    recorder = TrustedStateRecorder(tmp_path / "ledger.db", actor="t", artifact_root=None)
+    gone = PendingRecord("run-5", "pre_update_checkpoint", str(tmp_path / "out" / "checkpoint-2"), "run-5/k")
+    recorder.submit(gone)
+    recorder.close()  # nothing raised
+    assert recorder.skipped == [gone] and events_of(ledger, "run-5", "TrustedStateRecorded") == []
+
+
+def test_the_card_fingerprints_the_dataset_given(tiny: Tiny, tmp_path: Path) -> None:
+    """TRL trains on a tokenized copy whose fingerprint `datasets` may draw at random: the dataset given to
+    the callback is the one its card names, so two runs on the same data record the same card."""
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    from examples.tiny_model import preference_data
+    from lifecycle_fsm.integrations.transformers import LedgerCallback
+
+    ledger = baseline_ledger(tmp_path, tiny.sft)
+    data = preference_data()
+    cb = LedgerCallback(ledger, kind="dpo", run_id="run-6", dataset=data)
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), use_cpu=True, report_to=[])
+    cb.on_train_begin(args, TrainerState(), TrainerControl())
+    assert cb.card is not None and cb.card["dataset"]["fingerprint"] == data._fingerprint
+    assert ledger.candidate("run-6").provenance == cb.card
