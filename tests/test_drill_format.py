@@ -313,3 +313,12 @@ def test_unknown_names_get_a_suggestion(tmp_path: Path, steps: str, expected: st
     with pytest.raises(ScenarioError) as e:
         load_scenario(_scenario(tmp_path, steps))
     assert expected in str(e.value)
+
+
+def test_a_crash_during_append_whose_commands_were_refused_says_why(tmp_path: Path) -> None:
+    """The writer was never killed because its command was refused: the failure names the refusal."""
+    failures = _failures(tmp_path, "  - crash_during_append: {candidate: nobody}\n")
+    assert failures[0] == (
+        "step 4 (crash_during_append): returncode: expected -9, "
+        "actual \"0 (NotFoundError: unknown candidate: 'nobody')\""
+    )

@@ -53,6 +53,7 @@ class Run:
     child: JSON = attrs.Factory(dict)  # the plan every child writer gets (the simulator: clock, ids, actor)
     mark: int = 0  # events before the last step that was not an `expect` ("+N" counts from here)
     audit: JSON | None = None  # the last `audit` step's hand-off record
+    reopen: Callable[[], Ledger] | None = None  # a new Ledger on the target, as the next command's process opens
 
     @property
     def actor(self) -> str:
@@ -229,7 +230,11 @@ def _behind_the_store(run: Run, step: Step) -> FaultOutcome:
     if isinstance(spec, steps.Concurrently):
         return writers.concurrently(store, run.ws, target, step, run.actor)
     if isinstance(spec, steps.TamperEvent):
-        return faults.tamper_event(store, run.target, seq=spec.seq, rng=run.rng)
+        outcome = faults.tamper_event(store, run.target, seq=spec.seq, rng=run.rng)
+        if run.reopen is not None:  # the folds this Ledger holds were read before the edit: the next command's
+            run.ledger.close()  # process (an operator's CLI call) reads the edited rows
+            run.ledger = run.reopen()
+        return outcome
     return faults.corrupt_checkpoint(store, run.target)
 
 
@@ -292,6 +297,7 @@ def run_scenario(
         target: Path | str = ws.db if ledger_url is None else ledger_url
         ledger = Ledger.open(target, synchronous="NORMAL", actor=f"drill:{scenario.name}")
         run = Run(scenario, ws, ledger, random.Random(seed), target)
+        run.reopen = lambda: Ledger.open(target, synchronous="NORMAL", actor=run.actor)
         try:
             config = scenario.config
             ws.materialize(scenario.artifacts, config)
@@ -299,9 +305,9 @@ def run_scenario(
             if config.evaluation_version is not None:
                 ledger.activate_evaluation(config.evaluation_version)
             results, failures, inconclusive = _run_steps(run)
-            events = ledger.store.count_events()
+            events = run.ledger.store.count_events()
         finally:
-            ledger.close()
+            run.ledger.close()
         kept = None
         if keep_dir is not None:  # a PostgreSQL ledger stays where it is: the caller owns its schema
             kept = ws.keep(keep_dir, scenario.name) if ledger_url is None else describe_target(target)

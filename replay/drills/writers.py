@@ -160,7 +160,9 @@ def crash_during_append(
     }
     problems: list[Problem] = []
     if code != -signal.SIGKILL:
-        problems.append(("returncode", -signal.SIGKILL, f"{code} ({tail})"))
+        refused = next((o for o in outcomes if o.refused), None)  # why no command got to its commit
+        why = f"{refused.classes[0]}: {refused.message}" if refused is not None else tail
+        problems.append(("returncode", -signal.SIGKILL, f"{code} ({why})"))
     if in_flight != planned:
         problems.append(("killed_in_command", planned, in_flight or None))
     present = sum(1 for seq in acknowledged if event_at(store, seq) is not None)
