@@ -27,7 +27,7 @@ from psycopg import sql
 from lifecycle_fsm.errors import InputError, StoreError
 from lifecycle_fsm.store.chain import EVENT_COLUMNS, GENESIS_HASH, STORED_TIME, header_parts
 from lifecycle_fsm.store.records import EventFilter, NewEvent
-from lifecycle_fsm.store.sql import DERIVED_TABLES, INDEXED
+from lifecycle_fsm.store.sql import CHECKPOINTS_ORDER, DERIVED_TABLES, INDEXED
 
 if TYPE_CHECKING:
     from lifecycle_fsm.store.postgres_session import PgSession
@@ -73,13 +73,16 @@ DERIVED_DDL = (
         position bigint NOT NULL, head_hash text NOT NULL, schema_version integer NOT NULL,
         fingerprint text NOT NULL, snapshot text NOT NULL, snapshot_sha256 text NOT NULL, recorded_at text NOT NULL
     )""",
+    f"CREATE INDEX IF NOT EXISTS {CHECKPOINTS_ORDER} ON checkpoints (position, checkpoint_id)",
     """CREATE TABLE IF NOT EXISTS checkpoint_streams (
         checkpoint_id bigint NOT NULL REFERENCES checkpoints, stream_id text NOT NULL, version bigint NOT NULL,
         state text NOT NULL, state_sha256 text NOT NULL, PRIMARY KEY (stream_id, checkpoint_id)
     )""",
     *EVENT_INDEX_DDL,
 )
-_DERIVED_PRESENT = "SELECT " + " AND ".join(f"to_regclass('{name}') IS NOT NULL" for name in DERIVED_TABLES)
+_DERIVED_PRESENT = "SELECT " + " AND ".join(
+    f"to_regclass('{name}') IS NOT NULL" for name in (*DERIVED_TABLES, CHECKPOINTS_ORDER)
+)
 DDL = (
     """CREATE TABLE IF NOT EXISTS events (
         seq bigint PRIMARY KEY CHECK (seq >= 1),

@@ -21,6 +21,7 @@ from lifecycle_fsm.store.records import CheckpointRecord, Head, StoredEvent, Str
 __all__ = [
     "CATCH_UP",
     "CHECKPOINTS",
+    "CHECKPOINTS_ORDER",
     "DERIVED_TABLES",
     "EMPTIED",
     "HEAD",
@@ -109,6 +110,7 @@ EMPTIED = (
 STREAM_VERSION = "(SELECT version FROM streams WHERE stream_id = %s)"
 # Tables derived from the log: disposable, and made again (empty) by `replay --full` when dropped by hand.
 DERIVED_TABLES = ("streams", "checkpoints", "checkpoint_streams", "event_index")
+CHECKPOINTS_ORDER = "checkpoints_position"  # the index a load walks checkpoints newest first by
 
 
 def derived_table_dropped(where: object, table: str, detail: str) -> StoreError | None:

@@ -32,7 +32,7 @@ import orjson
 from lifecycle_fsm.errors import StoreError
 from lifecycle_fsm.store.chain import FOLD_COLUMNS
 from lifecycle_fsm.store.records import EventFilter, StreamShare
-from lifecycle_fsm.store.sql import DERIVED_TABLES, INDEXED
+from lifecycle_fsm.store.sql import CHECKPOINTS_ORDER, DERIVED_TABLES, INDEXED
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -183,6 +183,10 @@ def _create_derived(db: sqlite_utils.Database) -> None:
         pk="checkpoint_id",
         if_not_exists=True,
     )
+    # A load reads the newest checkpoint first: walked in this order, never sorted with every snapshot.
+    db.table("checkpoints").create_index(
+        ["position", "checkpoint_id"], index_name=CHECKPOINTS_ORDER, if_not_exists=True
+    )
     db.table("checkpoint_streams").create(
         {"checkpoint_id": int, "stream_id": str, "version": int, "state": str, "state_sha256": str},
         pk=("stream_id", "checkpoint_id"),
@@ -197,8 +201,8 @@ def ensure_derived_tables(
     """Whether the file has the event index. A writer makes each derived table the file lacks (one made
     before the event index existed, or one dropped by hand), the event index in place of the filter
     indexes on `events`. A read-only handle reads the file as it is."""
-    found = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    if found.issuperset(DERIVED_TABLES) or not writable:
+    found = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'index')")}
+    if found.issuperset((*DERIVED_TABLES, CHECKPOINTS_ORDER)) or not writable:
         return "event_index" in found
     with locked():  # another process may make them meanwhile: each is made only if still missing
         import sqlite_utils

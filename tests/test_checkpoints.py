@@ -378,3 +378,38 @@ def test_a_checkpoint_whose_position_is_no_seq_is_broken_not_hidden(
     assert "is not a seq" in report["reason"]
     assert snapshot_json(load_state(busy.store).state) == full(busy)
     assert invoke(ws.db, "verify").exit_code == 6 and invoke(ws.db, "status").exit_code == 0
+
+
+def _walked_in_order(conn: sqlite3.Connection) -> bool:
+    plan = conn.execute(
+        "EXPLAIN QUERY PLAN SELECT * FROM checkpoints WHERE position <= 9 ORDER BY position DESC, checkpoint_id DESC"
+    ).fetchall()
+    return "TEMP B-TREE" not in " ".join(str(row) for row in plan)
+
+
+def test_a_load_walks_checkpoints_newest_first_by_an_index(ws: Workspace) -> None:
+    """Sorting every checkpoint with its snapshot made each load, and so each checkpoint, cost as much
+    as all before it. A ledger without the index (made before it, or dropped by hand) gets it from its
+    next writer."""
+    with Ledger.open(ws.db) as ledger:
+        ledger.init()
+        take_checkpoint(ledger.store, clock=lambda: "2026-01-01T00:00:00.000000Z")
+    with closing(sqlite3.connect(ws.db)) as conn:
+        assert _walked_in_order(conn)
+        conn.execute("DROP INDEX checkpoints_position")
+    with closing(sqlite3.connect(ws.db)) as conn:  # a new connection: the old one keeps its planned statement
+        assert not _walked_in_order(conn)
+    Ledger.open(ws.db).close()
+    with closing(sqlite3.connect(ws.db)) as conn:
+        assert _walked_in_order(conn)
+
+
+@pytest.mark.postgres
+def test_on_postgres_the_checkpoints_index_is_made_by_the_next_writer(pg_url: str) -> None:
+    from backends import pg_execute
+
+    Ledger.open(pg_url).close()
+    pg_execute(pg_url, "DROP INDEX checkpoints_position")
+    assert pg_execute(pg_url, "SELECT to_regclass('checkpoints_position')") == [(None,)]
+    Ledger.open(pg_url).close()
+    assert pg_execute(pg_url, "SELECT to_regclass('checkpoints_position') IS NOT NULL") == [(True,)]
