@@ -322,3 +322,11 @@ def test_a_crash_during_append_whose_commands_were_refused_says_why(tmp_path: Pa
         "step 4 (crash_during_append): returncode: expected -9, "
         "actual \"0 (NotFoundError: unknown candidate: 'nobody')\""
     )
+
+
+def test_a_file_named_twice_runs_once(tmp_path: Path) -> None:
+    """`drill f.yaml f.yaml` (or a folder and a file in it) is one scenario, not a name clash with itself."""
+    from lifecycle_fsm.replay.drills.loader import find_scenarios
+
+    path = _scenario(tmp_path, "")
+    assert find_scenarios([path, tmp_path, str(path)]) == [path]

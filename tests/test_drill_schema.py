@@ -97,8 +97,9 @@ def _steps(*lines: str) -> str:
             "name: s\nseed: 1\nartifacts: {sft: {size: 1}}\nsteps: [checkpoint: null]\n",
             "artifacts.sft: key 'type': is required (one of baseline, dpo, grpo, rlvr, trusted_state)",
         ),
-        ("- a\n- b\n", "must be a mapping, not list"),
-        (_steps("null"), "step 1: must be a mapping, not NoneType"),
+        ("- a\n- b\n", "must be a mapping, not a list"),
+        (_steps("null"), "step 1: must be a mapping, not null"),
+        ("", "must be a mapping, not null"),
     ],
 )
 def test_wrong_types_are_refused_not_converted(tmp_path: Path, text: str, expected: str) -> None:

@@ -92,7 +92,20 @@ class WrongType(Problem):
 
     def message_at(self, path: tuple[str, ...]) -> str:
         shown = repr(self.value)
-        return f"must be {self.expected}, not {shown if path and len(shown) <= 60 else type(self.value).__name__}"
+        return f"must be {self.expected}, not {shown if path and len(shown) <= 60 else _yaml_kind(self.value)}"
+
+
+def _yaml_kind(value: Any) -> str:
+    """What YAML calls the value (an empty file is null)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "text"
+    return "a list" if isinstance(value, list) else type(value).__name__
 
 
 def _is(value: Any, kind: type) -> bool:

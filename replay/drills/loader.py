@@ -8,6 +8,7 @@ between sections). Domain values (an unknown stage) are the ledger's to refuse (
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Mapping, Sequence
 from datetime import date
@@ -273,7 +274,7 @@ def load_scenario(path: str | Path) -> Scenario:
 
 
 def find_scenarios(paths: Sequence[str | Path]) -> list[Path]:
-    """Scenario files: each file given, and the `*.yaml` directly inside each folder (sorted)."""
+    """Scenario files: each file given, and the `*.yaml` directly inside each folder (sorted), each once."""
     found: list[Path] = []
     for raw in paths:
         p = Path(raw)
@@ -285,7 +286,10 @@ def find_scenarios(paths: Sequence[str | Path]) -> list[Path]:
             raise ScenarioError(f"{p}: no such scenario file or folder")
     if not found:
         raise ScenarioError(f"no scenario files (*.yaml) in {', '.join(str(p) for p in paths)}")
-    return found
+    unique: dict[str, Path] = {}  # a file named twice (or through a link) runs once
+    for f in found:
+        unique.setdefault(os.path.realpath(f), f)
+    return list(unique.values())
 
 
 def load_scenarios(paths: Sequence[str | Path]) -> list[Scenario]:
