@@ -29,18 +29,33 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 from collections.abc import Callable
 from enum import StrEnum
 from typing import Any, TypeVar
 
 import attrs
 
+from lifecycle_fsm.artifacts import hash_directory
+from lifecycle_fsm.candidate_events import TrustedStateInvalidated, TrustedStateRecorded
+from lifecycle_fsm.errors import InputError, NotFoundError
+from lifecycle_fsm.ledger import Ledger
 from lifecycle_fsm.recovery import RecoveryAction, RecoveryPlan
 from lifecycle_fsm.state import LedgerSettings
 
-__all__ = ["ResumePoint", "StageTracker", "TRAINER_ACTIONS", "TrainerAction", "load_baseline_adapter", "resume_point"]
+__all__ = [
+    "CHECKPOINT",
+    "ResumePoint",
+    "StageTracker",
+    "TRAINER_ACTIONS",
+    "TrainerAction",
+    "load_baseline_adapter",
+    "resume_point",
+    "trusted_checkpoint",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
+CHECKPOINT = "pre_update_checkpoint"  # the trusted-state kind a Trainer checkpoint is recorded as
 
 
 @attrs.define
@@ -151,3 +166,50 @@ def load_baseline_adapter(trainer: Any, adapter: str) -> None:
     set_peft_model_state_dict(model, load_peft_weights(adapter, device="cpu"))
     trainer.optimizer = None  # a fresh optimizer and schedule for the new start (the Trainer creates them)
     trainer.lr_scheduler = None
+
+
+def trusted_checkpoint(ledger: Ledger, candidate_id: str, asked: object) -> str:
+    """The checkpoint a caller's `resume_from_checkpoint` names, once the ledger trusts it: recorded for
+    this candidate (since its checkpoints were last invalidated) and holding those bytes now; `True`
+    is the latest such record. Anything else is refused: training never resumes from bytes the ledger
+    did not record (a checkpoint edited after a crash, or saved but not recorded yet)."""
+    records: dict[str, str] = {}  # path -> sha256, oldest record first
+    if _known(ledger, candidate_id):
+        for e in ledger.events(stream=candidate_id):
+            event = e.event
+            if isinstance(event, TrustedStateInvalidated) and event.kind == CHECKPOINT:
+                records.clear()
+            elif isinstance(event, TrustedStateRecorded) and event.kind == CHECKPOINT:
+                records.pop(event.path, None)
+                records[event.path] = event.sha256
+    if asked is True:
+        if not records:
+            raise InputError(
+                f"resume_from_checkpoint=True: the ledger holds no checkpoint of candidate {candidate_id!r} "
+                "to resume from; train without resume_from_checkpoint to start over"
+            )
+        path = next(reversed(records))
+    else:
+        if not isinstance(asked, str | os.PathLike):
+            raise InputError(f"resume_from_checkpoint must be a folder or True, not {asked!r}")
+        path = os.path.abspath(os.fspath(asked))
+        if path not in records:
+            raise InputError(
+                f"resume_from_checkpoint {path}: not a checkpoint the ledger recorded for candidate "
+                f"{candidate_id!r}; resume from one it trusts ({', '.join(records) or 'none yet'})"
+            )
+    now = hash_directory(path, ledger.artifact_root)
+    if now != records[path]:
+        raise InputError(
+            f"resume_from_checkpoint {path}: its bytes changed since the ledger recorded them (recorded "
+            f"{records[path]}, now {now}); not resuming from it"
+        )
+    return path
+
+
+def _known(ledger: Ledger, candidate_id: str) -> bool:
+    try:
+        ledger.candidate(candidate_id)
+    except NotFoundError:
+        return False
+    return True

@@ -18,8 +18,8 @@ from typing import Any, TypeVar
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from lifecycle_fsm.artifacts import hash_directory
-from lifecycle_fsm.candidate_events import TrustedStateInvalidated, TrustedStateRecorded
 from lifecycle_fsm.errors import IllegalCommandError, InputError, LifecycleError, NotFoundError
+from lifecycle_fsm.integrations.handoff import manifest_defaults, refuse_filled, refuse_unfinishable
 from lifecycle_fsm.integrations.provenance import provenance_card
 from lifecycle_fsm.integrations.recorder import (
     MainProcessError,
@@ -29,13 +29,15 @@ from lifecycle_fsm.integrations.recorder import (
     on_main,
 )
 from lifecycle_fsm.integrations.recovery import (
+    CHECKPOINT,
     ResumePoint,
     StageTracker,
     TrainerAction,
     load_baseline_adapter,
     resume_point,
+    trusted_checkpoint,
 )
-from lifecycle_fsm.json_types import JSON, strict_loads
+from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.ledger import Ledger
 from lifecycle_fsm.limits import check_int
 from lifecycle_fsm.logs import get_logger
@@ -51,9 +53,6 @@ log = get_logger(__name__)
 
 ADAPTER_FOLDER = "candidate-adapter"
 MANIFEST_FILE = "candidate-manifest.json"
-CHECKPOINT = "pre_update_checkpoint"  # the trusted-state kind a Trainer checkpoint is recorded as
-# Manifest fields `finish` fills from the run and the adapter it saves, never from a caller.
-_FILLED = frozenset({"candidate_id", "kind", "adapter_path", "adapter_sha256"})
 
 
 class TrainingStopped(RuntimeError):
@@ -302,7 +301,7 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
             resume = self._follow(trainer, left, None, resume)
         elif resume is not None and resume is not False:
             asked = resume
-            resume = self._collective(is_main, lambda: self._trusted_resume(asked))
+            resume = self._collective(is_main, lambda: trusted_checkpoint(self.ledger, self.candidate_id, asked))
         for attempt in range(1, self.max_attempts + 1):
             self._stages.failed, self._began, self._hook_failed = None, False, False
             try:
@@ -343,44 +342,6 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
         self._complete_recovery(point, f"{self.run_id}/plan-{plan.seq}/recovered")
         return point
 
-    def _trusted_resume(self, asked: object) -> str:
-        """The checkpoint a caller's `resume_from_checkpoint` names, once the ledger trusts it: recorded for
-        this candidate (since its checkpoints were last invalidated) and holding those bytes now; `True`
-        is the latest such record. Anything else is refused: training never resumes from bytes the ledger
-        did not record (a checkpoint edited after a crash, or saved but not recorded yet)."""
-        records: dict[str, str] = {}  # path -> sha256, oldest record first
-        if self._existing() is not None:
-            for e in self.ledger.events(stream=self.candidate_id):
-                event = e.event
-                if isinstance(event, TrustedStateInvalidated) and event.kind == CHECKPOINT:
-                    records.clear()
-                elif isinstance(event, TrustedStateRecorded) and event.kind == CHECKPOINT:
-                    records.pop(event.path, None)
-                    records[event.path] = event.sha256
-        if asked is True:
-            if not records:
-                raise InputError(
-                    f"resume_from_checkpoint=True: the ledger holds no checkpoint of candidate {self.candidate_id!r} "
-                    "to resume from; train without resume_from_checkpoint to start over"
-                )
-            path = next(reversed(records))
-        else:
-            if not isinstance(asked, str | os.PathLike):
-                raise InputError(f"resume_from_checkpoint must be a folder or True, not {asked!r}")
-            path = os.path.abspath(os.fspath(asked))
-            if path not in records:
-                raise InputError(
-                    f"resume_from_checkpoint {path}: not a checkpoint the ledger recorded for candidate "
-                    f"{self.candidate_id!r}; resume from one it trusts ({', '.join(records) or 'none yet'})"
-                )
-        now = hash_directory(path, self.ledger.artifact_root)
-        if now != records[path]:
-            raise InputError(
-                f"resume_from_checkpoint {path}: its bytes changed since the ledger recorded them (recorded "
-                f"{records[path]}, now {now}); not resuming from it"
-            )
-        return path
-
     def finish(self, trainer: Trainer, decision: str = "accept", **manifest_fields: Any) -> CandidateResult:
         """Save the adapter, write its manifest, complete the candidate, check it and hand it off.
 
@@ -389,48 +350,13 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
         the defaults. Returns the hand-off's result, or the check's when the check rejected it.
         """
         adapter = os.path.abspath(os.path.join(_output_dir(trainer.args), ADAPTER_FOLDER))
-        if filled := sorted(manifest_fields.keys() & _FILLED):
-            raise InputError(f"finish() fills {', '.join(filled)} itself, from the run and the adapter it saves")
+        refuse_filled(manifest_fields)
         is_main = trainer.is_world_process_zero()
-        self._collective(is_main, lambda: self._may_finish(adapter))
+        self._collective(is_main, lambda: refuse_unfinishable(self.ledger, self.candidate_id, adapter, MANIFEST_FILE))
         trainer.save_model(adapter)  # every rank: the Trainer writes from the main process
         barrier()
         result: CandidateResult = self._collective(is_main, lambda: self._hand_off(adapter, decision, manifest_fields))
         return result
-
-    def _may_finish(self, adapter: str) -> None:
-        """Refuse, before the adapter is saved, a candidate that can take none (rejected) and a folder
-        holding another candidate's adapter (it would be overwritten under a hand-off that trusted it)."""
-        current = self._existing()
-        if current is not None and current.state is State.REJECT:
-            raise IllegalCommandError(
-                f"candidate {self.candidate_id!r} is reject ({', '.join(current.reason_codes) or 'no reason'}), "
-                "which is final: its adapter is not saved",
-                state=current.state.value,
-                trigger="receive",
-            )
-        manifest = os.path.join(os.path.dirname(adapter), MANIFEST_FILE)
-        if os.path.lexists(manifest):
-            try:
-                with open(manifest, "rb") as f:
-                    owner = strict_loads(f.read()).get("policy_version")
-            except (OSError, ValueError, AttributeError):
-                owner = None
-            if owner != self.candidate_id:
-                raise InputError(
-                    f"{os.path.dirname(adapter)} holds the adapter and manifest of {owner or 'another candidate'!r}, "
-                    f"not {self.candidate_id!r}: train each candidate in an output_dir of its own"
-                )
-
-    def _manifest_defaults(self) -> JSON:
-        assert self._registered is not None
-        defaults: JSON = {"evaluation_version": self.ledger.settings().evaluation_version}
-        if self.kind == "dpo":
-            fingerprint = (self.card or {}).get("dataset", {}).get("fingerprint")
-            defaults["source_evidence_version"] = None if fingerprint is None else f"datasets:{fingerprint}"
-        else:
-            defaults["evidence_window_index"] = self._registered["active_window"]
-        return defaults
 
     def _hand_off(self, adapter: str, decision: str, fields: JSON) -> CandidateResult:
         if self._recorder is not None:
@@ -439,8 +365,8 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
             raise InputError("finish() before training: cb.train(trainer) registers the candidate first")
         root = self.ledger.artifact_root
         manifest_path = os.path.join(os.path.dirname(adapter), MANIFEST_FILE)
-        chosen = {"source_policy_version": self._registered["source_policy_version"]} | self._manifest_defaults()
-        chosen |= fields
+        settings = self.ledger.settings()
+        chosen = manifest_defaults(self.kind, self.card, self._registered, settings.evaluation_version) | fields
         if not chosen.get("evaluation_version"):
             raise InputError("finish() needs evaluation_version: the ledger has no active evaluation version")
         manifest = candidate_manifest(

@@ -143,7 +143,7 @@ def test_the_integrations_package_alone_loads_no_training_library() -> None:
     assert done.stdout.strip() == "[]"
 
 
-@pytest.mark.parametrize("name", ["provenance", "recorder", "recovery", "transformers"])
+@pytest.mark.parametrize("name", ["handoff", "provenance", "recorder", "recovery", "transformers"])
 def test_each_integration_module_exports_a_sorted_all(name: str) -> None:
     import importlib
 

@@ -1,0 +1,66 @@
+"""What `LedgerCallback.finish` writes in a candidate's manifest by default, and what it refuses before it
+saves anything: fields it fills itself, a candidate that can take no adapter, and an output folder that holds
+another candidate's (saving there would overwrite bytes a hand-off trusted)."""
+
+from __future__ import annotations
+
+import os
+
+from lifecycle_fsm.errors import IllegalCommandError, InputError, NotFoundError
+from lifecycle_fsm.json_types import JSON, strict_loads
+from lifecycle_fsm.ledger import Ledger
+from lifecycle_fsm.machine import State
+from lifecycle_fsm.state import CandidateState
+
+__all__ = ["manifest_defaults", "refuse_filled", "refuse_unfinishable"]
+
+# Manifest fields `finish` fills from the run and the adapter it saves, never from a caller.
+_FILLED = frozenset({"candidate_id", "kind", "adapter_path", "adapter_sha256"})
+
+
+def manifest_defaults(kind: str, card: JSON | None, registered: JSON, evaluation_version: str | None) -> JSON:
+    """The manifest fields `finish` fills unless given: the baseline the candidate was registered against,
+    the ledger's evaluation version, a DPO run's dataset fingerprint or an online run's window."""
+    defaults: JSON = {
+        "source_policy_version": registered["source_policy_version"],
+        "evaluation_version": evaluation_version,
+    }
+    if kind == "dpo":
+        fingerprint = (card or {}).get("dataset", {}).get("fingerprint")
+        defaults["source_evidence_version"] = None if fingerprint is None else f"datasets:{fingerprint}"
+    else:
+        defaults["evidence_window_index"] = registered["active_window"]
+    return defaults
+
+
+def refuse_filled(fields: JSON) -> None:
+    if filled := sorted(fields.keys() & _FILLED):
+        raise InputError(f"finish() fills {', '.join(filled)} itself, from the run and the adapter it saves")
+
+
+def refuse_unfinishable(ledger: Ledger, candidate_id: str, adapter: str, manifest_file: str) -> None:
+    """Refuse, before the adapter is saved, a candidate that can take none (rejected) and a folder
+    holding another candidate's adapter (it would be overwritten under a hand-off that trusted it)."""
+    try:
+        current: CandidateState | None = ledger.candidate(candidate_id)
+    except NotFoundError:
+        current = None
+    if current is not None and current.state is State.REJECT:
+        raise IllegalCommandError(
+            f"candidate {candidate_id!r} is reject ({', '.join(current.reason_codes) or 'no reason'}), "
+            "which is final: its adapter is not saved",
+            state=current.state.value,
+            trigger="receive",
+        )
+    manifest = os.path.join(os.path.dirname(adapter), manifest_file)
+    if os.path.lexists(manifest):
+        try:
+            with open(manifest, "rb") as f:
+                owner = strict_loads(f.read()).get("policy_version")
+        except (OSError, ValueError, AttributeError):
+            owner = None
+        if owner != candidate_id:
+            raise InputError(
+                f"{os.path.dirname(adapter)} holds the adapter and manifest of {owner or 'another candidate'!r}, "
+                f"not {candidate_id!r}: train each candidate in an output_dir of its own"
+            )
