@@ -14,6 +14,7 @@ breaks that row's hash; removing or reordering rows breaks the next row's link.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import math
 import operator
@@ -38,6 +39,7 @@ __all__ = [
     "event_hash",
     "fold_columns",
     "row_hash_error",
+    "stamp_limit",
     "stamped",
 ]
 
@@ -47,6 +49,9 @@ NOT_A_HASH = "not a hash: a column is not text"  # what `event_hash` gives for a
 # The form the ledger stores times in (UTC, microseconds): the one in which text order is time order.
 STORED_TIME = "[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}[.][0-9]{6}Z"
 _STORED_TIME = re.compile(STORED_TIME)
+# How far ahead of a writer's clock the head's time may be and still be taken on: lock waits and the
+# skew between machines' clocks, never a clock that is wrong by hours or years.
+STAMP_LEAD = dt.timedelta(minutes=5)
 
 
 def canonical_json(value: Any) -> str:
@@ -117,12 +122,27 @@ def event_hash(
 
 
 def stamped(given: str, head: str) -> str:
-    """The time an event is stored with after an event stored at `head`: the given time, or the head's
-    when that is later and both are in the ledger's form (`STORED_TIME`). PostgreSQL's append says the
-    same in SQL (`store.postgres_schema.STAMPED`)."""
-    if head > given and _STORED_TIME.fullmatch(given) and _STORED_TIME.fullmatch(head):
+    """The time an event is stored with after an event stored at `head`: the head's when that is later,
+    by no more than `STAMP_LEAD` (`stamp_limit`), both in the ledger's form (`STORED_TIME`); else the
+    given time. A head from a clock far ahead is not passed on. PostgreSQL's append says the same in
+    SQL (`store.postgres_schema.STAMPED`)."""
+    in_form = type(head) is str and type(given) is str and bool(_STORED_TIME.fullmatch(head))  # a BLOB is no time
+    if in_form and head > given and _STORED_TIME.fullmatch(given) and head <= stamp_limit(given):
         return head
     return given
+
+
+def stamp_limit(given: str) -> str:
+    """The latest head time an event stamped at `given` takes on ("" when `given` is no real moment in the
+    ledger's form: then it takes on none)."""
+    try:
+        moment = dt.datetime.fromisoformat(given.removesuffix("Z"))
+    except (ValueError, AttributeError):
+        return ""
+    try:
+        return (moment + STAMP_LEAD).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    except OverflowError:  # within STAMP_LEAD of the end of year 9999
+        return "9999-12-31T23:59:59.999999Z"
 
 
 def header_parts(

@@ -25,7 +25,7 @@ from psycopg import errors as pg_errors
 from psycopg import sql
 
 from lifecycle_fsm.errors import InputError, StoreError
-from lifecycle_fsm.store.chain import EVENT_COLUMNS, GENESIS_HASH, STORED_TIME, header_parts
+from lifecycle_fsm.store.chain import EVENT_COLUMNS, GENESIS_HASH, STORED_TIME, header_parts, stamp_limit
 from lifecycle_fsm.store.records import EventFilter, NewEvent
 from lifecycle_fsm.store.sql import CHECKPOINTS_ORDER, DERIVED_TABLES, INDEXED
 
@@ -112,8 +112,9 @@ DDL = (
 # `chain.stamped` in SQL: the time an event is stored with, after the head's (`last.recorded_at`). A time
 # in the ledger's form needs no escaping in JSON: the hashed header quotes a stamped one as it is.
 STAMPED = (
-    f"CASE WHEN last.recorded_at COLLATE \"C\" > p_recorded_at AND last.recorded_at ~ '^{STORED_TIME}$' "
-    f"AND p_recorded_at ~ '^{STORED_TIME}$' THEN last.recorded_at ELSE p_recorded_at END"
+    f'CASE WHEN last.recorded_at COLLATE "C" > p_recorded_at AND last.recorded_at COLLATE "C" <= p_stamp_limit '
+    f"AND last.recorded_at ~ '^{STORED_TIME}$' AND p_recorded_at ~ '^{STORED_TIME}$' "
+    "THEN last.recorded_at ELSE p_recorded_at END"
 )
 # One event appended in one statement (`append_one`): the lock, then (each statement of a
 # function taking a new snapshot in read committed) the head and every expected version read
@@ -122,7 +123,8 @@ STAMPED = (
 # and the followers' notification. Nothing is written, and the row returned is NULLs, when a
 # check fails.
 APPEND_FUNCTION = f"""CREATE OR REPLACE FUNCTION lifecycle_append(lock_key bigint, p_stream text, p_version bigint,
-    p_event_id text, p_type text, p_schema_version integer, p_payload text, p_recorded_at text, p_actor text,
+    p_event_id text, p_type text, p_schema_version integer, p_payload text, p_recorded_at text, p_stamp_limit text,
+    p_actor text,
     p_header_before text, p_time_json text, p_header_middle text, p_header_after text, p_checks text,
     p_check_id boolean, p_channel text, OUT r_seq bigint, OUT r_prev_hash text, OUT r_hash text, OUT r_recorded_at text)
 LANGUAGE plpgsql AS $$
@@ -146,9 +148,9 @@ BEGIN
 END $$"""
 _HAS_APPEND_FUNCTION = (
     "SELECT to_regprocedure('lifecycle_append(bigint, text, bigint, text, text, integer, text, text, text, "
-    "text, text, text, text, text, boolean, text)') IS NOT NULL"
+    "text, text, text, text, text, text, boolean, text)') IS NOT NULL"
 )
-APPEND_ONE = "SELECT r_seq, r_prev_hash, r_hash, r_recorded_at FROM lifecycle_append(" + ", ".join(["%s"] * 16) + ")"
+APPEND_ONE = "SELECT r_seq, r_prev_hash, r_hash, r_recorded_at FROM lifecycle_append(" + ", ".join(["%s"] * 17) + ")"
 # The append-only triggers as `pg_get_triggerdef` gives them back (the table's schema left out)
 # and the body of the function they run, whitespace aside: what `guard_problems` accepts.
 PG_GUARDS = {
@@ -214,6 +216,7 @@ def append_one(
         event.schema_version,
         payload,
         event.recorded_at,
+        stamp_limit(event.recorded_at),
         event.actor,
         before,
         time,

@@ -89,16 +89,16 @@ def test_explain_and_status_by_time(ws: Workspace, advanced: dict[str, int]) -> 
 
 
 def test_a_writer_whose_clock_is_behind_records_no_time_before_the_head(ws: Workspace) -> None:
-    """Two supervisors on one ledger, the second's clock an hour behind: its events are stored with the
+    """Two supervisors on one ledger, the second's clock three minutes behind: its events are stored with the
     time at the head, so as of any time the answer is every event recorded by then, a prefix of the log."""
     ahead = Ledger(SQLiteEventStore(ws.db, synchronous="NORMAL"), clock=Clock(), actor="ahead")
     behind_clock = Clock()
-    behind_clock.n = -3600
+    behind_clock.n = -180
     behind = Ledger(SQLiteEventStore(ws.db, synchronous="NORMAL"), clock=behind_clock, actor="behind")
     with ahead, behind:
         ahead.init()  # t+1
         ahead.activate_baseline(ws.baseline())  # t+2
-        behind.receive(ws.dpo())  # its clock says t-3599: stored at t+2
+        behind.receive(ws.dpo())  # its clock says t-179: stored at t+2
         ahead.receive(ws.grpo())  # t+3
     times = [row["recorded_at"] for row in map(json.loads, invoke(ws.db, "log", "--jsonl").stdout.splitlines())]
     stored = [

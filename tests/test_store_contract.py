@@ -40,7 +40,7 @@ from lifecycle_fsm.store import (
     event_hash,
 )
 from lifecycle_fsm.store.base import event_at, hash_at, select_events, verify_chain
-from lifecycle_fsm.store.chain import fold_columns
+from lifecycle_fsm.store.chain import fold_columns, stamp_limit
 from lifecycle_fsm.store.records import StreamShare
 
 
@@ -594,6 +594,12 @@ def test_a_time_never_goes_back_along_the_log(store: EventStore) -> None:
     assert _times(store, after=7) == [at(6), at(6), at(6), at(7), at(7), "yesterday", at(1)]
     assert store.position_at(at(5)) == 7
     assert store.position_at(at(6)) == 10
+    # A head more than STAMP_LEAD (5 minutes) ahead of a writer's clock is not passed on (a clock far wrong).
+    store.append("c:i", 0, [NewEvent("c:i", "Checked", 1, {}, "ahead", "2026-01-01T00:10:00.000000Z", "sup")])
+    store.append("c:j", 0, [NewEvent("c:j", "Checked", 1, {}, "behind", at(2), "sup")])
+    store.append("c:k", 0, [NewEvent("c:k", "Checked", 1, {}, "near", "2026-01-01T00:05:00.000000Z", "sup")])
+    assert _times(store, after=14) == ["2026-01-01T00:10:00.000000Z", at(2), "2026-01-01T00:05:00.000000Z"]
+    assert stamp_limit(at(2)) == "2026-01-01T00:05:02.000000Z" and stamp_limit("yesterday") == ""
     assert verify_chain(store).ok
 
 

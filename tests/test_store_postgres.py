@@ -106,7 +106,7 @@ def test_a_ledger_made_when_commits_wrote_the_state_index_is_upgraded_by_its_own
     """Without the append function that leaves the index to checkpoints, a role that may not change the
     schema is refused every append, in one line; the owner's next open adds it, and the role appends."""
     signature = (
-        "bigint, text, bigint, text, text, integer, text, text, text, text, text, text, text, text, boolean, text"
+        "bigint, text, bigint, text, text, integer, text, text, text, text, text, text, text, text, text, boolean, text"
     )
     pg_execute(pg_url, f"DROP FUNCTION lifecycle_append({signature})")
     with PostgresEventStore(app_role, synchronous="NORMAL") as app:

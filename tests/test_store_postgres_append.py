@@ -84,11 +84,19 @@ def test_the_server_hashes_what_event_hash_hashes(pg: PostgresEventStore, rows: 
 
 
 # Times in the ledger's form a few microseconds apart (so they often go back), and some that are not.
-_in_form = st.integers(0, 3).map(lambda n: f"2026-01-01T00:00:00.00000{n}Z")
+_in_form = st.integers(0, 3).map(lambda n: f"2026-01-01T00:00:00.00000{n}Z") | st.sampled_from(
+    # the edges of STAMP_LEAD (5 minutes) after those, an hour ahead, the last moment there is
+    [
+        "2026-01-01T00:05:00.000000Z",
+        "2026-01-01T00:05:00.000004Z",
+        "2026-01-01T01:00:00.000000Z",
+        "9999-12-31T23:59:59.999999Z",
+    ]
+)
 _times = st.lists(_in_form | st.sampled_from(["", "2026-01-01T00:00:00.000002", "2026-01-01T00:00:09Z", "\u00e9"]))
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(times=_times, batch=st.booleans())
 def test_the_server_stamps_a_time_as_stamped_does(
     pg: PostgresEventStore, tmp_path_factory: pytest.TempPathFactory, times: list[str], batch: bool

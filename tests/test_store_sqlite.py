@@ -373,3 +373,15 @@ def test_a_path_the_file_system_refuses_is_a_store_error_not_a_bare_os_error(tmp
         with pytest.raises(StoreError, match="cannot create the ledger file"):
             SQLiteEventStore(target)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_a_head_time_edited_into_a_blob_is_no_time_to_stamp_after(filled: SQLiteEventStore, db: Path) -> None:
+    """A column of the head edited to another type by hand: the append stamps the given time (no TypeError);
+    the edit itself is `verify`'s finding."""
+    head = filled.head().seq
+    with plain(db) as conn:
+        conn.execute("DROP TRIGGER events_refuse_update")
+        conn.execute("UPDATE events SET recorded_at = CAST(recorded_at AS BLOB) WHERE seq = ?", (head,))
+    (stored,) = filled.append("blob", 0, [new("blob", 0)]).events
+    assert stored.recorded_at == new("blob", 0).recorded_at
+    assert verify_chain(filled).bad_seq == head

@@ -12,7 +12,7 @@ from lifecycle_fsm.ledger import Ledger
 from lifecycle_fsm.machine import State
 from lifecycle_fsm.state import CandidateState
 
-__all__ = ["manifest_defaults", "refuse_filled", "refuse_unfinishable"]
+__all__ = ["adapter_received", "manifest_defaults", "refuse_filled"]
 
 # Manifest fields `finish` fills from the run and the adapter it saves, never from a caller.
 _FILLED = frozenset({"candidate_id", "kind", "adapter_path", "adapter_sha256"})
@@ -38,9 +38,10 @@ def refuse_filled(fields: JSON) -> None:
         raise InputError(f"finish() fills {', '.join(filled)} itself, from the run and the adapter it saves")
 
 
-def refuse_unfinishable(ledger: Ledger, candidate_id: str, adapter: str, manifest_file: str) -> None:
-    """Refuse, before the adapter is saved, a candidate that can take none (rejected) and a folder
-    holding another candidate's adapter (it would be overwritten under a hand-off that trusted it)."""
+def adapter_received(ledger: Ledger, candidate_id: str, adapter: str, manifest_file: str) -> bool:
+    """Whether the candidate received its adapter already (a `finish` repeated, or resumed after a crash:
+    nothing is saved over the bytes the ledger holds); refused before anything is saved: a candidate
+    that can take none (rejected), and a folder holding another candidate's adapter."""
     try:
         current: CandidateState | None = ledger.candidate(candidate_id)
     except NotFoundError:
@@ -64,3 +65,4 @@ def refuse_unfinishable(ledger: Ledger, candidate_id: str, adapter: str, manifes
                 f"{os.path.dirname(adapter)} holds the adapter and manifest of {owner or 'another candidate'!r}, "
                 f"not {candidate_id!r}: train each candidate in an output_dir of its own"
             )
+    return current is not None and not current.pending and current.manifest_path is not None

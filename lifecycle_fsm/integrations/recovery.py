@@ -49,6 +49,7 @@ __all__ = [
     "StageTracker",
     "TRAINER_ACTIONS",
     "TrainerAction",
+    "TrainingStopped",
     "load_baseline_adapter",
     "resume_point",
     "trusted_checkpoint",
@@ -128,6 +129,14 @@ class ResumePoint:
     why: str = ""
 
 
+class TrainingStopped(RuntimeError):
+    """Training was not resumed: the plan blocks the candidate, or the attempts ran out."""
+
+    def __init__(self, message: str, point: ResumePoint | None = None) -> None:
+        super().__init__(message)
+        self.point = point
+
+
 def _baseline(plan: RecoveryPlan, settings: LedgerSettings, why: str) -> ResumePoint:
     if plan.recovery_state == "verified_baseline" and plan.path is not None:
         adapter = plan.path  # the plan re-hashed it just now
@@ -192,10 +201,11 @@ def trusted_checkpoint(ledger: Ledger, candidate_id: str, asked: object) -> str:
     else:
         if not isinstance(asked, str | os.PathLike):
             raise InputError(f"resume_from_checkpoint must be a folder or True, not {asked!r}")
-        path = os.path.abspath(os.fspath(asked))
-        if path not in records:
+        real = os.path.realpath(os.fspath(asked))  # the folder, however it is named (a link, a relative path)
+        path = next((p for p in reversed(records) if os.path.realpath(p) == real), "")
+        if not path:
             raise InputError(
-                f"resume_from_checkpoint {path}: not a checkpoint the ledger recorded for candidate "
+                f"resume_from_checkpoint {os.fspath(asked)}: not a checkpoint the ledger recorded for candidate "
                 f"{candidate_id!r}; resume from one it trusts ({', '.join(records) or 'none yet'})"
             )
     now = hash_directory(path, ledger.artifact_root)

@@ -1,10 +1,9 @@
 """`LedgerCallback`: a `transformers` / TRL trainer that records its candidate in the ledger as it trains.
 
-What it records and when (the candidate with its provenance card at train begin, each
-checkpoint as a trusted state, each failure and its recovery, the hand-off at `finish`)
-and how ranks share the work under DDP: docs/embedding.md, "The trainer integration".
-A failure raised on one rank only is not seen by the others: they wait in their next
-collective, as torch.distributed does without this callback.
+What it records and when (the candidate and its provenance card at train begin, each checkpoint
+as a trusted state, each failure and its recovery, the hand-off at `finish`) and how ranks share
+the work under DDP: docs/embedding.md, "The trainer integration". A failure raised on one rank
+only is not seen by the others: they wait in their next collective, as torch.distributed does.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState,
 
 from lifecycle_fsm.artifacts import hash_directory
 from lifecycle_fsm.errors import IllegalCommandError, InputError, LifecycleError, NotFoundError
-from lifecycle_fsm.integrations.handoff import manifest_defaults, refuse_filled, refuse_unfinishable
+from lifecycle_fsm.integrations.handoff import adapter_received, manifest_defaults, refuse_filled
 from lifecycle_fsm.integrations.provenance import provenance_card
 from lifecycle_fsm.integrations.recorder import (
     MainProcessError,
@@ -33,6 +32,7 @@ from lifecycle_fsm.integrations.recovery import (
     ResumePoint,
     StageTracker,
     TrainerAction,
+    TrainingStopped,
     load_baseline_adapter,
     resume_point,
     trusted_checkpoint,
@@ -53,14 +53,6 @@ log = get_logger(__name__)
 
 ADAPTER_FOLDER = "candidate-adapter"
 MANIFEST_FILE = "candidate-manifest.json"
-
-
-class TrainingStopped(RuntimeError):
-    """Training was not resumed: the plan blocks the candidate, or the attempts ran out."""
-
-    def __init__(self, message: str, point: ResumePoint | None = None) -> None:
-        super().__init__(message)
-        self.point = point
 
 
 class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # Any where transformers is absent
@@ -162,6 +154,15 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
     ) -> None:
         if control.should_save and state.is_world_process_zero:
             self._drain()  # an epoch's save rotates too
+
+    def on_evaluate(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        if state.is_world_process_zero:
+            self._drain()  # a save by the best metric may follow at once
+
+    def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        ending = control.should_training_stop or (state.max_steps and state.global_step >= state.max_steps)
+        if ending and state.is_world_process_zero:
+            self._drain()  # the last log comes before the Trainer's clean-up removes checkpoints
 
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         barrier()  # every rank calls on_save once its own files are written
@@ -352,13 +353,19 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
         adapter = os.path.abspath(os.path.join(_output_dir(trainer.args), ADAPTER_FOLDER))
         refuse_filled(manifest_fields)
         is_main = trainer.is_world_process_zero()
-        self._collective(is_main, lambda: refuse_unfinishable(self.ledger, self.candidate_id, adapter, MANIFEST_FILE))
-        trainer.save_model(adapter)  # every rank: the Trainer writes from the main process
-        barrier()
-        result: CandidateResult = self._collective(is_main, lambda: self._hand_off(adapter, decision, manifest_fields))
+        received = self._collective(
+            is_main, lambda: adapter_received(self.ledger, self.candidate_id, adapter, MANIFEST_FILE)
+        )
+        if not received:
+            trainer.save_model(adapter)  # every rank: the Trainer writes from the main process
+            barrier()
+        hand_off = functools.partial(self._hand_off, adapter, decision, manifest_fields, write=not received)
+        result: CandidateResult = self._collective(is_main, hand_off)
         return result
 
-    def _hand_off(self, adapter: str, decision: str, fields: JSON) -> CandidateResult:
+    def _hand_off(self, adapter: str, decision: str, fields: JSON, *, write: bool) -> CandidateResult:
+        """Write the manifest (unless the candidate received its adapter already), then receive, check and
+        hand off: each under the run's key, so a repeated `finish` answers with what was recorded."""
         if self._recorder is not None:
             self._recorder.close()
         if self._registered is None:
@@ -369,15 +376,16 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
         chosen = manifest_defaults(self.kind, self.card, self._registered, settings.evaluation_version) | fields
         if not chosen.get("evaluation_version"):
             raise InputError("finish() needs evaluation_version: the ledger has no active evaluation version")
-        manifest = candidate_manifest(
-            candidate_id=self.candidate_id,
-            kind=self.kind,
-            adapter_path=os.path.relpath(adapter, root or os.path.dirname(manifest_path)),
-            adapter_sha256=hash_directory(adapter, root),
-            decision=decision,
-            **chosen,
-        )
-        write_manifest(manifest_path, manifest)
+        if write:
+            manifest = candidate_manifest(
+                candidate_id=self.candidate_id,
+                kind=self.kind,
+                adapter_path=os.path.relpath(adapter, root or os.path.dirname(manifest_path)),
+                adapter_sha256=hash_directory(adapter, root),
+                decision=decision,
+                **chosen,
+            )
+            write_manifest(manifest_path, manifest)
         cid = self.candidate_id
         self.ledger.receive(manifest_path, candidate_id=cid, event_id=f"{self.run_id}/receive")
         checked = self.ledger.check(cid, event_id=f"{self.run_id}/check")

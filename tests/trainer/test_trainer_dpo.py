@@ -40,6 +40,14 @@ def test_a_fault_is_planned_resumed_and_the_candidate_handed_off(tiny: Tiny, tmp
     adapter = result.candidate.candidate
     assert adapter["adapter_sha256"] == hash_directory(out / "candidate-adapter")
     assert adapter["source_policy_version"] == hash_directory(tiny.sft)
+    # finish again once handed off, the model changed since: nothing is saved over the adapter handed off.
+    import torch
+
+    with torch.no_grad():
+        next(p for p in trainer.model.parameters() if p.requires_grad).add_(0.5)
+    adapter_sha = hash_directory(out / "candidate-adapter")
+    assert cb.finish(trainer).state is State.READY
+    assert hash_directory(out / "candidate-adapter") == adapter_sha
     card = result.candidate.provenance  # recorded at registration, nothing written by hand
     assert card is not None and card == cb.card
     assert card["trainer"]["class"] == "trl.trainer.dpo_trainer.DPOTrainer"
@@ -171,7 +179,10 @@ def test_a_restart_resumes_only_from_a_checkpoint_the_ledger_trusts(tiny: Tiny, 
         again.train(dpo_trainer(tiny, tmp_path / "out", [again]), resume_from_checkpoint=str(tmp_path / "out"))
     assert ledger.store.head() == head
     weights.write_bytes(original)
-    resumed = again.train(dpo_trainer(tiny, tmp_path / "out", [again]), resume_from_checkpoint=True)
+    (tmp_path / "link").symlink_to(tmp_path / "out")  # the folder recorded, named through a link
+    resumed = again.train(
+        dpo_trainer(tiny, tmp_path / "out", [again]), resume_from_checkpoint=str(tmp_path / "link" / "checkpoint-2")
+    )
     assert resumed.global_step == 4
     assert [key for key, _, _ in _recorded(ledger, "dpo-6")] == [
         "dpo-6/attempt-1/step-2/checkpoint",

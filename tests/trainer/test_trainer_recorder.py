@@ -126,6 +126,18 @@ def test_the_last_save_and_an_epoch_save_wait_for_the_records(tiny: Tiny, tmp_pa
     _checkpoint(tmp_path / "out", 4, MIB)
     cb.on_save(args, state, control)
     assert len(events_of(ledger, "run-4", "TrustedStateRecorded")) == 2
+    # A save by the best metric comes right after an evaluation; the clean-up after the last log.
+    state.max_steps, state.global_step = 10, 6
+    _checkpoint(tmp_path / "out", 6, 32 * MIB)  # long enough to hash that only a wait sees it recorded
+    cb.on_save(args, state, control)
+    cb.on_evaluate(args, state, control)
+    assert len(events_of(ledger, "run-4", "TrustedStateRecorded")) == 3
+    state.global_step = 8
+    _checkpoint(tmp_path / "out", 8, 32 * MIB)
+    cb.on_save(args, state, control)
+    control.should_training_stop = True  # an early stop: the last log before the clean-up
+    cb.on_log(args, state, control)
+    assert len(events_of(ledger, "run-4", "TrustedStateRecorded")) == 4
 
 
 def test_a_checkpoint_removed_before_its_record_is_skipped_not_a_failure(tiny: Tiny, tmp_path: Path) -> None:
