@@ -78,56 +78,39 @@ def test_an_index_behind_the_latest_checkpoint_or_edited_names_where(ws: Workspa
         assert f"reflects position {head - 3}, behind the checkpoint at {head}" in found["reason"], found
 
 
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 @pytest.mark.parametrize("table", ["streams", "checkpoints", "checkpoint_streams", "event_index"])
-def test_a_derived_table_dropped_by_hand_is_made_again_by_replay_full(ws: Workspace, table: str) -> None:
-    """Derived and disposable: a read that needs the table says how to repair it (exit 7, one line), and
-    `replay --full` makes it again from the log."""
-    db = hand_off_dpo(ws)
-    for _ in range(3):
-        assert invoke(db, "checkpoint").exit_code == 0
-    with sqlite3.connect(db) as conn:
-        conn.execute(f"DROP TABLE {table}")
-    if table != "event_index":  # a file without it is read as an older ledger's
-        refused = cli(db, "verify")
-        assert refused.returncode == 7 and refused.stderr.count("\n") == 1, refused.stderr
-        assert f"no such table: {table}" in refused.stderr
-        assert "`lifecycle replay --full` makes it again" in refused.stderr
-    assert invoke(db, "replay", "--full").exit_code == 0
-    report = json.loads(cli(db, "verify", "--json").stdout)
-    codes = [p["code"] for p in report["problems"]]
-    assert codes == (["checkpoint"] * 3 if table == "checkpoint_streams" else []), report  # their copies are gone
-    for _ in range(3):  # checkpoints go on (new ids meet no copies of the ones that are gone)
-        assert invoke(db, "checkpoint").exit_code == 0
-
-
-@pytest.mark.postgres
-@pytest.mark.parametrize("table", ["streams", "checkpoints", "checkpoint_streams", "event_index"])
-def test_on_postgres_a_derived_table_dropped_by_hand_is_made_again_by_replay_full(
-    ws: Workspace, pg_url: str, table: str
+def test_a_derived_table_dropped_by_hand_is_made_again_by_replay_full(
+    ws: Workspace, request: pytest.FixtureRequest, backend: str, table: str
 ) -> None:
-    """As on SQLite: a read that needs the dropped table is refused in one line, and `replay --full` makes
-    it again (a dropped checkpoints table takes its copies, whose ids come again)."""
+    """Derived and disposable: a read that needs the table says how to repair it (exit 7, one line), and
+    `replay --full` makes it again from the log (a dropped checkpoints table takes its copies with it,
+    whose ids come again); checkpoints and commands go on."""
+    db = ws.db if backend == "sqlite" else request.getfixturevalue("pg_url")
     for args in (
         ("init",),
         ("baseline", "activate", str(ws.baseline())),
         ("receive", str(ws.dpo())),
         ("check", "dpo-v5"),
     ):
-        assert invoke(pg_url, *args).exit_code == 0, args
+        assert invoke(db, *args).exit_code == 0, args
     for _ in range(3):
-        assert invoke(pg_url, "checkpoint").exit_code == 0
-    pg_execute(pg_url, f"DROP TABLE {table} CASCADE")
-    if table != "event_index":
-        refused = cli(pg_url, "verify")
+        assert invoke(db, "checkpoint").exit_code == 0
+    if backend == "sqlite":
+        with sqlite3.connect(db) as conn:
+            conn.execute(f"DROP TABLE {table}")
+    else:
+        pg_execute(db, f"DROP TABLE {table} CASCADE")
+    if table != "event_index":  # a ledger without it is read as an older ledger's
+        refused = cli(db, "verify")
         assert refused.returncode == 7 and refused.stderr.count("\n") == 1, refused.stderr
-        assert f'relation "{table}" does not exist' in refused.stderr
-        assert "`lifecycle replay --full` makes it again" in refused.stderr
-    assert invoke(pg_url, "replay", "--full").exit_code == 0
-    report = json.loads(cli(pg_url, "verify", "--json").stdout)
+        missing = f"no such table: {table}" if backend == "sqlite" else f'relation "{table}" does not exist'
+        assert missing in refused.stderr and "`lifecycle replay --full` makes it again" in refused.stderr
+    assert invoke(db, "replay", "--full").exit_code == 0
+    report = json.loads(cli(db, "verify", "--json").stdout)
     codes = [p["code"] for p in report["problems"]]
-    assert codes == (["checkpoint"] * 3 if table == "checkpoint_streams" else []), report
-    for _ in range(3):
-        assert invoke(pg_url, "checkpoint").exit_code == 0
-    assert invoke(pg_url, "handoff", "dpo-v5").exit_code == 0
-    report = json.loads(cli(pg_url, "verify", "--json").stdout)
-    assert [p["code"] for p in report["problems"]] == codes, report
+    assert codes == (["checkpoint"] * 3 if table == "checkpoint_streams" else []), report  # their copies are gone
+    for _ in range(3):  # checkpoints go on (new ids meet no copies of the ones that are gone)
+        assert invoke(db, "checkpoint").exit_code == 0
+    assert invoke(db, "handoff", "dpo-v5").exit_code == 0
+    assert [p["code"] for p in json.loads(cli(db, "verify", "--json").stdout)["problems"]] == codes
