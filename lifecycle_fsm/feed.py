@@ -146,7 +146,7 @@ def _follow(
     is_closed: Callable[[], bool],
 ) -> Iterator[FeedEvent]:
     # PostgreSQL wakes a follower on its commit NOTIFY (`wait_for_new`); polling by seq stays the truth.
-    wait_for_new: Callable[[int, float], bool] | None = getattr(store, "wait_for_new", None)
+    wait_for_new: Callable[..., bool] | None = getattr(store, "wait_for_new", None)
     while not stop.is_set() and not is_closed():
         # Filtered by stream, the wait below wakes on anything past the head: read it before
         # the page, so a commit that lands between the two wakes the wait instead of being missed.
@@ -162,7 +162,7 @@ def _follow(
 
 
 def _pause(
-    wait_for_new: Callable[[int, float], bool] | None,
+    wait_for_new: Callable[..., bool] | None,
     seq: int,
     poll: float,
     stop: threading.Event,
@@ -170,15 +170,16 @@ def _pause(
 ) -> None:
     """Up to `poll` seconds for an event past `seq` (where the store can say), `stop` or a close, whichever
     comes first: each is looked at every `_LOOK` seconds, so a long poll never delays a shutdown."""
+
+    def given_up() -> bool:
+        return stop.is_set() or is_closed()
+
+    if wait_for_new is not None:
+        wait_for_new(seq, poll, given_up=given_up)
+        return
     deadline = time.monotonic() + poll
-    while not (stop.is_set() or is_closed()):
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return
-        if wait_for_new is None:
-            stop.wait(min(left, _LOOK))
-        elif wait_for_new(seq, min(left, _LOOK)):
-            return
+    while not given_up() and (left := deadline - time.monotonic()) > 0:
+        stop.wait(min(left, _LOOK))
 
 
 def wanted_states(states: object) -> tuple[State, ...]:

@@ -71,6 +71,11 @@ _NO_UPPER = 1 << 62
 _PAGE = 2000
 
 
+def _wake_in(deadline: float) -> float:
+    """How long a follower's wait may block before it looks at the clock and at whether it was given up."""
+    return max(0.0, min(deadline - time.monotonic(), 0.25))
+
+
 @one_thread
 class PostgresEventStore(SQLStore):
     """An `EventStore` in a PostgreSQL schema (see the module docstring for why)."""
@@ -369,10 +374,11 @@ class PostgresEventStore(SQLStore):
     def guard_problems(self) -> list[str]:
         return guard_problems(self._rows(GUARD_ROWS), self._rows(KEY_ROWS))
 
-    def wait_for_new(self, after: int, timeout: float) -> bool:
-        """Block until an event past `after` is committed (True) or `timeout` seconds pass (False).
+    def wait_for_new(self, after: int, timeout: float, *, given_up: Callable[[], bool] | None = None) -> bool:
+        """Block until an event past `after` is committed (True) or `timeout` seconds pass (False);
+        `given_up` (looked at every quarter of a second while no commit wakes it) ends the wait early.
 
-        The head is checked after LISTEN and after each wake-up, so a commit that raced the
+        The head is checked after LISTEN and after each notification, so a commit that raced the
         LISTEN, or a notification lost while disconnected, only costs the timeout's worth of
         polling: callers keep polling by seq, this just makes the wait short.
         """
@@ -383,11 +389,9 @@ class PostgresEventStore(SQLStore):
                 row = listener.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()
                 if row is not None and row[0] > after:
                     return True
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                for _ in listener.notifies(timeout=left, stop_after=1):
-                    pass
+                while not any(True for _ in listener.notifies(timeout=_wake_in(deadline), stop_after=1)):
+                    if time.monotonic() >= deadline or (given_up is not None and given_up()):
+                        return False
 
     def close(self) -> None:
         self.session.close()
