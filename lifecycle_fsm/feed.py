@@ -175,7 +175,7 @@ def _pause(
         return stop.is_set() or is_closed()
 
     if wait_for_new is not None:
-        wait_for_new(seq, poll, given_up=given_up)
+        wait_for_new(seq, poll, given_up=given_up, look=_LOOK)
         return
     deadline = time.monotonic() + poll
     while not given_up() and (left := deadline - time.monotonic()) > 0:

@@ -126,8 +126,9 @@ def stamped(given: str, head: str) -> str:
     by no more than `STAMP_LEAD` (`stamp_limit`), both in the ledger's form (`STORED_TIME`); else the
     given time. A head from a clock far ahead is not passed on. PostgreSQL's append says the same in
     SQL (`store.postgres_schema.STAMPED`)."""
-    in_form = type(head) is str and type(given) is str and bool(_STORED_TIME.fullmatch(head))  # a BLOB is no time
-    if in_form and head > given and _STORED_TIME.fullmatch(given) and head <= stamp_limit(given):
+    if type(head) is not str or type(given) is not str or head <= given:  # the common case; a BLOB is no time
+        return given
+    if _STORED_TIME.fullmatch(head) and _STORED_TIME.fullmatch(given) and head <= stamp_limit(given):
         return head
     return given
 

@@ -71,11 +71,6 @@ _NO_UPPER = 1 << 62
 _PAGE = 2000
 
 
-def _wake_in(deadline: float) -> float:
-    """How long a follower's wait may block before it looks at the clock and at whether it was given up."""
-    return max(0.0, min(deadline - time.monotonic(), 0.25))
-
-
 @one_thread
 class PostgresEventStore(SQLStore):
     """An `EventStore` in a PostgreSQL schema (see the module docstring for why)."""
@@ -374,9 +369,11 @@ class PostgresEventStore(SQLStore):
     def guard_problems(self) -> list[str]:
         return guard_problems(self._rows(GUARD_ROWS), self._rows(KEY_ROWS))
 
-    def wait_for_new(self, after: int, timeout: float, *, given_up: Callable[[], bool] | None = None) -> bool:
+    def wait_for_new(
+        self, after: int, timeout: float, *, given_up: Callable[[], bool] | None = None, look: float | None = None
+    ) -> bool:
         """Block until an event past `after` is committed (True) or `timeout` seconds pass (False);
-        `given_up` (looked at every quarter of a second while no commit wakes it) ends the wait early.
+        `given_up`, looked at every `look` seconds while no commit wakes the wait, ends it early.
 
         The head is checked after LISTEN and after each notification, so a commit that raced the
         LISTEN, or a notification lost while disconnected, only costs the timeout's worth of
@@ -389,9 +386,14 @@ class PostgresEventStore(SQLStore):
                 row = listener.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()
                 if row is not None and row[0] > after:
                     return True
-                while not any(True for _ in listener.notifies(timeout=_wake_in(deadline), stop_after=1)):
+                while not any(True for _ in listener.notifies(timeout=self._wake_in(deadline, look), stop_after=1)):
                     if time.monotonic() >= deadline or (given_up is not None and given_up()):
                         return False
+
+    @staticmethod
+    def _wake_in(deadline: float, look: float | None) -> float:
+        left = max(0.0, deadline - time.monotonic())
+        return left if look is None else min(left, look)
 
     def close(self) -> None:
         self.session.close()

@@ -148,9 +148,6 @@ def create_schema(db: sqlite_utils.Database) -> None:
 _OLD_FILTER_INDEXES = ("events_type", "events_actor", "events_recorded_at")
 
 
-# The tables derived from the log (indexes, checkpoints): disposable, so a writer makes any that is missing.
-
-
 def _create_derived(db: sqlite_utils.Database) -> None:
     """Each derived table that is not there, empty (the log fills it: a checkpoint, `replay --full`, a catch-up)."""
     if not db.table("event_index").exists():

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import os
 
-from lifecycle_fsm.errors import IllegalCommandError, InputError, NotFoundError
+from lifecycle_fsm.errors import IllegalCommandError, InputError
+from lifecycle_fsm.integrations.recovery import existing
 from lifecycle_fsm.json_types import JSON, strict_loads
 from lifecycle_fsm.ledger import Ledger
 from lifecycle_fsm.machine import State
-from lifecycle_fsm.state import CandidateState
 
 __all__ = ["adapter_received", "manifest_defaults", "refuse_filled"]
 
@@ -42,10 +42,7 @@ def adapter_received(ledger: Ledger, candidate_id: str, adapter: str, manifest_f
     """Whether the candidate received its adapter already (a `finish` repeated, or resumed after a crash:
     nothing is saved over the bytes the ledger holds); refused before anything is saved: a candidate
     that can take none (rejected), and a folder holding another candidate's adapter."""
-    try:
-        current: CandidateState | None = ledger.candidate(candidate_id)
-    except NotFoundError:
-        current = None
+    current = existing(ledger, candidate_id)
     if current is not None and current.state is State.REJECT:
         raise IllegalCommandError(
             f"candidate {candidate_id!r} is reject ({', '.join(current.reason_codes) or 'no reason'}), "

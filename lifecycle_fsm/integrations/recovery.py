@@ -41,7 +41,7 @@ from lifecycle_fsm.candidate_events import TrustedStateInvalidated, TrustedState
 from lifecycle_fsm.errors import InputError, NotFoundError
 from lifecycle_fsm.ledger import Ledger
 from lifecycle_fsm.recovery import RecoveryAction, RecoveryPlan
-from lifecycle_fsm.state import LedgerSettings
+from lifecycle_fsm.state import CandidateState, LedgerSettings
 
 __all__ = [
     "CHECKPOINT",
@@ -50,6 +50,7 @@ __all__ = [
     "TRAINER_ACTIONS",
     "TrainerAction",
     "TrainingStopped",
+    "existing",
     "load_baseline_adapter",
     "resume_point",
     "trusted_checkpoint",
@@ -183,7 +184,7 @@ def trusted_checkpoint(ledger: Ledger, candidate_id: str, asked: object) -> str:
     is the latest such record. Anything else is refused: training never resumes from bytes the ledger
     did not record (a checkpoint edited after a crash, or saved but not recorded yet)."""
     records: dict[str, str] = {}  # path -> sha256, oldest record first
-    if _known(ledger, candidate_id):
+    if existing(ledger, candidate_id) is not None:
         for e in ledger.events(stream=candidate_id):
             event = e.event
             if isinstance(event, TrustedStateInvalidated) and event.kind == CHECKPOINT:
@@ -217,9 +218,9 @@ def trusted_checkpoint(ledger: Ledger, candidate_id: str, asked: object) -> str:
     return path
 
 
-def _known(ledger: Ledger, candidate_id: str) -> bool:
+def existing(ledger: Ledger, candidate_id: str) -> CandidateState | None:
+    """The candidate as the ledger holds it, None before it is registered."""
     try:
-        ledger.candidate(candidate_id)
+        return ledger.candidate(candidate_id)
     except NotFoundError:
-        return False
-    return True
+        return None

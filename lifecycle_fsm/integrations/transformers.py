@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from lifecycle_fsm.artifacts import hash_directory
-from lifecycle_fsm.errors import IllegalCommandError, InputError, LifecycleError, NotFoundError
+from lifecycle_fsm.errors import IllegalCommandError, InputError, LifecycleError
 from lifecycle_fsm.integrations.handoff import adapter_received, manifest_defaults, refuse_filled
 from lifecycle_fsm.integrations.provenance import provenance_card
 from lifecycle_fsm.integrations.recorder import (
@@ -33,6 +33,7 @@ from lifecycle_fsm.integrations.recovery import (
     StageTracker,
     TrainerAction,
     TrainingStopped,
+    existing,
     load_baseline_adapter,
     resume_point,
     trusted_checkpoint,
@@ -237,10 +238,7 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
         )
 
     def _existing(self) -> CandidateState | None:
-        try:
-            return self.ledger.candidate(self.candidate_id)
-        except NotFoundError:
-            return None
+        return existing(self.ledger, self.candidate_id)
 
     def _next_attempt(self) -> int:
         """One more than the highest attempt any key of this run names (a restarted process counts on)."""
