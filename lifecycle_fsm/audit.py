@@ -39,6 +39,7 @@ from lifecycle_fsm.audit_records import (
     validate_label,
     write_records,
 )
+from lifecycle_fsm.command_inputs import default_id
 from lifecycle_fsm.errors import ConflictError, IllegalCommandError, InputError, NotFoundError
 from lifecycle_fsm.events import LEDGER_STREAM, stream_of
 from lifecycle_fsm.folders import prove_writable
@@ -122,18 +123,6 @@ class AuditResult:
         return str(self.handoff["handoff_status"])
 
 
-def _candidate_id(fields: JSON, relative: str) -> str:
-    """The manifest's policy_version, as `receive` would use; without one, its relative path.
-
-    A manifest without a usable policy_version is still received (under its path) so
-    its check can reject it with `candidate_identity`, where an auditor sees it.
-    """
-    version = fields.get("policy_version")
-    if isinstance(version, str) and version.strip() and not any(ch in version for ch in "\n\r\t\0"):
-        return version
-    return relative
-
-
 def prepare(request: AuditRequest) -> PreparedAudit:
     """Validate the label and parse every manifest (InputError on anything malformed)."""
     label = validate_label(request.label)
@@ -156,7 +145,7 @@ def prepare(request: AuditRequest) -> PreparedAudit:
             missing.append(relative)
             continue
         manifest = load_candidate_manifest(path, root)
-        cid = _candidate_id(manifest.fields, relative)
+        cid = default_id(manifest.fields, relative)
         # Refused here, before anything is appended (receive would refuse it after earlier candidates).
         check_candidate_id(
             cid,

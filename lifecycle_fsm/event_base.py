@@ -18,6 +18,7 @@ from lifecycle_fsm.json_types import JSON
 __all__ = [
     "CANDIDATE_PREFIX",
     "LEDGER_STREAM",
+    "NAMED_STREAMS",
     "SEALS_STREAM",
     "Event",
     "candidate_id_of",
@@ -28,6 +29,8 @@ __all__ = [
 
 LEDGER_STREAM = "ledger"
 SEALS_STREAM = "seals"
+# The streams that are not a candidate's, addressed by their own name (never a candidate id).
+NAMED_STREAMS = (LEDGER_STREAM, SEALS_STREAM)
 CANDIDATE_PREFIX = "candidate:"
 
 

@@ -46,6 +46,7 @@ from lifecycle_fsm.candidate_events import (
 from lifecycle_fsm.event_base import (
     CANDIDATE_PREFIX,
     LEDGER_STREAM,
+    NAMED_STREAMS,
     SEALS_STREAM,
     Event,
     candidate_id_of,
@@ -59,6 +60,7 @@ __all__ = [
     "EVENT_TYPES",
     "LEDGER_EVENTS",
     "LEDGER_STREAM",
+    "NAMED_STREAMS",
     "BaselineActivated",
     "CandidateEvent",
     "CandidateReceived",

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 import attrs
 
 from lifecycle_fsm.errors import InputError, NotFoundError, WaitTimeout
-from lifecycle_fsm.events import LEDGER_STREAM, Event, stream_of
+from lifecycle_fsm.events import NAMED_STREAMS, Event, stream_of
 from lifecycle_fsm.limits import check_int, check_seconds
 from lifecycle_fsm.machine import State
 from lifecycle_fsm.store.base import EventStore, select_events
@@ -37,7 +37,6 @@ __all__ = [
 PAGE = 500
 _LOOK = 0.25  # how often a waiting follower looks at `stop` and a close from another thread
 _STATES = {s.value: s for s in State}
-SEALS_STREAM = "seals"
 
 
 @attrs.frozen(kw_only=True)
@@ -71,7 +70,7 @@ class FeedEvent:
 
 def stream_filter(stream: str | None) -> str | None:
     """The stored stream id for `stream`: a candidate id, or `ledger` / `seals` themselves."""
-    if stream is None or stream in (LEDGER_STREAM, SEALS_STREAM):
+    if stream is None or stream in NAMED_STREAMS:
         return stream
     return stream_of(stream)
 

@@ -18,7 +18,7 @@ import threading
 import unicodedata
 
 from lifecycle_fsm.errors import InputError
-from lifecycle_fsm.event_base import CANDIDATE_PREFIX, LEDGER_STREAM, SEALS_STREAM
+from lifecycle_fsm.event_base import CANDIDATE_PREFIX, LEDGER_STREAM, NAMED_STREAMS, SEALS_STREAM
 
 __all__ = [
     "MAX_ATTESTATION_BYTES",
@@ -28,7 +28,6 @@ __all__ = [
     "MAX_MANIFEST_BYTES",
     "MAX_SCENARIO_BYTES",
     "MAX_SIGNED_HEAD_BYTES",
-    "RESERVED_STREAM_NAMES",
     "check_candidate_id",
     "check_event_id",
     "check_int",
@@ -48,8 +47,6 @@ MAX_KEY_BYTES = 64 * 1024  # an Ed25519 PEM key is ~120 bytes; room for comments
 MAX_SIGNED_HEAD_BYTES = 64 * 1024  # a signed head (`seal` writes it) is ~400 bytes of JSON
 MAX_ATTESTATION_BYTES = 16 * 1024 * 1024  # a DSSE envelope is a few kB; the manifest cap, as it quotes one
 
-# What `--stream` / `Ledger.events(stream=...)` take besides a candidate id: never a candidate's id.
-RESERVED_STREAM_NAMES = (LEDGER_STREAM, SEALS_STREAM)
 # A command that appends several events keys them KEY, KEY/1, KEY/2, ... (`command_path`):
 # a caller's key ending in `/<digits>` would share that namespace with another key's events.
 _SUB_KEY = re.compile(r"/[0-9]+\Z")
@@ -164,7 +161,7 @@ def check_candidate_id(candidate_id: str, *, hint: str = "give another id with -
             f"candidate id is {len(candidate_id)} characters, over the {MAX_CANDIDATE_ID_LENGTH}-character limit"
         )
     _printed_once("candidate id", candidate_id, hint)
-    if candidate_id in RESERVED_STREAM_NAMES:
+    if candidate_id in NAMED_STREAMS:
         raise InputError(
             f"candidate id {candidate_id!r} is reserved: `{LEDGER_STREAM}` and `{SEALS_STREAM}` name the ledger's "
             f"own streams (log --stream, Ledger.events), so that candidate's events could not be told apart ({hint})"

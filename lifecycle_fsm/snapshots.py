@@ -18,7 +18,6 @@ trusted; commands, replay and `verify` all ask it.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import attrs
@@ -30,7 +29,7 @@ from lifecycle_fsm.machine import TABLE_DIGEST
 from lifecycle_fsm.rules import RULES
 from lifecycle_fsm.state import CandidateState, LedgerSettings
 from lifecycle_fsm.store.base import EventStore, hash_at
-from lifecycle_fsm.store.chain import canonical_json
+from lifecycle_fsm.store.chain import canonical_json, snapshot_digest
 
 __all__ = [
     "CHECKPOINT_SCHEMA_VERSION",
@@ -116,7 +115,7 @@ def snapshot_problem(
         return SnapshotProblem(f"position {position!r} is not a seq (corrupt)", stale=False)
     if not isinstance(text, str) or not isinstance(sha256, str):  # NULL or a BLOB, written with the sqlite3 shell
         return SnapshotProblem("snapshot or its sha256 is not text (corrupt)", stale=False)
-    if hashlib.sha256(text.encode()).hexdigest() != sha256:
+    if snapshot_digest(text) != sha256:
         return SnapshotProblem("snapshot does not match its sha256 (corrupt)", stale=False)
     actual = hash_at(store, position)
     if actual is None:

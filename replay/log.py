@@ -20,7 +20,7 @@ from lifecycle_fsm.events import (
     CANDIDATE_EVENTS,
     CANDIDATE_PREFIX,
     EVENT_TYPES,
-    LEDGER_STREAM,
+    NAMED_STREAMS,
     stream_of,
 )
 from lifecycle_fsm.json_types import JSON
@@ -49,8 +49,6 @@ REASON_CODES = (
     *sorted(BLOCKING_ACTIONS),
     *(f"{cause}_changed" for cause in INVALIDATION_CAUSES),
 )
-# Streams that are not a candidate's, addressed by their own name.
-NAMED_STREAMS = (LEDGER_STREAM, "seals")
 
 
 def _reason_matches(code: str) -> tuple[PayloadMatch, ...]:

@@ -13,8 +13,6 @@ With worker processes (`verify_workers`) the report is the same, found in shares
 
 from __future__ import annotations
 
-import hashlib
-
 from lifecycle_fsm.errors import CorruptionError
 from lifecycle_fsm.events import stream_of
 from lifecycle_fsm.findings import add_problem, problem
@@ -22,7 +20,7 @@ from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.replay.checkpoints import checkpoint_problem
 from lifecycle_fsm.replay.fold import EMPTY, LedgerState, fold_rows, index_of, snapshot_json
 from lifecycle_fsm.store.base import EventStore
-from lifecycle_fsm.store.chain import ChainWalk, canonical_json
+from lifecycle_fsm.store.chain import ChainWalk, canonical_json, snapshot_digest
 from lifecycle_fsm.store.records import ChainReport, CheckpointRecord, StreamHead
 
 __all__ = ["verify", "verify_with_state"]
@@ -63,7 +61,7 @@ def _stream_copy_problem(store: EventStore, checkpoint_id: int, state: LedgerSta
     expected = {stream_of(cid): canonical_json(c.to_dict()) for cid, c in state.candidates.items()}
     snaps = store.stream_snapshots(checkpoint_id)
     # A copy whose digest does not hold is one `status ID` skips as corrupt: broken here too, not "ok".
-    corrupt = [s.stream_id for s in snaps if not isinstance(s.state, str) or s.state_sha256 != _sha256(s.state)]
+    corrupt = [s.stream_id for s in snaps if not isinstance(s.state, str) or s.state_sha256 != snapshot_digest(s.state)]
     if corrupt:
         return f"stream copy does not match its sha256 (corrupt): {', '.join(sorted(corrupt)[:5])}"
     copies = {snap.stream_id: snap.state for snap in snaps}
@@ -71,10 +69,6 @@ def _stream_copy_problem(store: EventStore, checkpoint_id: int, state: LedgerSta
         differing = sorted(k for k in expected.keys() | copies.keys() if expected.get(k) != copies.get(k))
         return f"stream copies differ from a full replay: {', '.join(differing[:5])}"
     return None
-
-
-def _sha256(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _index_problem(

@@ -39,6 +39,7 @@ __all__ = [
     "event_hash",
     "fold_columns",
     "row_hash_error",
+    "snapshot_digest",
     "stamp_limit",
     "stamped",
 ]
@@ -119,6 +120,11 @@ def event_hash(
         return hashlib.sha256(b"\n".join((prev_hash.encode(), header, payload.encode()))).hexdigest()
     except (TypeError, AttributeError):
         return NOT_A_HASH
+
+
+def snapshot_digest(text: str) -> str:
+    """The sha256 a checkpoint's snapshot (or a stream's copy of its state) is stored with."""
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def stamped(given: str, head: str) -> str:

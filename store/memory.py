@@ -8,25 +8,22 @@ SQLite's write lock does; a transaction's appends become visible when it commits
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from typing import Any
 
 import orjson
 
 from lifecycle_fsm.errors import InputError, IntegrityError, StoreError
 from lifecycle_fsm.store.base import write_in_read_snapshot
-from lifecycle_fsm.store.chain import GENESIS_HASH, fold_columns
+from lifecycle_fsm.store.chain import GENESIS_HASH, fold_columns, snapshot_digest
 from lifecycle_fsm.store.records import (
     ALL_EVENTS,
-    AppendResult,
     CheckpointRecord,
     EventFilter,
     Head,
-    NewEvent,
     PayloadMatch,
     Row,
     StoredEvent,
@@ -34,7 +31,7 @@ from lifecycle_fsm.store.records import (
     StreamShare,
     StreamSnapshot,
 )
-from lifecycle_fsm.store.writes import WriteTransaction, id_taken
+from lifecycle_fsm.store.writes import Transactions, WriteTransaction, id_taken
 
 __all__ = ["MemoryEventStore", "MemoryTransaction"]
 
@@ -86,7 +83,7 @@ class MemoryTransaction(WriteTransaction):
             store._streams.setdefault(row[1], []).append(row)
 
 
-class MemoryEventStore:
+class MemoryEventStore(Transactions[MemoryTransaction]):
     """An `EventStore` held in this process's memory (see the module docstring)."""
 
     def __init__(self) -> None:
@@ -126,33 +123,12 @@ class MemoryEventStore:
             finally:
                 self._held = None
 
-    def transaction(self) -> AbstractContextManager[MemoryTransaction]:
-        return self._transaction()
-
     @contextmanager
     def _transaction(self) -> Iterator[MemoryTransaction]:
         with self._writing():
             tx = MemoryTransaction(self)
             yield tx
             tx.commit()
-
-    def append(
-        self,
-        stream_id: str,
-        expected_version: int,
-        events: Sequence[NewEvent],
-        *,
-        fresh_ids: bool = False,
-        expect: Sequence[tuple[str, int]] = (),
-    ) -> AppendResult:
-        with self._transaction() as tx:  # not `transaction()`: a subclass may wrap that one
-            return tx.append(
-                stream_id,
-                expected_version,
-                events,
-                fresh_ids=fresh_ids,
-                expect=expect,
-            )
 
     def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[StoredEvent]:
         return [StoredEvent(*r) for r in self._streams.get(stream_id, []) if r[2] > after_version]
@@ -228,13 +204,21 @@ class MemoryEventStore:
                 schema_version,
                 fingerprint,
                 snapshot,
-                _sha256(snapshot),
+                snapshot_digest(snapshot),
                 recorded_at,
             )
             self._checkpoints.append(record)
             self._copies += [
                 StreamSnapshot(
-                    record.checkpoint_id, position, head_hash, schema_version, fingerprint, s, v, text, _sha256(text)
+                    record.checkpoint_id,
+                    position,
+                    head_hash,
+                    schema_version,
+                    fingerprint,
+                    s,
+                    v,
+                    text,
+                    snapshot_digest(text),
                 )
                 for s, v, text in streams
             ]
@@ -267,10 +251,6 @@ class MemoryEventStore:
 
     def close(self) -> None:
         """Nothing to release."""
-
-
-def _sha256(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _matches(row: Row, q: EventFilter) -> bool:

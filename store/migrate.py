@@ -19,7 +19,6 @@ rewritten or cut under it, and a copy, re-chained from the rows, would erase the
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterable, Sequence
 
 import attrs
@@ -27,7 +26,7 @@ import orjson
 
 from lifecycle_fsm.errors import ConflictError, IntegrityError, StoreError
 from lifecycle_fsm.store.base import EventStore, hash_at, verify_chain
-from lifecycle_fsm.store.chain import ChainWalk
+from lifecycle_fsm.store.chain import ChainWalk, snapshot_digest
 from lifecycle_fsm.store.records import CheckpointRecord, EventFilter, Head, NewEvent, Row, StoredEvent, StreamHead
 
 __all__ = ["MigrationReport", "migrate"]
@@ -206,7 +205,7 @@ def _copy_checkpoints(src: EventStore, dst: EventStore, upto: int) -> tuple[int,
     copied = present = 0
     skipped: list[tuple[int, str]] = []
     for record in reversed(list(src.select_checkpoints(at_or_before=upto))):
-        if record.snapshot_sha256 != hashlib.sha256(record.snapshot.encode()).hexdigest():
+        if record.snapshot_sha256 != snapshot_digest(record.snapshot):
             skipped.append((record.checkpoint_id, "its snapshot does not match its sha256"))
         elif _key(record) in have:
             present += 1

@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from typing import Any
 
 import attrs
@@ -63,7 +63,7 @@ from lifecycle_fsm.store.records import (
 )
 from lifecycle_fsm.store.sql import Run, SQLStore
 from lifecycle_fsm.store.threads import one_thread
-from lifecycle_fsm.store.writes import check_batch, id_taken
+from lifecycle_fsm.store.writes import Transactions, check_batch, id_taken
 
 __all__ = ["PostgresEventStore", "PostgresTransaction"]
 
@@ -72,7 +72,7 @@ _PAGE = 2000
 
 
 @one_thread
-class PostgresEventStore(SQLStore):
+class PostgresEventStore(SQLStore, Transactions[PostgresTransaction]):
     """An `EventStore` in a PostgreSQL schema (see the module docstring for why)."""
 
     def __init__(
@@ -135,9 +135,6 @@ class PostgresEventStore(SQLStore):
             raise
         finally:
             self.session.held = False
-
-    def transaction(self) -> AbstractContextManager[PostgresTransaction]:
-        return self._transaction()
 
     @contextmanager
     def _transaction(self) -> Iterator[PostgresTransaction]:
@@ -212,14 +209,7 @@ class PostgresEventStore(SQLStore):
             done = self._append_one(stream_id, expected_version, events[0], fresh_ids, expect)
             if done is not None:
                 return done
-        with self._transaction() as tx:  # not `transaction()`: a subclass may wrap that one
-            result = tx.append(
-                stream_id,
-                expected_version,
-                events,
-                fresh_ids=fresh_ids,
-                expect=expect,
-            )
+        result = super().append(stream_id, expected_version, events, fresh_ids=fresh_ids, expect=expect)
         self._log_seen = self._log_seen or bool(result.events)
         return result
 
@@ -397,9 +387,3 @@ class PostgresEventStore(SQLStore):
 
     def close(self) -> None:
         self.session.close()
-
-    def __enter__(self) -> PostgresEventStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

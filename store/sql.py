@@ -8,14 +8,13 @@ maintenance transaction under its write lock); the statements are written once, 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, Self
 
 from lifecycle_fsm.errors import IntegrityError, StoreError
-from lifecycle_fsm.store.chain import EVENT_COLUMNS, GENESIS_HASH
+from lifecycle_fsm.store.chain import EVENT_COLUMNS, GENESIS_HASH, snapshot_digest
 from lifecycle_fsm.store.records import CheckpointRecord, Head, StoredEvent, StreamHead, StreamSnapshot
 
 __all__ = [
@@ -143,10 +142,6 @@ def write_state_index(run: Run, heads: Iterable[StreamHead]) -> None:
     run("INSERT INTO streams (stream_id, version, status, category) VALUES (%s, %s, %s, %s)", rows, True)
 
 
-def _sha256(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
 class SQLStore(ABC):
     """What an SQL backend's store shares (see the module docstring)."""
 
@@ -165,6 +160,16 @@ class SQLStore(ABC):
     @abstractmethod
     def _locked(self, what: str) -> AbstractContextManager[Run]:
         """A maintenance transaction under the write lock; `what` names it in a failure."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the connection (and, for a file, its lock)."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[StoredEvent]:
         return [StoredEvent(*row) for row in self._rows(STREAM, (stream_id, after_version))]
@@ -253,7 +258,7 @@ class SQLStore(ABC):
         streams: Sequence[tuple[str, int, str]] = (),
         index: Sequence[StreamHead] | None = None,
     ) -> CheckpointRecord:
-        digest = _sha256(snapshot)
+        digest = snapshot_digest(snapshot)
         with self._locked("cannot store the checkpoint") as run:
             if self._indexed:  # a checkpoint is where the event index catches up, in the same transaction
                 run(CATCH_UP, (), False)
@@ -274,7 +279,7 @@ class SQLStore(ABC):
             run(
                 "INSERT INTO checkpoint_streams (checkpoint_id, stream_id, version, state, state_sha256) "
                 "VALUES (%s, %s, %s, %s, %s)",
-                [(checkpoint_id, stream, version, text, _sha256(text)) for stream, version, text in streams],
+                [(checkpoint_id, stream, version, text, snapshot_digest(text)) for stream, version, text in streams],
                 True,
             )
         return CheckpointRecord(checkpoint_id, *record)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from itertools import chain
 from pathlib import Path
 from typing import Any
@@ -32,11 +32,9 @@ from lifecycle_fsm.store.faults import fault_from_env
 from lifecycle_fsm.store.open import busy_timeout_seconds, synchronous_mode
 from lifecycle_fsm.store.records import (
     ALL_EVENTS,
-    AppendResult,
     CheckpointRecord,
     EventFilter,
     Head,
-    NewEvent,
     Row,
     StoredEvent,
     StreamHead,
@@ -74,7 +72,7 @@ from lifecycle_fsm.store.sqlite_schema import (
     schema_version,
 )
 from lifecycle_fsm.store.threads import ThreadOwner, one_thread
-from lifecycle_fsm.store.writes import WriteTransaction, history_damage, id_taken
+from lifecycle_fsm.store.writes import Transactions, WriteTransaction, history_damage, id_taken
 
 __all__ = ["SQLiteEventStore", "SQLiteTransaction", "create_ledger_file"]
 
@@ -139,7 +137,7 @@ class SQLiteTransaction(WriteTransaction):
 
 
 @one_thread
-class SQLiteEventStore(SQLStore):
+class SQLiteEventStore(SQLStore, Transactions[SQLiteTransaction]):
     """An `EventStore` in one SQLite file (see the module docstring for why)."""
 
     def __init__(
@@ -273,9 +271,6 @@ class SQLiteEventStore(SQLStore):
 
             yield run
 
-    def transaction(self) -> AbstractContextManager[SQLiteTransaction]:
-        return self._transaction()
-
     @contextmanager
     def _transaction(self) -> Iterator[SQLiteTransaction]:
         with self._write(command=True) as conn:
@@ -307,18 +302,6 @@ class SQLiteEventStore(SQLStore):
             raise translate_sqlite_error(e, f"{self.path}: read snapshot failed") from e
         if self._immutable is not None:  # what the snapshot read must still be the file's content
             self._immutable.check()
-
-    def append(
-        self,
-        stream_id: str,
-        expected_version: int,
-        events: Sequence[NewEvent],
-        *,
-        fresh_ids: bool = False,
-        expect: Sequence[tuple[str, int]] = (),
-    ) -> AppendResult:
-        with self._transaction() as tx:  # not `transaction()`: a subclass may wrap that one
-            return tx.append(stream_id, expected_version, events, fresh_ids=fresh_ids, expect=expect)
 
     def rebuild_stream_index(self, derive: Callable[[], Iterable[StreamHead]]) -> None:
         """A derived table dropped by hand is first made again, empty: `replay --full` is its repair."""
@@ -387,9 +370,3 @@ class SQLiteEventStore(SQLStore):
             close_without_checkpoint(self._conn, self._files)
             return
         self._conn.close()
-
-    def __enter__(self) -> SQLiteEventStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Generic, TypeVar
 
 from lifecycle_fsm.errors import ConcurrencyError, DuplicateEventError, InputError, StoreError
 from lifecycle_fsm.store.chain import canonical_json, chain_rows
 from lifecycle_fsm.store.records import AppendResult, Head, NewEvent, Row, StoredEvent, StreamHead
 
-__all__ = ["WriteTransaction", "check_batch", "conflict", "history_damage", "match_retry"]
+__all__ = ["Transactions", "WriteTransaction", "check_batch", "conflict", "history_damage", "match_retry"]
 
 # PostgreSQL stores schema_version as an integer: every backend keeps the same range.
 _MAX_SCHEMA_VERSION = 2**31
@@ -210,3 +212,29 @@ def _wrong_column(e: NewEvent) -> str:
     if not 0 < e.schema_version < _MAX_SCHEMA_VERSION:
         return f"schema_version must be 1 to {_MAX_SCHEMA_VERSION - 1}, not {e.schema_version}"
     return f"payload must be a JSON object (a dict), not {type(e.payload).__name__}"
+
+
+_Tx = TypeVar("_Tx", bound=WriteTransaction)
+
+
+class Transactions(ABC, Generic[_Tx]):
+    """A store's two ways to write: a transaction, or one append in a transaction of its own."""
+
+    @abstractmethod
+    def _transaction(self) -> AbstractContextManager[_Tx]:
+        """Take the write lock, yield a transaction, commit on success, roll back on error."""
+
+    def transaction(self) -> AbstractContextManager[_Tx]:
+        return self._transaction()
+
+    def append(
+        self,
+        stream_id: str,
+        expected_version: int,
+        events: Sequence[NewEvent],
+        *,
+        fresh_ids: bool = False,
+        expect: Sequence[tuple[str, int]] = (),
+    ) -> AppendResult:
+        with self._transaction() as tx:  # not `transaction()`: a subclass may wrap that one
+            return tx.append(stream_id, expected_version, events, fresh_ids=fresh_ids, expect=expect)
