@@ -131,11 +131,11 @@ def event_reasons(event: StoredEvent, payload: JSON) -> list[str]:
         return list(cls.reasons(payload, ()))
 
 
-def event_json(event: StoredEvent, payload: JSON) -> JSON:
-    """One event as `history --json` shows it, plus the stream it belongs to."""
+def event_json(event: StoredEvent, payload: JSON, *, stream: bool = True) -> JSON:
+    """One event as `log --json` shows it; without its stream (`stream=False`) as `history --json` does."""
     return {
         "seq": event.seq,
-        "stream_id": event.stream_id,
+        **({"stream_id": event.stream_id} if stream else {}),
         "version": event.version,
         "type": event.type,
         "recorded_at": event.recorded_at,

@@ -134,20 +134,9 @@ def print_status(docs: list[JSON]) -> None:
 
 def print_history(rows: list[tuple[StoredEvent, Event]], as_json: bool) -> None:
     if as_json:
-        emit(
-            [
-                {
-                    "seq": s.seq,
-                    "version": s.version,
-                    "type": s.type,
-                    "recorded_at": s.recorded_at,
-                    "actor": s.actor,
-                    "event_id": s.event_id,
-                    "payload": e.to_payload(),
-                }
-                for s, e in rows
-            ]
-        )
+        from lifecycle_fsm.replay.log import event_json
+
+        emit([event_json(s, e.to_payload(), stream=False) for s, e in rows])
         return
     table = _table("seq", "type", "trigger", "recorded_at", "actor")
     for s, e in rows:
