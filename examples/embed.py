@@ -24,7 +24,8 @@ def supervise(db: str, sft_manifest: str, grpo_manifest: str, trajectories: str)
             print(f"reuse {plan.path} (sha256 {plan.sha256})")
         print(plan.action)  # resume_reward_from_saved_trajectories
         ledger.complete_recovery(cid, event_id="run-42/3/recovered")
-        ledger.check(cid, event_id="run-42/4/check")
+        if ledger.check(cid, event_id="run-42/4/check").state is State.REJECT:
+            return State.REJECT  # a hard check failed: reject is final, there is nothing to hand off
         return ledger.hand_off(cid, event_id="run-42/5/handoff").state  # State.READY, TUNE or REJECT
 
 

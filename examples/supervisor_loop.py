@@ -150,9 +150,12 @@ def supervise(workdir: Path, db: str, seed: int, run: str, crash_after: int) -> 
             # Non-blocking failures only (the SFT adapter stays intact, so a rollback is always possible).
             failing = set(rng.sample(STAGES, k=rng.randint(1, 3)))
             train(sup, cid, home, failing, corrupt=rng.random() < 0.5)
-            ledger.check(cid, event_id=sup.key("check"))
+            checked = ledger.check(cid, event_id=sup.key("check"))
             sup.acknowledged()
-            outcomes[cid] = ledger.hand_off(cid, event_id=sup.key("handoff")).state
+            if checked.state is State.REJECT:  # a hard check failed (another baseline, a broken adapter): final
+                outcomes[cid] = checked.state
+            else:
+                outcomes[cid] = ledger.hand_off(cid, event_id=sup.key("handoff")).state
             sup.acknowledged()
             print(f"{cid}: {outcomes[cid]}", flush=True)
     return outcomes

@@ -15,9 +15,11 @@ import orjson
 from lifecycle_fsm.errors import DuplicateEventError
 from lifecycle_fsm.events import LEDGER_STREAM, EvidenceInvalidated, candidate_id_of
 from lifecycle_fsm.store.records import StoredEvent
+from lifecycle_fsm.streams import fold_candidate
 
 if TYPE_CHECKING:
     from lifecycle_fsm.command_path import Command, CommandPath, Outcome
+    from lifecycle_fsm.state import CandidateState
 
 __all__ = ["raced", "replayed", "retried_unread", "stored_field"]
 
@@ -59,7 +61,15 @@ def replayed(
     if stream_id == LEDGER_STREAM:
         invalidated = tuple(cid for e in events if (cid := candidate_id_of(e.stream_id)) is not None)
         return Outcome(events, settings=path.reader.settings(), invalidated=invalidated, duplicate=True)
-    return Outcome(events, candidate=path.reader.candidate(stream_id), duplicate=True)
+    return Outcome(events, candidate=_left_in(path, stream_id, events[-1].version), duplicate=True)
+
+
+def _left_in(path: CommandPath, stream_id: str, version: int) -> CandidateState | None:
+    """The candidate as the first call left it (at `version` of its stream), even if it has moved on since."""
+    now = path.reader.candidate(stream_id)
+    if now is None or now.version == version:
+        return now
+    return fold_candidate(path.store.read_stream(stream_id)[:version])
 
 
 def raced(path: CommandPath, cmd: Command, error: DuplicateEventError) -> Outcome:

@@ -4,7 +4,7 @@ A supervisor writes `ledger.check(cid).state is State.VERIFIED` without an asser
 candidate commands return `CandidateResult` (`fail_stage` a `RecoveryResult` with
 its `plan`), settings commands `SettingsResult`. `appended` is False for a no-op and
 for a retried command (`duplicate`: its `event_id` was already recorded), whose
-`events` are the ones the first attempt appended.
+`events` are the ones the first attempt appended and whose candidate is as that attempt left it.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ __all__ = ["CandidateResult", "CommandResult", "RecoveryResult", "SettingsResult
 
 @attrs.frozen(kw_only=True)
 class CandidateResult:
-    """A candidate command's outcome: the candidate as the log now says it is."""
+    """A candidate command's outcome: the candidate as this command left it (for a retry, as the first call did)."""
 
     candidate: CandidateState
     events: tuple[StoredEvent, ...] = ()

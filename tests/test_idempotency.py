@@ -209,8 +209,8 @@ def test_every_cli_write_takes_an_event_id(ws: Workspace) -> None:
 
 def test_a_retried_fail_after_the_candidate_moved_on_reports_the_first_plan(ws: Workspace) -> None:
     """`fail --event-id K` again once the candidate was recovered, checked and sent back by a window:
-    the first plan and events, `appended: false`, and text that says nothing was appended (the last call
-    a real process)."""
+    the first plan, events and state, `appended: false`, and text that says nothing was appended (the
+    last call a real process)."""
     files = _files(ws)
     grpo = "grpo-v7"
     for args in (
@@ -234,14 +234,37 @@ def test_a_retried_fail_after_the_candidate_moved_on_reports_the_first_plan(ws: 
     assert doc["appended"] is False and doc.keys() == planned.keys()
     same = ("stage", "recovery_state", "reused_state", "action", "path", "sha256", "events", "trusted_states")
     assert {k: doc[k] for k in same} == {k: planned[k] for k in same}
-    assert doc["state"] == "reject"  # where the candidate stands now, as every other command's retry says
+    assert doc["state"] == "recovering"  # as the first call left it, though it stands in reject now
     text = run_cli(ws.db, "fail", grpo, "--stage", "reward", "--event-id", "K")
     assert text.returncode == 0, text.stderr
     assert text.stdout == (
-        f"{grpo}: reward failed -> resume_reward_from_saved_trajectories (reuse trajectories); state reject"
+        f"{grpo}: reward failed -> resume_reward_from_saved_trajectories (reuse trajectories); state recovering"
         " (no change: nothing appended)\n"
     )
     assert count_events(ws.db) == head
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_retried_hand_off_answers_its_decision_after_the_candidate_moved_on(
+    ws: Workspace, backend: str, request: pytest.FixtureRequest
+) -> None:
+    """A supervisor that lost the hand-off's reply, retrying after another process sent the candidate
+    back (a new evaluation version), is told the decision it made: ready, not received."""
+    target = str(ws.db) if backend == "sqlite" else request.getfixturevalue("pg_url")
+    files = _files(ws)
+    with Ledger.open(target) as ledger:
+        ledger.activate_baseline(files["sft"])
+        ledger.activate_evaluation("eval-v1")
+        ledger.receive(files["grpo"])
+        ledger.check("grpo-v7")
+        first = ledger.hand_off("grpo-v7", event_id="run-42/5/handoff")
+        ledger.activate_evaluation("eval-v2")
+        assert ledger.candidate("grpo-v7").state is State.RECEIVED
+    with Ledger.open(target) as restarted:
+        again = restarted.hand_off("grpo-v7", event_id="run-42/5/handoff")
+        assert restarted.candidate("grpo-v7").state is State.RECEIVED
+    assert first.state is State.READY and again.duplicate
+    assert again.candidate == first.candidate and again.events == first.events
 
 
 def test_init_with_a_key_is_its_own_duplicate(ledger: Ledger) -> None:
