@@ -58,8 +58,9 @@ class LoadResult:
 
 def take_checkpoint(store: EventStore, *, clock: Callable[[], str], to: int | None = None) -> CheckpointRecord:
     """Snapshot the folded ledger at the head (or `to`), starting from the latest good checkpoint; the
-    state index is brought to the same state (the one place it moves besides a rebuild)."""
-    loaded = load_state(store, to=to)
+    state index is brought to the same state (the one place it moves besides a rebuild). Each row folded
+    is re-hashed first: a snapshot of a row edited in place would make every later read believe it."""
+    loaded = load_state(store, to=to, checked=True)
     streams = [
         (stream_of(cid), c.version, canonical_json(c.to_dict())) for cid, c in sorted(loaded.state.candidates.items())
     ]

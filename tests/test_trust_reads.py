@@ -221,6 +221,24 @@ def test_a_row_edited_in_place_is_refused_by_every_read(ws: Workspace, args: tup
     assert "reject" not in result.stdout
 
 
+def test_a_checkpoint_of_a_row_edited_in_place_is_refused_and_nothing_is_sealed(ws: Workspace) -> None:
+    """A checkpoint folds each row it snapshots with its own hash checked: a snapshot of the edit would
+    make `status` show it (exit 0) from then on, and a signing key would seal the edited chain."""
+    _ready_ledger(ws)
+    assert cli(ws.db, "key", "new", "--out", str(ws.root / "keys")).returncode == 0
+    with sqlite3.connect(ws.db) as conn:
+        (seq,) = conn.execute("SELECT seq FROM events WHERE type = 'HandoffDecided'").fetchone()
+    _tamper(ws.db, f"UPDATE events SET payload = replace(payload, 'ready_for_evaluation', 'reject') WHERE seq = {seq}")
+    events = count_events(ws.db)
+    result = cli(ws.db, "--signing-key", str(ws.root / "keys" / "lifecycle-signing.key"), "checkpoint")
+    assert result.returncode == 6, (result.stdout, result.stderr)
+    assert f"seq {seq}" in result.stderr and result.stderr.count("\n") == 1
+    with sqlite3.connect(ws.db) as conn:
+        assert conn.execute("SELECT count(*) FROM checkpoints").fetchone() == (0,)
+    assert count_events(ws.db) == events
+    assert cli(ws.db, "status").returncode == 6
+
+
 @pytest.mark.parametrize("column", ["payload", "actor", "recorded_at", "type", "event_id"])
 def test_a_column_turned_into_a_blob_is_an_edited_row_not_a_traceback(ws: Workspace, column: str) -> None:
     """`UPDATE events SET payload = CAST(payload AS BLOB)` (the same bytes, another storage class) made every read,
