@@ -32,6 +32,7 @@ __all__ = [
     "explain_text",
     "format_claim",
     "format_value",
+    "markdown_text",
     "path_line",
     "rules_warning",
 ]
@@ -218,13 +219,12 @@ def explain_text(x: Explanation) -> str:
     return "\n".join(out) + "\n"
 
 
-def _md(text: str) -> str:
-    """Inline text safe in Markdown: no table pipes, no emphasis, no code spans, no HTML.
-
-    `_` stays (intraword underscores, as in reason codes, never make emphasis); `>` and
-    brackets are harmless inside a bullet.
-    """
-    for ch in "\\`*|<":
+def markdown_text(text: str) -> str:
+    """Inline text from the log (an id, a reason) safe in Markdown: no table pipes, no emphasis, no
+    code spans, no HTML, and no link or image (a candidate id `![x](http://...)` would make the
+    reader's browser fetch it). `_` stays: reason codes read as they are, and it makes nothing worse
+    than italics."""
+    for ch in "\\`*|<[]!":
         text = text.replace(ch, "\\" + ch)
     return text
 
@@ -233,7 +233,7 @@ def explain_markdown(x: Explanation, *, level: int = 2) -> str:
     """Markdown for a ticket: a heading per candidate, a bullet per line."""
     sections = explain_sections(x)
     hashes = "#" * level
-    out = [f"{hashes} {_md(x.candidate.candidate_id)}: {x.candidate.state}", ""]
+    out = [f"{hashes} {markdown_text(x.candidate.candidate_id)}: {x.candidate.state}", ""]
     for heading, lines in sections:
-        out += [f"{hashes}# {heading}", ""] + [f"- {_md(line)}" for line in lines] + [""]
+        out += [f"{hashes}# {heading}", ""] + [f"- {markdown_text(line)}" for line in lines] + [""]
     return "\n".join(out)

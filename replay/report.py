@@ -23,7 +23,7 @@ from lifecycle_fsm.machine import State
 from lifecycle_fsm.replay.asof import AsOf, position_of
 from lifecycle_fsm.replay.diagrams import machine_flowchart, path_flowchart
 from lifecycle_fsm.replay.explain import baseline_activations, explanation
-from lifecycle_fsm.replay.explain_text import explain_markdown, format_value
+from lifecycle_fsm.replay.explain_text import explain_markdown, format_value, markdown_text
 from lifecycle_fsm.replay.explanation_parts import Explanation
 from lifecycle_fsm.replay.report_html import markdown_to_html
 from lifecycle_fsm.replay.verify import verify_with_state
@@ -133,7 +133,7 @@ def _build_report(store: EventStore, as_of: AsOf | None) -> LedgerReport:
 
 
 def _md_cell(text: Any) -> str:
-    return display(format_value(text)).replace("|", "\\|")  # one line: a newline would end the table row
+    return markdown_text(display(format_value(text)))  # one line: a newline would end the table row
 
 
 def _seals_text(seals: JSON | None) -> str:
@@ -173,7 +173,7 @@ def _summary(doc: LedgerReport) -> list[str]:
         f"| events | {doc.events} |",
         f"| verify | {'ok' if v.ok else 'FAILED' + at} |",
         f"| checkpoints | {cp_text} |",
-        f"| seals | {_md_cell(_seals_text(doc.seals))} |",
+        f"| seals | {_seals_text(doc.seals)} |",
         "",
     ]
     return out

@@ -162,7 +162,8 @@ def markdown_to_html(markdown: str, *, title: str, folded: Collection[str] = ())
     The level-3 sections under a level-2 heading whose text is in `folded` are closed
     `<details>` blocks whose diagrams are drawn when the reader opens them.
     """
-    md = MarkdownIt("commonmark", {"html": False}).enable("table")
+    # The report makes no links or images: any in its text came from the log, so none is drawn.
+    md = MarkdownIt("commonmark", {"html": False}).enable("table").disable(["link", "image", "autolink"])
     md.add_render_rule("fence", _fence)
     md.add_render_rule("text", _text)
     env: JSON = {}

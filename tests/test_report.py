@@ -305,6 +305,25 @@ def test_report_shows_the_seals_verify_checked(tmp_path: Path) -> None:
     assert f"| seals | 1 seal(s), keys [{key['key_id']}], last at seq {seq + 1} (each sealed hash" in text
 
 
+def test_an_id_written_as_markdown_is_shown_as_text_never_as_a_link_or_an_image(tmp_path: Path) -> None:
+    """Whoever writes a manifest chooses its id: one spelt as a Markdown image or link must not make the
+    auditor's browser fetch anything nor dress a link up as another candidate (report and explain)."""
+    ws = Workspace(tmp_path / "ws")
+    beacon, disguised = "![x](http://127.0.0.1:9/beacon.png)", "[dpo-v5 evidence](https://evil.example/login)"
+    assert invoke(ws.db, "baseline", "activate", str(ws.baseline())).exit_code == 0
+    for n, cid in enumerate((beacon, disguised)):
+        assert invoke(ws.db, "receive", str(ws.dpo(f"m{n}", policy_version=cid))).exit_code == 0
+    assert _report(ws.db, tmp_path / "r", "--format", "html") == (0, "")
+    page = (tmp_path / "r" / "ledger-report.html").read_text().split("<script>")[0]  # the drawing code aside
+    assert "<img" not in page and "<a href=\"http" not in page
+    assert "beacon.png" in page and "evil.example/login" in page  # shown, as text
+    assert _report(ws.db, tmp_path / "m") == (0, "")
+    markdown = (tmp_path / "m" / "ledger-report.md").read_text()
+    assert "\\!\\[x\\](http://127.0.0.1:9/beacon.png)" in markdown
+    explained = invoke(ws.db, "explain", disguised, "--format", "md")
+    assert explained.exit_code == 0 and "## \\[dpo-v5 evidence\\](https://evil.example/login): received" in explained.stdout
+
+
 def test_report_as_of_a_seq_or_a_time_shows_the_candidates_then(
     reported: tuple[Workspace, dict[str, str]], tmp_path: Path
 ) -> None:
