@@ -321,7 +321,8 @@ def test_an_id_written_as_markdown_is_shown_as_text_never_as_a_link_or_an_image(
     markdown = (tmp_path / "m" / "ledger-report.md").read_text()
     assert "\\!\\[x\\](http://127.0.0.1:9/beacon.png)" in markdown
     explained = invoke(ws.db, "explain", disguised, "--format", "md")
-    assert explained.exit_code == 0 and "## \\[dpo-v5 evidence\\](https://evil.example/login): received" in explained.stdout
+    assert explained.exit_code == 0
+    assert "## \\[dpo-v5 evidence\\](https://evil.example/login): received" in explained.stdout
 
 
 def test_report_as_of_a_seq_or_a_time_shows_the_candidates_then(
