@@ -315,7 +315,7 @@ def test_an_id_written_as_markdown_is_shown_as_text_never_as_a_link_or_an_image(
         assert invoke(ws.db, "receive", str(ws.dpo(f"m{n}", policy_version=cid))).exit_code == 0
     assert _report(ws.db, tmp_path / "r", "--format", "html") == (0, "")
     page = (tmp_path / "r" / "ledger-report.html").read_text().split("<script>")[0]  # the drawing code aside
-    assert "<img" not in page and "<a href=\"http" not in page
+    assert "<img" not in page and '<a href="http' not in page
     assert "beacon.png" in page and "evil.example/login" in page  # shown, as text
     assert _report(ws.db, tmp_path / "m") == (0, "")
     markdown = (tmp_path / "m" / "ledger-report.md").read_text()
