@@ -22,7 +22,7 @@ from lifecycle_fsm.event_base import text_or_error
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.limits import MAX_INT64, check_int
 from lifecycle_fsm.retry import RetryPolicy
-from lifecycle_fsm.rules import STAGES, TRUSTED_STATE_KINDS
+from lifecycle_fsm.rules import STAGES, TRUSTED_STATE_KINDS, is_identity
 from lifecycle_fsm.state import LedgerSettings
 from lifecycle_fsm.store.chain import STORED_TIME
 from lifecycle_fsm.streams import check_cache_size
@@ -92,8 +92,8 @@ def default_id(fields: JSON, manifest_path: str | os.PathLike[str]) -> str:
     received under its path and its check rejects it (`candidate_identity`).
     """
     version = fields.get("policy_version")
-    if isinstance(version, str) and version.strip() and not any(ch in version for ch in "\n\r\t\0"):
-        return version
+    if is_identity(version):
+        return str(version)
     return Path(os.path.normpath(manifest_path)).as_posix()
 
 

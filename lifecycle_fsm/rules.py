@@ -26,13 +26,14 @@ __all__ = [
     "check_candidate_freshness",
     "choose_recovery_action",
     "decide_lifecycle_handoff",
+    "is_identity",
 ]
 
 # The decision rules' declared version, and a digest of what they decide over a fixed set of inputs
 # (tests/test_rules_version.py recomputes it): change a rule, and the test says to bump the version.
 # Every check and hand-off records them; a decision made under other rules is history, and a
 # hand-off always decides again under today's.
-RULES = {"version": 1, "digest": "1187c1e0045be64b469123fbb4d3662f1c40da60d09d9c588b1baa1adf3fa16f"}
+RULES = {"version": 2, "digest": "0b02e9662a6323ac4c2a18d1dc9caabb8ed4f8da148d2cbd30c81c0376f4d4bf"}
 
 CANDIDATE_KINDS = ("dpo", "grpo", "rlvr")
 ONLINE_KINDS = ("grpo", "rlvr")
@@ -89,13 +90,14 @@ def _age_within(value: Any, maximum: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= maximum
 
 
-def _identity(value: Any) -> bool:
-    """A version or identity is a non-empty string (e.g. `sft-v1`, `dpo-v1`).
+def is_identity(value: Any) -> bool:
+    """A version or identity is a non-empty printable string (e.g. `sft-v1`, `dpo-v1`).
 
     The seed tests `bool(value)`, so `true`, `1` or `{"k": 0}` would pass as an identity:
-    anything but a string with a non-blank character fails its check instead.
+    anything but a string with a non-blank character fails its check instead, and so does one
+    with a control or format character (`dpo-v6\\n` prints like `dpo-v6`).
     """
-    return isinstance(value, str) and bool(value.strip())
+    return isinstance(value, str) and bool(value.strip()) and value.isprintable()
 
 
 def check_candidate_freshness(candidate: JSON, active_policy_version: str, maximum_window_age: int) -> JSON:
@@ -104,20 +106,20 @@ def check_candidate_freshness(candidate: JSON, active_policy_version: str, maxim
     The upstream decision is deliberately not part of freshness. A missing or
     non-integer `window_age` fails an online candidate's branch evidence: a
     `-1` default happens to fail too, but we never rely on a default. Versions are
-    identities: each must be a non-empty string (`_identity`), not merely truthy.
+    identities: each must be a non-empty printable string (`is_identity`), not merely truthy.
     """
     kind = candidate.get("candidate_kind")
     checks = {
         "candidate_kind": kind in CANDIDATE_KINDS,
         "source_policy": bool(active_policy_version)
         and candidate.get("source_policy_version") == active_policy_version,
-        "candidate_identity": _identity(candidate.get("policy_version")),
-        "evaluation_identity": _identity(candidate.get("evaluation_version")),
+        "candidate_identity": is_identity(candidate.get("policy_version")),
+        "evaluation_identity": is_identity(candidate.get("evaluation_version")),
     }
     if kind == "dpo":
-        branch_fresh = _identity(candidate.get("preference_evidence_version"))
+        branch_fresh = is_identity(candidate.get("preference_evidence_version"))
     else:
-        branch_fresh = _identity(candidate.get("verifier_version")) and _age_within(
+        branch_fresh = is_identity(candidate.get("verifier_version")) and _age_within(
             candidate.get("window_age"), maximum_window_age
         )
     checks["branch_evidence"] = branch_fresh

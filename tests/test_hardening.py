@@ -89,9 +89,11 @@ def test_a_different_manifest_file_is_not_a_retry(ws: Workspace) -> None:
     assert (revised.candidate.state, revised.candidate.revision) == ("received", 1)
 
 
-def test_empty_policy_version_is_received_under_its_path(ws: Workspace) -> None:
-    """No usable policy_version: the candidate is received under its manifest path, then rejected."""
-    manifest = ws.dpo(policy_version="")
+@pytest.mark.parametrize("version", ["", "dpo-v6\n", "dpo-v9\t", "dpo\u200bv5"])
+def test_empty_policy_version_is_received_under_its_path(ws: Workspace, version: str) -> None:
+    """No usable policy_version (empty, or with a control or format character that would print like
+    another): the candidate is received under its manifest path, then rejected."""
+    manifest = ws.dpo(policy_version=version)
     assert invoke(ws.db, "baseline", "activate", str(ws.baseline())).exit_code == 0
     out = invoke(ws.db, "--json", "receive", str(manifest))
     assert out.exit_code == 0

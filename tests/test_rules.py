@@ -193,6 +193,7 @@ def test_a_ledger_evaluation_version_is_named_in_the_rules_order() -> None:
         ({"source_policy_version": None}, "source_policy"),
         ({"policy_version": ""}, "candidate_identity"),
         ({"policy_version": None}, "candidate_identity"),
+        ({"policy_version": "dpo-v6\n"}, "candidate_identity"),
         ({"evaluation_version": ""}, "evaluation_identity"),
         ({"evaluation_version": None}, "evaluation_identity"),
         ({"preference_evidence_version": ""}, "branch_evidence"),

@@ -29,7 +29,7 @@ def behaviour() -> list[Any]:
     for kind, source, version, evaluation, preference, verifier, age in itertools.product(
         (*CANDIDATE_KINDS, "ppo", None),
         (ACTIVE, "b" * 64, None),
-        ("v1", " ", None, 3),
+        ("v1", " ", "v1\n", None, 3),
         ("e1", "", None),
         ("p1", None),
         ("m1", None),
