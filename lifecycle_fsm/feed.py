@@ -208,27 +208,33 @@ def wanted_states(states: object) -> tuple[State, ...]:
 
 
 def wait_for_state(
+    store: Callable[[], EventStore],
     current_state: Callable[[], str | None],
     *,
     candidate_id: str,
     states: State | str | Iterable[State | str],
     timeout: float,
     poll: float,
+    is_closed: Callable[[], bool] = lambda: False,
 ) -> State:
-    """Poll `current_state` until it is one of `states`; `WaitTimeout` after `timeout` seconds.
+    """Look at `current_state` until it is one of `states`; `WaitTimeout` after `timeout` seconds, or at
+    once when the candidate is in reject (terminal: it can reach nothing else) and reject is not wanted.
 
-    An unknown candidate counts as not there yet: another process may receive it.
-    `states` is one state (a `State` or its name) or an iterable of them, at least one
-    (`wanted_states`); `timeout` is finite and at least 0 (0: look once), `poll` finite
-    and above 0; anything else is an InputError (a NaN timeout never passed, so the wait
-    never ended).
+    It looks again every `poll` seconds, and on PostgreSQL as soon as a commit notifies; a close
+    from another thread is noticed within a quarter of a second. An unknown candidate counts as
+    not there yet: another process may receive it. `states` is one state (a `State` or its
+    name) or an iterable of them, at least one (`wanted_states`); `timeout` is finite and at
+    least 0 (0: look once), `poll` finite and above 0; anything else is an InputError (a NaN
+    timeout never passed, so the wait never ended).
     """
     seconds = check_seconds("timeout", timeout, zero_ok=True)
     poll = check_seconds("poll", poll, zero_ok=False)
     wanted = wanted_states(states)
     give_up = time.monotonic() + seconds
-    last: str | None = None
+    never = threading.Event()
     while True:
+        wait_for_new: Callable[..., bool] | None = getattr(store(), "wait_for_new", None)
+        head = store().head().seq if wait_for_new is not None else 0  # before the look: a commit after it wakes
         try:
             last = current_state()
         except NotFoundError:
@@ -236,12 +242,13 @@ def wait_for_state(
         if last is not None and last in wanted:
             return State(last)
         remaining = give_up - time.monotonic()
-        if remaining <= 0:
+        if remaining <= 0 or last == State.REJECT:
+            why = f"within {timeout} s" if remaining <= 0 else "(reject is terminal: it can reach nothing else)"
             raise WaitTimeout(
-                f"candidate {candidate_id!r} did not reach {' | '.join(wanted)} within {timeout} s "
+                f"candidate {candidate_id!r} did not reach {' | '.join(wanted)} {why} "
                 f"(last state: {last or 'not received'})",
                 candidate_id=candidate_id,
                 states=tuple(str(s) for s in wanted),
                 last_state=last,
             )
-        time.sleep(min(poll, remaining))
+        _pause(wait_for_new, head, min(poll, remaining), never, is_closed)

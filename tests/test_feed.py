@@ -147,6 +147,47 @@ def test_wait_for_times_out_with_a_lifecycle_and_builtin_timeout_error(ws: Works
         ledger.wait_for("dpo-v5", ["nowhere"], timeout=1)
 
 
+def test_wait_for_a_rejected_candidate_ends_at_once(ws: Workspace, ledger: Ledger) -> None:
+    """Reject is terminal: a wait for ready on a rejected candidate is answered now, not after its timeout."""
+    ledger.activate_baseline(ws.baseline())
+    ledger.receive(ws.dpo(source_policy_version="sft-v0"))
+    assert ledger.check("dpo-v5").state is State.REJECT
+    started = time.monotonic()
+    with pytest.raises(WaitTimeout, match="reject is terminal") as info:
+        ledger.wait_for("dpo-v5", ["ready"], timeout=60)
+    assert time.monotonic() - started < 5 and info.value.last_state == "reject"
+    assert ledger.wait_for("dpo-v5", ["ready", "reject"], timeout=60) is State.REJECT
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_close_from_another_thread_ends_a_long_wait_for(
+    ws: Workspace, request: pytest.FixtureRequest, backend: str
+) -> None:
+    target = _target(ws, backend, request)
+    _setup(target, ws)
+    ledger = Ledger.open(target)
+    closer = threading.Timer(0.3, ledger.close)
+    closer.start()
+    started = time.monotonic()
+    with pytest.raises(LedgerClosedError):
+        ledger.wait_for("dpo-v5", ["ready"], timeout=60, poll=30)
+    closer.join()
+    assert time.monotonic() - started < 3, time.monotonic() - started
+
+
+def test_wait_for_on_postgres_wakes_on_a_commit_not_the_poll(ws: Workspace, pg_url: str) -> None:
+    """With a poll of 60 s, a waiter sees another process's check promptly: the commit's NOTIFY wakes it."""
+    manifest = _setup(pg_url, ws)
+    with Ledger.open(pg_url, actor="waiter") as waiter:
+        writer = _writer(pg_url, manifest, 0, 1.0)
+        started = time.monotonic()
+        state = waiter.wait_for("dpo-v5", [State.VERIFIED, "reject"], timeout=90, poll=60)
+        waited = time.monotonic() - started
+    _, err = writer.communicate(timeout=60)
+    assert writer.returncode == 0, err
+    assert state is State.VERIFIED and waited < 45  # well under one 60 s poll
+
+
 STATE_NAMES = "received, verified, recovering, tune, reject, ready"
 
 
