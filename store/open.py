@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -30,6 +31,8 @@ __all__ = [
 ]
 
 URL_SCHEMES = ("postgresql://", "postgres://")
+# libpq's other spelling, `host=... dbname=...`: taken for a file name it would make an SQLite ledger there.
+_KEYWORD_CONNINFO = re.compile(r"\s*(host|hostaddr|port|dbname|user|password|service|sslmode|options)\s*=", re.I)
 # Both backends keep the wait in milliseconds in a C int (SQLite's busy_timeout, PostgreSQL's lock_timeout).
 MAX_BUSY_TIMEOUT = (2**31 - 1) / 1000
 
@@ -104,6 +107,11 @@ def open_store(
     from lifecycle_fsm.store.sqlite import SQLiteEventStore
 
     path = os.fspath(target)
+    if isinstance(path, str) and _KEYWORD_CONNINFO.match(path):
+        raise InputError(
+            "the ledger is named as libpq keywords (host=... dbname=...): give a postgresql:// URL, e.g. "
+            "postgresql://USER@HOST:5432/DBNAME (or ./NAME for a file whose name starts so)"
+        )
     if not create and path != ":memory:" and not os.path.exists(path):
         raise InputError(f"no ledger at {path} (create one with `lifecycle init`)")
     return SQLiteEventStore(path, synchronous=synchronous, busy_timeout=busy_timeout, create=create)

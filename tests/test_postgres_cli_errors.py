@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -23,6 +24,7 @@ from backends import pg_execute
 from click.testing import CliRunner
 from conftest import Workspace, cli, run_cli
 
+from lifecycle_fsm import InputError, Ledger
 from lifecycle_fsm.cli import main
 from lifecycle_fsm.store.postgres import PostgresEventStore
 from lifecycle_fsm.store.postgres_schema import STORE_SCHEMA_VERSION
@@ -206,3 +208,23 @@ def test_a_new_schema_named_unquoted_in_mixed_case_is_created_as_postgres_reads_
     finally:
         for name in (written, folded):
             pg_execute(PG_BASE, f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+@pytest.mark.parametrize("via", ["api", "cli"])
+def test_a_libpq_keyword_string_is_refused_not_taken_for_a_file_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, via: str
+) -> None:
+    """`host=... dbname=...` is libpq's other spelling: opened as a path it made an SQLite file named
+    with the password, and a supervisor wrote to a private ledger without a word."""
+    monkeypatch.chdir(tmp_path)
+    conninfo = "host=127.0.0.1 user=postgres password=S3cretPW dbname=nodb"
+    if via == "api":
+        with pytest.raises(InputError, match="postgresql://") as info:
+            Ledger.open(conninfo)
+        message = str(info.value)
+    else:
+        result = cli(conninfo, "init")
+        assert result.returncode == 3 and result.stderr.count("\n") == 1, result.stderr
+        message = result.stderr
+    assert "S3cretPW" not in message
+    assert list(tmp_path.iterdir()) == []
