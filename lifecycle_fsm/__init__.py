@@ -10,6 +10,7 @@ import typing
 
 from lifecycle_fsm.errors import (
     ArtifactError,
+    ArtifactUnreadable,
     ConcurrencyError,
     ConflictError,
     CorruptionError,
@@ -20,6 +21,7 @@ from lifecycle_fsm.errors import (
     LedgerClosedError,
     LifecycleError,
     NotFoundError,
+    ScenarioError,
     StoreError,
     WaitTimeout,
 )
@@ -65,6 +67,7 @@ _LAZY = {
 
 __all__ = [
     "ArtifactError",
+    "ArtifactUnreadable",
     "CandidateResult",
     "CandidateState",
     "CommandResult",
@@ -85,6 +88,7 @@ __all__ = [
     "RecoveryPlan",
     "RecoveryResult",
     "RetryPolicy",
+    "ScenarioError",
     "SettingsResult",
     "State",
     "StoreError",

@@ -11,7 +11,7 @@ each one ends in is the CLI's business (`lifecycle_fsm.cli.exit_codes`), not the
 
     LifecycleError
     ├── InputError (ValueError)          bad file, bad JSON, bad manifest, unknown stage/kind
-    │   ├── ArtifactError                an artifact cannot be hashed (missing, escapes, loop)
+    │   ├── ArtifactError                a manifest's artifact cannot be hashed (missing, escapes, loop)
     │   │   └── ArtifactUnreadable       … for a reason of the environment (permission, I/O)
     │   └── ScenarioError                a drill file is malformed
     ├── NotFoundError (LookupError)      unknown candidate id
@@ -24,7 +24,7 @@ each one ends in is the CLI's business (`lifecycle_fsm.cli.exit_codes`), not the
     │       └── IllegalTransition        a recorded move the table forbids (lifecycle_fsm.state)
     ├── StoreError (OSError)             the database failed (locked, not a ledger)
     │   └── LedgerClosedError            a Ledger used after `close()`
-    └── WaitTimeout (TimeoutError)       `Ledger.wait_for` gave up (re-exported by lifecycle_fsm.feed)
+    └── WaitTimeout (TimeoutError)       `Ledger.wait_for` gave up, or the candidate was rejected
 
 The store translates `sqlite3` and psycopg errors into these at its boundary (`raise … from e`);
 nothing from `sqlite3`, `sqlite_utils`, psycopg or `transitions` crosses the public API.
@@ -164,7 +164,7 @@ class LedgerClosedError(StoreError):
 
 
 class WaitTimeout(LifecycleError, TimeoutError):
-    """`wait_for` gave up: the candidate did not reach any of the states in time.
+    """`wait_for` gave up: the candidate did not reach any of the states in time, or it was rejected (final).
 
     Defined here rather than in `feed.py` (which re-exports it) so that the CLI's exit-code
     table does not import the feed, and with it the Ledger's modules, on every start.
