@@ -140,9 +140,10 @@ class TrustedStateCheck:
 
 
 def window_age(candidate: JSON, active_window: int | None) -> int | None:
-    """Active window minus the evidence window; None (never a default) when unknown."""
+    """Active window minus the evidence window; None (never a default) when unknown, or when the index
+    names no window (a negative one: `-1` would otherwise read as a window two back, still fresh)."""
     index = candidate.get("evidence_window_index")
-    if not isinstance(index, int) or isinstance(index, bool) or active_window is None:
+    if not isinstance(index, int) or isinstance(index, bool) or index < 0 or active_window is None:
         return None
     return active_window - index
 

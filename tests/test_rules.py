@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from lifecycle_fsm.checks import window_age
 from lifecycle_fsm.rules import (
     FRESHNESS_CHECKS,
     check_candidate_freshness,
@@ -355,3 +356,11 @@ def test_the_freshness_checks_table_lists_every_check_in_the_order_they_fail() -
     the ledger's own failures, validates `log --reason` and drives the drills is the function's."""
     result = check_candidate_freshness({}, ACTIVE, MAX_AGE)
     assert result == {"fresh": False, "failed_checks": list(FRESHNESS_CHECKS)}
+
+
+@pytest.mark.parametrize(
+    ("index", "age"), [(0, 1), (1, 0), (2, -1), (-1, None), (-5, None), (True, None), (None, None)]
+)
+def test_window_age_of_an_evidence_window_index(index: Any, age: int | None) -> None:
+    """A negative index names no window: it has no age (branch evidence fails), never `active - index`."""
+    assert window_age({"evidence_window_index": index}, 1) == age
