@@ -114,6 +114,12 @@ def load_baseline_manifest(
     """Parse an SFT manifest (`root`: see `resolve_artifact_path`); without an adapter sha256 there is no
     policy version."""
     obj, abs_path, digest = read_manifest(path)
+    semantic_id = obj.get("semantic_id")
+    if isinstance(semantic_id, str) and semantic_id in KIND_BY_SEMANTIC_ID:
+        kind = KIND_BY_SEMANTIC_ID[semantic_id]
+        raise InputError(f"{abs_path} is a {kind} candidate's manifest ({semantic_id}), not an SFT delivery")
+    if obj.get("decision") == "reject":
+        raise InputError(f"SFT manifest {abs_path} records decision reject: a rejected delivery is no baseline")
     adapter = obj["artifacts"]["adapter"]
     sha = adapter.get("sha256")
     if not isinstance(sha, str) or not sha:

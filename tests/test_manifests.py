@@ -162,6 +162,23 @@ def test_input_error_is_a_value_error() -> None:
 # --- the baseline -----------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"semantic_id": "PT-DPO-OFFLINE"}, "a dpo candidate's manifest (PT-DPO-OFFLINE), not an SFT delivery"),
+        ({"semantic_id": "PT-GRPO-GROUPWISE"}, "a grpo candidate's manifest"),
+        ({"semantic_id": "PT-SFT-DELIVERY", "decision": "reject"}, "a rejected delivery is no baseline"),
+    ],
+)
+def test_a_candidate_or_rejected_manifest_is_no_baseline(tmp_path: Path, fields: dict[str, Any], message: str) -> None:
+    """Activating a candidate's manifest, or an SFT delivery rejected upstream, as the baseline is refused."""
+    path = write_json(tmp_path / "sft" / "manifest.json", {**fields, "artifacts": {"adapter": ADAPTER}})
+    with pytest.raises(InputError, match=re.escape(message)):
+        load_baseline_manifest(path)
+    for odd in (["PT-DPO-OFFLINE"], {"x": 1}, None):  # not a name: neither a candidate's nor a traceback
+        assert load_baseline_manifest(write_json(path, {"semantic_id": odd, "artifacts": {"adapter": ADAPTER}}))
+
+
 def test_baseline_fields(tmp_path: Path) -> None:
     """The baseline keeps the manifest's absolute path and file sha256, and its adapter path and hash."""
     path = write_json(
