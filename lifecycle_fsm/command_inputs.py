@@ -20,7 +20,7 @@ from pathlib import Path
 from lifecycle_fsm.errors import ConflictError, InputError, StoreError
 from lifecycle_fsm.event_base import text_or_error
 from lifecycle_fsm.json_types import JSON
-from lifecycle_fsm.limits import MAX_INT64, check_int
+from lifecycle_fsm.limits import MAX_INT64, check_actor, check_int
 from lifecycle_fsm.retry import RetryPolicy
 from lifecycle_fsm.rules import STAGES, TRUSTED_STATE_KINDS, is_identity
 from lifecycle_fsm.state import LedgerSettings
@@ -126,10 +126,8 @@ def require_baseline(settings: LedgerSettings) -> None:
 
 def checked_options(actor: object, artifact_root: object, retry: object, cached_candidates: object) -> str | None:
     """The constructor's argument checks (InputError); the artifact root made absolute."""
-    if actor is not None and not isinstance(actor, str):
-        raise InputError(f"actor must be a string, not {type(actor).__name__}")
     if actor is not None:
-        text_or_error("actor", actor)
+        check_actor(text_or_error("actor", actor) if isinstance(actor, str) else actor)  # a NUL said as such
     if not isinstance(retry, RetryPolicy):  # else every command would fail on `retry.deadline`
         raise InputError(f"retry must be a RetryPolicy, not {type(retry).__name__} ({retry!r})")
     check_cache_size(cached_candidates)

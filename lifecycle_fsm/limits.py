@@ -28,6 +28,7 @@ __all__ = [
     "MAX_MANIFEST_BYTES",
     "MAX_SCENARIO_BYTES",
     "MAX_SIGNED_HEAD_BYTES",
+    "check_actor",
     "check_candidate_id",
     "check_event_id",
     "check_int",
@@ -142,6 +143,24 @@ def _printed_once(what: str, value: str, hint: str) -> None:
         )
 
 
+def _check_name(what: str, value: object, hint: str) -> None:
+    """A name a reader tells apart from every other: 1..256 characters, `_printed_once`."""
+    if not isinstance(value, str):
+        raise InputError(f"{what} must be a string, not {type(value).__name__} ({value!r})")
+    if not value.strip():
+        raise InputError(f"{what} {value!r} is empty")
+    if len(value) > MAX_CANDIDATE_ID_LENGTH:
+        raise InputError(f"{what} is {len(value)} characters, over the {MAX_CANDIDATE_ID_LENGTH}-character limit")
+    _printed_once(what, value, hint)
+
+
+def check_actor(actor: object) -> str:
+    """Who the events say recorded them, held to a candidate id's rules but the reserved names: an
+    auditor reads it as a name (a blank or a 100,000-character one names no one)."""
+    _check_name("actor", actor, "give another with --actor or LIFECYCLE_ACTOR")
+    return str(actor)
+
+
 def check_candidate_id(candidate_id: str, *, hint: str = "give another id with --id") -> str:
     """A candidate id is 1..256 printable characters that name one stream unambiguously; else InputError.
 
@@ -152,15 +171,7 @@ def check_candidate_id(candidate_id: str, *, hint: str = "give another id with -
     `candidate:` (the prefix of every candidate's stored stream id): such an id's events
     would be listed as another stream's, or not at all. `hint`: what the caller can do instead.
     """
-    if not isinstance(candidate_id, str):
-        raise InputError(f"a candidate id is a string, not {type(candidate_id).__name__} ({candidate_id!r})")
-    if not candidate_id.strip():
-        raise InputError(f"candidate id {candidate_id!r} is empty")
-    if len(candidate_id) > MAX_CANDIDATE_ID_LENGTH:
-        raise InputError(
-            f"candidate id is {len(candidate_id)} characters, over the {MAX_CANDIDATE_ID_LENGTH}-character limit"
-        )
-    _printed_once("candidate id", candidate_id, hint)
+    _check_name("candidate id", candidate_id, hint)
     if candidate_id in NAMED_STREAMS:
         raise InputError(
             f"candidate id {candidate_id!r} is reserved: `{LEDGER_STREAM}` and `{SEALS_STREAM}` name the ledger's "

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import structlog
-from conftest import DROP, Workspace, count_events
+from conftest import DROP, Workspace, cli, count_events
 
 from lifecycle_fsm import RecoveryAction, State
 from lifecycle_fsm.artifacts import hash_directory
@@ -454,7 +454,7 @@ def test_a_path_that_is_not_a_path_is_an_input_error(ws: Workspace, ledger: Ledg
     }
     if bad is not None:  # None is no root / the manifest's own id
         calls["artifact_root"] = lambda: Ledger.open(ws.db, artifact_root=bad)
-        calls["a candidate id is a string"] = lambda: ledger.receive(manifest, candidate_id=bad)  # type: ignore[arg-type]
+        calls["candidate id must be a string"] = lambda: ledger.receive(manifest, candidate_id=bad)  # type: ignore[arg-type]
     for name, call in calls.items():
         with pytest.raises(InputError) as info:
             call()
@@ -546,3 +546,21 @@ def test_trusted_states_are_hashed_under_the_ledgers_artifact_root_like_every_ar
         with pytest.raises(ArtifactError, match="escapes root"):
             ledger.record_trusted_state("grpo-hub", "prompt_queue", outside / "queue.jsonl")
         assert "prompt_queue" not in ledger.candidate("grpo-hub").trusted_states
+
+
+@pytest.mark.parametrize(
+    ("actor", "message"),
+    [
+        (" ", "is empty"),
+        ("x" * 257, "over the 256-character limit"),
+        (" sup", "starts or ends with whitespace"),
+        ("sup\n7", "control or format characters"),
+    ],
+)
+def test_an_actor_is_a_name_an_auditor_can_read(ws: Workspace, actor: str, message: str) -> None:
+    """Every event names who recorded it: a blank, overlong or look-alike actor is refused, nothing opened."""
+    with pytest.raises(InputError, match=message):
+        ws.ledger(actor=actor)
+    assert not ws.db.exists()
+    result = cli(ws.db, "--actor", actor, "init")
+    assert result.returncode == 3 and result.stderr.startswith("Error: ") and not ws.db.exists()

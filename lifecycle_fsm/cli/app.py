@@ -21,7 +21,7 @@ from lifecycle_fsm.cli.exit_codes import EXIT_CODES, ExitCode, exit_code_for
 from lifecycle_fsm.cli.guards import closed_output, is_driver_error, output_error, refuse_empty_file, refuse_memory_db
 from lifecycle_fsm.errors import InputError, LifecycleError
 from lifecycle_fsm.json_types import JSON
-from lifecycle_fsm.limits import display
+from lifecycle_fsm.limits import check_actor, display
 from lifecycle_fsm.logs import configure_logging
 from lifecycle_fsm.store.open import open_store
 from lifecycle_fsm.store.sqlite_errors import translate_sqlite_error
@@ -268,6 +268,8 @@ def open_ledger(*, must_exist: bool = False, initialising: bool = False) -> Ledg
     from lifecycle_fsm.ledger import Ledger
 
     obj = root_obj()
+    if obj["actor"] is not None:
+        check_actor(obj["actor"])  # before the store: a refused actor creates no ledger
     store = _open_store(obj, create=not must_exist, initialising=initialising)
     ledger = Ledger(store, actor=obj["actor"], artifact_root=obj["artifact_root"])
     click.get_current_context().call_on_close(ledger.close)
