@@ -3,7 +3,7 @@
 The snapshot lives in a temporary folder for as long as the server runs and is
 removed when it stops. Uvicorn shuts down on SIGINT or SIGTERM and then re-raises the
 signal to the handler it found; ours turns it into a clean return (exit 0), so the
-folder is always removed. Datasette is imported only here, when the command runs.
+folder is always removed (SIGHUP, a closed terminal, is passed on as SIGTERM). Datasette is imported only here, when the command runs.
 """
 
 from __future__ import annotations
@@ -32,6 +32,14 @@ class _Stopped(Exception):
 
 def _stop(signum: int, frame: FrameType | None) -> None:
     raise _Stopped(signum)
+
+
+def _hang_up(signum: int, frame: FrameType | None) -> None:
+    """Its terminal closed: stop as on SIGTERM, which uvicorn shuts down on cleanly (then `_stop`)."""
+    import os
+    import signal
+
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _usable_port(host: str, port: int) -> int:
@@ -117,6 +125,7 @@ def serve(host: str, port: int, allow_hosts: tuple[str, ...]) -> None:
         for setting in ("default_allow_sql", "allow_download", "allow_csv_stream"):
             args += ["--setting", setting, "off"]
         previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+        previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, _hang_up)
         hook, sys.unraisablehook = sys.unraisablehook, quiet_refused_times(sys.unraisablehook)
         try:
             datasette_cli.main(args=args, prog_name="lifecycle serve", standalone_mode=False)
