@@ -3,7 +3,8 @@
 The snapshot lives in a temporary folder for as long as the server runs and is
 removed when it stops. Uvicorn shuts down on SIGINT or SIGTERM and then re-raises the
 signal to the handler it found; ours turns it into a clean return (exit 0), so the
-folder is always removed (SIGHUP, a closed terminal, is passed on as SIGTERM). Datasette is imported only here, when the command runs.
+folder is always removed (SIGHUP, a closed terminal, is passed on as SIGTERM). Datasette
+is imported only here, when the command runs.
 """
 
 from __future__ import annotations
