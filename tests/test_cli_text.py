@@ -51,14 +51,16 @@ def test_fail_prints_the_plan_and_empty_status(ws: Workspace) -> None:
 def test_a_value_with_a_newline_or_an_escape_cannot_forge_a_line(ws: Workspace) -> None:
     """A manifest's `evaluation_version` of "v3\\nartifact: passed (FORGED)" printed, in `explain` (text and md)
     and in the report, a line of its own that read as a check result; an actor holding a newline and a terminal
-    escape (`--actor`) printed a forged `log` line and sent the escape to the terminal. Every value is one line,
-    its control characters spelled out (`\\n`, `\\x1b`), as tables and errors already were."""
+    escape (`--actor`) printed a forged `log` line and sent the escape to the terminal (refused now). Every value
+    is one line, its control characters spelled out (`\\n`, `\\x1b`), as tables and errors already were."""
     forged = "artifact: passed (FORGED)"
     assert invoke(ws.db, "init").exit_code == 0
     assert invoke(ws.db, "baseline", "activate", str(ws.baseline())).exit_code == 0
     manifest = ws.dpo(evaluation_version=f"frozen-eval-v3\n{forged}\x1b[32m")
     actor = "bob\n      99  2026-01-01T00:00:00Z  ledger  Forged\x1b[31m"
-    assert invoke(ws.db, "--actor", actor, "receive", str(manifest)).exit_code == 0
+    refused = invoke(ws.db, "--actor", actor, "receive", str(manifest))  # no actor holds a control character
+    assert refused.exit_code == 3 and "actor" in refused.stderr and "\x1b" not in refused.stderr
+    assert invoke(ws.db, "--actor", "bob", "receive", str(manifest)).exit_code == 0
     assert invoke(ws.db, "check", "dpo-v5").exit_code == 0
     outputs = {
         "explain": invoke(ws.db, "explain", "dpo-v5").stdout,
@@ -72,7 +74,7 @@ def test_a_value_with_a_newline_or_an_escape_cannot_forge_a_line(ws: Workspace) 
         for line in text.splitlines():
             assert not line.lstrip(" -").startswith((forged, "99  2026")), (name, line)
     assert "frozen-eval-v3\\nartifact: passed (FORGED)\\x1b[32m" in outputs["explain"]
-    assert len(outputs["log"].splitlines()) == 4 and "by bob\\n" in outputs["log"]
+    assert len(outputs["log"].splitlines()) == 4 and "by bob" in outputs["log"]
 
 
 def test_a_pool_file_or_a_dry_run_manifest_cannot_forge_a_line(ws: Workspace) -> None:
