@@ -266,13 +266,9 @@ class Ledger(CandidateCommands):
     def wait_for(
         self, candidate_id: str, states: State | str | Iterable[State | str], timeout: float, *, poll: float = 0.2
     ) -> State:
-        """Block until the candidate is in one of `states`; `WaitTimeout` after `timeout` seconds, or at once
-        when it is in reject (terminal) and reject is not among `states`. On PostgreSQL it wakes on a
-        commit's notification; a `close()` from another thread ends it within a quarter of a second.
-
-        `states`: one state (a `State` or its name, `"ready"`) or an iterable of them; a name
-        that is no state, an empty list or a bad `timeout` / `poll` is an `InputError`.
-        """
+        """Block until the candidate is in one of `states` (a `State`, its name, or an iterable of them);
+        `WaitTimeout` after `timeout` seconds, or at once when it is rejected and reject is not wanted
+        (`lifecycle_fsm.feed.wait_for_state`). A bad state, timeout or poll is an `InputError`."""
         return wait_for_state(
             lambda: self.store,
             lambda: self._reader.existing(candidate_id).state,
