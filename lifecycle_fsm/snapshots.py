@@ -30,6 +30,7 @@ from lifecycle_fsm.rules import RULES
 from lifecycle_fsm.state import CandidateState, LedgerSettings
 from lifecycle_fsm.store.base import EventStore, hash_at
 from lifecycle_fsm.store.chain import canonical_json, snapshot_digest
+from lifecycle_fsm.store.records import CheckpointRecord, StreamSnapshot
 
 __all__ = [
     "CHECKPOINT_SCHEMA_VERSION",
@@ -97,16 +98,11 @@ def other_rules(fingerprint: str) -> Any:
 
 
 def snapshot_problem(
-    store: EventStore,
-    *,
-    schema_version: int,
-    fingerprint: str,
-    text: str,
-    sha256: str,
-    position: int,
-    head_hash: str,
+    store: EventStore, taken: CheckpointRecord | StreamSnapshot, text: str, sha256: str
 ) -> SnapshotProblem | None:
-    """Why a snapshot taken at `position` cannot be trusted, or None when it can."""
+    """Why a snapshot (`text`, stored with `sha256`) taken at `taken.position` cannot be trusted, or None
+    when it can: a checkpoint's whole snapshot, or one stream's copy of its state."""
+    schema_version, fingerprint, position = taken.schema_version, taken.fingerprint, taken.position
     if schema_version != CHECKPOINT_SCHEMA_VERSION:
         return SnapshotProblem(f"schema version {schema_version} is not {CHECKPOINT_SCHEMA_VERSION}", stale=True)
     if changed := _structural_problem(fingerprint):
@@ -120,6 +116,6 @@ def snapshot_problem(
     actual = hash_at(store, position)
     if actual is None:
         return SnapshotProblem(f"position {position} is past the log's head", stale=False)
-    if actual != head_hash:
+    if actual != taken.head_hash:
         return SnapshotProblem(f"head hash at position {position} does not match the log", stale=False)
     return None

@@ -57,15 +57,7 @@ def state_from_checkpoint(store: EventStore, stream_id: str) -> CandidateState |
         return None
     from lifecycle_fsm.snapshots import snapshot_problem
 
-    problem = snapshot_problem(
-        store,
-        schema_version=snap.schema_version,
-        fingerprint=snap.fingerprint,
-        text=snap.state,
-        sha256=snap.state_sha256,
-        position=snap.position,
-        head_hash=snap.head_hash,
-    )
+    problem = snapshot_problem(store, snap, snap.state, snap.state_sha256)
     reason = None if problem is None else problem.reason
     if problem is None:
         try:

@@ -77,15 +77,7 @@ def take_checkpoint(store: EventStore, *, clock: Callable[[], str], to: int | No
 
 def checkpoint_problem(store: EventStore, record: CheckpointRecord) -> SnapshotProblem | None:
     """Why a checkpoint cannot be trusted, or None when it can (see `snapshot_problem`)."""
-    return snapshot_problem(
-        store,
-        schema_version=record.schema_version,
-        fingerprint=record.fingerprint,
-        text=record.snapshot,
-        sha256=record.snapshot_sha256,
-        position=record.position,
-        head_hash=record.head_hash,
-    )
+    return snapshot_problem(store, record, record.snapshot, record.snapshot_sha256)
 
 
 def _restore(record: CheckpointRecord) -> LedgerState:

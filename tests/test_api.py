@@ -216,7 +216,9 @@ def test_readme_opens_with_the_two_commands() -> None:
     assert install is not None, second
     ci = (REPO / ".ci" / "run").read_text()
     assert f"pip install --quiet {install.group(1)}\n" in ci
-    assert "\nCI=true PYTEST_ADDOPTS=\"--cov\" .venv/bin/pytest -q\n" in ci and second.strip().endswith(".venv/bin/pytest -q")
+    assert '\nCI=true PYTEST_ADDOPTS="--cov" .venv/bin/pytest -q\n' in ci and second.strip().endswith(
+        ".venv/bin/pytest -q"
+    )
 
 
 @pytest.mark.parametrize("backend", backend_params(DURABLE))
