@@ -126,7 +126,7 @@ def require_baseline(settings: LedgerSettings) -> None:
 
 def checked_options(actor: object, artifact_root: object, retry: object, cached_candidates: object) -> str | None:
     """The constructor's argument checks (InputError); the artifact root made absolute."""
-    if actor is not None:
+    if actor:  # an empty one means the default
         check_actor(text_or_error("actor", actor) if isinstance(actor, str) else actor)  # a NUL said as such
     if not isinstance(retry, RetryPolicy):  # else every command would fail on `retry.deadline`
         raise InputError(f"retry must be a RetryPolicy, not {type(retry).__name__} ({retry!r})")

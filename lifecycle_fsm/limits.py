@@ -143,22 +143,21 @@ def _printed_once(what: str, value: str, hint: str) -> None:
         )
 
 
-def _check_name(what: str, value: object, hint: str) -> None:
-    """A name a reader tells apart from every other: 1..256 characters, `_printed_once`."""
-    if not isinstance(value, str):
-        raise InputError(f"{what} must be a string, not {type(value).__name__} ({value!r})")
-    if not value.strip():
-        raise InputError(f"{what} {value!r} is empty")
-    if len(value) > MAX_CANDIDATE_ID_LENGTH:
-        raise InputError(f"{what} is {len(value)} characters, over the {MAX_CANDIDATE_ID_LENGTH}-character limit")
-    _printed_once(what, value, hint)
-
-
 def check_actor(actor: object) -> str:
-    """Who the events say recorded them, held to a candidate id's rules but the reserved names: an
-    auditor reads it as a name (a blank or a 100,000-character one names no one)."""
-    _check_name("actor", actor, "give another with --actor or LIFECYCLE_ACTOR")
-    return str(actor)
+    """Who the events say recorded them: a name an auditor can read. 1..256 characters, no leading or
+    trailing whitespace, no control or format character (a newline or an escape forges a `log` line);
+    any script and its spaces are fine (a Japanese name with its full-width space)."""
+    if not isinstance(actor, str):
+        raise InputError(f"actor must be a string, not {type(actor).__name__} ({actor!r})")
+    if not actor.strip():
+        raise InputError(f"actor {actor!r} is blank")
+    if len(actor) > MAX_CANDIDATE_ID_LENGTH:
+        raise InputError(f"actor is {len(actor)} characters, over the {MAX_CANDIDATE_ID_LENGTH}-character limit")
+    if any(unicodedata.category(ch)[0] == "C" or unicodedata.category(ch) in ("Zl", "Zp") for ch in actor):
+        raise InputError(f"actor {actor!r} contains control or format characters")
+    if actor != actor.strip():
+        raise InputError(f"actor {actor!r} starts or ends with whitespace")
+    return actor
 
 
 def check_candidate_id(candidate_id: str, *, hint: str = "give another id with --id") -> str:
@@ -171,7 +170,15 @@ def check_candidate_id(candidate_id: str, *, hint: str = "give another id with -
     `candidate:` (the prefix of every candidate's stored stream id): such an id's events
     would be listed as another stream's, or not at all. `hint`: what the caller can do instead.
     """
-    _check_name("candidate id", candidate_id, hint)
+    if not isinstance(candidate_id, str):
+        raise InputError(f"a candidate id is a string, not {type(candidate_id).__name__} ({candidate_id!r})")
+    if not candidate_id.strip():
+        raise InputError(f"candidate id {candidate_id!r} is empty")
+    if len(candidate_id) > MAX_CANDIDATE_ID_LENGTH:
+        raise InputError(
+            f"candidate id is {len(candidate_id)} characters, over the {MAX_CANDIDATE_ID_LENGTH}-character limit"
+        )
+    _printed_once("candidate id", candidate_id, hint)
     if candidate_id in NAMED_STREAMS:
         raise InputError(
             f"candidate id {candidate_id!r} is reserved: `{LEDGER_STREAM}` and `{SEALS_STREAM}` name the ledger's "

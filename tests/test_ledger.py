@@ -454,7 +454,7 @@ def test_a_path_that_is_not_a_path_is_an_input_error(ws: Workspace, ledger: Ledg
     }
     if bad is not None:  # None is no root / the manifest's own id
         calls["artifact_root"] = lambda: Ledger.open(ws.db, artifact_root=bad)
-        calls["candidate id must be a string"] = lambda: ledger.receive(manifest, candidate_id=bad)  # type: ignore[arg-type]
+        calls["a candidate id is a string"] = lambda: ledger.receive(manifest, candidate_id=bad)  # type: ignore[arg-type]
     for name, call in calls.items():
         with pytest.raises(InputError) as info:
             call()
@@ -551,10 +551,11 @@ def test_trusted_states_are_hashed_under_the_ledgers_artifact_root_like_every_ar
 @pytest.mark.parametrize(
     ("actor", "message"),
     [
-        (" ", "is empty"),
+        (" ", "is blank"),
         ("x" * 257, "over the 256-character limit"),
         (" sup", "starts or ends with whitespace"),
         ("sup\n7", "control or format characters"),
+        ("sup\u202e7", "control or format characters"),
     ],
 )
 def test_an_actor_is_a_name_an_auditor_can_read(ws: Workspace, actor: str, message: str) -> None:
@@ -564,3 +565,12 @@ def test_an_actor_is_a_name_an_auditor_can_read(ws: Workspace, actor: str, messa
     assert not ws.db.exists()
     result = cli(ws.db, "--actor", actor, "init")
     assert result.returncode == 3 and result.stderr.startswith("Error: ") and not ws.db.exists()
+
+
+@pytest.mark.parametrize("actor", ["山田\u3000太郎", "ops\u00a0bot", "Jose\u0301", "supervisor 7"])
+def test_an_actor_in_any_script_with_its_spaces_is_recorded(ws: Workspace, actor: str) -> None:
+    with ws.ledger(actor=actor) as ledger:
+        assert ledger.init().events[0].actor == actor
+    assert cli(ws.db, "--actor", actor, "verify").returncode == 0
+    with ws.ledger(actor="") as ledger:  # empty: the default, as before
+        assert "@" in ledger.actor

@@ -85,11 +85,11 @@ def _free_port() -> int:
 class Server:
     """A running `lifecycle serve` subprocess and how to reach it."""
 
-    def __init__(self, ws: Workspace, tmpdir: Path) -> None:
+    def __init__(self, ws: Workspace, tmpdir: Path, *, prefix: tuple[str, ...] = ()) -> None:
         self.port = _free_port()
         self.tmpdir = tmpdir
         env = {**os.environ, "TMPDIR": str(tmpdir)}
-        argv = [sys.executable, "-m", "lifecycle_fsm", "--db", str(ws.db), "serve", "--port", str(self.port)]
+        argv = [*prefix, sys.executable, "-m", "lifecycle_fsm", "--db", str(ws.db), "serve", "--port", str(self.port)]
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         deadline = time.monotonic() + 60
         while True:
@@ -317,6 +317,18 @@ def test_a_stopped_or_killed_server_leaves_no_readable_copy(tmp_path: Path, how:
     [folder] = left
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     assert all(stat.S_IMODE(p.stat().st_mode) & 0o077 == 0 for p in folder.glob("*.db"))
+
+
+def test_a_server_started_under_nohup_outlives_its_terminal(tmp_path: Path) -> None:
+    """nohup ignores SIGHUP so that the server outlives the terminal: serve keeps it ignored."""
+    server = Server(_one_event_ledger(tmp_path), tmp_path, prefix=("nohup",))
+    try:
+        server.proc.send_signal(signal.SIGHUP)
+        time.sleep(1)
+        assert server.proc.poll() is None and server.get("/.json")[0] == 200
+    finally:
+        code, _ = server.stop()
+    assert code == 0 and not list(tmp_path.glob("lifecycle-serve-*"))
 
 
 def test_the_printed_address_opens_for_a_ledger_whose_name_needs_encoding(tmp_path: Path) -> None:

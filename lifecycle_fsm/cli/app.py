@@ -268,7 +268,7 @@ def open_ledger(*, must_exist: bool = False, initialising: bool = False) -> Ledg
     from lifecycle_fsm.ledger import Ledger
 
     obj = root_obj()
-    if obj["actor"] is not None:
+    if obj["actor"]:  # empty: the default
         check_actor(obj["actor"])  # before the store: a refused actor creates no ledger
     store = _open_store(obj, create=not must_exist, initialising=initialising)
     ledger = Ledger(store, actor=obj["actor"], artifact_root=obj["artifact_root"])

@@ -126,7 +126,8 @@ def serve(host: str, port: int, allow_hosts: tuple[str, ...]) -> None:
         for setting in ("default_allow_sql", "allow_download", "allow_csv_stream"):
             args += ["--setting", setting, "off"]
         previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-        previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, _hang_up)
+        if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # under nohup it is meant to outlive the terminal
+            previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, _hang_up)
         hook, sys.unraisablehook = sys.unraisablehook, quiet_refused_times(sys.unraisablehook)
         try:
             datasette_cli.main(args=args, prog_name="lifecycle serve", standalone_mode=False)
