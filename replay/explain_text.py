@@ -221,10 +221,10 @@ def explain_text(x: Explanation) -> str:
 
 def markdown_text(text: str) -> str:
     """Inline text from the log (an id, a reason) safe in Markdown: no table pipes, no emphasis, no
-    code spans, no HTML, and no link or image (a candidate id `![x](http://...)` would make the
-    reader's browser fetch it). `_` stays: reason codes read as they are, and it makes nothing worse
-    than italics."""
-    for ch in "\\`*|<[]!":
+    code spans, no HTML or entity (`dpo&#45;v5` would print as `dpo-v5`), and no link or image (an id
+    `![x](http://...)` would make the reader's browser fetch it). `_` stays: reason codes read as
+    they are, and it makes nothing worse than italics."""
+    for ch in "\\`*|<[]!&":
         text = text.replace(ch, "\\" + ch)
     return text
 

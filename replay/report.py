@@ -142,7 +142,7 @@ def _seals_text(seals: JSON | None) -> str:
     if not seals.get("count"):
         return "none recorded (`lifecycle seal` signs the head)"
     return (
-        f"{seals.get('count')} seal(s), keys {format_value(seals.get('keys'))}, last at seq "
+        f"{seals.get('count')} seal(s), keys {_md_cell(seals.get('keys'))}, last at seq "
         f"{format_value(seals.get('last_seq'))} (each sealed hash checked against the chain; "
         "signatures: `lifecycle verify --pubkey`)"
     )
@@ -159,7 +159,12 @@ def _summary(doc: LedgerReport) -> list[str]:
             if doc.trusted
             else "No candidate state is shown: it would be folded from untrusted rows."
         )
-        out += [f"> **VERIFY FAILED**{at}: {v.reason}", ">", f"> The log cannot be trusted as it stands. {shown}", ""]
+        out += [
+            f"> **VERIFY FAILED**{at}: {markdown_text(str(v.reason))}",
+            ">",
+            f"> The log cannot be trusted as it stands. {shown}",
+            "",
+        ]
     cp = v.checkpoints
     cp_text = (
         "not checked (the chain or the replay broke first)"

@@ -302,7 +302,7 @@ def test_report_shows_the_seals_verify_checked(tmp_path: Path) -> None:
     seq = json.loads(sealed.stdout)["seq"]
     assert _report(ws.db, tmp_path / "r") == (0, "")
     text = (tmp_path / "r" / "ledger-report.md").read_text()
-    assert f"| seals | 1 seal(s), keys [{key['key_id']}], last at seq {seq + 1} (each sealed hash" in text
+    assert f"| seals | 1 seal(s), keys \\[{key['key_id']}\\], last at seq {seq + 1} (each sealed hash" in text
 
 
 def test_an_id_written_as_markdown_is_shown_as_text_never_as_a_link_or_an_image(tmp_path: Path) -> None:
@@ -311,12 +311,13 @@ def test_an_id_written_as_markdown_is_shown_as_text_never_as_a_link_or_an_image(
     ws = Workspace(tmp_path / "ws")
     beacon, disguised = "![x](http://127.0.0.1:9/beacon.png)", "[dpo-v5 evidence](https://evil.example/login)"
     assert invoke(ws.db, "baseline", "activate", str(ws.baseline())).exit_code == 0
-    for n, cid in enumerate((beacon, disguised)):
+    for n, cid in enumerate((beacon, disguised, "dpo&#45;v5")):
         assert invoke(ws.db, "receive", str(ws.dpo(f"m{n}", policy_version=cid))).exit_code == 0
     assert _report(ws.db, tmp_path / "r", "--format", "html") == (0, "")
     page = (tmp_path / "r" / "ledger-report.html").read_text().split("<script>")[0]  # the drawing code aside
     assert "<img" not in page and '<a href="http' not in page
     assert "beacon.png" in page and "evil.example/login" in page  # shown, as text
+    assert "dpo&amp;#45;v5" in page and "dpo-v5:" not in page  # an entity is shown as written
     assert _report(ws.db, tmp_path / "m") == (0, "")
     markdown = (tmp_path / "m" / "ledger-report.md").read_text()
     assert "\\!\\[x\\](http://127.0.0.1:9/beacon.png)" in markdown

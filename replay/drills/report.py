@@ -17,6 +17,7 @@ from lifecycle_fsm.audit_records import publish
 from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.folders import make_folder
 from lifecycle_fsm.json_types import JSON
+from lifecycle_fsm.replay.explain_text import markdown_text
 
 __all__ = [
     "DrillResult",
@@ -136,17 +137,18 @@ def report_markdown(report: JSON) -> str:
     ]
     for r in report["scenarios"]:
         steps = f"{r['steps_run']}/{r['steps']}"
-        lines.append(f"| {r['name']} | {r['file']} | {r['seed']} | {steps} | {r['events']} | {r['result']} |")
+        name, file = markdown_text(r["name"]), markdown_text(r["file"])
+        lines.append(f"| {name} | {file} | {r['seed']} | {steps} | {r['events']} | {r['result']} |")
     failed = [r for r in report["scenarios"] if r["failures"]]
     if failed:
         lines += ["", "## Failures", ""]
-        lines += [f"- `{r['name']}` {f['message']}" for r in failed for f in r["failures"]]
+        lines += [f"- {markdown_text(r['name'])}: {markdown_text(f['message'])}" for r in failed for f in r["failures"]]
     unsure = [r for r in report["scenarios"] if r.get("inconclusive")]
     if unsure:
         lines += ["", "## Inconclusive", ""]
-        lines += [f"- `{r['name']}` {why}" for r in unsure for why in r["inconclusive"]]
+        lines += [f"- {markdown_text(r['name'])}: {markdown_text(why)}" for r in unsure for why in r["inconclusive"]]
     lines += ["", "## Timings", "", "| scenario | seconds |", "|---|---|"]
-    lines += [f"| {name} | {sec:.3f} |" for name, sec in report["timings"]["scenarios"].items()]
+    lines += [f"| {markdown_text(name)} | {sec:.3f} |" for name, sec in report["timings"]["scenarios"].items()]
     lines.append(f"| **total** | {report['timings']['total_seconds']:.3f} |")
     return "\n".join(lines) + "\n"
 
