@@ -15,11 +15,11 @@ import orjson
 from lifecycle_fsm.errors import DuplicateEventError
 from lifecycle_fsm.events import LEDGER_STREAM, EvidenceInvalidated, candidate_id_of
 from lifecycle_fsm.store.records import StoredEvent
-from lifecycle_fsm.streams import fold_candidate
+from lifecycle_fsm.streams import fold_candidate, fold_settings
 
 if TYPE_CHECKING:
     from lifecycle_fsm.command_path import Command, CommandPath, Outcome
-    from lifecycle_fsm.state import CandidateState
+    from lifecycle_fsm.state import CandidateState, LedgerSettings
 
 __all__ = ["raced", "replayed", "retried_unread", "stored_field"]
 
@@ -60,8 +60,17 @@ def replayed(
     events = tuple(_command_events(path, event_id, first, then_types))
     if stream_id == LEDGER_STREAM:
         invalidated = tuple(cid for e in events if (cid := candidate_id_of(e.stream_id)) is not None)
-        return Outcome(events, settings=path.reader.settings(), invalidated=invalidated, duplicate=True)
+        settings = _settings_left(path, events[0].version)
+        return Outcome(events, settings=settings, invalidated=invalidated, duplicate=True)
     return Outcome(events, candidate=_left_in(path, stream_id, events[-1].version), duplicate=True)
+
+
+def _settings_left(path: CommandPath, version: int) -> LedgerSettings:
+    """The settings as the first call left them (at `version` of the ledger's stream), even if changed since."""
+    now = path.reader.settings()
+    if now.version == version:
+        return now
+    return fold_settings(path.store.read_stream(LEDGER_STREAM)[:version])
 
 
 def _left_in(path: CommandPath, stream_id: str, version: int) -> CandidateState | None:

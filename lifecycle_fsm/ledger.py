@@ -186,8 +186,8 @@ class Ledger(CandidateCommands):
 
     def close(self) -> None:
         """Close the store; using the ledger afterwards raises `LedgerClosedError`. Idempotent. From another
-        thread: a blocked `follow()` ends within a quarter of a second, and the opening thread closes the
-        connection then, or at its next call (`lifecycle_fsm.closed`)."""
+        thread: a blocked `follow()` or `wait_for()` ends within a quarter of a second, and the opening
+        thread closes the connection then, or at its next call (`lifecycle_fsm.closed`)."""
         if self._closed:
             return
         store, here, self._closed = self.store, threading.get_ident() == self._opener, True

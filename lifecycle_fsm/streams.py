@@ -22,11 +22,18 @@ from lifecycle_fsm.errors import InputError, NotFoundError
 from lifecycle_fsm.events import LEDGER_STREAM, candidate_id_of, stream_of
 from lifecycle_fsm.logs import get_logger
 from lifecycle_fsm.machine import CandidateModel, new_machine
-from lifecycle_fsm.state import CandidateState, LedgerSettings, LedgerState, fold, rows_of, stream_start
+from lifecycle_fsm.state import EMPTY, CandidateState, LedgerSettings, LedgerState, fold, rows_of, stream_start
 from lifecycle_fsm.store.base import EventStore
 from lifecycle_fsm.store.records import StoredEvent
 
-__all__ = ["CACHED_CANDIDATES", "StreamReader", "check_cache_size", "fold_candidate", "state_from_checkpoint"]
+__all__ = [
+    "CACHED_CANDIDATES",
+    "StreamReader",
+    "check_cache_size",
+    "fold_candidate",
+    "fold_settings",
+    "state_from_checkpoint",
+]
 
 log = get_logger(__name__)
 
@@ -48,6 +55,11 @@ def fold_candidate(events: Sequence[StoredEvent], start: CandidateState | None =
     folded = fold(rows_of(events), stream_start(start))
     cid = candidate_id_of(events[0].stream_id)
     return None if cid is None else folded.candidates.get(cid)
+
+
+def fold_settings(events: Sequence[StoredEvent]) -> LedgerSettings:
+    """The ledger's settings from its stream's events, from the first."""
+    return fold(rows_of(events), EMPTY).settings
 
 
 def state_from_checkpoint(store: EventStore, stream_id: str) -> CandidateState | None:

@@ -31,8 +31,9 @@ __all__ = [
 ]
 
 URL_SCHEMES = ("postgresql://", "postgres://")
-# libpq's other spelling, `host=... dbname=...`: taken for a file name it would make an SQLite ledger there.
-_KEYWORD_CONNINFO = re.compile(r"\s*(host|hostaddr|port|dbname|user|password|service|sslmode|options)\s*=", re.I)
+# libpq's other spelling, `keyword=value ...` (`host=... dbname=...`, `connect_timeout=10 host=...`): taken for
+# a file name it would make an SQLite ledger named after it, password and all.
+_KEYWORD_CONNINFO = re.compile(r"\s*[a-z_]+\s*=")
 # Both backends keep the wait in milliseconds in a C int (SQLite's busy_timeout, PostgreSQL's lock_timeout).
 MAX_BUSY_TIMEOUT = (2**31 - 1) / 1000
 

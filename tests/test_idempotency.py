@@ -267,6 +267,16 @@ def test_a_retried_hand_off_answers_its_decision_after_the_candidate_moved_on(
     assert again.candidate == first.candidate and again.events == first.events
 
 
+def test_a_retried_settings_command_answers_the_settings_it_left(ledger: Ledger) -> None:
+    """As a candidate command's retry does: the settings as the first call left them, not as they are now."""
+    ledger.init()
+    first = ledger.activate_evaluation("eval-v1", event_id="K")
+    ledger.activate_evaluation("eval-v2")
+    again = ledger.activate_evaluation("eval-v1", event_id="K")
+    assert again.duplicate and again.settings == first.settings and again.events == first.events
+    assert again.settings.evaluation_version == "eval-v1" and ledger.settings().evaluation_version == "eval-v2"
+
+
 def test_init_with_a_key_is_its_own_duplicate(ledger: Ledger) -> None:
     first = ledger.init(3, 1, event_id="k/init")
     again = ledger.init(3, 1, event_id="k/init")

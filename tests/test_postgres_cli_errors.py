@@ -211,13 +211,14 @@ def test_a_new_schema_named_unquoted_in_mixed_case_is_created_as_postgres_reads_
 
 
 @pytest.mark.parametrize("via", ["api", "cli"])
+@pytest.mark.parametrize("first", ["host=127.0.0.1", "connect_timeout=10 host=127.0.0.1", " application_name = x"])
 def test_a_libpq_keyword_string_is_refused_not_taken_for_a_file_name(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, via: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, via: str, first: str
 ) -> None:
     """`host=... dbname=...` is libpq's other spelling: opened as a path it made an SQLite file named
     with the password, and a supervisor wrote to a private ledger without a word."""
     monkeypatch.chdir(tmp_path)
-    conninfo = "host=127.0.0.1 user=postgres password=S3cretPW dbname=nodb"
+    conninfo = f"{first} user=postgres password=S3cretPW dbname=nodb"
     if via == "api":
         with pytest.raises(InputError, match="postgresql://") as info:
             Ledger.open(conninfo)
