@@ -127,9 +127,18 @@ def verify_with_state(
 
 def _verify(store: EventStore, workers: int, target: str) -> tuple[JSON, LedgerState | None]:
     """Every check, each finding added in the order the checks run: the chain, the replay (and
-    its legality), the state index, the event index, the checkpoints in position order, the
-    append-only guards. The replayed state is returned only when the chain, the replay and the
-    indexes hold."""
+    its legality), the state index, the event index, the checkpoints in position order, then the
+    append-only guards, whatever broke before them. The replayed state is returned only when the
+    chain, the replay and the indexes hold."""
+    report, state = _checks(store, workers, target)
+    if guards := store.guard_problems():  # the fence around the log, not the log
+        why = f"append-only guard: {'; '.join(guards)} (the database was changed outside lifecycle)"
+        add_problem(report, problem("append_only_guard", None, why, advice="`lifecycle migrate` it to a new ledger"))
+    return report, state
+
+
+def _checks(store: EventStore, workers: int, target: str) -> tuple[JSON, LedgerState | None]:
+    """The log's own checks, up to the first that leaves nothing sound to compare."""
     index_at, index_rows = store.state_index()
     chain, checkpoints, full, at_index, corrupt = _walk(store, workers, target, min(index_at, store.head().seq))
     report: JSON = {
@@ -155,9 +164,6 @@ def _verify(store: EventStore, workers: int, target: str) -> tuple[JSON, LedgerS
     broken = [c for c in checkpoints if c["status"] == "broken"]  # by position; one with none (null) last
     for c in sorted(broken, key=lambda c: (c["position"] is None, c["position"] or 0)):
         add_problem(report, problem("checkpoint", c["position"], f"checkpoint {c['checkpoint_id']}: {c['reason']}"))
-    if guards := store.guard_problems():  # the fence around the log, not the log
-        why = f"append-only guard: {'; '.join(guards)} (the database was changed outside lifecycle)"
-        add_problem(report, problem("append_only_guard", None, why, advice="`lifecycle migrate` it to a new ledger"))
     return report, full if indexes_hold else None
 
 

@@ -45,3 +45,16 @@ def test_a_dropped_tail_with_a_stale_index_reports_the_pinned_head_and_advises_n
 def test_a_sound_ledger_has_no_problems(ws: Workspace) -> None:
     report = json.loads(cli(_decided(ws), "verify", "--json").stdout)
     assert report["ok"] is True and report["problems"] == [] and "reason" not in report
+
+
+def test_a_dropped_guard_is_listed_beside_the_row_edited_behind_it(ws: Workspace) -> None:
+    """The tamperer's two steps are two findings: the chain broken at the edited row and the append-only
+    trigger gone (the guard was only looked at once the chain held)."""
+    db = _decided(ws)
+    with sqlite3.connect(db, isolation_level=None) as conn:
+        conn.execute("DROP TRIGGER events_refuse_update")
+        conn.execute("UPDATE events SET actor = 'mallory' WHERE seq = 3")
+    done = cli(db, "verify", "--json")
+    report = json.loads(done.stdout)
+    assert done.returncode == 6 and [p["code"] for p in report["problems"]] == ["chain", "append_only_guard"]
+    assert report["bad_seq"] == 3 and "stored hash does not match" in report["reason"]
