@@ -240,10 +240,15 @@ def check_expected_heads(
 ) -> SealFailure | None:
     """Each pinned head must be in the chain exactly; a signed-head file's signature must hold too."""
     for pin in heads:
+        other = None if pin.signed is None else pin.signed.get("ledger_id")
+        if ledger_id is not None and other is not None and other != ledger_id:
+            message = f"{pin.source} is a head of another ledger (ledger id {other}; this ledger's is {ledger_id})"
+            return SealFailure(pin.seq, "head_mismatch", message)
         found = hash_at(store, pin.seq)
         if found != pin.hash:
             what = "no event" if found is None else f"hash {found}"
-            message = f"expected head {pin.seq}:{pin.hash} ({pin.source}), the ledger has {what} there"
+            named = "" if pin.source == f"{pin.seq}:{pin.hash}" else f" ({pin.source})"
+            message = f"expected head {pin.seq}:{pin.hash}{named}, the ledger has {what} there"
             return SealFailure(pin.seq, "head_mismatch", message)
         if pin.signed is not None and keys:
             doc = pin.signed

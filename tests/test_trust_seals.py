@@ -383,6 +383,21 @@ def test_a_pin_past_the_head_names_no_event_there(ws: Workspace) -> None:
     code, report = _verify(db, "--expect-head", f"99:{HASH}")
     assert code == 6 and report["reason"] == "head_mismatch"
     assert f"expected head 99:{HASH}" in str(report["message"]) and "the ledger has no event there" in str(report)
+    assert f"({99}:{HASH})" not in str(report["message"])  # the pin is said once
+
+
+def test_a_signed_head_of_another_ledger_is_named_as_such(ws: Workspace, keys: Path, tmp_path: Path) -> None:
+    """Pinning the head another ledger sealed: the message says whose it is, not only which hash differs."""
+    db = _ready_ledger(ws)
+    other = Workspace(tmp_path / "other")
+    other_db = hand_off_dpo(other)
+    out = tmp_path / "other-head.json"
+    assert _signed(other_db, keys, "seal", "--out", str(out))[0] == 0
+    code, report = _verify(db, "--expect-head", str(out))
+    with SQLiteEventStore(str(db), create=False) as store:
+        ids = (json.loads(out.read_text())["ledger_id"], ledger_id_of(store))
+    assert code == 6 and report["reason"] == "head_mismatch"
+    assert f"is a head of another ledger (ledger id {ids[0]}; this ledger's is {ids[1]})" in str(report["message"])
 
 
 def test_a_malformed_pin_is_one_error_line_and_exit_3(ws: Workspace) -> None:
