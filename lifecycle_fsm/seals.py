@@ -19,15 +19,15 @@ import attrs
 import orjson
 
 from lifecycle_fsm.command_inputs import recorded_time
-from lifecycle_fsm.errors import ConcurrencyError, ConflictError, CorruptionError, InputError
+from lifecycle_fsm.errors import ConcurrencyError, ConflictError, CorruptionError, InputError, IntegrityError
 from lifecycle_fsm.events import SEALS_STREAM, HeadSealed, LedgerInitialized
 from lifecycle_fsm.findings import add_problem, problem
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.keys import PublicKeys, key_id, sign
 from lifecycle_fsm.limits import MAX_INT64, MAX_SIGNED_HEAD_BYTES, read_regular_file
 from lifecycle_fsm.store.base import EventStore, event_at, hash_at
-from lifecycle_fsm.store.chain import canonical_json
-from lifecycle_fsm.store.records import NewEvent
+from lifecycle_fsm.store.chain import GENESIS, ChainWalk, canonical_json
+from lifecycle_fsm.store.records import EventFilter, Head, NewEvent
 from lifecycle_fsm.upcasting import decoded_payload, derived_ledger_id
 
 if TYPE_CHECKING:
@@ -88,6 +88,7 @@ def seal(
     ledger_id = ledger_id_of(store)
     if ledger_id is None:
         raise ConflictError("the ledger is empty: there is no head to seal yet")
+    _check_since_last_seal(store)
     for _ in range(20):
         with contextlib.suppress(ConcurrencyError):  # another writer appended meanwhile: sign the new head
             return _append_seal(store, key, ledger_id, actor, clock, before_commit)
@@ -97,6 +98,26 @@ def seal(
         expected_version=0,
         actual_version=0,
     )
+
+
+def _check_since_last_seal(store: EventStore) -> None:
+    """Walk the rows no earlier seal vouched for (all of them before the first), each re-hashed and linked
+    from the last seal's head: a key holder never signs a chain edited in place since (IntegrityError,
+    nothing appended). What came before is the earlier seals' word, and `verify`'s."""
+    start = GENESIS
+    version = store.stream_version(SEALS_STREAM)
+    if version:
+        with contextlib.suppress(ValueError, TypeError, AttributeError):  # a malformed seal vouches for nothing
+            last = orjson.loads(store.read_stream(SEALS_STREAM, after_version=version - 1)[0].payload)
+            seq, digest = last.get("seq"), last.get("hash")
+            if type(seq) is int and isinstance(digest, str):
+                start = Head(seq, digest)
+    walk = ChainWalk(store.select_rows(EventFilter(after=start.seq)), start=start)
+    walk.finish()
+    if walk.bad_seq is not None:
+        raise IntegrityError(
+            f"seq {walk.bad_seq}: {walk.reason}; nothing sealed: run `lifecycle verify`", seq=walk.bad_seq
+        )
 
 
 def signed_head_text(doc: JSON) -> str:

@@ -239,6 +239,20 @@ def test_a_checkpoint_of_a_row_edited_in_place_is_refused_and_nothing_is_sealed(
     assert cli(ws.db, "status").returncode == 6
 
 
+def test_a_seal_over_a_row_edited_since_the_last_seal_is_refused(ws: Workspace) -> None:
+    """A key holder never signs a chain edited in place since the last seal: exit 6, nothing appended."""
+    _ready_ledger(ws)
+    assert cli(ws.db, "key", "new", "--out", str(ws.root / "keys")).returncode == 0
+    key = ("--signing-key", str(ws.root / "keys" / "lifecycle-signing.key"))
+    assert cli(ws.db, *key, "seal").returncode == 0
+    assert cli(ws.db, "receive", str(ws.grpo())).returncode == 0
+    _tamper(ws.db, "UPDATE events SET actor = 'mallory' WHERE type = 'CandidateReceived' AND stream_id LIKE '%grpo%'")
+    events = count_events(ws.db)
+    result = cli(ws.db, *key, "seal")
+    assert result.returncode == 6 and "nothing sealed" in result.stderr and result.stderr.count("\n") == 1
+    assert count_events(ws.db) == events
+
+
 @pytest.mark.parametrize("column", ["payload", "actor", "recorded_at", "type", "event_id"])
 def test_a_column_turned_into_a_blob_is_an_edited_row_not_a_traceback(ws: Workspace, column: str) -> None:
     """`UPDATE events SET payload = CAST(payload AS BLOB)` (the same bytes, another storage class) made every read,
