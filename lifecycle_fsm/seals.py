@@ -107,10 +107,11 @@ def _check_since_last_seal(store: EventStore) -> None:
     start = GENESIS
     version = store.stream_version(SEALS_STREAM)
     if version:
+        row = store.read_stream(SEALS_STREAM, after_version=version - 1)[0]
         with contextlib.suppress(ValueError, TypeError, AttributeError):  # a malformed seal vouches for nothing
-            last = orjson.loads(store.read_stream(SEALS_STREAM, after_version=version - 1)[0].payload)
+            last = orjson.loads(row.payload)
             seq, digest = last.get("seq"), last.get("hash")
-            if type(seq) is int and isinstance(digest, str):
+            if type(seq) is int and seq == row.seq - 1 and isinstance(digest, str):  # it seals the row before it
                 start = Head(seq, digest)
     walk = ChainWalk(store.select_rows(EventFilter(after=start.seq)), start=start)
     walk.finish()
