@@ -88,10 +88,11 @@ def seal(
     ledger_id = ledger_id_of(store)
     if ledger_id is None:
         raise ConflictError("the ledger is empty: there is no head to seal yet")
-    _check_since_last_seal(store)
+    # The rows since the last seal that holds, walked outside the lock; the few appended meanwhile, under it.
+    checked = _walked(store, _vouched_head(store, PublicKeys([key.public_key()]), ledger_id))
     for _ in range(20):
         with contextlib.suppress(ConcurrencyError):  # another writer appended meanwhile: sign the new head
-            return _append_seal(store, key, ledger_id, actor, clock, before_commit)
+            return _append_seal(store, key, ledger_id, actor, clock, before_commit, checked)
     raise ConcurrencyError(
         "could not seal: other writers kept appending; retry the command",
         stream_id=SEALS_STREAM,
@@ -100,25 +101,31 @@ def seal(
     )
 
 
-def _check_since_last_seal(store: EventStore) -> None:
-    """Walk the rows no earlier seal vouched for (all of them before the first), each re-hashed and linked
-    from the last seal's head: a key holder never signs a chain edited in place since (IntegrityError,
-    nothing appended). What came before is the earlier seals' word, and `verify`'s."""
-    start = GENESIS
-    version = store.stream_version(SEALS_STREAM)
-    if version:
-        row = store.read_stream(SEALS_STREAM, after_version=version - 1)[0]
-        with contextlib.suppress(ValueError, TypeError, AttributeError):  # a malformed seal vouches for nothing
-            last = orjson.loads(row.payload)
-            seq, digest = last.get("seq"), last.get("hash")
-            if type(seq) is int and seq == row.seq - 1 and isinstance(digest, str):  # it seals the row before it
-                start = Head(seq, digest)
+def _vouched_head(store: EventStore, keys: PublicKeys, ledger_id: str) -> Head:
+    """The head of the latest seal that holds: it seals the row right before it with that row's hash, for this
+    ledger, under the key signing now. Anyone who may append can add a seal row, so one that does not hold
+    vouches for nothing; with none, the genesis."""
+    for row in reversed(store.read_stream(SEALS_STREAM)):
+        with contextlib.suppress(ValueError, TypeError, AttributeError):  # a malformed seal: the one before
+            doc = orjson.loads(row.payload)
+            seq, digest = doc["seq"], doc["hash"]
+            sealed = type(seq) is int and seq == row.seq - 1 and digest == row.prev_hash
+            signed = keys.verifies(str(doc["key_id"]), seal_message(ledger_id, seq, digest), str(doc["signature"]))
+            if sealed and doc["ledger_id"] == ledger_id and signed:
+                return Head(seq, digest)
+    return GENESIS
+
+
+def _walked(store: EventStore, start: Head) -> Head:
+    """Re-hash and link every row after `start`; the head reached, or IntegrityError at the first edited row:
+    a key holder never signs a chain edited in place (nothing is appended)."""
     walk = ChainWalk(store.select_rows(EventFilter(after=start.seq)), start=start)
     walk.finish()
     if walk.bad_seq is not None:
         raise IntegrityError(
             f"seq {walk.bad_seq}: {walk.reason}; nothing sealed: run `lifecycle verify`", seq=walk.bad_seq
         )
+    return walk.report(count=store.count_events, head=store.head).head
 
 
 def signed_head_text(doc: JSON) -> str:
@@ -133,11 +140,14 @@ def _append_seal(
     actor: str,
     clock: Callable[[], str],
     before_commit: Callable[[JSON], None] | None,
+    checked: Head,
 ) -> JSON:
     """One attempt: the seal must land right after the head it signs, or nothing is kept."""
     signer = key_id(key.public_key())
     with store.transaction() as tx:
         head = store.head()
+        if head.seq > checked.seq:
+            _walked(store, checked)
         signature = sign(key, seal_message(ledger_id, head.seq, head.hash))
         event = HeadSealed(ledger_id, head.seq, head.hash, signer, signature)
         new = NewEvent(

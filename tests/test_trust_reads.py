@@ -251,6 +251,39 @@ def test_a_seal_over_a_row_edited_since_the_last_seal_is_refused(ws: Workspace) 
     result = cli(ws.db, *key, "seal")
     assert result.returncode == 6 and "nothing sealed" in result.stderr and result.stderr.count("\n") == 1
     assert count_events(ws.db) == events
+    _append_seal_row(ws.db, good=True)  # anyone who may append can add a seal row that seals the head
+    assert cli(ws.db, *key, "seal").returncode == 6  # unsigned by this key: it vouches for nothing
+
+
+def test_a_seal_row_that_does_not_hold_never_blocks_sealing_a_sound_chain(ws: Workspace) -> None:
+    _ready_ledger(ws)
+    assert cli(ws.db, "key", "new", "--out", str(ws.root / "keys")).returncode == 0
+    key = ("--signing-key", str(ws.root / "keys" / "lifecycle-signing.key"))
+    assert cli(ws.db, *key, "seal").returncode == 0
+    _append_seal_row(ws.db, good=False)
+    assert cli(ws.db, "window", "2").returncode == 0
+    result = cli(ws.db, *key, "seal")
+    assert result.returncode == 0, result.stderr
+
+
+def _append_seal_row(db: Path, *, good: bool) -> None:
+    """A `HeadSealed` appended through the store, as any writer could: sealing the head with its hash
+    (`good`) or with a wrong one, under a signature no key made."""
+    from lifecycle_fsm.seals import ledger_id_of
+    from lifecycle_fsm.store.open import open_store
+    from lifecycle_fsm.store.records import NewEvent
+
+    with open_store(db) as store:
+        head = store.head()
+        payload = {
+            "ledger_id": ledger_id_of(store),
+            "seq": head.seq,
+            "hash": head.hash if good else "0" * 64,
+            "key_id": "k",
+            "signature": "AAAA",
+        }
+        row = NewEvent("seals", "HeadSealed", 1, payload, "forged-seal", "2026-12-07T00:00:00.000000Z", "mallory")
+        store.append("seals", store.stream_version("seals"), [row])
 
 
 @pytest.mark.parametrize("column", ["payload", "actor", "recorded_at", "type", "event_id"])
