@@ -143,17 +143,22 @@ def _printed_once(what: str, value: str, hint: str) -> None:
         )
 
 
+# Characters that reorder what follows them on screen (an actor `bob\u202eevil` prints reversed).
+_BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
 def check_actor(actor: object) -> str:
     """Who the events say recorded them: a name an auditor can read. 1..256 characters, no leading or
-    trailing whitespace, no control or format character (a newline or an escape forges a `log` line);
-    any script and its spaces are fine (a Japanese name with its full-width space)."""
+    trailing whitespace, no control character (a newline or an escape forges a `log` line) nor one that
+    reorders the text; any script with its spaces and joiners is fine (a Japanese name with its
+    full-width space, a Persian one with its zero-width non-joiner)."""
     if not isinstance(actor, str):
         raise InputError(f"actor must be a string, not {type(actor).__name__} ({actor!r})")
     if not actor.strip():
         raise InputError(f"actor {actor!r} is blank")
     if len(actor) > MAX_CANDIDATE_ID_LENGTH:
         raise InputError(f"actor is {len(actor)} characters, over the {MAX_CANDIDATE_ID_LENGTH}-character limit")
-    if any(unicodedata.category(ch)[0] == "C" or unicodedata.category(ch) in ("Zl", "Zp") for ch in actor):
+    if any(unicodedata.category(ch) in ("Cc", "Cs", "Zl", "Zp") or ch in _BIDI_CONTROLS for ch in actor):
         raise InputError(f"actor {actor!r} contains control or format characters")
     if actor != actor.strip():
         raise InputError(f"actor {actor!r} starts or ends with whitespace")

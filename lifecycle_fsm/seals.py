@@ -24,7 +24,7 @@ from lifecycle_fsm.events import SEALS_STREAM, HeadSealed, LedgerInitialized
 from lifecycle_fsm.findings import add_problem, problem
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.keys import PublicKeys, key_id, sign
-from lifecycle_fsm.limits import MAX_INT64, MAX_SIGNED_HEAD_BYTES, read_regular_file
+from lifecycle_fsm.limits import MAX_INT64, MAX_SIGNED_HEAD_BYTES, display, read_regular_file
 from lifecycle_fsm.store.base import EventStore, event_at, hash_at
 from lifecycle_fsm.store.chain import GENESIS, ChainWalk, canonical_json
 from lifecycle_fsm.store.records import EventFilter, Head, NewEvent
@@ -274,7 +274,9 @@ def check_expected_heads(
     for pin in heads:
         other = None if pin.signed is None else pin.signed.get("ledger_id")
         if ledger_id is not None and other is not None and other != ledger_id:
-            message = f"{pin.source} is a head of another ledger (ledger id {other}; this ledger's is {ledger_id})"
+            message = (
+                f"{pin.source} is a head of another ledger (ledger id {display(str(other))}; this one's is {ledger_id})"
+            )
             return SealFailure(pin.seq, "head_mismatch", message)
         found = hash_at(store, pin.seq)
         if found != pin.hash:

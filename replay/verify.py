@@ -133,7 +133,9 @@ def _verify(store: EventStore, workers: int, target: str) -> tuple[JSON, LedgerS
     report, state = _checks(store, workers, target)
     if guards := store.guard_problems():  # the fence around the log, not the log
         why = f"append-only guard: {'; '.join(guards)} (the database was changed outside lifecycle)"
-        add_problem(report, problem("append_only_guard", None, why, advice="`lifecycle migrate` it to a new ledger"))
+        copyable = not any(p["code"] == "chain" for p in report["problems"])  # migrate refuses a broken chain
+        advice = "`lifecycle migrate` it to a new ledger" if copyable else None
+        add_problem(report, problem("append_only_guard", None, why, advice=advice))
     return report, state
 
 

@@ -32,8 +32,16 @@ __all__ = [
 
 URL_SCHEMES = ("postgresql://", "postgres://")
 # libpq's other spelling, `keyword=value ...` (`host=... dbname=...`, `connect_timeout=10 host=...`): taken for
-# a file name it would make an SQLite ledger named after it, password and all.
-_KEYWORD_CONNINFO = re.compile(r"\s*[a-z_]+\s*=")
+# a file name it would make an SQLite ledger named after it, password and all. Its keywords, as libpq names them.
+_LIBPQ_KEYWORDS = (
+    "host|hostaddr|port|dbname|user|password|passfile|require_auth|channel_binding|connect_timeout|"
+    "client_encoding|options|application_name|fallback_application_name|keepalives|keepalives_idle|"
+    "keepalives_interval|keepalives_count|tcp_user_timeout|replication|gssencmode|sslmode|requiressl|"
+    "sslcompression|sslcert|sslkey|sslpassword|sslcertmode|sslrootcert|sslcrl|sslcrldir|sslsni|requirepeer|"
+    "ssl_min_protocol_version|ssl_max_protocol_version|krbsrvname|gsslib|gssdelegation|service|"
+    "target_session_attrs|load_balance_hosts"
+)
+_KEYWORD_CONNINFO = re.compile(rf"\s*({_LIBPQ_KEYWORDS})\s*=")
 # Both backends keep the wait in milliseconds in a C int (SQLite's busy_timeout, PostgreSQL's lock_timeout).
 MAX_BUSY_TIMEOUT = (2**31 - 1) / 1000
 
@@ -108,7 +116,7 @@ def open_store(
     from lifecycle_fsm.store.sqlite import SQLiteEventStore
 
     path = os.fspath(target)
-    if isinstance(path, str) and _KEYWORD_CONNINFO.match(path):
+    if isinstance(path, str) and _KEYWORD_CONNINFO.match(path) and not os.path.lexists(path):
         raise InputError(
             "the ledger is named as libpq keywords (host=... dbname=...): give a postgresql:// URL, e.g. "
             "postgresql://USER@HOST:5432/DBNAME (or ./NAME for a file whose name starts so)"

@@ -567,7 +567,17 @@ def test_an_actor_is_a_name_an_auditor_can_read(ws: Workspace, actor: str, messa
     assert result.returncode == 3 and result.stderr.startswith("Error: ") and not ws.db.exists()
 
 
-@pytest.mark.parametrize("actor", ["山田\u3000太郎", "ops\u00a0bot", "Jose\u0301", "supervisor 7"])
+@pytest.mark.parametrize(
+    "actor",
+    [
+        "山田\u3000太郎",
+        "ops\u00a0bot",
+        "Jose\u0301",
+        "supervisor 7",
+        "\u0639\u0644\u06cc\u200c\u0631\u0636\u0627",
+        "ops \U0001f469\u200d\U0001f4bb",
+    ],
+)
 def test_an_actor_in_any_script_with_its_spaces_is_recorded(ws: Workspace, actor: str) -> None:
     with ws.ledger(actor=actor) as ledger:
         assert ledger.init().events[0].actor == actor

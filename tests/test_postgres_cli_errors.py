@@ -229,3 +229,13 @@ def test_a_libpq_keyword_string_is_refused_not_taken_for_a_file_name(
         message = result.stderr
     assert "S3cretPW" not in message
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_file_whose_name_only_looks_like_libpq_keywords_is_a_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only libpq's own keywords make a conninfo, and a path that exists is always the file it names."""
+    monkeypatch.chdir(tmp_path)
+    assert cli("run=1.db", "init").returncode == 0 and (tmp_path / "run=1.db").is_file()
+    assert cli("./host=x.db", "init").returncode == 0
+    assert cli("host=x.db", "verify").returncode == 0  # it exists: the file, not a server

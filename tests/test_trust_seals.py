@@ -397,7 +397,7 @@ def test_a_signed_head_of_another_ledger_is_named_as_such(ws: Workspace, keys: P
     with SQLiteEventStore(str(db), create=False) as store:
         ids = (json.loads(out.read_text())["ledger_id"], ledger_id_of(store))
     assert code == 6 and report["reason"] == "head_mismatch"
-    assert f"is a head of another ledger (ledger id {ids[0]}; this ledger's is {ids[1]})" in str(report["message"])
+    assert f"is a head of another ledger (ledger id {ids[0]}; this one's is {ids[1]})" in str(report["message"])
 
 
 def test_a_malformed_pin_is_one_error_line_and_exit_3(ws: Workspace) -> None:

@@ -57,4 +57,5 @@ def test_a_dropped_guard_is_listed_beside_the_row_edited_behind_it(ws: Workspace
     done = cli(db, "verify", "--json")
     report = json.loads(done.stdout)
     assert done.returncode == 6 and [p["code"] for p in report["problems"]] == ["chain", "append_only_guard"]
+    assert "advice" not in report["problems"][1]  # migrate refuses a broken chain: no repair to advise
     assert report["bad_seq"] == 3 and "stored hash does not match" in report["reason"]
