@@ -133,8 +133,8 @@ def _check_values(source: str, kind: str, inputs: JSON) -> None:
     settings = inputs["settings"]
     for key in ("active_window", "max_window_age"):
         value = settings[key]
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            raise bad(f"settings.{key}", f"{value!r} is not an integer or null")
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise bad(f"settings.{key}", f"{value!r} is not an integer from 0 or null")  # as `init` takes them
     for key in ("active_policy_version", "evaluation_version"):
         if settings[key] is not None and not isinstance(settings[key], str):
             raise bad(f"settings.{key}", f"{settings[key]!r} is not a string or null")

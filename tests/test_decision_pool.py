@@ -192,6 +192,7 @@ def _decision_file(kind: str) -> dict[str, Any]:
         ("check", lambda i: i["settings"].update(max_window_age="x"), "inputs.settings.max_window_age"),
         ("check", lambda i: i["settings"].update(active_window="x"), "inputs.settings.active_window"),
         ("check", lambda i: i["settings"].update(active_window=True), "inputs.settings.active_window"),
+        ("check", lambda i: i["settings"].update(max_window_age=-5), "inputs.settings.max_window_age"),
         ("check", lambda i: i["settings"].update(active_policy_version=[1]), "inputs.settings.active_policy_version"),
         ("check", lambda i: i.update(artifact_verified="no"), "inputs.artifact_verified"),
     ],
