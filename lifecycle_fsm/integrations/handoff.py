@@ -38,10 +38,11 @@ def refuse_filled(fields: JSON) -> None:
         raise InputError(f"finish() fills {', '.join(filled)} itself, from the run and the adapter it saves")
 
 
-def adapter_received(ledger: Ledger, candidate_id: str, adapter: str, manifest_file: str) -> bool:
+def adapter_received(ledger: Ledger, candidate_id: str, adapter: str, manifest_file: str, decision: str) -> bool:
     """Whether the candidate received its adapter already (a `finish` repeated, or resumed after a crash:
     nothing is saved over the bytes the ledger holds); refused before anything is saved: a candidate
-    that can take none (rejected), and a folder holding another candidate's adapter."""
+    that can take none (rejected), a folder holding another candidate's adapter, and a repeated
+    `finish` asking for another decision than the one its adapter was received with."""
     current = existing(ledger, candidate_id)
     if current is not None and current.state is State.REJECT:
         raise IllegalCommandError(
@@ -62,4 +63,18 @@ def adapter_received(ledger: Ledger, candidate_id: str, adapter: str, manifest_f
                 f"{os.path.dirname(adapter)} holds the adapter and manifest of {owner or 'another candidate'!r}, "
                 f"not {candidate_id!r}: train each candidate in an output_dir of its own"
             )
-    return current is not None and not current.pending and current.manifest_path is not None
+    received = current is not None and not current.pending and current.manifest_path is not None
+    if received:
+        _refuse_other_decision(ledger, candidate_id, decision)
+    return received
+
+
+def _refuse_other_decision(ledger: Ledger, candidate_id: str, decision: str) -> None:
+    """A repeated `finish` must ask for the decision its candidate received its adapter with: another one
+    would be answered with the first (the keys are recorded), the caller's decision silently lost."""
+    recorded = ledger.candidate(candidate_id).candidate.get("decision")
+    if recorded != decision:
+        raise InputError(
+            f"candidate {candidate_id!r} received its adapter with decision {recorded!r}: finish(decision="
+            f"{decision!r}) cannot change it (a new decision needs a new candidate)"
+        )

@@ -259,8 +259,8 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
             PendingRecord(self.candidate_id, CHECKPOINT, folder, self._key(f"step-{step}/checkpoint"))
         )
 
-    def _recover(self, error: BaseException, final: bool) -> ResumePoint:
-        """Record the failure and its plan; complete the recovery unless training stops here."""
+    def _recover(self, error: BaseException) -> ResumePoint:
+        """Record the failure and its plan (the recovery is completed once the trainer follows it)."""
         self._settle_records()
         stage = self._stages.failed or "update"
         failed = self.ledger.fail_stage(self.candidate_id, stage, event_id=self._key(f"fail/{stage}"))
@@ -275,15 +275,15 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
             trainer_action=str(point.action),
             why=point.why,
         )
-        if not final:
-            self._complete_recovery(point, self._key("recovered"))
         return point
 
-    def _complete_recovery(self, point: ResumePoint, key: str) -> None:
-        """Record that training goes on from `point` (nothing to record when the plan stops it)."""
+    def _complete_recovery(self, point: ResumePoint, key: str | None = None) -> None:
+        """Record that training goes on from `point`, once the trainer is put there (nothing to record when
+        the plan stops it); `key`: this attempt's `recovered` unless given."""
         if point.action is not TrainerAction.STOP:
             resumed_from = point.checkpoint or point.baseline_adapter
-            self.ledger.complete_recovery(self.candidate_id, resumed_from=resumed_from, event_id=key)
+            event_id = key or self._key("recovered")
+            self.ledger.complete_recovery(self.candidate_id, resumed_from=resumed_from, event_id=event_id)
 
     # --- the two calls a training script makes -------------------------------------------
 
@@ -298,6 +298,8 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
         left: ResumePoint | None = self._collective(is_main, self._left_by_earlier_run)
         if left is not None:
             resume = self._follow(trainer, left, None, resume)
+            key = f"{self.run_id}/plan-{left.plan.seq}/recovered"
+            self._collective(is_main, functools.partial(self._complete_recovery, left, key))
         elif resume is not None and resume is not False:
             asked = resume
             resume = self._collective(is_main, lambda: trusted_checkpoint(self.ledger, self.candidate_id, asked))
@@ -313,12 +315,13 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
                 if self._hook_failed or not self._began or isinstance(error, LifecycleError | MainProcessError):
                     raise  # the ledger refused, or training never started: not a training stage failure
                 final = attempt == self.max_attempts
-                point: ResumePoint = self._collective(is_main, functools.partial(self._recover, error, final))
+                point: ResumePoint = self._collective(is_main, functools.partial(self._recover, error))
                 if final and point.action is not TrainerAction.STOP:
                     raise TrainingStopped(
                         f"training failed {attempt} times; the last plan was {point.plan.action}", point
                     ) from error
-                resume = self._follow(trainer, point, error, resume)
+                resume = self._follow(trainer, point, error, resume)  # the trainer is back on the plan's point
+                self._collective(is_main, functools.partial(self._complete_recovery, point))
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _follow(self, trainer: Trainer, point: ResumePoint, error: BaseException | None, resume: Any) -> Any:
@@ -332,14 +335,12 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
         return point.checkpoint
 
     def _left_by_earlier_run(self) -> ResumePoint | None:
-        """The plan an earlier process left unfinished (its candidate still recovering), completed now."""
+        """The plan an earlier process left unfinished (its candidate still recovering), to follow now."""
         current = self._existing()
         plan = None if current is None else self.ledger.recovery_plan(self.candidate_id)
         if current is None or current.state is not State.RECOVERING or plan is None:
             return None
-        point = resume_point(plan, self.ledger.settings())
-        self._complete_recovery(point, f"{self.run_id}/plan-{plan.seq}/recovered")
-        return point
+        return resume_point(plan, self.ledger.settings())
 
     def finish(self, trainer: Trainer, decision: str = "accept", **manifest_fields: Any) -> CandidateResult:
         """Save the adapter, write its manifest, complete the candidate, check it and hand it off.
@@ -352,7 +353,7 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
         refuse_filled(manifest_fields)
         is_main = trainer.is_world_process_zero()
         received = self._collective(
-            is_main, lambda: adapter_received(self.ledger, self.candidate_id, adapter, MANIFEST_FILE)
+            is_main, lambda: adapter_received(self.ledger, self.candidate_id, adapter, MANIFEST_FILE, decision)
         )
         if not received:
             trainer.save_model(adapter)  # every rank: the Trainer writes from the main process

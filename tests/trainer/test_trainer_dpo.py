@@ -48,6 +48,10 @@ def test_a_fault_is_planned_resumed_and_the_candidate_handed_off(tiny: Tiny, tmp
     adapter_sha = hash_directory(out / "candidate-adapter")
     assert cb.finish(trainer).state is State.READY
     assert hash_directory(out / "candidate-adapter") == adapter_sha
+    events = ledger.store.head().seq
+    with pytest.raises(InputError, match="received its adapter with decision 'accept'"):
+        cb.finish(trainer, decision="reject")  # was answered READY, the reject silently lost
+    assert ledger.store.head().seq == events and hash_directory(out / "candidate-adapter") == adapter_sha
     card = result.candidate.provenance  # recorded at registration, nothing written by hand
     assert card is not None and card == cb.card
     assert card["trainer"]["class"] == "trl.trainer.dpo_trainer.DPOTrainer"
@@ -113,6 +117,30 @@ def test_a_fault_before_any_checkpoint_restarts_from_the_sft_adapter(tiny: Tiny,
         "dpo-3/attempt-2/step-2/checkpoint",
         "dpo-3/attempt-2/step-4/checkpoint",
     ]
+
+
+def test_a_recovery_the_trainer_cannot_follow_is_not_recorded_as_completed(tiny: Tiny, tmp_path: Path) -> None:
+    """A rollback to the SFT adapter needs a PEFT model: when loading it fails, the ledger must not say the
+    candidate resumed (it said so before the load); it stays recovering, its plan left for a restart."""
+    from transformers import AutoModelForCausalLM
+    from trl import DPOTrainer
+
+    from examples.tiny_model import dpo_config, preference_data, tokenizer
+    from lifecycle_fsm.integrations.transformers import LedgerCallback
+
+    ledger = baseline_ledger(tmp_path, tiny.sft)
+    cb = LedgerCallback(ledger, kind="dpo", run_id="dpo-full")
+    trainer = DPOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(tiny.base),
+        args=dpo_config(tmp_path / "out"),
+        train_dataset=preference_data(),
+        processing_class=tokenizer(tiny.base),
+        callbacks=[fail_at(1), cb],
+    )
+    with pytest.raises(TypeError, match="needs a PEFT model"):
+        cb.train(trainer)
+    assert events_of(ledger, "dpo-full", "RecoveryCompleted") == []
+    assert ledger.candidate("dpo-full").state is State.RECOVERING
 
 
 def test_a_blocking_plan_stops_training_and_rejects(tiny: Tiny, tmp_path: Path) -> None:
