@@ -36,6 +36,7 @@ from lifecycle_fsm.integrations.recovery import (
     existing,
     load_baseline_adapter,
     resume_point,
+    start_over,
     trusted_checkpoint,
 )
 from lifecycle_fsm.json_types import JSON
@@ -278,8 +279,7 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
         return point
 
     def _complete_recovery(self, point: ResumePoint, key: str | None = None) -> None:
-        """Record that training goes on from `point`, once the trainer is put there (nothing to record when
-        the plan stops it); `key`: this attempt's `recovered` unless given."""
+        """Record that training goes on from `point`, once the trainer is there (`key`: this attempt's)."""
         if point.action is not TrainerAction.STOP:
             resumed_from = point.checkpoint or point.baseline_adapter
             event_id = key or self._key("recovered")
@@ -288,14 +288,13 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
     # --- the two calls a training script makes -------------------------------------------
 
     def train(self, trainer: Trainer, **train_kwargs: Any) -> Any:
-        """`trainer.train(**train_kwargs)`, recovering from failures as the ledger plans, up to `max_attempts`.
-
-        A run restarted while its candidate is still recovering first follows the plan left in the ledger.
-        """
+        """`trainer.train(**train_kwargs)`, recovering from failures as the ledger plans, up to `max_attempts`; a
+        run restarted while its candidate is still recovering first follows the plan left in the ledger."""
         self._trainer = trainer
         is_main = trainer.is_world_process_zero()
         resume = train_kwargs.pop("resume_from_checkpoint", None)
-        left: ResumePoint | None = self._collective(is_main, self._left_by_earlier_run)
+        fresh = resume is None or resume is False
+        left: ResumePoint | None = self._collective(is_main, functools.partial(self._left_by_earlier_run, fresh))
         if left is not None:
             resume = self._follow(trainer, left, None, resume)
             key = f"{self.run_id}/plan-{left.plan.seq}/recovered"
@@ -334,11 +333,13 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
             load_baseline_adapter(trainer, point.baseline_adapter)
         return point.checkpoint
 
-    def _left_by_earlier_run(self) -> ResumePoint | None:
-        """The plan an earlier process left unfinished (its candidate still recovering), to follow now."""
+    def _left_by_earlier_run(self, fresh: bool) -> ResumePoint | None:
+        """The plan an earlier run left (its candidate still recovering); else, `fresh`, see `start_over`."""
         current = self._existing()
         plan = None if current is None else self.ledger.recovery_plan(self.candidate_id)
         if current is None or current.state is not State.RECOVERING or plan is None:
+            if fresh and current is not None:
+                start_over(self.ledger, current)
             return None
         return resume_point(plan, self.ledger.settings())
 

@@ -93,6 +93,25 @@ def test_a_restarted_run_records_its_re_saved_checkpoint_anew(tiny: Tiny, tmp_pa
     assert records[0][1] != records[1][1] == hash_directory(checkpoint)
 
 
+def test_a_run_started_over_never_resumes_from_the_killed_runs_checkpoint(tiny: Tiny, tmp_path: Path) -> None:
+    """Restarted without resume_from_checkpoint, training starts over: the killed run's checkpoints are not
+    this run's state. They are invalidated (the reason in the log), so a failure before this run saves one
+    rolls back to the SFT adapter instead of jumping onto the abandoned run's step 4."""
+    from lifecycle_fsm.integrations.transformers import LedgerCallback
+
+    ledger = baseline_ledger(tmp_path, tiny.sft)
+    first = LedgerCallback(ledger, kind="dpo", run_id="dpo-6")
+    with pytest.raises(KeyboardInterrupt):
+        first.train(dpo_trainer(tiny, tmp_path / "out", [_interrupt_at(5), first], max_steps=6))
+    assert "pre_update_checkpoint" in ledger.candidate("dpo-6").trusted_states
+    again = LedgerCallback(ledger, kind="dpo", run_id="dpo-6")
+    again.train(dpo_trainer(tiny, tmp_path / "out", [fail_at(1), again]))
+    (invalidated,) = events_of(ledger, "dpo-6", "TrustedStateInvalidated")
+    assert invalidated.event.reason == "training started over without resume_from_checkpoint"
+    (planned,) = events_of(ledger, "dpo-6", "RecoveryPlanned")
+    assert planned.event.action == RecoveryAction.ROLLBACK_TO_VERIFIED_BASELINE
+
+
 def _interrupt_at(step: int) -> object:
     from transformers import TrainerCallback
 
