@@ -184,7 +184,8 @@ def trusted_checkpoint(ledger: Ledger, candidate_id: str, asked: object) -> str:
     """The checkpoint a caller's `resume_from_checkpoint` names, once the ledger trusts it: recorded for
     this candidate (since its checkpoints were last invalidated) and holding those bytes now; `True`
     is the latest such record. Anything else is refused: training never resumes from bytes the ledger
-    did not record (a checkpoint edited after a crash, or saved but not recorded yet)."""
+    did not record (a checkpoint edited after a crash, or saved but not recorded yet). A recorded
+    folder that is gone is passed over for the one before it."""
     records: dict[str, str] = {}  # path -> sha256, oldest record first
     if existing(ledger, candidate_id) is not None:
         for e in ledger.events(stream=candidate_id):
@@ -195,12 +196,14 @@ def trusted_checkpoint(ledger: Ledger, candidate_id: str, asked: object) -> str:
                 records.pop(event.path, None)
                 records[event.path] = event.sha256
     if asked is True:
-        if not records:
+        on_disk = [p for p in reversed(records) if os.path.isdir(p)]  # one rotated away (save_total_limit) is skipped
+        if not on_disk:
+            gone = f" (recorded, now gone: {', '.join(records)})" if records else ""
             raise InputError(
                 f"resume_from_checkpoint=True: the ledger holds no checkpoint of candidate {candidate_id!r} "
-                "to resume from; train without resume_from_checkpoint to start over"
+                f"to resume from{gone}; train without resume_from_checkpoint to start over"
             )
-        path = next(reversed(records))
+        path = on_disk[0]
     else:
         if not isinstance(asked, str | os.PathLike):
             raise InputError(f"resume_from_checkpoint must be a folder or True, not {asked!r}")

@@ -112,6 +112,27 @@ def test_a_run_started_over_never_resumes_from_the_killed_runs_checkpoint(tiny: 
     assert planned.event.action == RecoveryAction.ROLLBACK_TO_VERIFIED_BASELINE
 
 
+def test_resume_true_passes_over_a_recorded_checkpoint_rotated_away(tiny: Tiny, tmp_path: Path) -> None:
+    """checkpoint-4 recorded then gone (save_total_limit, or removed by hand): resume_from_checkpoint=True
+    resumes from checkpoint-2, recorded and intact; with none left it says so (it was an ArtifactError about
+    the gone folder)."""
+    import shutil as sh
+
+    from lifecycle_fsm.integrations.transformers import LedgerCallback
+
+    ledger = baseline_ledger(tmp_path, tiny.sft)
+    first = LedgerCallback(ledger, kind="dpo", run_id="dpo-7")
+    with pytest.raises(KeyboardInterrupt):
+        first.train(dpo_trainer(tiny, tmp_path / "out", [_interrupt_at(5), first], max_steps=6))
+    sh.rmtree(tmp_path / "out" / "checkpoint-4")
+    again = LedgerCallback(ledger, kind="dpo", run_id="dpo-7")
+    assert again.train(dpo_trainer(tiny, tmp_path / "out", [again]), resume_from_checkpoint=True).global_step == 4
+    for step in (2, 4):
+        sh.rmtree(tmp_path / "out" / f"checkpoint-{step}")
+    with pytest.raises(InputError, match="holds no checkpoint of candidate 'dpo-7' to resume from \\(recorded, now"):
+        again.train(dpo_trainer(tiny, tmp_path / "out", [again]), resume_from_checkpoint=True)
+
+
 def _interrupt_at(step: int) -> object:
     from transformers import TrainerCallback
 
