@@ -233,8 +233,9 @@ def wait_for_state(
     give_up = time.monotonic() + seconds
     never = threading.Event()
     while True:
-        wait_for_new: Callable[..., bool] | None = getattr(store(), "wait_for_new", None)
-        head = store().head().seq if wait_for_new is not None else 0  # before the look: a commit after it wakes
+        now = store()  # the closed stand-in once the ledger is closed: its first use raises
+        wait_for_new: Callable[..., bool] | None = getattr(now, "wait_for_new", None)
+        head = now.head().seq if wait_for_new is not None else 0  # before the look: a commit after it wakes
         try:
             last = current_state()
         except NotFoundError:

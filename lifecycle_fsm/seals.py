@@ -27,7 +27,7 @@ from lifecycle_fsm.keys import PublicKeys, key_id, sign
 from lifecycle_fsm.limits import MAX_INT64, MAX_SIGNED_HEAD_BYTES, display, read_regular_file
 from lifecycle_fsm.store.base import EventStore, event_at, hash_at
 from lifecycle_fsm.store.chain import GENESIS, ChainWalk, canonical_json
-from lifecycle_fsm.store.records import EventFilter, Head, NewEvent
+from lifecycle_fsm.store.records import EventFilter, Head, NewEvent, StoredEvent
 from lifecycle_fsm.upcasting import decoded_payload, derived_ledger_id
 
 if TYPE_CHECKING:
@@ -102,17 +102,13 @@ def seal(
 
 
 def _vouched_head(store: EventStore, keys: PublicKeys, ledger_id: str) -> Head:
-    """The head of the latest seal that holds: it seals the row right before it with that row's hash, for this
-    ledger, under the key signing now. Anyone who may append can add a seal row, so one that does not hold
-    vouches for nothing; with none, the genesis."""
-    for row in reversed(store.read_stream(SEALS_STREAM)):
-        with contextlib.suppress(ValueError, TypeError, AttributeError):  # a malformed seal: the one before
-            doc = orjson.loads(row.payload)
-            seq, digest = doc["seq"], doc["hash"]
-            sealed = type(seq) is int and seq == row.seq - 1 and digest == row.prev_hash
-            signed = keys.verifies(str(doc["key_id"]), seal_message(ledger_id, seq, digest), str(doc["signature"]))
-            if sealed and doc["ledger_id"] == ledger_id and signed:
-                return Head(seq, digest)
+    """The head of the latest seal that holds (`_seal_failure`, under the key signing now): anyone who may
+    append can add a seal row, so one that does not hold vouches for nothing; with none, the genesis."""
+    for event in reversed(store.read_stream(SEALS_STREAM)):
+        with contextlib.suppress(CorruptionError):  # an unreadable seal: the one before
+            payload = decoded_payload(event)
+            if _seal_failure(store, event, payload, keys, ledger_id) is None:
+                return Head(payload["seq"], payload["hash"])
     return GENESIS
 
 
@@ -326,27 +322,34 @@ def check_seals(store: EventStore, keys: PublicKeys, ledger_id: str | None) -> t
             continue
         if isinstance(payload.get("key_id"), str):
             signers.add(payload["key_id"])
-        if failure is not None:
-            continue
-        if event.type != HeadSealed.TYPE:
-            failure = SealFailure(event.seq, "seal_mismatch", f"seq {event.seq}: {event.type} in seals")
-        elif (problem := _seal_problem(payload)) is not None:
-            failure = SealFailure(event.seq, "seal_mismatch", f"seq {event.seq}: a malformed seal ({problem})")
-        elif payload["seq"] != event.seq - 1:
-            message = (
-                f"seq {event.seq}: the seal claims head seq {payload['seq']}, not the head before it "
-                f"(seq {event.seq - 1}): a seal copied from elsewhere in the log"
-            )
-            failure = SealFailure(event.seq, "seal_mismatch", message)
-        elif hash_at(store, event.seq - 1) != payload["hash"] or payload["ledger_id"] != ledger_id:
-            message = f"seq {event.seq}: the sealed head {payload['seq']}:{payload['hash']} is not this ledger's chain"
-            failure = SealFailure(event.seq, "seal_mismatch", message)
-        elif keys and not keys.verifies(
-            payload["key_id"], seal_message(str(ledger_id), payload["seq"], payload["hash"]), payload["signature"]
-        ):
-            message = f"seq {event.seq}: the seal's signature does not verify under the given keys"
-            failure = SealFailure(event.seq, "seal_signature", message)
+        failure = failure or _seal_failure(store, event, payload, keys, ledger_id)
     return {"count": count, "keys": sorted(signers), "last_seq": last_seq}, failure
+
+
+def _seal_failure(
+    store: EventStore, event: StoredEvent, payload: JSON, keys: PublicKeys, ledger_id: str | None
+) -> SealFailure | None:
+    """Why one stored seal does not hold, or None: it must seal the head right before it (the seq before its
+    own, with that row's hash) of this ledger, and with `keys`, verify under one of them."""
+    if event.type != HeadSealed.TYPE:
+        return SealFailure(event.seq, "seal_mismatch", f"seq {event.seq}: {event.type} in seals")
+    if (problem := _seal_problem(payload)) is not None:
+        return SealFailure(event.seq, "seal_mismatch", f"seq {event.seq}: a malformed seal ({problem})")
+    if payload["seq"] != event.seq - 1:
+        message = (
+            f"seq {event.seq}: the seal claims head seq {payload['seq']}, not the head before it "
+            f"(seq {event.seq - 1}): a seal copied from elsewhere in the log"
+        )
+        return SealFailure(event.seq, "seal_mismatch", message)
+    if hash_at(store, event.seq - 1) != payload["hash"] or payload["ledger_id"] != ledger_id:
+        message = f"seq {event.seq}: the sealed head {payload['seq']}:{payload['hash']} is not this ledger's chain"
+        return SealFailure(event.seq, "seal_mismatch", message)
+    if keys and not keys.verifies(
+        payload["key_id"], seal_message(str(ledger_id), payload["seq"], payload["hash"]), payload["signature"]
+    ):
+        message = f"seq {event.seq}: the seal's signature does not verify under the given keys"
+        return SealFailure(event.seq, "seal_signature", message)
+    return None
 
 
 def add_trust_findings(

@@ -40,7 +40,7 @@ from lifecycle_fsm.artifacts import hash_directory
 from lifecycle_fsm.candidate_events import TrustedStateInvalidated, TrustedStateRecorded
 from lifecycle_fsm.errors import InputError, NotFoundError
 from lifecycle_fsm.ledger import Ledger
-from lifecycle_fsm.machine import State
+from lifecycle_fsm.machine import allowed_triggers
 from lifecycle_fsm.recovery import RecoveryAction, RecoveryPlan
 from lifecycle_fsm.state import CandidateState, LedgerSettings
 
@@ -226,7 +226,7 @@ def trusted_checkpoint(ledger: Ledger, candidate_id: str, asked: object) -> str:
 def start_over(ledger: Ledger, current: CandidateState) -> None:
     """Training starts over (no resume_from_checkpoint, no plan left): a checkpoint an earlier run recorded is
     not this run's state, so a failure must not resume from it. It is invalidated, the reason in the log."""
-    training = current.state in (State.RECEIVED, State.VERIFIED, State.RECOVERING)  # else refused at train begin
+    training = "fail_stage" in allowed_triggers(current.state.value)  # else refused at train begin
     if training and CHECKPOINT in current.trusted_states:
         reason = "training started over without resume_from_checkpoint"
         ledger.invalidate_trusted_state(current.candidate_id, CHECKPOINT, reason)
