@@ -38,6 +38,7 @@ _UPSTREAM = ("upstream_reject", "upstream_state")  # the hand-off's own codes: n
 # The candidate's fields the freshness rule reads (with its window age).
 FRESHNESS_FIELDS = (
     "candidate_kind",
+    "semantic_id",
     "source_policy_version",
     "policy_version",
     "evaluation_version",

@@ -54,6 +54,8 @@ DECIDED_KEYS = {
 }
 TOP_KEYS = ("schema", "decision", "candidate_id", "seq", "event_type", "inputs", "decided")
 NESTED = {"candidate": CANDIDATE_FIELDS, "settings": SETTINGS_FIELDS}
+# Keys a file may lack: ones added to the format after files were written (read as null).
+OPTIONAL = frozenset({"inputs.candidate.semantic_id"})
 
 
 class DecisionPoolError(InputError):
@@ -109,7 +111,7 @@ def _exact(source: str, where: str, value: Any, keys: tuple[str, ...]) -> None:
         if key not in keys:
             raise DecisionPoolError(f"{source}: unknown key {where}{key!r} (expected {', '.join(keys)})")
     for key in keys:
-        if key not in value:
+        if key not in value and f"{where}{key}" not in OPTIONAL:
             raise DecisionPoolError(f"{source}: missing key {where}{key!r}")
 
 

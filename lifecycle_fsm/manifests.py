@@ -28,7 +28,7 @@ from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.json_types import JSON, strict_loads
 from lifecycle_fsm.limits import MAX_MANIFEST_BYTES, read_regular_file
 from lifecycle_fsm.outputs import write_atomic
-from lifecycle_fsm.rules import CANDIDATE_KINDS
+from lifecycle_fsm.rules import CANDIDATE_KINDS, KIND_BY_SEMANTIC_ID
 from lifecycle_fsm.store.chain import canonical_json
 
 __all__ = [
@@ -45,7 +45,6 @@ __all__ = [
     "write_manifest",
 ]
 
-KIND_BY_SEMANTIC_ID = {"PT-DPO-OFFLINE": "dpo", "PT-GRPO-GROUPWISE": "grpo"}
 _SEMANTIC_ID_BY_KIND = {kind: semantic_id for semantic_id, kind in KIND_BY_SEMANTIC_ID.items()}
 _SEMANTIC_ID_BY_KIND["rlvr"] = _SEMANTIC_ID_BY_KIND["grpo"]
 

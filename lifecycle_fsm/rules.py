@@ -17,6 +17,7 @@ __all__ = [
     "RULES",
     "CANDIDATE_KINDS",
     "FRESHNESS_CHECKS",
+    "KIND_BY_SEMANTIC_ID",
     "ONLINE_KINDS",
     "RECOVERY_STATES_BY_STAGE",
     "RecoveryAction",
@@ -33,10 +34,12 @@ __all__ = [
 # (tests/test_rules_version.py recomputes it): change a rule, and the test says to bump the version.
 # Every check and hand-off records them; a decision made under other rules is history, and a
 # hand-off always decides again under today's.
-RULES = {"version": 2, "digest": "0b02e9662a6323ac4c2a18d1dc9caabb8ed4f8da148d2cbd30c81c0376f4d4bf"}
+RULES = {"version": 3, "digest": "8aa2142e263fa2887d9ba0edf6c929c96c3b5093e5ee43f9bb86bef4c40d0dea"}
 
 CANDIDATE_KINDS = ("dpo", "grpo", "rlvr")
 ONLINE_KINDS = ("grpo", "rlvr")
+# The kind a manifest's `semantic_id` names; an explicit `candidate_kind` may refine grpo to rlvr.
+KIND_BY_SEMANTIC_ID = {"PT-DPO-OFFLINE": "dpo", "PT-GRPO-GROUPWISE": "grpo"}
 FRESHNESS_CHECKS = ("candidate_kind", "source_policy", "candidate_identity", "evaluation_identity", "branch_evidence")
 UPSTREAM_DECISIONS = ("accept", "tune", "reject")
 
@@ -100,6 +103,15 @@ def is_identity(value: Any) -> bool:
     return isinstance(value, str) and bool(value.strip()) and value.isprintable()
 
 
+def _kind_holds(kind: Any, semantic_id: Any) -> bool:
+    """A candidate kind, and not of the other family than the one its `semantic_id` names: a
+    PT-GRPO-GROUPWISE manifest that says `dpo` would skip the window and verifier checks."""
+    if kind not in CANDIDATE_KINDS:
+        return False
+    named = KIND_BY_SEMANTIC_ID.get(semantic_id) if isinstance(semantic_id, str) else None
+    return named is None or (kind in ONLINE_KINDS) == (named in ONLINE_KINDS)
+
+
 def check_candidate_freshness(candidate: JSON, active_policy_version: str, maximum_window_age: int) -> JSON:
     """Is the candidate's lineage and branch evidence still current?
 
@@ -107,10 +119,11 @@ def check_candidate_freshness(candidate: JSON, active_policy_version: str, maxim
     non-integer `window_age` fails an online candidate's branch evidence: a
     `-1` default happens to fail too, but we never rely on a default. Versions are
     identities: each must be a non-empty printable string (`is_identity`), not merely truthy.
+    A `candidate_kind` that contradicts the candidate's `semantic_id` fails `candidate_kind`.
     """
     kind = candidate.get("candidate_kind")
     checks = {
-        "candidate_kind": kind in CANDIDATE_KINDS,
+        "candidate_kind": _kind_holds(kind, candidate.get("semantic_id")),
         "source_policy": bool(active_policy_version)
         and candidate.get("source_policy_version") == active_policy_version,
         "candidate_identity": is_identity(candidate.get("policy_version")),

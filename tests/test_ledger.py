@@ -115,6 +115,17 @@ def test_stale_grpo_evidence_rejects_at_check(ws: Workspace, active: Ledger, ove
     assert result.candidate.last_check["freshness"]["failed_checks"] == [reason]  # type: ignore[union-attr,index]
 
 
+def test_a_kind_that_contradicts_the_semantic_id_rejects_at_check(ws: Workspace, active: Ledger) -> None:
+    """A PT-GRPO-GROUPWISE manifest saying `candidate_kind: dpo` (with DPO evidence) would skip the window
+    and verifier checks: it fails candidate_kind instead; `rlvr` beside the GRPO id stays an online kind."""
+    stale = {"evidence_window_index": -5, "preference_evidence_version": "pref-v5"}
+    cid = active.receive(ws.grpo(candidate_kind="dpo", **stale)).candidate.candidate_id  # type: ignore[union-attr]
+    result = active.check(cid)
+    assert result.state == "reject"
+    assert result.candidate.last_check["freshness"]["failed_checks"] == ["candidate_kind"]  # type: ignore[union-attr,index]
+    assert active.check(active.receive(ws.rlvr()).candidate.candidate_id).state == "verified"  # type: ignore[union-attr]
+
+
 def test_new_evaluation_version_fails_evaluation_identity(ws: Workspace, active: Ledger) -> None:
     """After `eval-v2` is activated, a candidate naming eval-v1 fails evaluation_identity on its next check."""
     cid = to_ready(active, ws.dpo())

@@ -213,6 +213,24 @@ def test_unknown_kind_fails_candidate_kind(kind: Any) -> None:
     assert fresh({**DPO, "candidate_kind": kind})["failed_checks"] == ["candidate_kind", "branch_evidence"]
 
 
+@pytest.mark.parametrize(
+    ("kind", "semantic_id", "holds"),
+    [
+        ("dpo", "PT-GRPO-GROUPWISE", False),
+        ("grpo", "PT-DPO-OFFLINE", False),
+        ("rlvr", "PT-DPO-OFFLINE", False),
+        ("rlvr", "PT-GRPO-GROUPWISE", True),
+        ("dpo", "PT-DPO-OFFLINE", True),
+        ("dpo", "PT-SOMETHING-ELSE", True),
+        ("grpo", None, True),
+    ],
+)
+def test_a_kind_must_agree_with_its_semantic_id(kind: str, semantic_id: str | None, holds: bool) -> None:
+    """An explicit kind may refine the semantic id (grpo to rlvr), never cross offline and online."""
+    candidate = {**(DPO if kind == "dpo" else ONLINE), "candidate_kind": kind, "semantic_id": semantic_id}
+    assert fresh(candidate)["failed_checks"] == ([] if holds else ["candidate_kind"])
+
+
 def test_missing_keys_fail_their_checks() -> None:
     """Absent identity fields count as empty: an empty candidate fails every check."""
     assert fresh({})["failed_checks"] == [

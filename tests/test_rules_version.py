@@ -26,8 +26,9 @@ ACTIVE = "a" * 64
 def behaviour() -> list[Any]:
     """What the three rules decide over a fixed grid of inputs, valid and not."""
     out: list[Any] = []
-    for kind, source, version, evaluation, preference, verifier, age in itertools.product(
+    for kind, semantic_id, source, version, evaluation, preference, verifier, age in itertools.product(
         (*CANDIDATE_KINDS, "ppo", None),
+        ("PT-DPO-OFFLINE", "PT-GRPO-GROUPWISE", "PT-OTHER", None),
         (ACTIVE, "b" * 64, None),
         ("v1", " ", "v1\n", None, 3),
         ("e1", "", None),
@@ -37,6 +38,7 @@ def behaviour() -> list[Any]:
     ):
         candidate = {
             "candidate_kind": kind,
+            "semantic_id": semantic_id,
             "source_policy_version": source,
             "policy_version": version,
             "evaluation_version": evaluation,
