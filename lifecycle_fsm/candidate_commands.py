@@ -208,19 +208,19 @@ class CandidateCommands:
         root = self.artifact_root
         self._refuse_rewritten(event_id, kind, absolute)
 
-        def decide(current: CandidateState | None, _: LedgerSettings) -> Decision:
+        def decide(current: CandidateState | None, settings: LedgerSettings) -> Decision:
             # Looked at only once the move was found legal and the key is no retry: a refused command
             # reads nothing, and a retry answers even after the file was rotated away.
             if not os.path.lexists(absolute):
                 raise InputError(f"no such trusted-state path: {absolute}")
-            return decisions.record_trusted_state(kind, absolute, hash_directory(absolute, root))
+            return decisions.record_trusted_state(kind, absolute, hash_directory(absolute, root), settings)
 
         return self._on_candidate(
             stream_of(candidate_id),
             decide,
             command="trusted",
             event_id=event_id,
-            reads_settings=False,
+            reads_settings=kind == "verified_baseline",
             first_type=TrustedStateRecorded.TYPE,
             inputs={"kind": kind, "path": absolute},
         )

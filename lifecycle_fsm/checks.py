@@ -28,7 +28,7 @@ __all__ = [
     "freshness",
     "gather_checks",
     "resume_checkpoint",
-    "source_baseline",
+    "baseline_rollback",
     "trusted_state_evidence",
     "verify_artifact",
     "window_age",
@@ -204,10 +204,22 @@ def gather_checks(
     )
 
 
-def source_baseline(candidate: CandidateState, settings: LedgerSettings) -> JSON | None:
-    """The baseline to roll the candidate back to: the one it branched from (its `source_policy_version`)
-    when this ledger activated it, else the active one."""
-    return settings.baselines.get(str(candidate.candidate.get("source_policy_version")), settings.baseline)
+def baseline_rollback(current: CandidateState, settings: LedgerSettings, root: str | None) -> TrustedStateCheck:
+    """The baseline to roll the candidate back to, re-hashed: the one it branched from (it descends from
+    it) while this ledger activated it and it re-hashes, else the active one."""
+    active, note = settings.baseline or {}, None
+    own = settings.baselines.get(str(current.candidate.get("source_policy_version")))
+    if own is not None and own["policy_version"] != settings.active_policy_version:
+        note = (
+            f"the baseline this candidate branched from ({own['policy_version']}) is no longer the "
+            f"active one ({settings.active_policy_version}): after the rollback its checks fail "
+            "source_policy until it is trained again from the active baseline"
+        )
+        check = verify_artifact(own["adapter_path"], own["adapter_sha256"], root)
+        if check.verified:
+            return TrustedStateCheck.of(check, "source_baseline", note)
+    check = verify_artifact(active.get("adapter_path"), active.get("adapter_sha256"), root)
+    return TrustedStateCheck.of(check, "active_baseline", note)
 
 
 def trusted_state_evidence(
@@ -215,30 +227,18 @@ def trusted_state_evidence(
 ) -> dict[str, TrustedStateCheck]:
     """Re-hash each trusted state this stage could reuse; available only if it still matches.
 
-    `verified_baseline` is, unless one was recorded, the baseline the candidate branched from:
-    rolling back to another would give a candidate its next check rejects for `source_policy`.
+    `verified_baseline` is, unless one was recorded, an activated baseline (`baseline_rollback`).
     """
     evidence: dict[str, TrustedStateCheck] = {}
     for kind in RECOVERY_STATES_BY_STAGE[stage]:
         recorded = current.trusted_states.get(kind)
-        note = None
         if recorded is not None:
             check = verify_artifact(recorded["path"], recorded["sha256"], root)
-            source = "recorded"
-        elif kind == "verified_baseline" and (baseline := source_baseline(current, settings)) is not None:
-            check = verify_artifact(baseline["adapter_path"], baseline["adapter_sha256"], root)
-            source = "active_baseline"
-            if baseline["policy_version"] != settings.active_policy_version:
-                source = "source_baseline"
-                note = (
-                    f"the baseline this candidate branched from ({baseline['policy_version']}) is no longer the "
-                    f"active one ({settings.active_policy_version}): after the rollback its checks fail "
-                    "source_policy until it is trained again from the active baseline"
-                )
+            evidence[kind] = TrustedStateCheck.of(check, "recorded")
+        elif kind == "verified_baseline" and settings.baseline is not None:
+            evidence[kind] = baseline_rollback(current, settings, root)
         else:
             evidence[kind] = TrustedStateCheck(False, None, None, None, None, "not recorded")
-            continue
-        evidence[kind] = TrustedStateCheck.of(check, source, note)
     return evidence
 
 

@@ -195,7 +195,14 @@ def _inconclusive(command: str, evidence: CheckEvidence) -> InconclusiveCheckRec
     return InconclusiveCheckRecorded(command, list(evidence.inconclusive), **evidence.payload(), rules=RULES)
 
 
-def record_trusted_state(kind: str, path: str, sha256: str) -> Decision:
+def record_trusted_state(kind: str, path: str, sha256: str, settings: LedgerSettings) -> Decision:
+    """A `verified_baseline` is an SFT baseline's adapter this ledger activated (its bytes, by sha256):
+    recorded from anything else, a rollback would restore what was never verified."""
+    if kind == "verified_baseline" and sha256 not in settings.baselines:
+        raise InputError(
+            f"{path} is not the adapter of a baseline this ledger activated (sha256 {sha256}): "
+            "a verified_baseline is an activated SFT baseline's adapter"
+        )
     return Decision((TrustedStateRecorded(kind, path, sha256),))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -282,6 +283,40 @@ def test_verified_baseline_comes_from_active_baseline(ws: Workspace, active: Led
     assert (plan["recovery_state"], plan["action"]) == ("verified_baseline", "rollback_to_verified_baseline")
     assert plan["trusted_states"]["verified_baseline"]["source"] == "active_baseline"
     assert result.state == "recovering"
+
+
+def test_a_rollback_goes_to_the_candidates_own_baseline_while_it_re_hashes_else_the_active_one(
+    ws: Workspace, active: Ledger
+) -> None:
+    """After a new baseline is activated, a failed update rolls back to the baseline the candidate branched
+    from; with that adapter gone, to the active one (both with a note that its checks will fail
+    source_policy); with neither, the update is blocked."""
+    cid = active.receive(ws.dpo()).candidate.candidate_id  # type: ignore[union-attr]
+    active.activate_baseline(ws.baseline("sft2"))
+    seen = []
+    for gone in (None, "sft", "sft2"):
+        if gone is not None:
+            shutil.rmtree(ws.root / gone / "adapter")
+        plan = active.fail_stage(cid, "update").candidate.last_recovery  # type: ignore[union-attr]
+        baseline = plan["trusted_states"]["verified_baseline"]
+        seen.append((plan["action"], baseline["source"], Path(baseline["path"]).parent.name, "note" in baseline))
+    assert seen == [
+        ("rollback_to_verified_baseline", "source_baseline", "sft", True),
+        ("rollback_to_verified_baseline", "active_baseline", "sft2", True),
+        ("block_update", "active_baseline", "sft2", True),
+    ]
+
+
+def test_a_verified_baseline_is_an_activated_baselines_adapter(ws: Workspace, active: Ledger) -> None:
+    """Recorded from the candidate's own adapter (or any other bytes), a rollback would restore what was
+    never verified: refused, nothing appended; the activated SFT adapter is recorded."""
+    cid = active.receive(ws.grpo()).candidate.candidate_id  # type: ignore[union-attr]
+    before = active.candidate(cid).version
+    with pytest.raises(InputError, match="not the adapter of a baseline this ledger activated"):
+        active.record_trusted_state(cid, "verified_baseline", ws.root / "grpo-v7" / "adapter")
+    assert active.candidate(cid).version == before
+    recorded = active.record_trusted_state(cid, "verified_baseline", ws.root / "sft" / "adapter")
+    assert recorded.candidate.trusted_states["verified_baseline"]["sha256"] == ws.sft_sha  # type: ignore[union-attr]
 
 
 def test_changed_trusted_state_is_not_trusted(ws: Workspace, active: Ledger) -> None:

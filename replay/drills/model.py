@@ -144,12 +144,12 @@ class LedgerModel:
         for kind in KINDS:
             recorded = c.trusted.get(kind)
             out[kind] = recorded is not None and self.content.get(recorded[0], 0) == recorded[1]
-        # The active baseline is available without being recorded only when none was recorded: a recorded
+        # An activated baseline is available without being recorded only when none was recorded: a recorded
         # verified_baseline that no longer re-hashes is not replaced by it. The rollback target is the baseline
-        # the candidate branched from when it was ever activated (it must descend from it), else the active one.
+        # the candidate branched from while it was activated and is intact, else the active one.
         if "verified_baseline" not in c.trusted and self.active_baseline is not None:
             own = c.fields["source"]
-            out["verified_baseline"] = self.intact(own if own in self.activated else self.active_baseline)
+            out["verified_baseline"] = (own in self.activated and self.intact(own)) or self.intact(self.active_baseline)
         return out
 
     # -- commands ------------------------------------------------------------------------------------------
@@ -280,6 +280,8 @@ class LedgerModel:
             return refused  # the state first: the ledger reads the folder only once the move is legal
         if self.content.get(folder, 0) is None:
             return Prediction(errors=("InputError", "ArtifactError"))
+        if kind == "verified_baseline" and not (folder in self.activated and self.intact(folder)):
+            return Prediction(errors=("InputError",))  # only an activated baseline's own bytes
         c, content = self.candidates[cid], self.content.get(folder, 0) or 0
         return self._move(cid, c.state, then=lambda: c.trusted.__setitem__(kind, (folder, content)))
 

@@ -161,7 +161,8 @@ class _Generator:
             return {action: {"candidate": cid, "stage": rng.choice(STAGES) if rng.random() > 0.03 else "bogus"}}
         kind = rng.choice(KINDS) if rng.random() > 0.03 else "bogus"
         if action == "record_trusted_state":
-            return {action: {"candidate": cid, "kind": kind, "artifact": rng.choice(FOLDERS)}}
+            folders = BASELINES if kind == "verified_baseline" and rng.random() < 0.8 else FOLDERS
+            return {action: {"candidate": cid, "kind": kind, "artifact": rng.choice(folders)}}
         if action == "invalidate_trusted_state":
             return {action: {"candidate": cid, "kind": kind}}
         if action == "receive":
