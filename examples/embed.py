@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from lifecycle_fsm import Ledger, RecoveryAction, State
+from lifecycle_fsm import Ledger, LifecycleError, RecoveryAction, State
 
 
 def supervise(db: str, sft_manifest: str, grpo_manifest: str, trajectories: str) -> State:
@@ -43,7 +43,12 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("sft_manifest", "grpo_manifest", "trajectories"):
         if not Path(getattr(args, name)).is_file():  # before the ledger is opened: nothing is written
             parser.error(f"{name.upper()} {getattr(args, name)}: no such file")
-    print(supervise(args.db, args.sft_manifest, args.grpo_manifest, args.trajectories))  # ready | tune | reject
+    try:
+        state = supervise(args.db, args.sft_manifest, args.grpo_manifest, args.trajectories)
+    except LifecycleError as e:  # e.g. the keys of run-42 already used on this ledger by another candidate
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(state)  # ready | tune | reject
     return 0
 
 

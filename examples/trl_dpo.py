@@ -68,9 +68,9 @@ def main(workdir: Path) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: python examples/trl_dpo.py WORKDIR")
-    workdir = Path(sys.argv[1])
-    if workdir.exists() and any(workdir.iterdir()):  # its candidate would be handed off already
-        sys.exit(f"usage: python examples/trl_dpo.py WORKDIR ({workdir} holds an earlier run: give a new folder)")
+    workdir = Path(sys.argv[1]) if len(sys.argv) == 2 else None
+    if workdir is None or (workdir.exists() and any(workdir.iterdir())):  # a used one: handed off already
+        why = "" if workdir is None else f" ({workdir} holds an earlier run: give a new folder)"
+        print(f"usage: python examples/trl_dpo.py WORKDIR{why}", file=sys.stderr)
+        sys.exit(2)  # as the other examples' usage errors
     sys.exit(main(workdir))

@@ -53,7 +53,8 @@ def replayed(
     same_inputs = all(payload.get(key) == value for key, value in inputs.items())
     if first.stream_id != stream_id or first.type != type_name or not same_inputs:
         raise DuplicateEventError(
-            f"event id {event_id!r} is already used at seq {first.seq} by {first.type} on {first.stream_id}",
+            f"event id {event_id!r} is already used at seq {first.seq} by {first.type} on {first.stream_id}: "
+            "a key names one command in the whole ledger; give this command a new one",
             event_id=event_id,
             seq=first.seq,
         )

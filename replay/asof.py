@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import datetime as dt
 
-from lifecycle_fsm.errors import InputError
+from lifecycle_fsm.errors import InputError, NotFoundError
 from lifecycle_fsm.limits import MAX_INT64
 from lifecycle_fsm.store.base import EventStore
 
-__all__ = ["AsOf", "parse_as_of", "parse_seq", "parse_time", "position_of"]
+__all__ = ["AsOf", "not_yet", "parse_as_of", "parse_seq", "parse_time", "position_of"]
 
 AsOf = int | str  # a seq, or a UTC time in the stored form
 
@@ -88,3 +88,11 @@ def position_of(store: EventStore, as_of: AsOf | None, *, option: str = "--as-of
             raise InputError(f"{option} {as_of} is past the head of the log (seq {head})")
         return as_of
     return store.position_at(as_of)
+
+
+def not_yet(candidate_id: str, as_of: AsOf, position: int) -> NotFoundError:
+    """A candidate with no event in the log as of `as_of` (a seq or a time), which stands for `position`."""
+    when = f"seq {as_of}" if isinstance(as_of, int) else f"{as_of} (the log up to seq {position})"
+    return NotFoundError(
+        f"unknown candidate: {candidate_id!r} as of {when}: none of its events yet", candidate_id=candidate_id
+    )

@@ -22,7 +22,7 @@ from typing import Any
 from lifecycle_fsm.errors import NotFoundError
 from lifecycle_fsm.events import CANDIDATE_EVENTS, LEDGER_STREAM, candidate_id_of, stream_of
 from lifecycle_fsm.json_types import JSON
-from lifecycle_fsm.replay.asof import AsOf, position_of
+from lifecycle_fsm.replay.asof import AsOf, not_yet, position_of
 from lifecycle_fsm.replay.explanation_parts import (
     ArtifactCheck,
     CheckRow,
@@ -94,8 +94,9 @@ def explanation(
     position = position_of(store, as_of)
     events = [e for e in store.read_stream(stream_of(candidate_id)) if e.seq <= position]
     if not events:
-        where = "" if as_of is None else f" at or before seq {position}"
-        raise NotFoundError(f"unknown candidate: {candidate_id!r}{where}", candidate_id=candidate_id)
+        if as_of is not None:
+            raise not_yet(candidate_id, as_of, position)
+        raise NotFoundError(f"unknown candidate: {candidate_id!r}", candidate_id=candidate_id)
     rows = [(e, decoded_payload(e)) for e in events]
     state, path = _fold_path(rows)
     by_seq = {e.seq: (e, p) for e, p in rows}

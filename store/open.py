@@ -122,5 +122,5 @@ def open_store(
             "postgresql://USER@HOST:5432/DBNAME (or ./NAME for a file whose name starts so)"
         )
     if not create and path != ":memory:" and not os.path.exists(path):
-        raise InputError(f"no ledger at {path} (create one with `lifecycle init`)")
+        raise InputError(f"no ledger at {path} (create one with `lifecycle init`, or name one: --db, LIFECYCLE_DB)")
     return SQLiteEventStore(path, synchronous=synchronous, busy_timeout=busy_timeout, create=create)

@@ -181,6 +181,11 @@ def test_embedding_example_runs(ws: Workspace) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split()[-2:] == ["resume_reward_from_saved_trajectories", "ready"]
+    other = ws.grpo("grpo-v8")  # the same run's keys for another candidate: one line, exit 1
+    argv = [sys.executable, str(REPO / "examples" / "embed.py"), str(ws.db), str(sft), str(other), str(trajectories)]
+    again = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=ws.root)
+    assert again.returncode == 1 and again.stderr.startswith("error: event id 'run-42/1/receive' is already used")
+    assert again.stderr.count("\n") == 1 and "give this command a new one" in again.stderr
 
 
 @pytest.mark.parametrize(

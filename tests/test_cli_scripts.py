@@ -99,6 +99,11 @@ def test_wait_returns_at_once_when_the_state_is_there(decided: Workspace) -> Non
     late = invoke(ws.db, "wait", "dpo-new", "--state", "ready", "--timeout", "0.3", "--poll", "0.05")
     assert (late.exit_code, late.stdout) == (ExitCode.TIMED_OUT, "")
     assert late.stderr == "Error: candidate 'dpo-new' did not reach ready within 0.3 s (last state: received)\n"
+    late_json = invoke(ws.db, "--json", "wait", "dpo-new", "--state", "ready", "--timeout", "0")
+    assert late_json.exit_code == ExitCode.TIMED_OUT
+    assert json.loads(late_json.stdout) == {"id": "dpo-new", "state": "received", "wanted": ["ready"], "reached": False}
+    unknown = invoke(ws.db, "--json", "wait", "dpo-later", "--state", "ready", "--timeout", "0")
+    assert json.loads(unknown.stdout) == {"id": "dpo-later", "state": None, "wanted": ["ready"], "reached": False}
 
 
 @pytest.mark.parametrize(

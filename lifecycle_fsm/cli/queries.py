@@ -14,7 +14,7 @@ import click
 from lifecycle_fsm.cli.app import AS_OF, SEQ, json_option, open_ledger, open_read_store, root_obj, wants_json
 from lifecycle_fsm.cli.exit_codes import decision_exit_code
 from lifecycle_fsm.cli.render import candidate_json, emit, print_history, print_status
-from lifecycle_fsm.errors import NotFoundError, WaitTimeout
+from lifecycle_fsm.errors import WaitTimeout
 from lifecycle_fsm.limits import display
 from lifecycle_fsm.machine import State
 
@@ -75,15 +75,13 @@ def _warn_stale_rules(candidates: list[CandidateState]) -> None:
 
 def _candidate_then(store: EventStore, candidate_id: str, as_of: AsOf) -> CandidateState:
     from lifecycle_fsm.events import stream_of
-    from lifecycle_fsm.replay.asof import position_of
+    from lifecycle_fsm.replay.asof import not_yet, position_of
     from lifecycle_fsm.streams import fold_candidate
 
     position = position_of(store, as_of)
     state = fold_candidate([e for e in store.read_stream(stream_of(candidate_id)) if e.seq <= position])
     if state is None:
-        raise NotFoundError(
-            f"unknown candidate: {candidate_id!r} at or before seq {position}", candidate_id=candidate_id
-        )
+        raise not_yet(candidate_id, as_of, position)
     return state
 
 
@@ -123,6 +121,9 @@ def wait(candidate_id: str, states: tuple[State, ...], timeout: float, poll: flo
     try:
         reached = ledger.wait_for(candidate_id, ends, timeout, poll=poll)
     except WaitTimeout as e:
+        if wants_json():  # the same object as when a state was reached, with the last one seen (null: none)
+            last = None if e.last_state is None else str(e.last_state)
+            emit({"id": candidate_id, "state": last, "wanted": [str(s) for s in states], "reached": False})
         raise WaitTimeout(
             f"candidate {candidate_id!r} did not reach {' | '.join(states)} within {timeout:g} s "
             f"(last state: {e.last_state or 'not received'})",

@@ -74,7 +74,7 @@ def baseline() -> None:
 
 
 @baseline.command("activate")
-@click.argument("sft_manifest", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("sft_manifest", type=click.Path(path_type=Path))
 @event_id_option
 @json_option
 def baseline_activate(sft_manifest: Path, event_id: str | None) -> None:
@@ -113,7 +113,7 @@ def evaluation_activate(version: str, event_id: str | None) -> None:
 
 
 @click.command()
-@click.argument("candidate_manifest", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("candidate_manifest", type=click.Path(path_type=Path))
 @click.option(
     "--id",
     "candidate_id",

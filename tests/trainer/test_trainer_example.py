@@ -30,4 +30,4 @@ def test_the_dpo_example_hands_its_candidate_off(tmp_path: Path) -> None:
     assert plan in lines
     assert any("StageFailed" in line for line in lines)
     again = _example(tmp_path / "work")  # its candidate was handed off: a new folder is asked for
-    assert again.returncode == 1 and "holds an earlier run: give a new folder" in again.stderr, again.stderr[-4000:]
+    assert again.returncode == 2 and "holds an earlier run: give a new folder" in again.stderr, again.stderr[-4000:]
