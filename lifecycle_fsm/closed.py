@@ -41,7 +41,7 @@ class ClosedStore:
         if name.startswith("__"):  # copy, pickle and friends look for these: not a call on the ledger
             raise AttributeError(name)
         self.close()
-        raise LedgerClosedError(f"this ledger is closed: open it again to use it (called {name})")
+        raise LedgerClosedError("this ledger is closed: open it again to use it")
 
 
 def closed_store(pending: EventStore | None = None, opener: int | None = None) -> EventStore:
