@@ -9,7 +9,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from lifecycle_fsm import Ledger, LifecycleError, RecoveryAction, State
+import lifecycle_fsm
+from lifecycle_fsm import Ledger, RecoveryAction, State
 
 
 def supervise(db: str, sft_manifest: str, grpo_manifest: str, trajectories: str) -> State:
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"{name.upper()} {getattr(args, name)}: no such file")
     try:
         state = supervise(args.db, args.sft_manifest, args.grpo_manifest, args.trajectories)
-    except LifecycleError as e:  # e.g. the keys of run-42 already used on this ledger by another candidate
+    except lifecycle_fsm.LifecycleError as e:  # e.g. run-42's keys used already by another candidate
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(state)  # ready | tune | reject
