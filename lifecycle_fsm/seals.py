@@ -102,14 +102,32 @@ def seal(
 
 
 def _vouched_head(store: EventStore, keys: PublicKeys, ledger_id: str) -> Head:
-    """The head of the latest seal that holds (`_seal_failure`, under the key signing now): anyone who may
-    append can add a seal row, so one that does not hold vouches for nothing; with none, the genesis."""
+    """The head of the latest seal that holds (`_seal_failure`, under the key signing now); with none, the
+    genesis. Anyone who may append can add a seal row, so one that does not hold vouches for nothing,
+    unless the key signing now signed its head for this ledger: then the chain was rewritten under it
+    (IntegrityError, nothing is sealed)."""
     for event in reversed(store.read_stream(SEALS_STREAM)):
         with contextlib.suppress(CorruptionError):  # an unreadable seal: the one before
             payload = decoded_payload(event)
             if _seal_failure(store, event, payload, keys, ledger_id) is None:
                 return Head(payload["seq"], payload["hash"])
+            if _rewritten_under(store, payload, keys, ledger_id):
+                raise IntegrityError(
+                    f"seq {payload['seq']}: this key sealed head {payload['seq']}:{payload['hash']} (seal at seq "
+                    f"{event.seq}) and the chain holds other bytes there now; nothing sealed: run `lifecycle verify`",
+                    seq=payload["seq"],
+                )
     return GENESIS
+
+
+def _rewritten_under(store: EventStore, payload: JSON, keys: PublicKeys, ledger_id: str) -> bool:
+    """A well-formed seal whose signature over this ledger's head verifies under `keys`, naming a head the
+    chain no longer has: proof the log changed after a key holder vouched for it."""
+    if _seal_problem(payload) is not None:
+        return False
+    message = seal_message(ledger_id, payload["seq"], payload["hash"])
+    signed = keys.verifies(payload["key_id"], message, payload["signature"])
+    return signed and hash_at(store, payload["seq"]) != payload["hash"]
 
 
 def _walked(store: EventStore, start: Head) -> Head:

@@ -304,6 +304,27 @@ def test_a_rehashed_chain_passes_plain_verify_but_not_a_seal(ws: Workspace, keys
     assert code == 6 and report["reason"] == "head_mismatch"
 
 
+@pytest.mark.parametrize("command", ["seal", "checkpoint"])
+def test_a_chain_rewritten_under_a_seal_of_this_key_is_never_sealed_again(
+    ws: Workspace, keys: Path, command: str
+) -> None:
+    """A rewritten, re-hashed chain is consistent with itself; a seal this key signed names the head it had.
+    That seal no longer holds, and it is no row anyone could add: nothing is sealed, exit 6."""
+    db = _ready_ledger(ws)
+    assert _signed(db, keys, "seal")[0] == 0
+    assert cli(db, "window", "2").returncode == 0
+    _rehash_everything(
+        db,
+        "UPDATE events SET payload = replace(payload, '\"eval-v1\"', '\"eval-vX\"') WHERE seq = 3",
+        "DELETE FROM checkpoint_streams",
+        "DELETE FROM checkpoints",
+    )
+    events = count_events(db)
+    code, _, stderr = _signed(db, keys, command)
+    assert code == 6 and "this key sealed head" in stderr and "nothing sealed" in stderr, stderr
+    assert stderr.count("\n") == 1 and count_events(db) == events
+
+
 def test_a_seal_under_a_key_not_given_is_refused(ws: Workspace, keys: Path, tmp_path: Path) -> None:
     db = _ready_ledger(ws)
     assert _signed(db, keys, "seal")[0] == 0
