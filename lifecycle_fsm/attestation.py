@@ -30,7 +30,7 @@ from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.keys import key_id
 from lifecycle_fsm.seals import ledger_id_of
 from lifecycle_fsm.store.base import EventStore, event_at, verify_chain
-from lifecycle_fsm.store.records import StoredEvent
+from lifecycle_fsm.store.records import ChainReport, StoredEvent
 from lifecycle_fsm.streams import fold_candidate
 from lifecycle_fsm.upcasting import decoded_payload
 
@@ -67,7 +67,7 @@ def _statement(store: EventStore, candidate_id: str) -> JSON:
     later event overturned is never attested at a head past that event."""
     with store.read_snapshot():
         events = store.read_stream(stream_of(candidate_id))
-        head = store.head()
+        head = _intact_chain(store).head  # what `attest verify --db` walks: never a head it would refuse
         ledger_id = ledger_id_of(store)
     state = fold_candidate(events)  # every row's own hash is checked as it is decoded
     if state is None:
@@ -243,9 +243,7 @@ def _check_in_ledger(store: EventStore, claims: _Claims, source: str) -> None:
     proves the row (and everything before it, the ledger id's first event included)
     is what was attested: an edited row breaks the chain, a re-hashed one the hash.
     """
-    chain = verify_chain(store)
-    if not chain.ok:
-        raise IntegrityError(f"the ledger's chain is broken at seq {chain.bad_seq}: {chain.reason}", seq=chain.bad_seq)
+    _intact_chain(store)
     for what, (seq, digest) in (("decisive event", claims.decisive_event), ("ledger head", claims.ledger_head)):
         event = event_at(store, seq)
         if event is None or event.hash != digest:
@@ -288,6 +286,14 @@ def _check_in_ledger(store: EventStore, claims: _Claims, source: str) -> None:
             f"moved {cid!r} on from the hand-off at seq {decisive.seq}",
             seq=overturned.seq,
         )
+
+
+def _intact_chain(store: EventStore) -> ChainReport:
+    """The whole chain re-hashed and linked, or IntegrityError at its first broken seq."""
+    chain = verify_chain(store)
+    if not chain.ok:
+        raise IntegrityError(f"the ledger's chain is broken at seq {chain.bad_seq}: {chain.reason}", seq=chain.bad_seq)
+    return chain
 
 
 def _overturning_event(events: Sequence[StoredEvent], decisive_seq: int) -> StoredEvent | None:

@@ -166,6 +166,24 @@ def test_an_edited_decisive_event_is_caught_against_the_ledger(ws: Workspace, ha
     assert code == 6 and err.startswith("Error: ")
 
 
+@pytest.mark.parametrize("edited", ["head", "between"])
+def test_an_edited_row_up_to_the_head_is_never_attested(
+    ws: Workspace, handed_off: Path, keys: Path, edited: str
+) -> None:
+    """attest signs `ledger_head`: an edited head row, or one between the decision and the head, would give
+    an envelope its own `attest verify --db` refuses. Refused here too: exit 6 naming the seq, no file."""
+    with sqlite3.connect(handed_off) as conn:
+        (head,) = conn.execute("SELECT max(seq) FROM events").fetchone()
+    assert invoke(handed_off, "window", "2").exit_code == 0
+    seq = head + 1 if edited == "head" else head
+    with sqlite3.connect(handed_off, isolation_level=None) as conn:
+        conn.execute("DROP TRIGGER events_refuse_update")
+        conn.execute(f"UPDATE events SET actor = 'mallory' WHERE seq = {seq}")
+    out = ws.root / "a.json"
+    code, err = _attest(handed_off, keys, "dpo-v5", out)
+    assert code == 6 and f"seq {seq}" in err and err.count("\n") == 1 and not out.exists(), err
+
+
 def test_a_rehashed_ledger_does_not_hold_the_attested_events(ws: Workspace, handed_off: Path, keys: Path) -> None:
     """The writer edits the decision and re-hashes the whole chain: the attested hashes are gone."""
     out = ws.root / "a.json"
