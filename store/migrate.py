@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 import attrs
 import orjson
 
-from lifecycle_fsm.errors import ConflictError, IntegrityError, StoreError
+from lifecycle_fsm.errors import ConflictError, CorruptionError, IntegrityError, StoreError
 from lifecycle_fsm.store.base import EventStore, hash_at, verify_chain
 from lifecycle_fsm.store.chain import ChainWalk, snapshot_digest
 from lifecycle_fsm.store.records import CheckpointRecord, EventFilter, Head, NewEvent, Row, StoredEvent, StreamHead
@@ -51,21 +51,26 @@ def migrate(
     dst: EventStore,
     *,
     index: Callable[[EventStore], Iterable[StreamHead]] | None = None,
+    check: Callable[[Sequence[Row]], None] | None = None,
     progress: Progress | None = None,
     batch: int = 1000,
 ) -> MigrationReport:
     """Copy every event and checkpoint of `src` that `dst` lacks; see the module docstring.
 
     `index(dst)` derives the destination's stream index once the events are in (the
-    domain's fold; the store cannot label streams itself). `progress(done, total)` is
-    called as events are verified.
+    domain's fold; the store cannot label streams itself). `check(rows)` gets the source's
+    sound rows in seq order, from the first, before any of them is copied, and stops the
+    copy there by raising `CorruptionError` (the domain's fold: a move the machine forbids).
+    `progress(done, total)` is called as events are verified.
     """
     target = src.head()
     _refuse_contradicted_log(src, target.seq)
     start = _resume_point(src, dst, target)
     kept = [start.seq]  # the destination holds every event up to here
     try:
-        return _copy(src, dst, start, target, kept, index, progress, batch)
+        return _copy(src, dst, start, target, kept, index, check, progress, batch)
+    except CorruptionError as e:
+        raise IntegrityError(f"{e}; {_copied(start.seq, kept[0])}", seq=e.seq) from e
     except StoreError as e:  # a connection lost, a server gone: the batches committed before it stay
         raise StoreError(f"{e}; {_copied(start.seq, kept[0])}; the same copy again resumes it") from e
 
@@ -77,6 +82,7 @@ def _copy(
     target: Head,
     kept: list[int],
     index: Callable[[EventStore], Iterable[StreamHead]] | None,
+    check: Callable[[Sequence[Row]], None] | None,
     progress: Progress | None,
     batch: int,
 ) -> MigrationReport:
@@ -85,6 +91,8 @@ def _copy(
     pending: list[Row] = []
     last = 0
     for rows in walk.rows():
+        if check is not None:
+            check(rows)
         for row in rows:
             last = row[0]
             if last > start.seq:

@@ -231,10 +231,12 @@ def test_migrate_command_from_a_broken_source_says_what_it_copied(ws: Workspace,
     A DST that existed before the command is never removed, even left empty.
     """
     src = make_backend("sqlite", None, tmp_path)  # type: ignore[arg-type]
-    store = src.open()
-    store.append("a", 0, [new("a", i) for i in range(6)])
-    store.close()
-    src.tamper(4, "payload", '{"n":666}')
+    with Ledger(src.open()) as ledger:  # a ledger's events: the copy folds them as it goes
+        ledger.init()
+        ledger.activate_baseline(ws.baseline())
+        ledger.receive(ws.dpo())
+        ledger.check("dpo-v5")
+    src.tamper(4, "actor", "mallory")
     fresh, existing = tmp_path / "fresh.db", tmp_path / "existing.db"
     existing.touch()
     for dst in (fresh, existing):
@@ -245,6 +247,27 @@ def test_migrate_command_from_a_broken_source_says_what_it_copied(ws: Workspace,
             "nothing was copied\n"
         )
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(("fresh", "existing"))) == ["existing.db"]
+
+
+def test_a_source_with_a_move_the_machine_forbids_is_not_copied_past_it(ws: Workspace, tmp_path: Path) -> None:
+    """A correctly chained event no command could append (a received candidate `recovered`) stops the copy
+    before it, as a hash break does: exit 6 naming the seq, and nothing after it in DST."""
+    from lifecycle_fsm.candidate_events import RecoveryCompleted
+    from lifecycle_fsm.events import stream_of
+
+    with Ledger.open(ws.db) as ledger:
+        ledger.init()
+        ledger.activate_baseline(ws.baseline())
+        ledger.receive(ws.dpo())
+        forged = RecoveryCompleted("update", "restore_pre_update_checkpoint")
+        payload = forged.to_payload()
+        row = NewEvent(stream_of("dpo-v5"), forged.TYPE, forged.SCHEMA_VERSION, payload, "x", utc_now(), "m")
+        bad = ledger.store.append(stream_of("dpo-v5"), 1, [row]).events[0].seq
+        ledger.receive(ws.grpo())
+    dst = tmp_path / "copy.db"
+    done = cli(tmp_path / "unused.db", "migrate", str(ws.db), str(dst))
+    assert done.returncode == 6 and f"seq {bad}" in done.stderr and "nothing was copied" in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1 and not dst.exists()
 
 
 # --- the command, as users run it ----------------------------------------------------------------

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -27,7 +27,7 @@ from lifecycle_fsm.store.open import describe_target, is_postgres_url, open_stor
 if TYPE_CHECKING:
     from lifecycle_fsm.store.base import EventStore
     from lifecycle_fsm.store.migrate import MigrationReport, Progress
-    from lifecycle_fsm.store.records import StreamHead
+    from lifecycle_fsm.store.records import Row, StreamHead
 
 __all__ = ["migrate"]
 
@@ -36,6 +36,15 @@ def _same(a: str, b: str) -> bool:
     if is_postgres_url(a) or is_postgres_url(b):
         return a == b
     return os.path.realpath(a) == os.path.realpath(b)
+
+
+def _legal_moves() -> Callable[[Sequence[Row]], None]:
+    """The copy's rows folded as they come: the first move the machine forbids stops it there."""
+    from lifecycle_fsm.state import Fold
+    from lifecycle_fsm.store.chain import fold_columns
+
+    folding = Fold(whole_log=True)
+    return lambda rows: folding.extend(map(fold_columns, rows))
 
 
 def _derive_index(store: EventStore) -> list[StreamHead]:
@@ -91,7 +100,7 @@ def migrate(src: str, dst: str) -> None:
     click.get_current_context().call_on_close(target.close)
     try:
         with _progress(source.head().seq) as progress:
-            report = copy_ledger(source, target, index=_derive_index, progress=progress)
+            report = copy_ledger(source, target, index=_derive_index, check=_legal_moves(), progress=progress)
     except BaseException:
         _remove_if_empty(target, dst, new_files)
         raise
