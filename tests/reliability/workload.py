@@ -58,6 +58,7 @@ class Artifacts:
             folder.mkdir(parents=True, exist_ok=True)
             (folder / "state.bin").write_bytes(random.Random(kind).randbytes(1024))
             self.trusted[kind] = str(folder)
+        self.trusted["verified_baseline"] = str(root / "sft" / "adapter")  # an activated baseline's adapter
 
 
 def make_artifacts(root: Path, extra_candidates: tuple[str, ...] = ()) -> Artifacts:
