@@ -271,6 +271,8 @@ class ChainWalk:
                 reason = "prev_hash does not match the previous event's hash"
             elif hashes and event_hash(link, *row[:9]) != digest:
                 reason = "stored hash does not match the event's content"
+            elif hashes and not _STORED_TIME.fullmatch(row[7]):  # a time `--as-of` could not compare as text
+                reason = f"recorded_at {row[7]!r} is not a UTC time in the ledger's form"
             else:
                 last, prev = seq, digest
                 continue

@@ -304,6 +304,15 @@ def test_a_rehashed_chain_passes_plain_verify_but_not_a_seal(ws: Workspace, keys
     assert code == 6 and report["reason"] == "head_mismatch"
 
 
+@pytest.mark.parametrize("time", ["not a time", "", "2026-12-07T16:06:00Z"])
+def test_a_rehashed_row_whose_time_is_not_in_the_ledgers_form_fails_verify(ws: Workspace, time: str) -> None:
+    """`--as-of` compares stored times as text: a row no writer could store (its chain re-hashed) is named."""
+    db = _ready_ledger(ws)
+    _rehash_everything(db, f"UPDATE events SET recorded_at = '{time}' WHERE seq = 3")
+    code, report = _verify(db)
+    assert code == 6 and report["bad_seq"] == 3 and "recorded_at" in str(report["reason"]), report
+
+
 @pytest.mark.parametrize("command", ["seal", "checkpoint"])
 def test_a_chain_rewritten_under_a_seal_of_this_key_is_never_sealed_again(
     ws: Workspace, keys: Path, command: str
