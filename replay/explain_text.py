@@ -112,10 +112,16 @@ def _summary(x: Explanation) -> Section:
         f"reason codes: {', '.join(c.reason_codes) or 'none'}",
         f"decided by seq {event.seq} {event.type}, recorded {event.recorded_at} by {event.actor} (hash {event.hash})",
         "no check recorded" if x.last_check_seq is None else f"last check at seq {x.last_check_seq}",
+        *([] if not isinstance(rules := event.evidence.get("rules"), dict) else [_rules_line(rules)]),
         *([] if x.stale_rules is None else [rules_warning(c.candidate_id, x.stale_rules)]),
         *([] if x.inconclusive is None else [_inconclusive_line(x.inconclusive)]),
         *(["registered: its adapter was not received yet (it cannot be checked)"] if c.pending else []),
     ]
+
+
+def _rules_line(rules: JSON) -> str:
+    version, digest = format_value(rules.get("version")), format_value(rules.get("digest"))
+    return f"decided under rules version {version} (digest {digest})"
 
 
 def _inconclusive_line(found: JSON) -> str:

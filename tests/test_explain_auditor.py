@@ -91,6 +91,8 @@ def test_explain_shows_claimed_and_checked_values_in_every_format(ws: Workspace,
             in rendered
         )
         assert doc["path"][-1]["to"] == "reject" and "reject (seq" in rendered
+        if (rules := event["evidence"].get("rules")) is not None:  # the JSON's rules, in the text too
+            assert f"decided under rules version {rules['version']} (digest {rules['digest']})" in rendered
     if check_name:
         row = next(c for c in doc["checks"] if c["check"] == check_name)
         assert row["passed"] is False
