@@ -41,7 +41,14 @@ from lifecycle_fsm.events import (
 )
 from lifecycle_fsm.limits import check_event_id
 from lifecycle_fsm.logs import get_logger
-from lifecycle_fsm.machine import COMMAND_TRIGGERS, INITIAL_TRIGGERS, State, allowed_commands, command_allowed
+from lifecycle_fsm.machine import (
+    COMMAND_TRIGGERS,
+    INITIAL_TRIGGERS,
+    State,
+    allowed_commands,
+    command_allowed,
+    command_name,
+)
 from lifecycle_fsm.machine import sources_of as _sources_of
 from lifecycle_fsm.retry import DEFAULT_RETRY, RetryPolicy
 from lifecycle_fsm.state import CandidateState, LedgerSettings, LedgerState, fold, stream_start
@@ -85,8 +92,8 @@ def require_command(current: CandidateState, command: str) -> None:
     if not command_allowed(current.state, COMMAND_TRIGGERS[command]):
         allowed = allowed_commands(current.state)
         raise IllegalCommandError(
-            f"candidate {current.candidate_id!r} is in state {current.state}: `{command}` is not allowed there "
-            f"(allowed: {', '.join(allowed) or 'nothing, reject is terminal'})",
+            f"candidate {current.candidate_id!r} is in state {current.state}: `{command_name(command)}` is not "
+            f"allowed there (allowed: {', '.join(allowed) or 'nothing, reject is terminal'})",
             state=current.state,
             trigger="|".join(sorted(COMMAND_TRIGGERS[command])),
         )

@@ -36,6 +36,8 @@ __all__ = [
     "Move",
     "State",
     "allowed_commands",
+    "command_name",
+    "METHOD_BY_COMMAND",
     "allowed_triggers",
     "command_allowed",
     "diagram",
@@ -180,11 +182,27 @@ def allowed_triggers(state: str | None) -> list[str]:
     return sorted(trigger for (source, trigger) in TABLE if source == state)
 
 
+# The `Ledger` method of each command whose name differs: a refusal names both, for either reader.
+METHOD_BY_COMMAND = {
+    "fail": "fail_stage",
+    "recovered": "complete_recovery",
+    "handoff": "hand_off",
+    "trusted": "record_trusted_state",
+    "untrust": "invalidate_trusted_state",
+}
+
+
+def command_name(command: str) -> str:
+    """A command as the command line and the Python API both call it: `handoff (hand_off)`."""
+    method = METHOD_BY_COMMAND.get(command)
+    return command if method is None else f"{command} ({method})"
+
+
 def allowed_commands(state: str | None) -> list[str]:
-    """The commands a candidate in `state` accepts (for error messages)."""
+    """The commands a candidate in `state` accepts (for error messages, by `command_name`)."""
     commands = {COMMAND_BY_TRIGGER[t] for t in allowed_triggers(state)}
     commands.discard(_SETTING_CHANGE)
-    return sorted(commands)
+    return [command_name(c) for c in sorted(commands)]
 
 
 def command_allowed(state: str | None, triggers: Iterable[str]) -> bool:

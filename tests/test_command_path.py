@@ -195,7 +195,7 @@ def test_recovered_after_the_same_recovered_meanwhile_is_refused(ws: Workspace, 
     racer.receive(ws.grpo())
     racer.fail_stage("grpo-v7", "sampling")
     meanwhile(racer, lambda: other.complete_recovery("grpo-v7"))
-    with pytest.raises(IllegalCommandError, match="`recovered` is not allowed"):
+    with pytest.raises(IllegalCommandError, match=r"`recovered \(complete_recovery\)` is not allowed"):
         racer.complete_recovery("grpo-v7")
     assert len(payloads(racer, "grpo-v7", "RecoveryCompleted")) == 1
 
@@ -315,6 +315,19 @@ def test_refusal_on_reject_says_it_is_terminal(ws: Workspace, active_pair: Ledge
     assert ledger.check("dpo-v5").state == "reject"
     with pytest.raises(IllegalCommandError, match=r"\(allowed: nothing, reject is terminal\)"):
         ledger.hand_off("dpo-v5")
+
+
+def test_a_refusal_names_each_command_as_the_cli_and_the_ledger_call_it(ws: Workspace, active_pair: Ledger) -> None:
+    """A supervisor calling `hand_off` reads its own method's name beside the command line's."""
+    from lifecycle_fsm.machine import METHOD_BY_COMMAND
+
+    assert all(callable(getattr(Ledger, method, None)) for method in METHOD_BY_COMMAND.values())
+    active_pair.receive(ws.dpo())
+    with pytest.raises(IllegalCommandError) as refused:
+        active_pair.hand_off("dpo-v5")
+    message = str(refused.value)
+    assert "`handoff (hand_off)` is not allowed there" in message
+    assert "(allowed: check, fail (fail_stage), receive, trusted (record_trusted_state), untrust" in message
 
 
 @pytest.fixture
