@@ -42,7 +42,7 @@ __all__ = [
     "snapshot_problem",
 ]
 
-CHECKPOINT_SCHEMA_VERSION = 1
+CHECKPOINT_SCHEMA_VERSION = 2  # 2: the snapshot holds the versions of streams that fold to no state
 FOLD_VERSION = 1
 
 FINGERPRINT_PARTS: JSON = {

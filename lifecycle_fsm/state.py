@@ -136,6 +136,7 @@ class LedgerState:
             "position": self.position,
             "settings": attrs.asdict(self.settings, recurse=False),
             "candidates": {cid: c.to_dict() for cid, c in sorted(self.candidates.items())},
+            "streams": dict(sorted(self.streams.items())),
         }
 
     @classmethod
@@ -144,6 +145,7 @@ class LedgerState:
             settings=LedgerSettings(**data["settings"]),
             candidates={cid: CandidateState.from_dict(c) for cid, c in data["candidates"].items()},
             position=data["position"],
+            streams=dict(data["streams"]),
         )
 
     def snapshot(self) -> str:

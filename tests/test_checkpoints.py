@@ -413,3 +413,24 @@ def test_on_postgres_the_checkpoints_index_is_made_by_the_next_writer(pg_url: st
     assert pg_execute(pg_url, "SELECT to_regclass('checkpoints_position')") == [(None,)]
     Ledger.open(pg_url).close()
     assert pg_execute(pg_url, "SELECT to_regclass('checkpoints_position') IS NOT NULL") == [(True,)]
+
+
+def test_a_checkpoint_from_a_checkpoint_keeps_the_seals_streams_version(ws: Workspace) -> None:
+    """A seal folds to no state but its stream's version: a snapshot without it made the next checkpoint,
+    started from it, drop `seals` from the state index, and `verify` fail on a sound ledger."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    pem = Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    with Ledger.open(ws.db, signing_key=pem) as ledger:
+        ledger.init()
+        ledger.seal()
+        take_checkpoint(ledger.store, clock=clock)
+        ledger.advance_window(2)
+        record = take_checkpoint(ledger.store, clock=clock)
+        assert load_state(ledger.store).state.streams == {"seals": 1}
+        assert record.snapshot == full(ledger)
+        report = verify(ledger.store)
+        assert report["ok"] is True, report
