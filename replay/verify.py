@@ -192,7 +192,7 @@ def _walk(
 
 def _walk_here(store: EventStore, stops: list[int]) -> tuple[ChainReport, list[LedgerState], CorruptionError | None]:
     """The state at each of `stops` (ascending), then at the head, folded in this process."""
-    walk = ChainWalk(store.select_rows())
+    walk = ChainWalk(store.select_rows(), times=True)
     states: list[LedgerState] = []
     corrupt: CorruptionError | None = None
     try:

@@ -73,7 +73,7 @@ def _slice_walk(store: EventStore, after: int, upto: int) -> tuple[Row | None, C
     if not head:
         return None, ChainWalk([], start=None)
     first = head[0]
-    return first, ChainWalk(_chained(head, batches), start=Head(first[0] - 1, first[9]))
+    return first, ChainWalk(_chained(head, batches), start=Head(first[0] - 1, first[9]), times=True)
 
 
 def _slice(store: EventStore, first: Row | None, walk: ChainWalk) -> _Slice:

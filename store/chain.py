@@ -50,6 +50,14 @@ NOT_A_HASH = "not a hash: a column is not text"  # what `event_hash` gives for a
 # The form the ledger stores times in (UTC, microseconds): the one in which text order is time order.
 STORED_TIME = "[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}[.][0-9]{6}Z"
 _STORED_TIME = re.compile(STORED_TIME)
+
+
+def is_stored_time(text: str) -> bool:
+    """Whether `text` is a time in the form the ledger's writers store (`STORED_TIME`), the one in which
+    `--as-of` can compare stored times as text."""
+    return _STORED_TIME.fullmatch(text) is not None
+
+
 # How far ahead of a writer's clock the head's time may be and still be taken on: lock waits and the
 # skew between machines' clocks, never a clock that is wrong by hours or years.
 STAMP_LEAD = dt.timedelta(minutes=5)
@@ -210,14 +218,24 @@ class ChainWalk:
 
     `start=None` walks a slice whose predecessor is not known (a filtered or partial read): each
     row's own hash only. `hashes=False` walks positions and links only, for a caller that has
-    each row's own hash checked by walks over slices (`verify` with worker processes). `verify`
-    folds the rows this walk has just checked (`fold_batches`) instead of reading the log twice.
+    each row's own hash checked by walks over slices (`verify` with worker processes). `times=True`
+    also refuses a row whose time is not in the form the ledger's writers store (`verify`: the
+    store itself takes any text). `verify` folds the rows this walk has just checked
+    (`fold_batches`) instead of reading the log twice.
     """
 
-    def __init__(self, batches: Iterable[Sequence[Row]], *, start: Head | None = GENESIS, hashes: bool = True) -> None:
+    def __init__(
+        self,
+        batches: Iterable[Sequence[Row]],
+        *,
+        start: Head | None = GENESIS,
+        hashes: bool = True,
+        times: bool = False,
+    ) -> None:
         self._batches = iter(batches)
         self._links = start is not None
         self._hashes = hashes
+        self._times = times
         self._seq, self._hash = (start.seq, start.hash) if start is not None else (0, GENESIS_HASH)
         self._pending: list[Row] = []
         self.seen = 0
@@ -262,7 +280,7 @@ class ChainWalk:
         rows = next(self._batches, None)
         if not rows:
             return []
-        links, hashes, last, prev = self._links, self._hashes, self._seq, self._hash
+        links, hashes, times, last, prev = self._links, self._hashes, self._times, self._seq, self._hash
         for n, row in enumerate(rows):
             seq, link, digest = row[0], row[9], row[10]
             if links and seq != last + 1:
@@ -271,7 +289,7 @@ class ChainWalk:
                 reason = "prev_hash does not match the previous event's hash"
             elif hashes and event_hash(link, *row[:9]) != digest:
                 reason = "stored hash does not match the event's content"
-            elif hashes and not _STORED_TIME.fullmatch(row[7]):  # a time `--as-of` could not compare as text
+            elif times and not is_stored_time(row[7]):
                 reason = f"recorded_at {row[7]!r} is not a UTC time in the ledger's form"
             else:
                 last, prev = seq, digest

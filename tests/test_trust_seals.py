@@ -309,8 +309,9 @@ def test_a_rehashed_row_whose_time_is_not_in_the_ledgers_form_fails_verify(ws: W
     """`--as-of` compares stored times as text: a row no writer could store (its chain re-hashed) is named."""
     db = _ready_ledger(ws)
     _rehash_everything(db, f"UPDATE events SET recorded_at = '{time}' WHERE seq = 3")
-    code, report = _verify(db)
-    assert code == 6 and report["bad_seq"] == 3 and "recorded_at" in str(report["reason"]), report
+    for jobs in (["--jobs", "1"], ["--jobs", "2"]):
+        code, report = _verify(db, *jobs)
+        assert code == 6 and report["bad_seq"] == 3 and "recorded_at" in str(report["reason"]), (jobs, report)
 
 
 @pytest.mark.parametrize("command", ["seal", "checkpoint"])
