@@ -43,6 +43,7 @@ __all__ = [
     "parse_expected_head",
     "seal",
     "seal_message",
+    "sealable_head",
     "signed_head_text",
 ]
 
@@ -77,19 +78,21 @@ def seal(
     actor: str,
     clock: Callable[[], str],
     before_commit: Callable[[JSON], None] | None = None,
+    checked: Head | None = None,
 ) -> JSON:
     """Append a `HeadSealed` signing the head before it; return the signed head (`seal --json`).
 
     The head is read inside the write transaction (on SQLite, under the write lock),
     so the seal lands right after the head it signs. `before_commit` gets the signed
     head inside that transaction, before the commit: a file written there (and fsynced)
-    exists before the seal does, and if writing it fails nothing is appended.
+    exists before the seal does, and if writing it fails nothing is appended. `checked`:
+    what `sealable_head` returned for this key (the walk is not done again).
     """
     ledger_id = ledger_id_of(store)
     if ledger_id is None:
         raise ConflictError("the ledger is empty: there is no head to seal yet")
     # The rows since the last seal that holds, walked outside the lock; the few appended meanwhile, under it.
-    checked = _walked(store, _vouched_head(store, PublicKeys([key.public_key()]), ledger_id))
+    checked = checked if checked is not None else sealable_head(store, key)
     for _ in range(20):
         with contextlib.suppress(ConcurrencyError):  # another writer appended meanwhile: sign the new head
             return _append_seal(store, key, ledger_id, actor, clock, before_commit, checked)
@@ -99,6 +102,15 @@ def seal(
         expected_version=0,
         actual_version=0,
     )
+
+
+def sealable_head(store: EventStore, key: Ed25519PrivateKey) -> Head:
+    """The head `key` may seal as things stand: every row since the last seal that holds re-hashed and
+    linked (IntegrityError at an edited one, or when a seal of this key names a head the chain lost)."""
+    ledger_id = ledger_id_of(store)
+    if ledger_id is None:
+        return GENESIS
+    return _walked(store, _vouched_head(store, PublicKeys([key.public_key()]), ledger_id))
 
 
 def _vouched_head(store: EventStore, keys: PublicKeys, ledger_id: str) -> Head:

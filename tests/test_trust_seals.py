@@ -333,6 +333,8 @@ def test_a_chain_rewritten_under_a_seal_of_this_key_is_never_sealed_again(
     code, _, stderr = _signed(db, keys, command)
     assert code == 6 and "this key sealed head" in stderr and "nothing sealed" in stderr, stderr
     assert stderr.count("\n") == 1 and count_events(db) == events
+    with sqlite3.connect(db) as conn:  # a checkpoint with a key is refused whole: no snapshot of the rewrite
+        assert conn.execute("SELECT count(*) FROM checkpoints").fetchone() == (0,)
 
 
 def test_a_seal_under_a_key_not_given_is_refused(ws: Workspace, keys: Path, tmp_path: Path) -> None:

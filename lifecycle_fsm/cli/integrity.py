@@ -31,14 +31,15 @@ def checkpoint() -> None:
     """Snapshot every folded state at the head, for fast loading; with a signing key, seal the head too."""
     from lifecycle_fsm.ledger import utc_now
     from lifecycle_fsm.replay import take_checkpoint
-    from lifecycle_fsm.seals import seal
+    from lifecycle_fsm.seals import seal, sealable_head
 
     key = signing_key()  # a bad key is refused before anything is written
     ledger = open_ledger(must_exist=True)
+    checked = None if key is None else sealable_head(ledger.store, key)  # refused: no checkpoint either
     record = take_checkpoint(ledger.store, clock=utc_now)
     doc: JSON = {"checkpoint_id": record.checkpoint_id, "position": record.position, "head_hash": record.head_hash}
     if key is not None:
-        doc["signed_head"] = seal(ledger.store, key, actor=ledger.actor, clock=utc_now)
+        doc["signed_head"] = seal(ledger.store, key, actor=ledger.actor, clock=utc_now, checked=checked)
     if wants_json():
         emit(doc)
         return
