@@ -232,6 +232,8 @@ def trusted_state_evidence(
     evidence: dict[str, TrustedStateCheck] = {}
     for kind in RECOVERY_STATES_BY_STAGE[stage]:
         recorded = current.trusted_states.get(kind)
+        if kind == "verified_baseline" and recorded is not None and recorded["sha256"] not in settings.baselines:
+            recorded = None  # recorded before it had to be an activated baseline's adapter: never rolled back to
         if recorded is not None:
             check = verify_artifact(recorded["path"], recorded["sha256"], root)
             evidence[kind] = TrustedStateCheck.of(check, "recorded")

@@ -319,6 +319,25 @@ def test_a_verified_baseline_is_an_activated_baselines_adapter(ws: Workspace, ac
     assert recorded.candidate.trusted_states["verified_baseline"]["sha256"] == ws.sft_sha  # type: ignore[union-attr]
 
 
+def test_a_verified_baseline_recorded_from_other_bytes_is_never_rolled_back_to(ws: Workspace, active: Ledger) -> None:
+    """One recorded before the rule (appended here through the store, as an older release could): the
+    candidate's own adapter is passed over, and the active baseline serves."""
+    from lifecycle_fsm.candidate_events import TrustedStateRecorded
+    from lifecycle_fsm.events import stream_of
+    from lifecycle_fsm.ledger import utc_now
+    from lifecycle_fsm.store.records import NewEvent
+
+    cid = active.receive(ws.grpo()).candidate.candidate_id  # type: ignore[union-attr]
+    own = ws.root / "grpo-v7" / "adapter"
+    event = TrustedStateRecorded("verified_baseline", str(own), hash_directory(own))
+    row = NewEvent(stream_of(cid), event.TYPE, event.SCHEMA_VERSION, event.to_payload(), "old", utc_now(), "old")
+    active.store.append(stream_of(cid), active.candidate(cid).version, [row])
+    plan = active.fail_stage(cid, "artifact_validation").candidate.last_recovery  # type: ignore[union-attr]
+    assert plan["action"] == "rollback_to_verified_baseline"
+    assert plan["trusted_states"]["verified_baseline"]["source"] == "active_baseline"
+    assert plan["trusted_states"]["verified_baseline"]["path"] == str(ws.root / "sft" / "adapter")
+
+
 def test_changed_trusted_state_is_not_trusted(ws: Workspace, active: Ledger) -> None:
     """A trusted state changed on disk after recording is unavailable (expected vs actual); the next one is used."""
     cid = active.receive(ws.grpo()).candidate.candidate_id  # type: ignore[union-attr]
