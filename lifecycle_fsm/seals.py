@@ -114,10 +114,9 @@ def sealable_head(store: EventStore, key: Ed25519PrivateKey) -> Head:
 
 
 def _vouched_head(store: EventStore, keys: PublicKeys, ledger_id: str) -> Head:
-    """The head of the latest seal that holds (`_seal_failure`, under the key signing now); with none, the
-    genesis. Anyone who may append can add a seal row, so one that does not hold vouches for nothing,
-    unless the key signing now signed its head for this ledger: then the chain was rewritten under it
-    (IntegrityError, nothing is sealed)."""
+    """The head of the latest seal that holds (`_seal_failure`, under the key signing now), else the genesis.
+    Anyone may append a seal row: one that does not hold vouches for nothing, unless this key signed its
+    head for this ledger (then the chain was rewritten under it: IntegrityError, nothing sealed)."""
     for event in reversed(store.read_stream(SEALS_STREAM)):
         with contextlib.suppress(CorruptionError):  # an unreadable seal: the one before
             payload = decoded_payload(event)
@@ -135,11 +134,11 @@ def _vouched_head(store: EventStore, keys: PublicKeys, ledger_id: str) -> Head:
 def _rewritten_under(store: EventStore, payload: JSON, keys: PublicKeys, ledger_id: str) -> bool:
     """A well-formed seal whose signature over this ledger's head verifies under `keys`, naming a head the
     chain no longer has: proof the log changed after a key holder vouched for it."""
-    if _seal_problem(payload) is not None:
+    if _seal_problem(payload) is not None or hash_at(store, payload["seq"]) == payload["hash"]:
         return False
-    message = seal_message(ledger_id, payload["seq"], payload["hash"])
-    signed = keys.verifies(payload["key_id"], message, payload["signature"])
-    return signed and hash_at(store, payload["seq"]) != payload["hash"]
+    return keys.verifies(
+        payload["key_id"], seal_message(ledger_id, payload["seq"], payload["hash"]), payload["signature"]
+    )
 
 
 def _walked(store: EventStore, start: Head) -> Head:
