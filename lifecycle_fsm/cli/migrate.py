@@ -38,19 +38,16 @@ def _same(a: str, b: str) -> bool:
     return os.path.realpath(a) == os.path.realpath(b)
 
 
-def _legal_moves() -> Callable[[Sequence[Row]], None]:
-    """The copy's rows folded as they come: the first move the machine forbids stops it there."""
+def _folded_as_copied() -> tuple[Callable[[Sequence[Row]], None], Callable[[EventStore], list[StreamHead]]]:
+    """One fold of the source's rows as the copy walks them (from seq 1): the first move the machine
+    forbids stops the copy there, and the folded state is the destination's state index (its rows are
+    byte-identical copies), so the log is not folded a second time."""
+    from lifecycle_fsm.replay import index_of
     from lifecycle_fsm.state import Fold
     from lifecycle_fsm.store.chain import fold_columns
 
     folding = Fold(whole_log=True)
-    return lambda rows: folding.extend(map(fold_columns, rows))
-
-
-def _derive_index(store: EventStore) -> list[StreamHead]:
-    from lifecycle_fsm.replay import index_of, load_state
-
-    return index_of(load_state(store, use_checkpoints=False).state)
+    return lambda rows: folding.extend(map(fold_columns, rows)), lambda _: index_of(folding.result())
 
 
 @contextmanager
@@ -100,7 +97,8 @@ def migrate(src: str, dst: str) -> None:
     click.get_current_context().call_on_close(target.close)
     try:
         with _progress(source.head().seq) as progress:
-            report = copy_ledger(source, target, index=_derive_index, check=_legal_moves(), progress=progress)
+            check, index = _folded_as_copied()
+            report = copy_ledger(source, target, index=index, check=check, progress=progress)
     except BaseException:
         _remove_if_empty(target, dst, new_files)
         raise

@@ -55,10 +55,12 @@ class Artifacts:
         self.trusted: dict[str, str] = {}
         for kind in TRUSTED_STATE_KINDS:
             folder = root / "trusted" / kind
-            folder.mkdir(parents=True, exist_ok=True)
-            (folder / "state.bin").write_bytes(random.Random(kind).randbytes(1024))
+            if kind == "verified_baseline":  # an activated baseline's adapter: other bytes are refused
+                folder = root / "sft" / "adapter"
+            else:
+                folder.mkdir(parents=True, exist_ok=True)
+                (folder / "state.bin").write_bytes(random.Random(kind).randbytes(1024))
             self.trusted[kind] = str(folder)
-        self.trusted["verified_baseline"] = str(root / "sft" / "adapter")  # an activated baseline's adapter
 
 
 def make_artifacts(root: Path, extra_candidates: tuple[str, ...] = ()) -> Artifacts:
