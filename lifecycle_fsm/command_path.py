@@ -356,6 +356,8 @@ def _appended_rows(events: Sequence[StoredEvent]) -> list[Row]:
 
 def _log_appended(events: Sequence[StoredEvent], candidate: CandidateState | None) -> None:
     """One line per event and one per decision (candidate id, stream version, event id, plan action)."""
+    if not log.enabled("info"):
+        return
     action = None
     for e in events:
         if e.type == "RecoveryPlanned":

@@ -67,22 +67,33 @@ class Logger:
     def __init__(self, name: str) -> None:
         self.name = name
 
-    def _log(self, level: str, event: str, fields: dict[str, object]) -> None:
+    def enabled(self, level: str) -> bool:
+        """Whether an event at `level` would be written: a caller emitting per event skips building
+        its fields when not."""
         setting = _pending.get("cli")
         if setting is not None:
-            if _LEVELS.index(level) < _LEVELS.index(setting[0]):
-                return
-            _configure_structlog(*setting)  # two threads may both get here: the same setting, twice
-            _pending.pop("cli", None)
+            return _LEVELS.index(level) >= _LEVELS.index(setting[0])
+        lib = sys.modules.get("structlog")
+        if lib is not None and lib.is_configured():
+            return True  # its filtering logger decides
+        import logging
+
+        return logging.getLogger(self.name).isEnabledFor(getattr(logging, level.upper()))
+
+    def _log(self, level: str, event: str, fields: dict[str, object]) -> None:
+        if not self.enabled(level):
+            return
+        setting = _pending.pop("cli", None)
+        if setting is not None:
+            _configure_structlog(*setting)
         lib = sys.modules.get("structlog")
         if lib is not None and lib.is_configured():
             getattr(lib.get_logger(self.name), level)(event, **fields)
             return
         import logging
 
-        stdlib, numeric = logging.getLogger(self.name), logging.getLevelNamesMapping()[level.upper()]
-        if stdlib.isEnabledFor(numeric):
-            stdlib.log(numeric, "%s %s", event, " ".join(f"{k}={v!r}" for k, v in fields.items()))
+        message = " ".join(f"{k}={v!r}" for k, v in fields.items())
+        logging.getLogger(self.name).log(getattr(logging, level.upper()), "%s %s", event, message)
 
     def info(self, event: str, **fields: object) -> None:
         self._log("info", event, fields)
