@@ -23,6 +23,11 @@ A sampling or reward failure happens before the step's update, so the weights to
 on from are the latest checkpoint the ledger trusts: the plan names it (`plan.checkpoint`,
 its `pre_update_checkpoint` re-hashed when the plan was made). Without one, or when its
 bytes changed, training starts over from the SFT adapter, as after a rollback.
+
+Whatever the trainer is put on (a checkpoint, the SFT adapter) is re-hashed just before
+(`changed_since_planned`): a plan can be followed long after it was made (a restarted run
+follows the one an earlier run left), and the baseline's adapter is only hashed when a plan
+rolls back to it.
 """
 
 from __future__ import annotations
@@ -38,9 +43,10 @@ import attrs
 
 from lifecycle_fsm.artifacts import hash_directory
 from lifecycle_fsm.candidate_events import TrustedStateInvalidated, TrustedStateRecorded
+from lifecycle_fsm.checks import verify_artifact
 from lifecycle_fsm.errors import InputError, NotFoundError
 from lifecycle_fsm.ledger import Ledger
-from lifecycle_fsm.machine import allowed_triggers
+from lifecycle_fsm.machine import State, allowed_triggers
 from lifecycle_fsm.recovery import RecoveryAction, RecoveryPlan
 from lifecycle_fsm.state import CandidateState, LedgerSettings
 
@@ -51,8 +57,11 @@ __all__ = [
     "TRAINER_ACTIONS",
     "TrainerAction",
     "TrainingStopped",
+    "checked",
     "existing",
+    "left_plan",
     "load_baseline_adapter",
+    "record_resumed",
     "resume_point",
     "start_over",
     "trusted_checkpoint",
@@ -123,13 +132,15 @@ TRAINER_ACTIONS: dict[RecoveryAction, TrainerAction] = {
 @attrs.frozen
 class ResumePoint:
     """Where every rank goes on from: `checkpoint` for `trainer.train(resume_from_checkpoint=...)`,
-    or `baseline_adapter` to load before training from step 0; `why` says how it was chosen."""
+    or `baseline_adapter` to load before training from step 0; `sha256`: the digest the ledger
+    trusts for that folder; `why` says how it was chosen."""
 
     plan: RecoveryPlan
     action: TrainerAction
     checkpoint: str | None = None
     baseline_adapter: str | None = None
     why: str = ""
+    sha256: str | None = None
 
 
 class TrainingStopped(RuntimeError):
@@ -142,12 +153,12 @@ class TrainingStopped(RuntimeError):
 
 def _baseline(plan: RecoveryPlan, settings: LedgerSettings, why: str) -> ResumePoint:
     if plan.recovery_state == "verified_baseline" and plan.path is not None:
-        adapter = plan.path  # the plan re-hashed it just now
+        adapter, sha256 = plan.path, plan.sha256  # as the plan re-hashed it
     elif settings.baseline is not None:
-        adapter = str(settings.baseline["adapter_path"])
+        adapter, sha256 = str(settings.baseline["adapter_path"]), str(settings.baseline["adapter_sha256"])
     else:
         return ResumePoint(plan, TrainerAction.STOP, why=f"{why}, and the ledger has no active baseline")
-    return ResumePoint(plan, TrainerAction.RESTART_FROM_BASELINE, baseline_adapter=adapter, why=why)
+    return ResumePoint(plan, TrainerAction.RESTART_FROM_BASELINE, baseline_adapter=adapter, why=why, sha256=sha256)
 
 
 def resume_point(plan: RecoveryPlan, settings: LedgerSettings) -> ResumePoint:
@@ -156,12 +167,61 @@ def resume_point(plan: RecoveryPlan, settings: LedgerSettings) -> ResumePoint:
     if action is TrainerAction.STOP:
         return ResumePoint(plan, action, why=f"the plan {plan.action} blocks the candidate")
     if action is TrainerAction.RESUME_FROM_PLAN:
-        return ResumePoint(plan, action, checkpoint=plan.path, why="the plan names the checkpoint")
+        return ResumePoint(plan, action, checkpoint=plan.path, why="the plan names the checkpoint", sha256=plan.sha256)
     if action is TrainerAction.RESTART_FROM_BASELINE:
         return _baseline(plan, settings, "the plan rolls back to the verified baseline")
     if plan.checkpoint is None:
         return _baseline(plan, settings, "no trusted checkpoint to resume from (none recorded, or its bytes changed)")
-    return ResumePoint(plan, action, checkpoint=plan.checkpoint, why="the latest trusted checkpoint")
+    return ResumePoint(
+        plan, action, checkpoint=plan.checkpoint, why="the latest trusted checkpoint", sha256=plan.checkpoint_sha256
+    )
+
+
+def _changed(point: ResumePoint, root: str | None) -> str | None:
+    """Why the folder `point` puts the trainer on may not be loaded (its bytes are not the ones the ledger
+    trusts, or it is gone), re-hashed now; None when it may (or `point` loads nothing)."""
+    folder = point.checkpoint or point.baseline_adapter
+    if folder is None:
+        return None
+    check = verify_artifact(folder, point.sha256, root)
+    if check.verified:
+        return None
+    found = check.error or f"recorded {point.sha256}, now {check.actual}"
+    return f"{folder} is not what the ledger trusts ({found})"
+
+
+def checked(point: ResumePoint, root: str | None) -> ResumePoint:
+    """`point`, or a stop when what it loads is not what the ledger trusts (re-hashed now)."""
+    problem = _changed(point, root)
+    if problem is None:
+        return point
+    return ResumePoint(point.plan, TrainerAction.STOP, why=f"{problem}: not training on from it")
+
+
+def left_plan(ledger: Ledger, candidate_id: str, run_id: str, *, fresh: bool) -> ResumePoint | None:
+    """Where the plan an earlier run left takes the trainer (its candidate still recovering), planned again
+    from what is intact now when what it loads changed since; None without one (then, `fresh`, see
+    `start_over`)."""
+    current = existing(ledger, candidate_id)
+    plan = None if current is None else ledger.recovery_plan(candidate_id)
+    if current is None or current.state is not State.RECOVERING or plan is None:
+        if fresh and current is not None:
+            start_over(ledger, current)
+        return None
+    point = resume_point(plan, ledger.settings())
+    if _changed(point, ledger.artifact_root) is not None:
+        again = ledger.fail_stage(candidate_id, plan.stage, event_id=f"{run_id}/plan-{plan.seq}/planned-again")
+        point = resume_point(again.plan, ledger.settings())
+    return checked(point, ledger.artifact_root)
+
+
+def record_resumed(ledger: Ledger, candidate_id: str, folder: str, sha256: str, key: str) -> None:
+    """A caller's `resume_from_checkpoint`, loaded by the trainer: recorded again as the latest trusted
+    checkpoint, so a later failure goes back to it, not to one the abandoned run saved past it."""
+    now = hash_directory(folder, ledger.artifact_root)
+    if now != sha256:
+        raise InputError(f"{folder}: its bytes changed while the trainer loaded it (recorded {sha256}, now {now})")
+    ledger.record_trusted_state(candidate_id, CHECKPOINT, folder, event_id=key)
 
 
 def load_baseline_adapter(trainer: Any, adapter: str) -> None:
@@ -180,8 +240,8 @@ def load_baseline_adapter(trainer: Any, adapter: str) -> None:
     trainer.lr_scheduler = None
 
 
-def trusted_checkpoint(ledger: Ledger, candidate_id: str, asked: object) -> str:
-    """The checkpoint a caller's `resume_from_checkpoint` names, once the ledger trusts it: recorded for
+def trusted_checkpoint(ledger: Ledger, candidate_id: str, asked: object) -> tuple[str, str]:
+    """The checkpoint a caller's `resume_from_checkpoint` names and its digest, once the ledger trusts it: recorded for
     this candidate (since its checkpoints were last invalidated) and holding those bytes now; `True`
     is the latest such record. Anything else is refused: training never resumes from bytes the ledger
     did not record (a checkpoint edited after a crash, or saved but not recorded yet). A recorded
@@ -220,7 +280,7 @@ def trusted_checkpoint(ledger: Ledger, candidate_id: str, asked: object) -> str:
             f"resume_from_checkpoint {path}: its bytes changed since the ledger recorded them (recorded "
             f"{records[path]}, now {now}); not resuming from it"
         )
-    return path
+    return path, now
 
 
 def start_over(ledger: Ledger, current: CandidateState) -> None:

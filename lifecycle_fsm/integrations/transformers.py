@@ -33,10 +33,12 @@ from lifecycle_fsm.integrations.recovery import (
     StageTracker,
     TrainerAction,
     TrainingStopped,
+    checked,
     existing,
+    left_plan,
     load_baseline_adapter,
+    record_resumed,
     resume_point,
-    start_over,
     trusted_checkpoint,
 )
 from lifecycle_fsm.json_types import JSON
@@ -46,7 +48,6 @@ from lifecycle_fsm.logs import get_logger
 from lifecycle_fsm.machine import State, allowed_triggers
 from lifecycle_fsm.manifests import candidate_manifest, check_kind, write_manifest
 from lifecycle_fsm.results import CandidateResult
-from lifecycle_fsm.state import CandidateState
 
 __all__ = ["LedgerCallback", "TrainingStopped"]
 
@@ -97,6 +98,7 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
         self._stages = StageTracker()
         self._began = False
         self._hook_failed = False
+        self._on_loaded: Callable[[], None] | None = None  # recorded once the trainer loaded its start (main)
 
     # --- stages ------------------------------------------------------------------
 
@@ -184,6 +186,9 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
             self._register(args, objects)
         self.attempt = self._next_attempt()
         log.info("training_attempt_started", candidate_id=self.candidate_id, run_id=self.run_id, attempt=self.attempt)
+        loaded, self._on_loaded = self._on_loaded, None
+        if loaded is not None:  # train begins once the Trainer loaded the checkpoint (or the adapter was loaded)
+            loaded()
 
     def _register(self, args: TrainingArguments, objects: JSON) -> None:
         trainer = self._trainer
@@ -204,20 +209,18 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
         )
         settings = self.ledger.settings()
         source = settings.active_policy_version
-        existing = self._existing()
-        if existing is not None:  # a restarted run goes on with its candidate
-            if existing.kind != self.kind:
-                raise InputError(
-                    f"candidate {self.candidate_id!r} exists as a {existing.kind} candidate, not {self.kind}"
-                )
-            if "fail_stage" not in allowed_triggers(existing.state.value):  # handed off, or decided
+        found = existing(self.ledger, self.candidate_id)
+        if found is not None:  # a restarted run goes on with its candidate
+            if found.kind != self.kind:
+                raise InputError(f"candidate {self.candidate_id!r} exists as a {found.kind} candidate, not {self.kind}")
+            if "fail_stage" not in allowed_triggers(found.state.value):  # handed off, or decided
                 raise IllegalCommandError(
-                    f"candidate {self.candidate_id!r} is {existing.state.value}: its training is over (a failure "
+                    f"candidate {self.candidate_id!r} is {found.state.value}: its training is over (a failure "
                     "could no longer be recovered); train a new candidate (another run_id or candidate_id)",
-                    state=existing.state.value,
+                    state=found.state.value,
                     trigger="fail_stage",
                 )
-            source = existing.candidate.get("source_policy_version", source)
+            source = found.candidate.get("source_policy_version", source)
         elif source is None:
             raise InputError("no active baseline: activate the SFT baseline's manifest before training a candidate")
         else:
@@ -237,9 +240,6 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
         self._recorder = TrustedStateRecorder(
             self.ledger.location, actor=self.ledger.actor, artifact_root=self.ledger.artifact_root
         )
-
-    def _existing(self) -> CandidateState | None:
-        return existing(self.ledger, self.candidate_id)
 
     def _next_attempt(self) -> int:
         """One more than the highest attempt any key of this run names (a restarted process counts on)."""
@@ -265,7 +265,7 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
         self._settle_records()
         stage = self._stages.failed or "update"
         failed = self.ledger.fail_stage(self.candidate_id, stage, event_id=self._key(f"fail/{stage}"))
-        point = resume_point(failed.plan, self.ledger.settings())
+        point = checked(resume_point(failed.plan, self.ledger.settings()), self.ledger.artifact_root)
         log.warning(
             "training_failed",
             candidate_id=self.candidate_id,
@@ -278,12 +278,11 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
         )
         return point
 
-    def _complete_recovery(self, point: ResumePoint, key: str | None = None) -> None:
-        """Record that training goes on from `point`, once the trainer is there (`key`: this attempt's)."""
+    def _complete_recovery(self, point: ResumePoint, key: str) -> None:
+        """Record that training goes on from `point`, once the trainer is there."""
         if point.action is not TrainerAction.STOP:
             resumed_from = point.checkpoint or point.baseline_adapter
-            event_id = key or self._key("recovered")
-            self.ledger.complete_recovery(self.candidate_id, resumed_from=resumed_from, event_id=event_id)
+            self.ledger.complete_recovery(self.candidate_id, resumed_from=resumed_from, event_id=key)
 
     # --- the two calls a training script makes -------------------------------------------
 
@@ -291,17 +290,24 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
         """`trainer.train(**train_kwargs)`, recovering from failures as the ledger plans, up to `max_attempts`; a
         run restarted while its candidate is still recovering first follows the plan left in the ledger."""
         self._trainer = trainer
+        callbacks = trainer.callback_handler.callbacks
+        if self in callbacks:  # last: a checkpoint is recorded once every other on_save wrote into it
+            callbacks.remove(self)
+            callbacks.append(self)
         is_main = trainer.is_world_process_zero()
         resume = train_kwargs.pop("resume_from_checkpoint", None)
         fresh = resume is None or resume is False
-        left: ResumePoint | None = self._collective(is_main, functools.partial(self._left_by_earlier_run, fresh))
+        left: ResumePoint | None = self._collective(
+            is_main, functools.partial(left_plan, self.ledger, self.candidate_id, self.run_id, fresh=fresh)
+        )
         if left is not None:
             resume = self._follow(trainer, left, None, resume)
             key = f"{self.run_id}/plan-{left.plan.seq}/recovered"
-            self._collective(is_main, functools.partial(self._complete_recovery, left, key))
+            self._on_loaded = functools.partial(self._complete_recovery, left, key)
         elif resume is not None and resume is not False:
-            asked = resume
-            resume = self._collective(is_main, lambda: trusted_checkpoint(self.ledger, self.candidate_id, asked))
+            folder, sha = self._collective(is_main, lambda: trusted_checkpoint(self.ledger, self.candidate_id, resume))
+            resume = folder  # recorded again once loaded, under the attempt counted then
+            self._on_loaded = lambda: record_resumed(self.ledger, self.candidate_id, folder, sha, self._key("resumed"))
         for attempt in range(1, self.max_attempts + 1):
             self._stages.failed, self._began, self._hook_failed = None, False, False
             try:
@@ -319,8 +325,8 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
                     raise TrainingStopped(
                         f"training failed {attempt} times; the last plan was {point.plan.action}", point
                     ) from error
-                resume = self._follow(trainer, point, error, resume)  # the trainer is back on the plan's point
-                self._collective(is_main, functools.partial(self._complete_recovery, point))
+                resume = self._follow(trainer, point, error, resume)  # completed once the trainer loaded it
+                self._on_loaded = functools.partial(self._complete_recovery, point, self._key("recovered"))
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _follow(self, trainer: Trainer, point: ResumePoint, error: BaseException | None, resume: Any) -> Any:
@@ -332,16 +338,6 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
             assert point.baseline_adapter is not None
             load_baseline_adapter(trainer, point.baseline_adapter)
         return point.checkpoint
-
-    def _left_by_earlier_run(self, fresh: bool) -> ResumePoint | None:
-        """The plan an earlier run left (its candidate still recovering); else, `fresh`, see `start_over`."""
-        current = self._existing()
-        plan = None if current is None else self.ledger.recovery_plan(self.candidate_id)
-        if current is None or current.state is not State.RECOVERING or plan is None:
-            if fresh and current is not None:
-                start_over(self.ledger, current)
-            return None
-        return resume_point(plan, self.ledger.settings())
 
     def finish(self, trainer: Trainer, decision: str = "accept", **manifest_fields: Any) -> CandidateResult:
         """Save the adapter, write its manifest, complete the candidate, check it and hand it off.

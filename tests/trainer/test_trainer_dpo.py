@@ -254,6 +254,7 @@ def test_a_restart_resumes_only_from_a_checkpoint_the_ledger_trusts(tiny: Tiny, 
     assert resumed.global_step == 4
     assert [key for key, _, _ in _recorded(ledger, "dpo-6")] == [
         "dpo-6/attempt-1/step-2/checkpoint",
+        "dpo-6/attempt-2/resumed",  # the checkpoint resumed from, the latest trusted again once loaded
         "dpo-6/attempt-2/step-4/checkpoint",  # resumed at step 2: checkpoint-2 not saved again
     ]
     trainer = dpo_trainer(tiny, tmp_path / "out", [again])

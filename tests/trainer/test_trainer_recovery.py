@@ -150,3 +150,32 @@ def test_each_integration_module_exports_a_sorted_all(name: str) -> None:
     module = importlib.import_module(f"lifecycle_fsm.integrations.{name}")
     assert list(module.__all__) == sorted(module.__all__)
     assert [n for n in module.__all__ if not hasattr(module, n)] == []
+
+
+def test_a_baseline_adapter_whose_bytes_changed_is_never_loaded(ws: Workspace, ledger: Ledger) -> None:
+    """A reward failure with no checkpoint starts over from the SFT adapter: re-hashed first, and a changed
+    one stops training (an update failure's plan blocks it already)."""
+    from lifecycle_fsm.integrations.recovery import checked
+
+    cid = _candidate(ws, ledger)
+    plan = ledger.fail_stage(cid, "reward").plan
+    point = resume_point(plan, ledger.settings())
+    assert point.action is TrainerAction.RESTART_FROM_BASELINE
+    assert checked(point, ledger.artifact_root) == point
+    (ws.root / "sft" / "adapter" / "adapter_model.safetensors").write_bytes(b"other bytes")
+    stopped = checked(point, ledger.artifact_root)
+    assert (stopped.action, stopped.baseline_adapter) == (TrainerAction.STOP, None)
+    assert f"{ws.root / 'sft' / 'adapter'} is not what the ledger trusts" in stopped.why
+
+
+def test_a_checkpoint_gone_since_the_plan_is_never_resumed_from(ws: Workspace, ledger: Ledger) -> None:
+    import shutil
+
+    from lifecycle_fsm.integrations.recovery import checked
+
+    cid = _candidate(ws, ledger)
+    folder = _checkpoint(ws, ledger, cid)
+    point = resume_point(ledger.fail_stage(cid, "update").plan, ledger.settings())
+    shutil.rmtree(folder)
+    stopped = checked(point, ledger.artifact_root)
+    assert stopped.action is TrainerAction.STOP and "no such file or directory" in stopped.why

@@ -1,0 +1,119 @@
+"""Where a restarted or resumed run goes on from is what the ledger trusts, loaded before it is recorded."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lifecycle_fsm import RecoveryAction
+from lifecycle_fsm.artifacts import hash_directory
+from trainer.support import Tiny, baseline_ledger, dpo_trainer, events_of, fail_at, require_training_stack
+
+require_training_stack()
+
+
+def _began_at(ledger: Any, cid: str) -> Any:
+    """A callback keeping the step each `trainer.train` began at (where the Trainer really resumed) and the
+    candidate's state then (its checkpoint loaded, before the ledger's callback ran)."""
+    from transformers import TrainerCallback
+
+    class BeganAt(TrainerCallback):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.steps: list[int] = []
+            self.states: list[str] = []
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.steps.append(state.global_step)
+            self.states.append(ledger.candidate(cid).state.value)
+
+    return BeganAt()
+
+
+@pytest.mark.parametrize("damage", ["edited", "removed"])
+def test_a_plan_left_by_an_earlier_run_is_made_again_when_its_checkpoint_changed(
+    tiny: Tiny, tmp_path: Path, damage: str
+) -> None:
+    """The attempts ran out; before the restart the checkpoint the plan names was edited or removed: the
+    restarted run plans again from what is intact (the SFT adapter here), never loads it, and records the
+    recovery only once the trainer began where the new plan says."""
+    from lifecycle_fsm.integrations.transformers import LedgerCallback, TrainingStopped
+
+    ledger = baseline_ledger(tmp_path, tiny.sft)
+    first = LedgerCallback(ledger, kind="dpo", run_id="r1", max_attempts=1)
+    with pytest.raises(TrainingStopped):
+        first.train(dpo_trainer(tiny, tmp_path / "out", [fail_at(3), first]))
+    checkpoint = tmp_path / "out" / "checkpoint-2"
+    left = ledger.recovery_plan("r1")
+    assert (left.action, left.path) == (RecoveryAction.RESTORE_PRE_UPDATE_CHECKPOINT, str(checkpoint))
+    if damage == "edited":
+        weights = checkpoint / "adapter_model.safetensors"
+        weights.write_bytes(weights.read_bytes()[:-1] + b"\0")
+    else:
+        shutil.rmtree(checkpoint)
+
+    again, began = LedgerCallback(ledger, kind="dpo", run_id="r1"), _began_at(ledger, "r1")
+    assert again.train(dpo_trainer(tiny, tmp_path / "out", [began, again])).global_step == 4
+    assert began.steps == [0]  # from the SFT adapter, not the changed checkpoint's step 2
+    assert began.states == ["recovering"]  # completed once the trainer is there, not before
+    (_, planned) = events_of(ledger, "r1", "RecoveryPlanned")
+    assert planned.event_id == f"r1/plan-{left.seq}/planned-again/1"
+    assert planned.event.action == RecoveryAction.ROLLBACK_TO_VERIFIED_BASELINE
+    (completed,) = events_of(ledger, "r1", "RecoveryCompleted")
+    assert completed.event.resumed_from == str(tiny.sft)
+
+
+def test_a_failure_after_an_explicit_resume_goes_back_to_where_it_resumed(tiny: Tiny, tmp_path: Path) -> None:
+    """Killed after checkpoints 2, 4 and 6; restarted from checkpoint-2 by hand, then a fault: the plan goes
+    back to checkpoint-2 (recorded again once loaded), not forward to the abandoned run's checkpoint-6."""
+    from lifecycle_fsm.integrations.transformers import LedgerCallback
+
+    ledger = baseline_ledger(tmp_path, tiny.sft)
+    first = LedgerCallback(ledger, kind="dpo", run_id="r7")
+    with pytest.raises(KeyboardInterrupt):
+        first.train(dpo_trainer(tiny, tmp_path / "out", [_interrupt_at(7), first], max_steps=8))
+    checkpoint = tmp_path / "out" / "checkpoint-2"
+    again, began = LedgerCallback(ledger, kind="dpo", run_id="r7"), _began_at(ledger, "r7")
+    trainer = dpo_trainer(tiny, tmp_path / "out", [began, fail_at(3), again], max_steps=8)
+    assert again.train(trainer, resume_from_checkpoint=str(checkpoint)).global_step == 8
+    assert (began.steps, began.states) == ([2, 2], ["received", "recovering"])
+    (point,) = again.resumed
+    assert point.checkpoint == str(checkpoint)
+    resumed = [e for e in events_of(ledger, "r7", "TrustedStateRecorded") if e.event_id == "r7/attempt-2/resumed"]
+    assert [(e.event.path, e.event.sha256) for e in resumed] == [(str(checkpoint), hash_directory(checkpoint))]
+
+
+def test_a_checkpoint_is_recorded_once_every_other_on_save_wrote_into_it(tiny: Tiny, tmp_path: Path) -> None:
+    """A callback listed after the ledger's writes into the checkpoint in its own on_save (extra state, a PEFT
+    save recipe): the record holds the finished folder's hash, and a fault resumes from it."""
+    from transformers import TrainerCallback
+
+    from lifecycle_fsm.integrations.transformers import LedgerCallback
+
+    class SaveExtra(TrainerCallback):  # type: ignore[misc]
+        def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            time.sleep(0.2)
+            Path(args.output_dir, f"checkpoint-{state.global_step}", "extra_state.bin").write_bytes(os.urandom(64))
+
+    ledger = baseline_ledger(tmp_path, tiny.sft)
+    cb = LedgerCallback(ledger, kind="dpo", run_id="r4")
+    assert cb.train(dpo_trainer(tiny, tmp_path / "out", [fail_at(3), cb, SaveExtra()])).global_step == 4
+    recorded = {e.event.path: e.event.sha256 for e in events_of(ledger, "r4", "TrustedStateRecorded")}
+    assert recorded == {str(p): hash_directory(p) for p in sorted((tmp_path / "out").glob("checkpoint-*"))}
+    (point,) = cb.resumed
+    assert point.checkpoint == str(tmp_path / "out" / "checkpoint-2")
+
+
+def _interrupt_at(step: int) -> Any:
+    from transformers import TrainerCallback
+
+    class Interrupt(TrainerCallback):  # type: ignore[misc]
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if state.global_step == step:
+                raise KeyboardInterrupt
+
+    return Interrupt()
