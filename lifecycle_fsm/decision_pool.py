@@ -264,12 +264,11 @@ def redecide(d: DecisionState) -> JSON:
 
 def read_pool(folder: Path) -> list[tuple[str, DecisionState]]:
     """Every `*.json` under the folder (sub-folders too: one per ledger), strictly parsed (the first bad
-    file raises, naming file and key); each named by its path in the folder."""
+    file raises, naming file and key); each named by its path in the folder. An empty folder is an
+    empty pool (the export of a ledger that decided nothing)."""
     if not folder.is_dir():
         raise InputError(f"{folder}: no such decision pool folder")
     files = sorted(folder.rglob("*.json"))
-    if not files:
-        raise InputError(f"{folder}: no decision files (*.json)")
     out = []
     for f in files:
         try:  # regular files only, bounded: a FIFO or a link to /dev/zero named *.json never hangs it

@@ -27,24 +27,24 @@ def kept(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _export(db: Path, pool: Path) -> Path:
-    """Export `db` into the pool; the ledger's own sub-folder."""
+    """Export `db` into `pool`: its files in that folder itself."""
     result = invoke(db, "decisions", "export", str(pool), "--json")
     assert result.exit_code == 0, result.output
-    folder = Path(json.loads(result.stdout)["folder"])
-    assert folder.parent == pool and folder.name.startswith("ledger-")
-    return folder
+    assert json.loads(result.stdout)["folder"] == str(pool)
+    assert sorted(pool.iterdir()) == sorted(pool.glob("*.json"))
+    return pool
 
 
 @pytest.mark.slow
 def test_the_shipped_drills_pool_re_decides_unchanged(kept: Path, tmp_path: Path) -> None:
-    """The CI gate: every decision the shipped drills record, exported into one pool (a sub-folder per
-    ledger), is re-decided identically by today's rules."""
+    """The CI gate: every decision the shipped drills record, each ledger exported into a folder of its own
+    in one pool, is re-decided identically by today's rules."""
     pool = tmp_path / "pool"
     for db in sorted(kept.glob("*.db")):
         if json.loads(invoke(db, "verify", "--json").stdout)["checkpoints"] is None:  # the chain or replay broke
-            assert invoke(db, "decisions", "export", str(pool)).exit_code == 6  # fail-closed read
+            assert invoke(db, "decisions", "export", str(pool / db.stem)).exit_code == 6  # fail-closed read
             continue  # a drill that edited an event on purpose
-        _export(db, pool)
+        _export(db, pool / db.stem)
     files = list(pool.rglob("*.json"))
     assert {f.stem.split("-")[1] for f in files} == {"check", "handoff", "recovery"} and len(files) > 50
     result = invoke(tmp_path / "none.db", "decisions", "replay", str(pool), "--json")
@@ -52,13 +52,23 @@ def test_the_shipped_drills_pool_re_decides_unchanged(kept: Path, tmp_path: Path
     assert json.loads(result.stdout) == {"ok": True, "decisions": len(files), "changed": []}
 
 
-def test_a_ledger_exports_once_into_a_pool(kept: Path, tmp_path: Path) -> None:
-    """Two ledgers share a pool in their own sub-folders; the same ledger again is refused (its folder is not empty)."""
+def test_an_export_goes_into_a_new_or_empty_folder(kept: Path, tmp_path: Path) -> None:
+    """A folder holding anything (another export, a stray file) is refused; an empty one is written into."""
     pool = tmp_path / "pool"
-    first, second = _export(kept / "handoff-ready.db", pool), _export(kept / "handoff-tune.db", pool)
-    assert first != second and sorted(p.name for p in pool.iterdir()) == sorted([first.name, second.name])
-    again = invoke(kept / "handoff-ready.db", "decisions", "export", str(pool))
-    assert again.exit_code == 3 and "not an empty folder" in again.stderr
+    pool.mkdir()
+    files = _export(kept / "handoff-ready.db", pool).glob("*.json")
+    assert {f.stem.split("-")[1] for f in files} == {"check", "handoff"}
+    for db in ("handoff-ready.db", "handoff-tune.db"):
+        again = invoke(kept / db, "decisions", "export", str(pool))
+        assert again.exit_code == 3 and "not an empty folder" in again.stderr
+
+
+def test_a_ledger_that_decided_nothing_exports_an_empty_pool_that_replays(tmp_path: Path) -> None:
+    db = tmp_path / "quiet.db"
+    assert invoke(db, "init").exit_code == 0
+    assert json.loads(invoke(db, "decisions", "export", str(tmp_path / "pool"), "--json").stdout)["files"] == 0
+    result = invoke(tmp_path / "none.db", "decisions", "replay", str(tmp_path / "pool"), "--json")
+    assert (result.exit_code, json.loads(result.stdout)) == (0, {"ok": True, "decisions": 0, "changed": []})
 
 
 def test_files_round_trip_exactly(kept: Path, tmp_path: Path) -> None:
@@ -103,7 +113,7 @@ def test_export_to_a_folder_that_cannot_be_made_is_one_error_line(
     for target in [tmp_path / "afile" / "sub", read_only_folder / "pool"]:
         done = invoke(kept / "handoff-ready.db", "decisions", "export", str(target))
         assert (done.exit_code, done.stdout) == (3, ""), done.stderr
-        assert done.stderr.startswith(f"Error: cannot create decision pool folder {target}/ledger-")
+        assert done.stderr.startswith(f"Error: cannot create decision pool folder {target}")
         assert done.stderr.count("\n") == 1
 
 

@@ -8,7 +8,6 @@ change: the gate for a rules change).
 from __future__ import annotations
 
 import collections
-import re
 import sys
 from pathlib import Path
 
@@ -31,37 +30,22 @@ def decisions() -> None:
 @click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
 @json_option
 def export(folder: Path) -> None:
-    """Write one JSON file per recorded decision into FOLDER/ledger-<ledger id>/.
+    """Write one JSON file per recorded decision into FOLDER (new or empty).
 
-    Each ledger writes into its own sub-folder, named by its id, so several ledgers
-    export into one pool without a name colliding; FOLDER may hold other ledgers'
-    sub-folders, this ledger's must be new or empty. `decisions replay FOLDER` reads
-    them all.
+    Export each ledger into a folder of its own; `decisions replay` reads every `*.json`
+    under the folder it is given, sub-folders too, so the parent of several exports is
+    one pool.
     """
     from lifecycle_fsm.decision_pool import export_pool
-    from lifecycle_fsm.seals import ledger_id_of
 
-    store = open_ledger(must_exist=True).store
-    target = folder / _subfolder(ledger_id_of(store))
-    written = export_pool(store, target)
+    written = export_pool(open_ledger(must_exist=True).store, folder)
     kinds = collections.Counter(p.stem.split("-", 1)[1] for p in written)
     counted = dict(sorted(kinds.items()))
     if wants_json():
-        emit({"folder": str(target), "files": len(written), "decisions": counted})
+        emit({"folder": str(folder), "files": len(written), "decisions": counted})
     else:
         counts = ", ".join(f"{n} {k}" for k, n in counted.items()) or "no decisions"
-        click.echo(display(f"{len(written)} decision files in {target} ({counts})"))
-
-
-def _subfolder(ledger_id: str | None) -> str:
-    """A ledger's folder in a pool: its id when that is a plain name, else a digest of it (never a path)."""
-    import hashlib
-
-    if ledger_id is None:
-        return "ledger-empty"
-    if re.fullmatch(r"[A-Za-z0-9_-]{1,64}", ledger_id):
-        return f"ledger-{ledger_id}"
-    return f"ledger-{hashlib.sha256(ledger_id.encode()).hexdigest()[:32]}"
+        click.echo(display(f"{len(written)} decision files in {folder} ({counts})"))
 
 
 @decisions.command("replay")
