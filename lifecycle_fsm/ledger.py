@@ -163,12 +163,13 @@ class Ledger(CandidateCommands):
         ledger.location = os.fspath(path_or_url)
         return ledger
 
-    def seal(self) -> JSON:
+    def seal(self, *, event_id: str | None = None) -> JSON:
         """Sign the head and append `HeadSealed` to the `seals` stream; the signed head. Needs `signing_key`;
         keep the result outside the ledger and check it later with `lifecycle verify --expect-head`."""
         from lifecycle_fsm.seals import seal
 
-        return seal(self.store, self._private_key("seal"), actor=self.actor, clock=self._clock)
+        check_key(event_id)
+        return seal(self.store, self._private_key("seal"), actor=self.actor, clock=self._clock, event_id=event_id)
 
     def attest(self, candidate_id: str) -> JSON:
         """The candidate's hand-off as a signed DSSE envelope (in-toto Statement v1); appends nothing."""

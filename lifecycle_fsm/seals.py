@@ -17,7 +17,7 @@ import attrs
 import orjson
 
 from lifecycle_fsm.command_inputs import recorded_time
-from lifecycle_fsm.errors import ConcurrencyError, ConflictError, CorruptionError, IntegrityError
+from lifecycle_fsm.errors import ConcurrencyError, ConflictError, CorruptionError, DuplicateEventError, IntegrityError
 from lifecycle_fsm.events import SEALS_STREAM, HeadSealed, LedgerInitialized
 from lifecycle_fsm.findings import add_problem, problem
 from lifecycle_fsm.json_types import JSON
@@ -41,6 +41,7 @@ __all__ = [
     "seal",
     "seal_message",
     "sealable_head",
+    "sealed_under",
     "signed_head_text",
 ]
 
@@ -72,6 +73,7 @@ def seal(
     clock: Callable[[], str],
     before_commit: Callable[[JSON], None] | None = None,
     checked: Head | None = None,
+    event_id: str | None = None,
 ) -> JSON:
     """Append a `HeadSealed` signing the head before it; return the signed head (`seal --json`).
 
@@ -79,16 +81,19 @@ def seal(
     so the seal lands right after the head it signs. `before_commit` gets the signed
     head inside that transaction, before the commit: a file written there (and fsynced)
     exists before the seal does, and if writing it fails nothing is appended. `checked`:
-    what `sealable_head` returned for this key (the walk is not done again).
+    what `sealable_head` returned for this key (the walk is not done again). `event_id`:
+    the idempotency key; a seal already stored under it is answered, nothing appended.
     """
     ledger_id = ledger_id_of(store)
     if ledger_id is None:
         raise ConflictError("the ledger is empty: there is no head to seal yet")
+    if event_id is not None and (done := sealed_under(store, event_id)) is not None:
+        return done
     # The rows since the last seal that holds, walked outside the lock; the few appended meanwhile, under it.
     checked = checked if checked is not None else sealable_head(store, key)
     for _ in range(20):
         with contextlib.suppress(ConcurrencyError):  # another writer appended meanwhile: sign the new head
-            return _append_seal(store, key, ledger_id, actor, clock, before_commit, checked)
+            return _append_seal(store, key, ledger_id, actor, clock, before_commit, checked, event_id)
     raise ConcurrencyError(
         "could not seal: other writers kept appending; retry the command",
         stream_id=SEALS_STREAM,
@@ -159,6 +164,7 @@ def _append_seal(
     clock: Callable[[], str],
     before_commit: Callable[[JSON], None] | None,
     checked: Head,
+    event_id: str | None,
 ) -> JSON:
     """One attempt: the seal must land right after the head it signs, or nothing is kept."""
     signer = key_id(key.public_key())
@@ -173,11 +179,12 @@ def _append_seal(
             type=event.TYPE,
             schema_version=event.SCHEMA_VERSION,
             payload=event.to_payload(),
-            event_id=str(uuid.uuid4()),
+            event_id=event_id or uuid.uuid4().hex,
             recorded_at=recorded_time(clock()),
             actor=actor,
         )
-        stored = tx.append(SEALS_STREAM, tx.stream_version(SEALS_STREAM), [new], fresh_ids=True).events[0]
+        fresh = event_id is None
+        stored = tx.append(SEALS_STREAM, tx.stream_version(SEALS_STREAM), [new], fresh_ids=fresh).events[0]
         if stored.seq != head.seq + 1:  # raised inside the transaction: rolled back
             raise ConcurrencyError(
                 "the head moved while sealing",
@@ -185,17 +192,36 @@ def _append_seal(
                 expected_version=head.seq + 1,
                 actual_version=stored.seq,
             )
-        signed = {
-            "ledger_id": ledger_id,
-            "seq": head.seq,
-            "hash": head.hash,
-            "sealed_at": stored.recorded_at,
-            "key_id": signer,
-            "signature": signature,
-        }
+        signed = _signed_head(event.to_payload(), stored.recorded_at)
         if before_commit is not None:
             before_commit(signed)
     return signed
+
+
+def _signed_head(payload: JSON, sealed_at: str) -> JSON:
+    """The signed head a seal returns, from its `HeadSealed` payload."""
+    fields = ("ledger_id", "seq", "hash")
+    return {
+        **{k: payload[k] for k in fields},
+        "sealed_at": sealed_at,
+        "key_id": payload["key_id"],
+        "signature": payload["signature"],
+    }
+
+
+def sealed_under(store: EventStore, event_id: str) -> JSON | None:
+    """The signed head the seal keyed `event_id` returned, None when the key is new (DuplicateEventError when
+    another command's event holds it)."""
+    stored = store.event_by_id(event_id)
+    if stored is None:
+        return None
+    if stored.type != HeadSealed.TYPE or stored.stream_id != SEALS_STREAM:
+        raise DuplicateEventError(
+            f"event id {event_id!r} is already used at seq {stored.seq} by {stored.type}: give the seal a new one",
+            event_id=event_id,
+            seq=stored.seq,
+        )
+    return _signed_head(decoded_payload(stored), stored.recorded_at)
 
 
 @attrs.frozen

@@ -17,6 +17,7 @@ import pytest
 from conftest import Workspace, cli, count_events, hand_off_dpo, invoke, restore_triggers, run_cli
 from cryptography.hazmat.primitives import serialization
 
+from lifecycle_fsm import Ledger
 from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.pins import parse_expected_head
 from lifecycle_fsm.seals import ledger_id_of
@@ -486,3 +487,30 @@ def test_a_seal_signs_exactly_these_bytes() -> None:
             {"ledger_id": "0123abcd" * 4, "seq": 42, "hash": "ab" * 32}, sort_keys=True, separators=(",", ":")
         ).encode()
     )
+
+
+def test_a_keyed_seal_retried_answers_what_it_signed_and_appends_nothing(ws: Workspace, keys: Path) -> None:
+    """`seal --event-id K` again (a retry) prints the head it signed the first time, even once the head moved;
+    with `--out`, a file holding that signed head answers it; a key another command used is refused."""
+    db = _ready_ledger(ws)
+    code, first, _ = _signed(db, keys, "seal", "--event-id", "nightly-1", "--json")
+    assert code == 0
+    events = count_events(db)
+    moved = run_cli(db, "evaluation", "activate", "eval-v9", "--event-id", "moves-on")
+    assert moved.returncode == 0, moved.stderr  # the head moves on
+    events = count_events(db)
+    code, again, _ = _signed(db, keys, "seal", "--event-id", "nightly-1", "--json")
+    assert (code, json.loads(again), count_events(db)) == (0, json.loads(first), events)
+    code, _, err = _signed(db, keys, "seal", "--event-id", "moves-on")
+    assert (code, count_events(db)) == (5, events) and "already used" in err  # as for any command
+
+    out = ws.root / "head.json"
+    assert _signed(db, keys, "seal", "--event-id", "nightly-2", "--out", str(out))[0] == 0
+    written, events = out.read_bytes(), count_events(db)
+    code, text, _ = _signed(db, keys, "seal", "--event-id", "nightly-2", "--out", str(out))
+    assert (code, out.read_bytes(), count_events(db)) == (0, written, events) and str(out) in text
+    code, _, err = _signed(db, keys, "seal", "--event-id", "nightly-2", "--out", str(ws.root / "other.json"))
+    assert code == 3 and "does not hold its signed head" in err and not (ws.root / "other.json").exists()
+    with Ledger.open(db, signing_key=str(keys / "lifecycle-signing.key")) as ledger:
+        assert ledger.seal(event_id="nightly-1") == json.loads(first)
+    assert count_events(db) == events

@@ -14,6 +14,7 @@ import click
 
 from lifecycle_fsm.cli.app import OutputFile, SuggestingGroup, json_option, open_ledger, require_signing_key, wants_json
 from lifecycle_fsm.cli.render import emit
+from lifecycle_fsm.cli.writes import event_id_option
 from lifecycle_fsm.errors import InputError, LifecycleError
 from lifecycle_fsm.limits import display
 from lifecycle_fsm.outputs import StagedFile, stage
@@ -65,22 +66,34 @@ def key_new(out: Path) -> None:
     type=OutputFile(),
     help="Write the signed head to FILE (refused if it exists; `-` prints) instead of printing.",
 )
+@event_id_option
 @json_option
-def seal_command(out: Path | None) -> None:
+def seal_command(out: Path | None, event_id: str | None) -> None:
     """Sign the head and append the seal to the `seals` stream; print (or write) the signed head."""
+    from lifecycle_fsm.command_inputs import check_key
     from lifecycle_fsm.ledger import utc_now
-    from lifecycle_fsm.seals import seal, signed_head_text
+    from lifecycle_fsm.seals import seal, sealed_under, signed_head_text
 
     if out is not None and str(out) == "-":  # stdout, as `-` means to every other tool
         out = None
+    check_key(event_id)
     private = require_signing_key("seal")
     ledger = open_ledger(must_exist=True)
     if out is None:
-        doc = seal(ledger.store, private, actor=ledger.actor, clock=utc_now)
+        doc = seal(ledger.store, private, actor=ledger.actor, clock=utc_now, event_id=event_id)
         if wants_json():
             emit(doc)
         else:
             click.echo(signed_head_text(doc), nl=False)
+        return
+    done = None if event_id is None else sealed_under(ledger.store, event_id)
+    if done is not None:  # a retry: answered when the file holds the signed head that seal returned
+        if not (os.path.isfile(out) and out.read_bytes() == signed_head_text(done).encode()):
+            raise InputError(
+                f"the seal keyed {event_id!r} is in the ledger (head seq {done['seq']}) and {out} does not hold its "
+                f"signed head: `lifecycle seal --event-id {event_id}` prints it"
+            )
+        _sealed(done, out)
         return
     if os.path.lexists(out):
         raise InputError(f"{out} already exists: a signed head is never overwritten")
@@ -94,7 +107,9 @@ def seal_command(out: Path | None) -> None:
         staged[:] = [stage(target, signed_head_text(signed).encode(), what="nothing was sealed")]
 
     try:
-        doc = seal(ledger.store, private, actor=ledger.actor, clock=utc_now, before_commit=write_first)
+        doc = seal(
+            ledger.store, private, actor=ledger.actor, clock=utc_now, before_commit=write_first, event_id=event_id
+        )
     except BaseException:
         for file in staged:
             file.discard()
@@ -103,6 +118,10 @@ def seal_command(out: Path | None) -> None:
         staged[0].commit(exclusive=True)
     except LifecycleError as e:
         raise type(e)(f"{e}; the seal is in the ledger: `lifecycle seal --out` again writes a new one") from None
+    _sealed(doc, out)
+
+
+def _sealed(doc: dict[str, object], out: Path) -> None:
     if wants_json():
         emit(doc)
     else:
