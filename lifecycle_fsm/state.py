@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 import orjson
 
-from lifecycle_fsm.errors import CorruptionError
+from lifecycle_fsm.errors import CorruptionError, InputError
 from lifecycle_fsm.events import (
     CANDIDATE_PREFIX,
     EVENT_TYPES,
@@ -243,9 +243,20 @@ def fold(rows: Iterable[Row], start: LedgerState = EMPTY, *, whole_log: bool = F
 
 
 def apply(
-    state: CandidateState | LedgerSettings | None, event: Event, *, seq: int, stream_id: str
+    state: CandidateState | LedgerSettings | None, event: Event, *, seq: int | None = None, stream_id: str | None = None
 ) -> CandidateState | LedgerSettings:
-    """The typed fold of one event: the state of `stream_id` after `event` recorded at `seq`."""
+    """The typed fold of one event: the state of `stream_id` after `event` recorded at `seq`.
+
+    `stream_id` defaults to the ledger's for a settings event, else the state's candidate (or the
+    one a receipt or registration names); `seq` to the one after the state's last event.
+    """
+    if stream_id is None:
+        named = state.candidate_id if isinstance(state, CandidateState) else getattr(event, "candidate_id", None)
+        stream_id = LEDGER_STREAM if event.TYPE in LEDGER_EVENTS else CANDIDATE_PREFIX + str(named)
+        if named is None and event.TYPE not in LEDGER_EVENTS:
+            raise InputError(f"{event.TYPE} names no candidate: give apply() its stream_id")
+    if seq is None:
+        seq = 1 if state is None else state.last_seq + 1
     version = 1 if state is None else state.version + 1
     row: Row = (seq, stream_id, version, event.TYPE, event.SCHEMA_VERSION, canonical_json(event.to_payload()))
     if stream_id == LEDGER_STREAM:

@@ -9,7 +9,7 @@ import attrs
 import orjson
 import pytest
 
-from lifecycle_fsm.errors import CorruptionError
+from lifecycle_fsm.errors import CorruptionError, InputError
 from lifecycle_fsm.events import (
     LEDGER_STREAM,
     SEALS_STREAM,
@@ -390,6 +390,16 @@ def test_typed_apply_dispatches_on_stream() -> None:
     candidate = apply(candidate, StageFailed(stage="reward"), seq=6, stream_id=STREAM)
     assert isinstance(candidate, CandidateState)
     assert candidate == fold([(name, payload), stage_failed("reward")], first_seq=5)[-1]
+    # The SPEC's two-argument form: the stream and the next seq from the state and the event.
+    assert apply(None, CandidateReceived(**payload)) == fold([(name, payload)], first_seq=1)[-1]
+    assert apply(candidate, StageFailed(stage="reward")) == apply(
+        candidate, StageFailed(stage="reward"), seq=7, stream_id=STREAM
+    )
+    assert apply(settings, WindowAdvanced(active_window=3, previous_window=2)) == apply(
+        settings, WindowAdvanced(active_window=3, previous_window=2), seq=5, stream_id=LEDGER_STREAM
+    )
+    with pytest.raises(InputError, match="names no candidate"):
+        apply(None, StageFailed(stage="reward"))
     for elsewhere in ("elsewhere", SEALS_STREAM):  # a seal is folded only as a row of the whole log
         with pytest.raises(CorruptionError, match="unknown stream"):
             apply(None, StageFailed(stage="reward"), seq=7, stream_id=elsewhere)
