@@ -39,25 +39,26 @@ def parse_time(text: str) -> str:
 
 
 def parse_seq(text: str, option: str = "--as-of") -> int:
-    """A seq given as `option`'s value: ASCII digits, at least 1, at most int64 (InputError otherwise)."""
+    """A seq given as `option`'s value: ASCII digits, at most int64, 0 for the log before its first event
+    (InputError otherwise)."""
     stripped = text.strip()
     digits = stripped.removeprefix("-")
     if not (digits.isascii() and digits.isdigit()):  # str.isdigit alone takes "²", which int() refuses
-        raise InputError(f"{option} {text}: not a seq (a whole number from 1)")
+        raise InputError(f"{option} {text}: not a seq (a whole number from 0)")
     # int() refuses a string of 4300+ digits (a ValueError traceback): leading zeros go first, and a
     # number of more than 19 digits is too large for a seq anyway.
     significant = digits.lstrip("0") or "0"
     sign = -1 if stripped.startswith("-") else 1
     seq = sign * (int(significant) if len(significant) <= 19 else MAX_INT64 + 1)
-    if seq < 1:
-        raise InputError(f"{option} {text}: a seq starts at 1")
+    if seq < 0:
+        raise InputError(f"{option} {text}: a seq is a whole number from 0 (0: before the first event)")
     if seq > MAX_INT64:
         raise InputError(f"{option} {text}: no seq is that large")
     return seq
 
 
 def parse_as_of(text: str) -> AsOf:
-    """A seq (ASCII digits only, at least 1) or a time (anything else ISO 8601).
+    """A seq (ASCII digits only; 0 is before the first event) or a time (anything else ISO 8601).
 
     A signed whole number (`-1`, `+3`) is no time, and was surely meant as a seq: the
     refusal says what a seq is, not that it failed to parse as a time.
@@ -67,7 +68,7 @@ def parse_as_of(text: str) -> AsOf:
         return parse_seq(text)
     if stripped[:1] in ("-", "+") and stripped[1:].isascii() and stripped[1:].isdigit():
         raise InputError(
-            f"--as-of {stripped}: a seq is a whole number from 1, written in plain digits "
+            f"--as-of {stripped}: a seq is a whole number from 0, written in plain digits "
             "(or give an ISO 8601 time, e.g. 2026-11-30T12:00:00Z)"
         )
     return parse_time(stripped)

@@ -129,14 +129,14 @@ def test_status_as_of_text_names_the_position(ws: Workspace, advanced: dict[str,
             "as of 2026-03-01T12:00:00.000000Z (the log up to seq 0)",
         ),
         (["explain", "dpo-v5", "--as-of", "yesterday"], 2, "not an ISO 8601 time"),
-        (["explain", "dpo-v5", "--as-of", "0"], 2, "a seq starts at 1"),
+        (["explain", "dpo-v5", "--as-of", "0"], 4, "unknown candidate: 'dpo-v5' as of seq 0: none of its events yet"),
+        (["status", "dpo-v5", "--as-of", "0"], 4, "unknown candidate"),
         (["status", "--as-of", "\u00b2"], 2, "not an ISO 8601 time"),  # isdigit() but not int(): was a traceback
         (["status", "--as-of", "0001-01-01T00:00:00+01:00"], 2, "outside the years 1 to 9999"),  # was a traceback
         (["log", "--since", "9999-12-31T23:59:59-01:00"], 2, "outside the years 1 to 9999"),
         # replay --to holds a seq to the same rules (it replayed "to seq 8" for --to 9999, exit 0)
         (["replay", "--to", "9999"], 3, "Error: --to 9999 is past the head of the log (seq 8)\n"),
-        (["replay", "--to", "0"], 2, "--to 0: a seq starts at 1"),
-        (["replay", "--to", "-1"], 2, "--to -1: a seq starts at 1"),
+        (["replay", "--to", "-1"], 2, "--to -1: a seq is a whole number from 0"),
         (["replay", "--to", "x"], 2, "--to x: not a seq"),
         # int() refuses 4300+ digits: a ValueError traceback (exit 1), not a usage error
         (["replay", "--to", "9" * 5000], 2, "no seq is that large"),
@@ -156,13 +156,13 @@ def test_as_of_refusals(ws: Workspace, advanced: dict[str, int], args: list[str]
 def test_a_signed_number_as_of_says_what_a_seq_is(
     ws: Workspace, advanced: dict[str, int], command: list[str], value: str
 ) -> None:
-    """`--as-of -1` was meant as a seq: the usage error says a seq is a whole number from 1 (or give a time),
+    """`--as-of -1` was meant as a seq: the usage error says a seq is a whole number from 0 (or give a time),
     not that "-1" failed to parse as an ISO 8601 time."""
     result = invoke(ws.db, *command, "--as-of", value)
     assert (result.exit_code, result.stdout) == (2, "")
     shown = value.strip()
     assert result.stderr.startswith(
-        f"Error: Invalid value for '--as-of': --as-of {shown}: a seq is a whole number from 1, written in plain "
+        f"Error: Invalid value for '--as-of': --as-of {shown}: a seq is a whole number from 0, written in plain "
         "digits (or give an ISO 8601 time, e.g. 2026-11-30T12:00:00Z) (see `"
     ), result.stderr
     assert "not an ISO 8601 time" not in result.stderr and result.stderr.count("\n") == 1

@@ -227,7 +227,7 @@ class OutputFile(click.Path):
 
 
 AS_OF = ParsedType("SEQ|ISO-TIME", "parse_as_of")  # a seq (digits) or an ISO 8601 time
-SEQ = ParsedType("SEQ", "parse_seq")  # ASCII digits, from 1
+SEQ = ParsedType("SEQ", "parse_seq")  # ASCII digits, from 0
 TIME = ParsedType("ISO-TIME", "parse_time")  # Z or an offset (naive = UTC), as the stored UTC text
 
 
