@@ -130,7 +130,7 @@ TARGETS = (
     Target(
         "seals",
         "lifecycle_fsm/seals.py",
-        ("seal_message", "check_seals", "check_expected_heads", "_seq_problem", "_hash_problem"),
+        ("seal_message", "check_seals", "check_expected_heads", "sealed_under"),
         (
             "tests/test_trust_seals.py",
             "tests/test_trust_forged_seals.py",
@@ -138,6 +138,12 @@ TARGETS = (
             "tests/test_trust_reads.py",
             "tests/test_sub_keys.py",
         ),
+    ),
+    Target(
+        "pins",
+        "lifecycle_fsm/pins.py",
+        ("parse_expected_head", "_seq_problem", "_hash_problem"),
+        ("tests/test_trust_seals.py", "tests/test_trust_backends.py"),
     ),
     Target(
         "verify",
