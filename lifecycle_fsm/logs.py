@@ -83,9 +83,10 @@ class Logger:
     def _log(self, level: str, event: str, fields: dict[str, object]) -> None:
         if not self.enabled(level):
             return
-        setting = _pending.pop("cli", None)
-        if setting is not None:
-            _configure_structlog(*setting)
+        setting = _pending.get("cli")
+        if setting is not None:  # configured before the setting is dropped: another thread meanwhile waits for it
+            _configure_structlog(*setting)  # two threads may both get here: the same setting, twice
+            _pending.pop("cli", None)
         lib = sys.modules.get("structlog")
         if lib is not None and lib.is_configured():
             getattr(lib.get_logger(self.name), level)(event, **fields)

@@ -93,7 +93,13 @@ def seal(
     checked = checked if checked is not None else sealable_head(store, key)
     for _ in range(20):
         with contextlib.suppress(ConcurrencyError):  # another writer appended meanwhile: sign the new head
-            return _append_seal(store, key, ledger_id, actor, clock, before_commit, checked, event_id)
+            try:
+                return _append_seal(store, key, ledger_id, actor, clock, before_commit, checked, event_id)
+            except DuplicateEventError:  # the same keyed seal, run at the same time, landed first: its answer
+                done = None if event_id is None else sealed_under(store, event_id)
+                if done is None:
+                    raise
+                return done
     raise ConcurrencyError(
         "could not seal: other writers kept appending; retry the command",
         stream_id=SEALS_STREAM,

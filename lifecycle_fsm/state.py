@@ -255,6 +255,8 @@ def apply(
         stream_id = LEDGER_STREAM if event.TYPE in LEDGER_EVENTS else CANDIDATE_PREFIX + str(named)
         if named is None and event.TYPE not in LEDGER_EVENTS:
             raise InputError(f"{event.TYPE} names no candidate: give apply() its stream_id")
+    if isinstance(state, CandidateState if stream_id == LEDGER_STREAM else LedgerSettings):
+        raise InputError(f"{event.TYPE} on stream {stream_id!r} does not fold onto a {type(state).__name__}")
     if seq is None:
         seq = 1 if state is None else state.last_seq + 1
     version = 1 if state is None else state.version + 1

@@ -318,8 +318,7 @@ def test_drills_package_surface() -> None:
     ("to", "actual"),
     [
         (99, "--to 99 is past the head of the log (seq 4)"),
-        (0, "--to 0: a seq starts at 1"),
-        (-1, "--to -1: a seq starts at 1"),
+        (-1, "--to -1: a seq is never negative"),
     ],
 )
 def test_a_replay_step_to_a_seq_that_does_not_exist_fails(tmp_path: Path, to: int, actual: str) -> None:

@@ -400,6 +400,10 @@ def test_typed_apply_dispatches_on_stream() -> None:
     )
     with pytest.raises(InputError, match="names no candidate"):
         apply(None, StageFailed(stage="reward"))
+    with pytest.raises(InputError, match="does not fold onto a CandidateState"):
+        apply(candidate, WindowAdvanced(active_window=3, previous_window=2))  # was fresh default settings
+    with pytest.raises(InputError, match="does not fold onto a LedgerSettings"):
+        apply(settings, CandidateReceived(**payload))
     for elsewhere in ("elsewhere", SEALS_STREAM):  # a seal is folded only as a row of the whole log
         with pytest.raises(CorruptionError, match="unknown stream"):
             apply(None, StageFailed(stage="reward"), seq=7, stream_id=elsewhere)

@@ -514,3 +514,48 @@ def test_a_keyed_seal_retried_answers_what_it_signed_and_appends_nothing(ws: Wor
     with Ledger.open(db, signing_key=str(keys / "lifecycle-signing.key")) as ledger:
         assert ledger.seal(event_id="nightly-1") == json.loads(first)
     assert count_events(db) == events
+
+
+def test_two_retries_of_one_keyed_seal_at_once_both_answer_the_seal_that_landed(tmp_path: Path) -> None:
+    """The second found the key free before the first committed (it held the lock writing its file): it
+    answers with the first one's signed head, not a DuplicateEventError."""
+    import threading
+    import time
+
+    from lifecycle_fsm.keys import load_private_key, new_key_pair
+    from lifecycle_fsm.ledger import utc_now
+    from lifecycle_fsm.seals import seal
+
+    new_key_pair(tmp_path / "keys")
+    key = load_private_key(tmp_path / "keys" / "lifecycle-signing.key")
+    db = tmp_path / "l.db"
+    Ledger.open(db).init()
+    out: dict[str, object] = {}
+
+    def run(name: str, hold: float) -> None:
+        with Ledger.open(db) as ledger:
+            try:
+                out[name] = seal(
+                    ledger.store, key, actor="a", clock=utc_now, event_id="k1", before_commit=lambda _: time.sleep(hold)
+                )
+            except Exception as e:  # the test judges it
+                out[name] = e
+
+    first = threading.Thread(target=run, args=("first", 1.0))
+    first.start()
+    time.sleep(0.3)
+    run("second", 0)
+    first.join()
+    assert isinstance(out["first"], dict) and out["second"] == out["first"]
+    assert count_events(db) == 2
+
+
+def test_a_pinned_head_is_parsed_from_seq_hash_or_a_signed_head_file(tmp_path: Path) -> None:
+    digest = "ab" * 32
+    for text in (f"42:{digest}", f"0042:{digest}", f" 42:{digest} "):
+        pin = parse_expected_head(text)
+        assert (pin.seq, pin.hash, pin.source, pin.signed) == (42, digest, text, None)
+    for text, why in [("not json {", "not JSON"), ("[1, 2]", "not an object")]:
+        (tmp_path / "head.json").write_text(text)
+        with pytest.raises(InputError, match=f"not a signed-head file \\({why}"):
+            parse_expected_head(str(tmp_path / "head.json"))

@@ -170,7 +170,9 @@ _REPORT_FORMATS = {"md": "ledger-report.md", "html": "ledger-report.html"}
 @click.option("--format", "fmt", type=click.Choice(sorted(_REPORT_FORMATS)), default="md", show_default=True)
 @click.option("--replace", is_flag=True, help="Move an existing report to <file>.previous first (one generation).")
 @click.option(
-    "--as-of", type=AS_OF, help="The ledger then: after this seq (from 1), or a time: before the first event after it."
+    "--as-of",
+    type=AS_OF,
+    help="The ledger then: after this seq (0: before any event), or a time: before the first event after it.",
 )
 @json_option
 def report(out: Path, fmt: str, replace: bool, as_of: AsOf | None) -> None:

@@ -31,7 +31,9 @@ __all__ = ["diagram", "explain", "history", "replay", "status", "wait"]
 @click.command()
 @click.argument("candidate_id", metavar="[ID]", required=False)
 @click.option(
-    "--as-of", type=AS_OF, help="The state then: after this seq (from 1), or a time: before the first event after it."
+    "--as-of",
+    type=AS_OF,
+    help="The state then: after this seq (0: before the first event), or a time: before the first event after it.",
 )
 @json_option
 def status(candidate_id: str | None, as_of: AsOf | None) -> None:
@@ -153,7 +155,7 @@ def history(candidate_id: str) -> None:
 @click.option(
     "--as-of",
     type=AS_OF,
-    help="Explain the state then: after this seq (from 1), or before the first event recorded after this time.",
+    help="Explain the state then: after this seq (0: before any), or before the first event recorded after this time.",
 )
 @click.option(
     "--format", "fmt", type=click.Choice(["text", "json", "md"]), help="Output format (default text; --json: json)."

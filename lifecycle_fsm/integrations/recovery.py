@@ -25,8 +25,8 @@ its `pre_update_checkpoint` re-hashed when the plan was made). Without one, or w
 bytes changed, training starts over from the SFT adapter, as after a rollback.
 
 Whatever the trainer is put on (a checkpoint, the SFT adapter) is re-hashed just before
-(`changed_since_planned`): a plan can be followed long after it was made (a restarted run
-follows the one an earlier run left), and the baseline's adapter is only hashed when a plan
+(`checked`): a plan can be followed long after it was made (a restarted run follows the one
+an earlier run left, `left_plan`), and the baseline's adapter is only hashed when a plan
 rolls back to it.
 """
 
@@ -43,7 +43,7 @@ import attrs
 
 from lifecycle_fsm.artifacts import hash_directory
 from lifecycle_fsm.candidate_events import TrustedStateInvalidated, TrustedStateRecorded
-from lifecycle_fsm.checks import verify_artifact
+from lifecycle_fsm.checks import ArtifactCheck, verify_artifact
 from lifecycle_fsm.errors import InputError, NotFoundError
 from lifecycle_fsm.ledger import Ledger
 from lifecycle_fsm.machine import State, allowed_triggers
@@ -177,39 +177,36 @@ def resume_point(plan: RecoveryPlan, settings: LedgerSettings) -> ResumePoint:
     )
 
 
-def _changed(point: ResumePoint, root: str | None) -> str | None:
-    """Why the folder `point` puts the trainer on may not be loaded (its bytes are not the ones the ledger
-    trusts, or it is gone), re-hashed now; None when it may (or `point` loads nothing)."""
+def _rehashed(point: ResumePoint, root: str | None) -> ArtifactCheck | None:
+    """The folder `point` puts the trainer on, re-hashed now against the digest the ledger trusts."""
     folder = point.checkpoint or point.baseline_adapter
-    if folder is None:
-        return None
-    check = verify_artifact(folder, point.sha256, root)
-    if check.verified:
-        return None
-    found = check.error or f"recorded {point.sha256}, now {check.actual}"
-    return f"{folder} is not what the ledger trusts ({found})"
+    return None if folder is None else verify_artifact(folder, point.sha256, root)
 
 
 def checked(point: ResumePoint, root: str | None) -> ResumePoint:
-    """`point`, or a stop when what it loads is not what the ledger trusts (re-hashed now)."""
-    problem = _changed(point, root)
-    if problem is None:
+    """`point`, or a stop when what it loads is not what the ledger trusts (re-hashed now: other bytes, gone,
+    or unreadable)."""
+    check = _rehashed(point, root)
+    if check is None or check.verified:
         return point
-    return ResumePoint(point.plan, TrainerAction.STOP, why=f"{problem}: not training on from it")
+    found = check.error or f"recorded {point.sha256}, now {check.actual}"
+    return ResumePoint(point.plan, TrainerAction.STOP, why=f"{check.path} is not what the ledger trusts ({found})")
 
 
-def left_plan(ledger: Ledger, candidate_id: str, run_id: str, *, fresh: bool) -> ResumePoint | None:
-    """Where the plan an earlier run left takes the trainer (its candidate still recovering), planned again
-    from what is intact now when what it loads changed since; None without one (then, `fresh`, see
-    `start_over`)."""
-    current = existing(ledger, candidate_id)
+def left_plan(ledger: Ledger, candidate_id: str, run_id: str, kind: str, *, fresh: bool) -> ResumePoint | None:
+    """Where the plan an earlier run left takes the trainer (its candidate still recovering); None without
+    one (then, `fresh`, see `start_over`). A checkpoint it names that holds other bytes now is planned
+    again (once: the new plan passes it over); one gone or unreadable (a volume not mounted yet) stops
+    training and writes nothing, and so does a changed SFT adapter (planning again cannot mend it)."""
+    current = existing(ledger, candidate_id, kind)
     plan = None if current is None else ledger.recovery_plan(candidate_id)
     if current is None or current.state is not State.RECOVERING or plan is None:
         if fresh and current is not None:
             start_over(ledger, current)
         return None
     point = resume_point(plan, ledger.settings())
-    if _changed(point, ledger.artifact_root) is not None:
+    check = _rehashed(point, ledger.artifact_root)
+    if point.checkpoint is not None and check is not None and check.actual is not None and not check.verified:
         again = ledger.fail_stage(candidate_id, plan.stage, event_id=f"{run_id}/plan-{plan.seq}/planned-again")
         point = resume_point(again.plan, ledger.settings())
     return checked(point, ledger.artifact_root)
@@ -292,9 +289,13 @@ def start_over(ledger: Ledger, current: CandidateState) -> None:
         ledger.invalidate_trusted_state(current.candidate_id, CHECKPOINT, reason)
 
 
-def existing(ledger: Ledger, candidate_id: str) -> CandidateState | None:
-    """The candidate as the ledger holds it, None before it is registered."""
+def existing(ledger: Ledger, candidate_id: str, kind: str | None = None) -> CandidateState | None:
+    """The candidate as the ledger holds it, None before it is registered; one of another `kind` than a run
+    training it is refused."""
     try:
-        return ledger.candidate(candidate_id)
+        found = ledger.candidate(candidate_id)
     except NotFoundError:
         return None
+    if kind is not None and found.kind != kind:
+        raise InputError(f"candidate {candidate_id!r} exists as a {found.kind} candidate, not {kind}")
+    return found

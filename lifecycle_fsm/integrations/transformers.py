@@ -209,10 +209,8 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
         )
         settings = self.ledger.settings()
         source = settings.active_policy_version
-        found = existing(self.ledger, self.candidate_id)
+        found = existing(self.ledger, self.candidate_id, self.kind)
         if found is not None:  # a restarted run goes on with its candidate
-            if found.kind != self.kind:
-                raise InputError(f"candidate {self.candidate_id!r} exists as a {found.kind} candidate, not {self.kind}")
             if "fail_stage" not in allowed_triggers(found.state.value):  # handed off, or decided
                 raise IllegalCommandError(
                     f"candidate {self.candidate_id!r} is {found.state.value}: its training is over (a failure "
@@ -289,7 +287,7 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
     def train(self, trainer: Trainer, **train_kwargs: Any) -> Any:
         """`trainer.train(**train_kwargs)`, recovering from failures as the ledger plans, up to `max_attempts`; a
         run restarted while its candidate is still recovering first follows the plan left in the ledger."""
-        self._trainer = trainer
+        self._trainer, self._on_loaded = trainer, None  # nothing an earlier call left pending
         callbacks = trainer.callback_handler.callbacks
         if self in callbacks:  # last: a checkpoint is recorded once every other on_save wrote into it
             callbacks.remove(self)
@@ -298,7 +296,7 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
         resume = train_kwargs.pop("resume_from_checkpoint", None)
         fresh = resume is None or resume is False
         left: ResumePoint | None = self._collective(
-            is_main, functools.partial(left_plan, self.ledger, self.candidate_id, self.run_id, fresh=fresh)
+            is_main, functools.partial(left_plan, self.ledger, self.candidate_id, self.run_id, self.kind, fresh=fresh)
         )
         if left is not None:
             resume = self._follow(trainer, left, None, resume)

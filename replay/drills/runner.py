@@ -159,9 +159,9 @@ def _checkpoint(run: Run, _step: Step) -> JSON:
 def _replay(run: Run, step: Step) -> JSON:
     assert isinstance(step.spec, steps.Replay)
     to, head = step.spec.to, run.ledger.store.head().seq
-    if to is not None and not 1 <= to <= head:  # `lifecycle replay --to` refuses it: never "replayed to the head"
-        why = f"--to {to}: a seq starts at 1" if to < 1 else f"--to {to} is past the head of the log (seq {head})"
-        raise StepFailed([("to", f"a seq from 1 to the head ({head})", why)])
+    if to is not None and not 0 <= to <= head:  # `lifecycle replay --to` refuses it: never "replayed to the head"
+        why = f"--to {to}: a seq is never negative" if to < 0 else f"--to {to} is past the head of the log (seq {head})"
+        raise StepFailed([("to", f"a seq from 0 to the head ({head})", why)])
     loaded, skipped, same = faults.load_both_ways(run.ledger.store, to)
     detail = {
         "from_checkpoint": None if loaded.checkpoint is None else loaded.checkpoint.position,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from lifecycle_fsm import Ledger, RecoveryAction
+from lifecycle_fsm import InputError, Ledger, RecoveryAction
 from lifecycle_fsm.integrations.recovery import TRAINER_ACTIONS, StageTracker, TrainerAction, resume_point
 from tests.conftest import Workspace
 from trainer.support import require_training_stack
@@ -179,3 +179,38 @@ def test_a_checkpoint_gone_since_the_plan_is_never_resumed_from(ws: Workspace, l
     shutil.rmtree(folder)
     stopped = checked(point, ledger.artifact_root)
     assert stopped.action is TrainerAction.STOP and "no such file or directory" in stopped.why
+
+
+def test_a_restart_on_a_plan_it_cannot_follow_stops_and_writes_nothing(ws: Workspace, ledger: Ledger) -> None:
+    """The SFT adapter a plan falls back to changed (planning again cannot mend it), or the checkpoint it names
+    is gone (a volume not mounted yet): each restart stops, never records a failure of its own nor blocks
+    the candidate; once the volume is back the plan is followed."""
+    import os
+
+    from lifecycle_fsm.integrations.recovery import left_plan
+
+    cid = _candidate(ws, ledger)
+    ledger.fail_stage(cid, "reward")  # no checkpoint: the plan falls back to the SFT adapter
+    adapter = ws.root / "sft" / "adapter" / "adapter_model.safetensors"
+    original = adapter.read_bytes()
+    adapter.write_bytes(b"other bytes")
+    head = ledger.store.head()
+    for _ in range(3):
+        point = left_plan(ledger, cid, "run", "grpo", fresh=True)
+        assert point is not None and point.action is TrainerAction.STOP
+    assert ledger.store.head() == head and ledger.candidate(cid).state.value == "recovering"
+    adapter.write_bytes(original)
+
+    folder = _checkpoint(ws, ledger, cid)
+    ledger.fail_stage(cid, "update")
+    head = ledger.store.head()
+    os.rename(folder, f"{folder}-away")
+    point = left_plan(ledger, cid, "run", "grpo", fresh=True)
+    assert point is not None and point.action is TrainerAction.STOP and "no such file" in point.why
+    assert ledger.store.head() == head
+    os.rename(f"{folder}-away", folder)
+    point = left_plan(ledger, cid, "run", "grpo", fresh=True)
+    assert point is not None and (point.action, point.checkpoint) == (TrainerAction.RESUME_FROM_PLAN, str(folder))
+    with pytest.raises(InputError, match="exists as a grpo candidate, not dpo"):
+        left_plan(ledger, cid, "run", "dpo", fresh=True)  # refused before anything is planned
+    assert ledger.store.head() == head

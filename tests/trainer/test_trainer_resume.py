@@ -34,13 +34,10 @@ def _began_at(ledger: Any, cid: str) -> Any:
     return BeganAt()
 
 
-@pytest.mark.parametrize("damage", ["edited", "removed"])
-def test_a_plan_left_by_an_earlier_run_is_made_again_when_its_checkpoint_changed(
-    tiny: Tiny, tmp_path: Path, damage: str
-) -> None:
-    """The attempts ran out; before the restart the checkpoint the plan names was edited or removed: the
-    restarted run plans again from what is intact (the SFT adapter here), never loads it, and records the
-    recovery only once the trainer began where the new plan says."""
+def test_a_plan_left_by_an_earlier_run_is_made_again_when_its_checkpoint_changed(tiny: Tiny, tmp_path: Path) -> None:
+    """The attempts ran out; before the restart the checkpoint the plan names was edited: the restarted run
+    plans again from what is intact (the SFT adapter here), never loads it, and records the recovery only
+    once the trainer began where the new plan says. Removed instead, it stops with nothing written."""
     from lifecycle_fsm.integrations.transformers import LedgerCallback, TrainingStopped
 
     ledger = baseline_ledger(tmp_path, tiny.sft)
@@ -50,11 +47,14 @@ def test_a_plan_left_by_an_earlier_run_is_made_again_when_its_checkpoint_changed
     checkpoint = tmp_path / "out" / "checkpoint-2"
     left = ledger.recovery_plan("r1")
     assert (left.action, left.path) == (RecoveryAction.RESTORE_PRE_UPDATE_CHECKPOINT, str(checkpoint))
-    if damage == "edited":
-        weights = checkpoint / "adapter_model.safetensors"
-        weights.write_bytes(weights.read_bytes()[:-1] + b"\0")
-    else:
-        shutil.rmtree(checkpoint)
+    shutil.move(checkpoint, tmp_path / "away")  # gone (or on a volume not mounted yet): stop, write nothing
+    head, gone = ledger.store.head(), LedgerCallback(ledger, kind="dpo", run_id="r1")
+    with pytest.raises(TrainingStopped, match="no such file or directory"):
+        gone.train(dpo_trainer(tiny, tmp_path / "out", [gone]))
+    assert ledger.store.head() == head and ledger.candidate("r1").state.value == "recovering"
+    shutil.move(tmp_path / "away", checkpoint)
+    weights = checkpoint / "adapter_model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1] + b"\0")
 
     again, began = LedgerCallback(ledger, kind="dpo", run_id="r1"), _began_at(ledger, "r1")
     assert again.train(dpo_trainer(tiny, tmp_path / "out", [began, again])).global_step == 4
@@ -117,3 +117,35 @@ def _interrupt_at(step: int) -> Any:
                 raise KeyboardInterrupt
 
     return Interrupt()
+
+
+def test_a_call_that_failed_before_train_begin_leaves_nothing_for_the_next(tiny: Tiny, tmp_path: Path) -> None:
+    """A resume whose trainer failed before the ledger's on_train_begin (another callback raised there), then
+    the same callback starting over: the abandoned checkpoint is not recorded as resumed from, and a failure
+    goes back to the SFT adapter, not to the checkpoint start_over invalidated."""
+    from transformers import TrainerCallback
+
+    from lifecycle_fsm.integrations.transformers import LedgerCallback
+
+    class BeginFailsOnce(TrainerCallback):  # type: ignore[misc]
+        fired = False
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if not self.fired:
+                self.fired = True
+                raise RuntimeError("a logger could not connect")
+
+    ledger = baseline_ledger(tmp_path, tiny.sft)
+    first = LedgerCallback(ledger, kind="dpo", run_id="r")
+    with pytest.raises(KeyboardInterrupt):
+        first.train(dpo_trainer(tiny, tmp_path / "out", [_interrupt_at(5), first], max_steps=8))
+    cb = LedgerCallback(ledger, kind="dpo", run_id="r")
+    trainer = dpo_trainer(tiny, tmp_path / "out", [BeginFailsOnce(), cb], max_steps=8)
+    with pytest.raises(RuntimeError, match="could not connect"):
+        cb.train(trainer, resume_from_checkpoint=str(tmp_path / "out" / "checkpoint-4"))
+    began = _began_at(ledger, "r")
+    assert cb.train(dpo_trainer(tiny, tmp_path / "out2", [began, fail_at(1), cb], max_steps=8)).global_step == 8
+    assert began.steps == [0, 0]
+    assert not [e for e in events_of(ledger, "r", "TrustedStateRecorded") if e.event_id.endswith("/resumed")]
+    (point,) = cb.resumed
+    assert (point.checkpoint, point.baseline_adapter) == (None, str(tiny.sft))
