@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING
 import attrs
 import orjson
 
-from lifecycle_fsm.command_inputs import recorded_time
+from lifecycle_fsm.command_inputs import check_key, recorded_time
 from lifecycle_fsm.errors import ConcurrencyError, ConflictError, CorruptionError, DuplicateEventError, IntegrityError
 from lifecycle_fsm.events import SEALS_STREAM, HeadSealed, LedgerInitialized
 from lifecycle_fsm.findings import add_problem, problem
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.keys import PublicKeys, key_id, sign
-from lifecycle_fsm.limits import display
+from lifecycle_fsm.limits import check_event_id, display
 from lifecycle_fsm.pins import ExpectedHead
 from lifecycle_fsm.store.base import EventStore, event_at, hash_at
 from lifecycle_fsm.store.chain import GENESIS, ChainWalk, canonical_json
@@ -84,6 +84,8 @@ def seal(
     what `sealable_head` returned for this key (the walk is not done again). `event_id`:
     the idempotency key; a seal already stored under it is answered, nothing appended.
     """
+    check_key(event_id)
+    check_event_id(event_id)  # the rule every command's key follows
     ledger_id = ledger_id_of(store)
     if ledger_id is None:
         raise ConflictError("the ledger is empty: there is no head to seal yet")

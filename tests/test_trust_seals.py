@@ -503,6 +503,8 @@ def test_a_keyed_seal_retried_answers_what_it_signed_and_appends_nothing(ws: Wor
     assert (code, json.loads(again), count_events(db)) == (0, json.loads(first), events)
     code, _, err = _signed(db, keys, "seal", "--event-id", "moves-on")
     assert (code, count_events(db)) == (5, events) and "already used" in err  # as for any command
+    code, _, err = _signed(db, keys, "seal", "--event-id", "nightly/2")
+    assert (code, count_events(db)) == (3, events) and "ends with '/<number>'" in err  # every key's rule
 
     out = ws.root / "head.json"
     assert _signed(db, keys, "seal", "--event-id", "nightly-2", "--out", str(out))[0] == 0

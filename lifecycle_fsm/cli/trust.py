@@ -70,13 +70,11 @@ def key_new(out: Path) -> None:
 @json_option
 def seal_command(out: Path | None, event_id: str | None) -> None:
     """Sign the head and append the seal to the `seals` stream; print (or write) the signed head."""
-    from lifecycle_fsm.command_inputs import check_key
     from lifecycle_fsm.ledger import utc_now
     from lifecycle_fsm.seals import seal, sealed_under, signed_head_text
 
     if out is not None and str(out) == "-":  # stdout, as `-` means to every other tool
         out = None
-    check_key(event_id)
     private = require_signing_key("seal")
     ledger = open_ledger(must_exist=True)
     if out is None:
