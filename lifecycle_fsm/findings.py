@@ -1,7 +1,8 @@
-"""What `verify` found, as a list: every problem in the order the checks ran.
+"""What `verify` found, as a list: every problem, the earliest position first.
 
-A report keeps `ok`, and `bad_seq` / `reason` of its first problem (what a reader of one
-finding has always read), and lists them all in `problems`, each `{code, bad_seq, reason}`
+A report keeps `ok`, and `bad_seq` / `reason` of its first problem (the first bad position,
+what a reader of one finding has always read), and lists them all in `problems` by position
+(those at no position last), each `{code, bad_seq, reason}`
 (`message` for a pinned head or a seal, `advice` for a repair). A pinned head or a seal that
 fails (`head_mismatch`, `seal_mismatch`, `seal_signature`) is evidence from outside the file
 that the log itself was cut or changed: while one fails no repair is advised, since a
@@ -34,8 +35,8 @@ def add_problem(report: JSON, found: JSON | None = None) -> JSON:
     """Add `found` (if any) to the report's problems and settle `ok`, `bad_seq`, `reason` (and
     `message`) from the first; while a trust check fails, every repair's advice is dropped.
 
-    A pinned head or seal goes after a broken chain but before what the replay found: it is the
-    stronger verdict, and what the first-finding fields should say.
+    Ordered by position; at one position a broken chain goes first, then a pinned head or seal
+    (the stronger verdict), then what the replay found.
     """
     problems: list[JSON] = report.setdefault("problems", [])
     if found is not None:
@@ -44,6 +45,7 @@ def add_problem(report: JSON, found: JSON | None = None) -> JSON:
             problems.insert(at, found)
         else:
             problems.append(found)
+        problems.sort(key=lambda p: (p["bad_seq"] is None, p["bad_seq"] or 0))  # stable: the order above at a tie
     if not problems:
         return report
     if any(p["code"] in TRUST_CODES for p in problems):

@@ -242,9 +242,14 @@ class SealFailure:
 
 
 def check_expected_heads(
-    store: EventStore, heads: Iterable[ExpectedHead], keys: PublicKeys, ledger_id: str | None
+    store: EventStore,
+    heads: Iterable[ExpectedHead],
+    keys: PublicKeys,
+    ledger_id: str | None,
+    broken_at: int | None = None,
 ) -> SealFailure | None:
-    """Each pinned head must be in the chain exactly; a signed-head file's signature must hold too."""
+    """Each pinned head must be in the chain recomputed from the rows exactly (at or past `broken_at`, where
+    the chain breaks, it is not); a signed-head file's signature must hold too."""
     for pin in heads:
         other = None if pin.signed is None else pin.signed.get("ledger_id")
         if ledger_id is not None and other is not None and other != ledger_id:
@@ -258,6 +263,8 @@ def check_expected_heads(
             named = "" if pin.source == f"{pin.seq}:{pin.hash}" else f" ({pin.source})"
             message = f"expected head {pin.seq}:{pin.hash}{named}, the ledger has {what} there"
             return SealFailure(pin.seq, "head_mismatch", message)
+        if broken_at is not None and pin.seq >= broken_at:
+            return SealFailure(pin.seq, "head_mismatch", f"expected head {pin.seq}:{pin.hash}: {_past(broken_at)}")
         if pin.signed is not None and keys:
             doc = pin.signed
             ok = doc.get("ledger_id") == ledger_id and keys.verifies(
@@ -282,11 +289,14 @@ def _seal_problem(payload: JSON) -> str | None:
     return None
 
 
-def check_seals(store: EventStore, keys: PublicKeys, ledger_id: str | None) -> tuple[JSON, SealFailure | None]:
+def check_seals(
+    store: EventStore, keys: PublicKeys, ledger_id: str | None, broken_at: int | None = None
+) -> tuple[JSON, SealFailure | None]:
     """The `seals` summary `verify --json` prints, and the first failing seal (or None).
 
     A seal must seal the head right before it (the seq before its own, with that row's
-    hash): an old seal appended again later proves nothing about the head it follows.
+    hash): an old seal appended again later proves nothing about the head it follows. A
+    head at or past `broken_at` (where the chain breaks) is not the recomputed chain's.
     """
     count, signers, last_seq = 0, set(), None
     failure: SealFailure | None = None
@@ -301,7 +311,13 @@ def check_seals(store: EventStore, keys: PublicKeys, ledger_id: str | None) -> t
         if isinstance(payload.get("key_id"), str):
             signers.add(payload["key_id"])
         failure = failure or _seal_failure(store, event, payload, keys, ledger_id)
+        if failure is None and broken_at is not None and payload["seq"] >= broken_at:
+            failure = SealFailure(event.seq, "seal_mismatch", f"seq {event.seq}: the sealed head {_past(broken_at)}")
     return {"count": count, "keys": sorted(signers), "last_seq": last_seq}, failure
+
+
+def _past(broken_at: int) -> str:
+    return f"is at or past seq {broken_at}, where the chain breaks: the chain recomputed from the rows is not that hash"
 
 
 def _seal_failure(
@@ -340,9 +356,10 @@ def add_trust_findings(
     """
     keys = keys if keys is not None else PublicKeys()
     ledger_id = ledger_id_of(store)
-    summary, sealed = check_seals(store, keys, ledger_id)
+    broken = next((p["bad_seq"] for p in report.get("problems", []) if p["code"] == "chain"), None)
+    summary, sealed = check_seals(store, keys, ledger_id, broken)
     report["seals"] = summary
-    pinned = [check_expected_heads(store, [pin], keys, ledger_id) for pin in heads]
+    pinned = [check_expected_heads(store, [pin], keys, ledger_id, broken) for pin in heads]
     for failure in [*pinned, sealed]:
         if failure is not None:
             add_problem(report, problem(failure.reason, failure.bad_seq, failure.reason, message=failure.message))

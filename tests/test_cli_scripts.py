@@ -282,3 +282,20 @@ def test_ctrl_c_on_a_wait_is_exit_130(decided: Workspace) -> None:
     waiting.send_signal(signal.SIGINT)
     _, err = waiting.communicate(timeout=60)
     assert waiting.returncode == 130 and err.strip().splitlines()[-1] == "Error: interrupted"
+
+
+def test_log_follow_whose_limit_or_before_the_log_already_meets_ends_at_once(ws: Workspace) -> None:
+    """It printed the rows, then waited for an event it would never print (until another writer came)."""
+    with ws.ledger() as led:
+        led.init()
+        led.advance_window(2)
+        led.advance_window(3)
+    for args, seqs in ((["--limit", "2"], [1, 2]), (["--before", "3"], [1, 2])):
+        done = subprocess.run(
+            _cli("--db", str(ws.db), "log", "--follow", "--poll", "0.05", *args),
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        )
+        assert (done.returncode, [int(line.split()[0]) for line in done.stdout.splitlines()]) == (0, seqs), done

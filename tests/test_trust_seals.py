@@ -561,3 +561,51 @@ def test_a_pinned_head_is_parsed_from_seq_hash_or_a_signed_head_file(tmp_path: P
         (tmp_path / "head.json").write_text(text)
         with pytest.raises(InputError, match=f"not a signed-head file \\({why}"):
             parse_expected_head(str(tmp_path / "head.json"))
+
+
+def _edit_in_place(db: Path, sql: str) -> None:
+    """An edit with the sqlite3 shell, nothing re-hashed, the triggers put back."""
+    with sqlite3.connect(db, isolation_level=None) as conn:
+        _drop_triggers(conn)
+        conn.execute(sql)
+        restore_triggers(conn)
+
+
+def test_an_edit_before_a_pinned_head_and_a_seal_fails_them_both(ws: Workspace, keys: Path) -> None:
+    """A row edited in place before them (not re-hashed): the stored hashes at the pin and at the sealed head
+    are untouched, but the chain recomputed from the rows is not them: head_mismatch and seal_mismatch are
+    among the problems, after the break (the first bad position, `bad_seq`)."""
+    db = _ready_ledger(ws)
+    code, signed, _ = _signed(db, keys, "seal", "--json")
+    sealed = json.loads(signed)
+    pin = f"{sealed['seq']}:{sealed['hash']}"
+    _edit_in_place(db, "UPDATE events SET actor = 'mallory' WHERE seq = 2")
+    code, doc = _verify(db, "--expect-head", pin, "--pubkey", str(keys / "lifecycle-signing.pub"))
+    found = [(p["code"], p["bad_seq"]) for p in doc["problems"]]
+    assert (
+        code == 6 and found[0] == ("chain", 2) and (doc["bad_seq"], doc["reason"]) == (2, doc["problems"][0]["reason"])
+    )
+    assert ("head_mismatch", sealed["seq"]) in found and ("seal_mismatch", sealed["seq"] + 1) in found
+    assert [p["bad_seq"] for p in doc["problems"] if p["bad_seq"] is not None] == sorted(
+        p["bad_seq"] for p in doc["problems"] if p["bad_seq"] is not None
+    )
+    # A pin before the edit still holds: the rows up to it recompute to its hash.
+    code, doc = _verify(db, "--expect-head", f"1:{hash_at_seq(db, 1)}")
+    assert "head_mismatch" not in [p["code"] for p in doc["problems"]]
+
+
+def test_problems_are_listed_first_bad_position_first(ws: Workspace, keys: Path) -> None:
+    """A pinned head that fails at seq 3 and a seal row edited at a later seq: `bad_seq` is 3, the first."""
+    db = _ready_ledger(ws)
+    assert _signed(db, keys, "seal")[0] == 0
+    seal_seq = count_events(db)
+    _edit_in_place(db, f"UPDATE events SET actor = 'mallory' WHERE seq = {seal_seq}")
+    code, doc = _verify(db, "--expect-head", "3:" + "d" * 64)
+    seqs = [p["bad_seq"] for p in doc["problems"]]
+    assert code == 6 and seqs[0] == 3 and doc["bad_seq"] == 3 and doc["problems"][0]["code"] == "head_mismatch"
+    assert ("chain", seal_seq) in [(p["code"], p["bad_seq"]) for p in doc["problems"]]
+
+
+def hash_at_seq(db: Path, seq: int) -> str:
+    with sqlite3.connect(db) as conn:
+        return str(conn.execute("SELECT hash FROM events WHERE seq = ?", (seq,)).fetchone()[0])

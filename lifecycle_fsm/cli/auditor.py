@@ -122,6 +122,8 @@ def _follow(ledger: Ledger, filters: JSON, *, poll: float, jsonl: bool) -> None:
             stretch = filters | {"after": after, "before": end + 1, "limit": None if limit is None else limit - shown}
             shown += _print_rows(read_log(ledger.store, log_filter(**stretch)), jsonl)
             after = end
+        if (limit is not None and shown >= limit) or after >= before - 1:
+            return  # met by what was there already: never wait for an event it would not print
         event = next(stretches, None)  # the next event: then read on to the head
         if event is None:  # the ledger was closed
             return
