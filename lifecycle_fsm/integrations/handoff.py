@@ -12,7 +12,7 @@ from lifecycle_fsm.json_types import JSON, strict_loads
 from lifecycle_fsm.ledger import Ledger
 from lifecycle_fsm.machine import State
 
-__all__ = ["adapter_received", "manifest_defaults", "refuse_filled"]
+__all__ = ["adapter_received", "manifest_defaults", "may_finish", "refuse_filled"]
 
 # Manifest fields `finish` fills from the run and the adapter it saves, never from a caller.
 _FILLED = frozenset({"candidate_id", "kind", "adapter_path", "adapter_sha256"})
@@ -78,3 +78,23 @@ def _refuse_other_decision(ledger: Ledger, candidate_id: str, decision: str) -> 
             f"candidate {candidate_id!r} received its adapter with decision {recorded!r}: finish(decision="
             f"{decision!r}) cannot change it (a new decision needs a new candidate)"
         )
+
+
+def may_finish(
+    ledger: Ledger,
+    candidate_id: str,
+    registered: JSON | None,
+    adapter: str,
+    manifest_file: str,
+    decision: str,
+    fields: JSON,
+) -> bool:
+    """`adapter_received`, after what `finish` refuses before it saves anything: a run that never trained
+    (the candidate is registered at train begin), and no evaluation version for the manifest it would write."""
+    received = adapter_received(ledger, candidate_id, adapter, manifest_file, decision)
+    if registered is None:
+        raise InputError("finish() before training: cb.train(trainer) registers the candidate first")
+    chosen = fields["evaluation_version"] if "evaluation_version" in fields else ledger.settings().evaluation_version
+    if not received and not chosen:
+        raise InputError("finish() needs evaluation_version: the ledger has no active evaluation version")
+    return received

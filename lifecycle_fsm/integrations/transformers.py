@@ -18,7 +18,7 @@ from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState,
 
 from lifecycle_fsm.artifacts import hash_directory
 from lifecycle_fsm.errors import IllegalCommandError, InputError, LifecycleError
-from lifecycle_fsm.integrations.handoff import adapter_received, manifest_defaults, refuse_filled
+from lifecycle_fsm.integrations.handoff import manifest_defaults, may_finish, refuse_filled
 from lifecycle_fsm.integrations.provenance import provenance_card
 from lifecycle_fsm.integrations.recorder import (
     MainProcessError,
@@ -348,7 +348,10 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
         refuse_filled(manifest_fields)
         is_main = trainer.is_world_process_zero()
         received = self._collective(
-            is_main, lambda: adapter_received(self.ledger, self.candidate_id, adapter, MANIFEST_FILE, decision)
+            is_main,
+            lambda: may_finish(
+                self.ledger, self.candidate_id, self._registered, adapter, MANIFEST_FILE, decision, manifest_fields
+            ),
         )
         if not received:
             trainer.save_model(adapter)  # every rank: the Trainer writes from the main process
@@ -362,14 +365,11 @@ class LedgerCallback(TrainerCallback):  # type: ignore[misc, unused-ignore]  # A
         hand off: each under the run's key, so a repeated `finish` answers with what was recorded."""
         if self._recorder is not None:
             self._recorder.close()
-        if self._registered is None:
-            raise InputError("finish() before training: cb.train(trainer) registers the candidate first")
+        assert self._registered is not None  # refused by may_finish before anything was saved
         root = self.ledger.artifact_root
         manifest_path = os.path.join(os.path.dirname(adapter), MANIFEST_FILE)
         settings = self.ledger.settings()
         chosen = manifest_defaults(self.kind, self.card, self._registered, settings.evaluation_version) | fields
-        if not chosen.get("evaluation_version"):
-            raise InputError("finish() needs evaluation_version: the ledger has no active evaluation version")
         if write:
             manifest = candidate_manifest(
                 candidate_id=self.candidate_id,

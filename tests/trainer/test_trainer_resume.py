@@ -149,3 +149,28 @@ def test_a_call_that_failed_before_train_begin_leaves_nothing_for_the_next(tiny:
     assert not [e for e in events_of(ledger, "r", "TrustedStateRecorded") if e.event_id.endswith("/resumed")]
     (point,) = cb.resumed
     assert (point.checkpoint, point.baseline_adapter) == (None, str(tiny.sft))
+
+
+def test_finish_refuses_before_it_saves_anything(tiny: Tiny, tmp_path: Path) -> None:
+    """Before training, or with no evaluation version for its manifest: refused with nothing saved or appended
+    (the adapter was saved first and the candidate left pending); given one, it hands off."""
+    from lifecycle_fsm import InputError, Ledger, State
+    from lifecycle_fsm.integrations.transformers import LedgerCallback
+    from lifecycle_fsm.manifests import write_manifest
+    from lifecycle_fsm.replay.drills.seeds import baseline_manifest
+
+    ledger = Ledger.open(tmp_path / "ledger.db")
+    ledger.init()
+    sft = baseline_manifest(hash_directory(tiny.sft), adapter_path=str(tiny.sft))
+    ledger.activate_baseline(write_manifest(tmp_path / "sft.json", sft))  # no evaluation version activated
+    cb = LedgerCallback(ledger, kind="dpo", run_id="r9")
+    trainer = dpo_trainer(tiny, tmp_path / "out", [cb])
+    adapter = tmp_path / "out" / "candidate-adapter"
+    with pytest.raises(InputError, match="before training"):
+        cb.finish(trainer)
+    cb.train(trainer)
+    head = ledger.store.head()
+    with pytest.raises(InputError, match="needs evaluation_version"):
+        cb.finish(trainer)
+    assert not adapter.exists() and ledger.store.head() == head
+    assert cb.finish(trainer, evaluation_version="eval-v1").state is State.READY
