@@ -589,9 +589,11 @@ def test_an_edit_before_a_pinned_head_and_a_seal_fails_them_both(ws: Workspace, 
     assert [p["bad_seq"] for p in doc["problems"] if p["bad_seq"] is not None] == sorted(
         p["bad_seq"] for p in doc["problems"] if p["bad_seq"] is not None
     )
-    # A pin before the edit still holds: the rows up to it recompute to its hash.
+    # A pin before the edit still holds: the rows up to it recompute to its hash; one at the edited row fails.
     code, doc = _verify(db, "--expect-head", f"1:{hash_at_seq(db, 1)}")
     assert "head_mismatch" not in [p["code"] for p in doc["problems"]]
+    code, doc = _verify(db, "--expect-head", f"2:{hash_at_seq(db, 2)}")
+    assert ("head_mismatch", 2) in [(p["code"], p["bad_seq"]) for p in doc["problems"]]
 
 
 def test_problems_are_listed_first_bad_position_first(ws: Workspace, keys: Path) -> None:
