@@ -611,3 +611,22 @@ def test_problems_are_listed_first_bad_position_first(ws: Workspace, keys: Path)
 def hash_at_seq(db: Path, seq: int) -> str:
     with sqlite3.connect(db) as conn:
         return str(conn.execute("SELECT hash FROM events WHERE seq = ?", (seq,)).fetchone()[0])
+
+
+def test_a_sealed_head_edited_in_place_fails_its_seal(ws: Workspace, keys: Path) -> None:
+    """The row the seal signed, edited without re-hashing: the chain breaks there and the seal right after it
+    does not hold (its head is not the recomputed chain's)."""
+    db = _ready_ledger(ws)
+    sealed = json.loads(_signed(db, keys, "seal", "--json")[1])
+    _edit_in_place(db, f"UPDATE events SET actor = 'mallory' WHERE seq = {sealed['seq']}")
+    found = [(p["code"], p["bad_seq"]) for p in _verify(db)[1]["problems"]]
+    assert found[:2] == [("chain", sealed["seq"]), ("seal_mismatch", sealed["seq"] + 1)]
+
+
+def test_a_seal_whose_payload_is_not_json_fails_even_re_hashed(ws: Workspace, keys: Path) -> None:
+    db = _ready_ledger(ws)
+    assert _signed(db, keys, "seal")[0] == 0
+    seal_seq = count_events(db)
+    _rehash_everything(db, f"UPDATE events SET payload = 'not json' WHERE seq = {seal_seq}")
+    code, doc = _verify(db)
+    assert code == 6 and ("seal_mismatch", seal_seq) in [(p["code"], p["bad_seq"]) for p in doc["problems"]]
