@@ -72,6 +72,10 @@ def test_refused_matches_subclasses_unless_exact(tmp_path: Path) -> None:
     refused: {error: ConflictError, contains: no such words}
   - complete_recovery: dpo-v5
     refused: InputError
+  - complete_recovery: dpo-v5
+    refused: RuntimeError
+  - complete_recovery: dpo-v5
+    refused: ValueError
 """,
     )
     assert [m.split(", actual")[0] for m in messages] == [
@@ -79,6 +83,7 @@ def test_refused_matches_subclasses_unless_exact(tmp_path: Path) -> None:
         "step 8 (complete_recovery): outcome: expected \"refused with ConflictError (message containing 'no such "
         "words')\"",
         'step 9 (complete_recovery): outcome: expected "refused with InputError"',
+        'step 11 (complete_recovery): outcome: expected "refused with ValueError"',  # a ConflictError is a RuntimeError
     ]
     assert all(', actual "IllegalCommandError: ' in m for m in messages)
 

@@ -53,10 +53,14 @@ ManifestField = Literal[
     "verifier_version",
 ]
 NAME = re.compile(r"[A-Za-z0-9._-]+\Z")
+# The project's error classes, and the builtin ones they also are (an InputError is a ValueError, ...).
 ERROR_CLASSES: dict[str, type[Exception]] = {
-    name: cls
-    for name in errors_module.__all__
-    if isinstance(cls := getattr(errors_module, name), type) and issubclass(cls, Exception)
+    **{cls.__name__: cls for cls in (ValueError, LookupError, RuntimeError, OSError, TimeoutError)},
+    **{
+        name: cls
+        for name in errors_module.__all__
+        if isinstance(cls := getattr(errors_module, name), type) and issubclass(cls, Exception)
+    },
 }
 
 
