@@ -25,7 +25,7 @@ from lifecycle_fsm.keys import PublicKeys, key_id, sign
 from lifecycle_fsm.limits import check_event_id, display
 from lifecycle_fsm.pins import ExpectedHead
 from lifecycle_fsm.store.base import EventStore, event_at, hash_at
-from lifecycle_fsm.store.chain import GENESIS, ChainWalk, canonical_json
+from lifecycle_fsm.store.chain import GENESIS, TIME_FORM_BREAK, ChainWalk, canonical_json
 from lifecycle_fsm.store.records import EventFilter, Head, NewEvent, StoredEvent
 from lifecycle_fsm.upcasting import decoded_payload, derived_ledger_id
 
@@ -356,7 +356,9 @@ def add_trust_findings(
     """
     keys = keys if keys is not None else PublicKeys()
     ledger_id = ledger_id_of(store)
-    broken = next((p["bad_seq"] for p in report.get("problems", []) if p["code"] == "chain"), None)
+    breaks = [p for p in report.get("problems", []) if p["code"] == "chain"]
+    # Where the chain recomputed from the rows stops holding (a row's time form aside: its hashes hold).
+    broken = next((p["bad_seq"] for p in breaks if TIME_FORM_BREAK not in p["reason"]), None)
     summary, sealed = check_seals(store, keys, ledger_id, broken)
     report["seals"] = summary
     pinned = [check_expected_heads(store, [pin], keys, ledger_id, broken) for pin in heads]

@@ -32,6 +32,7 @@ __all__ = [
     "FOLD_COLUMNS",
     "GENESIS_HASH",
     "STORED_TIME",
+    "TIME_FORM_BREAK",
     "ChainWalk",
     "canonical_json",
     "chain_rows",
@@ -61,6 +62,8 @@ def is_stored_time(text: str) -> bool:
 # How far ahead of a writer's clock the head's time may be and still be taken on: lock waits and the
 # skew between machines' clocks, never a clock that is wrong by hours or years.
 STAMP_LEAD = dt.timedelta(minutes=5)
+# How a walk says a row's time is not in the ledger's form: the one break at which every hash still holds.
+TIME_FORM_BREAK = "is not a UTC time in the ledger's form"
 
 
 def canonical_json(value: Any) -> str:
@@ -290,7 +293,7 @@ class ChainWalk:
             elif hashes and event_hash(link, *row[:9]) != digest:
                 reason = "stored hash does not match the event's content"
             elif times and not is_stored_time(row[7]):
-                reason = f"recorded_at {row[7]!r} is not a UTC time in the ledger's form"
+                reason = f"recorded_at {row[7]!r} {TIME_FORM_BREAK}"
             else:
                 last, prev = seq, digest
                 continue

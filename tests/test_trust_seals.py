@@ -511,8 +511,12 @@ def test_a_keyed_seal_retried_answers_what_it_signed_and_appends_nothing(ws: Wor
     written, events = out.read_bytes(), count_events(db)
     code, text, _ = _signed(db, keys, "seal", "--event-id", "nightly-2", "--out", str(out))
     assert (code, out.read_bytes(), count_events(db)) == (0, written, events) and str(out) in text
-    code, _, err = _signed(db, keys, "seal", "--event-id", "nightly-2", "--out", str(ws.root / "other.json"))
-    assert code == 3 and "does not hold its signed head" in err and not (ws.root / "other.json").exists()
+    other = ws.root / "other.json"  # missing (its first run stopped before writing it): written now
+    assert _signed(db, keys, "seal", "--event-id", "nightly-2", "--out", str(other))[0] == 0
+    assert (other.read_bytes(), count_events(db)) == (written, events)
+    other.write_text("{}")
+    code, _, err = _signed(db, keys, "seal", "--event-id", "nightly-2", "--out", str(other))
+    assert code == 3 and "does not hold its signed head" in err and other.read_text() == "{}"
     with Ledger.open(db, signing_key=str(keys / "lifecycle-signing.key")) as ledger:
         assert ledger.seal(event_id="nightly-1") == json.loads(first)
     assert count_events(db) == events
@@ -630,3 +634,45 @@ def test_a_seal_whose_payload_is_not_json_fails_even_re_hashed(ws: Workspace, ke
     _rehash_everything(db, f"UPDATE events SET payload = 'not json' WHERE seq = {seal_seq}")
     code, doc = _verify(db)
     assert code == 6 and ("seal_mismatch", seal_seq) in [(p["code"], p["bad_seq"]) for p in doc["problems"]]
+
+
+def test_a_keyed_seal_with_out_that_loses_the_race_writes_the_winners_head(ws: Workspace, keys: Path) -> None:
+    """`seal --event-id K --out FILE` finds K free, then waits for the lock while another run of K seals: it
+    answers with that seal's signed head, in FILE (it indexed a file it never staged: a traceback)."""
+    import threading
+    import time
+
+    from lifecycle_fsm.keys import load_private_key
+    from lifecycle_fsm.ledger import utc_now
+    from lifecycle_fsm.seals import seal, signed_head_text
+
+    db = _ready_ledger(ws)
+    first: dict[str, object] = {}
+
+    def hold() -> None:
+        with Ledger.open(db) as ledger:
+            key = load_private_key(keys / "lifecycle-signing.key")
+            first.update(
+                seal(ledger.store, key, actor="a", clock=utc_now, event_id="k", before_commit=lambda _: time.sleep(2))
+            )
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    time.sleep(0.5)
+    out = ws.root / "head.json"
+    code, _, err = _signed(db, keys, "seal", "--event-id", "k", "--out", str(out))
+    holder.join()
+    assert code == 0, err
+    assert out.read_text() == signed_head_text(first) and count_events(db) == first["seq"] + 1  # type: ignore[operator]
+
+
+def test_a_row_time_out_of_form_breaks_the_chain_but_no_pin_or_seal(ws: Workspace, keys: Path) -> None:
+    """Every hash still recomputes past a row whose time is not in the ledger's form: `verify` names that row,
+    and a pinned head and a seal past it still hold (no false head_mismatch)."""
+    db = _ready_ledger(ws)
+    _rehash_everything(db, "UPDATE events SET recorded_at = '2026-12-07T20:22:40Z' WHERE seq = 2")
+    out = ws.root / "head.json"
+    assert _signed(db, keys, "seal", "--out", str(out))[0] == 0
+    code, doc = _verify(db, "--expect-head", str(out), "--pubkey", str(keys / "lifecycle-signing.pub"))
+    found = [(p["code"], p["bad_seq"]) for p in doc["problems"]]
+    assert code == 6 and found == [("chain", 2)], found

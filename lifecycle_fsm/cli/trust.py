@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 from pathlib import Path
@@ -85,37 +86,54 @@ def seal_command(out: Path | None, event_id: str | None) -> None:
             click.echo(signed_head_text(doc), nl=False)
         return
     done = None if event_id is None else sealed_under(ledger.store, event_id)
-    if done is not None:  # a retry: answered when the file holds the signed head that seal returned
-        if not (os.path.isfile(out) and out.read_bytes() == signed_head_text(done).encode()):
-            raise InputError(
-                f"the seal keyed {event_id!r} is in the ledger (head seq {done['seq']}) and {out} does not hold its "
-                f"signed head: `lifecycle seal --event-id {event_id}` prints it"
-            )
-        _sealed(done, out)
+    if done is not None:  # a retry
+        _answered(done, out, event_id)
         return
     if os.path.lexists(out):
         raise InputError(f"{out} already exists: a signed head is never overwritten")
     target = out
-    staged: list[StagedFile] = []
+    staged: list[tuple[StagedFile, dict[str, object]]] = []
 
     def write_first(signed: dict[str, object]) -> None:
         """Inside the seal's transaction: the file is on disk before the seal is; one that cannot be, no seal."""
-        for earlier in staged:  # an attempt that lost a race to another writer
+        for earlier, _ in staged:  # an attempt that lost a race to another writer
             earlier.discard()
-        staged[:] = [stage(target, signed_head_text(signed).encode(), what="nothing was sealed")]
+        staged[:] = [(stage(target, signed_head_text(signed).encode(), what="nothing was sealed"), signed)]
 
     try:
         doc = seal(
             ledger.store, private, actor=ledger.actor, clock=utc_now, before_commit=write_first, event_id=event_id
         )
     except BaseException:
-        for file in staged:
+        for file, _ in staged:
             file.discard()
         raise
+    if not staged or staged[0][1] != doc:  # the same keyed seal, run at the same time, landed first
+        for file, _ in staged:
+            file.discard()
+        _answered(doc, out, event_id)
+        return
     try:
-        staged[0].commit(exclusive=True)
+        staged[0][0].commit(exclusive=True)
     except LifecycleError as e:
         raise type(e)(f"{e}; the seal is in the ledger: `lifecycle seal --out` again writes a new one") from None
+    _sealed(doc, out)
+
+
+def _answered(doc: dict[str, object], out: Path, event_id: str | None) -> None:
+    """A keyed seal already in the ledger: answered by `out` holding its signed head (written when missing:
+    its first run may have stopped before it wrote it, or be writing it now)."""
+    from lifecycle_fsm.seals import signed_head_text
+
+    text = signed_head_text(doc).encode()
+    if not os.path.lexists(out):
+        with contextlib.suppress(InputError):  # written meanwhile by the run whose seal landed: compared below
+            stage(out, text, what="the seal is in the ledger").commit(exclusive=True)
+    if not (os.path.isfile(out) and out.read_bytes() == text):
+        raise InputError(
+            f"the seal keyed {event_id!r} is in the ledger (head seq {doc['seq']}) and {out} does not hold its "
+            f"signed head: `lifecycle seal --event-id {event_id}` prints it"
+        )
     _sealed(doc, out)
 
 
