@@ -355,7 +355,10 @@ def add_trust_findings(
     file, so its verdict is always among the problems (and no repair is advised while it fails).
     """
     keys = keys if keys is not None else PublicKeys()
-    ledger_id = ledger_id_of(store)
+    try:
+        ledger_id = ledger_id_of(store)
+    except IntegrityError:  # its first row edited: no ledger to vouch for (the chain's break at seq 1 says so)
+        ledger_id = None
     breaks = [p for p in report.get("problems", []) if p["code"] == "chain"]
     # Where the chain recomputed from the rows stops holding (a row's time form aside: its hashes hold).
     broken = next((p["bad_seq"] for p in breaks if TIME_FORM_BREAK not in p["reason"]), None)

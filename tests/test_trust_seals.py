@@ -676,3 +676,14 @@ def test_a_row_time_out_of_form_breaks_the_chain_but_no_pin_or_seal(ws: Workspac
     code, doc = _verify(db, "--expect-head", str(out), "--pubkey", str(keys / "lifecycle-signing.pub"))
     found = [(p["code"], p["bad_seq"]) for p in doc["problems"]]
     assert code == 6 and found == [("chain", 2)], found
+
+
+def test_the_first_row_edited_in_place_is_reported_with_the_pins_and_seals_it_fails(ws: Workspace, keys: Path) -> None:
+    """The ledger's id comes from its first row: edited, `verify --json` printed one error line, no report."""
+    db = _ready_ledger(ws)
+    sealed = json.loads(_signed(db, keys, "seal", "--json")[1])
+    _edit_in_place(db, "UPDATE events SET actor = 'mallory' WHERE seq = 1")
+    code, doc = _verify(db, "--expect-head", f"{sealed['seq']}:{sealed['hash']}")
+    found = [(p["code"], p["bad_seq"]) for p in doc["problems"]]
+    assert code == 6 and found[0] == ("chain", 1) and doc["bad_seq"] == 1
+    assert {("head_mismatch", sealed["seq"]), ("seal_mismatch", sealed["seq"] + 1)} <= set(found)
