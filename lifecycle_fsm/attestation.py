@@ -1,14 +1,8 @@
-"""Signed hand-off attestations: a DSSE envelope holding an in-toto Statement v1.
+"""Signed hand-off attestations: a DSSE envelope (`securesystemslib`) holding an in-toto Statement v1.
 
-An evaluation team receives a candidate with a file it can check offline: the
-candidate's (and the baseline's) adapter sha256 as the Statement's subjects, and the
-hand-off decision, its reason codes, the decisive event and the ledger's head as the
-predicate. The envelope is DSSE, signed with the ledger's Ed25519 key through
-`securesystemslib` (a maintained DSSE implementation: its PAE, its envelope format),
-with the key id `lifecycle key new` prints. `verify_attestation` checks the signature
-offline and, given the ledger, every claim against it: the ledger id, the decisive
-event and the head in its chain, the decision, reason codes and subjects as that event
-recorded them, and that no later event overturned the decision.
+The subjects are the adapters' sha256, the predicate the hand-off decision, its reason codes, the
+decisive event and the ledger's head. `verify_attestation` checks the signature offline and, given
+the ledger, every claim against it, and that no later event overturned the decision.
 """
 
 from __future__ import annotations
@@ -63,8 +57,8 @@ def _subjects(handoff: JSON) -> list[JSON]:
 
 
 def _statement(store: EventStore, candidate_id: str) -> JSON:
-    """The in-toto Statement, its state and `ledger_head` read in one snapshot: a decision a
-    later event overturned is never attested at a head past that event."""
+    """The in-toto Statement, its state and `ledger_head` read in one snapshot (never a decision a later
+    event overturned attested at a head past that event)."""
     with store.read_snapshot():
         events = store.read_stream(stream_of(candidate_id))
         head = _intact_chain(store).head  # what `attest verify --db` walks: never a head it would refuse
@@ -97,14 +91,8 @@ def _statement(store: EventStore, candidate_id: str) -> JSON:
         "decisive_event": {"seq": decisive.seq, "hash": decisive.hash, "type": decisive.type},
         "ledger_head": {"seq": head.seq, "hash": head.hash},
         "ledger_id": ledger_id,
-        "checks": {
-            "freshness": handoff.get("freshness"),
-            "hard_failures": handoff.get("hard_failures"),
-            "upstream_decision": handoff.get("upstream_decision"),
-            "settings": handoff.get("settings"),
-            "artifact": _check_summary(handoff.get("artifact")),
-            "rollback": _check_summary(handoff.get("rollback")),
-        },
+        "checks": {k: handoff.get(k) for k in ("freshness", "hard_failures", "upstream_decision", "settings")}
+        | {k: _check_summary(handoff.get(k)) for k in ("artifact", "rollback")},
     }
     return {"_type": STATEMENT_TYPE, "subject": subjects, "predicateType": PREDICATE_TYPE, "predicate": predicate}
 
@@ -135,12 +123,8 @@ def _envelope(doc: Any, source: str) -> Envelope:
 def verify_attestation(
     text: bytes, public_keys: list[Ed25519PublicKey], *, source: str, store: EventStore | None = None
 ) -> JSON:
-    """Check the signature (and the Statement's shape); with `store`, that its events are in that chain.
-
-    A bad signature, a key not given, or a ledger that does not hold the attested
-    events is an `IntegrityError` (exit 6); a file that is not an envelope, an
-    `InputError` (exit 3).
-    """
+    """Check the signature and the Statement's shape; with `store`, its claims against that ledger.
+    A bad signature or claim is an `IntegrityError` (exit 6); a file that is not an envelope an `InputError`."""
     if not public_keys:
         raise InputError("attest verify needs at least one --pubkey")
     try:
@@ -213,8 +197,7 @@ def _subject_pairs(subjects: Any) -> tuple[tuple[str, str], ...] | None:
 
 
 def _claims(statement: JSON, source: str) -> _Claims:
-    """The Statement's claims, or an IntegrityError naming the first part that is not what `attest` writes:
-    a signed statement of another shape is not a hand-off attestation."""
+    """The Statement's claims, or an IntegrityError naming the first part that is not what `attest` writes."""
     predicate = statement["predicate"]
     candidate = predicate.get("candidate")
     candidate_id = candidate.get("id") if isinstance(candidate, dict) else None
@@ -237,12 +220,8 @@ def _claims(statement: JSON, source: str) -> _Claims:
 
 
 def _check_in_ledger(store: EventStore, claims: _Claims, source: str) -> None:
-    """Every claim must be what this ledger recorded, and the attested decision must still stand.
-
-    The whole chain is re-hashed first, so a stored hash equal to the attested one
-    proves the row (and everything before it, the ledger id's first event included)
-    is what was attested: an edited row breaks the chain, a re-hashed one the hash.
-    """
+    """Every claim must be what this ledger recorded, and the decision must still stand. The whole chain is
+    re-hashed first, so a stored hash equal to the attested one proves the row and all before it."""
     _intact_chain(store)
     for what, (seq, digest) in (("decisive event", claims.decisive_event), ("ledger head", claims.ledger_head)):
         event = event_at(store, seq)

@@ -1,19 +1,9 @@
 """`lifecycle audit`: the source workflow's real-artifact audit, on top of the ledger.
 
-Every decision the audit reports is also an event: in `real_artifact` mode it drives
-the `Ledger` (activate the baseline, set the window, receive, check, hand off) and
-builds its records from the state those events fold to, citing their positions. In
-`dry_run` mode it parses every manifest, checks required fields and that paths exist,
-and says what `real_artifact` would do, writing nothing (not even a ledger file).
-
-Order matters for "nothing written": everything that can be refused without the
-ledger (a bad label, a used label, a malformed manifest, no candidate manifest, an
-`--out` folder that cannot be created or written) is refused by `prepare` /
-`check_runnable` before the ledger is opened; every conflict
-with the ledger's existing settings or candidates is refused by `run` before the
-first append. A relative artifact path is read under the audit's root (the ledger must be
-opened with the same `artifact_root`): the project root the manifests were written against.
-The dry run's plan is `audit_plan`'s; the records are `audit_records`'.
+`real_artifact` drives the `Ledger` (baseline, window, receive, check, hand off) and builds its
+records from the state those events fold to; `dry_run` (`plan`) says what it would do from the
+manifests alone, writing nothing. Everything that can be refused without the ledger is refused
+before it is opened, and every conflict with the ledger before the first append.
 """
 
 from __future__ import annotations
@@ -21,24 +11,14 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from lifecycle_fsm import decisions
+from lifecycle_fsm import audit_records, decisions
 from lifecycle_fsm.artifact_paths import folder_problem
-from lifecycle_fsm.audit_plan import blockers as plan_blockers
-from lifecycle_fsm.audit_plan import missing_fields, plan
-from lifecycle_fsm.audit_records import (
-    SCHEMA_VERSION,
-    SEMANTIC_ID,
-    candidate_record,
-    record_paths,
-    recovery_scenarios,
-    relative_posix,
-    validate_label,
-    write_records,
-)
+from lifecycle_fsm.artifacts import path_escapes_root
+from lifecycle_fsm.checks import window_age
 from lifecycle_fsm.command_inputs import default_id
 from lifecycle_fsm.errors import ConflictError, IllegalCommandError, InputError, NotFoundError
 from lifecycle_fsm.events import LEDGER_STREAM, stream_of
@@ -47,26 +27,14 @@ from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.ledger import DEFAULT_ACTIVE_WINDOW, DEFAULT_MAX_WINDOW_AGE, Ledger, utc_now
 from lifecycle_fsm.limits import check_candidate_id, check_int
 from lifecycle_fsm.manifests import BaselineManifest, CandidateManifest, load_baseline_manifest, load_candidate_manifest
+from lifecycle_fsm.rules import ONLINE_KINDS, check_candidate_freshness
 from lifecycle_fsm.seals import seal
 from lifecycle_fsm.state import LedgerSettings
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-__all__ = [
-    "AuditCandidate",
-    "AuditRequest",
-    "AuditResult",
-    "MODES",
-    "PreparedAudit",
-    "check_runnable",
-    "missing_fields",
-    "plan",
-    "prepare",
-    "run",
-]
-
-MODES = ("dry_run", "real_artifact")
+__all__ = ["AuditRequest", "AuditResult", "PreparedAudit", "check_runnable", "missing_fields", "plan", "prepare", "run"]
 
 
 @attrs.frozen
@@ -125,7 +93,7 @@ class AuditResult:
 
 def prepare(request: AuditRequest) -> PreparedAudit:
     """Validate the label and parse every manifest (InputError on anything malformed)."""
-    label = validate_label(request.label)
+    label = audit_records.validate_label(request.label)
     check_int("--active-window", request.active_window)  # an int, not a bool, 0..2^63-1
     check_int("--max-window-age", request.max_window_age)
     if os.path.exists(request.out) and not os.path.isdir(request.out):
@@ -133,14 +101,13 @@ def prepare(request: AuditRequest) -> PreparedAudit:
     if request.root is not None and (problem := folder_problem(request.root)):
         raise InputError(f"--root {request.root} {problem}")
     root = None if request.root is None else os.path.abspath(request.root)
-    evidence_path, handoff_path = record_paths(request.out, label)
-    existing = [p for p in (evidence_path, handoff_path) if os.path.lexists(p)]
+    evidence_path, handoff_path = audit_records.record_paths(request.out, label)
     baseline = load_baseline_manifest(request.baseline, root)
     baseline_dir = os.path.dirname(baseline.path)
-    candidates: list[AuditCandidate] = []
+    candidates: dict[str, AuditCandidate] = {}  # by id
     missing: list[str] = []
     for path in request.candidates:
-        relative = relative_posix(path, baseline_dir)
+        relative = audit_records.relative_posix(path, baseline_dir)
         if not os.path.exists(path):
             missing.append(relative)
             continue
@@ -152,54 +119,134 @@ def prepare(request: AuditRequest) -> PreparedAudit:
             hint=f"{relative}: audit names a candidate by its policy_version; "
             "change it, or receive that manifest with `lifecycle receive --id`",
         )
-        clash = next((c for c in candidates if c.candidate_id == cid), None)
-        if clash is not None:
-            raise InputError(f"candidate manifests {clash.relative} and {relative} both have the id {cid!r}")
-        candidates.append(AuditCandidate(manifest.path, relative, cid, manifest))
+        if cid in candidates:
+            raise InputError(f"candidate manifests {candidates[cid].relative} and {relative} both have the id {cid!r}")
+        candidates[cid] = AuditCandidate(manifest.path, relative, cid, manifest)
     return PreparedAudit(
         request=attrs.evolve(request, label=label),
         root=root,
         baseline=baseline,
         baseline_dir=baseline_dir,
-        candidates=tuple(candidates),
+        candidates=tuple(candidates.values()),
         missing=tuple(missing),
         evidence_path=evidence_path,
         handoff_path=handoff_path,
-        existing_records=tuple(existing),
+        existing_records=tuple(p for p in (evidence_path, handoff_path) if os.path.lexists(p)),
     )
 
 
-def check_runnable(prepared: PreparedAudit) -> None:
-    """Refuse a real_artifact run that cannot write its records (before the ledger is opened).
+def _blockers(prepared: PreparedAudit) -> list[str]:
+    """Why a real_artifact run would be refused before touching the ledger."""
+    blockers = []
+    if not prepared.candidates:
+        listed = ", ".join(prepared.missing) or "none given"
+        blockers.append(f"no candidate manifest exists ({listed}); real_artifact needs at least one")
+    try:
+        audit_records.refuse_existing((prepared.evidence_path, prepared.handoff_path), prepared.request.replace)
+    except InputError as e:
+        blockers.append(str(e))
+    return blockers
 
-    The records' folder is created and proven writable here, not when the records are
-    written: by then the audit's events are in the ledger, and a refusal must append nothing.
-    """
-    blockers = plan_blockers(prepared)
-    if blockers:
+
+def check_runnable(prepared: PreparedAudit) -> None:
+    """Refuse a real_artifact run that cannot write its records, before the ledger is opened: once the
+    audit's events are in the ledger it is too late to refuse."""
+    if blockers := _blockers(prepared):
         raise InputError(blockers[0])
     prove_writable(prepared.evidence_path.parent, "records folder")
 
 
-def _settings_preflight(settings: LedgerSettings, request: AuditRequest) -> None:
-    """Refuse, before any append, a window the ledger cannot take."""
-    if not settings.initialized:
-        return
-    if settings.max_window_age != request.max_window_age:
+def missing_fields(fields: JSON) -> list[str]:
+    """Manifest fields the checks need but this candidate manifest lacks."""
+    kind = fields.get("candidate_kind")
+    names = ["semantic_id"] if kind is None else []
+    required = ("source_policy_version", "policy_version", "evaluation_version", "decision")
+    names += [key for key in required if fields.get(key) in (None, "")]
+    if not fields.get("adapter_sha256"):
+        names.append("artifacts.adapter.sha256")
+    if kind == "dpo" and not fields.get("preference_evidence_version"):
+        names.append("source_evidence")
+    if kind in ONLINE_KINDS:
+        if not fields.get("verifier_version"):
+            names.append("trajectory_identity.verifier_version")
+        if type(fields.get("evidence_window_index")) is not int:
+            names.append("evidence_window_index")
+    return names
+
+
+def _path_plan(resolved: str, written: Any, root: str | None) -> JSON:
+    # A path outside --root is not even looked at; real_artifact will not read it either.
+    escapes = root is not None and path_escapes_root(resolved, root)
+    return {"path": written, "escapes_root": escapes, "exists": None if escapes else os.path.exists(resolved)}
+
+
+def plan(prepared: PreparedAudit) -> JSON:
+    """What a real_artifact run would do, from the manifests alone (no hashing, no ledger)."""
+    request = prepared.request
+    policy = prepared.baseline.adapter_sha256
+    candidates = []
+    for c in prepared.candidates:
+        fields = c.manifest.fields
+        age = window_age(fields, request.active_window)
+        candidates.append(
+            {
+                "candidate_id": c.candidate_id,
+                "manifest_path": c.relative,
+                "semantic_id": fields.get("semantic_id"),
+                "candidate_kind": fields.get("candidate_kind"),
+                "upstream_decision": fields.get("decision"),
+                "artifact": _path_plan(fields["adapter_resolved_path"], fields.get("adapter_path"), prepared.root),
+                "missing_fields": missing_fields(fields),
+                "freshness_preview": check_candidate_freshness(
+                    {**fields, "window_age": age}, policy, request.max_window_age
+                ),
+            }
+        )
+    steps = [
+        f"initialise the ledger (max window age {request.max_window_age}, active window {request.active_window}) "
+        "if new, else advance it to that window",
+        f"activate the baseline {policy} unless it is already active",
+        *(
+            f"receive {c.candidate_id}, check it and hand it off if verified "
+            "(re-check only if ready/tune; record as it stands if reject/recovering)"
+            for c in prepared.candidates
+        ),
+        f"write {prepared.evidence_path} and {prepared.handoff_path}",
+    ]
+    baseline = prepared.baseline
+    return {
+        "run_mode": "dry_run",
+        "run_label": request.label,
+        "writes": "nothing",
+        "baseline_manifest": audit_records.relative_posix(baseline.path, prepared.baseline_dir),
+        "active_policy_version": policy,
+        "active_window": request.active_window,
+        "maximum_window_age": request.max_window_age,
+        "root": prepared.root,
+        "rollback": _path_plan(baseline.adapter_path, baseline.adapter_path_as_written, prepared.root),
+        "candidates": candidates,
+        "missing_candidate_manifests": list(prepared.missing),
+        "records": {"evidence": str(prepared.evidence_path), "handoff": str(prepared.handoff_path)},
+        "would_replace": [str(p) for p in prepared.existing_records] if request.replace else [],
+        "blockers": _blockers(prepared),
+        "steps": steps,
+    }
+
+
+def _preflight(ledger: Ledger, settings: LedgerSettings, prepared: PreparedAudit) -> None:
+    """Refuse, before any append, a window the ledger cannot take or a manifest `receive` would refuse."""
+    request = prepared.request
+    if settings.initialized and settings.max_window_age != request.max_window_age:
         raise ConflictError(
             f"the ledger's max window age is {settings.max_window_age}, not {request.max_window_age}: "
             f"audit with --max-window-age {settings.max_window_age}, or into a new ledger"
         )
-    if settings.active_window is not None and settings.active_window > request.active_window:
+    if settings.initialized and settings.active_window is not None and settings.active_window > request.active_window:
         raise ConflictError(
             f"the ledger's active window is already {settings.active_window}; the window only advances: "
             f"audit with --active-window {settings.active_window} or higher"
         )
-
-
-def _candidates_preflight(ledger: Ledger, candidates: tuple[AuditCandidate, ...]) -> None:
-    """Refuse, before any append, a manifest `receive` would refuse (same id, other content): its rule."""
-    for c in candidates:
+    for c in prepared.candidates:
         try:
             decisions.receive(ledger.candidate(c.candidate_id), c.candidate_id, c.manifest)
         except NotFoundError:
@@ -209,16 +256,13 @@ def _candidates_preflight(ledger: Ledger, candidates: tuple[AuditCandidate, ...]
 
 
 def _process(ledger: Ledger, c: AuditCandidate) -> None:
-    """Receive (idempotent), then check and hand off, as far as the machine allows.
-
-    The real-artifact audit reads every byte of every artifact (`rehash`): it never
-    re-uses a digest, even one this process read a moment ago.
-    """
+    """Receive (idempotent), then check and hand off as far as the machine allows; every artifact is
+    re-read (`rehash`): artifacts can change after a decision."""
     cid = c.candidate_id
     ledger.receive(c.path, candidate_id=cid)
     state = ledger.candidate(cid).state
     if state in ("ready", "tune"):
-        ledger.check(cid, rehash=True)  # artifacts can change after a decision: re-check, keep or reject
+        ledger.check(cid, rehash=True)
         return
     if state == "received":
         state = ledger.check(cid, rehash=True).state or state
@@ -228,12 +272,8 @@ def _process(ledger: Ledger, c: AuditCandidate) -> None:
 
 
 def run(prepared: PreparedAudit, ledger: Ledger, *, signing_key: Ed25519PrivateKey | None = None) -> AuditResult:
-    """Drive the ledger through the audit, then write both records.
-
-    The records carry `ledger_head` (the head after the audit's last event) and, with a
-    signing key, `signed_head`: the audit seals that head, so an auditor can
-    keep it outside the file.
-    """
+    """Drive the ledger through the audit, then write both records, with `ledger_head` and, given a
+    signing key, `signed_head`: the audit seals that head so an auditor can keep it outside the file."""
     check_runnable(prepared)
     request = prepared.request
     if ledger.artifact_root != prepared.root:  # one rule for every path the audit and the ledger read
@@ -241,10 +281,9 @@ def run(prepared: PreparedAudit, ledger: Ledger, *, signing_key: Ed25519PrivateK
             f"the ledger's artifact root is {ledger.artifact_root}, the audit's is {prepared.root}: "
             "open the ledger with the audit's root"
         )
-    _settings_preflight(ledger.settings(), request)
-    _candidates_preflight(ledger, prepared.candidates)
-    start = ledger.store.head().seq
     settings = ledger.settings()
+    _preflight(ledger, settings, prepared)
+    start = ledger.store.head().seq
     if not settings.initialized:
         ledger.init(request.max_window_age, request.active_window)
     elif settings.active_window != request.active_window:
@@ -253,51 +292,47 @@ def run(prepared: PreparedAudit, ledger: Ledger, *, signing_key: Ed25519PrivateK
     for c in prepared.candidates:
         _process(ledger, c)
     settings = ledger.settings()
-    records = []
-    for c in prepared.candidates:
-        events = [e for e in ledger.store.read_stream(stream_of(c.candidate_id)) if e.seq > start]
-        records.append(
-            candidate_record(
-                ledger.candidate(c.candidate_id),
-                manifest_path=c.relative,
-                manifest_sha256=c.manifest.sha256,
-                adapter=c.manifest.adapter,
-                baseline_adapter_path=prepared.baseline.adapter_path_as_written,
-                baseline_sha256=prepared.baseline.adapter_sha256,
-                events=events,
-            )
+    records = [
+        audit_records.candidate_record(
+            ledger.candidate(c.candidate_id),
+            manifest_path=c.relative,
+            manifest_sha256=c.manifest.sha256,
+            adapter=c.manifest.adapter,
+            baseline_adapter_path=prepared.baseline.adapter_path_as_written,
+            baseline_sha256=prepared.baseline.adapter_sha256,
+            events=[e for e in ledger.store.read_stream(stream_of(c.candidate_id)) if e.seq > start],
         )
+        for c in prepared.candidates
+    ]
     ledger_events = [{"seq": e.seq, "type": e.type} for e in ledger.store.read_stream(LEDGER_STREAM) if e.seq > start]
-    scenarios = recovery_scenarios()
-    baseline_manifest = relative_posix(prepared.baseline.path, prepared.baseline_dir)
-    common = {"schema_version": SCHEMA_VERSION, "semantic_id": SEMANTIC_ID, "run_label": request.label}
+    common = {
+        "schema_version": audit_records.SCHEMA_VERSION,
+        "semantic_id": audit_records.SEMANTIC_ID,
+        "run_label": request.label,
+        "active_policy_version": settings.active_policy_version,
+        "baseline_manifest": audit_records.relative_posix(prepared.baseline.path, prepared.baseline_dir),
+        "candidate_records": records,
+        "recovery_scenarios": audit_records.recovery_scenarios(),
+    }
     evidence = {
         **common,
         "run_mode": "real_artifact",
-        "active_policy_version": settings.active_policy_version,
         "active_window": settings.active_window,
         "maximum_window_age": settings.max_window_age,
-        "baseline_manifest": baseline_manifest,
-        "candidate_records": records,
-        "recovery_scenarios": scenarios,
         "missing_candidate_manifests": list(prepared.missing),
         "ledger_events": ledger_events,
     }
-    head = ledger.store.head()
-    trust: JSON = {"ledger_head": {"seq": head.seq, "hash": head.hash}}
     ready = any(r["handoff_status"] == "ready_for_evaluation" for r in records)
     handoff = {
         **common,
         "handoff_status": "ready" if ready else "no_ready_candidate",
-        "active_policy_version": settings.active_policy_version,
-        "baseline_manifest": baseline_manifest,
-        "candidate_records": records,
         "source_evidence": prepared.evidence_path.name,
-        "recovery_scenarios": scenarios,
     }
+    head = ledger.store.head()
+    trust: JSON = {"ledger_head": {"seq": head.seq, "hash": head.hash}}
     sealer = None
     if signing_key is not None:
         sealer = functools.partial(seal, ledger.store, signing_key, actor=ledger.actor, clock=utc_now)
     paths = (prepared.evidence_path, prepared.handoff_path)
-    replaced = write_records(paths, (evidence, handoff), trust, replace=request.replace, sealer=sealer)
+    replaced = audit_records.write_records(paths, (evidence, handoff), trust, replace=request.replace, sealer=sealer)
     return AuditResult(prepared.evidence_path, prepared.handoff_path, evidence, handoff, tuple(replaced))

@@ -1,19 +1,9 @@
-"""The audit's two records: built from the ledger's state, written byte-stable.
+"""The audit's two records: built from the ledger's state, written byte-stable and whole.
 
-A record holds no wall-clock time and no absolute path: manifest paths are relative
-to the baseline manifest's folder (POSIX separators), adapter paths are kept as the
-manifests wrote them, and an artifact error is a short code (the ledger's event at
-`evidence_seq` keeps the full message, which names absolute paths). So the same
-manifests and artifacts audited into two fresh ledgers in two folders give the same
-bytes apart from `ledger_head` and `signed_head`: two ledgers' heads differ,
-since each ledger's random id and its events' timestamps feed the chain. Records are
-canonical JSON (sorted keys, indent 2, trailing newline), written whole or not at all
-(`lifecycle_fsm.outputs`): both are written before either is put in place.
-
-Each candidate record is a superset of the source workflow's: its keys (`path`,
-`semantic_id`, `upstream_decision`, `freshness`, `artifact`, `evidence`, `handoff_status`,
-`hard_failures`) keep their meanings, so a reader written against that workflow's records
-reads these unchanged; the ledger's own keys stand beside them.
+A record holds no wall-clock time and no absolute path (manifest paths relative to the baseline
+manifest's folder, adapter paths as written, artifact errors as short codes), so the same inputs
+audited into two ledgers give the same bytes but for `ledger_head` and `signed_head`. Each
+candidate record is a superset of the source workflow's, its keys keeping their meanings.
 """
 
 from __future__ import annotations
@@ -36,14 +26,10 @@ from lifecycle_fsm.state import CandidateState
 from lifecycle_fsm.store.records import StoredEvent
 
 __all__ = [
-    "FAILURE_SCENARIOS",
-    "HANDOFF_STATUS_BY_STATE",
     "SCHEMA_VERSION",
     "SEMANTIC_ID",
     "candidate_record",
     "canonical_bytes",
-    "check_record",
-    "previous_of",
     "publish",
     "put_in_place",
     "record_paths",
@@ -60,17 +46,16 @@ SCHEMA_VERSION = "post-training-lifecycle/v1"
 SEMANTIC_ID = "PT-POST-TRAINING-LIFECYCLE"
 _LABEL = re.compile(r"[A-Za-z0-9._-]+")
 
-# Seed 5.3's drill: each failed stage with the trusted state it would reuse available.
-FAILURE_SCENARIOS: tuple[tuple[str, str], ...] = (
+# Each failed stage with the trusted state it would reuse available.
+_FAILURE_SCENARIOS: tuple[tuple[str, str], ...] = (
     ("sampling", "prompt_queue"),
     ("reward", "trajectories"),
     ("update", "pre_update_checkpoint"),
     ("artifact_validation", "verified_baseline"),
 )
 
-# The hand-off status a record shows for a candidate's ledger state; a candidate left
-# `recovering` (or, after a concurrent writer, `received`/`verified`) has none (null).
-HANDOFF_STATUS_BY_STATE = {"ready": "ready_for_evaluation", "tune": "tune", "reject": "reject"}
+# A record's hand-off status by ledger state; any other state (`recovering`, ...) has none.
+_HANDOFF_STATUS = {"ready": "ready_for_evaluation", "tune": "tune", "reject": "reject"}
 
 # ArtifactError messages (artifacts.py) name absolute paths; records keep a code.
 _ERROR_CODES = (
@@ -100,7 +85,7 @@ def record_paths(out: str | os.PathLike[str], label: str) -> tuple[Path, Path]:
     return folder / f"lifecycle_evidence_{label}.json", folder / f"lifecycle_handoff_{label}.json"
 
 
-def previous_of(path: Path) -> Path:
+def _previous(path: Path) -> Path:
     """Where `--replace` keeps the one previous generation of a record."""
     return path.with_name(path.name + ".previous")
 
@@ -117,9 +102,9 @@ def refuse_existing(
     if existing and not replace:
         raise InputError(f"{what} already exist{'s' if what == 'a report' else ''}: {existing[0]} ({hint}--replace)")
     for p in existing:
-        if os.path.lexists(previous_of(p)):
+        if os.path.lexists(_previous(p)):
             raise InputError(
-                f"{previous_of(p)} already exists: --replace keeps one previous generation; move it away first"
+                f"{_previous(p)} already exists: --replace keeps one previous generation; move it away first"
             )
     return existing
 
@@ -155,22 +140,19 @@ def stage_records(records: Sequence[tuple[Path, bytes]], *, replace: bool) -> li
 
 
 def put_in_place(staged: Sequence[StagedFile], *, replace: bool) -> list[Path]:
-    """Keep an existing pair as `.previous` (with `replace`), then rename the new records over it.
-
-    The old record is hard-linked to its `.previous` name first, so at every moment a
-    current record exists: the old one until the rename replaces it with the new one.
-    """
+    """Keep an existing pair as `.previous` (with `replace`), then rename the new records over it. The old
+    record is hard-linked to its `.previous` name first, so a current record exists at every moment."""
     existing = refuse_existing([f.target for f in staged], replace)
     kept = []
     try:
         for p in existing:
             try:
-                os.link(p, previous_of(p))
+                os.link(p, _previous(p))
             except OSError as e:
                 if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EXDEV, errno.EMLINK):
                     raise
-                os.replace(p, previous_of(p))  # a filesystem without hard links: moved instead
-            kept.append(previous_of(p))
+                os.replace(p, _previous(p))  # a filesystem without hard links: moved instead
+            kept.append(_previous(p))
     except OSError as e:
         for file in staged:
             file.discard()
@@ -193,9 +175,9 @@ def write_records(
     replace: bool,
     sealer: Callable[..., JSON] | None = None,
 ) -> list[Path]:
-    """Add `trust` to each record and publish them; with `sealer` (`seals.seal` bound to a ledger and key),
-    the records are written, with the signed head in `trust`, inside the seal's transaction: a disk that
-    cannot take them appends no seal. Returns the `.previous` records kept."""
+    """Add `trust` to each record and publish them; with `sealer` (`seals.seal` bound to a ledger and key)
+    they are staged, with the signed head, inside the seal's transaction: a disk that cannot take them
+    appends no seal. Returns the `.previous` records kept."""
     staged: list[StagedFile] = []
 
     def write_first(signed: JSON | None) -> None:
@@ -221,14 +203,10 @@ def write_records(
 
 
 def recovery_scenarios() -> list[JSON]:
-    """The four failures, each with its stage's trusted state available, through `choose_recovery_action`.
-
-    Each item is the source workflow's run variant `{stage, required_state, reused_state, action}`
-    (`required_state`: the trusted state the stage needs) with the ordered table's
-    `recovery_state` (the state actually reused) and the `available` states beside it.
-    """
+    """The four failures, each with its stage's trusted state available, through `choose_recovery_action`
+    (`required_state`: the state the stage needs; `recovery_state`: the one actually reused)."""
     out = []
-    for stage, state in FAILURE_SCENARIOS:
+    for stage, state in _FAILURE_SCENARIOS:
         failure = {"stage": stage, "available": {state: True}}
         out.append({**choose_recovery_action(failure), "required_state": state, "available": failure["available"]})
     return out
@@ -243,8 +221,9 @@ def _error_code(check: JSON) -> str | None:
     return "hash_mismatch" if check.get("expected") else "no_expected_hash"
 
 
-def check_record(path_as_written: Any, check: JSON | None, expected: Any) -> JSON:
-    """An artifact or rollback check in detail: {path, expected, actual, verified, error code}."""
+def _check_record(path_as_written: Any, evidence: JSON | None, which: str, expected: Any) -> JSON:
+    """The evidence's artifact or rollback check in detail: {path, expected, actual, verified, error code}."""
+    check = None if evidence is None else evidence[which]
     if check is None:
         return {"path": path_as_written, "expected": expected, "actual": None, "verified": None, "error": "not_checked"}
     return {
@@ -257,11 +236,8 @@ def check_record(path_as_written: Any, check: JSON | None, expected: Any) -> JSO
 
 
 def _latest_evidence(state: CandidateState, events: Sequence[StoredEvent]) -> tuple[JSON | None, bool]:
-    """The newest evidence for the candidate (payload + seq) and whether it was an inconclusive check.
-
-    The state keeps the latest ChecksRecorded and HandoffDecided; an inconclusive check decides
-    nothing, so it is found among `events` (the audit's own, for this candidate).
-    """
+    """The newest evidence (payload + seq) and whether it was an inconclusive check: those decide nothing,
+    so the state does not keep them; they are found among `events` (the audit's own, for this candidate)."""
     found = [(e, False) for e in (state.last_check, state.last_handoff) if e is not None]
     found += [({**json.loads(e.payload), "seq": e.seq}, True) for e in events if e.type == "InconclusiveCheckRecorded"]
     if not found:
@@ -301,16 +277,9 @@ def candidate_record(
     baseline_sha256: str | None,
     events: Sequence[StoredEvent],
 ) -> JSON:
-    """One candidate as the ledger now says it is, with the evidence of its latest check.
-
-    The source workflow's keys with their meanings (`path`, `semantic_id`, `upstream_decision`,
-    `freshness`, `artifact`: the manifest's adapter entry as written, `evidence`,
-    `handoff_status`, `hard_failures`), and beside them the ledger's: its state, reason codes,
-    positions and each file check in detail (`artifact_detail`, `rollback_detail`). A check that
-    could not read an artifact for a reason of the environment makes `handoff_status`
-    `inconclusive` and names those checks in `inconclusive`.
-    `events` are the candidate's events this audit appended.
-    """
+    """One candidate as the ledger now says it is, with the evidence of its latest check (`events`: the
+    candidate's events this audit appended). A check the environment kept from reading an artifact makes
+    `handoff_status` `inconclusive`."""
     fields = state.candidate
     upstream = fields.get("decision")
     evidence, inconclusive = _latest_evidence(state, events)
@@ -328,19 +297,15 @@ def candidate_record(
         "freshness": freshness,
         "artifact": adapter,
         "evidence": _verdicts(evidence, expected, baseline_sha256),
-        "handoff_status": "inconclusive" if inconclusive else HANDOFF_STATUS_BY_STATE.get(state.state),
+        "handoff_status": "inconclusive" if inconclusive else _HANDOFF_STATUS.get(state.state),
         "hard_failures": _hard_failures(evidence, inconclusive, upstream),
         "inconclusive": list(evidence["inconclusive"]) if inconclusive and evidence is not None else [],
         "candidate_id": state.candidate_id,
         "candidate_kind": state.kind,
         "manifest_path": manifest_path,
         "manifest_sha256": manifest_sha256,
-        "artifact_detail": check_record(
-            fields.get("adapter_path"), None if evidence is None else evidence["artifact"], expected
-        ),
-        "rollback_detail": check_record(
-            baseline_adapter_path, None if evidence is None else evidence["rollback"], baseline_sha256
-        ),
+        "artifact_detail": _check_record(fields.get("adapter_path"), evidence, "artifact", expected),
+        "rollback_detail": _check_record(baseline_adapter_path, evidence, "rollback", baseline_sha256),
         "reason_codes": list(state.reason_codes),
         "ledger_state": state.state,
         "evidence_seq": None if evidence is None else int(evidence["seq"]),

@@ -1,15 +1,8 @@
 """The decision pool: every recorded decision as a file of what the decider saw and what it decided.
 
-Seed 004 keeps a pool of checkpoint states to re-run; this is that pool for lifecycle
-decisions. `export_pool` walks a ledger and writes one JSON file per check, hand-off and
-recovery plan; `replay_pool` needs no ledger: it re-decides each file with today's rules
-(`checks.CheckEvidence`, the rules a check and a hand-off apply, and `choose_recovery_action`)
-and lists every decision that would change. Run it before merging a rules change: a
-changed decision is either the intended effect (say so in the change) or a regression.
-
-Files are strict: `DecisionState.from_json` refuses an unknown or a missing key (naming
-it), so a pool written by another version is never half-read. `to_json` is canonical
-(sorted keys, two-space indent), and `from_json(text).to_json() == text`.
+`export_pool` writes one JSON file per check, hand-off and recovery plan; `replay_pool` re-decides
+each with today's rules and lists those that would change (run it before merging a rules change).
+Files are strict (an unknown or missing key is named) and canonical: `from_json(text).to_json() == text`.
 """
 
 from __future__ import annotations
@@ -35,7 +28,7 @@ from lifecycle_fsm.store.base import EventStore
 from lifecycle_fsm.streams import fold_candidate
 from lifecycle_fsm.upcasting import decoded_payload
 
-__all__ = ["SCHEMA", "Changed", "DecisionState", "export_pool", "read_pool", "redecide", "replay_pool"]
+__all__ = ["SCHEMA", "Changed", "DecisionPoolError", "DecisionState", "export_pool", "read_pool", "replay_pool"]
 
 SCHEMA = "lifecycle-decision-pool/v1"
 CANDIDATE_FIELDS = (*FRESHNESS_FIELDS, "evidence_window_index")
@@ -116,11 +109,8 @@ def _exact(source: str, where: str, value: Any, keys: tuple[str, ...]) -> None:
 
 
 def _check_values(source: str, kind: str, inputs: JSON) -> None:
-    """The values the deciders compute with have the types they take: a bad one is bad input, not a traceback.
-
-    Candidate fields and the upstream decision are what the rules judge (a wrong type there fails a check,
-    as it would have at the time), so only the inputs the rules compute with are checked here.
-    """
+    """The inputs the deciders compute with have the types they take: a bad one is bad input, not a traceback
+    (candidate fields and the upstream decision are what the rules judge: not checked here)."""
 
     def bad(key: str, what: str) -> DecisionPoolError:
         return DecisionPoolError(f"{source}: key inputs.{key}: {what}")
@@ -143,9 +133,6 @@ def _check_values(source: str, kind: str, inputs: JSON) -> None:
     for key in ("artifact_verified", "rollback_verified", "path_escapes_root"):
         if not isinstance(inputs[key], bool):
             raise bad(key, f"{inputs[key]!r} is not true or false")
-
-
-# -- export ---------------------------------------------------------------------------------------------------
 
 
 def _evidence(state: CandidateState, payload: JSON) -> JSON:
@@ -172,14 +159,14 @@ def _decision(state: CandidateState | None, seq: int, event_type: str, payload: 
         return DecisionState("handoff", cid, seq, event_type, inputs, decided)
     if event_type == "RecoveryPlanned":
         available = {kind: bool(t["available"]) for kind, t in payload["trusted_states"].items()}
-        decided = {k: payload[k] for k in DECIDED_KEYS["recovery"]}
+        inputs = {"stage": payload["stage"], "available": available}
         return DecisionState(
-            "recovery", cid, seq, event_type, {"stage": payload["stage"], "available": available}, decided
+            "recovery", cid, seq, event_type, inputs, {k: payload[k] for k in DECIDED_KEYS["recovery"]}
         )
     return None
 
 
-def decisions_of(store: EventStore) -> Iterator[DecisionState]:
+def _decisions(store: EventStore) -> Iterator[DecisionState]:
     """Every recorded decision, candidate by candidate, in log order within each."""
     for head in store.streams():
         cid = candidate_id_of(head.stream_id)
@@ -201,7 +188,7 @@ def export_pool(store: EventStore, folder: Path) -> list[Path]:
     """One file per decision in `folder`, which must be new or empty (a pool is never merged into)."""
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         raise InputError(f"{folder} is not an empty folder: a decision pool is written into a new one")
-    decisions = sorted(decisions_of(store), key=lambda d: d.seq)  # read first: a log it cannot trust makes no folder
+    decisions = sorted(_decisions(store), key=lambda d: d.seq)  # read first: a log it cannot trust makes no folder
     created = not folder.exists()
     make_folder(folder, "decision pool folder")
     written: list[Path] = []
@@ -219,9 +206,6 @@ def export_pool(store: EventStore, folder: Path) -> list[Path]:
     return written
 
 
-# -- replay ---------------------------------------------------------------------------------------------------
-
-
 @attrs.frozen
 class Changed:
     """A decision today's rules would make differently."""
@@ -235,7 +219,7 @@ class Changed:
         return f"{self.state.candidate_id} seq {self.state.seq} ({self.state.decision}): recorded {recorded}, now {now}"
 
 
-def redecide(d: DecisionState) -> JSON:
+def _redecide(d: DecisionState) -> JSON:
     """What today's rules decide from the same inputs."""
     if d.decision == "recovery":
         plan = choose_recovery_action({"stage": d.inputs["stage"], "available": d.inputs["available"]})
@@ -263,9 +247,8 @@ def redecide(d: DecisionState) -> JSON:
 
 
 def read_pool(folder: Path) -> list[tuple[str, DecisionState]]:
-    """Every `*.json` under the folder (sub-folders too: one per ledger), strictly parsed (the first bad
-    file raises, naming file and key); each named by its path in the folder. An empty folder is an
-    empty pool (the export of a ledger that decided nothing)."""
+    """Every `*.json` under the folder (sub-folders too), strictly parsed, each named by its path in the
+    folder; the first bad file raises, naming file and key. An empty folder is an empty pool."""
     if not folder.is_dir():
         raise InputError(f"{folder}: no such decision pool folder")
     files = sorted(folder.rglob("*.json"))
@@ -282,5 +265,5 @@ def read_pool(folder: Path) -> list[tuple[str, DecisionState]]:
 def replay_pool(folder: Path) -> tuple[int, list[Changed]]:
     """How many decisions were re-decided, and those that would change."""
     pool = read_pool(folder)
-    changed = [Changed(name, d, now) for name, d in pool if (now := redecide(d)) != d.decided]
+    changed = [Changed(name, d, now) for name, d in pool if (now := _redecide(d)) != d.decided]
     return len(pool), changed

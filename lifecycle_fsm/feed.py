@@ -1,10 +1,7 @@
-"""Reading the log as it grows: catch up, follow, wait for a state.
+"""Reading the log as it grows: catch up (`events`), follow, wait for a state.
 
-A projection catches up with `events(after=seq)` and then tails with `follow(seq)`;
-a supervisor that hands work to another process waits with `wait_for`. All three
-poll the store (the log is append-only and `seq` is gap-free in commit order on
-both backends, so a reader that remembers the last seq it saw never skips one).
-They read in pages, so no cursor stays open while the caller writes.
+All three poll the store in pages (no cursor stays open while the caller writes); `seq` is gap-free
+in commit order, so a reader that remembers the last seq it saw never skips one.
 """
 
 from __future__ import annotations
@@ -23,16 +20,7 @@ from lifecycle_fsm.store.base import EventStore, select_events
 from lifecycle_fsm.store.records import EventFilter, StoredEvent
 from lifecycle_fsm.upcasting import decoded_event
 
-__all__ = [
-    "PAGE",
-    "FeedEvent",
-    "WaitTimeout",
-    "follow_events",
-    "read_events",
-    "stream_filter",
-    "wait_for_state",
-    "wanted_states",
-]
+__all__ = ["FeedEvent", "WaitTimeout", "follow_events", "read_events", "wait_for_state"]
 
 PAGE = 500
 _LOOK = 0.25  # how often a waiting follower looks at `stop` and a close from another thread
@@ -55,24 +43,13 @@ class FeedEvent:
 
     @classmethod
     def of(cls, stored: StoredEvent) -> FeedEvent:
-        return cls(
-            seq=stored.seq,
-            stream_id=stored.stream_id,
-            version=stored.version,
-            type=stored.type,
-            recorded_at=stored.recorded_at,
-            actor=stored.actor,
-            hash=stored.hash,
-            event_id=stored.event_id,
-            event=decoded_event(stored),
-        )
+        columns = {f.name: getattr(stored, f.name) for f in attrs.fields(cls) if f.name != "event"}
+        return cls(**columns, event=decoded_event(stored))
 
 
-def stream_filter(stream: str | None) -> str | None:
+def _stream_filter(stream: str | None) -> str | None:
     """The stored stream id for `stream`: a candidate id, or `ledger` / `seals` themselves."""
-    if stream is None or stream in NAMED_STREAMS:
-        return stream
-    return stream_of(stream)
+    return stream if stream is None or stream in NAMED_STREAMS else stream_of(stream)
 
 
 def _page(store: EventStore, after: int, stream_id: str | None) -> list[StoredEvent]:
@@ -81,11 +58,8 @@ def _page(store: EventStore, after: int, stream_id: str | None) -> list[StoredEv
 
 def read_events(store: EventStore, *, after: int = 0, stream: str | None = None) -> Iterator[FeedEvent]:
     """Every stored event after seq `after` (of one stream, if given), in seq order, as of each page read.
-
-    `after` is checked here, when called, not at the first `next()`: an InputError, never
-    the driver's OverflowError for a seq past 2^63 - 1.
-    """
-    return _read_events(store, check_int("after", after), stream_filter(stream))
+    `after` is checked when called, not at the first `next()`."""
+    return _read_events(store, check_int("after", after), _stream_filter(stream))
 
 
 def _read_events(store: EventStore, after: int, stream_id: str | None) -> Iterator[FeedEvent]:
@@ -106,21 +80,15 @@ def follow_events(
     stop: threading.Event | None = None,
     is_closed: Callable[[], bool] = lambda: False,
 ) -> Iterator[FeedEvent]:
-    """New events as they are appended, forever, until `stop` is set or the ledger is closed.
-
-    Between polls it sleeps `poll` seconds; on PostgreSQL it wakes as soon as a commit
-    notifies. `stop` and a close are noticed within a quarter of a second. `after` and `poll` are
-    checked when called (InputError): a NaN, infinite, zero or negative poll would spin
-    or overflow the wait.
-    """
+    """New events as they are appended, until `stop` is set or the ledger is closed. Between polls it sleeps
+    `poll` seconds (on PostgreSQL a commit wakes it); the arguments are checked when called."""
     after = check_int("after", after)
     poll = check_seconds("poll", poll, zero_ok=False)
-    return _follow(store, after, poll, stream_filter(stream), _stop_event(stop), is_closed)
+    return _follow(store, after, poll, _stream_filter(stream), _stop_event(stop), is_closed)
 
 
 def _stop_event(stop: object) -> threading.Event:
-    """`follow`'s `stop`: None (a fresh event), or one with `is_set()` and a blocking `wait(timeout)`
-    (a `threading.Event`, a `multiprocessing` one); anything else is an InputError when called."""
+    """`follow`'s `stop`: None (a fresh event), or one with `is_set()` and a blocking `wait(timeout)`."""
     if stop is None:
         return threading.Event()
     if isinstance(stop, threading.Event):
@@ -146,7 +114,11 @@ def _follow(
 ) -> Iterator[FeedEvent]:
     # PostgreSQL wakes a follower on its commit NOTIFY (`wait_for_new`); polling by seq stays the truth.
     wait_for_new: Callable[..., bool] | None = getattr(store, "wait_for_new", None)
-    while not stop.is_set() and not is_closed():
+
+    def given_up() -> bool:
+        return stop.is_set() or is_closed()
+
+    while not given_up():
         # Filtered by stream, the wait below wakes on anything past the head: read it before
         # the page, so a commit that lands between the two wakes the wait instead of being missed.
         head = store.head().seq if wait_for_new is not None and stream_id is not None else after
@@ -154,10 +126,10 @@ def _follow(
         for stored in page:
             yield FeedEvent.of(stored)
             after = stored.seq
-            if stop.is_set() or is_closed():
+            if given_up():
                 return
         if len(page) < PAGE:
-            _pause(wait_for_new, head if stream_id is not None else after, poll, stop, is_closed)
+            _pause(wait_for_new, head if stream_id is not None else after, poll, stop, given_up)
 
 
 def _pause(
@@ -165,14 +137,10 @@ def _pause(
     seq: int,
     poll: float,
     stop: threading.Event,
-    is_closed: Callable[[], bool],
+    given_up: Callable[[], bool],
 ) -> None:
-    """Up to `poll` seconds for an event past `seq` (where the store can say), `stop` or a close, whichever
-    comes first: each is looked at every `_LOOK` seconds, so a long poll never delays a shutdown."""
-
-    def given_up() -> bool:
-        return stop.is_set() or is_closed()
-
+    """Up to `poll` seconds for an event past `seq` (where the store can say) or until `given_up()`, whichever
+    comes first (looked at every `_LOOK` seconds)."""
     if wait_for_new is not None:
         wait_for_new(seq, poll, given_up=given_up, look=_LOOK)
         return
@@ -181,12 +149,9 @@ def _pause(
         stop.wait(min(left, _LOOK))
 
 
-def wanted_states(states: object) -> tuple[State, ...]:
-    """`wait_for`'s `states` as members: one `State` or state name, or an iterable of them.
-
-    A single string is one state, never its characters; anything else (a name that is no
-    state, something not a string, nothing at all) is an InputError saying what was given.
-    """
+def _wanted_states(states: object) -> tuple[State, ...]:
+    """`wait_for`'s `states` as members: one `State` or state name (never its characters), or an iterable
+    of them; anything else is an InputError saying what was given."""
     if isinstance(states, str):
         given: list[object] = [states]
     else:
@@ -217,19 +182,11 @@ def wait_for_state(
     poll: float,
     is_closed: Callable[[], bool] = lambda: False,
 ) -> State:
-    """Look at `current_state` until it is one of `states`; `WaitTimeout` after `timeout` seconds, or at
-    once when the candidate is in reject (terminal: it can reach nothing else) and reject is not wanted.
-
-    It looks again every `poll` seconds, and on PostgreSQL as soon as a commit notifies; a close
-    from another thread is noticed within a quarter of a second. An unknown candidate counts as
-    not there yet: another process may receive it. `states` is one state (a `State` or its
-    name) or an iterable of them, at least one (`wanted_states`); `timeout` is finite and at
-    least 0 (0: look once), `poll` finite and above 0; anything else is an InputError (a NaN
-    timeout never passed, so the wait never ended).
-    """
+    """Look at `current_state` every `poll` seconds until it is one of `states`; `WaitTimeout` after `timeout`
+    seconds, or at once in reject (terminal) when reject is not wanted. An unknown candidate is not there yet."""
     seconds = check_seconds("timeout", timeout, zero_ok=True)
     poll = check_seconds("poll", poll, zero_ok=False)
-    wanted = wanted_states(states)
+    wanted = _wanted_states(states)
     give_up = time.monotonic() + seconds
     never = threading.Event()
     while True:

@@ -1,12 +1,6 @@
-"""What `verify` found, as a list: every problem, the earliest position first.
-
-A report keeps `ok`, and `bad_seq` / `reason` of its first problem (the first bad position,
-what a reader of one finding has always read), and lists them all in `problems` by position
-(those at no position last), each `{code, bad_seq, reason}`
-(`message` for a pinned head or a seal, `advice` for a repair). A pinned head or a seal that
-fails (`head_mismatch`, `seal_mismatch`, `seal_signature`) is evidence from outside the file
-that the log itself was cut or changed: while one fails no repair is advised, since a
-rebuild would make the damaged log look whole.
+"""What `verify` found: `problems` by position (none last), each `{code, bad_seq, reason}`, the report's
+`ok`, `bad_seq` and `reason` from the first. While a pinned head or a seal fails (`TRUST_CODES`) no repair
+is advised: a rebuild would make the damaged log look whole.
 """
 
 from __future__ import annotations
@@ -32,12 +26,8 @@ def problem(
 
 
 def add_problem(report: JSON, found: JSON | None = None) -> JSON:
-    """Add `found` (if any) to the report's problems and settle `ok`, `bad_seq`, `reason` (and
-    `message`) from the first; while a trust check fails, every repair's advice is dropped.
-
-    Ordered by position; at one position a broken chain goes first, then a pinned head or seal
-    (the stronger verdict), then what the replay found.
-    """
+    """Add `found` (if any) to the problems and settle the report from the first; at one position a broken
+    chain goes first, then a pinned head or seal, then what the replay found."""
     problems: list[JSON] = report.setdefault("problems", [])
     if found is not None:
         if found["code"] in TRUST_CODES:

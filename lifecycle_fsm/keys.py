@@ -1,15 +1,8 @@
-"""Ed25519 signing keys: what turns "the newest row" into something an auditor can trust.
+"""Ed25519 signing keys (`cryptography`): a private key is unencrypted PKCS#8 PEM (0600), a public key
+SubjectPublicKeyInfo PEM, a key's id the sha256 hex of its 32 raw public bytes.
 
-A hash chain proves rows were not edited only if the reader trusts its newest row;
-whoever can write the file can drop the tail or re-hash everything. A signature made
-with a key the file writer does not hold closes that. Keys come from the
-`cryptography` package (never hand-rolled): a private key is PKCS#8 PEM (unencrypted,
-mode 0600, written whole beside its name and linked into place, so an existing key is
-never overwritten and a full disk leaves no partial key), a public key
-SubjectPublicKeyInfo PEM. A key's id is the sha256 hex of its 32 raw public bytes.
-
-`cryptography` is imported where a key is made, loaded or checked, not with the module:
-`verify` without `--pubkey` reads no key and should not pay for the import.
+`cryptography` is imported where a key is used, not with the module: `verify` without `--pubkey`
+should not pay for the import.
 """
 
 from __future__ import annotations
@@ -32,21 +25,7 @@ from lifecycle_fsm.outputs import write_atomic
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-__all__ = [
-    "PRIVATE_KEY_NAME",
-    "PUBLIC_KEY_NAME",
-    "KeyFiles",
-    "PublicKeys",
-    "key_id",
-    "load_private_key",
-    "load_public_key",
-    "new_key_pair",
-    "private_key_from",
-    "sign",
-]
-
-PRIVATE_KEY_NAME = "lifecycle-signing.key"
-PUBLIC_KEY_NAME = "lifecycle-signing.pub"
+__all__ = ["PublicKeys", "key_id", "load_private_key", "load_public_key", "new_key_pair", "private_key_from", "sign"]
 
 
 @attrs.frozen
@@ -69,7 +48,7 @@ def key_id(public_key: Ed25519PublicKey) -> str:
 def new_key_pair(out: str | os.PathLike[str]) -> KeyFiles:
     """Write `DIR/lifecycle-signing.key` (0600) and `.pub`, each whole or not at all; refuse to overwrite either."""
     folder = Path(out)
-    private_path, public_path = folder / PRIVATE_KEY_NAME, folder / PUBLIC_KEY_NAME
+    private_path, public_path = folder / "lifecycle-signing.key", folder / "lifecycle-signing.pub"
     make_folder(folder, "key folder")
     if public_path.exists():
         raise InputError(f"{public_path} already exists: a key pair is never overwritten")

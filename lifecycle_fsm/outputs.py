@@ -1,18 +1,9 @@
 """Files a command writes: in place whole or not at all, and a full disk said as what it is.
 
-Every output (signed heads, attestations, key pairs, audit records, reports, manifests,
-the decision pool) is written the same way: a temporary file in the target's folder,
-written and fsynced, then renamed over (or, when a file must never be overwritten,
-hard-linked to) the target, and the folder fsynced so the rename itself survives a crash.
-A reader sees the old file or the whole new one; a failure leaves neither a partial nor
-a 0-byte file to block the next try.
-
-`stage` writes the temporary file only, so a command that appends an event for its
-output (`seal --out`) can do so once the bytes are safely on disk, and put the file in
-place afterwards: on a full disk the event is never appended for a file that is not there.
-
-A full, read-only or over-quota filesystem is the environment's fault, not the input's:
-`StoreError` (exit 7). Anything else (a permission, a missing folder) is an `InputError`.
+Every output is a temporary file in the target's folder, fsynced, then renamed over (or hard-linked
+to, when never overwritten) the target, and the folder fsynced. `stage` writes the temporary file
+only, so a command can append the event for its output once the bytes are on disk. A full,
+read-only or over-quota filesystem is `StoreError` (exit 7); anything else an `InputError`.
 """
 
 from __future__ import annotations
@@ -27,10 +18,10 @@ import attrs
 
 from lifecycle_fsm.errors import InputError, LifecycleError, StoreError
 
-__all__ = ["ENVIRONMENT_ERRNOS", "StagedFile", "fsync_folder", "output_error", "stage", "write_atomic"]
+__all__ = ["StagedFile", "output_error", "stage", "write_atomic"]
 
 # The filesystem cannot take the bytes (full, over quota, read-only, too large, failing): exit 7.
-ENVIRONMENT_ERRNOS = frozenset(
+_ENVIRONMENT_ERRNOS = frozenset(
     getattr(errno, name) for name in ("ENOSPC", "EDQUOT", "EROFS", "EFBIG", "EIO") if hasattr(errno, name)
 )
 
@@ -38,12 +29,12 @@ ENVIRONMENT_ERRNOS = frozenset(
 def output_error(path: str | os.PathLike[str], error: OSError, what: str = "nothing was written") -> LifecycleError:
     """The one-line error for an output that could not be written: StoreError for the environment, else InputError."""
     why = error.strerror or str(error)
-    if error.errno in ENVIRONMENT_ERRNOS:
+    if error.errno in _ENVIRONMENT_ERRNOS:
         return StoreError(f"cannot write {os.fspath(path)}: {why} ({what}; free space or fix the filesystem, retry)")
     return InputError(f"cannot write {os.fspath(path)}: {why} ({what})")
 
 
-def fsync_folder(folder: str | os.PathLike[str]) -> None:
+def _fsync_folder(folder: str | os.PathLike[str]) -> None:
     """Make a rename in `folder` durable (POSIX; a no-op where folders cannot be opened or synced)."""
     try:
         fd = os.open(folder, os.O_RDONLY)
@@ -74,13 +65,12 @@ class StagedFile:
                 os.unlink(self.temporary)
             else:
                 os.replace(self.temporary, self.target)
-        except OSError as e:
+        except BaseException as e:
             self.discard()
-            raise output_error(self.target, e) from None
-        except BaseException:
-            self.discard()
+            if isinstance(e, OSError):
+                raise output_error(self.target, e) from None
             raise
-        fsync_folder(self.target.parent)
+        _fsync_folder(self.target.parent)
 
     def discard(self) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -96,6 +86,7 @@ def stage(
         fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as e:
         raise output_error(path, e, what) from None
+    staged = StagedFile(path, temporary)
     try:
         with os.fdopen(fd, "wb") as handle:
             os.fchmod(handle.fileno(), mode)  # mkstemp makes 0600: an output is meant to be read unless `mode` says not
@@ -103,12 +94,11 @@ def stage(
             handle.flush()
             os.fsync(handle.fileno())
     except BaseException as e:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
+        staged.discard()
         if isinstance(e, OSError):
             raise output_error(path, e, what) from None
         raise
-    return StagedFile(path, temporary)
+    return staged
 
 
 def write_atomic(

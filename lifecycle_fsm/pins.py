@@ -1,8 +1,4 @@
-"""Pinned heads: a head an auditor kept outside the file, as `SEQ:HASH` or a signed-head file `seal` wrote.
-
-Parsed here, strictly (a typo is named, never read as "no such file"); `seals.check_expected_heads`
-judges them against the chain.
-"""
+"""Pinned heads (`SEQ:HASH` or a signed-head file `seal` wrote), parsed strictly: a typo is named."""
 
 from __future__ import annotations
 
@@ -35,11 +31,8 @@ class ExpectedHead:
 
 
 def parse_expected_head(value: str) -> ExpectedHead:
-    """`SEQ:HASH` (a seq from 1, the 64-lowercase-hex hash there), or the path of a file `seal` wrote.
-
-    A value shaped like `SEQ:HASH` that is no file but whose seq or hash is not one (`0:…`,
-    `18:deadbeef`, an upper-case hash) is refused saying which part is wrong (InputError).
-    """
+    """`SEQ:HASH` (a seq from 1, the 64-lowercase-hex hash there), or the path of a file `seal` wrote; a
+    value of that shape that is no file and not a pin is refused saying which part is wrong."""
     pin = _PIN_SHAPE.fullmatch(value.strip())
     if pin is not None and not (os.path.lexists(value) and not _is_pin(pin)):
         seq_text, digest = (pin.group(1), pin.group(2)) if pin.group(1) is not None else (pin.group(3), pin.group(4))
@@ -59,13 +52,7 @@ def parse_expected_head(value: str) -> ExpectedHead:
     if not isinstance(doc, dict):
         raise InputError(f"{value}: not a signed-head file (not an object)")
     seq, digest = doc.get("seq"), doc.get("hash")
-    if (
-        not isinstance(seq, int)
-        or isinstance(seq, bool)
-        or _seq_problem(str(seq))
-        or not isinstance(digest, str)
-        or _hash_problem(digest)
-    ):
+    if type(seq) is not int or _seq_problem(str(seq)) or not isinstance(digest, str) or _hash_problem(digest):
         raise InputError(
             f"{value}: a signed-head file needs an integer `seq` from 1 and a `hash` of 64 lowercase hex digits"
         )

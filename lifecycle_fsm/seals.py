@@ -1,9 +1,7 @@
 """Sealed and pinned heads: proving the log was not truncated or re-hashed.
 
-A seal (`HeadSealed`, in the `seals` stream) signs `{ledger_id, seq, hash}` of the head
-right before it; `seal` returns that **signed head**, which anyone can keep elsewhere. A
-pinned head (`SEQ:HASH`, or a signed-head file) is one an auditor kept outside the file.
-Both are judged after the chain itself verified, so a stored hash *is* the recomputed chain.
+A seal (`HeadSealed`, in the `seals` stream) signs `{ledger_id, seq, hash}` of the head right
+before it; `seal` returns that signed head. A pinned head is one an auditor kept outside the file.
 """
 
 from __future__ import annotations
@@ -13,7 +11,6 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-import attrs
 import orjson
 
 from lifecycle_fsm.command_inputs import check_key, recorded_time
@@ -34,9 +31,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "add_trust_findings",
-    "SealFailure",
-    "check_expected_heads",
-    "check_seals",
     "ledger_id_of",
     "seal",
     "seal_message",
@@ -46,6 +40,7 @@ __all__ = [
 ]
 
 _SEAL_TEXT_FIELDS = ("ledger_id", "hash", "key_id", "signature")
+_SIGNED_HEAD_FIELDS = ("ledger_id", "seq", "hash", "sealed_at", "key_id", "signature")  # in `seal --json`'s order
 
 
 def ledger_id_of(store: EventStore) -> str | None:
@@ -75,15 +70,10 @@ def seal(
     checked: Head | None = None,
     event_id: str | None = None,
 ) -> JSON:
-    """Append a `HeadSealed` signing the head before it; return the signed head (`seal --json`).
-
-    The head is read inside the write transaction (on SQLite, under the write lock),
-    so the seal lands right after the head it signs. `before_commit` gets the signed
-    head inside that transaction, before the commit: a file written there (and fsynced)
-    exists before the seal does, and if writing it fails nothing is appended. `checked`:
-    what `sealable_head` returned for this key (the walk is not done again). `event_id`:
-    the idempotency key; a seal already stored under it is answered, nothing appended.
-    """
+    """Append a `HeadSealed` signing the head before it (read inside the write transaction); return the
+    signed head (`seal --json`). `before_commit` gets it before the commit: a file written there exists
+    before the seal does, and a failure appends nothing. `checked`: what `sealable_head` returned for
+    this key. `event_id`: the idempotency key; a seal already stored under it is answered."""
     check_key(event_id)
     check_event_id(event_id)  # the rule every command's key follows
     ledger_id = ledger_id_of(store)
@@ -111,45 +101,42 @@ def seal(
 
 
 def sealable_head(store: EventStore, key: Ed25519PrivateKey) -> Head:
-    """The head `key` may seal as things stand: every row since the last seal that holds re-hashed and
-    linked (IntegrityError at an edited one, or when a seal of this key names a head the chain lost)."""
+    """The head `key` may seal: every row since the latest seal that holds under it re-hashed and linked.
+    IntegrityError at an edited row, or when a seal this key signed names a head the chain no longer has."""
     ledger_id = ledger_id_of(store)
     if ledger_id is None:
         return GENESIS
-    return _walked(store, _vouched_head(store, PublicKeys([key.public_key()]), ledger_id))
-
-
-def _vouched_head(store: EventStore, keys: PublicKeys, ledger_id: str) -> Head:
-    """The head of the latest seal that holds (`_seal_failure`, under the key signing now), else the genesis.
-    Anyone may append a seal row: one that does not hold vouches for nothing, unless this key signed its
-    head for this ledger (then the chain was rewritten under it: IntegrityError, nothing sealed)."""
+    keys, start = PublicKeys([key.public_key()]), GENESIS
     for event in reversed(store.read_stream(SEALS_STREAM)):
         with contextlib.suppress(CorruptionError):  # an unreadable seal: the one before
             payload = decoded_payload(event)
             if _seal_failure(store, event, payload, keys, ledger_id) is None:
-                return Head(payload["seq"], payload["hash"])
+                start = Head(payload["seq"], payload["hash"])
+                break
             if _rewritten_under(store, payload, keys, ledger_id):
                 raise IntegrityError(
                     f"seq {payload['seq']}: this key sealed head {payload['seq']}:{payload['hash']} (seal at seq "
                     f"{event.seq}) and the chain holds other bytes there now; nothing sealed: run `lifecycle verify`",
                     seq=payload["seq"],
                 )
-    return GENESIS
+    return _walked(store, start)
 
 
 def _rewritten_under(store: EventStore, payload: JSON, keys: PublicKeys, ledger_id: str) -> bool:
-    """A well-formed seal whose signature over this ledger's head verifies under `keys`, naming a head the
-    chain no longer has: proof the log changed after a key holder vouched for it."""
+    """A well-formed seal signed under `keys` for this ledger, naming a head the chain no longer has."""
     if _seal_problem(payload) is not None or hash_at(store, payload["seq"]) == payload["hash"]:
         return False
-    return keys.verifies(
-        payload["key_id"], seal_message(ledger_id, payload["seq"], payload["hash"]), payload["signature"]
-    )
+    return _signed(keys, ledger_id, payload)
+
+
+def _signed(keys: PublicKeys, ledger_id: str | None, doc: JSON) -> bool:
+    """Whether `doc`'s signature over this ledger's `{ledger_id, seq, hash}` verifies under `keys`."""
+    message = seal_message(str(ledger_id), doc["seq"], doc["hash"])
+    return keys.verifies(str(doc.get("key_id")), message, str(doc.get("signature")))
 
 
 def _walked(store: EventStore, start: Head) -> Head:
-    """Re-hash and link every row after `start`; the head reached, or IntegrityError at the first edited row:
-    a key holder never signs a chain edited in place (nothing is appended)."""
+    """Re-hash and link every row after `start`: the head reached, or IntegrityError at the first edited row."""
     walk = ChainWalk(store.select_rows(EventFilter(after=start.seq)), start=start)
     walk.finish()
     if walk.bad_seq is not None:
@@ -175,13 +162,12 @@ def _append_seal(
     event_id: str | None,
 ) -> JSON:
     """One attempt: the seal must land right after the head it signs, or nothing is kept."""
-    signer = key_id(key.public_key())
     with store.transaction() as tx:
         head = store.head()
         if head.seq > checked.seq:
             _walked(store, checked)
         signature = sign(key, seal_message(ledger_id, head.seq, head.hash))
-        event = HeadSealed(ledger_id, head.seq, head.hash, signer, signature)
+        event = HeadSealed(ledger_id, head.seq, head.hash, key_id(key.public_key()), signature)
         new = NewEvent(
             stream_id=SEALS_STREAM,
             type=event.TYPE,
@@ -208,17 +194,12 @@ def _append_seal(
 
 def _signed_head(payload: JSON, sealed_at: str) -> JSON:
     """The signed head a seal returns, from its `HeadSealed` payload."""
-    fields = ("ledger_id", "seq", "hash")
-    return {
-        **{k: payload[k] for k in fields},
-        "sealed_at": sealed_at,
-        "key_id": payload["key_id"],
-        "signature": payload["signature"],
-    }
+    fields = {**payload, "sealed_at": sealed_at}
+    return {k: fields[k] for k in _SIGNED_HEAD_FIELDS}
 
 
 def sealed_under(store: EventStore, event_id: str) -> JSON | None:
-    """The signed head the seal keyed `event_id` returned, None when the key is new (DuplicateEventError when
+    """The signed head the seal keyed `event_id` returned; None when the key is new (DuplicateEventError when
     another command's event holds it)."""
     stored = store.event_by_id(event_id)
     if stored is None:
@@ -232,13 +213,9 @@ def sealed_under(store: EventStore, event_id: str) -> JSON | None:
     return _signed_head(decoded_payload(stored), stored.recorded_at)
 
 
-@attrs.frozen
-class SealFailure:
-    """Why verify fails on seals or pins: `reason` is the problem code `verify` reports."""
-
-    bad_seq: int | None
-    reason: str  # head_mismatch | seal_mismatch | seal_signature
-    message: str
+def _failure(bad_seq: int | None, code: str, message: str) -> JSON:
+    """A seal or pinned head that fails, as `verify` reports it: head_mismatch, seal_mismatch, seal_signature."""
+    return problem(code, bad_seq, code, message=message)
 
 
 def check_expected_heads(
@@ -247,7 +224,7 @@ def check_expected_heads(
     keys: PublicKeys,
     ledger_id: str | None,
     broken_at: int | None = None,
-) -> SealFailure | None:
+) -> JSON | None:
     """Each pinned head must be in the chain recomputed from the rows exactly (at or past `broken_at`, where
     the chain breaks, it is not); a signed-head file's signature must hold too."""
     for pin in heads:
@@ -256,25 +233,18 @@ def check_expected_heads(
             message = (
                 f"{pin.source} is a head of another ledger (ledger id {display(str(other))}; this one's is {ledger_id})"
             )
-            return SealFailure(pin.seq, "head_mismatch", message)
+            return _failure(pin.seq, "head_mismatch", message)
         found = hash_at(store, pin.seq)
         if found != pin.hash:
             what = "no event" if found is None else f"hash {found}"
             named = "" if pin.source == f"{pin.seq}:{pin.hash}" else f" ({pin.source})"
             message = f"expected head {pin.seq}:{pin.hash}{named}, the ledger has {what} there"
-            return SealFailure(pin.seq, "head_mismatch", message)
+            return _failure(pin.seq, "head_mismatch", message)
         if broken_at is not None and pin.seq >= broken_at:
-            return SealFailure(pin.seq, "head_mismatch", f"expected head {pin.seq}:{pin.hash}: {_past(broken_at)}")
-        if pin.signed is not None and keys:
-            doc = pin.signed
-            ok = doc.get("ledger_id") == ledger_id and keys.verifies(
-                str(doc.get("key_id")),
-                seal_message(str(doc.get("ledger_id")), pin.seq, pin.hash),
-                str(doc.get("signature")),
-            )
-            if not ok:
-                message = f"{pin.source}: its signature does not verify under the given keys for this ledger"
-                return SealFailure(pin.seq, "seal_signature", message)
+            return _failure(pin.seq, "head_mismatch", f"expected head {pin.seq}:{pin.hash}: {_past(broken_at)}")
+        if pin.signed is not None and keys and not (other == ledger_id and _signed(keys, ledger_id, pin.signed)):
+            message = f"{pin.source}: its signature does not verify under the given keys for this ledger"
+            return _failure(pin.seq, "seal_signature", message)
     return None
 
 
@@ -291,29 +261,23 @@ def _seal_problem(payload: JSON) -> str | None:
 
 def check_seals(
     store: EventStore, keys: PublicKeys, ledger_id: str | None, broken_at: int | None = None
-) -> tuple[JSON, SealFailure | None]:
-    """The `seals` summary `verify --json` prints, and the first failing seal (or None).
-
-    A seal must seal the head right before it (the seq before its own, with that row's
-    hash): an old seal appended again later proves nothing about the head it follows. A
-    head at or past `broken_at` (where the chain breaks) is not the recomputed chain's.
-    """
-    count, signers, last_seq = 0, set(), None
-    failure: SealFailure | None = None
-    for event in store.read_stream(SEALS_STREAM):
-        count += 1
-        last_seq = event.seq
+) -> tuple[JSON, JSON | None]:
+    """The `seals` summary `verify --json` prints, and the first failing seal (or None); a head at or past
+    `broken_at` (where the chain breaks) is not the recomputed chain's."""
+    events, signers = store.read_stream(SEALS_STREAM), set()
+    failure: JSON | None = None
+    for event in events:
         try:
             payload = decoded_payload(event)
         except CorruptionError as e:
-            failure = failure or SealFailure(event.seq, "seal_mismatch", str(e))
+            failure = failure or _failure(event.seq, "seal_mismatch", str(e))
             continue
         if isinstance(payload.get("key_id"), str):
             signers.add(payload["key_id"])
         failure = failure or _seal_failure(store, event, payload, keys, ledger_id)
         if failure is None and broken_at is not None and payload["seq"] >= broken_at:
-            failure = SealFailure(event.seq, "seal_mismatch", f"seq {event.seq}: the sealed head {_past(broken_at)}")
-    return {"count": count, "keys": sorted(signers), "last_seq": last_seq}, failure
+            failure = _failure(event.seq, "seal_mismatch", f"seq {event.seq}: the sealed head {_past(broken_at)}")
+    return {"count": len(events), "keys": sorted(signers), "last_seq": events[-1].seq if events else None}, failure
 
 
 def _past(broken_at: int) -> str:
@@ -322,38 +286,33 @@ def _past(broken_at: int) -> str:
 
 def _seal_failure(
     store: EventStore, event: StoredEvent, payload: JSON, keys: PublicKeys, ledger_id: str | None
-) -> SealFailure | None:
-    """Why one stored seal does not hold, or None: it must seal the head right before it (the seq before its
-    own, with that row's hash) of this ledger, and with `keys`, verify under one of them."""
+) -> JSON | None:
+    """Why one stored seal does not hold, or None: it must seal this ledger's head right before it (an old
+    seal appended again proves nothing), and with `keys`, verify under one of them."""
     if event.type != HeadSealed.TYPE:
-        return SealFailure(event.seq, "seal_mismatch", f"seq {event.seq}: {event.type} in seals")
+        return _failure(event.seq, "seal_mismatch", f"seq {event.seq}: {event.type} in seals")
     if (problem := _seal_problem(payload)) is not None:
-        return SealFailure(event.seq, "seal_mismatch", f"seq {event.seq}: a malformed seal ({problem})")
+        return _failure(event.seq, "seal_mismatch", f"seq {event.seq}: a malformed seal ({problem})")
     if payload["seq"] != event.seq - 1:
         message = (
             f"seq {event.seq}: the seal claims head seq {payload['seq']}, not the head before it "
             f"(seq {event.seq - 1}): a seal copied from elsewhere in the log"
         )
-        return SealFailure(event.seq, "seal_mismatch", message)
+        return _failure(event.seq, "seal_mismatch", message)
     if hash_at(store, event.seq - 1) != payload["hash"] or payload["ledger_id"] != ledger_id:
         message = f"seq {event.seq}: the sealed head {payload['seq']}:{payload['hash']} is not this ledger's chain"
-        return SealFailure(event.seq, "seal_mismatch", message)
-    if keys and not keys.verifies(
-        payload["key_id"], seal_message(str(ledger_id), payload["seq"], payload["hash"]), payload["signature"]
-    ):
+        return _failure(event.seq, "seal_mismatch", message)
+    if keys and not _signed(keys, ledger_id, payload):
         message = f"seq {event.seq}: the seal's signature does not verify under the given keys"
-        return SealFailure(event.seq, "seal_signature", message)
+        return _failure(event.seq, "seal_signature", message)
     return None
 
 
 def add_trust_findings(
     store: EventStore, report: JSON, heads: Iterable[ExpectedHead] = (), keys: PublicKeys | None = None
 ) -> JSON:
-    """`verify`'s report plus `seals`, and every pinned head that fails and the first seal that does.
-
-    Judged whatever else `verify` found: a pinned head or a seal is evidence kept outside the
-    file, so its verdict is always among the problems (and no repair is advised while it fails).
-    """
+    """`verify`'s report plus `seals`, every pinned head that fails and the first seal that does: evidence
+    kept outside the file, always among the problems whatever else `verify` found."""
     keys = keys if keys is not None else PublicKeys()
     try:
         ledger_id = ledger_id_of(store)
@@ -367,5 +326,5 @@ def add_trust_findings(
     pinned = [check_expected_heads(store, [pin], keys, ledger_id, broken) for pin in heads]
     for failure in [*pinned, sealed]:
         if failure is not None:
-            add_problem(report, problem(failure.reason, failure.bad_seq, failure.reason, message=failure.message))
+            add_problem(report, failure)
     return report

@@ -1,19 +1,9 @@
 """Whether a saved snapshot of folded state may be used: its fingerprint and its trust.
 
-A checkpoint (and each per-stream copy inside it) records what the folded state it
-holds structurally depends on, as a training resume checkpoint records its config fingerprint:
-- the machine's table (`machine.TABLE_DIGEST`),
-- every event type with its schema version,
-- the fields of the folded state and a declared `FOLD_VERSION` (bump it when the
-  meaning of a handler changes without a table or schema change).
-A mismatch means the snapshot was built by other code: it is *stale*, not used, and
-the reason names the part that differs. The fingerprint also records the decision rules'
-version (`rules.RULES`), but not as a structural part: a rules change alters future
-decisions, never the state folded from recorded ones, so a snapshot built under other
-rules is used, with a warning (`other_rules`).
-
-`snapshot_problem` is the one place that decides whether a snapshot can be
-trusted; commands, replay and `verify` all ask it.
+The fingerprint records what the folded state structurally depends on (the machine's table, the event
+schemas, the state's fields and `FOLD_VERSION`: bump it when a handler's meaning changes); a mismatch
+makes the snapshot stale. It also records the rules' version, not as a structural part: rules alter
+future decisions, never folded state, so a snapshot built under other rules is used, with a warning.
 """
 
 from __future__ import annotations
@@ -36,7 +26,6 @@ __all__ = [
     "CHECKPOINT_SCHEMA_VERSION",
     "FINGERPRINT",
     "FINGERPRINT_PARTS",
-    "FOLD_VERSION",
     "SnapshotProblem",
     "other_rules",
     "snapshot_problem",
@@ -75,23 +64,15 @@ def _saved_parts(fingerprint: str) -> JSON | None:
 
 def _structural_problem(fingerprint: str) -> str | None:
     """The structural parts that differ from this code's (the rules are not one), or None."""
-    if fingerprint == FINGERPRINT:
-        return None
     saved = _saved_parts(fingerprint)
     if saved is None:
         return "unreadable fingerprint"
     parts = (saved.keys() - {"rules"}) | FINGERPRINT_PARTS.keys()
-    changed = sorted(k for k in parts if saved.get(k) != FINGERPRINT_PARTS.get(k))
-    return ", ".join(changed) or None
+    return ", ".join(sorted(k for k in parts if saved.get(k) != FINGERPRINT_PARTS.get(k))) or None
 
 
 def other_rules(fingerprint: str) -> Any:
-    """The rules a usable snapshot was built under when they are not today's (else None).
-
-    A snapshot written before rules were recorded names none: nothing to compare, no warning.
-    """
-    if fingerprint == FINGERPRINT:
-        return None
+    """The rules a usable snapshot was built under when they are not today's (None when it names none)."""
     saved = _saved_parts(fingerprint)
     rules = None if saved is None else saved.get("rules")
     return rules if rules is not None and rules != RULES else None
@@ -102,10 +83,10 @@ def snapshot_problem(
 ) -> SnapshotProblem | None:
     """Why a snapshot (`text`, stored with `sha256`) taken at `taken.position` cannot be trusted, or None
     when it can: a checkpoint's whole snapshot, or one stream's copy of its state."""
-    schema_version, fingerprint, position = taken.schema_version, taken.fingerprint, taken.position
-    if schema_version != CHECKPOINT_SCHEMA_VERSION:
-        return SnapshotProblem(f"schema version {schema_version} is not {CHECKPOINT_SCHEMA_VERSION}", stale=True)
-    if changed := _structural_problem(fingerprint):
+    position = taken.position
+    if taken.schema_version != CHECKPOINT_SCHEMA_VERSION:
+        return SnapshotProblem(f"schema version {taken.schema_version} is not {CHECKPOINT_SCHEMA_VERSION}", stale=True)
+    if taken.fingerprint != FINGERPRINT and (changed := _structural_problem(taken.fingerprint)):
         return SnapshotProblem(f"built by a different {changed} (fingerprint mismatch)", stale=True)
     if type(position) is not int or position < 0:  # text, NULL or a float past any seq, written by hand
         return SnapshotProblem(f"position {position!r} is not a seq (corrupt)", stale=False)
