@@ -55,7 +55,6 @@ class AuditRequest:
 class AuditCandidate:
     """A candidate manifest that exists and parses, with the id the ledger knows it by."""
 
-    path: str  # absolute
     relative: str  # to the baseline manifest's folder, POSIX
     candidate_id: str
     manifest: CandidateManifest
@@ -121,7 +120,7 @@ def prepare(request: AuditRequest) -> PreparedAudit:
         )
         if cid in candidates:
             raise InputError(f"candidate manifests {candidates[cid].relative} and {relative} both have the id {cid!r}")
-        candidates[cid] = AuditCandidate(manifest.path, relative, cid, manifest)
+        candidates[cid] = AuditCandidate(relative, cid, manifest)
     return PreparedAudit(
         request=attrs.evolve(request, label=label),
         root=root,
@@ -259,7 +258,7 @@ def _process(ledger: Ledger, c: AuditCandidate) -> None:
     """Receive (idempotent), then check and hand off as far as the machine allows; every artifact is
     re-read (`rehash`): artifacts can change after a decision."""
     cid = c.candidate_id
-    ledger.receive(c.path, candidate_id=cid)
+    ledger.receive(c.manifest.path, candidate_id=cid)
     state = ledger.candidate(cid).state
     if state in ("ready", "tune"):
         ledger.check(cid, rehash=True)

@@ -251,9 +251,8 @@ def read_pool(folder: Path) -> list[tuple[str, DecisionState]]:
     folder; the first bad file raises, naming file and key. An empty folder is an empty pool."""
     if not folder.is_dir():
         raise InputError(f"{folder}: no such decision pool folder")
-    files = sorted(folder.rglob("*.json"))
     out = []
-    for f in files:
+    for f in sorted(folder.rglob("*.json")):
         try:  # regular files only, bounded: a FIFO or a link to /dev/zero named *.json never hangs it
             text = read_regular_file(f, what="decision file", limit=MAX_MANIFEST_BYTES).decode("utf-8")
         except (InputError, UnicodeDecodeError) as e:

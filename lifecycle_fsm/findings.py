@@ -17,12 +17,8 @@ def problem(
     code: str, bad_seq: int | None, reason: str, *, advice: str | None = None, message: str | None = None
 ) -> JSON:
     """One finding; a repair's `advice` is kept apart from the reason so it can be withheld."""
-    found: JSON = {"code": code, "bad_seq": bad_seq, "reason": reason}
-    if advice is not None:
-        found["advice"] = advice
-    if message is not None:
-        found["message"] = message
-    return found
+    extra = {"advice": advice, "message": message}
+    return {"code": code, "bad_seq": bad_seq, "reason": reason} | {k: v for k, v in extra.items() if v is not None}
 
 
 def add_problem(report: JSON, found: JSON | None = None) -> JSON:

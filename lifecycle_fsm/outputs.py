@@ -36,15 +36,12 @@ def output_error(path: str | os.PathLike[str], error: OSError, what: str = "noth
 
 def _fsync_folder(folder: str | os.PathLike[str]) -> None:
     """Make a rename in `folder` durable (POSIX; a no-op where folders cannot be opened or synced)."""
-    try:
+    with contextlib.suppress(OSError):
         fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        with contextlib.suppress(OSError):
+        try:
             os.fsync(fd)
-    finally:
-        os.close(fd)
+        finally:
+            os.close(fd)
 
 
 @attrs.frozen
