@@ -168,17 +168,9 @@ def _append_seal(
             _walked(store, checked)
         signature = sign(key, seal_message(ledger_id, head.seq, head.hash))
         event = HeadSealed(ledger_id, head.seq, head.hash, key_id(key.public_key()), signature)
-        new = NewEvent(
-            stream_id=SEALS_STREAM,
-            type=event.TYPE,
-            schema_version=event.SCHEMA_VERSION,
-            payload=event.to_payload(),
-            event_id=event_id or uuid.uuid4().hex,
-            recorded_at=recorded_time(clock()),
-            actor=actor,
-        )
-        fresh = event_id is None
-        stored = tx.append(SEALS_STREAM, tx.stream_version(SEALS_STREAM), [new], fresh_ids=fresh).events[0]
+        payload, at = event.to_payload(), recorded_time(clock())
+        new = NewEvent(SEALS_STREAM, event.TYPE, event.SCHEMA_VERSION, payload, event_id or uuid.uuid4().hex, at, actor)
+        stored = tx.append(SEALS_STREAM, tx.stream_version(SEALS_STREAM), [new], fresh_ids=event_id is None).events[0]
         if stored.seq != head.seq + 1:  # raised inside the transaction: rolled back
             raise ConcurrencyError(
                 "the head moved while sealing",
@@ -186,7 +178,7 @@ def _append_seal(
                 expected_version=head.seq + 1,
                 actual_version=stored.seq,
             )
-        signed = _signed_head(event.to_payload(), stored.recorded_at)
+        signed = _signed_head(payload, stored.recorded_at)
         if before_commit is not None:
             before_commit(signed)
     return signed
