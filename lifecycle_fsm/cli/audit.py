@@ -1,18 +1,13 @@
-"""`lifecycle audit`: the CLI edge of `lifecycle_fsm.audit`.
-
-The audit's steps and records are `lifecycle_fsm.audit`'s; this module parses the
-options, opens the ledger with the artifact root and prints the plan or the summary.
-"""
+"""`lifecycle audit`: parses the options, runs `lifecycle_fsm.audit` and prints its plan or summary."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from lifecycle_fsm.cli.app import json_option, root_obj, signing_key, wants_json
-from lifecycle_fsm.cli.guards import refuse_memory_db
+from lifecycle_fsm.cli.app import json_option, refuse_memory_db, root_obj, signing_key, wants_json
 from lifecycle_fsm.cli.render import cells, console, emit
 from lifecycle_fsm.cli.writes import ACTIVE_WINDOW, MAX_WINDOW_AGE
 from lifecycle_fsm.errors import InputError
@@ -29,11 +24,8 @@ _P = TypeVar("_P", Path, tuple[Path, ...])
 
 
 def _no_option_as_path(ctx: click.Context, param: click.Parameter, given: _P) -> _P:
-    """A path spelled like one of this command's options is a usage error (a file so named: `./--label`).
-
-    `--candidates --label X` gives `--candidates` the value `--label` (click takes the next word),
-    and a missing manifest is listed, not fatal: the audit would run on with the wrong options.
-    """
+    """A path spelled like one of this command's options is a usage error (a file so named: `./--label`):
+    `--candidates --label X` would list a missing manifest `--label` and run on with the wrong options."""
     options = {name for p in ctx.command.params for name in p.opts if name.startswith("-")}
     for value in given if isinstance(given, tuple) else (given,):
         if str(value) in options:
@@ -82,18 +74,7 @@ def _no_option_as_path(ctx: click.Context, param: click.Parameter, given: _P) ->
 @ACTIVE_WINDOW
 @MAX_WINDOW_AGE
 @json_option
-def audit(
-    baseline: Path,
-    candidates: tuple[Path, ...],
-    more_candidates: tuple[Path, ...],
-    label: str,
-    mode: str,
-    out: Path,
-    root: Path,
-    replace: bool,
-    active_window: int,
-    max_window_age: int,
-) -> None:
+def audit(candidates: tuple[Path, ...], more_candidates: tuple[Path, ...], mode: str, **request: Any) -> None:
     """Audit real candidate artifacts against an SFT baseline and write the hand-off records.
 
     `--candidates a.json b.json` and `--candidates a.json --candidates b.json` both work.
@@ -106,21 +87,10 @@ def audit(
     from lifecycle_fsm.audit import AuditRequest, check_runnable, plan, prepare, run
     from lifecycle_fsm.ledger import Ledger
 
-    request = AuditRequest(
-        baseline=baseline,
-        candidates=(*candidates, *more_candidates),
-        label=label,
-        out=out,
-        root=root,
-        replace=replace,
-        active_window=active_window,
-        max_window_age=max_window_age,
-    )
-    prepared = prepare(request)
-    as_json = wants_json()
+    prepared = prepare(AuditRequest(candidates=(*candidates, *more_candidates), **request))  # the other options
     if mode == "dry_run":
         doc = plan(prepared)
-        emit(doc) if as_json else _print_plan(doc)
+        emit(doc) if wants_json() else _print_plan(doc)
         return
     obj = root_obj()
     if not obj.get("db"):
@@ -128,9 +98,14 @@ def audit(
     refuse_memory_db(obj["db"])
     key = signing_key()  # a bad key is refused before anything is made: the --out folder, the ledger
     check_runnable(prepared)  # before the ledger file is created
-    with Ledger.open(obj["db"], synchronous=obj["synchronous"], actor=obj["actor"], artifact_root=root) as ledger:
+    with Ledger.open(
+        obj["db"], synchronous=obj["synchronous"], actor=obj["actor"], artifact_root=request["root"]
+    ) as ledger:
         result = run(prepared, ledger, signing_key=key)
-    emit(_summary(result)) if as_json else _print_summary(result)
+    emit(_summary(result)) if wants_json() else _print_summary(result)
+
+
+_SUMMARY_KEYS = ("candidate_id", "manifest_path", "handoff_status", "ledger_state", "reason_codes")
 
 
 def _summary(result: AuditResult) -> JSON:
@@ -140,16 +115,7 @@ def _summary(result: AuditResult) -> JSON:
         "evidence_path": str(result.evidence_path),
         "handoff_path": str(result.handoff_path),
         "handoff_status": result.handoff_status,
-        "candidates": [
-            {
-                "candidate_id": r["candidate_id"],
-                "manifest_path": r["manifest_path"],
-                "handoff_status": r["handoff_status"],
-                "ledger_state": r["ledger_state"],
-                "reason_codes": r["reason_codes"],
-            }
-            for r in result.evidence["candidate_records"]
-        ],
+        "candidates": [{key: r[key] for key in _SUMMARY_KEYS} for r in result.evidence["candidate_records"]],
         "missing_candidate_manifests": result.evidence["missing_candidate_manifests"],
         "replaced": [str(p) for p in result.replaced],
     }
@@ -197,7 +163,7 @@ def _print_plan(doc: JSON) -> None:
 
 
 def _echo(line: str) -> None:
-    """One line of the summary or the plan: a manifest's value holding a newline or an escape stays on it."""
+    """One line of the summary or the plan, whatever newline or escape a manifest's value holds."""
     click.echo(display(line))
 
 

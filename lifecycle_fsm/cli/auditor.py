@@ -1,12 +1,5 @@
-"""The auditor's desk: `log` (the filtered log, or its tail as it grows) and `report` (a document to hand over).
-
-`log` streams: the store runs one indexed query and rows are printed as they come, so
-a million-event ledger answers `--limit 20` at once (`--json` alone reads its rows
-first: one document). `--follow` then waits for new events through `Ledger.follow`
-(polling on SQLite, woken by NOTIFY on PostgreSQL) and runs the same query over each
-new stretch of the log. `report` builds its document in `replay.report` and writes it
-as audit records are written (atomic, one `.previous` generation with `--replace`).
-"""
+"""The auditor's desk: `log` (the filtered log, printed as its rows are read, or its tail as it grows) and
+`report` (a document to hand over, written as audit records are: atomic, one `.previous` with `--replace`)."""
 
 from __future__ import annotations
 
@@ -20,9 +13,8 @@ from typing import TYPE_CHECKING, Any
 import click
 import orjson
 
-from lifecycle_fsm.cli.app import AS_OF, TIME, json_option, open_ledger, wants_json
+from lifecycle_fsm.cli.app import AS_OF, TIME, closed_output, json_option, open_ledger, wants_json
 from lifecycle_fsm.cli.exit_codes import ExitCode
-from lifecycle_fsm.cli.guards import closed_output
 from lifecycle_fsm.cli.render import emit
 from lifecycle_fsm.errors import LifecycleError
 from lifecycle_fsm.json_types import JSON
@@ -92,7 +84,7 @@ def log(follow: bool, poll: float, jsonl: bool, **filters: Any) -> None:
 
 @contextmanager
 def _output_errors() -> Iterator[None]:
-    """Rows go to stdout as they are read: a full disk is one line, as for `echo`."""
+    """Rows go to stdout as they are read: a full disk or a closed stdout is one line, as for `echo`."""
     try:
         yield
     except OSError as e:
@@ -103,17 +95,15 @@ def _output_errors() -> Iterator[None]:
 
 def _follow(ledger: Ledger, filters: JSON, *, poll: float, jsonl: bool) -> None:
     """The log up to the head seen now, then each new stretch of it that matches, until `--before` or
-    `--limit` (or Ctrl-C). Each stretch is read in its own snapshot: a follower never holds one open."""
+    `--limit` (or Ctrl-C); each stretch in its own snapshot, so a follower never holds one open."""
     from lifecycle_fsm.events import candidate_id_of
     from lifecycle_fsm.replay.log import known_stream, log_filter, read_log
 
-    limit, before = filters["limit"], filters["before"] or MAX_INT64
-    after = filters["after"]
+    limit, before, after, stream = filters["limit"], filters["before"] or MAX_INT64, filters["after"], filters["stream"]
     head = ledger.store.head().seq
     shown = 0
-    with known_stream(ledger.store, log_filter(**filters), filters["stream"]):
+    with known_stream(ledger.store, log_filter(**filters), stream):
         pass  # an unknown --stream is refused (exit 4) before the first byte
-    stream = filters["stream"]
     woken_by = candidate_id_of(stream) or stream if stream else None  # what `Ledger.follow` calls a stream
     stretches = ledger.follow(head, poll, stream=woken_by)
     while (limit is None or shown < limit) and after < before - 1:
@@ -134,17 +124,19 @@ def _print_rows(rows: Iterable[_Row], jsonl: bool) -> int:
     """Each row on its own line (text or JSON), flushed as it comes; how many were printed."""
     from lifecycle_fsm.replay.log import event_json, event_reasons
 
-    out = sys.stdout
     shown = 0
     for event, payload in rows:
         if jsonl:
-            out.write(orjson.dumps(event_json(event, payload)).decode() + "\n")
+            line = orjson.dumps(event_json(event, payload)).decode()
         else:
             reasons = ",".join(event_reasons(event, payload))
             tags = f"  [{reasons}]" if reasons else ""
-            line = f"{event.seq:>8}  {event.recorded_at}  {event.stream_id}  {event.type}{tags}  by {event.actor}"
-            out.write(display(line) + "\n")  # an actor's newline or escape is spelled out: one event, one line
-        out.flush()
+            # an actor's newline or escape is spelled out: one event, one line
+            line = display(
+                f"{event.seq:>8}  {event.recorded_at}  {event.stream_id}  {event.type}{tags}  by {event.actor}"
+            )
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
         shown += 1
     return shown
 

@@ -1,8 +1,6 @@
-"""`lifecycle decisions export DIR` / `decisions replay DIR`: the decision pool.
+"""`lifecycle decisions export DIR` / `decisions replay DIR`: the decision pool (`lifecycle_fsm.decision_pool`).
 
-Holds no logic: `lifecycle_fsm.decision_pool` reads decisions out of the ledger and
-re-decides them; this module prints and picks the exit code (8 when a decision would
-change: the gate for a rules change).
+`replay` exits 8 when a decision would change: the gate for a rules change.
 """
 
 from __future__ import annotations
@@ -39,8 +37,7 @@ def export(folder: Path) -> None:
     from lifecycle_fsm.decision_pool import export_pool
 
     written = export_pool(open_ledger(must_exist=True).store, folder)
-    kinds = collections.Counter(p.stem.split("-", 1)[1] for p in written)
-    counted = dict(sorted(kinds.items()))
+    counted = dict(sorted(collections.Counter(p.stem.split("-", 1)[1] for p in written).items()))
     if wants_json():
         emit({"folder": str(folder), "files": len(written), "decisions": counted})
     else:

@@ -1,8 +1,4 @@
-"""Commands that prove things: `verify` the log, `checkpoint` it, `hash` an artifact.
-
-`verify` is the one command whose exit code reports a finding rather than a refusal:
-a broken chain or checkpoint exits 6 after printing the report.
-"""
+"""Commands that prove things: `verify` the log (a finding exits 6 after its report), `checkpoint`, `hash`."""
 
 from __future__ import annotations
 
@@ -44,8 +40,8 @@ def checkpoint() -> None:
         emit(doc)
         return
     click.echo(f"checkpoint {record.checkpoint_id} at seq {record.position}")
-    if key is not None:
-        click.echo(f"sealed head seq {doc['signed_head']['seq']} (key {doc['signed_head']['key_id'][:16]})")
+    if signed := doc.get("signed_head"):
+        click.echo(f"sealed head seq {signed['seq']} (key {signed['key_id'][:16]})")
 
 
 @click.command()
@@ -87,13 +83,11 @@ def verify(expect_heads: tuple[str, ...], pubkeys: tuple[str, ...], jobs: int) -
     if wants_json():
         emit(report)
     elif report["ok"]:
-        seals = report["seals"]
         click.echo(f"ok: {report['events']} events, head seq {report['head']['seq']} {report['head']['hash']}")
-        if seals["count"]:
+        if n := report["seals"]["count"]:
             # ok with keys given: every seal's signature was checked (one that failed would have failed verify)
-            n = seals["count"]
             checked = f"{n} signature{'s' * (n != 1)} checked" if keys else "signatures not checked (no --pubkey)"
-            click.echo(f"seals: {seals['count']}, last at seq {seals['last_seq']}, {checked}")
+            click.echo(f"seals: {n}, last at seq {report['seals']['last_seq']}, {checked}")
     else:
         for found in report["problems"]:  # every finding, the first one first
             reason = f"{found['reason']} ({found['advice']})" if found.get("advice") else found["reason"]
@@ -123,12 +117,11 @@ def hash_command(path: Path, root: Path | None) -> None:
 
 
 def _hash_with_progress(path: Path, root: Path | None) -> TreeDigest:
-    """Hash, with a progress bar on stderr for large trees when a person is watching."""
+    """Hash, with a progress bar for trees of 64 MiB or more when a person is watching."""
     from lifecycle_fsm.artifacts import hash_tree, tree_size
 
-    if wants_json() or not sys.stderr.isatty() or not os.path.isdir(path):
-        return hash_tree(path, root, max_listed=0)
-    total = tree_size(path, root)
+    watched = not wants_json() and sys.stderr.isatty() and os.path.isdir(path)
+    total = tree_size(path, root) if watched else 0
     if total < 64 * 1024 * 1024:
         return hash_tree(path, root, max_listed=0)
     from rich.progress import Progress

@@ -1,8 +1,4 @@
-"""Commands that read the ledger and show state: status, wait, history, explain, replay, diagram.
-
-They append nothing. Whole-ledger views come from `replay` (latest checkpoint + tail);
-one candidate's from the `Ledger`.
-"""
+"""Commands that read the ledger and append nothing: status, wait, history, explain, replay, diagram."""
 
 from __future__ import annotations
 
@@ -38,24 +34,24 @@ __all__ = ["diagram", "explain", "history", "replay", "status", "wait"]
 @json_option
 def status(candidate_id: str | None, as_of: AsOf | None) -> None:
     """Every candidate's state (from the latest checkpoint + tail), or one candidate's; --as-of: then."""
+    store = open_read_store()
     if candidate_id is not None:
         if as_of is None:
             from lifecycle_fsm.streams import StreamReader
 
-            one = StreamReader(open_read_store()).query(candidate_id)
+            one = StreamReader(store).query(candidate_id)
         else:
-            one = _candidate_then(open_read_store(), candidate_id, as_of)
+            one = _candidate_then(store, candidate_id, as_of)
         _warn_stale_rules([one])
         emit(candidate_json(one)) if wants_json() else print_status([candidate_json(one)])
         return
     from lifecycle_fsm.replay import load_state
     from lifecycle_fsm.replay.asof import position_of
 
-    store = open_read_store()
     position = None if as_of is None else position_of(store, as_of)
-    states = load_state(store, to=position, checked=True).state.candidates
-    _warn_stale_rules([c for _, c in sorted(states.items())])
-    docs = [candidate_json(c) for _, c in sorted(states.items())]
+    states = [c for _, c in sorted(load_state(store, to=position, checked=True).state.candidates.items())]
+    _warn_stale_rules(states)
+    docs = [candidate_json(c) for c in states]
     if wants_json():
         emit(docs)
         return
@@ -147,7 +143,7 @@ def wait(candidate_id: str, states: tuple[State, ...], timeout: float, poll: flo
 @json_option
 def history(candidate_id: str) -> None:
     """Every event of one candidate, oldest first."""
-    print_history(open_ledger(must_exist=True).history(candidate_id), wants_json())
+    print_history(open_ledger(must_exist=True).history(candidate_id))
 
 
 @click.command()

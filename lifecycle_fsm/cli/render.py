@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import orjson
 
+from lifecycle_fsm.cli.app import wants_json
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.limits import display
 
@@ -23,30 +24,22 @@ if TYPE_CHECKING:  # rich is imported when a table is printed
 
 __all__ = [
     "NO_CHANGE",
-    "PIPE_WIDTH",
     "candidate_json",
     "cells",
     "console",
     "emit",
-    "json_text",
     "print_history",
     "print_result",
     "print_status",
 ]
 
-# What a write command's text adds when it appended nothing (a no-op, or a retried `--event-id`
-# reporting the first outcome): every write command says it the same way.
+# What a write command's text adds when it appended nothing (a no-op, or a retried `--event-id`).
 NO_CHANGE = " (no change: nothing appended)"
-
-
-def json_text(doc: Any) -> str:
-    """The one JSON document `emit` writes."""
-    return orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode()
 
 
 def emit(doc: Any) -> None:
     """Write exactly one JSON document to stdout."""
-    click.echo(json_text(doc))
+    click.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
 
 
 def candidate_json(c: CandidateState) -> JSON:
@@ -64,7 +57,7 @@ def candidate_json(c: CandidateState) -> JSON:
     }
 
 
-def print_result(result: CommandResult, as_json: bool, verb: str) -> None:
+def print_result(result: CommandResult, verb: str) -> None:
     """A command's outcome: what it appended and where the candidate (or ledger) stands."""
     from lifecycle_fsm.results import CandidateResult  # only the commands that append print results
 
@@ -81,7 +74,7 @@ def print_result(result: CommandResult, as_json: bool, verb: str) -> None:
         doc["settings"] = result.settings.summary()
         doc["invalidated"] = list(result.invalidated)
         what, invalidated = verb, result.invalidated
-    if as_json:
+    if wants_json():
         emit(doc)
         return
     if not doc["appended"]:
@@ -91,14 +84,11 @@ def print_result(result: CommandResult, as_json: bool, verb: str) -> None:
         click.echo(f"  evidence invalidated: {display(cid)} -> received")
 
 
-PIPE_WIDTH = 240
-
-
 def console() -> Console:
     """A terminal gets rich's own width; a pipe or a file gets room for whole hashes and ids."""
     from rich.console import Console
 
-    return Console() if sys.stdout.isatty() else Console(width=PIPE_WIDTH)
+    return Console() if sys.stdout.isatty() else Console(width=240)
 
 
 def _table(*columns: str) -> Table:
@@ -118,22 +108,19 @@ def cells(*values: str) -> list[Text]:
     return [Text(display(v)) for v in values]
 
 
-_STATUS_COLUMNS = ("id", "kind", "state", "version", "reasons")
-
-
 def print_status(docs: list[JSON]) -> None:
     if not docs:
         click.echo("no candidates")
         return
-    table = _table(*_STATUS_COLUMNS)
+    table = _table("id", "kind", "state", "version", "reasons")
     for d in docs:
         kind = "none" if d["kind"] is None else str(d["kind"])
         table.add_row(*cells(d["id"], kind, d["state"], str(d["version"]), ", ".join(d["reason_codes"])))
     console().print(table)
 
 
-def print_history(rows: list[tuple[StoredEvent, Event]], as_json: bool) -> None:
-    if as_json:
+def print_history(rows: list[tuple[StoredEvent, Event]]) -> None:
+    if wants_json():
         from lifecycle_fsm.replay.log import event_json
 
         emit([event_json(s, e.to_payload(), stream=False) for s, e in rows])
