@@ -317,14 +317,12 @@ def _open_store(obj: JSON, *, create: bool, initialising: bool = False) -> Event
 _MODULES = {
     "writes": "init baseline window evaluation receive check trusted untrust fail recovered handoff",
     "queries": "status wait history explain replay diagram",
-    "integrity": "checkpoint verify hash_command",
+    "integrity": "checkpoint verify hash_command key seal_command attest",
     "audit": "audit",
     "drill": "drill",
-    "decisions": "decisions",
-    "auditor": "log report",
+    "auditor": "log report decisions",
     "serve": "serve",
     "migrate": "migrate",
-    "trust": "key seal_command attest",
 }
 COMMANDS = {
     attribute.removesuffix("_command"): f"lifecycle_fsm.cli.{module}.{attribute}"
@@ -345,7 +343,7 @@ COMMANDS = {
     show_default=True,
     help="Ledger file, or a postgresql:// URL (env LIFECYCLE_DB).",
 )
-@click.option("--json", "json", is_flag=True, help="Print one JSON document on stdout.")
+@click.option("--json", is_flag=True, help="Print one JSON document on stdout.")
 @click.option("--actor", envvar="LIFECYCLE_ACTOR", help="Who records the events (default user@host:pid).")
 @click.option(
     "--synchronous",

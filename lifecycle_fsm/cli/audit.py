@@ -43,7 +43,6 @@ def _no_option_as_path(ctx: click.Context, param: click.Parameter, given: _P) ->
 )
 @click.option(
     "--candidates",
-    "candidates",
     multiple=True,
     required=True,
     type=click.Path(path_type=Path),

@@ -35,25 +35,23 @@ __all__ = ["diagram", "explain", "history", "replay", "status", "wait"]
 def status(candidate_id: str | None, as_of: AsOf | None) -> None:
     """Every candidate's state (from the latest checkpoint + tail), or one candidate's; --as-of: then."""
     store = open_read_store()
-    if candidate_id is not None:
-        if as_of is None:
-            from lifecycle_fsm.streams import StreamReader
+    position = None
+    if candidate_id is None:
+        from lifecycle_fsm.replay import load_state
+        from lifecycle_fsm.replay.asof import position_of
 
-            one = StreamReader(store).query(candidate_id)
-        else:
-            one = _candidate_then(store, candidate_id, as_of)
-        _warn_stale_rules([one])
-        emit(candidate_json(one)) if wants_json() else print_status([candidate_json(one)])
-        return
-    from lifecycle_fsm.replay import load_state
-    from lifecycle_fsm.replay.asof import position_of
+        position = None if as_of is None else position_of(store, as_of)
+        states = [c for _, c in sorted(load_state(store, to=position, checked=True).state.candidates.items())]
+    elif as_of is None:
+        from lifecycle_fsm.streams import StreamReader
 
-    position = None if as_of is None else position_of(store, as_of)
-    states = [c for _, c in sorted(load_state(store, to=position, checked=True).state.candidates.items())]
+        states = [StreamReader(store).query(candidate_id)]
+    else:
+        states = [_candidate_then(store, candidate_id, as_of)]
     _warn_stale_rules(states)
     docs = [candidate_json(c) for c in states]
     if wants_json():
-        emit(docs)
+        emit(docs if candidate_id is None else docs[0])
         return
     if position is not None:
         click.echo(f"as of seq {position}")
@@ -126,7 +124,7 @@ def wait(candidate_id: str, states: tuple[State, ...], timeout: float, poll: flo
             f"candidate {candidate_id!r} did not reach {' | '.join(states)} within {timeout:g} s "
             f"(last state: {e.last_state or 'not received'})",
             candidate_id=candidate_id,
-            states=tuple(states),
+            states=states,
             last_state=e.last_state,
         ) from None
     wanted = reached in states
@@ -178,7 +176,7 @@ def explain(candidate_id: str, as_of: AsOf | None, fmt: str | None) -> None:
 
 
 @click.command()
-@click.option("--to", "to", type=SEQ, help="Replay only up to this global position (past the head: exit 3).")
+@click.option("--to", type=SEQ, help="Replay only up to this global position (past the head: exit 3).")
 @click.option(
     "--full",
     is_flag=True,

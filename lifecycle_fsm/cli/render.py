@@ -93,12 +93,9 @@ def console() -> Console:
 
 def _table(*columns: str) -> Table:
     """A table that wraps long cells instead of cutting them: an auditor needs every character."""
-    from rich.table import Table
+    from rich.table import Column, Table
 
-    table = Table()
-    for name in columns:
-        table.add_column(name, overflow="fold")
-    return table
+    return Table(*(Column(name, overflow="fold") for name in columns))
 
 
 def cells(*values: str) -> list[Text]:
