@@ -97,20 +97,16 @@ class SuggestingGroup(click.Group):
 
 
 class _LifecycleGroup(SuggestingGroup):
-    """Imports each command (`module.attribute`) when first looked up; every refusal, a library error or
-    click's usage error, is one `Error:` line on stderr and a documented exit code."""
-
-    def __init__(self, *args: Any, lazy_subcommands: dict[str, str], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.lazy_subcommands = lazy_subcommands
+    """Imports each command of `COMMANDS` when first looked up; every refusal, a library error or click's
+    usage error, is one `Error:` line on stderr and a documented exit code."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*super().list_commands(ctx), *self.lazy_subcommands})
+        return sorted({*super().list_commands(ctx), *COMMANDS})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        if cmd_name not in self.lazy_subcommands:
+        if cmd_name not in COMMANDS:
             return super().get_command(ctx, cmd_name)
-        module, attribute = self.lazy_subcommands[cmd_name].rsplit(".", 1)
+        module, attribute = COMMANDS[cmd_name].rsplit(".", 1)
         command = getattr(importlib.import_module(module), attribute)
         assert isinstance(command, click.Command), f"{module}.{attribute} is not a click command"
         return command
@@ -121,8 +117,9 @@ class _LifecycleGroup(SuggestingGroup):
         except LifecycleError as e:
             _fail(e)
         except Exception as e:
-            # The stores translate their drivers' errors; one that slips through is still one line.
-            if not _is_driver_error(e):
+            # The stores translate their drivers' errors; one that slips through is still one line
+            # (psycopg's are known by their module: it may not be installed).
+            if not (isinstance(e, sqlite3.DatabaseError) or type(e).__module__.split(".")[0] == "psycopg"):
                 raise
             _fail(translate_sqlite_error(e, root_obj().get("db", "the ledger")))
 
@@ -158,11 +155,6 @@ class _LifecycleGroup(SuggestingGroup):
 def _fail(error: LifecycleError) -> NoReturn:
     click.echo(f"Error: {display(str(error))}", err=True)
     sys.exit(int(exit_code_for(error)))
-
-
-def _is_driver_error(error: BaseException) -> bool:
-    """An exception raised by sqlite3 or psycopg (checked by module: psycopg may not be installed)."""
-    return isinstance(error, sqlite3.DatabaseError) or type(error).__module__.split(".")[0] == "psycopg"
 
 
 def _output_error(error: OSError) -> InputError | None:
@@ -294,23 +286,23 @@ def open_ledger(*, must_exist: bool = False, initialising: bool = False) -> Ledg
     obj = root_obj()
     if obj["actor"]:  # empty: the default
         check_actor(obj["actor"])  # before the store: a refused actor creates no ledger
-    store = _open_store(obj, create=not must_exist, initialising=initialising)
+    store = _open_store(obj["db"], create=not must_exist, initialising=initialising)
     ledger = Ledger(store, actor=obj["actor"], artifact_root=obj["artifact_root"])
     click.get_current_context().call_on_close(ledger.close)
     return ledger
 
 
-def open_read_store() -> EventStore:
-    """The store of the ledger `--db` names, for a command that only reads; closed with the command."""
-    store = _open_store(root_obj(), create=False)
+def open_read_store(db: str | None = None) -> EventStore:
+    """The store of the ledger `--db` (or `db`) names, for a command that only reads; closed with the command."""
+    store = _open_store(root_obj()["db"] if db is None else db, create=False)
     click.get_current_context().call_on_close(store.close)
     return store
 
 
-def _open_store(obj: JSON, *, create: bool, initialising: bool = False) -> EventStore:
-    refuse_memory_db(obj["db"])
-    refuse_empty_file(obj["db"], allow_empty=initialising)
-    return open_store(obj["db"], synchronous=obj["synchronous"], create=create)
+def _open_store(db: str, *, create: bool, initialising: bool = False) -> EventStore:
+    refuse_memory_db(db)
+    refuse_empty_file(db, allow_empty=initialising)
+    return open_store(db, synchronous=root_obj()["synchronous"], create=create)
 
 
 # Every command of `lifecycle`, by the module of this package that defines it (`hash_command`: `hash`).
@@ -333,7 +325,6 @@ COMMANDS = {
 
 @click.group(
     cls=_LifecycleGroup,
-    lazy_subcommands=COMMANDS,
     epilog="Exit codes: " + "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items()),
 )
 @click.option(

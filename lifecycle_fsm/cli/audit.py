@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -21,6 +22,7 @@ __all__ = ["audit"]
 
 
 _P = TypeVar("_P", Path, tuple[Path, ...])
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def _no_option_as_path(ctx: click.Context, param: click.Parameter, given: _P) -> _P:
@@ -33,41 +35,28 @@ def _no_option_as_path(ctx: click.Context, param: click.Parameter, given: _P) ->
     return given
 
 
+def _path_option(name: str, **kwargs: Any) -> Callable[[_F], _F]:
+    return click.option(name, type=click.Path(path_type=Path), callback=_no_option_as_path, **kwargs)
+
+
 @click.command()
-@click.option(
-    "--baseline",
-    required=True,
-    type=click.Path(path_type=Path),
-    help="The SFT baseline manifest.",
-    callback=_no_option_as_path,
-)
-@click.option(
+@_path_option("--baseline", required=True, help="The SFT baseline manifest.")
+@_path_option(
     "--candidates",
     multiple=True,
     required=True,
-    type=click.Path(path_type=Path),
     metavar="M...",
     help="Candidate manifests (DPO, GRPO/RLVR); missing ones are listed in the records, not fatal.",
-    callback=_no_option_as_path,
 )
 @click.argument("more_candidates", nargs=-1, type=click.Path(path_type=Path), metavar="[M]...")
 @click.option("--label", required=True, help="Names the records: lifecycle_{evidence,handoff}_LABEL.json.")
 @click.option("--mode", type=click.Choice(["dry_run", "real_artifact"]), default="dry_run", show_default=True)
-@click.option(
-    "--out",
-    type=click.Path(path_type=Path),
-    default=Path("results"),
-    show_default=True,
-    help="Folder for the records.",
-    callback=_no_option_as_path,
-)
-@click.option(
+@_path_option("--out", default=Path("results"), show_default=True, help="Folder for the records.")
+@_path_option(
     "--root",
-    type=click.Path(path_type=Path),
     default=Path("."),
     show_default="the current folder",
     help="Artifacts are read only inside ROOT (symlinks may point anywhere inside it).",
-    callback=_no_option_as_path,
 )
 @click.option("--replace", is_flag=True, help="Move an existing record pair to <file>.previous first.")
 @ACTIVE_WINDOW
@@ -76,12 +65,10 @@ def _no_option_as_path(ctx: click.Context, param: click.Parameter, given: _P) ->
 def audit(candidates: tuple[Path, ...], more_candidates: tuple[Path, ...], mode: str, **request: Any) -> None:
     """Audit real candidate artifacts against an SFT baseline and write the hand-off records.
 
-    `--candidates a.json b.json` and `--candidates a.json --candidates b.json` both work.
-    dry_run (the default) checks the manifests and prints what real_artifact would do,
-    writing nothing. real_artifact records every step as ledger events (baseline,
-    window, receive, check, hand-off), then writes lifecycle_evidence_LABEL.json and
-    lifecycle_handoff_LABEL.json to OUT. Exit 0 whenever the records were written,
-    whatever they decide; a used LABEL is refused (exit 3) unless --replace.
+    dry_run checks the manifests and prints what real_artifact would do. real_artifact records each step
+    (baseline, window, receive, check, hand-off) in the ledger, then writes lifecycle_evidence_LABEL.json
+    and lifecycle_handoff_LABEL.json to OUT: exit 0 whatever they decide; a used LABEL is exit 3 unless
+    --replace. `--candidates a.json b.json` and `--candidates a.json --candidates b.json` both work.
     """
     from lifecycle_fsm.audit import AuditRequest, check_runnable, plan, prepare, run
     from lifecycle_fsm.ledger import Ledger

@@ -20,8 +20,6 @@ from lifecycle_fsm.cli.app import (
     json_option,
     open_ledger,
     open_read_store,
-    refuse_empty_file,
-    refuse_memory_db,
     require_signing_key,
     root_obj,
     signing_key,
@@ -181,10 +179,7 @@ def key() -> None:
 )
 @json_option
 def key_new(out: Path) -> None:
-    """Make a key pair; print its key id (sha256 of the raw public key), both files and what to export.
-
-    Never overwrites a key.
-    """
+    """Make a key pair (never over a key); print its key id (sha256 of the raw public key), files and export."""
     from lifecycle_fsm.keys import new_key_pair
 
     files = new_key_pair(out)
@@ -342,16 +337,10 @@ def attest_verify(file: Path, pubkeys: tuple[str, ...], db: str | None) -> None:
     from lifecycle_fsm.attestation import verify_attestation
     from lifecycle_fsm.keys import load_public_key
     from lifecycle_fsm.limits import MAX_ATTESTATION_BYTES, read_regular_file
-    from lifecycle_fsm.store.open import open_store
 
     text = read_regular_file(file, what="attestation", limit=MAX_ATTESTATION_BYTES)  # never a FIFO or a device
     keys = [load_public_key(p) for p in pubkeys]
-    store = None
-    if db is not None:
-        refuse_memory_db(db)
-        refuse_empty_file(db)
-        store = open_store(db, create=False)
-        click.get_current_context().call_on_close(store.close)
+    store = None if db is None else open_read_store(db)
     report = verify_attestation(text, keys, source=str(file), store=store)
     if wants_json():
         emit(report)

@@ -23,7 +23,7 @@ from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.replay.asof import parse_time
 
-__all__ = ["ServePlugin", "allowed_hosts", "is_hidden", "lifecycle_utc", "quiet_refused_times", "time_problem"]
+__all__ = ["ServePlugin", "allowed_hosts", "lifecycle_utc", "quiet_refused_times", "time_problem"]
 
 _ASGIApp = Callable[[JSON, Any, Any], Awaitable[None]]
 _SERVED_INTERNALS = ("/-/static/", "/-/static-plugins/")  # the CSS and scripts the pages load
@@ -68,11 +68,6 @@ def time_problem(path: str, query_string: bytes) -> str | None:
         except InputError as e:
             return f"time: {e}"
     return None
-
-
-def is_hidden(path: str) -> bool:
-    """Whether `path` is one of Datasette's pages about the server (everything under `/-/` but static files)."""
-    return path.startswith("/-/") and not path.startswith(_SERVED_INTERNALS)
 
 
 def allowed_hosts(host: str, extra: Collection[str] = ()) -> frozenset[str] | None:
@@ -163,7 +158,7 @@ class ServePlugin:
                 names = "any IP address" if self.hosts is None else ", ".join(sorted(self.hosts))
                 why = f"this server answers only to {names}, not to the host {host or '(none)'!r}"
                 await _answer(send, 421, f"{why} (serve --allow-host NAME adds a name)\n")
-            elif is_hidden(path):
+            elif path.startswith("/-/") and not path.startswith(_SERVED_INTERNALS):  # pages about the server
                 await _answer(send, 404, "not served\n")
             elif (problem := time_problem(path, scope.get("query_string", b""))) is not None:
                 await app(scope, receive, _rewriting(send, problem, path.endswith(".json")))

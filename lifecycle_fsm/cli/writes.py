@@ -69,10 +69,8 @@ def baseline() -> None:
 @event_id_option
 @json_option
 def baseline_activate(sft_manifest: Path, event_id: str | None) -> None:
-    """Make SFT_MANIFEST's adapter the active policy; decided candidates must be re-checked.
-
-    A candidate's manifest (a DPO or GRPO semantic_id) or a delivery whose decision is reject is refused.
-    """
+    """Make SFT_MANIFEST's adapter the active policy; decided candidates must be re-checked. A candidate's
+    manifest (a DPO or GRPO semantic_id) or a delivery whose decision is reject is refused."""
     from lifecycle_fsm.manifests import load_baseline_manifest
 
     load_baseline_manifest(sft_manifest)  # bad input fails before a ledger file is created
@@ -160,10 +158,8 @@ def check(candidate_id: str, event_id: str | None, rehash: bool, exit_status: bo
 @event_id_option
 @json_option
 def trusted(candidate_id: str, kind: str, path: Path, event_id: str | None) -> None:
-    """Record a trusted state (KIND at PATH, hashed now) that recovery may resume from.
-
-    KIND is one of prompt_queue, trajectories, pre_update_checkpoint, verified_baseline.
-    """
+    """Record a trusted state that recovery may resume from: KIND (prompt_queue, trajectories,
+    pre_update_checkpoint, verified_baseline) at PATH, hashed now."""
     result = open_ledger(must_exist=True).record_trusted_state(candidate_id, kind, path, event_id=event_id)
     print_result(result, f"trusted {kind} recorded")
 
