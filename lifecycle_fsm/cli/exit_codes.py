@@ -102,6 +102,4 @@ def exit_code_for(error: LifecycleError) -> ExitCode:
 
 def decision_exit_code(command: str, state: str, *, inconclusive: bool = False) -> ExitCode:
     """The code a script gates on after `command`: 0 only for a pass or ready."""
-    if inconclusive:
-        return ExitCode.INCONCLUSIVE
-    return _DECISION_CODES.get((command, str(state)), ExitCode.OK)
+    return ExitCode.INCONCLUSIVE if inconclusive else _DECISION_CODES.get((command, str(state)), ExitCode.OK)
