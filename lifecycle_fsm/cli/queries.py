@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from lifecycle_fsm.replay import LoadResult
     from lifecycle_fsm.replay.asof import AsOf
     from lifecycle_fsm.state import CandidateState
-    from lifecycle_fsm.store.base import EventStore
     from lifecycle_fsm.store.records import StreamHead
 
 __all__ = ["diagram", "explain", "history", "replay", "status", "wait"]
@@ -47,7 +46,15 @@ def status(candidate_id: str | None, as_of: AsOf | None) -> None:
 
         states = [StreamReader(store).query(candidate_id)]
     else:
-        states = [_candidate_then(store, candidate_id, as_of)]
+        from lifecycle_fsm.events import stream_of
+        from lifecycle_fsm.replay.asof import not_yet, position_of
+        from lifecycle_fsm.streams import fold_candidate
+
+        then = position_of(store, as_of)
+        one = fold_candidate([e for e in store.read_stream(stream_of(candidate_id)) if e.seq <= then])
+        if one is None:
+            raise not_yet(candidate_id, as_of, then)
+        states = [one]
     _warn_stale_rules(states)
     docs = [candidate_json(c) for c in states]
     if wants_json():
@@ -67,18 +74,6 @@ def _warn_stale_rules(candidates: list[CandidateState]) -> None:
             from lifecycle_fsm.replay.explain_text import rules_warning
 
             click.echo(display(f"warning: {c.candidate_id}: {rules_warning(c.candidate_id, recorded)}"), err=True)
-
-
-def _candidate_then(store: EventStore, candidate_id: str, as_of: AsOf) -> CandidateState:
-    from lifecycle_fsm.events import stream_of
-    from lifecycle_fsm.replay.asof import not_yet, position_of
-    from lifecycle_fsm.streams import fold_candidate
-
-    position = position_of(store, as_of)
-    state = fold_candidate([e for e in store.read_stream(stream_of(candidate_id)) if e.seq <= position])
-    if state is None:
-        raise not_yet(candidate_id, as_of, position)
-    return state
 
 
 def _states(ctx: click.Context, param: click.Parameter, given: tuple[str, ...]) -> tuple[State, ...]:
