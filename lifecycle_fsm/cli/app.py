@@ -323,10 +323,7 @@ COMMANDS = {
 }
 
 
-@click.group(
-    cls=_LifecycleGroup,
-    epilog="Exit codes: " + "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items()),
-)
+@click.group(cls=_LifecycleGroup, epilog="Exit codes: " + "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items()))
 @click.option(
     "--db",
     default="lifecycle.db",

@@ -9,8 +9,9 @@ import contextlib
 import os
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 import orjson
@@ -46,6 +47,15 @@ __all__ = [
 ]
 
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _pubkey_option(text: str, *, required: bool = False) -> Callable[[_F], _F]:
+    return click.option(
+        "--pubkey", "pubkeys", multiple=True, required=required, type=click.Path(), metavar="FILE", help=text
+    )
+
+
 @click.command()
 @json_option
 def checkpoint() -> None:
@@ -77,14 +87,7 @@ def checkpoint() -> None:
     metavar="FILE|SEQ:HASH",
     help="A head kept elsewhere (a `seal` file, or SEQ:HASH: a seq from 1, 64 lowercase hex): the ledger must hold it.",
 )
-@click.option(
-    "--pubkey",
-    "pubkeys",
-    multiple=True,
-    type=click.Path(),
-    metavar="FILE",
-    help="A trusted public key (repeatable): every seal must be signed by one of them.",
-)
+@_pubkey_option("A trusted public key (repeatable): every seal must be signed by one of them.")
 @click.option(
     "--jobs",
     type=click.IntRange(1, 64),
@@ -321,15 +324,7 @@ def attest_create(candidate_id: str, out: Path) -> None:
 
 @attest.command("verify")
 @click.argument("file", type=click.Path(path_type=Path), metavar="FILE")
-@click.option(
-    "--pubkey",
-    "pubkeys",
-    multiple=True,
-    required=True,
-    type=click.Path(),
-    metavar="FILE",
-    help="A trusted public key (repeatable).",
-)
+@_pubkey_option("A trusted public key (repeatable).", required=True)
 @click.option("--db", help="Also check that the attested events are in this ledger's chain (file or URL).")
 @json_option
 def attest_verify(file: Path, pubkeys: tuple[str, ...], db: str | None) -> None:

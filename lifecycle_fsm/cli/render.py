@@ -22,16 +22,7 @@ if TYPE_CHECKING:  # rich is imported when a table is printed
     from lifecycle_fsm.state import CandidateState
     from lifecycle_fsm.store.records import StoredEvent
 
-__all__ = [
-    "NO_CHANGE",
-    "candidate_json",
-    "cells",
-    "console",
-    "emit",
-    "print_history",
-    "print_result",
-    "print_status",
-]
+__all__ = ["NO_CHANGE", "candidate_json", "cells", "console", "emit", "print_history", "print_result", "print_status"]
 
 # What a write command's text adds when it appended nothing (a no-op, or a retried `--event-id`).
 NO_CHANGE = " (no change: nothing appended)"
