@@ -102,8 +102,10 @@ def _states(ctx: click.Context, param: click.Parameter, given: tuple[str, ...]) 
 @click.option("--poll", default=0.2, show_default=True, type=float, metavar="SECONDS", help="How often to look.")
 @json_option
 def wait(candidate_id: str, states: tuple[State, ...], timeout: float, poll: float) -> None:
-    """Block until ID (received yet or not) is in one of the states: exit 0; the timeout passed first: 9;
-    rejected instead (reject is terminal): 11."""
+    """Block until ID is in one of the states (a candidate not received yet is waited for).
+
+    Exit 0 when it is; 9 when the timeout passes first; 11 when it is rejected instead (reject is terminal).
+    """
     ledger = open_ledger(must_exist=True)
     ends = tuple(dict.fromkeys((*states, State.REJECT)))
     try:

@@ -158,8 +158,10 @@ def check(candidate_id: str, event_id: str | None, rehash: bool, exit_status: bo
 @event_id_option
 @json_option
 def trusted(candidate_id: str, kind: str, path: Path, event_id: str | None) -> None:
-    """Record a trusted state that recovery may resume from: KIND (prompt_queue, trajectories,
-    pre_update_checkpoint, verified_baseline) at PATH, hashed now."""
+    """Record a trusted state (KIND at PATH, hashed now) that recovery may resume from.
+
+    KIND is one of prompt_queue, trajectories, pre_update_checkpoint, verified_baseline.
+    """
     result = open_ledger(must_exist=True).record_trusted_state(candidate_id, kind, path, event_id=event_id)
     print_result(result, f"trusted {kind} recorded")
 
