@@ -182,7 +182,10 @@ def key() -> None:
 )
 @json_option
 def key_new(out: Path) -> None:
-    """Make a key pair (never over a key); print its key id (sha256 of the raw public key), files and export."""
+    """Make a key pair; print its key id (sha256 of the raw public key), both files and what to export.
+
+    Never overwrites a key.
+    """
     from lifecycle_fsm.keys import new_key_pair
 
     files = new_key_pair(out)
