@@ -1,15 +1,7 @@
-"""The `lifecycle` command line: a thin edge over the Ledger, the store and replay.
+"""The `lifecycle` command line (click + rich): the composition root over the Ledger, the store and replay.
 
-The composition root: the only package that imports the domain, the store and replay
-together, the only one that imports click and rich, and the only one that configures
-logging. Commands parse arguments, call the library and print; they hold no logic. With
-`--json`, stdout is exactly one JSON document. Errors are one `Error: …` line on stderr
-and a documented exit code (`exit_codes.py`).
-
-Adding a command: write `cli/<concern>.py` with a `@click.command()` that imports what it
-needs from `app` and `render`, and name it in `app.COMMANDS`. The group imports a command's
-module only when that command runs, and a command imports its heavy modules inside its
-function, so `lifecycle status` does not pay for `audit` or `serve`.
+Commands parse, call the library and print; `--json` prints exactly one JSON document and a refusal
+is one `Error: …` line on stderr with a documented exit code (`exit_codes.py`).
 """
 
 from __future__ import annotations
@@ -27,8 +19,7 @@ __all__ = ["EXIT_CODES", "main", "run"]
 
 
 def run() -> None:
-    """The `lifecycle` script. Ctrl-C while the command line's modules load ends it as it does
-    mid-command (`Error: interrupted`, exit 130), not with a traceback from an import."""
+    """The `lifecycle` script: Ctrl-C while the modules load is `Error: interrupted` (exit 130), not a traceback."""
     try:
         from lifecycle_fsm.cli.app import main
     except KeyboardInterrupt:

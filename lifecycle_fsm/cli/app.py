@@ -1,8 +1,7 @@
-"""The `lifecycle` group: global options, the `Error: …` convention, and helpers every command shares.
+"""The `lifecycle` group: global options, the `Error: …` convention, and what every command shares.
 
-Commands live in their own modules and are named in `COMMANDS`; the group imports a command's
-module when that command is run or listed (click's lazy group), so this module imports none of
-them, any of them can import it, and `lifecycle status` does not pay for `attest` or `serve`.
+The group imports a command's module (named in `COMMANDS`) only when that command runs or is
+listed, so any command may import this module and `lifecycle status` does not pay for `serve`.
 """
 
 from __future__ import annotations
@@ -10,6 +9,8 @@ from __future__ import annotations
 import functools
 import importlib
 import os
+import sqlite3
+import stat
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -18,12 +19,11 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import click
 
 from lifecycle_fsm.cli.exit_codes import EXIT_CODES, ExitCode, exit_code_for
-from lifecycle_fsm.cli.guards import closed_output, is_driver_error, output_error, refuse_empty_file, refuse_memory_db
-from lifecycle_fsm.errors import InputError, LifecycleError
+from lifecycle_fsm.errors import InputError, LifecycleError, StoreError
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.limits import check_actor, display
 from lifecycle_fsm.logs import configure_logging
-from lifecycle_fsm.store.open import open_store
+from lifecycle_fsm.store.open import is_postgres_url, open_store
 from lifecycle_fsm.store.sqlite_errors import translate_sqlite_error
 
 if TYPE_CHECKING:
@@ -37,20 +37,19 @@ else:
     _ParamType = click.ParamType
 
 __all__ = [
-    "API_NAMES",
     "AS_OF",
     "COMMANDS",
-    "LifecycleGroup",
-    "OutputFile",
-    "ParsedType",
     "SEQ",
     "SuggestingGroup",
     "TIME",
+    "closed_output",
     "install_hint",
     "json_option",
     "main",
     "open_ledger",
     "open_read_store",
+    "refuse_empty_file",
+    "refuse_memory_db",
     "require_signing_key",
     "root_obj",
     "signing_key",
@@ -61,7 +60,7 @@ __all__ = [
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 # What the embedding API and drill files call the commands: `lifecycle hand_off` points at `handoff`.
-API_NAMES = {
+_API_NAMES = {
     "hand_off": "handoff",
     "fail_stage": "fail",
     "complete_recovery": "recovered",
@@ -78,7 +77,7 @@ def unknown_command(name: str, commands: Iterable[str], *, api_names: bool = Fal
     """The refusal of an unknown command, naming the nearest ones there are."""
     import difflib
 
-    known = API_NAMES.get(name.replace("-", "_")) if api_names else None
+    known = _API_NAMES.get(name.replace("-", "_")) if api_names else None
     guesses = [known] if known else difflib.get_close_matches(name, list(commands), n=3, cutoff=0.6)
     if not guesses:
         return f"No such command {name!r}."
@@ -97,29 +96,20 @@ class SuggestingGroup(click.Group):
         return super().resolve_command(ctx, args)
 
 
-class LifecycleGroup(SuggestingGroup):
-    """The `lifecycle` group: its commands are named by `module.attribute` and imported when first
-    looked up, and every refusal is one `Error:` line on stderr and a documented exit code.
-
-    Library errors are mapped by `exit_codes.exit_code_for`; click's usage errors (a
-    missing argument, a bad number) are code 2 with the same one-line form and a
-    pointer to `--help`.
-    """
-
-    def __init__(self, *args: Any, lazy_subcommands: dict[str, str] | None = None, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.lazy_subcommands = lazy_subcommands or {}
+class _LifecycleGroup(SuggestingGroup):
+    """Imports each command of `COMMANDS` when first looked up; every refusal, a library error or click's
+    usage error, is one `Error:` line on stderr and a documented exit code."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*super().list_commands(ctx), *self.lazy_subcommands})
+        return sorted({*super().list_commands(ctx), *COMMANDS})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        if cmd_name in self.lazy_subcommands:
-            module, attribute = self.lazy_subcommands[cmd_name].rsplit(".", 1)
-            command = getattr(importlib.import_module(module), attribute)
-            assert isinstance(command, click.Command), f"{module}.{attribute} is not a click command"
-            return command
-        return super().get_command(ctx, cmd_name)
+        if cmd_name not in COMMANDS:
+            return super().get_command(ctx, cmd_name)
+        module, attribute = COMMANDS[cmd_name].rsplit(".", 1)
+        command = getattr(importlib.import_module(module), attribute)
+        assert isinstance(command, click.Command), f"{module}.{attribute} is not a click command"
+        return command
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -127,8 +117,9 @@ class LifecycleGroup(SuggestingGroup):
         except LifecycleError as e:
             _fail(e)
         except Exception as e:
-            # The stores translate their drivers' errors; one that slips through is still one line.
-            if not is_driver_error(e):
+            # The stores translate their drivers' errors; one that slips through is still one line
+            # (psycopg's are known by their module: it may not be installed).
+            if not (isinstance(e, sqlite3.DatabaseError) or type(e).__module__.split(".")[0] == "psycopg"):
                 raise
             _fail(translate_sqlite_error(e, root_obj().get("db", "the ledger")))
 
@@ -144,21 +135,17 @@ class LifecycleGroup(SuggestingGroup):
             names = ", ".join(group.list_commands(e.ctx)) if isinstance(group, click.Group) else ""
             click.echo(f"Error: missing command: one of {names} (see `{e.ctx.command_path} --help`)", err=True)
             sys.exit(e.exit_code)
-        except click.UsageError as e:
-            hint = f" (see `{e.ctx.command_path} --help`)" if e.ctx is not None else ""
+        except click.ClickException as e:
+            ctx = e.ctx if isinstance(e, click.UsageError) else None
+            hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
             click.echo(f"Error: {display(e.format_message())}{hint}", err=True)
             sys.exit(e.exit_code)
-        except click.ClickException as e:
-            click.echo(f"Error: {display(e.format_message())}", err=True)
-            sys.exit(e.exit_code)
         except click.Abort as e:
-            if isinstance(e.__cause__, KeyboardInterrupt):  # click turns Ctrl-C into Abort
-                click.echo("Error: interrupted", err=True)
-                sys.exit(int(ExitCode.INTERRUPTED))
-            click.echo("Error: aborted", err=True)
-            sys.exit(1)
+            interrupted = isinstance(e.__cause__, KeyboardInterrupt)  # click turns Ctrl-C into Abort
+            click.echo(f"Error: {'interrupted' if interrupted else 'aborted'}", err=True)
+            sys.exit(int(ExitCode.INTERRUPTED) if interrupted else 1)
         except OSError as e:
-            error = output_error(e)
+            error = _output_error(e)
             if error is None:
                 raise
             _fail(error)
@@ -170,8 +157,29 @@ def _fail(error: LifecycleError) -> NoReturn:
     sys.exit(int(exit_code_for(error)))
 
 
+def _output_error(error: OSError) -> InputError | None:
+    """The error to report when click's `echo` or rich's console could not write the output (a full disk,
+    a closed or broken stdout), else None: one `Error:` line (exit 3), not a traceback."""
+    tb = error.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if (code.co_name == "echo" and code.co_filename.endswith(os.path.join("click", "utils.py"))) or (
+            code.co_filename.endswith(os.path.join("rich", "console.py"))
+        ):
+            return closed_output(error.strerror or str(error))
+        tb = tb.tb_next
+    return None
+
+
+def closed_output(why: str) -> InputError:
+    """A write command prints after its commit, so the message says where its events are."""
+    return InputError(
+        f"cannot write the output ({why}); a write command appends before it prints: `lifecycle log` shows its events"
+    )
+
+
 def root_obj() -> JSON:
-    """The root context's options (db, json, actor, synchronous, log_level), as `main` stored them."""
+    """The root context's options (db, json, actor, synchronous, log_level, signing_key, artifact_root)."""
     return click.get_current_context().find_root().ensure_object(dict)
 
 
@@ -193,12 +201,12 @@ def json_option(func: _F) -> _F:
     return wrapper  # type: ignore[return-value]
 
 
-class ParsedType(_ParamType):
-    """A value `replay.asof` parses (a seq, a time, or either); what it refuses is a usage error."""
+class _Parsed(_ParamType):
+    """A value the `replay.asof` function named `parser` reads; what it refuses is a usage error."""
 
     def __init__(self, name: str, parser: str) -> None:
         self.name = name
-        self.parser = parser  # the name of the `replay.asof` function that reads it
+        self.parser = parser
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         from lifecycle_fsm.replay import asof
@@ -213,22 +221,9 @@ class ParsedType(_ParamType):
             self.fail(str(e), param, ctx)
 
 
-class OutputFile(click.Path):
-    """A file to write (`-` included): a name ending in a separator, `.` or `..` means a folder, and is
-    refused rather than written as a file named like the folder (a Path drops the `/` and the `/.`)."""
-
-    def __init__(self) -> None:
-        super().__init__(dir_okay=False, path_type=Path)
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, str) and value != "-" and os.path.basename(value) in ("", ".", ".."):
-            self.fail(f"{value!r} names a folder: give the file's name", param, ctx)
-        return super().convert(value, param, ctx)
-
-
-AS_OF = ParsedType("SEQ|ISO-TIME", "parse_as_of")  # a seq (digits) or an ISO 8601 time
-SEQ = ParsedType("SEQ", "parse_seq")  # ASCII digits, from 0
-TIME = ParsedType("ISO-TIME", "parse_time")  # Z or an offset (naive = UTC), as the stored UTC text
+AS_OF = _Parsed("SEQ|ISO-TIME", "parse_as_of")  # a seq (digits) or an ISO 8601 time
+SEQ = _Parsed("SEQ", "parse_seq")  # ASCII digits, from 0
+TIME = _Parsed("ISO-TIME", "parse_time")  # Z or an offset (naive = UTC), as the stored UTC text
 
 
 def install_hint(extra: str) -> str:
@@ -258,77 +253,77 @@ def require_signing_key(what: str) -> Ed25519PrivateKey:
     return key
 
 
-def open_ledger(*, must_exist: bool = False, initialising: bool = False) -> Ledger:
-    """The ledger `--db` names, closed when the command's context closes.
+def refuse_memory_db(db: str, what: str = "--db") -> None:
+    """`--db :memory:` (or an empty name: a temporary file) would acknowledge writes that vanish."""
+    if db in ("", ":memory:") or db.startswith("file::memory:"):
+        raise InputError(f"{what} {db!r} is an in-memory database: every write would vanish when the command ends")
 
-    `must_exist` refuses (exit 3) a missing file, or a PostgreSQL schema without a
-    ledger, instead of creating it. An existing 0-byte file is refused (exit 7) by every
-    command but `init` (`initialising`): a truncated ledger must not silently start over.
-    """
+
+def refuse_empty_file(db: str, *, allow_empty: bool = False) -> None:
+    """An existing empty file is no ledger (only `init`, `allow_empty`, makes one there); nor is a folder,
+    a FIFO (which reads as empty) or a device."""
+    if is_postgres_url(db):
+        return
+    try:
+        found = os.stat(db)
+    except OSError:  # missing (created by a write command) or unreadable (the store says why)
+        return
+    if stat.S_ISDIR(found.st_mode):
+        raise StoreError(
+            f"{db}: a folder, not a ledger file; name the ledger file itself (e.g. {os.path.join(db, 'lifecycle.db')})"
+        )
+    if not stat.S_ISREG(found.st_mode):
+        raise StoreError(f"{db}: not a regular file (a FIFO, device or socket); a ledger is a regular file")
+    if found.st_size == 0 and not allow_empty:
+        raise StoreError(f"{db}: an empty file, not a ledger (was it truncated?); `lifecycle init` creates one here")
+
+
+def open_ledger(*, must_exist: bool = False, initialising: bool = False) -> Ledger:
+    """The ledger `--db` names, closed with the command. `must_exist`: a missing ledger is refused (exit 3),
+    not created; an empty file is refused (exit 7) but by `init` (`initialising`)."""
     from lifecycle_fsm.ledger import Ledger
 
     obj = root_obj()
     if obj["actor"]:  # empty: the default
         check_actor(obj["actor"])  # before the store: a refused actor creates no ledger
-    store = _open_store(obj, create=not must_exist, initialising=initialising)
+    store = _open_store(obj["db"], create=not must_exist, initialising=initialising)
     ledger = Ledger(store, actor=obj["actor"], artifact_root=obj["artifact_root"])
     click.get_current_context().call_on_close(ledger.close)
     return ledger
 
 
-def open_read_store() -> EventStore:
-    """The store of the ledger `--db` names, for a command that only reads; closed with the command."""
-    store = _open_store(root_obj(), create=False)
+def open_read_store(db: str | None = None) -> EventStore:
+    """The store of the ledger `--db` (or `db`) names, for a command that only reads; closed with the command."""
+    store = _open_store(root_obj()["db"] if db is None else db, create=False)
     click.get_current_context().call_on_close(store.close)
     return store
 
 
-def _open_store(obj: JSON, *, create: bool, initialising: bool = False) -> EventStore:
-    refuse_memory_db(obj["db"])
-    refuse_empty_file(obj["db"], allow_empty=initialising)
-    return open_store(obj["db"], synchronous=obj["synchronous"], create=create)
+def _open_store(db: str, *, create: bool, initialising: bool = False) -> EventStore:
+    refuse_memory_db(db)
+    refuse_empty_file(db, allow_empty=initialising)
+    return open_store(db, synchronous=root_obj()["synchronous"], create=create)
 
 
-# Every command of `lifecycle`: its name and where it is defined.
+# Every command of `lifecycle`, by the module of this package that defines it (`hash_command`: `hash`).
+_MODULES = {
+    "writes": "init baseline window evaluation receive check trusted untrust fail recovered handoff",
+    "queries": "status wait history explain replay diagram",
+    "integrity": "checkpoint verify hash_command key seal_command attest",
+    "audit": "audit",
+    "drill": "drill",
+    "auditor": "log report decisions",
+    "serve": "serve",
+    "migrate": "migrate",
+}
 COMMANDS = {
-    "init": "lifecycle_fsm.cli.writes.init",
-    "baseline": "lifecycle_fsm.cli.writes.baseline",
-    "window": "lifecycle_fsm.cli.writes.window",
-    "evaluation": "lifecycle_fsm.cli.writes.evaluation",
-    "receive": "lifecycle_fsm.cli.writes.receive",
-    "check": "lifecycle_fsm.cli.writes.check",
-    "trusted": "lifecycle_fsm.cli.writes.trusted",
-    "untrust": "lifecycle_fsm.cli.writes.untrust",
-    "fail": "lifecycle_fsm.cli.writes.fail",
-    "recovered": "lifecycle_fsm.cli.writes.recovered",
-    "handoff": "lifecycle_fsm.cli.writes.handoff",
-    "status": "lifecycle_fsm.cli.queries.status",
-    "wait": "lifecycle_fsm.cli.queries.wait",
-    "history": "lifecycle_fsm.cli.queries.history",
-    "explain": "lifecycle_fsm.cli.queries.explain",
-    "replay": "lifecycle_fsm.cli.queries.replay",
-    "diagram": "lifecycle_fsm.cli.queries.diagram",
-    "checkpoint": "lifecycle_fsm.cli.integrity.checkpoint",
-    "verify": "lifecycle_fsm.cli.integrity.verify",
-    "hash": "lifecycle_fsm.cli.integrity.hash_command",
-    "audit": "lifecycle_fsm.cli.audit.audit",
-    "drill": "lifecycle_fsm.cli.drill.drill",
-    "decisions": "lifecycle_fsm.cli.decisions.decisions",
-    "log": "lifecycle_fsm.cli.auditor.log",
-    "report": "lifecycle_fsm.cli.auditor.report",
-    "serve": "lifecycle_fsm.cli.serve.serve",
-    "migrate": "lifecycle_fsm.cli.migrate.migrate",
-    "key": "lifecycle_fsm.cli.trust.key",
-    "seal": "lifecycle_fsm.cli.trust.seal_command",
-    "attest": "lifecycle_fsm.cli.attest.attest",
+    attribute.removesuffix("_command"): f"lifecycle_fsm.cli.{module}.{attribute}"
+    for module, attributes in _MODULES.items()
+    for attribute in attributes.split()
 }
 
 
-@click.group(
-    cls=LifecycleGroup,
-    lazy_subcommands=COMMANDS,
-    epilog="Exit codes: " + "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items()),
-)
+@click.group(cls=_LifecycleGroup, epilog="Exit codes: " + "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items()))
 @click.option(
     "--db",
     default="lifecycle.db",
@@ -336,7 +331,7 @@ COMMANDS = {
     show_default=True,
     help="Ledger file, or a postgresql:// URL (env LIFECYCLE_DB).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")
+@click.option("--json", is_flag=True, help="Print one JSON document on stdout.")
 @click.option("--actor", envvar="LIFECYCLE_ACTOR", help="Who records the events (default user@host:pid).")
 @click.option(
     "--synchronous",
@@ -370,28 +365,11 @@ COMMANDS = {
 )
 @click.version_option(package_name="lifecycle-fsm")
 @click.pass_context
-def main(
-    ctx: click.Context,
-    db: str,
-    as_json: bool,
-    actor: str | None,
-    synchronous: str,
-    log_level: str,
-    signing_key: str | None,
-    artifact_root: str | None,
-) -> None:
+def main(ctx: click.Context, /, synchronous: str, log_level: str, **options: str | bool | None) -> None:
     """An event-sourced ledger for post-training candidates (DPO, GRPO/RLVR).
 
     Every command appends events to an append-only, hash-chained log (an SQLite file or
     a PostgreSQL schema); state is a fold of those events.
     """
     configure_logging(log_level)
-    ctx.obj = {
-        "db": db,
-        "json": as_json,
-        "actor": actor,
-        "synchronous": synchronous.upper(),
-        "log_level": log_level,
-        "signing_key": signing_key,
-        "artifact_root": artifact_root,
-    }
+    ctx.obj = {**options, "synchronous": synchronous.upper(), "log_level": log_level}

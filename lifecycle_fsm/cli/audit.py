@@ -1,18 +1,14 @@
-"""`lifecycle audit`: the CLI edge of `lifecycle_fsm.audit`.
-
-The audit's steps and records are `lifecycle_fsm.audit`'s; this module parses the
-options, opens the ledger with the artifact root and prints the plan or the summary.
-"""
+"""`lifecycle audit`: parses the options, runs `lifecycle_fsm.audit` and prints its plan or summary."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from lifecycle_fsm.cli.app import json_option, root_obj, signing_key, wants_json
-from lifecycle_fsm.cli.guards import refuse_memory_db
+from lifecycle_fsm.cli.app import json_option, refuse_memory_db, root_obj, signing_key, wants_json
 from lifecycle_fsm.cli.render import cells, console, emit
 from lifecycle_fsm.cli.writes import ACTIVE_WINDOW, MAX_WINDOW_AGE
 from lifecycle_fsm.errors import InputError
@@ -26,14 +22,12 @@ __all__ = ["audit"]
 
 
 _P = TypeVar("_P", Path, tuple[Path, ...])
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def _no_option_as_path(ctx: click.Context, param: click.Parameter, given: _P) -> _P:
-    """A path spelled like one of this command's options is a usage error (a file so named: `./--label`).
-
-    `--candidates --label X` gives `--candidates` the value `--label` (click takes the next word),
-    and a missing manifest is listed, not fatal: the audit would run on with the wrong options.
-    """
+    """A path spelled like one of this command's options is a usage error (a file so named: `./--label`):
+    `--candidates --label X` would list a missing manifest `--label` and run on with the wrong options."""
     options = {name for p in ctx.command.params for name in p.opts if name.startswith("-")}
     for value in given if isinstance(given, tuple) else (given,):
         if str(value) in options:
@@ -41,86 +35,48 @@ def _no_option_as_path(ctx: click.Context, param: click.Parameter, given: _P) ->
     return given
 
 
+def _path_option(name: str, **kwargs: Any) -> Callable[[_F], _F]:
+    return click.option(name, type=click.Path(path_type=Path), callback=_no_option_as_path, **kwargs)
+
+
 @click.command()
-@click.option(
-    "--baseline",
-    required=True,
-    type=click.Path(path_type=Path),
-    help="The SFT baseline manifest.",
-    callback=_no_option_as_path,
-)
-@click.option(
+@_path_option("--baseline", required=True, help="The SFT baseline manifest.")
+@_path_option(
     "--candidates",
-    "candidates",
     multiple=True,
     required=True,
-    type=click.Path(path_type=Path),
     metavar="M...",
     help="Candidate manifests (DPO, GRPO/RLVR); missing ones are listed in the records, not fatal.",
-    callback=_no_option_as_path,
 )
 @click.argument("more_candidates", nargs=-1, type=click.Path(path_type=Path), metavar="[M]...")
 @click.option("--label", required=True, help="Names the records: lifecycle_{evidence,handoff}_LABEL.json.")
 @click.option("--mode", type=click.Choice(["dry_run", "real_artifact"]), default="dry_run", show_default=True)
-@click.option(
-    "--out",
-    type=click.Path(path_type=Path),
-    default=Path("results"),
-    show_default=True,
-    help="Folder for the records.",
-    callback=_no_option_as_path,
-)
-@click.option(
+@_path_option("--out", default=Path("results"), show_default=True, help="Folder for the records.")
+@_path_option(
     "--root",
-    type=click.Path(path_type=Path),
     default=Path("."),
     show_default="the current folder",
     help="Artifacts are read only inside ROOT (symlinks may point anywhere inside it).",
-    callback=_no_option_as_path,
 )
 @click.option("--replace", is_flag=True, help="Move an existing record pair to <file>.previous first.")
 @ACTIVE_WINDOW
 @MAX_WINDOW_AGE
 @json_option
-def audit(
-    baseline: Path,
-    candidates: tuple[Path, ...],
-    more_candidates: tuple[Path, ...],
-    label: str,
-    mode: str,
-    out: Path,
-    root: Path,
-    replace: bool,
-    active_window: int,
-    max_window_age: int,
-) -> None:
+def audit(candidates: tuple[Path, ...], more_candidates: tuple[Path, ...], mode: str, **request: Any) -> None:
     """Audit real candidate artifacts against an SFT baseline and write the hand-off records.
 
-    `--candidates a.json b.json` and `--candidates a.json --candidates b.json` both work.
-    dry_run (the default) checks the manifests and prints what real_artifact would do,
-    writing nothing. real_artifact records every step as ledger events (baseline,
-    window, receive, check, hand-off), then writes lifecycle_evidence_LABEL.json and
-    lifecycle_handoff_LABEL.json to OUT. Exit 0 whenever the records were written,
-    whatever they decide; a used LABEL is refused (exit 3) unless --replace.
+    dry_run checks the manifests and prints what real_artifact would do. real_artifact records each step
+    (baseline, window, receive, check, hand-off) in the ledger, then writes lifecycle_evidence_LABEL.json
+    and lifecycle_handoff_LABEL.json to OUT: exit 0 whatever they decide; a used LABEL is exit 3 unless
+    --replace. `--candidates a.json b.json` and `--candidates a.json --candidates b.json` both work.
     """
     from lifecycle_fsm.audit import AuditRequest, check_runnable, plan, prepare, run
     from lifecycle_fsm.ledger import Ledger
 
-    request = AuditRequest(
-        baseline=baseline,
-        candidates=(*candidates, *more_candidates),
-        label=label,
-        out=out,
-        root=root,
-        replace=replace,
-        active_window=active_window,
-        max_window_age=max_window_age,
-    )
-    prepared = prepare(request)
-    as_json = wants_json()
+    prepared = prepare(AuditRequest(candidates=(*candidates, *more_candidates), **request))  # the other options
     if mode == "dry_run":
         doc = plan(prepared)
-        emit(doc) if as_json else _print_plan(doc)
+        emit(doc) if wants_json() else _print_plan(doc)
         return
     obj = root_obj()
     if not obj.get("db"):
@@ -128,9 +84,14 @@ def audit(
     refuse_memory_db(obj["db"])
     key = signing_key()  # a bad key is refused before anything is made: the --out folder, the ledger
     check_runnable(prepared)  # before the ledger file is created
-    with Ledger.open(obj["db"], synchronous=obj["synchronous"], actor=obj["actor"], artifact_root=root) as ledger:
+    with Ledger.open(
+        obj["db"], synchronous=obj["synchronous"], actor=obj["actor"], artifact_root=request["root"]
+    ) as ledger:
         result = run(prepared, ledger, signing_key=key)
-    emit(_summary(result)) if as_json else _print_summary(result)
+    emit(_summary(result)) if wants_json() else _print_summary(result)
+
+
+_SUMMARY_KEYS = ("candidate_id", "manifest_path", "handoff_status", "ledger_state", "reason_codes")
 
 
 def _summary(result: AuditResult) -> JSON:
@@ -140,16 +101,7 @@ def _summary(result: AuditResult) -> JSON:
         "evidence_path": str(result.evidence_path),
         "handoff_path": str(result.handoff_path),
         "handoff_status": result.handoff_status,
-        "candidates": [
-            {
-                "candidate_id": r["candidate_id"],
-                "manifest_path": r["manifest_path"],
-                "handoff_status": r["handoff_status"],
-                "ledger_state": r["ledger_state"],
-                "reason_codes": r["reason_codes"],
-            }
-            for r in result.evidence["candidate_records"]
-        ],
+        "candidates": [{key: r[key] for key in _SUMMARY_KEYS} for r in result.evidence["candidate_records"]],
         "missing_candidate_manifests": result.evidence["missing_candidate_manifests"],
         "replaced": [str(p) for p in result.replaced],
     }
@@ -197,7 +149,7 @@ def _print_plan(doc: JSON) -> None:
 
 
 def _echo(line: str) -> None:
-    """One line of the summary or the plan: a manifest's value holding a newline or an escape stays on it."""
+    """One line of the summary or the plan, whatever newline or escape a manifest's value holds."""
     click.echo(display(line))
 
 

@@ -1,15 +1,11 @@
-"""The auditor's desk: `log` (the filtered log, or its tail as it grows) and `report` (a document to hand over).
-
-`log` streams: the store runs one indexed query and rows are printed as they come, so
-a million-event ledger answers `--limit 20` at once (`--json` alone reads its rows
-first: one document). `--follow` then waits for new events through `Ledger.follow`
-(polling on SQLite, woken by NOTIFY on PostgreSQL) and runs the same query over each
-new stretch of the log. `report` builds its document in `replay.report` and writes it
-as audit records are written (atomic, one `.previous` generation with `--replace`).
+"""The auditor's desk: `log` (the filtered log, printed as its rows are read, or its tail as it grows),
+`report` (a document to hand over, written as audit records are: atomic, one `.previous` with `--replace`)
+and the decision pool (`decisions export`, `decisions replay`: exit 8 when a decision would change).
 """
 
 from __future__ import annotations
 
+import collections
 import errno
 import sys
 from collections.abc import Iterable, Iterator
@@ -20,9 +16,8 @@ from typing import TYPE_CHECKING, Any
 import click
 import orjson
 
-from lifecycle_fsm.cli.app import AS_OF, TIME, json_option, open_ledger, wants_json
+from lifecycle_fsm.cli.app import AS_OF, TIME, SuggestingGroup, closed_output, json_option, open_ledger, wants_json
 from lifecycle_fsm.cli.exit_codes import ExitCode
-from lifecycle_fsm.cli.guards import closed_output
 from lifecycle_fsm.cli.render import emit
 from lifecycle_fsm.errors import LifecycleError
 from lifecycle_fsm.json_types import JSON
@@ -32,7 +27,7 @@ if TYPE_CHECKING:
     from lifecycle_fsm.ledger import Ledger
     from lifecycle_fsm.replay.asof import AsOf
 
-__all__ = ["log", "report"]
+__all__ = ["decisions", "decisions_export", "decisions_replay", "log", "report"]
 
 _Row = tuple[Any, JSON]  # a stored event and its decoded payload
 
@@ -63,10 +58,9 @@ _Row = tuple[Any, JSON]  # a stored event and its decoded payload
 )
 @json_option
 def log(follow: bool, poll: float, jsonl: bool, **filters: Any) -> None:
-    """Events across every stream, filtered; each shaped as in `history --json` (plus stream_id).
+    """Events across every stream, shaped as in `history --json` (plus stream_id); filters combine (all must hold).
 
-    Filters combine (all must hold). Page through a long log with `--limit N`, then
-    `--after` the last seq shown. `--follow` works with the text and `--jsonl` output.
+    Page with `--limit N`, then `--after` the last seq shown. `--follow` works with the text and `--jsonl` output.
     """
     from lifecycle_fsm.replay.log import known_stream, log_filter, read_log
 
@@ -92,7 +86,7 @@ def log(follow: bool, poll: float, jsonl: bool, **filters: Any) -> None:
 
 @contextmanager
 def _output_errors() -> Iterator[None]:
-    """Rows go to stdout as they are read: a full disk is one line, as for `echo`."""
+    """Rows go to stdout as they are read: a full disk or a closed stdout is one line, as for `echo`."""
     try:
         yield
     except OSError as e:
@@ -103,17 +97,15 @@ def _output_errors() -> Iterator[None]:
 
 def _follow(ledger: Ledger, filters: JSON, *, poll: float, jsonl: bool) -> None:
     """The log up to the head seen now, then each new stretch of it that matches, until `--before` or
-    `--limit` (or Ctrl-C). Each stretch is read in its own snapshot: a follower never holds one open."""
+    `--limit` (or Ctrl-C); each stretch in its own snapshot, so a follower never holds one open."""
     from lifecycle_fsm.events import candidate_id_of
     from lifecycle_fsm.replay.log import known_stream, log_filter, read_log
 
-    limit, before = filters["limit"], filters["before"] or MAX_INT64
-    after = filters["after"]
+    limit, before, after, stream = filters["limit"], filters["before"] or MAX_INT64, filters["after"], filters["stream"]
     head = ledger.store.head().seq
     shown = 0
-    with known_stream(ledger.store, log_filter(**filters), filters["stream"]):
+    with known_stream(ledger.store, log_filter(**filters), stream):
         pass  # an unknown --stream is refused (exit 4) before the first byte
-    stream = filters["stream"]
     woken_by = candidate_id_of(stream) or stream if stream else None  # what `Ledger.follow` calls a stream
     stretches = ledger.follow(head, poll, stream=woken_by)
     while (limit is None or shown < limit) and after < before - 1:
@@ -134,17 +126,19 @@ def _print_rows(rows: Iterable[_Row], jsonl: bool) -> int:
     """Each row on its own line (text or JSON), flushed as it comes; how many were printed."""
     from lifecycle_fsm.replay.log import event_json, event_reasons
 
-    out = sys.stdout
     shown = 0
     for event, payload in rows:
         if jsonl:
-            out.write(orjson.dumps(event_json(event, payload)).decode() + "\n")
+            line = orjson.dumps(event_json(event, payload)).decode()
         else:
             reasons = ",".join(event_reasons(event, payload))
             tags = f"  [{reasons}]" if reasons else ""
-            line = f"{event.seq:>8}  {event.recorded_at}  {event.stream_id}  {event.type}{tags}  by {event.actor}"
-            out.write(display(line) + "\n")  # an actor's newline or escape is spelled out: one event, one line
-        out.flush()
+            # an actor's newline or escape is spelled out: one event, one line
+            line = display(
+                f"{event.seq:>8}  {event.recorded_at}  {event.stream_id}  {event.type}{tags}  by {event.actor}"
+            )
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
         shown += 1
     return shown
 
@@ -181,10 +175,8 @@ def report(out: Path, fmt: str, replace: bool, as_of: AsOf | None) -> None:
     """Write ledger-report.md (or .html): head, verify result and seals, candidates by state, rejections
     with their evidence, recoveries, the machine and each candidate's path.
 
-    Self-contained (no network needed to read it) and byte-stable for the same ledger
-    (and the same --as-of position). An existing report is refused (exit 3) unless
-    --replace. The whole log is verified, --as-of or not; if verify fails, the report
-    is still written, says so at the top, and the command exits 6.
+    Self-contained and byte-stable for the same ledger (and --as-of). An existing report is refused (exit 3)
+    unless --replace. The whole log is verified; if that fails, the report says so at the top and exits 6.
     """
     from lifecycle_fsm.audit_records import publish, refuse_existing
     from lifecycle_fsm.replay.report import build_report, report_html, report_markdown
@@ -213,3 +205,56 @@ def report(out: Path, fmt: str, replace: bool, as_of: AsOf | None) -> None:
         click.echo(f"report: {target} (head seq {doc.head['seq']}{then}, verify {'ok' if verified else 'FAILED'})")
     if not verified:
         sys.exit(int(ExitCode.INTEGRITY))
+
+
+@click.group(cls=SuggestingGroup)
+def decisions() -> None:
+    """The decision pool: every check, hand-off and recovery plan as a file, re-decidable without a ledger."""
+
+
+@decisions.command("export")
+@click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
+@json_option
+def decisions_export(folder: Path) -> None:
+    """Write one JSON file per recorded decision into FOLDER (new or empty).
+
+    `decisions replay` reads sub-folders too: the parent of several ledgers' exports is one pool.
+    """
+    from lifecycle_fsm.decision_pool import export_pool
+
+    written = export_pool(open_ledger(must_exist=True).store, folder)
+    counted = dict(sorted(collections.Counter(p.stem.split("-", 1)[1] for p in written).items()))
+    if wants_json():
+        emit({"folder": str(folder), "files": len(written), "decisions": counted})
+    else:
+        counts = ", ".join(f"{n} {k}" for k, n in counted.items()) or "no decisions"
+        click.echo(display(f"{len(written)} decision files in {folder} ({counts})"))
+
+
+@decisions.command("replay")
+@click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
+@json_option
+def decisions_replay(folder: Path) -> None:
+    """Re-decide every *.json under FOLDER (sub-folders too) with today's rules; exit 8 if any would change."""
+    from lifecycle_fsm.decision_pool import replay_pool
+
+    total, changed = replay_pool(folder)
+    if wants_json():
+        changes = [
+            {
+                "file": c.file,
+                "candidate_id": c.state.candidate_id,
+                "seq": c.state.seq,
+                "decision": c.state.decision,
+                "recorded": c.state.decided,
+                "now": c.now,
+            }
+            for c in changed
+        ]
+        emit({"ok": not changed, "decisions": total, "changed": changes})
+    else:
+        for c in changed:
+            click.echo(display(f"changed: {c.line()}"))  # a pool file's id is one line, whatever it holds
+        click.echo(f"{total} decisions re-decided, {len(changed)} would change")
+    if changed:
+        sys.exit(int(ExitCode.DRILL_FAILED))

@@ -1,8 +1,4 @@
-"""The documented exit codes, and the one place where an error class or a decision becomes one.
-
-The error classes say *what* went wrong; this table says what a shell sees (httpx keeps
-the same split). `lifecycle --help` prints `EXIT_CODES`.
-"""
+"""The documented exit codes (`lifecycle --help` prints them): the one place an error or a decision becomes one."""
 
 from __future__ import annotations
 
@@ -78,9 +74,7 @@ EXIT_CODES: dict[int, str] = {
     ),
 }
 
-# Most specific class first: the first entry the error is an instance of decides. Leaves
-# (ArtifactError, IllegalCommandError, CorruptionError, …) share their branch's code. The
-# root comes last: a bare LifecycleError is a bug, not a documented refusal.
+# Most specific class first (the first match decides); a bare LifecycleError, last, is a bug.
 ERROR_EXIT_CODES: tuple[tuple[type[LifecycleError], ExitCode], ...] = (
     (InputError, ExitCode.INPUT),
     (NotFoundError, ExitCode.NOT_FOUND),
@@ -91,8 +85,8 @@ ERROR_EXIT_CODES: tuple[tuple[type[LifecycleError], ExitCode], ...] = (
     (LifecycleError, ExitCode.INTERNAL),
 )
 
-# (command, the state it left the candidate in) -> the code `--exit-status` and `wait` end with; else 0.
-# A check that passes leaves a tuned candidate in tune: for `check` only a rejection is a failure.
+# (command, the state it left) -> the code `--exit-status` and `wait` end with, else 0; a passed check
+# leaves a tuned candidate in tune, so for `check` only a rejection fails.
 _DECISION_CODES = {
     ("check", "reject"): ExitCode.REJECT,
     ("handoff", "tune"): ExitCode.TUNE,
@@ -108,6 +102,4 @@ def exit_code_for(error: LifecycleError) -> ExitCode:
 
 def decision_exit_code(command: str, state: str, *, inconclusive: bool = False) -> ExitCode:
     """The code a script gates on after `command`: 0 only for a pass or ready."""
-    if inconclusive:
-        return ExitCode.INCONCLUSIVE
-    return _DECISION_CODES.get((command, str(state)), ExitCode.OK)
+    return ExitCode.INCONCLUSIVE if inconclusive else _DECISION_CODES.get((command, str(state)), ExitCode.OK)

@@ -1,33 +1,24 @@
-"""`lifecycle migrate SRC DST`: copy a ledger between any two backends (SQLite file, PostgreSQL URL).
-
-The copy itself is `store.migrate.migrate` (it verifies the chain as it goes and
-refuses a destination that is not a prefix of the source); this command opens both
-ends, derives the destination's stream index with the domain's fold, shows a progress
-bar on a terminal and reports what was copied.
-"""
+"""`lifecycle migrate SRC DST`: copy a ledger between any two backends (`store.migrate`), with a progress bar."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import click
 
-from lifecycle_fsm.cli.app import json_option, root_obj, wants_json
-from lifecycle_fsm.cli.guards import refuse_empty_file, refuse_memory_db
+from lifecycle_fsm.cli.app import json_option, refuse_empty_file, refuse_memory_db, root_obj, wants_json
 from lifecycle_fsm.cli.render import emit
 from lifecycle_fsm.errors import InputError, LifecycleError
-from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.store.open import describe_target, is_postgres_url, open_store
 
 if TYPE_CHECKING:
     from lifecycle_fsm.store.base import EventStore
-    from lifecycle_fsm.store.migrate import MigrationReport, Progress
-    from lifecycle_fsm.store.records import Row, StreamHead
+    from lifecycle_fsm.store.migrate import Progress
 
 __all__ = ["migrate"]
 
@@ -36,18 +27,6 @@ def _same(a: str, b: str) -> bool:
     if is_postgres_url(a) or is_postgres_url(b):
         return a == b
     return os.path.realpath(a) == os.path.realpath(b)
-
-
-def _folded_as_copied() -> tuple[Callable[[Sequence[Row]], None], Callable[[EventStore], list[StreamHead]]]:
-    """One fold of the source's rows as the copy walks them (from seq 1): the first move the machine
-    forbids stops the copy there, and the folded state is the destination's state index (its rows are
-    byte-identical copies), so the log is not folded a second time."""
-    from lifecycle_fsm.replay import index_of
-    from lifecycle_fsm.state import Fold
-    from lifecycle_fsm.store.chain import fold_columns
-
-    folding = Fold(whole_log=True)
-    return lambda rows: folding.extend(map(fold_columns, rows)), lambda _: index_of(folding.result())
 
 
 @contextmanager
@@ -71,13 +50,13 @@ def _progress(total: int) -> Iterator[Progress | None]:
 def migrate(src: str, dst: str) -> None:
     """Copy every event and checkpoint of the ledger SRC into DST (files or postgresql:// URLs).
 
-    The chain is verified as it is copied; afterwards `verify --json` gives the same
-    head on both. A DST that already holds events must be a prefix of SRC: the copy
-    resumes after it (an identical DST copies nothing). Anything else is refused (exit 5).
-    A broken SRC chain stops the copy (exit 6), saying what was copied; a DST file this
-    command created is removed again if nothing was copied into it (or it could not even
-    be created whole, as on a full disk: exit 7).
+    The chain is verified as it is copied. A DST that holds events must be a prefix of SRC (the copy
+    resumes after it), else exit 5. A broken SRC chain stops the copy (exit 6); a DST file this command
+    created is removed if nothing was copied into it (a full disk: exit 7).
     """
+    from lifecycle_fsm.replay import index_of
+    from lifecycle_fsm.state import Fold
+    from lifecycle_fsm.store.chain import fold_columns
     from lifecycle_fsm.store.migrate import migrate as copy_ledger
 
     if _same(src, dst):
@@ -95,22 +74,41 @@ def migrate(src: str, dst: str) -> None:
         _remove(new_files)
         raise
     click.get_current_context().call_on_close(target.close)
+    # One fold of the rows as the copy walks them: a move the machine forbids stops the copy there, and
+    # the fold is the destination's state index (its rows are byte-identical copies).
+    folding = Fold(whole_log=True)
     try:
         with _progress(source.head().seq) as progress:
-            check, index = _folded_as_copied()
-            report = copy_ledger(source, target, index=index, check=check, progress=progress)
+            report = copy_ledger(
+                source,
+                target,
+                index=lambda _: index_of(folding.result()),
+                check=lambda rows: folding.extend(map(fold_columns, rows)),
+                progress=progress,
+            )
     except BaseException:
         _remove_if_empty(target, dst, new_files)
         raise
-    doc = _document(src, dst, report)
+    skipped = report.skipped_checkpoints
     if wants_json():
-        emit(doc)
+        emit(
+            {
+                "source": describe_target(src),
+                "destination": describe_target(dst),
+                "copied": report.copied,
+                "already_present": report.already_present,
+                "checkpoints": report.checkpoints,
+                "checkpoints_present": report.checkpoints_present,
+                "skipped_checkpoints": [{"checkpoint_id": c, "reason": why} for c, why in skipped],
+                "head": {"seq": report.head.seq, "hash": report.head.hash},
+            }
+        )
         return
     click.echo(
         f"copied {report.copied} events ({report.already_present} already there) and {report.checkpoints} "
-        f"checkpoints ({report.checkpoints_present} already there) to {doc['destination']}"
+        f"checkpoints ({report.checkpoints_present} already there) to {describe_target(dst)}"
     )
-    for checkpoint_id, why in report.skipped_checkpoints:
+    for checkpoint_id, why in skipped:
         click.echo(f"skipped checkpoint {checkpoint_id}: {why}")
     click.echo(f"head seq {report.head.seq} {report.head.hash}")
 
@@ -119,45 +117,23 @@ def _missing_files(dst: str) -> list[str]:
     """The files of a SQLite DST that do not exist yet (none for a database URL: a server's schema is left alone)."""
     if is_postgres_url(dst):
         return []
-    return [p for p in (dst, *(dst + suffix for suffix in _SQLITE_SIDE_FILES)) if not os.path.lexists(p)]
-
-
-_SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
+    return [p for p in (dst, f"{dst}-wal", f"{dst}-shm", f"{dst}-journal") if not os.path.lexists(p)]
 
 
 def _remove_if_empty(target: EventStore, dst: str, new_files: list[str]) -> None:
-    """A failed copy into a ledger file this run created, with nothing in it, leaves no empty ledger behind.
-
-    Only files that did not exist before the command are removed, and only when the
-    destination provably holds no event; a file that held anything, or one that
-    cannot be read, stays.
-    """
+    """After a failed copy, remove the ledger file this run created when it provably holds no event."""
     if dst not in new_files:
         return
     try:
         empty = target.head().seq == 0
     except LifecycleError:  # cannot tell: keep the file
         return
-    if not empty:
-        return
-    target.close()
-    _remove(new_files)
+    if empty:
+        target.close()
+        _remove(new_files)
 
 
 def _remove(new_files: list[str]) -> None:
     for path in new_files:
         with contextlib.suppress(FileNotFoundError):
             os.remove(path)
-
-
-def _document(src: str, dst: str, report: MigrationReport) -> JSON:
-    return {
-        "source": describe_target(src),
-        "destination": describe_target(dst),
-        "copied": report.copied,
-        "already_present": report.already_present,
-        "checkpoints": report.checkpoints,
-        "checkpoints_present": report.checkpoints_present,
-        "skipped_checkpoints": [{"checkpoint_id": c, "reason": why} for c, why in report.skipped_checkpoints],
-        "head": {"seq": report.head.seq, "hash": report.head.hash},
-    }

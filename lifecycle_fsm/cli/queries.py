@@ -1,8 +1,4 @@
-"""Commands that read the ledger and show state: status, wait, history, explain, replay, diagram.
-
-They append nothing. Whole-ledger views come from `replay` (latest checkpoint + tail);
-one candidate's from the `Ledger`.
-"""
+"""Commands that read the ledger and append nothing: status, wait, history, explain, replay, diagram."""
 
 from __future__ import annotations
 
@@ -22,7 +18,6 @@ if TYPE_CHECKING:
     from lifecycle_fsm.replay import LoadResult
     from lifecycle_fsm.replay.asof import AsOf
     from lifecycle_fsm.state import CandidateState
-    from lifecycle_fsm.store.base import EventStore
     from lifecycle_fsm.store.records import StreamHead
 
 __all__ = ["diagram", "explain", "history", "replay", "status", "wait"]
@@ -38,26 +33,32 @@ __all__ = ["diagram", "explain", "history", "replay", "status", "wait"]
 @json_option
 def status(candidate_id: str | None, as_of: AsOf | None) -> None:
     """Every candidate's state (from the latest checkpoint + tail), or one candidate's; --as-of: then."""
-    if candidate_id is not None:
-        if as_of is None:
-            from lifecycle_fsm.streams import StreamReader
-
-            one = StreamReader(open_read_store()).query(candidate_id)
-        else:
-            one = _candidate_then(open_read_store(), candidate_id, as_of)
-        _warn_stale_rules([one])
-        emit(candidate_json(one)) if wants_json() else print_status([candidate_json(one)])
-        return
-    from lifecycle_fsm.replay import load_state
-    from lifecycle_fsm.replay.asof import position_of
-
     store = open_read_store()
-    position = None if as_of is None else position_of(store, as_of)
-    states = load_state(store, to=position, checked=True).state.candidates
-    _warn_stale_rules([c for _, c in sorted(states.items())])
-    docs = [candidate_json(c) for _, c in sorted(states.items())]
+    position = None
+    if candidate_id is None:
+        from lifecycle_fsm.replay import load_state
+        from lifecycle_fsm.replay.asof import position_of
+
+        position = None if as_of is None else position_of(store, as_of)
+        states = [c for _, c in sorted(load_state(store, to=position, checked=True).state.candidates.items())]
+    elif as_of is None:
+        from lifecycle_fsm.streams import StreamReader
+
+        states = [StreamReader(store).query(candidate_id)]
+    else:
+        from lifecycle_fsm.events import stream_of
+        from lifecycle_fsm.replay.asof import not_yet, position_of
+        from lifecycle_fsm.streams import fold_candidate
+
+        then = position_of(store, as_of)
+        one = fold_candidate([e for e in store.read_stream(stream_of(candidate_id)) if e.seq <= then])
+        if one is None:
+            raise not_yet(candidate_id, as_of, then)
+        states = [one]
+    _warn_stale_rules(states)
+    docs = [candidate_json(c) for c in states]
     if wants_json():
-        emit(docs)
+        emit(docs if candidate_id is None else docs[0])
         return
     if position is not None:
         click.echo(f"as of seq {position}")
@@ -73,18 +74,6 @@ def _warn_stale_rules(candidates: list[CandidateState]) -> None:
             from lifecycle_fsm.replay.explain_text import rules_warning
 
             click.echo(display(f"warning: {c.candidate_id}: {rules_warning(c.candidate_id, recorded)}"), err=True)
-
-
-def _candidate_then(store: EventStore, candidate_id: str, as_of: AsOf) -> CandidateState:
-    from lifecycle_fsm.events import stream_of
-    from lifecycle_fsm.replay.asof import not_yet, position_of
-    from lifecycle_fsm.streams import fold_candidate
-
-    position = position_of(store, as_of)
-    state = fold_candidate([e for e in store.read_stream(stream_of(candidate_id)) if e.seq <= position])
-    if state is None:
-        raise not_yet(candidate_id, as_of, position)
-    return state
 
 
 def _states(ctx: click.Context, param: click.Parameter, given: tuple[str, ...]) -> tuple[State, ...]:
@@ -115,8 +104,7 @@ def _states(ctx: click.Context, param: click.Parameter, given: tuple[str, ...]) 
 def wait(candidate_id: str, states: tuple[State, ...], timeout: float, poll: float) -> None:
     """Block until ID is in one of the states (a candidate not received yet is waited for).
 
-    Exit 0 when it is; 9 when the timeout passes first; 11 when it is rejected instead
-    (reject is terminal: it can reach nothing else).
+    Exit 0 when it is; 9 when the timeout passes first; 11 when it is rejected instead (reject is terminal).
     """
     ledger = open_ledger(must_exist=True)
     ends = tuple(dict.fromkeys((*states, State.REJECT)))
@@ -130,7 +118,7 @@ def wait(candidate_id: str, states: tuple[State, ...], timeout: float, poll: flo
             f"candidate {candidate_id!r} did not reach {' | '.join(states)} within {timeout:g} s "
             f"(last state: {e.last_state or 'not received'})",
             candidate_id=candidate_id,
-            states=tuple(states),
+            states=states,
             last_state=e.last_state,
         ) from None
     wanted = reached in states
@@ -147,7 +135,7 @@ def wait(candidate_id: str, states: tuple[State, ...], timeout: float, poll: flo
 @json_option
 def history(candidate_id: str) -> None:
     """Every event of one candidate, oldest first."""
-    print_history(open_ledger(must_exist=True).history(candidate_id), wants_json())
+    print_history(open_ledger(must_exist=True).history(candidate_id))
 
 
 @click.command()
@@ -163,9 +151,7 @@ def history(candidate_id: str) -> None:
 @json_option
 def explain(candidate_id: str, as_of: AsOf | None, fmt: str | None) -> None:
     """Why ID is in its state: every check's claimed and checked-against values, the decisive event, the path.
-
-    A seq past the head exits 3; a position before the candidate existed exits 4.
-    """
+    A seq past the head exits 3; a position before the candidate existed exits 4."""
     if fmt not in (None, "json") and wants_json():
         raise click.UsageError(f"--json asks for JSON and --format {fmt} for {fmt}: give one of them")
     from lifecycle_fsm.replay.explain import explanation
@@ -182,7 +168,7 @@ def explain(candidate_id: str, as_of: AsOf | None, fmt: str | None) -> None:
 
 
 @click.command()
-@click.option("--to", "to", type=SEQ, help="Replay only up to this global position (past the head: exit 3).")
+@click.option("--to", type=SEQ, help="Replay only up to this global position (past the head: exit 3).")
 @click.option(
     "--full",
     is_flag=True,

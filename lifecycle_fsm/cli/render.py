@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import orjson
 
+from lifecycle_fsm.cli.app import wants_json
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.limits import display
 
@@ -21,32 +22,15 @@ if TYPE_CHECKING:  # rich is imported when a table is printed
     from lifecycle_fsm.state import CandidateState
     from lifecycle_fsm.store.records import StoredEvent
 
-__all__ = [
-    "NO_CHANGE",
-    "PIPE_WIDTH",
-    "candidate_json",
-    "cells",
-    "console",
-    "emit",
-    "json_text",
-    "print_history",
-    "print_result",
-    "print_status",
-]
+__all__ = ["NO_CHANGE", "candidate_json", "cells", "console", "emit", "print_history", "print_result", "print_status"]
 
-# What a write command's text adds when it appended nothing (a no-op, or a retried `--event-id`
-# reporting the first outcome): every write command says it the same way.
+# What a write command's text adds when it appended nothing (a no-op, or a retried `--event-id`).
 NO_CHANGE = " (no change: nothing appended)"
-
-
-def json_text(doc: Any) -> str:
-    """The one JSON document `emit` writes."""
-    return orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode()
 
 
 def emit(doc: Any) -> None:
     """Write exactly one JSON document to stdout."""
-    click.echo(json_text(doc))
+    click.echo(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
 
 
 def candidate_json(c: CandidateState) -> JSON:
@@ -64,7 +48,7 @@ def candidate_json(c: CandidateState) -> JSON:
     }
 
 
-def print_result(result: CommandResult, as_json: bool, verb: str) -> None:
+def print_result(result: CommandResult, verb: str) -> None:
     """A command's outcome: what it appended and where the candidate (or ledger) stands."""
     from lifecycle_fsm.results import CandidateResult  # only the commands that append print results
 
@@ -81,7 +65,7 @@ def print_result(result: CommandResult, as_json: bool, verb: str) -> None:
         doc["settings"] = result.settings.summary()
         doc["invalidated"] = list(result.invalidated)
         what, invalidated = verb, result.invalidated
-    if as_json:
+    if wants_json():
         emit(doc)
         return
     if not doc["appended"]:
@@ -91,24 +75,18 @@ def print_result(result: CommandResult, as_json: bool, verb: str) -> None:
         click.echo(f"  evidence invalidated: {display(cid)} -> received")
 
 
-PIPE_WIDTH = 240
-
-
 def console() -> Console:
     """A terminal gets rich's own width; a pipe or a file gets room for whole hashes and ids."""
     from rich.console import Console
 
-    return Console() if sys.stdout.isatty() else Console(width=PIPE_WIDTH)
+    return Console() if sys.stdout.isatty() else Console(width=240)
 
 
 def _table(*columns: str) -> Table:
     """A table that wraps long cells instead of cutting them: an auditor needs every character."""
-    from rich.table import Table
+    from rich.table import Column, Table
 
-    table = Table()
-    for name in columns:
-        table.add_column(name, overflow="fold")
-    return table
+    return Table(*(Column(name, overflow="fold") for name in columns))
 
 
 def cells(*values: str) -> list[Text]:
@@ -118,22 +96,19 @@ def cells(*values: str) -> list[Text]:
     return [Text(display(v)) for v in values]
 
 
-_STATUS_COLUMNS = ("id", "kind", "state", "version", "reasons")
-
-
 def print_status(docs: list[JSON]) -> None:
     if not docs:
         click.echo("no candidates")
         return
-    table = _table(*_STATUS_COLUMNS)
+    table = _table("id", "kind", "state", "version", "reasons")
     for d in docs:
         kind = "none" if d["kind"] is None else str(d["kind"])
         table.add_row(*cells(d["id"], kind, d["state"], str(d["version"]), ", ".join(d["reason_codes"])))
     console().print(table)
 
 
-def print_history(rows: list[tuple[StoredEvent, Event]], as_json: bool) -> None:
-    if as_json:
+def print_history(rows: list[tuple[StoredEvent, Event]]) -> None:
+    if wants_json():
         from lifecycle_fsm.replay.log import event_json
 
         emit([event_json(s, e.to_payload(), stream=False) for s, e in rows])

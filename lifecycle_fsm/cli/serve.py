@@ -1,10 +1,8 @@
 """`lifecycle serve`: a read-only browser over a snapshot of the ledger (Datasette, extra `ui`).
 
-The snapshot lives in a temporary folder for as long as the server runs and is
-removed when it stops. Uvicorn shuts down on SIGINT or SIGTERM and then re-raises the
-signal to the handler it found; ours turns it into a clean return (exit 0), so the
-folder is always removed (SIGHUP, a closed terminal, is passed on as SIGTERM). Datasette
-is imported only here, when the command runs.
+The snapshot's temporary folder lives while the server runs. Uvicorn shuts down on SIGINT or SIGTERM,
+then re-raises the signal to the handler it found: ours returns cleanly (exit 0), so the folder is
+always removed (SIGHUP, a closed terminal, is passed on as SIGTERM).
 """
 
 from __future__ import annotations
@@ -18,6 +16,7 @@ import orjson
 
 from lifecycle_fsm.cli.app import install_hint, root_obj
 from lifecycle_fsm.errors import InputError
+from lifecycle_fsm.store.open import is_postgres_url
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -44,9 +43,8 @@ def _hang_up(signum: int, frame: FrameType | None) -> None:
 
 
 def _usable_port(host: str, port: int) -> int:
-    """The port to serve on, checked before anything is said: a port in use or a host that is not this
-    machine's is one error line (exit 3). Port 0 is a free port picked here, so the address printed is
-    the one served."""
+    """The port to serve on, bound once first: a port in use or a host not this machine's is exit 3; port 0
+    is a free port picked here, so the address printed is the one served."""
     import socket
 
     try:
@@ -76,12 +74,10 @@ def _usable_port(host: str, port: int) -> int:
     help="Also answer requests for this host name (repeatable), e.g. the name a proxy serves it under.",
 )
 def serve(host: str, port: int, allow_hosts: tuple[str, ...]) -> None:
-    """Browse a snapshot of the ledger in Datasette: canned queries, no SQL, no writes, no downloads.
+    """Browse a snapshot of the ledger in Datasette (the `ui` extra): canned queries, no SQL, writes or downloads.
 
-    Queries: rejections, recoveries, candidate_events (?id=), ready_at (?time=ISO; a time
-    that does not parse is refused, HTTP 400, saying why), chain_head, seals. Only requests
-    for the address served (and, on loopback, localhost) are answered, against DNS
-    rebinding; on 0.0.0.0 or ::, requests for any IP address. Needs the `ui` extra.
+    Queries: rejections, recoveries, candidate_events (?id=), ready_at (?time=ISO), chain_head, seals. Only
+    requests for the address served (on loopback, localhost too; on 0.0.0.0 or ::, any IP address) are answered.
     """
     import signal
     import tempfile
@@ -98,7 +94,7 @@ def serve(host: str, port: int, allow_hosts: tuple[str, ...]) -> None:
     from lifecycle_fsm.cli.serve_plugin import ServePlugin, allowed_hosts, quiet_refused_times
 
     db = str(root_obj()["db"])
-    if db.startswith(("postgresql://", "postgres://")):
+    if is_postgres_url(db):
         raise InputError("serve browses a SQLite ledger file: copy this one first (`lifecycle migrate URL FILE.db`)")
     ledger = Path(db)
     if not ledger.is_file():

@@ -1,20 +1,10 @@
 """The Datasette plugin behind `lifecycle serve`: a read-only, local-only browser, and the CLI's time parsing in SQL.
 
-In front of Datasette (its ASGI wrapper) every request is judged first:
-- not GET or HEAD: 405 (the browser has nothing to write; Datasette answers a POST to a
-  read-only canned query with a 500 after running its SELECT);
-- a Host header that is not one of the server's names: 421, so a page on another site
-  cannot read a local server through DNS rebinding;
-- Datasette's pages about the server itself under `/-/` (threads, databases and where their
-  files are, versions, plugins, settings, metadata, actor, messages, debug pages): 404; only
-  the static files the pages load (`/-/static/`, `/-/static-plugins/`) are served there;
-- the `ready_at` query with a time that does not parse: the error Datasette shows says
-  what is wrong with the time (SQLite reports any exception in a function as "user-defined
-  function raised exception", whatever it says).
-
-`ready_at` compares the stored UTC text with `:time`: `lifecycle_utc` brings `:time` to the
-stored form with `replay.asof.parse_time`, exactly as `status --as-of` does; a blank
-`:time` (the form before a time is typed) is NULL and matches nothing.
+Every request is judged before Datasette sees it: not GET or HEAD is 405 (Datasette would run a
+POSTed canned query's SELECT, then answer 500); a Host that is not the server's is 421 (against DNS
+rebinding); Datasette's pages about the server under `/-/` are 404 (its static files are served); a
+`ready_at` time that does not parse gets its reason in place of SQLite's "user-defined function
+raised exception". `lifecycle_utc` brings `:time` to the stored UTC text as `status --as-of` does.
 """
 
 from __future__ import annotations
@@ -33,7 +23,7 @@ from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.replay.asof import parse_time
 
-__all__ = ["ServePlugin", "allowed_hosts", "is_hidden", "lifecycle_utc", "quiet_refused_times", "time_problem"]
+__all__ = ["ServePlugin", "allowed_hosts", "lifecycle_utc", "quiet_refused_times", "time_problem"]
 
 _ASGIApp = Callable[[JSON, Any, Any], Awaitable[None]]
 _SERVED_INTERNALS = ("/-/static/", "/-/static-plugins/")  # the CSS and scripts the pages load
@@ -48,7 +38,7 @@ def _hookimpl(func: _F) -> _F:
 
 
 def lifecycle_utc(text: object) -> str | None:
-    """An ISO 8601 time as stored UTC text; NULL for no time (NULL or blank); InputError otherwise."""
+    """An ISO 8601 time as stored UTC text; NULL for no time (NULL, or blank: the form before a time is typed)."""
     if text is None or (isinstance(text, str) and not text.strip()):
         return None
     if not isinstance(text, str):
@@ -80,22 +70,18 @@ def time_problem(path: str, query_string: bytes) -> str | None:
     return None
 
 
-def is_hidden(path: str) -> bool:
-    """Whether `path` is one of Datasette's pages about the server (everything under `/-/` but static files)."""
-    return path.startswith("/-/") and not path.startswith(_SERVED_INTERNALS)
-
-
 def allowed_hosts(host: str, extra: Collection[str] = ()) -> frozenset[str] | None:
     """The Host names the server answers to when bound to `host`; None: any IP address (a wildcard bind)."""
     try:
         address = ipaddress.ip_address(host)
     except ValueError:
-        names = {host.lower(), *(name.lower() for name in extra)}
-        return frozenset(names | set(_LOOPBACK_NAMES)) if host.lower() == "localhost" else frozenset(names)
-    if address.is_unspecified:
-        return None
-    names = {str(address), *(name.lower() for name in extra)}
-    return frozenset(names | set(_LOOPBACK_NAMES)) if address.is_loopback else frozenset(names)
+        name, loopback = host.lower(), host.lower() == "localhost"
+    else:
+        if address.is_unspecified:
+            return None
+        name, loopback = str(address), address.is_loopback
+    names = {name, *(extra_name.lower() for extra_name in extra)}
+    return frozenset(names | set(_LOOPBACK_NAMES)) if loopback else frozenset(names)
 
 
 def _host_of(scope: JSON) -> str:
@@ -115,10 +101,9 @@ def _host_allowed(name: str, allowed: frozenset[str] | None) -> bool:
 
 
 async def _answer(send: Any, status: int, text: str, headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
-    body = text.encode()
     start_headers = [(b"content-type", b"text/plain; charset=utf-8"), *headers]
     await send({"type": "http.response.start", "status": status, "headers": start_headers})
-    await send({"type": "http.response.body", "body": body})
+    await send({"type": "http.response.body", "body": text.encode()})
 
 
 def _rewriting(send: Any, problem: str, as_json: bool) -> Callable[[JSON], Awaitable[None]]:
@@ -173,7 +158,7 @@ class ServePlugin:
                 names = "any IP address" if self.hosts is None else ", ".join(sorted(self.hosts))
                 why = f"this server answers only to {names}, not to the host {host or '(none)'!r}"
                 await _answer(send, 421, f"{why} (serve --allow-host NAME adds a name)\n")
-            elif is_hidden(path):
+            elif path.startswith("/-/") and not path.startswith(_SERVED_INTERNALS):  # pages about the server
                 await _answer(send, 404, "not served\n")
             elif (problem := time_problem(path, scope.get("query_string", b""))) is not None:
                 await app(scope, receive, _rewriting(send, problem, path.endswith(".json")))

@@ -1,8 +1,4 @@
-"""Commands that append to the ledger: its settings and each candidate's moves.
-
-Each parses its arguments, calls one `Ledger` command and prints the result
-(`render.print_result`); the decisions are the ledger's.
-"""
+"""Commands that append to the ledger (its settings, each candidate's moves): each calls one `Ledger` command."""
 
 from __future__ import annotations
 
@@ -21,13 +17,6 @@ from lifecycle_fsm.rules import STAGES
 
 if TYPE_CHECKING:
     from lifecycle_fsm.results import CandidateResult
-
-_EVENT_ID_HELP = (
-    "Idempotency key (global across the ledger, e.g. <run>/<step>/<command>): "
-    "a retry with the same key appends nothing and reports the first outcome. "
-    "A key may not end in /<number>: a command's further events are keyed KEY/1, KEY/2, ..."
-)
-event_id_option = click.option("--event-id", help=_EVENT_ID_HELP)
 
 __all__ = [
     "ACTIVE_WINDOW",
@@ -49,7 +38,13 @@ __all__ = [
 ]
 
 
-# The seed's defaults (`Ledger.init`'s, tests/test_cli.py holds them equal).
+event_id_option = click.option(
+    "--event-id",
+    help="Idempotency key (global across the ledger, e.g. <run>/<step>/<command>): "
+    "a retry with the same key appends nothing and reports the first outcome. "
+    "A key may not end in /<number>: a command's further events are keyed KEY/1, KEY/2, ...",
+)
+# The seed's defaults (`Ledger.init`'s; tests/test_cli.py holds them equal).
 MAX_WINDOW_AGE = click.option("--max-window-age", default=2, show_default=True, type=click.IntRange(0, MAX_INT64))
 ACTIVE_WINDOW = click.option("--active-window", default=1, show_default=True, type=click.IntRange(0, MAX_INT64))
 
@@ -61,11 +56,7 @@ ACTIVE_WINDOW = click.option("--active-window", default=1, show_default=True, ty
 @json_option
 def init(max_window_age: int, active_window: int, event_id: str | None) -> None:
     """Create the ledger and fix its freshness settings."""
-    print_result(
-        open_ledger(initialising=True).init(max_window_age, active_window, event_id=event_id),
-        wants_json(),
-        "initialized",
-    )
+    print_result(open_ledger(initialising=True).init(max_window_age, active_window, event_id=event_id), "initialized")
 
 
 @click.group(cls=SuggestingGroup)
@@ -78,15 +69,12 @@ def baseline() -> None:
 @event_id_option
 @json_option
 def baseline_activate(sft_manifest: Path, event_id: str | None) -> None:
-    """Make SFT_MANIFEST's adapter the active policy; decided candidates must be re-checked.
-
-    A candidate's manifest (a DPO or GRPO semantic_id) or a delivery whose decision is reject is refused.
-    """
+    """Make SFT_MANIFEST's adapter the active policy; decided candidates must be re-checked. A candidate's
+    manifest (a DPO or GRPO semantic_id) or a delivery whose decision is reject is refused."""
     from lifecycle_fsm.manifests import load_baseline_manifest
 
     load_baseline_manifest(sft_manifest)  # bad input fails before a ledger file is created
-    result = open_ledger().activate_baseline(sft_manifest, event_id=event_id)
-    print_result(result, wants_json(), "baseline activated")
+    print_result(open_ledger().activate_baseline(sft_manifest, event_id=event_id), "baseline activated")
 
 
 @click.command()
@@ -95,7 +83,7 @@ def baseline_activate(sft_manifest: Path, event_id: str | None) -> None:
 @json_option
 def window(n: int, event_id: str | None) -> None:
     """Advance the active rollout window to N (online candidates must be re-checked)."""
-    print_result(open_ledger().advance_window(n, event_id=event_id), wants_json(), "window advanced")
+    print_result(open_ledger().advance_window(n, event_id=event_id), "window advanced")
 
 
 @click.group(cls=SuggestingGroup)
@@ -109,7 +97,7 @@ def evaluation() -> None:
 @json_option
 def evaluation_activate(version: str, event_id: str | None) -> None:
     """Require VERSION as every candidate's evaluation_version from now on."""
-    print_result(open_ledger().activate_evaluation(version, event_id=event_id), wants_json(), "evaluation activated")
+    print_result(open_ledger().activate_evaluation(version, event_id=event_id), "evaluation activated")
 
 
 @click.command()
@@ -127,8 +115,7 @@ def receive(candidate_manifest: Path, candidate_id: str | None, event_id: str | 
     from lifecycle_fsm.manifests import load_candidate_manifest
 
     load_candidate_manifest(candidate_manifest)  # bad input fails before a ledger file is created
-    result = open_ledger().receive(candidate_manifest, candidate_id=candidate_id, event_id=event_id)
-    print_result(result, wants_json(), "received")
+    print_result(open_ledger().receive(candidate_manifest, candidate_id=candidate_id, event_id=event_id), "received")
 
 
 _REHASH = click.option(
@@ -137,8 +124,6 @@ _REHASH = click.option(
     help="Read every byte of the artifacts (a one-command process always does; an embedding Ledger "
     "re-uses a digest while no file's inode, size, mtime or ctime changed).",
 )
-
-
 _EXIT_STATUS = click.option(
     "--exit-status",
     is_flag=True,
@@ -162,7 +147,7 @@ def _decided(command: str, result: CandidateResult, exit_status: bool) -> None:
 def check(candidate_id: str, event_id: str | None, rehash: bool, exit_status: bool) -> None:
     """Run every check now: lineage, freshness, artifact and rollback re-hash."""
     result = open_ledger(must_exist=True).check(candidate_id, event_id=event_id, rehash=rehash)
-    print_result(result, wants_json(), "checked")
+    print_result(result, "checked")
     _decided("check", result, exit_status)
 
 
@@ -178,7 +163,7 @@ def trusted(candidate_id: str, kind: str, path: Path, event_id: str | None) -> N
     KIND is one of prompt_queue, trajectories, pre_update_checkpoint, verified_baseline.
     """
     result = open_ledger(must_exist=True).record_trusted_state(candidate_id, kind, path, event_id=event_id)
-    print_result(result, wants_json(), f"trusted {kind} recorded")
+    print_result(result, f"trusted {kind} recorded")
 
 
 @click.command()
@@ -189,11 +174,8 @@ def trusted(candidate_id: str, kind: str, path: Path, event_id: str | None) -> N
 @json_option
 def untrust(candidate_id: str, kind: str, reason: str, event_id: str | None) -> None:
     """Invalidate a recorded trusted state (it stays in history)."""
-    print_result(
-        open_ledger(must_exist=True).invalidate_trusted_state(candidate_id, kind, reason, event_id=event_id),
-        wants_json(),
-        f"{kind} invalidated",
-    )
+    result = open_ledger(must_exist=True).invalidate_trusted_state(candidate_id, kind, reason, event_id=event_id)
+    print_result(result, f"{kind} invalidated")
 
 
 @click.command()
@@ -223,11 +205,10 @@ def fail(candidate_id: str, stage: str, event_id: str | None) -> None:
     }
     if wants_json():
         emit(doc)
-    else:
-        reused = f"reuse {plan.recovery_state}" if plan.reused_state else "no trusted state to reuse"
-        shown = display(candidate_id)
-        what = f"{shown}: {plan.stage} failed -> {plan.action} ({reused}); state {doc['state']}"
-        click.echo(what if result.appended else what + NO_CHANGE)
+        return
+    reused = f"reuse {plan.recovery_state}" if plan.reused_state else "no trusted state to reuse"
+    what = f"{display(candidate_id)}: {plan.stage} failed -> {plan.action} ({reused}); state {doc['state']}"
+    click.echo(what if result.appended else what + NO_CHANGE)
 
 
 @click.command()
@@ -236,8 +217,7 @@ def fail(candidate_id: str, stage: str, event_id: str | None) -> None:
 @json_option
 def recovered(candidate_id: str, event_id: str | None) -> None:
     """The planned recovery finished; the candidate must be checked again."""
-    result = open_ledger(must_exist=True).complete_recovery(candidate_id, event_id=event_id)
-    print_result(result, wants_json(), "recovered")
+    print_result(open_ledger(must_exist=True).complete_recovery(candidate_id, event_id=event_id), "recovered")
 
 
 @click.command()
@@ -249,5 +229,5 @@ def recovered(candidate_id: str, event_id: str | None) -> None:
 def handoff(candidate_id: str, event_id: str | None, rehash: bool, exit_status: bool) -> None:
     """Re-run the checks and decide: ready (for evaluation), tune or reject."""
     result = open_ledger(must_exist=True).hand_off(candidate_id, event_id=event_id, rehash=rehash)
-    print_result(result, wants_json(), "handed off")
+    print_result(result, "handed off")
     _decided("handoff", result, exit_status)
