@@ -108,9 +108,10 @@ class CandidateState:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CandidateState:
         """Rebuild a candidate from `to_dict` output; every field, nothing else."""
-        if data.keys() != _CANDIDATE_FIELDS:
-            raise KeyError(f"fields {sorted(data.keys() ^ _CANDIDATE_FIELDS)} differ from CandidateState's")
-        return cls(**{**data, "reason_codes": tuple(data["reason_codes"])})
+        fields = dict(data)  # a ValueError or TypeError for what is no object
+        if fields.keys() != _CANDIDATE_FIELDS:
+            raise KeyError(f"fields {sorted(fields.keys() ^ _CANDIDATE_FIELDS)} differ from CandidateState's")
+        return cls(**{**fields, "reason_codes": tuple(fields["reason_codes"])})
 
 
 _CANDIDATE_FIELDS = frozenset(a.name for a in attrs.fields(CandidateState))
@@ -332,9 +333,7 @@ class Fold:
         return work
 
     def result(self) -> LedgerState:
-        candidates = dict(self._start.candidates)
-        for work in self._works.values():
-            candidates[work["candidate_id"]] = CandidateState(**work)
+        candidates = self._start.candidates | {w["candidate_id"]: CandidateState(**w) for w in self._works.values()}
         return LedgerState(self.settings, candidates, self.position, dict(self._streams))  # the fold goes on
 
 

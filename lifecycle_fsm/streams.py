@@ -1,12 +1,8 @@
-"""Reading one stream's state: fold its events, or start from a checkpoint's copy.
+"""Reading one stream's state: fold its events, or (a query only) start from a checkpoint's copy.
 
-The Ledger reads only the streams a command touches. `StreamReader` keeps the folds this
-process has made (each candidate also a model of the live `transitions` machine), topped
-up from the store on every read. A command may decide from a cached fold without reading:
-its append asserts the version of every stream it decided from, so a stale entry (another
-process wrote since) can only cost a re-decide from a fresh read, never a wrong append.
-Commands decide only from states folded from the log itself; a query may start from the
-latest trusted checkpoint's copy of a long-lived candidate and fold only what came after.
+`StreamReader` keeps the folds this process made, topped up from the store on every read. A command
+may decide from a cached fold: its append asserts the version of every stream it read, so a stale
+entry costs a re-decide, never a wrong append.
 """
 
 from __future__ import annotations
@@ -37,8 +33,7 @@ __all__ = [
 
 log = get_logger(__name__)
 
-# How many candidates' folds a `StreamReader` (a `Ledger`) keeps by default, least recently used
-# evicted first: a process that touches thousands of candidates stays flat in memory.
+# How many candidates' folds a `StreamReader` keeps by default (least recently used evicted first).
 CACHED_CANDIDATES = 1024
 
 
@@ -94,11 +89,8 @@ def check_cache_size(max_candidates: object) -> int:
 
 
 class StreamReader:
-    """The folds of the streams this process touched, kept current from the store.
-
-    At most `max_candidates` candidates are held (least recently used evicted first); an
-    evicted candidate is folded again from its stream when next needed.
-    """
+    """The folds of the streams this process touched, kept current from the store; at most `max_candidates`
+    candidates are held (each also a model of the live machine), the least recently used evicted first."""
 
     def __init__(self, store: EventStore, *, max_candidates: int = CACHED_CANDIDATES) -> None:
         check_cache_size(max_candidates)
@@ -158,12 +150,9 @@ class StreamReader:
     def candidate(
         self, stream_id: str, *, source: StreamSource | None = None, evict: bool = True
     ) -> CandidateState | None:
-        """A candidate folded from the log alone (what commands decide from), None if unknown.
-
-        `source`: read through an open write transaction instead of the store. `evict=False`:
-        hold the fold only where that evicts and promotes nothing (a settings change's sweep over
-        every candidate must not push the supervisor's working set out of the cache).
-        """
+        """A candidate folded from the log alone (what commands decide from), None if unknown. `source`: an
+        open write transaction. `evict=False`: hold it only where that evicts and promotes nothing (a
+        settings change's sweep must not push the supervisor's working set out)."""
         cached = self._candidates.get(stream_id)
         reader = self.store if source is None else source
         new = reader.read_stream(stream_id, after_version=0 if cached is None else cached.version)
