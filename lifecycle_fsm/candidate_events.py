@@ -15,21 +15,6 @@ from lifecycle_fsm.errors import CorruptionError
 from lifecycle_fsm.event_base import Event, flag, stream_of
 from lifecycle_fsm.json_types import JSON
 
-__all__ = [
-    "CandidateEvent",
-    "CandidateReceived",
-    "CandidateRegistered",
-    "InconclusiveCheckRecorded",
-    "ChecksRecorded",
-    "EvidenceInvalidated",
-    "HandoffDecided",
-    "RecoveryCompleted",
-    "RecoveryPlanned",
-    "StageFailed",
-    "TrustedStateInvalidated",
-    "TrustedStateRecorded",
-]
-
 
 @attrs.frozen
 class CandidateEvent(Event):

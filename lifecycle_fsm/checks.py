@@ -16,20 +16,6 @@ from lifecycle_fsm.rules import FRESHNESS_CHECKS, RECOVERY_STATES_BY_STAGE, chec
 from lifecycle_fsm.rules import decide_lifecycle_handoff as _decide
 from lifecycle_fsm.state import CandidateState, LedgerSettings
 
-__all__ = [
-    "ArtifactCheck",
-    "CheckEvidence",
-    "TrustedStateCheck",
-    "FRESHNESS_FIELDS",
-    "freshness",
-    "gather_checks",
-    "resume_checkpoint",
-    "baseline_rollback",
-    "trusted_state_evidence",
-    "verify_artifact",
-    "window_age",
-]
-
 _UPSTREAM = ("upstream_reject", "upstream_state")  # the hand-off's own codes: not an evidence check
 # The candidate's fields the freshness rule reads (with its window age).
 FRESHNESS_FIELDS = (

@@ -35,26 +35,6 @@ from lifecycle_fsm.rules import BLOCKING_ACTIONS, ONLINE_KINDS, RULES, choose_re
 from lifecycle_fsm.state import CandidateState, LedgerSettings
 from lifecycle_fsm.store.chain import canonical_json
 
-__all__ = [
-    "DEFAULT_ACTIVE_WINDOW",
-    "DEFAULT_MAX_WINDOW_AGE",
-    "Decision",
-    "Invalidation",
-    "activate_baseline",
-    "activate_evaluation",
-    "advance_window",
-    "check",
-    "complete_recovery",
-    "fail_stage",
-    "hand_off",
-    "init",
-    "invalidate_trusted_state",
-    "receive",
-    "record_trusted_state",
-    "register",
-    "require_adapter",
-]
-
 DEFAULT_MAX_WINDOW_AGE = 2
 DEFAULT_ACTIVE_WINDOW = 1
 

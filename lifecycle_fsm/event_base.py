@@ -11,18 +11,6 @@ import attrs
 from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.json_types import JSON
 
-__all__ = [
-    "CANDIDATE_PREFIX",
-    "LEDGER_STREAM",
-    "NAMED_STREAMS",
-    "SEALS_STREAM",
-    "Event",
-    "candidate_id_of",
-    "flag",
-    "stream_of",
-    "text_or_error",
-]
-
 LEDGER_STREAM = "ledger"
 SEALS_STREAM = "seals"
 NAMED_STREAMS = (LEDGER_STREAM, SEALS_STREAM)  # addressed by their own name, never a candidate id

@@ -7,8 +7,6 @@ from typing import Any
 
 import orjson
 
-__all__ = ["JSON", "KeyGivenTwice", "strict_loads"]
-
 JSON = dict[str, Any]
 
 

@@ -17,28 +17,6 @@ import orjson
 if TYPE_CHECKING:  # the live machine is built by the commands that fire triggers; replay and reads need only TABLE
     from transitions import Machine
 
-__all__ = [
-    "COMMAND_BY_TRIGGER",
-    "COMMAND_TRIGGERS",
-    "INITIAL_TRIGGERS",
-    "MOVES",
-    "TABLE",
-    "TABLE_DIGEST",
-    "TRANSITIONS",
-    "CandidateModel",
-    "Move",
-    "State",
-    "allowed_commands",
-    "command_name",
-    "METHOD_BY_COMMAND",
-    "allowed_triggers",
-    "command_allowed",
-    "diagram",
-    "new_machine",
-    "next_state",
-    "sources_of",
-]
-
 
 class State(StrEnum):
     """A candidate's lifecycle state; `reject` is terminal."""

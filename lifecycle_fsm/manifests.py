@@ -23,20 +23,6 @@ from lifecycle_fsm.outputs import write_atomic
 from lifecycle_fsm.rules import CANDIDATE_KINDS, KIND_BY_SEMANTIC_ID
 from lifecycle_fsm.store.chain import canonical_json
 
-__all__ = [
-    "KIND_BY_SEMANTIC_ID",
-    "baseline_manifest",
-    "BaselineManifest",
-    "CandidateManifest",
-    "candidate_manifest",
-    "check_kind",
-    "load_baseline_manifest",
-    "load_candidate_manifest",
-    "read_manifest",
-    "resolve_artifact_path",
-    "write_manifest",
-]
-
 _SEMANTIC_ID_BY_KIND = {kind: semantic_id for semantic_id, kind in KIND_BY_SEMANTIC_ID.items()}
 _SEMANTIC_ID_BY_KIND["rlvr"] = _SEMANTIC_ID_BY_KIND["grpo"]
 

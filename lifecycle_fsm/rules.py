@@ -8,24 +8,6 @@ from typing import Any
 
 from lifecycle_fsm.json_types import JSON
 
-__all__ = [
-    "BLOCKING_ACTIONS",
-    "RULES",
-    "CANDIDATE_KINDS",
-    "FRESHNESS_CHECKS",
-    "KIND_BY_SEMANTIC_ID",
-    "ONLINE_KINDS",
-    "RECOVERY_STATES_BY_STAGE",
-    "RecoveryAction",
-    "STAGES",
-    "TRUSTED_STATE_KINDS",
-    "UPSTREAM_DECISIONS",
-    "check_candidate_freshness",
-    "choose_recovery_action",
-    "decide_lifecycle_handoff",
-    "is_identity",
-]
-
 # The rules' version and a digest of what they decide over fixed inputs (tests/test_rules_version.py
 # recomputes it: change a rule, and it says to bump the version). Every check and hand-off records them.
 RULES = {"version": 3, "digest": "8aa2142e263fa2887d9ba0edf6c929c96c3b5093e5ee43f9bb86bef4c40d0dea"}

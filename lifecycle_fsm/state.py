@@ -31,22 +31,6 @@ from lifecycle_fsm.store.chain import canonical_json
 from lifecycle_fsm.store.records import StoredEvent
 from lifecycle_fsm.upcasting import check_row, parsed_payload
 
-__all__ = [
-    "stale_rules",
-    "EMPTY",
-    "CandidateState",
-    "Fold",
-    "IllegalTransition",
-    "LedgerSettings",
-    "LedgerState",
-    "Row",
-    "apply",
-    "fold",
-    "reading_stored",
-    "rows_of",
-    "stream_start",
-]
-
 # A stored event as the fold reads it: seq, stream_id, version, type, schema_version, payload text.
 Row = tuple[int, str, int, str, int, str]
 

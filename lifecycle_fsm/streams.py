@@ -22,15 +22,6 @@ from lifecycle_fsm.state import EMPTY, CandidateState, LedgerSettings, LedgerSta
 from lifecycle_fsm.store.base import EventStore
 from lifecycle_fsm.store.records import StoredEvent
 
-__all__ = [
-    "CACHED_CANDIDATES",
-    "StreamReader",
-    "check_cache_size",
-    "fold_candidate",
-    "fold_settings",
-    "state_from_checkpoint",
-]
-
 log = get_logger(__name__)
 
 # How many candidates' folds a `StreamReader` keeps by default (least recently used evicted first).

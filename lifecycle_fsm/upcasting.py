@@ -16,23 +16,6 @@ from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.store.chain import event_hash, row_hash_error
 from lifecycle_fsm.store.records import StoredEvent
 
-__all__ = [
-    "CURRENT_VERSIONS",
-    "ROW_UPCASTERS",
-    "UPCASTERS",
-    "Upcaster",
-    "check_row",
-    "edited_row_error",
-    "decoded_event",
-    "decoded_payload",
-    "dense_versions",
-    "event_from_payload",
-    "parsed_payload",
-    "upcast",
-    "derived_ledger_id",
-    "upcast_ledger_initialized_v1_v2",
-]
-
 Upcaster = Callable[[JSON], JSON]
 
 
