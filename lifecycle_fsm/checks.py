@@ -133,12 +133,8 @@ def verify_artifact(
         if (problem := folder_problem(root)) is not None:  # an unmounted volume or a typo: not the artifact's fault
             return ArtifactCheck(path, expected, error=f"root {root} {problem}", inconclusive=True)
         return ArtifactCheck(path, expected, error="path_escapes_root")
-    reused_from = None
     try:
-        if cache is None:
-            digest = hash_tree(path, root)
-        else:
-            digest, reused_from = cache.hash_tree(path, root)
+        digest, reused_from = (hash_tree(path, root), None) if cache is None else cache.hash_tree(path, root)
     except ArtifactError as e:
         return ArtifactCheck(path, expected, error=str(e), inconclusive=isinstance(e, ArtifactUnreadable))
     verified = isinstance(expected, str) and bool(expected) and digest.sha256 == expected

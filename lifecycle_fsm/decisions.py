@@ -239,11 +239,9 @@ def activate_baseline(settings: LedgerSettings, event: BaselineActivated) -> Dec
     if old is not None and (old["policy_version"], old["adapter_path"]) == (event.policy_version, event.adapter_path):
         return NOTHING
     previous = settings.active_policy_version
-    new = attrs.evolve(event, previous_policy_version=previous)
-    invalidation = None
-    if previous != new.policy_version:
-        invalidation = Invalidation(EvidenceInvalidated("baseline", previous, new.policy_version))
-    return _with_defaults(settings, Decision((new,), invalidation))
+    changed = previous != event.policy_version
+    invalidation = Invalidation(EvidenceInvalidated("baseline", previous, event.policy_version)) if changed else None
+    return _with_defaults(settings, Decision((attrs.evolve(event, previous_policy_version=previous),), invalidation))
 
 
 def advance_window(settings: LedgerSettings, active_window: int) -> Decision:

@@ -171,8 +171,7 @@ def command_name(command: str) -> str:
 
 def allowed_commands(state: str | None) -> list[str]:
     """The commands a candidate in `state` accepts (for error messages, by `command_name`)."""
-    commands = {COMMAND_BY_TRIGGER[t] for t in allowed_triggers(state)}
-    commands.discard(_SETTING_CHANGE)
+    commands = {COMMAND_BY_TRIGGER[t] for t in allowed_triggers(state)} - {_SETTING_CHANGE}
     return [command_name(c) for c in sorted(commands)]
 
 
@@ -185,14 +184,12 @@ def diagram(path: Sequence[tuple[str | None, str, str, int]] = ()) -> str:
     """The table as Mermaid `stateDiagram-v2` text; `path`, one candidate's moves `(from, trigger, to, seq)`,
     labels each edge it took with its seqs, shades the states it visited and outlines the last."""
     edges: dict[tuple[str, str], list[str]] = {}
-    for (source, trigger), dest in TABLE.items():
-        if source is not None:
-            edges.setdefault((source, dest), []).append(trigger)
+    for (source, trigger), dest in TABLE.items():  # the initial triggers first: a new stream's edge
+        edges.setdefault((source or "[*]", dest), []).append(trigger)
     taken: dict[tuple[str, str], list[int]] = {}
     for source, _trigger, dest, seq in path:
         taken.setdefault((source or "[*]", dest), []).append(seq)
     lines = ["stateDiagram-v2", "  direction LR", *(f"  {s.value}" for s in State)]
-    lines.append(f"  [*] --> {State.RECEIVED.value}: {' | '.join(INITIAL_TRIGGERS)}{_taken(taken, '[*]', 'received')}")
     for (source, dest), triggers in edges.items():
         lines.append(f"  {source} --> {dest}: {' | '.join(triggers)}{_taken(taken, source, dest)}")
     if path:

@@ -154,9 +154,7 @@ class IllegalTransition(CorruptionError):
         self.allowed = allowed
 
 
-_FIELDS = {
-    name: frozenset(a.name for a in attrs.fields(cls)) for name, cls in {**LEDGER_EVENTS, **CANDIDATE_EVENTS}.items()
-}
+_FIELDS = {name: frozenset(a.name for a in attrs.fields(cls)) for name, cls in EVENT_TYPES.items()}
 # What reading a stored payload of the wrong shape raises: corruption at that seq, never a crash.
 _UNREADABLE = (KeyError, TypeError, ValueError, AttributeError, IndexError)
 

@@ -86,8 +86,7 @@ class StreamReader:
     def __init__(self, store: EventStore, *, max_candidates: int = CACHED_CANDIDATES) -> None:
         check_cache_size(max_candidates)
         self.store = store
-        self._settings = LedgerSettings()
-        self._settings_known = False  # whether `_settings` was read or written by this process
+        self._settings: LedgerSettings | None = None  # as this process last read or wrote them
         self._candidates: OrderedDict[str, CandidateState] = OrderedDict()
         self._models: dict[str, CandidateModel] = {}
         self._machine: Machine | None = None
@@ -123,16 +122,14 @@ class StreamReader:
 
     def settings(self) -> LedgerSettings:
         """The ledger's settings now: the cached fold plus any events appended since."""
-        cached = self._settings
+        cached = self._settings or LedgerSettings()
         new = self.store.read_stream(LEDGER_STREAM, after_version=cached.version)
-        if new:
-            self._settings = fold(rows_of(new), LedgerState(cached, {}, cached.last_seq)).settings
-        self._settings_known = True
+        self._settings = fold(rows_of(new), LedgerState(cached, {}, cached.last_seq)).settings if new else cached
         return self._settings
 
     def cached_settings(self) -> LedgerSettings | None:
         """The settings as this process last read or wrote them, without reading (None if never)."""
-        return self._settings if self._settings_known else None
+        return self._settings
 
     def cached(self, stream_id: str) -> CandidateState | None:
         """The candidate as this process last read or wrote it, without reading (None if not held)."""
@@ -177,8 +174,7 @@ class StreamReader:
     def remember(self, state: CandidateState | LedgerSettings) -> None:
         """Keep a state a command just folded from what it appended."""
         if isinstance(state, LedgerSettings):
-            if state.version > self._settings.version:
+            if self._settings is None or state.version > self._settings.version:
                 self._settings = state
-                self._settings_known = True
         else:
             self._keep(stream_of(state.candidate_id), state)
