@@ -214,9 +214,7 @@ class TrustedStateRecorded(CandidateEvent):
     def evolve(work: JSON | None, payload: JSON, seq: int, stream_id: str) -> JSON:
         assert work is not None
         recorded = {"path": payload["path"], "sha256": payload["sha256"], "seq": seq}
-        trusted = work["trusted_states"].copy()  # never changed in place: frozen states share it
-        trusted[payload["kind"]] = recorded
-        work["trusted_states"] = trusted
+        work["trusted_states"] = work["trusted_states"] | {payload["kind"]: recorded}  # a new dict: states share it
         return work
 
 
@@ -232,8 +230,7 @@ class TrustedStateInvalidated(CandidateEvent):
     @staticmethod
     def evolve(work: JSON | None, payload: JSON, seq: int, stream_id: str) -> JSON:
         assert work is not None
-        kind = payload["kind"]
-        work["trusted_states"] = {k: v for k, v in work["trusted_states"].items() if k != kind}
+        work["trusted_states"] = {k: v for k, v in work["trusted_states"].items() if k != payload["kind"]}
         return work
 
 
