@@ -117,13 +117,9 @@ class CandidateReceived(CandidateEvent):
 
     @staticmethod
     def evolve(work: JSON | None, payload: JSON, seq: int, stream_id: str) -> JSON:
-        registered = payload["registered"]
-        if registered:
-            expected_revision = 0
-            if work is None or not work["pending"]:
-                raise CorruptionError(f"seq {seq}: CandidateReceived completes no registration", seq=seq)
-        else:
-            expected_revision = 0 if work is None else work["revision"] + 1
+        if payload["registered"] and (work is None or not work["pending"]):
+            raise CorruptionError(f"seq {seq}: CandidateReceived completes no registration", seq=seq)
+        expected_revision = 0 if work is None or payload["registered"] else work["revision"] + 1
         if payload["revision"] != expected_revision or stream_id != stream_of(payload["candidate_id"]):
             raise CorruptionError(
                 f"seq {seq}: CandidateReceived for {payload['candidate_id']!r} revision {payload['revision']} "

@@ -45,10 +45,7 @@ class ArtifactCheck:
     inconclusive: bool = False
 
     def to_json(self, *, with_reuse: bool = True) -> JSON:
-        data = attrs.asdict(self, recurse=False)
-        if not with_reuse:
-            del data["reused_from"]
-        return data
+        return attrs.asdict(self, recurse=False, filter=lambda a, _: with_reuse or a.name != "reused_from")
 
 
 @attrs.frozen
@@ -108,10 +105,8 @@ class TrustedStateCheck:
         return cls(check.verified, source, check.path, check.expected, check.actual, check.error, note)
 
     def to_json(self) -> JSON:
-        data = attrs.asdict(self, recurse=False)
-        if data["note"] is None:
-            del data["note"]
-        return data
+        """Its fields, `note` only when there is one."""
+        return attrs.asdict(self, recurse=False, filter=lambda a, value: a.name != "note" or value is not None)
 
 
 def window_age(candidate: JSON, active_window: int | None) -> int | None:
