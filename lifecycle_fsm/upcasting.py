@@ -87,7 +87,8 @@ def decoded_payload(event: StoredEvent) -> JSON:
 
 def decoded_event(event: StoredEvent) -> Event:
     """A stored event as its domain event (its row checked, parsed, upcast once, fields checked)."""
-    return event_from_payload(event.type, CURRENT_VERSIONS[event.type], decoded_payload(event), seq=event.seq)
+    payload = decoded_payload(event)  # first: a row edited in place is refused before its type is looked up
+    return event_from_payload(event.type, CURRENT_VERSIONS[event.type], payload, seq=event.seq)
 
 
 def check_row(event: StoredEvent) -> None:
