@@ -1,7 +1,7 @@
-"""The events of a candidate's stream: each a move in the machine's table plus its effect.
-
-Re-exported by `events.py` (import them from there); see its docstring for what each
-class carries (`FIXED_TRIGGER` / `trigger_for`, `evolve`, `reasons`).
+"""The events of a candidate's stream (import them from `events.py`): each a move in the machine's table
+plus its effect on the candidate. A class says its trigger (`FIXED_TRIGGER`, or `trigger_for` when the
+payload decides), its effect beyond the move (`evolve`), the reason codes it leaves (`reasons`) and the
+field that keeps its whole payload plus its seq (`KEPT_AS`, set by the fold).
 """
 
 from __future__ import annotations
@@ -15,31 +15,13 @@ from lifecycle_fsm.errors import CorruptionError
 from lifecycle_fsm.event_base import Event, flag, stream_of
 from lifecycle_fsm.json_types import JSON
 
-__all__ = [
-    "CandidateEvent",
-    "CandidateReceived",
-    "CandidateRegistered",
-    "InconclusiveCheckRecorded",
-    "ChecksRecorded",
-    "EvidenceInvalidated",
-    "HandoffDecided",
-    "RecoveryCompleted",
-    "RecoveryPlanned",
-    "StageFailed",
-    "TrustedStateInvalidated",
-    "TrustedStateRecorded",
-]
-
 
 @attrs.frozen
 class CandidateEvent(Event):
-    """An event of a candidate's stream: a move in the machine's table plus its effect."""
+    """An event of a candidate's stream."""
 
-    # Set when the trigger never depends on the payload (lets replay skip a call).
-    FIXED_TRIGGER: ClassVar[str | None] = None
-    # A repeat of this event is itself the new reason for the state (a re-plan).
-    DECISIVE_WHEN_KEPT: ClassVar[bool] = False
-    # The candidate field that keeps this event's payload, plus its `seq` (`state.kept_payload`).
+    FIXED_TRIGGER: ClassVar[str | None] = None  # when the payload never decides it (replay skips a call)
+    DECISIVE_WHEN_KEPT: ClassVar[bool] = False  # a repeat is itself the new reason for the state (a re-plan)
     KEPT_AS: ClassVar[str | None] = None
 
     @classmethod
@@ -54,12 +36,8 @@ class CandidateEvent(Event):
 
     @staticmethod
     def evolve(work: JSON | None, payload: JSON, seq: int, stream_id: str) -> JSON:
-        """Apply this event's own fields to the candidate's working dict (the move and `KEPT_AS` aside).
-
-        `payload` is the fold's own fresh dict: a handler may keep it rather than copy,
-        but never changes it (replay may keep the stored text for `KEPT_AS` instead).
-        Nested values are replaced, never mutated, so frozen states stay safe.
-        """
+        """Apply this event's fields to the candidate's working dict (the move and `KEPT_AS` aside). A handler
+        may keep `payload` (the fold's own) but never changes it; nested values are replaced, never mutated."""
         assert work is not None
         return work
 
@@ -69,14 +47,24 @@ class CandidateEvent(Event):
         return previous
 
 
+def _started(candidate_id: str, candidate: JSON, **fields: Any) -> JSON:
+    """A candidate's working dict as a registration or a receipt starts it: nothing decided yet."""
+    return {
+        "candidate_id": candidate_id,
+        "kind": candidate.get("candidate_kind"),
+        "candidate": dict(candidate),
+        "last_check": None,
+        "last_recovery": None,
+        "last_handoff": None,
+        "reason_codes": (),
+        **fields,
+    }
+
+
 @attrs.frozen
 class CandidateRegistered(CandidateEvent):
-    """A candidate exists before its adapter does (a training run): its identity and provenance.
-
-    Trusted states, failures and recovery plans can be recorded from now on; the finished
-    adapter's manifest completes it (`CandidateReceived` with `registered`), and until then
-    it cannot be checked or handed off.
-    """
+    """A candidate exists before its adapter does (a training run); until a `CandidateReceived` with
+    `registered` completes it, it records trusted states, failures and plans but is never checked."""
 
     TYPE: ClassVar[str] = "CandidateRegistered"
     FIXED_TRIGGER: ClassVar[str | None] = "register"
@@ -91,31 +79,23 @@ class CandidateRegistered(CandidateEvent):
             raise CorruptionError(
                 f"seq {seq}: CandidateRegistered for {payload['candidate_id']!r} is on stream {stream_id}", seq=seq
             )
-        return {
-            "candidate_id": payload["candidate_id"],
-            "kind": payload["kind"],
-            "candidate": {"candidate_kind": payload["kind"], "source_policy_version": payload["source_policy_version"]},
-            "manifest_path": None,
-            "revision": 0,
-            "trusted_states": {},
-            "last_check": None,
-            "last_recovery": None,
-            "last_handoff": None,
-            "reason_codes": (),
-            "manifest_sha256": None,
-            "pending": True,
-            "provenance": payload["provenance"],
-        }
+        return _started(
+            payload["candidate_id"],
+            {"candidate_kind": payload["kind"], "source_policy_version": payload["source_policy_version"]},
+            manifest_path=None,
+            revision=0,
+            trusted_states={},
+            manifest_sha256=None,
+            pending=True,
+            provenance=payload["provenance"],
+        )
 
 
 @attrs.frozen
 class CandidateReceived(CandidateEvent):
     """A candidate manifest was received (revision 0), completed a registration, or revised after `tune`.
-
-    `artifact_at_receipt` is the adapter as it was on disk then (`checks.verify_artifact`:
-    its hash and, for a folder, each file's), so a later failed check can name the files
-    that changed since. `registered`: it completes a `CandidateRegistered` candidate.
-    """
+    `artifact_at_receipt`: the adapter on disk then (`checks.verify_artifact`), so a later failed check
+    can name the files that changed since."""
 
     TYPE: ClassVar[str] = "CandidateReceived"
     candidate_id: str
@@ -137,36 +117,26 @@ class CandidateReceived(CandidateEvent):
 
     @staticmethod
     def evolve(work: JSON | None, payload: JSON, seq: int, stream_id: str) -> JSON:
-        registered = payload["registered"]
-        if registered:
-            expected_revision = 0
-            if work is None or not work["pending"]:
-                raise CorruptionError(f"seq {seq}: CandidateReceived completes no registration", seq=seq)
-        else:
-            expected_revision = 0 if work is None else work["revision"] + 1
+        if payload["registered"] and (work is None or not work["pending"]):
+            raise CorruptionError(f"seq {seq}: CandidateReceived completes no registration", seq=seq)
+        expected_revision = 0 if work is None or payload["registered"] else work["revision"] + 1
         if payload["revision"] != expected_revision or stream_id != stream_of(payload["candidate_id"]):
             raise CorruptionError(
                 f"seq {seq}: CandidateReceived for {payload['candidate_id']!r} revision {payload['revision']} "
                 f"does not follow on stream {stream_id} (expected revision {expected_revision})",
                 seq=seq,
             )
-        candidate = payload["candidate"]
         kept = {} if work is None else {k: work[k] for k in ("state", "decisive_seq", "decisive_type")}
-        return kept | {
-            "candidate_id": payload["candidate_id"],
-            "kind": candidate.get("candidate_kind"),
-            "candidate": dict(candidate),
-            "manifest_path": payload["manifest_path"],
-            "revision": payload["revision"],
-            "trusted_states": {} if work is None else work["trusted_states"],  # they survive a revision
-            "last_check": None,
-            "last_recovery": None,
-            "last_handoff": None,
-            "reason_codes": (),
-            "manifest_sha256": payload["manifest_sha256"],
-            "pending": False,
-            "provenance": None if work is None else work["provenance"],
-        }
+        return kept | _started(
+            payload["candidate_id"],
+            payload["candidate"],
+            manifest_path=payload["manifest_path"],
+            revision=payload["revision"],
+            trusted_states={} if work is None else work["trusted_states"],  # they survive a revision
+            manifest_sha256=payload["manifest_sha256"],
+            pending=False,
+            provenance=None if work is None else work["provenance"],
+        )
 
     @staticmethod
     def reasons(payload: Mapping[str, Any], previous: tuple[str, ...]) -> tuple[str, ...]:
@@ -175,12 +145,8 @@ class CandidateReceived(CandidateEvent):
 
 @attrs.frozen
 class ChecksRecorded(CandidateEvent):
-    """Every lifecycle check ran; `reason_codes` names each failed one (empty: passed).
-
-    `artifact` and `rollback` are `checks.verify_artifact` results: expected and actual hash,
-    `tree` (a folder's per-file listing) and `reused_from` (None when the bytes were read for
-    this check, else when they were read: no file's device, inode, size, mtime or ctime changed).
-    """
+    """Every lifecycle check ran; `reason_codes` names each failed one (empty: passed). `artifact` and
+    `rollback` are `checks.verify_artifact` results."""
 
     TYPE: ClassVar[str] = "ChecksRecorded"
     KEPT_AS: ClassVar[str | None] = "last_check"
@@ -211,10 +177,7 @@ class ChecksRecorded(CandidateEvent):
 @attrs.frozen
 class InconclusiveCheckRecorded(CandidateEvent):
     """A check (or a hand-off's re-check) could not read an artifact for a reason of the environment
-    (permission denied, an I/O error, an absent root): nothing was decided, the state stays.
-
-    `inconclusive` names the checks that could not be read; the evidence is as `ChecksRecorded`'s.
-    """
+    (permission, I/O, an absent root): nothing was decided. `inconclusive` names those checks."""
 
     TYPE: ClassVar[str] = "InconclusiveCheckRecorded"
     command: str  # check | handoff
@@ -247,9 +210,7 @@ class TrustedStateRecorded(CandidateEvent):
     def evolve(work: JSON | None, payload: JSON, seq: int, stream_id: str) -> JSON:
         assert work is not None
         recorded = {"path": payload["path"], "sha256": payload["sha256"], "seq": seq}
-        trusted = work["trusted_states"].copy()  # never changed in place: frozen states share it
-        trusted[payload["kind"]] = recorded
-        work["trusted_states"] = trusted
+        work["trusted_states"] = work["trusted_states"] | {payload["kind"]: recorded}  # a new dict: states share it
         return work
 
 
@@ -265,8 +226,7 @@ class TrustedStateInvalidated(CandidateEvent):
     @staticmethod
     def evolve(work: JSON | None, payload: JSON, seq: int, stream_id: str) -> JSON:
         assert work is not None
-        kind = payload["kind"]
-        work["trusted_states"] = {k: v for k, v in work["trusted_states"].items() if k != kind}
+        work["trusted_states"] = {k: v for k, v in work["trusted_states"].items() if k != payload["kind"]}
         return work
 
 
@@ -287,15 +247,11 @@ class StageFailed(CandidateEvent):
 
 @attrs.frozen
 class RecoveryPlanned(CandidateEvent):
-    """The recovery plan for a failed stage, with the trusted states it re-hashed.
-
-    `checkpoint`: for a sampling or reward plan, the candidate's trusted `pre_update_checkpoint`
-    re-hashed, the model weights a trainer resumes from while it reuses trajectories or a prompt
-    queue (None when none was recorded).
-    """
+    """The recovery plan for a failed stage, with the trusted states it re-hashed. `checkpoint`: for a
+    sampling or reward plan, the trusted `pre_update_checkpoint` a trainer resumes its weights from."""
 
     TYPE: ClassVar[str] = "RecoveryPlanned"
-    DECISIVE_WHEN_KEPT: ClassVar[bool] = True  # a re-plan is the new reason it is recovering
+    DECISIVE_WHEN_KEPT: ClassVar[bool] = True
     KEPT_AS: ClassVar[str | None] = "last_recovery"
     stage: str
     recovery_state: str | None

@@ -1,9 +1,5 @@
-"""Gathering a check's evidence: freshness, the artifact re-hashed, the rollback baseline re-hashed.
-
-The rules are pure (`rules.py`); this module is the part that touches the disk. What it saw
-is typed here (`ArtifactCheck`, `CheckEvidence`, `TrustedStateCheck`) and becomes JSON only
-in the events that record it.
-"""
+"""Gathering a check's evidence from disk (the rules themselves are pure, `rules.py`): freshness, the
+artifact and the rollback baseline re-hashed, typed here and JSON only in the events that record it."""
 
 from __future__ import annotations
 
@@ -20,20 +16,6 @@ from lifecycle_fsm.rules import FRESHNESS_CHECKS, RECOVERY_STATES_BY_STAGE, chec
 from lifecycle_fsm.rules import decide_lifecycle_handoff as _decide
 from lifecycle_fsm.state import CandidateState, LedgerSettings
 
-__all__ = [
-    "ArtifactCheck",
-    "CheckEvidence",
-    "TrustedStateCheck",
-    "FRESHNESS_FIELDS",
-    "freshness",
-    "gather_checks",
-    "resume_checkpoint",
-    "baseline_rollback",
-    "trusted_state_evidence",
-    "verify_artifact",
-    "window_age",
-]
-
 _UPSTREAM = ("upstream_reject", "upstream_state")  # the hand-off's own codes: not an evidence check
 # The candidate's fields the freshness rule reads (with its window age).
 FRESHNESS_FIELDS = (
@@ -49,12 +31,9 @@ FRESHNESS_FIELDS = (
 
 @attrs.frozen
 class ArtifactCheck:
-    """An artifact re-hashed on disk against the hash a manifest recorded.
-
-    `tree`: a folder's per-file listing, so a later reader can name the files that differ.
-    `reused_from`: when the bytes were read, for a digest re-used unchanged (None: read now).
-    `inconclusive`: it could not be read for a reason of the environment (`error` says which).
-    """
+    """An artifact re-hashed on disk against the hash a manifest recorded. `tree`: a folder's per-file
+    listing; `reused_from`: when a digest re-used unchanged was read (None: now); `inconclusive`: the
+    environment kept it from being read (`error` says how)."""
 
     path: str | None
     expected: Any
@@ -66,10 +45,7 @@ class ArtifactCheck:
     inconclusive: bool = False
 
     def to_json(self, *, with_reuse: bool = True) -> JSON:
-        data = attrs.asdict(self, recurse=False)
-        if not with_reuse:
-            del data["reused_from"]
-        return data
+        return attrs.asdict(self, recurse=False, filter=lambda a, _: with_reuse or a.name != "reused_from")
 
 
 @attrs.frozen
@@ -87,9 +63,8 @@ class CheckEvidence:
         return tuple(name for name, c in (("artifact", self.artifact), ("rollback", self.rollback)) if c.inconclusive)
 
     def decide(self, upstream_decision: Any) -> tuple[JSON, list[str]]:
-        """The hand-off decision over this evidence and its reason codes, in the rule's order:
-        each failed hard check by name (a freshness failure as its specific checks), `path_escapes_root`
-        when a path left the root, then the upstream codes."""
+        """The hand-off decision and its reason codes: each failed hard check (freshness as its specific
+        checks), `path_escapes_root` when a path left the root, then the upstream codes."""
         decision = _decide(
             upstream_decision,
             self.freshness,
@@ -109,12 +84,8 @@ class CheckEvidence:
         return self.decide("accept")[1]
 
     def payload(self) -> JSON:
-        return {
-            "freshness": self.freshness,
-            "artifact": self.artifact.to_json(),
-            "rollback": self.rollback.to_json(),
-            "settings": self.settings,
-        }
+        """The evidence fields of the event that records it."""
+        return attrs.asdict(self)
 
 
 @attrs.frozen
@@ -134,15 +105,13 @@ class TrustedStateCheck:
         return cls(check.verified, source, check.path, check.expected, check.actual, check.error, note)
 
     def to_json(self) -> JSON:
-        data = attrs.asdict(self, recurse=False)
-        if data["note"] is None:
-            del data["note"]
-        return data
+        """Its fields, `note` only when there is one."""
+        return attrs.asdict(self, recurse=False, filter=lambda a, value: a.name != "note" or value is not None)
 
 
 def window_age(candidate: JSON, active_window: int | None) -> int | None:
-    """Active window minus the evidence window; None (never a default) when unknown, or when the index
-    names no window (a negative one: `-1` would otherwise read as a window two back, still fresh)."""
+    """Active window minus the evidence window; None (never a default) when either is unknown or the index
+    is negative (`-1` would read as a window two back, still fresh)."""
     index = candidate.get("evidence_window_index")
     if not isinstance(index, int) or isinstance(index, bool) or index < 0 or active_window is None:
         return None
@@ -159,12 +128,8 @@ def verify_artifact(
         if (problem := folder_problem(root)) is not None:  # an unmounted volume or a typo: not the artifact's fault
             return ArtifactCheck(path, expected, error=f"root {root} {problem}", inconclusive=True)
         return ArtifactCheck(path, expected, error="path_escapes_root")
-    reused_from = None
     try:
-        if cache is None:
-            digest = hash_tree(path, root)
-        else:
-            digest, reused_from = cache.hash_tree(path, root)
+        digest, reused_from = (hash_tree(path, root), None) if cache is None else cache.hash_tree(path, root)
     except ArtifactError as e:
         return ArtifactCheck(path, expected, error=str(e), inconclusive=isinstance(e, ArtifactUnreadable))
     verified = isinstance(expected, str) and bool(expected) and digest.sha256 == expected
@@ -176,16 +141,10 @@ def freshness(candidate: JSON, settings: LedgerSettings) -> JSON:
     age = window_age(candidate, settings.active_window)
     subject = {k: candidate.get(k) for k in FRESHNESS_FIELDS} | {"window_age": age}
     result = check_candidate_freshness(subject, settings.active_policy_version or "", settings.max_window_age or 0)
-    active_eval = settings.evaluation_version
-    failed = list(result["failed_checks"])
-    if (
-        active_eval is not None
-        and candidate.get("evaluation_version") != active_eval
-        and "evaluation_identity" not in failed
-    ):
-        # The ledger's evaluation version, once set, is part of the identity check.
-        failed = sorted([*failed, "evaluation_identity"], key=FRESHNESS_CHECKS.index)
-    return {"fresh": not failed, "failed_checks": failed}
+    failed = set(result["failed_checks"])
+    if settings.evaluation_version not in (None, candidate.get("evaluation_version")):
+        failed.add("evaluation_identity")  # the ledger's evaluation version, once set, is part of the identity
+    return {"fresh": not failed, "failed_checks": [c for c in FRESHNESS_CHECKS if c in failed]}
 
 
 def gather_checks(
@@ -205,8 +164,8 @@ def gather_checks(
 
 
 def baseline_rollback(current: CandidateState, settings: LedgerSettings, root: str | None) -> TrustedStateCheck:
-    """The baseline to roll the candidate back to, re-hashed: the one it branched from (it descends from
-    it) while this ledger activated it and it re-hashes, else the active one."""
+    """The baseline to roll back to, re-hashed: the one the candidate branched from while this ledger
+    activated it and it re-hashes, else the active one."""
     active, note = settings.baseline or {}, None
     own = settings.baselines.get(str(current.candidate.get("source_policy_version")))
     if own is not None and own["policy_version"] != settings.active_policy_version:
@@ -225,10 +184,8 @@ def baseline_rollback(current: CandidateState, settings: LedgerSettings, root: s
 def trusted_state_evidence(
     current: CandidateState, settings: LedgerSettings, stage: str, root: str | None
 ) -> dict[str, TrustedStateCheck]:
-    """Re-hash each trusted state this stage could reuse; available only if it still matches.
-
-    `verified_baseline` is, unless one was recorded, an activated baseline (`baseline_rollback`).
-    """
+    """Re-hash each trusted state this stage could reuse (available only if it still matches); an unrecorded
+    `verified_baseline` is an activated baseline (`baseline_rollback`)."""
     evidence: dict[str, TrustedStateCheck] = {}
     for kind in RECOVERY_STATES_BY_STAGE[stage]:
         recorded = current.trusted_states.get(kind)

@@ -1,10 +1,5 @@
-"""What each command decides: plain functions from folded state (and gathered evidence) to events.
-
-No store, no disk, no clock: the Ledger gathers evidence (hashes artifacts) before
-it calls these, and the command path (`command_path.py`) appends what they return.
-So every decision can be tested with values alone. A `Decision` with no events is a
-no-op (an identical re-receipt, a setting that is already so).
-"""
+"""What each command decides: pure functions from folded state and gathered evidence to events (no store,
+disk or clock). A `Decision` with no events is a no-op (an identical re-receipt, a setting already so)."""
 
 from __future__ import annotations
 
@@ -40,26 +35,6 @@ from lifecycle_fsm.rules import BLOCKING_ACTIONS, ONLINE_KINDS, RULES, choose_re
 from lifecycle_fsm.state import CandidateState, LedgerSettings
 from lifecycle_fsm.store.chain import canonical_json
 
-__all__ = [
-    "DEFAULT_ACTIVE_WINDOW",
-    "DEFAULT_MAX_WINDOW_AGE",
-    "Decision",
-    "Invalidation",
-    "activate_baseline",
-    "activate_evaluation",
-    "advance_window",
-    "check",
-    "complete_recovery",
-    "fail_stage",
-    "hand_off",
-    "init",
-    "invalidate_trusted_state",
-    "receive",
-    "record_trusted_state",
-    "register",
-    "require_adapter",
-]
-
 DEFAULT_MAX_WINDOW_AGE = 2
 DEFAULT_ACTIVE_WINDOW = 1
 
@@ -83,21 +58,14 @@ class Decision:
 NOTHING = Decision()
 
 
-# --- candidate commands ---------------------------------------------------------------
-
-
 def register(
     current: CandidateState | None, candidate_id: str, kind: str, source_policy_version: str, provenance: JSON
 ) -> Decision:
     """A candidate that exists before its adapter; the same registration again is a no-op."""
-    event = CandidateRegistered(candidate_id, kind, source_policy_version, provenance)
     if current is None:
-        return Decision((event,))
-    if (current.kind, current.candidate.get("source_policy_version"), current.provenance) == (
-        kind,
-        source_policy_version,
-        provenance,
-    ):
+        return Decision((CandidateRegistered(candidate_id, kind, source_policy_version, provenance),))
+    registered = (current.kind, current.candidate.get("source_policy_version"), current.provenance)
+    if registered == (kind, source_policy_version, provenance):
         return NOTHING
     raise ConflictError(f"candidate {candidate_id!r} already exists (state {current.state}) with another identity")
 
@@ -124,8 +92,8 @@ def _completes(current: CandidateState, manifest: CandidateManifest) -> Decision
 
 
 def _differs(current: CandidateState, manifest: CandidateManifest) -> str:
-    """What a manifest received again says otherwise: its fields first (the adapter's path resolved
-    under another artifact root is one), else its bytes."""
+    """What a manifest received again says otherwise: its fields first (such as the adapter's path resolved
+    under another root), else its bytes."""
     recorded = current.candidate or {}
     changed = sorted(k for k in recorded.keys() | manifest.fields.keys() if recorded.get(k) != manifest.fields.get(k))
     if not changed:
@@ -140,9 +108,8 @@ def receive(current: CandidateState | None, candidate_id: str, manifest: Candida
     if current is not None and current.pending:
         return _completes(current, manifest)
     if current is not None:
-        if current.manifest_sha256 == manifest.sha256 and canonical_json(current.candidate) == canonical_json(
-            manifest.fields
-        ):
+        same_fields = canonical_json(current.candidate) == canonical_json(manifest.fields)
+        if current.manifest_sha256 == manifest.sha256 and same_fields:
             return NOTHING  # the same file at the same place: a retry after a lost acknowledgement
         if not command_allowed(current.state, ("revise",)):
             raise IllegalCommandError(
@@ -156,43 +123,28 @@ def receive(current: CandidateState | None, candidate_id: str, manifest: Candida
 
 
 def check(evidence: CheckEvidence) -> Decision:
-    """Record every check's evidence: it passes (verified, or unchanged) or names what failed.
-
-    An artifact the environment kept from being read decides nothing (inconclusive), unless
-    another check already failed for good.
-    """
+    """Record every check's evidence: it passes or names what failed. An artifact the environment kept from
+    being read decides nothing (inconclusive), unless another check already failed for good."""
     reasons = evidence.reason_codes
-    if evidence.inconclusive and not _decided_without(evidence, reasons):
-        return Decision((_inconclusive("check", evidence),))
-    return Decision((ChecksRecorded(not reasons, reasons, **evidence.payload(), rules=RULES),))
+    return _inconclusive("check", evidence, reasons) or Decision(
+        (ChecksRecorded(not reasons, reasons, **evidence.payload(), rules=RULES),)
+    )
 
 
 def hand_off(current: CandidateState, evidence: CheckEvidence) -> Decision:
     """The hand-off decision over checks re-run at this moment, under today's rules."""
     decision, reasons = evidence.decide(current.candidate.get("decision"))
-    if evidence.inconclusive and not _decided_without(evidence, reasons):
-        return Decision((_inconclusive("handoff", evidence),))
-    return Decision(
-        (
-            HandoffDecided(
-                handoff_status=decision["handoff_status"],
-                upstream_decision=decision["upstream_decision"],
-                hard_failures=decision["hard_failures"],
-                reason_codes=reasons,
-                **evidence.payload(),
-                rules=RULES,
-            ),
-        )
+    return _inconclusive("handoff", evidence, reasons) or Decision(
+        (HandoffDecided(**decision, reason_codes=reasons, **evidence.payload(), rules=RULES),)
     )
 
 
-def _decided_without(evidence: CheckEvidence, reasons: list[str]) -> bool:
-    """Whether something other than the unreadable checks already fails: then the verdict stands."""
-    return bool(set(reasons) - set(evidence.inconclusive) - {"path_escapes_root"})
-
-
-def _inconclusive(command: str, evidence: CheckEvidence) -> InconclusiveCheckRecorded:
-    return InconclusiveCheckRecorded(command, list(evidence.inconclusive), **evidence.payload(), rules=RULES)
+def _inconclusive(command: str, evidence: CheckEvidence, reasons: list[str]) -> Decision | None:
+    """An inconclusive record when only the unreadable checks fail; None when another fails: the verdict stands."""
+    unreadable = evidence.inconclusive
+    if not unreadable or set(reasons) - set(unreadable) - {"path_escapes_root"}:
+        return None
+    return Decision((InconclusiveCheckRecorded(command, list(unreadable), **evidence.payload(), rules=RULES),))
 
 
 def record_trusted_state(kind: str, path: str, sha256: str, settings: LedgerSettings) -> Decision:
@@ -251,9 +203,6 @@ def complete_recovery(current: CandidateState, resumed_from: str | None = None) 
     return Decision((RecoveryCompleted(str(plan.get("stage")), str(plan.get("action")), resumed_from),))
 
 
-# --- ledger settings --------------------------------------------------------------------
-
-
 def _with_defaults(settings: LedgerSettings, decision: Decision) -> Decision:
     """A settings change on a ledger nobody initialised fixes the default settings first."""
     if settings.initialized or not decision.events or isinstance(decision.events[0], LedgerInitialized):
@@ -270,18 +219,12 @@ def init(
     *,
     initialized_with: tuple[int, int] | None = None,
 ) -> Decision:
-    """Fix the freshness settings; the same values again is a no-op, others a conflict.
-
-    "The same values" are today's, or the `(max_window_age, active_window)` its
-    `LedgerInitialized` fixed (`initialized_with`, read by the caller): every supervisor
-    run starts with `init`, and the window may have advanced since the first one.
-    `ledger_id` (random, chosen by the caller: decisions stay pure) names the ledger in seals.
-    """
+    """Fix the freshness settings; the same values again (today's, or those its `LedgerInitialized` fixed,
+    `initialized_with`: the window may have advanced since) is a no-op, others a conflict. `ledger_id` is
+    chosen by the caller, so decisions stay pure."""
     if not settings.initialized:
         return Decision((LedgerInitialized(max_window_age, active_window, ledger_id),))
-    if (settings.max_window_age, settings.active_window) == (max_window_age, active_window):
-        return NOTHING
-    if initialized_with == (max_window_age, active_window):
+    if (max_window_age, active_window) in ((settings.max_window_age, settings.active_window), initialized_with):
         return NOTHING
     since = "" if initialized_with is None else f"; initialized with {initialized_with[0]}, {initialized_with[1]}"
     raise ConflictError(
@@ -296,11 +239,9 @@ def activate_baseline(settings: LedgerSettings, event: BaselineActivated) -> Dec
     if old is not None and (old["policy_version"], old["adapter_path"]) == (event.policy_version, event.adapter_path):
         return NOTHING
     previous = settings.active_policy_version
-    new = attrs.evolve(event, previous_policy_version=previous)
-    invalidation = None
-    if previous != new.policy_version:
-        invalidation = Invalidation(EvidenceInvalidated("baseline", previous, new.policy_version))
-    return _with_defaults(settings, Decision((new,), invalidation))
+    changed = previous != event.policy_version
+    invalidation = Invalidation(EvidenceInvalidated("baseline", previous, event.policy_version)) if changed else None
+    return _with_defaults(settings, Decision((attrs.evolve(event, previous_policy_version=previous),), invalidation))
 
 
 def advance_window(settings: LedgerSettings, active_window: int) -> Decision:

@@ -1,9 +1,5 @@
-"""What every domain event shares: the base class, the stream names, strict payload reads.
-
-`events.py` is the public face (it re-exports these); this module exists so the ledger's
-events and the candidates' events (`candidate_events.py`) can each live in a file of
-their own without importing each other.
-"""
+"""What every domain event shares: the base class, the stream names, strict payload reads (kept apart
+so `events.py` and `candidate_events.py` need not import each other)."""
 
 from __future__ import annotations
 
@@ -15,22 +11,9 @@ import attrs
 from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.json_types import JSON
 
-__all__ = [
-    "CANDIDATE_PREFIX",
-    "LEDGER_STREAM",
-    "NAMED_STREAMS",
-    "SEALS_STREAM",
-    "Event",
-    "candidate_id_of",
-    "flag",
-    "stream_of",
-    "text_or_error",
-]
-
 LEDGER_STREAM = "ledger"
 SEALS_STREAM = "seals"
-# The streams that are not a candidate's, addressed by their own name (never a candidate id).
-NAMED_STREAMS = (LEDGER_STREAM, SEALS_STREAM)
+NAMED_STREAMS = (LEDGER_STREAM, SEALS_STREAM)  # addressed by their own name, never a candidate id
 CANDIDATE_PREFIX = "candidate:"
 
 
@@ -43,7 +26,7 @@ def flag(payload: Mapping[str, Any], key: str) -> bool:
 
 
 def stream_of(candidate_id: str) -> str:
-    """The stream that holds one candidate's events (a candidate id is a string: InputError else)."""
+    """The stream that holds one candidate's events (InputError for an id that is not text a store can hold)."""
     if not isinstance(candidate_id, str):
         raise InputError(f"a candidate id is a string, not {type(candidate_id).__name__} ({candidate_id!r})")
     if not candidate_id.isascii() or "\x00" in candidate_id:
@@ -52,8 +35,7 @@ def stream_of(candidate_id: str) -> str:
 
 
 def text_or_error(what: str, value: str) -> str:
-    """`value` when every store can carry it; InputError for a lone surrogate (not UTF-8) or a NUL
-    (PostgreSQL text cannot hold one: a look-up that is "not found" on SQLite failed there)."""
+    """`value`, or InputError for a lone surrogate (not UTF-8) or a NUL (PostgreSQL text cannot hold one)."""
     try:
         value.encode()
     except UnicodeEncodeError:
@@ -65,9 +47,7 @@ def text_or_error(what: str, value: str) -> str:
 
 def candidate_id_of(stream_id: str) -> str | None:
     """The candidate a stream belongs to, or None for any other stream."""
-    if stream_id.startswith(CANDIDATE_PREFIX):
-        return stream_id[len(CANDIDATE_PREFIX) :]
-    return None
+    return stream_id.removeprefix(CANDIDATE_PREFIX) if stream_id.startswith(CANDIDATE_PREFIX) else None
 
 
 @attrs.frozen

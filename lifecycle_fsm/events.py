@@ -1,25 +1,8 @@
 """Domain events: small frozen records, in the past tense, carrying their evidence.
 
-Everything one event means lives in its class, so adding an event is one place
-plus its test:
-- `TYPE` (the stored `type` column) and `SCHEMA_VERSION` (old versions are upcast
-  on read, `upcasting.py`);
-- the machine trigger it stands for: `FIXED_TRIGGER`, or `trigger_for(payload)` when
-  the payload decides (a passed or failed check);
-- its effect on folded state: `evolve(work, payload, seq, stream_id)` for a
-  candidate event (the working dict of `CandidateState`, beyond the move itself,
-  which the fold applies from the machine's table), `settle(payload)` for a ledger
-  setting (the `LedgerSettings` fields it changes);
-- `reasons(payload, previous)`: the reason codes a candidate carries once this event
-  decides its state;
-- `KEPT_AS`: the candidate field that keeps its whole payload plus its seq (a check's
-  `last_check`), set by the fold, not by `evolve` (replay keeps the stored text until
-  the end, `replay/fold.py`).
-Payloads are plain JSON values; the store encodes them canonically for the chain.
-Handlers read payloads strictly: a stored "false" string is corruption, not truthy.
-
-The ledger's and the seals' events are defined here; a candidate's events in
-`candidate_events.py`, the shared base in `event_base.py`. Import them all from here.
+The ledger's and the seals' events live here, a candidate's in `candidate_events.py` (which says what
+each class carries), the shared base in `event_base.py`; import them all from here. An event at an
+older `SCHEMA_VERSION` is upcast on read (`upcasting.py`); handlers read payloads strictly.
 """
 
 from __future__ import annotations
@@ -85,8 +68,6 @@ __all__ = [
     "stream_of",
 ]
 
-# --- the ledger's own stream: settings every decision reads -----------------------
-
 
 @attrs.frozen
 class LedgerEvent(Event):
@@ -100,15 +81,11 @@ class LedgerEvent(Event):
 
 @attrs.frozen
 class LedgerInitialized(LedgerEvent):
-    """The ledger's freshness settings were fixed (seed defaults: max age 2, window 1).
-
-    v2 carries the ledger's `ledger_id` (random at `init`; what a seal signs, so a seal
-    cannot be replayed onto another ledger). It changes no setting: `lifecycle_fsm.seals`
-    reads it from the ledger's first event.
-    """
+    """The ledger's freshness settings were fixed; v2 adds `ledger_id` (random at `init`, what a seal
+    signs so it cannot be replayed onto another ledger; `seals` reads it from the first event)."""
 
     TYPE: ClassVar[str] = "LedgerInitialized"
-    SCHEMA_VERSION: ClassVar[int] = 2  # v2: ledger_id
+    SCHEMA_VERSION: ClassVar[int] = 2
     max_window_age: int
     active_window: int
     ledger_id: str | None = None  # None: derived from this event's hash (`seals.ledger_id_of`)
@@ -171,16 +148,10 @@ class EvaluationActivated(LedgerEvent):
         return {"evaluation_version": payload["evaluation_version"]}
 
 
-# --- the seals stream: signed heads, deciding nothing --------------------------------
-
-
 @attrs.frozen
 class HeadSealed(Event):
-    """A key holder signed the head before this event (`lifecycle seal`).
-
-    It lives in its own `seals` stream, so a seal never makes a decision re-decide.
-    `signature` is Ed25519 over the canonical JSON of `{ledger_id, seq, hash}`.
-    """
+    """A key holder signed the head before this event (Ed25519 over the canonical JSON of
+    `{ledger_id, seq, hash}`), in its own `seals` stream so a seal never makes a decision re-decide."""
 
     TYPE: ClassVar[str] = "HeadSealed"
     ledger_id: str

@@ -1,5 +1,4 @@
-"""`JSON`: a JSON object as it is read or written at the edges (payloads, records, reports), and the
-strict reading of a file a person wrote (a manifest, a decision)."""
+"""`JSON`, the one alias for a JSON object, and the strict reading of a file a person wrote."""
 
 from __future__ import annotations
 
@@ -7,8 +6,6 @@ import json
 from typing import Any
 
 import orjson
-
-__all__ = ["JSON", "KeyGivenTwice", "strict_loads"]
 
 JSON = dict[str, Any]
 
@@ -22,9 +19,8 @@ class KeyGivenTwice(ValueError):
 
 
 def strict_loads(text: str | bytes) -> Any:
-    """JSON as RFC 8259 defines it, read strictly: what orjson refuses (NaN, Infinity, a number past a
-    double, a lone surrogate, a byte-order mark, invalid UTF-8, nesting past 1,024 levels), and a key
-    given twice in one object (`KeyGivenTwice`), is a ValueError saying which, never a silent pick."""
+    """RFC 8259 JSON read strictly: what orjson refuses, or a key given twice (`KeyGivenTwice`), is a
+    ValueError saying which, never a silent pick."""
     try:
         value = orjson.loads(text)
     except orjson.JSONDecodeError as e:

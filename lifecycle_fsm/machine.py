@@ -1,15 +1,8 @@
-"""The candidate state machine: one declarative table, used live and on replay.
+"""The candidate state machine: `MOVES`, one declarative table, and everything derived from it.
 
-`MOVES` is the contract: each row names the command a user types, the trigger it fires,
-the states it may start from and where it leads. Everything else is derived from it:
-- the live machine: each candidate a `Ledger` holds is a model (`CandidateModel`) of its
-  `transitions.Machine`, and a command fires its events' triggers on it;
-- `TABLE`, the same moves as a dict for replay, which never fires triggers (no callbacks,
-  no side effects, and far cheaper per event);
-- `COMMAND_TRIGGERS`, `sources_of`, `TABLE_DIGEST` (part of a checkpoint's fingerprint)
-  and `diagram()`, the table as Mermaid text.
-
-A new stream starts with `receive` or `register` (no source state); `=` keeps the state.
+Each row names the command a user types, the trigger it fires, the states it may start from and where it
+leads (None: it stays). Live commands fire triggers on a `transitions.Machine` of it (`new_machine`);
+replay reads `TABLE`, the same moves as a dict (no callbacks, far cheaper per event).
 """
 
 from __future__ import annotations
@@ -23,28 +16,6 @@ import orjson
 
 if TYPE_CHECKING:  # the live machine is built by the commands that fire triggers; replay and reads need only TABLE
     from transitions import Machine
-
-__all__ = [
-    "COMMAND_BY_TRIGGER",
-    "COMMAND_TRIGGERS",
-    "INITIAL_TRIGGERS",
-    "MOVES",
-    "TABLE",
-    "TABLE_DIGEST",
-    "TRANSITIONS",
-    "CandidateModel",
-    "Move",
-    "State",
-    "allowed_commands",
-    "command_name",
-    "METHOD_BY_COMMAND",
-    "allowed_triggers",
-    "command_allowed",
-    "diagram",
-    "new_machine",
-    "next_state",
-    "sources_of",
-]
 
 
 class State(StrEnum):
@@ -73,7 +44,7 @@ _DECIDED = (S.VERIFIED, S.READY, S.TUNE)
 _CAN_FAIL = (S.RECEIVED, S.VERIFIED, S.RECOVERING)
 _SETTING_CHANGE = "baseline/evaluation/window change"
 
-# The triggers that start a stream: a candidate received whole, or registered before its adapter exists.
+# The triggers that start a stream (no source state): a candidate received whole, or registered before its adapter.
 INITIAL_TRIGGERS = {"receive": "receive", "register": "register"}
 
 MOVES: tuple[Move, ...] = (
@@ -100,8 +71,8 @@ MOVES: tuple[Move, ...] = (
 )
 del S
 
-# The same rows in the form `transitions` takes (its keyword arguments; the module imports nothing of the
-# package, so a test can load it with its table changed before anything else).
+# The same rows as `transitions` takes them (this module imports nothing of the package, so a test can
+# load it with its table changed before anything else).
 TRANSITIONS: list[dict[str, Any]] = [
     {"trigger": m.trigger, "source": [s.value for s in m.sources], "dest": "=" if m.dest is None else m.dest.value}
     for m in MOVES
@@ -182,7 +153,7 @@ def allowed_triggers(state: str | None) -> list[str]:
     return sorted(trigger for (source, trigger) in TABLE if source == state)
 
 
-# The `Ledger` method of each command whose name differs: a refusal names both, for either reader.
+# The `Ledger` method of each command whose name differs: a refusal names both.
 METHOD_BY_COMMAND = {
     "fail": "fail_stage",
     "recovered": "complete_recovery",
@@ -200,8 +171,7 @@ def command_name(command: str) -> str:
 
 def allowed_commands(state: str | None) -> list[str]:
     """The commands a candidate in `state` accepts (for error messages, by `command_name`)."""
-    commands = {COMMAND_BY_TRIGGER[t] for t in allowed_triggers(state)}
-    commands.discard(_SETTING_CHANGE)
+    commands = {COMMAND_BY_TRIGGER[t] for t in allowed_triggers(state)} - {_SETTING_CHANGE}
     return [command_name(c) for c in sorted(commands)]
 
 
@@ -211,21 +181,15 @@ def command_allowed(state: str | None, triggers: Iterable[str]) -> bool:
 
 
 def diagram(path: Sequence[tuple[str | None, str, str, int]] = ()) -> str:
-    """The table as Mermaid `stateDiagram-v2` text.
-
-    `path` marks one candidate's moves, `(from, trigger, to, seq)` in order: each edge it
-    took is labelled with the seqs that took it, the states it visited are shaded and the
-    state it ended in is outlined.
-    """
+    """The table as Mermaid `stateDiagram-v2` text; `path`, one candidate's moves `(from, trigger, to, seq)`,
+    labels each edge it took with its seqs, shades the states it visited and outlines the last."""
     edges: dict[tuple[str, str], list[str]] = {}
-    for (source, trigger), dest in TABLE.items():
-        if source is not None:
-            edges.setdefault((source, dest), []).append(trigger)
+    for (source, trigger), dest in TABLE.items():  # the initial triggers first: a new stream's edge
+        edges.setdefault((source or "[*]", dest), []).append(trigger)
     taken: dict[tuple[str, str], list[int]] = {}
     for source, _trigger, dest, seq in path:
         taken.setdefault((source or "[*]", dest), []).append(seq)
     lines = ["stateDiagram-v2", "  direction LR", *(f"  {s.value}" for s in State)]
-    lines.append(f"  [*] --> {State.RECEIVED.value}: {' | '.join(INITIAL_TRIGGERS)}{_taken(taken, '[*]', 'received')}")
     for (source, dest), triggers in edges.items():
         lines.append(f"  {source} --> {dest}: {' | '.join(triggers)}{_taken(taken, source, dest)}")
     if path:

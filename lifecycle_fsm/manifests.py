@@ -1,16 +1,8 @@
 """Reading SFT and candidate manifests into the fields the checks need; building them for a trainer.
 
-Structural problems (no file, bad JSON, not an object, no `artifacts.adapter.path`) are
-input errors: nothing is recorded. Semantic problems in a well-formed manifest (an
-unknown kind, empty versions, no window index, a version that is not a non-empty string)
-are carried through unchanged, so the candidate's check rejects it with reason codes an
-auditor can read. A relative artifact path is resolved by one rule, when the manifest is
-read (`resolve_artifact_path`). A manifest is read only from a regular file of at most
-16 MiB (`lifecycle_fsm.limits`).
-
-`candidate_manifest` and `write_manifest` build and write the candidate manifest a trainer
-hands over (`LedgerCallback.finish` uses them). The fields read, per kind, are tabled in
-docs/embedding.md ("What a trainer must write: the manifests").
+A structural problem (no file, bad JSON, not an object, no `artifacts.adapter.path`) is an input error;
+a semantic one in a well-formed manifest (an unknown kind, an empty version) is carried through, so the
+candidate's check rejects it with reason codes an auditor can read.
 """
 
 from __future__ import annotations
@@ -30,20 +22,6 @@ from lifecycle_fsm.limits import MAX_MANIFEST_BYTES, read_regular_file
 from lifecycle_fsm.outputs import write_atomic
 from lifecycle_fsm.rules import CANDIDATE_KINDS, KIND_BY_SEMANTIC_ID
 from lifecycle_fsm.store.chain import canonical_json
-
-__all__ = [
-    "KIND_BY_SEMANTIC_ID",
-    "baseline_manifest",
-    "BaselineManifest",
-    "CandidateManifest",
-    "candidate_manifest",
-    "check_kind",
-    "load_baseline_manifest",
-    "load_candidate_manifest",
-    "read_manifest",
-    "resolve_artifact_path",
-    "write_manifest",
-]
 
 _SEMANTIC_ID_BY_KIND = {kind: semantic_id for semantic_id, kind in KIND_BY_SEMANTIC_ID.items()}
 _SEMANTIC_ID_BY_KIND["rlvr"] = _SEMANTIC_ID_BY_KIND["grpo"]
@@ -70,15 +48,7 @@ class CandidateManifest:
     adapter: JSON = attrs.field(factory=dict)  # `artifacts.adapter` exactly as the manifest wrote it
 
 
-# What a manifest's reader calls each JSON value that is not an object.
-_JSON_NAMES = {
-    list: "an array",
-    str: "a string",
-    int: "a number",
-    float: "a number",
-    bool: "a boolean",
-    type(None): "null",
-}
+_JSON_NAMES = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
 
 
 def read_manifest(path: str | os.PathLike[str]) -> tuple[JSON, str, str]:
@@ -90,7 +60,7 @@ def read_manifest(path: str | os.PathLike[str]) -> tuple[JSON, str, str]:
     except ValueError as e:
         raise InputError(f"manifest {p} is not valid JSON: {e}") from None
     if not isinstance(obj, dict):
-        raise InputError(f"manifest {p} must be a JSON object, not {_JSON_NAMES[type(obj)]}")
+        raise InputError(f"manifest {p} must be a JSON object, not {_JSON_NAMES.get(type(obj), 'null')}")
     adapter = obj.get("artifacts", {}).get("adapter") if isinstance(obj.get("artifacts"), dict) else None
     if not isinstance(adapter, dict):
         raise InputError(f"manifest {p} lacks artifacts.adapter")
@@ -110,8 +80,7 @@ def resolve_artifact_path(written: str, manifest_path: str, root: str | os.PathL
 def load_baseline_manifest(
     path: str | os.PathLike[str], root: str | os.PathLike[str] | None = None
 ) -> BaselineManifest:
-    """Parse an SFT manifest (`root`: see `resolve_artifact_path`); without an adapter sha256 there is no
-    policy version."""
+    """Parse an SFT manifest (`root`: see `resolve_artifact_path`); its adapter sha256 is the policy version."""
     obj, abs_path, digest = read_manifest(path)
     semantic_id = obj.get("semantic_id")
     if isinstance(semantic_id, str) and semantic_id in KIND_BY_SEMANTIC_ID:
@@ -230,11 +199,8 @@ def candidate_manifest(
     evidence_window_index: int | None = None,
     **extra: Any,
 ) -> JSON:
-    """A candidate manifest with every field the checks read for `kind`.
-
-    `candidate_id` becomes `policy_version`, so receiving the manifest without an id
-    finds the same candidate. `extra` fields are added, or replace built ones.
-    """
+    """A candidate manifest with every field the checks read for `kind`; `candidate_id` becomes its
+    `policy_version` (so receiving it without an id finds the same candidate), `extra` fields are added."""
     identity = {"semantic_id": _SEMANTIC_ID_BY_KIND[check_kind(kind)]}
     if kind not in KIND_BY_SEMANTIC_ID.values():
         identity["candidate_kind"] = kind  # rlvr: the semantic id alone would read as grpo

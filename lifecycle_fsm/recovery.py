@@ -1,11 +1,5 @@
-"""The typed recovery plan a supervisor follows after `fail_stage`.
-
-`RecoveryPlanned` stores the plan as `choose_recovery_action` returned it, with every
-trusted state it re-hashed; `RecoveryPlan` is that record read back for a caller:
-the action as a `RecoveryAction`, the reused state's path and digest, and each state
-passed over with why. Built from the stored payload (no new schema), so a plan read
-from a months-old event looks the same as one just decided.
-"""
+"""The typed recovery plan a supervisor follows after `fail_stage`: a `RecoveryPlanned` payload read back
+(no schema of its own), so a plan read from a months-old event looks the same as one just decided."""
 
 from __future__ import annotations
 
@@ -25,11 +19,9 @@ SkipReason = Literal["not_recorded", "invalidated", "hash_changed", "missing"]
 class RecoveryPlan:
     """A recorded recovery plan: resume from `path` (digest `sha256`) with `action`, or block.
 
-    `skipped` lists, nearest first, each trusted state the plan passed over and why.
-    `checkpoint` / `checkpoint_sha256`: for a sampling or reward plan, the trusted model
-    checkpoint to resume from while trajectories or a prompt queue are reused (None when there is
-    none intact). `note` says what else the supervisor must know (e.g. the baseline it rolls back
-    to is no longer the active one). `seq` is the `RecoveryPlanned` event that recorded it.
+    `skipped`: each trusted state passed over and why, nearest first. `checkpoint`: for a sampling or
+    reward plan, the intact model checkpoint to resume from. `note`: what else the supervisor must know
+    (the baseline it rolls back to is no longer active). `seq`: the `RecoveryPlanned` event.
     """
 
     stage: str
@@ -69,6 +61,7 @@ def plan_from_payload(
         skipped.append((kind, _skip_reason(seen, kind in invalidated)))
     used = seen_by_kind.get(chosen, {}) if chosen is not None else {}
     resume = payload.get("checkpoint") or {}
+    resume = resume if resume.get("available") else {}
     return RecoveryPlan(
         stage=stage,
         action=RecoveryAction(payload["action"]),
@@ -79,17 +72,15 @@ def plan_from_payload(
         blocking=bool(payload["blocking"]),
         skipped=tuple(skipped),
         note=used.get("note"),
-        checkpoint=resume.get("path") if resume.get("available") else None,
-        checkpoint_sha256=resume.get("actual") if resume.get("available") else None,
+        checkpoint=resume.get("path"),
+        checkpoint_sha256=resume.get("actual"),
         seq=seq,
     )
 
 
 def invalidated_kinds(history: Iterable[tuple[int, str, Mapping[str, Any]]], *, before: int) -> frozenset[str]:
-    """Trusted-state kinds whose latest record before seq `before` is an invalidation.
-
-    `history` is one candidate's `(seq, type, payload)` in order.
-    """
+    """Trusted-state kinds whose latest record before seq `before` in one candidate's `(seq, type, payload)`
+    history is an invalidation."""
     last: dict[str, str] = {}
     for seq, type_name, payload in history:
         if seq >= before:

@@ -1,9 +1,5 @@
-"""The three lifecycle decisions of the post-training workflow, as pure functions.
-
-Names, arguments and return keys are the workflow's own (`check_candidate_freshness`,
-`choose_recovery_action`, `decide_lifecycle_handoff`), so code written against it runs unchanged.
-No I/O, no clock: the ledger gathers the evidence and records what these return.
-"""
+"""The workflow's three lifecycle decisions as pure functions (no I/O, no clock), with the workflow's own
+names, arguments and return keys, so code written against it runs unchanged."""
 
 from __future__ import annotations
 
@@ -12,28 +8,8 @@ from typing import Any
 
 from lifecycle_fsm.json_types import JSON
 
-__all__ = [
-    "BLOCKING_ACTIONS",
-    "RULES",
-    "CANDIDATE_KINDS",
-    "FRESHNESS_CHECKS",
-    "KIND_BY_SEMANTIC_ID",
-    "ONLINE_KINDS",
-    "RECOVERY_STATES_BY_STAGE",
-    "RecoveryAction",
-    "STAGES",
-    "TRUSTED_STATE_KINDS",
-    "UPSTREAM_DECISIONS",
-    "check_candidate_freshness",
-    "choose_recovery_action",
-    "decide_lifecycle_handoff",
-    "is_identity",
-]
-
-# The decision rules' declared version, and a digest of what they decide over a fixed set of inputs
-# (tests/test_rules_version.py recomputes it): change a rule, and the test says to bump the version.
-# Every check and hand-off records them; a decision made under other rules is history, and a
-# hand-off always decides again under today's.
+# The rules' version and a digest of what they decide over fixed inputs (tests/test_rules_version.py
+# recomputes it: change a rule, and it says to bump the version). Every check and hand-off records them.
 RULES = {"version": 3, "digest": "8aa2142e263fa2887d9ba0edf6c929c96c3b5093e5ee43f9bb86bef4c40d0dea"}
 
 CANDIDATE_KINDS = ("dpo", "grpo", "rlvr")
@@ -69,7 +45,7 @@ class RecoveryAction(StrEnum):
 
 
 A = RecoveryAction
-_ACTION_BY_STAGE_AND_STATE = {
+_ACTION_BY_STAGE_AND_STATE: dict[tuple[str, str | None], RecoveryAction] = {
     ("sampling", "prompt_queue"): A.RETRY_SAMPLING_FROM_PROMPT_QUEUE,
     ("reward", "trajectories"): A.RESUME_REWARD_FROM_SAVED_TRAJECTORIES,
     ("reward", "prompt_queue"): A.RESTART_SAMPLING_FROM_PROMPT_QUEUE,
@@ -94,12 +70,8 @@ def _age_within(value: Any, maximum: int) -> bool:
 
 
 def is_identity(value: Any) -> bool:
-    """A version or identity is a non-empty printable string (e.g. `sft-v1`, `dpo-v1`).
-
-    The seed tests `bool(value)`, so `true`, `1` or `{"k": 0}` would pass as an identity:
-    anything but a string with a non-blank character fails its check instead, and so does one
-    with a control or format character (`dpo-v6\\n` prints like `dpo-v6`).
-    """
+    """A version or identity is a non-blank printable string, not merely truthy (the seed's `bool(value)`
+    passes `true` or `1`; `dpo-v6\\n` prints like `dpo-v6`)."""
     return isinstance(value, str) and bool(value.strip()) and value.isprintable()
 
 
@@ -113,14 +85,8 @@ def _kind_holds(kind: Any, semantic_id: Any) -> bool:
 
 
 def check_candidate_freshness(candidate: JSON, active_policy_version: str, maximum_window_age: int) -> JSON:
-    """Is the candidate's lineage and branch evidence still current?
-
-    The upstream decision is deliberately not part of freshness. A missing or
-    non-integer `window_age` fails an online candidate's branch evidence: a
-    `-1` default happens to fail too, but we never rely on a default. Versions are
-    identities: each must be a non-empty printable string (`is_identity`), not merely truthy.
-    A `candidate_kind` that contradicts the candidate's `semantic_id` fails `candidate_kind`.
-    """
+    """Is the candidate's lineage and branch evidence still current? (Not its upstream decision; a missing
+    or non-integer `window_age` fails an online candidate's branch evidence, never a default.)"""
     kind = candidate.get("candidate_kind")
     checks = {
         "candidate_kind": _kind_holds(kind, candidate.get("semantic_id")),
@@ -130,12 +96,10 @@ def check_candidate_freshness(candidate: JSON, active_policy_version: str, maxim
         "evaluation_identity": is_identity(candidate.get("evaluation_version")),
     }
     if kind == "dpo":
-        branch_fresh = is_identity(candidate.get("preference_evidence_version"))
+        checks["branch_evidence"] = is_identity(candidate.get("preference_evidence_version"))
     else:
-        branch_fresh = is_identity(candidate.get("verifier_version")) and _age_within(
-            candidate.get("window_age"), maximum_window_age
-        )
-    checks["branch_evidence"] = branch_fresh
+        age_ok = _age_within(candidate.get("window_age"), maximum_window_age)
+        checks["branch_evidence"] = is_identity(candidate.get("verifier_version")) and age_ok
     return {"fresh": all(checks.values()), "failed_checks": [name for name, passed in checks.items() if not passed]}
 
 
@@ -146,10 +110,7 @@ def choose_recovery_action(failure: JSON) -> JSON:
     if stage not in RECOVERY_STATES_BY_STAGE:
         raise ValueError(f"unknown failure stage: {stage!r} (expected one of {', '.join(STAGES)})")
     recovery_state = next((s for s in RECOVERY_STATES_BY_STAGE[stage] if available.get(s)), None)
-    if recovery_state is None:
-        action = _FALLBACK_BY_STAGE[stage]
-    else:
-        action = _ACTION_BY_STAGE_AND_STATE[(stage, recovery_state)]
+    action = _ACTION_BY_STAGE_AND_STATE.get((stage, recovery_state), _FALLBACK_BY_STAGE[stage])  # None: fall back
     return {
         "stage": stage,
         "recovery_state": recovery_state,

@@ -1,55 +1,35 @@
 """State as a fold of stored events: pure, no I/O, no clock, the same result on any machine.
 
-`Fold` is the one place state changes. Commands fold the events they append, reads fold
-one candidate's stream, replay folds the whole log, explain folds event by event: all of
-them feed stored rows to a `Fold`. Every candidate event is checked against the machine's
-table; an illegal move is an `IllegalTransition` naming the seq, what the table allows
-there and what was found. What an event does to a candidate is said by its class
-(`evolve`, `reasons`, `KEPT_AS` in `candidate_events.py`); what a ledger event sets, by
-its `settle`.
+`Fold` is the one place state changes: commands, reads, replay and explain all feed it stored rows. Each
+candidate event's move is checked against the machine's table, its payload against its class.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import attrs
-import orjson
 
 from lifecycle_fsm.errors import CorruptionError, InputError
 from lifecycle_fsm.events import (
+    CANDIDATE_EVENTS,
     CANDIDATE_PREFIX,
     EVENT_TYPES,
     LEDGER_EVENTS,
     LEDGER_STREAM,
     SEALS_STREAM,
+    CandidateEvent,
     Event,
     candidate_id_of,
 )
-from lifecycle_fsm.fold_steps import CANDIDATE_STEPS, IllegalTransition, check_fields, reading_stored
 from lifecycle_fsm.json_types import JSON
-from lifecycle_fsm.machine import State
+from lifecycle_fsm.machine import TABLE, State, allowed_triggers
 from lifecycle_fsm.rules import RULES
 from lifecycle_fsm.store.chain import canonical_json
 from lifecycle_fsm.store.records import StoredEvent
-from lifecycle_fsm.upcasting import CURRENT_VERSIONS, check_row, upcast
-
-__all__ = [
-    "stale_rules",
-    "EMPTY",
-    "CandidateState",
-    "Fold",
-    "IllegalTransition",
-    "LedgerSettings",
-    "LedgerState",
-    "Row",
-    "apply",
-    "fold",
-    "reading_stored",
-    "rows_of",
-    "stream_start",
-]
+from lifecycle_fsm.upcasting import check_row, parsed_payload
 
 # A stored event as the fold reads it: seq, stream_id, version, type, schema_version, payload text.
 Row = tuple[int, str, int, str, int, str]
@@ -112,11 +92,10 @@ class CandidateState:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CandidateState:
         """Rebuild a candidate from `to_dict` output; every field, nothing else."""
-        fields = dict(data)
+        fields = dict(data)  # a ValueError or TypeError for what is no object
         if fields.keys() != _CANDIDATE_FIELDS:
             raise KeyError(f"fields {sorted(fields.keys() ^ _CANDIDATE_FIELDS)} differ from CandidateState's")
-        fields["reason_codes"] = tuple(fields["reason_codes"])
-        return cls(**fields)
+        return cls(**{**fields, "reason_codes": tuple(fields["reason_codes"])})
 
 
 _CANDIDATE_FIELDS = frozenset(a.name for a in attrs.fields(CandidateState))
@@ -156,21 +135,128 @@ class LedgerState:
 EMPTY = LedgerState(LedgerSettings(), {}, 0)
 
 
+class IllegalTransition(CorruptionError):
+    """A recorded event makes a move the machine's table does not allow."""
+
+    def __init__(self, *, seq: int | None, stream_id: str, state: str | None, trigger: str, type_name: str) -> None:
+        allowed = allowed_triggers(state)
+        super().__init__(
+            f"seq {seq}: {type_name} ({trigger}) is not allowed from state {state or 'none'}; "
+            f"the table allows {', '.join(allowed) or 'nothing (terminal)'}",
+            seq=seq,
+            stream_id=stream_id,
+            state=state,
+            found=trigger,
+            allowed=allowed,
+        )
+        self.state = state
+        self.trigger = trigger
+        self.allowed = allowed
+
+
+_FIELDS = {name: frozenset(a.name for a in attrs.fields(cls)) for name, cls in EVENT_TYPES.items()}
+# What reading a stored payload of the wrong shape raises: corruption at that seq, never a crash.
+_UNREADABLE = (KeyError, TypeError, ValueError, AttributeError, IndexError)
+
+
+@contextmanager
+def reading_stored(seq: int, type_name: str) -> Iterator[None]:
+    """Interpret a stored payload: a field missing or of the wrong type is corruption at that seq, never a crash."""
+    try:
+        yield
+    except _UNREADABLE as e:
+        raise _unreadable(seq, type_name, e) from e
+
+
+def _unreadable(seq: int, type_name: str, error: Exception) -> CorruptionError:
+    return CorruptionError(f"seq {seq}: {type_name} payload is unreadable ({error!r})", seq=seq)
+
+
+def check_fields(seq: int, type_name: str, payload: Mapping[str, Any]) -> None:
+    """Every field of the event's class, nothing else: a stored payload is never guessed at."""
+    fields = _FIELDS[type_name]
+    if payload.keys() != fields:
+        missing, extra = sorted(fields - payload.keys()), sorted(payload.keys() - fields)
+        raise CorruptionError(
+            f"seq {seq}: {type_name} payload does not match its schema (missing {missing}, unexpected {extra})",
+            seq=seq,
+        )
+
+
+@attrs.frozen
+class CandidateStep:
+    """A candidate event's class read off once for the fold, which runs per event (inherited no-ops: None)."""
+
+    type_name: str
+    fields: frozenset[str]
+    fixed_trigger: str | None
+    trigger_for: Callable[[Mapping[str, Any]], str]
+    evolve: Callable[[JSON | None, JSON, int, str], JSON] | None
+    reasons: Callable[[Mapping[str, Any], tuple[str, ...]], tuple[str, ...]] | None
+    decisive_when_kept: bool
+    kept_as: str | None
+
+    @classmethod
+    def of(cls, event: type[CandidateEvent]) -> CandidateStep:
+        return cls(
+            type_name=event.TYPE,
+            fields=_FIELDS[event.TYPE],
+            fixed_trigger=event.FIXED_TRIGGER,
+            trigger_for=event.trigger_for,
+            evolve=None if event.evolve is CandidateEvent.evolve else event.evolve,
+            reasons=None if event.reasons is CandidateEvent.reasons else event.reasons,
+            decisive_when_kept=event.DECISIVE_WHEN_KEPT,
+            kept_as=event.KEPT_AS,
+        )
+
+    def step(self, work: JSON | None, payload: JSON, seq: int, stream_id: str, version: int) -> JSON:
+        """One candidate event: the table decides the move, the event's class its effect."""
+        if payload.keys() != self.fields:
+            check_fields(seq, self.type_name, payload)
+        state = None if work is None else work["state"]
+        try:  # not `reading_stored`: this runs per event
+            trigger = self.fixed_trigger or self.trigger_for(payload)
+            dest = TABLE.get((state, trigger))
+            if dest is None:
+                raise IllegalTransition(
+                    seq=seq, stream_id=stream_id, state=state, trigger=trigger, type_name=self.type_name
+                )
+            expected = 1 if work is None else work["version"] + 1
+            if version != expected:
+                message = f"seq {seq}: stream {stream_id} jumps to version {version}, expected {expected}"
+                raise CorruptionError(message, seq=seq)
+            if self.evolve is not None:
+                work = self.evolve(work, payload, seq, stream_id)
+            assert work is not None, "the table starts a stream only with an event that evolves one"
+            if dest != state or self.decisive_when_kept:  # else the state, its reasons and decisive event stay
+                work["state"] = dest
+                work["decisive_seq"] = seq
+                work["decisive_type"] = self.type_name
+                if self.reasons is not None:
+                    work["reason_codes"] = self.reasons(payload, work["reason_codes"])
+        except _UNREADABLE as e:
+            raise _unreadable(seq, self.type_name, e) from e
+        if self.kept_as is not None:
+            payload["seq"] = seq  # the fold's own parsed payload: kept as it is
+            work[self.kept_as] = payload
+        work["version"] = version
+        work["last_seq"] = seq
+        return work
+
+
+_STEPS = {name: CandidateStep.of(cls) for name, cls in CANDIDATE_EVENTS.items()}
+
+
 def rows_of(events: Iterable[StoredEvent]) -> Iterator[Row]:
-    """Stored events as the rows a `Fold` reads, each row's own hash checked first (fail closed:
-    no state is built from a row edited in place)."""
+    """Stored events as the rows a `Fold` reads, each row's own hash checked first (fail closed)."""
     for e in events:
         check_row(e)
         yield (e.seq, e.stream_id, e.version, e.type, e.schema_version, e.payload)
 
 
 class Fold:
-    """Folds stored rows, in seq order, onto a starting state.
-
-    A candidate is a working dict while the fold runs and a frozen `CandidateState` at
-    the end, so a long stream costs dict updates, not a frozen copy per event.
-    `whole_log`: the rows are the whole log after `start.position`, so a gap is corruption.
-    """
+    """Folds stored rows, in seq order, onto a starting state (`whole_log`: every row after its position, so
+    a gap is corruption). A candidate is a working dict while the fold runs, a `CandidateState` at the end."""
 
     def __init__(self, start: LedgerState = EMPTY, *, whole_log: bool = False) -> None:
         self._start = start
@@ -192,9 +278,9 @@ class Fold:
                 if seq != position + 1 and (whole_log or seq <= position):
                     raise _misplaced(seq, position, gap=whole_log)
                 position = seq
-                step = CANDIDATE_STEPS.get(type_name)
+                step = _STEPS.get(type_name)
                 if step is not None and stream_id.startswith(CANDIDATE_PREFIX):
-                    payload = _parsed(seq, type_name, schema_version, text)
+                    payload = parsed_payload(seq, type_name, schema_version, text)
                     work = works.get(stream_id) or self.work(stream_id)
                     works[stream_id] = step.step(work, payload, seq, stream_id, version)
                 else:
@@ -212,9 +298,9 @@ class Fold:
             if type_name not in LEDGER_EVENTS:
                 message = f"seq {seq}: {type_name} does not belong on the ledger stream"
                 raise CorruptionError(message, seq=seq, found=type_name)
-            self.settings = _settle(self.settings, type_name, _parsed(seq, type_name, schema_version, text), seq)
+            self.settings = _settle(self.settings, type_name, parsed_payload(seq, type_name, schema_version, text), seq)
         elif stream_id == SEALS_STREAM:
-            _parsed(seq, type_name, schema_version, text)
+            parsed_payload(seq, type_name, schema_version, text)
             self._streams[stream_id] = version  # a seal decides nothing: only its stream's version is kept
         else:
             raise CorruptionError(f"seq {seq}: unknown stream {stream_id!r}", seq=seq)
@@ -229,9 +315,7 @@ class Fold:
         return work
 
     def result(self) -> LedgerState:
-        candidates = dict(self._start.candidates)
-        for work in self._works.values():
-            candidates[work["candidate_id"]] = CandidateState(**work)
+        candidates = self._start.candidates | {w["candidate_id"]: CandidateState(**w) for w in self._works.values()}
         return LedgerState(self.settings, candidates, self.position, dict(self._streams))  # the fold goes on
 
 
@@ -245,11 +329,8 @@ def fold(rows: Iterable[Row], start: LedgerState = EMPTY, *, whole_log: bool = F
 def apply(
     state: CandidateState | LedgerSettings | None, event: Event, *, seq: int | None = None, stream_id: str | None = None
 ) -> CandidateState | LedgerSettings:
-    """The typed fold of one event: the state of `stream_id` after `event` recorded at `seq`.
-
-    `stream_id` defaults to the ledger's for a settings event, else the state's candidate (or the
-    one a receipt or registration names); `seq` to the one after the state's last event.
-    """
+    """The typed fold of one event: the state of `stream_id` (by default the ledger's, the state's candidate
+    or the one the event names) after `event` recorded at `seq` (by default the next)."""
     if stream_id is None:
         named = state.candidate_id if isinstance(state, CandidateState) else getattr(event, "candidate_id", None)
         stream_id = LEDGER_STREAM if event.TYPE in LEDGER_EVENTS else CANDIDATE_PREFIX + str(named)
@@ -270,25 +351,11 @@ def apply(
     return fold([row], stream_start(state if isinstance(state, CandidateState) else None)).candidates[cid]
 
 
-def _parsed(seq: int, type_name: str, schema_version: int, text: str) -> JSON:
-    """A stored payload as a dict at this code's schema version, or the error naming its row."""
-    try:
-        payload: JSON = orjson.loads(text)
-    except (orjson.JSONDecodeError, TypeError) as e:
-        raise CorruptionError(f"seq {seq}: {type_name} payload is not JSON ({e})", seq=seq) from e
-    if type(payload) is not dict:
-        raise CorruptionError(f"seq {seq}: {type_name} payload is not an object", seq=seq)
-    if CURRENT_VERSIONS.get(type_name) != schema_version:
-        payload = upcast(type_name, schema_version, payload, seq=seq)
-    return payload
-
-
 def _settle(settings: LedgerSettings, type_name: str, payload: JSON, seq: int) -> LedgerSettings:
     """Fold one event of the ledger's own stream (the event class says what it sets)."""
-    cls = LEDGER_EVENTS[type_name]
     check_fields(seq, type_name, payload)
     with reading_stored(seq, type_name):
-        changes = cls.settle(settings, payload)
+        changes = LEDGER_EVENTS[type_name].settle(settings, payload)
     return attrs.evolve(settings, **changes, version=settings.version + 1, last_seq=seq)
 
 
@@ -307,10 +374,8 @@ def stream_start(candidate: CandidateState | None) -> LedgerState:
 
 
 def stale_rules(state: CandidateState) -> JSON | None:
-    """The rules the candidate's latest check or hand-off recorded, when they are not today's (else None).
-
-    A decision made under other rules may not be the one today's would make: `check` makes it again.
-    """
+    """The rules the candidate's latest check or hand-off recorded when they are not today's (else None):
+    a decision made under other rules may not be the one today's would make."""
     decided = [d for d in (state.last_check, state.last_handoff) if d is not None]
     recorded = max(decided, key=lambda d: int(d["seq"])).get("rules") if decided else None
     return recorded if recorded is not None and recorded != RULES else None

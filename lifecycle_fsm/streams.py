@@ -1,12 +1,8 @@
-"""Reading one stream's state: fold its events, or start from a checkpoint's copy.
+"""Reading one stream's state: fold its events, or (a query only) start from a checkpoint's copy.
 
-The Ledger reads only the streams a command touches. `StreamReader` keeps the folds this
-process has made (each candidate also a model of the live `transitions` machine), topped
-up from the store on every read. A command may decide from a cached fold without reading:
-its append asserts the version of every stream it decided from, so a stale entry (another
-process wrote since) can only cost a re-decide from a fresh read, never a wrong append.
-Commands decide only from states folded from the log itself; a query may start from the
-latest trusted checkpoint's copy of a long-lived candidate and fold only what came after.
+`StreamReader` keeps the folds this process made, topped up from the store on every read. A command
+may decide from a cached fold: its append asserts the version of every stream it read, so a stale
+entry costs a re-decide, never a wrong append.
 """
 
 from __future__ import annotations
@@ -26,19 +22,9 @@ from lifecycle_fsm.state import EMPTY, CandidateState, LedgerSettings, LedgerSta
 from lifecycle_fsm.store.base import EventStore
 from lifecycle_fsm.store.records import StoredEvent
 
-__all__ = [
-    "CACHED_CANDIDATES",
-    "StreamReader",
-    "check_cache_size",
-    "fold_candidate",
-    "fold_settings",
-    "state_from_checkpoint",
-]
-
 log = get_logger(__name__)
 
-# How many candidates' folds a `StreamReader` (a `Ledger`) keeps by default, least recently used
-# evicted first: a process that touches thousands of candidates stays flat in memory.
+# How many candidates' folds a `StreamReader` keeps by default (least recently used evicted first).
 CACHED_CANDIDATES = 1024
 
 
@@ -94,17 +80,13 @@ def check_cache_size(max_candidates: object) -> int:
 
 
 class StreamReader:
-    """The folds of the streams this process touched, kept current from the store.
-
-    At most `max_candidates` candidates are held (least recently used evicted first); an
-    evicted candidate is folded again from its stream when next needed.
-    """
+    """The folds of the streams this process touched, kept current from the store; at most `max_candidates`
+    candidates are held (each also a model of the live machine), the least recently used evicted first."""
 
     def __init__(self, store: EventStore, *, max_candidates: int = CACHED_CANDIDATES) -> None:
         check_cache_size(max_candidates)
         self.store = store
-        self._settings = LedgerSettings()
-        self._settings_known = False  # whether `_settings` was read or written by this process
+        self._settings: LedgerSettings | None = None  # as this process last read or wrote them
         self._candidates: OrderedDict[str, CandidateState] = OrderedDict()
         self._models: dict[str, CandidateModel] = {}
         self._machine: Machine | None = None
@@ -140,16 +122,14 @@ class StreamReader:
 
     def settings(self) -> LedgerSettings:
         """The ledger's settings now: the cached fold plus any events appended since."""
-        cached = self._settings
+        cached = self._settings or LedgerSettings()
         new = self.store.read_stream(LEDGER_STREAM, after_version=cached.version)
-        if new:
-            self._settings = fold(rows_of(new), LedgerState(cached, {}, cached.last_seq)).settings
-        self._settings_known = True
+        self._settings = fold(rows_of(new), LedgerState(cached, {}, cached.last_seq)).settings if new else cached
         return self._settings
 
     def cached_settings(self) -> LedgerSettings | None:
         """The settings as this process last read or wrote them, without reading (None if never)."""
-        return self._settings if self._settings_known else None
+        return self._settings
 
     def cached(self, stream_id: str) -> CandidateState | None:
         """The candidate as this process last read or wrote it, without reading (None if not held)."""
@@ -158,12 +138,9 @@ class StreamReader:
     def candidate(
         self, stream_id: str, *, source: StreamSource | None = None, evict: bool = True
     ) -> CandidateState | None:
-        """A candidate folded from the log alone (what commands decide from), None if unknown.
-
-        `source`: read through an open write transaction instead of the store. `evict=False`:
-        hold the fold only where that evicts and promotes nothing (a settings change's sweep over
-        every candidate must not push the supervisor's working set out of the cache).
-        """
+        """A candidate folded from the log alone (what commands decide from), None if unknown. `source`: an
+        open write transaction. `evict=False`: hold it only where that evicts and promotes nothing (a
+        settings change's sweep must not push the supervisor's working set out)."""
         cached = self._candidates.get(stream_id)
         reader = self.store if source is None else source
         new = reader.read_stream(stream_id, after_version=0 if cached is None else cached.version)
@@ -197,8 +174,7 @@ class StreamReader:
     def remember(self, state: CandidateState | LedgerSettings) -> None:
         """Keep a state a command just folded from what it appended."""
         if isinstance(state, LedgerSettings):
-            if state.version > self._settings.version:
+            if self._settings is None or state.version > self._settings.version:
                 self._settings = state
-                self._settings_known = True
         else:
             self._keep(stream_of(state.candidate_id), state)

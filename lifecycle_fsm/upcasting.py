@@ -1,9 +1,6 @@
-"""Reading stored events written by older code: named upcasters, strict versions.
-
-A stored payload at an older `schema_version` is brought forward one version at a
-time by functions registered in `UPCASTERS` under `(type, from_version)` and named
-`upcast_<type>_v<N>_v<N+1>`. An unknown type, a version with no path forward or a
-version newer than this code is a `CorruptionError`, never a guess.
+"""Reading stored events: each row's own hash checked, its payload parsed strictly and brought forward one
+schema version at a time by the upcasters registered under `(type, from_version)` (named
+`upcast_<type>_v<N>_v<N+1>`). An unknown type or version is a `CorruptionError`, never a guess.
 """
 
 from __future__ import annotations
@@ -19,41 +16,17 @@ from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.store.chain import event_hash, row_hash_error
 from lifecycle_fsm.store.records import StoredEvent
 
-__all__ = [
-    "CURRENT_VERSIONS",
-    "ROW_UPCASTERS",
-    "UPCASTERS",
-    "Upcaster",
-    "check_row",
-    "edited_row_error",
-    "decoded_event",
-    "decoded_payload",
-    "dense_versions",
-    "event_from_payload",
-    "upcast",
-    "derived_ledger_id",
-    "upcast_ledger_initialized_v1_v2",
-]
-
 Upcaster = Callable[[JSON], JSON]
 
 
 def derived_ledger_id(first_event_hash: str) -> str:
-    """The ledger id of a ledger made before ids existed: fixed by its first event's hash.
-
-    Deterministic, so every read (and every machine) derives the same id; domain-tagged,
-    so it is not the hash itself.
-    """
+    """The ledger id of a ledger made before ids existed: derived (domain-tagged) from its first event's hash,
+    so every read on every machine derives the same id."""
     return hashlib.sha256(b"lifecycle-fsm/ledger-id/v1\n" + first_event_hash.encode()).hexdigest()[:32]
 
 
 def upcast_ledger_initialized_v1_v2(payload: JSON, event_hash: str | None = None) -> JSON:
-    """v2 carries `ledger_id`; a v1 ledger's id is derived from this event's stored hash.
-
-    The first upcaster that needs the stored row, not only the payload: callers that
-    decode a whole `StoredEvent` pass its hash. The fold (which never reads the id)
-    passes none and gets None.
-    """
+    """v2 carries `ledger_id`, derived from this event's stored hash (None when the caller has no row: the fold)."""
     return {**payload, "ledger_id": None if event_hash is None else derived_ledger_id(event_hash)}
 
 
@@ -75,73 +48,67 @@ def upcast(
         raise CorruptionError(f"unknown event type {type_name!r}", seq=seq, found=type_name)
     if not isinstance(schema_version, int) or isinstance(schema_version, bool):
         raise CorruptionError(f"{type_name} schema version {schema_version!r} is not an integer", seq=seq)
-    version = schema_version
-    while version < cls.SCHEMA_VERSION:
-        step = UPCASTERS.get((type_name, version))
-        row_step = ROW_UPCASTERS.get((type_name, version))
-        if row_step is not None:
-            payload = row_step(payload, event_hash)
-            version += 1
-            continue
-        if step is None:
-            raise CorruptionError(
-                f"no upcaster for {type_name} schema version {version}", seq=seq, found=schema_version
-            )
-        payload = step(payload)
-        version += 1
-    if version != cls.SCHEMA_VERSION:
+    if schema_version > cls.SCHEMA_VERSION:
         raise CorruptionError(
             f"{type_name} schema version {schema_version} is newer than this code knows ({cls.SCHEMA_VERSION})",
             seq=seq,
             found=schema_version,
         )
+    for version in range(schema_version, cls.SCHEMA_VERSION):
+        if (row_step := ROW_UPCASTERS.get((type_name, version))) is not None:
+            payload = row_step(payload, event_hash)
+        elif (step := UPCASTERS.get((type_name, version))) is not None:
+            payload = step(payload)
+        else:
+            raise CorruptionError(
+                f"no upcaster for {type_name} schema version {version}", seq=seq, found=schema_version
+            )
+    return payload
+
+
+def parsed_payload(seq: int, type_name: str, schema_version: int, text: str, *, event_hash: str | None = None) -> JSON:
+    """A stored payload as a dict at this code's schema version, or the error naming its row."""
+    try:
+        payload: JSON = orjson.loads(text)
+    except (orjson.JSONDecodeError, TypeError) as e:
+        raise CorruptionError(f"seq {seq}: {type_name} payload is not JSON ({e})", seq=seq) from e
+    if type(payload) is not dict:
+        raise CorruptionError(f"seq {seq}: {type_name} payload is not an object", seq=seq)
+    if CURRENT_VERSIONS.get(type_name) != schema_version:
+        payload = upcast(type_name, schema_version, payload, seq=seq, event_hash=event_hash)
     return payload
 
 
 def decoded_payload(event: StoredEvent) -> JSON:
-    """A stored payload, parsed and upcast to the current schema version."""
-    return upcast(event.type, event.schema_version, _parsed(event), seq=event.seq, event_hash=event.hash)
+    """A stored payload, its row checked, parsed and upcast to the current schema version."""
+    check_row(event)
+    return parsed_payload(event.seq, event.type, event.schema_version, event.payload, event_hash=event.hash)
 
 
 def decoded_event(event: StoredEvent) -> Event:
-    """A stored event as its domain event (parsed, upcast once, fields checked)."""
-    return event_from_payload(event.type, event.schema_version, _parsed(event), seq=event.seq, event_hash=event.hash)
+    """A stored event as its domain event (its row checked, parsed, upcast once, fields checked)."""
+    payload = decoded_payload(event)  # first: a row edited in place is refused before its type is looked up
+    return event_from_payload(event.type, CURRENT_VERSIONS[event.type], payload, seq=event.seq)
 
 
 def check_row(event: StoredEvent) -> None:
     """Fail closed on a row edited in place: its own hash must match its columns (no chain walk).
 
-    Every read that decodes a stored event passes here, so `status`, `explain`,
-    `history` and `log` never show a state built from a row they could not trust. A row
-    re-hashed by hand keeps its own hash but breaks the next row's link: `verify` (the
-    whole chain) and a sealed or pinned head catch that.
+    Every read that decodes a stored event passes here. A row re-hashed by hand keeps its own hash but
+    breaks the next row's link: `verify` (the whole chain) and a sealed or pinned head catch that.
     """
     e = event
-    if (
-        event_hash(
-            e.prev_hash,
-            e.seq,
-            e.stream_id,
-            e.version,
-            e.event_id,
-            e.type,
-            e.schema_version,
-            e.payload,
-            e.recorded_at,
-            e.actor,
-        )
-        != e.hash
-    ):
+    columns = (e.seq, e.stream_id, e.version, e.event_id, e.type, e.schema_version, e.payload, e.recorded_at, e.actor)
+    if event_hash(e.prev_hash, *columns) != e.hash:
         raise edited_row_error(e.seq)
 
 
 def dense_versions(events: Iterable[StoredEvent], *, after_version: int | None = 0) -> Iterator[StoredEvent]:
     """One stream's events, passed on as they come, while its versions go on one by one.
 
-    A stream's versions are dense from 1, so a row deleted from it, or moved to another stream by
-    editing its `stream_id` (the row is then simply not read: no hash of it is ever checked), leaves
-    a hole that a stream read would otherwise print around. `after_version` is the version the first
-    row must follow (0: the stream from its start; None: a slice whose start is not known).
+    A row deleted from a stream, or moved to another by editing its `stream_id` (then never read, so no
+    hash of it is checked), leaves a hole a stream read would otherwise print around. `after_version`:
+    the version the first row must follow (0: from the stream's start; None: not known).
     """
     previous = after_version
     for e in events:
@@ -158,17 +125,6 @@ def dense_versions(events: Iterable[StoredEvent], *, after_version: int | None =
 def edited_row_error(seq: int) -> CorruptionError:
     """What a read raises for a row whose own hash does not match its columns (exit 6)."""
     return CorruptionError(str(row_hash_error(seq)), seq=seq)
-
-
-def _parsed(event: StoredEvent) -> JSON:
-    check_row(event)
-    try:
-        payload = orjson.loads(event.payload)
-    except orjson.JSONDecodeError as e:
-        raise CorruptionError(f"seq {event.seq}: {event.type} payload is not JSON ({e})", seq=event.seq) from e
-    if not isinstance(payload, dict):
-        raise CorruptionError(f"seq {event.seq}: {event.type} payload is not an object", seq=event.seq)
-    return payload
 
 
 def event_from_payload(

@@ -81,14 +81,14 @@ TARGETS = (
     Target(
         "fold",
         "lifecycle_fsm/state.py",
-        ("Fold.extend", "Fold._other", "apply", "_parsed", "_settle", "_misplaced"),
+        ("Fold.extend", "Fold._other", "apply", "_settle", "_misplaced", "CandidateStep.step", "check_fields"),
         ("tests/test_state.py", "tests/test_replay_corruption.py"),
     ),
     Target(
-        "fold_steps",
-        "lifecycle_fsm/fold_steps.py",
-        ("CandidateStep.step", "check_fields"),
-        ("tests/test_state.py", "tests/test_replay_corruption.py"),
+        "upcasting",
+        "lifecycle_fsm/upcasting.py",
+        ("upcast", "parsed_payload"),
+        ("tests/test_state.py", "tests/test_replay_corruption.py", "tests/test_events.py"),
     ),
     Target(
         "decisions",
