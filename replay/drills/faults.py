@@ -1,9 +1,5 @@
-"""Faults for drills: real damage to the real ledger and artifact files, as the failure would do it.
-
-Rows are edited behind the store's back (plain `sqlite3` or psycopg); artifact bytes are flipped
-or removed on disk; killed writers are in `writers.py`. Each fault returns what it did (for the
-report) and every broken promise of the ledger as `(key, expected, actual)`.
-"""
+"""Real damage to a ledger's rows (behind the store's back) and to artifact files; killed writers are in
+`writers.py`. A fault returns what it did and every broken promise as `(key, expected, actual)`."""
 
 from __future__ import annotations
 
@@ -71,29 +67,29 @@ class _Refused(Exception):
 @contextmanager
 def _behind_the_store(db: Path | str) -> Iterator[Callable[..., None]]:
     """Run raw statements (`?` placeholders) with the driver alone, in one committed transaction."""
-    if is_postgres_url(db):
-        import psycopg
+    if not is_postgres_url(db):
+        with closing(sqlite3.connect(db)) as conn, conn:
 
-        with psycopg.connect(str(db)) as pg, pg.transaction():
-
-            def run_pg(sql: str, params: tuple[Any, ...] = ()) -> None:
+            def run_sqlite(sql: str, params: tuple[Any, ...] = ()) -> None:
                 try:
-                    with pg.transaction():  # a savepoint: a refusal leaves the rest usable
-                        pg.execute(sql.replace("?", "%s"), params)
-                except psycopg.errors.RestrictViolation as e:
+                    conn.execute(sql, params)
+                except sqlite3.DatabaseError as e:
                     raise _Refused(str(e)) from e
 
-            yield run_pg
+            yield run_sqlite
         return
-    with closing(sqlite3.connect(db)) as conn, conn:
+    import psycopg
 
-        def run_sqlite(sql: str, params: tuple[Any, ...] = ()) -> None:
+    with psycopg.connect(str(db)) as pg, pg.transaction():
+
+        def run_pg(sql: str, params: tuple[Any, ...] = ()) -> None:
             try:
-                conn.execute(sql, params)
-            except sqlite3.DatabaseError as e:
+                with pg.transaction():  # a savepoint: a refusal leaves the rest usable
+                    pg.execute(sql.replace("?", "%s"), params)
+            except psycopg.errors.RestrictViolation as e:
                 raise _Refused(str(e)) from e
 
-        yield run_sqlite
+        yield run_pg
 
 
 def load_both_ways(store: EventStore, to: int | None = None) -> tuple[LoadResult, list[JSON], bool]:
@@ -129,12 +125,8 @@ def corrupt_checkpoint(store: EventStore, db: Path | str) -> FaultOutcome:
             (latest.snapshot[: len(latest.snapshot) // 2], latest.checkpoint_id),
         )
     loaded, skipped, same = load_both_ways(store)
-    detail = {
-        "checkpoint_id": latest.checkpoint_id,
-        "position": latest.position,
-        "skipped": skipped,
-        "loaded_from": None if loaded.checkpoint is None else loaded.checkpoint.position,
-    }
+    detail = {"checkpoint_id": latest.checkpoint_id, "position": latest.position, "skipped": skipped}
+    detail["loaded_from"] = None if loaded.checkpoint is None else loaded.checkpoint.position
     problems: list[Problem] = []
     if latest.checkpoint_id not in (ids := sorted(cid for cid, _ in loaded.skipped)):
         problems.append(("skipped", f"checkpoint {latest.checkpoint_id} skipped", ids))
@@ -173,11 +165,8 @@ def tamper_event(store: EventStore, db: Path | str, *, seq: int | None, rng: ran
 
 
 def tamper_artifact(file: Path, *, rng: random.Random, shown: str, had: set[str]) -> FaultOutcome:
-    """Flip one byte (chosen by the seed) of an artifact's file, into bytes the file never had.
-
-    `had` holds the sha256 of every state the file has had: re-flipping a restored file's byte would
-    write earlier tampered bytes back, which a recorded state would rightly match.
-    """
+    """Flip one byte (chosen by the seed) of an artifact's file into bytes it never had (`had`: the sha256
+    of each of its states; re-flipping a restored file's byte would write earlier tampered bytes back)."""
     data = bytearray(file.read_bytes())
     had.add(hashlib.sha256(data).hexdigest())
     start = rng.randrange(len(data))
