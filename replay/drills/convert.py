@@ -1,10 +1,5 @@
-"""The strict cattrs converter behind the scenario format, and its errors as one-line `ScenarioError`s.
-
-cattrs converts loosely by default (`seq: 7.9` becomes 7): here each type refuses anything
-else, an attrs class refuses undeclared keys, and null is taken only by a `NULLABLE` field.
-`structure` reports the first problem: unknown keys (a typo usually explains the rest), then
-wrong values in the file's order, then missing keys, then the class's own checks.
-"""
+"""The strict cattrs converter behind the scenario format (cattrs alone reads `seq: 7.9` as 7; here each type
+refuses anything else, undeclared keys and null but for a `NULLABLE` field), its errors as one `ScenarioError` line."""
 
 from __future__ import annotations
 

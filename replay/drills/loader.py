@@ -1,9 +1,5 @@
-"""Reading drill scenarios: YAML in, a validated `Scenario` out, or one `ScenarioError` line.
-
-Every scenario is validated before anything runs, so a typo never makes a drill pass vacuously.
-Types are enforced by `convert.py`; this module checks what a type cannot say (references
-between sections). Domain values (an unknown stage) are the ledger's to refuse (`refused:`).
-"""
+"""Reading drill scenarios: YAML in, a validated `Scenario` out, or one `ScenarioError` line. Types are
+`convert.py`'s; this module checks what a type cannot say (references between sections)."""
 
 from __future__ import annotations
 

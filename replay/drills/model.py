@@ -1,9 +1,5 @@
-"""The simulator's reference model: what the ledger must do, written from the documented rules.
-
-Independent of the implementation on purpose: it never imports the machine's table, the fold or
-the decisions, only the pure rules (`lifecycle_fsm.rules`). It also knows which artifacts are
-intact, tampered or deleted. `predict(op, args)` says what one command must do; `apply` commits it.
-"""
+"""The simulator's reference model: what the ledger must do, written from the documented rules (only
+`lifecycle_fsm.rules`, never the table, the fold or the decisions), and which artifacts are intact."""
 
 from __future__ import annotations
 

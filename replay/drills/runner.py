@@ -1,7 +1,5 @@
-"""Run a scenario's steps against a fresh ledger (in a temporary folder, or an empty PostgreSQL
-schema) and judge the outcome. A failed step does not stop the run: every failure is reported.
-A fault that cannot be injected here makes the scenario `inconclusive`.
-"""
+"""Run a scenario's steps against a fresh ledger (a temporary file, or an empty PostgreSQL schema) and judge
+them; every failure is reported, and a fault that cannot be injected here makes the scenario `inconclusive`."""
 
 from __future__ import annotations
 

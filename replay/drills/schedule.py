@@ -1,13 +1,6 @@
-"""A seed expands into a schedule: the artifacts a simulated ledger starts with and a list of
-operations (commands, valid and invalid, and faults), printed before anything runs.
-
-Operations are scenario steps (`{"check": "c1"}`, `{"crash": {...}}`), so a failing schedule
-*is* a scenario once shrunk. The generator steers with a `LedgerModel`: each operation is
-the least-seen of a few drawn at random, judged by what the model says it would do (which
-state it moves a candidate from and to, which states a settings change finds, which error
-refuses it). So every state meets every kind of command and settings change early and
-often, not only the likely ones; every choice is a pure function of the seed.
-"""
+"""A seed expands into a schedule: the artifacts a simulated ledger starts with and its operations (scenario
+steps, so a shrunk failure is a scenario). The generator steers by a `LedgerModel` toward the least-met goals, so
+every state meets every kind of command and settings change early; every choice is a pure function of the seed."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Ledger commands as drills run them: in the drill's own `Ledger`, in a child process killed at a
-commit point (`crash`, `crash_during_append`), or in several writers at once (`concurrently`).
-"""
+"""Ledger commands as drills run them: in the drill's own `Ledger`, in a child process killed at a commit
+point (`crash`, `crash_during_append`), or in several writers at once (`concurrently`)."""
 
 from __future__ import annotations
 
