@@ -25,6 +25,7 @@ __all__ = ["drill"]
 _SHIPPED_SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 _REPORT_FILES = ("drill-report.json", "drill-report.md")
 _SIMULATION_REPORT = "simulation-report.json"
+_FOLDER = click.Path(file_okay=False, path_type=Path)
 
 
 def _json_text(doc: JSON) -> str:
@@ -65,18 +66,13 @@ def _refuse_misplaced(paths: tuple[Path, ...], simulate: bool) -> None:
             raise click.UsageError(f"--{name} applies only with --simulate")
 
 
-@click.command()
+@click.command(context_settings={"show_default": True})
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
-@click.option(
-    "--report",
-    "report_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Write drill-report.json and drill-report.md into DIR.",
-)
+@click.option("--report", "report_dir", type=_FOLDER, help="Write drill-report.json and drill-report.md into DIR.")
 @click.option(
     "--keep",
     "keep_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=_FOLDER,
     help="Keep each scenario's ledger as DIR/<scenario-name>.db, 0600 (inspect it with status, history, "
     "explain); an existing one is refused.",
 )
@@ -87,26 +83,12 @@ def _refuse_misplaced(paths: tuple[Path, ...], simulate: bool) -> None:
 )
 @click.option("--replace", is_flag=True, help="Keep an existing report as <file>.previous instead of refusing.")
 @click.option("--simulate", is_flag=True, help="Run seeded random schedules with invariants checked after every step.")
+@click.option("--steps", type=click.IntRange(1, 1_000_000), default=200, help="With --simulate: operations per seed.")
 @click.option(
-    "--steps",
-    type=click.IntRange(1, 1_000_000),
-    default=200,
-    show_default=True,
-    help="With --simulate: operations per seed.",
+    "--candidates", type=click.IntRange(1, 50), default=6, help="With --simulate: candidate artifacts per seed."
 )
 @click.option(
-    "--candidates",
-    type=click.IntRange(1, 50),
-    default=6,
-    show_default=True,
-    help="With --simulate: candidate artifacts per seed.",
-)
-@click.option(
-    "--runs",
-    type=click.IntRange(1, 100_000),
-    default=1,
-    show_default=True,
-    help="With --simulate: how many seeds, from --seed on.",
+    "--runs", type=click.IntRange(1, 100_000), default=1, help="With --simulate: how many seeds, from --seed on."
 )
 @json_option
 def drill(
@@ -199,25 +181,13 @@ def _simulate(
                     click.echo(f"  {i:>5}  {describe(op)}")
             result = simulate(schedule, keep=keep_dir)
             failure = result.failure
-            docs.append(
-                {
-                    "seed": n,
-                    "steps": steps,
-                    "steps_run": result.steps_run,
-                    "events": result.events,
-                    "head": result.head,
-                    "ok": result.ok,
-                    "seconds": round(result.seconds, 3),
-                    "failure": None
-                    if failure is None
-                    else {
-                        "step": failure.step,
-                        "op": describe(failure.op),
-                        "problems": [{"key": k, "expected": e, "actual": a} for k, e, a in failure.problems],
-                    },
-                    "schedule": [describe(op) for op in schedule.ops] if as_json and runs == 1 else None,
-                }
-            )
+            run: JSON = {"seed": n, "steps": steps, "steps_run": result.steps_run, "events": result.events}
+            run |= {"head": result.head, "ok": result.ok, "seconds": round(result.seconds, 3), "failure": None}
+            if failure is not None:
+                problems = [{"key": k, "expected": e, "actual": a} for k, e, a in failure.problems]
+                run["failure"] = {"step": failure.step, "op": describe(failure.op), "problems": problems}
+            run["schedule"] = [describe(op) for op in schedule.ops] if as_json and runs == 1 else None
+            docs.append(run)
             if failure is not None:
                 failed = (schedule, result)
                 break

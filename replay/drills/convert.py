@@ -33,12 +33,12 @@ class Problem(Exception):
         self.key = key
 
 
+@attrs.frozen
 class Where:
     """Builds error messages that name the file, the place and the key."""
 
-    def __init__(self, path: Path, place: str = "") -> None:
-        self.path = path
-        self.place = place
+    path: Path
+    place: str = ""
 
     def at(self, place: str) -> Where:
         return Where(self.path, place)
@@ -55,9 +55,6 @@ def from_file(cl: type) -> tuple[str, ...]:
 
 def unknown(word: str, what: str, choices: Iterable[str], listed: Iterable[str] | None = None) -> str:
     return f"unknown {what}{suggest(word, choices, listed)}"
-
-
-# -- the strict hooks
 
 
 def _origin(t: Any) -> Any:
@@ -192,9 +189,6 @@ converter.register_structure_hook_func(lambda t: _origin(t) is Literal, _literal
 converter.register_structure_hook_func(lambda t: _origin(t) in (list, tuple), _sequence)
 converter.register_structure_hook_func(lambda t: _origin(t) in (dict, Mapping), _mapping)
 converter.register_structure_hook_factory(attrs.has, _attrs_class)
-
-
-# -- cattrs' errors, placed
 
 
 def _attribute(exc: BaseException) -> str | None:

@@ -49,8 +49,7 @@ ARTIFACT_KINDS = {"baseline": ("baseline",), "candidate": CANDIDATE_KINDS, "adap
 
 
 class _DuplicateKey(Exception):
-    def __init__(self, key: Any, line: int) -> None:
-        super().__init__(f"key {str(key)!r}: given twice (line {line})")
+    pass
 
 
 class _Loader(yaml.SafeLoader):
@@ -69,7 +68,7 @@ class _Loader(yaml.SafeLoader):
             if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
                 key = self.construct_object(key_node, deep=True)
                 if key in seen:
-                    raise _DuplicateKey(key, key_node.start_mark.line + 1)
+                    raise _DuplicateKey(f"key {str(key)!r}: given twice (line {key_node.start_mark.line + 1})")
                 seen.add(key)
         return super().construct_mapping(node, deep)
 

@@ -161,12 +161,9 @@ def _replay(run: Run, step: Step) -> JSON:
         why = f"--to {to}: a seq is never negative" if to < 0 else f"--to {to} is past the head of the log (seq {head})"
         raise StepFailed([("to", f"a seq from 0 to the head ({head})", why)])
     loaded, skipped, same = faults.load_both_ways(run.ledger.store, to)
-    detail = {
-        "from_checkpoint": None if loaded.checkpoint is None else loaded.checkpoint.position,
-        "position": loaded.state.position,
-        "skipped": skipped,
-        "states": {cid: c.state for cid, c in sorted(loaded.state.candidates.items())},
-    }
+    detail: JSON = {"from_checkpoint": None if loaded.checkpoint is None else loaded.checkpoint.position}
+    detail |= {"position": loaded.state.position, "skipped": skipped}
+    detail["states"] = {cid: c.state for cid, c in sorted(loaded.state.candidates.items())}
     if not same:
         raise StepFailed([("replay", "equal to a full replay", "differs")], detail)
     return detail
@@ -269,18 +266,20 @@ def _run_steps(run: Run) -> tuple[list[StepResult], list[Failure], list[str]]:
     for step in run.scenario.steps:
         if step.action != "expect":
             run.mark = run.ledger.store.count_events()
+        detail: JSON = {}
+        ok = False
         try:
-            results.append(StepResult(step.number, step.word, True, run_step(run, step)))
+            detail, ok = run_step(run, step), True
         except StepFailed as e:
-            results.append(StepResult(step.number, step.word, False, e.detail))
+            detail = e.detail
             failures.extend(Failure(step.number, step.word, k, exp, act) for k, exp, act in e.failures)
         except writers.Inconclusive as e:
-            results.append(StepResult(step.number, step.word, False, {"inconclusive": str(e)}))
+            detail = {"inconclusive": str(e)}
             inconclusive.append(f"step {step.number} ({step.word}): {e}")
         except Exception as e:  # a library bug must fail the drill, not hide the other steps and scenarios
-            results.append(StepResult(step.number, step.word, False, {}))
             actual = run.ws.shown(f"{type(e).__name__}: {e}")
             failures.append(Failure(step.number, step.word, "outcome", "success", actual))
+        results.append(StepResult(step.number, step.word, ok, detail))
     return results, failures, inconclusive
 
 

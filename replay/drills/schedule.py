@@ -248,6 +248,7 @@ class _Generator:
         return {"crash": {"at": self.rng.choice(("before_commit", "after_commit")), "commit": 1, "run": inner}}
 
     def propose(self) -> Op | None:
+        corrupt = 0.5 if self.model.checkpoints and not self.model.corrupted else 0
         return self.pick(
             [
                 (70, self.command),
@@ -256,10 +257,7 @@ class _Generator:
                 (5, lambda: self.damage("restore_artifact")),
                 (4, self.edit),
                 (2, lambda: {"checkpoint": None}),
-                (
-                    0.5 if self.model.checkpoints and not self.model.corrupted else 0,
-                    lambda: {"corrupt_checkpoint": None},
-                ),
+                (corrupt, lambda: {"corrupt_checkpoint": None}),
                 (1.5, self.crash),
             ]
         )

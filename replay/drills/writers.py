@@ -79,13 +79,9 @@ def command_call(ws: Workspace, spec: Action) -> Call:
     kwargs = {"candidate_id": values.pop("id")} if "id" in values else {}
     if spec.name == "register":
         kwargs = {"kind": values.pop("kind")}
-    if "artifact" in values:
-        name = values["artifact"]
-        values["artifact"] = str(
-            ws.folders[name]
-            if attrs.fields_dict(type(spec))["artifact"].metadata["refers"] == "any"
-            else ws.manifests[name]
-        )
+    if "artifact" in values:  # a folder for any artifact, else the adapter's manifest
+        folder = attrs.fields_dict(type(spec))["artifact"].metadata["refers"] == "any"
+        values["artifact"] = str((ws.folders if folder else ws.manifests)[values["artifact"]])
     return spec.name, list(values.values()), kwargs
 
 
@@ -148,15 +144,8 @@ def crash_during_append(
     code, tail, outcomes, in_flight = _killed(target, calls, {"actor": actor}, fault)
     acknowledged = [seq for o in outcomes for seq in o.seqs]
     after = store.count_events()
-    detail = {
-        "commands": commands,
-        "killed_in_command": planned,
-        "fault": fault,
-        "returncode": code,
-        "acknowledged_events": len(acknowledged),
-        "events_before": before,
-        "events_after": after,
-    }
+    detail = {"commands": commands, "killed_in_command": planned, "fault": fault, "returncode": code}
+    detail |= {"acknowledged_events": len(acknowledged), "events_before": before, "events_after": after}
     problems: list[Problem] = []
     if code != -signal.SIGKILL:
         refused = next((o for o in outcomes if o.refused), None)  # why no command got to its commit
