@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import os
 import random
-import shutil
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
@@ -32,7 +31,6 @@ __all__ = [
     "Problem",
     "child_env",
     "corrupt_checkpoint",
-    "delete_artifact",
     "integrity",
     "load_both_ways",
     "tamper_artifact",
@@ -181,9 +179,3 @@ def tamper_artifact(file: Path, *, rng: random.Random, shown: str, had: set[str]
                 return FaultOutcome({"file": shown, "offset": offset})
             data[offset] ^= mask
     return FaultOutcome({"file": shown}, (("tampered", "bytes the file never had", "every one-byte change was tried"),))
-
-
-def delete_artifact(folder: Path, *, shown: str) -> FaultOutcome:
-    """Remove an artifact's folder (an adapter or a trusted state) from disk."""
-    shutil.rmtree(folder)
-    return FaultOutcome({"removed": shown})

@@ -56,7 +56,7 @@ class Prediction:
     events: int = 0
     states: Mapping[str, tuple[str, int]] = attrs.Factory(dict)  # candidate -> (state, version) after
     plan: JSON | None = None
-    apply: Any = None  # a function that commits the change to the model
+    apply: Callable[[], Any] = lambda: None  # commits the change to the model
 
     @property
     def refused(self) -> bool:
@@ -82,8 +82,6 @@ class LedgerModel:
     corrupted: bool = False  # a checkpoint was garbled: verify must name it
     tampered_seq: int | None = None  # an event was edited: verify must name its seq
 
-    # -- the disk ------------------------------------------------------------------------------------------
-
     def intact(self, artifact: str | None) -> bool:
         return self.content.get(artifact or "", 0) == 0
 
@@ -101,8 +99,6 @@ class LedgerModel:
         """A manifest rewritten in place: what the model reads from it changes."""
         keys = {"evidence_window_index": "window_index", "evaluation_version": "evaluation"}
         self.specs[artifact] = self.specs[artifact] | {keys.get(k, k): v for k, v in manifest.items()}
-
-    # -- evidence ------------------------------------------------------------------------------------------
 
     def _freshness(self, c: CandidateModel) -> JSON:
         f = c.fields
@@ -128,12 +124,13 @@ class LedgerModel:
         rollback_ok = self.active_baseline is not None and self.intact(self.active_baseline)
         return self._freshness(c), artifact_ok, rollback_ok
 
+    def _passes(self, c: CandidateModel) -> bool:
+        freshness, artifact_ok, rollback_ok = self._hard(c)
+        return bool(freshness["fresh"]) and artifact_ok and rollback_ok
+
     def would_pass(self, artifact: str) -> bool:
         """Whether a candidate received from `artifact` now would pass its check."""
-        freshness, artifact_ok, rollback_ok = self._hard(
-            CandidateModel(artifact, self.specs[artifact]["kind"], fields=self.specs[artifact])
-        )
-        return bool(freshness["fresh"]) and artifact_ok and rollback_ok
+        return self._passes(CandidateModel(artifact, self.specs[artifact]["kind"], fields=self.specs[artifact]))
 
     def _available(self, c: CandidateModel) -> dict[str, bool]:
         out = {}
@@ -147,8 +144,6 @@ class LedgerModel:
             own = c.fields["source"]
             out["verified_baseline"] = (own in self.activated and self.intact(own)) or self.intact(self.active_baseline)
         return out
-
-    # -- commands ------------------------------------------------------------------------------------------
 
     def predict(self, op: str, args: JSON) -> Prediction:
         """What `op` (a scenario step name) with `args` must do now."""
@@ -168,6 +163,13 @@ class LedgerModel:
 
         return Prediction(events=events, states={cid: (state, c.version + events)}, plan=plan, apply=commit)
 
+    def _create(self, cid: str, candidate: CandidateModel) -> Prediction:
+        def create() -> None:
+            self.candidates[cid] = candidate
+            self.events += 1
+
+        return Prediction(events=1, states={cid: ("received", 1)}, apply=create)
+
     def _existing(self, cid: str, allowed: tuple[str, ...]) -> Prediction | None:
         if cid not in self.candidates:
             return Prediction(errors=("NotFoundError",))
@@ -183,14 +185,9 @@ class LedgerModel:
         if c is not None and c.pending:
             return self._complete(cid, artifact, fields)
         if c is None:
-
-            def create() -> None:
-                self.candidates[cid] = CandidateModel(artifact, fields["kind"], fields=fields)
-                self.events += 1
-
-            return Prediction(events=1, states={cid: ("received", 1)}, apply=create)
+            return self._create(cid, CandidateModel(artifact, fields["kind"], fields=fields))
         if c.fields == fields and c.artifact == artifact:
-            return Prediction(states={cid: (c.state, c.version)}, apply=lambda: None)  # a retry: nothing new
+            return Prediction(states={cid: (c.state, c.version)})  # a retry: nothing new
         if c.state != "tune":
             return Prediction(errors=("IllegalCommandError",))
 
@@ -204,15 +201,10 @@ class LedgerModel:
         if kind not in CANDIDATE_KINDS or source is None:  # its source: the active baseline
             return Prediction(errors=("InputError",))
         if cid not in self.candidates:
-
-            def create() -> None:
-                self.candidates[cid] = CandidateModel("", kind, {"kind": kind, "source": source}, pending=True)
-                self.events += 1
-
-            return Prediction(events=1, states={cid: ("received", 1)}, apply=create)
+            return self._create(cid, CandidateModel("", kind, {"kind": kind, "source": source}, pending=True))
         c = self.candidates[cid]
         if c.pending and c.fields == {"kind": kind, "source": source}:
-            return Prediction(states={cid: (c.state, c.version)}, apply=lambda: None)  # the same registration
+            return Prediction(states={cid: (c.state, c.version)})  # the same registration
         return Prediction(errors=("ConflictError",))
 
     def _complete(self, cid: str, artifact: str, fields: JSON) -> Prediction:
@@ -237,9 +229,7 @@ class LedgerModel:
         if self.active_baseline is None:  # nothing to check lineage against
             return Prediction(errors=("ConflictError",))
         c = self.candidates[cid]
-        freshness, artifact_ok, rollback_ok = self._hard(c)
-        passed = freshness["fresh"] and artifact_ok and rollback_ok
-        return self._move(cid, ("verified" if c.state == "received" else c.state) if passed else "reject")
+        return self._move(cid, ("verified" if c.state == "received" else c.state) if self._passes(c) else "reject")
 
     def _hand_off(self, args: JSON) -> Prediction:
         cid = args["candidate"]
@@ -268,12 +258,14 @@ class LedgerModel:
         cid = args["candidate"]
         return self._existing(cid, ("recovering",)) or self._move(cid, "received")
 
+    def _trusted(self, cid: str, kind: str) -> Prediction | None:
+        """Refused for an unknown kind, else unless the candidate is alive (before the ledger reads a folder)."""
+        return Prediction(errors=("InputError", "NotFoundError")) if kind not in KINDS else self._existing(cid, ALIVE)
+
     def _record_trusted_state(self, args: JSON) -> Prediction:
         cid, kind, folder = args["candidate"], args["kind"], args["artifact"]
-        if kind not in KINDS:
-            return Prediction(errors=("InputError", "NotFoundError"))
-        if (refused := self._existing(cid, ALIVE)) is not None:
-            return refused  # the state first: the ledger reads the folder only once the move is legal
+        if (refused := self._trusted(cid, kind)) is not None:
+            return refused
         if self.content.get(folder, 0) is None:
             return Prediction(errors=("InputError", "ArtifactError"))
         if kind == "verified_baseline" and not (folder in self.activated and self.intact(folder)):
@@ -283,9 +275,7 @@ class LedgerModel:
 
     def _invalidate_trusted_state(self, args: JSON) -> Prediction:
         cid, kind = args["candidate"], args["kind"]
-        if kind not in KINDS:
-            return Prediction(errors=("InputError", "NotFoundError"))
-        if (refused := self._existing(cid, ALIVE)) is not None:
+        if (refused := self._trusted(cid, kind)) is not None:
             return refused
         c = self.candidates[cid]
         if kind not in c.trusted:
@@ -311,7 +301,7 @@ class LedgerModel:
     def _activate_baseline(self, args: JSON) -> Prediction:
         name = args["artifact"]
         if name == self.active_baseline:
-            return Prediction(apply=lambda: None)
+            return Prediction()
 
         def activate() -> None:
             self.active_baseline = name
@@ -324,11 +314,11 @@ class LedgerModel:
         if window < self.active_window:
             return Prediction(errors=("ConflictError",))
         if window == self.active_window:
-            return Prediction(apply=lambda: None)
+            return Prediction()
         return self._settings_change(lambda: setattr(self, "active_window", window), online_only=True)
 
     def _activate_evaluation(self, args: JSON) -> Prediction:
         version = args["version"]
         if version == self.evaluation:
-            return Prediction(apply=lambda: None)
+            return Prediction()
         return self._settings_change(lambda: setattr(self, "evaluation", version), online_only=False)

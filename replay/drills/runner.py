@@ -4,6 +4,7 @@ them; every failure is reported, and a fault that cannot be injected here makes 
 from __future__ import annotations
 
 import random
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -205,7 +206,8 @@ def _damage(run: Run, step: Step) -> FaultOutcome:
         return FaultOutcome({"edited": str(ws.manifests[name].relative_to(ws.root))})
     ws.backup(name)
     if isinstance(spec, steps.DeleteArtifact):
-        return faults.delete_artifact(ws.folders[name], shown=shown)
+        shutil.rmtree(ws.folders[name])
+        return FaultOutcome({"removed": shown})
     file = ws.folders[name] / ("state.bin" if ws.specs[name].type == "trusted_state" else "adapter_model.safetensors")
     had = ws.tampered.setdefault(name, set())
     return faults.tamper_artifact(file, rng=run.rng, shown=str(file.relative_to(ws.root)), had=had)
