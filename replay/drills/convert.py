@@ -89,15 +89,9 @@ class WrongType(Problem):
 
 def _yaml_kind(value: Any) -> str:
     """What YAML calls the value (an empty file is null)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true or false"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "text"
-    return "a list" if isinstance(value, list) else type(value).__name__
+    kinds: list[tuple[Any, str]] = [(type(None), "null"), (bool, "true or false"), (int | float, "a number")]
+    kinds += [(str, "text"), (list, "a list")]
+    return next((name for kind, name in kinds if isinstance(value, kind)), type(value).__name__)
 
 
 def _is(value: Any, kind: type) -> bool:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import random
 import sqlite3
 from collections.abc import Callable, Iterator
@@ -15,7 +14,6 @@ from typing import Any
 import attrs
 import orjson
 
-import lifecycle_fsm
 from lifecycle_fsm.errors import CorruptionError
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.replay.checkpoints import LoadResult, load_state
@@ -23,13 +21,11 @@ from lifecycle_fsm.replay.fold import snapshot_json
 from lifecycle_fsm.replay.verify import verify
 from lifecycle_fsm.store.base import EventStore, event_at, verify_chain
 from lifecycle_fsm.store.chain import canonical_json
-from lifecycle_fsm.store.faults import ENV_VAR
 from lifecycle_fsm.store.open import is_postgres_url
 
 __all__ = [
     "FaultOutcome",
     "Problem",
-    "child_env",
     "corrupt_checkpoint",
     "integrity",
     "load_both_ways",
@@ -46,16 +42,6 @@ class FaultOutcome:
 
     detail: JSON
     problems: tuple[Problem, ...] = ()
-
-
-def child_env(fault: str | None) -> dict[str, str]:
-    """The child's environment: our packages importable even from a source checkout."""
-    env = {k: v for k, v in os.environ.items() if k != ENV_VAR}
-    project = str(Path(lifecycle_fsm.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join([project, *filter(None, [os.environ.get("PYTHONPATH")])])
-    if fault is not None:
-        env[ENV_VAR] = fault
-    return env
 
 
 class _Refused(Exception):

@@ -8,17 +8,8 @@ from typing import Any
 
 import attrs
 
+from lifecycle_fsm import rules
 from lifecycle_fsm.json_types import JSON
-from lifecycle_fsm.rules import (
-    BLOCKING_ACTIONS,
-    CANDIDATE_KINDS,
-    FRESHNESS_CHECKS,
-    ONLINE_KINDS,
-    RECOVERY_STATES_BY_STAGE,
-    check_candidate_freshness,
-    choose_recovery_action,
-    decide_lifecycle_handoff,
-)
 from lifecycle_fsm.rules import TRUSTED_STATE_KINDS as KINDS
 
 __all__ = ["ALIVE", "DECIDED", "CandidateModel", "LedgerModel", "Prediction"]
@@ -113,10 +104,10 @@ class LedgerModel:
             "window_age": self.active_window - index if isinstance(index, int) else None,
         }
         active = self.baselines[self.active_baseline] if self.active_baseline else ""
-        result = check_candidate_freshness(candidate, active, self.max_window_age)
+        result = rules.check_candidate_freshness(candidate, active, self.max_window_age)
         if self.evaluation is not None and f["evaluation"] != self.evaluation:  # an activated one is identity
             failed = set(result["failed_checks"]) | {"evaluation_identity"}
-            result = {"fresh": False, "failed_checks": [n for n in FRESHNESS_CHECKS if n in failed]}
+            result = {"fresh": False, "failed_checks": [n for n in rules.FRESHNESS_CHECKS if n in failed]}
         return result
 
     def _hard(self, c: CandidateModel) -> tuple[JSON, bool, bool]:
@@ -198,7 +189,7 @@ class LedgerModel:
 
     def _register(self, args: JSON) -> Prediction:
         cid, kind, source = args["candidate"], args["kind"], self.active_baseline
-        if kind not in CANDIDATE_KINDS or source is None:  # its source: the active baseline
+        if kind not in rules.CANDIDATE_KINDS or source is None:  # its source: the active baseline
             return Prediction(errors=("InputError",))
         if cid not in self.candidates:
             return self._create(cid, CandidateModel("", kind, {"kind": kind, "source": source}, pending=True))
@@ -240,19 +231,21 @@ class LedgerModel:
         c = self.candidates[cid]
         freshness, artifact_ok, rollback_ok = self._hard(c)
         evidence = {"rollback_ready": rollback_ok, "artifact_verified": artifact_ok}
-        status = decide_lifecycle_handoff(c.fields["decision"], freshness, evidence)["handoff_status"]
+        status = rules.decide_lifecycle_handoff(c.fields["decision"], freshness, evidence)["handoff_status"]
         return self._move(cid, {"ready_for_evaluation": "ready", "tune": "tune", "reject": "reject"}[status])
 
     def _fail_stage(self, args: JSON) -> Prediction:
         cid, stage = args["candidate"], args["stage"]
-        if stage not in RECOVERY_STATES_BY_STAGE:
+        if stage not in rules.RECOVERY_STATES_BY_STAGE:
             return Prediction(errors=("InputError",) if cid in self.candidates else ("InputError", "NotFoundError"))
         if (refused := self._existing(cid, ("received", "verified", "recovering", "ready"))) is not None:
             return refused
         if self.candidates[cid].state == "ready" and stage != "artifact_validation":  # after hand-off: an export
             return Prediction(errors=("IllegalCommandError",))
-        plan = choose_recovery_action({"stage": stage, "available": self._available(self.candidates[cid])})
-        return self._move(cid, "reject" if plan["action"] in BLOCKING_ACTIONS else "recovering", events=2, plan=plan)
+        plan = rules.choose_recovery_action({"stage": stage, "available": self._available(self.candidates[cid])})
+        return self._move(
+            cid, "reject" if plan["action"] in rules.BLOCKING_ACTIONS else "recovering", events=2, plan=plan
+        )
 
     def _complete_recovery(self, args: JSON) -> Prediction:
         cid = args["candidate"]
@@ -286,7 +279,7 @@ class LedgerModel:
         hit = [
             cid
             for cid, c in self.candidates.items()
-            if c.state in DECIDED and (not online_only or c.kind in ONLINE_KINDS)
+            if c.state in DECIDED and (not online_only or c.kind in rules.ONLINE_KINDS)
         ]
         states = {cid: ("received", self.candidates[cid].version + 1) for cid in hit}
 

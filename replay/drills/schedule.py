@@ -168,11 +168,8 @@ class _Generator:
         c, specs = self.model.candidates.get(cid), self.model.specs
         if c is not None and not c.pending:
             return c.artifact
-        fits = [
-            a
-            for a in self.names
-            if c is not None and (specs[a]["kind"], specs[a]["source"]) == tuple(c.fields.values())
-        ]
+        wanted = None if c is None else tuple(c.fields.values())
+        fits = [a for a in self.names if (specs[a]["kind"], specs[a]["source"]) == wanted]
         return self.rng.choice(fits if fits and self.rng.random() > 0.1 else self.names)
 
     def register(self) -> Op:

@@ -16,14 +16,16 @@ from typing import Any
 import attrs
 import orjson
 
+import lifecycle_fsm
 from lifecycle_fsm.errors import LifecycleError
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.ledger import Ledger
-from lifecycle_fsm.replay.drills.faults import FaultOutcome, Problem, child_env, integrity
+from lifecycle_fsm.replay.drills.faults import FaultOutcome, Problem, integrity
 from lifecycle_fsm.replay.drills.schema import Refusal, Step
 from lifecycle_fsm.replay.drills.steps import Action, Concurrently, Crash
 from lifecycle_fsm.replay.drills.workspace import Workspace
 from lifecycle_fsm.store.base import EventStore, event_at
+from lifecycle_fsm.store.faults import ENV_VAR
 
 __all__ = ["Call", "Inconclusive", "Outcome", "call", "command_call", "concurrently", "crash", "crash_during_append"]
 
@@ -86,13 +88,13 @@ def command_call(ws: Workspace, spec: Action) -> Call:
 
 
 def _child(target: str, calls: Sequence[Call], plan: JSON, fault: str | None) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "lifecycle_fsm.replay.drills.child", target, orjson.dumps(plan | {"calls": calls})],
-        env=child_env(fault),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    """A writer process (`child.py`), our packages importable even from a source checkout."""
+    env = {k: v for k, v in os.environ.items() if k != ENV_VAR} | ({ENV_VAR: fault} if fault is not None else {})
+    project = str(Path(lifecycle_fsm.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join([project, *filter(None, [os.environ.get("PYTHONPATH")])])
+    plan_json = orjson.dumps(plan | {"calls": calls})
+    argv: list[str | bytes] = [sys.executable, "-m", "lifecycle_fsm.replay.drills.child", target, plan_json]
+    return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def _killed(target: str, calls: Sequence[Call], plan: JSON, fault: str) -> tuple[int, str, list[Outcome], int]:
