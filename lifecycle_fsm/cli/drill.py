@@ -180,15 +180,8 @@ def _simulate(
                 for i, op in enumerate(schedule.ops, 1):
                     click.echo(f"  {i:>5}  {describe(op)}")
             result = simulate(schedule, keep=keep_dir)
-            failure = result.failure
-            run: JSON = {"seed": n, "steps": steps, "steps_run": result.steps_run, "events": result.events}
-            run |= {"head": result.head, "ok": result.ok, "seconds": round(result.seconds, 3), "failure": None}
-            if failure is not None:
-                problems = [{"key": k, "expected": e, "actual": a} for k, e, a in failure.problems]
-                run["failure"] = {"step": failure.step, "op": describe(failure.op), "problems": problems}
-            run["schedule"] = [describe(op) for op in schedule.ops] if as_json and runs == 1 else None
-            docs.append(run)
-            if failure is not None:
+            docs.append(_run_doc(result, steps, schedule if as_json and runs == 1 else None))
+            if not result.ok:
                 failed = (schedule, result)
                 break
     doc: JSON = {"ok": failed is None, "seed": first, "runs": docs, "steps_run": sum(d["steps_run"] for d in docs)}
@@ -202,6 +195,19 @@ def _simulate(
         _print_simulation(doc, report_dir)
     if failed is not None:
         sys.exit(int(ExitCode.DRILL_FAILED))
+
+
+def _run_doc(result: Any, steps: int, schedule: Any) -> JSON:
+    """One seed's run as `drill --simulate --json` shows it (its schedule too, when given)."""
+    from lifecycle_fsm.replay.drills.schedule import describe
+
+    doc: JSON = {"seed": result.seed, "steps": steps, "steps_run": result.steps_run, "events": result.events}
+    doc |= {"head": result.head, "ok": result.ok, "seconds": round(result.seconds, 3), "failure": None}
+    if (failure := result.failure) is not None:
+        problems = [{"key": k, "expected": e, "actual": a} for k, e, a in failure.problems]
+        doc["failure"] = {"step": failure.step, "op": describe(failure.op), "problems": problems}
+    doc["schedule"] = None if schedule is None else [describe(op) for op in schedule.ops]
+    return doc
 
 
 def _shrunk(doc: JSON, schedule: Any, result: Any) -> dict[str, str]:

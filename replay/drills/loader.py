@@ -159,9 +159,8 @@ def _action(here: Where, body: JSON) -> tuple[str, JSON]:
     if value is None or isinstance(value, dict):
         return word, value or {}
     if cls.shorthand is None:
-        raise here.at(f"{here.place} ({word})").error(
-            word, f"must be a mapping of {', '.join(from_file(cls)) or 'nothing'}, not {value!r}"
-        )
+        keys = ", ".join(from_file(cls)) or "nothing"
+        raise here.at(f"{here.place} ({word})").error(word, f"must be a mapping of {keys}, not {value!r}")
     return word, {cls.shorthand: value}
 
 

@@ -98,22 +98,12 @@ class DrillResult:
 
 def build_report(results: Sequence[DrillResult]) -> JSON:
     """The report `drill --json` prints and `--report` writes."""
-    passed = sum(1 for r in results if r.ok)
-    inconclusive = sum(1 for r in results if r.result == "inconclusive")
-    return {
-        "ok": passed == len(results),
-        "summary": {
-            "scenarios": len(results),
-            "passed": passed,
-            "failed": len(results) - passed - inconclusive,
-            "inconclusive": inconclusive,
-        },
-        "scenarios": [r.to_json() for r in results],
-        "timings": {
-            "total_seconds": round(sum(r.seconds for r in results), 3),
-            "scenarios": {r.name: round(r.seconds, 3) for r in results},
-        },
-    }
+    total, passed = len(results), sum(1 for r in results if r.ok)
+    unsure = sum(1 for r in results if r.result == "inconclusive")
+    summary = {"scenarios": total, "passed": passed, "failed": total - passed - unsure, "inconclusive": unsure}
+    seconds = {r.name: round(r.seconds, 3) for r in results}
+    timings = {"total_seconds": round(sum(r.seconds for r in results), 3), "scenarios": seconds}
+    return {"ok": passed == total, "summary": summary, "scenarios": [r.to_json() for r in results], "timings": timings}
 
 
 def report_markdown(report: JSON) -> str:

@@ -89,8 +89,8 @@ class Workspace:
             fields: JSON = {
                 "source_policy_version": self.shas.get(baseline) if baseline else None,
                 "policy_version": name,
-                "evaluation_version": self.config.evaluation_version or "eval-v1",
             }
+            fields["evaluation_version"] = self.config.evaluation_version or "eval-v1"
             if spec.type != "dpo":
                 fields["evidence_window_index"] = self.config.active_window
             manifest = candidate_manifest(spec.type, adapter_sha256=claimed, **(fields | overrides))
