@@ -243,9 +243,8 @@ class LedgerModel:
         if self.candidates[cid].state == "ready" and stage != "artifact_validation":  # after hand-off: an export
             return Prediction(errors=("IllegalCommandError",))
         plan = rules.choose_recovery_action({"stage": stage, "available": self._available(self.candidates[cid])})
-        return self._move(
-            cid, "reject" if plan["action"] in rules.BLOCKING_ACTIONS else "recovering", events=2, plan=plan
-        )
+        blocked = plan["action"] in rules.BLOCKING_ACTIONS
+        return self._move(cid, "reject" if blocked else "recovering", events=2, plan=plan)
 
     def _complete_recovery(self, args: JSON) -> Prediction:
         cid = args["candidate"]

@@ -55,7 +55,7 @@ class SimResult:
     events: int
     seconds: float
     ran: tuple[int, ...]  # the ops that ran (1-based); the others were skipped as meaningless at that point
-    refused: dict[int, str]  # op -> the error class its `refused:` names: the model's (as observed when allowed)
+    refused: dict[int, str]  # op -> the error class the model says refuses it (the observed one, when allowed)
     expectations: JSON  # what the model held after the failing op (for the shrunk scenario)
 
     @property
@@ -115,20 +115,22 @@ class _Sim:
 
 def _command(sim: _Sim, number: int, op: Op) -> list[Problem]:
     store, ws, prediction = sim.ledger.store, sim.run.ws, sim.model.predict(*split(op))
+    if prediction.refused:  # the class the shrunk scenario's `refused:` names (the observed one, when allowed)
+        sim.refused[number] = prediction.errors[0]
     before = store.count_events()
     method, args, kwargs = writers.command_call(ws, sim.step(number, op).spec)
     if method in ("check", "hand_off"):
         kwargs |= {"rehash": True}  # a re-used digest records when it was read: wall-clock time in the head
     outcome = writers.call(sim.ledger, (method, args, kwargs))
-    name = outcome.classes[0] if outcome.refused else None
-    if prediction.refused:
-        sim.refused[number] = name if name is not None and name in prediction.errors else prediction.errors[0]
-    if name is not None:
+    if outcome.refused:
+        name = outcome.classes[0]
         problems: list[Problem] = []
         if not prediction.refused:
             problems.append(("outcome", f"success, {prediction.events} events", outcome.shown(ws)))
         elif name not in prediction.errors:
             problems.append(("refused", " or ".join(prediction.errors), outcome.shown(ws)))
+        else:
+            sim.refused[number] = name
         if store.count_events() != before:
             problems.append(("events", f"{before} (a refusal appends nothing)", store.count_events()))
         return problems
