@@ -18,7 +18,7 @@ from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.ledger import CandidateResult, Ledger, utc_now
 from lifecycle_fsm.replay.checkpoints import take_checkpoint
 from lifecycle_fsm.replay.drills import faults, steps, writers
-from lifecycle_fsm.replay.drills.faults import FaultOutcome
+from lifecycle_fsm.replay.drills.faults import FaultOutcome, Problem
 from lifecycle_fsm.replay.drills.report import DrillResult, Failure, StepResult
 from lifecycle_fsm.replay.drills.schema import Scenario, Step
 from lifecycle_fsm.replay.drills.workspace import Workspace
@@ -30,13 +30,12 @@ from lifecycle_fsm.store.open import describe_target, is_postgres_url
 __all__ = ["Run", "StepFailed", "run_drills", "run_scenario", "run_step"]
 
 
+@attrs.define
 class StepFailed(Exception):
     """Carries the failures of one step, as (key, expected, actual), out of the code that checks it."""
 
-    def __init__(self, failures: Sequence[tuple[str, Any, Any]], detail: JSON | None = None) -> None:
-        super().__init__(failures)
-        self.failures = list(failures)
-        self.detail = detail or {}
+    failures: list[Problem]
+    detail: JSON = attrs.Factory(dict)
 
 
 @attrs.define
