@@ -1,9 +1,5 @@
-"""Drills: drive commands against a fresh ledger, inject real faults, and judge the outcomes.
-
-Unlike the rest of `replay`, a drill *writes* a log: it runs a scenario's steps as `Ledger`
-commands, damages real files on purpose and checks what the ledger promised (`lifecycle drill`,
-`scenarios/README.md`; the modules are listed in ARCHITECTURE.md).
-"""
+"""Drills: run a scenario's steps as `Ledger` commands against a fresh ledger, inject real faults and judge
+what the ledger promised (`lifecycle drill`). Unlike the rest of `replay`, a drill writes a log."""
 
 from __future__ import annotations
 

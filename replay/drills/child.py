@@ -1,9 +1,6 @@
-"""A writer process for drills: `python -m lifecycle_fsm.replay.drills.child DB PLAN_JSON`.
-
-The plan is `{"actor", "calls": [[method, args, kwargs], …], "go": path or null}`, plus the
-simulator's fixed `clock` and `id_prefix`. The child says `ready`, waits for the `go` file (so
-writers start together), then prints `begin I` before each call and `Outcome.line()` after it.
-"""
+"""A drill's writer process: `python -m lifecycle_fsm.replay.drills.child DB PLAN_JSON`. The plan is `{"actor",
+"calls": [[method, args, kwargs], …], "go"}` (plus the simulator's `clock` and `id_prefix`); the child says `ready`,
+waits for the `go` file, then prints `begin I` before each call and `Outcome.line()` after it."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""The strict cattrs converter behind the scenario format, and its errors as one-line `ScenarioError`s.
-
-cattrs converts loosely by default (`seq: 7.9` becomes 7): here each type refuses anything
-else, an attrs class refuses undeclared keys, and null is taken only by a `NULLABLE` field.
-`structure` reports the first problem: unknown keys (a typo usually explains the rest), then
-wrong values in the file's order, then missing keys, then the class's own checks.
-"""
+"""The strict cattrs converter behind the scenario format (cattrs alone reads `seq: 7.9` as 7; here each type
+refuses anything else, undeclared keys and null but for a `NULLABLE` field), its errors as one `ScenarioError` line."""
 
 from __future__ import annotations
 
@@ -38,12 +33,12 @@ class Problem(Exception):
         self.key = key
 
 
+@attrs.frozen
 class Where:
     """Builds error messages that name the file, the place and the key."""
 
-    def __init__(self, path: Path, place: str = "") -> None:
-        self.path = path
-        self.place = place
+    path: Path
+    place: str = ""
 
     def at(self, place: str) -> Where:
         return Where(self.path, place)
@@ -60,9 +55,6 @@ def from_file(cl: type) -> tuple[str, ...]:
 
 def unknown(word: str, what: str, choices: Iterable[str], listed: Iterable[str] | None = None) -> str:
     return f"unknown {what}{suggest(word, choices, listed)}"
-
-
-# -- the strict hooks
 
 
 def _origin(t: Any) -> Any:
@@ -97,15 +89,9 @@ class WrongType(Problem):
 
 def _yaml_kind(value: Any) -> str:
     """What YAML calls the value (an empty file is null)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true or false"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "text"
-    return "a list" if isinstance(value, list) else type(value).__name__
+    kinds: list[tuple[Any, str]] = [(type(None), "null"), (bool, "true or false"), (int | float, "a number")]
+    kinds += [(str, "text"), (list, "a list")]
+    return next((name for kind, name in kinds if isinstance(value, kind)), type(value).__name__)
 
 
 def _is(value: Any, kind: type) -> bool:
@@ -197,9 +183,6 @@ converter.register_structure_hook_func(lambda t: _origin(t) is Literal, _literal
 converter.register_structure_hook_func(lambda t: _origin(t) in (list, tuple), _sequence)
 converter.register_structure_hook_func(lambda t: _origin(t) in (dict, Mapping), _mapping)
 converter.register_structure_hook_factory(attrs.has, _attrs_class)
-
-
-# -- cattrs' errors, placed
 
 
 def _attribute(exc: BaseException) -> str | None:

@@ -1,16 +1,10 @@
-"""Faults for drills: real damage to the real ledger and artifact files, as the failure would do it.
-
-Rows are edited behind the store's back (plain `sqlite3` or psycopg); artifact bytes are flipped
-or removed on disk; killed writers are in `writers.py`. Each fault returns what it did (for the
-report) and every broken promise of the ledger as `(key, expected, actual)`.
-"""
+"""Real damage to a ledger's rows (behind the store's back) and to artifact files; killed writers are in
+`writers.py`. A fault returns what it did and every broken promise as `(key, expected, actual)`."""
 
 from __future__ import annotations
 
 import hashlib
-import os
 import random
-import shutil
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
@@ -20,7 +14,6 @@ from typing import Any
 import attrs
 import orjson
 
-import lifecycle_fsm
 from lifecycle_fsm.errors import CorruptionError
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.replay.checkpoints import LoadResult, load_state
@@ -28,15 +21,12 @@ from lifecycle_fsm.replay.fold import snapshot_json
 from lifecycle_fsm.replay.verify import verify
 from lifecycle_fsm.store.base import EventStore, event_at, verify_chain
 from lifecycle_fsm.store.chain import canonical_json
-from lifecycle_fsm.store.faults import ENV_VAR
 from lifecycle_fsm.store.open import is_postgres_url
 
 __all__ = [
     "FaultOutcome",
     "Problem",
-    "child_env",
     "corrupt_checkpoint",
-    "delete_artifact",
     "integrity",
     "load_both_ways",
     "tamper_artifact",
@@ -54,16 +44,6 @@ class FaultOutcome:
     problems: tuple[Problem, ...] = ()
 
 
-def child_env(fault: str | None) -> dict[str, str]:
-    """The child's environment: our packages importable even from a source checkout."""
-    env = {k: v for k, v in os.environ.items() if k != ENV_VAR}
-    project = str(Path(lifecycle_fsm.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join([project, *filter(None, [os.environ.get("PYTHONPATH")])])
-    if fault is not None:
-        env[ENV_VAR] = fault
-    return env
-
-
 class _Refused(Exception):
     """The append-only trigger refused a raw edit (either backend's driver error)."""
 
@@ -71,29 +51,29 @@ class _Refused(Exception):
 @contextmanager
 def _behind_the_store(db: Path | str) -> Iterator[Callable[..., None]]:
     """Run raw statements (`?` placeholders) with the driver alone, in one committed transaction."""
-    if is_postgres_url(db):
-        import psycopg
+    if not is_postgres_url(db):
+        with closing(sqlite3.connect(db)) as conn, conn:
 
-        with psycopg.connect(str(db)) as pg, pg.transaction():
-
-            def run_pg(sql: str, params: tuple[Any, ...] = ()) -> None:
+            def run_sqlite(sql: str, params: tuple[Any, ...] = ()) -> None:
                 try:
-                    with pg.transaction():  # a savepoint: a refusal leaves the rest usable
-                        pg.execute(sql.replace("?", "%s"), params)
-                except psycopg.errors.RestrictViolation as e:
+                    conn.execute(sql, params)
+                except sqlite3.DatabaseError as e:
                     raise _Refused(str(e)) from e
 
-            yield run_pg
+            yield run_sqlite
         return
-    with closing(sqlite3.connect(db)) as conn, conn:
+    import psycopg
 
-        def run_sqlite(sql: str, params: tuple[Any, ...] = ()) -> None:
+    with psycopg.connect(str(db)) as pg, pg.transaction():
+
+        def run_pg(sql: str, params: tuple[Any, ...] = ()) -> None:
             try:
-                conn.execute(sql, params)
-            except sqlite3.DatabaseError as e:
+                with pg.transaction():  # a savepoint: a refusal leaves the rest usable
+                    pg.execute(sql.replace("?", "%s"), params)
+            except psycopg.errors.RestrictViolation as e:
                 raise _Refused(str(e)) from e
 
-        yield run_sqlite
+        yield run_pg
 
 
 def load_both_ways(store: EventStore, to: int | None = None) -> tuple[LoadResult, list[JSON], bool]:
@@ -129,12 +109,8 @@ def corrupt_checkpoint(store: EventStore, db: Path | str) -> FaultOutcome:
             (latest.snapshot[: len(latest.snapshot) // 2], latest.checkpoint_id),
         )
     loaded, skipped, same = load_both_ways(store)
-    detail = {
-        "checkpoint_id": latest.checkpoint_id,
-        "position": latest.position,
-        "skipped": skipped,
-        "loaded_from": None if loaded.checkpoint is None else loaded.checkpoint.position,
-    }
+    detail = {"checkpoint_id": latest.checkpoint_id, "position": latest.position, "skipped": skipped}
+    detail["loaded_from"] = None if loaded.checkpoint is None else loaded.checkpoint.position
     problems: list[Problem] = []
     if latest.checkpoint_id not in (ids := sorted(cid for cid, _ in loaded.skipped)):
         problems.append(("skipped", f"checkpoint {latest.checkpoint_id} skipped", ids))
@@ -173,11 +149,8 @@ def tamper_event(store: EventStore, db: Path | str, *, seq: int | None, rng: ran
 
 
 def tamper_artifact(file: Path, *, rng: random.Random, shown: str, had: set[str]) -> FaultOutcome:
-    """Flip one byte (chosen by the seed) of an artifact's file, into bytes the file never had.
-
-    `had` holds the sha256 of every state the file has had: re-flipping a restored file's byte would
-    write earlier tampered bytes back, which a recorded state would rightly match.
-    """
+    """Flip one byte (chosen by the seed) of an artifact's file into bytes it never had (`had`: the sha256
+    of each of its states; re-flipping a restored file's byte would write earlier tampered bytes back)."""
     data = bytearray(file.read_bytes())
     had.add(hashlib.sha256(data).hexdigest())
     start = rng.randrange(len(data))
@@ -192,9 +165,3 @@ def tamper_artifact(file: Path, *, rng: random.Random, shown: str, had: set[str]
                 return FaultOutcome({"file": shown, "offset": offset})
             data[offset] ^= mask
     return FaultOutcome({"file": shown}, (("tampered", "bytes the file never had", "every one-byte change was tried"),))
-
-
-def delete_artifact(folder: Path, *, shown: str) -> FaultOutcome:
-    """Remove an artifact's folder (an adapter or a trusted state) from disk."""
-    shutil.rmtree(folder)
-    return FaultOutcome({"removed": shown})

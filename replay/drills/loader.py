@@ -1,9 +1,5 @@
-"""Reading drill scenarios: YAML in, a validated `Scenario` out, or one `ScenarioError` line.
-
-Every scenario is validated before anything runs, so a typo never makes a drill pass vacuously.
-Types are enforced by `convert.py`; this module checks what a type cannot say (references
-between sections). Domain values (an unknown stage) are the ledger's to refuse (`refused:`).
-"""
+"""Reading drill scenarios: YAML in, a validated `Scenario` out, or one `ScenarioError` line. Types are
+`convert.py`'s; this module checks what a type cannot say (references between sections)."""
 
 from __future__ import annotations
 
@@ -53,8 +49,7 @@ ARTIFACT_KINDS = {"baseline": ("baseline",), "candidate": CANDIDATE_KINDS, "adap
 
 
 class _DuplicateKey(Exception):
-    def __init__(self, key: Any, line: int) -> None:
-        super().__init__(f"key {str(key)!r}: given twice (line {line})")
+    pass
 
 
 class _Loader(yaml.SafeLoader):
@@ -73,7 +68,7 @@ class _Loader(yaml.SafeLoader):
             if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
                 key = self.construct_object(key_node, deep=True)
                 if key in seen:
-                    raise _DuplicateKey(key, key_node.start_mark.line + 1)
+                    raise _DuplicateKey(f"key {str(key)!r}: given twice (line {key_node.start_mark.line + 1})")
                 seen.add(key)
         return super().construct_mapping(node, deep)
 
@@ -164,9 +159,8 @@ def _action(here: Where, body: JSON) -> tuple[str, JSON]:
     if value is None or isinstance(value, dict):
         return word, value or {}
     if cls.shorthand is None:
-        raise here.at(f"{here.place} ({word})").error(
-            word, f"must be a mapping of {', '.join(from_file(cls)) or 'nothing'}, not {value!r}"
-        )
+        keys = ", ".join(from_file(cls)) or "nothing"
+        raise here.at(f"{here.place} ({word})").error(word, f"must be a mapping of {keys}, not {value!r}")
     return word, {cls.shorthand: value}
 
 

@@ -1,9 +1,5 @@
-"""The simulator's reference model: what the ledger must do, written from the documented rules.
-
-Independent of the implementation on purpose: it never imports the machine's table, the fold or
-the decisions, only the pure rules (`lifecycle_fsm.rules`). It also knows which artifacts are
-intact, tampered or deleted. `predict(op, args)` says what one command must do; `apply` commits it.
-"""
+"""The simulator's reference model: what the ledger must do, written from the documented rules (only
+`lifecycle_fsm.rules`, never the table, the fold or the decisions), and which artifacts are intact."""
 
 from __future__ import annotations
 
@@ -12,17 +8,8 @@ from typing import Any
 
 import attrs
 
+from lifecycle_fsm import rules
 from lifecycle_fsm.json_types import JSON
-from lifecycle_fsm.rules import (
-    BLOCKING_ACTIONS,
-    CANDIDATE_KINDS,
-    FRESHNESS_CHECKS,
-    ONLINE_KINDS,
-    RECOVERY_STATES_BY_STAGE,
-    check_candidate_freshness,
-    choose_recovery_action,
-    decide_lifecycle_handoff,
-)
 from lifecycle_fsm.rules import TRUSTED_STATE_KINDS as KINDS
 
 __all__ = ["ALIVE", "DECIDED", "CandidateModel", "LedgerModel", "Prediction"]
@@ -60,7 +47,7 @@ class Prediction:
     events: int = 0
     states: Mapping[str, tuple[str, int]] = attrs.Factory(dict)  # candidate -> (state, version) after
     plan: JSON | None = None
-    apply: Any = None  # a function that commits the change to the model
+    apply: Callable[[], Any] = lambda: None  # commits the change to the model
 
     @property
     def refused(self) -> bool:
@@ -86,8 +73,6 @@ class LedgerModel:
     corrupted: bool = False  # a checkpoint was garbled: verify must name it
     tampered_seq: int | None = None  # an event was edited: verify must name its seq
 
-    # -- the disk ------------------------------------------------------------------------------------------
-
     def intact(self, artifact: str | None) -> bool:
         return self.content.get(artifact or "", 0) == 0
 
@@ -106,8 +91,6 @@ class LedgerModel:
         keys = {"evidence_window_index": "window_index", "evaluation_version": "evaluation"}
         self.specs[artifact] = self.specs[artifact] | {keys.get(k, k): v for k, v in manifest.items()}
 
-    # -- evidence ------------------------------------------------------------------------------------------
-
     def _freshness(self, c: CandidateModel) -> JSON:
         f = c.fields
         index = f.get("window_index")
@@ -121,10 +104,10 @@ class LedgerModel:
             "window_age": self.active_window - index if isinstance(index, int) else None,
         }
         active = self.baselines[self.active_baseline] if self.active_baseline else ""
-        result = check_candidate_freshness(candidate, active, self.max_window_age)
+        result = rules.check_candidate_freshness(candidate, active, self.max_window_age)
         if self.evaluation is not None and f["evaluation"] != self.evaluation:  # an activated one is identity
             failed = set(result["failed_checks"]) | {"evaluation_identity"}
-            result = {"fresh": False, "failed_checks": [n for n in FRESHNESS_CHECKS if n in failed]}
+            result = {"fresh": False, "failed_checks": [n for n in rules.FRESHNESS_CHECKS if n in failed]}
         return result
 
     def _hard(self, c: CandidateModel) -> tuple[JSON, bool, bool]:
@@ -132,12 +115,13 @@ class LedgerModel:
         rollback_ok = self.active_baseline is not None and self.intact(self.active_baseline)
         return self._freshness(c), artifact_ok, rollback_ok
 
+    def _passes(self, c: CandidateModel) -> bool:
+        freshness, artifact_ok, rollback_ok = self._hard(c)
+        return bool(freshness["fresh"]) and artifact_ok and rollback_ok
+
     def would_pass(self, artifact: str) -> bool:
         """Whether a candidate received from `artifact` now would pass its check."""
-        freshness, artifact_ok, rollback_ok = self._hard(
-            CandidateModel(artifact, self.specs[artifact]["kind"], fields=self.specs[artifact])
-        )
-        return bool(freshness["fresh"]) and artifact_ok and rollback_ok
+        return self._passes(CandidateModel(artifact, self.specs[artifact]["kind"], fields=self.specs[artifact]))
 
     def _available(self, c: CandidateModel) -> dict[str, bool]:
         out = {}
@@ -151,8 +135,6 @@ class LedgerModel:
             own = c.fields["source"]
             out["verified_baseline"] = (own in self.activated and self.intact(own)) or self.intact(self.active_baseline)
         return out
-
-    # -- commands ------------------------------------------------------------------------------------------
 
     def predict(self, op: str, args: JSON) -> Prediction:
         """What `op` (a scenario step name) with `args` must do now."""
@@ -172,6 +154,13 @@ class LedgerModel:
 
         return Prediction(events=events, states={cid: (state, c.version + events)}, plan=plan, apply=commit)
 
+    def _create(self, cid: str, candidate: CandidateModel) -> Prediction:
+        def create() -> None:
+            self.candidates[cid] = candidate
+            self.events += 1
+
+        return Prediction(events=1, states={cid: ("received", 1)}, apply=create)
+
     def _existing(self, cid: str, allowed: tuple[str, ...]) -> Prediction | None:
         if cid not in self.candidates:
             return Prediction(errors=("NotFoundError",))
@@ -187,14 +176,9 @@ class LedgerModel:
         if c is not None and c.pending:
             return self._complete(cid, artifact, fields)
         if c is None:
-
-            def create() -> None:
-                self.candidates[cid] = CandidateModel(artifact, fields["kind"], fields=fields)
-                self.events += 1
-
-            return Prediction(events=1, states={cid: ("received", 1)}, apply=create)
+            return self._create(cid, CandidateModel(artifact, fields["kind"], fields=fields))
         if c.fields == fields and c.artifact == artifact:
-            return Prediction(states={cid: (c.state, c.version)}, apply=lambda: None)  # a retry: nothing new
+            return Prediction(states={cid: (c.state, c.version)})  # a retry: nothing new
         if c.state != "tune":
             return Prediction(errors=("IllegalCommandError",))
 
@@ -205,18 +189,13 @@ class LedgerModel:
 
     def _register(self, args: JSON) -> Prediction:
         cid, kind, source = args["candidate"], args["kind"], self.active_baseline
-        if kind not in CANDIDATE_KINDS or source is None:  # its source: the active baseline
+        if kind not in rules.CANDIDATE_KINDS or source is None:  # its source: the active baseline
             return Prediction(errors=("InputError",))
         if cid not in self.candidates:
-
-            def create() -> None:
-                self.candidates[cid] = CandidateModel("", kind, {"kind": kind, "source": source}, pending=True)
-                self.events += 1
-
-            return Prediction(events=1, states={cid: ("received", 1)}, apply=create)
+            return self._create(cid, CandidateModel("", kind, {"kind": kind, "source": source}, pending=True))
         c = self.candidates[cid]
         if c.pending and c.fields == {"kind": kind, "source": source}:
-            return Prediction(states={cid: (c.state, c.version)}, apply=lambda: None)  # the same registration
+            return Prediction(states={cid: (c.state, c.version)})  # the same registration
         return Prediction(errors=("ConflictError",))
 
     def _complete(self, cid: str, artifact: str, fields: JSON) -> Prediction:
@@ -241,9 +220,7 @@ class LedgerModel:
         if self.active_baseline is None:  # nothing to check lineage against
             return Prediction(errors=("ConflictError",))
         c = self.candidates[cid]
-        freshness, artifact_ok, rollback_ok = self._hard(c)
-        passed = freshness["fresh"] and artifact_ok and rollback_ok
-        return self._move(cid, ("verified" if c.state == "received" else c.state) if passed else "reject")
+        return self._move(cid, ("verified" if c.state == "received" else c.state) if self._passes(c) else "reject")
 
     def _hand_off(self, args: JSON) -> Prediction:
         cid = args["candidate"]
@@ -254,30 +231,33 @@ class LedgerModel:
         c = self.candidates[cid]
         freshness, artifact_ok, rollback_ok = self._hard(c)
         evidence = {"rollback_ready": rollback_ok, "artifact_verified": artifact_ok}
-        status = decide_lifecycle_handoff(c.fields["decision"], freshness, evidence)["handoff_status"]
+        status = rules.decide_lifecycle_handoff(c.fields["decision"], freshness, evidence)["handoff_status"]
         return self._move(cid, {"ready_for_evaluation": "ready", "tune": "tune", "reject": "reject"}[status])
 
     def _fail_stage(self, args: JSON) -> Prediction:
         cid, stage = args["candidate"], args["stage"]
-        if stage not in RECOVERY_STATES_BY_STAGE:
+        if stage not in rules.RECOVERY_STATES_BY_STAGE:
             return Prediction(errors=("InputError",) if cid in self.candidates else ("InputError", "NotFoundError"))
         if (refused := self._existing(cid, ("received", "verified", "recovering", "ready"))) is not None:
             return refused
         if self.candidates[cid].state == "ready" and stage != "artifact_validation":  # after hand-off: an export
             return Prediction(errors=("IllegalCommandError",))
-        plan = choose_recovery_action({"stage": stage, "available": self._available(self.candidates[cid])})
-        return self._move(cid, "reject" if plan["action"] in BLOCKING_ACTIONS else "recovering", events=2, plan=plan)
+        plan = rules.choose_recovery_action({"stage": stage, "available": self._available(self.candidates[cid])})
+        blocked = plan["action"] in rules.BLOCKING_ACTIONS
+        return self._move(cid, "reject" if blocked else "recovering", events=2, plan=plan)
 
     def _complete_recovery(self, args: JSON) -> Prediction:
         cid = args["candidate"]
         return self._existing(cid, ("recovering",)) or self._move(cid, "received")
 
+    def _trusted(self, cid: str, kind: str) -> Prediction | None:
+        """Refused for an unknown kind, else unless the candidate is alive (before the ledger reads a folder)."""
+        return Prediction(errors=("InputError", "NotFoundError")) if kind not in KINDS else self._existing(cid, ALIVE)
+
     def _record_trusted_state(self, args: JSON) -> Prediction:
         cid, kind, folder = args["candidate"], args["kind"], args["artifact"]
-        if kind not in KINDS:
-            return Prediction(errors=("InputError", "NotFoundError"))
-        if (refused := self._existing(cid, ALIVE)) is not None:
-            return refused  # the state first: the ledger reads the folder only once the move is legal
+        if (refused := self._trusted(cid, kind)) is not None:
+            return refused
         if self.content.get(folder, 0) is None:
             return Prediction(errors=("InputError", "ArtifactError"))
         if kind == "verified_baseline" and not (folder in self.activated and self.intact(folder)):
@@ -287,9 +267,7 @@ class LedgerModel:
 
     def _invalidate_trusted_state(self, args: JSON) -> Prediction:
         cid, kind = args["candidate"], args["kind"]
-        if kind not in KINDS:
-            return Prediction(errors=("InputError", "NotFoundError"))
-        if (refused := self._existing(cid, ALIVE)) is not None:
+        if (refused := self._trusted(cid, kind)) is not None:
             return refused
         c = self.candidates[cid]
         if kind not in c.trusted:
@@ -300,7 +278,7 @@ class LedgerModel:
         hit = [
             cid
             for cid, c in self.candidates.items()
-            if c.state in DECIDED and (not online_only or c.kind in ONLINE_KINDS)
+            if c.state in DECIDED and (not online_only or c.kind in rules.ONLINE_KINDS)
         ]
         states = {cid: ("received", self.candidates[cid].version + 1) for cid in hit}
 
@@ -315,7 +293,7 @@ class LedgerModel:
     def _activate_baseline(self, args: JSON) -> Prediction:
         name = args["artifact"]
         if name == self.active_baseline:
-            return Prediction(apply=lambda: None)
+            return Prediction()
 
         def activate() -> None:
             self.active_baseline = name
@@ -328,11 +306,11 @@ class LedgerModel:
         if window < self.active_window:
             return Prediction(errors=("ConflictError",))
         if window == self.active_window:
-            return Prediction(apply=lambda: None)
+            return Prediction()
         return self._settings_change(lambda: setattr(self, "active_window", window), online_only=True)
 
     def _activate_evaluation(self, args: JSON) -> Prediction:
         version = args["version"]
         if version == self.evaluation:
-            return Prediction(apply=lambda: None)
+            return Prediction()
         return self._settings_change(lambda: setattr(self, "evaluation", version), online_only=False)

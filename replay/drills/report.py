@@ -1,7 +1,4 @@
-"""Drill results and the report: `drill --json`, drill-report.json and drill-report.md.
-
-The same files and seed give the same report, apart from `timings` (the Markdown's last section).
-"""
+"""Drill results and the report (`drill --json`, drill-report.json and .md): only `timings` varies between runs."""
 
 from __future__ import annotations
 
@@ -30,11 +27,6 @@ __all__ = [
 ]
 
 
-def shown(value: Any) -> str:
-    """A value as a scenario file would write it (JSON: true, null, double quotes), not a Python repr."""
-    return json.dumps(value, ensure_ascii=False, default=str)
-
-
 @attrs.frozen
 class Failure:
     """An expectation that did not hold: where, what was expected, what was found."""
@@ -46,8 +38,9 @@ class Failure:
     actual: Any
 
     def message(self) -> str:
-        where = f"step {self.step} ({self.action}): {self.key}"
-        return f"{where}: expected {shown(self.expected)}, actual {shown(self.actual)}"
+        """Values as a scenario file would write them (JSON: true, null, double quotes), not Python reprs."""
+        expected, actual = (json.dumps(v, ensure_ascii=False, default=str) for v in (self.expected, self.actual))
+        return f"step {self.step} ({self.action}): {self.key}: expected {expected}, actual {actual}"
 
     def to_json(self) -> JSON:
         return attrs.asdict(self) | {"message": self.message()}
@@ -87,7 +80,7 @@ class DrillResult:
         return "fail" if self.failures else "inconclusive" if self.inconclusive else "pass"
 
     def to_json(self) -> JSON:
-        """Everything but the duration (that goes to the report's `timings`)."""
+        """Everything but the duration (the report's `timings`)."""
         return {
             "name": self.name,
             "file": self.file,
@@ -104,23 +97,13 @@ class DrillResult:
 
 
 def build_report(results: Sequence[DrillResult]) -> JSON:
-    """The report `drill --json` prints and `--report` writes; only `timings` varies between runs."""
-    passed = sum(1 for r in results if r.ok)
-    inconclusive = sum(1 for r in results if r.result == "inconclusive")
-    return {
-        "ok": passed == len(results),
-        "summary": {
-            "scenarios": len(results),
-            "passed": passed,
-            "failed": len(results) - passed - inconclusive,
-            "inconclusive": inconclusive,
-        },
-        "scenarios": [r.to_json() for r in results],
-        "timings": {
-            "total_seconds": round(sum(r.seconds for r in results), 3),
-            "scenarios": {r.name: round(r.seconds, 3) for r in results},
-        },
-    }
+    """The report `drill --json` prints and `--report` writes."""
+    total, passed = len(results), sum(1 for r in results if r.ok)
+    unsure = sum(1 for r in results if r.result == "inconclusive")
+    summary = {"scenarios": total, "passed": passed, "failed": total - passed - unsure, "inconclusive": unsure}
+    seconds = {r.name: round(r.seconds, 3) for r in results}
+    timings = {"total_seconds": round(sum(r.seconds for r in results), 3), "scenarios": seconds}
+    return {"ok": passed == total, "summary": summary, "scenarios": [r.to_json() for r in results], "timings": timings}
 
 
 def report_markdown(report: JSON) -> str:
@@ -139,14 +122,11 @@ def report_markdown(report: JSON) -> str:
         steps = f"{r['steps_run']}/{r['steps']}"
         name, file = markdown_text(r["name"]), markdown_text(r["file"])
         lines.append(f"| {name} | {file} | {r['seed']} | {steps} | {r['events']} | {r['result']} |")
-    failed = [r for r in report["scenarios"] if r["failures"]]
-    if failed:
-        lines += ["", "## Failures", ""]
-        lines += [f"- {markdown_text(r['name'])}: {markdown_text(f['message'])}" for r in failed for f in r["failures"]]
-    unsure = [r for r in report["scenarios"] if r.get("inconclusive")]
-    if unsure:
-        lines += ["", "## Inconclusive", ""]
-        lines += [f"- {markdown_text(r['name'])}: {markdown_text(why)}" for r in unsure for why in r["inconclusive"]]
+    failures = [(r["name"], f["message"]) for r in report["scenarios"] for f in r["failures"]]
+    unsure = [(r["name"], why) for r in report["scenarios"] for why in r["inconclusive"]]
+    for title, items in (("Failures", failures), ("Inconclusive", unsure)):
+        if items:
+            lines += ["", f"## {title}", "", *(f"- {markdown_text(n)}: {markdown_text(t)}" for n, t in items)]
     lines += ["", "## Timings", "", "| scenario | seconds |", "|---|---|"]
     lines += [f"| {markdown_text(name)} | {sec:.3f} |" for name, sec in report["timings"]["scenarios"].items()]
     lines.append(f"| **total** | {report['timings']['total_seconds']:.3f} |")

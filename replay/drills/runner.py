@@ -1,11 +1,10 @@
-"""Run a scenario's steps against a fresh ledger (in a temporary folder, or an empty PostgreSQL
-schema) and judge the outcome. A failed step does not stop the run: every failure is reported.
-A fault that cannot be injected here makes the scenario `inconclusive`.
-"""
+"""Run a scenario's steps against a fresh ledger (a temporary file, or an empty PostgreSQL schema) and judge
+them; every failure is reported, and a fault that cannot be injected here makes the scenario `inconclusive`."""
 
 from __future__ import annotations
 
 import random
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -19,7 +18,7 @@ from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.ledger import CandidateResult, Ledger, utc_now
 from lifecycle_fsm.replay.checkpoints import take_checkpoint
 from lifecycle_fsm.replay.drills import faults, steps, writers
-from lifecycle_fsm.replay.drills.faults import FaultOutcome
+from lifecycle_fsm.replay.drills.faults import FaultOutcome, Problem
 from lifecycle_fsm.replay.drills.report import DrillResult, Failure, StepResult
 from lifecycle_fsm.replay.drills.schema import Scenario, Step
 from lifecycle_fsm.replay.drills.workspace import Workspace
@@ -31,13 +30,12 @@ from lifecycle_fsm.store.open import describe_target, is_postgres_url
 __all__ = ["Run", "StepFailed", "run_drills", "run_scenario", "run_step"]
 
 
+@attrs.define
 class StepFailed(Exception):
     """Carries the failures of one step, as (key, expected, actual), out of the code that checks it."""
 
-    def __init__(self, failures: Sequence[tuple[str, Any, Any]], detail: JSON | None = None) -> None:
-        super().__init__(failures)
-        self.failures = list(failures)
-        self.detail = detail or {}
+    failures: list[Problem]
+    detail: JSON = attrs.Factory(dict)
 
 
 @attrs.define
@@ -163,12 +161,9 @@ def _replay(run: Run, step: Step) -> JSON:
         why = f"--to {to}: a seq is never negative" if to < 0 else f"--to {to} is past the head of the log (seq {head})"
         raise StepFailed([("to", f"a seq from 0 to the head ({head})", why)])
     loaded, skipped, same = faults.load_both_ways(run.ledger.store, to)
-    detail = {
-        "from_checkpoint": None if loaded.checkpoint is None else loaded.checkpoint.position,
-        "position": loaded.state.position,
-        "skipped": skipped,
-        "states": {cid: c.state for cid, c in sorted(loaded.state.candidates.items())},
-    }
+    detail: JSON = {"from_checkpoint": None if loaded.checkpoint is None else loaded.checkpoint.position}
+    detail |= {"position": loaded.state.position, "skipped": skipped}
+    detail["states"] = {cid: c.state for cid, c in sorted(loaded.state.candidates.items())}
     if not same:
         raise StepFailed([("replay", "equal to a full replay", "differs")], detail)
     return detail
@@ -210,7 +205,8 @@ def _damage(run: Run, step: Step) -> FaultOutcome:
         return FaultOutcome({"edited": str(ws.manifests[name].relative_to(ws.root))})
     ws.backup(name)
     if isinstance(spec, steps.DeleteArtifact):
-        return faults.delete_artifact(ws.folders[name], shown=shown)
+        shutil.rmtree(ws.folders[name])
+        return FaultOutcome({"removed": shown})
     file = ws.folders[name] / ("state.bin" if ws.specs[name].type == "trusted_state" else "adapter_model.safetensors")
     had = ws.tampered.setdefault(name, set())
     return faults.tamper_artifact(file, rng=run.rng, shown=str(file.relative_to(ws.root)), had=had)
@@ -271,18 +267,20 @@ def _run_steps(run: Run) -> tuple[list[StepResult], list[Failure], list[str]]:
     for step in run.scenario.steps:
         if step.action != "expect":
             run.mark = run.ledger.store.count_events()
+        detail: JSON = {}
+        ok = False
         try:
-            results.append(StepResult(step.number, step.word, True, run_step(run, step)))
+            detail, ok = run_step(run, step), True
         except StepFailed as e:
-            results.append(StepResult(step.number, step.word, False, e.detail))
+            detail = e.detail
             failures.extend(Failure(step.number, step.word, k, exp, act) for k, exp, act in e.failures)
         except writers.Inconclusive as e:
-            results.append(StepResult(step.number, step.word, False, {"inconclusive": str(e)}))
+            detail = {"inconclusive": str(e)}
             inconclusive.append(f"step {step.number} ({step.word}): {e}")
         except Exception as e:  # a library bug must fail the drill, not hide the other steps and scenarios
-            results.append(StepResult(step.number, step.word, False, {}))
             actual = run.ws.shown(f"{type(e).__name__}: {e}")
             failures.append(Failure(step.number, step.word, "outcome", "success", actual))
+        results.append(StepResult(step.number, step.word, ok, detail))
     return results, failures, inconclusive
 
 

@@ -1,13 +1,6 @@
-"""A seed expands into a schedule: the artifacts a simulated ledger starts with and a list of
-operations (commands, valid and invalid, and faults), printed before anything runs.
-
-Operations are scenario steps (`{"check": "c1"}`, `{"crash": {...}}`), so a failing schedule
-*is* a scenario once shrunk. The generator steers with a `LedgerModel`: each operation is
-the least-seen of a few drawn at random, judged by what the model says it would do (which
-state it moves a candidate from and to, which states a settings change finds, which error
-refuses it). So every state meets every kind of command and settings change early and
-often, not only the likely ones; every choice is a pure function of the seed.
-"""
+"""A seed expands into a schedule: the artifacts a simulated ledger starts with and its operations (scenario
+steps, so a shrunk failure is a scenario). The generator steers by a `LedgerModel` toward the least-met goals, so
+every state meets every kind of command and settings change early; every choice is a pure function of the seed."""
 
 from __future__ import annotations
 
@@ -175,11 +168,8 @@ class _Generator:
         c, specs = self.model.candidates.get(cid), self.model.specs
         if c is not None and not c.pending:
             return c.artifact
-        fits = [
-            a
-            for a in self.names
-            if c is not None and (specs[a]["kind"], specs[a]["source"]) == tuple(c.fields.values())
-        ]
+        wanted = None if c is None else tuple(c.fields.values())
+        fits = [a for a in self.names if (specs[a]["kind"], specs[a]["source"]) == wanted]
         return self.rng.choice(fits if fits and self.rng.random() > 0.1 else self.names)
 
     def register(self) -> Op:
@@ -255,6 +245,7 @@ class _Generator:
         return {"crash": {"at": self.rng.choice(("before_commit", "after_commit")), "commit": 1, "run": inner}}
 
     def propose(self) -> Op | None:
+        corrupt = 0.5 if self.model.checkpoints and not self.model.corrupted else 0
         return self.pick(
             [
                 (70, self.command),
@@ -263,10 +254,7 @@ class _Generator:
                 (5, lambda: self.damage("restore_artifact")),
                 (4, self.edit),
                 (2, lambda: {"checkpoint": None}),
-                (
-                    0.5 if self.model.checkpoints and not self.model.corrupted else 0,
-                    lambda: {"corrupt_checkpoint": None},
-                ),
+                (corrupt, lambda: {"corrupt_checkpoint": None}),
                 (1.5, self.crash),
             ]
         )

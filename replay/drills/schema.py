@@ -1,8 +1,5 @@
-"""The drill scenario format: the file's sections, `refused:`, and what loading returns.
-
-Each class lists the keys a file may give (`convert.py` structures YAML into them strictly);
-the steps are in `steps.py`, and `scenarios/README.md` documents the format for people.
-"""
+"""The drill scenario format: the file's sections, `refused:`, and what loading returns (steps are in
+`steps.py`; `scenarios/README.md` documents the format for people)."""
 
 from __future__ import annotations
 

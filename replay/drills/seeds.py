@@ -1,10 +1,5 @@
-"""The adapters and manifests a drill seeds its workspace with (the tests and examples use them too).
-
-Built with the public builders (`lifecycle_fsm.manifests`), with the defaults a drill needs:
-DPO preference evidence `pref-train-v1`, GRPO/RLVR verifier `math-v1` and window index 1.
-They return plain dicts (keyword fields replace or add keys), so a caller can still break a
-manifest on purpose: drop a key, set it to null, claim a wrong sha256.
-"""
+"""The adapters and manifests a drill seeds its workspace with (the tests and examples use them too): plain
+dicts with a drill's defaults, so a caller can still break a manifest on purpose."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
-"""A failing schedule, made small: the shortest prefix, then chunks and single operations
-removed while the run still fails (delta debugging), then written as a scenario file that
-reproduces the failure with `lifecycle drill FILE`.
-
-The scenario is judged by the model, not by the broken run: each command the model says
-must be refused carries `refused:`, and after the failing operation `expect` steps state
-what the model holds (every candidate's state, version, trusted states, last plan; the
-event count; `verify`). On a correct ledger the file passes; on the broken one it fails.
-"""
+"""A failing schedule made small (delta debugging), written as a scenario that `lifecycle drill FILE` runs:
+judged by the model, so it passes on a correct ledger and fails on the broken one."""
 
 from __future__ import annotations
 
@@ -69,16 +62,9 @@ def _ran_only(schedule: Schedule, result: SimResult) -> Schedule:
 
 
 def _referenced(value: Any, names: set[str]) -> set[str]:
-    if isinstance(value, dict):
-        return set().union(*(_referenced(v, names) for v in value.values())) if value else set()
-    if isinstance(value, list):
-        return set().union(*(_referenced(v, names) for v in value)) if value else set()
+    if isinstance(value, dict | list):
+        return set().union(*(_referenced(v, names) for v in (value.values() if isinstance(value, dict) else value)))
     return {value} if isinstance(value, str) and value in names else set()
-
-
-def plain(value: Any) -> Any:
-    """A string as a plain `str` (an action is a `StrEnum`, which YAML cannot write)."""
-    return str(value) if isinstance(value, str) else value
 
 
 def to_scenario(shrunk: Shrunk) -> JSON:
@@ -90,21 +76,19 @@ def to_scenario(shrunk: Shrunk) -> JSON:
         if source := schedule.artifacts[name].get("source"):
             used.add(source)
     artifacts = {k: v for k, v in schedule.artifacts.items() if k in used}
-    observed = dict(result.refusals)
-    steps: list[JSON] = []
-    for number, errors in [(i, dict(result.predicted).get(i)) for i in range(1, len(schedule.ops) + 1)]:
-        step = dict(schedule.ops[number - 1])
-        if errors:
-            step["refused"] = observed[number] if observed.get(number) in errors else errors[0]
-        steps.append(step)
+    steps: list[JSON] = [
+        op | {"refused": result.refused[i]} if i in result.refused else dict(op)
+        for i, op in enumerate(schedule.ops, start=1)
+    ]
     want = result.expectations
     for cid, c in want["candidates"].items():
         path = {f"path.{i}.to": state for i, state in enumerate(c["path"])}
         evidence = {"version": len(c["path"]), **path}
         expect: JSON = {"candidate": cid, "state": c["path"][-1], "trusted_states": c["trusted_states"]}
         expect["explain"] = {"evidence": evidence}
-        if c["plan"] is not None:
-            expect["recovery"] = {k: plain(c["plan"][k]) for k in ("action", "recovery_state", "reused_state")}
+        if c["plan"] is not None:  # str(): an action is a `StrEnum`, which YAML cannot write
+            plan = {k: c["plan"][k] for k in ("action", "recovery_state", "reused_state")}
+            expect["recovery"] = {k: str(v) if isinstance(v, str) else v for k, v in plan.items()}
         steps.append({"expect": expect})
     action, _ = split(result.failure.op)
     if action != "tamper_event":

@@ -1,11 +1,5 @@
-"""Run a schedule against a real SQLite ledger and check the invariants after every step.
-
-Faults run through the drill runner, commands through the `Ledger` API so the reference model
-(`model.py`) judges each outcome, then every candidate. Every `check_every` steps, after
-checkpoints and at the end: checkpoint + tail equals a full replay, and `verify` is as the faults
-say. Clock, actor, event ids and the folder are fixed per seed (payloads record absolute paths),
-so one seed gives a byte-identical head.
-"""
+"""Run a schedule against a real SQLite ledger: the model judges each command, then every candidate; replay
+and `verify` are checked now and then. Clock, actor, ids and folder are fixed per seed, so one seed, one head."""
 
 from __future__ import annotations
 
@@ -18,7 +12,6 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import attrs
 
@@ -27,9 +20,9 @@ from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.ledger import Ledger
 from lifecycle_fsm.replay.drills import writers
 from lifecycle_fsm.replay.drills.convert import Where
-from lifecycle_fsm.replay.drills.faults import load_both_ways
+from lifecycle_fsm.replay.drills.faults import Problem, load_both_ways
 from lifecycle_fsm.replay.drills.loader import parse_artifacts, parse_step
-from lifecycle_fsm.replay.drills.model import LedgerModel, Prediction
+from lifecycle_fsm.replay.drills.model import LedgerModel
 from lifecycle_fsm.replay.drills.runner import Run, StepFailed, run_step
 from lifecycle_fsm.replay.drills.schedule import Op, Schedule, advance, split
 from lifecycle_fsm.replay.drills.schema import DrillConfig, Scenario, Step
@@ -40,7 +33,6 @@ from lifecycle_fsm.replay.verify import verify
 
 __all__ = ["FIXED_CLOCK", "SimFailure", "SimResult", "kept_name", "simulate"]
 
-Problem = tuple[str, Any, Any]
 FIXED_CLOCK = "2026-01-01T00:00:00.000000Z"
 ACTOR = "simulator"
 SIMULATED = Path("simulated")
@@ -63,8 +55,7 @@ class SimResult:
     events: int
     seconds: float
     ran: tuple[int, ...]  # the ops that ran (1-based); the others were skipped as meaningless at that point
-    refusals: tuple[tuple[int, str], ...]  # (op, error class) for each refused command
-    predicted: tuple[tuple[int, tuple[str, ...]], ...]  # (op, error classes) for each refusal the model expected
+    refused: dict[int, str]  # op -> the error class the model says refuses it (the observed one, when allowed)
     expectations: JSON  # what the model held after the failing op (for the shrunk scenario)
 
     @property
@@ -96,8 +87,8 @@ def _fixed_folder(seed: int) -> Iterator[Path]:
 class _Sim:
     model: LedgerModel
     run: Run
-    refusals: list[tuple[int, str]] = attrs.Factory(list)
-    predicted: list[tuple[int, tuple[str, ...]]] = attrs.Factory(list)
+    refused: dict[int, str] = attrs.Factory(dict)
+    ran: list[int] = attrs.Factory(list)
 
     @property
     def ledger(self) -> Ledger:
@@ -122,10 +113,10 @@ class _Sim:
         )
 
 
-def _command(sim: _Sim, number: int, op: Op, prediction: Prediction) -> list[Problem]:
-    store, ws = sim.ledger.store, sim.run.ws
-    if prediction.refused:
-        sim.predicted.append((number, prediction.errors))
+def _command(sim: _Sim, number: int, op: Op) -> list[Problem]:
+    store, ws, prediction = sim.ledger.store, sim.run.ws, sim.model.predict(*split(op))
+    if prediction.refused:  # the class the shrunk scenario's `refused:` names (the observed one, when allowed)
+        sim.refused[number] = prediction.errors[0]
     before = store.count_events()
     method, args, kwargs = writers.command_call(ws, sim.step(number, op).spec)
     if method in ("check", "hand_off"):
@@ -133,12 +124,13 @@ def _command(sim: _Sim, number: int, op: Op, prediction: Prediction) -> list[Pro
     outcome = writers.call(sim.ledger, (method, args, kwargs))
     if outcome.refused:
         name = outcome.classes[0]
-        sim.refusals.append((number, name))
         problems: list[Problem] = []
         if not prediction.refused:
             problems.append(("outcome", f"success, {prediction.events} events", outcome.shown(ws)))
         elif name not in prediction.errors:
             problems.append(("refused", " or ".join(prediction.errors), outcome.shown(ws)))
+        else:
+            sim.refused[number] = name
         if store.count_events() != before:
             problems.append(("events", f"{before} (a refusal appends nothing)", store.count_events()))
         return problems
@@ -179,25 +171,18 @@ def _candidates(sim: _Sim) -> list[Problem]:
     return problems
 
 
-def _paths(sim: _Sim) -> list[Problem]:
-    """Every candidate's state after each of its events (`explain`'s path), as the model says."""
-    problems: list[Problem] = []
-    for cid, want in sim.model.candidates.items():
-        path = [step["to"] for step in explain(sim.ledger.store, cid)["path"]]
-        if path != want.path:
-            problems.append((f"{cid} path", want.path, path))
-    return problems
-
-
 def _whole(sim: _Sim) -> list[Problem]:
-    """Replay = checkpoint + tail, every candidate's path, and `verify` as the faults so far say it must be."""
+    """Replay = checkpoint + tail, every candidate's path (`explain`'s), and `verify` as the faults say."""
     store = sim.ledger.store
     report = verify(store)
     found = {k: report.get(k) for k in ("ok", "bad_seq", "reason")}
     if (seq := sim.model.tampered_seq) is not None:
         named = not report["ok"] and report.get("bad_seq") == seq
         return [] if named else [("bad_seq", seq, report.get("bad_seq"))]
-    problems = _paths(sim)
+    problems: list[Problem] = []
+    for cid, want in sim.model.candidates.items():
+        if (path := [step["to"] for step in explain(store, cid)["path"]]) != want.path:
+            problems.append((f"{cid} path", want.path, path))
     _, _, same = load_both_ways(store)
     if not same:
         problems.append(("replay", "latest checkpoint + tail equal to a full replay", "differs"))
@@ -240,7 +225,7 @@ def simulate(schedule: Schedule, *, keep: Path | None = None, check_every: int =
             ws.materialize(artifacts, DrillConfig())
             ledger.init()
             sim = _Sim(LedgerModel(baselines=dict(ws.shas), specs={k: dict(v) for k, v in schedule.specs.items()}), run)
-            failure, ran = _loop(sim, schedule.ops, check_every)
+            failure = _loop(sim, schedule.ops, check_every)
             head = ledger.store.head()
             result = SimResult(
                 schedule.seed,
@@ -248,9 +233,8 @@ def simulate(schedule: Schedule, *, keep: Path | None = None, check_every: int =
                 {"seq": head.seq, "hash": head.hash},
                 ledger.store.count_events(),
                 time.perf_counter() - started,
-                tuple(ran),
-                tuple(sim.refusals),
-                tuple(sim.predicted),
+                tuple(sim.ran),
+                sim.refused,
                 _expectations(sim),
             )
         finally:
@@ -260,30 +244,24 @@ def simulate(schedule: Schedule, *, keep: Path | None = None, check_every: int =
     return result
 
 
-def _loop(sim: _Sim, ops: list[Op], check_every: int) -> tuple[SimFailure | None, list[int]]:
-    ran: list[int] = []
+def _loop(sim: _Sim, ops: list[Op], check_every: int) -> SimFailure | None:
     for number, op in enumerate(ops, start=1):
-        action, args = split(op)
+        action = next(iter(op))
+        command = ACTIONS[action].command
         sim.run.child = {"clock": FIXED_CLOCK, "id_prefix": f"crash{number}", "actor": ACTOR}
-        if not ACTIONS[action].command and sim.meaningless(op):
+        if not command and sim.meaningless(op):
             continue
+        sim.ran.append(number)
         try:
-            if ACTIONS[action].command:
-                problems = _command(sim, number, op, sim.model.predict(action, args))
-            else:
-                problems = _fault(sim, number, op)
+            problems = _command(sim, number, op) if command else _fault(sim, number, op)
         except Exception as e:  # a ledger bug: reported (and shrunk) like any broken invariant
-            ran.append(number)
-            return SimFailure(
-                number, op, (("outcome", "a result or a ledger refusal", f"{type(e).__name__}: {e}"),)
-            ), ran
-        ran.append(number)
+            return SimFailure(number, op, (("outcome", "a result or a ledger refusal", f"{type(e).__name__}: {e}"),))
         if action == "tamper_event":  # the log is no longer trusted: reads fail closed, only verify is asked
             problems += _whole(sim)
-            return (SimFailure(number, op, tuple(problems)) if problems else None), ran
+            return SimFailure(number, op, tuple(problems)) if problems else None
         problems += _candidates(sim)
         if not problems and (number % check_every == 0 or number == len(ops) or "checkpoint" in action):
             problems += _whole(sim)
         if problems:
-            return SimFailure(number, op, tuple(problems)), ran
-    return None, ran
+            return SimFailure(number, op, tuple(problems))
+    return None

@@ -1,10 +1,5 @@
-"""The drill steps: one attrs class per step, each naming its key in the file.
-
-A step class lists the keys the step takes, their types and defaults (`convert.py`
-structures a file's step into it); `loader.py` reads the class variables to resolve
-names and shorthands, check references and nest commands. `scenarios/README.md`
-documents each step for people.
-"""
+"""The drill steps: one attrs class per step, naming its key in the file, listing its keys, types and
+defaults; `loader.py` reads the class variables (names, shorthands, references)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""A drill's temporary folder: the artifacts its scenario declares, and its ledger file.
-
-Every byte depends only on the seed and the artifact's name, so two runs build identical workspaces.
-"""
+"""A drill's temporary folder: its scenario's artifacts (every byte from the seed and the artifact's name, so
+two runs build identical workspaces) and its ledger file."""
 
 from __future__ import annotations
 
@@ -24,7 +22,7 @@ from lifecycle_fsm.replay.drills.schema import ArtifactSpec, DrillConfig
 from lifecycle_fsm.replay.drills.seeds import baseline_manifest, candidate_manifest, write_adapter, write_manifest
 from lifecycle_fsm.store.sqlite import create_ledger_file
 
-__all__ = ["Workspace", "kept_ledger", "refuse_kept"]
+__all__ = ["Workspace", "refuse_kept"]
 
 
 @attrs.define
@@ -91,8 +89,8 @@ class Workspace:
             fields: JSON = {
                 "source_policy_version": self.shas.get(baseline) if baseline else None,
                 "policy_version": name,
-                "evaluation_version": self.config.evaluation_version or "eval-v1",
             }
+            fields["evaluation_version"] = self.config.evaluation_version or "eval-v1"
             if spec.type != "dpo":
                 fields["evidence_window_index"] = self.config.active_window
             manifest = candidate_manifest(spec.type, adapter_sha256=claimed, **(fields | overrides))
@@ -104,8 +102,7 @@ class Workspace:
         write_manifest(self.manifests[name], manifest)
 
     def edit_manifest(self, name: str, changes: Mapping[Any, Any], drop: tuple[str, ...]) -> None:
-        """Rewrite a manifest in place: the spec's overrides plus `changes` (a field set is no longer
-        dropped), minus `drop`."""
+        """Rewrite a manifest in place: the spec's overrides plus `changes` (no longer dropped), minus `drop`."""
         spec = self.specs[name]
         manifest: dict[Any, Any] = {k: v for k, v in (dict(spec.manifest) | dict(changes)).items() if k not in drop}
         dropped: tuple[Any, ...] = tuple(dict.fromkeys([*(k for k in spec.drop if k not in changes), *drop]))
@@ -129,30 +126,24 @@ class Workspace:
 
     def keep(self, keep_dir: Path, name: str) -> str:
         """Copy the ledger (SQLite's backup API) to a new 0600 keep_dir/<name>.db, never over one."""
-        target = kept_ledger(make_folder(keep_dir, "--keep folder"), name)
+        target = make_folder(keep_dir, "--keep folder") / f"{name}.db"
         try:
             create_ledger_file(target, exclusive=True)
         except FileExistsError:
-            raise kept_exists(target) from None
+            raise _kept_exists(target) from None
         with closing(sqlite3.connect(self.db)) as src, closing(sqlite3.connect(target)) as dst:
             src.backup(dst)
         return target.name
 
 
-def kept_ledger(keep_dir: Path, name: str) -> Path:
-    """Where `drill --keep DIR` keeps the ledger of the scenario (or simulated seed) `name`."""
-    return keep_dir / f"{name}.db"
-
-
-def kept_exists(path: Path) -> InputError:
+def _kept_exists(path: Path) -> InputError:
     return InputError(f"{path} exists: --keep never overwrites a kept ledger (move it away, or --keep another folder)")
 
 
 def refuse_kept(keep_dir: Path | None, names: Iterable[str]) -> None:
-    """Before a drill runs: refuse (exit 3) when a ledger it would keep is already there."""
+    """Before a drill runs: refuse (exit 3) when a ledger it would keep (DIR/<name>.db) is already there."""
     if keep_dir is None:
         return
-    for name in names:
-        path = kept_ledger(keep_dir, name)
+    for path in (keep_dir / f"{name}.db" for name in names):
         if os.path.lexists(path):
-            raise kept_exists(path)
+            raise _kept_exists(path)

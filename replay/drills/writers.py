@@ -1,6 +1,5 @@
-"""Ledger commands as drills run them: in the drill's own `Ledger`, in a child process killed at a
-commit point (`crash`, `crash_during_append`), or in several writers at once (`concurrently`).
-"""
+"""Ledger commands as drills run them: in the drill's own `Ledger`, in a child process killed at a commit
+point (`crash`, `crash_during_append`), or in several writers at once (`concurrently`)."""
 
 from __future__ import annotations
 
@@ -17,14 +16,16 @@ from typing import Any
 import attrs
 import orjson
 
+import lifecycle_fsm
 from lifecycle_fsm.errors import LifecycleError
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.ledger import Ledger
-from lifecycle_fsm.replay.drills.faults import FaultOutcome, Problem, child_env, integrity
+from lifecycle_fsm.replay.drills.faults import FaultOutcome, Problem, integrity
 from lifecycle_fsm.replay.drills.schema import Refusal, Step
 from lifecycle_fsm.replay.drills.steps import Action, Concurrently, Crash
 from lifecycle_fsm.replay.drills.workspace import Workspace
 from lifecycle_fsm.store.base import EventStore, event_at
+from lifecycle_fsm.store.faults import ENV_VAR
 
 __all__ = ["Call", "Inconclusive", "Outcome", "call", "command_call", "concurrently", "crash", "crash_during_append"]
 
@@ -80,24 +81,20 @@ def command_call(ws: Workspace, spec: Action) -> Call:
     kwargs = {"candidate_id": values.pop("id")} if "id" in values else {}
     if spec.name == "register":
         kwargs = {"kind": values.pop("kind")}
-    if "artifact" in values:
-        name = values["artifact"]
-        values["artifact"] = str(
-            ws.folders[name]
-            if attrs.fields_dict(type(spec))["artifact"].metadata["refers"] == "any"
-            else ws.manifests[name]
-        )
+    if "artifact" in values:  # a folder for any artifact, else the adapter's manifest
+        folder = attrs.fields_dict(type(spec))["artifact"].metadata["refers"] == "any"
+        values["artifact"] = str((ws.folders if folder else ws.manifests)[values["artifact"]])
     return spec.name, list(values.values()), kwargs
 
 
 def _child(target: str, calls: Sequence[Call], plan: JSON, fault: str | None) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "lifecycle_fsm.replay.drills.child", target, orjson.dumps(plan | {"calls": calls})],
-        env=child_env(fault),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    """A writer process (`child.py`), our packages importable even from a source checkout."""
+    env = {k: v for k, v in os.environ.items() if k != ENV_VAR} | ({ENV_VAR: fault} if fault is not None else {})
+    project = str(Path(lifecycle_fsm.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join([project, *filter(None, [os.environ.get("PYTHONPATH")])])
+    plan_json = orjson.dumps(plan | {"calls": calls})
+    argv: list[str | bytes] = [sys.executable, "-m", "lifecycle_fsm.replay.drills.child", target, plan_json]
+    return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def _killed(target: str, calls: Sequence[Call], plan: JSON, fault: str) -> tuple[int, str, list[Outcome], int]:
@@ -149,15 +146,8 @@ def crash_during_append(
     code, tail, outcomes, in_flight = _killed(target, calls, {"actor": actor}, fault)
     acknowledged = [seq for o in outcomes for seq in o.seqs]
     after = store.count_events()
-    detail = {
-        "commands": commands,
-        "killed_in_command": planned,
-        "fault": fault,
-        "returncode": code,
-        "acknowledged_events": len(acknowledged),
-        "events_before": before,
-        "events_after": after,
-    }
+    detail = {"commands": commands, "killed_in_command": planned, "fault": fault, "returncode": code}
+    detail |= {"acknowledged_events": len(acknowledged), "events_before": before, "events_after": after}
     problems: list[Problem] = []
     if code != -signal.SIGKILL:
         refused = next((o for o in outcomes if o.refused), None)  # why no command got to its commit
