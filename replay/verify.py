@@ -162,7 +162,12 @@ def _walk(
     (None: a broken chain the workers did not fold past)."""
     reports, sound = _checkpoint_statuses(store)
     stops = sorted({index_at, *(r.position for r in sound)})
-    chain, states = _walk_shared(store, workers, target, stops) if workers > 1 else _walk_here(store, stops)
+    if workers > 1:
+        from lifecycle_fsm.replay.verify_workers import walk_shared  # multiprocessing, for this case only
+
+        chain, states = walk_shared(store, workers, target, stops)
+    else:
+        chain, states = _walk_here(store, stops)
     if not isinstance(states, list):
         return chain, [], states
     at = dict(zip(stops, states, strict=False))
@@ -182,15 +187,3 @@ def _walk_here(store: EventStore, stops: list[int]) -> tuple[ChainReport, Folded
         walk.finish()  # a break further on is still the finding
         return walk.report(count=store.count_events, head=store.head), e
     return walk.report(count=store.count_events, head=store.head), states
-
-
-def _walk_shared(store: EventStore, workers: int, target: str, stops: list[int]) -> tuple[ChainReport, Folded]:
-    """`_walk_here` by worker processes, each over a slice of the chain and a share of the streams."""
-    from lifecycle_fsm.replay.verify_workers import Shares  # multiprocessing, for this case only
-
-    shares = Shares(target, store.head().seq, workers, store.streams(), stops)
-    try:
-        return shares.results(count=store.count_events, head=store.head)
-    except BaseException:
-        shares.cancel()
-        raise

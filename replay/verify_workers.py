@@ -28,28 +28,19 @@ from lifecycle_fsm.store.chain import GENESIS_HASH, ChainWalk
 from lifecycle_fsm.store.open import open_store
 from lifecycle_fsm.store.records import ChainReport, EventFilter, Head, StreamHead, StreamShare
 
-__all__ = ["Shares"]
+__all__ = ["walk_shared"]
 
 _seq = operator.itemgetter(0)
 
 
 @attrs.frozen
-class _Slice:
-    """A worker's slice of positions: its first row, and the break its walk met (`bad`) or how many rows
-    it walked and the last one's position and hash."""
+class _Share:
+    """A worker's results: its slice's first row, and the break its walk met (`bad`) or the walk's report;
+    its streams' states at each position and the head, or what stopped the fold."""
 
     first: Row | None
     bad: tuple[int, str] | None
-    seen: int = 0
-    last: Head | None = None
-
-
-@attrs.frozen
-class _Share:
-    """A worker's results: its slice, and its streams' states at each position and the head, or what
-    stopped the fold."""
-
-    chain: _Slice
+    walked: ChainReport | None
     states: list[LedgerState]
     failed: Exception | None
 
@@ -96,7 +87,7 @@ def _walk_and_fold(
     head_batch = next(batches, [])
     first = head_batch[0] if head_batch else None
     start = None if first is None else Head(first[0] - 1, first[9])
-    walk = ChainWalk(itertools.chain([head_batch], batches) if first is not None else [], start=start, times=True)
+    walk = ChainWalk(itertools.chain([head_batch], batches), start=start, times=True)
     own = itertools.chain(
         store.select_fold_rows(after=0, before=after + 1, streams=streams),
         ([row for row in rows if streams.holds(row[1])] for rows in walk.fold_batches()),
@@ -113,12 +104,10 @@ def _walk_and_fold(
     except Exception as e:  # rows the chain may not hold (a column edited to another type): judged after it
         failed = e
     walk.finish()
-    if first is None:
-        return _Share(_Slice(None, None), states, failed)
-    if walk.bad_seq is not None and walk.reason is not None:
-        return _Share(_Slice(first, (walk.bad_seq, walk.reason)), states, failed)
-    end = walk.report(count=store.count_events, head=store.head)  # no break: asks the store nothing
-    return _Share(_Slice(first, None, end.events, end.head), states, failed)
+    bad = None if walk.bad_seq is None or walk.reason is None else (walk.bad_seq, walk.reason)
+    # No break: the report asks the store nothing.
+    walked = walk.report(count=store.count_events, head=store.head) if first is not None and bad is None else None
+    return _Share(first, bad, walked, states, failed)
 
 
 def _share_out(index: list[StreamHead], workers: int) -> list[StreamShare]:
@@ -138,58 +127,50 @@ def _length(head: StreamHead) -> int:
     return head.version if type(head.version) is int else 1
 
 
-class Shares:
-    """Worker processes verifying positions `(0, head]` of the ledger at `target`: each walks a slice of
-    the chain and folds a share of the streams, stopping at each of `positions` (ascending) on the way."""
-
-    def __init__(self, target: str, head: int, workers: int, index: list[StreamHead], positions: list[int]) -> None:
-        self._pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
-        shares = _share_out(index, workers)
-        self._ledger_share = next(k for k, share in enumerate(shares) if share.holds(LEDGER_STREAM))
-        self._positions = [*positions, head]
-        size = -(-head // workers)
-        self._shares = [
-            self._pool.submit(_run_share, target, head, (min(k * size, head), min(k * size + size, head)), s, positions)
+def walk_shared(store: EventStore, workers: int, target: str, positions: list[int]) -> tuple[ChainReport, Folded]:
+    """`verify`'s walk by worker processes on the ledger at `target`, each over a slice of the chain and a share
+    of the streams, stopping at each of `positions` (ascending): the chain's verdict as one walk gives it, and
+    the merged states at each position and the head, or the first corruption (None: the chain is broken).
+    The head is read here, so the workers and this process judge the same log."""
+    head = store.head().seq
+    shares = _share_out(store.streams(), workers)
+    size = -(-head // workers)
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+    try:
+        futures = [
+            pool.submit(_run_share, target, head, (min(k * size, head), min(k * size + size, head)), s, positions)
             for k, s in enumerate(shares)
         ]
-
-    def results(self, *, count: Callable[[], int], head: Callable[[], Head]) -> tuple[ChainReport, Folded]:
-        """The chain's verdict, as one walk gives it, and the merged states at each position and at the head,
-        or the first corruption (None when the chain is broken)."""
-        try:
-            found = [share.result() for share in self._shares]
-        except BrokenProcessPool as e:  # a worker killed
-            raise StoreError(f"verify's worker processes stopped before they finished ({e})") from e
-        finally:
-            self._pool.shutdown(cancel_futures=True)
-        for share in found:
-            if isinstance(share, str):
-                raise StoreError(f"a verify worker could not read the ledger: {share}")
-        shares = [share for share in found if isinstance(share, _Share)]
-        chain = _chain(shares, count=count, head=head)
-        return chain, (self._merged(shares) if chain.ok else None)
-
-    def cancel(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
-
-    def _merged(self, shares: list[_Share]) -> list[LedgerState] | CorruptionError:
-        failures = [share.failed for share in shares if share.failed is not None]
-        if corrupt := [e for e in failures if isinstance(e, CorruptionError)]:
-            return min(corrupt, key=lambda e: e.seq or 0)  # the row one whole fold stops at
-        if failures:
-            raise failures[0]
-        return [
-            _merge([share.states[n] for share in shares], position, settings_from=self._ledger_share)
-            for n, position in enumerate(self._positions)
-        ]
+        found = [future.result() for future in futures]
+    except BrokenProcessPool as e:  # a worker killed
+        raise StoreError(f"verify's worker processes stopped before they finished ({e})") from e
+    finally:
+        pool.shutdown(cancel_futures=True)
+    for part in found:
+        if isinstance(part, str):
+            raise StoreError(f"a verify worker could not read the ledger: {part}")
+    parts = [part for part in found if isinstance(part, _Share)]
+    chain = _chain(parts, count=store.count_events, head=store.head)
+    if not chain.ok:
+        return chain, None
+    failures = [part.failed for part in parts if part.failed is not None]
+    if corrupt := [e for e in failures if isinstance(e, CorruptionError)]:
+        return chain, min(corrupt, key=lambda e: e.seq or 0)  # the row one whole fold stops at
+    if failures:
+        raise failures[0]
+    ledger_share = next(k for k, share in enumerate(shares) if share.holds(LEDGER_STREAM))
+    merged = [
+        _merge([part.states[n] for part in parts], position, settings_from=ledger_share)
+        for n, position in enumerate([*positions, head])
+    ]
+    return chain, merged
 
 
 def _chain(shares: list[_Share], *, count: Callable[[], int], head: Callable[[], Head]) -> ChainReport:
     """The slices joined: each slice's first row walked on from the previous slice's last (position, link),
     then the slice's own finding, so the first break is the one a walk over the whole log meets."""
     last, seen = Head(0, GENESIS_HASH), 0
-    for share in shares:
-        part = share.chain
+    for part in shares:
         if part.first is None:  # no rows at all: the next row's position says where they went
             continue
         boundary = ChainWalk([[part.first]], start=last, hashes=False)
@@ -197,8 +178,8 @@ def _chain(shares: list[_Share], *, count: Callable[[], int], head: Callable[[],
         bad = part.bad if boundary.bad_seq is None or boundary.reason is None else (boundary.bad_seq, boundary.reason)
         if bad is not None:
             return ChainReport(False, count(), head(), bad_seq=bad[0], reason=bad[1])
-        assert part.last is not None
-        last, seen = part.last, seen + part.seen
+        assert part.walked is not None
+        last, seen = part.walked.head, seen + part.walked.events
     return ChainReport(True, seen, last)
 
 
