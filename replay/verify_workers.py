@@ -10,6 +10,7 @@ and each opens its own store on the target, never the one this process holds.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import itertools
 import multiprocessing
 import operator
@@ -68,11 +69,8 @@ def _run_share(
     """In a worker: the slice `bounds` of the chain and the fold of this share's streams up to `head`;
     a message when the ledger cannot be read there."""
     try:
-        store = open_store(target, create=False)
-        try:
+        with contextlib.closing(open_store(target, create=False)) as store:
             return _walk_and_fold(store, head, bounds, streams, positions)
-        finally:
-            store.close()
     except LifecycleError as e:
         return str(e)
 
