@@ -90,7 +90,7 @@ def explanation(
     with reading_stored(shown[0].seq, shown[0].type):
         if evidence is not None:
             checks = _checks(claimed, evidence)
-            artifact = _artifact(evidence["artifact"], _receipt(rows, shown[0].seq))
+            artifact = _artifact(evidence["artifact"], rows, shown[0].seq)
             found = activations if activations is not None else baseline_activations(store)
             rollback = _rollback(found, evidence["rollback"], shown[0].seq)
         recovery = _recovery(state.last_recovery, path, by_seq)
@@ -136,12 +136,6 @@ def _evidence_seq(state: CandidateState, decisive: StoredEvent) -> int | None:
         return decisive.seq
     seqs = [d["seq"] for d in (state.last_check, state.last_handoff) if d is not None]
     return max(seqs, default=None)
-
-
-def _receipt(rows: Sequence[Row], upto: int) -> JSON | None:
-    """The artifact as it was at the latest receipt before `upto` (None: not recorded then)."""
-    received = [p for e, p in rows if e.type == "CandidateReceived" and e.seq <= upto]
-    return received[-1]["artifact_at_receipt"] if received else None
 
 
 def _passed(name: str, evidence: JSON) -> bool:
@@ -208,8 +202,10 @@ def _hashes(check: JSON) -> JSON:
     return {k: check.get(k) for k in ("path", "expected", "actual", "verified", "error")}
 
 
-def _artifact(check: JSON, receipt: JSON | None) -> ArtifactCheck:
-    """The candidate's adapter: the hashes, and which files differ from those recorded at receipt."""
+def _artifact(check: JSON, rows: Sequence[Row], upto: int) -> ArtifactCheck:
+    """The candidate's adapter: the hashes, and which files differ from those recorded at its latest receipt."""
+    received = [p for e, p in rows if e.type == "CandidateReceived" and e.seq <= upto]
+    receipt = received[-1]["artifact_at_receipt"] if received else None  # None: not recorded then
     at_receipt = None if receipt is None else {k: receipt.get(k) for k in ("actual", "error")}
     files = file_changes(None if receipt is None else receipt.get("tree"), check.get("tree"))
     return ArtifactCheck(**_hashes(check), at_receipt=at_receipt, files=files)
@@ -243,22 +239,17 @@ def _outcome(kind: str, seen: JSON, plan: JSON, path: list[PathStep], by_seq: di
         return "used", f"re-hashed {seen.get('actual')}, as recorded"
     if seen.get("available"):
         return "not_needed", f"intact, but {plan['recovery_state']} comes first"
-    if seen.get("source") is None:  # nothing recorded at plan time: never recorded, or invalidated since
-        return _unrecorded(kind, plan["seq"], path, by_seq)
+    if seen.get("source") is None:  # nothing recorded at plan time: invalidated since (and when), or never
+        for step in reversed([s for s in path if s.seq < plan["seq"]]):
+            payload = by_seq[step.seq][1]
+            if step.type == "TrustedStateInvalidated" and payload["kind"] == kind:
+                return "invalidated", f"invalidated at seq {step.seq} ({payload['reason']})"
+            if step.type == "TrustedStateRecorded" and payload["kind"] == kind:
+                break
+        return "not_recorded", "never recorded for this candidate"
     if seen.get("actual") is None:
         return "missing", str(seen.get("error"))
     return "hash_changed", f"recorded {seen.get('expected')}, now {seen.get('actual')}"
-
-
-def _unrecorded(kind: str, before: int, path: list[PathStep], by_seq: dict[int, Row]) -> tuple[str, str]:
-    """A state the plan did not find: invalidated (and when), or never recorded."""
-    for step in reversed([s for s in path if s.seq < before]):
-        payload = by_seq[step.seq][1]
-        if step.type == "TrustedStateInvalidated" and payload["kind"] == kind:
-            return "invalidated", f"invalidated at seq {step.seq} ({payload['reason']})"
-        if step.type == "TrustedStateRecorded" and payload["kind"] == kind:
-            break
-    return "not_recorded", "never recorded for this candidate"
 
 
 def _invalidation(decisive: StoredEvent, payload: JSON) -> Invalidation | None:
