@@ -1,8 +1,4 @@
-"""Rebuilding whole-ledger state from the store: replay, checkpoints, verify.
-
-The auditor's views of it (`explain`, `log`, `report`, `browse`) are modules of this package,
-imported by the commands that show them.
-"""
+"""Whole-ledger state from the store: replay, checkpoints, verify; the auditor's views are its modules."""
 
 from __future__ import annotations
 

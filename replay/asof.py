@@ -1,13 +1,8 @@
 """What `--as-of`, `--since` and `--until` mean: a position in the log, or a time.
 
-A time is ISO 8601 with `Z` or an offset (fractional seconds optional; a naive time
-is UTC) and stands for the log up to the event before the first one recorded after
-it (`EventStore.position_at`): every event recorded by then, except that with several
-writers at once a command stamped earlier can commit after one stamped later, and then
-is left out rather than a later event taken in. Events are
-stamped in UTC with microseconds (`YYYY-MM-DDTHH:MM:SS.ffffffZ`), so a time is
-brought to that form and compared as text; finer fractions are cut to microseconds.
-A bare integer is a seq (so `20261130` is a seq, not a date).
+A bare integer is a seq (`20261130` is a seq, not a date). A time is ISO 8601 (naive: UTC), brought to
+the stored form (UTC, microseconds, `Z`) and compared as text; it stands for the log up to the event
+before the first one recorded after it (`EventStore.position_at`).
 """
 
 from __future__ import annotations
@@ -39,30 +34,21 @@ def parse_time(text: str) -> str:
 
 
 def parse_seq(text: str, option: str = "--as-of") -> int:
-    """A seq given as `option`'s value: ASCII digits, at most int64, 0 for the log before its first event
-    (InputError otherwise)."""
+    """A seq given as `option`'s value: ASCII digits, 0 to int64 max (InputError otherwise)."""
     stripped = text.strip()
     digits = stripped.removeprefix("-")
     if not (digits.isascii() and digits.isdigit()):  # str.isdigit alone takes "²", which int() refuses
         raise InputError(f"{option} {text}: not a seq (a whole number from 0)")
-    # int() refuses a string of 4300+ digits (a ValueError traceback): leading zeros go first, and a
-    # number of more than 19 digits is too large for a seq anyway.
-    significant = digits.lstrip("0") or "0"
-    sign = -1 if stripped.startswith("-") else 1
-    seq = sign * (int(significant) if len(significant) <= 19 else MAX_INT64 + 1)
-    if seq < 0:
+    significant = digits.lstrip("0") or "0"  # int() refuses 4300+ digits; a seq has at most 19
+    if stripped.startswith("-") and significant != "0":
         raise InputError(f"{option} {text}: a seq is a whole number from 0 (0: before the first event)")
-    if seq > MAX_INT64:
+    if len(significant) > 19 or int(significant) > MAX_INT64:
         raise InputError(f"{option} {text}: no seq is that large")
-    return seq
+    return int(significant)
 
 
 def parse_as_of(text: str) -> AsOf:
-    """A seq (ASCII digits only; 0 is before the first event) or a time (anything else ISO 8601).
-
-    A signed whole number (`-1`, `+3`) is no time, and was surely meant as a seq: the
-    refusal says what a seq is, not that it failed to parse as a time.
-    """
+    """A seq (plain ASCII digits) or a time (anything else); a signed number is refused as a seq."""
     stripped = text.strip()
     if stripped.isascii() and stripped.isdigit():
         return parse_seq(text)
@@ -75,12 +61,8 @@ def parse_as_of(text: str) -> AsOf:
 
 
 def position_of(store: EventStore, as_of: AsOf | None, *, option: str = "--as-of") -> int:
-    """The log position an as-of stands for (the head when None).
-
-    A seq past the head is refused (InputError: a typo must not read as "nothing
-    happened since"); a time after the last event is simply the head. `option` names
-    the flag in that refusal (`replay --to` holds seqs to the same rule).
-    """
+    """The log position an as-of stands for (the head when None). A seq past the head is refused (a typo
+    must not read as "nothing happened since"); a time after the last event is the head."""
     head = store.head().seq
     if as_of is None:
         return head

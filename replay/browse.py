@@ -1,12 +1,8 @@
-"""What `lifecycle serve` shows: a snapshot of the ledger and Datasette metadata for it.
+"""What `lifecycle serve` shows: a verified snapshot of the ledger, and Datasette metadata for it.
 
-The browser never opens the live file. `snapshot` copies it with SQLite's backup API
-(a consistent copy while writers go on), checks the copy's chain, and adds one table
-the log does not hold: `candidate_states`, each candidate's state and reason codes
-after each of its events, computed by the same fold as replay (so `rejections` and
-`ready_at` agree with `explain` and `status --as-of`, and no SQL re-implements the
-machine). Datasette then opens the copy immutable, with arbitrary SQL, downloads and
-CSV streams off: only the canned queries below and read-only table pages are served.
+The browser never opens the live file. The copy gains `candidate_states` (each candidate's state after each
+of its events, by the replay fold, so no SQL re-implements the machine); Datasette serves it immutable, with
+only the canned queries below and read-only table pages.
 """
 
 from __future__ import annotations
@@ -98,11 +94,8 @@ class Snapshot:
 
 
 def snapshot(ledger: Path, folder: Path) -> Snapshot:
-    """Copy the ledger (backup API) into `folder`, verify the copy's chain and fold, add `candidate_states`.
-
-    The copy is created 0600, as ledger files are: a server killed before it cleans up leaves
-    nothing another user can read.
-    """
+    """Copy the ledger (backup API: consistent while writers go on) into `folder` as a 0600 file, verify the
+    copy's chain and add `candidate_states`."""
     target = folder / f"{ledger.stem}.db"
     os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     try:
@@ -141,8 +134,7 @@ def _states(store: SQLiteEventStore) -> list[tuple[Any, ...]]:
         cid = candidate_id_of(event.stream_id)
         if cid is None:
             continue
-        payload = decoded_payload(event)
-        trigger = CANDIDATE_EVENTS[event.type].trigger_for(payload)
+        trigger = CANDIDATE_EVENTS[event.type].trigger_for(decoded_payload(event))
         work = folding.work(event.stream_id)
         assert work is not None
         reasons = orjson.dumps(list(work["reason_codes"])).decode()
@@ -152,9 +144,7 @@ def _states(store: SQLiteEventStore) -> list[tuple[Any, ...]]:
 
 def metadata(snap: Snapshot, database_path: str) -> JSON:
     """Datasette metadata: the title naming the head, the canned queries (listed on the home page too), no SQL.
-
-    `database_path`: the database's URL path (`/<stem>`, as Datasette encodes it).
-    """
+    `database_path`: the database's URL path (`/<stem>`, as Datasette encodes it)."""
     listed = "".join(
         f'<li><a href="{html.escape(database_path)}/{name}">{html.escape(q["title"])}</a>: '
         f"{html.escape(q['description'])}</li>"

@@ -1,14 +1,8 @@
-"""Checkpoints: snapshots of the folded ledger, verifiable and disposable.
+"""Checkpoints: snapshots of the folded ledger at a position, verifiable and disposable.
 
-A checkpoint stores the state at global position N, the chain's hash at N, a schema
-version and a fingerprint of what the folded state structurally depends on
-(`lifecycle_fsm/snapshots.py`). Like a training run's resume checkpoints, a structural
-mismatch means the snapshot is not used and the reason is said; the ledger then
-falls back to an older checkpoint or a full replay. One built under other decision
-rules is used, with a warning (`checkpoint_other_rules`): rules decide what comes next,
-not what the recorded events fold to. Loading is the latest trusted
-checkpoint plus the events after it, and must equal a full replay
-(tests/test_checkpoints.py and tests/test_properties.py prove it).
+One that does not match structurally (`lifecycle_fsm/snapshots.py`) is skipped, saying why, and an older
+one or the whole log is folded instead; one built under other decision rules is used, with a warning:
+rules decide what comes next, not what the recorded events fold to.
 """
 
 from __future__ import annotations
@@ -38,7 +32,6 @@ __all__ = [
     "FINGERPRINT",
     "FINGERPRINT_PARTS",
     "LoadResult",
-    "SnapshotProblem",
     "checkpoint_problem",
     "load_state",
     "take_checkpoint",
@@ -57,21 +50,19 @@ class LoadResult:
 
 
 def take_checkpoint(store: EventStore, *, clock: Callable[[], str], to: int | None = None) -> CheckpointRecord:
-    """Snapshot the folded ledger at the head (or `to`), starting from the latest good checkpoint; the
-    state index is brought to the same state (the one place it moves besides a rebuild). Each row folded
+    """Snapshot the folded ledger at the head (or `to`) and bring the state index to it. Each row folded
     is re-hashed first: a snapshot of a row edited in place would make every later read believe it."""
-    loaded = load_state(store, to=to, checked=True)
-    streams = [
-        (stream_of(cid), c.version, canonical_json(c.to_dict())) for cid, c in sorted(loaded.state.candidates.items())
-    ]
+    state = load_state(store, to=to, checked=True).state
     return store.append_checkpoint(
-        position=loaded.state.position,
+        position=state.position,
         schema_version=CHECKPOINT_SCHEMA_VERSION,
         fingerprint=FINGERPRINT,
-        snapshot=loaded.state.snapshot(),
+        snapshot=state.snapshot(),
         recorded_at=clock(),
-        streams=streams,
-        index=index_of(loaded.state),
+        streams=[
+            (stream_of(cid), c.version, canonical_json(c.to_dict())) for cid, c in sorted(state.candidates.items())
+        ],
+        index=index_of(state),
     )
 
 
@@ -90,27 +81,20 @@ def _restore(record: CheckpointRecord) -> LedgerState:
 def load_state(
     store: EventStore, *, to: int | None = None, use_checkpoints: bool = True, checked: bool = False
 ) -> LoadResult:
-    """Latest trusted checkpoint at or before `to` plus the events after it.
-
-    `checked`: recompute each folded row's own hash first (`fold_rows`), as reads that
-    print state do.
-    """
+    """The latest trusted checkpoint at or before `to` plus the events after it (`checked`: see `fold_rows`)."""
     skipped: list[tuple[int, str]] = []
-    if use_checkpoints:
-        for record in store.select_checkpoints(at_or_before=to):
-            problem = checkpoint_problem(store, record)
-            reason = None if problem is None else problem.reason
-            if problem is None:
-                try:
-                    start = _restore(record)
-                except (ValueError, KeyError, TypeError) as e:
-                    reason = f"snapshot cannot be read ({e!r})"
-                else:
-                    if (rules := other_rules(record.fingerprint)) is not None:  # decisions, not structure: used
-                        log.warning("checkpoint_other_rules", checkpoint_id=record.checkpoint_id, rules=rules)
-                    return LoadResult(fold_rows(store, start, to=to, checked=checked), record, tuple(skipped))
-            log.warning(
-                "checkpoint_skipped", checkpoint_id=record.checkpoint_id, position=record.position, reason=reason
-            )
-            skipped.append((record.checkpoint_id, str(reason)))
+    for record in store.select_checkpoints(at_or_before=to) if use_checkpoints else ():
+        problem = checkpoint_problem(store, record)
+        reason = None if problem is None else problem.reason
+        if problem is None:
+            try:
+                start = _restore(record)
+            except (ValueError, KeyError, TypeError) as e:
+                reason = f"snapshot cannot be read ({e!r})"
+            else:
+                if (rules := other_rules(record.fingerprint)) is not None:
+                    log.warning("checkpoint_other_rules", checkpoint_id=record.checkpoint_id, rules=rules)
+                return LoadResult(fold_rows(store, start, to=to, checked=checked), record, tuple(skipped))
+        log.warning("checkpoint_skipped", checkpoint_id=record.checkpoint_id, position=record.position, reason=reason)
+        skipped.append((record.checkpoint_id, str(reason)))
     return LoadResult(fold_rows(store, EMPTY, to=to, checked=checked), None, tuple(skipped))

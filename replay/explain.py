@@ -1,16 +1,7 @@
-"""Why a candidate is where it is: the decisive event and all the evidence behind it, at any position.
+"""Why a candidate is where it is, as of any position: the decisive event and the evidence behind it.
 
-An auditor asks "why was this rejected?" months later. The answer is folded from the
-candidate's own stream up to a position (pure, no clock) and says:
-- the decisive event (seq, type, who recorded it, when) and the reason codes;
-- every check: what the candidate claimed (manifest fields) beside what it was
-  checked against (the settings recorded with the check), and whether it passed;
-- for an artifact or rollback folder, which files were added, removed or changed
-  since the digests recorded at receipt (or at the baseline's activation);
-- for a recovery, each trusted state it considered and why it was passed over;
-- the settings the decision read, and the path of states that led here.
-The parts are typed (`explanation_parts`); `Explanation.to_json` is the `explain --json`
-document and `explain_text.py` renders the same parts as text or Markdown.
+Folded from the candidate's own stream (pure, no clock): each check's claimed and checked-against values,
+the files that differ, each trusted state a recovery considered, the settings read, the path of states.
 """
 
 from __future__ import annotations
@@ -41,15 +32,7 @@ from lifecycle_fsm.store.base import EventStore
 from lifecycle_fsm.store.records import StoredEvent
 from lifecycle_fsm.upcasting import decoded_payload
 
-__all__ = [
-    "CLAIMED_FIELDS",
-    "Activations",
-    "baseline_activations",
-    "explain",
-    "explanation",
-    "file_changes",
-    "stale_rules",
-]
+__all__ = ["CLAIMED_FIELDS", "Activations", "baseline_activations", "explain", "explanation", "file_changes"]
 
 # The manifest fields a candidate claims (CandidateReceived.candidate), in the order shown.
 CLAIMED_FIELDS = (
@@ -85,12 +68,8 @@ def explain(store: EventStore, candidate_id: str, *, as_of: AsOf | None = None) 
 def explanation(
     store: EventStore, candidate_id: str, *, as_of: AsOf | None = None, activations: Activations | None = None
 ) -> Explanation:
-    """The candidate's state, reason codes, decisive event and evidence as of a position or time.
-
-    `activations`: `baseline_activations(store)` when the caller explains many candidates in one
-    snapshot (read here when needed otherwise). Raises InputError for a seq past the head,
-    NotFoundError when the candidate did not exist yet at that position.
-    """
+    """The candidate's state, reason codes, decisive event and evidence as of a position or time (NotFoundError
+    when it did not exist yet). `activations`: `baseline_activations(store)`, for a caller explaining many."""
     position = position_of(store, as_of)
     events = [e for e in store.read_stream(stream_of(candidate_id)) if e.seq <= position]
     if not events:
@@ -102,17 +81,18 @@ def explanation(
     by_seq = {e.seq: (e, p) for e, p in rows}
     decisive = by_seq[state.decisive_seq if state.decisive_seq is not None else events[-1].seq]
     evidence_seq = _evidence_seq(state, decisive[0])
-    shown = by_seq[evidence_seq] if evidence_seq is not None else decisive
+    shown = decisive if evidence_seq is None else by_seq[evidence_seq]
+    evidence = None if evidence_seq is None else shown[1]
     claimed = {name: state.candidate.get(name) for name in CLAIMED_FIELDS}
+    checks: list[CheckRow] = []
+    artifact = rollback = None
     # The evidence is read beyond what the fold checked: a field of the wrong shape is that row's corruption.
     with reading_stored(shown[0].seq, shown[0].type):
-        evidence = None if evidence_seq is None else shown[1]
-        checks = [] if evidence is None else _checks(claimed, evidence)
-        artifact = rollback = None
         if evidence is not None:
-            artifact = _artifact(evidence["artifact"], _receipt(rows, evidence_seq or decisive[0].seq))
+            checks = _checks(claimed, evidence)
+            artifact = _artifact(evidence["artifact"], rows, shown[0].seq)
             found = activations if activations is not None else baseline_activations(store)
-            rollback = _rollback(found, evidence["rollback"], evidence_seq or 0)
+            rollback = _rollback(found, evidence["rollback"], shown[0].seq)
         recovery = _recovery(state.last_recovery, path, by_seq)
         invalidation = _invalidation(*decisive)
     return Explanation(
@@ -158,12 +138,6 @@ def _evidence_seq(state: CandidateState, decisive: StoredEvent) -> int | None:
     return max(seqs, default=None)
 
 
-def _receipt(rows: Sequence[Row], upto: int) -> JSON | None:
-    """The artifact as it was at the latest receipt before `upto` (None: not recorded then)."""
-    received = [p for e, p in rows if e.type == "CandidateReceived" and e.seq <= upto]
-    return received[-1]["artifact_at_receipt"] if received else None
-
-
 def _passed(name: str, evidence: JSON) -> bool:
     return name not in evidence.get("reason_codes", ()) and name not in evidence["freshness"].get("failed_checks", ())
 
@@ -205,10 +179,7 @@ def _checks(claimed: JSON, evidence: JSON) -> list[CheckRow]:
 
 
 def file_changes(before: JSON | None, after: JSON | None) -> FileChanges:
-    """Files added, removed or changed between two per-file listings (`TreeDigest.to_json`).
-
-    `compared` is False (with `note`) when either side has no listing to compare.
-    """
+    """Files added, removed or changed between two per-file listings (`TreeDigest.to_json`), if both have one."""
     for side, tree in (("recorded", before), ("checked", after)):
         if tree is None:
             why = "a single file, unreadable, or recorded before per-file digests"
@@ -219,16 +190,10 @@ def file_changes(before: JSON | None, after: JSON | None) -> FileChanges:
             )
     assert before is not None
     assert after is not None
-    old = {f["path"]: (f["size"], f["sha256"]) for f in before["files"]}
-    new = {f["path"]: (f["size"], f["sha256"]) for f in after["files"]}
+    old = {f["path"]: {"size": f["size"], "sha256": f["sha256"]} for f in before["files"]}
+    new = {f["path"]: {"size": f["size"], "sha256": f["sha256"]} for f in after["files"]}
     changed = [
-        {
-            "path": p,
-            "recorded": {"size": old[p][0], "sha256": old[p][1]},
-            "checked": {"size": new[p][0], "sha256": new[p][1]},
-        }
-        for p in sorted(old.keys() & new.keys())
-        if old[p] != new[p]
+        {"path": p, "recorded": old[p], "checked": new[p]} for p in sorted(old.keys() & new.keys()) if old[p] != new[p]
     ]
     return FileChanges(True, None, sorted(new.keys() - old.keys()), sorted(old.keys() - new.keys()), changed)
 
@@ -237,16 +202,17 @@ def _hashes(check: JSON) -> JSON:
     return {k: check.get(k) for k in ("path", "expected", "actual", "verified", "error")}
 
 
-def _artifact(check: JSON, receipt: JSON | None) -> ArtifactCheck:
-    """The candidate's adapter: the hashes, and which files differ from those recorded at receipt."""
+def _artifact(check: JSON, rows: Sequence[Row], upto: int) -> ArtifactCheck:
+    """The candidate's adapter: the hashes, and which files differ from those recorded at its latest receipt."""
+    received = [p for e, p in rows if e.type == "CandidateReceived" and e.seq <= upto]
+    receipt = received[-1]["artifact_at_receipt"] if received else None  # None: not recorded then
     at_receipt = None if receipt is None else {k: receipt.get(k) for k in ("actual", "error")}
     files = file_changes(None if receipt is None else receipt.get("tree"), check.get("tree"))
     return ArtifactCheck(**_hashes(check), at_receipt=at_receipt, files=files)
 
 
 def _rollback(activations: Activations, check: JSON, upto: int) -> RollbackCheck:
-    """The baseline's adapter: the hashes, and which files differ from those recorded at its activation
-    (the last activation at or before `upto`)."""
+    """The baseline's adapter: the hashes, and which files differ from those recorded at its last activation."""
     found = bisect_right(activations, upto, key=lambda a: a[0])
     activated = activations[found - 1] if found else None
     files = file_changes(None if activated is None else activated[1]["adapter_tree"], check.get("tree"))
@@ -273,22 +239,17 @@ def _outcome(kind: str, seen: JSON, plan: JSON, path: list[PathStep], by_seq: di
         return "used", f"re-hashed {seen.get('actual')}, as recorded"
     if seen.get("available"):
         return "not_needed", f"intact, but {plan['recovery_state']} comes first"
-    if seen.get("source") is None:  # nothing recorded at plan time: never recorded, or invalidated since
-        return _unrecorded(kind, plan["seq"], path, by_seq)
+    if seen.get("source") is None:  # nothing recorded at plan time: invalidated since (and when), or never
+        for step in reversed([s for s in path if s.seq < plan["seq"]]):
+            payload = by_seq[step.seq][1]
+            if step.type == "TrustedStateInvalidated" and payload["kind"] == kind:
+                return "invalidated", f"invalidated at seq {step.seq} ({payload['reason']})"
+            if step.type == "TrustedStateRecorded" and payload["kind"] == kind:
+                break
+        return "not_recorded", "never recorded for this candidate"
     if seen.get("actual") is None:
         return "missing", str(seen.get("error"))
     return "hash_changed", f"recorded {seen.get('expected')}, now {seen.get('actual')}"
-
-
-def _unrecorded(kind: str, before: int, path: list[PathStep], by_seq: dict[int, Row]) -> tuple[str, str]:
-    """A state the plan did not find: invalidated (and when), or never recorded."""
-    for step in reversed([s for s in path if s.seq < before]):
-        payload = by_seq[step.seq][1]
-        if step.type == "TrustedStateInvalidated" and payload["kind"] == kind:
-            return "invalidated", f"invalidated at seq {step.seq} ({payload['reason']})"
-        if step.type == "TrustedStateRecorded" and payload["kind"] == kind:
-            break
-    return "not_recorded", "never recorded for this candidate"
 
 
 def _invalidation(decisive: StoredEvent, payload: JSON) -> Invalidation | None:

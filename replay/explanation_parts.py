@@ -1,7 +1,6 @@
 """The parts of an explanation (`replay.explain`), typed; `to_json` gives the `explain --json` shapes.
 
-Values read from the log (evidence payloads, settings, what a manifest claimed) stay
-JSON: they are shown as recorded, whatever their shape.
+Values read from the log (evidence payloads, settings, what a manifest claimed) stay JSON, shown as recorded.
 """
 
 from __future__ import annotations
@@ -42,15 +41,7 @@ class PathStep:
     actor: str
 
     def to_json(self) -> JSON:
-        return {
-            "seq": self.seq,
-            "type": self.type,
-            "trigger": self.trigger,
-            "from": self.from_state,
-            "to": self.to,
-            "recorded_at": self.recorded_at,
-            "actor": self.actor,
-        }
+        return {("from" if k == "from_state" else k): v for k, v in attrs.asdict(self).items()}
 
 
 @attrs.frozen
@@ -75,10 +66,8 @@ class DecisiveEvent:
 
 @attrs.frozen
 class CheckRow:
-    """One check: passed or not, what the candidate claimed, what it was checked against.
-
-    `detail` holds what only some checks have: a hash check's `error`, the upstream check's `reason_codes`.
-    """
+    """One check: passed or not, what the candidate claimed, what it was checked against, and what only
+    some checks have (`detail`, shown inline: a hash check's `error`, the upstream check's `reason_codes`)."""
 
     check: str
     passed: bool
@@ -87,13 +76,9 @@ class CheckRow:
     detail: JSON = attrs.Factory(dict)
 
     def to_json(self) -> JSON:
-        return {
-            "check": self.check,
-            "passed": self.passed,
-            "claimed": self.claimed,
-            "checked_against": self.checked_against,
-            **self.detail,
-        }
+        found = attrs.asdict(self, recurse=False)
+        detail: JSON = found.pop("detail")
+        return found | detail
 
 
 @attrs.frozen
@@ -125,8 +110,10 @@ class HashCheck:
     error: Any
     files: FileChanges
 
-    def _hashes(self) -> JSON:
-        return {k: getattr(self, k) for k in ("path", "expected", "actual", "verified", "error")}
+    def to_json(self) -> JSON:
+        found = attrs.asdict(self, recurse=False)
+        files = found.pop("files")  # shown last, after a subclass's fields
+        return found | {"files": files.to_json()}
 
 
 @attrs.frozen(kw_only=True)
@@ -135,18 +122,12 @@ class ArtifactCheck(HashCheck):
 
     at_receipt: JSON | None
 
-    def to_json(self) -> JSON:
-        return {**self._hashes(), "at_receipt": self.at_receipt, "files": self.files.to_json()}
-
 
 @attrs.frozen(kw_only=True)
 class RollbackCheck(HashCheck):
     """The baseline's adapter, beside how it was when the baseline was activated (at `activated_seq`)."""
 
     activated_seq: int | None
-
-    def to_json(self) -> JSON:
-        return {**self._hashes(), "activated_seq": self.activated_seq, "files": self.files.to_json()}
 
 
 @attrs.frozen

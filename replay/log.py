@@ -1,12 +1,6 @@
-"""The auditor's filtered log: what `lifecycle log` asks the store, and how each event is shown.
-
-Every filter becomes one `EventFilter` the store runs as a single indexed query, so
-`log --type HandoffDecided --limit 20` on a million events reads twenty rows, not a
-million. `--reason CODE` is a payload match on the event types whose evidence
-carries reason codes: checks and hand-offs (`reason_codes`), blocking recovery plans
-(`action`), evidence invalidations (`baseline_changed`, `evaluation_changed`,
-`window_changed`: the reason code the candidate's state shows, matched on the event's
-`cause`). Each row's own hash is recomputed before it is shown (fail closed).
+"""The auditor's filtered log (`lifecycle log`): one `EventFilter` the store runs as a single indexed query,
+and each event as shown. `--reason CODE` matches the payloads that carry reason codes: checks and hand-offs,
+blocking recovery plans (`action`), evidence invalidations (`<cause>_changed`).
 """
 
 from __future__ import annotations
@@ -16,13 +10,7 @@ from contextlib import contextmanager
 
 from lifecycle_fsm.errors import InputError, IntegrityError, NotFoundError
 from lifecycle_fsm.event_base import text_or_error
-from lifecycle_fsm.events import (
-    CANDIDATE_EVENTS,
-    CANDIDATE_PREFIX,
-    EVENT_TYPES,
-    NAMED_STREAMS,
-    stream_of,
-)
+from lifecycle_fsm.events import CANDIDATE_EVENTS, CANDIDATE_PREFIX, EVENT_TYPES, NAMED_STREAMS, stream_of
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.rules import BLOCKING_ACTIONS, FRESHNESS_CHECKS
 from lifecycle_fsm.state import reading_stored
@@ -31,38 +19,22 @@ from lifecycle_fsm.store.chain import GENESIS_HASH
 from lifecycle_fsm.store.records import EventFilter, PayloadMatch, StoredEvent
 from lifecycle_fsm.upcasting import decoded_payload, dense_versions
 
-__all__ = [
-    "CHECK_CODES",
-    "INVALIDATION_CAUSES",
-    "REASON_CODES",
-    "event_json",
-    "event_reasons",
-    "log_filter",
-    "read_log",
-    "known_stream",
-]
+__all__ = ["event_json", "event_reasons", "known_stream", "log_filter", "read_log"]
 
-CHECK_CODES = (*FRESHNESS_CHECKS, "artifact", "rollback", "path_escapes_root", "upstream_reject", "upstream_state")
-INVALIDATION_CAUSES = ("baseline", "evaluation", "window")
-REASON_CODES = (
-    *CHECK_CODES,
-    *sorted(BLOCKING_ACTIONS),
-    *(f"{cause}_changed" for cause in INVALIDATION_CAUSES),
-)
+_CHECK_CODES = (*FRESHNESS_CHECKS, "artifact", "rollback", "path_escapes_root", "upstream_reject", "upstream_state")
+_CAUSES = ("baseline", "evaluation", "window")  # of an invalidation: its reason code is `<cause>_changed`
 
 
 def _reason_matches(code: str) -> tuple[PayloadMatch, ...]:
-    if code in CHECK_CODES:
-        return (
-            PayloadMatch("ChecksRecorded", "$.reason_codes", code),
-            PayloadMatch("HandoffDecided", "$.reason_codes", code),
-        )
+    cause = code.removesuffix("_changed")
+    if code in _CHECK_CODES:
+        return tuple(PayloadMatch(t, "$.reason_codes", code) for t in ("ChecksRecorded", "HandoffDecided"))
     if code in BLOCKING_ACTIONS:
         return (PayloadMatch("RecoveryPlanned", "$.action", code),)
-    cause = code.removesuffix("_changed")
-    if code.endswith("_changed") and cause in INVALIDATION_CAUSES:
+    if code.endswith("_changed") and cause in _CAUSES:
         return (PayloadMatch("EvidenceInvalidated", "$.cause", cause),)
-    raise InputError(f"unknown reason code {code!r} (one of {', '.join(REASON_CODES)})")
+    known = (*_CHECK_CODES, *sorted(BLOCKING_ACTIONS), *(f"{c}_changed" for c in _CAUSES))
+    raise InputError(f"unknown reason code {code!r} (one of {', '.join(known)})")
 
 
 def log_filter(
@@ -102,14 +74,9 @@ def log_filter(
 
 @contextmanager
 def known_stream(store: EventStore, query: EventFilter, given: str | None) -> Iterator[None]:
-    """Read `query` inside this: a `--stream` no event belongs to is NotFoundError (exit 4), as
-    `history` of an unknown id is, never an empty answer that reads as "nothing happened to it".
-
-    Known means any event at all, not one in the asked range (a known stream with nothing there
-    answers `[]`), judged in the read snapshot the query then runs in, so both see the same log
-    (one candidate's events: a short read). `ledger` and `seals` are always known (a ledger never
-    sealed has an empty `seals`) and, like a log without `--stream`, hold no snapshot open.
-    """
+    """Read `query` inside this: a `--stream` with no event at all (in any range) is NotFoundError (exit 4),
+    never an empty answer that reads as "nothing happened to it", judged in the snapshot the query then
+    reads. `ledger` and `seals` are always known and, like a log without `--stream`, hold no snapshot."""
     if query.stream_id is None or query.stream_id in NAMED_STREAMS:
         yield
         return
@@ -146,14 +113,9 @@ def event_json(event: StoredEvent, payload: JSON, *, stream: bool = True) -> JSO
 
 
 def read_log(store: EventStore, query: EventFilter) -> Iterator[tuple[StoredEvent, JSON]]:
-    """The selected events with their decoded (upcast) payloads, each row's hash checked first
-    (`decoded_payload` re-hashes it: once).
-
-    A slice of the log in seq order (no filter but positions and a limit) is also checked as a
-    chain: its first row must follow the row at `after` (the genesis from the start), each row
-    the one before it, and a slice bounded by `before` must reach it (or the head). So a row
-    deleted from the log is an `IntegrityError` naming the seq, not a silent hole.
-    """
+    """The selected events with their decoded payloads, each row's hash checked first (fail closed). A slice
+    of the log (no filter but positions and a limit) is also checked as a chain, from the row at `after` to
+    `before` (or the head): a deleted row is an `IntegrityError` naming the seq, not a silent hole."""
     filtered = query.since or query.until or query.types or query.actor or query.payload
     if filtered:
         rows: Iterable[StoredEvent] = select_events(store, query)

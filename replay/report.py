@@ -1,30 +1,27 @@
-"""The ledger report: one document an auditor can hand over (`lifecycle report`).
+"""The ledger report an auditor can hand over (`lifecycle report`): head, `verify` and seals, candidates by
+state, each rejection's evidence, recoveries, and Mermaid diagrams of the machine and each candidate's path.
 
-It says what the log proves and what it decided: the head (seq and hash), the
-`verify` result and seals, the candidates by state, each rejection with its decisive
-evidence (`explain`), the recoveries by stage and action, the machine and each
-candidate's path as Mermaid diagrams. It holds no clock reading and no host name, so
-the same ledger (and the same as-of position) gives the same bytes. When `verify`
-fails, the report says so first and shows no state folded from the log it could not
-trust (a broken checkpoint alone does not count: the states come from a full replay).
+No clock reading or host name: the same ledger (and as-of) gives the same bytes. When `verify` fails the
+report says so first and shows no state folded from a log it could not trust.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
 
 from lifecycle_fsm.errors import NotFoundError
+from lifecycle_fsm.findings import TRUST_CODES
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.limits import display
-from lifecycle_fsm.machine import State
+from lifecycle_fsm.machine import INITIAL_TRIGGERS, MOVES, State
 from lifecycle_fsm.replay.asof import AsOf, position_of
-from lifecycle_fsm.replay.diagrams import machine_flowchart, path_flowchart
 from lifecycle_fsm.replay.explain import baseline_activations, explanation
 from lifecycle_fsm.replay.explain_text import explain_markdown, format_value, markdown_text
-from lifecycle_fsm.replay.explanation_parts import Explanation
+from lifecycle_fsm.replay.explanation_parts import Explanation, PathStep
 from lifecycle_fsm.replay.report_html import markdown_to_html
 from lifecycle_fsm.replay.verify import verify_with_state
 from lifecycle_fsm.store.base import EventStore, select_events
@@ -34,6 +31,14 @@ from lifecycle_fsm.upcasting import decoded_payload
 __all__ = ["LedgerReport", "RecoveryGroup", "VerifySummary", "build_report", "report_html", "report_markdown"]
 
 PATHS = "Candidate paths"  # the section of one diagram per candidate: folded in the HTML, drawn when opened
+MAX_PATH_MOVES = 60  # a path diagram shows the last moves of a very long life
+STATE_STYLES = {  # hand-off outcomes coloured alike in every diagram
+    State.READY: "fill:#d7f0d8,stroke:#2e7d32,color:#1b5e20",
+    State.TUNE: "fill:#fff1c2,stroke:#b38600,color:#5c4400",
+    State.REJECT: "fill:#fbd5d5,stroke:#c62828,color:#7f1010",
+    State.RECOVERING: "fill:#dce9f7,stroke:#1e5aa8,color:#0d3266",
+}
+STYLES = [f"  classDef {state.value} {style}" for state, style in STATE_STYLES.items()]
 
 
 @attrs.frozen(kw_only=True)
@@ -81,55 +86,81 @@ class LedgerReport:
 
 
 def build_report(store: EventStore, *, as_of: AsOf | None = None) -> LedgerReport:
-    """The report's content (what both renderers format), read in one snapshot: its head, verify
-    result, states and recoveries describe the same log while writers go on. `as_of` shows the
-    candidates and recoveries as they were then; the whole log is verified either way."""
-    with store.read_snapshot():
-        return _build_report(store, as_of)
-
-
-def _verify_summary(checked: JSON) -> VerifySummary:
-    found = checked["checkpoints"]
-    counts = None if found is None else {s: sum(c["status"] == s for c in found) for s in ("ok", "stale", "broken")}
-    return VerifySummary(
-        ok=checked["ok"], bad_seq=checked.get("bad_seq"), reason=checked.get("reason"), checkpoints=counts
-    )
-
-
-def _build_report(store: EventStore, as_of: AsOf | None) -> LedgerReport:
-    from lifecycle_fsm.findings import TRUST_CODES
+    """The report's content, read in one snapshot so its parts describe the same log while writers go on.
+    `as_of` shows the candidates and recoveries as they were then; the whole log is verified either way."""
     from lifecycle_fsm.seals import add_trust_findings
 
-    verified, full = verify_with_state(store)
-    checked = add_trust_findings(store, verified)  # seal hashes vs the chain; signatures need --pubkey
-    # States may be shown when the chain, a full replay and the index hold (a broken checkpoint is
-    # not used; a broken guard changes no row) and no seal contradicts the chain.
-    trusted = full is not None and not any(p["code"] in TRUST_CODES for p in checked["problems"])
-    report = LedgerReport(
-        head=checked["head"],
-        events=checked["events"],
-        verify=_verify_summary(checked),
-        seals=checked.get("seals"),
-        trusted=trusted,
-    )
-    position = position_of(store, as_of)
-    if not trusted or full is None:
-        return attrs.evolve(report, as_of=None if as_of is None else position)
-    activations = baseline_activations(store)  # once, not once per candidate
-    explained = {}
-    for cid in sorted(full.candidates):
-        try:
-            explained[cid] = explanation(store, cid, as_of=position, activations=activations)
-        except NotFoundError:  # received after the as-of position
-            continue
-    recoveries: dict[tuple[str, str], list[tuple[str, int]]] = defaultdict(list)
-    for event in select_events(store, EventFilter(types=("RecoveryPlanned",), before=position + 1)):
-        plan = decoded_payload(event)
-        recoveries[(str(plan["stage"]), str(plan["action"]))].append(
-            (event.stream_id.removeprefix("candidate:"), event.seq)
+    with store.read_snapshot():
+        verified, full = verify_with_state(store)
+        checked = add_trust_findings(store, verified)  # seal hashes vs the chain; signatures need --pubkey
+        found = checked["checkpoints"]
+        counts = None if found is None else {s: sum(c["status"] == s for c in found) for s in ("ok", "stale", "broken")}
+        summary = VerifySummary(
+            ok=checked["ok"], bad_seq=checked.get("bad_seq"), reason=checked.get("reason"), checkpoints=counts
         )
-    groups = [RecoveryGroup(stage, action, items) for (stage, action), items in sorted(recoveries.items())]
-    return attrs.evolve(report, as_of=None if as_of is None else position, candidates=explained, recoveries=groups)
+        # States are shown when the chain, a full replay and the indexes hold (a broken checkpoint is not
+        # used; a broken guard changes no row) and no seal contradicts the chain.
+        trusted = full is not None and not any(p["code"] in TRUST_CODES for p in checked["problems"])
+        position = position_of(store, as_of)
+        report = LedgerReport(
+            head=checked["head"],
+            events=checked["events"],
+            verify=summary,
+            seals=checked.get("seals"),
+            trusted=trusted,
+            as_of=None if as_of is None else position,
+        )
+        if not trusted or full is None:
+            return report
+        activations = baseline_activations(store)  # once, not once per candidate
+        explained = {}
+        for cid in sorted(full.candidates):
+            try:
+                explained[cid] = explanation(store, cid, as_of=position, activations=activations)
+            except NotFoundError:  # received after the as-of position
+                continue
+        recoveries: dict[tuple[str, str], list[tuple[str, int]]] = defaultdict(list)
+        for event in select_events(store, EventFilter(types=("RecoveryPlanned",), before=position + 1)):
+            plan = decoded_payload(event)
+            where = (event.stream_id.removeprefix("candidate:"), event.seq)
+            recoveries[(str(plan["stage"]), str(plan["action"]))].append(where)
+        groups = [RecoveryGroup(stage, action, items) for (stage, action), items in sorted(recoveries.items())]
+        return attrs.evolve(report, candidates=explained, recoveries=groups)
+
+
+def machine_flowchart() -> str:
+    """The transition table as a top-down flowchart: one edge per pair of states, its triggers stacked in
+    the label, and the moves that keep a state listed in its node (so no loop label lands on an edge)."""
+    edges: dict[tuple[State, State], list[str]] = {}
+    stays: dict[State, list[str]] = {state: [] for state in State}
+    for move in MOVES:
+        for source in move.sources:
+            if move.dest is None or move.dest is source:
+                stays[source].append(move.trigger)
+            else:
+                edges.setdefault((source, move.dest), []).append(move.trigger)
+    lines = ["flowchart TB", '  start(["new candidate"])']
+    for state in State:
+        kept = f"<br/><small>stays on: {', '.join(dict.fromkeys(stays[state]))}</small>" if stays[state] else ""
+        lines.append(f'  {state.value}["<b>{state.value}</b>{kept}"]')
+    lines.append(f'  start -->|"{"<br/>".join(INITIAL_TRIGGERS)}"| {State.RECEIVED.value}')
+    lines += [f'  {source.value} -->|"{"<br/>".join(ts)}"| {dest.value}' for (source, dest), ts in edges.items()]
+    return "\n".join([*lines, *STYLES, *(f"  class {state.value} {state.value}" for state in STATE_STYLES)])
+
+
+def path_flowchart(path: Sequence[PathStep]) -> str:
+    """One candidate's moves as a left-to-right flowchart (state-changing events only), each state coloured."""
+    moves = [s for s in path if s.from_state != s.to]
+    skipped = max(0, len(moves) - MAX_PATH_MOVES)
+    lines = ["flowchart LR", f'  s0(["... {skipped} earlier moves"])' if skipped else '  s0(["start"])']
+    shown = moves[skipped:]
+    lines += [f'  s{n - 1} -->|"{s.trigger} (seq {s.seq})"| s{n}["{s.to}"]' for n, s in enumerate(shown, start=1)]
+    if shown:
+        coloured = {state.value for state in STATE_STYLES}
+        lines += STYLES
+        lines += [f"  class s{n} {step.to}" for n, step in enumerate(shown, start=1) if step.to in coloured]
+        lines += [f"  class s{len(shown)} current", "  classDef current stroke-width:3px"]
+    return "\n".join(lines)
 
 
 def _md_cell(text: Any) -> str:
@@ -184,16 +215,6 @@ def _summary(doc: LedgerReport) -> list[str]:
     return out
 
 
-def _recoveries(groups: list[RecoveryGroup]) -> list[str]:
-    if not groups:
-        return ["No stage failed."]
-    out = ["| stage | action | count | candidates (seq) |", "|---|---|---|---|"]
-    for g in groups:
-        listed = _md_cell(", ".join(f"{cid} ({seq})" for cid, seq in g.candidates))
-        out.append(f"| {g.stage} | {g.action} | {len(g.candidates)} | {listed} |")
-    return out
-
-
 def report_markdown(doc: LedgerReport) -> str:
     """The report as Markdown (GitHub and most tickets draw the Mermaid blocks)."""
     title = "# Ledger report" if doc.as_of is None else f"# Ledger report as of seq {doc.as_of}"
@@ -203,23 +224,24 @@ def report_markdown(doc: LedgerReport) -> str:
     out += ["## Candidates by state", "", "| state | count | candidates |", "|---|---|---|"]
     out += [f"| {state} | {len(ids)} | {_md_cell(', '.join(ids)) or '-'} |" for state, ids in doc.by_state().items()]
     rejected = [x for x in doc.candidates.values() if x.candidate.state is State.REJECT]
-    out += ["", "## Rejections", ""]
-    if not rejected:
-        out += ["No candidate was rejected.", ""]
+    out += ["", "## Rejections", "", *([] if rejected else ["No candidate was rejected.", ""])]
     out += [explain_markdown(x, level=3) for x in rejected]
-    out += ["## Recoveries by stage and action", "", *_recoveries(doc.recoveries)]
+    out += ["## Recoveries by stage and action", ""]
+    if doc.recoveries:
+        out += ["| stage | action | count | candidates (seq) |", "|---|---|---|---|"]
+    else:
+        out.append("No stage failed.")
+    for g in doc.recoveries:
+        listed = _md_cell(", ".join(f"{cid} ({seq})" for cid, seq in g.candidates))
+        out.append(f"| {g.stage} | {g.action} | {len(g.candidates)} | {listed} |")
     out += ["", "## The machine", "", "```mermaid", machine_flowchart(), "```", "", f"## {PATHS}", ""]
     for cid, x in doc.candidates.items():
-        flowchart = path_flowchart(x.path)
-        out += [f"### {_md_cell(cid)}: {x.candidate.state}", "", "```mermaid", flowchart, "```", ""]
+        out += [f"### {_md_cell(cid)}: {x.candidate.state}", "", "```mermaid", path_flowchart(x.path), "```", ""]
     return "\n".join(out)
 
 
 def report_html(doc: LedgerReport) -> str:
-    """The same report as one self-contained HTML file (Mermaid inlined, nothing fetched).
-
-    The machine is drawn on load; each candidate's path is a closed block whose diagram is
-    drawn when it is opened, so the page is ready at once however many candidates there are.
-    """
+    """The same report as one self-contained HTML file (Mermaid inlined, nothing fetched); each candidate's
+    path is a closed block whose diagram is drawn when opened, so the page is ready at once."""
     title = f"Ledger report at seq {doc.head['seq']}" if doc.as_of is None else f"Ledger report as of seq {doc.as_of}"
     return markdown_to_html(report_markdown(doc), title=title, folded=(PATHS,))

@@ -1,21 +1,9 @@
-"""Markdown to one self-contained HTML page, with Mermaid diagrams drawn in the browser offline.
+"""Markdown to one self-contained HTML page (markdown-it-py), Mermaid diagrams drawn in the browser offline.
 
-markdown-it-py (CommonMark, already installed with rich) renders the report's
-Markdown, so the HTML can never say less than the Markdown. A ```mermaid fence
-becomes `<pre class="mermaid">` and the vendored Mermaid build (`assets/`, see its
-README) is inlined: the page fetches nothing, so it renders on an air-gapped machine
-and its bytes depend only on the Markdown.
-
-Drawing one diagram takes the browser a good part of a second, so a page cannot draw
-them all on load once a ledger holds hundreds of candidates. The level-3 sections of
-the `folded` level-2 sections (the report's candidate paths) become closed
-`<details>` blocks, their heading the summary: the page draws the diagrams outside
-them on load and a block's diagram when the reader opens it (one at a time, in
-order). Everything is in the file either way; only the drawing waits.
-
-Every heading gets an anchor (`id`), the level-2 and level-3 ones (but the folded) a
-line in the table of contents after the title, and the words FAILED / failed are
-set in red wherever they occur.
+The vendored Mermaid build (`assets/`) is inlined, so the page fetches nothing and its bytes depend only on
+the Markdown. The level-3 sections of the `folded` level-2 sections become closed `<details>` blocks whose
+diagrams are drawn when opened: drawing hundreds on load would take minutes. Every heading gets an anchor,
+the unfolded ones a line in the table of contents, and FAILED / failed is set in red.
 """
 
 from __future__ import annotations
@@ -157,11 +145,7 @@ def _fold(tokens: Sequence[Token], folded: Collection[str]) -> list[Token]:
 
 
 def markdown_to_html(markdown: str, *, title: str, folded: Collection[str] = ()) -> str:
-    """A complete HTML document for `markdown` (raw HTML in it is escaped, not passed through).
-
-    The level-3 sections under a level-2 heading whose text is in `folded` are closed
-    `<details>` blocks whose diagrams are drawn when the reader opens them.
-    """
+    """A complete HTML document for `markdown` (raw HTML in it escaped), the sections under `folded` closed."""
     # The report makes no links or images: any in its text came from the log, so none is drawn.
     md = MarkdownIt("commonmark", {"html": False}).enable("table").disable(["link", "image", "autolink"])
     md.add_render_rule("fence", _fence)

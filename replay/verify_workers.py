@@ -1,95 +1,49 @@
 """`verify`'s work shared among worker processes: the chain in slices, the fold by streams.
 
-Each row stores its `prev_hash`, so a slice of positions can be walked on its own: a worker
-walks its slice with `ChainWalk`, trusting only its first row's link, and `verify` walks the
-joins after (each slice's first row on from the previous slice's last), so the first break
-and its reason are those of one walk over the whole log.
-
-A candidate's stream folds on its own (its step reads only its own earlier events), so the
-streams are shared out: a worker folds its streams' rows with `state.fold`'s `Fold`, taking
-its share's state at each checkpoint position and at the head, and `verify` merges the
-shares. The first corruption is the lowest seq any share found: the row one whole fold stops
-at. The ledger's own stream and the seals stream belong to a share like any other.
-
-The workers are forked, so they import nothing: each opens its own store on the target and
-never touches the one this process holds (the store's handle is kept for its owner across a
-fork), and multiprocessing ends them without running their inherited finalisers.
+Each row stores its `prev_hash`, so a worker walks its slice of positions trusting only its first row's
+link, and the slices are joined after (each first row walked on from the previous slice's last): the
+first break is the one a single walk meets. A candidate's stream folds on its own, so each worker folds
+a share of the streams; the first corruption is the lowest seq any share met. The workers are forked
+and each opens its own store on the target, never the one this process holds.
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import itertools
 import multiprocessing
 import operator
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
 import attrs
 
 from lifecycle_fsm.errors import CorruptionError, LifecycleError, StoreError
 from lifecycle_fsm.events import LEDGER_STREAM
+from lifecycle_fsm.replay.verify import Folded
 from lifecycle_fsm.state import Fold, LedgerState, Row
 from lifecycle_fsm.store.base import EventStore
 from lifecycle_fsm.store.chain import GENESIS_HASH, ChainWalk
 from lifecycle_fsm.store.open import open_store
 from lifecycle_fsm.store.records import ChainReport, EventFilter, Head, StreamHead, StreamShare
 
-__all__ = ["Shares"]
+__all__ = ["walk_shared"]
 
 _seq = operator.itemgetter(0)
-# The shares' states merged at each checkpoint position and at the head, or the first corruption; None
-# when the chain is broken (nothing a fold found matters then).
-Folded = list[LedgerState] | CorruptionError | None
-
-
-@attrs.frozen
-class _Slice:
-    """What a worker found in its slice of positions: its first row (whole), and either the break
-    its walk met (`bad`) or how many rows it walked and the last one's position and hash."""
-
-    first: Row | None
-    bad: tuple[int, str] | None
-    seen: int = 0
-    last: Head | None = None
 
 
 @attrs.frozen
 class _Share:
-    """A worker's results: its slice of the chain, and its streams' state at each checkpoint position
-    and at the head, or what stopped the fold (a CorruptionError at its first bad row)."""
+    """A worker's results: its slice's first row, and the break its walk met (`bad`) or the walk's report;
+    its streams' states at each position and the head, or what stopped the fold."""
 
-    chain: _Slice
+    first: Row | None
+    bad: tuple[int, str] | None
+    walked: ChainReport | None
     states: list[LedgerState]
     failed: Exception | None
-
-
-def _slice_walk(store: EventStore, after: int, upto: int) -> tuple[Row | None, ChainWalk]:
-    """A walk over positions `(after, upto]` that trusts only its first row's link (the join checks
-    it), with that first row."""
-    batches = iter(store.select_rows(EventFilter(after=after, before=upto + 1)))
-    head = next(batches, [])
-    if not head:
-        return None, ChainWalk([], start=None)
-    first = head[0]
-    return first, ChainWalk(_chained(head, batches), start=Head(first[0] - 1, first[9]), times=True)
-
-
-def _slice(store: EventStore, first: Row | None, walk: ChainWalk) -> _Slice:
-    """What the walk found, once walked to its end."""
-    walk.finish()
-    if first is None:
-        return _Slice(None, None)
-    if walk.bad_seq is not None and walk.reason is not None:
-        return _Slice(first, (walk.bad_seq, walk.reason))
-    end = walk.report(count=store.count_events, head=store.head)  # no break: asks the store nothing
-    return _Slice(first, None, end.events, end.head)
-
-
-def _chained(head: list[Row], rest: Iterator[list[Row]]) -> Iterator[list[Row]]:
-    yield head
-    yield from rest
 
 
 def _fold_share(batches: Iterator[list[Row]], positions: Sequence[int]) -> list[LedgerState]:
@@ -115,11 +69,8 @@ def _run_share(
     """In a worker: the slice `bounds` of the chain and the fold of this share's streams up to `head`;
     a message when the ledger cannot be read there."""
     try:
-        store = open_store(target, create=False)
-        try:
+        with contextlib.closing(open_store(target, create=False)) as store:
             return _walk_and_fold(store, head, bounds, streams, positions)
-        finally:
-            store.close()
     except LifecycleError as e:
         return str(e)
 
@@ -127,15 +78,17 @@ def _run_share(
 def _walk_and_fold(
     store: EventStore, head: int, bounds: tuple[int, int], streams: StreamShare, positions: list[int]
 ) -> _Share:
-    """The share's rows are read as fold columns (the store picks them out), except in the worker's
-    own slice, where the fold takes the rows the walk has just read and checked (each row read once
-    there, not twice)."""
+    """The share's rows read as fold columns, but in the worker's own slice the rows its walk has just
+    checked (each row read once)."""
     after, upto = bounds
-    first, walk = _slice_walk(store, after, upto)
-    holds = streams.holds
+    batches = iter(store.select_rows(EventFilter(after=after, before=upto + 1)))
+    head_batch = next(batches, [])
+    first = head_batch[0] if head_batch else None
+    start = None if first is None else Head(first[0] - 1, first[9])
+    walk = ChainWalk(itertools.chain([head_batch], batches), start=start, times=True)
     own = itertools.chain(
         store.select_fold_rows(after=0, before=after + 1, streams=streams),
-        ([row for row in rows if holds(row[1])] for rows in walk.fold_batches()),
+        ([row for row in rows if streams.holds(row[1])] for rows in walk.fold_batches()),
         store.select_fold_rows(after=upto, before=head + 1, streams=streams),
     )
     states: list[LedgerState] = []
@@ -148,13 +101,16 @@ def _walk_and_fold(
         raise
     except Exception as e:  # rows the chain may not hold (a column edited to another type): judged after it
         failed = e
-    return _Share(_slice(store, first, walk), states, failed)
+    walk.finish()
+    bad = None if walk.bad_seq is None or walk.reason is None else (walk.bad_seq, walk.reason)
+    # No break: the report asks the store nothing.
+    walked = walk.report(count=store.count_events, head=store.head) if first is not None and bad is None else None
+    return _Share(first, bad, walked, states, failed)
 
 
 def _share_out(index: list[StreamHead], workers: int) -> list[StreamShare]:
-    """The streams' shares: the longest first, each to the share with the fewest events so far. The
-    lengths are the stream index's versions: an index edited out of true only unbalances the shares,
-    and a stream it does not list is share 0's (every stream but the other shares')."""
+    """The streams' shares: the longest first (by the index's versions), each to the share with the fewest
+    events so far. Share 0 is every stream but the others', so a stream the index does not list is folded."""
     events = [0] * workers
     names: list[set[str]] = [set() for _ in range(workers)]
     for head in sorted(index, key=lambda h: -_length(h)):
@@ -169,61 +125,50 @@ def _length(head: StreamHead) -> int:
     return head.version if type(head.version) is int else 1
 
 
-class Shares:
-    """Worker processes verifying positions `(0, head]` of the ledger at `target`: each walks a slice of
-    the chain and folds a share of the streams, stopping at each of `positions` (ascending) on the way."""
-
-    def __init__(self, target: str, head: int, workers: int, index: list[StreamHead], positions: list[int]) -> None:
-        self._pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
-        shares = _share_out(index, workers)
-        self._ledger_share = next(k for k, share in enumerate(shares) if share.holds(LEDGER_STREAM))
-        self._positions = [*positions, head]
-        size = -(-head // workers)
-        self._shares: list[Future[_Share | str]] = [
-            self._pool.submit(
-                _run_share, target, head, (min(k * size, head), min(k * size + size, head)), share, positions
-            )
-            for k, share in enumerate(shares)
+def walk_shared(store: EventStore, workers: int, target: str, positions: list[int]) -> tuple[ChainReport, Folded]:
+    """`verify`'s walk by worker processes on the ledger at `target`, each over a slice of the chain and a share
+    of the streams, stopping at each of `positions` (ascending): the chain's verdict as one walk gives it, and
+    the merged states at each position and the head, or the first corruption (None: the chain is broken).
+    The head is read here, so the workers and this process judge the same log."""
+    head = store.head().seq
+    shares = _share_out(store.streams(), workers)
+    size = -(-head // workers)
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+    try:
+        futures = [
+            pool.submit(_run_share, target, head, (min(k * size, head), min(k * size + size, head)), s, positions)
+            for k, s in enumerate(shares)
         ]
-
-    def results(self, *, count: Callable[[], int], head: Callable[[], Head]) -> tuple[ChainReport, Folded]:
-        """Wait for every share: the chain's verdict, as one walk gives it, and the merged states at each
-        position and at the head, or the first corruption (None when the chain is broken)."""
-        try:
-            found = [share.result() for share in self._shares]
-        except BrokenProcessPool as e:  # a worker killed
-            raise StoreError(f"verify's worker processes stopped before they finished ({e})") from e
-        finally:
-            self._pool.shutdown(cancel_futures=True)
-        shares: list[_Share] = []
-        for share in found:
-            if isinstance(share, str):
-                raise StoreError(f"a verify worker could not read the ledger: {share}")
-            shares.append(share)
-        chain = _chain(shares, count=count, head=head)
-        return chain, (self._merged(shares) if chain.ok else None)
-
-    def cancel(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
-
-    def _merged(self, shares: list[_Share]) -> list[LedgerState] | CorruptionError:
-        failures = [share.failed for share in shares if share.failed is not None]
-        if corrupt := [e for e in failures if isinstance(e, CorruptionError)]:
-            return min(corrupt, key=lambda e: e.seq or 0)  # the row one whole fold stops at
-        if failures:
-            raise failures[0]
-        return [
-            _merge([share.states[n] for share in shares], position, settings_from=self._ledger_share)
-            for n, position in enumerate(self._positions)
-        ]
+        found = [future.result() for future in futures]
+    except BrokenProcessPool as e:  # a worker killed
+        raise StoreError(f"verify's worker processes stopped before they finished ({e})") from e
+    finally:
+        pool.shutdown(cancel_futures=True)
+    for part in found:
+        if isinstance(part, str):
+            raise StoreError(f"a verify worker could not read the ledger: {part}")
+    parts = [part for part in found if isinstance(part, _Share)]
+    chain = _chain(parts, count=store.count_events, head=store.head)
+    if not chain.ok:
+        return chain, None
+    failures = [part.failed for part in parts if part.failed is not None]
+    if corrupt := [e for e in failures if isinstance(e, CorruptionError)]:
+        return chain, min(corrupt, key=lambda e: e.seq or 0)  # the row one whole fold stops at
+    if failures:
+        raise failures[0]
+    ledger_share = next(k for k, share in enumerate(shares) if share.holds(LEDGER_STREAM))
+    merged = [
+        _merge([part.states[n] for part in parts], position, settings_from=ledger_share)
+        for n, position in enumerate([*positions, head])
+    ]
+    return chain, merged
 
 
 def _chain(shares: list[_Share], *, count: Callable[[], int], head: Callable[[], Head]) -> ChainReport:
-    """The slices joined: each slice's first row walked on from the previous slice's last (position,
-    link), then the slice's own finding, so the first break is the one a walk over the whole log meets."""
+    """The slices joined: each slice's first row walked on from the previous slice's last (position, link),
+    then the slice's own finding, so the first break is the one a walk over the whole log meets."""
     last, seen = Head(0, GENESIS_HASH), 0
-    for share in shares:
-        part = share.chain
+    for part in shares:
         if part.first is None:  # no rows at all: the next row's position says where they went
             continue
         boundary = ChainWalk([[part.first]], start=last, hashes=False)
@@ -231,8 +176,8 @@ def _chain(shares: list[_Share], *, count: Callable[[], int], head: Callable[[],
         bad = part.bad if boundary.bad_seq is None or boundary.reason is None else (boundary.bad_seq, boundary.reason)
         if bad is not None:
             return ChainReport(False, count(), head(), bad_seq=bad[0], reason=bad[1])
-        assert part.last is not None
-        last, seen = part.last, seen + part.seen
+        assert part.walked is not None
+        last, seen = part.walked.head, seen + part.walked.events
     return ChainReport(True, seen, last)
 
 
