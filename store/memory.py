@@ -1,10 +1,7 @@
 """The in-memory event store: the contract in plain Python, nothing durable.
 
-It proves the `EventStore` interface is enough (the same contract tests run against
-it, SQLite and PostgreSQL), is the reference the SQL filters are checked against, and
-serves embedders who want a ledger in a unit test. One lock serialises writers, as
-SQLite's write lock does; a transaction's appends become visible when it commits.
-"""
+The reference the SQL backends' filters are checked against, and a ledger for embedders' unit tests.
+One lock serialises writers; a transaction's appends become visible when it commits."""
 
 from __future__ import annotations
 
@@ -33,8 +30,6 @@ from lifecycle_fsm.store.records import (
 )
 from lifecycle_fsm.store.writes import Transactions, WriteTransaction, id_taken
 
-__all__ = ["MemoryEventStore", "MemoryTransaction"]
-
 
 class MemoryTransaction(WriteTransaction):
     """Reads see the committed log plus this transaction's own appends."""
@@ -62,7 +57,7 @@ class MemoryTransaction(WriteTransaction):
         log = self._pending or self._store._log
         head = Head(log[-1][0], log[-1][10], log[-1][7]) if log else Head(0, GENESIS_HASH)
         found = {i: StoredEvent(*row) for i in ids if (row := self._row_by_id(i)) is not None}
-        return head, [self.stream_version(s) for s in streams], found, None  # nothing but this class edits it
+        return head, [self.stream_version(s) for s in streams], found, None
 
     def _row_by_id(self, event_id: str) -> Row | None:
         return self._store._by_id.get(event_id) or next((r for r in self._pending if r[3] == event_id), None)
@@ -84,7 +79,7 @@ class MemoryTransaction(WriteTransaction):
 
 
 class MemoryEventStore(Transactions[MemoryTransaction]):
-    """An `EventStore` held in this process's memory (see the module docstring)."""
+    """An `EventStore` held in this process's memory."""
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
@@ -124,7 +119,7 @@ class MemoryEventStore(Transactions[MemoryTransaction]):
                 self._held = None
 
     @contextmanager
-    def _transaction(self) -> Iterator[MemoryTransaction]:
+    def transaction(self) -> Iterator[MemoryTransaction]:
         with self._writing():
             tx = MemoryTransaction(self)
             yield tx
@@ -197,31 +192,10 @@ class MemoryEventStore(Transactions[MemoryTransaction]):
                 head_hash = self._log[position - 1][10]
             else:
                 raise IntegrityError(f"no event at position {position} to checkpoint", seq=position)
-            record = CheckpointRecord(
-                len(self._checkpoints) + 1,
-                position,
-                head_hash,
-                schema_version,
-                fingerprint,
-                snapshot,
-                snapshot_digest(snapshot),
-                recorded_at,
-            )
+            at = (len(self._checkpoints) + 1, position, head_hash, schema_version, fingerprint)
+            record = CheckpointRecord(*at, snapshot, snapshot_digest(snapshot), recorded_at)
             self._checkpoints.append(record)
-            self._copies += [
-                StreamSnapshot(
-                    record.checkpoint_id,
-                    position,
-                    head_hash,
-                    schema_version,
-                    fingerprint,
-                    s,
-                    v,
-                    text,
-                    snapshot_digest(text),
-                )
-                for s, v, text in streams
-            ]
+            self._copies += [StreamSnapshot(*at, s, v, text, snapshot_digest(text)) for s, v, text in streams]
             if index is not None and self._indexed_at <= position:
                 self._index, self._indexed_at = {h.stream_id: h for h in index}, position
         return record
@@ -237,20 +211,19 @@ class MemoryEventStore(Transactions[MemoryTransaction]):
         records = [c for c in self._checkpoints if at_or_before is None or c.position <= at_or_before]
         yield from sorted(records, key=lambda c: (c.position, c.checkpoint_id), reverse=True)
 
+    # Nothing but this class can change its lists: no guard to lose, no event index, no history to lose.
+
     def guard_problems(self) -> list[str]:
-        """Nothing but this class can change its list: no guard to lose."""
         return []
 
     def index_problems(self) -> list[str]:
-        """No event index: the filter walks the list."""
         return []
 
     def history_problem(self) -> str | None:
-        """Nothing but this class can empty its list."""
         return None
 
     def close(self) -> None:
-        """Nothing to release."""
+        pass
 
 
 def _matches(row: Row, q: EventFilter) -> bool:
