@@ -146,7 +146,7 @@ class PostgresEventStore(SQLStore, Transactions[PostgresTransaction]):
         with self._held(what):
             conn = self.session.conn
 
-            def run(sql: str, params: Sequence[Any], many: bool) -> list[Any]:
+            def run(sql: str, params: Sequence[Any] = (), many: bool = False) -> list[Any]:
                 if many:
                     with conn.cursor() as cur:
                         cur.executemany(sql, params)
@@ -209,15 +209,7 @@ class PostgresEventStore(SQLStore, Transactions[PostgresTransaction]):
         check_batch(stream_id, [event])
         payload, version = canonical_json(event.payload), expected_version + 1
         session = self.session
-        params = append_one(
-            event,
-            payload,
-            version,
-            [(stream_id, expected_version), *expect],
-            lock_key=session.lock_key,
-            check_id=not fresh_ids,
-            channel=session.channel,
-        )
+        params = append_one(event, payload, version, [(stream_id, expected_version), *expect], session, not fresh_ids)
         if self._reading or session.held:
             self._refuse_nested_write()
         try:  # one statement, its own transaction: nothing is left open if it fails

@@ -163,14 +163,7 @@ def guard_problems(rows: Sequence[tuple[Any, ...]], keys: Sequence[tuple[Any, ..
 
 
 def append_one(
-    event: NewEvent,
-    payload: str,
-    version: int,
-    checks: Sequence[tuple[str, int]],
-    *,
-    lock_key: int,
-    check_id: bool,
-    channel: str,
+    event: NewEvent, payload: str, version: int, checks: Sequence[tuple[str, int]], session: PgSession, check_id: bool
 ) -> list[Any]:
     """`APPEND_ONE`'s values: append `event` (its canonical `payload`) as `version` of its stream, only if
     every `(stream, version)` of `checks` holds and (`check_id`) its id is not taken."""
@@ -178,7 +171,8 @@ def append_one(
     parts = header_parts(e.actor, e.event_id, e.recorded_at, e.schema_version, e.stream_id, e.type, version)
     columns = [e.stream_id, version, e.event_id, e.type, e.schema_version, payload, e.recorded_at]
     limit = stamp_limit(e.recorded_at)
-    return [lock_key, *columns, limit, e.actor, *parts, orjson.dumps(checks).decode(), check_id, channel]
+    checked = orjson.dumps(checks).decode()
+    return [session.lock_key, *columns, limit, e.actor, *parts, checked, check_id, session.channel]
 
 
 def filter_sql(query: EventFilter, *, indexed: bool) -> tuple[str, list[Any]]:

@@ -9,7 +9,7 @@ import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Self
+from typing import Any, Protocol, Self
 
 from lifecycle_fsm.errors import IntegrityError, StoreError
 from lifecycle_fsm.store.chain import EVENT_COLUMNS, GENESIS, GENESIS_HASH, snapshot_digest
@@ -101,14 +101,17 @@ _HISTORY = (
     "(SELECT count(*) FROM checkpoints WHERE position > 0)"
 )
 
-# A statement run inside `_locked`: (sql, params, many) -> its rows (none for a write).
-Run = Callable[[str, Sequence[Any], bool], list[Any]]
+
+class Run(Protocol):
+    """A statement run inside `_locked`: its rows (none for a write); `many`: once per row of `params`."""
+
+    def __call__(self, sql: str, params: Sequence[Any] = (), many: bool = False) -> list[Any]: ...
 
 
 def write_state_index(run: Run, heads: Iterable[StreamHead]) -> None:
-    run("DELETE FROM streams", (), False)
+    run("DELETE FROM streams")
     rows = [(h.stream_id, h.version, h.status, h.category) for h in heads]
-    run("INSERT INTO streams (stream_id, version, status, category) VALUES (%s, %s, %s, %s)", rows, True)
+    run("INSERT INTO streams (stream_id, version, status, category) VALUES (%s, %s, %s, %s)", rows, many=True)
 
 
 def history_damage(emptied: object, indexed: int | None, found: int, stream_id: str) -> str | None:
@@ -199,7 +202,7 @@ class SQLStore(StreamReads):
         """Bring the event index up to date with the log, in one transaction under the write lock."""
         if self._indexed:
             with self._locked("cannot bring the event index up to date") as run:
-                run(CATCH_UP, (), False)
+                run(CATCH_UP)
 
     def _catch_up_before_read(self) -> None:
         """Catch the event index up before a read when far behind and this handle may write (the read is
@@ -246,8 +249,8 @@ class SQLStore(StreamReads):
         with self._locked("cannot rebuild the stream index") as run:
             write_state_index(run, derive())
             if self._indexed:
-                run("DELETE FROM event_index", (), False)
-                run(CATCH_UP, (), False)
+                run("DELETE FROM event_index")
+                run(CATCH_UP)
 
     def append_checkpoint(
         self,
@@ -263,27 +266,20 @@ class SQLStore(StreamReads):
         digest = snapshot_digest(snapshot)
         with self._locked("cannot store the checkpoint") as run:
             if self._indexed:  # a checkpoint is where the event index catches up, in the same transaction
-                run(CATCH_UP, (), False)
-            if index is not None and int(run(f"SELECT {STATE_INDEX_POSITION}", (), False)[0][0]) <= position:
+                run(CATCH_UP)
+            if index is not None and int(run(f"SELECT {STATE_INDEX_POSITION}")[0][0]) <= position:
                 write_state_index(run, index)  # and the state index, to the checkpoint's state
-            found = run("SELECT hash FROM events WHERE seq = %s", (position,), False)
+            found = run("SELECT hash FROM events WHERE seq = %s", (position,))
             if not found and position != 0:
                 raise IntegrityError(f"no event at position {position} to checkpoint", seq=position)
             head_hash = found[0][0] if found else GENESIS_HASH
             record = (position, head_hash, schema_version, fingerprint, snapshot, digest, recorded_at)
-            run(
-                "INSERT INTO checkpoints (position, head_hash, schema_version, fingerprint, snapshot, "
-                "snapshot_sha256, recorded_at) VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                record,
-                False,
-            )
-            checkpoint_id = int(run("SELECT max(checkpoint_id) FROM checkpoints", (), False)[0][0])  # ours: locked
-            run(
-                "INSERT INTO checkpoint_streams (checkpoint_id, stream_id, version, state, state_sha256) "
-                "VALUES (%s, %s, %s, %s, %s)",
-                [(checkpoint_id, stream, version, text, snapshot_digest(text)) for stream, version, text in streams],
-                True,
-            )
+            columns = "position, head_hash, schema_version, fingerprint, snapshot, snapshot_sha256, recorded_at"
+            run(f"INSERT INTO checkpoints ({columns}) VALUES (%s, %s, %s, %s, %s, %s, %s)", record)
+            checkpoint_id = int(run("SELECT max(checkpoint_id) FROM checkpoints")[0][0])  # ours: locked
+            copies = [(checkpoint_id, s, v, text, snapshot_digest(text)) for s, v, text in streams]
+            into = "checkpoint_streams (checkpoint_id, stream_id, version, state, state_sha256)"
+            run(f"INSERT INTO {into} VALUES (%s, %s, %s, %s, %s)", copies, many=True)
         return CheckpointRecord(checkpoint_id, *record)
 
     def stream_snapshots(self, checkpoint_id: int) -> list[StreamSnapshot]:

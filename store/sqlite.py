@@ -221,7 +221,7 @@ class SQLiteEventStore(SQLStore, Transactions[SQLiteTransaction]):
     def _locked(self, what: str) -> Iterator[Run]:
         with self._write() as conn:
 
-            def run(sql: str, params: Sequence[Any], many: bool) -> list[Any]:
+            def run(sql: str, params: Sequence[Any] = (), many: bool = False) -> list[Any]:
                 if many:
                     conn.executemany(_sqlite(sql), params)
                     return []

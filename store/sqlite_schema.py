@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from lifecycle_fsm.errors import StoreError
-from lifecycle_fsm.store.chain import FOLD_COLUMNS
+from lifecycle_fsm.store.chain import EVENT_COLUMNS, FOLD_COLUMNS
 from lifecycle_fsm.store.records import EventFilter, StreamShare
 from lifecycle_fsm.store.sql import CHECKPOINTS_ORDER, DERIVED_TABLES, INDEXED
 
@@ -31,19 +31,7 @@ if TYPE_CHECKING:
 
 STORE_SCHEMA_VERSION = "1"
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
-_EVENTS = {
-    "seq": int,
-    "stream_id": str,
-    "version": int,
-    "event_id": str,
-    "type": str,
-    "schema_version": int,
-    "payload": str,
-    "recorded_at": str,
-    "actor": str,
-    "prev_hash": str,
-    "hash": str,
-}
+_EVENTS = dict.fromkeys(EVENT_COLUMNS.split(", "), str) | {"seq": int, "version": int, "schema_version": int}
 # The unique indexes and triggers `guard_problems` holds the file to, by name.
 GUARDS = {
     "events_stream_version": 'CREATE UNIQUE INDEX "events_stream_version" ON "events" ("stream_id", "version")',
