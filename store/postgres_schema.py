@@ -20,7 +20,7 @@ from psycopg import sql
 from lifecycle_fsm.errors import InputError, StoreError
 from lifecycle_fsm.store.chain import EVENT_COLUMNS, GENESIS_HASH, STORED_TIME, header_parts, stamp_limit
 from lifecycle_fsm.store.records import EventFilter, NewEvent
-from lifecycle_fsm.store.sql import CHECKPOINTS_ORDER, DERIVED_TABLES, INDEXED
+from lifecycle_fsm.store.sql import CHECKPOINTS_ORDER, DERIVED_TABLES, INDEXED, event_conditions
 
 if TYPE_CHECKING:
     from lifecycle_fsm.store.postgres_session import PgSession
@@ -178,26 +178,7 @@ def append_one(
 def filter_sql(query: EventFilter, *, indexed: bool) -> tuple[str, list[Any]]:
     """The SELECT of an `EventFilter`'s rows in seq order, no LIMIT (the caller pages); the meaning of
     SQLite's `filter_sql`, the payload's value looked for as text (`strpos`) before it is parsed."""
-    where = ["seq > %s"]
-    params: list[Any] = [query.after]
-    looked_up: list[tuple[str, Any]] = []  # what the event index answers: (condition, its value)
-    for clause, value in (
-        ("seq < %s", query.before),
-        ("recorded_at >= %s", query.since),
-        ("recorded_at <= %s", query.until),
-        ("stream_id = %s", query.stream_id),
-        ("actor = %s", query.actor),
-    ):
-        if value is not None:
-            where.append(clause)
-            params.append(value)
-            if clause.startswith(("recorded_at", "actor")):
-                looked_up.append((clause, value))
-    for types in (list(query.types), sorted({m.type for m in query.payload})):
-        if types:
-            where.append("type = ANY(%s::text[])")
-            params.append(types)
-            looked_up.append(("type = ANY(%s::text[])", types))
+    where, params, looked_up = event_conditions(query)
     if query.payload:
         ors = []
         for m in query.payload:
@@ -211,13 +192,13 @@ def filter_sql(query: EventFilter, *, indexed: bool) -> tuple[str, list[Any]]:
     condition = " AND ".join(where)
     if not (indexed and looked_up):
         return f"SELECT {EVENT_COLUMNS} FROM events WHERE {condition} ORDER BY seq", params
-    index_where = " AND ".join(["seq > %s", *(clause for clause, _ in looked_up)])
+    index_where = " AND ".join(["seq > %s", *(sql for sql, _ in looked_up)])
     sql = (
         f"(SELECT {EVENT_COLUMNS} FROM events WHERE seq IN (SELECT seq FROM event_index WHERE {index_where}) "
         f"AND {condition} UNION ALL SELECT {EVENT_COLUMNS} FROM events WHERE seq > {INDEXED} AND {condition}) "
         "ORDER BY seq"
     )
-    return sql, [query.after, *(value for _, value in looked_up), *params, *params]
+    return sql, [query.after, *(value for _, values in looked_up for value in values), *params, *params]
 
 
 def schema_version(session: PgSession) -> str | None:

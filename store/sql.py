@@ -13,7 +13,15 @@ from typing import Any, Protocol, Self
 
 from lifecycle_fsm.errors import IntegrityError, StoreError
 from lifecycle_fsm.store.chain import EVENT_COLUMNS, GENESIS, GENESIS_HASH, snapshot_digest
-from lifecycle_fsm.store.records import CheckpointRecord, Head, Row, StoredEvent, StreamHead, StreamSnapshot
+from lifecycle_fsm.store.records import (
+    CheckpointRecord,
+    EventFilter,
+    Head,
+    Row,
+    StoredEvent,
+    StreamHead,
+    StreamSnapshot,
+)
 from lifecycle_fsm.store.writes import WriteTransaction
 
 STREAM = f"SELECT {EVENT_COLUMNS} FROM events WHERE stream_id = %s AND version > %s ORDER BY version"
@@ -62,6 +70,38 @@ def position_at_sql(time: str, *, indexed: bool = False) -> str:
             f"UNION ALL SELECT min(seq) FROM events WHERE seq > {INDEXED} AND recorded_at > {time}) AS found)"
         )
     return f"coalesce({first_after} - 1, (SELECT coalesce(max(seq), 0) FROM events))"
+
+
+Lookup = tuple[str, list[Any]]  # a WHERE term the event index answers, and its parameters
+
+
+def event_conditions(
+    query: EventFilter, seq: str = "seq", payload_types: str = ""
+) -> tuple[list[str], list[Any], list[Lookup]]:
+    """An `EventFilter`'s WHERE terms on the event's own columns and types, their parameters, and the terms
+    the event index answers (type, actor, time); `payload_types` prefixes the payload matches' types term."""
+    where = [f"{seq} > %s"]
+    params: list[Any] = [query.after]
+    looked_up: list[Lookup] = []
+    for sql, value in (
+        (f"{seq} < %s", query.before),
+        ("recorded_at >= %s", query.since),
+        ("recorded_at <= %s", query.until),
+        ("stream_id = %s", query.stream_id),
+        ("actor = %s", query.actor),
+    ):
+        if value is not None:
+            where.append(sql)
+            params.append(value)
+            if sql.startswith(("recorded_at", "actor")):
+                looked_up.append((sql, [value]))
+    for types, prefix in ((list(query.types), ""), (sorted({m.type for m in query.payload}), payload_types)):
+        if types:
+            clause = f"type IN ({', '.join(['%s'] * len(types))})"
+            where.append(prefix + clause)
+            params += types
+            looked_up.append((clause, types))
+    return where, params, looked_up
 
 
 # Index rows that are not their event's columns, and events up to the index's position that it lacks.

@@ -282,7 +282,7 @@ class SQLiteEventStore(SQLStore, Transactions[SQLiteTransaction]):
     def _batches(self, sql: str, params: Sequence[Any], size: int) -> Iterator[list[Any]]:
         """A read's rows in `fetchmany` batches, one SELECT (one read snapshot), memory flat as the log grows."""
         with self._reading() as conn:
-            cursor = conn.execute(sql, params)
+            cursor = conn.execute(_sqlite(sql), params)
             while True:
                 self._owner.check()  # a read carried into another thread or a forked child stops there
                 rows = cursor.fetchmany(size)
@@ -294,8 +294,7 @@ class SQLiteEventStore(SQLStore, Transactions[SQLiteTransaction]):
         """Small batches on purpose: a row is hashed and folded while its payload is still in the CPU cache."""
         if self._indexed and not query.positions_only():
             self._catch_up_before_read()
-        sql, params = filter_sql(query, EVENT_COLUMNS, indexed=self._indexed)
-        return self._batches(sql, params, 256)
+        return self._batches(*filter_sql(query, indexed=self._indexed), 256)
 
     def select_fold_rows(
         self, *, after: int, before: int | None, streams: StreamShare | None = None
@@ -306,7 +305,7 @@ class SQLiteEventStore(SQLStore, Transactions[SQLiteTransaction]):
     def select_checkpoints(self, *, at_or_before: int | None = None) -> Iterator[CheckpointRecord]:
         """One row at a time, newest first (a load stops at the first trusted one); without a bound every
         row, also one whose position was edited into no seq (its reader judges it broken)."""
-        where, params = ("", ()) if at_or_before is None else (" WHERE position <= ?", (at_or_before,))
+        where, params = ("", ()) if at_or_before is None else (" WHERE position <= %s", (at_or_before,))
         for rows in self._batches(f"{CHECKPOINTS}{where} ORDER BY position DESC, checkpoint_id DESC", params, 1):
             yield CheckpointRecord(*rows[0])
 

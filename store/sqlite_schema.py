@@ -24,7 +24,7 @@ import orjson
 from lifecycle_fsm.errors import StoreError
 from lifecycle_fsm.store.chain import EVENT_COLUMNS, FOLD_COLUMNS
 from lifecycle_fsm.store.records import EventFilter, StreamShare
-from lifecycle_fsm.store.sql import CHECKPOINTS_ORDER, DERIVED_TABLES, INDEXED
+from lifecycle_fsm.store.sql import CHECKPOINTS_ORDER, DERIVED_TABLES, INDEXED, event_conditions
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -198,8 +198,8 @@ def guard_problems(conn: sqlite3.Connection) -> list[str]:
     return problems + [f"trigger {name} is not one of the ledger's own" for name in sorted(triggers - GUARDS.keys())]
 
 
-def filter_sql(query: EventFilter, columns: str, *, indexed: bool) -> tuple[str, list[Any]]:
-    """The SELECT of `columns` (in seq order, with its LIMIT) of an `EventFilter`, and its parameters.
+def filter_sql(query: EventFilter, *, indexed: bool) -> tuple[str, list[Any]]:
+    """The SELECT (in seq order, with its LIMIT) of an `EventFilter`, and its parameters.
 
     A filter on type, actor or time takes the rows the event index names, then those past its position
     from the log (without the index, `+seq` steers the planner to the `recorded_at` index). A payload
@@ -207,26 +207,34 @@ def filter_sql(query: EventFilter, columns: str, *, indexed: bool) -> tuple[str,
     never a key, in canonical JSON), then confirms it at its path: a scalar equal to it, or an array holding it.
     """
     timed = query.since is not None or query.until is not None
-    where, params, looked_up = _column_conditions(query, "+seq" if timed and not indexed else "seq")
+    seq = "+seq" if timed and not indexed else "seq"
+    # without the event index, `+type` keeps the walk in seq order when a LIMIT can stop it early
+    plus = "+" if query.limit is not None and not indexed else ""
+    where, params, looked_up = event_conditions(query, seq, plus)
     if query.payload:
-        clauses, values, types = _payload_conditions(query, indexed)
-        where += clauses
-        params += values
-        looked_up.append(types)
+        needles = [orjson.dumps(v).decode() + end for v in sorted({m.value for m in query.payload}) for end in ",]}"]
+        where.append("(" + " OR ".join("instr(payload, %s) > 0" for _ in needles) + ")")
+        confirm = (
+            "(type = %s AND (json_extract(payload, %s) = %s OR (json_type(payload, %s) = 'array' AND "
+            "EXISTS (SELECT 1 FROM json_each(payload, %s) WHERE value = %s))))"
+        )
+        where.append("(" + " OR ".join(confirm for _ in query.payload) + ")")
+        params += needles
+        for m in query.payload:
+            params += [m.type, m.path, m.value, m.path, m.path, m.value]
     condition = " AND ".join(where)
+    sql = f"SELECT {EVENT_COLUMNS} FROM events WHERE {condition} ORDER BY seq"
     if indexed and looked_up:
         index_where = " AND ".join(sql for sql, _ in looked_up)
         index_params = [value for _, values in looked_up for value in values]
         sql = (
-            f"SELECT {columns} FROM events WHERE seq IN (SELECT seq FROM event_index WHERE {index_where}) "
-            f"AND {condition} UNION ALL SELECT {columns} FROM events WHERE seq > {INDEXED} AND {condition} "
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE seq IN (SELECT seq FROM event_index WHERE {index_where}) "
+            f"AND {condition} UNION ALL SELECT {EVENT_COLUMNS} FROM events WHERE seq > {INDEXED} AND {condition} "
             "ORDER BY seq"
         )
         params = [*index_params, *params, *params]
-    else:
-        sql = f"SELECT {columns} FROM events WHERE {condition} ORDER BY seq"
     if query.limit is not None:
-        sql += " LIMIT ?"
+        sql += " LIMIT %s"
         params.append(query.limit)
     return sql, params
 
@@ -234,56 +242,8 @@ def filter_sql(query: EventFilter, columns: str, *, indexed: bool) -> tuple[str,
 def fold_sql(after: int, before: int | None, streams: StreamShare | None) -> tuple[str, list[Any]]:
     """The SELECT of a slice's fold columns, only `streams`' rows if given (`+stream_id` keeps the planner
     off the stream index, which would need a sort)."""
-    where, params, _ = _column_conditions(EventFilter(after=after, before=before), "seq")
+    where, params, _ = event_conditions(EventFilter(after=after, before=before))
     if streams is not None:
-        where.append(f"+stream_id {'NOT IN' if streams.others else 'IN'} (SELECT value FROM json_each(?))")
+        where.append(f"+stream_id {'NOT IN' if streams.others else 'IN'} (SELECT value FROM json_each(%s))")
         params.append(orjson.dumps(sorted(streams.names)).decode())
     return f"SELECT {FOLD_COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY seq", params
-
-
-Conditions = tuple[list[str], list[Any], list[tuple[str, list[Any]]]]
-
-
-def _column_conditions(query: EventFilter, seq: str) -> Conditions:
-    """The WHERE terms on the event's columns, their parameters, and those the event index answers."""
-    where = [f"{seq} > ?"]
-    params: list[Any] = [query.after]
-    looked_up: list[tuple[str, list[Any]]] = []
-    for sql, value in (
-        (f"{seq} < ?", query.before),
-        ("recorded_at >= ?", query.since),
-        ("recorded_at <= ?", query.until),
-        ("stream_id = ?", query.stream_id),
-        ("actor = ?", query.actor),
-    ):
-        if value is not None:
-            where.append(sql)
-            params.append(value)
-            if sql.startswith(("recorded_at", "actor")):
-                looked_up.append((sql, [value]))
-    if query.types:
-        clause = f"type IN ({','.join('?' * len(query.types))})"
-        where.append(clause)
-        params.extend(query.types)
-        looked_up.append((clause, list(query.types)))
-    return where, params, looked_up
-
-
-def _payload_conditions(query: EventFilter, indexed: bool) -> tuple[list[str], list[Any], tuple[str, list[Any]]]:
-    """A payload match's WHERE terms and parameters, and its event types as a term the index answers."""
-    match_types = sorted({m.type for m in query.payload})
-    clause = f"type IN ({','.join('?' * len(match_types))})"
-    # without the event index, `+type` keeps the walk in seq order when a LIMIT can stop it early
-    where = ["+" + clause if query.limit is not None and not indexed else clause]
-    params: list[Any] = [*match_types]
-    needles = [orjson.dumps(v).decode() + end for v in sorted({m.value for m in query.payload}) for end in ",]}"]
-    where.append("(" + " OR ".join("instr(payload, ?) > 0" for _ in needles) + ")")
-    params.extend(needles)
-    confirm = (
-        "(type = ? AND (json_extract(payload, ?) = ? OR (json_type(payload, ?) = 'array' AND "
-        "EXISTS (SELECT 1 FROM json_each(payload, ?) WHERE value = ?))))"
-    )
-    where.append("(" + " OR ".join(confirm for _ in query.payload) + ")")
-    for m in query.payload:
-        params.extend([m.type, m.path, m.value, m.path, m.path, m.value])
-    return where, params, (clause, match_types)
