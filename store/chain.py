@@ -29,10 +29,6 @@ STORED_TIME = "[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}[.][0-9]{6}Z
 _STORED_TIME = re.compile(STORED_TIME)
 
 
-def is_stored_time(text: str) -> bool:
-    return _STORED_TIME.fullmatch(text) is not None
-
-
 # How far ahead of a writer's clock the head's time may be and still be taken on (lock waits, clock skew).
 STAMP_LEAD = dt.timedelta(minutes=5)
 # How a walk says a row's time is not in the ledger's form (every hash may still hold).
@@ -250,7 +246,7 @@ class ChainWalk:
                 reason = "prev_hash does not match the previous event's hash"
             elif hashes and event_hash(link, *row[:9]) != digest:
                 reason = "stored hash does not match the event's content"
-            elif times and not is_stored_time(row[7]):
+            elif times and not _STORED_TIME.fullmatch(row[7]):
                 reason = f"recorded_at {row[7]!r} {TIME_FORM_BREAK}"
             else:
                 last, prev = seq, digest

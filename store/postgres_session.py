@@ -72,21 +72,11 @@ _PINNED = (
 _MAX_IDENTIFIER_BYTES = 63  # NAMEDATALEN - 1: longer names are cut
 
 
+_ENTRY = re.compile(r'\s*("(?:[^"]|"")*"?[^,]*|[^,]*),?')  # one search_path entry: a quoted name may hold commas
+
+
 def _entries(search_path: str) -> list[str]:
-    """A search_path's entries as written: a quoted name may hold commas (`"a,b", public`)."""
-    entries, rest = [], search_path.strip()
-    while rest:
-        end = 0
-        if rest.startswith('"'):
-            end = 1
-            while (end := rest.find('"', end)) != -1 and rest[end + 1 : end + 2] == '"':
-                end += 2
-            end = len(rest) if end == -1 else end + 1
-        comma = rest.find(",", end)
-        entry, rest = (rest, "") if comma == -1 else (rest[:comma], rest[comma + 1 :].strip())
-        if entry.strip():
-            entries.append(entry.strip())
-    return entries
+    return [entry.strip() for entry in _ENTRY.findall(search_path) if entry.strip()]
 
 
 def _identifier(entry: str) -> str:

@@ -110,7 +110,8 @@ class SQLiteEventStore(SQLStore, Transactions[SQLiteTransaction]):
         self._busy_timeout = busy_timeout_seconds(busy_timeout)
         self.path = Path(path)
         self._fault = fault_from_env()
-        self._owner = ThreadOwner(self.path, self._keep_in_child)
+        # In a forked child the inherited connection is never used, closed or freed.
+        self._owner = ThreadOwner(self.path, lambda: keep_for_good(self._conn))
         self._private = str(path) in ("", ":memory:")  # nobody else can reach it: never wait
         self._quick = self._private  # the busy timeout is 0 (a write set it; the next read gives it back)
         self._held: str | None = None  # "write" or "snapshot": the block holding the connection's transaction
@@ -312,12 +313,6 @@ class SQLiteEventStore(SQLStore, Transactions[SQLiteTransaction]):
     def guard_problems(self) -> list[str]:
         with self._reading() as conn:
             return guard_problems(conn)
-
-    # --- the handle -----------------------------------------------------------------------
-
-    def _keep_in_child(self) -> None:
-        """In a forked child: the inherited connection is never used, closed or freed there."""
-        keep_for_good(self._conn)
 
     def close(self) -> None:
         self._owner.release()
