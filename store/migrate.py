@@ -13,6 +13,8 @@ re-chained copy would erase the only trace of a log rewritten or cut under it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from itertools import groupby
+from operator import itemgetter
 
 import attrs
 import orjson
@@ -143,24 +145,13 @@ def _copied(start: int, written: int) -> str:
     return f"copied seq {start + 1} to {written} ({written - start} events, each verified), nothing after seq {written}"
 
 
-def _runs(rows: Sequence[Row]) -> Iterable[list[Row]]:
-    """Consecutive rows of one stream: one append each."""
-    run: list[Row] = []
-    for row in rows:
-        if run and row[1] != run[0][1]:
-            yield run
-            run = []
-        run.append(row)
-    if run:
-        yield run
-
-
 def _write(dst: EventStore, rows: Sequence[Row]) -> None:
     """Append `rows` to `dst` in one transaction; every copy must equal its source row."""
     if not rows:
         return
     with dst.transaction() as tx:
-        for run in _runs(rows):
+        for _, grouped in groupby(rows, key=itemgetter(1)):  # consecutive rows of one stream: one append
+            run = list(grouped)
             new = [NewEvent(r[1], r[4], r[5], orjson.loads(r[6]), r[3], r[7], r[8]) for r in run]
             stored = tx.append(run[0][1], run[0][2] - 1, new, fresh_ids=True, copied=True).events
             for copy, original in zip(stored, run, strict=True):
