@@ -32,6 +32,7 @@ __all__ = [
     "event_at",
     "hash_at",
     "select_events",
+    "snapshot_in_write",
     "verify_chain",
     "write_in_read_snapshot",
     "write_in_transaction",
@@ -189,6 +190,10 @@ def hash_at(store: EventStore, seq: int) -> str | None:
 def verify_chain(store: EventStore) -> ChainReport:
     """Re-hash the whole log in one pass; report the first broken position."""
     return verify_rows(store.select_rows(), count=store.count_events, head=store.head)
+
+
+def snapshot_in_write(where: object) -> InputError:
+    return InputError(f"{where}: read_snapshot() inside a write transaction is refused")
 
 
 def write_in_read_snapshot(where: object) -> InputError:

@@ -13,8 +13,8 @@ from typing import Any
 
 import orjson
 
-from lifecycle_fsm.errors import InputError, IntegrityError, StoreError
-from lifecycle_fsm.store.base import write_in_read_snapshot
+from lifecycle_fsm.errors import IntegrityError
+from lifecycle_fsm.store.base import snapshot_in_write, write_in_read_snapshot
 from lifecycle_fsm.store.chain import GENESIS_HASH, fold_columns, snapshot_digest
 from lifecycle_fsm.store.records import (
     ALL_EVENTS,
@@ -69,8 +69,7 @@ class MemoryTransaction(WriteTransaction):
         self._pending.extend(rows)
 
     def commit(self) -> None:
-        if self.failed is not None:
-            raise StoreError(f"{self.failed}; nothing in this transaction was committed")
+        self.may_commit()
         store = self._store
         for row in self._pending:
             store._log.append(row)
@@ -100,7 +99,7 @@ class MemoryEventStore(Transactions[MemoryTransaction]):
                 yield
                 return
             if self._held == "write":
-                raise InputError("memory store: read_snapshot() inside a write transaction is refused")
+                raise snapshot_in_write("memory store")
             self._held = "snapshot"
             try:
                 yield

@@ -23,8 +23,8 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.pq import ExecStatus, TransactionStatus
 
-from lifecycle_fsm.errors import InputError, IntegrityError, StoreError
-from lifecycle_fsm.store.base import write_in_read_snapshot, write_in_transaction
+from lifecycle_fsm.errors import IntegrityError, StoreError
+from lifecycle_fsm.store.base import snapshot_in_write, write_in_read_snapshot, write_in_transaction
 from lifecycle_fsm.store.chain import EVENT_COLUMNS, FOLD_COLUMNS, canonical_json, event_hash
 from lifecycle_fsm.store.faults import fault_from_env
 from lifecycle_fsm.store.postgres_schema import (
@@ -168,7 +168,7 @@ class PostgresEventStore(SQLStore, Transactions[PostgresTransaction]):
             yield
             return
         if self.session.held:
-            raise InputError(f"{self.where}: read_snapshot() inside a write transaction is refused")
+            raise snapshot_in_write(self.where)
         with self._held("cannot start a read snapshot"):
             with self.session.mapped("cannot start a read snapshot"):
                 self.session.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 from psycopg import errors as pg_errors
 from psycopg.pq import ExecStatus
 
-from lifecycle_fsm.errors import StoreError
 from lifecycle_fsm.store.chain import EVENT_COLUMNS
 from lifecycle_fsm.store.postgres_session import COMMIT_UNKNOWN, NOTHING_COMMITTED
 from lifecycle_fsm.store.records import Row
@@ -98,8 +97,7 @@ class PostgresTransaction(SQLTransaction):
 
     def commit(self) -> None:
         """What is pending, NOTIFY if anything was appended, and COMMIT, in one message."""
-        if self.failed is not None:
-            raise StoreError(f"{self.failed}; nothing in this transaction was committed")
+        self.may_commit()
         if self.started or self._pending:
             notify = [(self._session.notify_sql, ())] if self.wrote else []
             self._send([*notify, ("COMMIT", ())], lost=COMMIT_UNKNOWN)

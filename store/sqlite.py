@@ -18,8 +18,8 @@ from itertools import chain
 from pathlib import Path
 from typing import Any
 
-from lifecycle_fsm.errors import InputError, StoreError
-from lifecycle_fsm.store.base import write_in_read_snapshot, write_in_transaction
+from lifecycle_fsm.errors import StoreError
+from lifecycle_fsm.store.base import snapshot_in_write, write_in_read_snapshot, write_in_transaction
 from lifecycle_fsm.store.chain import EVENT_COLUMNS
 from lifecycle_fsm.store.faults import fault_from_env
 from lifecycle_fsm.store.open import busy_timeout_seconds, synchronous_mode
@@ -235,8 +235,7 @@ class SQLiteEventStore(SQLStore, Transactions[SQLiteTransaction]):
         with self._write(command=True) as conn:
             tx = SQLiteTransaction(conn, self._owner)
             yield tx
-            if tx.failed is not None:
-                raise StoreError(f"{tx.failed}; nothing in this transaction was committed")
+            tx.may_commit()
 
     @contextmanager
     def read_snapshot(self) -> Iterator[None]:
@@ -246,7 +245,7 @@ class SQLiteEventStore(SQLStore, Transactions[SQLiteTransaction]):
             yield
             return
         if self._held == "write":
-            raise InputError(f"{self.path}: read_snapshot() inside a write transaction is refused")
+            raise snapshot_in_write(self.path)
         try:
             try:
                 self._ready_to_read()

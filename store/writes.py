@@ -40,6 +40,11 @@ class WriteTransaction(ABC):
     def _insert(self, rows: list[Row]) -> None:
         """Insert `rows` (one stream's); ConcurrencyError if the database refuses one."""
 
+    def may_commit(self) -> None:
+        """Refuse to commit after an append failed part-way."""
+        if self.failed is not None:
+            raise StoreError(f"{self.failed}; nothing in this transaction was committed")
+
     def append(
         self,
         stream_id: str,
