@@ -53,9 +53,7 @@ def create_ledger_file(path: Path, *, exclusive: bool = False) -> None:
             create_ledger_file(target)
         return
     try:
-        size = Path(f"{path}-wal").stat().st_size
-    except FileNotFoundError:
-        size = 0
+        size = _wal_size(path)
     except OSError as e:  # a folder that is a file, a name too long for its -wal, a folder we may not search
         raise StoreError(f"{path}: cannot create the ledger file ({e.strerror})") from e
     if size and not path.exists():  # again: another process may have just made the ledger and its WAL
@@ -70,6 +68,13 @@ def create_ledger_file(path: Path, *, exclusive: bool = False) -> None:
             raise
     except OSError as e:
         raise StoreError(f"{path}: cannot create the ledger file ({e.strerror})") from e
+
+
+def _wal_size(path: object) -> int:
+    try:
+        return Path(f"{path}-wal").stat().st_size
+    except FileNotFoundError:
+        return 0
 
 
 _KEPT: list[object] = []
@@ -106,7 +111,7 @@ class ImmutableRead:
     def __init__(self, path: Path) -> None:
         self.real = Path(os.path.realpath(path))
         self.shown = path
-        size = self._wal_size()
+        size = _wal_size(self.real)
         if size:
             raise StoreError(
                 f"{path}: its folder is read-only and {self.real.name}-wal holds {size} bytes of events not yet "
@@ -116,12 +121,6 @@ class ImmutableRead:
         self.identity = self._identity()
         self.conn = sqlite3.connect(f"file:{quote(str(self.real))}?immutable=1", uri=True, isolation_level=None)
 
-    def _wal_size(self) -> int:
-        try:
-            return Path(f"{self.real}-wal").stat().st_size
-        except FileNotFoundError:
-            return 0
-
     def _identity(self) -> tuple[int, int, int, int]:
         st = self.real.stat()
         return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
@@ -129,7 +128,7 @@ class ImmutableRead:
     def check(self) -> None:
         """StoreError once the file is not the one opened, or a writer's `-wal` holds events."""
         try:
-            moved = self._identity() != self.identity or self._wal_size() > 0
+            moved = self._identity() != self.identity or _wal_size(self.real) > 0
         except OSError:
             moved = True
         if moved:
@@ -160,13 +159,7 @@ class OpenedFiles:
     def changed(self, *, but_wal: bool = False) -> str | None:
         """The first file missing or no longer the one opened, if any (`but_wal`: not the `-wal`)."""
         for name, identity in self._files:
-            if but_wal and name.endswith("-wal"):
-                continue
-            try:
-                st = os.stat(name)
-            except OSError:
-                return name
-            if (st.st_dev, st.st_ino) != identity:
+            if not (but_wal and name.endswith("-wal")) and _inode(name) != identity:
                 return name
         return None
 
@@ -178,6 +171,14 @@ class OpenedFiles:
                 f"{name}: deleted or replaced while {self.shown} was open, so a write through this connection "
                 "could be lost; nothing was written: close the ledger and open it again"
             )
+
+
+def _inode(name: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(name)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def close_without_checkpoint(conn: sqlite3.Connection, files: OpenedFiles) -> None:
