@@ -210,8 +210,7 @@ class PostgresEventStore(SQLStore, Transactions[PostgresTransaction]):
         payload, version = canonical_json(event.payload), expected_version + 1
         session = self.session
         params = append_one(event, payload, version, [(stream_id, expected_version), *expect], session, not fresh_ids)
-        if self._reading or session.held:
-            self._refuse_nested_write()
+        self._refuse_nested_write()
         try:  # one statement, its own transaction: nothing is left open if it fails
             if session.conn.pgconn.transaction_status:  # not idle: an interrupted call left it so
                 session.recover()
