@@ -51,7 +51,7 @@ from lifecycle_fsm.store.records import (
     StreamHead,
     StreamShare,
 )
-from lifecycle_fsm.store.sql import Run, SQLStore
+from lifecycle_fsm.store.sql import CHECKPOINTS, Run, SQLStore
 from lifecycle_fsm.store.threads import one_thread
 from lifecycle_fsm.store.writes import Transactions, check_batch, id_taken
 
@@ -306,13 +306,10 @@ class PostgresEventStore(SQLStore, Transactions[PostgresTransaction]):
     def select_checkpoints(self, *, at_or_before: int | None = None) -> Iterator[CheckpointRecord]:
         # Two at a time, newest first: a load stops at the first trusted one.
         key: tuple[int, int] = (_NO_UPPER if at_or_before is None else at_or_before, _NO_UPPER)
+        where = "position <= %s AND (position, checkpoint_id) < (%s, %s)"
+        sql = f"{CHECKPOINTS} WHERE {where} ORDER BY position DESC, checkpoint_id DESC LIMIT 2"
         while True:
-            rows = self._rows(
-                "SELECT checkpoint_id, position, head_hash, schema_version, fingerprint, snapshot, snapshot_sha256, "
-                "recorded_at FROM checkpoints WHERE position <= %s AND (position, checkpoint_id) < (%s, %s) "
-                "ORDER BY position DESC, checkpoint_id DESC LIMIT 2",
-                (key[0], key[0], key[1]),
-            )
+            rows = self._rows(sql, (key[0], *key))
             for row in rows:
                 yield CheckpointRecord(*row)
             if len(rows) < 2:
