@@ -125,7 +125,7 @@ class PostgresEventStore(SQLStore, Transactions[PostgresTransaction]):
             self.session.held = False
 
     @contextmanager
-    def transaction(self) -> Iterator[PostgresTransaction]:
+    def _transaction(self) -> Iterator[PostgresTransaction]:
         if not self._appends:
             raise StoreError(
                 f"{self.where}: this ledger's schema is older than this release; open it once as a role that may "

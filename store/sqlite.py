@@ -231,7 +231,7 @@ class SQLiteEventStore(SQLStore, Transactions[SQLiteTransaction]):
             yield run
 
     @contextmanager
-    def transaction(self) -> Iterator[SQLiteTransaction]:
+    def _transaction(self) -> Iterator[SQLiteTransaction]:
         with self._write(command=True) as conn:
             tx = SQLiteTransaction(conn, self._owner)
             yield tx
