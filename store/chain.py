@@ -150,10 +150,8 @@ def chain_rows(
         version += 1
         at = stamped(e.recorded_at, at) if stamp else e.recorded_at
         payload = canonical_json(e.payload)
-        digest = event_hash(
-            prev_hash, seq, stream_id, version, e.event_id, e.type, e.schema_version, payload, at, e.actor
-        )
         row = (seq, stream_id, version, e.event_id, e.type, e.schema_version, payload, at, e.actor)
+        digest = event_hash(prev_hash, *row)
         rows.append((*row, prev_hash, digest))
         prev_hash = digest
     return rows
