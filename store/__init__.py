@@ -1,9 +1,6 @@
-"""The event store: append, read and chain opaque event records; keep checkpoints.
+"""The event store: an append-only, hash-chained log of opaque events, with checkpoints.
 
-It knows nothing of candidates or states. `lifecycle_fsm` gives it records and reads
-them back; `replay` folds what it reads. Its errors are the shared ones of
-`lifecycle_fsm.errors`, re-exported here.
-"""
+It knows nothing of the domain; its errors are `lifecycle_fsm.errors`' own, re-exported here."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
 """The small interface every event store implements (memory, SQLite, PostgreSQL), and the reads built on it.
 
-Each need has one way in: a command appends (with the versions it expects, its own
-stream's and others') and reads its stream or looks an event up by id; replay and
-auditors read the log through one filtered iterator in seq order (`select_rows`);
-checkpoints and verify have their own few methods. Backends implement the Protocol
-(no base class to inherit) and pass one contract suite (tests/test_store_contract.py).
-"""
+Backends implement the Protocol (no base class to inherit) and pass one contract suite
+(tests/test_store_contract.py)."""
 
 from __future__ import annotations
 
@@ -36,6 +32,7 @@ __all__ = [
     "event_at",
     "hash_at",
     "select_events",
+    "snapshot_in_write",
     "verify_chain",
     "write_in_read_snapshot",
     "write_in_transaction",
@@ -56,19 +53,15 @@ class StoreTransaction(Protocol):
         copied: bool = False,
     ) -> AppendResult:
         """Append to one stream at `expected_version` (`store.writes.WriteTransaction.append`)."""
-        ...
 
     def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[StoredEvent]:
         """The events of one stream after `after_version`, oldest first, this transaction's own included."""
-        ...
 
     def stream_version(self, stream_id: str) -> int:
         """The stream's current version (0 when it has no events)."""
-        ...
 
     def streams(self) -> list[StreamHead]:
-        """Every stream at its current version, this transaction's appends included (`EventStore.streams`)."""
-        ...
+        """Every stream at its current version, this transaction's appends included."""
 
 
 class EventStore(Protocol):
@@ -78,7 +71,6 @@ class EventStore(Protocol):
 
     def transaction(self) -> AbstractContextManager[StoreTransaction]:
         """Take the write lock, yield a transaction, commit on success, roll back on error."""
-        ...
 
     def append(
         self,
@@ -90,60 +82,44 @@ class EventStore(Protocol):
         expect: Sequence[tuple[str, int]] = (),
     ) -> AppendResult:
         """One append in its own transaction (`StoreTransaction.append`)."""
-        ...
 
     def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[StoredEvent]:
         """The events of one stream after `after_version`, oldest first."""
-        ...
 
     def stream_version(self, stream_id: str) -> int:
         """The stream's current version (0 when it has no events)."""
-        ...
 
     def event_by_id(self, event_id: str) -> StoredEvent | None:
         """The event with this id, if any (a retried command's idempotency look-up)."""
-        ...
 
     def streams(self) -> list[StreamHead]:
-        """Every stream at its current version, in stream id order. The labels are the state index's
-        (derived, as of its position); a stream with events past that position has none."""
-        ...
+        """Every stream at its current version, in stream id order, with the state index's labels (none
+        for a stream with events past the index's position)."""
 
     def state_index(self) -> tuple[int, list[StreamHead]]:
-        """The state index as stored: the position it reflects and its rows (what `verify` compares
-        with the fold at that position)."""
-        ...
+        """The state index as stored: the position it reflects and its rows (what `verify` compares)."""
 
     def rebuild_stream_index(self, derive: Callable[[], Iterable[StreamHead]]) -> None:
-        """Replace the state index with `derive()`, called under the write lock (no append lands
-        between the caller's fold and the new index): it then reflects the head."""
-        ...
+        """Replace the state index with `derive()`, called under the write lock: it then reflects the head."""
 
     # --- what replay and auditors need
 
     def select_rows(self, query: EventFilter = ALL_EVENTS) -> Iterator[list[Row]]:
-        """The events `query` selects, in seq order, as batches of whole rows (`StoredEvent` field
-        order), streamed in constant memory. Every condition is pushed into the backend's query."""
-        ...
+        """The events `query` selects, in seq order, as batches of whole rows, in constant memory; every
+        condition is pushed into the backend's query."""
 
     def select_fold_rows(
         self, *, after: int, before: int | None, streams: StreamShare | None = None
     ) -> Iterator[list[Row]]:
-        """The log's rows `after < seq < before` as `select_rows` gives them, but only their fold
-        columns (`chain.fold_columns`): what a fold that does not re-hash the rows reads.
-        `streams`: only the rows of those streams (a share of a parallel fold)."""
-        ...
+        """The rows `after < seq < before` as only their fold columns (`chain.fold_columns`), for a fold
+        that does not re-hash them; with `streams`, only those streams' rows."""
 
     def position_at(self, recorded_at: str) -> int:
-        """As of a time (UTC text): the seq before the first event recorded after it, else the head. No
-        event recorded later is inside; with writers at once, one recorded earlier may be left out."""
-        ...
+        """As of a UTC time: the seq before the first event recorded after it, else the head."""
 
     def read_snapshot(self) -> AbstractContextManager[None]:
-        """Inside, every read of this handle sees the ledger as of one moment (its first read),
-        whatever other writers commit meanwhile. Reads only: a write through this handle inside
-        one is refused (`InputError`). A nested one is the outer one."""
-        ...
+        """Every read inside sees the ledger as of its first read; a write through this handle inside is
+        refused (`InputError`). A nested one is the outer one."""
 
     # --- what checkpoints need
 
@@ -158,50 +134,37 @@ class EventStore(Protocol):
         streams: Sequence[tuple[str, int, str]] = (),
         index: Sequence[StreamHead] | None = None,
     ) -> CheckpointRecord:
-        """Store a snapshot taken at `position` (its head hash is read from the log), with
-        `(stream_id, version, state)` copies of each stream's own folded state. With `index` (the
-        state index at `position`), the state index is brought to it unless it already reflects more."""
-        ...
+        """Store a snapshot taken at `position` with `(stream_id, version, state)` copies of each stream's
+        state; with `index`, the state index is brought to it unless it already reflects more."""
 
     def select_checkpoints(self, *, at_or_before: int | None = None) -> Iterator[CheckpointRecord]:
         """Checkpoints at or before a position (default: all), newest first, read lazily."""
-        ...
 
     def stream_snapshots(self, checkpoint_id: int) -> list[StreamSnapshot]:
         """Every stream copy a checkpoint holds."""
-        ...
 
     def latest_stream_snapshot(self, stream_id: str) -> StreamSnapshot | None:
         """The newest checkpoint's copy of one stream's state, if any."""
-        ...
 
     # --- what verify needs
 
     def head(self) -> Head:
         """The last position and its hash."""
-        ...
 
     def count_events(self) -> int:
-        """How many rows the log holds (the head's seq, unless rows were removed behind its back)."""
-        ...
+        """How many rows the log holds."""
 
     def guard_problems(self) -> list[str]:
         """What is missing or altered of the database's own append-only guards: empty when all hold."""
-        ...
 
     def index_problems(self) -> list[str]:
-        """Where the event index (what the auditor's filter looks rows up by, derived from the log)
-        disagrees with the log: empty when it agrees, or when the backend keeps none."""
-        ...
+        """Where the event index disagrees with the log: empty when it agrees, or when there is none."""
 
     def history_problem(self) -> str | None:
-        """The log emptied or replaced outside the store (its first event is not the one recorded, or it is
-        empty while the state index or checkpoints are not); None when it is the ledger's own."""
-        ...
+        """The log emptied or replaced outside the store; None when it is the ledger's own."""
 
     def close(self) -> None:
         """Release the connection."""
-        ...
 
 
 def select_events(store: EventStore, query: EventFilter = ALL_EVENTS) -> Iterator[StoredEvent]:
@@ -229,13 +192,15 @@ def verify_chain(store: EventStore) -> ChainReport:
     return verify_rows(store.select_rows(), count=store.count_events, head=store.head)
 
 
+def snapshot_in_write(where: object) -> InputError:
+    return InputError(f"{where}: read_snapshot() inside a write transaction is refused")
+
+
 def write_in_read_snapshot(where: object) -> InputError:
-    """What a write through a store handle inside its own `read_snapshot()` raises."""
     return InputError(f"{where}: a write inside read_snapshot() is refused (it holds one read transaction)")
 
 
 def write_in_transaction(where: object) -> InputError:
-    """What a write through a store handle inside its own open `transaction()` raises."""
     return InputError(
         f"{where}: a write through the store inside its own open transaction is refused (use the transaction's methods)"
     )

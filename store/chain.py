@@ -1,15 +1,9 @@
 """Canonical encoding and the sha256 hash chain over the log.
 
-Each event's hash is sha256 over a byte string that anyone can rebuild from the
-stored columns without parsing the payload:
-
-    prev_hash "\\n" header "\\n" payload
-
-`header` is the canonical JSON (sorted keys, no spaces, UTF-8) of
-`{"actor", "event_id", "recorded_at", "schema_version", "seq", "stream_id", "type",
-"version"}` and `payload` is the payload's stored canonical JSON text. The first
-event's `prev_hash` is `GENESIS_HASH` (64 zeros). Editing any column of any row
-breaks that row's hash; removing or reordering rows breaks the next row's link.
+An event's hash is sha256 of `prev_hash "\\n" header "\\n" payload`: `header` is the canonical JSON
+(sorted keys, compact, UTF-8) of the columns `actor, event_id, recorded_at, schema_version, seq,
+stream_id, type, version`, `payload` the stored canonical JSON text; the first `prev_hash` is
+`GENESIS_HASH`. Editing a row breaks its hash; removing or reordering rows breaks the next link.
 """
 
 from __future__ import annotations
@@ -27,24 +21,6 @@ import orjson
 from lifecycle_fsm.errors import InputError, IntegrityError
 from lifecycle_fsm.store.records import ChainReport, Head, NewEvent, Row
 
-__all__ = [
-    "EVENT_COLUMNS",
-    "FOLD_COLUMNS",
-    "GENESIS_HASH",
-    "STORED_TIME",
-    "TIME_FORM_BREAK",
-    "ChainWalk",
-    "canonical_json",
-    "chain_rows",
-    "check_rows",
-    "event_hash",
-    "fold_columns",
-    "row_hash_error",
-    "snapshot_digest",
-    "stamp_limit",
-    "stamped",
-]
-
 GENESIS_HASH = "0" * 64
 GENESIS = Head(0, GENESIS_HASH)  # the head of an empty log
 NOT_A_HASH = "not a hash: a column is not text"  # what `event_hash` gives for a row no hash can match
@@ -53,16 +29,9 @@ STORED_TIME = "[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}[.][0-9]{6}Z
 _STORED_TIME = re.compile(STORED_TIME)
 
 
-def is_stored_time(text: str) -> bool:
-    """Whether `text` is a time in the form the ledger's writers store (`STORED_TIME`), the one in which
-    `--as-of` can compare stored times as text."""
-    return _STORED_TIME.fullmatch(text) is not None
-
-
-# How far ahead of a writer's clock the head's time may be and still be taken on: lock waits and the
-# skew between machines' clocks, never a clock that is wrong by hours or years.
+# How far ahead of a writer's clock the head's time may be and still be taken on (lock waits, clock skew).
 STAMP_LEAD = dt.timedelta(minutes=5)
-# How a walk says a row's time is not in the ledger's form: the one break at which every hash still holds.
+# How a walk says a row's time is not in the ledger's form (every hash may still hold).
 TIME_FORM_BREAK = "is not a UTC time in the ledger's form"
 
 
@@ -78,7 +47,7 @@ def canonical_json(value: Any) -> str:
 
 
 def _refuse_non_finite(value: Any) -> None:
-    """Walk the containers; scalars are judged where they stand (this runs per event)."""
+    """Walk the containers iteratively; scalars are judged where they stand (this runs per event)."""
     stack: list[Any] = [[value]]
     while stack:
         item = stack.pop()
@@ -121,11 +90,8 @@ def event_hash(
     recorded_at: str,
     actor: str,
 ) -> str:
-    """The chain hash of one event: the one definition of the hashed bytes (module docstring).
-
-    A stored column that is not text (a BLOB written with the sqlite3 shell) cannot be what was
-    hashed: the answer is `NOT_A_HASH`, which no stored hash equals, so the row reads as edited.
-    """
+    """The chain hash of one event (module docstring); `NOT_A_HASH` for a column that is not text (a
+    BLOB written by hand cannot be what was hashed: the row reads as edited)."""
     try:
         header = _header(actor, event_id, recorded_at, schema_version, seq, stream_id, type, version)
         return hashlib.sha256(b"\n".join((prev_hash.encode(), header, payload.encode()))).hexdigest()
@@ -139,10 +105,8 @@ def snapshot_digest(text: str) -> str:
 
 
 def stamped(given: str, head: str) -> str:
-    """The time an event is stored with after an event stored at `head`: the head's when that is later,
-    by no more than `STAMP_LEAD` (`stamp_limit`), both in the ledger's form (`STORED_TIME`); else the
-    given time. A head from a clock far ahead is not passed on. PostgreSQL's append says the same in
-    SQL (`store.postgres_schema.STAMPED`)."""
+    """The time an event is stored with after one stored at `head`: the head's when later by at most
+    `STAMP_LEAD`, both in the ledger's form; else the given time (`postgres_schema.STAMPED` in SQL)."""
     if type(head) is not str or type(given) is not str or head <= given:  # the common case; a BLOB is no time
         return given
     if _STORED_TIME.fullmatch(head) and _STORED_TIME.fullmatch(given) and head <= stamp_limit(given):
@@ -151,8 +115,7 @@ def stamped(given: str, head: str) -> str:
 
 
 def stamp_limit(given: str) -> str:
-    """The latest head time an event stamped at `given` takes on ("" when `given` is no real moment in the
-    ledger's form: then it takes on none)."""
+    """The latest head time an event stamped at `given` takes on ("" when `given` is no real moment)."""
     try:
         moment = dt.datetime.fromisoformat(given.removesuffix("Z"))
     except (ValueError, AttributeError):
@@ -166,10 +129,9 @@ def stamp_limit(given: str) -> str:
 def header_parts(
     actor: str, event_id: str, recorded_at: str, schema_version: int, stream_id: str, type: str, version: int
 ) -> tuple[str, str, str, str]:
-    """`event_hash`'s header cut around the values the server fills in under its lock (PostgreSQL's
-    one-statement append): the text before the time's JSON value, that value, the text from there to
-    the seq's value, and the rest. (No string value can hold `,"seq":0,` or `,"schema_version":`:
-    its quotes would be escaped.)"""
+    """`event_hash`'s header cut around the time and seq PostgreSQL's append fills in under its lock: the
+    text before the time's JSON value, that value, the text up to the seq's value, and the rest. (No
+    string value can hold `,"seq":0,` or `,"schema_version":`: its quotes would be escaped.)"""
     header = _header(actor, event_id, recorded_at, schema_version, 0, stream_id, type, version).decode()
     head, after = header.split(',"seq":0,', 1)
     middle = head.rindex(',"schema_version":')
@@ -180,8 +142,7 @@ def header_parts(
 def chain_rows(
     head: Head, stream_id: str, expected_version: int, events: Sequence[NewEvent], *, stamp: bool = True
 ) -> list[Row]:
-    """The rows (in `StoredEvent` field order) that append `events` after `head`: every backend's.
-    `stamp=False`: each event keeps its time as given (a copy of a stored event)."""
+    """The rows that append `events` after `head` (every backend's); `stamp=False` keeps each time as given."""
     rows: list[Row] = []
     seq, prev_hash, version, at = head.seq, head.hash, expected_version, head.recorded_at
     for e in events:
@@ -189,17 +150,14 @@ def chain_rows(
         version += 1
         at = stamped(e.recorded_at, at) if stamp else e.recorded_at
         payload = canonical_json(e.payload)
-        digest = event_hash(
-            prev_hash, seq, stream_id, version, e.event_id, e.type, e.schema_version, payload, at, e.actor
-        )
         row = (seq, stream_id, version, e.event_id, e.type, e.schema_version, payload, at, e.actor)
+        digest = event_hash(prev_hash, *row)
         rows.append((*row, prev_hash, digest))
         prev_hash = digest
     return rows
 
 
 def row_hash_error(seq: int) -> IntegrityError:
-    """What a read raises for a row whose own hash does not match its columns."""
     return IntegrityError(
         f"seq {seq}: stored hash does not match the event's content (edited in place?); run `lifecycle verify`",
         seq=seq,
@@ -208,23 +166,17 @@ def row_hash_error(seq: int) -> IntegrityError:
 
 # The events table's columns, in the order every read of a whole row selects them.
 EVENT_COLUMNS = "seq, stream_id, version, event_id, type, schema_version, payload, recorded_at, actor, prev_hash, hash"
-# The columns a fold reads (a fold that does not re-hash its rows selects only these), and a getter
-# that picks them out of a whole row by their places in EVENT_COLUMNS.
+# The columns a fold reads, and a getter that picks them out of a whole row.
 FOLD_COLUMNS = "seq, stream_id, version, type, schema_version, payload"
 fold_columns = operator.itemgetter(*(EVENT_COLUMNS.split(", ").index(c) for c in FOLD_COLUMNS.split(", ")))
 
 
 class ChainWalk:
-    """The one walk over rows in seq order: each row's own hash, and from a known start its position
-    and link too. It hands on the sound rows and stops at the first break, which it keeps
-    (`bad_seq`, `reason`) for `report`.
+    """The one walk over rows in seq order: each row's own hash, and from a known start its position and
+    link; it hands on the sound rows and keeps the first break (`bad_seq`, `reason`).
 
-    `start=None` walks a slice whose predecessor is not known (a filtered or partial read): each
-    row's own hash only. `hashes=False` walks positions and links only, for a caller that has
-    each row's own hash checked by walks over slices (`verify` with worker processes). `times=True`
-    also refuses a row whose time is not in the form the ledger's writers store (`verify`: the
-    store itself takes any text). `verify` folds the rows this walk has just checked
-    (`fold_batches`) instead of reading the log twice.
+    `start=None`: a slice with no known predecessor (own hashes only). `hashes=False`: positions and
+    links only (workers check the hashes). `times=True`: a time not in the ledger's form is a break.
     """
 
     def __init__(
@@ -246,7 +198,7 @@ class ChainWalk:
         self.reason: str | None = None
 
     def rows(self, to: int | None = None) -> Iterator[list[Row]]:
-        """The sound rows in batches, up to seq `to` (the rest of a batch waits for the next call)."""
+        """The sound rows in batches, up to seq `to` (the rest waits for the next call)."""
         while True:
             rows, self._pending = self._pending, []
             if not rows and not (rows := self._next_batch()):
@@ -260,7 +212,7 @@ class ChainWalk:
             yield rows
 
     def fold_batches(self, to: int | None = None) -> Iterator[list[Row]]:
-        """`rows`, as the fold's columns `(seq, stream_id, version, type, schema_version, payload)`."""
+        """`rows`, as the fold's columns."""
         for rows in self.rows(to):
             yield list(map(fold_columns, rows))
 
@@ -292,7 +244,7 @@ class ChainWalk:
                 reason = "prev_hash does not match the previous event's hash"
             elif hashes and event_hash(link, *row[:9]) != digest:
                 reason = "stored hash does not match the event's content"
-            elif times and not is_stored_time(row[7]):
+            elif times and not _STORED_TIME.fullmatch(row[7]):
                 reason = f"recorded_at {row[7]!r} {TIME_FORM_BREAK}"
             else:
                 last, prev = seq, digest
@@ -308,10 +260,7 @@ class ChainWalk:
 def check_rows(
     batches: Iterable[Sequence[Row]], *, error: Callable[[int], Exception] = row_hash_error
 ) -> Iterator[list[Row]]:
-    """Fold columns of rows whose own hash holds (any slice of the log); `error(seq)` at the first that does not.
-
-    What reads that print state fold through: nothing is built from an edited row.
-    """
+    """Fold columns of rows whose own hash holds (any slice); `error(seq)` at the first that does not."""
     walk = ChainWalk(batches, start=None)
     yield from walk.fold_batches()
     if walk.bad_seq is not None:

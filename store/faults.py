@@ -1,26 +1,16 @@
-"""Precise crash injection for drills and reliability tests (a testing aid).
+"""Precise crash injection for drills and reliability tests (a testing aid): `LIFECYCLE_FAULT`.
 
-A kill timed from outside almost never lands inside a write transaction, so the
-store kills itself at named points when `LIFECYCLE_FAULT` asks it to:
-
-- `kill@before_commit`   SIGKILL after a command's rows are inserted, before COMMIT;
-- `kill@after_commit`    SIGKILL after COMMIT, before the append returns;
-- `kill@after_begin`     SIGKILL right after the write lock is taken (SQLite: `BEGIN
-  IMMEDIATE` returned; PostgreSQL: a transaction's first round trip, BEGIN and the lock,
-  answered), before anything is inserted;
-- `int@before_commit`, `int@after_commit`, `int@after_begin`: SIGINT (Ctrl-C) there
-  instead, which the process may handle (the CLI's exit 130 is tested with it; an
-  embedding supervisor that catches the KeyboardInterrupt must find its Ledger usable:
-  tests/test_store_interrupts.py).
-
-A `#N` suffix (`kill@before_commit#3`) fires the Nth time the process reaches that
-point in a command (its Nth commit, or begin) instead of the first. The variable is read
-once when a store opens; unset, the hook is a single `is None` test per commit.
+`kill@P` SIGKILLs the process, `int@P` sends it SIGINT (which an embedder may handle) at a point P:
+`after_begin` (the write lock taken, nothing inserted), `before_commit` (a command's rows inserted)
+or `after_commit` (before the append returns). A `#N` suffix fires at the Nth time the process
+reaches P instead of the first. Read once when a store opens; unset, it costs an `is None` test.
 """
 
 from __future__ import annotations
 
 import os
+
+import attrs
 
 from lifecycle_fsm.errors import InputError
 
@@ -29,17 +19,16 @@ POINTS = ("before_commit", "after_commit", "after_begin")
 ACTIONS = ("kill", "int")
 
 
+@attrs.define
 class FaultPlan:
-    """Which point to kill at, and on which commit."""
+    """Which point to signal at, on which pass, and how."""
 
-    def __init__(self, point: str, nth: int, action: str = "kill") -> None:
-        self.action = action
-        self.point = point
-        self.nth = nth
-        self._seen = 0
+    point: str
+    nth: int
+    action: str = "kill"
+    _seen: int = 0
 
     def reached(self, point: str) -> None:
-        """Signal the process if this is the planned point and commit."""
         if point != self.point:
             return
         self._seen += 1

@@ -1,10 +1,7 @@
 """The in-memory event store: the contract in plain Python, nothing durable.
 
-It proves the `EventStore` interface is enough (the same contract tests run against
-it, SQLite and PostgreSQL), is the reference the SQL filters are checked against, and
-serves embedders who want a ledger in a unit test. One lock serialises writers, as
-SQLite's write lock does; a transaction's appends become visible when it commits.
-"""
+The reference the SQL backends' filters are checked against, and a ledger for embedders' unit tests.
+One lock serialises writers; a transaction's appends become visible when it commits."""
 
 from __future__ import annotations
 
@@ -16,8 +13,8 @@ from typing import Any
 
 import orjson
 
-from lifecycle_fsm.errors import InputError, IntegrityError, StoreError
-from lifecycle_fsm.store.base import write_in_read_snapshot
+from lifecycle_fsm.errors import IntegrityError
+from lifecycle_fsm.store.base import snapshot_in_write, write_in_read_snapshot
 from lifecycle_fsm.store.chain import GENESIS_HASH, fold_columns, snapshot_digest
 from lifecycle_fsm.store.records import (
     ALL_EVENTS,
@@ -32,8 +29,6 @@ from lifecycle_fsm.store.records import (
     StreamSnapshot,
 )
 from lifecycle_fsm.store.writes import Transactions, WriteTransaction, id_taken
-
-__all__ = ["MemoryEventStore", "MemoryTransaction"]
 
 
 class MemoryTransaction(WriteTransaction):
@@ -62,7 +57,7 @@ class MemoryTransaction(WriteTransaction):
         log = self._pending or self._store._log
         head = Head(log[-1][0], log[-1][10], log[-1][7]) if log else Head(0, GENESIS_HASH)
         found = {i: StoredEvent(*row) for i in ids if (row := self._row_by_id(i)) is not None}
-        return head, [self.stream_version(s) for s in streams], found, None  # nothing but this class edits it
+        return head, [self.stream_version(s) for s in streams], found, None
 
     def _row_by_id(self, event_id: str) -> Row | None:
         return self._store._by_id.get(event_id) or next((r for r in self._pending if r[3] == event_id), None)
@@ -74,8 +69,7 @@ class MemoryTransaction(WriteTransaction):
         self._pending.extend(rows)
 
     def commit(self) -> None:
-        if self.failed is not None:
-            raise StoreError(f"{self.failed}; nothing in this transaction was committed")
+        self.may_commit()
         store = self._store
         for row in self._pending:
             store._log.append(row)
@@ -84,7 +78,7 @@ class MemoryTransaction(WriteTransaction):
 
 
 class MemoryEventStore(Transactions[MemoryTransaction]):
-    """An `EventStore` held in this process's memory (see the module docstring)."""
+    """An `EventStore` held in this process's memory."""
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
@@ -105,7 +99,7 @@ class MemoryEventStore(Transactions[MemoryTransaction]):
                 yield
                 return
             if self._held == "write":
-                raise InputError("memory store: read_snapshot() inside a write transaction is refused")
+                raise snapshot_in_write("memory store")
             self._held = "snapshot"
             try:
                 yield
@@ -197,31 +191,10 @@ class MemoryEventStore(Transactions[MemoryTransaction]):
                 head_hash = self._log[position - 1][10]
             else:
                 raise IntegrityError(f"no event at position {position} to checkpoint", seq=position)
-            record = CheckpointRecord(
-                len(self._checkpoints) + 1,
-                position,
-                head_hash,
-                schema_version,
-                fingerprint,
-                snapshot,
-                snapshot_digest(snapshot),
-                recorded_at,
-            )
+            at = (len(self._checkpoints) + 1, position, head_hash, schema_version, fingerprint)
+            record = CheckpointRecord(*at, snapshot, snapshot_digest(snapshot), recorded_at)
             self._checkpoints.append(record)
-            self._copies += [
-                StreamSnapshot(
-                    record.checkpoint_id,
-                    position,
-                    head_hash,
-                    schema_version,
-                    fingerprint,
-                    s,
-                    v,
-                    text,
-                    snapshot_digest(text),
-                )
-                for s, v, text in streams
-            ]
+            self._copies += [StreamSnapshot(*at, s, v, text, snapshot_digest(text)) for s, v, text in streams]
             if index is not None and self._indexed_at <= position:
                 self._index, self._indexed_at = {h.stream_id: h for h in index}, position
         return record
@@ -237,20 +210,19 @@ class MemoryEventStore(Transactions[MemoryTransaction]):
         records = [c for c in self._checkpoints if at_or_before is None or c.position <= at_or_before]
         yield from sorted(records, key=lambda c: (c.position, c.checkpoint_id), reverse=True)
 
+    # Nothing but this class can change its lists: no guard to lose, no event index, no history to lose.
+
     def guard_problems(self) -> list[str]:
-        """Nothing but this class can change its list: no guard to lose."""
         return []
 
     def index_problems(self) -> list[str]:
-        """No event index: the filter walks the list."""
         return []
 
     def history_problem(self) -> str | None:
-        """Nothing but this class can empty its list."""
         return None
 
     def close(self) -> None:
-        """Nothing to release."""
+        pass
 
 
 def _matches(row: Row, q: EventFilter) -> bool:

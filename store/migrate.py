@@ -1,25 +1,20 @@
 """Copying a ledger from one store to another (SQLite ⇄ PostgreSQL ⇄ memory), verifying as it goes.
 
-Every source event is checked against the chain before it is copied (position, link,
-hash), and every copy is appended through the destination's own `append`, which
-re-chains it: the copy must come out byte-identical (hash included), or the batch is
-rolled back and the copy stops with an `IntegrityError`. So a finished copy has the
-same head as its source by construction, not by trust. Events go in batches, one
-transaction each: a copy stopped by a break keeps the batches committed before it
-(a verified prefix) and its error says which seqs those are, or that nothing was copied.
+Each source event is checked against the chain, then appended through the destination's own
+transaction, which re-chains it: the copy must come out byte-identical or its batch is rolled back.
+Batches commit one by one; a copy stopped by a break keeps them and says which seqs they are.
 
-A destination that already holds events must be a prefix of the source (its head hash
-is the source's hash at that seq, and its own chain verifies): the copy then resumes
-after it. Anything else is refused. Checkpoints are copied too (with their per-stream
-copies), except one whose snapshot no longer matches its own digest (damaged: the log
-does not need it). A checkpoint whose head hash is not the log's at its position, or past
-the log's head, refuses the whole copy before anything is written: the log may have been
-rewritten or cut under it, and a copy, re-chained from the rows, would erase the only trace.
+A destination holding events must be a verified prefix of the source (the copy resumes after it).
+Checkpoints are copied too, but one whose snapshot fails its digest. A checkpoint whose head hash is
+not the log's at its position (or past its head) refuses the copy before anything is written: a
+re-chained copy would erase the only trace of a log rewritten or cut under it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from itertools import groupby
+from operator import itemgetter
 
 import attrs
 import orjson
@@ -28,8 +23,6 @@ from lifecycle_fsm.errors import ConflictError, CorruptionError, IntegrityError,
 from lifecycle_fsm.store.base import EventStore, hash_at, verify_chain
 from lifecycle_fsm.store.chain import ChainWalk, snapshot_digest
 from lifecycle_fsm.store.records import CheckpointRecord, EventFilter, Head, NewEvent, Row, StoredEvent, StreamHead
-
-__all__ = ["MigrationReport", "migrate"]
 
 Progress = Callable[[int, int], None]
 
@@ -55,13 +48,11 @@ def migrate(
     progress: Progress | None = None,
     batch: int = 1000,
 ) -> MigrationReport:
-    """Copy every event and checkpoint of `src` that `dst` lacks; see the module docstring.
+    """Copy every event and checkpoint of `src` that `dst` lacks.
 
-    `index(dst)` derives the destination's stream index once the events are in (the
-    domain's fold; the store cannot label streams itself). `check(rows)` gets the source's
-    sound rows in seq order, from the first, before any of them is copied, and stops the
-    copy there by raising `CorruptionError` (the domain's fold: a move the machine forbids).
-    `progress(done, total)` is called as events are verified.
+    `index(dst)` derives the destination's stream index once the events are in (the domain's fold).
+    `check(rows)` sees the source's sound rows from the first, before they are copied, and stops the copy
+    with `CorruptionError`. `progress(done, total)` is called as events are verified.
     """
     target = src.head()
     _refuse_contradicted_log(src, target.seq)
@@ -123,7 +114,7 @@ def _copy(
 
 
 def _resume_point(src: EventStore, dst: EventStore, target: Head) -> Head:
-    """Where the copy starts: genesis for an empty destination, its head when it is a prefix of the source."""
+    """Where the copy starts: genesis for an empty destination, its head when a prefix of the source."""
     head = dst.head()
     if head.seq == 0:
         return head
@@ -154,24 +145,13 @@ def _copied(start: int, written: int) -> str:
     return f"copied seq {start + 1} to {written} ({written - start} events, each verified), nothing after seq {written}"
 
 
-def _runs(rows: Sequence[Row]) -> Iterable[list[Row]]:
-    """Consecutive rows of one stream: one append each."""
-    run: list[Row] = []
-    for row in rows:
-        if run and row[1] != run[0][1]:
-            yield run
-            run = []
-        run.append(row)
-    if run:
-        yield run
-
-
 def _write(dst: EventStore, rows: Sequence[Row]) -> None:
     """Append `rows` to `dst` in one transaction; every copy must equal its source row."""
     if not rows:
         return
     with dst.transaction() as tx:
-        for run in _runs(rows):
+        for _, grouped in groupby(rows, key=itemgetter(1)):  # consecutive rows of one stream: one append
+            run = list(grouped)
             new = [NewEvent(r[1], r[4], r[5], orjson.loads(r[6]), r[3], r[7], r[8]) for r in run]
             stored = tx.append(run[0][1], run[0][2] - 1, new, fresh_ids=True, copied=True).events
             for copy, original in zip(stored, run, strict=True):

@@ -1,9 +1,6 @@
-"""Choosing a backend from what the user named: a file path, or a PostgreSQL URL.
+"""Choosing a backend from what the user named, a file path or a PostgreSQL URL, the same everywhere.
 
-The CLI (`--db`, `LIFECYCLE_DB`), `Ledger.open` and `lifecycle migrate` all open a
-ledger here, so a URL means the same thing everywhere. This module imports no
-driver: psycopg is the optional `postgres` extra, loaded only for a URL.
-"""
+It imports no driver: psycopg (the optional `postgres` extra) is loaded only for a URL."""
 
 from __future__ import annotations
 
@@ -19,20 +16,8 @@ from lifecycle_fsm.errors import InputError, StoreError
 if TYPE_CHECKING:
     from lifecycle_fsm.store.base import EventStore
 
-__all__ = [
-    "MAX_BUSY_TIMEOUT",
-    "URL_SCHEMES",
-    "busy_timeout_seconds",
-    "describe_target",
-    "is_postgres_url",
-    "open_store",
-    "redact_url",
-    "synchronous_mode",
-]
-
 URL_SCHEMES = ("postgresql://", "postgres://")
-# libpq's other spelling, `keyword=value ...` (`host=... dbname=...`, `connect_timeout=10 host=...`): taken for
-# a file name it would make an SQLite ledger named after it, password and all. Its keywords, as libpq names them.
+# libpq's `keyword=value ...` spelling, taken for a file name, would make an SQLite ledger named after it.
 _LIBPQ_KEYWORDS = (
     "host|hostaddr|port|dbname|user|password|passfile|require_auth|channel_binding|connect_timeout|"
     "client_encoding|options|application_name|fallback_application_name|keepalives|keepalives_idle|"
@@ -100,11 +85,8 @@ def open_store(
     busy_timeout: float = 30.0,
     create: bool = True,
 ) -> EventStore:
-    """The event store `target` names: `postgresql://…` / `postgres://…` or an SQLite file.
-
-    `create=False` refuses (InputError) a ledger that does not exist yet instead of
-    making one: read commands must never initialise an empty database.
-    """
+    """The event store `target` names: `postgresql://…` / `postgres://…` or an SQLite file; `create=False`
+    refuses (InputError) one that does not exist yet (a read never initialises a database)."""
     if is_postgres_url(target):
         try:
             from lifecycle_fsm.store.postgres import PostgresEventStore

@@ -1,23 +1,13 @@
 """The PostgreSQL event store: the same append-only, hash-chained log for many machines.
 
-Why it is built this way:
-- Appends are serialised by a transaction-level advisory lock (one key per ledger
-  schema) taken before the head is read, so `seq` is dense and in commit order: a
-  writer cannot take the lock until the previous one has committed and become
-  visible, so a reader polling `seq > last` never skips an event that commits late
-  (a bare sequence does). The chain needs a total order anyway. An advisory lock, not
-  `LOCK TABLE … EXCLUSIVE`, because a role with only SELECT and INSERT may not take that.
-- Read committed, never repeatable read: every statement after the lock sees the
-  newest committed head (under repeatable read the snapshot predates the lock).
-- One event (what a command appends) is one statement, `lifecycle_append()`: the lock,
-  then the head and the expected versions read after it, the row chained by the server
-  from `chain.header_parts` and re-hashed by the client, and NOTIFY. A check that fails
-  there writes nothing, and the transaction's path says why.
-- Batches and transactions (`postgres_transaction.py`) chain their rows in Python under
-  the lock (`chain.chain_rows`, as every backend does). Either way an event hashes the
-  same as in SQLite; `payload` and `recorded_at` are stored as the exact text hashed.
-- Followers: every appending commit notifies the ledger's channel (delivered at COMMIT,
-  never for a rollback); `wait_for_new` blocks on it, polling stays the truth.
+- Appends are serialised by a transaction-level advisory lock (one key per ledger schema; a role
+  with only SELECT and INSERT may take it) taken before the head is read, so `seq` is dense and in
+  commit order: a reader polling `seq > last` never skips an event that commits late.
+- Read committed: every statement after the lock sees the newest committed head.
+- One event is one statement, `lifecycle_append()`, chained by the server and re-hashed here; a
+  check that fails there writes nothing, and the transaction's path says why. Batches and
+  transactions (`postgres_transaction.py`) chain their rows in Python, as every backend does.
+- Every appending commit notifies the ledger's channel; `wait_for_new` blocks on it, polling stays the truth.
 """
 
 from __future__ import annotations
@@ -33,8 +23,8 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.pq import ExecStatus, TransactionStatus
 
-from lifecycle_fsm.errors import InputError, IntegrityError, StoreError
-from lifecycle_fsm.store.base import write_in_read_snapshot, write_in_transaction
+from lifecycle_fsm.errors import IntegrityError, StoreError
+from lifecycle_fsm.store.base import snapshot_in_write, write_in_read_snapshot, write_in_transaction
 from lifecycle_fsm.store.chain import EVENT_COLUMNS, FOLD_COLUMNS, canonical_json, event_hash
 from lifecycle_fsm.store.faults import fault_from_env
 from lifecycle_fsm.store.postgres_schema import (
@@ -61,7 +51,7 @@ from lifecycle_fsm.store.records import (
     StreamHead,
     StreamShare,
 )
-from lifecycle_fsm.store.sql import Run, SQLStore
+from lifecycle_fsm.store.sql import CHECKPOINTS, Run, SQLStore
 from lifecycle_fsm.store.threads import one_thread
 from lifecycle_fsm.store.writes import Transactions, check_batch, id_taken
 
@@ -73,7 +63,7 @@ _PAGE = 2000
 
 @one_thread
 class PostgresEventStore(SQLStore, Transactions[PostgresTransaction]):
-    """An `EventStore` in a PostgreSQL schema (see the module docstring for why)."""
+    """An `EventStore` in a PostgreSQL schema."""
 
     def __init__(
         self,
@@ -99,10 +89,7 @@ class PostgresEventStore(SQLStore, Transactions[PostgresTransaction]):
         # path, which refuses a log emptied outside lifecycle (the server function does not look).
         self._log_seen = False
 
-    # --- transactions ---------------------------------------------------------------------
-
     def _refuse_nested_write(self) -> None:
-        """A write inside this handle's own read snapshot or transaction would run inside that one."""
         if self._reading:
             raise write_in_read_snapshot(self.where)
         if self.session.held:
@@ -122,8 +109,9 @@ class PostgresEventStore(SQLStore, Transactions[PostgresTransaction]):
 
     @contextmanager
     def _held(self, what: str) -> Iterator[None]:
-        """The session made usable (never reconnected inside), then held by one block of this store."""
-        self._owner.check()  # entered (not only made) by the owner: another thread must not end its transaction
+        """The session made usable (never reconnected inside), then held by one block of this store; entered
+        by the owner only (another thread must not end its transaction)."""
+        self._owner.check()
         self._refuse_nested_write()
         with self.session.mapped(what):
             self.session.ready()
@@ -158,7 +146,7 @@ class PostgresEventStore(SQLStore, Transactions[PostgresTransaction]):
         with self._held(what):
             conn = self.session.conn
 
-            def run(sql: str, params: Sequence[Any], many: bool) -> list[Any]:
+            def run(sql: str, params: Sequence[Any] = (), many: bool = False) -> list[Any]:
                 if many:
                     with conn.cursor() as cur:
                         cur.executemany(sql, params)
@@ -174,15 +162,13 @@ class PostgresEventStore(SQLStore, Transactions[PostgresTransaction]):
 
     @contextmanager
     def read_snapshot(self) -> Iterator[None]:
-        """One REPEATABLE READ, READ ONLY transaction: every statement inside sees the snapshot its
-        first one took. The session is idle in it only while the caller works on a page
-        (`idle_timeout` ends a longer pause)."""
+        """One REPEATABLE READ, READ ONLY transaction (`idle_timeout` ends a caller's long pause in it)."""
         self._owner.check()
         if self._reading:
             yield
             return
         if self.session.held:
-            raise InputError(f"{self.where}: read_snapshot() inside a write transaction is refused")
+            raise snapshot_in_write(self.where)
         with self._held("cannot start a read snapshot"):
             with self.session.mapped("cannot start a read snapshot"):
                 self.session.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
@@ -202,9 +188,8 @@ class PostgresEventStore(SQLStore, Transactions[PostgresTransaction]):
         fresh_ids: bool = False,
         expect: Sequence[tuple[str, int]] = (),
     ) -> AppendResult:
-        """One event (what a command appends) goes in one message; when a check fails there, nothing
-        was written and the transaction's path, under the lock, says why (or returns the retried event).
-        A fault plan takes that path too: its hooks strike between the statements."""
+        """One event goes in one statement; when a check fails there, nothing was written and the
+        transaction's path says why (or returns the retried event). A fault plan takes that path too."""
         if len(events) == 1 and self._fault is None and self._log_seen:
             done = self._append_one(stream_id, expected_version, events[0], fresh_ids, expect)
             if done is not None:
@@ -224,17 +209,8 @@ class PostgresEventStore(SQLStore, Transactions[PostgresTransaction]):
         check_batch(stream_id, [event])
         payload, version = canonical_json(event.payload), expected_version + 1
         session = self.session
-        params = append_one(
-            event,
-            payload,
-            version,
-            [(stream_id, expected_version), *expect],
-            lock_key=session.lock_key,
-            check_id=not fresh_ids,
-            channel=session.channel,
-        )
-        if self._reading or session.held:
-            self._refuse_nested_write()
+        params = append_one(event, payload, version, [(stream_id, expected_version), *expect], session, not fresh_ids)
+        self._refuse_nested_write()
         try:  # one statement, its own transaction: nothing is left open if it fails
             if session.conn.pgconn.transaction_status:  # not idle: an interrupted call left it so
                 session.recover()
@@ -263,8 +239,6 @@ class PostgresEventStore(SQLStore, Transactions[PostgresTransaction]):
             self._indexed = ensure_derived_tables(self.session, create=True, lost=NOTHING_COMMITTED)
         super().rebuild_stream_index(derive)
 
-    # --- reads ----------------------------------------------------------------------------
-
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         session = self.session
         with session.mapped("read failed"):
@@ -273,13 +247,8 @@ class PostgresEventStore(SQLStore, Transactions[PostgresTransaction]):
             return session.conn.execute(sql, params).fetchall()
 
     def select_rows(self, query: EventFilter = ALL_EVENTS) -> Iterator[list[Row]]:
-        """Pages of rows, each its own statement (no transaction held open while the caller works).
-
-        A slice of the log pages by ranges of seqs, not `seq > x ORDER BY seq LIMIT n`: with
-        statistics the server has not caught up with, the planner answered that LIMIT by sorting
-        every row after `x`, for every page. A filtered read pages by keyset (`LIMIT`): its matches
-        may be sparse.
-        """
+        """Pages of rows, each its own statement: a slice of the log by ranges of seqs (with stale
+        statistics the planner sorted every row for `LIMIT`), a filtered read by keyset (sparse matches)."""
         left = query.limit
         pages = self._ranges(query) if query.positions_only() else self._keyset(query)
         for page in pages:
@@ -300,9 +269,8 @@ class PostgresEventStore(SQLStore, Transactions[PostgresTransaction]):
     def _ranges(
         self, query: EventFilter, columns: str = EVENT_COLUMNS, streams: StreamShare | None = None
     ) -> Iterator[list[Row]]:
-        """Ranges of `_PAGE` seqs; a range holding fewer rows than seqs ends at a gap (a damaged log,
-        which the reader's walk reports) or at the head: the next stored seq, if any, goes on. With
-        `streams`, a range holds only their rows: an empty one goes on from the next stored seq."""
+        """Ranges of `_PAGE` seqs; after a short range (a gap, the head, or with `streams` an empty one) the
+        next stored seq, if any, goes on."""
         upper = _NO_UPPER if query.before is None else query.before - 1
         last = query.after
         share = "" if streams is None else f" AND {'NOT ' if streams.others else ''}stream_id = ANY(%s::text[])"
@@ -335,26 +303,18 @@ class PostgresEventStore(SQLStore, Transactions[PostgresTransaction]):
                 return
             last = rows[-1][0]
 
-    # --- checkpoints ----------------------------------------------------------------------
-
     def select_checkpoints(self, *, at_or_before: int | None = None) -> Iterator[CheckpointRecord]:
-        # Two at a time, newest first: a load stops at the first trusted one and must not
-        # read every older snapshot to get there.
+        # Two at a time, newest first: a load stops at the first trusted one.
         key: tuple[int, int] = (_NO_UPPER if at_or_before is None else at_or_before, _NO_UPPER)
+        where = "position <= %s AND (position, checkpoint_id) < (%s, %s)"
+        sql = f"{CHECKPOINTS} WHERE {where} ORDER BY position DESC, checkpoint_id DESC LIMIT 2"
         while True:
-            rows = self._rows(
-                "SELECT checkpoint_id, position, head_hash, schema_version, fingerprint, snapshot, snapshot_sha256, "
-                "recorded_at FROM checkpoints WHERE position <= %s AND (position, checkpoint_id) < (%s, %s) "
-                "ORDER BY position DESC, checkpoint_id DESC LIMIT 2",
-                (key[0], key[0], key[1]),
-            )
+            rows = self._rows(sql, (key[0], *key))
             for row in rows:
                 yield CheckpointRecord(*row)
             if len(rows) < 2:
                 return
             key = (rows[-1][1], rows[-1][0])
-
-    # --- verify, followers, the handle ----------------------------------------------------
 
     def guard_problems(self) -> list[str]:
         return guard_problems(self._rows(GUARD_ROWS), self._rows(KEY_ROWS))
@@ -363,12 +323,8 @@ class PostgresEventStore(SQLStore, Transactions[PostgresTransaction]):
         self, after: int, timeout: float, *, given_up: Callable[[], bool] | None = None, look: float | None = None
     ) -> bool:
         """Block until an event past `after` is committed (True) or `timeout` seconds pass (False);
-        `given_up`, looked at every `look` seconds while no commit wakes the wait, ends it early.
-
-        The head is checked after LISTEN and after each notification, so a commit that raced the
-        LISTEN, or a notification lost while disconnected, only costs the timeout's worth of
-        polling: callers keep polling by seq, this just makes the wait short.
-        """
+        `given_up`, asked every `look` seconds, ends it early. The head is read after LISTEN and after
+        each notification, so a lost one costs only the wait."""
         deadline = time.monotonic() + max(0.0, timeout)
         listener = self.session.listener()
         with self.session.mapped("cannot wait for new events"):

@@ -1,17 +1,10 @@
 """The PostgreSQL ledger's schema and the SQL of the auditor's filter.
 
-Why it is built this way:
-- `payload` and `recorded_at` are `text`, never `jsonb` / `timestamptz`: jsonb
-  reorders keys and rewrites numbers, timestamptz rewrites `Z` as `+00:00` and drops
-  zero fractions, and the chain hashes the exact strings.
-- A `BEFORE UPDATE OR DELETE … FOR EACH ROW` trigger refuses edits (and `ON CONFLICT
-  DO UPDATE`); TRUNCATE fires no row trigger, so it has its own statement trigger.
-  The table owner can still disable triggers: run writers as a role holding only
-  SELECT and INSERT on `events` (docs/postgres.md, "The role the supervisors run as").
-- The tables live in the URL's schema (`?options=-csearch_path%3Dx`); schema creation
-  is serialised by the same advisory lock appends take, so two processes opening a
-  new ledger at once do not race on `CREATE TABLE IF NOT EXISTS`. An existing ledger
-  opens without DDL, so a role that may only SELECT and INSERT can use it.
+- `payload` and `recorded_at` are `text`: jsonb and timestamptz would rewrite the exact strings hashed.
+- A row trigger refuses UPDATE and DELETE, a statement trigger TRUNCATE (the table owner can still
+  disable them: run writers as a role with only SELECT and INSERT, docs/postgres.md).
+- Schema creation takes the appends' advisory lock, so two processes creating a ledger do not race;
+  an existing ledger opens without DDL, so such a role can use it.
 """
 
 from __future__ import annotations
@@ -27,30 +20,14 @@ from psycopg import sql
 from lifecycle_fsm.errors import InputError, StoreError
 from lifecycle_fsm.store.chain import EVENT_COLUMNS, GENESIS_HASH, STORED_TIME, header_parts, stamp_limit
 from lifecycle_fsm.store.records import EventFilter, NewEvent
-from lifecycle_fsm.store.sql import CHECKPOINTS_ORDER, DERIVED_TABLES, INDEXED
+from lifecycle_fsm.store.sql import CHECKPOINTS_ORDER, DERIVED_TABLES, INDEXED, event_conditions
 
 if TYPE_CHECKING:
     from lifecycle_fsm.store.postgres_session import PgSession
 
-__all__ = [
-    "APPEND_ONE",
-    "DDL",
-    "GUARD_ROWS",
-    "KEY_ROWS",
-    "PG_GUARDS",
-    "PG_GUARD_SOURCE",
-    "STORE_SCHEMA_VERSION",
-    "ensure_schema",
-    "ensure_append_function",
-    "ensure_derived_tables",
-    "filter_sql",
-    "guard_problems",
-]
-
 STORE_SCHEMA_VERSION = 1
 
-# What the auditor's filter looks rows up by besides seq and stream_id, derived from the log
-# (`store.sql.CATCH_UP`) rather than indexes on `events`, which every commit would pay for.
+# The event index (`store.sql.CATCH_UP`), in place of indexes on `events` that every commit would pay for.
 EVENT_INDEX_DDL = (
     """CREATE TABLE IF NOT EXISTS event_index (
         seq bigint PRIMARY KEY, type text NOT NULL, actor text NOT NULL, recorded_at text NOT NULL
@@ -60,9 +37,8 @@ EVENT_INDEX_DDL = (
     "CREATE INDEX IF NOT EXISTS event_index_recorded_at ON event_index (recorded_at)",
     "DROP INDEX IF EXISTS events_type, events_actor, events_recorded_at",
 )
-# Tables derived from the log (the state index, checkpoints and their copies, the event index): made
-# again, empty, when one was dropped by hand. Copies of checkpoints that are gone go too (their ids
-# come again).
+# Tables derived from the log, made again (empty) when dropped by hand; copies of checkpoints that are gone
+# go too (their ids come again).
 DERIVED_DDL = (
     "DO $$ BEGIN IF to_regclass('checkpoints') IS NULL THEN DROP TABLE IF EXISTS checkpoint_streams; END IF; END $$",
     """CREATE TABLE IF NOT EXISTS streams (
@@ -116,12 +92,9 @@ STAMPED = (
     f"AND last.recorded_at ~ '^{STORED_TIME}$' AND p_recorded_at ~ '^{STORED_TIME}$' "
     "THEN last.recorded_at ELSE p_recorded_at END"
 )
-# One event appended in one statement (`append_one`): the lock, then (each statement of a
-# function taking a new snapshot in read committed) the head and every expected version read
-# after it, the time stamped after the head's, the chain hash computed from `chain.header_parts`
-# (the bytes of `chain.event_hash`, joined around the time and the seq assigned here), the row,
-# and the followers' notification. Nothing is written, and the row returned is NULLs, when a
-# check fails.
+# One event appended in one statement (`append_one`): the lock, then (each statement a new snapshot) the
+# head and the expected versions, the time stamped, the hash from `chain.header_parts`, the row, and the
+# notification. When a check fails nothing is written and the row returned is NULLs.
 APPEND_FUNCTION = f"""CREATE OR REPLACE FUNCTION lifecycle_append(lock_key bigint, p_stream text, p_version bigint,
     p_event_id text, p_type text, p_schema_version integer, p_payload text, p_recorded_at text, p_stamp_limit text,
     p_actor text,
@@ -151,8 +124,7 @@ _HAS_APPEND_FUNCTION = (
     "text, text, text, text, text, text, boolean, text)') IS NOT NULL"
 )
 APPEND_ONE = "SELECT r_seq, r_prev_hash, r_hash, r_recorded_at FROM lifecycle_append(" + ", ".join(["%s"] * 17) + ")"
-# The append-only triggers as `pg_get_triggerdef` gives them back (the table's schema left out)
-# and the body of the function they run, whitespace aside: what `guard_problems` accepts.
+# The append-only triggers as `pg_get_triggerdef` gives them (schema left out), and their function's body.
 PG_GUARDS = {
     "events_refuse_update_delete": "CREATE TRIGGER events_refuse_update_delete BEFORE DELETE OR UPDATE ON events "
     "FOR EACH ROW EXECUTE FUNCTION lifecycle_refuse_change()",
@@ -170,10 +142,8 @@ GUARD_ROWS = (
 
 
 def guard_problems(rows: Sequence[tuple[Any, ...]], keys: Sequence[tuple[Any, ...]] = ()) -> list[str]:
-    """Each append-only trigger on `events` (`GUARD_ROWS`) that is missing, not enabled for every session
-    (`DISABLE`, or `ENABLE REPLICA`: it then fires only for replication), or not exactly as `DDL` made
-    it (a `WHEN`, another timing, another function or body); any other trigger on it (one `BEFORE INSERT`
-    could rewrite every row appended); and each of its keys (`KEY_ROWS`) missing."""
+    """Each append-only trigger on `events` that is missing, not enabled for every session, or not exactly
+    as `DDL` made it; any other trigger on it (one could rewrite every row appended); each key missing."""
     found = {
         name: (enabled, re.sub(r" ON [^ ]+\.events ", " ON events ", definition), " ".join(source.split()))
         for name, enabled, definition, source in rows
@@ -193,70 +163,22 @@ def guard_problems(rows: Sequence[tuple[Any, ...]], keys: Sequence[tuple[Any, ..
 
 
 def append_one(
-    event: NewEvent,
-    payload: str,
-    version: int,
-    checks: Sequence[tuple[str, int]],
-    *,
-    lock_key: int,
-    check_id: bool,
-    channel: str,
+    event: NewEvent, payload: str, version: int, checks: Sequence[tuple[str, int]], session: PgSession, check_id: bool
 ) -> list[Any]:
     """`APPEND_ONE`'s values: append `event` (its canonical `payload`) as `version` of its stream, only if
-    every `(stream, version)` of `checks` (sent as a JSON array) holds and (`check_id`) its id is not taken."""
-    before, time, middle, after = header_parts(
-        event.actor, event.event_id, event.recorded_at, event.schema_version, event.stream_id, event.type, version
-    )
-    return [
-        lock_key,
-        event.stream_id,
-        version,
-        event.event_id,
-        event.type,
-        event.schema_version,
-        payload,
-        event.recorded_at,
-        stamp_limit(event.recorded_at),
-        event.actor,
-        before,
-        time,
-        middle,
-        after,
-        orjson.dumps(checks).decode(),
-        check_id,
-        channel,
-    ]
+    every `(stream, version)` of `checks` holds and (`check_id`) its id is not taken."""
+    e = event
+    parts = header_parts(e.actor, e.event_id, e.recorded_at, e.schema_version, e.stream_id, e.type, version)
+    columns = [e.stream_id, version, e.event_id, e.type, e.schema_version, payload, e.recorded_at]
+    limit = stamp_limit(e.recorded_at)
+    checked = orjson.dumps(checks).decode()
+    return [session.lock_key, *columns, limit, e.actor, *parts, checked, check_id, session.channel]
 
 
 def filter_sql(query: EventFilter, *, indexed: bool) -> tuple[str, list[Any]]:
-    """The SELECT of an `EventFilter`'s rows in seq order (no LIMIT: the caller pages by seq).
-
-    The same meaning as SQLite's (`store.sqlite_schema.filter_sql`): a filter on type, actor
-    or time takes the rows the event index names, then those past its position from the log
-    itself (`indexed`); a payload match restricts to its types, looks for the value's JSON
-    text (`strpos`), then confirms it at its path on the parsed payload: a string equal to
-    it, or an array holding it.
-    """
-    where = ["seq > %s"]
-    params: list[Any] = [query.after]
-    looked_up: list[tuple[str, Any]] = []  # what the event index answers: (condition, its value)
-    for clause, value in (
-        ("seq < %s", query.before),
-        ("recorded_at >= %s", query.since),
-        ("recorded_at <= %s", query.until),
-        ("stream_id = %s", query.stream_id),
-        ("actor = %s", query.actor),
-    ):
-        if value is not None:
-            where.append(clause)
-            params.append(value)
-            if clause.startswith(("recorded_at", "actor")):
-                looked_up.append((clause, value))
-    for types in (list(query.types), sorted({m.type for m in query.payload})):
-        if types:
-            where.append("type = ANY(%s::text[])")
-            params.append(types)
-            looked_up.append(("type = ANY(%s::text[])", types))
+    """The SELECT of an `EventFilter`'s rows in seq order, no LIMIT (the caller pages); the meaning of
+    SQLite's `filter_sql`, the payload's value looked for as text (`strpos`) before it is parsed."""
+    where, params, looked_up = event_conditions(query)
     if query.payload:
         ors = []
         for m in query.payload:
@@ -270,13 +192,13 @@ def filter_sql(query: EventFilter, *, indexed: bool) -> tuple[str, list[Any]]:
     condition = " AND ".join(where)
     if not (indexed and looked_up):
         return f"SELECT {EVENT_COLUMNS} FROM events WHERE {condition} ORDER BY seq", params
-    index_where = " AND ".join(["seq > %s", *(clause for clause, _ in looked_up)])
+    index_where = " AND ".join(["seq > %s", *(sql for sql, _ in looked_up)])
     sql = (
         f"(SELECT {EVENT_COLUMNS} FROM events WHERE seq IN (SELECT seq FROM event_index WHERE {index_where}) "
         f"AND {condition} UNION ALL SELECT {EVENT_COLUMNS} FROM events WHERE seq > {INDEXED} AND {condition}) "
         "ORDER BY seq"
     )
-    return sql, [query.after, *(value for _, value in looked_up), *params, *params]
+    return sql, [query.after, *(value for _, values in looked_up for value in values), *params, *params]
 
 
 def schema_version(session: PgSession) -> str | None:
@@ -309,8 +231,7 @@ def schema_version(session: PgSession) -> str | None:
 
 
 def _refuse_unusable_schema(session: PgSession) -> None:
-    """A schema that exists but that this role lacks USAGE on is left out of the search path by PostgreSQL,
-    so it looks missing: say which grant is missing instead of "no ledger, create one"."""
+    """A schema this role lacks USAGE on looks missing: say which grant is missing, not "no ledger"."""
     name = session.ledger_schema
     with session.mapped("cannot read the ledger schema"):
         row = session.conn.execute(
@@ -325,8 +246,8 @@ def _refuse_unusable_schema(session: PgSession) -> None:
 
 
 def ensure_schema(session: PgSession, *, create: bool) -> bool:
-    """Check (and with `create`, make) the ledger's tables; refuse another schema version. Whether
-    the ledger has the event index (`ensure_derived_tables`)."""
+    """Check (with `create`, make) the ledger's tables, refusing another schema version; whether the ledger
+    has the event index."""
     found = schema_version(session)
     if found == str(STORE_SCHEMA_VERSION):
         return ensure_derived_tables(session, create=create)
@@ -350,17 +271,14 @@ def ensure_schema(session: PgSession, *, create: bool) -> bool:
 
 
 def ensure_append_function(session: PgSession, *, create: bool) -> bool:
-    """Whether the ledger has the append function that leaves the state index to checkpoints. A ledger
-    made when every commit wrote the index gets it when a writer whose role may change the schema opens
-    it; until then its appends are refused (`StoreError`), and reads take it as it is."""
+    """Whether the ledger has the current append function (an older ledger gets it when a role that may
+    change the schema opens it; until then its appends are refused)."""
     return _upgraded(session, _HAS_APPEND_FUNCTION, (APPEND_FUNCTION,), create=create)
 
 
 def ensure_derived_tables(session: PgSession, *, create: bool, lost: str = "") -> bool:
-    """Whether the ledger has the event index. An existing ledger opens without DDL (a role with only
-    SELECT and INSERT can use it). A writer whose role may change the schema makes each derived table
-    the ledger lacks (the event index, in place of the filter indexes on `events`, for one made before
-    it; any table dropped by hand). Otherwise the ledger is read as it is."""
+    """Whether the ledger has the event index; a writer whose role may change the schema first makes each
+    derived table the ledger lacks (otherwise it is read as it is)."""
     if _upgraded(session, _DERIVED_PRESENT, DERIVED_DDL, create=create, lost=lost):
         return True
     with session.mapped("cannot read the ledger schema", lost=lost):
@@ -369,9 +287,8 @@ def ensure_derived_tables(session: PgSession, *, create: bool, lost: str = "") -
 
 
 def _upgraded(session: PgSession, present: str, statements: Sequence[str], *, create: bool, lost: str = "") -> bool:
-    """Whether the ledger has what `present` asks about; if not and `create`, make it with `statements`
-    under the ledger's lock. A role that may not change the schema leaves it as it is (False). `lost`:
-    what a connection lost meanwhile means for the caller's work (`PgSession.fail`)."""
+    """Whether the ledger has what `present` asks; if not and `create`, make it with `statements` under
+    the ledger's lock (False for a role that may not)."""
     with session.mapped("cannot read or update the ledger schema", lost=lost):
         row = session.conn.execute(present).fetchone()
         if row is not None and row[0]:

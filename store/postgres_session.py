@@ -1,15 +1,10 @@
 """One connection to a PostgreSQL ledger: its settings, the error boundary, and a new session after a lost one.
 
-Why it is built this way:
-- `lock_timeout` (from `busy_timeout`) bounds the wait for the write lock and
-  `idle_in_transaction_session_timeout` ends a writer that stalls holding it; either one
-  given in the URL (`options=-clock_timeout%3D5s`) wins. Both surface as `StoreError`
-  naming who held the lock.
-- Every psycopg exception is translated here into the project's error tree (`mapped`),
-  and no message ever carries the URL's password.
-- A connection the server dropped (restart, failover, an ended session) fails the call
-  that met it, once; the next call opens a new session before it starts, never inside a
-  transaction (`recover`): a supervisor on many machines keeps its Ledger across a failover.
+- `lock_timeout` (from `busy_timeout`) bounds the wait for the write lock, and
+  `idle_in_transaction_session_timeout` ends a writer stalled holding it; either one set in the URL wins.
+- Every psycopg exception is translated into the project's error tree (`mapped`), never with a password.
+- A connection the server dropped fails the call that met it, once; the next call opens a new session
+  before it starts, never inside a transaction (`recover`): a Ledger survives a failover.
 """
 
 from __future__ import annotations
@@ -31,14 +26,10 @@ from lifecycle_fsm.store.open import busy_timeout_seconds, redact_url, synchrono
 from lifecycle_fsm.store.sql import derived_table_dropped
 from lifecycle_fsm.store.threads import ThreadOwner
 
-__all__ = ["COMMIT_UNKNOWN", "NOTHING_COMMITTED", "SYNCHRONOUS_COMMIT", "PgSession", "ledger_schema"]
-
-# SQLite's synchronous modes map onto synchronous_commit: FULL/EXTRA wait for the WAL
-# flush (survives a server crash or power loss); NORMAL/OFF do not wait (a server crash
-# may lose the last commits, never corrupt the ledger; the writer's own crash loses nothing).
+# SQLite's synchronous modes as synchronous_commit: FULL/EXTRA wait for the WAL flush; NORMAL/OFF do not
+# (a server crash may lose the last commits, never corrupt the ledger).
 SYNCHRONOUS_COMMIT = {"OFF": "off", "NORMAL": "off", "FULL": "on", "EXTRA": "on"}
-# What a connection lost during a write means: lost before COMMIT was sent, nothing was
-# committed; lost once it was, the outcome is unknown.
+# What a connection lost during a write means, before COMMIT was sent and after.
 NOTHING_COMMITTED = "nothing of this transaction was committed"
 COMMIT_UNKNOWN = (
     "whether it committed is unknown: repeat the command with the same event_id (a retry appends nothing twice)"
@@ -46,7 +37,7 @@ COMMIT_UNKNOWN = (
 
 
 def _secrets(url: str) -> list[str]:
-    """Every spelling of the URL's password a driver message might echo."""
+    """Every spelling of the URL's password a driver message might echo (longest first)."""
     found = []
     try:
         parts = urlsplit(url)
@@ -61,8 +52,7 @@ def _secrets(url: str) -> list[str]:
     return sorted({s for s in found if s} | {url}, key=len, reverse=True)
 
 
-# A timeout the URL's `options` set (pg_settings.source 'client') is kept, unless it is 0 (to PostgreSQL
-# "wait for ever"); otherwise ours.
+# A timeout the URL's `options` set is kept, unless it is 0 (to PostgreSQL "wait for ever"); otherwise ours.
 _SET_UNLESS_IN_URL = (
     "set_config('{name}', CASE WHEN (SELECT source FROM pg_settings WHERE name = '{name}') = 'client' "
     "AND current_setting('{name}') <> '0' THEN current_setting('{name}') ELSE %s END, false)"
@@ -73,8 +63,8 @@ _HAS_LEDGER = (
     "EXISTS (SELECT FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
     "WHERE n.nspname = %s AND c.relname = 'meta')"
 )
-# After the session is pinned: the ledger's schema if it exists, and whether a `$user` schema other than
-# it holds a ledger while it holds none.
+# After the session is pinned: the ledger's schema if it exists, whether a `$user` schema other than it holds
+# a ledger while it holds none, and whether this role may insert into `meta`.
 _PINNED = (
     f"SELECT current_schema(), %s AND %s <> %s AND NOT {_HAS_LEDGER} AND {_HAS_LEDGER}, "
     "coalesce((SELECT has_table_privilege(c.oid, 'INSERT') FROM pg_class c WHERE c.oid = to_regclass('meta')), true)"
@@ -82,27 +72,16 @@ _PINNED = (
 _MAX_IDENTIFIER_BYTES = 63  # NAMEDATALEN - 1: longer names are cut
 
 
+_ENTRY = re.compile(r'\s*("(?:[^"]|"")*"?[^,]*|[^,]*),?')  # one search_path entry: a quoted name may hold commas
+
+
 def _entries(search_path: str) -> list[str]:
-    """A search_path's entries as written: a quoted name may hold commas (`"a,b", public`)."""
-    entries, rest = [], search_path.strip()
-    while rest:
-        end = 0
-        if rest.startswith('"'):
-            end = 1
-            while (end := rest.find('"', end)) != -1 and rest[end + 1 : end + 2] == '"':
-                end += 2
-            end = len(rest) if end == -1 else end + 1
-        comma = rest.find(",", end)
-        entry, rest = (rest, "") if comma == -1 else (rest[:comma], rest[comma + 1 :].strip())
-        if entry.strip():
-            entries.append(entry.strip())
-    return entries
+    return [entry.strip() for entry in _ENTRY.findall(search_path) if entry.strip()]
 
 
 def _identifier(entry: str) -> str:
     """A search_path entry as the schema name PostgreSQL reads it: a quoted name as written, an unquoted one
-    folded to lower case (ASCII letters, as `downcase_identifier`): `MySchema` is the schema `myschema`;
-    either cut to 63 bytes (a whole character), as the server cuts every identifier."""
+    with ASCII letters lower-cased; either cut to 63 bytes (whole characters), as the server does."""
     if entry.startswith('"'):
         name = entry[1:-1].replace('""', '"')
     else:
@@ -114,19 +93,14 @@ _USER_ENTRIES = ("$user", '"$user"')
 
 
 def ledger_schema(search_path: str, user: str) -> str:
-    """The schema of the ledger a URL names: the first schema its search_path names, `$user` entries
-    skipped; the role's own schema (named as the role) when the path names no other.
-
-    Never which schemas exist: PostgreSQL's own lookup passes over a schema that does not exist,
-    so the path `"$user", public` (the server's default) would lead to another ledger the day
-    someone creates the role's schema. The session is then pinned to this one schema.
-    """
+    """The schema of the ledger a URL names: the first its search_path names, `$user` entries skipped, else
+    the role's own. Never which schemas exist: with `"$user", public` that would change the day someone
+    creates the role's schema. The session is then pinned to this one schema."""
     named = [e for e in _entries(search_path) if e not in _USER_ENTRIES]
     return _identifier(named[0]) if named else user
 
 
 def _lock_key(schema: str) -> int:
-    """The advisory-lock key for one ledger: its schema name, hashed to a signed 64-bit int."""
     return int.from_bytes(hashlib.sha256(b"lifecycle-fsm:" + schema.encode()).digest()[:8], "big", signed=True)
 
 
@@ -137,16 +111,13 @@ class PgSession:
         scheme, sep, rest = url.partition("://")
         url = self.url = scheme.lower() + sep + rest  # `POSTGRESQL://` is a URL to `is_postgres_url`, not to libpq
         self.where = redact_url(url)
-        # The thread that may use this connection (store/threads.py); in a forked child, none may (and
-        # psycopg never closes, so never sends a Terminate for, a connection it frees in another process).
+        # In a forked child no thread may use it (and psycopg never sends a Terminate from another process).
         self.owner = ThreadOwner(self.where)
         self._secrets = _secrets(url)
         mode = SYNCHRONOUS_COMMIT[synchronous_mode(synchronous, SYNCHRONOUS_COMMIT)]
         busy_timeout = busy_timeout_seconds(busy_timeout)
         if busy_timeout_seconds(idle_timeout, "idle_timeout") == 0:
             raise InputError(f"idle_timeout must be above 0 seconds, not {idle_timeout!r}")
-        self.busy_timeout = busy_timeout
-        self.idle_timeout = idle_timeout
         self._setup = (f"{max(1, int(busy_timeout * 1000))}ms", f"{max(1, int(idle_timeout * 1000))}ms", mode)
         self._closed = False  # `close()` was called: a closed session is never reconnected
         self.held = False  # a transaction of the store's own is open on `conn`: never recovered under it
@@ -156,7 +127,6 @@ class PgSession:
         try:
             self.lock_timeout: str = row[0]  # as the server shows it ("30s", "500ms"): for messages
             self.idle_timeout_shown: str = row[1]
-            self.search_path: str = row[4]  # as the URL set it; the session's own is `ledger_schema` alone
             self.ledger_schema: str = row[6]
             self.schema: str | None = row[3]  # None while the ledger's schema does not exist (or may not be used)
             if row[7]:
@@ -178,7 +148,7 @@ class PgSession:
             raise
 
     def _connect(self, what: str) -> tuple[psycopg.Connection[Any], tuple[Any, ...]]:
-        """A new connection, set up as every session of this store is; and what the setup read back."""
+        """A new connection, set up as every session of this store is, and what the setup read back."""
         with self.mapped(what, lost=None):
             conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10, application_name="lifecycle-fsm")
         try:
@@ -195,8 +165,6 @@ class PgSession:
                 search_path, user = row[4], row[6]
                 schema = ledger_schema(search_path, user)
                 conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
-                # A ledger that a `$user` entry led to while the named schema holds none: said, never
-                # passed over for a new ledger beside it.
                 pinned = conn.execute(
                     _PINNED, (any(e in _USER_ENTRIES for e in _entries(search_path)), user, schema, schema, user)
                 ).fetchone()
@@ -206,28 +174,16 @@ class PgSession:
             raise
         return conn, (row[0], row[1], row[2], pinned[0], search_path, user, schema, pinned[1], pinned[2])
 
-    # --- a connection lost, or left unusable by an interrupted call ----------------------------
-
     def ready(self) -> None:
-        """Before an operation of the store: a connection that cannot take it is made usable (`recover`).
-        Two attribute reads when it can (the common case)."""
+        """Before an operation of the store: a connection that cannot take it is made usable (`recover`)."""
         if self.conn.pgconn.transaction_status:  # not IDLE (0)
             self.recover()
 
     def recover(self) -> None:
-        """Make the connection usable again before an operation starts, never under a transaction the
-        store has open (`held`: the operation then fails on its own, and the store rolls back):
-
-        - a transaction nobody holds (an interrupt cut its cleanup short) is rolled back;
-        - a connection left with answers unread (interrupted mid-exchange) is closed: the server rolls
-          back whatever it had not committed;
-        - a closed one (the server restarted, failed over or ended the session; psycopg closed it after
-          an interrupt) is replaced by a new session set up as at open: the same URL, so the same
-          search_path and schema, the session settings again, and the follower's LISTEN connection
-          reopened on its next wait.
-
-        A session `close()` closed stays closed.
-        """
+        """Make the connection usable before an operation starts, never under the store's own transaction
+        (`held`) nor after `close()`: a transaction nobody holds (an interrupt cut its cleanup short) is
+        rolled back; one left with answers unread is closed; a closed one is replaced by a new session
+        set up as at open (the same schema and settings; the LISTEN connection reopens on its next wait)."""
         if self.held or self._closed:
             return
         conn = self.conn
@@ -262,8 +218,8 @@ class PgSession:
         old.close()  # closed already (psycopg's close is then a no-op)
 
     def listener(self) -> psycopg.Connection[Any]:
-        """A connection listening on this ledger's channel (`wait_for_new`), opened on first use and again
-        after it was lost (notifications sent meanwhile are lost: the caller re-reads by seq after LISTEN)."""
+        """A connection listening on this ledger's channel, opened on first use and again after it was lost
+        (notifications sent meanwhile are lost: the caller re-reads by seq after LISTEN)."""
         listener = self._listener
         if listener is not None and listener.closed:
             self._listener = listener = None
@@ -278,8 +234,6 @@ class PgSession:
             self._listener = listener
         return listener
 
-    # --- the error boundary --------------------------------------------------------------
-
     def scrub(self, text: str) -> str:
         text = text.replace(f' in URI: "{self.url}"', "")  # libpq's message quoting the URL it could not parse
         for secret in self._secrets:
@@ -287,8 +241,8 @@ class PgSession:
         return text
 
     def fail(self, what: str, e: psycopg.Error, lost: str | None = "") -> NoReturn:
-        """Raise `e` as the project error it means, from `e`, without any password in it (`lost`: what a
-        connection lost during the call means for a write; None: a connection being opened, not lost)."""
+        """Raise `e` as the project error it means, without any password (`lost`: what a connection lost
+        during the call means for a write; None: a connection being opened)."""
         detail = self.scrub(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
         prefix = f"{self.where}: {what}"
         error: LifecycleError
@@ -326,7 +280,7 @@ class PgSession:
         raise error from e
 
     def _lock_holder(self) -> str:
-        """Who holds the write lock (`; held by pid … (app, state, for N s)`), asked on a connection of its own."""
+        """Who holds the write lock (`; held by pid …`), asked on a connection of its own."""
         key = self.lock_key & 0xFFFF_FFFF_FFFF_FFFF  # pg_locks shows a bigint key as two oids
         row = self._ask_aside(
             "SELECT a.pid, a.application_name, a.state, "
@@ -339,7 +293,7 @@ class PgSession:
 
     def _table_lock_holder(self) -> tuple[str, str]:
         """A session holding a lock on a ledger table that blocks reads or appends: (table, `; held by …`),
-        or ("", "") when there is none (any more), asked on a connection of its own."""
+        or ("", "")."""
         row = self._ask_aside(
             "SELECT c.relname, a.pid, a.application_name, a.state, "
             "round(extract(epoch FROM now() - a.xact_start))::int FROM pg_locks l "
@@ -353,8 +307,7 @@ class PgSession:
         return ("", "") if row is None else (row[0], _held_by(*row[1:]))
 
     def _ask_aside(self, query: str, params: tuple[Any, ...]) -> tuple[Any, ...] | None:
-        """One row from a connection of its own (this session's may be the one waiting); None when the
-        server cannot say (the error message stays useful without it)."""
+        """One row from a connection of its own (this session's may be the one waiting); None when it fails."""
         try:
             with psycopg.connect(self.url, autocommit=True, connect_timeout=5) as conn:
                 row: tuple[Any, ...] | None = conn.execute(query, params).fetchone()
@@ -363,14 +316,13 @@ class PgSession:
         return row
 
     def _lost(self) -> bool:
-        """The session's connection is gone (not by `close()`): the next operation connects again."""
+        """The connection is gone (not by `close()`): the next operation connects again."""
         conn: psycopg.Connection[Any] | None = getattr(self, "conn", None)  # None: the first connect failed
         return conn is not None and conn.closed and not self._closed
 
     @contextmanager
     def mapped(self, what: str, *, lost: str | None = "") -> Iterator[None]:
-        """Translate any psycopg exception raised inside into the project's error tree (and refuse
-        a thread other than the session's own before anything is sent)."""
+        """Translate any psycopg exception inside into the project's error tree (another thread is refused first)."""
         self.owner.check()
         try:
             yield
@@ -386,8 +338,7 @@ class PgSession:
 
 
 def _held_by(pid: int, app: str | None, state: str | None, seconds: int | None) -> str:
-    """Who holds a lock; a session of another role shows this one little more than its pid (without
-    `pg_read_all_stats`, its state and start are hidden)."""
+    """Who holds a lock (another role's session shows little more than its pid without `pg_read_all_stats`)."""
     if state is None or seconds is None:
         return f"; held by server pid {pid}, a session of another role whose details this role may not see"
     return f"; held by server pid {pid} ({app or 'no application_name'}, {state}, transaction open {seconds} s)"

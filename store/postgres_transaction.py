@@ -1,9 +1,7 @@
-"""A write transaction on the PostgreSQL store: BEGIN and the lock with its first message.
+"""A write transaction on the PostgreSQL store: BEGIN and the lock go with its first message.
 
-Several statements go in one message with their values bound client-side (psycopg's
-`ClientCursor`), and an append's inserts wait to go with the next message or the COMMIT:
-a one-append command's transaction is two round trips (store/postgres.py says why the
-lock and the head read are statements of their own).
+Statements go several to a message, their values bound client-side (psycopg's `ClientCursor`), and
+an append's inserts wait for the next message or the COMMIT: a one-append command is two round trips.
 """
 
 from __future__ import annotations
@@ -14,32 +12,20 @@ from typing import TYPE_CHECKING, Any
 from psycopg import errors as pg_errors
 from psycopg.pq import ExecStatus
 
-from lifecycle_fsm.errors import StoreError
-from lifecycle_fsm.store.chain import EVENT_COLUMNS, GENESIS_HASH
+from lifecycle_fsm.store.chain import EVENT_COLUMNS
 from lifecycle_fsm.store.postgres_session import COMMIT_UNKNOWN, NOTHING_COMMITTED
-from lifecycle_fsm.store.records import Head, Row, StoredEvent, StreamHead
-from lifecycle_fsm.store.sql import (
-    EMPTIED,
-    HEAD,
-    RECORD_FIRST,
-    STREAM,
-    STREAM_VERSION,
-    STREAMS,
-    VERSION,
-)
-from lifecycle_fsm.store.writes import WriteTransaction, history_damage, id_taken
+from lifecycle_fsm.store.records import Row
+from lifecycle_fsm.store.sql import RECORD_FIRST, SQLTransaction
+from lifecycle_fsm.store.writes import id_taken
 
 if TYPE_CHECKING:
     from lifecycle_fsm.store.postgres import PostgresEventStore
 
-__all__ = ["PostgresTransaction"]
-
 _ROWS_PER_INSERT = 1000
 
 
-class PostgresTransaction(WriteTransaction):
-    """A write transaction (`WriteTransaction` holds the rules): BEGIN and the lock go with its first
-    message; its inserts go with the next message, or with the COMMIT."""
+class PostgresTransaction(SQLTransaction):
+    """A write transaction: BEGIN and the lock go with its first message, its inserts with the next one."""
 
     def __init__(self, store: PostgresEventStore) -> None:
         self._session = store.session
@@ -52,10 +38,7 @@ class PostgresTransaction(WriteTransaction):
 
     def _send(self, statements: Sequence[tuple[str, Sequence[Any]]], *, lost: str = NOTHING_COMMITTED) -> list[Any]:
         """`statements` in one message after what is pending (and, first, BEGIN and the lock); each one's rows.
-
-        The message is one statement text (psycopg caches its parsing by the text: the values are
-        bound client-side, not written into it) with every statement's values in order.
-        """
+        One statement text (psycopg caches its parsing by the text) with every statement's values in order."""
         session, first = self._session, not self.started
         parts = ([("BEGIN", ()), (session.lock_sql, ())] if first else []) + self._pending
         skip = len(parts)
@@ -81,35 +64,18 @@ class PostgresTransaction(WriteTransaction):
             self._fault.reached("after_begin")
         return results
 
-    def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[StoredEvent]:
-        self._owner.check()
-        return [StoredEvent(*row) for row in self._send([(STREAM, (stream_id, after_version))])[0]]
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        self._owner.check()  # before `_send` changes any state
+        rows: list[Any] = self._send([(sql, params)])[0]
+        return rows
 
-    def stream_version(self, stream_id: str) -> int:
+    def _head_and_ids(self, sql: str, params: Sequence[Any], ids: Sequence[str]) -> tuple[Row, list[Row]]:
         self._owner.check()
-        return int(self._send([(VERSION, (stream_id,))])[0][0][0])
-
-    def streams(self) -> list[StreamHead]:
-        self._owner.check()
-        return [StreamHead(*row) for row in self._send([(STREAMS, ())])[0]]
-
-    def _read(
-        self, streams: Sequence[str], ids: Sequence[str]
-    ) -> tuple[Head, list[int], dict[str, StoredEvent], str | None]:
-        self._owner.check()
-        versions = "".join(f", ({VERSION})" for _ in streams)
-        statements: list[tuple[str, Sequence[Any]]] = [
-            (f"{HEAD}, {EMPTIED}, {STREAM_VERSION}{versions}", [*streams[-1:], *streams])
-        ]
-        if ids:
+        statements: list[tuple[str, Sequence[Any]]] = [(sql, params)]
+        if ids:  # in the same message
             statements.append((f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id = ANY(%s::text[])", (list(ids),)))
         results = self._send(statements)
-        seq, digest, at, emptied, indexed, *found = results[0][0]
-        head = Head(seq, digest, at) if seq is not None else Head(0, GENESIS_HASH)
-        stored = {row[3]: StoredEvent(*row) for row in (results[1] if ids else [])}
-        versions_found = [int(v) for v in found]
-        damage = history_damage(emptied, indexed, versions_found[-1], streams[-1])
-        return head, versions_found, stored, damage
+        return results[0][0], results[1] if ids else []
 
     def _record_first(self, digest: str) -> None:
         if self._session.may_record:  # a role that may only SELECT from meta leaves it to the owner's next open
@@ -131,8 +97,7 @@ class PostgresTransaction(WriteTransaction):
 
     def commit(self) -> None:
         """What is pending, NOTIFY if anything was appended, and COMMIT, in one message."""
-        if self.failed is not None:
-            raise StoreError(f"{self.failed}; nothing in this transaction was committed")
+        self.may_commit()
         if self.started or self._pending:
             notify = [(self._session.notify_sql, ())] if self.wrote else []
             self._send([*notify, ("COMMIT", ())], lost=COMMIT_UNKNOWN)

@@ -1,30 +1,12 @@
 """The opaque records a store keeps: events to append, stored events, checkpoints.
 
-The store never looks inside a payload; it canonicalises it, chains it and hands it
-back. Domain meaning (types, schema versions, upcasting) belongs to `lifecycle_fsm`.
-"""
+The store never looks inside a payload; domain meaning belongs to `lifecycle_fsm`."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import attrs
-
-__all__ = [
-    "ALL_EVENTS",
-    "AppendResult",
-    "ChainReport",
-    "CheckpointRecord",
-    "EventFilter",
-    "Head",
-    "NewEvent",
-    "PayloadMatch",
-    "Row",
-    "StoredEvent",
-    "StreamHead",
-    "StreamShare",
-    "StreamSnapshot",
-]
 
 # One stored event as the reads hand it on, in `StoredEvent` field order: the fold and the chain
 # walk read millions of these, and a tuple costs a fraction of a record object.
@@ -73,9 +55,7 @@ class AppendResult:
 class Head:
     """The last position of the log and its hash (seq 0 and the genesis hash when empty).
 
-    `recorded_at`: the last event's time, when the head was read to append after it (`chain.stamped`);
-    not part of what a head is, so two heads at one seq and hash are equal whether it was read or not.
-    """
+    `recorded_at` (the last event's time, read to stamp an append after it) takes no part in equality."""
 
     seq: int
     hash: str
@@ -134,11 +114,8 @@ class ChainReport:
 
 @attrs.frozen
 class PayloadMatch:
-    """An event of `type` whose payload holds `value` at `path`, or an array at `path` holding it.
-
-    `path` names object keys only (`$.reason_codes`, `$.artifact.error`); the store
-    compares JSON strings and never looks further into what they mean.
-    """
+    """An event of `type` whose payload holds `value` at `path` (object keys only, `$.a.b`), or an array
+    there holding it; the store compares JSON strings only."""
 
     type: str
     path: str
@@ -149,12 +126,9 @@ class PayloadMatch:
 class EventFilter:
     """Which events `EventStore.select_rows` returns: every given condition holds.
 
-    Positions are exclusive (`after < seq < before`), times inclusive
-    (`since <= recorded_at <= until`, compared as the stored UTC text, so pass them in
-    the stored form `YYYY-MM-DDTHH:MM:SS.ffffffZ`). Empty `types` and `payload` mean any;
-    `payload` matches when any one of its `PayloadMatch`es does. `limit` keeps the first
-    N in seq order.
-    """
+    Positions are exclusive (`after < seq < before`), times inclusive and compared as the stored UTC
+    text (`YYYY-MM-DDTHH:MM:SS.ffffffZ`). Empty `types` and `payload` mean any; `payload` matches when
+    any one of its `PayloadMatch`es does. `limit` keeps the first N in seq order."""
 
     after: int = 0
     before: int | None = None
@@ -178,11 +152,8 @@ ALL_EVENTS = EventFilter()
 
 @attrs.frozen
 class StreamShare:
-    """The streams a fold read keeps: those in `names`, or with `others`, every stream but those.
-
-    What one of `verify`'s workers folds: its share of the streams, pushed into the store's query
-    so the rows of the other shares are never fetched.
-    """
+    """The streams a fold read keeps (one of `verify`'s workers): those in `names`, or with `others`,
+    every stream but those."""
 
     names: frozenset[str]
     others: bool = False

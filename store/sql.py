@@ -1,9 +1,7 @@
-"""The reads and the maintenance writes SQLite and PostgreSQL say the same way, in one place.
+"""The reads and writes SQLite and PostgreSQL say the same way, written once with `%s` placeholders.
 
-Each backend supplies `_rows` (one read through its error boundary) and `_locked` (a
-maintenance transaction under its write lock); the statements are written once, with
-`%s` placeholders (SQLite's `_rows` reads them as its `?`).
-"""
+A backend supplies `_rows` (one read through its error boundary) and `_locked` (a maintenance
+transaction under its write lock); its write transaction supplies `_rows` and `_head_and_ids`."""
 
 from __future__ import annotations
 
@@ -11,45 +9,30 @@ import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Self
+from typing import Any, Protocol, Self
 
 from lifecycle_fsm.errors import IntegrityError, StoreError
-from lifecycle_fsm.store.chain import EVENT_COLUMNS, GENESIS_HASH, snapshot_digest
-from lifecycle_fsm.store.records import CheckpointRecord, Head, StoredEvent, StreamHead, StreamSnapshot
-
-__all__ = [
-    "CATCH_UP",
-    "CHECKPOINTS",
-    "CHECKPOINTS_ORDER",
-    "DERIVED_TABLES",
-    "EMPTIED",
-    "HEAD",
-    "INDEXED",
-    "RECORD_FIRST",
-    "STREAM_VERSION",
-    "STREAM",
-    "STATE_INDEX_POSITION",
-    "STREAMS",
-    "VERSION",
-    "Run",
-    "SQLStore",
-    "derived_table_dropped",
-    "position_at_sql",
-    "write_state_index",
-]
+from lifecycle_fsm.store.chain import EVENT_COLUMNS, GENESIS, GENESIS_HASH, snapshot_digest
+from lifecycle_fsm.store.records import (
+    CheckpointRecord,
+    EventFilter,
+    Head,
+    Row,
+    StoredEvent,
+    StreamHead,
+    StreamSnapshot,
+)
+from lifecycle_fsm.store.writes import WriteTransaction
 
 STREAM = f"SELECT {EVENT_COLUMNS} FROM events WHERE stream_id = %s AND version > %s ORDER BY version"
 VERSION = "SELECT coalesce(max(version), 0) FROM events WHERE stream_id = %s"
-# The state index (`streams`: each stream's version and labels) is derived too: written whole at a
-# checkpoint (the state at its position) and on a rebuild, never by a commit. The position it reflects
-# is the last seq among the events its rows stand at (a ledger whose every commit wrote it: the head).
-# An empty index is position 0 at once: the max over the join would walk the whole log looking for a row.
+# The state index (`streams`) is derived, written whole at a checkpoint and on a rebuild, never by a
+# commit; its position is the last seq among the events its rows stand at (empty: 0, without the join).
 STATE_INDEX_POSITION = (
     "(CASE WHEN EXISTS (SELECT 1 FROM streams) THEN (SELECT coalesce(max(e.seq), 0) FROM streams s "
     "JOIN events e ON e.stream_id = s.stream_id AND e.version = s.version) ELSE 0 END)"
 )
-# Every stream at its current version: the index's rows, and the streams with events past its position
-# at their version in the log, unlabelled (their labels are the fold's, not yet the index's).
+# Every stream at its current version: the index's rows, and those with events past its position unlabelled.
 STREAMS = (
     "SELECT stream_id, version, status, category FROM streams WHERE stream_id NOT IN "
     f"(SELECT stream_id FROM events WHERE seq > {STATE_INDEX_POSITION}) "
@@ -66,10 +49,9 @@ _SNAPSHOTS = (
     "FROM checkpoint_streams s JOIN checkpoints c ON c.checkpoint_id = s.checkpoint_id"
 )
 
-# The event index: the columns the auditor's filter looks rows up by (type, actor, recorded_at), kept
-# beside the log instead of as indexes on `events`, so a commit writes only the event row. It is
-# brought up to date in bulk from the last seq it holds (its position is its own highest seq, so the
-# rows and the position always commit together); a read covers the rows past it from the log itself.
+# The event index: what the auditor's filter looks rows up by (type, actor, recorded_at), kept beside the
+# log so a commit writes only the event row; caught up in bulk from its own highest seq (its position),
+# and a read covers the rows past it from the log itself.
 INDEXED = "(SELECT coalesce(max(seq), 0) FROM event_index)"
 CATCH_UP = (
     "INSERT INTO event_index (seq, type, actor, recorded_at) "
@@ -79,9 +61,8 @@ _BEHIND = f"SELECT coalesce(max(seq), 0) - {INDEXED} FROM events"
 
 
 def position_at_sql(time: str, *, indexed: bool = False) -> str:
-    """As of a time: the log up to the event before the first one recorded after it, else the head
-    (`EventStore.position_at`; `serve`'s ready_at query). `time` is the SQL of the UTC text; `indexed`:
-    looked up in the event index up to its position and in the log past it (`time` used twice)."""
+    """`EventStore.position_at` in SQL (also `serve`'s ready_at); `time` is the SQL of the UTC text, used
+    twice with `indexed` (the event index up to its position, the log past it)."""
     first_after = f"(SELECT min(seq) FROM events WHERE recorded_at > {time})"
     if indexed:
         first_after = (
@@ -91,6 +72,38 @@ def position_at_sql(time: str, *, indexed: bool = False) -> str:
     return f"coalesce({first_after} - 1, (SELECT coalesce(max(seq), 0) FROM events))"
 
 
+Lookup = tuple[str, list[Any]]  # a WHERE term the event index answers, and its parameters
+
+
+def event_conditions(
+    query: EventFilter, seq: str = "seq", payload_types: str = ""
+) -> tuple[list[str], list[Any], list[Lookup]]:
+    """An `EventFilter`'s WHERE terms on the event's own columns and types, their parameters, and the terms
+    the event index answers (type, actor, time); `payload_types` prefixes the payload matches' types term."""
+    where = [f"{seq} > %s"]
+    params: list[Any] = [query.after]
+    looked_up: list[Lookup] = []
+    for sql, value in (
+        (f"{seq} < %s", query.before),
+        ("recorded_at >= %s", query.since),
+        ("recorded_at <= %s", query.until),
+        ("stream_id = %s", query.stream_id),
+        ("actor = %s", query.actor),
+    ):
+        if value is not None:
+            where.append(sql)
+            params.append(value)
+            if sql.startswith(("recorded_at", "actor")):
+                looked_up.append((sql, [value]))
+    for types, prefix in ((list(query.types), ""), (sorted({m.type for m in query.payload}), payload_types)):
+        if types:
+            clause = f"type IN ({', '.join(['%s'] * len(types))})"
+            where.append(prefix + clause)
+            params += types
+            looked_up.append((clause, types))
+    return where, params, looked_up
+
+
 # Index rows that are not their event's columns, and events up to the index's position that it lacks.
 _INDEX_WRONG = (
     "SELECT count(*) FROM event_index i LEFT JOIN events e ON e.seq = i.seq "
@@ -98,29 +111,26 @@ _INDEX_WRONG = (
 )
 _INDEX_MISSING = f"SELECT (SELECT count(*) FROM events WHERE seq <= {INDEXED}) - (SELECT count(*) FROM event_index)"
 _CATCH_UP_AFTER = 512  # a read scans fewer unindexed rows than this rather than take the write lock
-# Read under the write lock with the head (columns of one SELECT): whether the log is empty although the
-# ledger knows it had events (the first event's hash recorded at its first append, a state index entry, a
-# checkpoint past position 0: one taken of an empty log is its own), and the last checked stream's version
-# in the state index (ahead of the log: events removed).
+# Read under the write lock with the head: whether the log is empty although the ledger knows it had events
+# (its first event's hash recorded, a state index row, a checkpoint past 0), and the last checked stream's
+# version in the state index (ahead of the log: events removed).
 EMPTIED = (
     "(SELECT NOT EXISTS (SELECT 1 FROM events) AND (EXISTS (SELECT 1 FROM meta WHERE key = 'first_event_hash') "
     "OR EXISTS (SELECT 1 FROM streams) OR EXISTS (SELECT 1 FROM checkpoints WHERE position > 0)))"
 )
 STREAM_VERSION = "(SELECT version FROM streams WHERE stream_id = %s)"
-# Tables derived from the log: disposable, and made again (empty) by `replay --full` when dropped by hand.
+# Tables derived from the log: made again (empty) by `replay --full` when dropped by hand.
 DERIVED_TABLES = ("streams", "checkpoints", "checkpoint_streams", "event_index")
 CHECKPOINTS_ORDER = "checkpoints_position"  # the index a load walks checkpoints newest first by
 
 
 def derived_table_dropped(where: object, table: str, detail: str) -> StoreError | None:
-    """What a read that needs a dropped derived table says (None for any other table)."""
     if table not in DERIVED_TABLES:
         return None
     repair = "`lifecycle replay --full` makes it again (where the ledger may be written)"
     return StoreError(f"{where}: {detail} (a table derived from the log): {repair}")
 
 
-# The log's head as an append reads it under the lock: seq, hash and time of the last event.
 HEAD = "SELECT " + ", ".join(
     f"(SELECT {c} FROM events ORDER BY seq DESC LIMIT 1)" for c in ("seq", "hash", "recorded_at")
 )
@@ -131,31 +141,78 @@ _HISTORY = (
     "(SELECT count(*) FROM checkpoints WHERE position > 0)"
 )
 
-# A statement run inside `_locked`: (sql, params, many) -> its rows (none for a write).
-Run = Callable[[str, Sequence[Any], bool], list[Any]]
+
+class Run(Protocol):
+    """A statement run inside `_locked`: its rows (none for a write); `many`: once per row of `params`."""
+
+    def __call__(self, sql: str, params: Sequence[Any] = (), many: bool = False) -> list[Any]: ...
 
 
 def write_state_index(run: Run, heads: Iterable[StreamHead]) -> None:
-    """Replace the state index with `heads` (under the write lock)."""
-    run("DELETE FROM streams", (), False)
+    run("DELETE FROM streams")
     rows = [(h.stream_id, h.version, h.status, h.category) for h in heads]
-    run("INSERT INTO streams (stream_id, version, status, category) VALUES (%s, %s, %s, %s)", rows, True)
+    run("INSERT INTO streams (stream_id, version, status, category) VALUES (%s, %s, %s, %s)", rows, many=True)
 
 
-class SQLStore(ABC):
-    """What an SQL backend's store shares (see the module docstring)."""
+def history_damage(emptied: object, indexed: int | None, found: int, stream_id: str) -> str | None:
+    """An emptied or shortened log, from `EMPTIED` and `STREAM_VERSION` (`indexed`) against the log's
+    version (`found`): a new ledger is never re-started over the remains of one emptied by hand."""
+    if emptied:
+        return "the log is empty, but this ledger recorded events before (it was emptied outside lifecycle)"
+    if indexed is not None and indexed > found:
+        return (
+            f"stream {stream_id!r} is at version {found} in the log but {indexed} in the state index "
+            "(events were removed outside lifecycle)"
+        )
+    return None
 
-    # Whether the file or schema has the event index (a ledger opened read-only before its first
-    # writer upgraded it has the filter indexes on `events` instead).
+
+class StreamReads(ABC):
+    """A stream's events and version, and every stream's, through `_rows`."""
+
+    @abstractmethod
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        """The rows of one statement."""
+
+    def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[StoredEvent]:
+        return [StoredEvent(*row) for row in self._rows(STREAM, (stream_id, after_version))]
+
+    def stream_version(self, stream_id: str) -> int:
+        return int(self._rows(VERSION, (stream_id,))[0][0])
+
+    def streams(self) -> list[StreamHead]:
+        return [StreamHead(*row) for row in self._rows(STREAMS)]
+
+
+class SQLTransaction(StreamReads, WriteTransaction):
+    """An SQL backend's write transaction: the head, versions and history read in one SELECT."""
+
+    @abstractmethod
+    def _head_and_ids(self, sql: str, params: Sequence[Any], ids: Sequence[str]) -> tuple[Row, list[Row]]:
+        """The one row of `sql`, and the stored rows with these event ids."""
+
+    def _read(
+        self, streams: Sequence[str], ids: Sequence[str]
+    ) -> tuple[Head, list[int], dict[str, StoredEvent], str | None]:
+        versions = "".join(f", ({VERSION})" for _ in streams)
+        sql = f"{HEAD}, {EMPTIED}, {STREAM_VERSION}{versions}"
+        row, stored = self._head_and_ids(sql, [*streams[-1:], *streams], ids)
+        seq, digest, at, emptied, indexed, *found = row
+        head = Head(seq, digest, at) if seq is not None else GENESIS
+        found = [int(v) for v in found]
+        damage = history_damage(emptied, indexed, found[-1], streams[-1])
+        return head, found, {r[3]: StoredEvent(*r) for r in stored}, damage
+
+
+class SQLStore(StreamReads):
+    """What an SQL backend's store shares."""
+
+    # Whether the ledger has the event index (one opened read-only before a writer upgraded it has not).
     _indexed = True
 
     @abstractmethod
     def _may_catch_up(self) -> bool:
         """Whether a read may take the write lock to bring the event index up to date first."""
-
-    @abstractmethod
-    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        """The rows of one read, outside any write transaction of this handle's."""
 
     @abstractmethod
     def _locked(self, what: str) -> AbstractContextManager[Run]:
@@ -171,12 +228,6 @@ class SQLStore(ABC):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[StoredEvent]:
-        return [StoredEvent(*row) for row in self._rows(STREAM, (stream_id, after_version))]
-
-    def stream_version(self, stream_id: str) -> int:
-        return int(self._rows(VERSION, (stream_id,))[0][0])
-
     def event_by_id(self, event_id: str) -> StoredEvent | None:
         rows = self._rows(f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id = %s", (event_id,))
         return StoredEvent(*rows[0]) if rows else None
@@ -191,17 +242,16 @@ class SQLStore(ABC):
         """Bring the event index up to date with the log, in one transaction under the write lock."""
         if self._indexed:
             with self._locked("cannot bring the event index up to date") as run:
-                run(CATCH_UP, (), False)
+                run(CATCH_UP)
 
     def _catch_up_before_read(self) -> None:
-        """Before a read that looks rows up by the event index: catch it up when it is far behind and
-        this handle may write. The read is right either way (it scans the rows past the index)."""
+        """Catch the event index up before a read when far behind and this handle may write (the read is
+        right either way: it scans the rows past the index)."""
         if self._may_catch_up() and int(self._rows(_BEHIND)[0][0]) >= _CATCH_UP_AFTER:
             with contextlib.suppress(StoreError):  # a role or a file this handle may only read: the read scans on
                 self.catch_up_index()
 
     def index_problems(self) -> list[str]:
-        """Where the event index is not the log's own columns: empty when it agrees row for row."""
         if not self._indexed:
             return []
         wrong, missing = int(self._rows(_INDEX_WRONG)[0][0]), int(self._rows(_INDEX_MISSING)[0][0])
@@ -210,21 +260,16 @@ class SQLStore(ABC):
 
     def head(self) -> Head:
         rows = self._rows("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1")
-        return Head(rows[0][0], rows[0][1]) if rows else Head(0, GENESIS_HASH)
+        return Head(rows[0][0], rows[0][1]) if rows else GENESIS
 
     def count_events(self) -> int:
         return int(self._rows("SELECT count(*) FROM events")[0][0])
-
-    def streams(self) -> list[StreamHead]:
-        return [StreamHead(*row) for row in self._rows(STREAMS)]
 
     def state_index(self) -> tuple[int, list[StreamHead]]:
         rows = self._rows("SELECT stream_id, version, status, category FROM streams ORDER BY stream_id")
         return int(self._rows(f"SELECT {STATE_INDEX_POSITION}")[0][0]), [StreamHead(*row) for row in rows]
 
     def history_problem(self) -> str | None:
-        """What the ledger knows of its history beyond the log and the log does not hold: a first event other
-        than the one recorded at its first append, or none although the state index or checkpoints have rows."""
         first, recorded, events, indexed, checkpoints = self._rows(_HISTORY)[0]
         if recorded is not None and first != recorded:
             held = "no events" if not events else f"a first event of hash {first}"
@@ -244,8 +289,8 @@ class SQLStore(ABC):
         with self._locked("cannot rebuild the stream index") as run:
             write_state_index(run, derive())
             if self._indexed:
-                run("DELETE FROM event_index", (), False)
-                run(CATCH_UP, (), False)
+                run("DELETE FROM event_index")
+                run(CATCH_UP)
 
     def append_checkpoint(
         self,
@@ -261,27 +306,20 @@ class SQLStore(ABC):
         digest = snapshot_digest(snapshot)
         with self._locked("cannot store the checkpoint") as run:
             if self._indexed:  # a checkpoint is where the event index catches up, in the same transaction
-                run(CATCH_UP, (), False)
-            if index is not None and int(run(f"SELECT {STATE_INDEX_POSITION}", (), False)[0][0]) <= position:
+                run(CATCH_UP)
+            if index is not None and int(run(f"SELECT {STATE_INDEX_POSITION}")[0][0]) <= position:
                 write_state_index(run, index)  # and the state index, to the checkpoint's state
-            found = run("SELECT hash FROM events WHERE seq = %s", (position,), False)
+            found = run("SELECT hash FROM events WHERE seq = %s", (position,))
             if not found and position != 0:
                 raise IntegrityError(f"no event at position {position} to checkpoint", seq=position)
             head_hash = found[0][0] if found else GENESIS_HASH
             record = (position, head_hash, schema_version, fingerprint, snapshot, digest, recorded_at)
-            run(
-                "INSERT INTO checkpoints (position, head_hash, schema_version, fingerprint, snapshot, "
-                "snapshot_sha256, recorded_at) VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                record,
-                False,
-            )
-            checkpoint_id = int(run("SELECT max(checkpoint_id) FROM checkpoints", (), False)[0][0])  # ours: locked
-            run(
-                "INSERT INTO checkpoint_streams (checkpoint_id, stream_id, version, state, state_sha256) "
-                "VALUES (%s, %s, %s, %s, %s)",
-                [(checkpoint_id, stream, version, text, snapshot_digest(text)) for stream, version, text in streams],
-                True,
-            )
+            columns = "position, head_hash, schema_version, fingerprint, snapshot, snapshot_sha256, recorded_at"
+            run(f"INSERT INTO checkpoints ({columns}) VALUES (%s, %s, %s, %s, %s, %s, %s)", record)
+            checkpoint_id = int(run("SELECT max(checkpoint_id) FROM checkpoints")[0][0])  # ours: locked
+            copies = [(checkpoint_id, s, v, text, snapshot_digest(text)) for s, v, text in streams]
+            into = "checkpoint_streams (checkpoint_id, stream_id, version, state, state_sha256)"
+            run(f"INSERT INTO {into} VALUES (%s, %s, %s, %s, %s)", copies, many=True)
         return CheckpointRecord(checkpoint_id, *record)
 
     def stream_snapshots(self, checkpoint_id: int) -> list[StreamSnapshot]:

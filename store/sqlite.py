@@ -1,18 +1,11 @@
 """The SQLite event store: one append-only, hash-chained table of events in one file.
 
-Why it is built this way:
-- WAL lets readers run while one writer appends. Every write takes the lock up front
-  (`BEGIN IMMEDIATE`), so the stream versions it checks and the chain's head it extends
-  cannot move under it.
-- The lock is waited for in short jittered steps (`sqlite_files.begin_immediate`), not by
-  SQLite's busy handler. So a write runs with the connection's busy timeout at 0 and leaves
-  it there; the next read puts the store's busy timeout back first (a read can meet a lock
-  too, e.g. while another process recovers the WAL).
-- sqlite-utils creates the schema (`sqlite_schema.py`) on the store's connection; an
-  existing ledger is read and appended to with plain statements (sqlite-utils' `insert`
-  inspects the schema on every call, and importing it doubles a read command's start-up).
-- Every statement runs inside a block that translates `sqlite3` errors
-  (`sqlite_errors.py`); a store is used by the thread that opened it (`threads.py`).
+- WAL lets readers run while one writer appends; every write takes the lock up front (`BEGIN
+  IMMEDIATE`), so the versions it checks and the head it extends cannot move under it.
+- The lock is waited for in short jittered steps (`sqlite_files.begin_immediate`), so a write sets
+  the busy timeout to 0; the next read puts it back (a read can meet a lock too).
+- sqlite-utils creates the schema; an existing ledger is used with plain statements (sqlite-utils
+  inspects the schema on every insert, and importing it doubles a read command's start-up).
 """
 
 from __future__ import annotations
@@ -25,33 +18,13 @@ from itertools import chain
 from pathlib import Path
 from typing import Any
 
-from lifecycle_fsm.errors import InputError, StoreError
-from lifecycle_fsm.store.base import write_in_read_snapshot, write_in_transaction
-from lifecycle_fsm.store.chain import EVENT_COLUMNS, GENESIS_HASH
+from lifecycle_fsm.errors import StoreError
+from lifecycle_fsm.store.base import snapshot_in_write, write_in_read_snapshot, write_in_transaction
+from lifecycle_fsm.store.chain import EVENT_COLUMNS
 from lifecycle_fsm.store.faults import fault_from_env
 from lifecycle_fsm.store.open import busy_timeout_seconds, synchronous_mode
-from lifecycle_fsm.store.records import (
-    ALL_EVENTS,
-    CheckpointRecord,
-    EventFilter,
-    Head,
-    Row,
-    StoredEvent,
-    StreamHead,
-    StreamShare,
-)
-from lifecycle_fsm.store.sql import (
-    CHECKPOINTS,
-    EMPTIED,
-    HEAD,
-    RECORD_FIRST,
-    STREAM,
-    STREAM_VERSION,
-    STREAMS,
-    VERSION,
-    Run,
-    SQLStore,
-)
+from lifecycle_fsm.store.records import ALL_EVENTS, CheckpointRecord, EventFilter, Row, StreamHead, StreamShare
+from lifecycle_fsm.store.sql import CHECKPOINTS, RECORD_FIRST, Run, SQLStore, SQLTransaction
 from lifecycle_fsm.store.sqlite_errors import SQLITE_FAILURES, translate_sqlite_error
 from lifecycle_fsm.store.sqlite_files import (
     ImmutableRead,
@@ -72,7 +45,7 @@ from lifecycle_fsm.store.sqlite_schema import (
     schema_version,
 )
 from lifecycle_fsm.store.threads import ThreadOwner, one_thread
-from lifecycle_fsm.store.writes import Transactions, WriteTransaction, history_damage, id_taken
+from lifecycle_fsm.store.writes import Transactions, id_taken
 
 __all__ = ["SQLiteEventStore", "SQLiteTransaction", "create_ledger_file"]
 
@@ -88,40 +61,25 @@ def _insert_sql(rows: int) -> str:
     return f"INSERT OR FAIL INTO events ({EVENT_COLUMNS}) VALUES " + ",".join(["(?,?,?,?,?,?,?,?,?,?,?)"] * rows)
 
 
-class SQLiteTransaction(WriteTransaction):
-    """A write transaction on the SQLite store, under `BEGIN IMMEDIATE` (`WriteTransaction` holds the rules)."""
+class SQLiteTransaction(SQLTransaction):
+    """A write transaction on the SQLite store, under `BEGIN IMMEDIATE`."""
 
     def __init__(self, conn: sqlite3.Connection, owner: ThreadOwner) -> None:
         self._conn = conn
         self._owner = owner
 
-    def _all(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         self._owner.check()  # before `sqlite3` would: the refusal is said as on PostgreSQL
         return self._conn.execute(_sqlite(sql), params).fetchall()
 
-    def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[StoredEvent]:
-        return [StoredEvent(*row) for row in self._all(STREAM, (stream_id, after_version))]
-
-    def stream_version(self, stream_id: str) -> int:
-        return int(self._all(VERSION, (stream_id,))[0][0])
-
-    def streams(self) -> list[StreamHead]:
-        return [StreamHead(*row) for row in self._all(STREAMS)]
-
-    def _read(
-        self, streams: Sequence[str], ids: Sequence[str]
-    ) -> tuple[Head, list[int], dict[str, StoredEvent], str | None]:
-        versions = "".join(f", ({VERSION})" for _ in streams)
-        seq, digest, last_time, emptied, indexed, *found = self._all(
-            f"{HEAD}, {EMPTIED}, {STREAM_VERSION}{versions}", [*streams[-1:], *streams]
-        )[0]
-        stored: dict[str, StoredEvent] = {}
+    def _head_and_ids(self, sql: str, params: Sequence[Any], ids: Sequence[str]) -> tuple[Row, list[Row]]:
+        row, stored = self._rows(sql, params)[0], []
         for at in range(0, len(ids), 500):
             chunk = ids[at : at + 500]
-            sql = f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id IN ({', '.join(['%s'] * len(chunk))})"
-            stored.update((row[3], StoredEvent(*row)) for row in self._all(sql, chunk))
-        damage = history_damage(emptied, indexed, found[-1], streams[-1])
-        return Head(seq, digest, last_time) if seq is not None else Head(0, GENESIS_HASH), found, stored, damage
+            stored += self._rows(
+                f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id IN ({', '.join(['%s'] * len(chunk))})", chunk
+            )
+        return row, stored
 
     def _record_first(self, digest: str) -> None:
         self._conn.execute(_sqlite(RECORD_FIRST), (digest,))
@@ -138,7 +96,7 @@ class SQLiteTransaction(WriteTransaction):
 
 @one_thread
 class SQLiteEventStore(SQLStore, Transactions[SQLiteTransaction]):
-    """An `EventStore` in one SQLite file (see the module docstring for why)."""
+    """An `EventStore` in one SQLite file."""
 
     def __init__(
         self,
@@ -152,7 +110,8 @@ class SQLiteEventStore(SQLStore, Transactions[SQLiteTransaction]):
         self._busy_timeout = busy_timeout_seconds(busy_timeout)
         self.path = Path(path)
         self._fault = fault_from_env()
-        self._owner = ThreadOwner(self.path, self._keep_in_child)
+        # In a forked child the inherited connection is never used, closed or freed.
+        self._owner = ThreadOwner(self.path, lambda: keep_for_good(self._conn))
         self._private = str(path) in ("", ":memory:")  # nobody else can reach it: never wait
         self._quick = self._private  # the busy timeout is 0 (a write set it; the next read gives it back)
         self._held: str | None = None  # "write" or "snapshot": the block holding the connection's transaction
@@ -203,8 +162,8 @@ class SQLiteEventStore(SQLStore, Transactions[SQLiteTransaction]):
     # --- the connection's transaction -----------------------------------------------------
 
     def _ready_to_read(self) -> None:
-        """Before each read: a file read immutable must still be the one opened; a transaction no block
-        holds (an interrupt cut its cleanup short) is ended; the busy timeout a write set to 0 is put back."""
+        """Before each read: an immutable file must still be the one opened, a transaction no block holds (an
+        interrupt cut its cleanup short) is ended, and the busy timeout a write set to 0 is put back."""
         if self._immutable is not None:
             self._immutable.check()
         if self._held is None and self._conn.in_transaction:
@@ -263,7 +222,7 @@ class SQLiteEventStore(SQLStore, Transactions[SQLiteTransaction]):
     def _locked(self, what: str) -> Iterator[Run]:
         with self._write() as conn:
 
-            def run(sql: str, params: Sequence[Any], many: bool) -> list[Any]:
+            def run(sql: str, params: Sequence[Any] = (), many: bool = False) -> list[Any]:
                 if many:
                     conn.executemany(_sqlite(sql), params)
                     return []
@@ -276,19 +235,17 @@ class SQLiteEventStore(SQLStore, Transactions[SQLiteTransaction]):
         with self._write(command=True) as conn:
             tx = SQLiteTransaction(conn, self._owner)
             yield tx
-            if tx.failed is not None:
-                raise StoreError(f"{tx.failed}; nothing in this transaction was committed")
+            tx.may_commit()
 
     @contextmanager
     def read_snapshot(self) -> Iterator[None]:
-        """One deferred read transaction: WAL keeps its snapshot (from the first read inside)
-        while other connections commit, and never blocks them."""
+        """One deferred read transaction: WAL keeps its snapshot while others commit, never blocking them."""
         self._owner.check()
         if self._held == "snapshot":
             yield
             return
         if self._held == "write":
-            raise InputError(f"{self.path}: read_snapshot() inside a write transaction is refused")
+            raise snapshot_in_write(self.path)
         try:
             try:
                 self._ready_to_read()
@@ -325,7 +282,7 @@ class SQLiteEventStore(SQLStore, Transactions[SQLiteTransaction]):
     def _batches(self, sql: str, params: Sequence[Any], size: int) -> Iterator[list[Any]]:
         """A read's rows in `fetchmany` batches, one SELECT (one read snapshot), memory flat as the log grows."""
         with self._reading() as conn:
-            cursor = conn.execute(sql, params)
+            cursor = conn.execute(_sqlite(sql), params)
             while True:
                 self._owner.check()  # a read carried into another thread or a forked child stops there
                 rows = cursor.fetchmany(size)
@@ -334,12 +291,10 @@ class SQLiteEventStore(SQLStore, Transactions[SQLiteTransaction]):
                 yield rows
 
     def select_rows(self, query: EventFilter = ALL_EVENTS) -> Iterator[list[Row]]:
-        """Small batches on purpose: a row is hashed and folded while its payload is still in the CPU
-        cache, and fewer rows alive at once make the garbage collector's passes cheaper."""
+        """Small batches on purpose: a row is hashed and folded while its payload is still in the CPU cache."""
         if self._indexed and not query.positions_only():
             self._catch_up_before_read()
-        sql, params = filter_sql(query, EVENT_COLUMNS, indexed=self._indexed)
-        return self._batches(sql, params, 256)
+        return self._batches(*filter_sql(query, indexed=self._indexed), 256)
 
     def select_fold_rows(
         self, *, after: int, before: int | None, streams: StreamShare | None = None
@@ -348,21 +303,15 @@ class SQLiteEventStore(SQLStore, Transactions[SQLiteTransaction]):
         return self._batches(*fold_sql(after, before, streams), 256)
 
     def select_checkpoints(self, *, at_or_before: int | None = None) -> Iterator[CheckpointRecord]:
-        """One row at a time, newest first: a load stops at the first trusted checkpoint. Without a bound
-        every row, also one whose position was edited into no seq at all (its reader judges it broken)."""
-        where, params = ("", ()) if at_or_before is None else (" WHERE position <= ?", (at_or_before,))
+        """One row at a time, newest first (a load stops at the first trusted one); without a bound every
+        row, also one whose position was edited into no seq (its reader judges it broken)."""
+        where, params = ("", ()) if at_or_before is None else (" WHERE position <= %s", (at_or_before,))
         for rows in self._batches(f"{CHECKPOINTS}{where} ORDER BY position DESC, checkpoint_id DESC", params, 1):
             yield CheckpointRecord(*rows[0])
 
     def guard_problems(self) -> list[str]:
         with self._reading() as conn:
             return guard_problems(conn)
-
-    # --- the handle -----------------------------------------------------------------------
-
-    def _keep_in_child(self) -> None:
-        """In a forked child: the inherited connection is never used, closed or freed there."""
-        keep_for_good(self._conn)
 
     def close(self) -> None:
         self._owner.release()

@@ -1,16 +1,7 @@
-"""Translating what `sqlite3` raises into the project's error tree.
-
-A damaged ledger file makes `sqlite3` fail in many places and many ways: a dropped
-table or renamed column (`OperationalError: no such …`), a flipped byte inside a text
-value (`OperationalError: Could not decode to UTF-8`, or a bare `UnicodeDecodeError`
-from the schema text), a malformed page, a read-only file. Nothing from `sqlite3`
-crosses the store's API: every statement the store runs is inside a block that
-translates these.
-
-    not valid UTF-8 in a stored value   IntegrityError  (the data was altered)
-    used from another thread            InputError      (store/threads.py)
-    any other sqlite3.DatabaseError     StoreError      (the file is unusable)
-"""
+"""Translating what `sqlite3` raises into the project's error tree: nothing from `sqlite3` crosses the
+store's API. A damaged file fails in many ways; a value that is not valid UTF-8 means the data was
+altered (`IntegrityError`), use from another thread is misuse (`InputError`), anything else means the
+file is unusable (`StoreError`)."""
 
 from __future__ import annotations
 
@@ -27,7 +18,6 @@ _MAX_DETAIL = 200  # a decode error quotes the whole damaged value; one line is 
 
 
 def translate_sqlite_error(error: BaseException, where: object) -> LifecycleError:
-    """The project error for one `sqlite3` failure on the ledger at `where`."""
     detail = " ".join(str(error).split())
     if len(detail) > _MAX_DETAIL:
         detail = detail[:_MAX_DETAIL] + "…"

@@ -1,13 +1,8 @@
 """The ledger's file on disk: created 0600, never over an orphaned WAL, read immutable on read-only media.
 
-A WAL ledger is read through its `-shm` index, which SQLite creates beside the file
-on first open; where it cannot (a read-only mount, a reader's account without write
-access), every read failed. There the store opens the file `immutable` instead: no
-`-shm`, no locks, no WAL. That is only the truth when no connection has the ledger
-open and the WAL holds nothing, so it is taken only when the folder is not writable and
-there is no `-shm` (a writer holding the ledger open keeps one, and then SQLite reads
-through it by itself), and a non-empty `-wal` (committed events not yet in the main
-file, which an immutable read would silently leave out) is refused instead.
+Where SQLite cannot create the `-shm` beside the file (a read-only folder) the file is opened
+`immutable` (no `-shm`, locks or WAL): only when there is no `-shm` (no writer has it open), and
+never over a non-empty `-wal`, whose committed events an immutable read would leave out.
 """
 
 from __future__ import annotations
@@ -23,26 +18,11 @@ from urllib.parse import quote
 
 from lifecycle_fsm.errors import StoreError
 
-__all__ = [
-    "ImmutableRead",
-    "OpenedFiles",
-    "begin_immediate",
-    "close_without_checkpoint",
-    "create_ledger_file",
-    "keep_for_good",
-    "on_read_only_media",
-]
-
 
 def begin_immediate(conn: sqlite3.Connection, timeout: float, where: object) -> None:
-    """`BEGIN IMMEDIATE` on a connection whose busy timeout is 0, retried after short random waits.
-
-    SQLite's own busy handler sleeps 1, 2, 5, 10 ms… between tries while a command holds the
-    lock for a fraction of a millisecond, so with several writers the lock sat free while every
-    waiter slept. Here the wait is drawn from a window growing from 50 µs to 2 ms (full jitter,
-    so waiters do not retry in step) until `timeout` seconds have passed. It is still the
-    database's lock, taken by the database.
-    """
+    """`BEGIN IMMEDIATE` on a connection whose busy timeout is 0, retried after short random waits (a window
+    from 50 µs to 2 ms, full jitter) until `timeout`: SQLite's busy handler sleeps milliseconds while the
+    lock is held for a fraction of one."""
     deadline, window = time.monotonic() + timeout, 0.00005
     while True:
         try:
@@ -57,12 +37,9 @@ def begin_immediate(conn: sqlite3.Connection, timeout: float, where: object) -> 
 
 
 def create_ledger_file(path: Path, *, exclusive: bool = False) -> None:
-    """Create a new ledger file 0600 (SQLite then gives its -wal and -shm the same mode).
-
-    Not beside a `-wal` that holds events: its ledger file was deleted or moved, and a new
-    one here would silently start over (SQLite discards a WAL that is not its file's).
-    An existing file is left as it is, or with `exclusive` refused (`FileExistsError`).
-    """
+    """Create a new ledger file 0600 (SQLite gives its -wal and -shm the same mode), never beside a `-wal`
+    holding events (its file was moved: SQLite would discard it). An existing file is left as it is,
+    or with `exclusive` refused (`FileExistsError`)."""
     if str(path) in ("", ":memory:"):
         return
     if os.path.lexists(path):
@@ -76,9 +53,7 @@ def create_ledger_file(path: Path, *, exclusive: bool = False) -> None:
             create_ledger_file(target)
         return
     try:
-        size = Path(f"{path}-wal").stat().st_size
-    except FileNotFoundError:
-        size = 0
+        size = _wal_size(path)
     except OSError as e:  # a folder that is a file, a name too long for its -wal, a folder we may not search
         raise StoreError(f"{path}: cannot create the ledger file ({e.strerror})") from e
     if size and not path.exists():  # again: another process may have just made the ledger and its WAL
@@ -95,12 +70,19 @@ def create_ledger_file(path: Path, *, exclusive: bool = False) -> None:
         raise StoreError(f"{path}: cannot create the ledger file ({e.strerror})") from e
 
 
+def _wal_size(path: object) -> int:
+    try:
+        return Path(f"{path}-wal").stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
 _KEPT: list[object] = []
 
 
 def keep_for_good(obj: object) -> None:
-    """Hold `obj` until the process ends, past interpreter shutdown (which frees what it can, and
-    freeing an sqlite3 connection closes it): how a forked child leaves the parent's connection alone."""
+    """Hold `obj` past interpreter shutdown (freeing an sqlite3 connection closes it): how a forked child
+    leaves the parent's connection alone."""
     _KEPT.append(obj)
     try:
         import ctypes
@@ -111,9 +93,8 @@ def keep_for_good(obj: object) -> None:
 
 
 def on_read_only_media(path: Path, error: sqlite3.Error) -> bool:
-    """SQLite could not create the ledger's `-shm`: its folder may not be written, and no
-    connection has the ledger open (none keeps a `-shm` there). Judged at the file a link
-    leads to, where SQLite keeps its `-wal` and `-shm`."""
+    """SQLite could not create the `-shm` of the file (a link's target) in a folder it may not write, and
+    no connection has the ledger open (none keeps a `-shm` there)."""
     message = str(error)
     real = Path(os.path.realpath(path))
     return (
@@ -124,17 +105,13 @@ def on_read_only_media(path: Path, error: sqlite3.Error) -> bool:
 
 
 class ImmutableRead:
-    """The ledger file opened immutable, and what it was when opened.
-
-    Immutable means SQLite takes no lock and trusts the file not to change. Another
-    account may still write it through a writable path: `check` (before every read, and
-    when a read snapshot ends) refuses to answer once the file, or its `-wal`, moved.
-    """
+    """The ledger file opened immutable, and what it was when opened: `check` (before every read, and
+    when a read snapshot ends) refuses to answer once the file, or its `-wal`, changed."""
 
     def __init__(self, path: Path) -> None:
         self.real = Path(os.path.realpath(path))
         self.shown = path
-        size = self._wal_size()
+        size = _wal_size(self.real)
         if size:
             raise StoreError(
                 f"{path}: its folder is read-only and {self.real.name}-wal holds {size} bytes of events not yet "
@@ -144,12 +121,6 @@ class ImmutableRead:
         self.identity = self._identity()
         self.conn = sqlite3.connect(f"file:{quote(str(self.real))}?immutable=1", uri=True, isolation_level=None)
 
-    def _wal_size(self) -> int:
-        try:
-            return Path(f"{self.real}-wal").stat().st_size
-        except FileNotFoundError:
-            return 0
-
     def _identity(self) -> tuple[int, int, int, int]:
         st = self.real.stat()
         return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
@@ -157,7 +128,7 @@ class ImmutableRead:
     def check(self) -> None:
         """StoreError once the file is not the one opened, or a writer's `-wal` holds events."""
         try:
-            moved = self._identity() != self.identity or self._wal_size() > 0
+            moved = self._identity() != self.identity or _wal_size(self.real) > 0
         except OSError:
             moved = True
         if moved:
@@ -170,13 +141,10 @@ class ImmutableRead:
 class OpenedFiles:
     """The ledger file, its `-wal` and its `-shm` as a connection opened them (device and inode).
 
-    SQLite keeps all three open by descriptor and never looks at their names again. If one
-    is deleted or replaced while the connection is open, the next process opens a new one
-    beside it: a new `-shm` gives that process a WAL index of its own, so it and this
-    connection write over each other's WAL frames, and an append into a deleted ledger file
-    lands nowhere anyone will read. `check`, just before each commit (one `os.stat` per file),
-    refuses the write then instead of acknowledging it. A `-wal` or `-shm` that did not exist
-    at open is not held to anything.
+    SQLite never looks at their names again: one deleted or replaced means the next process opens a
+    new one (a new `-shm`: two WAL indexes writing over each other's frames; a deleted file: appends
+    nobody reads). `check`, before each commit, refuses the write then. A file not there at open is
+    not held to anything.
     """
 
     def __init__(self, path: Path) -> None:
@@ -189,16 +157,9 @@ class OpenedFiles:
                 self._files.append((name, (st.st_dev, st.st_ino)))
 
     def changed(self, *, but_wal: bool = False) -> str | None:
-        """The first file that is missing or no longer the one opened, None when all still are (`but_wal`:
-        of the ledger file and its `-shm`)."""
+        """The first file missing or no longer the one opened, if any (`but_wal`: not the `-wal`)."""
         for name, identity in self._files:
-            if but_wal and name.endswith("-wal"):
-                continue
-            try:
-                st = os.stat(name)
-            except OSError:
-                return name
-            if (st.st_dev, st.st_ino) != identity:
+            if not (but_wal and name.endswith("-wal")) and _inode(name) != identity:
                 return name
         return None
 
@@ -212,19 +173,20 @@ class OpenedFiles:
             )
 
 
-def close_without_checkpoint(conn: sqlite3.Connection, files: OpenedFiles) -> None:
-    """Close a connection whose files were deleted or replaced; without its closing checkpoint when
-    its WAL index (the `-shm`) or the ledger file is not the one others use.
+def _inode(name: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(name)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
-    The last connection to close checkpoints the WAL into the ledger file through its WAL
-    index, then deletes the WAL by name. With only the `-wal` deleted that checkpoint is
-    what saves the commits made into it, so `conn` closes as usual. Through a stale `-shm`
-    it would write old pages over what other processes appended since, and delete their
-    WAL. SQLite skips it when another connection of the process holds the file's shared
-    lock, and a read-only connection never checkpoints: one is opened and read from (taking
-    that lock) while `conn` closes, then closed. When the ledger file itself is gone or
-    replaced no such connection can reach it, and `conn` is left open until the process
-    ends instead.
+
+def close_without_checkpoint(conn: sqlite3.Connection, files: OpenedFiles) -> None:
+    """Close a connection whose files were deleted or replaced, without its closing checkpoint when its
+    `-shm` or the ledger file is not the one others use (through a stale `-shm` it would write old pages
+    over others' appends). With only the `-wal` gone it closes as usual (its checkpoint saves the
+    commits). SQLite skips the checkpoint while a read-only connection of the process holds the file's
+    shared lock, so one is held while `conn` closes; with the ledger file gone, `conn` is never closed.
     """
     if files.changed(but_wal=True) is None:
         conn.close()

@@ -1,21 +1,13 @@
 """The SQLite ledger's schema, created through sqlite-utils, and the SQL of the auditor's filter.
 
-Why it is built this way:
-- `UNIQUE(stream_id, version)` and `UNIQUE(event_id)` (unique indexes) are the
-  concurrency and idempotency guarantees: the database enforces them.
-- Triggers refuse UPDATE and DELETE on `events`, and an INSERT that clashes with an
-  existing row: `INSERT OR REPLACE` deletes the clashing row without firing DELETE
-  triggers when a connection has `recursive_triggers` off. `table.transform()` would drop
-  the triggers silently: never run it on `events`.
-- The insert trigger raises FAIL, never ABORT, and the store inserts with `INSERT OR
-  FAIL`: one ABORT anywhere in an insert's program makes every row's INSERT run under a
-  statement journal, which costs a batch about half again.
-- `verify` reports a guard that is missing or not exactly as written here
-  (`guard_problems`): a file writer can drop them.
-- `events` has no index for the auditor's filter: each would cost every commit about a
-  third more. The filter looks rows up in `event_index` (type, actor, time by seq), a
-  derived table brought up to date in bulk (`store.sql.CATCH_UP`). A file made before it
-  existed gets it, in place of the indexes on `events`, when a writer first opens it.
+- Unique indexes on `(stream_id, version)` and `event_id` are the concurrency and idempotency guarantees.
+- Triggers refuse UPDATE, DELETE and an INSERT that clashes with a row (`INSERT OR REPLACE` deletes
+  without firing DELETE triggers when `recursive_triggers` is off); `table.transform()` would drop
+  them silently: never run it on `events`. `verify` reports a guard missing or altered.
+- The insert trigger raises FAIL, never ABORT (which puts every row of an insert under a statement
+  journal), and the store inserts with `INSERT OR FAIL`.
+- `events` has no index for the auditor's filter (each would slow every commit): it looks rows up in
+  `event_index`, a derived table caught up in bulk (`store.sql.CATCH_UP`).
 """
 
 from __future__ import annotations
@@ -30,41 +22,16 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from lifecycle_fsm.errors import StoreError
-from lifecycle_fsm.store.chain import FOLD_COLUMNS
+from lifecycle_fsm.store.chain import EVENT_COLUMNS, FOLD_COLUMNS
 from lifecycle_fsm.store.records import EventFilter, StreamShare
-from lifecycle_fsm.store.sql import CHECKPOINTS_ORDER, DERIVED_TABLES, INDEXED
+from lifecycle_fsm.store.sql import CHECKPOINTS_ORDER, DERIVED_TABLES, INDEXED, event_conditions
 
 if TYPE_CHECKING:
     import sqlite_utils
 
-__all__ = [
-    "SCHEMA",
-    "STORE_SCHEMA_VERSION",
-    "SYNCHRONOUS_MODES",
-    "create_schema",
-    "ensure_derived_tables",
-    "ensure_schema",
-    "filter_sql",
-    "fold_sql",
-    "guard_problems",
-    "schema_version",
-]
-
 STORE_SCHEMA_VERSION = "1"
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
-_EVENTS = {
-    "seq": int,
-    "stream_id": str,
-    "version": int,
-    "event_id": str,
-    "type": str,
-    "schema_version": int,
-    "payload": str,
-    "recorded_at": str,
-    "actor": str,
-    "prev_hash": str,
-    "hash": str,
-}
+_EVENTS = dict.fromkeys(EVENT_COLUMNS.split(", "), str) | {"seq": int, "version": int, "schema_version": int}
 # The unique indexes and triggers `guard_problems` holds the file to, by name.
 GUARDS = {
     "events_stream_version": 'CREATE UNIQUE INDEX "events_stream_version" ON "events" ("stream_id", "version")',
@@ -195,9 +162,8 @@ def _create_derived(db: sqlite_utils.Database) -> None:
 def ensure_derived_tables(
     conn: sqlite3.Connection, writable: bool, locked: Callable[[], AbstractContextManager[object]]
 ) -> bool:
-    """Whether the file has the event index. A writer makes each derived table the file lacks (one made
-    before the event index existed, or one dropped by hand), the event index in place of the filter
-    indexes on `events`. A read-only handle reads the file as it is."""
+    """Whether the file has the event index; a writer first makes each derived table the file lacks (a
+    read-only handle reads the file as it is)."""
     found = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'index')")}
     if found.issuperset((*DERIVED_TABLES, CHECKPOINTS_ORDER)) or not writable:
         return "event_index" in found
@@ -215,8 +181,8 @@ def _words(sql: str) -> str:
 
 
 def guard_problems(conn: sqlite3.Connection) -> list[str]:
-    """Each unique index and append-only trigger that is missing, or not exactly as `GUARDS` writes it, and
-    any other trigger on `events` (one `BEFORE INSERT` could rewrite every row appended)."""
+    """Each guard that is missing or not exactly as `GUARDS` writes it, and any other trigger on `events`
+    (one `BEFORE INSERT` could rewrite every row appended)."""
     found = dict(conn.execute("SELECT name, sql FROM sqlite_master WHERE tbl_name = 'events' AND sql IS NOT NULL"))
     triggers = {
         name
@@ -232,97 +198,52 @@ def guard_problems(conn: sqlite3.Connection) -> list[str]:
     return problems + [f"trigger {name} is not one of the ledger's own" for name in sorted(triggers - GUARDS.keys())]
 
 
-def filter_sql(query: EventFilter, columns: str, *, indexed: bool) -> tuple[str, list[Any]]:
-    """The SELECT of `columns` (in seq order, with its LIMIT) of an `EventFilter`, and its parameters.
+def filter_sql(query: EventFilter, *, indexed: bool) -> tuple[str, list[Any]]:
+    """The SELECT (in seq order, with its LIMIT) of an `EventFilter`, and its parameters.
 
-    - a filter on type, actor or time takes the rows the event index names, then those
-      past its position from the log itself (`indexed`; without the index, a time filter
-      writes the position bound `+seq`, so the planner takes the `recorded_at` index
-      instead of walking the whole table in seq order);
-    - a payload match first restricts the rows to its event types, then looks for the
-      value's JSON text followed by `,` `]` or `}` (a value, never a key: payloads are
-      the store's own compact canonical JSON), and only then confirms it at its path with
-      the JSON functions: a scalar equal to it, or an array holding it.
+    A filter on type, actor or time takes the rows the event index names, then those past its position
+    from the log (without the index, `+seq` steers the planner to the `recorded_at` index). A payload
+    match restricts to its types, looks for the value's JSON text followed by `,` `]` or `}` (a value,
+    never a key, in canonical JSON), then confirms it at its path: a scalar equal to it, or an array holding it.
     """
     timed = query.since is not None or query.until is not None
-    where, params, looked_up = _column_conditions(query, "+seq" if timed and not indexed else "seq")
+    seq = "+seq" if timed and not indexed else "seq"
+    # without the event index, `+type` keeps the walk in seq order when a LIMIT can stop it early
+    plus = "+" if query.limit is not None and not indexed else ""
+    where, params, looked_up = event_conditions(query, seq, plus)
     if query.payload:
-        clauses, values, types = _payload_conditions(query, indexed)
-        where += clauses
-        params += values
-        looked_up.append(types)
+        needles = [orjson.dumps(v).decode() + end for v in sorted({m.value for m in query.payload}) for end in ",]}"]
+        where.append("(" + " OR ".join("instr(payload, %s) > 0" for _ in needles) + ")")
+        confirm = (
+            "(type = %s AND (json_extract(payload, %s) = %s OR (json_type(payload, %s) = 'array' AND "
+            "EXISTS (SELECT 1 FROM json_each(payload, %s) WHERE value = %s))))"
+        )
+        where.append("(" + " OR ".join(confirm for _ in query.payload) + ")")
+        params += needles
+        for m in query.payload:
+            params += [m.type, m.path, m.value, m.path, m.path, m.value]
     condition = " AND ".join(where)
+    sql = f"SELECT {EVENT_COLUMNS} FROM events WHERE {condition} ORDER BY seq"
     if indexed and looked_up:
         index_where = " AND ".join(sql for sql, _ in looked_up)
         index_params = [value for _, values in looked_up for value in values]
         sql = (
-            f"SELECT {columns} FROM events WHERE seq IN (SELECT seq FROM event_index WHERE {index_where}) "
-            f"AND {condition} UNION ALL SELECT {columns} FROM events WHERE seq > {INDEXED} AND {condition} "
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE seq IN (SELECT seq FROM event_index WHERE {index_where}) "
+            f"AND {condition} UNION ALL SELECT {EVENT_COLUMNS} FROM events WHERE seq > {INDEXED} AND {condition} "
             "ORDER BY seq"
         )
         params = [*index_params, *params, *params]
-    else:
-        sql = f"SELECT {columns} FROM events WHERE {condition} ORDER BY seq"
     if query.limit is not None:
-        sql += " LIMIT ?"
+        sql += " LIMIT %s"
         params.append(query.limit)
     return sql, params
 
 
 def fold_sql(after: int, before: int | None, streams: StreamShare | None) -> tuple[str, list[Any]]:
-    """The SELECT of a slice of the log's fold columns, only `streams`' rows if given (picked out in seq
-    order: `+stream_id` keeps the planner off the stream index, which would need a sort)."""
-    where, params, _ = _column_conditions(EventFilter(after=after, before=before), "seq")
+    """The SELECT of a slice's fold columns, only `streams`' rows if given (`+stream_id` keeps the planner
+    off the stream index, which would need a sort)."""
+    where, params, _ = event_conditions(EventFilter(after=after, before=before))
     if streams is not None:
-        where.append(f"+stream_id {'NOT IN' if streams.others else 'IN'} (SELECT value FROM json_each(?))")
+        where.append(f"+stream_id {'NOT IN' if streams.others else 'IN'} (SELECT value FROM json_each(%s))")
         params.append(orjson.dumps(sorted(streams.names)).decode())
     return f"SELECT {FOLD_COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY seq", params
-
-
-Conditions = tuple[list[str], list[Any], list[tuple[str, list[Any]]]]
-
-
-def _column_conditions(query: EventFilter, seq: str) -> Conditions:
-    """The WHERE terms on the event's own columns, their parameters, and the terms the event
-    index can answer (type, actor, time) with their values."""
-    where = [f"{seq} > ?"]
-    params: list[Any] = [query.after]
-    looked_up: list[tuple[str, list[Any]]] = []
-    for sql, value in (
-        (f"{seq} < ?", query.before),
-        ("recorded_at >= ?", query.since),
-        ("recorded_at <= ?", query.until),
-        ("stream_id = ?", query.stream_id),
-        ("actor = ?", query.actor),
-    ):
-        if value is not None:
-            where.append(sql)
-            params.append(value)
-            if sql.startswith(("recorded_at", "actor")):
-                looked_up.append((sql, [value]))
-    if query.types:
-        clause = f"type IN ({','.join('?' * len(query.types))})"
-        where.append(clause)
-        params.extend(query.types)
-        looked_up.append((clause, list(query.types)))
-    return where, params, looked_up
-
-
-def _payload_conditions(query: EventFilter, indexed: bool) -> tuple[list[str], list[Any], tuple[str, list[Any]]]:
-    """A payload match's WHERE terms and parameters, and its event types as a term the index answers."""
-    match_types = sorted({m.type for m in query.payload})
-    clause = f"type IN ({','.join('?' * len(match_types))})"
-    # without the event index, `+type` keeps the walk in seq order when a LIMIT can stop it early
-    where = ["+" + clause if query.limit is not None and not indexed else clause]
-    params: list[Any] = [*match_types]
-    needles = [orjson.dumps(v).decode() + end for v in sorted({m.value for m in query.payload}) for end in ",]}"]
-    where.append("(" + " OR ".join("instr(payload, ?) > 0" for _ in needles) + ")")
-    params.extend(needles)
-    confirm = (
-        "(type = ? AND (json_extract(payload, ?) = ? OR (json_type(payload, ?) = 'array' AND "
-        "EXISTS (SELECT 1 FROM json_each(payload, ?) WHERE value = ?))))"
-    )
-    where.append("(" + " OR ".join(confirm for _ in query.payload) + ")")
-    for m in query.payload:
-        params.extend([m.type, m.path, m.value, m.path, m.path, m.value])
-    return where, params, (clause, match_types)

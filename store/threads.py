@@ -1,20 +1,10 @@
 """One store, one thread, one process: a SQLite or PostgreSQL store is used where it was opened.
 
-A store holds one database connection and per-connection state (the write
-transaction, the session's settings). Two threads sharing one would interleave their
-statements (on PostgreSQL one thread reads the other's answers), so every public
-method of a store and of its transactions first checks the calling thread, before any
-state changes or anything is sent: a refused call cannot start, end or roll back the
-owner's transaction. It is said as an `InputError` (the caller's misuse; nothing was
-written). Concurrent writers each open their own store; the memory store holds no
-connection and takes a lock, so threads may share it.
-
-Nor across `fork()`: a child that inherits an open store shares its connection's socket
-(PostgreSQL: parent and child read each other's answers) or its file locks and WAL index
-(SQLite says a connection must not cross a fork; its close in the child would roll back
-through the shared WAL index). A fork hook marks every open store in the child, so the
-same check refuses every call there, naming the process that opened it, and runs the
-store's `on_fork` (SQLite: the connection is kept, never closed or freed, in the child).
+Two threads sharing one connection would interleave their statements, and a forked child would share
+its socket or its file locks and WAL index. So every public method of a store and of its transactions
+first checks the caller (an `InputError`, before any state changes or anything is sent: a refused
+call cannot end the owner's transaction). A fork hook marks every open store in the child, which
+then refuses every call and runs the store's `on_fork`. The memory store takes a lock instead.
 """
 
 from __future__ import annotations
@@ -36,7 +26,6 @@ _C = TypeVar("_C", bound=type)
 
 
 def wrong_thread(where: object) -> InputError:
-    """The error for a store used from a thread other than the one that opened it."""
     return InputError(
         f"{where}: this ledger store was opened in another thread; a store (and a Ledger) is used by "
         "the thread that opened it: open one per thread"
@@ -44,7 +33,6 @@ def wrong_thread(where: object) -> InputError:
 
 
 def wrong_process(where: object, pid: int) -> InputError:
-    """The error for a store used in a process forked after it was opened."""
     return InputError(
         f"{where}: this ledger was opened in process {pid}, before a fork; a store (and a Ledger) is not "
         "carried across fork(): open it again in this process"

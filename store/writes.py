@@ -1,10 +1,9 @@
 """The append, written once: every backend's write transaction runs it under its write lock.
 
-A backend supplies three primitives (read the head and stream versions, look up event
-ids, insert rows and label the stream in the index); the rules are here: one stream
-per append, columns of the right type, a retry of an identical append returns what it
-stored, an event id reused for other content is refused, every expected version must
-hold, and the rows are chained after the head read under the same lock.
+A backend supplies the primitives (`_read` the head, versions and ids; `_insert` rows); the rules
+are here: one stream per append, columns of the right type, a retry of an identical append returns
+what it stored, an event id reused for other content is refused, every expected version must hold,
+and the rows are chained after the head read under the same lock.
 """
 
 from __future__ import annotations
@@ -16,9 +15,7 @@ from typing import Generic, TypeVar
 
 from lifecycle_fsm.errors import ConcurrencyError, DuplicateEventError, InputError, StoreError
 from lifecycle_fsm.store.chain import canonical_json, chain_rows
-from lifecycle_fsm.store.records import AppendResult, Head, NewEvent, Row, StoredEvent, StreamHead
-
-__all__ = ["Transactions", "WriteTransaction", "check_batch", "conflict", "history_damage", "match_retry"]
+from lifecycle_fsm.store.records import AppendResult, Head, NewEvent, Row, StoredEvent
 
 # PostgreSQL stores schema_version as an integer: every backend keeps the same range.
 _MAX_SCHEMA_VERSION = 2**31
@@ -33,8 +30,8 @@ class WriteTransaction(ABC):
     def _read(
         self, streams: Sequence[str], ids: Sequence[str]
     ) -> tuple[Head, list[int], dict[str, StoredEvent], str | None]:
-        """Under the lock: the log's head, each stream's version, the stored events with these ids, and what
-        is wrong with the log's history (`history_damage`), if anything."""
+        """Under the lock: the head, each stream's version, the stored events with these ids, and what is
+        wrong with the log's history, if anything."""
 
     def _record_first(self, digest: str) -> None:  # noqa: B027 - a backend with nothing to record keeps this
         """Record the hash of the ledger's first event, in the transaction appending it (a durable backend)."""
@@ -43,17 +40,10 @@ class WriteTransaction(ABC):
     def _insert(self, rows: list[Row]) -> None:
         """Insert `rows` (one stream's); ConcurrencyError if the database refuses one."""
 
-    @abstractmethod
-    def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[StoredEvent]:
-        """The events of one stream after `after_version`, oldest first, this transaction's own included."""
-
-    @abstractmethod
-    def stream_version(self, stream_id: str) -> int:
-        """The stream's current version (0 when it has no events)."""
-
-    @abstractmethod
-    def streams(self) -> list[StreamHead]:
-        """Every stream at its current version, this transaction's appends included (`EventStore.streams`)."""
+    def may_commit(self) -> None:
+        """Refuse to commit after an append failed part-way."""
+        if self.failed is not None:
+            raise StoreError(f"{self.failed}; nothing in this transaction was committed")
 
     def append(
         self,
@@ -67,13 +57,10 @@ class WriteTransaction(ABC):
     ) -> AppendResult:
         """Append `events` to one stream at `expected_version`.
 
-        `expect`: `(stream_id, version)` of other streams the caller's decision read;
-        ConcurrencyError, nothing written, unless each still holds. An append whose event
-        ids were all appended before with the same content is a retry: it returns the
-        stored events (`duplicate=True`), whatever moved since. `fresh_ids=True` says the
-        ids were just generated at random, so that look-up is skipped. `copied=True`: the
-        events are another ledger's, copied with the times it stored (`store.migrate`), not
-        stamped after this head's (`chain.stamped`).
+        `expect`: `(stream_id, version)` of other streams the caller read; ConcurrencyError, nothing
+        written, unless each still holds. Ids all appended before with the same content are a retry:
+        the stored events come back (`duplicate=True`). `fresh_ids`: the ids were just generated, so
+        that look-up is skipped. `copied`: another ledger's events, keeping the times it stored.
         """
         if self.failed is not None:
             raise StoreError(f"{self.failed}; this transaction can only be rolled back")
@@ -104,23 +91,7 @@ class WriteTransaction(ABC):
         return AppendResult(tuple(StoredEvent(*row) for row in rows))
 
 
-def history_damage(emptied: object, indexed: int | None, found: int, stream_id: str) -> str | None:
-    """An emptied or shortened log, from what `_read` found under the lock: `emptied` (the log is empty
-    but the ledger recorded a first event, or has state index rows or checkpoints), and the stream's
-    version in the state index (`indexed`) against the log's (`found`). A new ledger is never re-started
-    over the remains of one emptied outside lifecycle."""
-    if emptied:
-        return "the log is empty, but this ledger recorded events before (it was emptied outside lifecycle)"
-    if indexed is not None and indexed > found:
-        return (
-            f"stream {stream_id!r} is at version {found} in the log but {indexed} in the state index "
-            "(events were removed outside lifecycle)"
-        )
-    return None
-
-
 def conflict(stream_id: str, expected: int, actual: int) -> ConcurrencyError:
-    """A stream that is not at the version the writer expected."""
     return ConcurrencyError(
         f"stream {stream_id!r} is at version {actual}, expected {expected}: "
         "another writer appended first; retry the command",
@@ -141,11 +112,8 @@ def id_taken(stream_id: str, expected: int, detail: object) -> ConcurrencyError:
 
 
 def match_retry(events: Sequence[NewEvent], stored: Mapping[str, StoredEvent]) -> tuple[StoredEvent, ...] | None:
-    """The stored copies when `events` were appended before (a retry), None when none were.
-
-    Some ids taken, or the same ids with other content, is `DuplicateEventError`: not
-    a retry, and not a conflict worth retrying either.
-    """
+    """The stored copies when `events` were appended before (a retry), None when none were; some ids
+    taken, or the same ids with other content, is `DuplicateEventError`."""
     if not stored:
         return None
     found = [stored.get(e.event_id) for e in events]
@@ -166,26 +134,13 @@ def match_retry(events: Sequence[NewEvent], stored: Mapping[str, StoredEvent]) -
 
 
 def check_batch(stream_id: str, events: Sequence[NewEvent]) -> None:
-    """One stream per append, and every column of the type it is stored as.
-
-    A column is hashed as the value given but stored as text, so an event id of `5` would be
-    stored as `"5"` under a hash of `5`: a sound append that breaks the chain for good.
-    """
+    """One stream per append, and every column of the type it is stored as (a column is hashed as given
+    but stored as text: an event id of `5` stored as `"5"` would break the chain for good)."""
     for e in events:
         if e.stream_id != stream_id:
             raise InputError("every event of one append must belong to its stream")
-        try:  # one concatenation: a TypeError unless every text column is a str
-            text = e.stream_id + e.type + e.event_id + e.recorded_at + e.actor
-        except TypeError:
-            text = "\0"
-        if (
-            "\0" in text
-            or not (text.isascii() or _encodable(text))
-            or type(e.schema_version) is not int
-            or not 0 < e.schema_version < _MAX_SCHEMA_VERSION
-            or not isinstance(e.payload, dict)
-        ):
-            raise InputError(f"event {e.event_id!r}: {_wrong_column(e)}")
+        if (wrong := _wrong_column(e)) is not None:
+            raise InputError(f"event {e.event_id!r}: {wrong}")
 
 
 def _encodable(text: str) -> bool:
@@ -197,21 +152,23 @@ def _encodable(text: str) -> bool:
     return True
 
 
-def _wrong_column(e: NewEvent) -> str:
-    """Which column of an event is wrong (said only on the way to an error)."""
+def _wrong_column(e: NewEvent) -> str | None:
+    """Which column of an event is wrong, if any."""
     for name in ("stream_id", "type", "event_id", "recorded_at", "actor"):
         value = getattr(e, name)
         if not isinstance(value, str):
             return f"{name} must be a string, not {type(value).__name__}"
         if "\0" in value:
             return f"{name} holds a NUL character, which PostgreSQL text cannot store"
-        if not _encodable(value):
+        if not (value.isascii() or _encodable(value)):
             return f"{name} is not valid Unicode text (it holds a lone surrogate)"
     if type(e.schema_version) is not int:
         return f"schema_version must be an int, not {type(e.schema_version).__name__}"
     if not 0 < e.schema_version < _MAX_SCHEMA_VERSION:
         return f"schema_version must be 1 to {_MAX_SCHEMA_VERSION - 1}, not {e.schema_version}"
-    return f"payload must be a JSON object (a dict), not {type(e.payload).__name__}"
+    if not isinstance(e.payload, dict):
+        return f"payload must be a JSON object (a dict), not {type(e.payload).__name__}"
+    return None
 
 
 _Tx = TypeVar("_Tx", bound=WriteTransaction)
