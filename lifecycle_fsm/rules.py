@@ -110,7 +110,10 @@ def choose_recovery_action(failure: JSON) -> JSON:
     if stage not in RECOVERY_STATES_BY_STAGE:
         raise ValueError(f"unknown failure stage: {stage!r} (expected one of {', '.join(STAGES)})")
     recovery_state = next((s for s in RECOVERY_STATES_BY_STAGE[stage] if available.get(s)), None)
-    action = _ACTION_BY_STAGE_AND_STATE.get((stage, recovery_state), _FALLBACK_BY_STAGE[stage])  # None: fall back
+    if recovery_state is None:
+        action = _FALLBACK_BY_STAGE[stage]
+    else:
+        action = _ACTION_BY_STAGE_AND_STATE[(stage, recovery_state)]
     return {
         "stage": stage,
         "recovery_state": recovery_state,
