@@ -1,11 +1,8 @@
 """Where an artifact path leads: containment under a root, and symlinks resolved.
 
-Every check resolves its artifact paths again (a link may have moved since the last read).
-On Linux the kernel resolved the path when it opened it, and `/proc/self/fd/N` says where
-it led, which is cheaper than `os.path.realpath`'s `lstat` per component; `real_path` asks
-the kernel for a path that opens, and Python for anything else, so both give one answer.
-`open_path` and `fd_path` let the artifact walk keep that descriptor: the file whose
-place it checks is the file it stats, whatever is renamed meanwhile.
+On Linux `/proc/self/fd/N` says where an opened path led, cheaper than `os.path.realpath`'s `lstat`
+per component; `open_path` and `fd_path` let the artifact walk keep that descriptor, so the file
+whose place it checks is the file it stats, whatever is renamed meanwhile.
 """
 
 from __future__ import annotations
@@ -62,12 +59,8 @@ def real_path(path: str) -> str:
 
 
 def open_path(name: str, dir_fd: int | None = None) -> int | None:
-    """An O_PATH descriptor of what `name` (relative to `dir_fd`) leads to, links followed.
-
-    Nothing is read and no device is opened; None where the system has no O_PATH or
-    /proc (then `fd_path` could not say where it is). OSError as `os.open` raises it
-    (ELOOP: a link loop; ENOENT, ENOTDIR: a dangling link).
-    """
+    """An O_PATH descriptor of what `name` (relative to `dir_fd`) leads to, links followed (nothing is
+    read, no device opened); None without O_PATH or /proc. OSError as `os.open` raises it."""
     if not _O_PATH:
         return None
     return os.open(name, _O_PATH | os.O_CLOEXEC, dir_fd=dir_fd)
@@ -80,8 +73,7 @@ def fd_path(fd: int) -> str | None:
     except OSError:  # no /proc: say so once, and stop asking
         _no_proc()
         return None
-    # Anything but a plain absolute path ("(unreachable)/..." outside a chroot, a
-    # name unlinked meanwhile) is left to the caller's other answer.
+    # Anything but a plain absolute path ("(unreachable)/...", a name unlinked meanwhile) is left to the caller.
     if target.startswith("/") and not target.endswith(_DELETED):
         return target
     return None

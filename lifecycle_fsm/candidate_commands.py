@@ -1,8 +1,7 @@
 """The candidate commands of the `Ledger`: receive, register, check, trusted states, failures, hand-off.
 
-Each validates its input, gathers its evidence (hashing happens here, before any lock) and
-lets a pure function in `decisions.py` choose the events; `command_path.py` folds, asserts
-every version it read, appends and re-decides on a lost race.
+Each validates its input, gathers its evidence (hashing, before any lock) and lets a pure function in
+`decisions.py` choose the events; `command_path.py` folds, appends and re-decides on a lost race.
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ from typing import Any
 
 import attrs
 
-from lifecycle_fsm import decisions, idempotency
+from lifecycle_fsm import decisions
 from lifecycle_fsm.artifacts import hash_directory
 from lifecycle_fsm.checks import gather_checks, resume_checkpoint, trusted_state_evidence, verify_artifact
 from lifecycle_fsm.command_inputs import (
@@ -23,7 +22,7 @@ from lifecycle_fsm.command_inputs import (
     require_kind,
     require_stage,
 )
-from lifecycle_fsm.command_path import Command, CommandPath, Decide, Outcome
+from lifecycle_fsm.command_path import Command, CommandPath, Decide
 from lifecycle_fsm.decisions import Decision
 from lifecycle_fsm.digest_cache import DigestCache
 from lifecycle_fsm.errors import DuplicateEventError, InputError
@@ -40,6 +39,7 @@ from lifecycle_fsm.events import (
     TrustedStateRecorded,
     stream_of,
 )
+from lifecycle_fsm.idempotency import retried_unread
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.limits import check_candidate_id, check_version_text
 from lifecycle_fsm.manifests import load_candidate_manifest
@@ -65,10 +65,8 @@ class CandidateCommands:
     _digests: DigestCache
 
     def _plan(self, stream_id: str, payload: JSON, seq: int) -> RecoveryPlan:
-        """A stored plan, typed; a state invalidated before it is told from one never recorded.
-
-        Only a state the plan saw unrecorded needs that history: otherwise the stream is not read.
-        """
+        """A stored plan, typed; a state invalidated before it is told from one never recorded (the
+        stream is read only when the plan saw a state unrecorded)."""
         plan = plan_from_payload(payload, seq=seq)
         if all(reason != "not_recorded" for _, reason in plan.skipped):
             return plan
@@ -79,23 +77,11 @@ class CandidateCommands:
         )
         return plan_from_payload(payload, seq=seq, invalidated=invalidated_kinds(history, before=seq))
 
-    def _retried_unread(
-        self, event_id: str | None, type_name: str, manifest_path: str, candidate_id: str | None = None
-    ) -> Outcome | None:
-        """A keyed receive or baseline activation retried once its manifest is gone: the stored answer
-        when that key recorded this manifest path (and id), else None. Only a retry is helped."""
-        if event_id is None or not isinstance(event_id, str):
-            return None
-        match: JSON = {"manifest_path": os.path.normpath(os.path.abspath(manifest_path))}
-        if candidate_id is not None:
-            match["candidate_id"] = candidate_id
-        return idempotency.retried_unread(self._path, event_id, type_name, match)
-
     def _on_candidate(self, stream_id: str, decide: Decide, **how: Any) -> CandidateResult:
         check_key(how["event_id"])
-        outcome = self._path.run(Command(stream_id, decide, **how))
-        assert outcome.candidate is not None  # a candidate command always leaves (or finds) a candidate
-        return CandidateResult(candidate=outcome.candidate, events=outcome.events, duplicate=outcome.duplicate)
+        result = self._path.run(Command(stream_id, decide, **how))
+        assert isinstance(result, CandidateResult)
+        return result
 
     def receive(
         self, manifest_path: str | os.PathLike[str], *, candidate_id: str | None = None, event_id: str | None = None
@@ -105,11 +91,11 @@ class CandidateCommands:
         try:
             manifest = load_candidate_manifest(manifest_path, self.artifact_root)
         except InputError:
-            retried = self._retried_unread(event_id, CandidateReceived.TYPE, manifest_path, candidate_id)
+            retried = retried_unread(self._path, event_id, CandidateReceived.TYPE, manifest_path, candidate_id)
             if retried is None:
                 raise
-            assert retried.candidate is not None
-            return CandidateResult(candidate=retried.candidate, events=retried.events, duplicate=True)
+            assert isinstance(retried, CandidateResult)
+            return retried
         cid = candidate_id if candidate_id is not None else default_id(manifest.fields, manifest_path)
         check_candidate_id(cid)  # printable, at most 256 characters, no reserved name (lifecycle_fsm.limits)
 
@@ -143,13 +129,10 @@ class CandidateCommands:
         provenance: JSON | None = None,
         event_id: str | None = None,
     ) -> CandidateResult:
-        """A candidate that exists before its adapter (a training run), so its trusted states, failures
-        and recovery plans can be recorded while it trains; `receive` of the finished adapter's
-        manifest completes it. Until then `check` and `hand_off` are refused.
-
-        `source_policy_version` defaults to the active baseline's; `provenance` (JSON) records what
-        produced the candidate (data, code, base model, trainer, library versions).
-        """
+        """A candidate that exists before its adapter (a training run), so its trusted states, failures and
+        plans can be recorded while it trains; `receive` of the finished adapter's manifest completes it
+        (`check` and `hand_off` are refused until then). `source_policy_version` defaults to the active
+        baseline's; `provenance` (JSON) records what produced the candidate."""
         check_candidate_id(candidate_id)
         if kind not in CANDIDATE_KINDS:
             raise InputError(f"unknown candidate kind {kind!r} (expected one of {', '.join(CANDIDATE_KINDS)})")
@@ -176,12 +159,8 @@ class CandidateCommands:
         )
 
     def check(self, candidate_id: str, *, event_id: str | None = None, rehash: bool = False) -> CandidateResult:
-        """Run every check now: verified (or unchanged on a re-check) or reject.
-
-        An artifact this Ledger already read and whose files are unchanged on disk (device,
-        inode, size, mtime, ctime) is not read again (the event says `reused_from`);
-        `rehash=True` reads every byte.
-        """
+        """Run every check now: verified (or unchanged on a re-check) or reject. An artifact this Ledger read
+        whose files are unchanged on disk is not read again (`reused_from`); `rehash=True` reads every byte."""
         cache = None if rehash else self._digests
 
         def decide(current: CandidateState | None, settings: LedgerSettings) -> Decision:
@@ -197,12 +176,8 @@ class CandidateCommands:
     def record_trusted_state(
         self, candidate_id: str, kind: str, path: str | os.PathLike[str], *, event_id: str | None = None
     ) -> CandidateResult:
-        """Record a state a stage saved, hashed on disk now, for recovery to resume from.
-
-        Hashed under the Ledger's `artifact_root` like every other artifact (symlinks may lead
-        anywhere inside it, a Hugging Face snapshot into its `blobs`); a path outside it is an
-        `ArtifactError`. Without a root, the path is its own.
-        """
+        """Record a state a stage saved, hashed on disk now (under `artifact_root`, like every artifact;
+        without one, the path is its own root), for recovery to resume from."""
         require_kind(kind)
         absolute = os.path.abspath(path_argument("trusted-state path", path))
         root = self.artifact_root
@@ -227,9 +202,9 @@ class CandidateCommands:
 
     def _refuse_rewritten(self, event_id: str | None, kind: str, path: str) -> None:
         """A key already used to record this state, while the file now holds other bytes, is refused: a
-        re-saved checkpoint (a restarted run) answered as a duplicate would leave the old hash recorded.
-        A retry whose file is gone still answers with what was recorded."""
-        if event_id is None or not isinstance(event_id, str):
+        re-saved checkpoint answered as a duplicate would leave the old hash recorded. A retry whose file
+        is gone still answers with what was recorded."""
+        if not isinstance(event_id, str):
             return
         stored = self.store.event_by_id(event_id)
         if stored is None or stored.type != TrustedStateRecorded.TYPE or not os.path.lexists(path):
@@ -300,10 +275,8 @@ class CandidateCommands:
     def complete_recovery(
         self, candidate_id: str, *, resumed_from: str | None = None, event_id: str | None = None
     ) -> CandidateResult:
-        """The planned recovery is done; the candidate goes back to be checked again.
-
-        `resumed_from` records what the trainer resumed from (a checkpoint, the SFT adapter).
-        """
+        """The planned recovery is done; the candidate goes back to be checked again. `resumed_from` records
+        what the trainer resumed from (a checkpoint, the SFT adapter)."""
         if resumed_from is not None:
             text_or_error("resumed_from", path_argument("resumed_from", resumed_from))
 
@@ -321,10 +294,8 @@ class CandidateCommands:
         )
 
     def hand_off(self, candidate_id: str, *, event_id: str | None = None, rehash: bool = False) -> CandidateResult:
-        """Re-run the checks now and decide under today's rules: ready (for evaluation), tune or reject.
-
-        An earlier check is never trusted (whatever rules made it); `rehash` as in `check`.
-        """
+        """Re-run the checks now and decide under today's rules: ready (for evaluation), tune or reject. An
+        earlier check is never trusted; `rehash` as in `check`."""
         cache = None if rehash else self._digests
 
         def decide(current: CandidateState | None, settings: LedgerSettings) -> Decision:
