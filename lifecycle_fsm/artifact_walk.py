@@ -121,13 +121,7 @@ Entry = tuple[bytes, str, str, os.stat_result]
 
 
 def _walk(
-    where: int | str,
-    real_dir: str,
-    shown_dir: str,
-    prefix: bytes,
-    allowed: str,
-    stack: set[str],
-    out: list[Entry],
+    where: int | str, real_dir: str, shown_dir: str, prefix: bytes, allowed: str, stack: set[str], out: list[Entry]
 ) -> None:
     """Collect regular files under `real_dir` (listed through `where`, what `_open_dir` gave); `stack`:
     realpaths of open ancestors."""

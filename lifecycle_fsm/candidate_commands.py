@@ -7,21 +7,21 @@ Each validates its input, gathers its evidence (hashing, before any lock) and le
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import attrs
 
 from lifecycle_fsm import decisions
 from lifecycle_fsm.artifacts import hash_directory
-from lifecycle_fsm.checks import gather_checks, resume_checkpoint, trusted_state_evidence, verify_artifact
-from lifecycle_fsm.command_inputs import (
-    check_key,
-    default_id,
-    path_argument,
-    require_baseline,
-    require_kind,
-    require_stage,
+from lifecycle_fsm.checks import (
+    CheckEvidence,
+    gather_checks,
+    resume_checkpoint,
+    trusted_state_evidence,
+    verify_artifact,
 )
+from lifecycle_fsm.command_inputs import default_id, path_argument, require_baseline, require_kind, require_stage
 from lifecycle_fsm.command_path import Command, CommandPath, Decide
 from lifecycle_fsm.decisions import Decision
 from lifecycle_fsm.digest_cache import DigestCache
@@ -54,6 +54,9 @@ from lifecycle_fsm.upcasting import decoded_payload
 
 __all__ = ["CandidateCommands"]
 
+# What `check` and `hand_off` decide from the evidence they gather.
+Judge = Callable[[CandidateState, CheckEvidence], Decision]
+
 
 class CandidateCommands:
     """Every command on one candidate's stream (a base of `Ledger`, which provides the attributes)."""
@@ -77,9 +80,8 @@ class CandidateCommands:
         )
         return plan_from_payload(payload, seq=seq, invalidated=invalidated_kinds(history, before=seq))
 
-    def _on_candidate(self, stream_id: str, decide: Decide, **how: Any) -> CandidateResult:
-        check_key(how["event_id"])
-        result = self._path.run(Command(stream_id, decide, **how))
+    def _on_candidate(self, candidate_id: str, decide: Decide, **how: Any) -> CandidateResult:
+        result = self._path.run(Command(stream_of(candidate_id), decide, **how))
         assert isinstance(result, CandidateResult)
         return result
 
@@ -111,7 +113,7 @@ class CandidateCommands:
             return Decision((attrs.evolve(first, artifact_at_receipt=at_receipt.to_json(with_reuse=False)),))
 
         return self._on_candidate(
-            stream_of(cid),
+            cid,
             decide,
             command="receive",
             event_id=event_id,
@@ -150,7 +152,7 @@ class CandidateCommands:
             return decisions.register(current, candidate_id, kind, source, card)
 
         return self._on_candidate(
-            stream_of(candidate_id),
+            candidate_id,
             decide,
             command="register",
             event_id=event_id,
@@ -161,17 +163,23 @@ class CandidateCommands:
     def check(self, candidate_id: str, *, event_id: str | None = None, rehash: bool = False) -> CandidateResult:
         """Run every check now: verified (or unchanged on a re-check) or reject. An artifact this Ledger read
         whose files are unchanged on disk is not read again (`reused_from`); `rehash=True` reads every byte."""
+        return self._on_checks(
+            candidate_id, "check", ChecksRecorded.TYPE, lambda _, e: decisions.check(e), event_id, rehash
+        )
+
+    def _on_checks(
+        self, candidate_id: str, command: str, first_type: str, judge: Judge, event_id: str | None, rehash: bool
+    ) -> CandidateResult:
+        """`check` and `hand_off`: gather the evidence now (digests re-used unless `rehash`), then decide."""
         cache = None if rehash else self._digests
 
         def decide(current: CandidateState | None, settings: LedgerSettings) -> Decision:
             assert current is not None
-            decisions.require_adapter(current, "check")
+            decisions.require_adapter(current, command)
             require_baseline(settings)
-            return decisions.check(gather_checks(current.candidate, settings, root=self.artifact_root, cache=cache))
+            return judge(current, gather_checks(current.candidate, settings, root=self.artifact_root, cache=cache))
 
-        return self._on_candidate(
-            stream_of(candidate_id), decide, command="check", event_id=event_id, first_type=ChecksRecorded.TYPE
-        )
+        return self._on_candidate(candidate_id, decide, command=command, event_id=event_id, first_type=first_type)
 
     def record_trusted_state(
         self, candidate_id: str, kind: str, path: str | os.PathLike[str], *, event_id: str | None = None
@@ -191,7 +199,7 @@ class CandidateCommands:
             return decisions.record_trusted_state(kind, absolute, hash_directory(absolute, root), settings)
 
         return self._on_candidate(
-            stream_of(candidate_id),
+            candidate_id,
             decide,
             command="trusted",
             event_id=event_id,
@@ -235,7 +243,7 @@ class CandidateCommands:
             return decisions.invalidate_trusted_state(current, kind, reason)
 
         return self._on_candidate(
-            stream_of(candidate_id),
+            candidate_id,
             decide,
             command="untrust",
             event_id=event_id,
@@ -255,7 +263,7 @@ class CandidateCommands:
             return decisions.fail_stage(current, stage, evidence, checkpoint)
 
         done = self._on_candidate(
-            stream_of(candidate_id),
+            candidate_id,
             decide,
             command="fail",
             event_id=event_id,
@@ -285,7 +293,7 @@ class CandidateCommands:
             return decisions.complete_recovery(current, resumed_from)
 
         return self._on_candidate(
-            stream_of(candidate_id),
+            candidate_id,
             decide,
             command="recovered",
             event_id=event_id,
@@ -296,15 +304,4 @@ class CandidateCommands:
     def hand_off(self, candidate_id: str, *, event_id: str | None = None, rehash: bool = False) -> CandidateResult:
         """Re-run the checks now and decide under today's rules: ready (for evaluation), tune or reject. An
         earlier check is never trusted; `rehash` as in `check`."""
-        cache = None if rehash else self._digests
-
-        def decide(current: CandidateState | None, settings: LedgerSettings) -> Decision:
-            assert current is not None
-            decisions.require_adapter(current, "handoff")
-            require_baseline(settings)
-            evidence = gather_checks(current.candidate, settings, root=self.artifact_root, cache=cache)
-            return decisions.hand_off(current, evidence)
-
-        return self._on_candidate(
-            stream_of(candidate_id), decide, command="handoff", event_id=event_id, first_type=HandoffDecided.TYPE
-        )
+        return self._on_checks(candidate_id, "handoff", HandoffDecided.TYPE, decisions.hand_off, event_id, rehash)

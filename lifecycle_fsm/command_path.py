@@ -17,7 +17,7 @@ import attrs
 from transitions import MachineError
 
 from lifecycle_fsm import idempotency
-from lifecycle_fsm.command_inputs import recorded_time
+from lifecycle_fsm.command_inputs import check_key, recorded_time
 from lifecycle_fsm.decisions import Decision, Invalidation
 from lifecycle_fsm.errors import ConcurrencyError, DuplicateEventError, IllegalCommandError, LifecycleError
 from lifecycle_fsm.events import LEDGER_STREAM, CandidateEvent, Event, LedgerInitialized, candidate_id_of
@@ -107,6 +107,7 @@ class CommandPath:
 
     def run(self, cmd: Command) -> CommandResult:
         """Run one command on its stream (a candidate's or the ledger's own)."""
+        check_key(cmd.event_id)
         check_event_id(cmd.event_id)  # KEY/<n> ids are the commands' own further events
         replayed = self._replayed(cmd)
         if replayed is not None:

@@ -13,14 +13,7 @@ from lifecycle_fsm import decisions
 from lifecycle_fsm.candidate_commands import CandidateCommands
 from lifecycle_fsm.checks import verify_artifact
 from lifecycle_fsm.closed import CLOSED, closed_store, closing_after, require_open
-from lifecycle_fsm.command_inputs import (
-    check_key,
-    checked_options,
-    default_actor,
-    path_argument,
-    read_only_folder,
-    utc_now,
-)
+from lifecycle_fsm.command_inputs import checked_options, default_actor, path_argument, read_only_folder, utc_now
 from lifecycle_fsm.command_path import Command, CommandPath, Decide
 from lifecycle_fsm.decisions import DEFAULT_ACTIVE_WINDOW, DEFAULT_MAX_WINDOW_AGE, Decision
 from lifecycle_fsm.digest_cache import DigestCache
@@ -269,7 +262,6 @@ class Ledger(CandidateCommands):
     # --- ledger settings ---------------------------------------------------------
 
     def _on_settings(self, decide: Decide, **how: Any) -> SettingsResult:
-        check_key(how["event_id"])
         result = self._path.run(Command(LEDGER_STREAM, decide, **how))
         assert isinstance(result, SettingsResult)
         return result
