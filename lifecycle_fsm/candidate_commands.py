@@ -21,7 +21,7 @@ from lifecycle_fsm.checks import (
     trusted_state_evidence,
     verify_artifact,
 )
-from lifecycle_fsm.command_inputs import default_id, path_argument, require_baseline, require_kind, require_stage
+from lifecycle_fsm.command_inputs import default_id, path_argument, require_baseline, require_choice
 from lifecycle_fsm.command_path import Command, CommandPath, Decide
 from lifecycle_fsm.decisions import Decision
 from lifecycle_fsm.digest_cache import DigestCache
@@ -45,7 +45,7 @@ from lifecycle_fsm.limits import check_candidate_id, check_version_text
 from lifecycle_fsm.manifests import load_candidate_manifest
 from lifecycle_fsm.recovery import RecoveryPlan, invalidated_kinds, plan_from_payload
 from lifecycle_fsm.results import CandidateResult, RecoveryResult
-from lifecycle_fsm.rules import CANDIDATE_KINDS
+from lifecycle_fsm.rules import CANDIDATE_KINDS, STAGES, TRUSTED_STATE_KINDS
 from lifecycle_fsm.state import CandidateState, LedgerSettings
 from lifecycle_fsm.store.base import EventStore
 from lifecycle_fsm.store.chain import canonical_json
@@ -186,7 +186,7 @@ class CandidateCommands:
     ) -> CandidateResult:
         """Record a state a stage saved, hashed on disk now (under `artifact_root`, like every artifact;
         without one, the path is its own root), for recovery to resume from."""
-        require_kind(kind)
+        require_choice("trusted-state kind", kind, TRUSTED_STATE_KINDS)
         absolute = os.path.abspath(path_argument("trusted-state path", path))
         root = self.artifact_root
         self._refuse_rewritten(event_id, kind, absolute)
@@ -233,7 +233,7 @@ class CandidateCommands:
         self, candidate_id: str, kind: str, reason: str = "invalidated by operator", *, event_id: str | None = None
     ) -> CandidateResult:
         """Stop trusting a recorded state (it stays in history); `reason` is recorded for the auditor."""
-        require_kind(kind)
+        require_choice("trusted-state kind", kind, TRUSTED_STATE_KINDS)
         if not isinstance(reason, str):
             raise InputError(f"the invalidation reason must be a string, not {type(reason).__name__} ({reason!r})")
         text_or_error("reason", reason)
@@ -254,7 +254,7 @@ class CandidateCommands:
 
     def fail_stage(self, candidate_id: str, stage: str, *, event_id: str | None = None) -> RecoveryResult:
         """A stage failed: plan recovery from the nearest trusted state the log proves intact."""
-        require_stage(stage)
+        require_choice("stage", stage, STAGES)
 
         def decide(current: CandidateState | None, settings: LedgerSettings) -> Decision:
             assert current is not None

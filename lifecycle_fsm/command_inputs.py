@@ -10,7 +10,7 @@ import getpass
 import os
 import re
 import socket
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from lifecycle_fsm.errors import ConflictError, InputError, StoreError
@@ -18,7 +18,7 @@ from lifecycle_fsm.event_base import text_or_error
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.limits import check_actor
 from lifecycle_fsm.retry import RetryPolicy
-from lifecycle_fsm.rules import STAGES, TRUSTED_STATE_KINDS, is_identity
+from lifecycle_fsm.rules import is_identity
 from lifecycle_fsm.state import LedgerSettings
 from lifecycle_fsm.store.chain import STORED_TIME
 from lifecycle_fsm.streams import check_cache_size
@@ -32,7 +32,7 @@ __all__ = [
     "read_only_folder",
     "recorded_time",
     "require_baseline",
-    "require_kind",
+    "require_choice",
     "utc_now",
 ]
 
@@ -95,14 +95,9 @@ def suggest(word: str, choices: Iterable[str], listed: Iterable[str] | None = No
     return (f", did you mean {close[0]!r}?" if close else "") + f" (expected one of {', '.join(listed or choices)})"
 
 
-def require_kind(kind: str) -> None:
-    if kind not in TRUSTED_STATE_KINDS:
-        raise InputError(f"unknown trusted-state kind {kind!r}{suggest(kind, TRUSTED_STATE_KINDS)}")
-
-
-def require_stage(stage: str) -> None:
-    if stage not in STAGES:
-        raise InputError(f"unknown stage {stage!r}{suggest(stage, STAGES)}")
+def require_choice(what: str, value: str, choices: Sequence[str]) -> None:
+    if value not in choices:
+        raise InputError(f"unknown {what} {value!r}{suggest(value, choices)}")
 
 
 def require_baseline(settings: LedgerSettings) -> None:

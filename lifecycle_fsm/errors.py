@@ -1,27 +1,9 @@
-"""The exceptions lifecycle-fsm raises, one shallow tree under `LifecycleError`.
+"""The exceptions lifecycle-fsm raises, one shallow tree under `LifecycleError`. It imports nothing of
+ours: the store, the domain and replay share it.
 
-It imports nothing of ours: the store, the domain and replay share it. An error that resembles a
-builtin also inherits it (IntegrityError alone on purpose has none); structured fields (`seq`,
-`stream_id`, …) survive pickling. Exit codes are the CLI's business (`lifecycle_fsm.cli.exit_codes`).
-
-    LifecycleError
-    ├── InputError (ValueError)          bad file, bad JSON, bad manifest, unknown stage/kind
-    │   ├── ArtifactError                a manifest's artifact cannot be hashed (missing, escapes, loop)
-    │   │   └── ArtifactUnreadable       … for a reason of the environment (permission, I/O)
-    │   └── ScenarioError                a drill file is malformed
-    ├── NotFoundError (LookupError)      unknown candidate id
-    ├── ConflictError (RuntimeError)     the command is not allowed now
-    │   ├── IllegalCommandError          the machine's table refuses the move
-    │   ├── ConcurrencyError             another writer appended first
-    │   └── DuplicateEventError          same event_id, different content
-    ├── IntegrityError                   the log or a checkpoint is corrupt (no builtin)
-    │   └── CorruptionError              replay met something the table forbids
-    │       └── IllegalTransition        a recorded move the table forbids (lifecycle_fsm.state)
-    ├── StoreError (OSError)             the database failed (locked, not a ledger)
-    │   └── LedgerClosedError            a Ledger used after `close()`
-    └── WaitTimeout (TimeoutError)       `Ledger.wait_for` gave up, or the candidate was rejected
-
-The store translates `sqlite3` and psycopg errors into these at its boundary (`raise … from e`).
+An error that resembles a builtin also inherits it (IntegrityError alone on purpose has none); its
+structured fields (`seq`, `stream_id`, …) survive pickling. Exit codes are the CLI's business
+(`lifecycle_fsm.cli.exit_codes`); the store translates driver errors into these at its boundary.
 """
 
 from __future__ import annotations
