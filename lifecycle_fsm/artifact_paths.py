@@ -44,11 +44,11 @@ def path_escapes_root(path: StrPath, root: StrPath) -> bool:
 
 def real_path(path: str) -> str:
     """`os.path.realpath(path)`: from the kernel when the path opens (Linux), else from Python."""
-    if _O_PATH:
-        try:
-            fd = os.open(path, _O_PATH | os.O_CLOEXEC)
-        except OSError:
-            return os.path.realpath(path)
+    try:
+        fd = open_path(path)
+    except OSError:
+        fd = None
+    if fd is not None:
         try:
             target = fd_path(fd)
         finally:
@@ -68,18 +68,14 @@ def open_path(name: str, dir_fd: int | None = None) -> int | None:
 
 def fd_path(fd: int) -> str | None:
     """Where the kernel says descriptor `fd` is (no link in it), or None when it cannot say a plain path."""
+    global _O_PATH  # noqa: PLW0603 - a fact about this system, found once
     try:
         target = os.readlink(_PROC_FD + str(fd))
-    except OSError:  # no /proc: say so once, and stop asking
-        _no_proc()
+    except OSError:
+        if not os.path.isdir(_PROC_FD):  # no /proc: stop asking
+            _O_PATH = 0
         return None
     # Anything but a plain absolute path ("(unreachable)/...", a name unlinked meanwhile) is left to the caller.
     if target.startswith("/") and not target.endswith(_DELETED):
         return target
     return None
-
-
-def _no_proc() -> None:
-    global _O_PATH  # noqa: PLW0603 - a fact about this system, found once
-    if not os.path.isdir(_PROC_FD):
-        _O_PATH = 0

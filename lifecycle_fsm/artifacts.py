@@ -46,10 +46,9 @@ CHUNK_SIZE = 1024 * 1024
 MAX_LISTED_FILES = 1000
 
 Progress = Callable[[int], None]
-_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_NONBLOCK", 0)
 # The walk keeps no path ending in a link, so a link there now was put there since the check.
 # O_NONBLOCK: a FIFO swapped in does not hang.
-_ENTRY_FLAGS = _OPEN_FLAGS | getattr(os, "O_NOFOLLOW", 0)
+_ENTRY_FLAGS = os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
 
 
 def _file_id(st: os.stat_result) -> tuple[int, int, int, int]:
@@ -60,25 +59,15 @@ def _replaced(shown: str) -> ArtifactError:
     return ArtifactError(f"replaced since it was checked (not the file the walk saw): {shown}")
 
 
-def _hash_regular(
-    real: str, shown: str, progress: Progress | None, walked: os.stat_result | None = None
-) -> tuple[str, int]:
-    """Stream one regular file (`shown` in errors); return (hex digest, size), refusing files that change.
-    `walked`: the walk's stat of this entry, which the descriptor must still be; without it, `real` is
-    stat'ed, links followed."""
-    before = walked
+def _hash_regular(real: str, shown: str, progress: Progress | None, walked: os.stat_result) -> tuple[str, int]:
+    """Stream the regular file the walk stat'ed as `walked` (`shown` in errors); return (hex digest, size),
+    refusing a file swapped since the walk or changed while read."""
     try:
-        if walked is None:
-            before = os.stat(real)
-            if not stat.S_ISREG(before.st_mode):  # checked before open: never open a FIFO
-                raise ArtifactError(f"not a regular file: {shown}")
-            fd = os.open(real, _OPEN_FLAGS)
-        else:
-            fd = os.open(real, _ENTRY_FLAGS)
+        fd = os.open(real, _ENTRY_FLAGS)
     except FileNotFoundError:
         raise ArtifactError(f"no such file or directory: {shown}") from None
     except OSError as exc:
-        if walked is not None and exc.errno in NOFOLLOW_ERRNOS | {errno.ENOTDIR}:
+        if exc.errno in NOFOLLOW_ERRNOS | {errno.ENOTDIR}:
             raise _replaced(shown) from None
         raise os_error("read", shown, exc) from exc
     digest = hashlib.sha256()
@@ -86,12 +75,9 @@ def _hash_regular(
     try:
         try:  # the descriptor itself: a file object would stat it once more
             opened = os.fstat(fd)
-            if walked is not None:
-                # The inode the walk checked (inside the root), so no name swapped since led elsewhere.
-                if not stat.S_ISREG(opened.st_mode) or not same_file(opened, walked):
-                    raise _replaced(shown)
-            elif before is not None and _file_id(opened) != _file_id(before):  # nothing swapped in since the stat
-                raise ArtifactError(f"file changed while hashing: {shown}")
+            # The inode the walk checked (inside the root), so no name swapped since led elsewhere.
+            if not stat.S_ISREG(opened.st_mode) or not same_file(opened, walked):
+                raise _replaced(shown)
             while chunk := os.read(fd, CHUNK_SIZE):
                 digest.update(chunk)
                 read += len(chunk)
@@ -110,8 +96,11 @@ def _hash_regular(
 
 
 def hash_file(path: StrPath, *, progress: Progress | None = None) -> str:
-    """sha256 hex of one regular file's bytes, read in 1 MiB chunks."""
-    return _hash_regular(os.fspath(path), os.fspath(path), progress)[0]
+    """sha256 hex of one regular file's bytes (links followed), read in 1 MiB chunks."""
+    is_dir, files = collect(path, None)
+    if is_dir:
+        raise ArtifactError(f"not a regular file: {os.fspath(path)}")
+    return hash_collected(False, files, progress, 0).sha256
 
 
 @attrs.frozen

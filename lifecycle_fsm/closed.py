@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from typing import Any, NoReturn, TypeVar, cast
+from typing import Any, NoReturn, TypeVar
 
 from lifecycle_fsm.errors import LedgerClosedError
 from lifecycle_fsm.store.base import EventStore
 
-__all__ = ["CLOSED", "ClosedStore", "closed_store", "closing_after", "require_open"]
+__all__ = ["CLOSED", "ClosedStore", "closing_after", "require_open"]
 
 T = TypeVar("T")
 CLOSED = "this ledger is closed: open it again to use it"
@@ -24,7 +24,7 @@ class ClosedStore:
     """Stands in for a closed store; closing it again only closes the connection it still holds (`pending`),
     once, from the thread that opened it."""
 
-    def __init__(self, pending: EventStore | None = None, opener: int | None = None) -> None:
+    def __init__(self, pending: EventStore | None, opener: int) -> None:
         self._pending = pending
         self._opener = opener
 
@@ -39,11 +39,6 @@ class ClosedStore:
             raise AttributeError(name)
         self.close()
         raise LedgerClosedError(CLOSED)
-
-
-def closed_store(pending: EventStore | None = None, opener: int | None = None) -> EventStore:
-    """The closed store; `pending`: the open store that `opener`'s thread must still close."""
-    return cast(EventStore, ClosedStore(pending, opener))
 
 
 def require_open(store: object) -> None:

@@ -7,12 +7,12 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from lifecycle_fsm import decisions
 from lifecycle_fsm.candidate_commands import CandidateCommands
 from lifecycle_fsm.checks import verify_artifact
-from lifecycle_fsm.closed import CLOSED, closed_store, closing_after, require_open
+from lifecycle_fsm.closed import CLOSED, ClosedStore, closing_after, require_open
 from lifecycle_fsm.command_inputs import checked_options, default_actor, path_argument, read_only_folder, utc_now
 from lifecycle_fsm.command_path import Command, CommandPath, Decide
 from lifecycle_fsm.decisions import DEFAULT_ACTIVE_WINDOW, DEFAULT_MAX_WINDOW_AGE, Decision
@@ -171,7 +171,7 @@ class Ledger(CandidateCommands):
         if self._closed:
             return
         store, here, self._closed = self.store, threading.get_ident() == self._opener, True
-        self.store = closed_store(None if here else store, self._opener)
+        self.store = cast(EventStore, ClosedStore(None if here else store, self._opener))
         self._reader.store = self._path.store = self.store
         if here:
             store.close()
