@@ -12,15 +12,8 @@ from typing import Any
 
 import attrs
 
-from lifecycle_fsm import decisions
+from lifecycle_fsm import checks, decisions
 from lifecycle_fsm.artifacts import hash_directory
-from lifecycle_fsm.checks import (
-    CheckEvidence,
-    gather_checks,
-    resume_checkpoint,
-    trusted_state_evidence,
-    verify_artifact,
-)
 from lifecycle_fsm.command_inputs import default_id, path_argument, require_baseline, require_choice
 from lifecycle_fsm.command_path import Command, CommandPath, Decide
 from lifecycle_fsm.decisions import Decision
@@ -55,7 +48,7 @@ from lifecycle_fsm.upcasting import decoded_payload
 __all__ = ["CandidateCommands"]
 
 # What `check` and `hand_off` decide from the evidence they gather.
-Judge = Callable[[CandidateState, CheckEvidence], Decision]
+Judge = Callable[[CandidateState, checks.CheckEvidence], Decision]
 
 
 class CandidateCommands:
@@ -106,8 +99,8 @@ class CandidateCommands:
             if not decision.events:
                 return decision
             # Hashed only for a new receipt (a retry reads nothing): what a later check is compared with.
-            fields = manifest.fields
-            at_receipt = verify_artifact(fields["adapter_resolved_path"], fields["adapter_sha256"], self.artifact_root)
+            adapter_path, sha256 = manifest.fields["adapter_resolved_path"], manifest.fields["adapter_sha256"]
+            at_receipt = checks.verify_artifact(adapter_path, sha256, self.artifact_root)
             first = decision.events[0]
             assert isinstance(first, CandidateReceived)
             return Decision((attrs.evolve(first, artifact_at_receipt=at_receipt.to_json(with_reuse=False)),))
@@ -177,7 +170,8 @@ class CandidateCommands:
             assert current is not None
             decisions.require_adapter(current, command)
             require_baseline(settings)
-            return judge(current, gather_checks(current.candidate, settings, root=self.artifact_root, cache=cache))
+            evidence = checks.gather_checks(current.candidate, settings, root=self.artifact_root, cache=cache)
+            return judge(current, evidence)
 
         return self._on_candidate(candidate_id, decide, command=command, event_id=event_id, first_type=first_type)
 
@@ -258,8 +252,8 @@ class CandidateCommands:
 
         def decide(current: CandidateState | None, settings: LedgerSettings) -> Decision:
             assert current is not None
-            evidence = trusted_state_evidence(current, settings, stage, self.artifact_root)
-            checkpoint = resume_checkpoint(current, stage, self.artifact_root)
+            evidence = checks.trusted_state_evidence(current, settings, stage, self.artifact_root)
+            checkpoint = checks.resume_checkpoint(current, stage, self.artifact_root)
             return decisions.fail_stage(current, stage, evidence, checkpoint)
 
         done = self._on_candidate(

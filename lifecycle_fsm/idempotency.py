@@ -44,10 +44,11 @@ def replayed(
 ) -> CommandResult | None:
     """What the command keyed `event_id` did, as it left things, when it is this same command; None when
     the key is new."""
-    first = None if event_id is None else path.store.event_by_id(event_id)
+    if event_id is None:
+        return None
+    first = path.store.event_by_id(event_id)
     if first is None:
         return None
-    assert event_id is not None
     payload = orjson.loads(first.payload)
     same_inputs = all(payload.get(key) == value for key, value in inputs.items())
     if first.stream_id != stream_id or first.type != type_name or not same_inputs:
