@@ -168,21 +168,23 @@ def _walk(
                 os.close(handle)
 
 
+def _missing_root(root: StrPath | None) -> ArtifactUnreadable | None:
+    """An absent root is an unmounted volume as often as a typo: not the artifact's fault."""
+    if root is None or (problem := folder_problem(root)) is None:
+        return None
+    return ArtifactUnreadable(f"root {os.fspath(root)} {problem}")
+
+
 def collect(path: StrPath, root: StrPath | None) -> tuple[bool, list[Entry]]:
     """Check `path` against the rules; return (is_directory, files in stream order)."""
     shown = os.fspath(path)
     if root is not None and path_escapes_root(shown, root):
         # Asked only here, so a sound root costs no stat: every path "escapes" a root that is not there.
-        problem = folder_problem(root)
-        if problem:  # an absent root is an unmounted volume as often as a typo: not the artifact's fault
-            raise ArtifactUnreadable(f"root {os.fspath(root)} {problem}")
-        raise ArtifactError(f"path escapes root: {shown}")
+        raise _missing_root(root) or ArtifactError(f"path escapes root: {shown}")
     try:
         own = os.lstat(shown)  # one call says: there, a link or not, and (not a link) what it is
     except (FileNotFoundError, NotADirectoryError):
-        if root is not None and (problem := folder_problem(root)):  # the volume, not the file, is missing
-            raise ArtifactUnreadable(f"root {os.fspath(root)} {problem}") from None
-        raise ArtifactError(f"no such file or directory: {shown}") from None
+        raise _missing_root(root) or ArtifactError(f"no such file or directory: {shown}") from None
     except OSError as exc:
         raise os_error("stat", shown, exc) from exc
     is_link = stat.S_ISLNK(own.st_mode)

@@ -46,8 +46,6 @@ log = get_logger(__name__)
 Decide = Callable[[CandidateState | None, LedgerSettings], Decision]
 # The states an evidence invalidation reaches, read from the machine's table.
 INVALIDATED_STATES = sources_of("invalidate_evidence")
-# Commands that may start a stream: they fold what exists and let the decision tell.
-_STARTING = frozenset(INITIAL_TRIGGERS)
 _Fanned = list[tuple[str, tuple[StoredEvent, ...], CandidateState]]
 
 
@@ -143,7 +141,7 @@ class CommandPath:
     ) -> CommandResult:
         """Decide and append once; `_Reread` when a decision taken from the cache cannot be trusted."""
         try:
-            if current is not None and cmd.command not in _STARTING:
+            if current is not None and cmd.command not in INITIAL_TRIGGERS:  # those may start a stream
                 require_command(current, cmd.command)
             decision = cmd.decide(current, settings)
         except LifecycleError as e:
@@ -185,7 +183,7 @@ class CommandPath:
         unread = False
         current = None
         candidate_id = candidate_id_of(cmd.stream_id)
-        starting = cmd.command in _STARTING
+        starting = cmd.command in INITIAL_TRIGGERS  # folds what exists and lets the decision tell
         if candidate_id is not None:
             current = self.reader.cached(cmd.stream_id) if from_cache else None
             if from_cache and (current is not None or starting):

@@ -79,10 +79,9 @@ class Ledger(CandidateCommands):
         new_id: Callable[[], str] | None = None,
         cached_candidates: int = CACHED_CANDIDATES,
     ) -> None:
-        root = checked_options(actor, artifact_root, retry, cached_candidates)
+        self.artifact_root = checked_options(actor, artifact_root, retry, cached_candidates)
         self.store = store
         self.actor = actor or default_actor()
-        self.artifact_root = root
         self.signing_key = signing_key  # the key seals and attestations are signed with
         self._clock = clock
         # The folds of the candidates last read or wrote (LRU): a command on one decides without reading.
