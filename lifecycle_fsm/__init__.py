@@ -42,28 +42,20 @@ if typing.TYPE_CHECKING:
     )
     from lifecycle_fsm.state import CandidateState, LedgerSettings, apply
 
-# Importing the package loads only its errors; each other name loads its module on first use. A
-# program that only reads the log (an auditor's script) loads no command modules, and the `lifecycle`
-# script is running its own code, which answers Ctrl-C, within milliseconds of starting.
-_LAZY = {
-    "hash_directory": "artifacts",
-    "FeedEvent": "feed",
-    "Ledger": "ledger",
-    "State": "machine",
-    "RecoveryPlan": "recovery",
-    "CandidateResult": "results",
-    "CommandResult": "results",
-    "RecoveryResult": "results",
-    "SettingsResult": "results",
-    "RetryPolicy": "retry",
-    "RecoveryAction": "rules",
-    "check_candidate_freshness": "rules",
-    "choose_recovery_action": "rules",
-    "decide_lifecycle_handoff": "rules",
-    "CandidateState": "state",
-    "LedgerSettings": "state",
-    "apply": "state",
+# Importing the package loads only its errors; each other name loads its module on first use, so an
+# auditor's script loads no command modules and the `lifecycle` script answers Ctrl-C at once.
+_LAZY_MODULES = {
+    "artifacts": ("hash_directory",),
+    "feed": ("FeedEvent",),
+    "ledger": ("Ledger",),
+    "machine": ("State",),
+    "recovery": ("RecoveryPlan",),
+    "results": ("CandidateResult", "CommandResult", "RecoveryResult", "SettingsResult"),
+    "retry": ("RetryPolicy",),
+    "rules": ("RecoveryAction", "check_candidate_freshness", "choose_recovery_action", "decide_lifecycle_handoff"),
+    "state": ("CandidateState", "LedgerSettings", "apply"),
 }
+_LAZY = {name: module for module, names in _LAZY_MODULES.items() for name in names}
 
 __all__ = [
     "ArtifactError",

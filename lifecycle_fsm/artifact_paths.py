@@ -1,11 +1,8 @@
 """Where an artifact path leads: containment under a root, and symlinks resolved.
 
-Every check resolves its artifact paths again (a link may have moved since the last read).
-On Linux the kernel resolved the path when it opened it, and `/proc/self/fd/N` says where
-it led, which is cheaper than `os.path.realpath`'s `lstat` per component; `real_path` asks
-the kernel for a path that opens, and Python for anything else, so both give one answer.
-`open_path` and `fd_path` let the artifact walk keep that descriptor: the file whose
-place it checks is the file it stats, whatever is renamed meanwhile.
+On Linux `/proc/self/fd/N` says where an opened path led, cheaper than `os.path.realpath`'s `lstat`
+per component; `open_path` and `fd_path` let the artifact walk keep that descriptor, so the file
+whose place it checks is the file it stats, whatever is renamed meanwhile.
 """
 
 from __future__ import annotations
@@ -47,11 +44,11 @@ def path_escapes_root(path: StrPath, root: StrPath) -> bool:
 
 def real_path(path: str) -> str:
     """`os.path.realpath(path)`: from the kernel when the path opens (Linux), else from Python."""
-    if _O_PATH:
-        try:
-            fd = os.open(path, _O_PATH | os.O_CLOEXEC)
-        except OSError:
-            return os.path.realpath(path)
+    try:
+        fd = open_path(path)
+    except OSError:
+        fd = None
+    if fd is not None:
         try:
             target = fd_path(fd)
         finally:
@@ -62,12 +59,8 @@ def real_path(path: str) -> str:
 
 
 def open_path(name: str, dir_fd: int | None = None) -> int | None:
-    """An O_PATH descriptor of what `name` (relative to `dir_fd`) leads to, links followed.
-
-    Nothing is read and no device is opened; None where the system has no O_PATH or
-    /proc (then `fd_path` could not say where it is). OSError as `os.open` raises it
-    (ELOOP: a link loop; ENOENT, ENOTDIR: a dangling link).
-    """
+    """An O_PATH descriptor of what `name` (relative to `dir_fd`) leads to, links followed (nothing is
+    read, no device opened); None without O_PATH or /proc. OSError as `os.open` raises it."""
     if not _O_PATH:
         return None
     return os.open(name, _O_PATH | os.O_CLOEXEC, dir_fd=dir_fd)
@@ -75,19 +68,14 @@ def open_path(name: str, dir_fd: int | None = None) -> int | None:
 
 def fd_path(fd: int) -> str | None:
     """Where the kernel says descriptor `fd` is (no link in it), or None when it cannot say a plain path."""
+    global _O_PATH  # noqa: PLW0603 - a fact about this system, found once
     try:
         target = os.readlink(_PROC_FD + str(fd))
-    except OSError:  # no /proc: say so once, and stop asking
-        _no_proc()
+    except OSError:
+        if not os.path.isdir(_PROC_FD):  # no /proc: stop asking
+            _O_PATH = 0
         return None
-    # Anything but a plain absolute path ("(unreachable)/..." outside a chroot, a
-    # name unlinked meanwhile) is left to the caller's other answer.
+    # Anything but a plain absolute path ("(unreachable)/...", a name unlinked meanwhile) is left to the caller.
     if target.startswith("/") and not target.endswith(_DELETED):
         return target
     return None
-
-
-def _no_proc() -> None:
-    global _O_PATH  # noqa: PLW0603 - a fact about this system, found once
-    if not os.path.isdir(_PROC_FD):
-        _O_PATH = 0

@@ -1,11 +1,9 @@
 """Walking an artifact tree by the hashing rules, before a byte is read.
 
-Symlinks are followed only when their resolved target lies inside the allowed root; links
-leading outside, dangling links, loops and special files are an `ArtifactError` naming the
-path. Directories are listed through descriptors opened relative to their checked parent
-(O_NOFOLLOW | O_DIRECTORY, checked by device and inode), so a component swapped for a link
-after it was checked is an error, never followed; on Linux a link is resolved through one
-O_PATH descriptor (where it leads from /proc, what it is from fstat).
+Symlinks are followed only into the allowed root; links leading outside, dangling links, loops and
+special files are an `ArtifactError` naming the path. Directories are listed through descriptors
+opened relative to their checked parent (O_NOFOLLOW, checked by device and inode), so a component
+swapped for a link after it was checked is an error, never followed.
 """
 
 from __future__ import annotations
@@ -42,7 +40,6 @@ def os_error(what: str, shown: str, exc: OSError) -> ArtifactError:
 
 
 def same_file(a: os.stat_result, b: os.stat_result) -> bool:
-    """Same file: (device, inode)."""
     return a.st_ino == b.st_ino and a.st_dev == b.st_dev
 
 
@@ -64,11 +61,8 @@ def _check_inside(target: str, allowed: str, shown: str) -> None:
 
 
 def _follow(path: str, shown: str, allowed: str, name: str = "", dir_fd: int | None = None) -> _Found:
-    """Where `path` (`name` in the directory open as `dir_fd`) leads, links followed; refused outside `allowed`.
-
-    Returns (real path, its stat, an O_PATH descriptor of it or None, the caller closes it): on
-    Linux one descriptor answers both where (/proc) and what (fstat); elsewhere realpath and stat.
-    """
+    """Where `path` (`name` in the directory open as `dir_fd`) leads, links followed; refused outside
+    `allowed`. The caller closes the descriptor: on Linux it answers both where (/proc) and what (fstat)."""
     try:
         handle = open_path(path if dir_fd is None else name, dir_fd)
     except OSError as exc:
@@ -94,13 +88,9 @@ def _follow(path: str, shown: str, allowed: str, name: str = "", dir_fd: int | N
 def _open_dir(
     real: str, st: os.stat_result, shown: str, name: str = "", dir_fd: int | None = None, handle: int | None = None
 ) -> int | str:
-    """What `_walk` lists directory `real` through: a descriptor of the directory the walk stat'ed as `st`.
-
-    Opened as `name` in the checked directory `dir_fd`, or through the O_PATH `handle` a
-    link resolved to, or (the top) as `real`, never following a link in the last
-    component, and checked by (device, inode): a directory swapped since it was stat'ed is
-    an error naming it. Where descriptors cannot be listed, the path itself.
-    """
+    """A descriptor of the directory the walk stat'ed as `st` (or, where descriptors cannot be listed,
+    its path): opened as `name` in `dir_fd`, through a link's O_PATH `handle`, or (the top) as `real`,
+    never following a last link, and checked by (device, inode)."""
     if not _FD_WALK:
         return real
     try:
@@ -125,27 +115,16 @@ def _open_dir(
     return fd
 
 
-# One collected file: (relative path bytes, real path to open, path for messages, its stat
-# when collected: what a digest's re-use compares, so a cache hit stats each file once, and
-# what the descriptor opened to read it must be).
+# One collected file: (relative path bytes, real path to open, path for messages, its stat when
+# collected: what a digest's re-use compares and what the descriptor opened to read it must be).
 Entry = tuple[bytes, str, str, os.stat_result]
 
 
 def _walk(
-    where: int | str,
-    real_dir: str,
-    shown_dir: str,
-    prefix: bytes,
-    allowed: str,
-    stack: set[str],
-    out: list[Entry],
+    where: int | str, real_dir: str, shown_dir: str, prefix: bytes, allowed: str, stack: set[str], out: list[Entry]
 ) -> None:
-    """Collect regular files under `real_dir`; `stack` = realpaths of open ancestors.
-
-    `where` is what `_open_dir` gave: a descriptor of `real_dir` (its entries are stat'ed and
-    opened relative to it, so a directory component swapped by name is never followed), or
-    the path itself where the system cannot list a descriptor.
-    """
+    """Collect regular files under `real_dir` (listed through `where`, what `_open_dir` gave); `stack`:
+    realpaths of open ancestors."""
     dir_fd = where if isinstance(where, int) else None
     try:
         with os.scandir(where) as it:
@@ -189,28 +168,29 @@ def _walk(
                 os.close(handle)
 
 
+def _missing_root(root: StrPath | None) -> ArtifactUnreadable | None:
+    """An absent root is an unmounted volume as often as a typo: not the artifact's fault."""
+    if root is None or (problem := folder_problem(root)) is None:
+        return None
+    return ArtifactUnreadable(f"root {os.fspath(root)} {problem}")
+
+
 def collect(path: StrPath, root: StrPath | None) -> tuple[bool, list[Entry]]:
     """Check `path` against the rules; return (is_directory, files in stream order)."""
     shown = os.fspath(path)
     if root is not None and path_escapes_root(shown, root):
         # Asked only here, so a sound root costs no stat: every path "escapes" a root that is not there.
-        problem = folder_problem(root)
-        if problem:  # an absent root is an unmounted volume as often as a typo: not the artifact's fault
-            raise ArtifactUnreadable(f"root {os.fspath(root)} {problem}")
-        raise ArtifactError(f"path escapes root: {shown}")
+        raise _missing_root(root) or ArtifactError(f"path escapes root: {shown}")
     try:
         own = os.lstat(shown)  # one call says: there, a link or not, and (not a link) what it is
     except (FileNotFoundError, NotADirectoryError):
-        if root is not None and (problem := folder_problem(root)):  # the volume, not the file, is missing
-            raise ArtifactUnreadable(f"root {os.fspath(root)} {problem}") from None
-        raise ArtifactError(f"no such file or directory: {shown}") from None
+        raise _missing_root(root) or ArtifactError(f"no such file or directory: {shown}") from None
     except OSError as exc:
         raise os_error("stat", shown, exc) from exc
     is_link = stat.S_ISLNK(own.st_mode)
     handle = None
     if root is None and not is_link:
-        # The path is its own root: nothing outside it to guard against, so it is
-        # resolved only if it is a directory to walk.
+        # The path is its own root: resolved only if it is a directory to walk.
         if stat.S_ISREG(own.st_mode):
             return False, [(b"", shown, shown, own)]
         real = allowed = real_path(shown)

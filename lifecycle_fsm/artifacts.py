@@ -10,13 +10,8 @@ disk. A regular file hashes to ``sha256(file bytes)``; a directory to ``sha256(s
 
 ``RELPATH`` is ``/``-separated and ``os.fsencode``d (undecodable names keep their raw
 bytes), ``SIZE`` decimal ASCII, ``HEX`` the file's own sha256. Empty directories add nothing.
-
-The walk (`artifact_walk`) follows a symlink only into the allowed root, hashing the
-target under the link's path (a link and a copy give the same hash), and refuses links
-outside, dangling links, loops and special files. The bytes hashed are those of the entry
-it checked (opened O_NOFOLLOW, the same device and inode), so an entry swapped or changed
-while read is an `ArtifactError`, never the hash of something else. `hash_tree` also keeps
-the per-file listing (up to `MAX_LISTED_FILES` files), so a check can name the files that differ.
+A symlink into the allowed root hashes as its target (`artifact_walk`). The bytes hashed are those of
+the entry the walk checked, so an entry swapped or changed while read is an `ArtifactError`.
 """
 
 from __future__ import annotations
@@ -51,46 +46,28 @@ CHUNK_SIZE = 1024 * 1024
 MAX_LISTED_FILES = 1000
 
 Progress = Callable[[int], None]
-_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_NONBLOCK", 0)
-_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-# A file the walk checked is opened without following a link in its last component: every
-# path the walk keeps ends in no link (a link's target is kept, not the link), so a link
-# there now was put there since the check. O_NONBLOCK: a FIFO swapped in does not hang.
-_ENTRY_FLAGS = _OPEN_FLAGS | _O_NOFOLLOW
+# The walk keeps no path ending in a link, so a link there now was put there since the check.
+# O_NONBLOCK: a FIFO swapped in does not hang.
+_ENTRY_FLAGS = os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
 
 
 def _file_id(st: os.stat_result) -> tuple[int, int, int, int]:
-    """The fields that must not change while a file is read."""
     return (st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev)
 
 
 def _replaced(shown: str) -> ArtifactError:
-    """The entry at `shown` is no longer what the walk checked (a link, a FIFO, another file swapped in)."""
     return ArtifactError(f"replaced since it was checked (not the file the walk saw): {shown}")
 
 
-def _hash_regular(
-    real: str, shown: str, progress: Progress | None, walked: os.stat_result | None = None
-) -> tuple[str, int]:
-    """Stream one regular file; return (hex digest, size), refusing files that change.
-
-    `real` is opened, `shown` is named in errors. `walked`: the walk's stat of this entry; the
-    descriptor must then be that (device, inode) and regular, else the entry was swapped since
-    it was checked. Without it (`hash_file`), `real` is stat'ed, links followed.
-    """
-    before = walked
+def _hash_regular(real: str, shown: str, progress: Progress | None, walked: os.stat_result) -> tuple[str, int]:
+    """Stream the regular file the walk stat'ed as `walked` (`shown` in errors); return (hex digest, size),
+    refusing a file swapped since the walk or changed while read."""
     try:
-        if walked is None:
-            before = os.stat(real)
-            if not stat.S_ISREG(before.st_mode):  # checked before open: never open a FIFO
-                raise ArtifactError(f"not a regular file: {shown}")
-            fd = os.open(real, _OPEN_FLAGS)
-        else:
-            fd = os.open(real, _ENTRY_FLAGS)
+        fd = os.open(real, _ENTRY_FLAGS)
     except FileNotFoundError:
         raise ArtifactError(f"no such file or directory: {shown}") from None
     except OSError as exc:
-        if walked is not None and exc.errno in NOFOLLOW_ERRNOS | {errno.ENOTDIR}:
+        if exc.errno in NOFOLLOW_ERRNOS | {errno.ENOTDIR}:
             raise _replaced(shown) from None
         raise os_error("read", shown, exc) from exc
     digest = hashlib.sha256()
@@ -98,12 +75,9 @@ def _hash_regular(
     try:
         try:  # the descriptor itself: a file object would stat it once more
             opened = os.fstat(fd)
-            if walked is not None:
-                # The inode the walk checked (inside the root), so no name swapped since led elsewhere.
-                if not stat.S_ISREG(opened.st_mode) or not same_file(opened, walked):
-                    raise _replaced(shown)
-            elif before is not None and _file_id(opened) != _file_id(before):  # nothing swapped in since the stat
-                raise ArtifactError(f"file changed while hashing: {shown}")
+            # The inode the walk checked (inside the root), so no name swapped since led elsewhere.
+            if not stat.S_ISREG(opened.st_mode) or not same_file(opened, walked):
+                raise _replaced(shown)
             while chunk := os.read(fd, CHUNK_SIZE):
                 digest.update(chunk)
                 read += len(chunk)
@@ -122,17 +96,17 @@ def _hash_regular(
 
 
 def hash_file(path: StrPath, *, progress: Progress | None = None) -> str:
-    """sha256 hex of one regular file's bytes, read in 1 MiB chunks."""
-    return _hash_regular(os.fspath(path), os.fspath(path), progress)[0]
+    """sha256 hex of one regular file's bytes (links followed), read in 1 MiB chunks."""
+    is_dir, files = collect(path, None)
+    if is_dir:
+        raise ArtifactError(f"not a regular file: {os.fspath(path)}")
+    return hash_collected(False, files, progress, 0).sha256
 
 
 @attrs.frozen
 class TreeDigest:
-    """A file's or directory's hash and, for a directory, what it was built from.
-
-    `files` holds `(relative POSIX path, size, sha256)` in stream order, or None when
-    the path is a single file or the directory has more than `MAX_LISTED_FILES` files.
-    """
+    """A file's or directory's hash and, for a directory, what it was built from: `files` holds
+    `(relative POSIX path, size, sha256)` in stream order (None for a file, or over `MAX_LISTED_FILES`)."""
 
     sha256: str
     is_directory: bool
@@ -154,11 +128,7 @@ class TreeDigest:
 
 
 def hash_tree(
-    path: StrPath,
-    root: StrPath | None = None,
-    *,
-    progress: Progress | None = None,
-    max_listed: int = MAX_LISTED_FILES,
+    path: StrPath, root: StrPath | None = None, *, progress: Progress | None = None, max_listed: int = MAX_LISTED_FILES
 ) -> TreeDigest:
     """`hash_directory` with the per-file listing it was computed from (see `TreeDigest`)."""
     is_dir, files = collect(path, root)
@@ -175,8 +145,7 @@ def hash_collected(is_dir: bool, files: list[Entry], progress: Progress | None, 
     total = 0
     for rel, real, shown, walked in files:
         hexdigest, size = _hash_regular(real, shown, progress, walked)
-        line = b"%s\0%d\0%s\n" % (rel, size, hexdigest.encode("ascii"))
-        stream.update(line)
+        stream.update(b"%s\0%d\0%s\n" % (rel, size, hexdigest.encode("ascii")))
         total += size
         if len(files) <= max_listed:
             # JSON cannot carry undecodable bytes: such a name is shown escaped (the hash used the bytes).
@@ -184,17 +153,9 @@ def hash_collected(is_dir: bool, files: list[Entry], progress: Progress | None, 
     return TreeDigest(stream.hexdigest(), True, len(files), total, tuple(listed) if len(files) <= max_listed else None)
 
 
-def hash_directory(
-    path: StrPath,
-    root: StrPath | None = None,
-    *,
-    progress: Progress | None = None,
-) -> str:
-    """Content hash of a file or directory tree, as specified in the module docstring.
-
-    `root` widens the area symlinks may point into (e.g. a Hugging Face cache repo
-    whose snapshot links into ``../../blobs``); `path` must lie inside it.
-    """
+def hash_directory(path: StrPath, root: StrPath | None = None, *, progress: Progress | None = None) -> str:
+    """Content hash of a file or directory tree (module docstring). `root` widens the area symlinks may
+    point into (a Hugging Face snapshot linking into ``../../blobs``); `path` must lie inside it."""
     return hash_tree(path, root, progress=progress, max_listed=0).sha256
 
 

@@ -1,29 +1,21 @@
 """The candidate commands of the `Ledger`: receive, register, check, trusted states, failures, hand-off.
 
-Each validates its input, gathers its evidence (hashing happens here, before any lock) and
-lets a pure function in `decisions.py` choose the events; `command_path.py` folds, asserts
-every version it read, appends and re-decides on a lost race.
+Each validates its input, gathers its evidence (hashing, before any lock) and lets a pure function in
+`decisions.py` choose the events; `command_path.py` folds, appends and re-decides on a lost race.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import attrs
 
-from lifecycle_fsm import decisions, idempotency
+from lifecycle_fsm import checks, decisions
 from lifecycle_fsm.artifacts import hash_directory
-from lifecycle_fsm.checks import gather_checks, resume_checkpoint, trusted_state_evidence, verify_artifact
-from lifecycle_fsm.command_inputs import (
-    check_key,
-    default_id,
-    path_argument,
-    require_baseline,
-    require_kind,
-    require_stage,
-)
-from lifecycle_fsm.command_path import Command, CommandPath, Decide, Outcome
+from lifecycle_fsm.command_inputs import default_id, path_argument, require_baseline, require_choice
+from lifecycle_fsm.command_path import Command, CommandPath, Decide
 from lifecycle_fsm.decisions import Decision
 from lifecycle_fsm.digest_cache import DigestCache
 from lifecycle_fsm.errors import DuplicateEventError, InputError
@@ -40,12 +32,13 @@ from lifecycle_fsm.events import (
     TrustedStateRecorded,
     stream_of,
 )
+from lifecycle_fsm.idempotency import retried_unread
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.limits import check_candidate_id, check_version_text
 from lifecycle_fsm.manifests import load_candidate_manifest
 from lifecycle_fsm.recovery import RecoveryPlan, invalidated_kinds, plan_from_payload
 from lifecycle_fsm.results import CandidateResult, RecoveryResult
-from lifecycle_fsm.rules import CANDIDATE_KINDS
+from lifecycle_fsm.rules import CANDIDATE_KINDS, STAGES, TRUSTED_STATE_KINDS
 from lifecycle_fsm.state import CandidateState, LedgerSettings
 from lifecycle_fsm.store.base import EventStore
 from lifecycle_fsm.store.chain import canonical_json
@@ -53,6 +46,9 @@ from lifecycle_fsm.streams import StreamReader
 from lifecycle_fsm.upcasting import decoded_payload
 
 __all__ = ["CandidateCommands"]
+
+# What `check` and `hand_off` decide from the evidence they gather.
+Judge = Callable[[CandidateState, checks.CheckEvidence], Decision]
 
 
 class CandidateCommands:
@@ -65,10 +61,8 @@ class CandidateCommands:
     _digests: DigestCache
 
     def _plan(self, stream_id: str, payload: JSON, seq: int) -> RecoveryPlan:
-        """A stored plan, typed; a state invalidated before it is told from one never recorded.
-
-        Only a state the plan saw unrecorded needs that history: otherwise the stream is not read.
-        """
+        """A stored plan, typed; a state invalidated before it is told from one never recorded (the
+        stream is read only when the plan saw a state unrecorded)."""
         plan = plan_from_payload(payload, seq=seq)
         if all(reason != "not_recorded" for _, reason in plan.skipped):
             return plan
@@ -79,23 +73,10 @@ class CandidateCommands:
         )
         return plan_from_payload(payload, seq=seq, invalidated=invalidated_kinds(history, before=seq))
 
-    def _retried_unread(
-        self, event_id: str | None, type_name: str, manifest_path: str, candidate_id: str | None = None
-    ) -> Outcome | None:
-        """A keyed receive or baseline activation retried once its manifest is gone: the stored answer
-        when that key recorded this manifest path (and id), else None. Only a retry is helped."""
-        if event_id is None or not isinstance(event_id, str):
-            return None
-        match: JSON = {"manifest_path": os.path.normpath(os.path.abspath(manifest_path))}
-        if candidate_id is not None:
-            match["candidate_id"] = candidate_id
-        return idempotency.retried_unread(self._path, event_id, type_name, match)
-
-    def _on_candidate(self, stream_id: str, decide: Decide, **how: Any) -> CandidateResult:
-        check_key(how["event_id"])
-        outcome = self._path.run(Command(stream_id, decide, **how))
-        assert outcome.candidate is not None  # a candidate command always leaves (or finds) a candidate
-        return CandidateResult(candidate=outcome.candidate, events=outcome.events, duplicate=outcome.duplicate)
+    def _on_candidate(self, candidate_id: str, decide: Decide, **how: Any) -> CandidateResult:
+        result = self._path.run(Command(stream_of(candidate_id), decide, **how))
+        assert isinstance(result, CandidateResult)
+        return result
 
     def receive(
         self, manifest_path: str | os.PathLike[str], *, candidate_id: str | None = None, event_id: str | None = None
@@ -105,11 +86,11 @@ class CandidateCommands:
         try:
             manifest = load_candidate_manifest(manifest_path, self.artifact_root)
         except InputError:
-            retried = self._retried_unread(event_id, CandidateReceived.TYPE, manifest_path, candidate_id)
+            retried = retried_unread(self._path, event_id, CandidateReceived.TYPE, manifest_path, candidate_id)
             if retried is None:
                 raise
-            assert retried.candidate is not None
-            return CandidateResult(candidate=retried.candidate, events=retried.events, duplicate=True)
+            assert isinstance(retried, CandidateResult)
+            return retried
         cid = candidate_id if candidate_id is not None else default_id(manifest.fields, manifest_path)
         check_candidate_id(cid)  # printable, at most 256 characters, no reserved name (lifecycle_fsm.limits)
 
@@ -118,14 +99,14 @@ class CandidateCommands:
             if not decision.events:
                 return decision
             # Hashed only for a new receipt (a retry reads nothing): what a later check is compared with.
-            fields = manifest.fields
-            at_receipt = verify_artifact(fields["adapter_resolved_path"], fields["adapter_sha256"], self.artifact_root)
+            adapter_path, sha256 = manifest.fields["adapter_resolved_path"], manifest.fields["adapter_sha256"]
+            at_receipt = checks.verify_artifact(adapter_path, sha256, self.artifact_root)
             first = decision.events[0]
             assert isinstance(first, CandidateReceived)
             return Decision((attrs.evolve(first, artifact_at_receipt=at_receipt.to_json(with_reuse=False)),))
 
         return self._on_candidate(
-            stream_of(cid),
+            cid,
             decide,
             command="receive",
             event_id=event_id,
@@ -143,13 +124,10 @@ class CandidateCommands:
         provenance: JSON | None = None,
         event_id: str | None = None,
     ) -> CandidateResult:
-        """A candidate that exists before its adapter (a training run), so its trusted states, failures
-        and recovery plans can be recorded while it trains; `receive` of the finished adapter's
-        manifest completes it. Until then `check` and `hand_off` are refused.
-
-        `source_policy_version` defaults to the active baseline's; `provenance` (JSON) records what
-        produced the candidate (data, code, base model, trainer, library versions).
-        """
+        """A candidate that exists before its adapter (a training run), so its trusted states, failures and
+        plans can be recorded while it trains; `receive` of the finished adapter's manifest completes it
+        (`check` and `hand_off` are refused until then). `source_policy_version` defaults to the active
+        baseline's; `provenance` (JSON) records what produced the candidate."""
         check_candidate_id(candidate_id)
         if kind not in CANDIDATE_KINDS:
             raise InputError(f"unknown candidate kind {kind!r} (expected one of {', '.join(CANDIDATE_KINDS)})")
@@ -167,7 +145,7 @@ class CandidateCommands:
             return decisions.register(current, candidate_id, kind, source, card)
 
         return self._on_candidate(
-            stream_of(candidate_id),
+            candidate_id,
             decide,
             command="register",
             event_id=event_id,
@@ -176,34 +154,33 @@ class CandidateCommands:
         )
 
     def check(self, candidate_id: str, *, event_id: str | None = None, rehash: bool = False) -> CandidateResult:
-        """Run every check now: verified (or unchanged on a re-check) or reject.
+        """Run every check now: verified (or unchanged on a re-check) or reject. An artifact this Ledger read
+        whose files are unchanged on disk is not read again (`reused_from`); `rehash=True` reads every byte."""
+        return self._on_checks(
+            candidate_id, "check", ChecksRecorded.TYPE, lambda _, e: decisions.check(e), event_id, rehash
+        )
 
-        An artifact this Ledger already read and whose files are unchanged on disk (device,
-        inode, size, mtime, ctime) is not read again (the event says `reused_from`);
-        `rehash=True` reads every byte.
-        """
+    def _on_checks(
+        self, candidate_id: str, command: str, first_type: str, judge: Judge, event_id: str | None, rehash: bool
+    ) -> CandidateResult:
+        """`check` and `hand_off`: gather the evidence now (digests re-used unless `rehash`), then decide."""
         cache = None if rehash else self._digests
 
         def decide(current: CandidateState | None, settings: LedgerSettings) -> Decision:
             assert current is not None
-            decisions.require_adapter(current, "check")
+            decisions.require_adapter(current, command)
             require_baseline(settings)
-            return decisions.check(gather_checks(current.candidate, settings, root=self.artifact_root, cache=cache))
+            evidence = checks.gather_checks(current.candidate, settings, root=self.artifact_root, cache=cache)
+            return judge(current, evidence)
 
-        return self._on_candidate(
-            stream_of(candidate_id), decide, command="check", event_id=event_id, first_type=ChecksRecorded.TYPE
-        )
+        return self._on_candidate(candidate_id, decide, command=command, event_id=event_id, first_type=first_type)
 
     def record_trusted_state(
         self, candidate_id: str, kind: str, path: str | os.PathLike[str], *, event_id: str | None = None
     ) -> CandidateResult:
-        """Record a state a stage saved, hashed on disk now, for recovery to resume from.
-
-        Hashed under the Ledger's `artifact_root` like every other artifact (symlinks may lead
-        anywhere inside it, a Hugging Face snapshot into its `blobs`); a path outside it is an
-        `ArtifactError`. Without a root, the path is its own.
-        """
-        require_kind(kind)
+        """Record a state a stage saved, hashed on disk now (under `artifact_root`, like every artifact;
+        without one, the path is its own root), for recovery to resume from."""
+        require_choice("trusted-state kind", kind, TRUSTED_STATE_KINDS)
         absolute = os.path.abspath(path_argument("trusted-state path", path))
         root = self.artifact_root
         self._refuse_rewritten(event_id, kind, absolute)
@@ -216,7 +193,7 @@ class CandidateCommands:
             return decisions.record_trusted_state(kind, absolute, hash_directory(absolute, root), settings)
 
         return self._on_candidate(
-            stream_of(candidate_id),
+            candidate_id,
             decide,
             command="trusted",
             event_id=event_id,
@@ -227,9 +204,9 @@ class CandidateCommands:
 
     def _refuse_rewritten(self, event_id: str | None, kind: str, path: str) -> None:
         """A key already used to record this state, while the file now holds other bytes, is refused: a
-        re-saved checkpoint (a restarted run) answered as a duplicate would leave the old hash recorded.
-        A retry whose file is gone still answers with what was recorded."""
-        if event_id is None or not isinstance(event_id, str):
+        re-saved checkpoint answered as a duplicate would leave the old hash recorded. A retry whose file
+        is gone still answers with what was recorded."""
+        if not isinstance(event_id, str):
             return
         stored = self.store.event_by_id(event_id)
         if stored is None or stored.type != TrustedStateRecorded.TYPE or not os.path.lexists(path):
@@ -250,7 +227,7 @@ class CandidateCommands:
         self, candidate_id: str, kind: str, reason: str = "invalidated by operator", *, event_id: str | None = None
     ) -> CandidateResult:
         """Stop trusting a recorded state (it stays in history); `reason` is recorded for the auditor."""
-        require_kind(kind)
+        require_choice("trusted-state kind", kind, TRUSTED_STATE_KINDS)
         if not isinstance(reason, str):
             raise InputError(f"the invalidation reason must be a string, not {type(reason).__name__} ({reason!r})")
         text_or_error("reason", reason)
@@ -260,7 +237,7 @@ class CandidateCommands:
             return decisions.invalidate_trusted_state(current, kind, reason)
 
         return self._on_candidate(
-            stream_of(candidate_id),
+            candidate_id,
             decide,
             command="untrust",
             event_id=event_id,
@@ -271,16 +248,16 @@ class CandidateCommands:
 
     def fail_stage(self, candidate_id: str, stage: str, *, event_id: str | None = None) -> RecoveryResult:
         """A stage failed: plan recovery from the nearest trusted state the log proves intact."""
-        require_stage(stage)
+        require_choice("stage", stage, STAGES)
 
         def decide(current: CandidateState | None, settings: LedgerSettings) -> Decision:
             assert current is not None
-            evidence = trusted_state_evidence(current, settings, stage, self.artifact_root)
-            checkpoint = resume_checkpoint(current, stage, self.artifact_root)
+            evidence = checks.trusted_state_evidence(current, settings, stage, self.artifact_root)
+            checkpoint = checks.resume_checkpoint(current, stage, self.artifact_root)
             return decisions.fail_stage(current, stage, evidence, checkpoint)
 
         done = self._on_candidate(
-            stream_of(candidate_id),
+            candidate_id,
             decide,
             command="fail",
             event_id=event_id,
@@ -300,10 +277,8 @@ class CandidateCommands:
     def complete_recovery(
         self, candidate_id: str, *, resumed_from: str | None = None, event_id: str | None = None
     ) -> CandidateResult:
-        """The planned recovery is done; the candidate goes back to be checked again.
-
-        `resumed_from` records what the trainer resumed from (a checkpoint, the SFT adapter).
-        """
+        """The planned recovery is done; the candidate goes back to be checked again. `resumed_from` records
+        what the trainer resumed from (a checkpoint, the SFT adapter)."""
         if resumed_from is not None:
             text_or_error("resumed_from", path_argument("resumed_from", resumed_from))
 
@@ -312,7 +287,7 @@ class CandidateCommands:
             return decisions.complete_recovery(current, resumed_from)
 
         return self._on_candidate(
-            stream_of(candidate_id),
+            candidate_id,
             decide,
             command="recovered",
             event_id=event_id,
@@ -321,19 +296,6 @@ class CandidateCommands:
         )
 
     def hand_off(self, candidate_id: str, *, event_id: str | None = None, rehash: bool = False) -> CandidateResult:
-        """Re-run the checks now and decide under today's rules: ready (for evaluation), tune or reject.
-
-        An earlier check is never trusted (whatever rules made it); `rehash` as in `check`.
-        """
-        cache = None if rehash else self._digests
-
-        def decide(current: CandidateState | None, settings: LedgerSettings) -> Decision:
-            assert current is not None
-            decisions.require_adapter(current, "handoff")
-            require_baseline(settings)
-            evidence = gather_checks(current.candidate, settings, root=self.artifact_root, cache=cache)
-            return decisions.hand_off(current, evidence)
-
-        return self._on_candidate(
-            stream_of(candidate_id), decide, command="handoff", event_id=event_id, first_type=HandoffDecided.TYPE
-        )
+        """Re-run the checks now and decide under today's rules: ready (for evaluation), tune or reject. An
+        earlier check is never trusted; `rehash` as in `check`."""
+        return self._on_checks(candidate_id, "handoff", HandoffDecided.TYPE, decisions.hand_off, event_id, rehash)

@@ -1,10 +1,6 @@
-"""The small rules a Ledger command applies to its arguments before any work.
-
-Kept apart from `ledger.py` so the facade reads as the list of commands: the clock
-and the actor events are stamped with, a candidate's default id, and the argument
-checks that make bad input an `InputError` (or a missing baseline a `ConflictError`)
-before anything is hashed or appended.
-"""
+"""The small rules a Ledger command applies to its arguments before any work: the clock and actor
+events are stamped with, a candidate's default id, and the checks that make bad input an `InputError`
+(a missing baseline a `ConflictError`) before anything is hashed or appended."""
 
 from __future__ import annotations
 
@@ -14,15 +10,15 @@ import getpass
 import os
 import re
 import socket
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from lifecycle_fsm.errors import ConflictError, InputError, StoreError
 from lifecycle_fsm.event_base import text_or_error
 from lifecycle_fsm.json_types import JSON
-from lifecycle_fsm.limits import MAX_INT64, check_actor, check_int
+from lifecycle_fsm.limits import check_actor
 from lifecycle_fsm.retry import RetryPolicy
-from lifecycle_fsm.rules import STAGES, TRUSTED_STATE_KINDS, is_identity
+from lifecycle_fsm.rules import is_identity
 from lifecycle_fsm.state import LedgerSettings
 from lifecycle_fsm.store.chain import STORED_TIME
 from lifecycle_fsm.streams import check_cache_size
@@ -32,12 +28,11 @@ __all__ = [
     "checked_options",
     "default_actor",
     "default_id",
-    "non_negative",
     "path_argument",
     "read_only_folder",
     "recorded_time",
     "require_baseline",
-    "require_kind",
+    "require_choice",
     "utc_now",
 ]
 
@@ -48,9 +43,8 @@ def utc_now() -> str:
 
 
 def path_argument(name: str, value: object) -> str:
-    """A path the caller passed, as a `str`: a `str` or an `os.PathLike` of one; anything else
-    (None, a number, bytes) is an InputError naming the argument, not `os.fspath`'s TypeError,
-    and so is one holding a NUL (no file system path does: `os.stat`'s bare ValueError)."""
+    """A path the caller passed (a `str` or an `os.PathLike` of one) as a `str`; anything else, or a NUL in
+    it, is an InputError naming the argument (not `os.fspath`'s TypeError or `os.stat`'s ValueError)."""
     if type(value) is not str:  # the common case: a plain str needs no ABC check
         if isinstance(value, os.PathLike):
             value = os.fspath(value)
@@ -62,19 +56,19 @@ def path_argument(name: str, value: object) -> str:
 
 
 _STORED_TIME = re.compile(STORED_TIME)
+_EXAMPLE_TIME = "2026-11-30T12:00:00.000000Z"
 
 
 def recorded_time(reading: object) -> str:
-    """A clock's reading as an event stores it: UTC text `YYYY-MM-DDTHH:MM:SS.ffffffZ`, the one form in
-    which `--as-of` can compare times as text (`...00Z` sorts after `...00.5Z`)."""
+    """A clock's reading as an event stores it: UTC text `YYYY-MM-DDTHH:MM:SS.ffffffZ`, the one form in which
+    `--as-of` can compare times as text."""
     try:
         if isinstance(reading, str) and _STORED_TIME.fullmatch(reading):
             dt.datetime.fromisoformat(reading[:-1])  # a real moment: no month 13, no 25:00
             return reading
     except ValueError:
         pass
-    example = "2026-11-30T12:00:00.000000Z"
-    raise InputError(f"the ledger's clock gave {reading!r}: an event's time is UTC text like {example}")
+    raise InputError(f"the ledger's clock gave {reading!r}: an event's time is UTC text like {_EXAMPLE_TIME}")
 
 
 def default_actor() -> str:
@@ -86,20 +80,12 @@ def default_actor() -> str:
 
 
 def default_id(fields: JSON, manifest_path: str | os.PathLike[str]) -> str:
-    """The manifest's policy_version; without a usable one, the manifest's path as given.
-
-    An empty version is a semantic problem, not an input error: the candidate is
-    received under its path and its check rejects it (`candidate_identity`).
-    """
+    """The manifest's policy_version; without a usable one, the manifest's path as given (the candidate is
+    received under it and its check rejects it: a semantic problem, not an input error)."""
     version = fields.get("policy_version")
     if is_identity(version):
         return str(version)
     return Path(os.path.normpath(manifest_path)).as_posix()
-
-
-def non_negative(name: str, value: object) -> int:
-    """An int (not a bool) in 0..2^63-1: a larger window would be stored and could never go lower."""
-    return check_int(name, value, minimum=0, maximum=MAX_INT64)
 
 
 def suggest(word: str, choices: Iterable[str], listed: Iterable[str] | None = None) -> str:
@@ -109,14 +95,9 @@ def suggest(word: str, choices: Iterable[str], listed: Iterable[str] | None = No
     return (f", did you mean {close[0]!r}?" if close else "") + f" (expected one of {', '.join(listed or choices)})"
 
 
-def require_kind(kind: str) -> None:
-    if kind not in TRUSTED_STATE_KINDS:
-        raise InputError(f"unknown trusted-state kind {kind!r}{suggest(kind, TRUSTED_STATE_KINDS)}")
-
-
-def require_stage(stage: str) -> None:
-    if stage not in STAGES:
-        raise InputError(f"unknown stage {stage!r}{suggest(stage, STAGES)}")
+def require_choice(what: str, value: str, choices: Sequence[str]) -> None:
+    if value not in choices:
+        raise InputError(f"unknown {what} {value!r}{suggest(value, choices)}")
 
 
 def require_baseline(settings: LedgerSettings) -> None:
@@ -135,8 +116,8 @@ def checked_options(actor: object, artifact_root: object, retry: object, cached_
 
 
 def read_only_folder(target: str | os.PathLike[str]) -> StoreError | None:
-    """Why an existing ledger file could not be opened to write, when its folder may not be
-    written (SQLite keeps the `-wal` and `-shm` beside the file); None for anything else."""
+    """Why an existing ledger file could not be opened to write, when its folder may not be written (SQLite
+    keeps the `-wal` and `-shm` beside the file); None for anything else."""
     from lifecycle_fsm.store.open import is_postgres_url
 
     if is_postgres_url(target):
@@ -156,7 +137,8 @@ def read_only_folder(target: str | os.PathLike[str]) -> StoreError | None:
 
 def check_key(event_id: object) -> None:
     """An idempotency key is a string (or None): anything else is refused before it is looked up."""
-    if event_id is not None and not isinstance(event_id, str):
+    if event_id is None:
+        return
+    if not isinstance(event_id, str):
         raise InputError(f"event_id must be a string, not {type(event_id).__name__} ({event_id!r})")
-    if event_id is not None:
-        text_or_error("event_id", event_id)
+    text_or_error("event_id", event_id)

@@ -1,21 +1,9 @@
-"""The one path every command takes from folded state to appended events.
-
-1. A retried command (its `event_id` already stored, same stream, type and inputs) returns
-   what it did the first time and appends nothing (`idempotency.py`).
-2. Fold the streams the command depends on: its own (from the log, never from a
-   checkpoint copy) and, when its decision reads them, the ledger's settings. A stream
-   this Ledger last read or wrote is taken from the reader's cache without reading.
-3. Refuse a move the machine's table forbids, before any work; then decide (the caller's
-   function: gather evidence, e.g. hash artifacts, then a pure decision).
-4. Fire the events' triggers on the candidate's `transitions` model, then in one write
-   transaction assert the version of every stream read, append the events and fan out
-   evidence invalidations.
-5. Fold the appended events into the cached state (it must be where the model landed).
-If another writer appended to a stream it read between 2 and 4, the store raises
-`ConcurrencyError` and the command goes back to 2, with jittered backoff, until its
-deadline. A decision from the cache that the append refuses, or that appends nothing (a
-refusal, a no-op), is re-decided at once from a fresh read: the cache was stale, no race
-was lost yet.
+"""The one path every command takes from folded state to appended events (ARCHITECTURE.md, "The
+command path"): answer a retried key, fold what the decision reads (from the reader's cache when
+held), refuse a move the table forbids, decide, fire the triggers, append asserting the version of
+every stream read, fold what was appended. A lost race re-decides with jittered backoff until the
+deadline; a decision from the cache that the append refuses, or that appends nothing, is re-decided
+at once from a fresh read.
 """
 
 from __future__ import annotations
@@ -29,16 +17,10 @@ import attrs
 from transitions import MachineError
 
 from lifecycle_fsm import idempotency
-from lifecycle_fsm.command_inputs import recorded_time
+from lifecycle_fsm.command_inputs import check_key, recorded_time
 from lifecycle_fsm.decisions import Decision, Invalidation
 from lifecycle_fsm.errors import ConcurrencyError, DuplicateEventError, IllegalCommandError, LifecycleError
-from lifecycle_fsm.events import (
-    LEDGER_STREAM,
-    CandidateEvent,
-    Event,
-    LedgerInitialized,
-    candidate_id_of,
-)
+from lifecycle_fsm.events import LEDGER_STREAM, CandidateEvent, Event, LedgerInitialized, candidate_id_of
 from lifecycle_fsm.limits import check_event_id
 from lifecycle_fsm.logs import get_logger
 from lifecycle_fsm.machine import (
@@ -48,38 +30,23 @@ from lifecycle_fsm.machine import (
     allowed_commands,
     command_allowed,
     command_name,
+    sources_of,
 )
-from lifecycle_fsm.machine import sources_of as _sources_of
+from lifecycle_fsm.results import CandidateResult, CommandResult, SettingsResult
 from lifecycle_fsm.retry import DEFAULT_RETRY, RetryPolicy
 from lifecycle_fsm.state import CandidateState, LedgerSettings, LedgerState, fold, stream_start
 from lifecycle_fsm.store.base import StoreTransaction
 from lifecycle_fsm.store.records import NewEvent, Row, StoredEvent
 from lifecycle_fsm.streams import StreamReader
 
-__all__ = ["INVALIDATED_STATES", "CommandPath", "Decide", "Outcome", "new_event_id", "require_command"]
+__all__ = ["INVALIDATED_STATES", "Command", "CommandPath", "Decide", "new_event_id", "require_command"]
 
 log = get_logger(__name__)
 
 Decide = Callable[[CandidateState | None, LedgerSettings], Decision]
 # The states an evidence invalidation reaches, read from the machine's table.
-INVALIDATED_STATES = _sources_of("invalidate_evidence")
-# Commands that may start a stream: they fold what exists and let the decision tell.
-_STARTING = frozenset(INITIAL_TRIGGERS)
-
-
-@attrs.frozen
-class Outcome:
-    """What a command did: the events it appended (none for a no-op) and where it left things."""
-
-    events: tuple[StoredEvent, ...]
-    candidate: CandidateState | None = None
-    settings: LedgerSettings | None = None
-    invalidated: tuple[str, ...] = ()
-    duplicate: bool = False
-
-    @property
-    def state(self) -> State | None:
-        return None if self.candidate is None else self.candidate.state
+INVALIDATED_STATES = sources_of("invalidate_evidence")
+_Fanned = list[tuple[str, tuple[StoredEvent, ...], CandidateState]]
 
 
 def new_event_id() -> str:
@@ -113,8 +80,12 @@ class Command:
     reads_settings: bool = True
 
 
+class _Reread(Exception):
+    """A decision taken from the cache must be taken again from a fresh read."""
+
+
 class CommandPath:
-    """Runs commands for one Ledger (see the module docstring for the five steps)."""
+    """Runs commands for one Ledger (see the module docstring)."""
 
     def __init__(
         self,
@@ -132,8 +103,9 @@ class CommandPath:
         self.clock = clock
         self.retry = retry
 
-    def run(self, cmd: Command) -> Outcome:
+    def run(self, cmd: Command) -> CommandResult:
         """Run one command on its stream (a candidate's or the ledger's own)."""
+        check_key(cmd.event_id)
         check_event_id(cmd.event_id)  # KEY/<n> ids are the commands' own further events
         replayed = self._replayed(cmd)
         if replayed is not None:
@@ -143,9 +115,9 @@ class CommandPath:
         from_cache = True  # the first attempt decides from cached folds where the reader has them
         while True:
             current, settings, unread = self._fold(cmd, from_cache=from_cache)
-            from_cache = False  # any later attempt reads first
+            from_cache = False
             try:
-                outcome = self._attempt(cmd, current, settings, unread)
+                return self._attempt(cmd, current, settings, unread)
             except _Reread:
                 continue
             except ConcurrencyError as e:
@@ -163,13 +135,13 @@ class CommandPath:
                 )
                 if not unread:  # a stale cache is re-read at once; a race lost on fresh reads backs off
                     time.sleep(self.retry.delay(attempt))
-                continue
-            return outcome
 
-    def _attempt(self, cmd: Command, current: CandidateState | None, settings: LedgerSettings, unread: bool) -> Outcome:
+    def _attempt(
+        self, cmd: Command, current: CandidateState | None, settings: LedgerSettings, unread: bool
+    ) -> CommandResult:
         """Decide and append once; `_Reread` when a decision taken from the cache cannot be trusted."""
         try:
-            if current is not None and cmd.command not in _STARTING:
+            if current is not None and cmd.command not in INITIAL_TRIGGERS:  # those may start a stream
                 require_command(current, cmd.command)
             decision = cmd.decide(current, settings)
         except LifecycleError as e:
@@ -182,23 +154,28 @@ class CommandPath:
             if unread:  # nothing to append would confirm the cached versions: read them
                 log.info("command_reread", stream_id=cmd.stream_id, command=cmd.command, reason="noop")
                 raise _Reread
+            # Nothing left to do, perhaps because the same keyed command just did it.
             raced = self._replayed(cmd)
             if raced is not None:
-                return raced  # nothing left to do because the same keyed command just did it
-            return Outcome((), candidate=current, settings=settings if on_ledger else None)
+                return raced
+            if on_ledger:
+                return SettingsResult(settings=settings)
+            assert current is not None  # a command that may start a stream always appends to a new one
+            return CandidateResult(candidate=current)
+        result: CommandResult
         try:
             if on_ledger:
-                outcome = self._append_settings(settings, decision, cmd.event_id)
+                result = self._append_settings(settings, decision, cmd.event_id)
             else:
-                outcome = self._append_candidate(cmd, current, settings, decision)
+                result = self._append_candidate(cmd, current, settings, decision)
         except DuplicateEventError as e:
             return idempotency.raced(self, cmd, e)
-        if outcome.duplicate and cmd.event_id is not None:
+        if result.duplicate and cmd.event_id is not None:
             # The same keyed command committed while this one ran: answer what it did, all of it.
-            return self._replayed(cmd) or outcome
-        return outcome
+            return self._replayed(cmd) or result
+        return result
 
-    def _replayed(self, cmd: Command) -> Outcome | None:
+    def _replayed(self, cmd: Command) -> CommandResult | None:
         return idempotency.replayed(self, cmd.event_id, cmd.stream_id, cmd.first_type, cmd.inputs, cmd.then_types)
 
     def _fold(self, cmd: Command, *, from_cache: bool) -> tuple[CandidateState | None, LedgerSettings, bool]:
@@ -206,7 +183,7 @@ class CommandPath:
         unread = False
         current = None
         candidate_id = candidate_id_of(cmd.stream_id)
-        starting = cmd.command in _STARTING
+        starting = cmd.command in INITIAL_TRIGGERS  # folds what exists and lets the decision tell
         if candidate_id is not None:
             current = self.reader.cached(cmd.stream_id) if from_cache else None
             if from_cache and (current is not None or starting):
@@ -236,30 +213,29 @@ class CommandPath:
             else:
                 eid = event_id if keyed == 0 else f"{event_id}/{keyed}"
                 keyed += 1
-            payload = event.to_payload()
             at = recorded_time(self.clock())
-            out.append(NewEvent(stream_id, event.TYPE, event.SCHEMA_VERSION, payload, eid, at, self.actor))
+            out.append(NewEvent(stream_id, event.TYPE, event.SCHEMA_VERSION, event.to_payload(), eid, at, self.actor))
         return out
 
-    def _append_settings(self, settings: LedgerSettings, decision: Decision, event_id: str | None) -> Outcome:
+    def _append_settings(self, settings: LedgerSettings, decision: Decision, event_id: str | None) -> SettingsResult:
         new = self.new_events(LEDGER_STREAM, decision.events, event_id)
         with self.store.transaction() as tx:
             appended = tx.append(LEDGER_STREAM, settings.version, new, fresh_ids=event_id is None)
             if appended.duplicate:  # the same keyed command landed meanwhile: its fan-out too
-                return Outcome(appended.events, settings=self.reader.settings(), duplicate=True)
+                return SettingsResult(settings=self.reader.settings(), events=appended.events, duplicate=True)
             keyed = sum(1 for n in new if n.event_id == event_id or n.event_id.startswith(f"{event_id}/"))
             fanned = self._fan_out(tx, decision.invalidation, event_id, keyed) if decision.invalidation else []
         final = fold(_appended_rows(appended.events), LedgerState(settings, {}, settings.last_seq)).settings
         self.reader.remember(final)
         for _, _, invalidated in fanned:  # committed: the next command on it need not read it
             self.reader.remember(invalidated)
-        events = [*appended.events, *(e for _, stored, _ in fanned for e in stored)]
+        events = (*appended.events, *(e for _, stored, _ in fanned for e in stored))
         _log_appended(events, None)
-        return Outcome(tuple(events), settings=final, invalidated=tuple(cid for cid, _, _ in fanned))
+        return SettingsResult(settings=final, events=events, invalidated=tuple(cid for cid, _, _ in fanned))
 
     def _append_candidate(
         self, cmd: Command, current: CandidateState | None, settings: LedgerSettings, decision: Decision
-    ) -> Outcome:
+    ) -> CandidateResult:
         events = decision.events
         assert all(isinstance(e, CandidateEvent) for e in events)
         new = self.new_events(cmd.stream_id, events, cmd.event_id)
@@ -281,18 +257,14 @@ class CommandPath:
                 raise AssertionError(f"the fold says {final.state}, the machine {landed}")
             self.reader.remember(final)
         _log_appended(result.events, final)
-        return Outcome(
-            result.events,
-            candidate=final,
-            settings=settings if cmd.reads_settings else None,
-            duplicate=result.duplicate,
-        )
+        assert final is not None
+        return CandidateResult(candidate=final, events=result.events, duplicate=result.duplicate)
 
     def _fire(
         self, current: CandidateState | None, events: Sequence[CandidateEvent], payloads: Sequence[Mapping[str, Any]]
     ) -> str:
-        """Fire the events' triggers on the candidate's `transitions` model: the state they land in
-        (`payloads`: the events' own, already built for the append)."""
+        """Fire the events' triggers (from `payloads`, built once for the append) on the candidate's
+        `transitions` model: the state they land in."""
         triggers = [type(e).trigger_for(payload) for e, payload in zip(events, payloads, strict=True)]
         if current is None:  # a new stream: its one event starts it in `received`
             if triggers[0] not in INITIAL_TRIGGERS or len(triggers) != 1:
@@ -310,16 +282,11 @@ class CommandPath:
                 ) from e
         return model.state
 
-    def _fan_out(
-        self, tx: StoreTransaction, invalidation: Invalidation, event_id: str | None, keyed: int
-    ) -> list[tuple[str, tuple[StoredEvent, ...], CandidateState]]:
-        """One EvidenceInvalidated per decided candidate, inside the setting's transaction.
-
-        With a key, they continue the command's numbering (`event_id/N`), so a retry finds them.
-        Whether each candidate is decided comes from its fold of the log, never from the index's
-        label: an index row edited by hand must not let a decided candidate keep stale evidence.
-        """
-        done: list[tuple[str, tuple[StoredEvent, ...], CandidateState]] = []
+    def _fan_out(self, tx: StoreTransaction, invalidation: Invalidation, event_id: str | None, keyed: int) -> _Fanned:
+        """One EvidenceInvalidated per decided candidate, inside the setting's transaction, keyed on from
+        the command's numbering (`event_id/N`). Whether a candidate is decided comes from its fold of the
+        log, never from the index's label (a row edited by hand must not let it keep stale evidence)."""
+        done: _Fanned = []
         for head in tx.streams():
             candidate_id = candidate_id_of(head.stream_id)
             if candidate_id is None:
@@ -337,10 +304,6 @@ class CommandPath:
         return done
 
 
-class _Reread(Exception):
-    """A decision taken from the cache must be taken again from a fresh read."""
-
-
 def _candidate_id(stream_id: str) -> str:
     candidate_id = candidate_id_of(stream_id)
     assert candidate_id is not None
@@ -348,9 +311,8 @@ def _candidate_id(stream_id: str) -> str:
 
 
 def _appended_rows(events: Sequence[StoredEvent]) -> list[Row]:
-    """What an append just stored, as the rows a fold reads. Their hashes were computed in this process
-    (or, for PostgreSQL's one-statement append, re-computed here against the server's), so unlike rows
-    read back they are not checked again; a retried append's stored copies are read back, never this."""
+    """What an append just stored, as fold rows. Their hashes were computed (or re-checked) in this
+    process, so unlike rows read back they are not checked again."""
     return [(e.seq, e.stream_id, e.version, e.type, e.schema_version, e.payload) for e in events]
 
 

@@ -1,10 +1,6 @@
-"""Re-using an artifact's digest while none of its files changed on disk.
-
-A check re-hashes the candidate's adapter and the baseline's; a supervisor checking the
-same candidates again and again would read the same gigabytes each time. A digest is
-re-used only while every file's (device, inode, size, mtime_ns, ctime_ns) is what it was
-when its bytes were read; the check records when that was (`reused_from`).
-"""
+"""Re-using an artifact's digest while every file's (device, inode, size, mtime_ns, ctime_ns) is what it
+was when its bytes were read, so a supervisor re-checking candidates does not re-read the same
+gigabytes; the check records when they were read (`reused_from`)."""
 
 from __future__ import annotations
 
@@ -27,13 +23,8 @@ _Identity = tuple[tuple[bytes, int, int, int, int, int], ...]
 
 @attrs.define
 class DigestCache:
-    """Digests this process computed, each re-used while every file's identity is what it was when read.
-
-    Residual risk (docs/embedding.md, "Opening, memory and artifacts"): a change that keeps size, mtime
-    *and* ctime (only a privileged writer can make one), or timestamps coarser than the change interval,
-    is not seen until a full read (`--rehash`, `audit`). At most `max_entries` digests are kept, the least
-    recently used evicted first (read again when next checked), so a long-lived Ledger stays flat.
-    """
+    """Digests this process computed, at most `max_entries` (least recently used evicted first). A change
+    that keeps size, mtime *and* ctime is not seen until a full read (docs/embedding.md)."""
 
     clock: Callable[[], str]
     max_entries: int = 2048

@@ -1,33 +1,9 @@
-"""The exceptions lifecycle-fsm raises, one shallow tree under `LifecycleError`.
+"""The exceptions lifecycle-fsm raises, one shallow tree under `LifecycleError`. It imports nothing of
+ours: the store, the domain and replay share it.
 
-This module imports nothing of ours: it is the vocabulary the store, the domain and
-replay share (the store may import it and nothing else outside its package).
-
-An error that resembles a builtin also inherits it, so callers who only know the
-standard library can still catch it; IntegrityError alone has none, on purpose (its
-docstring says why). Every error keeps structured fields for machines (`seq`,
-`stream_id`, `expected_version`, …) and survives pickling with them. Which exit code
-each one ends in is the CLI's business (`lifecycle_fsm.cli.exit_codes`), not theirs.
-
-    LifecycleError
-    ├── InputError (ValueError)          bad file, bad JSON, bad manifest, unknown stage/kind
-    │   ├── ArtifactError                a manifest's artifact cannot be hashed (missing, escapes, loop)
-    │   │   └── ArtifactUnreadable       … for a reason of the environment (permission, I/O)
-    │   └── ScenarioError                a drill file is malformed
-    ├── NotFoundError (LookupError)      unknown candidate id
-    ├── ConflictError (RuntimeError)     the command is not allowed now
-    │   ├── IllegalCommandError          the machine's table refuses the move
-    │   ├── ConcurrencyError             another writer appended first
-    │   └── DuplicateEventError          same event_id, different content
-    ├── IntegrityError                   the log or a checkpoint is corrupt (no builtin)
-    │   └── CorruptionError              replay met something the table forbids
-    │       └── IllegalTransition        a recorded move the table forbids (lifecycle_fsm.state)
-    ├── StoreError (OSError)             the database failed (locked, not a ledger)
-    │   └── LedgerClosedError            a Ledger used after `close()`
-    └── WaitTimeout (TimeoutError)       `Ledger.wait_for` gave up, or the candidate was rejected
-
-The store translates `sqlite3` and psycopg errors into these at its boundary (`raise … from e`);
-nothing from `sqlite3`, `sqlite_utils`, psycopg or `transitions` crosses the public API.
+An error that resembles a builtin also inherits it (IntegrityError alone on purpose has none); its
+structured fields (`seq`, `stream_id`, …) survive pickling. Exit codes are the CLI's business
+(`lifecycle_fsm.cli.exit_codes`); the store translates driver errors into these at its boundary.
 """
 
 from __future__ import annotations
@@ -64,8 +40,8 @@ class LifecycleError(Exception):
     """Root of every error the library raises on purpose."""
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # The default re-calls `cls(*args)`, which fails for leaves with keyword-only fields: an error
-        # raised in a worker process (multiprocessing, concurrent.futures) would not reach its parent.
+        # The default re-calls `cls(*args)`, which fails for keyword-only fields: an error raised in
+        # a worker process would not reach its parent.
         return _rebuild, (type(self), self.args), self.__dict__
 
 
@@ -82,11 +58,7 @@ class NotFoundError(LifecycleError, LookupError):
 
 
 class ConflictError(LifecycleError, RuntimeError):
-    """The command is well-formed but not allowed in the ledger's current state.
-
-    A `RuntimeError`, as the standard library's own refusals of a call in the wrong
-    state are (starting a thread twice, running a closed event loop).
-    """
+    """The command is well-formed but not allowed in the ledger's current state."""
 
 
 class ConcurrencyError(ConflictError):
@@ -111,9 +83,7 @@ class DuplicateEventError(ConflictError):
 class IntegrityError(LifecycleError):
     """The log, its hash chain or a checkpoint does not hold together.
 
-    Deliberately no builtin base: corrupt history is neither a bad argument
-    (`ValueError`) nor a failing device (`OSError`), and the fold's own
-    `except ValueError` around payload parsing must never catch and re-label it.
+    No builtin base: the fold's own `except ValueError` around payload parsing must never catch it.
     """
 
     def __init__(self, message: str, *, seq: int | None = None, **details: Any) -> None:
@@ -125,8 +95,7 @@ class IntegrityError(LifecycleError):
 class StoreError(LifecycleError, OSError):
     """The database itself failed (locked too long, disk full, not a ledger file).
 
-    An `OSError`, as a failing file or disk is. Always built from one message, so
-    `str(e)` is that message (OSError's two-argument form would print "[Errno …] …").
+    Always one message, so `str(e)` is that message (not OSError's "[Errno …] …").
     """
 
     def __init__(self, message: str) -> None:
@@ -138,8 +107,8 @@ class ArtifactError(InputError):
 
 
 class ArtifactUnreadable(ArtifactError):
-    """An artifact could not be read for a reason of the environment (permission denied, an I/O
-    error, its root absent as an unmounted volume's is): a check that meets it is inconclusive."""
+    """An artifact could not be read for a reason of the environment (permission, I/O, an absent root):
+    a check that meets it is inconclusive."""
 
 
 class ScenarioError(InputError):
@@ -164,10 +133,9 @@ class LedgerClosedError(StoreError):
 
 
 class WaitTimeout(LifecycleError, TimeoutError):
-    """`wait_for` gave up: the candidate did not reach any of the states in time, or it was rejected (final).
+    """`wait_for` gave up: the candidate did not reach any of the states in time, or it was rejected.
 
-    Defined here rather than in `feed.py` (which re-exports it) so that the CLI's exit-code
-    table does not import the feed, and with it the Ledger's modules, on every start.
+    Defined here (not in `feed.py`) so the CLI's exit-code table does not import the Ledger's modules.
     """
 
     def __init__(self, message: str, *, candidate_id: str, states: tuple[str, ...], last_state: str | None) -> None:

@@ -1,11 +1,5 @@
-"""Folders a command writes into: created if missing, proven writable, refused in one line.
-
-Every writer of files (audit records and reports, key pairs, drill reports, the decision
-pool) makes its folder through `make_folder`, so a folder that cannot be made — a
-read-only place, a file in the way — is the same `InputError` (exit 3) everywhere, never
-an `OSError` traceback. `prove_writable` goes one step further for a command that
-appends to the ledger before it writes its files (`audit`): it finds out first.
-"""
+"""Folders a command writes into: created if missing, proven writable, or one `InputError` (exit 3),
+never an `OSError` traceback."""
 
 from __future__ import annotations
 

@@ -1,12 +1,13 @@
 """Idempotency keys: a retried command answers what it did the first time and appends nothing.
 
-A command keyed `KEY` stores its events as `KEY`, `KEY/1`, `KEY/2`, … in one transaction
-(a settings change's fan-out continues the numbering), so a retry finds all of them. The
-same key with another stream, event type or inputs is a `DuplicateEventError`.
+A command keyed `KEY` stores its events as `KEY`, `KEY/1`, `KEY/2`, … in one transaction (a settings
+change's fan-out continues the numbering), so a retry finds all of them. The same key with another
+stream, event type or inputs is a `DuplicateEventError`.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -14,12 +15,12 @@ import orjson
 
 from lifecycle_fsm.errors import DuplicateEventError
 from lifecycle_fsm.events import LEDGER_STREAM, EvidenceInvalidated, candidate_id_of
+from lifecycle_fsm.results import CandidateResult, CommandResult, SettingsResult
 from lifecycle_fsm.store.records import StoredEvent
 from lifecycle_fsm.streams import fold_candidate, fold_settings
 
 if TYPE_CHECKING:
-    from lifecycle_fsm.command_path import Command, CommandPath, Outcome
-    from lifecycle_fsm.state import CandidateState, LedgerSettings
+    from lifecycle_fsm.command_path import Command, CommandPath
 
 __all__ = ["raced", "replayed", "retried_unread", "stored_field"]
 
@@ -40,10 +41,9 @@ def replayed(
     type_name: str,
     inputs: Mapping[str, Any],
     then_types: Sequence[str] = (),
-) -> Outcome | None:
-    """What the command keyed `event_id` did, when it is this same command; None when the key is new."""
-    from lifecycle_fsm.command_path import Outcome
-
+) -> CommandResult | None:
+    """What the command keyed `event_id` did, as it left things, when it is this same command; None when
+    the key is new."""
     if event_id is None:
         return None
     first = path.store.event_by_id(event_id)
@@ -60,29 +60,19 @@ def replayed(
         )
     events = tuple(_command_events(path, event_id, first, then_types))
     if stream_id == LEDGER_STREAM:
+        settings = path.reader.settings()
+        if settings.version != events[0].version:  # changed since
+            settings = fold_settings(path.store.read_stream(LEDGER_STREAM)[: events[0].version])
         invalidated = tuple(cid for e in events if (cid := candidate_id_of(e.stream_id)) is not None)
-        settings = _settings_left(path, events[0].version)
-        return Outcome(events, settings=settings, invalidated=invalidated, duplicate=True)
-    return Outcome(events, candidate=_left_in(path, stream_id, events[-1].version), duplicate=True)
+        return SettingsResult(settings=settings, events=events, invalidated=invalidated, duplicate=True)
+    candidate = path.reader.candidate(stream_id)
+    if candidate is not None and candidate.version != events[-1].version:  # moved on since
+        candidate = fold_candidate(path.store.read_stream(stream_id)[: events[-1].version])
+    assert candidate is not None
+    return CandidateResult(candidate=candidate, events=events, duplicate=True)
 
 
-def _settings_left(path: CommandPath, version: int) -> LedgerSettings:
-    """The settings as the first call left them (at `version` of the ledger's stream), even if changed since."""
-    now = path.reader.settings()
-    if now.version == version:
-        return now
-    return fold_settings(path.store.read_stream(LEDGER_STREAM)[:version])
-
-
-def _left_in(path: CommandPath, stream_id: str, version: int) -> CandidateState | None:
-    """The candidate as the first call left it (at `version` of its stream), even if it has moved on since."""
-    now = path.reader.candidate(stream_id)
-    if now is None or now.version == version:
-        return now
-    return fold_candidate(path.store.read_stream(stream_id)[:version])
-
-
-def raced(path: CommandPath, cmd: Command, error: DuplicateEventError) -> Outcome:
+def raced(path: CommandPath, cmd: Command, error: DuplicateEventError) -> CommandResult:
     """An append refused because its key was taken meanwhile: the same command committed first
     (answer as a retry), or another command holds the key (the error says which)."""
     if cmd.event_id is None or error.event_id != cmd.event_id:
@@ -93,29 +83,29 @@ def raced(path: CommandPath, cmd: Command, error: DuplicateEventError) -> Outcom
     return answer
 
 
-def retried_unread(path: CommandPath, event_id: str | None, type_name: str, match: Mapping[str, Any]) -> Outcome | None:
-    """A keyed command whose input file is gone (a manifest removed once received): the stored
-    command of that key when it is of this type and its `match` fields agree, else None."""
-    if event_id is None:
-        return None
-    first = path.store.event_by_id(event_id)
+def retried_unread(
+    path: CommandPath, event_id: object, type_name: str, manifest_path: str, candidate_id: str | None = None
+) -> CommandResult | None:
+    """A keyed receive or baseline activation retried once its manifest is gone: the stored answer when
+    that key recorded this manifest path (and id), else None. Only a retry is helped."""
+    first = path.store.event_by_id(event_id) if isinstance(event_id, str) else None
     if first is None or first.type != type_name:
         return None
+    match: dict[str, Any] = {"manifest_path": os.path.normpath(os.path.abspath(manifest_path))}
+    if candidate_id is not None:
+        match["candidate_id"] = candidate_id
     payload = orjson.loads(first.payload)
     if any(payload.get(key) != value for key, value in match.items()):
         return None
-    return replayed(path, event_id, first.stream_id, type_name, match)
+    return replayed(path, first.event_id, first.stream_id, type_name, match)
 
 
 def _command_events(
     path: CommandPath, event_id: str, first: StoredEvent, then_types: Sequence[str]
 ) -> list[StoredEvent]:
-    """`first` and the events keyed `event_id/1`, `event_id/2`, … its command appended with it.
-
-    A command appends all its events in one transaction, so its n-th further event is at seq
-    `first.seq + n`, of the kind that command appends there: a candidate command's next event
-    on its own stream (`then_types`), a settings command's fan-out (`EvidenceInvalidated`).
-    """
+    """`first` and the events keyed `event_id/1`, `event_id/2`, … its command appended with it: in one
+    transaction, so its n-th further event is at seq `first.seq + n`, of the kind that command appends
+    there (a candidate command's `then_types` on its stream, a settings command's fan-out)."""
     events = [first]
     on_ledger = first.stream_id == LEDGER_STREAM
     while on_ledger or len(events) <= len(then_types):

@@ -1,9 +1,5 @@
-"""The Ledger: the embedding API a training supervisor imports.
-
-Each command validates its input, says which streams it depends on, gathers its evidence
-(hashing happens here, before any lock) and lets a pure function in `decisions.py` choose the
-events; `command_path.py` folds, asserts every version it read, appends and re-decides on a
-lost race. Queries read the folds `streams.py` keeps. One Ledger per process.
+"""The Ledger: the embedding API a training supervisor imports (its candidate commands are in
+`candidate_commands.py`). Queries read the folds `streams.py` keeps. One Ledger per process.
 """
 
 from __future__ import annotations
@@ -11,21 +7,13 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from lifecycle_fsm import decisions
 from lifecycle_fsm.candidate_commands import CandidateCommands
 from lifecycle_fsm.checks import verify_artifact
-from lifecycle_fsm.closed import closed_store, closing_after, require_open
-from lifecycle_fsm.command_inputs import (
-    check_key,
-    checked_options,
-    default_actor,
-    non_negative,
-    path_argument,
-    read_only_folder,
-    utc_now,
-)
+from lifecycle_fsm.closed import CLOSED, ClosedStore, closing_after, require_open
+from lifecycle_fsm.command_inputs import checked_options, default_actor, path_argument, read_only_folder, utc_now
 from lifecycle_fsm.command_path import Command, CommandPath, Decide
 from lifecycle_fsm.decisions import DEFAULT_ACTIVE_WINDOW, DEFAULT_MAX_WINDOW_AGE, Decision
 from lifecycle_fsm.digest_cache import DigestCache
@@ -43,8 +31,9 @@ from lifecycle_fsm.events import (
     stream_of,
 )
 from lifecycle_fsm.feed import FeedEvent, follow_events, read_events, wait_for_state
+from lifecycle_fsm.idempotency import retried_unread
 from lifecycle_fsm.json_types import JSON
-from lifecycle_fsm.limits import check_version_text
+from lifecycle_fsm.limits import check_int, check_version_text
 from lifecycle_fsm.machine import State
 from lifecycle_fsm.manifests import load_baseline_manifest
 from lifecycle_fsm.recovery import RecoveryPlan
@@ -90,19 +79,16 @@ class Ledger(CandidateCommands):
         new_id: Callable[[], str] | None = None,
         cached_candidates: int = CACHED_CANDIDATES,
     ) -> None:
-        root = checked_options(actor, artifact_root, retry, cached_candidates)
+        self.artifact_root = checked_options(actor, artifact_root, retry, cached_candidates)
         self.store = store
         self.actor = actor or default_actor()
-        self.artifact_root = root
         self.signing_key = signing_key  # the key seals and attestations are signed with
         self._clock = clock
-        # The folds of the candidates this Ledger last read or wrote (at most `cached_candidates`, least
-        # recently used evicted first): a command on one of them decides without reading its stream.
+        # The folds of the candidates last read or wrote (LRU): a command on one decides without reading.
         self._reader = StreamReader(store, max_candidates=cached_candidates)
         self._path = CommandPath(self._reader, actor=self.actor, clock=clock, retry=retry, new_id=new_id)
-        # Artifact digests this Ledger read, re-used by `check`/`hand_off` while no file changed;
-        # stamped with the wall clock (the event clock is not consumed by a read).
-        self._digests = DigestCache(utc_now, max_entries=2 * cached_candidates)  # bounded, as the folds are
+        # Stamped with the wall clock: the event clock is not consumed by a read.
+        self._digests = DigestCache(utc_now, max_entries=2 * cached_candidates)
         self._closed = False
         self._opener = threading.get_ident()  # the thread whose connection the store is
         self.location: str | None = None  # the path or URL `open` was given (None for a store passed in)
@@ -123,17 +109,10 @@ class Ledger(CandidateCommands):
         new_id: Callable[[], str] | None = None,
         cached_candidates: int = CACHED_CANDIDATES,
     ) -> Ledger:
-        """A ledger on a SQLite file or a `postgresql://` URL (created if missing, unless `create=False`).
-
-        `busy_timeout` (seconds) is how long a write waits for another writer's lock
-        (SQLite's busy timeout, PostgreSQL's lock_timeout) before `StoreError`;
-        `create=False` opens only a ledger that exists (a missing file or schema is an
-        `InputError`, never a new empty ledger: a waiter with a mistyped path fails at once),
-        and reads a SQLite ledger in a folder this process may not write (its writes are
-        refused with `StoreError`); the rest are the constructor's (`clock`, `artifact_root`,
-        `retry`, `new_id`, `cached_candidates`: how many candidates' folds it keeps, default 1024,
-        least recently used evicted first).
-        """
+        """A ledger on a SQLite file or a `postgresql://` URL, created if missing unless `create=False` (then a
+        missing one is an `InputError`, and a SQLite ledger in a folder this process may not write opens to
+        read). `busy_timeout`: seconds a write waits for another writer's lock before `StoreError`; the rest
+        are the constructor's (`cached_candidates`: how many candidates' folds it keeps, default 1024)."""
         from lifecycle_fsm.store.open import open_store
 
         path_or_url = path_argument("the ledger's path or URL", path_or_url)
@@ -191,7 +170,7 @@ class Ledger(CandidateCommands):
         if self._closed:
             return
         store, here, self._closed = self.store, threading.get_ident() == self._opener, True
-        self.store = closed_store(None if here else store, self._opener)
+        self.store = cast(EventStore, ClosedStore(None if here else store, self._opener))
         self._reader.store = self._path.store = self.store
         if here:
             store.close()
@@ -202,7 +181,7 @@ class Ledger(CandidateCommands):
 
     def __enter__(self) -> Ledger:
         if self._closed:  # as a closed file: refused here, not at the block's first read or write
-            raise LedgerClosedError("this ledger is closed: open it again to use it (with-statement)")
+            raise LedgerClosedError(f"{CLOSED} (with-statement)")
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -279,20 +258,12 @@ class Ledger(CandidateCommands):
             poll=poll,
         )
 
-    # --- typed results -------------------------------------------------------------
-
-    def _on_settings(self, stream_id: str, decide: Decide, **how: Any) -> SettingsResult:
-        check_key(how["event_id"])
-        outcome = self._path.run(Command(stream_id, decide, **how))
-        assert outcome.settings is not None
-        return SettingsResult(
-            settings=outcome.settings,
-            events=outcome.events,
-            duplicate=outcome.duplicate,
-            invalidated=outcome.invalidated,
-        )
-
     # --- ledger settings ---------------------------------------------------------
+
+    def _on_settings(self, decide: Decide, **how: Any) -> SettingsResult:
+        result = self._path.run(Command(LEDGER_STREAM, decide, **how))
+        assert isinstance(result, SettingsResult)
+        return result
 
     def init(
         self,
@@ -301,26 +272,18 @@ class Ledger(CandidateCommands):
         *,
         event_id: str | None = None,
     ) -> SettingsResult:
-        """Fix the freshness settings; re-running with the same values is a no-op.
-
-        The same values are today's or the ones the ledger was initialised with (so each
-        supervisor run may start with `init()`, however far the window advanced since).
-        """
-        non_negative("max window age", max_window_age)
-        non_negative("active window", active_window)
+        """Fix the freshness settings; re-running with today's values, or the ones the ledger was initialised
+        with (however far the window advanced since), is a no-op."""
+        check_int("max window age", max_window_age)
+        check_int("active window", active_window)
         ledger_id = self._path.new_id()  # kept only if this init is the ledger's first event
 
         def decide(_: CandidateState | None, settings: LedgerSettings) -> Decision:
-            first = None
-            if settings.initialized and (settings.max_window_age, settings.active_window) != (
-                max_window_age,
-                active_window,
-            ):
-                first = _initialized_with(self.store)  # only then: the window may have moved since
+            changed = (settings.max_window_age, settings.active_window) != (max_window_age, active_window)
+            first = _initialized_with(self.store) if settings.initialized and changed else None
             return decisions.init(settings, max_window_age, active_window, ledger_id, initialized_with=first)
 
         return self._on_settings(
-            LEDGER_STREAM,
             decide,
             command="init",
             event_id=event_id,
@@ -336,13 +299,11 @@ class Ledger(CandidateCommands):
         try:
             manifest = load_baseline_manifest(path, self.artifact_root)
         except InputError:
-            retried = self._retried_unread(event_id, BaselineActivated.TYPE, path)
+            retried = retried_unread(self._path, event_id, BaselineActivated.TYPE, path)
             if retried is None:
                 raise
-            assert retried.settings is not None
-            return SettingsResult(
-                settings=retried.settings, events=retried.events, duplicate=True, invalidated=retried.invalidated
-            )
+            assert isinstance(retried, SettingsResult)
+            return retried
         actual = verify_artifact(manifest.adapter_path, manifest.adapter_sha256, self.artifact_root)
         event = BaselineActivated(
             policy_version=manifest.adapter_sha256,
@@ -356,7 +317,6 @@ class Ledger(CandidateCommands):
             adapter_tree=actual.tree,
         )
         return self._on_settings(
-            LEDGER_STREAM,
             lambda _, settings: decisions.activate_baseline(settings, event),
             command="baseline activate",
             event_id=event_id,
@@ -366,9 +326,8 @@ class Ledger(CandidateCommands):
 
     def advance_window(self, active_window: int, *, event_id: str | None = None) -> SettingsResult:
         """Move the active rollout window forward; online candidates' evidence ages."""
-        non_negative("window", active_window)
+        check_int("window", active_window)
         return self._on_settings(
-            LEDGER_STREAM,
             lambda _, settings: decisions.advance_window(settings, active_window),
             command="window",
             event_id=event_id,
@@ -382,7 +341,6 @@ class Ledger(CandidateCommands):
             text_or_error("evaluation version", evaluation_version)  # not UTF-8 (a CLI argument): said so
         check_version_text("evaluation version", evaluation_version)
         return self._on_settings(
-            LEDGER_STREAM,
             lambda _, settings: decisions.activate_evaluation(settings, evaluation_version),
             command="evaluation activate",
             event_id=event_id,

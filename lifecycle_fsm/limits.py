@@ -1,12 +1,7 @@
-"""Bounds on what the ledger accepts from outside: file kinds and sizes, id shapes, safe text.
-
-Hostile or mistaken input must end in one `InputError`, quickly: a FIFO given as a
-manifest would block `open()` forever, `/dev/zero` would be read until memory runs
-out, and an id carrying terminal escapes would rewrite an operator's screen when
-printed. So input files are opened non-blocking, must be regular files and are read
-up to a documented cap; ids are printable text of bounded length; and text shown on
-a terminal has its control characters spelled out (`display`).
-"""
+"""Bounds on what the ledger accepts from outside, so hostile or mistaken input ends in one quick
+`InputError`: input files are opened non-blocking (a FIFO), must be regular and are read up to a cap
+(`/dev/zero`); ids are printable text of bounded length; text shown on a terminal has its control
+characters spelled out (`display`)."""
 
 from __future__ import annotations
 
@@ -42,27 +37,21 @@ MAX_MANIFEST_BYTES = 16 * 1024 * 1024  # a manifest is metadata: 16 MiB is far b
 MAX_SCENARIO_BYTES = 1024 * 1024  # a drill scenario is a hand-written YAML file
 MAX_CANDIDATE_ID_LENGTH = 256  # characters; ids are shown in tables and used as stream names
 MAX_INT64 = 2**63 - 1  # the largest integer SQLite, PostgreSQL's bigint and JSON readers all keep exactly
-# Keys, pinned heads and attestations are small files a command reads whole before it trusts
-# anything: the caps only have to stop /dev/zero, a FIFO's endless writer or a sparse file.
+# Keys, pinned heads and attestations are small files read whole: the caps only stop /dev/zero and the like.
 MAX_KEY_BYTES = 64 * 1024  # an Ed25519 PEM key is ~120 bytes; room for comments, never megabytes
 MAX_SIGNED_HEAD_BYTES = 64 * 1024  # a signed head (`seal` writes it) is ~400 bytes of JSON
 MAX_ATTESTATION_BYTES = 16 * 1024 * 1024  # a DSSE envelope is a few kB; the manifest cap, as it quotes one
 
-# A command that appends several events keys them KEY, KEY/1, KEY/2, ... (`command_path`):
-# a caller's key ending in `/<digits>` would share that namespace with another key's events.
+# A command that appends several events keys them KEY, KEY/1, KEY/2, ... (`command_path`).
 _SUB_KEY = re.compile(r"/[0-9]+\Z")
 
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
 
 def read_regular_file(path: str | os.PathLike[str], *, what: str, limit: int) -> bytes:
-    """The bytes of a regular file of at most `limit` bytes, or an InputError naming `what`.
-
-    Opened with O_NONBLOCK so a FIFO never blocks the open; the opened descriptor is
-    then checked to be a regular file (a device, FIFO or socket is refused) and read
-    to at most `limit + 1` bytes, so a file that grows or lies about its size is
-    still bounded.
-    """
+    """The bytes of a regular file of at most `limit` bytes, or an InputError naming `what`. The descriptor
+    (opened O_NONBLOCK: a FIFO never blocks the open) must be a regular file and is read to at most
+    `limit + 1` bytes, so a file that grows or lies about its size is still bounded."""
     shown = os.fspath(path)
     try:
         fd = os.open(shown, _READ_FLAGS)
@@ -95,11 +84,8 @@ def read_regular_file(path: str | os.PathLike[str], *, what: str, limit: int) ->
 
 
 def check_int(name: str, value: object, *, minimum: int = 0, maximum: int = MAX_INT64) -> int:
-    """`value` if it is an int (a bool is not) in `minimum..maximum`, else an InputError naming `name`.
-
-    The upper bound is what every store keeps exactly (2^63 - 1): a larger number would
-    either overflow the driver or be stored and never be reachable again (a window).
-    """
+    """`value` if it is an int (a bool is not) in `minimum..maximum`, else an InputError naming `name`. The
+    default bound is what every store keeps exactly: a larger window could be stored and never go lower."""
     if not isinstance(value, int) or isinstance(value, bool):
         raise InputError(f"{name} must be an integer, not {value!r}")
     if not minimum <= value <= maximum:
@@ -108,11 +94,8 @@ def check_int(name: str, value: object, *, minimum: int = 0, maximum: int = MAX_
 
 
 def check_seconds(name: str, value: object, *, zero_ok: bool) -> float:
-    """A finite, non-negative number of seconds (positive unless `zero_ok`), else an InputError.
-
-    NaN compares false with everything, so a NaN timeout never passes and a wait on it
-    never ends; infinity and values past `threading.TIMEOUT_MAX` overflow the sleep.
-    """
+    """A finite, non-negative number of seconds (positive unless `zero_ok`), else an InputError: a wait on
+    NaN never ends, and infinity or values past `threading.TIMEOUT_MAX` overflow the sleep."""
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         raise InputError(f"{name} must be a number of seconds, not {value!r}")
     if (isinstance(value, float) and not math.isfinite(value)) or value < 0 or (value == 0 and not zero_ok):
@@ -126,6 +109,11 @@ def check_seconds(name: str, value: object, *, zero_ok: bool) -> float:
 def _is_printable(ch: str) -> bool:
     # Cc control (C0, DEL, C1: ESC is here), Cf format (bidi overrides, zero-width), Zl/Zp separators.
     return ch == " " or unicodedata.category(ch)[0] not in "CZ"
+
+
+def _check_length(what: str, value: str) -> None:
+    if len(value) > MAX_CANDIDATE_ID_LENGTH:
+        raise InputError(f"{what} is {len(value)} characters, over the {MAX_CANDIDATE_ID_LENGTH}-character limit")
 
 
 def _printed_once(what: str, value: str, hint: str) -> None:
@@ -148,16 +136,14 @@ _BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u20
 
 
 def check_actor(actor: object) -> str:
-    """Who the events say recorded them: a name an auditor can read. 1..256 characters, no leading or
-    trailing whitespace, no control character (a newline or an escape forges a `log` line) nor one that
-    reorders the text; any script with its spaces and joiners is fine (a Japanese name with its
-    full-width space, a Persian one with its zero-width non-joiner)."""
+    """Who the events say recorded them: 1..256 characters, no leading or trailing whitespace, no control
+    character (a newline forges a `log` line) nor one that reorders the text; any script with its spaces
+    and joiners is fine (a Persian name with its zero-width non-joiner)."""
     if not isinstance(actor, str):
         raise InputError(f"actor must be a string, not {type(actor).__name__} ({actor!r})")
     if not actor.strip():
         raise InputError(f"actor {actor!r} is blank")
-    if len(actor) > MAX_CANDIDATE_ID_LENGTH:
-        raise InputError(f"actor is {len(actor)} characters, over the {MAX_CANDIDATE_ID_LENGTH}-character limit")
+    _check_length("actor", actor)
     if any(unicodedata.category(ch) in ("Cc", "Cs", "Zl", "Zp") or ch in _BIDI_CONTROLS for ch in actor):
         raise InputError(f"actor {actor!r} contains control or format characters")
     if actor != actor.strip():
@@ -166,23 +152,14 @@ def check_actor(actor: object) -> str:
 
 
 def check_candidate_id(candidate_id: str, *, hint: str = "give another id with --id") -> str:
-    """A candidate id is 1..256 printable characters that name one stream unambiguously; else InputError.
-
-    Not only spaces, no leading or trailing whitespace and nothing but Unicode NFC (each
-    would print like another id: `é` decomposed is two code points), no control or format
-    characters. Not `ledger` or `seals` (the names `log --stream` and
-    `Ledger.events(stream=...)` give the ledger's own streams) and not starting with
-    `candidate:` (the prefix of every candidate's stored stream id): such an id's events
-    would be listed as another stream's, or not at all. `hint`: what the caller can do instead.
-    """
+    """A candidate id is 1..256 printable characters that name one stream unambiguously (see
+    `_printed_once`), neither a named stream (`ledger`, `seals`) nor starting with the candidates' stream
+    prefix; else InputError. `hint`: what the caller can do instead."""
     if not isinstance(candidate_id, str):
         raise InputError(f"a candidate id is a string, not {type(candidate_id).__name__} ({candidate_id!r})")
     if not candidate_id.strip():
         raise InputError(f"candidate id {candidate_id!r} is empty")
-    if len(candidate_id) > MAX_CANDIDATE_ID_LENGTH:
-        raise InputError(
-            f"candidate id is {len(candidate_id)} characters, over the {MAX_CANDIDATE_ID_LENGTH}-character limit"
-        )
+    _check_length("candidate id", candidate_id)
     _printed_once("candidate id", candidate_id, hint)
     if candidate_id in NAMED_STREAMS:
         raise InputError(
@@ -198,13 +175,11 @@ def check_candidate_id(candidate_id: str, *, hint: str = "give another id with -
 
 
 def check_version_text(what: str, value: object) -> str:
-    """A version an operator sets (the evaluation version) is 1..256 printable characters with no
-    leading or trailing whitespace: candidates must name it exactly, and `"eval-v1 "` would print
-    like the `eval-v1` every manifest names while failing every check against it."""
+    """A version an operator sets is 1..256 printable characters with no leading or trailing whitespace:
+    `"eval-v1 "` would print like the `eval-v1` every manifest names while failing every check."""
     if not isinstance(value, str) or not value.strip():
         raise InputError(f"{what} must be a non-empty string, not {value!r}")
-    if len(value) > MAX_CANDIDATE_ID_LENGTH:
-        raise InputError(f"{what} is {len(value)} characters, over the {MAX_CANDIDATE_ID_LENGTH}-character limit")
+    _check_length(what, value)
     if not all(_is_printable(ch) for ch in value):
         raise InputError(f"{what} {value!r} contains control or format characters")
     if value != value.strip():
@@ -213,14 +188,8 @@ def check_version_text(what: str, value: object) -> str:
 
 
 def check_event_id(event_id: str | None) -> str | None:
-    """An idempotency key is a non-empty string not ending in `/<digits>`, printed as no other key is (the
-    candidate id's rule: no control characters, no leading or trailing whitespace, Unicode NFC); None passes.
-
-    A command that appends several events keys them KEY, KEY/1, KEY/2, ...: a caller's key
-    `run/7/1` would be taken for the second event of the command keyed `run/7` (a retry of
-    that command would report it as its own; `run/7` would be refused for a command that
-    appends two events). So such a key is refused before anything is read or appended.
-    """
+    """An idempotency key is a non-empty string printed as no other key is (`_printed_once`); None passes.
+    Not ending in `/<digits>`: `run/7/1` would be taken for the second event of the command keyed `run/7`."""
     if event_id is None:
         return None
     if not isinstance(event_id, str) or not event_id:
@@ -236,10 +205,8 @@ def check_event_id(event_id: str | None) -> str | None:
 
 
 def display(text: str, *, keep_newlines: bool = False) -> str:
-    """`text` with every control or format character spelled out (`\\x1b`), safe to print.
-
-    Newlines are escaped too unless `keep_newlines` (a multi-line report): one value is one line.
-    """
+    """`text` with every control or format character spelled out (`\\x1b`), safe to print; newlines too
+    unless `keep_newlines` (a multi-line report)."""
     if text.isprintable():  # the common case, in C: `str.isprintable` is `_is_printable` for every code point
         return text
     kept = "\n" if keep_newlines else ""

@@ -1,17 +1,8 @@
-"""Logging: library modules emit structlog events; only the command line configures structlog.
-
-Library modules use `get_logger(__name__)` and emit stable snake_case events (`event_appended`,
-`decision_recorded`, `checkpoint_skipped`, `command_retried`). An application that configured
-structlog gets them with their key-value context; one that did not gets them through the stdlib
-`logging` logger of the same name, which says nothing below WARNING unless asked: embedding the
-library never writes to stdout. The CLI logs to stderr: JSON lines when stderr is not a terminal
-(for collectors), a readable console format when it is.
-
-structlog (and the stdlib's `logging`) is imported only when an event is to be written: a library
-logger asks structlog only once something else imported it, and `configure_logging` records the
-setting and configures structlog when the first event at or above its level is emitted (every event
-below it is dropped meanwhile). Importing structlog costs more than the rest of a short command's
-start-up, and most commands at the default level emit nothing at all.
+"""Logging: library modules emit stable snake_case events (`event_appended`, `command_retried`, …)
+through `get_logger(__name__)`: to structlog when the application configured it, else to the stdlib
+logger of the same name (silent below WARNING). Only the CLI configures structlog (stderr: JSON lines,
+or a console format on a terminal), and only once the first event at its level is written: importing
+structlog costs more than the rest of a short command's start-up.
 """
 
 from __future__ import annotations
@@ -27,10 +18,8 @@ _pending: dict[str, tuple[str, bool | None]] = {}
 
 
 def configure_logging(level: str = "warning", *, json_lines: bool | None = None) -> None:
-    """Send structured logs at `level` and above to stderr (the command line's setting).
-
-    `json_lines` defaults to whether stderr is a terminal when the first event is written.
-    """
+    """Send structured logs at `level` and above to stderr (the command line's setting); `json_lines`
+    defaults to whether stderr is not a terminal when the first event is written."""
     if level.lower() not in _LEVELS:
         raise ValueError(f"log level must be one of {', '.join(_LEVELS)}, not {level!r}")
     _pending["cli"] = (level.lower(), json_lines)
@@ -68,8 +57,7 @@ class Logger:
         self.name = name
 
     def enabled(self, level: str) -> bool:
-        """Whether an event at `level` would be written: a caller emitting per event skips building
-        its fields when not."""
+        """Whether an event at `level` would be written (a caller may skip building its fields)."""
         setting = _pending.get("cli")
         if setting is not None:
             return _LEVELS.index(level) >= _LEVELS.index(setting[0])
@@ -104,5 +92,4 @@ class Logger:
 
 
 def get_logger(name: str) -> Logger:
-    """The logger library modules use (see `Logger`)."""
     return Logger(name)

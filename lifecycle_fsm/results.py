@@ -1,11 +1,6 @@
-"""What commands return: a candidate that is never None, a typed plan, settings.
-
-A supervisor writes `ledger.check(cid).state is State.VERIFIED` without an assert:
-candidate commands return `CandidateResult` (`fail_stage` a `RecoveryResult` with
-its `plan`), settings commands `SettingsResult`. `appended` is False for a no-op and
-for a retried command (`duplicate`: its `event_id` was already recorded), whose
-`events` are the ones the first attempt appended and whose candidate is as that attempt left it.
-"""
+"""What commands return: a candidate that is never None (`ledger.check(cid).state` needs no assert), a
+typed plan, settings. A retried command (`duplicate`) returns the events its first call appended and
+the candidate as that call left it."""
 
 from __future__ import annotations
 

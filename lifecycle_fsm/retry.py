@@ -1,10 +1,5 @@
-"""How long a command keeps re-deciding after losing a race to another writer.
-
-A lost race is normal when supervisors share a candidate: the command re-folds and
-decides again. The first retry is immediate, later ones wait a jittered, doubling
-delay (so writers that collided do not collide again in step), and `ConcurrencyError`
-reaches the caller only once `deadline` seconds have passed since the command began.
-"""
+"""How long a command keeps re-deciding after losing a race: the first retry is immediate, later
+ones wait a jittered, doubling delay, and `ConcurrencyError` reaches the caller only past `deadline`."""
 
 from __future__ import annotations
 
@@ -37,9 +32,7 @@ def _not_negative(instance: object, attribute: attrs.Attribute[float], value: fl
 @attrs.frozen(kw_only=True)
 class RetryPolicy:
     """Bounded, jittered re-decide: `deadline` in seconds; delays between `base` and `cap` seconds.
-
-    A value that is not a number, or out of range (NaN included), is an `InputError` (a `ValueError`).
-    """
+    A value that is not a number, or out of range (NaN included), is an `InputError`."""
 
     deadline: float = attrs.field(default=30.0, validator=_not_negative)  # 0: never re-decide
     base: float = attrs.field(default=0.001, validator=_positive)
