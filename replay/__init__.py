@@ -5,11 +5,14 @@ from __future__ import annotations
 from lifecycle_fsm.replay.checkpoints import (
     CHECKPOINT_SCHEMA_VERSION,
     FINGERPRINT,
+    LedgerState,
     LoadResult,
+    fold_rows,
+    index_of,
     load_state,
+    snapshot_json,
     take_checkpoint,
 )
-from lifecycle_fsm.replay.fold import LedgerState, fold_rows, index_of, snapshot_json
 from lifecycle_fsm.replay.verify import verify
 
 __all__ = [

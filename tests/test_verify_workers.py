@@ -18,7 +18,7 @@ from conftest import Workspace
 from lifecycle_fsm.events import SEALS_STREAM
 from lifecycle_fsm.ledger import Ledger
 from lifecycle_fsm.replay import take_checkpoint, verify
-from lifecycle_fsm.replay.verify_workers import _share_out
+from lifecycle_fsm.replay.verify import _share_out
 from lifecycle_fsm.store import EventStore
 from lifecycle_fsm.store.chain import canonical_json
 from lifecycle_fsm.store.records import NewEvent

@@ -16,8 +16,7 @@ import orjson
 
 from lifecycle_fsm.errors import CorruptionError
 from lifecycle_fsm.json_types import JSON
-from lifecycle_fsm.replay.checkpoints import LoadResult, load_state
-from lifecycle_fsm.replay.fold import snapshot_json
+from lifecycle_fsm.replay.checkpoints import LoadResult, load_state, snapshot_json
 from lifecycle_fsm.replay.verify import verify
 from lifecycle_fsm.store.base import EventStore, event_at, verify_chain
 from lifecycle_fsm.store.chain import canonical_json

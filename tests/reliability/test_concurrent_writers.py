@@ -23,7 +23,7 @@ from conftest import REPO
 
 from lifecycle_fsm.ledger import Ledger
 from lifecycle_fsm.replay import load_state, snapshot_json, take_checkpoint
-from lifecycle_fsm.replay.fold import LedgerState
+from lifecycle_fsm.replay.checkpoints import LedgerState
 from lifecycle_fsm.store.base import select_events, verify_chain
 from reliability.test_crash_consistency import CHILD
 from reliability.workload import make_artifacts, own_candidates, writer_plan
