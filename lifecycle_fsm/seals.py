@@ -1,26 +1,36 @@
 """Sealed and pinned heads: proving the log was not truncated or re-hashed.
 
 A seal (`HeadSealed`, in the `seals` stream) signs `{ledger_id, seq, hash}` of the head right
-before it; `seal` returns that signed head. A pinned head is one an auditor kept outside the file.
+before it; `seal` returns that signed head. A pinned head is one an auditor kept outside the file
+(`SEQ:HASH` or a signed-head file `seal` wrote), parsed strictly: a typo is named.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import re
 import uuid
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
+import attrs
 import orjson
 
 from lifecycle_fsm.command_inputs import check_key, recorded_time
-from lifecycle_fsm.errors import ConcurrencyError, ConflictError, CorruptionError, DuplicateEventError, IntegrityError
+from lifecycle_fsm.errors import (
+    ConcurrencyError,
+    ConflictError,
+    CorruptionError,
+    DuplicateEventError,
+    InputError,
+    IntegrityError,
+)
 from lifecycle_fsm.events import SEALS_STREAM, HeadSealed, LedgerInitialized
 from lifecycle_fsm.findings import add_problem, problem
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.keys import PublicKeys, key_id, sign
-from lifecycle_fsm.limits import check_event_id, display
-from lifecycle_fsm.pins import ExpectedHead
+from lifecycle_fsm.limits import MAX_INT64, MAX_SIGNED_HEAD_BYTES, check_event_id, display, read_regular_file
 from lifecycle_fsm.store.base import EventStore, event_at, hash_at
 from lifecycle_fsm.store.chain import GENESIS, TIME_FORM_BREAK, ChainWalk, canonical_json
 from lifecycle_fsm.store.records import EventFilter, Head, NewEvent, StoredEvent
@@ -30,8 +40,10 @@ if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 __all__ = [
+    "ExpectedHead",
     "add_trust_findings",
     "ledger_id_of",
+    "parse_expected_head",
     "seal",
     "seal_message",
     "sealable_head",
@@ -39,7 +51,6 @@ __all__ = [
     "signed_head_text",
 ]
 
-_SEAL_TEXT_FIELDS = ("ledger_id", "hash", "key_id", "signature")
 _SIGNED_HEAD_FIELDS = ("ledger_id", "seq", "hash", "sealed_at", "key_id", "signature")  # in `seal --json`'s order
 
 
@@ -113,20 +124,15 @@ def sealable_head(store: EventStore, key: Ed25519PrivateKey) -> Head:
             if _seal_failure(store, event, payload, keys, ledger_id) is None:
                 start = Head(payload["seq"], payload["hash"])
                 break
-            if _rewritten_under(store, payload, keys, ledger_id):
+            # A well-formed seal signed under `keys` for this ledger, naming a head the chain no longer has.
+            rewritten = _seal_problem(payload) is None and hash_at(store, payload["seq"]) != payload["hash"]
+            if rewritten and _signed(keys, ledger_id, payload):
                 raise IntegrityError(
                     f"seq {payload['seq']}: this key sealed head {payload['seq']}:{payload['hash']} (seal at seq "
                     f"{event.seq}) and the chain holds other bytes there now; nothing sealed: run `lifecycle verify`",
                     seq=payload["seq"],
                 )
     return _walked(store, start)
-
-
-def _rewritten_under(store: EventStore, payload: JSON, keys: PublicKeys, ledger_id: str) -> bool:
-    """A well-formed seal signed under `keys` for this ledger, naming a head the chain no longer has."""
-    if _seal_problem(payload) is not None or hash_at(store, payload["seq"]) == payload["hash"]:
-        return False
-    return _signed(keys, ledger_id, payload)
 
 
 def _signed(keys: PublicKeys, ledger_id: str | None, doc: JSON) -> bool:
@@ -210,39 +216,38 @@ def _failure(bad_seq: int | None, code: str, message: str) -> JSON:
     return problem(code, bad_seq, code, message=message)
 
 
-def check_expected_heads(
+def check_expected_head(
     store: EventStore,
-    heads: Iterable[ExpectedHead],
+    pin: ExpectedHead,
     keys: PublicKeys,
     ledger_id: str | None,
     broken_at: int | None = None,
 ) -> JSON | None:
-    """Each pinned head must be in the chain recomputed from the rows exactly (at or past `broken_at`, where
+    """A pinned head must be in the chain recomputed from the rows exactly (at or past `broken_at`, where
     the chain breaks, it is not); a signed-head file's signature must hold too."""
-    for pin in heads:
-        other = None if pin.signed is None else pin.signed.get("ledger_id")
-        if ledger_id is not None and other is not None and other != ledger_id:
-            message = (
-                f"{pin.source} is a head of another ledger (ledger id {display(str(other))}; this one's is {ledger_id})"
-            )
-            return _failure(pin.seq, "head_mismatch", message)
-        found = hash_at(store, pin.seq)
-        if found != pin.hash:
-            what = "no event" if found is None else f"hash {found}"
-            named = "" if pin.source == f"{pin.seq}:{pin.hash}" else f" ({pin.source})"
-            message = f"expected head {pin.seq}:{pin.hash}{named}, the ledger has {what} there"
-            return _failure(pin.seq, "head_mismatch", message)
-        if broken_at is not None and pin.seq >= broken_at:
-            return _failure(pin.seq, "head_mismatch", f"expected head {pin.seq}:{pin.hash}: {_past(broken_at)}")
-        if pin.signed is not None and keys and not (other == ledger_id and _signed(keys, ledger_id, pin.signed)):
-            message = f"{pin.source}: its signature does not verify under the given keys for this ledger"
-            return _failure(pin.seq, "seal_signature", message)
+    other = None if pin.signed is None else pin.signed.get("ledger_id")
+    if ledger_id is not None and other is not None and other != ledger_id:
+        message = (
+            f"{pin.source} is a head of another ledger (ledger id {display(str(other))}; this one's is {ledger_id})"
+        )
+        return _failure(pin.seq, "head_mismatch", message)
+    found = hash_at(store, pin.seq)
+    if found != pin.hash:
+        what = "no event" if found is None else f"hash {found}"
+        named = "" if pin.source == f"{pin.seq}:{pin.hash}" else f" ({pin.source})"
+        message = f"expected head {pin.seq}:{pin.hash}{named}, the ledger has {what} there"
+        return _failure(pin.seq, "head_mismatch", message)
+    if broken_at is not None and pin.seq >= broken_at:
+        return _failure(pin.seq, "head_mismatch", f"expected head {pin.seq}:{pin.hash}: {_past(broken_at)}")
+    if pin.signed is not None and keys and not (other == ledger_id and _signed(keys, ledger_id, pin.signed)):
+        message = f"{pin.source}: its signature does not verify under the given keys for this ledger"
+        return _failure(pin.seq, "seal_signature", message)
     return None
 
 
 def _seal_problem(payload: JSON) -> str | None:
     """What makes a stored seal malformed (a field missing or of the wrong type), or None."""
-    for name in _SEAL_TEXT_FIELDS:
+    for name in ("ledger_id", "hash", "key_id", "signature"):
         if not isinstance(payload.get(name), str):
             return f"its {name} is missing or not text"
     sealed_seq = payload.get("seq")
@@ -315,8 +320,81 @@ def add_trust_findings(
     broken = next((p["bad_seq"] for p in breaks if TIME_FORM_BREAK not in p["reason"]), None)
     summary, sealed = check_seals(store, keys, ledger_id, broken)
     report["seals"] = summary
-    pinned = [check_expected_heads(store, [pin], keys, ledger_id, broken) for pin in heads]
+    pinned = [check_expected_head(store, pin, keys, ledger_id, broken) for pin in heads]
     for failure in [*pinned, sealed]:
         if failure is not None:
             add_problem(report, failure)
     return report
+
+
+_HASH = re.compile(r"[0-9a-f]{64}")  # a sha256 as the chain stores it (and `verify --json` prints it)
+# What a `SEQ:HASH` was meant to be: a (signed) whole number before the colon, or hex digits after it.
+# A value of that shape that is no file is judged as a pin, so a typo is named, not "no such file".
+_PIN_SHAPE = re.compile(r"([+-]?[0-9]+):(\S*)|([^\s/:]*):([0-9A-Fa-f]+)", re.ASCII)
+
+
+@attrs.frozen
+class ExpectedHead:
+    """A head an auditor kept outside the file: `SEQ:HASH`, or a signed-head file."""
+
+    seq: int
+    hash: str
+    source: str
+    signed: JSON | None = None  # the signed-head document, when read from a file
+
+
+def parse_expected_head(value: str) -> ExpectedHead:
+    """`SEQ:HASH` (a seq from 1, the 64-lowercase-hex hash there), or the path of a file `seal` wrote; a
+    value of that shape that is no file and not a pin is refused saying which part is wrong."""
+    if (pin := _PIN_SHAPE.fullmatch(value.strip())) is not None:
+        seq_text, digest = pin.group(1, 2) if pin.group(1) is not None else pin.group(3, 4)
+        problem = _seq_problem(seq_text) or _hash_problem(digest)
+        # A well-formed `SEQ:HASH` wins over a file of that name, as it always has.
+        if not os.path.lexists(value) or (pin.group(1) is not None and not problem):
+            if problem:
+                raise InputError(
+                    f"--expect-head {value!r}: {problem}; give SEQ:HASH as `verify --json` prints the head"
+                )
+            return ExpectedHead(int(seq_text.lstrip("0")), digest, value)  # leading zeros: not for int() to count
+    try:  # a FIFO, a device or a huge file is refused, never read without end
+        text = read_regular_file(value, what="file", limit=MAX_SIGNED_HEAD_BYTES)
+    except InputError as e:
+        shape = "SEQ:HASH (a seq and the 64-hex-digit hash)"
+        raise InputError(f"--expect-head {value!r} is neither {shape} nor a readable signed-head file ({e})") from None
+    try:
+        doc = orjson.loads(text)
+    except orjson.JSONDecodeError as e:
+        raise InputError(f"{value}: not a signed-head file (not JSON: {e})") from e
+    if not isinstance(doc, dict):
+        raise InputError(f"{value}: not a signed-head file (not an object)")
+    seq, digest = doc.get("seq"), doc.get("hash")
+    if type(seq) is not int or _seq_problem(str(seq)) or not isinstance(digest, str) or _hash_problem(digest):
+        raise InputError(
+            f"{value}: a signed-head file needs an integer `seq` from 1 and a `hash` of 64 lowercase hex digits"
+        )
+    return ExpectedHead(seq, digest, os.fspath(value), doc)
+
+
+def _seq_problem(text: str) -> str | None:
+    """Why `text` is not a seq a pinned head can name: a whole number from 1 (seq 0 is the genesis, no event)."""
+    if not (text.isascii() and text.isdigit()):
+        return f"the seq {text!r} is not a whole number from 1"
+    digits = text.lstrip("0")
+    if not digits:
+        return "seq 0 is not an event (the chain starts at seq 1)"
+    if len(digits) > 19 or int(digits) > MAX_INT64:  # (int() refuses 4300+ digits: never asked)
+        return "no seq is that large"
+    return None
+
+
+def _hash_problem(digest: str) -> str | None:
+    """Why `digest` is not a hash of the chain: 64 lowercase hex digits."""
+    if _HASH.fullmatch(digest):
+        return None
+    if _HASH.fullmatch(digest.lower()):
+        found = "it is in upper case"
+    elif re.fullmatch(r"[0-9A-Fa-f]*", digest):
+        found = f"it has {len(digest)} hex digits" if digest else "it is empty"
+    else:
+        found = "it has a character that is not a hex digit"
+    return f"the hash is not 64 lowercase hex digits ({found})"

@@ -12,10 +12,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from lifecycle_fsm.errors import CorruptionError
 from lifecycle_fsm.keys import PublicKeys, key_id
 from lifecycle_fsm.ledger import Ledger
-from lifecycle_fsm.pins import parse_expected_head
 from lifecycle_fsm.replay import index_of, load_state
 from lifecycle_fsm.replay import verify as verify_ledger
-from lifecycle_fsm.seals import add_trust_findings, ledger_id_of, seal
+from lifecycle_fsm.seals import add_trust_findings, ledger_id_of, parse_expected_head, seal
 from lifecycle_fsm.store.base import EventStore
 
 CLOCK = "2026-12-01T00:00:00.000000Z"

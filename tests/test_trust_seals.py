@@ -19,8 +19,7 @@ from cryptography.hazmat.primitives import serialization
 
 from lifecycle_fsm import Ledger
 from lifecycle_fsm.errors import InputError
-from lifecycle_fsm.pins import parse_expected_head
-from lifecycle_fsm.seals import ledger_id_of
+from lifecycle_fsm.seals import ledger_id_of, parse_expected_head
 from lifecycle_fsm.store.base import event_at
 from lifecycle_fsm.store.chain import GENESIS_HASH, event_hash
 from lifecycle_fsm.store.records import NewEvent

@@ -99,9 +99,8 @@ def checkpoint() -> None:
 def verify(expect_heads: tuple[str, ...], pubkeys: tuple[str, ...], jobs: int) -> None:
     """Re-hash the chain, check every checkpoint, seal and pinned head, replay every transition. Exit 6 if broken."""
     from lifecycle_fsm.keys import PublicKeys
-    from lifecycle_fsm.pins import parse_expected_head
     from lifecycle_fsm.replay import verify as verify_ledger
-    from lifecycle_fsm.seals import add_trust_findings
+    from lifecycle_fsm.seals import add_trust_findings, parse_expected_head
 
     heads = [parse_expected_head(value) for value in expect_heads]  # bad input: exit 3 before reading
     keys = PublicKeys.from_files(pubkeys)

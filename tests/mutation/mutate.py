@@ -130,7 +130,7 @@ TARGETS = (
     Target(
         "seals",
         "lifecycle_fsm/seals.py",
-        ("seal_message", "check_seals", "check_expected_heads", "sealed_under"),
+        ("seal_message", "check_seals", "check_expected_head", "sealed_under"),
         (
             "tests/test_trust_seals.py",
             "tests/test_trust_forged_seals.py",
@@ -141,7 +141,7 @@ TARGETS = (
     ),
     Target(
         "pins",
-        "lifecycle_fsm/pins.py",
+        "lifecycle_fsm/seals.py",
         ("parse_expected_head", "_seq_problem", "_hash_problem"),
         ("tests/test_trust_seals.py", "tests/test_trust_backends.py"),
     ),
