@@ -31,24 +31,24 @@ from lifecycle_fsm.upcasting import decoded_payload
 __all__ = ["SCHEMA", "Changed", "DecisionPoolError", "DecisionState", "export_pool", "read_pool", "replay_pool"]
 
 SCHEMA = "lifecycle-decision-pool/v1"
-CANDIDATE_FIELDS = (*FRESHNESS_FIELDS, "evidence_window_index")
-SETTINGS_FIELDS = ("active_policy_version", "active_window", "max_window_age", "evaluation_version")
-EVIDENCE_FIELDS = ("candidate", "settings", "artifact_verified", "rollback_verified", "path_escapes_root")
+_CANDIDATE_FIELDS = (*FRESHNESS_FIELDS, "evidence_window_index")
+_SETTINGS_FIELDS = ("active_policy_version", "active_window", "max_window_age", "evaluation_version")
+_EVIDENCE_FIELDS = ("candidate", "settings", "artifact_verified", "rollback_verified", "path_escapes_root")
 # Every key a file holds, per decision: inputs (what the decider saw) and decided (what it said).
-INPUT_KEYS = {
-    "check": EVIDENCE_FIELDS,
-    "handoff": (*EVIDENCE_FIELDS, "upstream_decision"),
+_INPUT_KEYS = {
+    "check": _EVIDENCE_FIELDS,
+    "handoff": (*_EVIDENCE_FIELDS, "upstream_decision"),
     "recovery": ("stage", "available"),
 }
-DECIDED_KEYS = {
+_DECIDED_KEYS = {
     "check": ("passed", "reason_codes"),
     "handoff": ("handoff_status", "hard_failures"),
     "recovery": ("action", "recovery_state", "reused_state"),
 }
-TOP_KEYS = ("schema", "decision", "candidate_id", "seq", "event_type", "inputs", "decided")
-NESTED = {"candidate": CANDIDATE_FIELDS, "settings": SETTINGS_FIELDS}
+_TOP_KEYS = ("schema", "decision", "candidate_id", "seq", "event_type", "inputs", "decided")
+_NESTED = {"candidate": _CANDIDATE_FIELDS, "settings": _SETTINGS_FIELDS}
 # Keys a file may lack: ones added to the format after files were written (read as null).
-OPTIONAL = frozenset({"inputs.candidate.semantic_id"})
+_OPTIONAL = frozenset({"inputs.candidate.semantic_id"})
 
 
 class DecisionPoolError(InputError):
@@ -78,15 +78,15 @@ class DecisionState:
             raise DecisionPoolError(f"{source}: {e}") from None
         except ValueError as e:
             raise DecisionPoolError(f"{source}: not JSON ({e})") from None
-        _exact(source, "", doc, TOP_KEYS)
+        _exact(source, "", doc, _TOP_KEYS)
         if doc["schema"] != SCHEMA:
             raise DecisionPoolError(f"{source}: key 'schema': {doc['schema']!r} is not {SCHEMA!r}")
         kind = doc["decision"]
-        if kind not in INPUT_KEYS:
-            raise DecisionPoolError(f"{source}: key 'decision': {kind!r} is not one of {', '.join(INPUT_KEYS)}")
-        _exact(source, "inputs.", doc["inputs"], INPUT_KEYS[kind])
-        _exact(source, "decided.", doc["decided"], DECIDED_KEYS[kind])
-        for key, fields in NESTED.items():
+        if kind not in _INPUT_KEYS:
+            raise DecisionPoolError(f"{source}: key 'decision': {kind!r} is not one of {', '.join(_INPUT_KEYS)}")
+        _exact(source, "inputs.", doc["inputs"], _INPUT_KEYS[kind])
+        _exact(source, "decided.", doc["decided"], _DECIDED_KEYS[kind])
+        for key, fields in _NESTED.items():
             if key in doc["inputs"]:
                 _exact(source, f"inputs.{key}.", doc["inputs"][key], fields)
         if isinstance(doc["seq"], bool) or not isinstance(doc["seq"], int) or not isinstance(doc["candidate_id"], str):
@@ -104,7 +104,7 @@ def _exact(source: str, where: str, value: Any, keys: tuple[str, ...]) -> None:
         if key not in keys:
             raise DecisionPoolError(f"{source}: unknown key {where}{key!r} (expected {', '.join(keys)})")
     for key in keys:
-        if key not in value and f"{where}{key}" not in OPTIONAL:
+        if key not in value and f"{where}{key}" not in _OPTIONAL:
             raise DecisionPoolError(f"{source}: missing key {where}{key!r}")
 
 
@@ -138,8 +138,8 @@ def _check_values(source: str, kind: str, inputs: JSON) -> None:
 def _evidence(state: CandidateState, payload: JSON) -> JSON:
     settings = payload["settings"]
     return {
-        "candidate": {k: state.candidate.get(k) for k in CANDIDATE_FIELDS},
-        "settings": {k: settings.get(k) for k in SETTINGS_FIELDS},
+        "candidate": {k: state.candidate.get(k) for k in _CANDIDATE_FIELDS},
+        "settings": {k: settings.get(k) for k in _SETTINGS_FIELDS},
         "artifact_verified": bool(payload["artifact"]["verified"]),
         "rollback_verified": bool(payload["rollback"]["verified"]),
         "path_escapes_root": "path_escapes_root" in payload["reason_codes"],
@@ -161,7 +161,7 @@ def _decision(state: CandidateState | None, seq: int, event_type: str, payload: 
         available = {kind: bool(t["available"]) for kind, t in payload["trusted_states"].items()}
         inputs = {"stage": payload["stage"], "available": available}
         return DecisionState(
-            "recovery", cid, seq, event_type, inputs, {k: payload[k] for k in DECIDED_KEYS["recovery"]}
+            "recovery", cid, seq, event_type, inputs, {k: payload[k] for k in _DECIDED_KEYS["recovery"]}
         )
     return None
 
@@ -223,7 +223,7 @@ def _redecide(d: DecisionState) -> JSON:
     """What today's rules decide from the same inputs."""
     if d.decision == "recovery":
         plan = choose_recovery_action({"stage": d.inputs["stage"], "available": d.inputs["available"]})
-        return {k: plan[k] for k in DECIDED_KEYS["recovery"]}
+        return {k: plan[k] for k in _DECIDED_KEYS["recovery"]}
     s = d.inputs["settings"]
     settings = LedgerSettings(
         initialized=True,

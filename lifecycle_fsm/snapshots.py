@@ -1,7 +1,7 @@
 """Whether a saved snapshot of folded state may be used: its fingerprint and its trust.
 
 The fingerprint records what the folded state structurally depends on (the machine's table, the event
-schemas, the state's fields and `FOLD_VERSION`: bump it when a handler's meaning changes); a mismatch
+schemas, the state's fields and `_FOLD_VERSION`: bump it when a handler's meaning changes); a mismatch
 makes the snapshot stale. It also records the rules' version, not as a structural part: rules alter
 future decisions, never folded state, so a snapshot built under other rules is used, with a warning.
 """
@@ -32,13 +32,13 @@ __all__ = [
 ]
 
 CHECKPOINT_SCHEMA_VERSION = 2  # 2: the snapshot holds the versions of streams that fold to no state
-FOLD_VERSION = 1
+_FOLD_VERSION = 1
 
 FINGERPRINT_PARTS: JSON = {
     "table": TABLE_DIGEST,
     "events": {name: cls.SCHEMA_VERSION for name, cls in sorted(EVENT_TYPES.items())},
     "fold": {
-        "version": FOLD_VERSION,
+        "version": _FOLD_VERSION,
         "candidate_fields": [a.name for a in attrs.fields(CandidateState)],
         "settings_fields": [a.name for a in attrs.fields(LedgerSettings)],
     },

@@ -119,20 +119,15 @@ def verify_with_state(
 ) -> tuple[JSON, LedgerState | None]:
     """`verify`'s report and the state its replay folded, from one read snapshot (the fold is compared with
     the state index, which a commit between two reads would move). The state is None unless the chain,
-    the fold and the indexes hold."""
+    the fold and the indexes hold. Each finding is added in the order the checks run; the append-only
+    guards last, whatever broke before them."""
     with store.read_snapshot():
-        return _verify(store, workers if target is not None else 1, target or "")
-
-
-def _verify(store: EventStore, workers: int, target: str) -> tuple[JSON, LedgerState | None]:
-    """Every check, each finding added in the order the checks run; the append-only guards last, whatever
-    broke before them."""
-    report, state = _checks(store, workers, target)
-    if guards := store.guard_problems():  # the fence around the log, not the log
-        why = f"append-only guard: {'; '.join(guards)} (the database was changed outside lifecycle)"
-        copyable = not any(p["code"] == "chain" for p in report["problems"])  # migrate refuses a broken chain
-        advice = "`lifecycle migrate` it to a new ledger" if copyable else None
-        add_problem(report, problem("append_only_guard", None, why, advice=advice))
+        report, state = _checks(store, workers if target is not None else 1, target or "")
+        if guards := store.guard_problems():  # the fence around the log, not the log
+            why = f"append-only guard: {'; '.join(guards)} (the database was changed outside lifecycle)"
+            copyable = not any(p["code"] == "chain" for p in report["problems"])  # migrate refuses a broken chain
+            advice = "`lifecycle migrate` it to a new ledger" if copyable else None
+            add_problem(report, problem("append_only_guard", None, why, advice=advice))
     return report, state
 
 

@@ -148,7 +148,7 @@ TARGETS = (
     Target(
         "verify",
         "replay/verify.py",
-        ("_checkpoint_statuses", "_compare", "_index_problem", "verify_with_state", "_verify", "_walk", "_walk_here"),
+        ("_checkpoint_statuses", "_compare", "_index_problem", "verify_with_state", "_walk", "_walk_here"),
         (
             "tests/test_checkpoints.py",
             "tests/test_verify_one_pass.py",
