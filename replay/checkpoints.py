@@ -114,13 +114,6 @@ def take_checkpoint(store: EventStore, *, clock: Callable[[], str], to: int | No
     )
 
 
-def _restore(record: CheckpointRecord) -> LedgerState:
-    data = orjson.loads(record.snapshot)
-    if data["position"] != record.position:
-        raise ValueError("snapshot position differs from its row")
-    return LedgerState.from_json(data)
-
-
 def load_state(
     store: EventStore, *, to: int | None = None, use_checkpoints: bool = True, checked: bool = False
 ) -> LoadResult:
@@ -131,7 +124,10 @@ def load_state(
         reason = None if problem is None else problem.reason
         if problem is None:
             try:
-                start = _restore(record)
+                data = orjson.loads(record.snapshot)
+                if data["position"] != record.position:
+                    raise ValueError("snapshot position differs from its row")
+                start = LedgerState.from_json(data)
             except (ValueError, KeyError, TypeError) as e:
                 reason = f"snapshot cannot be read ({e!r})"
             else:
