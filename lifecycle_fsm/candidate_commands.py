@@ -13,11 +13,10 @@ from typing import Any
 import attrs
 
 from lifecycle_fsm import checks, decisions
-from lifecycle_fsm.artifacts import hash_directory
+from lifecycle_fsm.artifacts import DigestCache, hash_directory
 from lifecycle_fsm.command_inputs import default_id, path_argument, require_baseline, require_choice
 from lifecycle_fsm.command_path import Command, CommandPath, Decide
 from lifecycle_fsm.decisions import Decision
-from lifecycle_fsm.digest_cache import DigestCache
 from lifecycle_fsm.errors import DuplicateEventError, InputError
 from lifecycle_fsm.event_base import text_or_error
 from lifecycle_fsm.events import (

@@ -10,13 +10,13 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
 from lifecycle_fsm import decisions
+from lifecycle_fsm.artifacts import DigestCache
 from lifecycle_fsm.candidate_commands import CandidateCommands
 from lifecycle_fsm.checks import verify_artifact
 from lifecycle_fsm.closed import CLOSED, ClosedStore, closing_after, require_open
 from lifecycle_fsm.command_inputs import checked_options, default_actor, path_argument, read_only_folder, utc_now
 from lifecycle_fsm.command_path import Command, CommandPath, Decide
 from lifecycle_fsm.decisions import DEFAULT_ACTIVE_WINDOW, DEFAULT_MAX_WINDOW_AGE, Decision
-from lifecycle_fsm.digest_cache import DigestCache
 from lifecycle_fsm.errors import InputError, LedgerClosedError, StoreError
 from lifecycle_fsm.event_base import text_or_error
 from lifecycle_fsm.events import (
