@@ -16,7 +16,6 @@ from typing import Any
 import attrs
 from transitions import MachineError
 
-from lifecycle_fsm import idempotency
 from lifecycle_fsm.command_inputs import check_key, recorded_time
 from lifecycle_fsm.decisions import Decision, Invalidation
 from lifecycle_fsm.errors import ConcurrencyError, DuplicateEventError, IllegalCommandError, LifecycleError
@@ -32,7 +31,7 @@ from lifecycle_fsm.machine import (
     command_name,
     sources_of,
 )
-from lifecycle_fsm.results import CandidateResult, CommandResult, SettingsResult
+from lifecycle_fsm.results import CandidateResult, CommandResult, SettingsResult, replayed, stored_field
 from lifecycle_fsm.retry import DEFAULT_RETRY, RetryPolicy
 from lifecycle_fsm.state import CandidateState, LedgerSettings, LedgerState, fold, stream_start
 from lifecycle_fsm.store.base import StoreTransaction
@@ -169,14 +168,18 @@ class CommandPath:
             else:
                 result = self._append_candidate(cmd, current, settings, decision)
         except DuplicateEventError as e:
-            return idempotency.raced(self, cmd, e)
+            # The key was taken meanwhile: by this same command (answer as a retry), or by another (the error says).
+            answer = self._replayed(cmd) if e.event_id == cmd.event_id else None
+            if answer is None:
+                raise
+            return answer
         if result.duplicate and cmd.event_id is not None:
             # The same keyed command committed while this one ran: answer what it did, all of it.
             return self._replayed(cmd) or result
         return result
 
     def _replayed(self, cmd: Command) -> CommandResult | None:
-        return idempotency.replayed(self, cmd.event_id, cmd.stream_id, cmd.first_type, cmd.inputs, cmd.then_types)
+        return replayed(self, cmd.event_id, cmd.stream_id, cmd.first_type, cmd.inputs, cmd.then_types)
 
     def _fold(self, cmd: Command, *, from_cache: bool) -> tuple[CandidateState | None, LedgerSettings, bool]:
         """The states the decision reads, and whether any was taken from the cache without reading."""
@@ -323,7 +326,7 @@ def _log_appended(events: Sequence[StoredEvent], candidate: CandidateState | Non
     action = None
     for e in events:
         if e.type == "RecoveryPlanned":
-            action = idempotency.stored_field(e, "action")
+            action = stored_field(e, "action")
         log.info(
             "event_appended",
             seq=e.seq,
