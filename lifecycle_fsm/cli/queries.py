@@ -71,7 +71,7 @@ def _warn_stale_rules(candidates: list[CandidateState]) -> None:
 
     for c in candidates:
         if (recorded := stale_rules(c)) is not None:
-            from lifecycle_fsm.replay.explain_text import rules_warning
+            from lifecycle_fsm.replay.explanation_parts import rules_warning
 
             click.echo(display(f"warning: {c.candidate_id}: {rules_warning(c.candidate_id, recorded)}"), err=True)
 
@@ -155,7 +155,7 @@ def explain(candidate_id: str, as_of: AsOf | None, fmt: str | None) -> None:
     if fmt not in (None, "json") and wants_json():
         raise click.UsageError(f"--json asks for JSON and --format {fmt} for {fmt}: give one of them")
     from lifecycle_fsm.replay.explain import explanation
-    from lifecycle_fsm.replay.explain_text import explain_markdown, explain_text
+    from lifecycle_fsm.replay.explanation_parts import explain_markdown, explain_text
 
     found = explanation(open_read_store(), candidate_id, as_of=as_of)
     fmt = fmt or ("json" if wants_json() else "text")
