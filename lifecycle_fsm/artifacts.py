@@ -35,14 +35,13 @@ __all__ = [
     "TREE_FORMAT",
     "TreeDigest",
     "hash_directory",
-    "hash_file",
     "hash_tree",
     "path_escapes_root",
     "tree_size",
 ]
 
 TREE_FORMAT = "lifecycle-fsm/tree-v1"
-CHUNK_SIZE = 1024 * 1024
+_CHUNK_SIZE = 1024 * 1024
 # Above this many files a directory's listing is not kept, only its hash and count.
 MAX_LISTED_FILES = 1000
 
@@ -79,7 +78,7 @@ def _hash_regular(real: str, shown: str, progress: Progress | None, walked: os.s
             # The inode the walk checked (inside the root), so no name swapped since led elsewhere.
             if not stat.S_ISREG(opened.st_mode) or not same_file(opened, walked):
                 raise _replaced(shown)
-            while chunk := os.read(fd, CHUNK_SIZE):
+            while chunk := os.read(fd, _CHUNK_SIZE):
                 digest.update(chunk)
                 read += len(chunk)
                 if progress is not None:
@@ -94,14 +93,6 @@ def _hash_regular(real: str, shown: str, progress: Progress | None, walked: os.s
     if read != opened.st_size or _file_id(after) != _file_id(opened):
         raise ArtifactError(f"file changed while hashing: {shown}")
     return digest.hexdigest(), read
-
-
-def hash_file(path: StrPath, *, progress: Progress | None = None) -> str:
-    """sha256 hex of one regular file's bytes (links followed), read in 1 MiB chunks."""
-    is_dir, files = collect(path, None)
-    if is_dir:
-        raise ArtifactError(f"not a regular file: {os.fspath(path)}")
-    return hash_collected(False, files, progress, 0).sha256
 
 
 @attrs.frozen
