@@ -243,8 +243,8 @@ class Ledger(CandidateCommands):
     def explain(self, candidate_id: str, as_of: int | str | None = None) -> Explanation:
         """Why the candidate is where it is (as of a seq or an ISO time): the decisive event, the evidence
         behind it, what it claimed, each trusted state a recovery considered; what `lifecycle explain` prints."""
-        from lifecycle_fsm.replay.asof import parse_as_of
         from lifecycle_fsm.replay.explain import explanation
+        from lifecycle_fsm.replay.log import parse_as_of
 
         return explanation(self.store, candidate_id, as_of=None if as_of is None else parse_as_of(str(as_of)))
 

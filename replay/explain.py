@@ -13,7 +13,6 @@ from typing import Any
 from lifecycle_fsm.errors import NotFoundError
 from lifecycle_fsm.events import CANDIDATE_EVENTS, LEDGER_STREAM, candidate_id_of, stream_of
 from lifecycle_fsm.json_types import JSON
-from lifecycle_fsm.replay.asof import AsOf, not_yet, position_of
 from lifecycle_fsm.replay.explanation_parts import (
     ArtifactCheck,
     CheckRow,
@@ -26,6 +25,7 @@ from lifecycle_fsm.replay.explanation_parts import (
     Recovery,
     RollbackCheck,
 )
+from lifecycle_fsm.replay.log import AsOf, not_yet, position_of
 from lifecycle_fsm.rules import CANDIDATE_KINDS, ONLINE_KINDS, RECOVERY_STATES_BY_STAGE, UPSTREAM_DECISIONS
 from lifecycle_fsm.state import CandidateState, Fold, reading_stored, stale_rules
 from lifecycle_fsm.store.base import EventStore

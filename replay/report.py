@@ -27,9 +27,9 @@ from lifecycle_fsm.findings import TRUST_CODES
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.limits import display
 from lifecycle_fsm.machine import INITIAL_TRIGGERS, MOVES, State
-from lifecycle_fsm.replay.asof import AsOf, position_of
 from lifecycle_fsm.replay.explain import baseline_activations, explanation
 from lifecycle_fsm.replay.explanation_parts import Explanation, PathStep, explain_markdown, format_value, markdown_text
+from lifecycle_fsm.replay.log import AsOf, position_of
 from lifecycle_fsm.replay.verify import verify_with_state
 from lifecycle_fsm.store.base import EventStore, select_events
 from lifecycle_fsm.store.records import EventFilter

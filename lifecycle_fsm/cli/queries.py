@@ -16,7 +16,7 @@ from lifecycle_fsm.machine import State
 
 if TYPE_CHECKING:
     from lifecycle_fsm.replay import LoadResult
-    from lifecycle_fsm.replay.asof import AsOf
+    from lifecycle_fsm.replay.log import AsOf
     from lifecycle_fsm.state import CandidateState
     from lifecycle_fsm.store.records import StreamHead
 
@@ -37,7 +37,7 @@ def status(candidate_id: str | None, as_of: AsOf | None) -> None:
     position = None
     if candidate_id is None:
         from lifecycle_fsm.replay import load_state
-        from lifecycle_fsm.replay.asof import position_of
+        from lifecycle_fsm.replay.log import position_of
 
         position = None if as_of is None else position_of(store, as_of)
         states = [c for _, c in sorted(load_state(store, to=position, checked=True).state.candidates.items())]
@@ -47,7 +47,7 @@ def status(candidate_id: str | None, as_of: AsOf | None) -> None:
         states = [StreamReader(store).query(candidate_id)]
     else:
         from lifecycle_fsm.events import stream_of
-        from lifecycle_fsm.replay.asof import not_yet, position_of
+        from lifecycle_fsm.replay.log import not_yet, position_of
         from lifecycle_fsm.streams import fold_candidate
 
         then = position_of(store, as_of)
@@ -178,7 +178,7 @@ def explain(candidate_id: str, as_of: AsOf | None, fmt: str | None) -> None:
 def replay(to: int | None, full: bool) -> None:
     """Rebuild every candidate's state from the log (latest checkpoint + tail)."""
     from lifecycle_fsm.replay import index_of, load_state
-    from lifecycle_fsm.replay.asof import position_of
+    from lifecycle_fsm.replay.log import position_of
 
     ledger = open_ledger(must_exist=True)
     if to is not None:
