@@ -204,7 +204,7 @@ class CommandPath:
                 settings = self.reader.settings()
         return current, settings, unread
 
-    def new_events(self, stream_id: str, events: Sequence[Event], event_id: str | None) -> list[NewEvent]:
+    def _new_events(self, stream_id: str, events: Sequence[Event], event_id: str | None) -> list[NewEvent]:
         """Events with their ids: `event_id`, `event_id/1`, … or fresh random ones."""
         out = []
         keyed = 0
@@ -221,7 +221,7 @@ class CommandPath:
         return out
 
     def _append_settings(self, settings: LedgerSettings, decision: Decision, event_id: str | None) -> SettingsResult:
-        new = self.new_events(LEDGER_STREAM, decision.events, event_id)
+        new = self._new_events(LEDGER_STREAM, decision.events, event_id)
         with self.store.transaction() as tx:
             appended = tx.append(LEDGER_STREAM, settings.version, new, fresh_ids=event_id is None)
             if appended.duplicate:  # the same keyed command landed meanwhile: its fan-out too
@@ -241,7 +241,7 @@ class CommandPath:
     ) -> CandidateResult:
         events = decision.events
         assert all(isinstance(e, CandidateEvent) for e in events)
-        new = self.new_events(cmd.stream_id, events, cmd.event_id)
+        new = self._new_events(cmd.stream_id, events, cmd.event_id)
         landed = self._fire(current, events, [n.payload for n in new])  # type: ignore[arg-type]
         # One append is the whole transaction: a store may do it in one round trip (PostgreSQL),
         # the ledger stream's version asserted in the same statement when the decision read it.
@@ -300,7 +300,7 @@ class CommandPath:
             if invalidation.kinds is not None and current.kind not in invalidation.kinds:
                 continue
             key = None if event_id is None else f"{event_id}/{keyed + len(done)}"
-            new = self.new_events(head.stream_id, [invalidation.event], key)
+            new = self._new_events(head.stream_id, [invalidation.event], key)
             stored = tx.append(head.stream_id, current.version, new).events
             after = fold(_appended_rows(stored), stream_start(current)).candidates[candidate_id]
             done.append((candidate_id, stored, after))
