@@ -1,9 +1,11 @@
-"""Walking an artifact tree by the hashing rules, before a byte is read.
+"""Walking an artifact tree by the hashing rules, before a byte is read, and where a path leads.
 
 Symlinks are followed only into the allowed root; links leading outside, dangling links, loops and
 special files are an `ArtifactError` naming the path. Directories are listed through descriptors
 opened relative to their checked parent (O_NOFOLLOW, checked by device and inode), so a component
-swapped for a link after it was checked is an error, never followed.
+swapped for a link after it was checked is an error, never followed. On Linux `/proc/self/fd/N` says
+where an opened path led, cheaper than `os.path.realpath`'s `lstat` per component, and the walk keeps
+that descriptor, so the file whose place it checks is the file it stats, whatever is renamed meanwhile.
 """
 
 from __future__ import annotations
@@ -12,17 +14,93 @@ import errno
 import os
 import stat
 
-from lifecycle_fsm.artifact_paths import fd_path, folder_problem, inside, open_path, path_escapes_root, real_path
 from lifecycle_fsm.errors import ArtifactError, ArtifactUnreadable
 
-__all__ = ["NOFOLLOW_ERRNOS", "Entry", "StrPath", "collect", "os_error", "same_file"]
+__all__ = [
+    "NOFOLLOW_ERRNOS",
+    "Entry",
+    "StrPath",
+    "collect",
+    "folder_problem",
+    "inside",
+    "os_error",
+    "path_escapes_root",
+    "real_path",
+    "same_file",
+]
 
 StrPath = str | os.PathLike[str]
+_O_PATH = getattr(os, "O_PATH", 0)
+_PROC_FD = "/proc/self/fd/"
+_DELETED = " (deleted)"  # what /proc shows for a file unlinked since it was opened
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
 # Directories are listed through descriptors where the system can (Linux, macOS, BSDs); elsewhere by path.
 _FD_WALK = os.scandir in os.supports_fd and os.open in os.supports_dir_fd
 # What open(2) says when O_NOFOLLOW met a link (Linux ELOOP, FreeBSD EMLINK, NetBSD EFTYPE).
 NOFOLLOW_ERRNOS = {errno.ELOOP, errno.EMLINK, getattr(errno, "EFTYPE", errno.ELOOP)}
+
+
+def inside(path: str, root: str) -> bool:
+    """True when absolute, normalised `path` is `root` or below it (by component, not prefix)."""
+    if os.name == "nt":  # case-insensitive names and drives: let ntpath compare
+        try:
+            return os.path.commonpath([path, root]) == root
+        except ValueError:  # different drives
+            return False
+    if path == root:
+        return True
+    return path.startswith(root if root.endswith("/") else root + "/")
+
+
+def folder_problem(path: StrPath) -> str | None:
+    """Why `path` cannot be a root to hash under ("does not exist", "is not a folder"), or None."""
+    if os.path.isdir(path):
+        return None
+    return "is not a folder" if os.path.lexists(path) else "does not exist"
+
+
+def path_escapes_root(path: StrPath, root: StrPath) -> bool:
+    """True when `path`, normalised lexically (no symlinks resolved), leaves `root`."""
+    return not inside(os.path.abspath(path), os.path.abspath(root))
+
+
+def real_path(path: str) -> str:
+    """`os.path.realpath(path)`: from the kernel when the path opens (Linux), else from Python."""
+    try:
+        fd = _open_path(path)
+    except OSError:
+        fd = None
+    if fd is not None:
+        try:
+            target = _fd_path(fd)
+        finally:
+            os.close(fd)
+        if target is not None:
+            return target
+    return os.path.realpath(path)
+
+
+def _open_path(name: str, dir_fd: int | None = None) -> int | None:
+    """An O_PATH descriptor of what `name` (relative to `dir_fd`) leads to, links followed (nothing is
+    read, no device opened); None without O_PATH or /proc. OSError as `os.open` raises it."""
+    if not _O_PATH:
+        return None
+    return os.open(name, _O_PATH | os.O_CLOEXEC, dir_fd=dir_fd)
+
+
+def _fd_path(fd: int) -> str | None:
+    """Where the kernel says descriptor `fd` is (no link in it), or None when it cannot say a plain path."""
+    global _O_PATH  # noqa: PLW0603 - a fact about this system, found once
+    try:
+        target = os.readlink(_PROC_FD + str(fd))
+    except OSError:
+        if not os.path.isdir(_PROC_FD):  # no /proc: stop asking
+            _O_PATH = 0
+        return None
+    # Anything but a plain absolute path ("(unreachable)/...", a name unlinked meanwhile) is left to the caller.
+    if target.startswith("/") and not target.endswith(_DELETED):
+        return target
+    return None
 
 
 # What the environment, not the artifact, is to blame for: the check that meets it is inconclusive.
@@ -64,12 +142,12 @@ def _follow(path: str, shown: str, allowed: str, name: str = "", dir_fd: int | N
     """Where `path` (`name` in the directory open as `dir_fd`) leads, links followed; refused outside
     `allowed`. The caller closes the descriptor: on Linux it answers both where (/proc) and what (fstat)."""
     try:
-        handle = open_path(path if dir_fd is None else name, dir_fd)
+        handle = _open_path(path if dir_fd is None else name, dir_fd)
     except OSError as exc:
         raise _link_error(exc, shown) from None
     if handle is not None:
         try:
-            target = fd_path(handle)
+            target = _fd_path(handle)
             if target is not None:
                 _check_inside(target, allowed, shown)
                 return target, os.fstat(handle), handle

@@ -20,28 +20,28 @@ import errno
 import hashlib
 import os
 import stat
+from collections import OrderedDict
 from collections.abc import Callable
 
 import attrs
 
-from lifecycle_fsm.artifact_paths import path_escapes_root
-from lifecycle_fsm.artifact_walk import NOFOLLOW_ERRNOS, Entry, StrPath, collect, os_error, same_file
+from lifecycle_fsm.artifact_walk import NOFOLLOW_ERRNOS, Entry, StrPath, collect, os_error, path_escapes_root, same_file
 from lifecycle_fsm.errors import ArtifactError
 from lifecycle_fsm.json_types import JSON
 
 __all__ = [
     "MAX_LISTED_FILES",
+    "DigestCache",
     "TREE_FORMAT",
     "TreeDigest",
     "hash_directory",
-    "hash_file",
     "hash_tree",
     "path_escapes_root",
     "tree_size",
 ]
 
 TREE_FORMAT = "lifecycle-fsm/tree-v1"
-CHUNK_SIZE = 1024 * 1024
+_CHUNK_SIZE = 1024 * 1024
 # Above this many files a directory's listing is not kept, only its hash and count.
 MAX_LISTED_FILES = 1000
 
@@ -78,7 +78,7 @@ def _hash_regular(real: str, shown: str, progress: Progress | None, walked: os.s
             # The inode the walk checked (inside the root), so no name swapped since led elsewhere.
             if not stat.S_ISREG(opened.st_mode) or not same_file(opened, walked):
                 raise _replaced(shown)
-            while chunk := os.read(fd, CHUNK_SIZE):
+            while chunk := os.read(fd, _CHUNK_SIZE):
                 digest.update(chunk)
                 read += len(chunk)
                 if progress is not None:
@@ -93,14 +93,6 @@ def _hash_regular(real: str, shown: str, progress: Progress | None, walked: os.s
     if read != opened.st_size or _file_id(after) != _file_id(opened):
         raise ArtifactError(f"file changed while hashing: {shown}")
     return digest.hexdigest(), read
-
-
-def hash_file(path: StrPath, *, progress: Progress | None = None) -> str:
-    """sha256 hex of one regular file's bytes (links followed), read in 1 MiB chunks."""
-    is_dir, files = collect(path, None)
-    if is_dir:
-        raise ArtifactError(f"not a regular file: {os.fspath(path)}")
-    return hash_collected(False, files, progress, 0).sha256
 
 
 @attrs.frozen
@@ -162,3 +154,39 @@ def hash_directory(path: StrPath, root: StrPath | None = None, *, progress: Prog
 def tree_size(path: StrPath, root: StrPath | None = None) -> int:
     """Total bytes `hash_directory` would read (for progress bars); same checks."""
     return sum(entry[3].st_size for entry in collect(path, root)[1])
+
+
+# Per file: (relative path, device, inode, size, mtime_ns, ctime_ns). A rewrite changes
+# ctime even when size and mtime are put back (only the kernel sets ctime).
+_Identity = tuple[tuple[bytes, int, int, int, int, int], ...]
+
+
+@attrs.define
+class DigestCache:
+    """Digests this process computed, at most `max_entries` (least recently used evicted first). A change
+    that keeps size, mtime *and* ctime is not seen until a full read (docs/embedding.md)."""
+
+    clock: Callable[[], str]
+    max_entries: int = 2048
+    _entries: OrderedDict[tuple[str, str | None], tuple[_Identity, TreeDigest, str]] = attrs.field(factory=OrderedDict)
+
+    def hash_tree(self, path: StrPath, root: StrPath | None = None) -> tuple[TreeDigest, str | None]:
+        """`(digest, reused_from)`: `reused_from` is when the bytes were read (None: read now)."""
+        key = (os.path.abspath(path), None if root is None else os.path.abspath(root))
+        is_dir, files = collect(path, root)
+        # From the stats the walk took, before any byte is read: a change during the read shows next time.
+        identity = tuple(
+            (rel, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) for rel, _, _, st in files
+        )
+        entries = self._entries
+        cached = entries.get(key)
+        if cached is not None and cached[0] == identity:
+            entries.move_to_end(key)
+            return cached[1], cached[2]
+        hashed_at = self.clock()
+        digest = hash_collected(is_dir, files, None, MAX_LISTED_FILES)
+        entries[key] = (identity, digest, hashed_at)
+        entries.move_to_end(key)
+        if len(entries) > self.max_entries:
+            entries.popitem(last=False)
+        return digest, None

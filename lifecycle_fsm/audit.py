@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from lifecycle_fsm import audit_records, decisions
-from lifecycle_fsm.artifact_paths import folder_problem
+from lifecycle_fsm.artifact_walk import folder_problem
 from lifecycle_fsm.artifacts import path_escapes_root
 from lifecycle_fsm.checks import window_age
 from lifecycle_fsm.command_inputs import default_id

@@ -13,11 +13,10 @@ from typing import Any
 import attrs
 
 from lifecycle_fsm import checks, decisions
-from lifecycle_fsm.artifacts import hash_directory
+from lifecycle_fsm.artifacts import DigestCache, hash_directory
 from lifecycle_fsm.command_inputs import default_id, path_argument, require_baseline, require_choice
 from lifecycle_fsm.command_path import Command, CommandPath, Decide
 from lifecycle_fsm.decisions import Decision
-from lifecycle_fsm.digest_cache import DigestCache
 from lifecycle_fsm.errors import DuplicateEventError, InputError
 from lifecycle_fsm.event_base import text_or_error
 from lifecycle_fsm.events import (
@@ -32,12 +31,11 @@ from lifecycle_fsm.events import (
     TrustedStateRecorded,
     stream_of,
 )
-from lifecycle_fsm.idempotency import retried_unread
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.limits import check_candidate_id, check_version_text
 from lifecycle_fsm.manifests import load_candidate_manifest
 from lifecycle_fsm.recovery import RecoveryPlan, invalidated_kinds, plan_from_payload
-from lifecycle_fsm.results import CandidateResult, RecoveryResult
+from lifecycle_fsm.results import CandidateResult, RecoveryResult, retried_unread
 from lifecycle_fsm.rules import CANDIDATE_KINDS, STAGES, TRUSTED_STATE_KINDS
 from lifecycle_fsm.state import CandidateState, LedgerSettings
 from lifecycle_fsm.store.base import EventStore

@@ -7,9 +7,8 @@ from typing import Any
 
 import attrs
 
-from lifecycle_fsm.artifact_paths import folder_problem
-from lifecycle_fsm.artifacts import hash_tree, path_escapes_root
-from lifecycle_fsm.digest_cache import DigestCache
+from lifecycle_fsm.artifact_walk import folder_problem
+from lifecycle_fsm.artifacts import DigestCache, hash_tree, path_escapes_root
 from lifecycle_fsm.errors import ArtifactError, ArtifactUnreadable
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.rules import FRESHNESS_CHECKS, RECOVERY_STATES_BY_STAGE, check_candidate_freshness

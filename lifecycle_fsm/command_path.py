@@ -16,7 +16,6 @@ from typing import Any
 import attrs
 from transitions import MachineError
 
-from lifecycle_fsm import idempotency
 from lifecycle_fsm.command_inputs import check_key, recorded_time
 from lifecycle_fsm.decisions import Decision, Invalidation
 from lifecycle_fsm.errors import ConcurrencyError, DuplicateEventError, IllegalCommandError, LifecycleError
@@ -32,7 +31,7 @@ from lifecycle_fsm.machine import (
     command_name,
     sources_of,
 )
-from lifecycle_fsm.results import CandidateResult, CommandResult, SettingsResult
+from lifecycle_fsm.results import CandidateResult, CommandResult, SettingsResult, replayed, stored_field
 from lifecycle_fsm.retry import DEFAULT_RETRY, RetryPolicy
 from lifecycle_fsm.state import CandidateState, LedgerSettings, LedgerState, fold, stream_start
 from lifecycle_fsm.store.base import StoreTransaction
@@ -169,14 +168,18 @@ class CommandPath:
             else:
                 result = self._append_candidate(cmd, current, settings, decision)
         except DuplicateEventError as e:
-            return idempotency.raced(self, cmd, e)
+            # The key was taken meanwhile: by this same command (answer as a retry), or by another (the error says).
+            answer = self._replayed(cmd) if e.event_id == cmd.event_id else None
+            if answer is None:
+                raise
+            return answer
         if result.duplicate and cmd.event_id is not None:
             # The same keyed command committed while this one ran: answer what it did, all of it.
             return self._replayed(cmd) or result
         return result
 
     def _replayed(self, cmd: Command) -> CommandResult | None:
-        return idempotency.replayed(self, cmd.event_id, cmd.stream_id, cmd.first_type, cmd.inputs, cmd.then_types)
+        return replayed(self, cmd.event_id, cmd.stream_id, cmd.first_type, cmd.inputs, cmd.then_types)
 
     def _fold(self, cmd: Command, *, from_cache: bool) -> tuple[CandidateState | None, LedgerSettings, bool]:
         """The states the decision reads, and whether any was taken from the cache without reading."""
@@ -201,7 +204,7 @@ class CommandPath:
                 settings = self.reader.settings()
         return current, settings, unread
 
-    def new_events(self, stream_id: str, events: Sequence[Event], event_id: str | None) -> list[NewEvent]:
+    def _new_events(self, stream_id: str, events: Sequence[Event], event_id: str | None) -> list[NewEvent]:
         """Events with their ids: `event_id`, `event_id/1`, … or fresh random ones."""
         out = []
         keyed = 0
@@ -218,7 +221,7 @@ class CommandPath:
         return out
 
     def _append_settings(self, settings: LedgerSettings, decision: Decision, event_id: str | None) -> SettingsResult:
-        new = self.new_events(LEDGER_STREAM, decision.events, event_id)
+        new = self._new_events(LEDGER_STREAM, decision.events, event_id)
         with self.store.transaction() as tx:
             appended = tx.append(LEDGER_STREAM, settings.version, new, fresh_ids=event_id is None)
             if appended.duplicate:  # the same keyed command landed meanwhile: its fan-out too
@@ -238,7 +241,7 @@ class CommandPath:
     ) -> CandidateResult:
         events = decision.events
         assert all(isinstance(e, CandidateEvent) for e in events)
-        new = self.new_events(cmd.stream_id, events, cmd.event_id)
+        new = self._new_events(cmd.stream_id, events, cmd.event_id)
         landed = self._fire(current, events, [n.payload for n in new])  # type: ignore[arg-type]
         # One append is the whole transaction: a store may do it in one round trip (PostgreSQL),
         # the ledger stream's version asserted in the same statement when the decision read it.
@@ -297,7 +300,7 @@ class CommandPath:
             if invalidation.kinds is not None and current.kind not in invalidation.kinds:
                 continue
             key = None if event_id is None else f"{event_id}/{keyed + len(done)}"
-            new = self.new_events(head.stream_id, [invalidation.event], key)
+            new = self._new_events(head.stream_id, [invalidation.event], key)
             stored = tx.append(head.stream_id, current.version, new).events
             after = fold(_appended_rows(stored), stream_start(current)).candidates[candidate_id]
             done.append((candidate_id, stored, after))
@@ -323,7 +326,7 @@ def _log_appended(events: Sequence[StoredEvent], candidate: CandidateState | Non
     action = None
     for e in events:
         if e.type == "RecoveryPlanned":
-            action = idempotency.stored_field(e, "action")
+            action = stored_field(e, "action")
         log.info(
             "event_appended",
             seq=e.seq,

@@ -1,5 +1,9 @@
 """The Ledger: the embedding API a training supervisor imports (its candidate commands are in
 `candidate_commands.py`). Queries read the folds `streams.py` keeps. One Ledger per process.
+
+A Ledger may be closed from another thread (a shutdown handler ending a blocked `follow()`). The
+connection belongs to the opening thread, so its `_ClosedStore` holds it until that thread closes it:
+when its `follow()` ends, or at its next call. Every call on a closed ledger is a `LedgerClosedError`.
 """
 
 from __future__ import annotations
@@ -7,16 +11,15 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from lifecycle_fsm import decisions
+from lifecycle_fsm.artifacts import DigestCache
 from lifecycle_fsm.candidate_commands import CandidateCommands
 from lifecycle_fsm.checks import verify_artifact
-from lifecycle_fsm.closed import CLOSED, ClosedStore, closing_after, require_open
 from lifecycle_fsm.command_inputs import checked_options, default_actor, path_argument, read_only_folder, utc_now
 from lifecycle_fsm.command_path import Command, CommandPath, Decide
 from lifecycle_fsm.decisions import DEFAULT_ACTIVE_WINDOW, DEFAULT_MAX_WINDOW_AGE, Decision
-from lifecycle_fsm.digest_cache import DigestCache
 from lifecycle_fsm.errors import InputError, LedgerClosedError, StoreError
 from lifecycle_fsm.event_base import text_or_error
 from lifecycle_fsm.events import (
@@ -31,13 +34,12 @@ from lifecycle_fsm.events import (
     stream_of,
 )
 from lifecycle_fsm.feed import FeedEvent, follow_events, read_events, wait_for_state
-from lifecycle_fsm.idempotency import retried_unread
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.limits import check_int, check_version_text
 from lifecycle_fsm.machine import State
 from lifecycle_fsm.manifests import load_baseline_manifest
 from lifecycle_fsm.recovery import RecoveryPlan
-from lifecycle_fsm.results import CandidateResult, CommandResult, RecoveryResult, SettingsResult
+from lifecycle_fsm.results import CandidateResult, CommandResult, RecoveryResult, SettingsResult, retried_unread
 from lifecycle_fsm.retry import DEFAULT_RETRY, RetryPolicy
 from lifecycle_fsm.state import CandidateState, LedgerSettings, reading_stored
 from lifecycle_fsm.store.base import EventStore, select_events
@@ -58,9 +60,38 @@ __all__ = [
 ]
 
 SigningKey = str | os.PathLike[str] | bytes
+_CLOSED = "this ledger is closed: open it again to use it"
 
 if TYPE_CHECKING:
     from lifecycle_fsm.replay.explanation_parts import Explanation
+
+
+class _ClosedStore:
+    """Stands in for a closed store; closing it again only closes the connection it still holds (`pending`),
+    once, from the thread that opened it."""
+
+    def __init__(self, pending: EventStore | None, opener: int) -> None:
+        self._pending = pending
+        self._opener = opener
+
+    def close(self) -> None:
+        pending = self._pending
+        if pending is not None and threading.get_ident() == self._opener:
+            self._pending = None
+            pending.close()
+
+    def __getattr__(self, name: str) -> NoReturn:
+        if name.startswith("__"):  # copy, pickle and friends look for these: not a call on the ledger
+            raise AttributeError(name)
+        self.close()
+        raise LedgerClosedError(_CLOSED)
+
+
+def _require_open(store: object) -> None:
+    """LedgerClosedError for a closed ledger's store (closing a connection left to this thread first)."""
+    if isinstance(store, _ClosedStore):
+        store.close()
+        raise LedgerClosedError(_CLOSED)
 
 
 class Ledger(CandidateCommands):
@@ -158,7 +189,7 @@ class Ledger(CandidateCommands):
     def _private_key(self, what: str) -> Any:
         from lifecycle_fsm.keys import private_key_from
 
-        require_open(self.store)  # a closed ledger says so before a missing key is
+        _require_open(self.store)  # a closed ledger says so before a missing key is
         if self.signing_key is None:
             raise InputError(f"{what} needs a signing key: Ledger.open(..., signing_key=PATH_OR_PEM)")
         return private_key_from(self.signing_key, what)
@@ -166,11 +197,11 @@ class Ledger(CandidateCommands):
     def close(self) -> None:
         """Close the store; using the ledger afterwards raises `LedgerClosedError`. Idempotent. From another
         thread: a blocked `follow()` or `wait_for()` ends within a quarter of a second, and the opening
-        thread closes the connection then, or at its next call (`lifecycle_fsm.closed`)."""
+        thread closes the connection then, or at its next call."""
         if self._closed:
             return
         store, here, self._closed = self.store, threading.get_ident() == self._opener, True
-        self.store = cast(EventStore, ClosedStore(None if here else store, self._opener))
+        self.store = cast(EventStore, _ClosedStore(None if here else store, self._opener))
         self._reader.store = self._path.store = self.store
         if here:
             store.close()
@@ -181,7 +212,7 @@ class Ledger(CandidateCommands):
 
     def __enter__(self) -> Ledger:
         if self._closed:  # as a closed file: refused here, not at the block's first read or write
-            raise LedgerClosedError(f"{CLOSED} (with-statement)")
+            raise LedgerClosedError(f"{_CLOSED} (with-statement)")
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -212,8 +243,8 @@ class Ledger(CandidateCommands):
     def explain(self, candidate_id: str, as_of: int | str | None = None) -> Explanation:
         """Why the candidate is where it is (as of a seq or an ISO time): the decisive event, the evidence
         behind it, what it claimed, each trusted state a recovery considered; what `lifecycle explain` prints."""
-        from lifecycle_fsm.replay.asof import parse_as_of
         from lifecycle_fsm.replay.explain import explanation
+        from lifecycle_fsm.replay.log import parse_as_of
 
         return explanation(self.store, candidate_id, as_of=None if as_of is None else parse_as_of(str(as_of)))
 
@@ -236,11 +267,20 @@ class Ledger(CandidateCommands):
         self, after: int = 0, poll: float = 0.2, *, stream: str | None = None, stop: threading.Event | None = None
     ) -> Iterator[FeedEvent]:
         """New events as they are appended; ends when `stop` is set or the ledger is closed (from any thread)."""
-        require_open(self.store)
+        _require_open(self.store)
         events = follow_events(
             self.store, after=after, poll=poll, stream=stream, stop=stop, is_closed=lambda: self._closed
         )
-        return closing_after(events, self)
+        return self._closing_after(events)
+
+    def _closing_after(self, events: Iterator[FeedEvent]) -> Iterator[FeedEvent]:
+        """When `follow()`'s events end because the ledger was closed (from another thread), the connection
+        that close left to this thread is closed here."""
+        try:
+            yield from events
+        finally:
+            if self._closed:
+                self.store.close()
 
     def wait_for(
         self, candidate_id: str, states: State | str | Iterable[State | str], timeout: float, *, poll: float = 0.2

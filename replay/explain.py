@@ -13,7 +13,6 @@ from typing import Any
 from lifecycle_fsm.errors import NotFoundError
 from lifecycle_fsm.events import CANDIDATE_EVENTS, LEDGER_STREAM, candidate_id_of, stream_of
 from lifecycle_fsm.json_types import JSON
-from lifecycle_fsm.replay.asof import AsOf, not_yet, position_of
 from lifecycle_fsm.replay.explanation_parts import (
     ArtifactCheck,
     CheckRow,
@@ -26,6 +25,7 @@ from lifecycle_fsm.replay.explanation_parts import (
     Recovery,
     RollbackCheck,
 )
+from lifecycle_fsm.replay.log import AsOf, not_yet, position_of
 from lifecycle_fsm.rules import CANDIDATE_KINDS, ONLINE_KINDS, RECOVERY_STATES_BY_STAGE, UPSTREAM_DECISIONS
 from lifecycle_fsm.state import CandidateState, Fold, reading_stored, stale_rules
 from lifecycle_fsm.store.base import EventStore
@@ -79,26 +79,26 @@ def explanation(
     rows = [(e, decoded_payload(e)) for e in events]
     state, path = _fold_path(rows)
     by_seq = {e.seq: (e, p) for e, p in rows}
-    decisive = by_seq[state.decisive_seq if state.decisive_seq is not None else events[-1].seq]
-    evidence_seq = _evidence_seq(state, decisive[0])
-    shown = decisive if evidence_seq is None else by_seq[evidence_seq]
-    evidence = None if evidence_seq is None else shown[1]
+    decisive, decisive_payload = by_seq[state.decisive_seq if state.decisive_seq is not None else events[-1].seq]
+    evidence_seq = _evidence_seq(state, decisive)
+    shown, evidence = (decisive, None) if evidence_seq is None else by_seq[evidence_seq]
     claimed = {name: state.candidate.get(name) for name in CLAIMED_FIELDS}
     checks: list[CheckRow] = []
     artifact = rollback = None
     # The evidence is read beyond what the fold checked: a field of the wrong shape is that row's corruption.
-    with reading_stored(shown[0].seq, shown[0].type):
+    with reading_stored(shown.seq, shown.type):
         if evidence is not None:
             checks = _checks(claimed, evidence)
-            artifact = _artifact(evidence["artifact"], rows, shown[0].seq)
+            artifact = _artifact(evidence["artifact"], rows, shown.seq)
             found = activations if activations is not None else baseline_activations(store)
-            rollback = _rollback(found, evidence["rollback"], shown[0].seq)
+            rollback = _rollback(found, evidence["rollback"], shown.seq)
         recovery = _recovery(state.last_recovery, path, by_seq)
-        invalidation = _invalidation(*decisive)
+        invalidation = _invalidation(decisive, decisive_payload)
+    header = (decisive.seq, decisive.type, decisive.version, decisive.recorded_at, decisive.actor, decisive.hash)
     return Explanation(
         candidate=state,
         as_of=position,
-        decisive_event=DecisiveEvent.of(*decisive),
+        decisive_event=DecisiveEvent(*header, decisive_payload),
         claimed=claimed,
         evidence_seq=evidence_seq,
         settings=None if evidence is None else evidence.get("settings"),
@@ -109,7 +109,7 @@ def explanation(
         invalidation=invalidation,
         path=path,
         stale_rules=stale_rules(state),
-        inconclusive=_inconclusive(rows, decisive[0].seq),
+        inconclusive=_inconclusive(rows, decisive.seq),
     )
 
 
@@ -183,11 +183,10 @@ def file_changes(before: JSON | None, after: JSON | None) -> FileChanges:
     for side, tree in (("recorded", before), ("checked", after)):
         if tree is None:
             why = "a single file, unreadable, or recorded before per-file digests"
-            return FileChanges.uncompared(f"no per-file digests {side} ({why})")
+            return FileChanges(False, f"no per-file digests {side} ({why})", [], [], [])
         if tree.get("files") is None:
-            return FileChanges.uncompared(
-                f"{tree.get('count')} files: above the listing cap, only the tree hashes are compared"
-            )
+            note = f"{tree.get('count')} files: above the listing cap, only the tree hashes are compared"
+            return FileChanges(False, note, [], [], [])
     assert before is not None
     assert after is not None
     old = {f["path"]: {"size": f["size"], "sha256": f["sha256"]} for f in before["files"]}

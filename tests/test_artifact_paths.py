@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from lifecycle_fsm import artifact_paths
-from lifecycle_fsm.artifact_paths import inside, real_path
+from lifecycle_fsm import artifact_walk
+from lifecycle_fsm.artifact_walk import inside, real_path
 
 
 @pytest.fixture
@@ -59,7 +59,7 @@ def test_real_path_of_a_relative_path(tree: Path, monkeypatch: pytest.MonkeyPatc
 
 def test_real_path_without_the_kernel_answer(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Where /proc cannot answer (another system), Python's realpath does."""
-    monkeypatch.setattr(artifact_paths, "_O_PATH", 0)
+    monkeypatch.setattr(artifact_walk, "_O_PATH", 0)
     assert real_path(f"{tree}/dirlink/sub/f.bin") == str(tree.resolve() / "real" / "sub" / "f.bin")
 
 

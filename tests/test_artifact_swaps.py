@@ -18,9 +18,8 @@ from typing import Any
 
 import pytest
 
-from lifecycle_fsm import artifact_paths, artifact_walk
-from lifecycle_fsm.artifacts import hash_directory, hash_tree
-from lifecycle_fsm.digest_cache import DigestCache
+from lifecycle_fsm import artifact_walk
+from lifecycle_fsm.artifacts import DigestCache, hash_directory, hash_tree
 from lifecycle_fsm.errors import ArtifactError
 
 MIB = 1024 * 1024
@@ -42,7 +41,7 @@ MODES = ["kernel", "no_o_path", "by_path"]
 @pytest.fixture(params=MODES)
 def mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     if request.param in ("no_o_path", "by_path"):
-        monkeypatch.setattr(artifact_paths, "_O_PATH", 0)
+        monkeypatch.setattr(artifact_walk, "_O_PATH", 0)
     if request.param == "by_path":
         monkeypatch.setattr(artifact_walk, "_FD_WALK", False)
     return str(request.param)

@@ -12,7 +12,6 @@ import pytest
 from lifecycle_fsm.artifacts import (
     TREE_FORMAT,
     hash_directory,
-    hash_file,
     path_escapes_root,
     tree_size,
 )
@@ -61,18 +60,16 @@ def tree(tmp_path: Path) -> Path:
 
 
 def test_single_file_is_plain_sha256(tmp_path: Path) -> None:
-    """A regular file hashes to sha256 of its exact bytes, both entry points."""
+    """A regular file hashes to sha256 of its exact bytes."""
     f = write(tmp_path / "w.bin", b"\x00\r\nbytes\xff")
     assert hash_directory(f) == sha(b"\x00\r\nbytes\xff")
-    assert hash_file(f) == sha(b"\x00\r\nbytes\xff")
-    assert len(hash_file(f)) == 64 and hash_file(f) == hash_file(f).lower()
+    assert len(hash_directory(f)) == 64 and hash_directory(f) == hash_directory(f).lower()
 
 
 def test_multi_chunk_file_matches_hashlib(tmp_path: Path) -> None:
     """A 3 MiB file read in 1 MiB chunks hashes like hashlib over the whole."""
     data = os.urandom(3 * MIB + 17)
     f = write(tmp_path / "big.bin", data)
-    assert hash_file(f) == sha(data)
     assert hash_directory(f) == sha(data)
 
 
@@ -271,7 +268,7 @@ def test_missing_path_fails(tmp_path: Path) -> None:
     with pytest.raises(ArtifactError, match=r"no such file or directory: .*nope"):
         hash_directory(missing)
     with pytest.raises(ValueError, match=r"nope"):
-        hash_file(missing)
+        hash_directory(missing)
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
@@ -283,7 +280,7 @@ def test_fifo_fails_without_blocking(tmp_path: Path) -> None:
     with pytest.raises(ArtifactError, match=r"pipe"):
         hash_directory(top)
     with pytest.raises(ArtifactError, match=r"pipe"):
-        hash_file(top / "pipe")
+        hash_directory(top / "pipe")
     with pytest.raises(ArtifactError, match=r"pipe"):
         tree_size(top)
 
@@ -304,7 +301,7 @@ def test_file_changing_while_hashed_fails(tmp_path: Path) -> None:
         hash_directory(tmp_path / "top", progress=grow)
     calls.clear()
     with pytest.raises(ArtifactError, match=r"file changed while hashing"):
-        hash_file(big, progress=grow)
+        hash_directory(big, progress=grow)
 
 
 def test_progress_total_equals_tree_size(tree: Path) -> None:
@@ -315,7 +312,7 @@ def test_progress_total_equals_tree_size(tree: Path) -> None:
     assert sum(seen) == tree_size(tree)
     assert max(seen) == MIB
     single: list[int] = []
-    hash_file(tree / "big.bin", progress=single.append)
+    hash_directory(tree / "big.bin", progress=single.append)
     assert single == [MIB, MIB, 5]
     assert tree_size(tree / "big.bin") == 2 * MIB + 5
 

@@ -11,7 +11,7 @@ from conftest import Workspace, invoke
 
 from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.ledger import Ledger
-from lifecycle_fsm.replay.asof import parse_as_of, parse_time
+from lifecycle_fsm.replay.log import parse_as_of, parse_time
 from lifecycle_fsm.store.sqlite import SQLiteEventStore
 
 T0 = dt.datetime(2026, 3, 1, 12, 0, 0, tzinfo=dt.UTC)

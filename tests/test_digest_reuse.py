@@ -17,8 +17,7 @@ from typing import Any
 
 from conftest import Workspace, invoke
 
-from lifecycle_fsm.artifacts import hash_tree
-from lifecycle_fsm.digest_cache import DigestCache
+from lifecycle_fsm.artifacts import DigestCache, hash_tree
 from lifecycle_fsm.ledger import Ledger, utc_now
 
 

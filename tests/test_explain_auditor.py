@@ -67,7 +67,7 @@ def _expected_values(name: str, ws: Workspace) -> tuple[Any, Any]:
 
 
 def _shown(value: Any) -> str:
-    from lifecycle_fsm.replay.explain_text import format_value
+    from lifecycle_fsm.replay.explanation_parts import format_value
 
     return format_value(value)
 

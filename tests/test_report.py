@@ -15,7 +15,7 @@ from auditor_cases import auditor_ledger
 from browser import CHROMIUM, Chromium, Page
 from conftest import REPO, Workspace, invoke
 
-from lifecycle_fsm.replay.report_html import MERMAID_ASSET, mermaid_js
+from lifecycle_fsm.replay.report import MERMAID_ASSET, mermaid_js
 
 MERMAID_SHA256 = "9f2807e402479d2864bfd9a95052076fc69d0ff45a0b25148b84b70fc33425b9"
 

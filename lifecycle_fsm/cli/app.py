@@ -209,7 +209,7 @@ class _Parsed(_ParamType):
         self.parser = parser
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        from lifecycle_fsm.replay import asof
+        from lifecycle_fsm.replay import log as asof
 
         if isinstance(value, int):  # a default, or a value already converted
             return value

@@ -25,7 +25,7 @@ from lifecycle_fsm.limits import MAX_INT64, display
 
 if TYPE_CHECKING:
     from lifecycle_fsm.ledger import Ledger
-    from lifecycle_fsm.replay.asof import AsOf
+    from lifecycle_fsm.replay.log import AsOf
 
 __all__ = ["decisions", "decisions_export", "decisions_replay", "log", "report"]
 

@@ -132,7 +132,7 @@ def verify(expect_heads: tuple[str, ...], pubkeys: tuple[str, ...], jobs: int) -
 @json_option
 def hash_command(path: Path, root: Path | None) -> None:
     """The sha256 that manifests record for a file or a directory."""
-    from lifecycle_fsm.artifact_paths import folder_problem
+    from lifecycle_fsm.artifact_walk import folder_problem
 
     if root is not None and (problem := folder_problem(root)):
         raise InputError(f"--root {root} {problem}")  # bad input (exit 3), not "path escapes root"

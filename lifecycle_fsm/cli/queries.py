@@ -16,7 +16,7 @@ from lifecycle_fsm.machine import State
 
 if TYPE_CHECKING:
     from lifecycle_fsm.replay import LoadResult
-    from lifecycle_fsm.replay.asof import AsOf
+    from lifecycle_fsm.replay.log import AsOf
     from lifecycle_fsm.state import CandidateState
     from lifecycle_fsm.store.records import StreamHead
 
@@ -37,7 +37,7 @@ def status(candidate_id: str | None, as_of: AsOf | None) -> None:
     position = None
     if candidate_id is None:
         from lifecycle_fsm.replay import load_state
-        from lifecycle_fsm.replay.asof import position_of
+        from lifecycle_fsm.replay.log import position_of
 
         position = None if as_of is None else position_of(store, as_of)
         states = [c for _, c in sorted(load_state(store, to=position, checked=True).state.candidates.items())]
@@ -47,7 +47,7 @@ def status(candidate_id: str | None, as_of: AsOf | None) -> None:
         states = [StreamReader(store).query(candidate_id)]
     else:
         from lifecycle_fsm.events import stream_of
-        from lifecycle_fsm.replay.asof import not_yet, position_of
+        from lifecycle_fsm.replay.log import not_yet, position_of
         from lifecycle_fsm.streams import fold_candidate
 
         then = position_of(store, as_of)
@@ -71,7 +71,7 @@ def _warn_stale_rules(candidates: list[CandidateState]) -> None:
 
     for c in candidates:
         if (recorded := stale_rules(c)) is not None:
-            from lifecycle_fsm.replay.explain_text import rules_warning
+            from lifecycle_fsm.replay.explanation_parts import rules_warning
 
             click.echo(display(f"warning: {c.candidate_id}: {rules_warning(c.candidate_id, recorded)}"), err=True)
 
@@ -155,7 +155,7 @@ def explain(candidate_id: str, as_of: AsOf | None, fmt: str | None) -> None:
     if fmt not in (None, "json") and wants_json():
         raise click.UsageError(f"--json asks for JSON and --format {fmt} for {fmt}: give one of them")
     from lifecycle_fsm.replay.explain import explanation
-    from lifecycle_fsm.replay.explain_text import explain_markdown, explain_text
+    from lifecycle_fsm.replay.explanation_parts import explain_markdown, explain_text
 
     found = explanation(open_read_store(), candidate_id, as_of=as_of)
     fmt = fmt or ("json" if wants_json() else "text")
@@ -178,7 +178,7 @@ def explain(candidate_id: str, as_of: AsOf | None, fmt: str | None) -> None:
 def replay(to: int | None, full: bool) -> None:
     """Rebuild every candidate's state from the log (latest checkpoint + tail)."""
     from lifecycle_fsm.replay import index_of, load_state
-    from lifecycle_fsm.replay.asof import position_of
+    from lifecycle_fsm.replay.log import position_of
 
     ledger = open_ledger(must_exist=True)
     if to is not None:

@@ -21,7 +21,7 @@ from datasette import hookimpl as datasette_hookimpl
 
 from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.json_types import JSON
-from lifecycle_fsm.replay.asof import parse_time
+from lifecycle_fsm.replay.log import parse_time
 
 __all__ = ["ServePlugin", "allowed_hosts", "lifecycle_utc", "quiet_refused_times", "time_problem"]
 

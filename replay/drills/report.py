@@ -14,7 +14,7 @@ from lifecycle_fsm.audit_records import publish
 from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.folders import make_folder
 from lifecycle_fsm.json_types import JSON
-from lifecycle_fsm.replay.explain_text import markdown_text
+from lifecycle_fsm.replay.explanation_parts import markdown_text
 
 __all__ = [
     "DrillResult",
