@@ -118,7 +118,7 @@ class MemoryEventStore(Transactions[MemoryTransaction]):
                 self._held = None
 
     @contextmanager
-    def _transaction(self) -> Iterator[MemoryTransaction]:
+    def transaction(self) -> Iterator[MemoryTransaction]:
         with self._writing():
             tx = MemoryTransaction(self)
             yield tx

@@ -1,4 +1,4 @@
-"""The PostgreSQL ledger's schema and the SQL of the auditor's filter.
+"""The PostgreSQL ledger's schema (and which one a URL's search_path names) and the SQL of the auditor's filter.
 
 - `payload` and `recorded_at` are `text`: jsonb and timestamptz would rewrite the exact strings hashed.
 - A row trigger refuses UPDATE and DELETE, a statement trigger TRUNCATE (the table owner can still
@@ -303,3 +303,37 @@ def _upgraded(session: PgSession, present: str, statements: Sequence[str], *, cr
         except pg_errors.InsufficientPrivilege:
             return False
     return True
+
+
+_MAX_IDENTIFIER_BYTES = 63  # NAMEDATALEN - 1: longer names are cut
+_ENTRY = re.compile(r'\s*("(?:[^"]|"")*"?[^,]*|[^,]*),?')  # one search_path entry: a quoted name may hold commas
+
+
+def _entries(search_path: str) -> list[str]:
+    return [entry.strip() for entry in _ENTRY.findall(search_path) if entry.strip()]
+
+
+def _identifier(entry: str) -> str:
+    """A search_path entry as the schema name PostgreSQL reads it: a quoted name as written, an unquoted one
+    with ASCII letters lower-cased; either cut to 63 bytes (whole characters), as the server does."""
+    if entry.startswith('"'):
+        name = entry[1:-1].replace('""', '"')
+    else:
+        name = "".join(chr(ord(c) + 32) if "A" <= c <= "Z" else c for c in entry)
+    return name.encode()[:_MAX_IDENTIFIER_BYTES].decode(errors="ignore")
+
+
+_USER_ENTRIES = ("$user", '"$user"')
+
+
+def ledger_schema(search_path: str, user: str) -> str:
+    """The schema of the ledger a URL names: the first its search_path names, `$user` entries skipped, else
+    the role's own. Never which schemas exist: with `"$user", public` that would change the day someone
+    creates the role's schema. The session is then pinned to this one schema."""
+    named = [e for e in _entries(search_path) if e not in _USER_ENTRIES]
+    return _identifier(named[0]) if named else user
+
+
+def names_user(search_path: str) -> bool:
+    """Whether a search_path has a `$user` entry."""
+    return any(e in _USER_ENTRIES for e in _entries(search_path))

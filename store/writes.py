@@ -178,11 +178,8 @@ class Transactions(ABC, Generic[_Tx]):
     """A store's two ways to write: a transaction, or one append in a transaction of its own."""
 
     @abstractmethod
-    def _transaction(self) -> AbstractContextManager[_Tx]:
-        """Take the write lock, yield a transaction, commit on success, roll back on error."""
-
     def transaction(self) -> AbstractContextManager[_Tx]:
-        return self._transaction()
+        """Take the write lock, yield a transaction, commit on success, roll back on error."""
 
     def append(
         self,
@@ -193,5 +190,5 @@ class Transactions(ABC, Generic[_Tx]):
         fresh_ids: bool = False,
         expect: Sequence[tuple[str, int]] = (),
     ) -> AppendResult:
-        with self._transaction() as tx:  # not `transaction()`: a subclass may wrap that one
+        with self.transaction() as tx:
             return tx.append(stream_id, expected_version, events, fresh_ids=fresh_ids, expect=expect)
