@@ -24,7 +24,14 @@ from psycopg import errors as pg_errors
 from psycopg.pq import ExecStatus, TransactionStatus
 
 from lifecycle_fsm.errors import IntegrityError, StoreError
-from lifecycle_fsm.store.base import snapshot_in_write, write_in_read_snapshot, write_in_transaction
+from lifecycle_fsm.store.base import (
+    Transactions,
+    check_batch,
+    id_taken,
+    snapshot_in_write,
+    write_in_read_snapshot,
+    write_in_transaction,
+)
 from lifecycle_fsm.store.chain import EVENT_COLUMNS, FOLD_COLUMNS, canonical_json, event_hash
 from lifecycle_fsm.store.postgres_schema import (
     APPEND_ONE,
@@ -51,7 +58,6 @@ from lifecycle_fsm.store.records import (
 )
 from lifecycle_fsm.store.sql import CHECKPOINTS, Run, SQLStore
 from lifecycle_fsm.store.threads import fault_from_env, one_thread
-from lifecycle_fsm.store.writes import Transactions, check_batch, id_taken
 
 __all__ = ["PostgresEventStore", "PostgresTransaction"]
 

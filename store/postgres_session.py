@@ -23,13 +23,13 @@ from psycopg import sql
 from psycopg.pq import ExecStatus, TransactionStatus
 
 from lifecycle_fsm.errors import InputError, IntegrityError, LifecycleError, StoreError
+from lifecycle_fsm.store.base import id_taken
 from lifecycle_fsm.store.chain import EVENT_COLUMNS
 from lifecycle_fsm.store.open import busy_timeout_seconds, redact_url, synchronous_mode
 from lifecycle_fsm.store.postgres_schema import ledger_schema, names_user
 from lifecycle_fsm.store.records import Row
 from lifecycle_fsm.store.sql import RECORD_FIRST, SQLTransaction, derived_table_dropped
 from lifecycle_fsm.store.threads import ThreadOwner
-from lifecycle_fsm.store.writes import id_taken
 
 if TYPE_CHECKING:
     from lifecycle_fsm.store.postgres import PostgresEventStore

@@ -19,7 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from lifecycle_fsm.errors import StoreError
-from lifecycle_fsm.store.base import snapshot_in_write, write_in_read_snapshot, write_in_transaction
+from lifecycle_fsm.store.base import (
+    Transactions,
+    id_taken,
+    snapshot_in_write,
+    write_in_read_snapshot,
+    write_in_transaction,
+)
 from lifecycle_fsm.store.chain import EVENT_COLUMNS
 from lifecycle_fsm.store.open import busy_timeout_seconds, synchronous_mode
 from lifecycle_fsm.store.records import ALL_EVENTS, CheckpointRecord, EventFilter, Row, StreamHead, StreamShare
@@ -45,7 +51,6 @@ from lifecycle_fsm.store.sqlite_schema import (
     schema_version,
 )
 from lifecycle_fsm.store.threads import ThreadOwner, fault_from_env, one_thread
-from lifecycle_fsm.store.writes import Transactions, id_taken
 
 __all__ = ["SQLiteEventStore", "SQLiteTransaction", "create_ledger_file"]
 
