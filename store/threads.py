@@ -144,10 +144,9 @@ def _checked(method: Callable[..., Any], *, closing: bool) -> Callable[..., Any]
     @functools.wraps(method)
     def checked(self: Any, *args: Any, **kwargs: Any) -> Any:
         owner: ThreadOwner = self._owner
-        if threading.get_ident() != owner.ident:
-            if closing and owner.forked:
-                return None
-            raise owner.refusal()
+        if closing and owner.forked:
+            return None
+        owner.check()
         return method(self, *args, **kwargs)
 
     return checked
