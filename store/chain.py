@@ -23,7 +23,7 @@ from lifecycle_fsm.store.records import ChainReport, Head, NewEvent, Row
 
 GENESIS_HASH = "0" * 64
 GENESIS = Head(0, GENESIS_HASH)  # the head of an empty log
-NOT_A_HASH = "not a hash: a column is not text"  # what `event_hash` gives for a row no hash can match
+_NOT_A_HASH = "not a hash: a column is not text"  # what `event_hash` gives for a row no hash can match
 # The form the ledger stores times in (UTC, microseconds): the one in which text order is time order.
 STORED_TIME = "[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}[.][0-9]{6}Z"
 _STORED_TIME = re.compile(STORED_TIME)
@@ -90,13 +90,13 @@ def event_hash(
     recorded_at: str,
     actor: str,
 ) -> str:
-    """The chain hash of one event (module docstring); `NOT_A_HASH` for a column that is not text (a
+    """The chain hash of one event (module docstring); `_NOT_A_HASH` for a column that is not text (a
     BLOB written by hand cannot be what was hashed: the row reads as edited)."""
     try:
         header = _header(actor, event_id, recorded_at, schema_version, seq, stream_id, type, version)
         return hashlib.sha256(b"\n".join((prev_hash.encode(), header, payload.encode()))).hexdigest()
     except (TypeError, AttributeError):
-        return NOT_A_HASH
+        return _NOT_A_HASH
 
 
 def snapshot_digest(text: str) -> str:
@@ -265,10 +265,3 @@ def check_rows(
     yield from walk.fold_batches()
     if walk.bad_seq is not None:
         raise error(walk.bad_seq)
-
-
-def verify_rows(batches: Iterable[Sequence[Row]], *, count: Callable[[], int], head: Callable[[], Head]) -> ChainReport:
-    """The whole chain's verdict over every row from genesis."""
-    walk = ChainWalk(batches)
-    walk.finish()
-    return walk.report(count=count, head=head)

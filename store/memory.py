@@ -14,8 +14,8 @@ from typing import Any
 import orjson
 
 from lifecycle_fsm.errors import IntegrityError
-from lifecycle_fsm.store.base import snapshot_in_write, write_in_read_snapshot
-from lifecycle_fsm.store.chain import GENESIS_HASH, fold_columns, snapshot_digest
+from lifecycle_fsm.store.base import Transactions, WriteTransaction, id_taken, snapshot_in_write, write_in_read_snapshot
+from lifecycle_fsm.store.chain import GENESIS, GENESIS_HASH, fold_columns, snapshot_digest
 from lifecycle_fsm.store.records import (
     ALL_EVENTS,
     CheckpointRecord,
@@ -28,7 +28,6 @@ from lifecycle_fsm.store.records import (
     StreamShare,
     StreamSnapshot,
 )
-from lifecycle_fsm.store.writes import Transactions, WriteTransaction, id_taken
 
 
 class MemoryTransaction(WriteTransaction):
@@ -55,7 +54,7 @@ class MemoryTransaction(WriteTransaction):
         self, streams: Sequence[str], ids: Sequence[str]
     ) -> tuple[Head, list[int], dict[str, StoredEvent], str | None]:
         log = self._pending or self._store._log
-        head = Head(log[-1][0], log[-1][10], log[-1][7]) if log else Head(0, GENESIS_HASH)
+        head = Head(log[-1][0], log[-1][10], log[-1][7]) if log else GENESIS
         found = {i: StoredEvent(*row) for i in ids if (row := self._row_by_id(i)) is not None}
         return head, [self.stream_version(s) for s in streams], found, None
 
@@ -118,7 +117,7 @@ class MemoryEventStore(Transactions[MemoryTransaction]):
                 self._held = None
 
     @contextmanager
-    def _transaction(self) -> Iterator[MemoryTransaction]:
+    def transaction(self) -> Iterator[MemoryTransaction]:
         with self._writing():
             tx = MemoryTransaction(self)
             yield tx
@@ -150,7 +149,7 @@ class MemoryEventStore(Transactions[MemoryTransaction]):
         return next((r[0] - 1 for r in self._log if r[7] > recorded_at), len(self._log))
 
     def head(self) -> Head:
-        return Head(self._log[-1][0], self._log[-1][10]) if self._log else Head(0, GENESIS_HASH)
+        return Head(self._log[-1][0], self._log[-1][10]) if self._log else GENESIS
 
     def count_events(self) -> int:
         return len(self._log)

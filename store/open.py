@@ -16,7 +16,7 @@ from lifecycle_fsm.errors import InputError, StoreError
 if TYPE_CHECKING:
     from lifecycle_fsm.store.base import EventStore
 
-URL_SCHEMES = ("postgresql://", "postgres://")
+_URL_SCHEMES = ("postgresql://", "postgres://")
 # libpq's `keyword=value ...` spelling, taken for a file name, would make an SQLite ledger named after it.
 _LIBPQ_KEYWORDS = (
     "host|hostaddr|port|dbname|user|password|passfile|require_auth|channel_binding|connect_timeout|"
@@ -28,15 +28,15 @@ _LIBPQ_KEYWORDS = (
 )
 _KEYWORD_CONNINFO = re.compile(rf"\s*({_LIBPQ_KEYWORDS})\s*=")
 # Both backends keep the wait in milliseconds in a C int (SQLite's busy_timeout, PostgreSQL's lock_timeout).
-MAX_BUSY_TIMEOUT = (2**31 - 1) / 1000
+_MAX_BUSY_TIMEOUT = (2**31 - 1) / 1000
 
 
 def busy_timeout_seconds(value: object, name: str = "busy_timeout") -> float:
-    """A finite number of seconds from 0 to `MAX_BUSY_TIMEOUT`; else an InputError naming the option."""
+    """A finite number of seconds from 0 to `_MAX_BUSY_TIMEOUT`; else an InputError naming the option."""
     if not isinstance(value, int | float) or isinstance(value, bool):
         raise InputError(f"{name} must be a number of seconds, not {value!r}")
-    if not (0 <= value <= MAX_BUSY_TIMEOUT) or (isinstance(value, float) and not math.isfinite(value)):
-        raise InputError(f"{name} must be a finite number of seconds from 0 to {MAX_BUSY_TIMEOUT}, not {value!r}")
+    if not (0 <= value <= _MAX_BUSY_TIMEOUT) or (isinstance(value, float) and not math.isfinite(value)):
+        raise InputError(f"{name} must be a finite number of seconds from 0 to {_MAX_BUSY_TIMEOUT}, not {value!r}")
     return float(value)
 
 
@@ -50,7 +50,7 @@ def synchronous_mode(value: object, modes: Collection[str]) -> str:
 
 def is_postgres_url(target: object) -> bool:
     """Whether `--db` / `Ledger.open` names a PostgreSQL server rather than a file."""
-    return isinstance(target, str) and target.lower().startswith(URL_SCHEMES)
+    return isinstance(target, str) and target.lower().startswith(_URL_SCHEMES)
 
 
 def redact_url(url: str) -> str:

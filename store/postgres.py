@@ -6,7 +6,7 @@
 - Read committed: every statement after the lock sees the newest committed head.
 - One event is one statement, `lifecycle_append()`, chained by the server and re-hashed here; a
   check that fails there writes nothing, and the transaction's path says why. Batches and
-  transactions (`postgres_transaction.py`) chain their rows in Python, as every backend does.
+  transactions (`postgres_session.PostgresTransaction`) chain their rows in Python, as every backend does.
 - Every appending commit notifies the ledger's channel; `wait_for_new` blocks on it, polling stays the truth.
 """
 
@@ -24,9 +24,15 @@ from psycopg import errors as pg_errors
 from psycopg.pq import ExecStatus, TransactionStatus
 
 from lifecycle_fsm.errors import IntegrityError, StoreError
-from lifecycle_fsm.store.base import snapshot_in_write, write_in_read_snapshot, write_in_transaction
+from lifecycle_fsm.store.base import (
+    Transactions,
+    check_batch,
+    id_taken,
+    snapshot_in_write,
+    write_in_read_snapshot,
+    write_in_transaction,
+)
 from lifecycle_fsm.store.chain import EVENT_COLUMNS, FOLD_COLUMNS, canonical_json, event_hash
-from lifecycle_fsm.store.faults import fault_from_env
 from lifecycle_fsm.store.postgres_schema import (
     APPEND_ONE,
     GUARD_ROWS,
@@ -38,8 +44,7 @@ from lifecycle_fsm.store.postgres_schema import (
     filter_sql,
     guard_problems,
 )
-from lifecycle_fsm.store.postgres_session import COMMIT_UNKNOWN, NOTHING_COMMITTED, PgSession
-from lifecycle_fsm.store.postgres_transaction import PostgresTransaction
+from lifecycle_fsm.store.postgres_session import COMMIT_UNKNOWN, NOTHING_COMMITTED, PgSession, PostgresTransaction
 from lifecycle_fsm.store.records import (
     ALL_EVENTS,
     AppendResult,
@@ -52,8 +57,7 @@ from lifecycle_fsm.store.records import (
     StreamShare,
 )
 from lifecycle_fsm.store.sql import CHECKPOINTS, Run, SQLStore
-from lifecycle_fsm.store.threads import one_thread
-from lifecycle_fsm.store.writes import Transactions, check_batch, id_taken
+from lifecycle_fsm.store.threads import fault_from_env, one_thread
 
 __all__ = ["PostgresEventStore", "PostgresTransaction"]
 
@@ -125,7 +129,7 @@ class PostgresEventStore(SQLStore, Transactions[PostgresTransaction]):
             self.session.held = False
 
     @contextmanager
-    def _transaction(self) -> Iterator[PostgresTransaction]:
+    def transaction(self) -> Iterator[PostgresTransaction]:
         if not self._appends:
             raise StoreError(
                 f"{self.where}: this ledger's schema is older than this release; open it once as a role that may "

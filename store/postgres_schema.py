@@ -1,4 +1,4 @@
-"""The PostgreSQL ledger's schema and the SQL of the auditor's filter.
+"""The PostgreSQL ledger's schema (and which one a URL's search_path names) and the SQL of the auditor's filter.
 
 - `payload` and `recorded_at` are `text`: jsonb and timestamptz would rewrite the exact strings hashed.
 - A row trigger refuses UPDATE and DELETE, a statement trigger TRUNCATE (the table owner can still
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 STORE_SCHEMA_VERSION = 1
 
 # The event index (`store.sql.CATCH_UP`), in place of indexes on `events` that every commit would pay for.
-EVENT_INDEX_DDL = (
+_EVENT_INDEX_DDL = (
     """CREATE TABLE IF NOT EXISTS event_index (
         seq bigint PRIMARY KEY, type text NOT NULL, actor text NOT NULL, recorded_at text NOT NULL
     )""",
@@ -39,7 +39,7 @@ EVENT_INDEX_DDL = (
 )
 # Tables derived from the log, made again (empty) when dropped by hand; copies of checkpoints that are gone
 # go too (their ids come again).
-DERIVED_DDL = (
+_DERIVED_DDL = (
     "DO $$ BEGIN IF to_regclass('checkpoints') IS NULL THEN DROP TABLE IF EXISTS checkpoint_streams; END IF; END $$",
     """CREATE TABLE IF NOT EXISTS streams (
         stream_id text PRIMARY KEY, version bigint NOT NULL, status text, category text
@@ -54,7 +54,7 @@ DERIVED_DDL = (
         checkpoint_id bigint NOT NULL REFERENCES checkpoints, stream_id text NOT NULL, version bigint NOT NULL,
         state text NOT NULL, state_sha256 text NOT NULL, PRIMARY KEY (stream_id, checkpoint_id)
     )""",
-    *EVENT_INDEX_DDL,
+    *_EVENT_INDEX_DDL,
 )
 _DERIVED_PRESENT = "SELECT " + " AND ".join(
     f"to_regclass('{name}') IS NOT NULL" for name in (*DERIVED_TABLES, CHECKPOINTS_ORDER)
@@ -83,7 +83,7 @@ DDL = (
     """CREATE OR REPLACE TRIGGER events_refuse_truncate BEFORE TRUNCATE ON events
         FOR EACH STATEMENT EXECUTE FUNCTION lifecycle_refuse_change()""",
     "CREATE TABLE IF NOT EXISTS meta (key text PRIMARY KEY, value text NOT NULL)",
-    *DERIVED_DDL,
+    *_DERIVED_DDL,
 )
 # `chain.stamped` in SQL: the time an event is stored with, after the head's (`last.recorded_at`). A time
 # in the ledger's form needs no escaping in JSON: the hashed header quotes a stamped one as it is.
@@ -95,7 +95,7 @@ STAMPED = (
 # One event appended in one statement (`append_one`): the lock, then (each statement a new snapshot) the
 # head and the expected versions, the time stamped, the hash from `chain.header_parts`, the row, and the
 # notification. When a check fails nothing is written and the row returned is NULLs.
-APPEND_FUNCTION = f"""CREATE OR REPLACE FUNCTION lifecycle_append(lock_key bigint, p_stream text, p_version bigint,
+_APPEND_FUNCTION = f"""CREATE OR REPLACE FUNCTION lifecycle_append(lock_key bigint, p_stream text, p_version bigint,
     p_event_id text, p_type text, p_schema_version integer, p_payload text, p_recorded_at text, p_stamp_limit text,
     p_actor text,
     p_header_before text, p_time_json text, p_header_middle text, p_header_after text, p_checks text,
@@ -125,15 +125,15 @@ _HAS_APPEND_FUNCTION = (
 )
 APPEND_ONE = "SELECT r_seq, r_prev_hash, r_hash, r_recorded_at FROM lifecycle_append(" + ", ".join(["%s"] * 17) + ")"
 # The append-only triggers as `pg_get_triggerdef` gives them (schema left out), and their function's body.
-PG_GUARDS = {
+_PG_GUARDS = {
     "events_refuse_update_delete": "CREATE TRIGGER events_refuse_update_delete BEFORE DELETE OR UPDATE ON events "
     "FOR EACH ROW EXECUTE FUNCTION lifecycle_refuse_change()",
     "events_refuse_truncate": "CREATE TRIGGER events_refuse_truncate BEFORE TRUNCATE ON events "
     "FOR EACH STATEMENT EXECUTE FUNCTION lifecycle_refuse_change()",
 }
-PG_GUARD_SOURCE = " ".join(next(d for d in DDL if "FUNCTION lifecycle_refuse_change()" in d).split("$$")[1].split())
+_PG_GUARD_SOURCE = " ".join(next(d for d in DDL if "FUNCTION lifecycle_refuse_change()" in d).split("$$")[1].split())
 # The keys the database enforces the log's order and idempotency with, as `pg_get_constraintdef` gives them.
-PG_KEYS = ("PRIMARY KEY (seq)", "UNIQUE (event_id)", "UNIQUE (stream_id, version)")
+_PG_KEYS = ("PRIMARY KEY (seq)", "UNIQUE (event_id)", "UNIQUE (stream_id, version)")
 KEY_ROWS = "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = 'events'::regclass"
 GUARD_ROWS = (
     "SELECT t.tgname, t.tgenabled, pg_get_triggerdef(t.oid), p.prosrc FROM pg_trigger t "
@@ -149,16 +149,16 @@ def guard_problems(rows: Sequence[tuple[Any, ...]], keys: Sequence[tuple[Any, ..
         for name, enabled, definition, source in rows
     }
     problems = []
-    for name, definition in PG_GUARDS.items():
+    for name, definition in _PG_GUARDS.items():
         if name not in found:
             problems.append(f"trigger {name} is missing")
         elif found[name][0] not in ("O", "A"):
             problems.append(f"trigger {name} is disabled")
-        elif found[name][1:] != (definition, PG_GUARD_SOURCE):
+        elif found[name][1:] != (definition, _PG_GUARD_SOURCE):
             problems.append(f"trigger {name} was altered")
-    problems += [f"trigger {name} is not one of the ledger's own" for name in sorted(found.keys() - PG_GUARDS.keys())]
+    problems += [f"trigger {name} is not one of the ledger's own" for name in sorted(found.keys() - _PG_GUARDS.keys())]
     present = {" ".join(str(definition).split()) for (definition,) in keys}
-    problems += [f"{key} on events is missing" for key in PG_KEYS if key not in present]
+    problems += [f"{key} on events is missing" for key in _PG_KEYS if key not in present]
     return problems
 
 
@@ -261,7 +261,7 @@ def ensure_schema(session: PgSession, *, create: bool) -> bool:
             name = session.ledger_schema
             session.conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(name)))
             session.schema = name
-        for statement in (*DDL, APPEND_FUNCTION):
+        for statement in (*DDL, _APPEND_FUNCTION):
             session.conn.execute(statement)
         session.conn.execute(
             "INSERT INTO meta (key, value) VALUES ('store_schema_version', %s) ON CONFLICT (key) DO NOTHING",
@@ -273,13 +273,13 @@ def ensure_schema(session: PgSession, *, create: bool) -> bool:
 def ensure_append_function(session: PgSession, *, create: bool) -> bool:
     """Whether the ledger has the current append function (an older ledger gets it when a role that may
     change the schema opens it; until then its appends are refused)."""
-    return _upgraded(session, _HAS_APPEND_FUNCTION, (APPEND_FUNCTION,), create=create)
+    return _upgraded(session, _HAS_APPEND_FUNCTION, (_APPEND_FUNCTION,), create=create)
 
 
 def ensure_derived_tables(session: PgSession, *, create: bool, lost: str = "") -> bool:
     """Whether the ledger has the event index; a writer whose role may change the schema first makes each
     derived table the ledger lacks (otherwise it is read as it is)."""
-    if _upgraded(session, _DERIVED_PRESENT, DERIVED_DDL, create=create, lost=lost):
+    if _upgraded(session, _DERIVED_PRESENT, _DERIVED_DDL, create=create, lost=lost):
         return True
     with session.mapped("cannot read the ledger schema", lost=lost):
         row = session.conn.execute("SELECT to_regclass('event_index') IS NOT NULL").fetchone()
@@ -303,3 +303,37 @@ def _upgraded(session: PgSession, present: str, statements: Sequence[str], *, cr
         except pg_errors.InsufficientPrivilege:
             return False
     return True
+
+
+_MAX_IDENTIFIER_BYTES = 63  # NAMEDATALEN - 1: longer names are cut
+_ENTRY = re.compile(r'\s*("(?:[^"]|"")*"?[^,]*|[^,]*),?')  # one search_path entry: a quoted name may hold commas
+
+
+def _entries(search_path: str) -> list[str]:
+    return [entry.strip() for entry in _ENTRY.findall(search_path) if entry.strip()]
+
+
+def _identifier(entry: str) -> str:
+    """A search_path entry as the schema name PostgreSQL reads it: a quoted name as written, an unquoted one
+    with ASCII letters lower-cased; either cut to 63 bytes (whole characters), as the server does."""
+    if entry.startswith('"'):
+        name = entry[1:-1].replace('""', '"')
+    else:
+        name = "".join(chr(ord(c) + 32) if "A" <= c <= "Z" else c for c in entry)
+    return name.encode()[:_MAX_IDENTIFIER_BYTES].decode(errors="ignore")
+
+
+_USER_ENTRIES = ("$user", '"$user"')
+
+
+def ledger_schema(search_path: str, user: str) -> str:
+    """The schema of the ledger a URL names: the first its search_path names, `$user` entries skipped, else
+    the role's own. Never which schemas exist: with `"$user", public` that would change the day someone
+    creates the role's schema. The session is then pinned to this one schema."""
+    named = [e for e in _entries(search_path) if e not in _USER_ENTRIES]
+    return _identifier(named[0]) if named else user
+
+
+def names_user(search_path: str) -> bool:
+    """Whether a search_path has a `$user` entry."""
+    return any(e in _USER_ENTRIES for e in _entries(search_path))

@@ -1,4 +1,5 @@
-"""One connection to a PostgreSQL ledger: its settings, the error boundary, and a new session after a lost one.
+"""One connection to a PostgreSQL ledger: its settings, the error boundary, a new session after a lost one,
+and the write transaction that goes through it (`PostgresTransaction`).
 
 - `lock_timeout` (from `busy_timeout`) bounds the wait for the write lock, and
   `idle_in_transaction_session_timeout` ends a writer stalled holding it; either one set in the URL wins.
@@ -11,24 +12,31 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import parse_qsl, urlsplit
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg import sql
-from psycopg.pq import TransactionStatus
+from psycopg.pq import ExecStatus, TransactionStatus
 
 from lifecycle_fsm.errors import InputError, IntegrityError, LifecycleError, StoreError
+from lifecycle_fsm.store.base import id_taken
+from lifecycle_fsm.store.chain import EVENT_COLUMNS
 from lifecycle_fsm.store.open import busy_timeout_seconds, redact_url, synchronous_mode
-from lifecycle_fsm.store.sql import derived_table_dropped
+from lifecycle_fsm.store.postgres_schema import ledger_schema, names_user
+from lifecycle_fsm.store.records import Row
+from lifecycle_fsm.store.sql import RECORD_FIRST, SQLTransaction, derived_table_dropped
 from lifecycle_fsm.store.threads import ThreadOwner
+
+if TYPE_CHECKING:
+    from lifecycle_fsm.store.postgres import PostgresEventStore
 
 # SQLite's synchronous modes as synchronous_commit: FULL/EXTRA wait for the WAL flush; NORMAL/OFF do not
 # (a server crash may lose the last commits, never corrupt the ledger).
-SYNCHRONOUS_COMMIT = {"OFF": "off", "NORMAL": "off", "FULL": "on", "EXTRA": "on"}
+_SYNCHRONOUS_COMMIT = {"OFF": "off", "NORMAL": "off", "FULL": "on", "EXTRA": "on"}
 # What a connection lost during a write means, before COMMIT was sent and after.
 NOTHING_COMMITTED = "nothing of this transaction was committed"
 COMMIT_UNKNOWN = (
@@ -57,8 +65,6 @@ _SET_UNLESS_IN_URL = (
     "set_config('{name}', CASE WHEN (SELECT source FROM pg_settings WHERE name = '{name}') = 'client' "
     "AND current_setting('{name}') <> '0' THEN current_setting('{name}') ELSE %s END, false)"
 )
-
-
 _HAS_LEDGER = (
     "EXISTS (SELECT FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
     "WHERE n.nspname = %s AND c.relname = 'meta')"
@@ -69,39 +75,6 @@ _PINNED = (
     f"SELECT current_schema(), %s AND %s <> %s AND NOT {_HAS_LEDGER} AND {_HAS_LEDGER}, "
     "coalesce((SELECT has_table_privilege(c.oid, 'INSERT') FROM pg_class c WHERE c.oid = to_regclass('meta')), true)"
 )
-_MAX_IDENTIFIER_BYTES = 63  # NAMEDATALEN - 1: longer names are cut
-
-
-_ENTRY = re.compile(r'\s*("(?:[^"]|"")*"?[^,]*|[^,]*),?')  # one search_path entry: a quoted name may hold commas
-
-
-def _entries(search_path: str) -> list[str]:
-    return [entry.strip() for entry in _ENTRY.findall(search_path) if entry.strip()]
-
-
-def _identifier(entry: str) -> str:
-    """A search_path entry as the schema name PostgreSQL reads it: a quoted name as written, an unquoted one
-    with ASCII letters lower-cased; either cut to 63 bytes (whole characters), as the server does."""
-    if entry.startswith('"'):
-        name = entry[1:-1].replace('""', '"')
-    else:
-        name = "".join(chr(ord(c) + 32) if "A" <= c <= "Z" else c for c in entry)
-    return name.encode()[:_MAX_IDENTIFIER_BYTES].decode(errors="ignore")
-
-
-_USER_ENTRIES = ("$user", '"$user"')
-
-
-def ledger_schema(search_path: str, user: str) -> str:
-    """The schema of the ledger a URL names: the first its search_path names, `$user` entries skipped, else
-    the role's own. Never which schemas exist: with `"$user", public` that would change the day someone
-    creates the role's schema. The session is then pinned to this one schema."""
-    named = [e for e in _entries(search_path) if e not in _USER_ENTRIES]
-    return _identifier(named[0]) if named else user
-
-
-def _lock_key(schema: str) -> int:
-    return int.from_bytes(hashlib.sha256(b"lifecycle-fsm:" + schema.encode()).digest()[:8], "big", signed=True)
 
 
 class PgSession:
@@ -114,7 +87,7 @@ class PgSession:
         # In a forked child no thread may use it (and psycopg never sends a Terminate from another process).
         self.owner = ThreadOwner(self.where)
         self._secrets = _secrets(url)
-        mode = SYNCHRONOUS_COMMIT[synchronous_mode(synchronous, SYNCHRONOUS_COMMIT)]
+        mode = _SYNCHRONOUS_COMMIT[synchronous_mode(synchronous, _SYNCHRONOUS_COMMIT)]
         busy_timeout = busy_timeout_seconds(busy_timeout)
         if busy_timeout_seconds(idle_timeout, "idle_timeout") == 0:
             raise InputError(f"idle_timeout must be above 0 seconds, not {idle_timeout!r}")
@@ -136,7 +109,8 @@ class PgSession:
                     f"({self.ledger_schema!r}), which holds none: name the schema in the URL "
                     f"(options=-csearch_path%3D{row[5]})"
                 )
-            self.lock_key = _lock_key(self.ledger_schema)
+            digest = hashlib.sha256(b"lifecycle-fsm:" + self.ledger_schema.encode()).digest()
+            self.lock_key = int.from_bytes(digest[:8], "big", signed=True)
             self.may_record: bool = row[8]  # may insert into `meta` (a role granted only SELECT on it may not)
             self.lock_sql = f"SELECT pg_advisory_xact_lock({self.lock_key})"
             self.channel = f"lifecycle_{self.lock_key & 0xFFFF_FFFF_FFFF_FFFF:x}"  # one per ledger schema
@@ -165,9 +139,7 @@ class PgSession:
                 search_path, user = row[4], row[6]
                 schema = ledger_schema(search_path, user)
                 conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
-                pinned = conn.execute(
-                    _PINNED, (any(e in _USER_ENTRIES for e in _entries(search_path)), user, schema, schema, user)
-                ).fetchone()
+                pinned = conn.execute(_PINNED, (names_user(search_path), user, schema, schema, user)).fetchone()
                 assert pinned is not None
         except BaseException:
             conn.close()
@@ -342,3 +314,86 @@ def _held_by(pid: int, app: str | None, state: str | None, seconds: int | None) 
     if state is None or seconds is None:
         return f"; held by server pid {pid}, a session of another role whose details this role may not see"
     return f"; held by server pid {pid} ({app or 'no application_name'}, {state}, transaction open {seconds} s)"
+
+
+_ROWS_PER_INSERT = 1000
+
+
+class PostgresTransaction(SQLTransaction):
+    """A write transaction: BEGIN and the lock go with its first message, its inserts with the next one
+    (statements several to a message, values bound client-side): a one-append command is two round trips."""
+
+    def __init__(self, store: PostgresEventStore) -> None:
+        self._session = store.session
+        self._owner = store.session.owner
+        self._fault = store._fault
+        self.started = False
+        self.wrote = False
+        self._pending: list[tuple[str, Sequence[Any]]] = []  # statements sent ahead of the next message
+        self._inserting: tuple[str, int] | None = None  # the stream and version the pending rows follow
+
+    def _send(self, statements: Sequence[tuple[str, Sequence[Any]]], *, lost: str = NOTHING_COMMITTED) -> list[Any]:
+        """`statements` in one message after what is pending (and, first, BEGIN and the lock); each one's rows.
+        One statement text (psycopg caches its parsing by the text) with every statement's values in order."""
+        session, first = self._session, not self.started
+        parts = ([("BEGIN", ()), (session.lock_sql, ())] if first else []) + self._pending
+        skip = len(parts)
+        parts += statements
+        self.started, self._pending, inserting, self._inserting = True, [], self._inserting, None
+        with session.mapped("write transaction failed", lost=lost):
+            cursor = session.batch
+            try:
+                cursor.execute("; ".join(sql for sql, _ in parts), [v for _, params in parts for v in params])
+            except pg_errors.UniqueViolation as e:
+                if inserting is None:
+                    raise
+                self.failed = f"an append to {inserting[0]!r} failed part-way"
+                raise id_taken(*inserting, session.scrub(str(e).splitlines()[0])) from e
+            results: list[Any] = []
+            for n in range(len(parts)):
+                if n >= skip:
+                    result = cursor.pgresult
+                    ok = result is not None and result.status == ExecStatus.TUPLES_OK
+                    results.append(cursor.fetchall() if ok else [])
+                cursor.nextset()
+        if first and self._fault is not None:  # BEGIN and the lock answered: the write lock is held
+            self._fault.reached("after_begin")
+        return results
+
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        self._owner.check()  # before `_send` changes any state
+        rows: list[Any] = self._send([(sql, params)])[0]
+        return rows
+
+    def _head_and_ids(self, sql: str, params: Sequence[Any], ids: Sequence[str]) -> tuple[Row, list[Row]]:
+        self._owner.check()
+        statements: list[tuple[str, Sequence[Any]]] = [(sql, params)]
+        if ids:  # in the same message
+            statements.append((f"SELECT {EVENT_COLUMNS} FROM events WHERE event_id = ANY(%s::text[])", (list(ids),)))
+        results = self._send(statements)
+        return results[0][0], results[1] if ids else []
+
+    def _record_first(self, digest: str) -> None:
+        if self._session.may_record:  # a role that may only SELECT from meta leaves it to the owner's next open
+            self._pending.append((RECORD_FIRST, (digest,)))
+
+    def _insert(self, rows: list[Row]) -> None:
+        for at in range(0, len(rows), _ROWS_PER_INSERT):
+            chunk = rows[at : at + _ROWS_PER_INSERT]
+            values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(chunk))
+            self._pending.append(
+                (f"INSERT INTO events ({EVENT_COLUMNS}) VALUES {values}", [v for r in chunk for v in r])
+            )
+        self._inserting, self.wrote = (rows[0][1], rows[0][2] - 1), True
+
+    def flush(self) -> None:
+        """Send what is pending now (the fault hooks strike with the rows inserted)."""
+        if self._pending:
+            self._send([])
+
+    def commit(self) -> None:
+        """What is pending, NOTIFY if anything was appended, and COMMIT, in one message."""
+        self.may_commit()
+        if self.started or self._pending:
+            notify = [(self._session.notify_sql, ())] if self.wrote else []
+            self._send([*notify, ("COMMIT", ())], lost=COMMIT_UNKNOWN)

@@ -12,6 +12,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol, Self
 
 from lifecycle_fsm.errors import IntegrityError, StoreError
+from lifecycle_fsm.store.base import WriteTransaction
 from lifecycle_fsm.store.chain import EVENT_COLUMNS, GENESIS, GENESIS_HASH, snapshot_digest
 from lifecycle_fsm.store.records import (
     CheckpointRecord,
@@ -22,22 +23,21 @@ from lifecycle_fsm.store.records import (
     StreamHead,
     StreamSnapshot,
 )
-from lifecycle_fsm.store.writes import WriteTransaction
 
 STREAM = f"SELECT {EVENT_COLUMNS} FROM events WHERE stream_id = %s AND version > %s ORDER BY version"
 VERSION = "SELECT coalesce(max(version), 0) FROM events WHERE stream_id = %s"
 # The state index (`streams`) is derived, written whole at a checkpoint and on a rebuild, never by a
 # commit; its position is the last seq among the events its rows stand at (empty: 0, without the join).
-STATE_INDEX_POSITION = (
+_STATE_INDEX_POSITION = (
     "(CASE WHEN EXISTS (SELECT 1 FROM streams) THEN (SELECT coalesce(max(e.seq), 0) FROM streams s "
     "JOIN events e ON e.stream_id = s.stream_id AND e.version = s.version) ELSE 0 END)"
 )
 # Every stream at its current version: the index's rows, and those with events past its position unlabelled.
-STREAMS = (
+_STREAMS = (
     "SELECT stream_id, version, status, category FROM streams WHERE stream_id NOT IN "
-    f"(SELECT stream_id FROM events WHERE seq > {STATE_INDEX_POSITION}) "
+    f"(SELECT stream_id FROM events WHERE seq > {_STATE_INDEX_POSITION}) "
     "UNION ALL SELECT stream_id, max(version), NULL, NULL FROM events "
-    f"WHERE seq > {STATE_INDEX_POSITION} GROUP BY stream_id ORDER BY stream_id"
+    f"WHERE seq > {_STATE_INDEX_POSITION} GROUP BY stream_id ORDER BY stream_id"
 )
 CHECKPOINTS = (
     "SELECT checkpoint_id, position, head_hash, schema_version, fingerprint, snapshot, snapshot_sha256, recorded_at "
@@ -114,11 +114,11 @@ _CATCH_UP_AFTER = 512  # a read scans fewer unindexed rows than this rather than
 # Read under the write lock with the head: whether the log is empty although the ledger knows it had events
 # (its first event's hash recorded, a state index row, a checkpoint past 0), and the last checked stream's
 # version in the state index (ahead of the log: events removed).
-EMPTIED = (
+_EMPTIED = (
     "(SELECT NOT EXISTS (SELECT 1 FROM events) AND (EXISTS (SELECT 1 FROM meta WHERE key = 'first_event_hash') "
     "OR EXISTS (SELECT 1 FROM streams) OR EXISTS (SELECT 1 FROM checkpoints WHERE position > 0)))"
 )
-STREAM_VERSION = "(SELECT version FROM streams WHERE stream_id = %s)"
+_STREAM_VERSION = "(SELECT version FROM streams WHERE stream_id = %s)"
 # Tables derived from the log: made again (empty) by `replay --full` when dropped by hand.
 DERIVED_TABLES = ("streams", "checkpoints", "checkpoint_streams", "event_index")
 CHECKPOINTS_ORDER = "checkpoints_position"  # the index a load walks checkpoints newest first by
@@ -155,7 +155,7 @@ def write_state_index(run: Run, heads: Iterable[StreamHead]) -> None:
 
 
 def history_damage(emptied: object, indexed: int | None, found: int, stream_id: str) -> str | None:
-    """An emptied or shortened log, from `EMPTIED` and `STREAM_VERSION` (`indexed`) against the log's
+    """An emptied or shortened log, from `_EMPTIED` and `_STREAM_VERSION` (`indexed`) against the log's
     version (`found`): a new ledger is never re-started over the remains of one emptied by hand."""
     if emptied:
         return "the log is empty, but this ledger recorded events before (it was emptied outside lifecycle)"
@@ -181,7 +181,7 @@ class StreamReads(ABC):
         return int(self._rows(VERSION, (stream_id,))[0][0])
 
     def streams(self) -> list[StreamHead]:
-        return [StreamHead(*row) for row in self._rows(STREAMS)]
+        return [StreamHead(*row) for row in self._rows(_STREAMS)]
 
 
 class SQLTransaction(StreamReads, WriteTransaction):
@@ -195,7 +195,7 @@ class SQLTransaction(StreamReads, WriteTransaction):
         self, streams: Sequence[str], ids: Sequence[str]
     ) -> tuple[Head, list[int], dict[str, StoredEvent], str | None]:
         versions = "".join(f", ({VERSION})" for _ in streams)
-        sql = f"{HEAD}, {EMPTIED}, {STREAM_VERSION}{versions}"
+        sql = f"{HEAD}, {_EMPTIED}, {_STREAM_VERSION}{versions}"
         row, stored = self._head_and_ids(sql, [*streams[-1:], *streams], ids)
         seq, digest, at, emptied, indexed, *found = row
         head = Head(seq, digest, at) if seq is not None else GENESIS
@@ -267,7 +267,7 @@ class SQLStore(StreamReads):
 
     def state_index(self) -> tuple[int, list[StreamHead]]:
         rows = self._rows("SELECT stream_id, version, status, category FROM streams ORDER BY stream_id")
-        return int(self._rows(f"SELECT {STATE_INDEX_POSITION}")[0][0]), [StreamHead(*row) for row in rows]
+        return int(self._rows(f"SELECT {_STATE_INDEX_POSITION}")[0][0]), [StreamHead(*row) for row in rows]
 
     def history_problem(self) -> str | None:
         first, recorded, events, indexed, checkpoints = self._rows(_HISTORY)[0]
@@ -307,7 +307,7 @@ class SQLStore(StreamReads):
         with self._locked("cannot store the checkpoint") as run:
             if self._indexed:  # a checkpoint is where the event index catches up, in the same transaction
                 run(CATCH_UP)
-            if index is not None and int(run(f"SELECT {STATE_INDEX_POSITION}")[0][0]) <= position:
+            if index is not None and int(run(f"SELECT {_STATE_INDEX_POSITION}")[0][0]) <= position:
                 write_state_index(run, index)  # and the state index, to the checkpoint's state
             found = run("SELECT hash FROM events WHERE seq = %s", (position,))
             if not found and position != 0:

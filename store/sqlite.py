@@ -19,14 +19,19 @@ from pathlib import Path
 from typing import Any
 
 from lifecycle_fsm.errors import StoreError
-from lifecycle_fsm.store.base import snapshot_in_write, write_in_read_snapshot, write_in_transaction
+from lifecycle_fsm.store.base import (
+    Transactions,
+    id_taken,
+    snapshot_in_write,
+    write_in_read_snapshot,
+    write_in_transaction,
+)
 from lifecycle_fsm.store.chain import EVENT_COLUMNS
-from lifecycle_fsm.store.faults import fault_from_env
 from lifecycle_fsm.store.open import busy_timeout_seconds, synchronous_mode
 from lifecycle_fsm.store.records import ALL_EVENTS, CheckpointRecord, EventFilter, Row, StreamHead, StreamShare
 from lifecycle_fsm.store.sql import CHECKPOINTS, RECORD_FIRST, Run, SQLStore, SQLTransaction
-from lifecycle_fsm.store.sqlite_errors import SQLITE_FAILURES, translate_sqlite_error
 from lifecycle_fsm.store.sqlite_files import (
+    SQLITE_FAILURES,
     ImmutableRead,
     OpenedFiles,
     begin_immediate,
@@ -34,6 +39,7 @@ from lifecycle_fsm.store.sqlite_files import (
     create_ledger_file,
     keep_for_good,
     on_read_only_media,
+    translate_sqlite_error,
 )
 from lifecycle_fsm.store.sqlite_schema import (
     SYNCHRONOUS_MODES,
@@ -44,8 +50,7 @@ from lifecycle_fsm.store.sqlite_schema import (
     guard_problems,
     schema_version,
 )
-from lifecycle_fsm.store.threads import ThreadOwner, one_thread
-from lifecycle_fsm.store.writes import Transactions, id_taken
+from lifecycle_fsm.store.threads import ThreadOwner, fault_from_env, one_thread
 
 __all__ = ["SQLiteEventStore", "SQLiteTransaction", "create_ledger_file"]
 
@@ -231,7 +236,7 @@ class SQLiteEventStore(SQLStore, Transactions[SQLiteTransaction]):
             yield run
 
     @contextmanager
-    def _transaction(self) -> Iterator[SQLiteTransaction]:
+    def transaction(self) -> Iterator[SQLiteTransaction]:
         with self._write(command=True) as conn:
             tx = SQLiteTransaction(conn, self._owner)
             yield tx

@@ -1,8 +1,13 @@
-"""The ledger's file on disk: created 0600, never over an orphaned WAL, read immutable on read-only media.
+"""The ledger's file on disk, and what `sqlite3` raises translated into the project's error tree.
 
-Where SQLite cannot create the `-shm` beside the file (a read-only folder) the file is opened
-`immutable` (no `-shm`, locks or WAL): only when there is no `-shm` (no writer has it open), and
-never over a non-empty `-wal`, whose committed events an immutable read would leave out.
+The file is created 0600, never over an orphaned WAL, and read immutable on read-only media: where SQLite
+cannot create the `-shm` beside the file (a read-only folder) it is opened `immutable` (no `-shm`, locks or
+WAL): only when there is no `-shm` (no writer has it open), and never over a non-empty `-wal`, whose
+committed events an immutable read would leave out.
+
+Nothing from `sqlite3` crosses the store's API. A damaged file fails in many ways; a value that is not
+valid UTF-8 means the data was altered (`IntegrityError`), use from another thread is misuse
+(`InputError`), anything else means the file is unusable (`StoreError`).
 """
 
 from __future__ import annotations
@@ -16,7 +21,12 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
-from lifecycle_fsm.errors import StoreError
+from lifecycle_fsm.errors import IntegrityError, LifecycleError, StoreError
+from lifecycle_fsm.store.sql import derived_table_dropped
+from lifecycle_fsm.store.threads import wrong_thread
+
+SQLITE_FAILURES = (sqlite3.DatabaseError, UnicodeDecodeError)
+_MAX_DETAIL = 200  # a decode error quotes the whole damaged value; one line is enough
 
 
 def begin_immediate(conn: sqlite3.Connection, timeout: float, where: object) -> None:
@@ -204,3 +214,18 @@ def close_without_checkpoint(conn: sqlite3.Connection, files: OpenedFiles) -> No
         conn.close()
     finally:
         holder.close()
+
+
+def translate_sqlite_error(error: BaseException, where: object) -> LifecycleError:
+    detail = " ".join(str(error).split())
+    if len(detail) > _MAX_DETAIL:
+        detail = detail[:_MAX_DETAIL] + "…"
+    if isinstance(error, sqlite3.ProgrammingError) and "same thread" in detail:
+        return wrong_thread(where)
+    if isinstance(error, UnicodeDecodeError) or "Could not decode to UTF-8" in detail:
+        return IntegrityError(f"{where}: a stored value is not valid UTF-8, the ledger file is damaged ({detail})")
+    if "readonly" in detail or "read-only" in detail:
+        return StoreError(f"{where}: the ledger database is read-only ({detail})")
+    if detail.startswith("no such table: ") and (dropped := derived_table_dropped(where, detail[15:], detail)):
+        return dropped
+    return StoreError(f"{where}: the ledger database failed, it may be damaged or not a ledger ({detail})")

@@ -33,7 +33,7 @@ STORE_SCHEMA_VERSION = "1"
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 _EVENTS = dict.fromkeys(EVENT_COLUMNS.split(", "), str) | {"seq": int, "version": int, "schema_version": int}
 # The unique indexes and triggers `guard_problems` holds the file to, by name.
-GUARDS = {
+_GUARDS = {
     "events_stream_version": 'CREATE UNIQUE INDEX "events_stream_version" ON "events" ("stream_id", "version")',
     "events_event_id": 'CREATE UNIQUE INDEX "events_event_id" ON "events" ("event_id")',
     "events_refuse_update": """CREATE TRIGGER events_refuse_update BEFORE UPDATE ON events
@@ -53,7 +53,7 @@ GUARDS = {
 # The triggers as statements that leave one in place (SQLite stores them without `IF NOT EXISTS`).
 SCHEMA = tuple(
     sql.replace("CREATE TRIGGER", "CREATE TRIGGER IF NOT EXISTS", 1)
-    for name, sql in GUARDS.items()
+    for name, sql in _GUARDS.items()
     if name.startswith("events_refuse")
 )
 
@@ -181,7 +181,7 @@ def _words(sql: str) -> str:
 
 
 def guard_problems(conn: sqlite3.Connection) -> list[str]:
-    """Each guard that is missing or not exactly as `GUARDS` writes it, and any other trigger on `events`
+    """Each guard that is missing or not exactly as `_GUARDS` writes it, and any other trigger on `events`
     (one `BEFORE INSERT` could rewrite every row appended)."""
     found = dict(conn.execute("SELECT name, sql FROM sqlite_master WHERE tbl_name = 'events' AND sql IS NOT NULL"))
     triggers = {
@@ -189,13 +189,13 @@ def guard_problems(conn: sqlite3.Connection) -> list[str]:
         for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'events'")
     }
     problems = []
-    for name, sql in GUARDS.items():
+    for name, sql in _GUARDS.items():
         kind = "trigger" if name.startswith("events_refuse") else "unique index"
         if name not in found:
             problems.append(f"{kind} {name} is missing")
         elif _words(found[name]) != _words(sql):
             problems.append(f"{kind} {name} was altered")
-    return problems + [f"trigger {name} is not one of the ledger's own" for name in sorted(triggers - GUARDS.keys())]
+    return problems + [f"trigger {name} is not one of the ledger's own" for name in sorted(triggers - _GUARDS.keys())]
 
 
 def filter_sql(query: EventFilter, *, indexed: bool) -> tuple[str, list[Any]]:

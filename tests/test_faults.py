@@ -15,7 +15,7 @@ from conftest import Workspace, count_events, run_cli
 
 from lifecycle_fsm.store import InputError, NewEvent, SQLiteEventStore
 from lifecycle_fsm.store.base import verify_chain
-from lifecycle_fsm.store.faults import ENV_VAR
+from lifecycle_fsm.store.threads import ENV_VAR
 
 REPO = Path(__file__).resolve().parent.parent
 KILLED = -signal.SIGKILL

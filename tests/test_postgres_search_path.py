@@ -16,7 +16,7 @@ from test_store_contract import new
 
 from lifecycle_fsm.store import StoreError
 from lifecycle_fsm.store.postgres import PostgresEventStore
-from lifecycle_fsm.store.postgres_session import ledger_schema
+from lifecycle_fsm.store.postgres_schema import ledger_schema
 
 
 @pytest.mark.parametrize(

@@ -35,9 +35,9 @@ from lifecycle_fsm.replay import take_checkpoint
 from lifecycle_fsm.replay.verify import verify
 from lifecycle_fsm.store import InputError
 from lifecycle_fsm.store.base import verify_chain
-from lifecycle_fsm.store.faults import ENV_VAR
 from lifecycle_fsm.store.postgres import PostgresEventStore
 from lifecycle_fsm.store.sqlite import SQLiteEventStore
+from lifecycle_fsm.store.threads import ENV_VAR
 
 
 @pytest.fixture(autouse=True)

@@ -24,7 +24,7 @@ from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.limits import check_actor, display
 from lifecycle_fsm.logs import configure_logging
 from lifecycle_fsm.store.open import is_postgres_url, open_store
-from lifecycle_fsm.store.sqlite_errors import translate_sqlite_error
+from lifecycle_fsm.store.sqlite_files import translate_sqlite_error
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey

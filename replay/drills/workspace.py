@@ -20,7 +20,7 @@ from lifecycle_fsm.folders import make_folder
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.replay.drills.schema import ArtifactSpec, DrillConfig
 from lifecycle_fsm.replay.drills.seeds import baseline_manifest, candidate_manifest, write_adapter, write_manifest
-from lifecycle_fsm.store.sqlite import create_ledger_file
+from lifecycle_fsm.store.sqlite_files import create_ledger_file
 
 __all__ = ["Workspace", "refuse_kept"]
 

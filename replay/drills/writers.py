@@ -25,7 +25,7 @@ from lifecycle_fsm.replay.drills.schema import Refusal, Step
 from lifecycle_fsm.replay.drills.steps import Action, Concurrently, Crash
 from lifecycle_fsm.replay.drills.workspace import Workspace
 from lifecycle_fsm.store.base import EventStore, event_at
-from lifecycle_fsm.store.faults import ENV_VAR
+from lifecycle_fsm.store.threads import ENV_VAR
 
 __all__ = ["Call", "Inconclusive", "Outcome", "call", "command_call", "concurrently", "crash", "crash_during_append"]
 
