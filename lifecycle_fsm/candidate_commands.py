@@ -14,13 +14,7 @@ import attrs
 
 from lifecycle_fsm import checks, decisions
 from lifecycle_fsm.artifacts import hash_directory
-from lifecycle_fsm.command_inputs import default_id, path_argument, require_baseline, require_choice
-from lifecycle_fsm.command_path import Command, CommandPath, Decide
-from lifecycle_fsm.decisions import Decision
-from lifecycle_fsm.digest_cache import DigestCache
-from lifecycle_fsm.errors import DuplicateEventError, InputError
-from lifecycle_fsm.event_base import text_or_error
-from lifecycle_fsm.events import (
+from lifecycle_fsm.candidate_events import (
     CandidateReceived,
     CandidateRegistered,
     ChecksRecorded,
@@ -30,8 +24,13 @@ from lifecycle_fsm.events import (
     StageFailed,
     TrustedStateInvalidated,
     TrustedStateRecorded,
-    stream_of,
 )
+from lifecycle_fsm.command_inputs import default_id, path_argument, require_baseline, require_choice
+from lifecycle_fsm.command_path import Command, CommandPath, Decide
+from lifecycle_fsm.decisions import Decision
+from lifecycle_fsm.digest_cache import DigestCache
+from lifecycle_fsm.errors import DuplicateEventError, InputError
+from lifecycle_fsm.events import stream_of, text_or_error
 from lifecycle_fsm.idempotency import retried_unread
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.limits import check_candidate_id, check_version_text

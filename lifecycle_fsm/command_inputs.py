@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from lifecycle_fsm.errors import ConflictError, InputError, StoreError
-from lifecycle_fsm.event_base import text_or_error
+from lifecycle_fsm.events import text_or_error
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.limits import check_actor
 from lifecycle_fsm.retry import RetryPolicy

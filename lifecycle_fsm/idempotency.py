@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from lifecycle_fsm.candidate_events import EvidenceInvalidated
 from lifecycle_fsm.errors import DuplicateEventError
-from lifecycle_fsm.events import LEDGER_STREAM, EvidenceInvalidated, candidate_id_of
+from lifecycle_fsm.events import LEDGER_STREAM, candidate_id_of
 from lifecycle_fsm.results import CandidateResult, CommandResult, SettingsResult
 from lifecycle_fsm.store.records import StoredEvent
 from lifecycle_fsm.streams import fold_candidate, fold_settings

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from lifecycle_fsm import decisions
 from lifecycle_fsm.candidate_commands import CandidateCommands
+from lifecycle_fsm.candidate_events import CandidateEvent
 from lifecycle_fsm.checks import verify_artifact
 from lifecycle_fsm.closed import CLOSED, ClosedStore, closing_after, require_open
 from lifecycle_fsm.command_inputs import checked_options, default_actor, path_argument, read_only_folder, utc_now
@@ -18,17 +19,16 @@ from lifecycle_fsm.command_path import Command, CommandPath, Decide
 from lifecycle_fsm.decisions import DEFAULT_ACTIVE_WINDOW, DEFAULT_MAX_WINDOW_AGE, Decision
 from lifecycle_fsm.digest_cache import DigestCache
 from lifecycle_fsm.errors import InputError, LedgerClosedError, StoreError
-from lifecycle_fsm.event_base import text_or_error
 from lifecycle_fsm.events import (
     LEDGER_STREAM,
     BaselineActivated,
-    CandidateEvent,
     EvaluationActivated,
     Event,
     LedgerInitialized,
     WindowAdvanced,
     candidate_id_of,
     stream_of,
+    text_or_error,
 )
 from lifecycle_fsm.feed import FeedEvent, follow_events, read_events, wait_for_state
 from lifecycle_fsm.idempotency import retried_unread
