@@ -35,9 +35,15 @@ from lifecycle_fsm.idempotency import retried_unread
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.limits import check_candidate_id, check_version_text
 from lifecycle_fsm.manifests import load_candidate_manifest
-from lifecycle_fsm.recovery import RecoveryPlan, invalidated_kinds, plan_from_payload
 from lifecycle_fsm.results import CandidateResult, RecoveryResult
-from lifecycle_fsm.rules import CANDIDATE_KINDS, STAGES, TRUSTED_STATE_KINDS
+from lifecycle_fsm.rules import (
+    CANDIDATE_KINDS,
+    STAGES,
+    TRUSTED_STATE_KINDS,
+    RecoveryPlan,
+    invalidated_kinds,
+    plan_from_payload,
+)
 from lifecycle_fsm.state import CandidateState, LedgerSettings
 from lifecycle_fsm.store.base import EventStore
 from lifecycle_fsm.store.chain import canonical_json

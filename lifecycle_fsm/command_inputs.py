@@ -88,14 +88,14 @@ def default_id(fields: JSON, manifest_path: str | os.PathLike[str]) -> str:
     return Path(os.path.normpath(manifest_path)).as_posix()
 
 
-def suggest(word: str, choices: Iterable[str], listed: Iterable[str] | None = None) -> str:
+def suggest(word: object, choices: Iterable[str], listed: Iterable[str] | None = None) -> str:
     """`, did you mean 'x'?` for the closest of `choices`, then the choices (or `listed`) themselves."""
     choices = list(choices)
     close = difflib.get_close_matches(word, choices, n=1) if isinstance(word, str) else []
     return (f", did you mean {close[0]!r}?" if close else "") + f" (expected one of {', '.join(listed or choices)})"
 
 
-def require_choice(what: str, value: str, choices: Sequence[str]) -> None:
+def require_choice(what: str, value: object, choices: Sequence[str]) -> None:
     if value not in choices:
         raise InputError(f"unknown {what} {value!r}{suggest(value, choices)}")
 

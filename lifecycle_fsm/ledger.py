@@ -36,9 +36,9 @@ from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.limits import check_int, check_version_text
 from lifecycle_fsm.machine import State
 from lifecycle_fsm.manifests import load_baseline_manifest
-from lifecycle_fsm.recovery import RecoveryPlan
 from lifecycle_fsm.results import CandidateResult, CommandResult, RecoveryResult, SettingsResult
 from lifecycle_fsm.retry import DEFAULT_RETRY, RetryPolicy
+from lifecycle_fsm.rules import RecoveryPlan
 from lifecycle_fsm.state import CandidateState, LedgerSettings, reading_stored
 from lifecycle_fsm.store.base import EventStore, select_events
 from lifecycle_fsm.store.records import EventFilter, StoredEvent

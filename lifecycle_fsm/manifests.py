@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 
-from lifecycle_fsm.command_inputs import path_argument
+from lifecycle_fsm.command_inputs import path_argument, require_choice
 from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.json_types import JSON, strict_loads
 from lifecycle_fsm.limits import MAX_MANIFEST_BYTES, read_regular_file
@@ -152,8 +152,7 @@ def load_candidate_manifest(
 
 def check_kind(kind: object) -> str:
     """`kind` if it is a candidate kind (dpo, grpo, rlvr), else an InputError listing them."""
-    if kind not in CANDIDATE_KINDS:
-        raise InputError(f"unknown candidate kind {kind!r} (expected one of {', '.join(CANDIDATE_KINDS)})")
+    require_choice("candidate kind", kind, CANDIDATE_KINDS)
     return str(kind)
 
 

@@ -9,7 +9,7 @@ from typing import TypeAlias
 import attrs
 
 from lifecycle_fsm.machine import State
-from lifecycle_fsm.recovery import RecoveryPlan
+from lifecycle_fsm.rules import RecoveryPlan
 from lifecycle_fsm.state import CandidateState, LedgerSettings
 from lifecycle_fsm.store.records import StoredEvent
 
