@@ -25,7 +25,6 @@ from lifecycle_fsm.candidate_events import (
     TrustedStateInvalidated,
     TrustedStateRecorded,
 )
-from lifecycle_fsm.command_inputs import default_id, path_argument, require_baseline, require_choice
 from lifecycle_fsm.command_path import Command, CommandPath, Decide
 from lifecycle_fsm.decisions import Decision
 from lifecycle_fsm.digest_cache import DigestCache
@@ -34,7 +33,7 @@ from lifecycle_fsm.events import stream_of, text_or_error
 from lifecycle_fsm.idempotency import retried_unread
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.limits import check_candidate_id, check_version_text
-from lifecycle_fsm.manifests import load_candidate_manifest
+from lifecycle_fsm.manifests import default_id, load_candidate_manifest, path_argument, require_baseline, require_choice
 from lifecycle_fsm.results import CandidateResult, RecoveryResult
 from lifecycle_fsm.rules import (
     CANDIDATE_KINDS,

@@ -18,7 +18,6 @@ from transitions import MachineError
 
 from lifecycle_fsm import idempotency
 from lifecycle_fsm.candidate_events import CandidateEvent
-from lifecycle_fsm.command_inputs import check_key, recorded_time
 from lifecycle_fsm.decisions import Decision, Invalidation
 from lifecycle_fsm.errors import ConcurrencyError, DuplicateEventError, IllegalCommandError, LifecycleError
 from lifecycle_fsm.events import LEDGER_STREAM, Event, LedgerInitialized, candidate_id_of
@@ -33,6 +32,7 @@ from lifecycle_fsm.machine import (
     command_name,
     sources_of,
 )
+from lifecycle_fsm.manifests import check_key, recorded_time
 from lifecycle_fsm.results import CandidateResult, CommandResult, SettingsResult
 from lifecycle_fsm.retry import DEFAULT_RETRY, RetryPolicy
 from lifecycle_fsm.state import CandidateState, LedgerSettings, LedgerState, fold, stream_start

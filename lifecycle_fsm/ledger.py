@@ -14,7 +14,6 @@ from lifecycle_fsm.candidate_commands import CandidateCommands
 from lifecycle_fsm.candidate_events import CandidateEvent
 from lifecycle_fsm.checks import verify_artifact
 from lifecycle_fsm.closed import CLOSED, ClosedStore, closing_after, require_open
-from lifecycle_fsm.command_inputs import checked_options, default_actor, path_argument, read_only_folder, utc_now
 from lifecycle_fsm.command_path import Command, CommandPath, Decide
 from lifecycle_fsm.decisions import DEFAULT_ACTIVE_WINDOW, DEFAULT_MAX_WINDOW_AGE, Decision
 from lifecycle_fsm.digest_cache import DigestCache
@@ -35,7 +34,14 @@ from lifecycle_fsm.idempotency import retried_unread
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.limits import check_int, check_version_text
 from lifecycle_fsm.machine import State
-from lifecycle_fsm.manifests import load_baseline_manifest
+from lifecycle_fsm.manifests import (
+    checked_options,
+    default_actor,
+    load_baseline_manifest,
+    path_argument,
+    read_only_folder,
+    utc_now,
+)
 from lifecycle_fsm.results import CandidateResult, CommandResult, RecoveryResult, SettingsResult
 from lifecycle_fsm.retry import DEFAULT_RETRY, RetryPolicy
 from lifecycle_fsm.rules import RecoveryPlan

@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from lifecycle_fsm.command_inputs import check_key, recorded_time
 from lifecycle_fsm.errors import ConcurrencyError, ConflictError, CorruptionError, DuplicateEventError, IntegrityError
 from lifecycle_fsm.events import SEALS_STREAM, HeadSealed, LedgerInitialized
 from lifecycle_fsm.findings import add_problem, problem
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.keys import PublicKeys, key_id, sign
 from lifecycle_fsm.limits import check_event_id, display
+from lifecycle_fsm.manifests import check_key, recorded_time
 from lifecycle_fsm.pins import ExpectedHead
 from lifecycle_fsm.store.base import EventStore, event_at, hash_at
 from lifecycle_fsm.store.chain import GENESIS, TIME_FORM_BREAK, ChainWalk, canonical_json
