@@ -1,12 +1,7 @@
-"""What a command reads before any work: its arguments and the manifests it names.
-
-The small rules a Ledger command applies to its arguments (the clock and actor events are stamped with, a
-candidate's default id, the checks that make bad input an `InputError`, a missing baseline a
-`ConflictError`) run before anything is hashed or appended. Manifests are read into the fields the checks
-need, or built for a trainer: a structural problem (no file, bad JSON, not an object, no
-`artifacts.adapter.path`) is an input error; a semantic one in a well-formed manifest (an unknown kind, an
-empty version) is carried through, so the candidate's check rejects it with reason codes an auditor can read.
-"""
+"""What a command reads before any work: its arguments, checked (bad input an `InputError`, a missing
+baseline a `ConflictError`), and the manifests it names. A manifest's structural problem (no file, bad JSON,
+no `artifacts.adapter.path`) is an input error; a semantic one (an unknown kind, an empty version) is
+carried through, so the candidate's check rejects it with reason codes an auditor can read."""
 
 from __future__ import annotations
 
