@@ -31,11 +31,11 @@ if typing.TYPE_CHECKING:
     from lifecycle_fsm.feed import FeedEvent
     from lifecycle_fsm.ledger import Ledger
     from lifecycle_fsm.machine import State
-    from lifecycle_fsm.recovery import RecoveryPlan
     from lifecycle_fsm.results import CandidateResult, CommandResult, RecoveryResult, SettingsResult
     from lifecycle_fsm.retry import RetryPolicy
     from lifecycle_fsm.rules import (
         RecoveryAction,
+        RecoveryPlan,
         check_candidate_freshness,
         choose_recovery_action,
         decide_lifecycle_handoff,
@@ -49,10 +49,15 @@ _LAZY_MODULES = {
     "feed": ("FeedEvent",),
     "ledger": ("Ledger",),
     "machine": ("State",),
-    "recovery": ("RecoveryPlan",),
     "results": ("CandidateResult", "CommandResult", "RecoveryResult", "SettingsResult"),
     "retry": ("RetryPolicy",),
-    "rules": ("RecoveryAction", "check_candidate_freshness", "choose_recovery_action", "decide_lifecycle_handoff"),
+    "rules": (
+        "RecoveryAction",
+        "RecoveryPlan",
+        "check_candidate_freshness",
+        "choose_recovery_action",
+        "decide_lifecycle_handoff",
+    ),
     "state": ("CandidateState", "LedgerSettings", "apply"),
 }
 _LAZY = {name: module for module, names in _LAZY_MODULES.items() for name in names}

@@ -18,8 +18,9 @@ from securesystemslib.dsse import Envelope
 from securesystemslib.exceptions import VerificationError
 from securesystemslib.signer import CryptoSigner, SSlibKey  # type: ignore[attr-defined]  # re-exported, not in __all__
 
+from lifecycle_fsm.candidate_events import HandoffDecided
 from lifecycle_fsm.errors import ConflictError, InputError, IntegrityError, NotFoundError
-from lifecycle_fsm.events import HandoffDecided, stream_of
+from lifecycle_fsm.events import stream_of
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.keys import key_id
 from lifecycle_fsm.seals import ledger_id_of

@@ -14,12 +14,7 @@ import attrs
 
 from lifecycle_fsm import checks, decisions
 from lifecycle_fsm.artifacts import DigestCache, hash_directory
-from lifecycle_fsm.command_inputs import default_id, path_argument, require_baseline, require_choice
-from lifecycle_fsm.command_path import Command, CommandPath, Decide
-from lifecycle_fsm.decisions import Decision
-from lifecycle_fsm.errors import DuplicateEventError, InputError
-from lifecycle_fsm.event_base import text_or_error
-from lifecycle_fsm.events import (
+from lifecycle_fsm.candidate_events import (
     CandidateReceived,
     CandidateRegistered,
     ChecksRecorded,
@@ -29,14 +24,23 @@ from lifecycle_fsm.events import (
     StageFailed,
     TrustedStateInvalidated,
     TrustedStateRecorded,
-    stream_of,
 )
+from lifecycle_fsm.command_path import Command, CommandPath, Decide
+from lifecycle_fsm.decisions import Decision
+from lifecycle_fsm.errors import DuplicateEventError, InputError
+from lifecycle_fsm.events import stream_of, text_or_error
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.limits import check_candidate_id, check_version_text
-from lifecycle_fsm.manifests import load_candidate_manifest
-from lifecycle_fsm.recovery import RecoveryPlan, invalidated_kinds, plan_from_payload
+from lifecycle_fsm.manifests import default_id, load_candidate_manifest, path_argument, require_baseline, require_choice
 from lifecycle_fsm.results import CandidateResult, RecoveryResult, retried_unread
-from lifecycle_fsm.rules import CANDIDATE_KINDS, STAGES, TRUSTED_STATE_KINDS
+from lifecycle_fsm.rules import (
+    CANDIDATE_KINDS,
+    STAGES,
+    TRUSTED_STATE_KINDS,
+    RecoveryPlan,
+    invalidated_kinds,
+    plan_from_payload,
+)
 from lifecycle_fsm.state import CandidateState, LedgerSettings
 from lifecycle_fsm.store.base import EventStore
 from lifecycle_fsm.store.chain import canonical_json

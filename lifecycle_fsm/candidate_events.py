@@ -1,4 +1,4 @@
-"""The events of a candidate's stream (import them from `events.py`): each a move in the machine's table
+"""The events of a candidate's stream (the registry of every event type at the end): each a move in the machine's table
 plus its effect on the candidate. A class says its trigger (`FIXED_TRIGGER`, or `trigger_for` when the
 payload decides), its effect beyond the move (`evolve`), the reason codes it leaves (`reasons`) and the
 field that keeps its whole payload plus its seq (`KEPT_AS`, set by the fold).
@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 import attrs
 
 from lifecycle_fsm.errors import CorruptionError
-from lifecycle_fsm.event_base import Event, flag, stream_of
+from lifecycle_fsm.events import LEDGER_EVENTS, Event, HeadSealed, flag, stream_of
 from lifecycle_fsm.json_types import JSON
 
 
@@ -329,3 +329,22 @@ class EvidenceInvalidated(CandidateEvent):
     @staticmethod
     def reasons(payload: Mapping[str, Any], previous: tuple[str, ...]) -> tuple[str, ...]:
         return (f"{payload['cause']}_changed",)
+
+
+CANDIDATE_EVENTS: dict[str, type[CandidateEvent]] = {
+    cls.TYPE: cls
+    for cls in (
+        CandidateRegistered,
+        CandidateReceived,
+        ChecksRecorded,
+        InconclusiveCheckRecorded,
+        TrustedStateRecorded,
+        TrustedStateInvalidated,
+        StageFailed,
+        RecoveryPlanned,
+        RecoveryCompleted,
+        HandoffDecided,
+        EvidenceInvalidated,
+    )
+}
+EVENT_TYPES: dict[str, type[Event]] = {**LEDGER_EVENTS, **CANDIDATE_EVENTS, HeadSealed.TYPE: HeadSealed}

@@ -11,8 +11,12 @@ from lifecycle_fsm.artifact_walk import folder_problem
 from lifecycle_fsm.artifacts import DigestCache, hash_tree, path_escapes_root
 from lifecycle_fsm.errors import ArtifactError, ArtifactUnreadable
 from lifecycle_fsm.json_types import JSON
-from lifecycle_fsm.rules import FRESHNESS_CHECKS, RECOVERY_STATES_BY_STAGE, check_candidate_freshness
-from lifecycle_fsm.rules import decide_lifecycle_handoff as _decide
+from lifecycle_fsm.rules import (
+    FRESHNESS_CHECKS,
+    RECOVERY_STATES_BY_STAGE,
+    check_candidate_freshness,
+    decide_lifecycle_handoff,
+)
 from lifecycle_fsm.state import CandidateState, LedgerSettings
 
 _UPSTREAM = ("upstream_reject", "upstream_state")  # the hand-off's own codes: not an evidence check
@@ -64,7 +68,7 @@ class CheckEvidence:
     def decide(self, upstream_decision: Any) -> tuple[JSON, list[str]]:
         """The hand-off decision and its reason codes: each failed hard check (freshness as its specific
         checks), `path_escapes_root` when a path left the root, then the upstream codes."""
-        decision = _decide(
+        decision = decide_lifecycle_handoff(
             upstream_decision,
             self.freshness,
             {"rollback_ready": self.rollback.verified, "artifact_verified": self.artifact.verified},

@@ -16,10 +16,10 @@ from typing import Any
 import attrs
 from transitions import MachineError
 
-from lifecycle_fsm.command_inputs import check_key, recorded_time
+from lifecycle_fsm.candidate_events import CandidateEvent
 from lifecycle_fsm.decisions import Decision, Invalidation
 from lifecycle_fsm.errors import ConcurrencyError, DuplicateEventError, IllegalCommandError, LifecycleError
-from lifecycle_fsm.events import LEDGER_STREAM, CandidateEvent, Event, LedgerInitialized, candidate_id_of
+from lifecycle_fsm.events import LEDGER_STREAM, Event, LedgerInitialized, candidate_id_of
 from lifecycle_fsm.limits import check_event_id
 from lifecycle_fsm.logs import get_logger
 from lifecycle_fsm.machine import (
@@ -31,6 +31,7 @@ from lifecycle_fsm.machine import (
     command_name,
     sources_of,
 )
+from lifecycle_fsm.manifests import check_key, recorded_time
 from lifecycle_fsm.results import CandidateResult, CommandResult, SettingsResult, replayed, stored_field
 from lifecycle_fsm.retry import DEFAULT_RETRY, RetryPolicy
 from lifecycle_fsm.state import CandidateState, LedgerSettings, LedgerState, fold, stream_start

@@ -7,27 +7,23 @@ from collections.abc import Mapping
 
 import attrs
 
-from lifecycle_fsm.checks import CheckEvidence, TrustedStateCheck
-from lifecycle_fsm.errors import ConflictError, IllegalCommandError, InputError
-from lifecycle_fsm.events import (
-    BaselineActivated,
+from lifecycle_fsm.candidate_events import (
     CandidateEvent,
     CandidateReceived,
     CandidateRegistered,
     ChecksRecorded,
-    EvaluationActivated,
     EvidenceInvalidated,
     HandoffDecided,
     InconclusiveCheckRecorded,
-    LedgerEvent,
-    LedgerInitialized,
     RecoveryCompleted,
     RecoveryPlanned,
     StageFailed,
     TrustedStateInvalidated,
     TrustedStateRecorded,
-    WindowAdvanced,
 )
+from lifecycle_fsm.checks import CheckEvidence, TrustedStateCheck
+from lifecycle_fsm.errors import ConflictError, IllegalCommandError, InputError
+from lifecycle_fsm.events import BaselineActivated, EvaluationActivated, LedgerEvent, LedgerInitialized, WindowAdvanced
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.machine import State, command_allowed
 from lifecycle_fsm.manifests import CandidateManifest

@@ -16,31 +16,37 @@ from typing import TYPE_CHECKING, Any, NoReturn, cast
 from lifecycle_fsm import decisions
 from lifecycle_fsm.artifacts import DigestCache
 from lifecycle_fsm.candidate_commands import CandidateCommands
+from lifecycle_fsm.candidate_events import CandidateEvent
 from lifecycle_fsm.checks import verify_artifact
-from lifecycle_fsm.command_inputs import checked_options, default_actor, path_argument, read_only_folder, utc_now
 from lifecycle_fsm.command_path import Command, CommandPath, Decide
 from lifecycle_fsm.decisions import DEFAULT_ACTIVE_WINDOW, DEFAULT_MAX_WINDOW_AGE, Decision
 from lifecycle_fsm.errors import InputError, LedgerClosedError, StoreError
-from lifecycle_fsm.event_base import text_or_error
 from lifecycle_fsm.events import (
     LEDGER_STREAM,
     BaselineActivated,
-    CandidateEvent,
     EvaluationActivated,
     Event,
     LedgerInitialized,
     WindowAdvanced,
     candidate_id_of,
     stream_of,
+    text_or_error,
 )
 from lifecycle_fsm.feed import FeedEvent, follow_events, read_events, wait_for_state
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.limits import check_int, check_version_text
 from lifecycle_fsm.machine import State
-from lifecycle_fsm.manifests import load_baseline_manifest
-from lifecycle_fsm.recovery import RecoveryPlan
+from lifecycle_fsm.manifests import (
+    checked_options,
+    default_actor,
+    load_baseline_manifest,
+    path_argument,
+    read_only_folder,
+    utc_now,
+)
 from lifecycle_fsm.results import CandidateResult, CommandResult, RecoveryResult, SettingsResult, retried_unread
 from lifecycle_fsm.retry import DEFAULT_RETRY, RetryPolicy
+from lifecycle_fsm.rules import RecoveryPlan
 from lifecycle_fsm.state import CandidateState, LedgerSettings, reading_stored
 from lifecycle_fsm.store.base import EventStore, select_events
 from lifecycle_fsm.store.records import EventFilter, StoredEvent

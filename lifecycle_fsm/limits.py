@@ -13,7 +13,7 @@ import threading
 import unicodedata
 
 from lifecycle_fsm.errors import InputError
-from lifecycle_fsm.event_base import CANDIDATE_PREFIX, LEDGER_STREAM, NAMED_STREAMS, SEALS_STREAM
+from lifecycle_fsm.events import CANDIDATE_PREFIX, LEDGER_STREAM, NAMED_STREAMS, SEALS_STREAM
 
 __all__ = [
     "MAX_ATTESTATION_BYTES",

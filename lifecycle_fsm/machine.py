@@ -137,11 +137,6 @@ def new_machine() -> Machine:
     )
 
 
-def next_state(state: str | None, trigger: str) -> str | None:
-    """Where `trigger` leads from `state`, or None when the table forbids it."""
-    return TABLE.get((state, trigger))
-
-
 def sources_of(*triggers: str) -> tuple[str, ...]:
     """The states any of `triggers` may start from, in the enum's order."""
     found = {source for (source, trigger) in TABLE if trigger in triggers}

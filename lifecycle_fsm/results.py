@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import attrs
 import orjson
 
+from lifecycle_fsm.candidate_events import EvidenceInvalidated
 from lifecycle_fsm.errors import DuplicateEventError
-from lifecycle_fsm.events import LEDGER_STREAM, EvidenceInvalidated, candidate_id_of
+from lifecycle_fsm.events import LEDGER_STREAM, candidate_id_of
 from lifecycle_fsm.machine import State
-from lifecycle_fsm.recovery import RecoveryPlan
+from lifecycle_fsm.rules import RecoveryPlan
 from lifecycle_fsm.state import CandidateState, LedgerSettings
 from lifecycle_fsm.store.records import StoredEvent
 from lifecycle_fsm.streams import fold_candidate, fold_settings

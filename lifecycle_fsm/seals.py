@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 import attrs
 import orjson
 
-from lifecycle_fsm.command_inputs import check_key, recorded_time
 from lifecycle_fsm.errors import (
     ConcurrencyError,
     ConflictError,
@@ -31,6 +30,7 @@ from lifecycle_fsm.findings import add_problem, problem
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.keys import PublicKeys, key_id, sign
 from lifecycle_fsm.limits import MAX_INT64, MAX_SIGNED_HEAD_BYTES, check_event_id, display, read_regular_file
+from lifecycle_fsm.manifests import check_key, recorded_time
 from lifecycle_fsm.store.base import EventStore, event_at, hash_at
 from lifecycle_fsm.store.chain import GENESIS, TIME_FORM_BREAK, ChainWalk, canonical_json
 from lifecycle_fsm.store.records import EventFilter, Head, NewEvent, StoredEvent

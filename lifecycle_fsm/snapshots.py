@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 import orjson
 
-from lifecycle_fsm.events import EVENT_TYPES
+from lifecycle_fsm.candidate_events import EVENT_TYPES
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.machine import TABLE_DIGEST
 from lifecycle_fsm.rules import RULES

@@ -12,18 +12,9 @@ from typing import Any
 
 import attrs
 
+from lifecycle_fsm.candidate_events import CANDIDATE_EVENTS, EVENT_TYPES, CandidateEvent
 from lifecycle_fsm.errors import CorruptionError, InputError
-from lifecycle_fsm.events import (
-    CANDIDATE_EVENTS,
-    CANDIDATE_PREFIX,
-    EVENT_TYPES,
-    LEDGER_EVENTS,
-    LEDGER_STREAM,
-    SEALS_STREAM,
-    CandidateEvent,
-    Event,
-    candidate_id_of,
-)
+from lifecycle_fsm.events import CANDIDATE_PREFIX, LEDGER_EVENTS, LEDGER_STREAM, SEALS_STREAM, Event, candidate_id_of
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.machine import TABLE, State, allowed_triggers
 from lifecycle_fsm.rules import RULES

@@ -10,8 +10,9 @@ from collections.abc import Callable, Iterable, Iterator
 
 import orjson
 
+from lifecycle_fsm.candidate_events import EVENT_TYPES
 from lifecycle_fsm.errors import CorruptionError
-from lifecycle_fsm.events import EVENT_TYPES, Event
+from lifecycle_fsm.events import Event
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.store.chain import event_hash, row_hash_error
 from lifecycle_fsm.store.records import StoredEvent

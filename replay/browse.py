@@ -17,8 +17,9 @@ from typing import Any
 import attrs
 import orjson
 
+from lifecycle_fsm.candidate_events import CANDIDATE_EVENTS
 from lifecycle_fsm.errors import CorruptionError, StoreError
-from lifecycle_fsm.events import CANDIDATE_EVENTS, candidate_id_of
+from lifecycle_fsm.events import candidate_id_of
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.state import Fold
 from lifecycle_fsm.store.base import select_events, verify_chain

@@ -10,8 +10,9 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from typing import Any
 
+from lifecycle_fsm.candidate_events import CANDIDATE_EVENTS
 from lifecycle_fsm.errors import NotFoundError
-from lifecycle_fsm.events import CANDIDATE_EVENTS, LEDGER_STREAM, candidate_id_of, stream_of
+from lifecycle_fsm.events import LEDGER_STREAM, candidate_id_of, stream_of
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.replay.explanation_parts import (
     ArtifactCheck,

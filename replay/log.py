@@ -14,9 +14,9 @@ import datetime as dt
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
+from lifecycle_fsm.candidate_events import CANDIDATE_EVENTS, EVENT_TYPES
 from lifecycle_fsm.errors import InputError, IntegrityError, NotFoundError
-from lifecycle_fsm.event_base import text_or_error
-from lifecycle_fsm.events import CANDIDATE_EVENTS, CANDIDATE_PREFIX, EVENT_TYPES, NAMED_STREAMS, stream_of
+from lifecycle_fsm.events import CANDIDATE_PREFIX, NAMED_STREAMS, stream_of, text_or_error
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.limits import MAX_INT64
 from lifecycle_fsm.rules import BLOCKING_ACTIONS, FRESHNESS_CHECKS

@@ -15,7 +15,7 @@ from backends import pg_execute
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from lifecycle_fsm import InputError, Ledger, RetryPolicy
-from lifecycle_fsm.events import TrustedStateInvalidated
+from lifecycle_fsm.candidate_events import TrustedStateInvalidated
 from tests.conftest import Workspace, count_events
 
 BAD_BUSY_TIMEOUTS = ["30", None, True, math.nan, math.inf, -math.inf, -1, -0.5, 10**30]

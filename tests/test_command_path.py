@@ -289,9 +289,10 @@ def test_a_noop_settings_command_still_reports_the_settings(ws: Workspace, activ
 
 def test_a_decision_the_table_forbids_is_refused_as_internal(ws: Workspace, active_pair: Ledger) -> None:
     """A (buggy) decision that makes an illegal move is refused before anything is written."""
+    from lifecycle_fsm.candidate_events import RecoveryCompleted
     from lifecycle_fsm.command_path import Command
     from lifecycle_fsm.decisions import Decision
-    from lifecycle_fsm.events import RecoveryCompleted, stream_of
+    from lifecycle_fsm.events import stream_of
 
     ledger = active_pair
     ledger.receive(ws.dpo())

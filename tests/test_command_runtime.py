@@ -16,7 +16,7 @@ import structlog
 from lifecycle_fsm import Ledger
 from lifecycle_fsm.command_path import new_event_id
 from lifecycle_fsm.logs import get_logger
-from lifecycle_fsm.recovery import plan_from_payload
+from lifecycle_fsm.rules import plan_from_payload
 from lifecycle_fsm.upcasting import decoded_payload
 from tests.conftest import Workspace
 

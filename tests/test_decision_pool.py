@@ -121,13 +121,13 @@ def test_a_changed_rule_is_listed_and_exits_8(kept: Path, tmp_path: Path, monkey
     """A rules change that lets `tune` through as ready is flagged: candidate id, seq, recorded vs now."""
     pool = tmp_path / "pool"
     folder = _export(kept / "handoff-tune.db", pool)
-    original = checks._decide  # the hand-off rule the check applies, and the pool re-applies
+    original = checks.decide_lifecycle_handoff  # the hand-off rule the check applies, and the pool re-applies
 
     def tune_is_ready(upstream: Any, freshness: Any, evidence: Any) -> Any:
         decided = original(upstream, freshness, evidence)
         return decided | {"handoff_status": "ready_for_evaluation"} if decided["handoff_status"] == "tune" else decided
 
-    monkeypatch.setattr(checks, "_decide", tune_is_ready)
+    monkeypatch.setattr(checks, "decide_lifecycle_handoff", tune_is_ready)
     result = invoke(tmp_path / "none.db", "decisions", "replay", str(pool))
     assert result.exit_code == 8
     [line] = [line for line in result.output.splitlines() if line.startswith("changed: ")]

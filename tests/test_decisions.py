@@ -8,20 +8,17 @@ import attrs
 import pytest
 
 from lifecycle_fsm import decisions
-from lifecycle_fsm.checks import ArtifactCheck, CheckEvidence, TrustedStateCheck
-from lifecycle_fsm.errors import ConflictError, IllegalCommandError
-from lifecycle_fsm.events import (
-    BaselineActivated,
+from lifecycle_fsm.candidate_events import (
     CandidateReceived,
-    EvaluationActivated,
     EvidenceInvalidated,
-    LedgerInitialized,
     RecoveryCompleted,
     RecoveryPlanned,
     StageFailed,
     TrustedStateInvalidated,
-    WindowAdvanced,
 )
+from lifecycle_fsm.checks import ArtifactCheck, CheckEvidence, TrustedStateCheck
+from lifecycle_fsm.errors import ConflictError, IllegalCommandError
+from lifecycle_fsm.events import BaselineActivated, EvaluationActivated, LedgerInitialized, WindowAdvanced
 from lifecycle_fsm.manifests import CandidateManifest
 from lifecycle_fsm.state import CandidateState, LedgerSettings
 

@@ -9,30 +9,32 @@ import attrs
 import orjson
 import pytest
 
-from lifecycle_fsm import candidate_events, event_base, events
-from lifecycle_fsm.errors import CorruptionError, IntegrityError
-from lifecycle_fsm.events import (
+from lifecycle_fsm import candidate_events, events
+from lifecycle_fsm.candidate_events import (
     CANDIDATE_EVENTS,
     EVENT_TYPES,
-    LEDGER_EVENTS,
-    LEDGER_STREAM,
-    BaselineActivated,
     CandidateEvent,
     CandidateReceived,
     CandidateRegistered,
     ChecksRecorded,
-    EvaluationActivated,
-    Event,
     EvidenceInvalidated,
     HandoffDecided,
-    HeadSealed,
     InconclusiveCheckRecorded,
-    LedgerInitialized,
     RecoveryCompleted,
     RecoveryPlanned,
     StageFailed,
     TrustedStateInvalidated,
     TrustedStateRecorded,
+)
+from lifecycle_fsm.errors import CorruptionError, IntegrityError
+from lifecycle_fsm.events import (
+    LEDGER_EVENTS,
+    LEDGER_STREAM,
+    BaselineActivated,
+    EvaluationActivated,
+    Event,
+    HeadSealed,
+    LedgerInitialized,
     WindowAdvanced,
     candidate_id_of,
     stream_of,
@@ -99,8 +101,8 @@ SAMPLE_IDS = [type(sample).__name__ for sample in SAMPLES]
 
 def _event_classes() -> set[type[Event]]:
     """Every concrete event class defined in the event modules (the bases aside)."""
-    bases = {Event, events.CandidateEvent, events.LedgerEvent}
-    modules = (events, candidate_events, event_base)
+    bases = {Event, candidate_events.CandidateEvent, events.LedgerEvent}
+    modules = (events, candidate_events)
     return {
         obj
         for module in modules

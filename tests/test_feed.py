@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from lifecycle_fsm import FeedEvent, InputError, Ledger, LedgerClosedError, LifecycleError, State, WaitTimeout
-from lifecycle_fsm.events import CandidateReceived, ChecksRecorded, LedgerInitialized
+from lifecycle_fsm.candidate_events import CandidateReceived, ChecksRecorded
+from lifecycle_fsm.events import LedgerInitialized
 from lifecycle_fsm.store.base import event_at
 from tests.conftest import REPO, Workspace
 

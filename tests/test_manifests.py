@@ -12,11 +12,8 @@ from typing import Any
 import pytest
 
 from lifecycle_fsm.errors import InputError
-from lifecycle_fsm.manifests import (
-    KIND_BY_SEMANTIC_ID,
-    load_baseline_manifest,
-    load_candidate_manifest,
-)
+from lifecycle_fsm.manifests import load_baseline_manifest, load_candidate_manifest
+from lifecycle_fsm.rules import KIND_BY_SEMANTIC_ID
 from lifecycle_fsm.store.chain import canonical_json
 
 SHA = "ab" * 32

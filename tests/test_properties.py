@@ -20,6 +20,7 @@ from conftest import Workspace
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
+from lifecycle_fsm.candidate_events import EVENT_TYPES
 from lifecycle_fsm.errors import (
     ConcurrencyError,
     ConflictError,
@@ -28,7 +29,7 @@ from lifecycle_fsm.errors import (
     InputError,
     NotFoundError,
 )
-from lifecycle_fsm.events import EVENT_TYPES, stream_of
+from lifecycle_fsm.events import stream_of
 from lifecycle_fsm.ledger import CandidateResult, CommandResult, Ledger
 from lifecycle_fsm.machine import TABLE
 from lifecycle_fsm.manifests import load_candidate_manifest

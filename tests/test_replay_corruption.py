@@ -11,8 +11,9 @@ import orjson
 import pytest
 from conftest import Workspace, invoke
 
+from lifecycle_fsm.candidate_events import HandoffDecided, StageFailed
 from lifecycle_fsm.errors import CorruptionError
-from lifecycle_fsm.events import BaselineActivated, HandoffDecided, StageFailed, stream_of
+from lifecycle_fsm.events import BaselineActivated, stream_of
 from lifecycle_fsm.replay import load_state, verify
 from lifecycle_fsm.store.chain import event_hash
 from lifecycle_fsm.store.records import NewEvent

@@ -9,15 +9,14 @@ import attrs
 import orjson
 import pytest
 
+from lifecycle_fsm.candidate_events import CandidateReceived, StageFailed
 from lifecycle_fsm.errors import CorruptionError, InputError
 from lifecycle_fsm.events import (
     LEDGER_STREAM,
     SEALS_STREAM,
     BaselineActivated,
-    CandidateReceived,
     EvaluationActivated,
     LedgerInitialized,
-    StageFailed,
     WindowAdvanced,
     stream_of,
 )

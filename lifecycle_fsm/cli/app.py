@@ -23,6 +23,7 @@ from lifecycle_fsm.errors import InputError, LifecycleError, StoreError
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.limits import check_actor, display
 from lifecycle_fsm.logs import configure_logging
+from lifecycle_fsm.machine import METHOD_BY_COMMAND
 from lifecycle_fsm.store.open import is_postgres_url, open_store
 from lifecycle_fsm.store.sqlite_files import translate_sqlite_error
 
@@ -61,11 +62,7 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 # What the embedding API and drill files call the commands: `lifecycle hand_off` points at `handoff`.
 _API_NAMES = {
-    "hand_off": "handoff",
-    "fail_stage": "fail",
-    "complete_recovery": "recovered",
-    "record_trusted_state": "trusted",
-    "invalidate_trusted_state": "untrust",
+    **{method: command for command, method in METHOD_BY_COMMAND.items()},
     "activate_baseline": "baseline activate",
     "advance_window": "window",
     "activate_evaluation": "evaluation activate",

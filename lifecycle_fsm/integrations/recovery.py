@@ -47,7 +47,7 @@ from lifecycle_fsm.checks import ArtifactCheck, verify_artifact
 from lifecycle_fsm.errors import InputError, NotFoundError
 from lifecycle_fsm.ledger import Ledger
 from lifecycle_fsm.machine import State, allowed_triggers
-from lifecycle_fsm.recovery import RecoveryAction, RecoveryPlan
+from lifecycle_fsm.rules import RecoveryAction, RecoveryPlan
 from lifecycle_fsm.state import CandidateState, LedgerSettings
 
 __all__ = [

@@ -14,9 +14,9 @@ import cattrs
 from cattrs.errors import AttributeValidationNote, ClassValidationError
 from cattrs.gen import make_dict_structure_fn, override
 
-from lifecycle_fsm.command_inputs import suggest
 from lifecycle_fsm.errors import ScenarioError
 from lifecycle_fsm.json_types import JSON
+from lifecycle_fsm.manifests import suggest
 
 __all__ = ["NULLABLE", "Problem", "Where", "converter", "from_file", "structure", "suggest"]
 
