@@ -5,7 +5,7 @@ Usage: python examples/make_fixtures.py [FOLDER] [--size-mb N]   (FOLDER default
 
 It writes three LoRA adapters (adapter_config.json + adapter_model.safetensors of a
 few MB, deterministic bytes from a seeded RNG) and their manifests in the source
-workflow's shapes (built by `lifecycle_fsm.replay.drills.seeds`, the factory the tests and drills use too):
+workflow's shapes (built by `lifecycle_fsm.replay.drills.workspace`, the factory the tests and drills use too):
 the SFT baseline (62), a DPO candidate (84) and a GRPO/RLVR candidate (85). Every
 sha256 is computed by `lifecycle hash --json`, run as a subprocess, exactly as a
 training job would record it. Running it twice gives the same bytes. It ends by
@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lifecycle_fsm.replay.drills.seeds import baseline_manifest, candidate_manifest
+from lifecycle_fsm.replay.drills.workspace import baseline_manifest, candidate_manifest
 
 SFT_LABEL = "sft_delivery_v2_1"
 DPO_LABEL = "dpo_offline_len1024_v5"

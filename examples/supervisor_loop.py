@@ -32,7 +32,8 @@ import sys
 from pathlib import Path
 
 from lifecycle_fsm import Ledger, RecoveryAction, RecoveryPlan, State, hash_directory
-from lifecycle_fsm.replay.drills.seeds import baseline_manifest, candidate_manifest, write_adapter, write_manifest
+from lifecycle_fsm.manifests import write_manifest
+from lifecycle_fsm.replay.drills.workspace import baseline_manifest, candidate_manifest, write_adapter
 
 STAGES = ("sampling", "reward", "update", "artifact_validation")
 CRASHED = 75  # the child's exit code when it kills itself on purpose

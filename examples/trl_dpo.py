@@ -23,7 +23,7 @@ from lifecycle_fsm import Ledger, State
 from lifecycle_fsm.artifacts import hash_directory
 from lifecycle_fsm.integrations.transformers import LedgerCallback
 from lifecycle_fsm.manifests import write_manifest
-from lifecycle_fsm.replay.drills.seeds import baseline_manifest
+from lifecycle_fsm.replay.drills.workspace import baseline_manifest
 
 
 class FaultAtStep3(TrainerCallback):  # type: ignore[misc]  # transformers' classes are untyped

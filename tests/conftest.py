@@ -1,7 +1,7 @@
 """Shared fixtures: real SQLite files, real adapter directories, real manifests.
 
 `ws` is a workspace in `tmp_path` that writes an SFT baseline and DPO / GRPO / RLVR
-candidates in the seed's manifest shapes (built by `lifecycle_fsm.replay.drills.seeds`, the
+candidates in the seed's manifest shapes (built by `lifecycle_fsm.replay.drills.workspace`, the
 factory the drills and examples use too), with adapter folders whose bytes are
 hashed by `hash_directory` exactly as `lifecycle hash` would.
 """
@@ -26,7 +26,8 @@ from lifecycle_fsm import logs
 from lifecycle_fsm.artifacts import hash_directory
 from lifecycle_fsm.cli import main
 from lifecycle_fsm.ledger import Ledger
-from lifecycle_fsm.replay.drills.seeds import baseline_manifest, candidate_manifest, write_adapter, write_manifest
+from lifecycle_fsm.manifests import write_manifest
+from lifecycle_fsm.replay.drills.workspace import baseline_manifest, candidate_manifest, write_adapter
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -1,4 +1,4 @@
-"""The one manifest factory (`lifecycle_fsm.replay.drills.seeds`): what it writes, `manifests` reads as fresh."""
+"""The one manifest factory (`lifecycle_fsm.replay.drills.workspace`): what it writes, `manifests` reads as fresh."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from lifecycle_fsm.artifacts import hash_directory
-from lifecycle_fsm.manifests import load_baseline_manifest, load_candidate_manifest
-from lifecycle_fsm.replay.drills.seeds import baseline_manifest, candidate_manifest, write_adapter, write_manifest
+from lifecycle_fsm.manifests import load_baseline_manifest, load_candidate_manifest, write_manifest
+from lifecycle_fsm.replay.drills.workspace import baseline_manifest, candidate_manifest, write_adapter
 from lifecycle_fsm.rules import CANDIDATE_KINDS, check_candidate_freshness
 
 

@@ -24,7 +24,7 @@ from lifecycle_fsm.errors import (
 )
 from lifecycle_fsm.ledger import Ledger
 from lifecycle_fsm.replay import verify
-from lifecycle_fsm.replay.drills.seeds import candidate_manifest
+from lifecycle_fsm.replay.drills.workspace import candidate_manifest
 
 HEX64 = re.compile(r"[0-9a-f]{64}")
 

@@ -23,8 +23,7 @@ from lifecycle_fsm import command_path, decisions
 from lifecycle_fsm.replay.drills import load_scenario, run_scenario
 from lifecycle_fsm.replay.drills.model import CandidateModel, LedgerModel
 from lifecycle_fsm.replay.drills.schedule import Schedule, generate
-from lifecycle_fsm.replay.drills.shrink import shrink, write_scenario
-from lifecycle_fsm.replay.drills.simulate import SimResult, simulate
+from lifecycle_fsm.replay.drills.simulate import SimResult, scenario_yaml, shrink, simulate, to_scenario
 
 SEEDS = int(os.environ.get("LIFECYCLE_SIM_SEEDS", "3"))
 STEPS = int(os.environ.get("LIFECYCLE_SIM_STEPS", "150"))
@@ -149,7 +148,8 @@ def test_broken_code_is_caught_and_shrunk(name: str, tmp_path: Path, monkeypatch
     schedule, result = _first_failure()
     shrunk = shrink(schedule, result, max_runs=150)
     assert len(shrunk.schedule.ops) <= 8 < result.failure.step  # type: ignore[union-attr]
-    path = write_scenario(shrunk, tmp_path)
+    path = tmp_path / "shrunk.yaml"
+    path.write_text(scenario_yaml(to_scenario(shrunk)))
     broken = run_scenario(load_scenario(path))
     assert broken.failures, "the shrunk scenario must fail on the broken code"
     monkeypatch.undo()

@@ -180,7 +180,7 @@ def _simulate(
                 for i, op in enumerate(schedule.ops, 1):
                     click.echo(f"  {i:>5}  {describe(op)}")
             result = simulate(schedule, keep=keep_dir)
-            docs.append(_run_doc(result, steps, schedule if as_json and runs == 1 else None))
+            docs.append(result.to_json(steps, schedule if as_json and runs == 1 else None))
             if not result.ok:
                 failed = (schedule, result)
                 break
@@ -197,22 +197,9 @@ def _simulate(
         sys.exit(int(ExitCode.DRILL_FAILED))
 
 
-def _run_doc(result: Any, steps: int, schedule: Any) -> JSON:
-    """One seed's run as `drill --simulate --json` shows it (its schedule too, when given)."""
-    from lifecycle_fsm.replay.drills.schedule import describe
-
-    doc: JSON = {"seed": result.seed, "steps": steps, "steps_run": result.steps_run, "events": result.events}
-    doc |= {"head": result.head, "ok": result.ok, "seconds": round(result.seconds, 3), "failure": None}
-    if (failure := result.failure) is not None:
-        problems = [{"key": k, "expected": e, "actual": a} for k, e, a in failure.problems]
-        doc["failure"] = {"step": failure.step, "op": describe(failure.op), "problems": problems}
-    doc["schedule"] = None if schedule is None else [describe(op) for op in schedule.ops]
-    return doc
-
-
 def _shrunk(doc: JSON, schedule: Any, result: Any) -> dict[str, str]:
     """Shrink the failing schedule into `doc["shrunk"]`; the scenario file's name and text."""
-    from lifecycle_fsm.replay.drills.shrink import scenario_yaml, shrink, to_scenario
+    from lifecycle_fsm.replay.drills.simulate import scenario_yaml, shrink, to_scenario
 
     shrunk = shrink(schedule, result)
     scenario = to_scenario(shrunk)

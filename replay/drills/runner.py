@@ -3,6 +3,7 @@ them; every failure is reported, and a fault that cannot be injected here makes 
 
 from __future__ import annotations
 
+import functools
 import random
 import shutil
 import tempfile
@@ -73,7 +74,7 @@ def _run_command(run: Run, step: Step) -> JSON:
         detail["state"] = result.candidate.state
         plan = result.candidate.last_recovery
         if step.action == "fail_stage" and plan is not None:
-            detail["recovery"] = {k: plan[k] for k in ("action", "recovery_state", "reused_state")}
+            detail["recovery"] = {k: plan[k] for k in steps.PLAN_KEYS}
     elif result.invalidated:
         detail["invalidated"] = list(result.invalidated)
     return detail
@@ -250,7 +251,7 @@ STEPS: dict[str, Callable[[Run, Step], JSON]] = {
     "expect": _expect,
     "replay": _replay,
     "audit": _audit,
-    **{name: _fault(_damage) for name in ("tamper_artifact", "delete_artifact", "restore_artifact", "edit_manifest")},
+    **{name: _fault(_damage) for name in (*steps.DAMAGE, "edit_manifest")},
     **{name: _fault(_behind_the_store) for name, cls in steps.ACTIONS.items() if cls.needs_store},
     **{name: _run_command for name in steps.COMMAND_ACTIONS},
 }
@@ -293,15 +294,14 @@ def run_scenario(
     with tempfile.TemporaryDirectory(prefix=f"drill-{scenario.name}-") as tmp:
         ws = Workspace(Path(tmp), seed)
         target: Path | str = ws.db if ledger_url is None else ledger_url
-        ledger = Ledger.open(target, synchronous="NORMAL", actor=f"drill:{scenario.name}")
-        run = Run(scenario, ws, ledger, random.Random(seed), target)
-        run.reopen = lambda: Ledger.open(target, synchronous="NORMAL", actor=run.actor)
+        reopen = functools.partial(Ledger.open, target, synchronous="NORMAL", actor=f"drill:{scenario.name}")
+        run = Run(scenario, ws, reopen(), random.Random(seed), target, reopen=reopen)
         try:
             config = scenario.config
             ws.materialize(scenario.artifacts, config)
-            ledger.init(config.max_window_age, config.active_window)
+            run.ledger.init(config.max_window_age, config.active_window)
             if config.evaluation_version is not None:
-                ledger.activate_evaluation(config.evaluation_version)
+                run.ledger.activate_evaluation(config.evaluation_version)
             results, failures, inconclusive = _run_steps(run)
             events = run.ledger.store.count_events()
         finally:

@@ -15,7 +15,7 @@ import attrs
 
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.replay.drills.model import ALIVE, DECIDED, LedgerModel
-from lifecycle_fsm.replay.drills.steps import ACTIONS
+from lifecycle_fsm.replay.drills.steps import ACTIONS, DAMAGE
 from lifecycle_fsm.rules import CANDIDATE_KINDS, ONLINE_KINDS, STAGES
 from lifecycle_fsm.rules import TRUSTED_STATE_KINDS as KINDS
 
@@ -25,7 +25,6 @@ Op = JSON  # one scenario step: {action: args}
 BASELINES = ("b0", "b1", "b2")
 FOLDERS = ("t0", "t1", "t2", "t3")
 SETTINGS = ("activate_baseline", "advance_window", "activate_evaluation")
-DAMAGE = ("tamper_artifact", "delete_artifact", "restore_artifact")
 GOAL_STEPS = 0.5  # the share of steps that head for the least-met goal; the rest are drawn at random
 GIVE_UP = 30  # goal steps spent on one goal before another is tried
 # What the generator makes sure happens to a candidate in each state: every command that means

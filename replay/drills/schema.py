@@ -13,7 +13,7 @@ import attrs
 from lifecycle_fsm import errors as errors_module
 from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.limits import MAX_INT64, check_version_text
-from lifecycle_fsm.replay.drills.convert import NULLABLE, Problem, from_file, suggest
+from lifecycle_fsm.replay.drills.convert import NULLABLE, Problem, from_file, unknown
 
 if TYPE_CHECKING:
     from lifecycle_fsm.replay.drills.steps import Action
@@ -122,7 +122,7 @@ class ArtifactSpec:
 
 def unknown_error(value: str) -> str | None:
     """Why `value` names no error class `refused:` can match, or None."""
-    return None if value in ERROR_CLASSES else f"unknown error class {value!r}{suggest(value, ERROR_CLASSES)}"
+    return None if value in ERROR_CLASSES else unknown(value, f"error class {value!r}", ERROR_CLASSES)
 
 
 def _error_class(_instance: Any, _attribute: attrs.Attribute[str], value: str) -> None:

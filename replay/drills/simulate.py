@@ -1,5 +1,7 @@
 """Run a schedule against a real SQLite ledger: the model judges each command, then every candidate; replay
-and `verify` are checked now and then. Clock, actor, ids and folder are fixed per seed, so one seed, one head."""
+and `verify` are checked now and then. Clock, actor, ids and folder are fixed per seed, so one seed, one head.
+A failing schedule is made small (delta debugging) and written as a scenario that `lifecycle drill FILE` runs:
+judged by the model, so it passes on a correct ledger and fails on the broken one."""
 
 from __future__ import annotations
 
@@ -12,8 +14,10 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import attrs
+import yaml
 
 from lifecycle_fsm.errors import LifecycleError
 from lifecycle_fsm.json_types import JSON
@@ -24,14 +28,24 @@ from lifecycle_fsm.replay.drills.faults import Problem, load_both_ways
 from lifecycle_fsm.replay.drills.loader import parse_artifacts, parse_step
 from lifecycle_fsm.replay.drills.model import LedgerModel
 from lifecycle_fsm.replay.drills.runner import Run, StepFailed, run_step
-from lifecycle_fsm.replay.drills.schedule import Op, Schedule, advance, split
+from lifecycle_fsm.replay.drills.schedule import Op, Schedule, advance, describe, split
 from lifecycle_fsm.replay.drills.schema import DrillConfig, Scenario, Step
-from lifecycle_fsm.replay.drills.steps import ACTIONS
+from lifecycle_fsm.replay.drills.steps import ACTIONS, PLAN_KEYS
 from lifecycle_fsm.replay.drills.workspace import Workspace
 from lifecycle_fsm.replay.explain import explain
 from lifecycle_fsm.replay.verify import verify
 
-__all__ = ["FIXED_CLOCK", "SimFailure", "SimResult", "kept_name", "simulate"]
+__all__ = [
+    "FIXED_CLOCK",
+    "SimFailure",
+    "SimResult",
+    "Shrunk",
+    "kept_name",
+    "scenario_yaml",
+    "shrink",
+    "simulate",
+    "to_scenario",
+]
 
 FIXED_CLOCK = "2026-01-01T00:00:00.000000Z"
 ACTOR = "simulator"
@@ -66,6 +80,16 @@ class SimResult:
     def steps_run(self) -> int:
         return len(self.ran)
 
+    def to_json(self, steps: int, schedule: Schedule | None) -> JSON:
+        """One seed's run as `drill --simulate --json` shows it (its schedule too, when given)."""
+        doc: JSON = {"seed": self.seed, "steps": steps, "steps_run": self.steps_run, "events": self.events}
+        doc |= {"head": self.head, "ok": self.ok, "seconds": round(self.seconds, 3), "failure": None}
+        if (failure := self.failure) is not None:
+            problems = [{"key": k, "expected": e, "actual": a} for k, e, a in failure.problems]
+            doc["failure"] = {"step": failure.step, "op": describe(failure.op), "problems": problems}
+        doc["schedule"] = None if schedule is None else [describe(op) for op in schedule.ops]
+        return doc
+
 
 @contextlib.contextmanager
 def _fixed_folder(seed: int) -> Iterator[Path]:
@@ -90,10 +114,6 @@ class _Sim:
     refused: dict[int, str] = attrs.Factory(dict)
     ran: list[int] = attrs.Factory(list)
 
-    @property
-    def ledger(self) -> Ledger:
-        return self.run.ledger
-
     def step(self, number: int, op: Op) -> Step:
         return parse_step(Where(SIMULATED), number, op, self.run.scenario.artifacts)
 
@@ -101,27 +121,26 @@ class _Sim:
         """A fault that would do nothing here (a shrunk schedule may leave one): skipped, not judged."""
         action, args = split(op)
         model, artifact = self.model, str(args.get("artifact"))
-        if action == "crash":
-            prediction = model.predict(*split(args["run"]))
-            return prediction.refused or prediction.events == 0
+        if action == "crash":  # around a command that appends nothing (a refused one appends nothing either)
+            return model.predict(*split(args["run"])).events == 0
         return (
             (action == "tamper_artifact" and not model.intact(artifact))
             or (action == "restore_artifact" and model.intact(artifact))
             or (action == "delete_artifact" and model.content.get(artifact, 0) is None)
             or (action == "corrupt_checkpoint" and not model.checkpoints)
-            or (action == "tamper_event" and not 1 <= args["seq"] <= self.ledger.store.count_events())
+            or (action == "tamper_event" and not 1 <= args["seq"] <= self.run.ledger.store.count_events())
         )
 
 
 def _command(sim: _Sim, number: int, op: Op) -> list[Problem]:
-    store, ws, prediction = sim.ledger.store, sim.run.ws, sim.model.predict(*split(op))
+    store, ws, prediction = sim.run.ledger.store, sim.run.ws, sim.model.predict(*split(op))
     if prediction.refused:  # the class the shrunk scenario's `refused:` names (the observed one, when allowed)
         sim.refused[number] = prediction.errors[0]
     before = store.count_events()
     method, args, kwargs = writers.command_call(ws, sim.step(number, op).spec)
     if method in ("check", "hand_off"):
         kwargs |= {"rehash": True}  # a re-used digest records when it was read: wall-clock time in the head
-    outcome = writers.call(sim.ledger, (method, args, kwargs))
+    outcome = writers.call(sim.run.ledger, (method, args, kwargs))
     if outcome.refused:
         name = outcome.classes[0]
         problems: list[Problem] = []
@@ -156,24 +175,24 @@ def _candidates(sim: _Sim) -> list[Problem]:
     problems: list[Problem] = []
     for cid, want in sim.model.candidates.items():
         try:
-            c = sim.ledger.candidate(cid)
+            c = sim.run.ledger.candidate(cid)
         except LifecycleError as e:
             problems.append((f"{cid} state", want.state, f"{type(e).__name__}: {e}"))
             continue
         got: JSON = {"state": str(c.state), "version": c.version, "trusted_states": sorted(c.trusted_states)}
         wanted: JSON = {"state": want.state, "version": want.version, "trusted_states": sorted(want.trusted)}
         if want.plan is not None:
-            got["recovery"] = {k: (c.last_recovery or {}).get(k) for k in ("action", "recovery_state", "reused_state")}
+            got["recovery"] = {k: (c.last_recovery or {}).get(k) for k in PLAN_KEYS}
             wanted["recovery"] = {k: want.plan[k] for k in got["recovery"]}
         problems.extend((f"{cid} {k}", wanted[k], got[k]) for k in wanted if got[k] != wanted[k])
-    if (count := sim.ledger.store.count_events()) != sim.model.events:
+    if (count := sim.run.ledger.store.count_events()) != sim.model.events:
         problems.append(("events", sim.model.events, count))
     return problems
 
 
 def _whole(sim: _Sim) -> list[Problem]:
     """Replay = checkpoint + tail, every candidate's path (`explain`'s), and `verify` as the faults say."""
-    store = sim.ledger.store
+    store = sim.run.ledger.store
     report = verify(store)
     found = {k: report.get(k) for k in ("ok", "bad_seq", "reason")}
     if (seq := sim.model.tampered_seq) is not None:
@@ -265,3 +284,98 @@ def _loop(sim: _Sim, ops: list[Op], check_every: int) -> SimFailure | None:
         if problems:
             return SimFailure(number, op, tuple(problems))
     return None
+
+
+@attrs.frozen
+class Shrunk:
+    schedule: Schedule
+    result: SimResult
+    runs: int
+    seconds: float
+
+
+def shrink(schedule: Schedule, failed: SimResult, *, max_runs: int = 400, max_seconds: float = 120.0) -> Shrunk:
+    """The smallest schedule found (within the budget) that still fails."""
+    assert failed.failure is not None
+    started = time.perf_counter()
+    runs = 0
+    best, result = _ran_only(schedule, failed), failed
+
+    def attempt(ops: list[Op]) -> SimResult | None:
+        nonlocal runs
+        runs += 1
+        r = simulate(attrs.evolve(schedule, ops=ops))
+        return None if r.ok else r
+
+    if (r := attempt(best.ops)) is not None:
+        best, result = _ran_only(best, r), r
+    chunk = max(1, len(best.ops) // 2)
+    while chunk >= 1 and runs < max_runs and time.perf_counter() - started < max_seconds:
+        i, removed = 0, False
+        while i < len(best.ops) and runs < max_runs and time.perf_counter() - started < max_seconds:
+            trial = best.ops[:i] + best.ops[i + chunk :]
+            if trial and (r := attempt(trial)) is not None:
+                best, result, removed = _ran_only(attrs.evolve(best, ops=trial), r), r, True
+            else:
+                i += chunk
+        if not removed:
+            chunk //= 2
+    return Shrunk(best, result, runs, time.perf_counter() - started)
+
+
+def _ran_only(schedule: Schedule, result: SimResult) -> Schedule:
+    """The prefix up to the failure, without the operations that were skipped."""
+    assert result.failure is not None
+    ran = set(result.ran)
+    return attrs.evolve(schedule, ops=[op for i, op in enumerate(schedule.ops[: result.failure.step], 1) if i in ran])
+
+
+def _referenced(value: Any, names: set[str]) -> set[str]:
+    if isinstance(value, dict | list):
+        return set().union(*(_referenced(v, names) for v in (value.values() if isinstance(value, dict) else value)))
+    return {value} if isinstance(value, str) and value in names else set()
+
+
+def to_scenario(shrunk: Shrunk) -> JSON:
+    """The shrunk schedule as a scenario document (dump it with `yaml.safe_dump`)."""
+    schedule, result = shrunk.schedule, shrunk.result
+    assert result.failure is not None
+    used = _referenced(schedule.ops, set(schedule.artifacts)) | {"b0"}
+    for name in list(used):
+        if source := schedule.artifacts[name].get("source"):
+            used.add(source)
+    artifacts = {k: v for k, v in schedule.artifacts.items() if k in used}
+    steps: list[JSON] = [
+        op | {"refused": result.refused[i]} if i in result.refused else dict(op)
+        for i, op in enumerate(schedule.ops, start=1)
+    ]
+    want = result.expectations
+    for cid, c in want["candidates"].items():
+        path = {f"path.{i}.to": state for i, state in enumerate(c["path"])}
+        evidence = {"version": len(c["path"]), **path}
+        expect: JSON = {"candidate": cid, "state": c["path"][-1], "trusted_states": c["trusted_states"]}
+        expect["explain"] = {"evidence": evidence}
+        if c["plan"] is not None:  # str(): an action is a `StrEnum`, which YAML cannot write
+            plan = {k: c["plan"][k] for k in PLAN_KEYS}
+            expect["recovery"] = {k: str(v) if isinstance(v, str) else v for k, v in plan.items()}
+        steps.append({"expect": expect})
+    action, _ = split(result.failure.op)
+    if action != "tamper_event":
+        steps += [
+            {"expect": {"events": want["events"]}},
+            {"replay": None},
+            {"expect": {"verify_ok": want["verify_ok"]}},
+        ]
+    problems = "; ".join(f"{k}: expected {e}, actual {a}" for k, e, a in result.failure.problems)
+    return {
+        "name": kept_name(schedule.seed),
+        "description": f"Shrunk by `lifecycle drill --simulate --seed {schedule.seed}` from step "
+        f"{result.failure.step} ({describe(result.failure.op)}): {problems}",
+        "seed": schedule.seed,
+        "artifacts": artifacts,
+        "steps": steps,
+    }
+
+
+def scenario_yaml(scenario: JSON) -> str:
+    return yaml.safe_dump(scenario, sort_keys=False, width=110)

@@ -15,6 +15,9 @@ from lifecycle_fsm.replay.drills.schema import ManifestField, between
 __all__ = ["ACTIONS", "CANDIDATE_EXPECTATIONS", "COMMAND_ACTIONS", "NAMES", "Action"]
 
 
+ACTIONS: dict[str, type[Action]] = {}
+
+
 def refers(kind: str) -> Any:
     """A field naming a declared artifact of `kind` (baseline, candidate, adapter or any)."""
     return attrs.field(metadata={"refers": kind})
@@ -32,6 +35,11 @@ class Action:
     shorthand: ClassVar[str | None] = None
     command: ClassVar[bool] = False
     needs_store: ClassVar[bool] = False
+
+    def __init_subclass__(cls) -> None:
+        """Every step class is in `ACTIONS`, in the order declared here (the order messages list them);
+        attrs' slotted copy of a class replaces the original under the same name."""
+        ACTIONS[cls.name] = cls
 
 
 @attrs.frozen(kw_only=True)
@@ -228,38 +236,11 @@ class Concurrently(Action):
     repeat: int = attrs.field(default=1, validator=between(1, 100))
 
 
-ACTIONS: dict[str, type[Action]] = {
-    cls.name: cls
-    for cls in (
-        ActivateBaseline,
-        Receive,
-        Register,
-        Check,
-        RecordTrustedState,
-        InvalidateTrustedState,
-        FailStage,
-        CompleteRecovery,
-        HandOff,
-        AdvanceWindow,
-        ActivateEvaluation,
-        Checkpoint,
-        Replay,
-        Expect,
-        Audit,
-        CrashDuringAppend,
-        CorruptCheckpoint,
-        TamperEvent,
-        TamperArtifact,
-        DeleteArtifact,
-        RestoreArtifact,
-        EditManifest,
-        Crash,
-        Concurrently,
-    )
-}
 NAMES: dict[str, str] = {word: cls.name for cls in ACTIONS.values() for word in (cls.name, cls.alias) if word}
 COMMAND_ACTIONS = tuple(name for name, cls in ACTIONS.items() if cls.command)
 # `expect` keys about one candidate (they need `candidate:`).
 CANDIDATE_EXPECTATIONS = tuple(
     ["state", "reason_codes", "recovery", "handoff", "hard_failures", "trusted_states", "explain", "as_of"]
 )
+DAMAGE = ("tamper_artifact", "delete_artifact", "restore_artifact")  # the faults an artifact can be restored from
+PLAN_KEYS = ("action", "recovery_state", "reused_state")  # what a recovery plan reports and the simulator compares

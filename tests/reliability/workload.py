@@ -21,8 +21,9 @@ from lifecycle_fsm.artifacts import hash_directory
 from lifecycle_fsm.cli.exit_codes import exit_code_for
 from lifecycle_fsm.errors import LifecycleError
 from lifecycle_fsm.ledger import Ledger, utc_now
+from lifecycle_fsm.manifests import write_manifest
 from lifecycle_fsm.replay import take_checkpoint
-from lifecycle_fsm.replay.drills.seeds import baseline_manifest, candidate_manifest, write_adapter, write_manifest
+from lifecycle_fsm.replay.drills.workspace import baseline_manifest, candidate_manifest, write_adapter
 from lifecycle_fsm.rules import STAGES, TRUSTED_STATE_KINDS
 
 __all__ = ["Artifacts", "make_artifacts", "own_candidates", "plan_commands", "run_command", "writer_plan"]

@@ -13,7 +13,7 @@ import pytest
 from lifecycle_fsm import Ledger
 from lifecycle_fsm.artifacts import hash_directory
 from lifecycle_fsm.manifests import write_manifest
-from lifecycle_fsm.replay.drills.seeds import baseline_manifest
+from lifecycle_fsm.replay.drills.workspace import baseline_manifest
 
 INSTALL = "pip install -e '.[trainer]' 'torch==2.13.0'"
 STACK = ("torch", "datasets", "peft", "transformers", "trl")

@@ -15,7 +15,7 @@ import pytest
 from lifecycle_fsm import InputError, State
 from lifecycle_fsm.artifacts import hash_directory
 from lifecycle_fsm.manifests import candidate_manifest, load_candidate_manifest, write_manifest
-from lifecycle_fsm.replay.drills.seeds import write_adapter
+from lifecycle_fsm.replay.drills.workspace import write_adapter
 from tests.conftest import Workspace
 
 EVIDENCE: dict[str, dict[str, Any]] = {

@@ -157,7 +157,7 @@ def test_finish_refuses_before_it_saves_anything(tiny: Tiny, tmp_path: Path) -> 
     from lifecycle_fsm import InputError, Ledger, State
     from lifecycle_fsm.integrations.transformers import LedgerCallback
     from lifecycle_fsm.manifests import write_manifest
-    from lifecycle_fsm.replay.drills.seeds import baseline_manifest
+    from lifecycle_fsm.replay.drills.workspace import baseline_manifest
 
     ledger = Ledger.open(tmp_path / "ledger.db")
     ledger.init()
