@@ -16,19 +16,6 @@ import stat
 
 from lifecycle_fsm.errors import ArtifactError, ArtifactUnreadable
 
-__all__ = [
-    "NOFOLLOW_ERRNOS",
-    "Entry",
-    "StrPath",
-    "collect",
-    "folder_problem",
-    "inside",
-    "os_error",
-    "path_escapes_root",
-    "real_path",
-    "same_file",
-]
-
 StrPath = str | os.PathLike[str]
 _O_PATH = getattr(os, "O_PATH", 0)
 _PROC_FD = "/proc/self/fd/"

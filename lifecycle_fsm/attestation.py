@@ -29,8 +29,6 @@ from lifecycle_fsm.store.records import ChainReport, StoredEvent
 from lifecycle_fsm.streams import fold_candidate
 from lifecycle_fsm.upcasting import decoded_payload
 
-__all__ = ["PAYLOAD_TYPE", "PREDICATE_TYPE", "STATEMENT_TYPE", "attest", "verify_attestation"]
-
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "lifecycle-fsm/handoff/v1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"

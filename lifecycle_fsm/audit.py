@@ -39,8 +39,6 @@ from lifecycle_fsm.state import LedgerSettings
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-__all__ = ["AuditRequest", "AuditResult", "PreparedAudit", "check_runnable", "missing_fields", "plan", "prepare", "run"]
-
 
 @attrs.frozen
 class AuditRequest:

@@ -25,23 +25,6 @@ from lifecycle_fsm.rules import choose_recovery_action, decide_lifecycle_handoff
 from lifecycle_fsm.state import CandidateState
 from lifecycle_fsm.store.records import StoredEvent
 
-__all__ = [
-    "SCHEMA_VERSION",
-    "SEMANTIC_ID",
-    "candidate_record",
-    "canonical_bytes",
-    "publish",
-    "put_in_place",
-    "record_paths",
-    "recovery_scenarios",
-    "refuse_existing",
-    "relative_posix",
-    "stage_records",
-    "validate_label",
-    "write_records",
-]
-
-
 SCHEMA_VERSION = "post-training-lifecycle/v1"
 SEMANTIC_ID = "PT-POST-TRAINING-LIFECYCLE"
 _LABEL = re.compile(r"[A-Za-z0-9._-]+")

@@ -47,8 +47,6 @@ from lifecycle_fsm.store.chain import canonical_json
 from lifecycle_fsm.streams import StreamReader
 from lifecycle_fsm.upcasting import decoded_payload
 
-__all__ = ["CandidateCommands"]
-
 # What `check` and `hand_off` decide from the evidence they gather.
 Judge = Callable[[CandidateState, checks.CheckEvidence], Decision]
 

@@ -39,8 +39,6 @@ from lifecycle_fsm.store.base import StoreTransaction
 from lifecycle_fsm.store.records import NewEvent, Row, StoredEvent
 from lifecycle_fsm.streams import StreamReader
 
-__all__ = ["INVALIDATED_STATES", "Command", "CommandPath", "Decide", "new_event_id", "require_command"]
-
 log = get_logger(__name__)
 
 Decide = Callable[[CandidateState | None, LedgerSettings], Decision]

@@ -28,8 +28,6 @@ from lifecycle_fsm.store.base import EventStore
 from lifecycle_fsm.streams import fold_candidate
 from lifecycle_fsm.upcasting import decoded_payload
 
-__all__ = ["SCHEMA", "Changed", "DecisionPoolError", "DecisionState", "export_pool", "read_pool", "replay_pool"]
-
 SCHEMA = "lifecycle-decision-pool/v1"
 _CANDIDATE_FIELDS = (*FRESHNESS_FIELDS, "evidence_window_index")
 _SETTINGS_FIELDS = ("active_policy_version", "active_window", "max_window_age", "evaluation_version")

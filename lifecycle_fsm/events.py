@@ -15,23 +15,6 @@ import attrs
 from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.json_types import JSON
 
-__all__ = [
-    "CANDIDATE_PREFIX",
-    "LEDGER_EVENTS",
-    "LEDGER_STREAM",
-    "NAMED_STREAMS",
-    "BaselineActivated",
-    "EvaluationActivated",
-    "Event",
-    "HeadSealed",
-    "LedgerEvent",
-    "LedgerInitialized",
-    "SEALS_STREAM",
-    "WindowAdvanced",
-    "candidate_id_of",
-    "stream_of",
-]
-
 LEDGER_STREAM = "ledger"
 SEALS_STREAM = "seals"
 NAMED_STREAMS = (LEDGER_STREAM, SEALS_STREAM)  # addressed by their own name, never a candidate id

@@ -20,8 +20,6 @@ from lifecycle_fsm.store.base import EventStore, select_events
 from lifecycle_fsm.store.records import EventFilter, StoredEvent
 from lifecycle_fsm.upcasting import decoded_event
 
-__all__ = ["FeedEvent", "WaitTimeout", "follow_events", "read_events", "wait_for_state"]
-
 PAGE = 500
 _LOOK = 0.25  # how often a waiting follower looks at `stop` and a close from another thread
 _STATES = {s.value: s for s in State}

@@ -7,9 +7,6 @@ from __future__ import annotations
 
 from lifecycle_fsm.json_types import JSON
 
-__all__ = ["TRUST_CODES", "add_problem", "problem"]
-
-
 TRUST_CODES = frozenset({"head_mismatch", "seal_mismatch", "seal_signature"})
 
 

@@ -9,8 +9,6 @@ from pathlib import Path
 
 from lifecycle_fsm.errors import InputError
 
-__all__ = ["make_folder", "prove_writable"]
-
 
 def make_folder(folder: str | os.PathLike[str], what: str = "folder") -> Path:
     """Create `folder` and its parents if missing; InputError naming it (`what`) when that fails."""

@@ -25,8 +25,6 @@ from lifecycle_fsm.outputs import write_atomic
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-__all__ = ["PublicKeys", "key_id", "load_private_key", "load_public_key", "new_key_pair", "private_key_from", "sign"]
-
 
 @attrs.frozen
 class KeyFiles:

@@ -15,24 +15,6 @@ import unicodedata
 from lifecycle_fsm.errors import InputError
 from lifecycle_fsm.events import CANDIDATE_PREFIX, LEDGER_STREAM, NAMED_STREAMS, SEALS_STREAM
 
-__all__ = [
-    "MAX_ATTESTATION_BYTES",
-    "MAX_CANDIDATE_ID_LENGTH",
-    "MAX_INT64",
-    "MAX_KEY_BYTES",
-    "MAX_MANIFEST_BYTES",
-    "MAX_SCENARIO_BYTES",
-    "MAX_SIGNED_HEAD_BYTES",
-    "check_actor",
-    "check_candidate_id",
-    "check_event_id",
-    "check_int",
-    "check_seconds",
-    "check_version_text",
-    "display",
-    "read_regular_file",
-]
-
 MAX_MANIFEST_BYTES = 16 * 1024 * 1024  # a manifest is metadata: 16 MiB is far beyond any real one
 MAX_SCENARIO_BYTES = 1024 * 1024  # a drill scenario is a hand-written YAML file
 MAX_CANDIDATE_ID_LENGTH = 256  # characters; ids are shown in tables and used as stream names

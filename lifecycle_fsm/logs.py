@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import sys
 
-__all__ = ["Logger", "configure_logging", "get_logger"]
-
 _LEVELS = ("debug", "info", "warning", "error")  # the stdlib's level names, lowest first
 
 # The command line's setting, (level, json_lines), until the first event at its level applies it.

@@ -30,29 +30,6 @@ from lifecycle_fsm.state import LedgerSettings
 from lifecycle_fsm.store.chain import STORED_TIME, canonical_json
 from lifecycle_fsm.streams import check_cache_size
 
-__all__ = [
-    "BaselineManifest",
-    "CandidateManifest",
-    "baseline_manifest",
-    "candidate_manifest",
-    "check_key",
-    "check_kind",
-    "checked_options",
-    "default_actor",
-    "default_id",
-    "load_baseline_manifest",
-    "load_candidate_manifest",
-    "path_argument",
-    "read_manifest",
-    "read_only_folder",
-    "recorded_time",
-    "require_baseline",
-    "require_choice",
-    "resolve_artifact_path",
-    "utc_now",
-    "write_manifest",
-]
-
 
 def utc_now() -> str:
     """The clock events are stamped with (UTC, microseconds); never read on replay."""

@@ -18,8 +18,6 @@ import attrs
 
 from lifecycle_fsm.errors import InputError, LifecycleError, StoreError
 
-__all__ = ["StagedFile", "output_error", "stage", "write_atomic"]
-
 # The filesystem cannot take the bytes (full, over quota, read-only, too large, failing): exit 7.
 _ENVIRONMENT_ERRNOS = frozenset(
     getattr(errno, name) for name in ("ENOSPC", "EDQUOT", "EROFS", "EFBIG", "EIO") if hasattr(errno, name)

@@ -28,16 +28,6 @@ from lifecycle_fsm.streams import fold_candidate, fold_settings
 if TYPE_CHECKING:
     from lifecycle_fsm.command_path import CommandPath
 
-__all__ = [
-    "CandidateResult",
-    "CommandResult",
-    "RecoveryResult",
-    "SettingsResult",
-    "replayed",
-    "retried_unread",
-    "stored_field",
-]
-
 
 @attrs.frozen(kw_only=True)
 class CandidateResult:

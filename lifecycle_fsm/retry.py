@@ -9,8 +9,6 @@ import attrs
 
 from lifecycle_fsm.errors import InputError
 
-__all__ = ["DEFAULT_RETRY", "RetryPolicy"]
-
 
 def _seconds(name: str, value: object) -> float:
     """A number of seconds (an int or a float, not a bool), else an InputError naming the field."""

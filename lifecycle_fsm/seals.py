@@ -39,18 +39,6 @@ from lifecycle_fsm.upcasting import decoded_payload, derived_ledger_id
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-__all__ = [
-    "ExpectedHead",
-    "add_trust_findings",
-    "ledger_id_of",
-    "parse_expected_head",
-    "seal",
-    "seal_message",
-    "sealable_head",
-    "sealed_under",
-    "signed_head_text",
-]
-
 _SIGNED_HEAD_FIELDS = ("ledger_id", "seq", "hash", "sealed_at", "key_id", "signature")  # in `seal --json`'s order
 
 

@@ -22,15 +22,6 @@ from lifecycle_fsm.store.base import EventStore, hash_at
 from lifecycle_fsm.store.chain import canonical_json, snapshot_digest
 from lifecycle_fsm.store.records import CheckpointRecord, StreamSnapshot
 
-__all__ = [
-    "CHECKPOINT_SCHEMA_VERSION",
-    "FINGERPRINT",
-    "FINGERPRINT_PARTS",
-    "SnapshotProblem",
-    "other_rules",
-    "snapshot_problem",
-]
-
 CHECKPOINT_SCHEMA_VERSION = 2  # 2: the snapshot holds the versions of streams that fold to no state
 _FOLD_VERSION = 1
 

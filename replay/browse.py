@@ -27,9 +27,6 @@ from lifecycle_fsm.store.sql import position_at_sql
 from lifecycle_fsm.store.sqlite import SQLiteEventStore
 from lifecycle_fsm.upcasting import decoded_payload
 
-__all__ = ["CANNED_QUERIES", "Snapshot", "metadata", "snapshot"]
-
-
 CANNED_QUERIES: dict[str, JSON] = {
     "rejections": {
         "title": "Rejected candidates",

@@ -33,8 +33,6 @@ from lifecycle_fsm.store.base import EventStore
 from lifecycle_fsm.store.records import StoredEvent
 from lifecycle_fsm.upcasting import decoded_payload
 
-__all__ = ["CLAIMED_FIELDS", "Activations", "baseline_activations", "explain", "explanation", "file_changes"]
-
 # The manifest fields a candidate claims (CandidateReceived.candidate), in the order shown.
 CLAIMED_FIELDS = (
     "candidate_kind",

@@ -15,25 +15,6 @@ from lifecycle_fsm.limits import display
 from lifecycle_fsm.rules import RULES
 from lifecycle_fsm.state import CandidateState
 
-__all__ = [
-    "ArtifactCheck",
-    "CheckRow",
-    "Considered",
-    "DecisiveEvent",
-    "Explanation",
-    "FileChanges",
-    "HashCheck",
-    "Invalidation",
-    "PathStep",
-    "Recovery",
-    "RollbackCheck",
-    "explain_markdown",
-    "explain_text",
-    "format_value",
-    "markdown_text",
-    "rules_warning",
-]
-
 
 @attrs.frozen
 class PathStep:

@@ -26,20 +26,6 @@ from lifecycle_fsm.store.chain import GENESIS_HASH
 from lifecycle_fsm.store.records import EventFilter, PayloadMatch, StoredEvent
 from lifecycle_fsm.upcasting import decoded_payload, dense_versions
 
-__all__ = [
-    "AsOf",
-    "event_json",
-    "event_reasons",
-    "known_stream",
-    "log_filter",
-    "not_yet",
-    "parse_as_of",
-    "parse_seq",
-    "parse_time",
-    "position_of",
-    "read_log",
-]
-
 AsOf = int | str  # a seq, or a UTC time in the stored form
 
 _CHECK_CODES = (*FRESHNESS_CHECKS, "artifact", "rollback", "path_escapes_root", "upstream_reject", "upstream_state")

@@ -35,17 +35,6 @@ from lifecycle_fsm.store.base import EventStore, select_events
 from lifecycle_fsm.store.records import EventFilter
 from lifecycle_fsm.upcasting import decoded_payload
 
-__all__ = [
-    "MERMAID_ASSET",
-    "LedgerReport",
-    "RecoveryGroup",
-    "VerifySummary",
-    "build_report",
-    "mermaid_js",
-    "report_html",
-    "report_markdown",
-]
-
 PATHS = "Candidate paths"  # the section of one diagram per candidate: folded in the HTML, drawn when opened
 MAX_PATH_MOVES = 60  # a path diagram shows the last moves of a very long life
 STATE_STYLES = {  # hand-off outcomes coloured alike in every diagram

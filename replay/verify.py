@@ -35,8 +35,6 @@ from lifecycle_fsm.store.chain import GENESIS_HASH, ChainWalk, canonical_json, s
 from lifecycle_fsm.store.open import open_store
 from lifecycle_fsm.store.records import ChainReport, CheckpointRecord, EventFilter, Head, StreamHead, StreamShare
 
-__all__ = ["verify", "verify_with_state"]
-
 REBUILD = "rebuild it with `lifecycle replay --full`"
 _seq = operator.itemgetter(0)
 Folded = list[LedgerState] | CorruptionError | None  # the states at each stop and the head, or what stopped the fold

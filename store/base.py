@@ -32,18 +32,6 @@ from lifecycle_fsm.store.records import (
     StreamSnapshot,
 )
 
-__all__ = [
-    "EventStore",
-    "StoreTransaction",
-    "event_at",
-    "hash_at",
-    "select_events",
-    "snapshot_in_write",
-    "verify_chain",
-    "write_in_read_snapshot",
-    "write_in_transaction",
-]
-
 
 class StoreTransaction(Protocol):
     """Reads and appends under the store's write lock; all or nothing on exit."""

@@ -59,8 +59,6 @@ from lifecycle_fsm.store.records import (
 from lifecycle_fsm.store.sql import CHECKPOINTS, Run, SQLStore
 from lifecycle_fsm.store.threads import fault_from_env, one_thread
 
-__all__ = ["PostgresEventStore", "PostgresTransaction"]
-
 _NO_UPPER = 1 << 62
 _PAGE = 2000
 

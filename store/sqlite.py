@@ -52,8 +52,6 @@ from lifecycle_fsm.store.sqlite_schema import (
 )
 from lifecycle_fsm.store.threads import ThreadOwner, fault_from_env, one_thread
 
-__all__ = ["SQLiteEventStore", "SQLiteTransaction", "create_ledger_file"]
-
 _ROWS_PER_INSERT = 64  # multi-row INSERTs of up to 64 rows: fewer statements than one per row
 
 

@@ -28,8 +28,6 @@ import attrs
 
 from lifecycle_fsm.errors import InputError
 
-__all__ = ["ThreadOwner", "one_thread", "wrong_process", "wrong_thread"]
-
 _C = TypeVar("_C", bound=type)
 
 ENV_VAR = "LIFECYCLE_FAULT"

@@ -18,8 +18,6 @@ from lifecycle_fsm.errors import ScenarioError
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.manifests import suggest
 
-__all__ = ["NULLABLE", "Problem", "Where", "converter", "from_file", "structure", "suggest"]
-
 T = TypeVar("T")
 NULLABLE = types.MappingProxyType({"nullable": True})  # field metadata: the key may be given as null
 

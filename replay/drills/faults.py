@@ -22,16 +22,6 @@ from lifecycle_fsm.store.base import EventStore, event_at, verify_chain
 from lifecycle_fsm.store.chain import canonical_json
 from lifecycle_fsm.store.open import is_postgres_url
 
-__all__ = [
-    "FaultOutcome",
-    "Problem",
-    "corrupt_checkpoint",
-    "integrity",
-    "load_both_ways",
-    "tamper_artifact",
-    "tamper_event",
-]
-
 Problem = tuple[str, Any, Any]
 
 

@@ -41,8 +41,6 @@ from lifecycle_fsm.replay.drills.steps import (
 )
 from lifecycle_fsm.rules import CANDIDATE_KINDS
 
-__all__ = ["find_scenarios", "load_scenario", "load_scenarios", "parse_artifacts", "parse_step"]
-
 MAX_WRITERS = 32  # `concurrently`: each writer is a Python process, all started together
 MAX_ARTIFACT_BYTES = 256 * 1024 * 1024  # all of a scenario's artifacts: 16 MiB each, but never 30,000 of them
 ARTIFACT_KINDS = {"baseline": ("baseline",), "candidate": CANDIDATE_KINDS, "adapter": ("baseline", *CANDIDATE_KINDS)}

@@ -12,8 +12,6 @@ from lifecycle_fsm import rules
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.rules import TRUSTED_STATE_KINDS as KINDS
 
-__all__ = ["ALIVE", "DECIDED", "CandidateModel", "LedgerModel", "Prediction"]
-
 DECIDED = ("verified", "ready", "tune")  # what a settings change invalidates
 ALIVE = ("received", "verified", "recovering", "ready", "tune")
 

@@ -16,16 +16,6 @@ from lifecycle_fsm.folders import make_folder
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.replay.explanation_parts import markdown_text
 
-__all__ = [
-    "DrillResult",
-    "Failure",
-    "StepResult",
-    "build_report",
-    "refuse_report_files",
-    "report_markdown",
-    "write_report_files",
-]
-
 
 @attrs.frozen
 class Failure:

@@ -28,8 +28,6 @@ from lifecycle_fsm.replay.verify import verify
 from lifecycle_fsm.store.base import verify_chain
 from lifecycle_fsm.store.open import describe_target, is_postgres_url
 
-__all__ = ["Run", "StepFailed", "run_drills", "run_scenario", "run_step"]
-
 
 @attrs.define
 class StepFailed(Exception):

@@ -19,8 +19,6 @@ from lifecycle_fsm.replay.drills.steps import ACTIONS, DAMAGE
 from lifecycle_fsm.rules import CANDIDATE_KINDS, ONLINE_KINDS, STAGES
 from lifecycle_fsm.rules import TRUSTED_STATE_KINDS as KINDS
 
-__all__ = ["Op", "Schedule", "advance", "describe", "generate", "split"]
-
 Op = JSON  # one scenario step: {action: args}
 BASELINES = ("b0", "b1", "b2")
 FOLDERS = ("t0", "t1", "t2", "t3")

@@ -18,21 +18,6 @@ from lifecycle_fsm.replay.drills.convert import NULLABLE, Problem, from_file, un
 if TYPE_CHECKING:
     from lifecycle_fsm.replay.drills.steps import Action
 
-__all__ = [
-    "ERROR_CLASSES",
-    "NAME",
-    "STEP_EXTRAS",
-    "ArtifactSpec",
-    "DrillConfig",
-    "Refusal",
-    "Scenario",
-    "ScenarioFile",
-    "Step",
-    "StepExtras",
-    "between",
-    "unknown_error",
-]
-
 ArtifactType = Literal["baseline", "dpo", "grpo", "rlvr", "trusted_state"]
 # Manifest fields a scenario may override or drop (a typo would silently build the wrong manifest).
 ManifestField = Literal[

@@ -35,18 +35,6 @@ from lifecycle_fsm.replay.drills.workspace import Workspace
 from lifecycle_fsm.replay.explain import explain
 from lifecycle_fsm.replay.verify import verify
 
-__all__ = [
-    "FIXED_CLOCK",
-    "SimFailure",
-    "SimResult",
-    "Shrunk",
-    "kept_name",
-    "scenario_yaml",
-    "shrink",
-    "simulate",
-    "to_scenario",
-]
-
 FIXED_CLOCK = "2026-01-01T00:00:00.000000Z"
 ACTOR = "simulator"
 SIMULATED = Path("simulated")

@@ -12,9 +12,6 @@ from lifecycle_fsm.limits import MAX_INT64
 from lifecycle_fsm.replay.drills.convert import NULLABLE
 from lifecycle_fsm.replay.drills.schema import ManifestField, between
 
-__all__ = ["ACTIONS", "CANDIDATE_EXPECTATIONS", "COMMAND_ACTIONS", "NAMES", "Action"]
-
-
 ACTIONS: dict[str, type[Action]] = {}
 
 

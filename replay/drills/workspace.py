@@ -25,14 +25,6 @@ from lifecycle_fsm.manifests import write_manifest
 from lifecycle_fsm.replay.drills.schema import ArtifactSpec, DrillConfig
 from lifecycle_fsm.store.sqlite_files import create_ledger_file
 
-__all__ = [
-    "Workspace",
-    "baseline_manifest",
-    "candidate_manifest",
-    "refuse_kept",
-    "write_adapter",
-]
-
 
 def baseline_manifest(adapter_sha256: str, *, adapter_path: str = "adapter", **fields: Any) -> JSON:
     """An SFT manifest whose adapter's sha256 becomes the active policy version."""

@@ -27,8 +27,6 @@ from lifecycle_fsm.replay.drills.workspace import Workspace
 from lifecycle_fsm.store.base import EventStore, event_at
 from lifecycle_fsm.store.threads import ENV_VAR
 
-__all__ = ["Call", "Inconclusive", "Outcome", "call", "command_call", "concurrently", "crash", "crash_during_append"]
-
 Call = tuple[str, list[Any], JSON]  # a Ledger method, its positional and keyword arguments
 
 
