@@ -65,10 +65,12 @@ def _path_option(name: str, **kwargs: Any) -> Callable[[_F], _F]:
 def audit(candidates: tuple[Path, ...], more_candidates: tuple[Path, ...], mode: str, **request: Any) -> None:
     """Audit real candidate artifacts against an SFT baseline and write the hand-off records.
 
-    dry_run checks the manifests and prints what real_artifact would do. real_artifact records each step
-    (baseline, window, receive, check, hand-off) in the ledger, then writes lifecycle_evidence_LABEL.json
-    and lifecycle_handoff_LABEL.json to OUT: exit 0 whatever they decide; a used LABEL is exit 3 unless
-    --replace. `--candidates a.json b.json` and `--candidates a.json --candidates b.json` both work.
+    `--candidates a.json b.json` and `--candidates a.json --candidates b.json` both work.
+    dry_run (the default) checks the manifests and prints what real_artifact would do,
+    writing nothing. real_artifact records every step as ledger events (baseline,
+    window, receive, check, hand-off), then writes lifecycle_evidence_LABEL.json and
+    lifecycle_handoff_LABEL.json to OUT. Exit 0 whenever the records were written,
+    whatever they decide; a used LABEL is refused (exit 3) unless --replace.
     """
     from lifecycle_fsm.audit import AuditRequest, check_runnable, plan, prepare, run
     from lifecycle_fsm.ledger import Ledger

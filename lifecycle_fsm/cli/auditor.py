@@ -58,9 +58,10 @@ _Row = tuple[Any, JSON]  # a stored event and its decoded payload
 )
 @json_option
 def log(follow: bool, poll: float, jsonl: bool, **filters: Any) -> None:
-    """Events across every stream, shaped as in `history --json` (plus stream_id); filters combine (all must hold).
+    """Events across every stream, filtered; each shaped as in `history --json` (plus stream_id).
 
-    Page with `--limit N`, then `--after` the last seq shown. `--follow` works with the text and `--jsonl` output.
+    Filters combine (all must hold). Page through a long log with `--limit N`, then
+    `--after` the last seq shown. `--follow` works with the text and `--jsonl` output.
     """
     from lifecycle_fsm.replay.log import known_stream, log_filter, read_log
 
@@ -175,8 +176,10 @@ def report(out: Path, fmt: str, replace: bool, as_of: AsOf | None) -> None:
     """Write ledger-report.md (or .html): head, verify result and seals, candidates by state, rejections
     with their evidence, recoveries, the machine and each candidate's path.
 
-    Self-contained and byte-stable for the same ledger (and --as-of). An existing report is refused (exit 3)
-    unless --replace. The whole log is verified; if that fails, the report says so at the top and exits 6.
+    Self-contained (no network needed to read it) and byte-stable for the same ledger
+    (and the same --as-of position). An existing report is refused (exit 3) unless
+    --replace. The whole log is verified, --as-of or not; if verify fails, the report
+    is still written, says so at the top, and the command exits 6.
     """
     from lifecycle_fsm.audit_records import publish, refuse_existing
     from lifecycle_fsm.replay.report import build_report, report_html, report_markdown
@@ -218,7 +221,9 @@ def decisions() -> None:
 def decisions_export(folder: Path) -> None:
     """Write one JSON file per recorded decision into FOLDER (new or empty).
 
-    `decisions replay` reads sub-folders too: the parent of several ledgers' exports is one pool.
+    Export each ledger into a folder of its own; `decisions replay` reads every `*.json`
+    under the folder it is given, sub-folders too, so the parent of several exports is
+    one pool.
     """
     from lifecycle_fsm.decision_pool import export_pool
 

@@ -50,9 +50,12 @@ def _progress(total: int) -> Iterator[Progress | None]:
 def migrate(src: str, dst: str) -> None:
     """Copy every event and checkpoint of the ledger SRC into DST (files or postgresql:// URLs).
 
-    The chain is verified as it is copied. A DST that holds events must be a prefix of SRC (the copy
-    resumes after it), else exit 5. A broken SRC chain stops the copy (exit 6); a DST file this command
-    created is removed if nothing was copied into it (a full disk: exit 7).
+    The chain is verified as it is copied; afterwards `verify --json` gives the same
+    head on both. A DST that already holds events must be a prefix of SRC: the copy
+    resumes after it (an identical DST copies nothing). Anything else is refused (exit 5).
+    A broken SRC chain stops the copy (exit 6), saying what was copied; a DST file this
+    command created is removed again if nothing was copied into it (or it could not even
+    be created whole, as on a full disk: exit 7).
     """
     from lifecycle_fsm.replay import index_of
     from lifecycle_fsm.state import Fold

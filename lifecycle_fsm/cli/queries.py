@@ -104,7 +104,8 @@ def _states(ctx: click.Context, param: click.Parameter, given: tuple[str, ...]) 
 def wait(candidate_id: str, states: tuple[State, ...], timeout: float, poll: float) -> None:
     """Block until ID is in one of the states (a candidate not received yet is waited for).
 
-    Exit 0 when it is; 9 when the timeout passes first; 11 when it is rejected instead (reject is terminal).
+    Exit 0 when it is; 9 when the timeout passes first; 11 when it is rejected instead
+    (reject is terminal: it can reach nothing else).
     """
     ledger = open_ledger(must_exist=True)
     ends = tuple(dict.fromkeys((*states, State.REJECT)))
@@ -151,7 +152,9 @@ def history(candidate_id: str) -> None:
 @json_option
 def explain(candidate_id: str, as_of: AsOf | None, fmt: str | None) -> None:
     """Why ID is in its state: every check's claimed and checked-against values, the decisive event, the path.
-    A seq past the head exits 3; a position before the candidate existed exits 4."""
+
+    A seq past the head exits 3; a position before the candidate existed exits 4.
+    """
     if fmt not in (None, "json") and wants_json():
         raise click.UsageError(f"--json asks for JSON and --format {fmt} for {fmt}: give one of them")
     from lifecycle_fsm.replay.explain import explanation

@@ -74,10 +74,12 @@ def _usable_port(host: str, port: int) -> int:
     help="Also answer requests for this host name (repeatable), e.g. the name a proxy serves it under.",
 )
 def serve(host: str, port: int, allow_hosts: tuple[str, ...]) -> None:
-    """Browse a snapshot of the ledger in Datasette (the `ui` extra): canned queries, no SQL, writes or downloads.
+    """Browse a snapshot of the ledger in Datasette: canned queries, no SQL, no writes, no downloads.
 
-    Queries: rejections, recoveries, candidate_events (?id=), ready_at (?time=ISO), chain_head, seals. Only
-    requests for the address served (on loopback, localhost too; on 0.0.0.0 or ::, any IP address) are answered.
+    Queries: rejections, recoveries, candidate_events (?id=), ready_at (?time=ISO; a time
+    that does not parse is refused, HTTP 400, saying why), chain_head, seals. Only requests
+    for the address served (and, on loopback, localhost) are answered, against DNS
+    rebinding; on 0.0.0.0 or ::, requests for any IP address. Needs the `ui` extra.
     """
     import signal
     import tempfile

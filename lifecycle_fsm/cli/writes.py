@@ -69,8 +69,10 @@ def baseline() -> None:
 @event_id_option
 @json_option
 def baseline_activate(sft_manifest: Path, event_id: str | None) -> None:
-    """Make SFT_MANIFEST's adapter the active policy; decided candidates must be re-checked. A candidate's
-    manifest (a DPO or GRPO semantic_id) or a delivery whose decision is reject is refused."""
+    """Make SFT_MANIFEST's adapter the active policy; decided candidates must be re-checked.
+
+    A candidate's manifest (a DPO or GRPO semantic_id) or a delivery whose decision is reject is refused.
+    """
     from lifecycle_fsm.manifests import load_baseline_manifest
 
     load_baseline_manifest(sft_manifest)  # bad input fails before a ledger file is created
