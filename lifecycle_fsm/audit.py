@@ -19,11 +19,12 @@ from lifecycle_fsm import audit_records, decisions
 from lifecycle_fsm.artifact_walk import folder_problem
 from lifecycle_fsm.artifacts import path_escapes_root
 from lifecycle_fsm.checks import window_age
+from lifecycle_fsm.decisions import DEFAULT_ACTIVE_WINDOW, DEFAULT_MAX_WINDOW_AGE
 from lifecycle_fsm.errors import ConflictError, IllegalCommandError, InputError, NotFoundError
 from lifecycle_fsm.events import LEDGER_STREAM, stream_of
 from lifecycle_fsm.folders import prove_writable
 from lifecycle_fsm.json_types import JSON
-from lifecycle_fsm.ledger import DEFAULT_ACTIVE_WINDOW, DEFAULT_MAX_WINDOW_AGE, Ledger, utc_now
+from lifecycle_fsm.ledger import Ledger
 from lifecycle_fsm.limits import check_candidate_id, check_int
 from lifecycle_fsm.manifests import (
     BaselineManifest,
@@ -31,6 +32,7 @@ from lifecycle_fsm.manifests import (
     default_id,
     load_baseline_manifest,
     load_candidate_manifest,
+    utc_now,
 )
 from lifecycle_fsm.rules import ONLINE_KINDS, check_candidate_freshness
 from lifecycle_fsm.seals import seal

@@ -44,26 +44,14 @@ from lifecycle_fsm.manifests import (
     read_only_folder,
     utc_now,
 )
-from lifecycle_fsm.results import CandidateResult, CommandResult, RecoveryResult, SettingsResult, retried_unread
+from lifecycle_fsm.results import SettingsResult, retried_unread
 from lifecycle_fsm.retry import DEFAULT_RETRY, RetryPolicy
 from lifecycle_fsm.rules import RecoveryPlan
 from lifecycle_fsm.state import CandidateState, LedgerSettings, reading_stored
 from lifecycle_fsm.store.base import EventStore, select_events
 from lifecycle_fsm.store.records import EventFilter, StoredEvent
-from lifecycle_fsm.streams import CACHED_CANDIDATES, StreamReader, fold_candidate
+from lifecycle_fsm.streams import CACHED_CANDIDATES, StreamReader
 from lifecycle_fsm.upcasting import decoded_event, decoded_payload, dense_versions
-
-__all__ = [
-    "DEFAULT_ACTIVE_WINDOW",
-    "DEFAULT_MAX_WINDOW_AGE",
-    "CandidateResult",
-    "CommandResult",
-    "Ledger",
-    "RecoveryResult",
-    "SettingsResult",
-    "fold_candidate",
-    "utc_now",
-]
 
 SigningKey = str | os.PathLike[str] | bytes
 _CLOSED = "this ledger is closed: open it again to use it"

@@ -17,7 +17,7 @@ from backends import DURABLE, backend_params
 
 from lifecycle_fsm import Ledger, State
 from lifecycle_fsm.events import stream_of
-from lifecycle_fsm.ledger import utc_now
+from lifecycle_fsm.manifests import utc_now
 from lifecycle_fsm.replay import take_checkpoint
 from lifecycle_fsm.replay.checkpoints import load_state
 from lifecycle_fsm.store.chain import canonical_json

@@ -22,10 +22,10 @@ import structlog
 
 from lifecycle_fsm import InputError, Ledger, State
 from lifecycle_fsm.events import stream_of
-from lifecycle_fsm.ledger import fold_candidate
 from lifecycle_fsm.replay.checkpoints import load_state
 from lifecycle_fsm.replay.verify import verify
 from lifecycle_fsm.store.sqlite import SQLiteEventStore
+from lifecycle_fsm.streams import fold_candidate
 from tests.conftest import REPO, Workspace
 
 WORKER = REPO / "tests" / "alternate_worker.py"

@@ -43,9 +43,18 @@ def test_every_command_defined_in_the_package_is_added_to_the_group() -> None:
     assert [name for name, command in defined if not any(command is c for c in reachable)] == []
 
 
-@pytest.mark.parametrize("path", sorted(CLI.glob("*.py")), ids=lambda p: p.name)
-def test_cli_modules_stay_small(path: Path) -> None:
-    """One concern per module, under ~400 lines (STYLE 1): a new command group gets a new module."""
+LINKS = (REPO / "lifecycle_fsm" / "store", REPO / "lifecycle_fsm" / "replay")  # links to store/ and replay/
+MODULES = sorted(
+    path
+    for folder in ("lifecycle_fsm", "store", "replay")
+    for path in (REPO / folder).rglob("*.py")
+    if not any(path.is_relative_to(link) for link in LINKS)
+)
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: p.relative_to(REPO).as_posix())
+def test_modules_stay_small(path: Path) -> None:
+    """One concern per module, at most 400 lines: a new concern (a command group, a backend) gets a new module."""
     assert len(path.read_text(encoding="utf-8").splitlines()) <= 400
 
 

@@ -18,7 +18,8 @@ from typing import Any
 from conftest import Workspace, invoke
 
 from lifecycle_fsm.artifacts import DigestCache, hash_tree
-from lifecycle_fsm.ledger import Ledger, utc_now
+from lifecycle_fsm.ledger import Ledger
+from lifecycle_fsm.manifests import utc_now
 
 
 def ticking() -> Callable[[], str]:

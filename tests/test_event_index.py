@@ -16,7 +16,8 @@ from backends import DURABLE, Backend, backend_params, pg_execute
 from conftest import Workspace
 from test_store_contract import FILTER_LOG, _filled, _seqs
 
-from lifecycle_fsm.ledger import Ledger, utc_now
+from lifecycle_fsm.ledger import Ledger
+from lifecycle_fsm.manifests import utc_now
 from lifecycle_fsm.replay import take_checkpoint, verify
 from lifecycle_fsm.store import EventFilter, MemoryEventStore, NewEvent
 from lifecycle_fsm.store.open import open_store

@@ -13,7 +13,7 @@ from conftest import Workspace, count_events, invoke, run_cli
 from lifecycle_fsm.candidate_events import ChecksRecorded
 from lifecycle_fsm.errors import CorruptionError, IllegalCommandError
 from lifecycle_fsm.events import stream_of
-from lifecycle_fsm.ledger import utc_now
+from lifecycle_fsm.manifests import utc_now
 from lifecycle_fsm.replay import take_checkpoint
 from lifecycle_fsm.store.records import NewEvent
 

@@ -324,7 +324,7 @@ def test_a_verified_baseline_recorded_from_other_bytes_is_never_rolled_back_to(w
     candidate's own adapter is passed over, and the active baseline serves."""
     from lifecycle_fsm.candidate_events import TrustedStateRecorded
     from lifecycle_fsm.events import stream_of
-    from lifecycle_fsm.ledger import utc_now
+    from lifecycle_fsm.manifests import utc_now
     from lifecycle_fsm.store.records import NewEvent
 
     cid = active.receive(ws.grpo()).candidate.candidate_id  # type: ignore[union-attr]

@@ -13,7 +13,8 @@ from backends import BACKEND_NAMES, Backend, make_backend
 from conftest import Workspace, cli, restore_triggers, run_cli
 from test_store_contract import new
 
-from lifecycle_fsm.ledger import Ledger, utc_now
+from lifecycle_fsm.ledger import Ledger
+from lifecycle_fsm.manifests import utc_now
 from lifecycle_fsm.replay import take_checkpoint
 from lifecycle_fsm.store import ConflictError, EventStore, IntegrityError, NewEvent
 from lifecycle_fsm.store.base import select_events, verify_chain

@@ -30,10 +30,11 @@ from lifecycle_fsm.errors import (
     NotFoundError,
 )
 from lifecycle_fsm.events import stream_of
-from lifecycle_fsm.ledger import CandidateResult, CommandResult, Ledger
+from lifecycle_fsm.ledger import Ledger
 from lifecycle_fsm.machine import TABLE
 from lifecycle_fsm.manifests import load_candidate_manifest
 from lifecycle_fsm.replay import load_state, snapshot_json, take_checkpoint, verify
+from lifecycle_fsm.results import CandidateResult, CommandResult
 from lifecycle_fsm.rules import ONLINE_KINDS, STAGES, TRUSTED_STATE_KINDS
 from lifecycle_fsm.store.base import verify_chain
 from lifecycle_fsm.store.chain import canonical_json

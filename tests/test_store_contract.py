@@ -20,7 +20,8 @@ from conftest import Workspace, examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lifecycle_fsm.ledger import Ledger, utc_now
+from lifecycle_fsm.ledger import Ledger
+from lifecycle_fsm.manifests import utc_now
 from lifecycle_fsm.replay import load_state, snapshot_json, take_checkpoint, verify
 from lifecycle_fsm.store import (
     GENESIS_HASH,

@@ -9,8 +9,10 @@ import structlog
 from conftest import Workspace, run_cli
 
 from lifecycle_fsm.events import stream_of
-from lifecycle_fsm.ledger import Ledger, fold_candidate, utc_now
+from lifecycle_fsm.ledger import Ledger
+from lifecycle_fsm.manifests import utc_now
 from lifecycle_fsm.replay import take_checkpoint
+from lifecycle_fsm.streams import fold_candidate
 
 
 def _history(ws: Workspace) -> None:

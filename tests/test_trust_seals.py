@@ -528,7 +528,7 @@ def test_two_retries_of_one_keyed_seal_at_once_both_answer_the_seal_that_landed(
     import time
 
     from lifecycle_fsm.keys import load_private_key, new_key_pair
-    from lifecycle_fsm.ledger import utc_now
+    from lifecycle_fsm.manifests import utc_now
     from lifecycle_fsm.seals import seal
 
     new_key_pair(tmp_path / "keys")
@@ -642,7 +642,7 @@ def test_a_keyed_seal_with_out_that_loses_the_race_writes_the_winners_head(ws: W
     import time
 
     from lifecycle_fsm.keys import load_private_key
-    from lifecycle_fsm.ledger import utc_now
+    from lifecycle_fsm.manifests import utc_now
     from lifecycle_fsm.seals import seal, signed_head_text
 
     db = _ready_ledger(ws)

@@ -60,7 +60,7 @@ def _pubkey_option(text: str, *, required: bool = False) -> Callable[[_F], _F]:
 @json_option
 def checkpoint() -> None:
     """Snapshot every folded state at the head, for fast loading; with a signing key, seal the head too."""
-    from lifecycle_fsm.ledger import utc_now
+    from lifecycle_fsm.manifests import utc_now
     from lifecycle_fsm.replay import take_checkpoint
     from lifecycle_fsm.seals import seal, sealable_head
 
@@ -212,7 +212,7 @@ def key_new(out: Path) -> None:
 @json_option
 def seal_command(out: Path | None, event_id: str | None) -> None:
     """Sign the head and append the seal to the `seals` stream; print (or write) the signed head."""
-    from lifecycle_fsm.ledger import utc_now
+    from lifecycle_fsm.manifests import utc_now
     from lifecycle_fsm.seals import seal, sealed_under, signed_head_text
 
     private = require_signing_key("seal")

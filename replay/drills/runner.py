@@ -16,7 +16,8 @@ import attrs
 
 from lifecycle_fsm.errors import LifecycleError
 from lifecycle_fsm.json_types import JSON
-from lifecycle_fsm.ledger import CandidateResult, Ledger, utc_now
+from lifecycle_fsm.ledger import Ledger
+from lifecycle_fsm.manifests import utc_now
 from lifecycle_fsm.replay.checkpoints import take_checkpoint
 from lifecycle_fsm.replay.drills import faults, steps, writers
 from lifecycle_fsm.replay.drills.faults import FaultOutcome, Problem
@@ -25,6 +26,7 @@ from lifecycle_fsm.replay.drills.schema import Scenario, Step
 from lifecycle_fsm.replay.drills.workspace import Workspace
 from lifecycle_fsm.replay.explain import explain
 from lifecycle_fsm.replay.verify import verify
+from lifecycle_fsm.results import CandidateResult
 from lifecycle_fsm.store.base import verify_chain
 from lifecycle_fsm.store.open import describe_target, is_postgres_url
 

@@ -22,7 +22,8 @@ import pytest
 from conftest import REPO
 
 from lifecycle_fsm.errors import LifecycleError
-from lifecycle_fsm.ledger import Ledger, utc_now
+from lifecycle_fsm.ledger import Ledger
+from lifecycle_fsm.manifests import utc_now
 from lifecycle_fsm.replay import load_state, take_checkpoint
 from lifecycle_fsm.replay import verify as verify_ledger
 from reliability.damage import drop_triggers, invoke, judge, read_only, reset, run

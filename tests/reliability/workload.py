@@ -20,8 +20,8 @@ from typing import Any
 from lifecycle_fsm.artifacts import hash_directory
 from lifecycle_fsm.cli.exit_codes import exit_code_for
 from lifecycle_fsm.errors import LifecycleError
-from lifecycle_fsm.ledger import Ledger, utc_now
-from lifecycle_fsm.manifests import write_manifest
+from lifecycle_fsm.ledger import Ledger
+from lifecycle_fsm.manifests import utc_now, write_manifest
 from lifecycle_fsm.replay import take_checkpoint
 from lifecycle_fsm.replay.drills.workspace import baseline_manifest, candidate_manifest, write_adapter
 from lifecycle_fsm.rules import STAGES, TRUSTED_STATE_KINDS
