@@ -199,21 +199,21 @@ def json_option(func: _F) -> _F:
 
 
 class _Parsed(_ParamType):
-    """A value the `replay.asof` function named `parser` reads; what it refuses is a usage error."""
+    """A value the `replay.log` function named `parser` reads; what it refuses is a usage error."""
 
     def __init__(self, name: str, parser: str) -> None:
         self.name = name
         self.parser = parser
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        from lifecycle_fsm.replay import log as asof
+        from lifecycle_fsm.replay import log
 
         if isinstance(value, int):  # a default, or a value already converted
             return value
         try:
             if self.parser == "parse_seq":
-                return asof.parse_seq(str(value), param.opts[0] if param is not None and param.opts else "SEQ")
-            return getattr(asof, self.parser)(str(value))
+                return log.parse_seq(str(value), param.opts[0] if param is not None and param.opts else "SEQ")
+            return getattr(log, self.parser)(str(value))
         except InputError as e:
             self.fail(str(e), param, ctx)
 
