@@ -31,10 +31,16 @@ from lifecycle_fsm.errors import DuplicateEventError, InputError
 from lifecycle_fsm.events import stream_of, text_or_error
 from lifecycle_fsm.json_types import JSON
 from lifecycle_fsm.limits import check_candidate_id, check_version_text
-from lifecycle_fsm.manifests import default_id, load_candidate_manifest, path_argument, require_baseline, require_choice
+from lifecycle_fsm.manifests import (
+    check_kind,
+    default_id,
+    load_candidate_manifest,
+    path_argument,
+    require_baseline,
+    require_choice,
+)
 from lifecycle_fsm.results import CandidateResult, RecoveryResult, retried_unread
 from lifecycle_fsm.rules import (
-    CANDIDATE_KINDS,
     STAGES,
     TRUSTED_STATE_KINDS,
     RecoveryPlan,
@@ -129,8 +135,7 @@ class CandidateCommands:
         (`check` and `hand_off` are refused until then). `source_policy_version` defaults to the active
         baseline's; `provenance` (JSON) records what produced the candidate."""
         check_candidate_id(candidate_id)
-        if kind not in CANDIDATE_KINDS:
-            raise InputError(f"unknown candidate kind {kind!r} (expected one of {', '.join(CANDIDATE_KINDS)})")
+        check_kind(kind)
         if source_policy_version is not None:
             check_version_text("source policy version", source_policy_version)
         card: JSON = {} if provenance is None else provenance

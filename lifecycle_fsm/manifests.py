@@ -266,8 +266,10 @@ def load_candidate_manifest(
 
 
 def check_kind(kind: object) -> str:
-    """`kind` if it is a candidate kind (dpo, grpo, rlvr), else an InputError listing them."""
-    require_choice("candidate kind", kind, CANDIDATE_KINDS)
+    """`kind` if it is a candidate kind (dpo, grpo, rlvr), else an InputError listing them (no close match
+    suggested: a `ppo` run is not a misspelt `dpo`)."""
+    if kind not in CANDIDATE_KINDS:
+        raise InputError(f"unknown candidate kind {kind!r} (expected one of {', '.join(CANDIDATE_KINDS)})")
     return str(kind)
 
 
